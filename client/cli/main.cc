@@ -1,0 +1,18 @@
+// `strata`: the command line. Sub-commands live in *_command.cc.
+#include <CLI/CLI.hpp>
+
+#include "client/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata: serve and inspect LLMs from GGUF files"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  strata::cli::add_inspect_command(app, exit_code);
+  strata::cli::add_quantize_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return exit_code;
+}

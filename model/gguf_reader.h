@@ -1,0 +1,184 @@
+// GGUF reader: parses a GGUF file (versions 2 and 3), validates every field
+// before use and maps the tensor data read-only.
+//
+// Format (GGUF spec, ggml/docs/gguf.md in llama.cpp; all little-endian):
+//   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+//   n_kv   x { string key | u32 value_type | value }
+//   n_tensors x { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type
+//                 | u64 offset (relative to the data section) }
+//   padding to general.alignment (default 32) | tensor data
+//   string = u64 length + bytes (no terminator)
+//   array  = u32 element_type + u64 count + elements (arrays may nest)
+// Version 1 (u32 lengths and counts) is refused.
+//
+// Split models (gguf-split: NAME-00001-of-0000N.gguf) carry split.no,
+// split.count and split.tensors.count; open_gguf_model() opens every part
+// and presents one tensor list whose entries point into their own part.
+//
+// Every rejection is an absl::InvalidArgumentError (or NotFound / an I/O error
+// for a file that cannot be opened) whose message names the rule, the field
+// and its byte offset in the file, e.g.
+//   "tensor 'blk.3.attn_q.weight' at offset 1234: offset 77 not aligned to 32"
+// Lengths are checked against the bytes that remain before anything is
+// allocated, so a hostile file costs milliseconds and bounded memory.
+//
+// Ownership: a GgufFile owns its mapping; TensorInfo::data points into it and
+// lives as long as the GgufFile. A GgufFile is immutable after open: any
+// thread may read it concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/ggml_type.h"
+
+namespace strata::gguf {
+
+// GGUF metadata value types (gguf.md, enum gguf_type).
+enum class ValueType : uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+
+// "UINT8", "STRING", "ARRAY", ... as in the spec; "?" for an invalid value.
+std::string_view value_type_name(ValueType type);
+
+struct Value;
+
+// A metadata array. Elements are stored as Values of `element_type`; nested
+// arrays are Values holding an Array.
+struct Array {
+  ValueType element_type = ValueType::kUint8;
+  std::vector<Value> items;
+};
+
+// One metadata value. The alternative held always matches `type`.
+struct Value {
+  ValueType type = ValueType::kUint8;
+  std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float,
+               bool, std::string, uint64_t, int64_t, double, Array>
+      data;
+};
+
+struct KeyValue {
+  std::string key;
+  Value value;
+  uint64_t file_offset = 0;  // byte offset of the key's length field
+};
+
+struct TensorInfo {
+  std::string name;
+  GgmlType type = GgmlType::kF32;
+  std::vector<int64_t> shape;  // ne0 first (ne0 = elements per row), 1..4 dims
+  uint64_t offset = 0;         // bytes, relative to the data section
+  uint64_t n_bytes = 0;        // bytes of the data
+  uint64_t n_elements = 0;
+  const uint8_t* data = nullptr;  // into the mapping; n_bytes long
+  uint32_t split_index = 0;       // which part of a split model holds it
+};
+
+// Limits that bound a parse. Defaults admit any real model (the largest
+// published GGUFs have ~2k tensors per part, vocabularies ~260k tokens).
+struct ReaderLimits {
+  uint64_t max_tensors = 1u << 20;
+  uint64_t max_kv = 1u << 16;
+  uint64_t max_string_bytes = 1u << 26;      // one string or key
+  uint64_t max_array_elements = 1u << 26;    // one array
+  uint32_t max_array_depth = 8;              // arrays of arrays of ...
+  uint64_t max_alignment = 1u << 16;         // general.alignment
+};
+
+class GgufFile {
+ public:
+  // Opens and validates one GGUF file and maps its tensor data.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> open(
+      const std::string& path, const ReaderLimits& limits = {});
+
+  // Parses a GGUF image held in memory (the fuzzer and tests use this). The
+  // bytes must outlive the returned object; nothing is copied.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> parse(
+      const uint8_t* bytes, size_t size, const ReaderLimits& limits = {});
+
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }  // bytes from start
+  uint64_t file_size() const { return size_; }
+
+  // Metadata in file order, and lookup by key (nullptr when absent).
+  const std::vector<KeyValue>& metadata() const { return kv_; }
+  const Value* find(std::string_view key) const;
+
+  // Tensors in file order, and lookup by name (nullptr when absent).
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;
+
+  // Typed getters: NotFound when absent, InvalidArgument naming the key when
+  // the stored type differs.
+  absl::StatusOr<std::string> get_string(std::string_view key) const;
+  absl::StatusOr<uint32_t> get_u32(std::string_view key) const;  // UINT32 or
+                                        // any integer type in range
+  absl::StatusOr<float> get_f32(std::string_view key) const;
+
+ private:
+  GgufFile() = default;
+  friend class GgufParser;
+
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  uint64_t size_ = 0;
+  const uint8_t* base_ = nullptr;
+  void* mapping_ = nullptr;  // owned mmap, or nullptr for parse()
+  std::vector<KeyValue> kv_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> kv_index_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+// A model that may be split across files. For a single file it is that file.
+class GgufModel {
+ public:
+  // Opens `path`; when it names a part "NAME-0000i-of-0000N.gguf" (or carries
+  // split.count > 1) every part is opened from the same directory and
+  // checked: split.no equals the part's index, split.count agrees,
+  // split.tensors.count equals the sum of the parts' tensors, no tensor name
+  // repeats across parts.
+  static absl::StatusOr<std::unique_ptr<GgufModel>> open(
+      const std::string& path, const ReaderLimits& limits = {});
+
+  // Metadata of the first part (the one that carries the model's keys).
+  const GgufFile& first() const { return *parts_.front(); }
+  const std::vector<std::unique_ptr<GgufFile>>& parts() const { return parts_; }
+  // All tensors of all parts in order; TensorInfo::split_index says which.
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;
+
+ private:
+  std::vector<std::unique_ptr<GgufFile>> parts_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+}  // namespace strata::gguf
