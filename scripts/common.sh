@@ -1,0 +1,13 @@
+# Shared settings for the scripts in scripts/. Source it; do not run it.
+# Everything slow (Python venv, models, compiler cache, llama.cpp builds) lives
+# under STRATA_CACHE, outside the clone, so a fresh clone reuses it.
+set -euo pipefail
+STRATA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STRATA_CACHE="${STRATA_CACHE:-$HOME/.cache/strata}"
+STRATA_VENV="$STRATA_CACHE/venv"
+STRATA_MODELS="$STRATA_CACHE/models"
+STRATA_JOBS="${STRATA_JOBS:-$(nproc)}"
+export CCACHE_DIR="${CCACHE_DIR:-$STRATA_CACHE/ccache}"
+export STRATA_CACHE STRATA_VENV STRATA_MODELS STRATA_ROOT
+
+log() { printf '[strata] %s\n' "$*" >&2; }

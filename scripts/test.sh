@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The README's second command (and what .ci/run calls): installs everything,
+# builds, and runs the whole test suite twice (plain build, then AddressSanitizer
+# + UndefinedBehaviorSanitizer build), then fuzzes the GGUF reader for a bounded
+# time (STRATA_FUZZ_SECONDS, default 60; 0 skips it).
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+"$STRATA_ROOT/scripts/install-deps.sh"
+"$STRATA_ROOT/scripts/fetch-models.sh"
+
+status=0
+log "plain build"
+"$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build"
+ctest --test-dir "$STRATA_ROOT/build" --output-on-failure -j "$STRATA_JOBS" || status=1
+
+log "sanitizer build (ASan + UBSan)"
+"$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build-asan" -DSTRATA_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir "$STRATA_ROOT/build-asan" --output-on-failure -j "$STRATA_JOBS" || status=1
+
+fuzz_seconds="${STRATA_FUZZ_SECONDS:-60}"
+if [[ "$fuzz_seconds" != 0 ]]; then
+  log "fuzzing the GGUF reader for ${fuzz_seconds}s"
+  "$STRATA_ROOT/scripts/fuzz.sh" "$fuzz_seconds" || status=1
+fi
+exit $status
