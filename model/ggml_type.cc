@@ -6,7 +6,7 @@ namespace strata {
 namespace {
 
 // Sizes from ggml.c's type_traits (llama.cpp b10587).
-constexpr std::array<GgmlTypeInfo, 32> kTypes = {{
+constexpr std::array<GgmlTypeInfo, 34> kTypes = {{
     {GgmlType::kF32, "F32", 1, 4},
     {GgmlType::kF16, "F16", 1, 2},
     {GgmlType::kQ4_0, "Q4_0", 32, 2 + 16},
@@ -39,6 +39,8 @@ constexpr std::array<GgmlTypeInfo, 32> kTypes = {{
     {GgmlType::kTQ1_0, "TQ1_0", kQK_K, 48 + 4 + 2},
     {GgmlType::kTQ2_0, "TQ2_0", kQK_K, 64 + 2},
     {GgmlType::kMXFP4, "MXFP4", 32, 1 + 16},
+    {GgmlType::kNVFP4, "NVFP4", 64, 36},
+    {GgmlType::kQ1_0, "Q1_0", 128, 18},
 }};
 
 }  // namespace

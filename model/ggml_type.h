@@ -2,7 +2,9 @@
 // size (elements per block) and the type size (bytes per block).
 //
 // Source of the ids and sizes: ggml/include/ggml.h (enum ggml_type) and the
-// type_traits table in ggml/src/ggml.c of llama.cpp (b10587). Ids 4, 5 and
+// type_traits table in ggml/src/ggml.c of llama.cpp (b10587); NVFP4 and
+// Q1_0 as the gguf Python package 0.19 sizes them (GGML_QUANT_SIZES). Q8_1 is
+// 36 bytes as in ggml (two f16); gguf-py 0.19 still lists an older 40. Ids 4, 5 and
 // 31..33, 36..38 were used by removed types; GGUF files must not carry them.
 // The byte layout of each block is documented in
 // kernels/cpu/reference/block_layouts.h.
@@ -49,6 +51,8 @@ enum class GgmlType : uint32_t {
   kTQ1_0 = 34,
   kTQ2_0 = 35,
   kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,
 };
 
 // Elements per super-block of the K-quants (QK_K in ggml).

@@ -9,5 +9,6 @@ namespace strata::cli {
 
 void add_inspect_command(CLI::App& app, int& exit_code);
 void add_quantize_command(CLI::App& app, int& exit_code);
+void add_tokenize_commands(CLI::App& app, int& exit_code);
 
 }  // namespace strata::cli

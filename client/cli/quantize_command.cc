@@ -1,4 +1,70 @@
+// `strata quantize IN.gguf OUT.gguf TYPE`: requantizes every weight matrix of
+// a model to TYPE so the same real weights can be tested in every format.
+// The per-tensor policy (docs/quantize.md) is in requantize.h.
+#include <cstdio>
+#include <string>
+#include <thread>
+
 #include "client/cli/commands.h"
+#include "client/cli/requantize.h"
+
 namespace strata::cli {
-void add_quantize_command(CLI::App&, int&) {}
+namespace {
+
+struct QuantizeOptions {
+  std::string input;
+  std::string output;
+  std::string type;
+  int threads = 0;
+};
+
+int run_quantize(const QuantizeOptions& options) {
+  std::optional<GgmlType> type = ggml_type_from_name(options.type);
+  if (!type) {
+    std::fprintf(stderr, "strata quantize: unknown type '%s'\n",
+                 options.type.c_str());
+    return 2;
+  }
+  auto model = gguf::GgufModel::open(options.input);
+  if (!model.ok()) {
+    std::fprintf(stderr, "strata quantize: %s: %s\n", options.input.c_str(),
+                 std::string(model.status().message()).c_str());
+    return 1;
+  }
+  int threads = options.threads > 0
+                    ? options.threads
+                    : static_cast<int>(std::thread::hardware_concurrency());
+  absl::StatusOr<RequantizeReport> report =
+      requantize_model(**model, *type, options.output, std::max(threads, 1));
+  if (!report.ok()) {
+    std::fprintf(stderr, "strata quantize: %s\n",
+                 std::string(report.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s -> %s (%s): %zu tensors quantized, %zu kept, %zu fallback; "
+              "%.2f MiB -> %.2f MiB\n",
+              options.input.c_str(), options.output.c_str(),
+              options.type.c_str(), report->quantized, report->kept,
+              report->fallback, static_cast<double>(report->bytes_in) / 1048576.0,
+              static_cast<double>(report->bytes_out) / 1048576.0);
+  return 0;
+}
+
+}  // namespace
+
+void add_quantize_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<QuantizeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "quantize", "Requantize a GGUF model's weight matrices to another type");
+  cmd->add_option("input", options->input, "source GGUF")->required();
+  cmd->add_option("output", options->output, "GGUF to write")->required();
+  cmd->add_option("type", options->type,
+                  "ggml type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K "
+                  "Q5_K Q6_K Q8_K MXFP4 (and Q2_K Q3_K when supported)")
+      ->required();
+  cmd->add_option("-t,--threads", options->threads,
+                  "threads (default: all cores)");
+  cmd->callback([options, &exit_code] { exit_code = run_quantize(*options); });
+}
+
 }  // namespace strata::cli
