@@ -12,15 +12,25 @@
 // Version 1 (u32 lengths and counts) is refused.
 //
 // Split models (gguf-split: NAME-00001-of-0000N.gguf) carry split.no,
-// split.count and split.tensors.count; open_gguf_model() opens every part
+// split.count and split.tensors.count; GgufModel::open() opens every part
 // and presents one tensor list whose entries point into their own part.
 //
 // Every rejection is an absl::InvalidArgumentError (or NotFound / an I/O error
-// for a file that cannot be opened) whose message names the rule, the field
-// and its byte offset in the file, e.g.
-//   "tensor 'blk.3.attn_q.weight' at offset 1234: offset 77 not aligned to 32"
+// for a file that cannot be opened) whose message names the field, its byte
+// offset in the file and the rule, "[PATH: ]FIELD at offset N: RULE", e.g.
+//   "tensor 'blk.3.attn_q.weight' offset at offset 1234: data offset 77 is
+//    not a multiple of the alignment 32"
+// Well-known keys (model/gguf_keys.h) must hold their documented types.
 // Lengths are checked against the bytes that remain before anything is
 // allocated, so a hostile file costs milliseconds and bounded memory.
+// docs/gguf.md lists what is accepted and every rejection rule.
+//
+// Usage:
+//   absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::open(path);
+//   if (!model.ok()) return model.status();
+//   absl::StatusOr<std::string> arch =
+//       (*model)->first().get_string("general.architecture");
+//   const TensorInfo* emb = (*model)->find_tensor("token_embd.weight");
 //
 // Ownership: a GgufFile owns its mapping; TensorInfo::data points into it and
 // lives as long as the GgufFile. A GgufFile is immutable after open: any
@@ -68,6 +78,9 @@ struct Value;
 struct Array {
   ValueType element_type = ValueType::kUint8;
   std::vector<Value> items;
+
+  // Element-wise; NaN floats compare unequal, as in C++.
+  bool operator==(const Array& other) const = default;
 };
 
 // One metadata value. The alternative held always matches `type`.
@@ -76,6 +89,8 @@ struct Value {
   std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float,
                bool, std::string, uint64_t, int64_t, double, Array>
       data;
+
+  bool operator==(const Value& other) const = default;
 };
 
 struct KeyValue {
@@ -93,6 +108,8 @@ struct TensorInfo {
   uint64_t n_elements = 0;
   const uint8_t* data = nullptr;  // into the mapping; n_bytes long
   uint32_t split_index = 0;       // which part of a split model holds it
+                                  // (0-based, as split.no)
+  uint64_t info_offset = 0;       // byte offset of its info (name length)
 };
 
 // Limits that bound a parse. Defaults admit any real model (the largest
@@ -100,15 +117,21 @@ struct TensorInfo {
 struct ReaderLimits {
   uint64_t max_tensors = 1u << 20;
   uint64_t max_kv = 1u << 16;
-  uint64_t max_string_bytes = 1u << 26;      // one string or key
-  uint64_t max_array_elements = 1u << 26;    // one array
-  uint32_t max_array_depth = 8;              // arrays of arrays of ...
-  uint64_t max_alignment = 1u << 16;         // general.alignment
+  uint64_t max_string_bytes = 1u << 26;    // one string or key
+  uint64_t max_array_elements = 1u << 26;  // one array
+  uint32_t max_array_depth = 8;            // arrays of arrays of ...
+  uint64_t max_alignment = 1u << 16;       // general.alignment
+  // All array elements of the file together (nested ones included): bounds
+  // the memory of decoded metadata (about 48 bytes per element).
+  uint64_t max_total_array_elements = 1u << 23;
 };
 
 class GgufFile {
  public:
-  // Opens and validates one GGUF file and maps its tensor data.
+  // Opens and validates one GGUF file and maps it read-only (the whole file;
+  // metadata is decoded from the mapping, tensor data stays in it). Errors:
+  // NotFound / other errno codes when the file cannot be opened or mapped,
+  // InvalidArgument "PATH: FIELD at offset N: RULE" for a malformed file.
   static absl::StatusOr<std::unique_ptr<GgufFile>> open(
       const std::string& path, const ReaderLimits& limits = {});
 
@@ -123,23 +146,34 @@ class GgufFile {
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
-  uint64_t data_offset() const { return data_offset_; }  // bytes from start
+  // Start of the data section, bytes from the start of the file. A file
+  // without tensors may end before it (vocabulary-only GGUFs do).
+  uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return size_; }
 
   // Metadata in file order, and lookup by key (nullptr when absent).
   const std::vector<KeyValue>& metadata() const { return kv_; }
   const Value* find(std::string_view key) const;
+  // The whole entry (with its offset), nullptr when absent.
+  const KeyValue* find_entry(std::string_view key) const;
 
   // Tensors in file order, and lookup by name (nullptr when absent).
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
 
   // Typed getters: NotFound when absent, InvalidArgument naming the key when
-  // the stored type differs.
+  // the stored type differs (or the value is out of the result's range).
   absl::StatusOr<std::string> get_string(std::string_view key) const;
-  absl::StatusOr<uint32_t> get_u32(std::string_view key) const;  // UINT32 or
-                                        // any integer type in range
+  // UINT32, or any other integer type whose value fits.
+  absl::StatusOr<uint32_t> get_u32(std::string_view key) const;
+  // UINT64, or any other integer type whose value is not negative.
+  absl::StatusOr<uint64_t> get_u64(std::string_view key) const;
+  // FLOAT32, or FLOAT64 rounded to float.
   absl::StatusOr<float> get_f32(std::string_view key) const;
+  absl::StatusOr<bool> get_bool(std::string_view key) const;
+  // An ARRAY whose elements are `element_type`; points into this object.
+  absl::StatusOr<const Array*> get_array(std::string_view key,
+                                         ValueType element_type) const;
 
  private:
   GgufFile() = default;
@@ -149,8 +183,8 @@ class GgufFile {
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
   uint64_t size_ = 0;
-  const uint8_t* base_ = nullptr;
-  void* mapping_ = nullptr;  // owned mmap, or nullptr for parse()
+  const uint8_t* base_ = nullptr;  // size_ bytes: the mapping or the buffer
+  void* mapping_ = nullptr;        // owned mmap of size_ bytes, or nullptr
   std::vector<KeyValue> kv_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> kv_index_;
@@ -158,13 +192,19 @@ class GgufFile {
 };
 
 // A model that may be split across files. For a single file it is that file.
+// Owns its parts; the TensorInfo::data pointers of tensors() point into them
+// and live as long as the GgufModel. Immutable after open: any thread may
+// read it concurrently.
 class GgufModel {
  public:
   // Opens `path`; when it names a part "NAME-0000i-of-0000N.gguf" (or carries
   // split.count > 1) every part is opened from the same directory and
-  // checked: split.no equals the part's index, split.count agrees,
-  // split.tensors.count equals the sum of the parts' tensors, no tensor name
-  // repeats across parts.
+  // checked: split.no equals the part's index (0-based: part 00001 has
+  // split.no 0, as gguf-split writes it), split.count agrees with the file
+  // name in every part, split.tensors.count (required in the first part)
+  // equals the sum of the parts' tensors, no tensor name repeats across
+  // parts. Any part may be named; parts_[0] is always the first. Errors:
+  // NotFound naming a missing part, InvalidArgument for a disagreement.
   static absl::StatusOr<std::unique_ptr<GgufModel>> open(
       const std::string& path, const ReaderLimits& limits = {});
 

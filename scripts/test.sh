@@ -10,6 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 status=0
 log "plain build"
 "$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build"
+"$STRATA_ROOT/scripts/make-test-models.sh" "$STRATA_ROOT/build/client/cli/strata"
 ctest --test-dir "$STRATA_ROOT/build" --output-on-failure -j "$STRATA_JOBS" || status=1
 
 # Tests labelled "heavy" (whole real models through Python) run in the plain

@@ -9,6 +9,7 @@ namespace strata::cli {
 
 void add_inspect_command(CLI::App& app, int& exit_code);
 void add_quantize_command(CLI::App& app, int& exit_code);
+void add_run_command(CLI::App& app, int& exit_code);
 void add_tokenize_commands(CLI::App& app, int& exit_code);
 
 }  // namespace strata::cli

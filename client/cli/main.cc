@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   strata::cli::add_inspect_command(app, exit_code);
   strata::cli::add_quantize_command(app, exit_code);
+  strata::cli::add_run_command(app, exit_code);
   strata::cli::add_tokenize_commands(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -1,1 +1,97 @@
-// placeholder: being written
+#include "kernels/cpu/reference/fp16.h"
+
+#include <bit>
+#include <cstdint>
+
+namespace strata::reference {
+namespace {
+
+constexpr uint32_t kF32SignMask = 0x80000000u;
+constexpr uint32_t kF32AbsMask = 0x7FFFFFFFu;
+constexpr uint32_t kF32Inf = 0x7F800000u;
+constexpr uint16_t kF16Inf = 0x7C00u;
+constexpr uint16_t kF16QuietNan = 0x7E00u;  // exponent all ones + bit 9
+
+// Shifts `value` right by `shift` bits (1..31) and rounds the result to
+// nearest, ties to even, on the bits shifted out.
+uint32_t shift_right_round_even(uint32_t value, int shift) {
+  const uint32_t kept = value >> shift;
+  const uint32_t rest = value & ((1u << shift) - 1u);
+  const uint32_t halfway = 1u << (shift - 1);
+  if (rest > halfway || (rest == halfway && (kept & 1u) != 0)) return kept + 1;
+  return kept;
+}
+
+}  // namespace
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  const uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0x1F) {  // inf or NaN: keep the payload
+    return std::bit_cast<float>(sign | kF32Inf | (mantissa << 13));
+  }
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in f32
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  // Normal: rebias the exponent from 15 to 127.
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) |
+                              (mantissa << 13));
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((bits & kF32SignMask) >> 16);
+  const uint32_t magnitude = bits & kF32AbsMask;
+  if (magnitude > kF32Inf) {  // NaN: quiet, top payload bits kept
+    return static_cast<uint16_t>(sign | kF16QuietNan |
+                                 ((magnitude >> 13) & 0x3FFu));
+  }
+  if (magnitude == kF32Inf) return static_cast<uint16_t>(sign | kF16Inf);
+
+  // f16 biased exponent this value would have if it were normal in f16.
+  const int exponent = static_cast<int>(magnitude >> 23) - 127 + 15;
+  const uint32_t mantissa = magnitude & 0x7FFFFFu;
+  if (exponent >= 31) return static_cast<uint16_t>(sign | kF16Inf);
+  if (exponent >= 1) {
+    // Normal f16: keep 10 mantissa bits. A carry out of the mantissa bumps
+    // the exponent, which is the correct encoding (up to inf at 65520).
+    const uint32_t half = (static_cast<uint32_t>(exponent) << 23 | mantissa);
+    return static_cast<uint16_t>(sign | shift_right_round_even(half, 13));
+  }
+  // Subnormal or zero in f16: count units of 2^-24. The significand with its
+  // hidden bit is m * 2^(e - 23); shifting right by 14 - exponent gives units.
+  // Below 2^-25 everything rounds to zero (shift > 24).
+  if (exponent < -10) return sign;
+  const uint32_t significand = mantissa | 0x800000u;
+  return static_cast<uint16_t>(
+      sign | shift_right_round_even(significand, 14 - exponent));
+}
+
+float bf16_to_f32(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  if ((bits & kF32AbsMask) > kF32Inf) {  // NaN: truncate, force quiet bit
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  }
+  // Round to nearest even on the low 16 bits; carries reach inf correctly.
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float e8m0_to_f32(uint8_t e) {
+  const uint32_t bits = e == 0 ? 0x00400000u : static_cast<uint32_t>(e) << 23;
+  return std::bit_cast<float>(bits);
+}
+
+float e8m0_to_f32_half(uint8_t e) {
+  const uint32_t bits =
+      e < 2 ? (0x00200000u << e) : static_cast<uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
+
+}  // namespace strata::reference

@@ -1,0 +1,200 @@
+// `strata run -m MODEL -p PROMPT [-n N] [sampling flags] [--json]`: loads a
+// GGUF whole on the CPU, generates from a prompt, streams the text and
+// prints prefill and decode tok/s at the end (stderr). --json prints one
+// object instead: {"prompt_ids":[...],"ids":[...],"text":"...",
+// "finish_reason":"stop"|"length","timings":{...}}.
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/cli/commands.h"
+#include "coordinator/generation.h"
+#include "model/architecture/architecture.h"
+#include "model/gguf_reader.h"
+#include "model/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "worker/backend.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr uint64_t kRandomSeed = 0xFFFFFFFFu;
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  int n_predict = 128;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int repeat_last_n = 64;
+  uint64_t seed = kRandomSeed;
+  std::vector<std::string> stop;
+  bool chat = false;
+  bool json = false;
+  bool ignore_eos = false;
+  int threads = 0;
+  int ctx = 0;
+  std::string kv_type = "f16";
+};
+
+int fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "strata run: %s: %s\n", what.c_str(),
+               std::string(status.message()).c_str());
+  return 1;
+}
+
+int run(const RunOptions& o) {
+  if (o.chat) {
+    std::fprintf(stderr,
+                 "strata run: --chat needs chat templates, which are not "
+                 "implemented yet; pass the formatted prompt with -p\n");
+    return 2;
+  }
+  if (o.prompt.empty() == o.prompt_ids.empty()) {
+    std::fprintf(stderr, "strata run: give exactly one of -p and --prompt-ids\n");
+    return 2;
+  }
+  auto opened = gguf::GgufModel::open(o.model);
+  if (!opened.ok()) return fail(o.model, opened.status());
+  std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
+  auto hp = arch::read_hyperparameters(model->first());
+  if (!hp.ok()) return fail(o.model, hp.status());
+
+  auto tok = tokenizer::Tokenizer::from_gguf(model->first());
+  if (!tok.ok()) return fail("tokenizer", tok.status());
+  std::vector<int32_t> prompt;
+  if (!o.prompt_ids.empty()) {
+    std::istringstream in(o.prompt_ids);
+    long long id;
+    while (in >> id) prompt.push_back(static_cast<int32_t>(id));
+    if (!in.eof()) {
+      std::fprintf(stderr, "strata run: --prompt-ids: not a list of integers\n");
+      return 2;
+    }
+  } else {
+    auto ids = (*tok)->encode(o.prompt);
+    if (!ids.ok()) return fail("tokenize", ids.status());
+    prompt = std::move(*ids);
+  }
+
+  worker::CpuBackendOptions options;
+  options.n_threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1u, std::thread::hardware_concurrency());
+  if (o.kv_type == "f16") {
+    options.kv_type = GgmlType::kF16;
+  } else if (o.kv_type == "f32") {
+    options.kv_type = GgmlType::kF32;
+  } else {
+    std::fprintf(stderr, "strata run: --kv-type: '%s' is not f16 or f32\n",
+                 o.kv_type.c_str());
+    return 2;
+  }
+  auto backend =
+      worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
+  if (!backend.ok()) return fail(o.model, backend.status());
+  const int n_ctx = o.ctx > 0 ? o.ctx : hp->n_ctx_train;
+  if (absl::Status st = (*backend)->add_sequence(0, n_ctx); !st.ok()) {
+    return fail("KV cache", st);
+  }
+
+  coordinator::GenerationParams params;
+  params.max_tokens = o.n_predict;
+  params.stop = o.stop;
+  params.ignore_eos = o.ignore_eos;
+  worker::SamplingParams& s = params.sampling;
+  s.temperature = o.temperature;
+  s.top_k = o.top_k;
+  s.top_p = o.top_p;
+  s.min_p = o.min_p;
+  s.repeat_penalty = o.repeat_penalty;
+  s.presence_penalty = o.presence_penalty;
+  s.frequency_penalty = o.frequency_penalty;
+  s.penalty_last_n = o.repeat_last_n;
+  s.seed = o.seed == kRandomSeed ? std::random_device{}() : o.seed;
+
+  auto detok = coordinator::make_detokenizer(**tok);
+  coordinator::TextCallback stream;
+  if (!o.json) {
+    stream = [](std::string_view text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  auto result = coordinator::generate(**backend, 0, prompt, params, *detok,
+                                      stream);
+  if (!result.ok()) return fail("generate", result.status());
+  const coordinator::Timings& t = result->timings;
+  if (o.json) {
+    nlohmann::json j;
+    j["prompt_ids"] = prompt;
+    j["ids"] = result->ids;
+    j["text"] = result->text;
+    j["finish_reason"] = coordinator::finish_reason_name(result->finish);
+    j["seed"] = s.seed;
+    j["timings"] = {{"prompt_tokens", t.prompt_tokens},
+                    {"prefill_s", t.prefill_s},
+                    {"prefill_tok_s", t.prefill_tok_s()},
+                    {"generated_tokens", t.generated_tokens},
+                    {"decode_s", t.decode_s},
+                    {"decode_tok_s", t.decode_tok_s()},
+                    {"threads", options.n_threads}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr,
+                 "[%s] prefill: %d tokens in %.3f s, %.1f tok/s | decode: %d "
+                 "tokens in %.3f s, %.1f tok/s | %d threads\n",
+                 coordinator::finish_reason_name(result->finish),
+                 t.prompt_tokens, t.prefill_s, t.prefill_tok_s(),
+                 t.decode_steps, t.decode_s, t.decode_tok_s(),
+                 options.n_threads);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Generate text from a prompt with a GGUF model on the CPU");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "prompt text");
+  cmd->add_option("--prompt-ids", o->prompt_ids,
+                  "prompt as token ids, e.g. \"1 403 407\" (instead of -p)");
+  cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate (128)");
+  cmd->add_option("--temp", o->temperature, "temperature; 0 = greedy (0)");
+  cmd->add_option("--top-k", o->top_k, "top-k; 0 = off (0)");
+  cmd->add_option("--top-p", o->top_p, "top-p; 1 = off (1)");
+  cmd->add_option("--min-p", o->min_p, "min-p; 0 = off (0)");
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "1 = off (1)");
+  cmd->add_option("--presence-penalty", o->presence_penalty, "0 = off (0)");
+  cmd->add_option("--frequency-penalty", o->frequency_penalty, "0 = off (0)");
+  cmd->add_option("--repeat-last-n", o->repeat_last_n,
+                  "tokens the penalties look back over (64)");
+  cmd->add_option("--seed", o->seed, "sampling seed (random)");
+  cmd->add_option("--stop", o->stop, "stop string (repeatable)");
+  cmd->add_flag("--chat", o->chat, "apply the model's chat template");
+  cmd->add_flag("--json", o->json, "print one JSON object at the end");
+  cmd->add_flag("--ignore-eos", o->ignore_eos,
+                "do not stop at end-of-generation tokens");
+  cmd->add_option("-t,--threads", o->threads, "threads (all cores)");
+  cmd->add_option("-c,--ctx-size", o->ctx,
+                  "context length (the model's)");
+  cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 or f32 (f16)");
+  cmd->callback([o, &exit_code] { exit_code = run(*o); });
+}
+
+}  // namespace strata::cli

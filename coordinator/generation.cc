@@ -1,0 +1,156 @@
+#include "coordinator/generation.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "model/tokenizer/stream_decoder.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace strata::coordinator {
+namespace {
+
+class TokenizerDetokenizer final : public Detokenizer {
+ public:
+  explicit TokenizerDetokenizer(const tokenizer::Tokenizer& t)
+      : tokenizer_(t), stream_(t) {}
+  std::string push(int32_t id) override {
+    absl::StatusOr<std::string> s = stream_.push(id);
+    return s.ok() ? *s : std::string();
+  }
+  std::string finish() override { return stream_.finish(); }
+  bool is_end_of_generation(int32_t id) const override {
+    return tokenizer_.is_end_of_generation(id);
+  }
+
+ private:
+  const tokenizer::Tokenizer& tokenizer_;
+  tokenizer::StreamDecoder stream_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+}  // namespace
+
+std::unique_ptr<Detokenizer> make_detokenizer(
+    const tokenizer::Tokenizer& tokenizer) {
+  return std::make_unique<TokenizerDetokenizer>(tokenizer);
+}
+
+const char* finish_reason_name(FinishReason reason) {
+  return reason == FinishReason::kStop ? "stop" : "length";
+}
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) {
+  for (std::string& s : stops) {
+    if (!s.empty()) stops_.push_back(std::move(s));
+  }
+}
+
+std::string StopMatcher::push(std::string_view text) {
+  if (stopped_) return "";
+  held_.append(text);
+  // A complete stop string: emit what precedes the earliest one, then stop.
+  size_t first = std::string::npos;
+  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+  if (first != std::string::npos) {
+    std::string out = held_.substr(0, first);
+    held_.clear();
+    stopped_ = true;
+    return out;
+  }
+  // Hold back the longest tail of held_ that begins some stop string.
+  size_t keep = 0;
+  for (const std::string& s : stops_) {
+    for (size_t len = std::min(s.size() - 1, held_.size()); len > keep; --len) {
+      if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
+        keep = len;
+        break;
+      }
+    }
+  }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string StopMatcher::flush() {
+  std::string out;
+  out.swap(held_);
+  return out;
+}
+
+absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
+                                          std::span<const int32_t> prompt,
+                                          const GenerationParams& params,
+                                          Detokenizer& detok,
+                                          const TextCallback& on_text) {
+  if (absl::Status st = worker::validate(params.sampling); !st.ok()) return st;
+  if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
+  if (params.max_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: ", params.max_tokens, " is negative"));
+  }
+  if (absl::Status st = backend.truncate_sequence(seq, 0); !st.ok()) return st;
+
+  GenerationResult result;
+  result.timings.prompt_tokens = static_cast<int>(prompt.size());
+  worker::Sampler sampler(params.sampling, backend.n_vocab());
+  for (int32_t id : prompt) sampler.accept(id);
+  StopMatcher stops(params.stop);
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    result.text += text;
+    if (on_text) on_text(text);
+  };
+
+  // Prefill, in chunks of the backend's batch.
+  const auto t0 = std::chrono::steady_clock::now();
+  worker::ForwardResult out;
+  for (size_t i = 0; i < prompt.size(); i += backend.max_batch()) {
+    const size_t n = std::min<size_t>(backend.max_batch(), prompt.size() - i);
+    worker::ForwardRequest req;
+    req.seq = seq;
+    req.tokens = prompt.subspan(i, n);
+    req.logits = i + n == prompt.size() ? worker::Logits::kLast
+                                        : worker::Logits::kNone;
+    if (absl::Status st = backend.forward(req, &out); !st.ok()) return st;
+  }
+  result.timings.prefill_s = seconds_since(t0);
+
+  // Decode.
+  const auto t1 = std::chrono::steady_clock::now();
+  int32_t token = 0;
+  for (int i = 0; i < params.max_tokens; ++i) {
+    token = sampler.sample(out.logits);
+    sampler.accept(token);
+    if (!params.ignore_eos && detok.is_end_of_generation(token)) {
+      result.finish = FinishReason::kStop;
+      break;
+    }
+    result.ids.push_back(token);
+    emit(stops.push(detok.push(token)));
+    if (stops.stopped()) {
+      result.finish = FinishReason::kStop;
+      break;
+    }
+    if (i + 1 == params.max_tokens) break;
+    worker::ForwardRequest req;
+    req.seq = seq;
+    req.tokens = std::span<const int32_t>(&result.ids.back(), 1);
+    absl::Status st = backend.forward(req, &out);
+    if (absl::IsOutOfRange(st)) break;  // the context is full: kLength
+    if (!st.ok()) return st;
+    ++result.timings.decode_steps;
+  }
+  if (!stops.stopped()) emit(stops.push(detok.finish()));
+  if (!stops.stopped()) emit(stops.flush());
+  result.timings.decode_s = seconds_since(t1);
+  result.timings.generated_tokens = static_cast<int>(result.ids.size());
+  return result;
+}
+
+}  // namespace strata::coordinator

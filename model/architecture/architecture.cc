@@ -1,0 +1,271 @@
+#include "model/architecture/architecture.h"
+
+#include <cmath>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace strata::arch {
+namespace {
+
+struct FamilyName {
+  Family family;
+  std::string_view name;
+};
+constexpr FamilyName kFamilies[] = {
+    {Family::kLlama, "llama"},   {Family::kQwen2, "qwen2"},
+    {Family::kQwen3, "qwen3"},   {Family::kGemma2, "gemma2"},
+    {Family::kGemma3, "gemma3"}, {Family::kPhi3, "phi3"},
+};
+
+// Reads ARCH.* keys with errors that name the key.
+class KeyReader {
+ public:
+  KeyReader(const gguf::GgufFile& file, std::string arch)
+      : file_(file), arch_(std::move(arch)) {}
+
+  std::string key(std::string_view suffix) const {
+    return absl::StrCat(arch_, ".", std::string(suffix));
+  }
+
+  // An integer key in [lo, hi]; `fallback` when absent (nullopt: required).
+  absl::StatusOr<int> integer(std::string_view suffix, int64_t lo, int64_t hi,
+                              std::optional<int> fallback) const {
+    const std::string k = key(suffix);
+    if (file_.find(k) == nullptr) {
+      if (fallback) return *fallback;
+      return missing(k);
+    }
+    absl::StatusOr<uint64_t> v = file_.get_u64(k);
+    if (!v.ok()) return v.status();
+    if (static_cast<int64_t>(*v) < lo || *v > static_cast<uint64_t>(hi)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          k, ": ", *v, " is out of range [", lo, ", ", hi, "]"));
+    }
+    return static_cast<int>(*v);
+  }
+
+  // A float key that must be finite and positive (or >= 0 when
+  // `allow_zero`); `fallback` when absent (nullopt: required).
+  absl::StatusOr<float> real(std::string_view suffix,
+                             std::optional<float> fallback,
+                             bool allow_zero = false) const {
+    const std::string k = key(suffix);
+    if (file_.find(k) == nullptr) {
+      if (fallback) return *fallback;
+      return missing(k);
+    }
+    absl::StatusOr<float> v = file_.get_f32(k);
+    if (!v.ok()) return v.status();
+    if (!std::isfinite(*v) || *v < 0.0f || (*v == 0.0f && !allow_zero)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(k, ": ", *v, " is not a positive finite number"));
+    }
+    return *v;
+  }
+
+  std::optional<std::string> text(std::string_view suffix) const {
+    absl::StatusOr<std::string> v = file_.get_string(key(suffix));
+    if (!v.ok()) return std::nullopt;
+    return *v;
+  }
+
+ private:
+  absl::Status missing(const std::string& k) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        k, ": missing (required by architecture ", arch_, ")"));
+  }
+
+  const gguf::GgufFile& file_;
+  std::string arch_;
+};
+
+#define ASSIGN_OR_RETURN_ARCH(lhs, expr) \
+  do {                                   \
+    auto value_or = (expr);              \
+    if (!value_or.ok()) return value_or.status(); \
+    lhs = *value_or;                     \
+  } while (0)
+
+// The block recipe of each family (llama.cpp src/models/*.cpp build
+// functions are the source of which steps each takes).
+BlockRecipe recipe_for(Family family, int n_embd) {
+  BlockRecipe r;
+  switch (family) {
+    case Family::kLlama:
+      break;
+    case Family::kQwen2:
+      r.qkv_bias = true;
+      r.rope = RopeStyle::kNeox;
+      break;
+    case Family::kQwen3:
+      r.qk_norm = true;
+      r.rope = RopeStyle::kNeox;
+      break;
+    case Family::kGemma2:
+    case Family::kGemma3:
+      r.qk_norm = family == Family::kGemma3;
+      r.post_attn_norm = true;
+      r.post_ffn_norm = true;
+      r.activation = FfnActivation::kGeluTanh;
+      r.rope = RopeStyle::kNeox;
+      r.scale_query = true;
+      r.embedding_scale = std::sqrt(static_cast<float>(n_embd));
+      break;
+    case Family::kPhi3:
+      r.fused_qkv = true;
+      r.fused_gate_up = true;
+      r.rope = RopeStyle::kNeox;
+      r.scale_query = true;
+      break;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::string_view> supported_architectures() {
+  std::vector<std::string_view> names;
+  for (const FamilyName& f : kFamilies) names.push_back(f.name);
+  return names;
+}
+
+std::string layer_tensor(int layer, std::string_view suffix) {
+  return absl::StrCat("blk.", layer, ".", std::string(suffix));
+}
+
+absl::StatusOr<Hyperparameters> read_hyperparameters(
+    const gguf::GgufFile& file) {
+  absl::StatusOr<std::string> arch = file.get_string("general.architecture");
+  if (!arch.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "general.architecture: ", arch.status().message()));
+  }
+  Hyperparameters hp;
+  hp.architecture = *arch;
+  bool known = false;
+  for (const FamilyName& f : kFamilies) {
+    if (f.name == *arch) {
+      hp.family = f.family;
+      known = true;
+    }
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown architecture '", *arch,
+        "' (general.architecture); supported: ",
+        absl::StrJoin(supported_architectures(), ", ",
+                       [](std::string* out, std::string_view name) {
+                         out->append(name);
+                       })));
+  }
+  const KeyReader keys(file, *arch);
+  constexpr int kMaxDim = 1 << 20;
+  ASSIGN_OR_RETURN_ARCH(hp.n_layer, keys.integer("block_count", 1, 4096, {}));
+  ASSIGN_OR_RETURN_ARCH(hp.n_embd,
+                        keys.integer("embedding_length", 1, kMaxDim, {}));
+  ASSIGN_OR_RETURN_ARCH(hp.n_ff,
+                        keys.integer("feed_forward_length", 1, kMaxDim, {}));
+  ASSIGN_OR_RETURN_ARCH(hp.n_head,
+                        keys.integer("attention.head_count", 1, 4096, {}));
+  ASSIGN_OR_RETURN_ARCH(
+      hp.n_head_kv,
+      keys.integer("attention.head_count_kv", 1, hp.n_head, hp.n_head));
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.key("attention.head_count_kv"), ": ", hp.n_head_kv,
+        " does not divide ", keys.key("attention.head_count"), " = ",
+        hp.n_head));
+  }
+  ASSIGN_OR_RETURN_ARCH(hp.n_ctx_train,
+                        keys.integer("context_length", 1, 1 << 24, 2048));
+  const int default_head_dim = hp.n_embd / hp.n_head;
+  ASSIGN_OR_RETURN_ARCH(hp.head_dim_k, keys.integer("attention.key_length", 1,
+                                                    kMaxDim, default_head_dim));
+  ASSIGN_OR_RETURN_ARCH(
+      hp.head_dim_v,
+      keys.integer("attention.value_length", 1, kMaxDim, default_head_dim));
+  ASSIGN_OR_RETURN_ARCH(hp.n_rot, keys.integer("rope.dimension_count", 2,
+                                               hp.head_dim_k, hp.head_dim_k));
+  if (hp.n_rot % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.key("rope.dimension_count"), ": ", hp.n_rot, " is odd"));
+  }
+  ASSIGN_OR_RETURN_ARCH(hp.rms_eps,
+                        keys.real("attention.layer_norm_rms_epsilon", {}));
+  ASSIGN_OR_RETURN_ARCH(hp.n_vocab,
+                        keys.integer("vocab_size", 1, 1 << 24, 0));
+  if (hp.n_vocab == 0) {
+    absl::StatusOr<const gguf::Array*> tokens = file.get_array(
+        "tokenizer.ggml.tokens", gguf::ValueType::kString);
+    if (tokens.ok()) hp.n_vocab = static_cast<int>((*tokens)->items.size());
+  }
+
+  float freq_base = 0.0f;
+  ASSIGN_OR_RETURN_ARCH(freq_base, keys.real("rope.freq_base", 10000.0f));
+  float freq_scale = 1.0f;
+  const std::optional<std::string> scaling = keys.text("rope.scaling.type");
+  if (scaling && *scaling != "none" && *scaling != "linear" &&
+      *scaling != "yarn") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.key("rope.scaling.type"), ": '", *scaling,
+        "' is not supported (none, linear, yarn)"));
+  }
+  if (!scaling || *scaling != "none") {
+    float factor = 0.0f;
+    ASSIGN_OR_RETURN_ARCH(factor, keys.real("rope.scaling.factor", 0.0f, true));
+    if (factor == 0.0f) {
+      ASSIGN_OR_RETURN_ARCH(factor, keys.real("rope.scale_linear", 0.0f, true));
+    }
+    if (factor != 0.0f) freq_scale = 1.0f / factor;
+  }
+  ASSIGN_OR_RETURN_ARCH(hp.n_ctx_orig,
+                        keys.integer("rope.scaling.original_context_length", 1,
+                                     1 << 24, hp.n_ctx_train));
+  if (scaling && *scaling == "yarn") hp.yarn_ext_factor = 1.0f;
+
+  hp.recipe = recipe_for(hp.family, hp.n_embd);
+  hp.attention_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim_k));
+  hp.sliding.assign(hp.n_layer, false);
+  hp.rope.assign(hp.n_layer, LayerRope{freq_base, freq_scale});
+
+  switch (hp.family) {
+    case Family::kGemma2: {
+      ASSIGN_OR_RETURN_ARCH(hp.sliding_window,
+                            keys.integer("attention.sliding_window", 1,
+                                         1 << 24, 4096));
+      ASSIGN_OR_RETURN_ARCH(hp.attn_softcap,
+                            keys.real("attn_logit_softcapping", 50.0f));
+      ASSIGN_OR_RETURN_ARCH(hp.final_softcap,
+                            keys.real("final_logit_softcapping", 30.0f));
+      for (int il = 0; il < hp.n_layer; ++il) hp.sliding[il] = il % 2 == 0;
+      if (hp.n_layer == 46) {  // Gemma 2 27B scales by the model width
+        hp.attention_scale =
+            1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+      }
+      break;
+    }
+    case Family::kGemma3: {
+      ASSIGN_OR_RETURN_ARCH(
+          hp.sliding_window,
+          keys.integer("attention.sliding_window", 1, 1 << 24, {}));
+      constexpr int kPattern = 6;  // 5 local layers, then 1 global
+      for (int il = 0; il < hp.n_layer; ++il) {
+        hp.sliding[il] = il % kPattern < kPattern - 1;
+        if (hp.sliding[il]) hp.rope[il] = LayerRope{10000.0f, 1.0f};
+      }
+      if (hp.n_layer == 62) {  // Gemma 3 27B
+        hp.attention_scale =
+            1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return hp;
+}
+
+}  // namespace strata::arch

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Writes small random-weight GGUFs of the architectures no real model here
+covers (qwen2, qwen3, gemma2, phi3), with the real key layout and each
+family's special features switched on, so strata can be held to llama.cpp
+on them (scripts/make_engine_expected.py).
+
+Each model: 3 layers, n_embd 128, 4 heads / 2 KV heads (GQA), head 32, FFN
+256, and SmolLM2's GPT-2 BPE tokenizer (copied from its GGUF) so prompts
+tokenize to real text. Weights are seeded normal values scaled so that the
+logits are peaked enough for greedy decoding to be stable; matrices F16 or
+Q8_0 (mixed, to exercise both), vectors F32.
+
+  qwen2   q/k/v biases, separate output head
+  qwen3   QK-norm, key_length 32 != n_embd / n_head, tied head
+  gemma2  pre/post norms, GeGLU, sqrt(n_embd) embedding scale, sliding
+          window 8 (smaller than the prompts) on even layers, attention
+          soft-cap 50, final soft-cap 30
+  phi3    fused attn_qkv and fused gate|up (ffn_up), NeoX RoPE
+
+Usage: make_tiny_models.py --out DIR [--smollm2 PATH]
+"""
+import argparse
+import os
+
+import numpy as np
+import gguf
+
+N_LAYER = 3
+N_EMBD = 128
+N_HEAD = 4
+N_HEAD_KV = 2
+HEAD_DIM = 32
+N_FF = 256
+CTX = 2048
+
+
+def tokenizer_fields(path):
+    r = gguf.GGUFReader(path)
+    out = {}
+    for k, f in r.fields.items():
+        if k.startswith("tokenizer."):
+            out[k] = f
+    return out
+
+
+def copy_tokenizer(w, fields):
+    for k, f in fields.items():
+        if k == "tokenizer.chat_template":
+            continue
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            sub = f.types[1]
+            vals = f.contents()
+            if sub == gguf.GGUFValueType.STRING:
+                w.add_array(k, vals)
+            else:
+                w.add_array(k, vals)
+        elif vt == gguf.GGUFValueType.STRING:
+            w.add_string(k, f.contents())
+        elif vt == gguf.GGUFValueType.BOOL:
+            w.add_bool(k, bool(f.contents()))
+        elif vt == gguf.GGUFValueType.UINT32:
+            w.add_uint32(k, int(f.contents()))
+        elif vt == gguf.GGUFValueType.INT32:
+            w.add_int32(k, int(f.contents()))
+        elif vt == gguf.GGUFValueType.FLOAT32:
+            w.add_float32(k, float(f.contents()))
+        else:
+            raise ValueError(f"{k}: unexpected type {vt}")
+
+
+def make(arch, out_dir, tok, n_vocab, seed):
+    rng = np.random.default_rng(seed)
+    path = os.path.join(out_dir, f"tiny-{arch}.gguf")
+    w = gguf.GGUFWriter(path, arch)
+    # Not "phi3" in the name: llama.cpp then applies Phi-3's token fix-ups,
+    # which need Phi-3's own vocabulary.
+    w.add_name(f"tiny random {arch}" if arch != "phi3" else "tiny random Phi 3 layout")
+    w.add_block_count(N_LAYER)
+    w.add_context_length(CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0 if arch != "qwen3" else 1000000.0)
+    w.add_file_type(1)
+    if arch == "qwen3":
+        w.add_key_length(HEAD_DIM)
+        w.add_value_length(HEAD_DIM)
+    if arch == "gemma2":
+        w.add_sliding_window(8)
+        w.add_float32("gemma2.attn_logit_softcapping", 50.0)
+        w.add_float32("gemma2.final_logit_softcapping", 30.0)
+        w.add_key_length(HEAD_DIM)
+        w.add_value_length(HEAD_DIM)
+    if arch == "phi3":
+        w.add_rope_dimension_count(HEAD_DIM)
+    copy_tokenizer(w, tok)
+
+    def mat(name, n_out, n_in, scale=1.0, qtype=None):
+        a = (rng.standard_normal((n_out, n_in)) * scale / np.sqrt(n_in)).astype(np.float32)
+        if qtype == "Q8_0" and n_in % 32 == 0:
+            q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(name, a.astype(np.float16))
+
+    def vec(name, n, center=1.0, spread=0.1):
+        w.add_tensor(name, (center + spread * rng.standard_normal(n)).astype(np.float32))
+
+    q_rows = N_HEAD * HEAD_DIM
+    kv_rows = N_HEAD_KV * HEAD_DIM
+    emb = (rng.standard_normal((n_vocab, N_EMBD))).astype(np.float32)
+    if arch in ("gemma2",):
+        emb /= np.sqrt(N_EMBD)  # the model multiplies by sqrt(n_embd)
+    w.add_tensor("token_embd.weight",
+                 gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0),
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    vec("output_norm.weight", N_EMBD)
+    if arch in ("qwen2", "phi3"):
+        mat("output.weight", n_vocab, N_EMBD, scale=4.0, qtype="Q8_0")
+    for il in range(N_LAYER):
+        p = f"blk.{il}."
+        qt = "Q8_0" if il % 2 == 0 else None
+        vec(p + "attn_norm.weight", N_EMBD)
+        if arch == "phi3":
+            mat(p + "attn_qkv.weight", q_rows + 2 * kv_rows, N_EMBD, 2.0, qt)
+        else:
+            mat(p + "attn_q.weight", q_rows, N_EMBD, 2.0, qt)
+            mat(p + "attn_k.weight", kv_rows, N_EMBD, 2.0, qt)
+            mat(p + "attn_v.weight", kv_rows, N_EMBD, 1.0, qt)
+        if arch == "qwen2":
+            vec(p + "attn_q.bias", q_rows, 0.0, 0.5)
+            vec(p + "attn_k.bias", kv_rows, 0.0, 0.5)
+            vec(p + "attn_v.bias", kv_rows, 0.0, 0.5)
+        if arch == "qwen3":
+            vec(p + "attn_q_norm.weight", HEAD_DIM)
+            vec(p + "attn_k_norm.weight", HEAD_DIM)
+        mat(p + "attn_output.weight", N_EMBD, q_rows, 1.0, qt)
+        if arch == "gemma2":
+            vec(p + "post_attention_norm.weight", N_EMBD)
+        vec(p + "ffn_norm.weight", N_EMBD)
+        if arch == "phi3":
+            mat(p + "ffn_up.weight", 2 * N_FF, N_EMBD, 2.0, qt)
+        else:
+            mat(p + "ffn_gate.weight", N_FF, N_EMBD, 2.0, qt)
+            mat(p + "ffn_up.weight", N_FF, N_EMBD, 2.0, qt)
+        mat(p + "ffn_down.weight", N_EMBD, N_FF, 1.0, qt)
+        if arch == "gemma2":
+            vec(p + "post_ffw_norm.weight", N_EMBD)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--smollm2", default=os.path.expanduser(
+        "~/.cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    tok = tokenizer_fields(args.smollm2)
+    n_vocab = len(tok["tokenizer.ggml.tokens"].data)
+    for i, arch in enumerate(["qwen2", "qwen3", "gemma2", "phi3"]):
+        make(arch, args.out, tok, n_vocab, seed=1000 + i)
+
+
+if __name__ == "__main__":
+    main()

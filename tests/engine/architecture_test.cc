@@ -1,0 +1,123 @@
+// Hyperparameters from GGUF metadata: errors name the key or the
+// architecture; the families' hard-coded facts are applied.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "model/architecture/architecture.h"
+#include "tests/model/gguf_builder.h"
+
+namespace strata::arch {
+namespace {
+
+using gguf::testing::GgufBuilder;
+
+struct Kv {
+  std::string key;
+  enum { kU32, kF32, kStr } kind;
+  double num = 0;
+  std::string str;
+};
+
+absl::StatusOr<Hyperparameters> read(const std::vector<Kv>& kvs,
+                                     std::vector<uint8_t>* storage) {
+  GgufBuilder b;
+  b.header(0, kvs.size());
+  for (const Kv& kv : kvs) {
+    if (kv.kind == Kv::kU32) b.kv_u32(kv.key, static_cast<uint32_t>(kv.num));
+    if (kv.kind == Kv::kF32) b.key(kv.key, gguf::ValueType::kFloat32).f32(static_cast<float>(kv.num));
+    if (kv.kind == Kv::kStr) b.kv_string(kv.key, kv.str);
+  }
+  b.pad(32);
+  *storage = b.bytes();
+  auto file = gguf::GgufFile::parse(storage->data(), storage->size());
+  if (!file.ok()) return file.status();
+  return read_hyperparameters(**file);
+}
+
+std::vector<Kv> minimal(const std::string& arch) {
+  return {{"general.architecture", Kv::kStr, 0, arch},
+          {arch + ".block_count", Kv::kU32, 12, ""},
+          {arch + ".embedding_length", Kv::kU32, 640, ""},
+          {arch + ".feed_forward_length", Kv::kU32, 2048, ""},
+          {arch + ".attention.head_count", Kv::kU32, 4, ""},
+          {arch + ".attention.head_count_kv", Kv::kU32, 1, ""},
+          {arch + ".attention.key_length", Kv::kU32, 256, ""},
+          {arch + ".attention.value_length", Kv::kU32, 256, ""},
+          {arch + ".attention.sliding_window", Kv::kU32, 512, ""},
+          {arch + ".rope.freq_base", Kv::kF32, 1e6, ""},
+          {arch + ".attention.layer_norm_rms_epsilon", Kv::kF32, 1e-6, ""}};
+}
+
+TEST(Architecture, UnknownArchitectureIsNamed) {
+  std::vector<uint8_t> s;
+  auto hp = read(minimal("mamba9"), &s);
+  ASSERT_FALSE(hp.ok());
+  EXPECT_NE(hp.status().message().find("unknown architecture 'mamba9'"), std::string::npos)
+      << hp.status();
+  EXPECT_NE(hp.status().message().find("llama"), std::string::npos);
+}
+
+TEST(Architecture, MissingKeyIsNamed) {
+  std::vector<Kv> kvs = minimal("llama");
+  kvs.erase(kvs.begin() + 4);  // head_count
+  std::vector<uint8_t> s;
+  auto hp = read(kvs, &s);
+  ASSERT_FALSE(hp.ok());
+  EXPECT_NE(hp.status().message().find("llama.attention.head_count: missing"), std::string::npos)
+      << hp.status();
+}
+
+TEST(Architecture, OutOfRangeValueIsNamed) {
+  std::vector<Kv> kvs = minimal("llama");
+  kvs[5].num = 3;  // head_count_kv 3 does not divide head_count 4
+  std::vector<uint8_t> s;
+  auto hp = read(kvs, &s);
+  ASSERT_FALSE(hp.ok());
+  EXPECT_NE(hp.status().message().find("head_count_kv"), std::string::npos) << hp.status();
+}
+
+TEST(Architecture, Gemma3LayersAndRope) {
+  std::vector<uint8_t> s;
+  auto hp = read(minimal("gemma3"), &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->family, Family::kGemma3);
+  EXPECT_EQ(hp->sliding_window, 512);
+  for (int il = 0; il < hp->n_layer; ++il) {
+    const bool global = il % 6 == 5;
+    EXPECT_EQ(hp->sliding[il], !global) << il;
+    EXPECT_EQ(hp->rope[il].freq_base, global ? 1e6f : 10000.0f) << il;
+  }
+  EXPECT_TRUE(hp->recipe.qk_norm && hp->recipe.post_attn_norm && hp->recipe.post_ffn_norm);
+  EXPECT_EQ(hp->recipe.activation, FfnActivation::kGeluTanh);
+  EXPECT_FLOAT_EQ(hp->recipe.embedding_scale, std::sqrt(640.0f));
+  EXPECT_FLOAT_EQ(hp->attention_scale, 1.0f / 16.0f);
+  EXPECT_EQ(hp->n_rot, 256);
+}
+
+TEST(Architecture, Gemma2SoftCapsDefaultAndEvenLayersSlide) {
+  std::vector<uint8_t> s;
+  auto hp = read(minimal("gemma2"), &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->attn_softcap, 50.0f);
+  EXPECT_EQ(hp->final_softcap, 30.0f);
+  EXPECT_TRUE(hp->sliding[0]);
+  EXPECT_FALSE(hp->sliding[1]);
+}
+
+TEST(Architecture, LinearRopeScaling) {
+  std::vector<Kv> kvs = minimal("llama");
+  kvs.push_back({"llama.rope.scaling.type", Kv::kStr, 0, "linear"});
+  kvs.push_back({"llama.rope.scaling.factor", Kv::kF32, 4.0, ""});
+  std::vector<uint8_t> s;
+  auto hp = read(kvs, &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_FLOAT_EQ(hp->rope[0].freq_scale, 0.25f);
+  kvs.pop_back();
+  kvs.back() = {"llama.rope.scaling.type", Kv::kStr, 0, "longrope"};
+  auto bad = read(kvs, &s);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rope.scaling.type"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::arch

@@ -1,0 +1,169 @@
+// The generation loop on the tiny stories model (../shared) with a fake
+// detokenizer, and stop-string matching on its own.
+#include <string>
+#include <vector>
+
+#include "coordinator/generation.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace strata::coordinator {
+namespace {
+
+using engine_test::exists;
+using engine_test::load;
+using engine_test::shared_model;
+
+// Id i reads as "<i>"; `eog` ends a turn.
+class FakeDetokenizer final : public Detokenizer {
+ public:
+  explicit FakeDetokenizer(int32_t eog = -1) : eog_(eog) {}
+  std::string push(int32_t id) override { return "<" + std::to_string(id) + ">"; }
+  std::string finish() override { return ""; }
+  bool is_end_of_generation(int32_t id) const override { return id == eog_; }
+
+ private:
+  int32_t eog_;
+};
+
+const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378};
+
+TEST(StopMatcher, StopStringSpanningPiecesIsNeverEmitted) {
+  StopMatcher m({"o wor"});
+  std::string out = m.push("Hel");
+  out += m.push("lo w");
+  EXPECT_EQ(out, "Hell");  // "o w" might begin the stop string: held
+  out += m.push("orld");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(out, "Hell");
+  EXPECT_EQ(m.push("more"), "");
+}
+
+TEST(StopMatcher, HeldTextIsFlushedAtTheEnd) {
+  StopMatcher m({"xyz", "\n\n"});
+  EXPECT_EQ(m.push("abx"), "ab");
+  EXPECT_EQ(m.push("y"), "");
+  EXPECT_EQ(m.push("\n"), "xy");
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.flush(), "\n");
+}
+
+TEST(StopMatcher, EarliestStopWins) {
+  StopMatcher m({"cd", "b"});
+  EXPECT_EQ(m.push("abcd"), "a");
+  EXPECT_TRUE(m.stopped());
+}
+
+class GenerationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = shared_model("stories260K.gguf");
+    if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
+    auto l = load(path, 256);
+    ASSERT_TRUE(l.ok()) << l.status();
+    loaded_ = std::move(*l);
+  }
+  absl::StatusOr<GenerationResult> run(const GenerationParams& p,
+                                       Detokenizer& d) {
+    return generate(*loaded_.backend, 0, kPrompt, p, d, {});
+  }
+  engine_test::Loaded loaded_;
+};
+
+TEST_F(GenerationTest, GreedyEqualsLlamaCppAndLimitsAgree) {
+  const std::vector<int32_t> expected = {432, 383, 286, 261, 376, 298, 315, 421,
+                                         395, 317, 426, 338, 401, 396, 267, 337};
+  GenerationParams greedy;
+  greedy.max_tokens = 16;
+  FakeDetokenizer d;
+  auto g = run(greedy, d);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->ids, expected);
+  EXPECT_EQ(g->finish, FinishReason::kLength);
+  GenerationParams k1 = greedy;
+  k1.sampling.temperature = 1.0f;
+  k1.sampling.top_k = 1;
+  GenerationParams p0 = greedy;
+  p0.sampling.temperature = 1.0f;
+  p0.sampling.top_p = 1e-6f;
+  for (const GenerationParams& p : {k1, p0}) {
+    FakeDetokenizer d2;
+    auto r = run(p, d2);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->ids, expected);
+  }
+}
+
+TEST_F(GenerationTest, SeedsAtTemperatureOne) {
+  GenerationParams p;
+  p.max_tokens = 32;
+  p.sampling.temperature = 1.0f;
+  auto text = [&](uint64_t seed) {
+    p.sampling.seed = seed;
+    FakeDetokenizer d;
+    return run(p, d)->text;
+  };
+  EXPECT_EQ(text(1), text(1));
+  EXPECT_NE(text(1), text(2));
+}
+
+TEST_F(GenerationTest, EndOfGenerationTokenStopsAndIsNotEmitted) {
+  GenerationParams p;
+  p.max_tokens = 16;
+  FakeDetokenizer d(/*eog=*/261);  // the 4th greedy token
+  auto r = run(p, d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finish, FinishReason::kStop);
+  EXPECT_EQ(r->ids, (std::vector<int32_t>{432, 383, 286}));
+  EXPECT_EQ(r->text, "<432><383><286>");
+}
+
+TEST_F(GenerationTest, StopStringAcrossTokens) {
+  GenerationParams p;
+  p.max_tokens = 16;
+  p.stop = {"6><26"};  // spans "<286>" and "<261>"
+  FakeDetokenizer d;
+  std::string streamed;
+  auto r = generate(*loaded_.backend, 0, kPrompt, p, d,
+                    [&](std::string_view t) { streamed += t; });
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finish, FinishReason::kStop);
+  EXPECT_EQ(r->text, "<432><383><28");
+  EXPECT_EQ(streamed, r->text);
+}
+
+TEST(GenerationContext, FullContextEndsWithLengthAndLongPromptIsAnError) {
+  const std::string path = shared_model("stories260K.gguf");
+  if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
+  auto l = load(path, /*n_ctx=*/8);
+  ASSERT_TRUE(l.ok());
+  GenerationParams p;
+  p.max_tokens = 100;
+  FakeDetokenizer d;
+  auto r = generate(*l->backend, 0, kPrompt, p, d, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->finish, FinishReason::kLength);
+  EXPECT_EQ(r->ids.size(), 4u);  // 5 prompt + 3 decoded fill 8; the 4th is sampled
+  const std::vector<int32_t> long_prompt(9, 1);
+  auto bad = generate(*l->backend, 0, long_prompt, p, d, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsOutOfRange(bad.status())) << bad.status();
+  EXPECT_NE(bad.status().message().find("exceed the context of 8"), std::string::npos);
+}
+
+TEST(Backend, RefusesBadTokensAndUnknownSequences) {
+  const std::string path = shared_model("stories260K.gguf");
+  if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
+  auto l = load(path, 16);
+  ASSERT_TRUE(l.ok());
+  worker::ForwardResult out;
+  const std::vector<int32_t> bad = {1, 100000};
+  worker::ForwardRequest req;
+  req.tokens = bad;
+  EXPECT_TRUE(absl::IsInvalidArgument(l->backend->forward(req, &out)));
+  EXPECT_EQ(*l->backend->sequence_length(0), 0);  // nothing changed
+  req.seq = 9;
+  EXPECT_TRUE(absl::IsNotFound(l->backend->forward(req, &out)));
+}
+
+}  // namespace
+}  // namespace strata::coordinator

@@ -1,0 +1,198 @@
+#include "worker/cpu_backend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::worker {
+
+namespace ops = reference::ops;
+
+absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
+    std::shared_ptr<const gguf::GgufModel> model,
+    const arch::Hyperparameters& hp, BlockRange range,
+    const CpuBackendOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("no model");
+  if (options.max_batch < 1 || options.max_batch > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch ", options.max_batch, " is out of range [1, 65536]"));
+  }
+  if (options.n_threads < 1 || options.n_threads > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_threads ", options.n_threads, " is out of range [1, 1024]"));
+  }
+  if (options.kv_type != GgmlType::kF16 && options.kv_type != GgmlType::kF32) {
+    return absl::InvalidArgumentError("KV cache type must be F16 or F32");
+  }
+  absl::StatusOr<std::unique_ptr<ShardWeights>> weights =
+      load_shard_weights(*model, hp, range);
+  if (!weights.ok()) return weights.status();
+  return std::unique_ptr<Backend>(new CpuBackend(
+      std::move(model), hp, range, options, std::move(*weights)));
+}
+
+CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
+                       const arch::Hyperparameters& hp, BlockRange range,
+                       const CpuBackendOptions& options,
+                       std::unique_ptr<ShardWeights> weights)
+    : model_(std::move(model)),
+      hp_(hp),
+      range_(range),
+      options_(options),
+      w_(std::move(weights)),
+      pool_(options.n_threads),
+      matmul_scratch_(options.max_batch,
+                      std::max({int64_t{hp.n_embd},
+                                int64_t{hp.n_head} * hp.head_dim_v,
+                                int64_t{hp.n_ff}}),
+                      options.n_threads) {
+  const size_t b = static_cast<size_t>(options.max_batch);
+  const size_t e = hp.n_embd;
+  const size_t q_width = static_cast<size_t>(hp.n_head) * hp.head_dim_k;
+  const size_t k_width = static_cast<size_t>(hp.n_head_kv) * hp.head_dim_k;
+  const size_t v_width = static_cast<size_t>(hp.n_head_kv) * hp.head_dim_v;
+  const bool fused_qkv =
+      std::any_of(w_->layers.begin(), w_->layers.end(),
+                  [](const LayerWeights& l) { return l.wqkv.data != nullptr; });
+  positions_.resize(b);
+  x_.resize(b * e);
+  xn_.resize(b * e);
+  q_.resize(b * q_width);
+  k_.resize(b * k_width);
+  v_.resize(b * v_width);
+  if (fused_qkv) qkv_.resize(b * (q_width + k_width + v_width));
+  attn_.resize(b * static_cast<size_t>(hp.n_head) * hp.head_dim_v);
+  proj_.resize(b * e);
+  gate_.resize(b * hp.n_ff * (hp.recipe.fused_gate_up ? 2 : 1));
+  up_.resize(b * hp.n_ff);
+}
+
+absl::Status CpuBackend::add_sequence(int seq, int n_ctx) {
+  if (sequences_.count(seq) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", seq, " exists"));
+  }
+  KvCacheShape shape;
+  shape.n_layer = range_.last - range_.first;
+  shape.n_ctx = n_ctx;
+  shape.n_head_kv = hp_.n_head_kv;
+  shape.head_dim_k = hp_.head_dim_k;
+  shape.head_dim_v = hp_.head_dim_v;
+  shape.type = options_.kv_type;
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::create(shape);
+  if (!cache.ok()) return cache.status();
+  if (attention_scratch_ == nullptr || attention_scratch_->max_kv() < n_ctx) {
+    ops::AttentionParams a;
+    a.n_head = hp_.n_head;
+    a.n_head_kv = hp_.n_head_kv;
+    a.head_dim_k = hp_.head_dim_k;
+    a.head_dim_v = hp_.head_dim_v;
+    attention_scratch_ =
+        std::make_unique<ops::AttentionScratch>(n_ctx, a, options_.n_threads);
+  }
+  sequences_[seq] = std::move(*cache);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::remove_sequence(int seq) {
+  if (sequences_.erase(seq) == 0) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CpuBackend::sequence_length(int seq) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  }
+  return it->second->length();
+}
+
+absl::Status CpuBackend::truncate_sequence(int seq, int n) {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  }
+  if (n < 0 || n > it->second->length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence ", seq, ": cannot truncate to ", n,
+                     " of ", it->second->length(), " positions"));
+  }
+  it->second->truncate(n);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::forward(const ForwardRequest& req,
+                                 ForwardResult* result) {
+  auto it = sequences_.find(req.seq);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", req.seq));
+  }
+  KvCache& cache = *it->second;
+  const int64_t e = hp_.n_embd;
+  const int64_t n64 = is_first() ? static_cast<int64_t>(req.tokens.size())
+                                 : static_cast<int64_t>(req.hidden.size()) / e;
+  if (!is_first() && static_cast<int64_t>(req.hidden.size()) != n64 * e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hidden rows: ", req.hidden.size(), " floats, not a multiple of ",
+        "n_embd ", e));
+  }
+  if (n64 < 1 || n64 > options_.max_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a step takes 1 to ", options_.max_batch, " rows, got ", n64));
+  }
+  const int n = static_cast<int>(n64);
+  const int pos0 = cache.length();
+  if (pos0 + n > cache.n_ctx()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sequence ", req.seq, ": ", pos0, " + ", n,
+                     " positions exceed the context of ", cache.n_ctx()));
+  }
+  if (is_first()) {
+    for (int t = 0; t < n; ++t) {
+      if (req.tokens[t] < 0 || req.tokens[t] >= w_->n_vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", req.tokens[t], " at row ", t,
+                         " is outside the vocabulary of ", w_->n_vocab));
+      }
+    }
+  }
+
+  for (int t = 0; t < n; ++t) positions_[t] = pos0 + t;
+  // x: [n][n_embd], the embeddings or the previous stage's output.
+  if (is_first()) {
+    ops::embedding_lookup(w_->token_embd, req.tokens.data(), n, x_.data(),
+                          pool_);
+    if (hp_.recipe.embedding_scale != 1.0f) {
+      ops::scale(x_.data(), n * e, hp_.recipe.embedding_scale);
+    }
+  } else {
+    std::copy(req.hidden.begin(), req.hidden.end(), x_.begin());
+  }
+  const bool gemma = hp_.family == arch::Family::kGemma2 ||
+                     hp_.family == arch::Family::kGemma3;
+  for (int il = range_.first; il < range_.last; ++il) {
+    if (gemma) {
+      gemma_block(il, n, cache);
+    } else {
+      llama_block(il, n, cache);
+    }
+  }
+  cache.advance(n);
+
+  result->n_rows = n;
+  result->hidden = {};
+  result->logits = {};
+  if (!is_last()) {
+    result->hidden = std::span<const float>(x_.data(), n * e);
+    return absl::OkStatus();
+  }
+  if (req.logits == Logits::kNone) return absl::OkStatus();
+  const int rows = req.logits == Logits::kAll ? n : 1;
+  head(n - rows, rows);
+  result->logits = std::span<const float>(
+      logits_.data(), static_cast<size_t>(rows) * w_->n_vocab);
+  return absl::OkStatus();
+}
+
+}  // namespace strata::worker

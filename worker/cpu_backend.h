@@ -1,0 +1,83 @@
+// The cpu implementation of Backend (private to worker/): reference ops
+// (kernels/cpu/reference/ops) over weights mapped from the GGUF. Block
+// recipes are in forward.cc; sequences and the step in cpu_backend.cc.
+//
+// Buffers are sized at creation for max_batch rows (and the attention
+// scratch at add_sequence for the longest context), so a decode step does
+// not allocate.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/reference/ops/attention.h"
+#include "kernels/cpu/reference/ops/elementwise.h"
+#include "kernels/cpu/reference/ops/matmul.h"
+#include "kernels/cpu/reference/ops/thread_pool.h"
+#include "worker/backend.h"
+#include "worker/cpu_weights.h"
+#include "worker/kv_cache.h"
+
+namespace strata::worker {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
+             const arch::Hyperparameters& hp, BlockRange range,
+             const CpuBackendOptions& options,
+             std::unique_ptr<ShardWeights> weights);
+
+  std::string_view name() const override { return "cpu"; }
+  const arch::Hyperparameters& hyperparameters() const override { return hp_; }
+  BlockRange range() const override { return range_; }
+  int n_vocab() const override { return w_->n_vocab; }
+  int max_batch() const override { return options_.max_batch; }
+
+  absl::Status add_sequence(int seq, int n_ctx) override;
+  absl::Status remove_sequence(int seq) override;
+  absl::StatusOr<int> sequence_length(int seq) const override;
+  absl::Status truncate_sequence(int seq, int n) override;
+  absl::Status forward(const ForwardRequest& request,
+                       ForwardResult* result) override;
+
+ private:
+  bool is_first() const { return range_.first == 0; }
+  bool is_last() const { return range_.last == hp_.n_layer; }
+
+  // forward.cc: one block of each recipe, over rows [0, n) of x_.
+  void llama_block(int layer, int n, KvCache& cache);
+  void gemma_block(int layer, int n, KvCache& cache);
+  // Shared steps of the blocks.
+  void attention_step(int layer, int n, KvCache& cache);  // xn_ -> proj_
+  void feed_forward_step(int layer, int n);               // xn_ -> proj_
+  // Output norm and head for `rows` rows starting at row `from`.
+  void head(int from, int rows);
+
+  std::shared_ptr<const gguf::GgufModel> model_;
+  arch::Hyperparameters hp_;
+  BlockRange range_;
+  CpuBackendOptions options_;
+  std::unique_ptr<ShardWeights> w_;
+  ThreadPool pool_;
+  reference::ops::MatmulScratch matmul_scratch_;
+  std::unique_ptr<reference::ops::AttentionScratch> attention_scratch_;
+  std::map<int, std::unique_ptr<KvCache>> sequences_;
+
+  // Step buffers, B = max_batch rows (shape comments per row).
+  std::vector<int32_t> positions_;  // [B] absolute positions
+  std::vector<float> x_;            // [B][n_embd] residual stream
+  std::vector<float> xn_;           // [B][n_embd] normed input of a sublayer
+  std::vector<float> q_;            // [B][n_head][dk]
+  std::vector<float> k_;            // [B][n_head_kv][dk]
+  std::vector<float> v_;            // [B][n_head_kv][dv]
+  std::vector<float> qkv_;          // [B][(n_head + n_head_kv) dk + n_head_kv dv]
+                                    // (fused projections only)
+  std::vector<float> attn_;         // [B][n_head][dv]
+  std::vector<float> proj_;         // [B][n_embd] sublayer output
+  std::vector<float> gate_;         // [B][n_ff] (fused: [B][2 n_ff])
+  std::vector<float> up_;           // [B][n_ff]
+  std::vector<float> logits_;       // [rows][n_vocab], grown on demand
+};
+
+}  // namespace strata::worker

@@ -1,0 +1,164 @@
+#include "worker/cpu_weights.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/cpu/reference/dequantize.h"
+
+namespace strata::worker {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+class Loader {
+ public:
+  Loader(const gguf::GgufModel& model, ShardWeights& out)
+      : model_(model), out_(out) {}
+
+  // A matrix of n_out rows of n_in; `optional` tensors may be absent
+  // (returns an empty view).
+  absl::StatusOr<WeightMatrix> matrix(const std::string& name, int64_t n_in,
+                                      int64_t n_out, bool optional = false) {
+    const gguf::TensorInfo* t = model_.find_tensor(name);
+    if (t == nullptr) {
+      if (optional) return WeightMatrix{};
+      return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+    }
+    if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [",
+                       n_in, ", ", n_out, "]"));
+    }
+    return reference::ops::make_weight_matrix(name.c_str(), t->type, t->data,
+                                              n_in, n_out, t->n_bytes);
+  }
+
+  // A vector of n elements converted to f32; nullptr when optional and
+  // absent.
+  absl::StatusOr<const float*> vector(const std::string& name, int64_t n,
+                                      bool optional = false) {
+    const gguf::TensorInfo* t = model_.find_tensor(name);
+    if (t == nullptr) {
+      if (optional) return nullptr;
+      return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+    }
+    if (t->n_elements != static_cast<uint64_t>(n) || t->shape[0] != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [",
+                       n, "]"));
+    }
+    std::vector<float>& v = out_.owned.emplace_back(n);
+    absl::Status st = reference::dequantize_row(t->type, t->data, n, v.data());
+    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", st.message()));
+    return v.data();
+  }
+
+ private:
+  const gguf::GgufModel& model_;
+  ShardWeights& out_;
+};
+
+#define ASSIGN_OR_RETURN_W(lhs, expr)              \
+  do {                                             \
+    auto value_or = (expr);                        \
+    if (!value_or.ok()) return value_or.status();  \
+    lhs = *value_or;                               \
+  } while (0)
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
+    const gguf::GgufModel& model, const arch::Hyperparameters& hp,
+    BlockRange range) {
+  if (range.first < 0 || range.last > hp.n_layer || range.first > range.last) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block range [", range.first, ", ", range.last,
+                     ") is not within the model's ", hp.n_layer, " blocks"));
+  }
+  auto w = std::make_unique<ShardWeights>();
+  Loader load(model, *w);
+  const int64_t e = hp.n_embd;
+  const int64_t dk = hp.head_dim_k;
+  const int64_t dv = hp.head_dim_v;
+  const int64_t q_rows = hp.n_head * dk;
+  const int64_t k_rows = hp.n_head_kv * dk;
+  const int64_t v_rows = hp.n_head_kv * dv;
+  const arch::BlockRecipe& r = hp.recipe;
+
+  // The vocabulary size comes from the embedding (every GGUF has it).
+  const gguf::TensorInfo* emb = model.find_tensor("token_embd.weight");
+  if (emb == nullptr) {
+    return absl::InvalidArgumentError("token_embd.weight: missing");
+  }
+  if (emb->shape.size() != 2 || emb->shape[0] != e || emb->shape[1] < 1 ||
+      emb->shape[1] > (1 << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token_embd.weight: shape ", shape_text(emb->shape), ", expected [",
+        e, ", n_vocab]"));
+  }
+  w->n_vocab = static_cast<int>(emb->shape[1]);
+  const bool first = range.first == 0;
+  const bool last = range.last == hp.n_layer;
+  const bool has_output = model.find_tensor("output.weight") != nullptr;
+  if (first || (last && !has_output)) {
+    ASSIGN_OR_RETURN_W(w->token_embd,
+                       load.matrix("token_embd.weight", e, w->n_vocab));
+  }
+  if (last) {
+    ASSIGN_OR_RETURN_W(w->output_norm, load.vector("output_norm.weight", e));
+    if (has_output) {
+      ASSIGN_OR_RETURN_W(w->output, load.matrix("output.weight", e, w->n_vocab));
+    } else {
+      w->output = w->token_embd;  // tied embeddings
+    }
+  }
+  ASSIGN_OR_RETURN_W(w->rope_freqs,
+                     load.vector("rope_freqs.weight", hp.n_rot / 2, true));
+
+  for (int il = range.first; il < range.last; ++il) {
+    auto name = [&](const char* suffix) { return arch::layer_tensor(il, suffix); };
+    LayerWeights& l = w->layers.emplace_back();
+    ASSIGN_OR_RETURN_W(l.attn_norm, load.vector(name("attn_norm.weight"), e));
+    if (r.fused_qkv && model.find_tensor(name("attn_qkv.weight")) != nullptr) {
+      ASSIGN_OR_RETURN_W(l.wqkv, load.matrix(name("attn_qkv.weight"), e,
+                                             q_rows + k_rows + v_rows));
+    } else {
+      ASSIGN_OR_RETURN_W(l.wq, load.matrix(name("attn_q.weight"), e, q_rows));
+      ASSIGN_OR_RETURN_W(l.wk, load.matrix(name("attn_k.weight"), e, k_rows));
+      ASSIGN_OR_RETURN_W(l.wv, load.matrix(name("attn_v.weight"), e, v_rows));
+    }
+    // Biases: required by qwen2's recipe, taken when present otherwise.
+    ASSIGN_OR_RETURN_W(l.bq, load.vector(name("attn_q.bias"), q_rows, !r.qkv_bias));
+    ASSIGN_OR_RETURN_W(l.bk, load.vector(name("attn_k.bias"), k_rows, !r.qkv_bias));
+    ASSIGN_OR_RETURN_W(l.bv, load.vector(name("attn_v.bias"), v_rows, !r.qkv_bias));
+    if (r.qk_norm) {
+      ASSIGN_OR_RETURN_W(l.q_norm, load.vector(name("attn_q_norm.weight"), dk));
+      ASSIGN_OR_RETURN_W(l.k_norm, load.vector(name("attn_k_norm.weight"), dk));
+    }
+    ASSIGN_OR_RETURN_W(l.wo, load.matrix(name("attn_output.weight"),
+                                         hp.n_head * dv, e));
+    if (r.post_attn_norm) {
+      ASSIGN_OR_RETURN_W(l.post_attn_norm,
+                         load.vector(name("post_attention_norm.weight"), e));
+    }
+    ASSIGN_OR_RETURN_W(l.ffn_norm, load.vector(name("ffn_norm.weight"), e));
+    if (r.fused_gate_up) {
+      ASSIGN_OR_RETURN_W(l.w_up, load.matrix(name("ffn_up.weight"), e,
+                                             2 * int64_t{hp.n_ff}));
+    } else {
+      ASSIGN_OR_RETURN_W(l.w_gate, load.matrix(name("ffn_gate.weight"), e, hp.n_ff));
+      ASSIGN_OR_RETURN_W(l.w_up, load.matrix(name("ffn_up.weight"), e, hp.n_ff));
+    }
+    ASSIGN_OR_RETURN_W(l.w_down, load.matrix(name("ffn_down.weight"), hp.n_ff, e));
+    if (r.post_ffn_norm) {
+      ASSIGN_OR_RETURN_W(l.post_ffn_norm,
+                         load.vector(name("post_ffw_norm.weight"), e));
+    }
+  }
+  return w;
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,61 @@
+// The weights of one shard as the cpu backend uses them: matrices are views
+// into the GGUF mapping (any ggml type matmul supports); vectors (norm
+// weights, biases, RoPE frequency factors) are converted to f32 and owned.
+// Shapes are [rows][elements per row], i.e. [ne1][ne0] of GGUF.
+//
+// Ownership: ShardWeights owns its vectors; the matrices point into the
+// GgufModel, which must outlive it. Immutable after load: any thread reads.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/reference/ops/matmul.h"
+#include "model/architecture/architecture.h"
+#include "model/gguf_reader.h"
+#include "worker/backend.h"
+
+namespace strata::worker {
+
+using reference::ops::WeightMatrix;
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [n_embd]
+  WeightMatrix wq;                   // [n_head * dk][n_embd]
+  WeightMatrix wk;                   // [n_head_kv * dk][n_embd]
+  WeightMatrix wv;                   // [n_head_kv * dv][n_embd]
+  WeightMatrix wqkv;                 // fused: [(n_head + n_head_kv) * dk
+                                     //          + n_head_kv * dv][n_embd]
+  const float* bq = nullptr;         // [n_head * dk], optional
+  const float* bk = nullptr;         // [n_head_kv * dk], optional
+  const float* bv = nullptr;         // [n_head_kv * dv], optional
+  const float* q_norm = nullptr;     // [dk] (QK-norm)
+  const float* k_norm = nullptr;     // [dk]
+  WeightMatrix wo;                   // [n_embd][n_head * dv]
+  const float* post_attn_norm = nullptr;  // [n_embd]
+  const float* ffn_norm = nullptr;        // [n_embd]
+  WeightMatrix w_gate;               // [n_ff][n_embd]
+  WeightMatrix w_up;                 // [n_ff][n_embd]; fused: [2 n_ff][n_embd]
+  WeightMatrix w_down;               // [n_embd][n_ff]
+  const float* post_ffn_norm = nullptr;   // [n_embd]
+};
+
+struct ShardWeights {
+  WeightMatrix token_embd;            // [n_vocab][n_embd] (first stage)
+  std::vector<LayerWeights> layers;   // [range.last - range.first]
+  const float* output_norm = nullptr; // [n_embd] (last stage)
+  WeightMatrix output;                // [n_vocab][n_embd] (last stage;
+                                      // token_embd when tied)
+  const float* rope_freqs = nullptr;  // [n_rot / 2], optional (llama3)
+  int n_vocab = 0;
+  std::deque<std::vector<float>> owned;  // storage of the vectors above
+};
+
+// Loads and checks the weights of `range`. See make_cpu_backend for errors.
+absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
+    const gguf::GgufModel& model, const arch::Hyperparameters& hp,
+    BlockRange range);
+
+}  // namespace strata::worker

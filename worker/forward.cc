@@ -1,0 +1,169 @@
+// The forward pass of the cpu backend: one function per block recipe, each
+// readable against its paper, and the shared attention and feed-forward
+// steps. Buffers and their shapes are declared in cpu_backend.h; n is the
+// number of rows (tokens) in the step.
+#include <algorithm>
+#include <cstring>
+
+#include "worker/cpu_backend.h"
+
+namespace strata::worker {
+
+namespace ops = reference::ops;
+
+// Llama (Touvron et al. 2023) and the families that share its block:
+// qwen2 (q/k/v biases), qwen3 (QK-norm), phi3 (fused projections).
+//   x = x + Attention(RMSNorm(x))
+//   x = x + FFN(RMSNorm(x)),  FFN(h) = W_down (silu(W_gate h) * W_up h)
+void CpuBackend::llama_block(int il, int n, KvCache& cache) {
+  const LayerWeights& w = w_->layers[il - range_.first];
+  const int64_t e = hp_.n_embd;
+  float* x = x_.data();  // [n][n_embd]
+
+  ops::rms_norm(x, w.attn_norm, n, e, hp_.rms_eps, xn_.data(), pool_);
+  attention_step(il, n, cache);  // proj = Attention(xn)
+  ops::add(x, proj_.data(), n * e, x);
+
+  ops::rms_norm(x, w.ffn_norm, n, e, hp_.rms_eps, xn_.data(), pool_);
+  feed_forward_step(il, n);  // proj = FFN(xn)
+  ops::add(x, proj_.data(), n * e, x);
+}
+
+// Gemma 2 and 3 (Gemma Team 2024, 2025): norms before and after each
+// sublayer; GeGLU feed-forward; gemma3 adds QK-norm (in attention_step).
+//   x = x + RMSNorm_post(Attention(RMSNorm(x)))
+//   x = x + RMSNorm_post(FFN(RMSNorm(x))),  FFN(h) = W_down (gelu(W_gate h) * W_up h)
+void CpuBackend::gemma_block(int il, int n, KvCache& cache) {
+  const LayerWeights& w = w_->layers[il - range_.first];
+  const int64_t e = hp_.n_embd;
+  float* x = x_.data();      // [n][n_embd]
+  float* p = proj_.data();   // [n][n_embd]
+
+  ops::rms_norm(x, w.attn_norm, n, e, hp_.rms_eps, xn_.data(), pool_);
+  attention_step(il, n, cache);
+  ops::rms_norm(p, w.post_attn_norm, n, e, hp_.rms_eps, p, pool_);
+  ops::add(x, p, n * e, x);
+
+  ops::rms_norm(x, w.ffn_norm, n, e, hp_.rms_eps, xn_.data(), pool_);
+  feed_forward_step(il, n);
+  ops::rms_norm(p, w.post_ffn_norm, n, e, hp_.rms_eps, p, pool_);
+  ops::add(x, p, n * e, x);
+}
+
+// proj = W_o · Attention(q, k, v) for xn, with q = W_q xn (+ b_q), etc.
+// QK-norm and RoPE on q and k; k and v are appended to the cache first.
+void CpuBackend::attention_step(int il, int n, KvCache& cache) {
+  const LayerWeights& w = w_->layers[il - range_.first];
+  const arch::BlockRecipe& r = hp_.recipe;
+  const int dk = hp_.head_dim_k;
+  const int64_t q_width = int64_t{hp_.n_head} * dk;          // per row
+  const int64_t k_width = int64_t{hp_.n_head_kv} * dk;
+  const int64_t v_width = int64_t{hp_.n_head_kv} * hp_.head_dim_v;
+  float* q = q_.data();  // [n][n_head][dk]
+  float* k = k_.data();  // [n][n_head_kv][dk]
+  float* v = v_.data();  // [n][n_head_kv][dv]
+
+  if (w.wqkv.data != nullptr) {
+    // One matrix gives [q | k | v] per row; split it.
+    ops::matmul(w.wqkv, xn_.data(), n, qkv_.data(), matmul_scratch_, pool_);
+    const int64_t width = q_width + k_width + v_width;
+    for (int t = 0; t < n; ++t) {
+      const float* row = qkv_.data() + t * width;
+      std::copy(row, row + q_width, q + t * q_width);
+      std::copy(row + q_width, row + q_width + k_width, k + t * k_width);
+      std::copy(row + q_width + k_width, row + width, v + t * v_width);
+    }
+  } else {
+    ops::matmul(w.wq, xn_.data(), n, q, matmul_scratch_, pool_);
+    ops::matmul(w.wk, xn_.data(), n, k, matmul_scratch_, pool_);
+    ops::matmul(w.wv, xn_.data(), n, v, matmul_scratch_, pool_);
+  }
+  if (w.bq != nullptr) ops::add_bias(q, w.bq, n, q_width);
+  if (w.bk != nullptr) ops::add_bias(k, w.bk, n, k_width);
+  if (w.bv != nullptr) ops::add_bias(v, w.bv, n, v_width);
+  if (r.qk_norm) {
+    ops::rms_norm(q, w.q_norm, int64_t{n} * hp_.n_head, dk, hp_.rms_eps, q, pool_);
+    ops::rms_norm(k, w.k_norm, int64_t{n} * hp_.n_head_kv, dk, hp_.rms_eps, k, pool_);
+  }
+
+  ops::RopeParams rope;
+  rope.order = r.rope == arch::RopeStyle::kNeox ? ops::RopeOrder::kNeox
+                                                : ops::RopeOrder::kNormal;
+  rope.n_rot = hp_.n_rot;
+  rope.freq_base = hp_.rope[il].freq_base;
+  rope.freq_scale = hp_.rope[il].freq_scale;
+  rope.freq_factors = w_->rope_freqs;
+  rope.ext_factor = hp_.yarn_ext_factor;
+  rope.attn_factor = hp_.yarn_attn_factor;
+  rope.beta_fast = hp_.yarn_beta_fast;
+  rope.beta_slow = hp_.yarn_beta_slow;
+  rope.n_ctx_orig = hp_.n_ctx_orig;
+  ops::rope(q, positions_.data(), n, hp_.n_head, dk, rope, pool_);
+  ops::rope(k, positions_.data(), n, hp_.n_head_kv, dk, rope, pool_);
+
+  const int pos0 = positions_[0];
+  const int layer = il - range_.first;
+  cache.store(layer, pos0, n, k, v);
+
+  ops::AttentionParams a;
+  a.n_head = hp_.n_head;
+  a.n_head_kv = hp_.n_head_kv;
+  a.head_dim_k = dk;
+  a.head_dim_v = hp_.head_dim_v;
+  a.softcap = hp_.attn_softcap;
+  a.sliding_window = hp_.sliding[il] ? hp_.sliding_window : 0;
+  if (r.scale_query) {
+    ops::scale(q, n * q_width, hp_.attention_scale);
+    a.scale = 1.0f;
+  } else {
+    a.scale = hp_.attention_scale;
+  }
+  ops::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
+                 attn_.data(), *attention_scratch_, pool_);
+  ops::matmul(w.wo, attn_.data(), n, proj_.data(), matmul_scratch_, pool_);
+}
+
+// proj = W_down · (act(W_gate xn) * W_up xn).
+void CpuBackend::feed_forward_step(int il, int n) {
+  const LayerWeights& w = w_->layers[il - range_.first];
+  const int64_t f = hp_.n_ff;
+  float* gate = gate_.data();  // [n][n_ff] (fused: [n][2 n_ff])
+  float* up = up_.data();      // [n][n_ff]
+  if (hp_.recipe.fused_gate_up) {
+    // One matrix gives [gate | up] per row; compact the gates in place
+    // (row t's gate moves to [t f, (t+1) f), inside rows already split).
+    ops::matmul(w.w_up, xn_.data(), n, gate, matmul_scratch_, pool_);
+    for (int t = 0; t < n; ++t) {
+      const float* row = gate + t * 2 * f;
+      std::copy(row + f, row + 2 * f, up + t * f);
+      std::memmove(gate + t * f, row, f * sizeof(float));
+    }
+  } else {
+    ops::matmul(w.w_gate, xn_.data(), n, gate, matmul_scratch_, pool_);
+    ops::matmul(w.w_up, xn_.data(), n, up, matmul_scratch_, pool_);
+  }
+  if (hp_.recipe.activation == arch::FfnActivation::kGeluTanh) {
+    ops::geglu(gate, up, n * f, gate, pool_);
+  } else {
+    ops::swiglu(gate, up, n * f, gate, pool_);
+  }
+  ops::matmul(w.w_down, gate, n, proj_.data(), matmul_scratch_, pool_);
+}
+
+// logits[r] = W_out · RMSNorm(x[from + r]) for r < rows, soft-capped when
+// the family caps its final logits.
+void CpuBackend::head(int from, int rows) {
+  const int64_t e = hp_.n_embd;
+  const size_t need = static_cast<size_t>(rows) * w_->n_vocab;
+  if (logits_.size() < need) logits_.resize(need);
+  float* xn = xn_.data();  // [rows][n_embd]
+  ops::rms_norm(x_.data() + from * e, w_->output_norm, rows, e, hp_.rms_eps,
+                xn, pool_);
+  ops::matmul(w_->output, xn, rows, logits_.data(), matmul_scratch_, pool_);
+  if (hp_.final_softcap > 0.0f) {
+    ops::soft_cap(logits_.data(), static_cast<int64_t>(need),
+                  hp_.final_softcap);
+  }
+}
+
+}  // namespace strata::worker

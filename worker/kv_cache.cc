@@ -1,0 +1,85 @@
+#include "worker/kv_cache.h"
+
+#include <cassert>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/reference/fp16.h"
+
+namespace strata::worker {
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(
+    const KvCacheShape& s) {
+  if (s.n_layer < 0 || s.n_ctx <= 0 || s.n_head_kv <= 0 ||
+      s.head_dim_k <= 0 || s.head_dim_v <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache: non-positive size (n_ctx ", s.n_ctx, ", n_head_kv ",
+        s.n_head_kv, ", head dims ", s.head_dim_k, "/", s.head_dim_v, ")"));
+  }
+  if (s.type != GgmlType::kF16 && s.type != GgmlType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache: type ", std::string(ggml_type_info(s.type).name),
+                     " is not supported (F16, F32)"));
+  }
+  std::unique_ptr<KvCache> cache(new KvCache(s));
+  cache->elem_ = s.type == GgmlType::kF16 ? 2 : 4;
+  cache->k_row_ = static_cast<int64_t>(s.n_head_kv) * s.head_dim_k;
+  cache->v_row_ = static_cast<int64_t>(s.n_head_kv) * s.head_dim_v;
+  if (cache->reserved_bytes() > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache: ", cache->reserved_bytes(),
+                     " bytes for n_ctx ", s.n_ctx, " is over 1 TiB"));
+  }
+  for (int l = 0; l < s.n_layer; ++l) {
+    // new[] without () leaves the bytes uninitialised: pages are touched
+    // only when positions are written.
+    uint8_t* k = new (std::nothrow)
+        uint8_t[static_cast<size_t>(s.n_ctx) * cache->k_row_ * cache->elem_];
+    uint8_t* v = new (std::nothrow)
+        uint8_t[static_cast<size_t>(s.n_ctx) * cache->v_row_ * cache->elem_];
+    cache->k_.emplace_back(k);
+    cache->v_.emplace_back(v);
+    if (k == nullptr || v == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "KV cache: cannot reserve ", cache->reserved_bytes(), " bytes"));
+    }
+  }
+  return cache;
+}
+
+int64_t KvCache::reserved_bytes() const {
+  return static_cast<int64_t>(shape_.n_layer) * shape_.n_ctx *
+         (k_row_ + v_row_) * static_cast<int64_t>(elem_);
+}
+
+void KvCache::truncate(int n) {
+  assert(n >= 0 && n <= length_);
+  length_ = n;
+}
+
+void KvCache::store(int layer, int pos, int n, const float* k,
+                    const float* v) {
+  assert(layer >= 0 && layer < shape_.n_layer);
+  assert(pos >= 0 && pos + n <= shape_.n_ctx);
+  auto put = [&](uint8_t* base, int64_t row, const float* src) {
+    const int64_t count = static_cast<int64_t>(n) * row;
+    if (shape_.type == GgmlType::kF32) {
+      std::memcpy(base + static_cast<size_t>(pos) * row * 4, src,
+                  static_cast<size_t>(count) * 4);
+      return;
+    }
+    uint16_t* dst = reinterpret_cast<uint16_t*>(base) +
+                    static_cast<size_t>(pos) * row;
+    for (int64_t i = 0; i < count; ++i) dst[i] = reference::f32_to_f16(src[i]);
+  };
+  put(k_[layer].get(), k_row_, k);
+  put(v_[layer].get(), v_row_, v);
+}
+
+reference::ops::KvView KvCache::view(int layer, int64_t n_kv) const {
+  return reference::ops::KvView{shape_.type, k_[layer].get(), v_[layer].get(),
+                                n_kv};
+}
+
+}  // namespace strata::worker

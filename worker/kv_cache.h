@@ -1,0 +1,72 @@
+// KvCache: the keys and values of one sequence for the layers of one shard.
+//
+// Layout per layer (row-major, one row per position of the sequence):
+//   K [n_ctx][n_head_kv][head_dim_k]   f16 (default) or f32
+//   V [n_ctx][n_head_kv][head_dim_v]
+// Keys are stored after RoPE. Memory is reserved for n_ctx positions at
+// creation but pages are only touched as positions are written, so a long
+// context costs what is used.
+//
+// Ownership: owns its buffers. Threads: one forward pass at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/reference/ops/attention.h"
+#include "model/ggml_type.h"
+
+namespace strata::worker {
+
+struct KvCacheShape {
+  int n_layer = 0;     // layers of the shard
+  int n_ctx = 0;       // positions
+  int n_head_kv = 0;
+  int head_dim_k = 0;
+  int head_dim_v = 0;
+  GgmlType type = GgmlType::kF16;  // kF16 or kF32
+};
+
+class KvCache {
+ public:
+  // Errors: InvalidArgument for a non-positive size, a type other than
+  // F16/F32, or a cache over 2^40 bytes; ResourceExhausted when the memory
+  // cannot be reserved.
+  static absl::StatusOr<std::unique_ptr<KvCache>> create(
+      const KvCacheShape& shape);
+
+  const KvCacheShape& shape() const { return shape_; }
+  int n_ctx() const { return shape_.n_ctx; }
+  // Positions 0..length()-1 hold keys and values for every layer.
+  int length() const { return length_; }
+  // Drops positions >= n (n <= length()).
+  void truncate(int n);
+  // Marks n more positions as filled (after every layer stored them).
+  void advance(int n) { length_ += n; }
+
+  // Writes rows [pos, pos + n) of `layer` from f32 k [n][n_head_kv][dk]
+  // and v [n][n_head_kv][dv], converting to the cache type. Requires
+  // pos + n <= n_ctx (asserted).
+  void store(int layer, int pos, int n, const float* k, const float* v);
+
+  // The layer's cache with positions 0..n_kv-1 valid.
+  reference::ops::KvView view(int layer, int64_t n_kv) const;
+
+  // Bytes reserved (not necessarily touched).
+  int64_t reserved_bytes() const;
+
+ private:
+  explicit KvCache(const KvCacheShape& shape) : shape_(shape) {}
+
+  KvCacheShape shape_;
+  int length_ = 0;
+  int64_t k_row_ = 0;  // elements per position: n_head_kv * head_dim_k
+  int64_t v_row_ = 0;
+  size_t elem_ = 2;    // bytes per element
+  std::vector<std::unique_ptr<uint8_t[]>> k_;  // [n_layer] buffers
+  std::vector<std::unique_ptr<uint8_t[]>> v_;
+};
+
+}  // namespace strata::worker

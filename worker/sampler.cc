@@ -1,0 +1,132 @@
+#include "worker/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::worker {
+
+absl::Status validate(const SamplingParams& p) {
+  auto bad = [](const char* field, double v, const char* range) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", v, " is out of range ", range));
+  };
+  if (!std::isfinite(p.temperature)) return bad("temperature", p.temperature, "(finite)");
+  if (p.top_k < 0) return bad("top_k", p.top_k, "[0, inf)");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p", p.top_p, "(0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p", p.min_p, "[0, 1]");
+  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) {
+    return bad("repeat_penalty", p.repeat_penalty, "(0, inf)");
+  }
+  if (!std::isfinite(p.presence_penalty)) return bad("presence_penalty", p.presence_penalty, "(finite)");
+  if (!std::isfinite(p.frequency_penalty)) return bad("frequency_penalty", p.frequency_penalty, "(finite)");
+  if (p.penalty_last_n < 0 || p.penalty_last_n > (1 << 20)) {
+    return bad("penalty_last_n", p.penalty_last_n, "[0, 1048576]");
+  }
+  return absl::OkStatus();
+}
+
+Sampler::Sampler(const SamplingParams& params, int n_vocab)
+    : params_(params),
+      n_vocab_(n_vocab),
+      rng_(params.seed),
+      candidates_(n_vocab),
+      counts_(n_vocab, 0),
+      history_(static_cast<size_t>(params.penalty_last_n)) {}
+
+void Sampler::reset() {
+  std::fill(counts_.begin(), counts_.end(), 0);
+  history_next_ = 0;
+  history_size_ = 0;
+  rng_.seed(params_.seed);
+}
+
+void Sampler::accept(int32_t token) {
+  if (history_.empty() || token < 0 || token >= n_vocab_) return;
+  if (history_size_ == history_.size()) {
+    --counts_[history_[history_next_]];  // the oldest leaves the window
+  } else {
+    ++history_size_;
+  }
+  history_[history_next_] = token;
+  ++counts_[token];
+  history_next_ = (history_next_ + 1) % history_.size();
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  const SamplingParams& p = params_;
+  const bool penalize = history_size_ > 0 &&
+                        (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                         p.frequency_penalty != 0.0f);
+  size_t n = static_cast<size_t>(n_vocab_);
+  for (size_t i = 0; i < n; ++i) {
+    float l = logits[i];
+    if (penalize && counts_[i] > 0) {
+      l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
+      l -= static_cast<float>(counts_[i]) * p.frequency_penalty +
+           p.presence_penalty;
+    }
+    candidates_[i] = {static_cast<int32_t>(i), l, 0.0f};
+  }
+  auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+
+  if (p.temperature <= 0.0f) {  // greedy
+    return std::min_element(candidates_.begin(), candidates_.begin() + n,
+                            by_logit)->id;
+  }
+  // Top-k: keep the k highest, sorted.
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + p.top_k,
+                      candidates_.begin() + n, by_logit);
+    n = static_cast<size_t>(p.top_k);
+  } else {
+    std::sort(candidates_.begin(), candidates_.begin() + n, by_logit);
+  }
+  // Probabilities of what is left (softmax of the untempered logits).
+  auto normalize = [&](float temperature) {
+    const float max = candidates_[0].logit;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      candidates_[i].p = std::exp((candidates_[i].logit - max) / temperature);
+      sum += candidates_[i].p;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      candidates_[i].p = static_cast<float>(candidates_[i].p / sum);
+    }
+  };
+  normalize(1.0f);
+  // Top-p: the shortest prefix whose mass reaches top_p.
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    size_t keep = n;
+    for (size_t i = 0; i < n; ++i) {
+      cum += candidates_[i].p;
+      if (cum >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n = keep;
+  }
+  // Min-p: tokens at least min_p times as likely as the best.
+  if (p.min_p > 0.0f) {
+    const float floor = candidates_[0].p * p.min_p;
+    size_t keep = 1;
+    while (keep < n && candidates_[keep].p >= floor) ++keep;
+    n = keep;
+  }
+  // Temperature, then a draw.
+  normalize(p.temperature);
+  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  double cum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    cum += candidates_[i].p;
+    if (u < cum) return candidates_[i].id;
+  }
+  return candidates_[n - 1].id;
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,77 @@
+// Sampler: picks the next token from a row of logits — the last stage of
+// the pipeline, so only token ids travel back to the coordinator.
+//
+// The chain (the order of llama.cpp's common sampler):
+//   1. penalties over the last `penalty_last_n` accepted tokens:
+//      repetition (CTRL, Keskar et al. 2019: a positive logit is divided by
+//      it, a negative one multiplied), then logit -= count * frequency +
+//      (count > 0) * presence (OpenAI's definition);
+//   2. temperature <= 0: the argmax (lowest id on ties) — greedy;
+//   3. top-k (0 = off), 4. top-p (nucleus, Holtzman et al. 2019; 1 = off),
+//   5. min-p (p >= min_p * p_max; 0 = off), 6. temperature, 7. a draw from
+//      the softmax with a seeded mt19937_64.
+// The same seed and inputs give the same tokens on every platform (the
+// draw uses the generator's raw bits, not a library distribution).
+//
+// Ownership: owns buffers of n_vocab entries, made at construction; sample()
+// and accept() do not allocate. Threads: one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace strata::worker {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // <= 0: greedy
+  int top_k = 0;             // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float repeat_penalty = 1.0f;     // 1: off
+  float presence_penalty = 0.0f;   // 0: off
+  float frequency_penalty = 0.0f;  // 0: off
+  int penalty_last_n = 64;         // tokens the penalties look back over
+  uint64_t seed = 0;
+};
+
+// InvalidArgument naming the field for a value out of range (negative
+// top_k, top_p outside (0, 1], min_p outside [0, 1], non-positive repeat
+// penalty, non-finite values, negative penalty_last_n).
+absl::Status validate(const SamplingParams& params);
+
+class Sampler {
+ public:
+  // params must be valid (validate()).
+  Sampler(const SamplingParams& params, int n_vocab);
+
+  // The next token for `logits` ([n_vocab]).
+  int32_t sample(std::span<const float> logits);
+  // Records a token of the sequence (prompt or generated) for penalties.
+  void accept(int32_t token);
+  // Forgets the history and reseeds.
+  void reset();
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+    float p;
+  };
+
+  SamplingParams params_;
+  int n_vocab_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> candidates_;  // [n_vocab]
+  std::vector<int32_t> counts_;        // [n_vocab] occurrences in the window
+  std::vector<int32_t> history_;       // ring of the last penalty_last_n
+  size_t history_next_ = 0;
+  size_t history_size_ = 0;
+};
+
+}  // namespace strata::worker
