@@ -8,6 +8,9 @@ STRATA_VENV="$STRATA_CACHE/venv"
 STRATA_MODELS="$STRATA_CACHE/models"
 STRATA_JOBS="${STRATA_JOBS:-$(nproc)}"
 export CCACHE_DIR="${CCACHE_DIR:-$STRATA_CACHE/ccache}"
+# Paths under the clone hash as relative ones, so a fresh clone elsewhere
+# reuses the compiler cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$STRATA_ROOT}"
 export STRATA_CACHE STRATA_VENV STRATA_MODELS STRATA_ROOT
 
 log() { printf '[strata] %s\n' "$*" >&2; }

@@ -54,8 +54,8 @@ struct DetokenizeOptions {
 
 std::unique_ptr<Tokenizer> load(const char* command, const std::string& path) {
   auto model = gguf::GgufModel::open(path);
-  if (!model.ok()) {
-    std::fprintf(stderr, "strata %s: %s: %s\n", command, path.c_str(),
+  if (!model.ok()) {  // the reader's message names the file
+    std::fprintf(stderr, "strata %s: %s\n", command,
                  std::string(model.status().message()).c_str());
     return nullptr;
   }
@@ -207,8 +207,7 @@ void add_tokenize_commands(CLI::App& app, int& exit_code) {
   dcmd->add_option("ids", detok->ids, "Token ids")->required();
   dcmd->add_flag("--render-special", detok->render_special,
                  "Print control tokens' text (otherwise they print nothing)");
-  dcmd->callback(
-      [detok, &exit_code] { exit_code = run_detokenize(*detok); });
+  dcmd->callback([detok, &exit_code] { exit_code = run_detokenize(*detok); });
 }
 
 }  // namespace strata::cli
