@@ -13,20 +13,12 @@
 
 #include "absl/status/status.h"
 #include "model/gguf_reader.h"
+#include "tests/test_paths.h"
 
 namespace strata::gguf::testing {
 
-// $STRATA_MODELS_DIR, else the CMake cache variable of the same name.
-inline std::filesystem::path models_dir() {
-  if (const char* env = std::getenv("STRATA_MODELS_DIR")) return env;
-  return STRATA_MODELS_DIR;
-}
-
-// $STRATA_SHARED_DIR, else the CMake cache variable of the same name.
-inline std::filesystem::path shared_dir() {
-  if (const char* env = std::getenv("STRATA_SHARED_DIR")) return env;
-  return STRATA_SHARED_DIR;
-}
+using strata::testing::models_dir;
+using strata::testing::shared_dir;
 
 // A fresh folder under the test temp dir, removed with its contents.
 class TempDir {
