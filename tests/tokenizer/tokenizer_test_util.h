@@ -20,20 +20,12 @@
 #include "model/gguf_reader.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/vocabulary.h"
+#include "tests/test_paths.h"
 
 namespace strata::tokenizer::testing {
 
-// $STRATA_MODELS_DIR, else the CMake cache variable of the same name.
-inline std::filesystem::path models_dir() {
-  if (const char* env = std::getenv("STRATA_MODELS_DIR")) return env;
-  return STRATA_MODELS_DIR;
-}
-
-// $STRATA_SHARED_DIR, else the CMake cache variable of the same name.
-inline std::filesystem::path shared_dir() {
-  if (const char* env = std::getenv("STRATA_SHARED_DIR")) return env;
-  return STRATA_SHARED_DIR;
-}
+using strata::testing::models_dir;
+using strata::testing::shared_dir;
 
 // tests/tokenizer/data (expected ids from scripts/make_tokenizer_expected.py),
 // or $STRATA_TOKENIZER_DATA.
