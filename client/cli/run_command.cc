@@ -153,6 +153,7 @@ int run(const RunOptions& o) {
               << "\n";
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // the text before the timings, even when piped
     std::fprintf(stderr,
                  "[%s] prefill: %d tokens in %.3f s, %.1f tok/s | decode: %d "
                  "tokens in %.3f s, %.1f tok/s | %d threads\n",
