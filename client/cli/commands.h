@@ -7,6 +7,7 @@
 
 namespace strata::cli {
 
+void add_chat_template_command(CLI::App& app, int& exit_code);
 void add_inspect_command(CLI::App& app, int& exit_code);
 void add_quantize_command(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code);

@@ -7,6 +7,7 @@ int main(int argc, char** argv) {
   CLI::App app{"strata: serve and inspect LLMs from GGUF files"};
   app.require_subcommand(1);
   int exit_code = 0;
+  strata::cli::add_chat_template_command(app, exit_code);
   strata::cli::add_inspect_command(app, exit_code);
   strata::cli::add_quantize_command(app, exit_code);
   strata::cli::add_run_command(app, exit_code);

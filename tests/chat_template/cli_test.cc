@@ -1,0 +1,96 @@
+// `strata chat-template` run as a user would, on the real SmolLM2 model
+// (skipped, saying so, when it is absent).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  Result r;
+  const std::string command =
+      std::string(STRATA_BINARY) + " chat-template " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const fs::path path = fs::temp_directory_path() /
+                        ("strata_chat_template_" + name);
+  std::ofstream(path, std::ios::binary) << text;
+  return path.string();
+}
+
+class ChatTemplateCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = std::string(STRATA_MODELS_DIR) +
+             "/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (!fs::exists(model_)) GTEST_SKIP() << "no model at " << model_;
+  }
+  std::string model_;
+};
+
+TEST_F(ChatTemplateCli, RendersTheModelsTemplate) {
+  const std::string messages =
+      write_temp("ok.json", R"([{"role":"user","content":"hi"}])");
+  const Result r = run("-m " + model_ + " --messages " + messages);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out,
+            "<|im_start|>system\nYou are a helpful AI assistant named "
+            "SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n"
+            "hi<|im_end|>\n<|im_start|>assistant\n");
+  const Result n = run("-m " + model_ + " --messages " + messages +
+                       " --no-generation-prompt");
+  EXPECT_EQ(n.status, 0) << n.out;
+  EXPECT_EQ(n.out.find("<|im_start|>assistant"), std::string::npos);
+}
+
+TEST_F(ChatTemplateCli, RefusesBadInput) {
+  const Result bad_json = run("-m " + model_ + " --messages " +
+                              write_temp("bad.json", "[{"));
+  EXPECT_EQ(bad_json.status, 1);
+  EXPECT_NE(bad_json.out.find("not valid JSON"), std::string::npos);
+  const Result missing = run("-m " + model_ + " --messages " +
+                             write_temp("missing.json", R"([{"role":"user"}])"));
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.out.find("\"content\""), std::string::npos);
+  const std::string ok =
+      write_temp("ok2.json", R"([{"role":"user","content":"hi"}])");
+  const Result unknown =
+      run("-m " + model_ + " --messages " + ok + " --chat-template " +
+          write_temp("unknown.jinja", "{{ messages }}"));
+  EXPECT_EQ(unknown.status, 1);
+  EXPECT_NE(unknown.out.find("unknown chat template"), std::string::npos);
+  const std::string gemma =
+      "<start_of_turn>first_user_prefix<end_of_turn>"
+      "{{ raise_exception(\"Conversation roles must alternate\") }}";
+  const Result raised =
+      run("-m " + model_ + " --messages " +
+          write_temp("twice.json",
+                     R"([{"role":"user","content":"a"},)"
+                     R"({"role":"user","content":"b"}])") +
+          " --chat-template " + write_temp("gemma.jinja", gemma));
+  EXPECT_EQ(raised.status, 1);
+  EXPECT_NE(raised.out.find("Conversation roles must alternate"),
+            std::string::npos);
+}
+
+}  // namespace
