@@ -75,12 +75,7 @@ class BpeTokenizer final : public Tokenizer {
   }
 
  private:
-  struct Symbol {
-    int prev;
-    int next;
-    size_t begin;
-    size_t size;  // bytes; 0 once merged into its left neighbour
-  };
+  using Symbol = MergeSymbol;
   struct Pair {
     int32_t rank;
     int left;
@@ -104,17 +99,7 @@ class BpeTokenizer final : public Tokenizer {
         return;
       }
     }
-    std::vector<Symbol> symbols;
-    symbols.reserve(word.size());
-    for (size_t pos = 0; pos < word.size();) {
-      const size_t len = std::min(
-          unicode::sequence_length_from_lead(static_cast<uint8_t>(word[pos])),
-          word.size() - pos);
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back(
-          {index - 1, pos + len == word.size() ? -1 : index + 1, pos, len});
-      pos += len;
-    }
+    std::vector<Symbol> symbols = utf8_symbols(word);
     PairQueue queue;
     auto try_pair = [&](int left, int right) {
       if (left < 0 || right < 0) return;

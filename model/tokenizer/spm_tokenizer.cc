@@ -69,12 +69,7 @@ class SpmTokenizer final : public Tokenizer {
   }
 
  private:
-  struct Symbol {
-    int prev;
-    int next;
-    size_t begin;
-    size_t size;  // bytes; 0 once merged into its left neighbour
-  };
+  using Symbol = MergeSymbol;
   struct Pair {
     float score;
     int left;
@@ -89,17 +84,7 @@ class SpmTokenizer final : public Tokenizer {
   using PairQueue = std::priority_queue<Pair, std::vector<Pair>, PairOrder>;
 
   void merge(const std::string& text, std::vector<TokenId>* out) const {
-    std::vector<Symbol> symbols;
-    symbols.reserve(text.size());
-    for (size_t pos = 0; pos < text.size();) {
-      const size_t len = std::min(
-          unicode::sequence_length_from_lead(static_cast<uint8_t>(text[pos])),
-          text.size() - pos);
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back(
-          {index - 1, pos + len == text.size() ? -1 : index + 1, pos, len});
-      pos += len;
-    }
+    std::vector<Symbol> symbols = utf8_symbols(text);
     PairQueue queue;
     auto try_pair = [&](int left, int right) {
       if (left < 0 || right < 0) return;
