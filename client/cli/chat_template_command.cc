@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "client/cli/chat_prompt.h"
 #include "client/cli/commands.h"
 #include "model/chat_template/chat_template.h"
 #include "model/gguf_reader.h"
@@ -104,50 +105,14 @@ int run_chat_template(const ChatTemplateOptions& options) {
     fail(options.model + ": " + std::string(tok.status().message()));
     return 1;
   }
-  std::string template_text;
-  std::string template_source;
-  if (!options.template_file.empty()) {
-    if (!read_file(options.template_file, template_text)) {
-      fail(options.template_file + ": cannot read");
-      return 1;
-    }
-    template_source = options.template_file;
-  } else {
-    auto text = (*model)->first().get_string("tokenizer.chat_template");
-    if (!text.ok()) {
-      fail(options.model +
-           ": the model has no tokenizer.chat_template; give one with "
-           "--chat-template FILE");
-      return 1;
-    }
-    template_text = *std::move(text);
-    template_source = options.model + " (tokenizer.chat_template)";
-  }
-  auto tmpl = chat_template::ChatTemplate::parse(template_text);
-  if (!tmpl.ok()) {
-    fail(template_source + ": " + std::string(tmpl.status().message()) +
-         (options.template_file.empty()
-              ? "; give a template of a known family with --chat-template "
-                "FILE"
-              : ""));
-    return 1;
-  }
-  chat_template::RenderOptions render;
-  render.add_generation_prompt = !options.no_generation_prompt;
-  const tokenizer::SpecialTokens& special = (*tok)->special();
-  if (special.bos && (*tok)->is_valid(*special.bos)) {
-    render.bos_token = (*tok)->token_text(*special.bos);
-  }
-  if (special.eos && (*tok)->is_valid(*special.eos)) {
-    render.eos_token = (*tok)->token_text(*special.eos);
-  }
-  auto prompt = tmpl->render(messages, render);
+  auto prompt = render_chat_prompt((*model)->first(), **tok, messages,
+                                   options.template_file,
+                                   !options.no_generation_prompt);
   if (!prompt.ok()) {
-    fail("the chat template refused the conversation: " +
-         std::string(prompt.status().message()));
+    fail(options.model + ": " + std::string(prompt.status().message()));
     return 1;
   }
-  std::fwrite(prompt->data(), 1, prompt->size(), stdout);
+  std::fwrite(prompt->text.data(), 1, prompt->text.size(), stdout);
   std::fflush(stdout);
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/cli/chat_prompt.h"
 #include "client/cli/commands.h"
 #include "coordinator/generation.h"
 #include "model/architecture/architecture.h"
@@ -40,6 +41,7 @@ struct RunOptions {
   uint64_t seed = kRandomSeed;
   std::vector<std::string> stop;
   bool chat = false;
+  std::string chat_template;  // file; empty: the model's own
   bool json = false;
   bool ignore_eos = false;
   int threads = 0;
@@ -54,12 +56,6 @@ int fail(const std::string& what, const absl::Status& status) {
 }
 
 int run(const RunOptions& o) {
-  if (o.chat) {
-    std::fprintf(stderr,
-                 "strata run: --chat needs chat templates, which are not "
-                 "implemented yet; pass the formatted prompt with -p\n");
-    return 2;
-  }
   if (o.prompt.empty() == o.prompt_ids.empty()) {
     std::fprintf(stderr, "strata run: give exactly one of -p and --prompt-ids\n");
     return 2;
@@ -81,6 +77,20 @@ int run(const RunOptions& o) {
       std::fprintf(stderr, "strata run: --prompt-ids: not a list of integers\n");
       return 2;
     }
+  } else if (o.chat) {
+    // One user turn through the model's template; its turn markers are
+    // control tokens, so they are parsed as such in the rendered text (the
+    // user's own text cannot forge them: the template only wraps it).
+    const chat_template::Message turn{"user", o.prompt};
+    auto chat = render_chat_prompt(model->first(), **tok, {&turn, 1},
+                                   o.chat_template, true);
+    if (!chat.ok()) return fail("--chat", chat.status());
+    tokenizer::EncodeOptions encode;
+    encode.add_special = !chat->starts_with_bos;
+    encode.parse_special = true;
+    auto ids = (*tok)->encode(chat->text, encode);
+    if (!ids.ok()) return fail("tokenize", ids.status());
+    prompt = std::move(*ids);
   } else {
     auto ids = (*tok)->encode(o.prompt);
     if (!ids.ok()) return fail("tokenize", ids.status());
@@ -187,7 +197,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
                   "tokens the penalties look back over (64)");
   cmd->add_option("--seed", o->seed, "sampling seed (random)");
   cmd->add_option("--stop", o->stop, "stop string (repeatable)");
-  cmd->add_flag("--chat", o->chat, "apply the model's chat template");
+  cmd->add_flag("--chat", o->chat,
+                "wrap -p as one user turn with the model's chat template");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "template file to use with --chat instead of the model's");
   cmd->add_flag("--json", o->json, "print one JSON object at the end");
   cmd->add_flag("--ignore-eos", o->ignore_eos,
                 "do not stop at end-of-generation tokens");
