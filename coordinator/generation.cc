@@ -110,14 +110,9 @@ absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
   // Prefill, in chunks of the backend's batch.
   const auto t0 = std::chrono::steady_clock::now();
   worker::ForwardResult out;
-  for (size_t i = 0; i < prompt.size(); i += backend.max_batch()) {
-    const size_t n = std::min<size_t>(backend.max_batch(), prompt.size() - i);
-    worker::ForwardRequest req;
-    req.seq = seq;
-    req.tokens = prompt.subspan(i, n);
-    req.logits = i + n == prompt.size() ? worker::Logits::kLast
-                                        : worker::Logits::kNone;
-    if (absl::Status st = backend.forward(req, &out); !st.ok()) return st;
+  if (absl::Status st = worker::prefill_in_chunks(backend, seq, prompt, &out);
+      !st.ok()) {
+    return st;
   }
   result.timings.prefill_s = seconds_since(t0);
 

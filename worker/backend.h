@@ -92,6 +92,14 @@ class Backend {
                                ForwardResult* result) = 0;
 };
 
+// Runs `prompt` (token ids) through `backend` for sequence `seq` in chunks of
+// backend.max_batch() rows, asking for the logits of the last position only;
+// `result` then holds them ([1][n_vocab] on the last stage). An empty prompt
+// runs nothing. Errors: those of forward(), from the chunk that failed.
+absl::Status prefill_in_chunks(Backend& backend, int seq,
+                               std::span<const int32_t> prompt,
+                               ForwardResult* result);
+
 struct CpuBackendOptions {
   int n_threads = 1;
   GgmlType kv_type = GgmlType::kF16;  // kF16 or kF32

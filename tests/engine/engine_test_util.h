@@ -73,15 +73,9 @@ inline int32_t argmax(std::span<const float> row) {
 inline absl::StatusOr<std::vector<float>> prefill(worker::Backend& b, int seq,
                                                   std::span<const int32_t> prompt) {
   worker::ForwardResult out;
-  for (size_t i = 0; i < prompt.size(); i += b.max_batch()) {
-    const size_t n = std::min<size_t>(b.max_batch(), prompt.size() - i);
-    worker::ForwardRequest req;
-    req.seq = seq;
-    req.tokens = prompt.subspan(i, n);
-    req.logits = i + n == prompt.size() ? worker::Logits::kLast
-                                        : worker::Logits::kNone;
-    absl::Status st = b.forward(req, &out);
-    if (!st.ok()) return st;
+  if (absl::Status st = worker::prefill_in_chunks(b, seq, prompt, &out);
+      !st.ok()) {
+    return st;
   }
   return std::vector<float>(out.logits.begin(), out.logits.end());
 }
