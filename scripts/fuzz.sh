@@ -4,8 +4,8 @@
 #
 #   scripts/fuzz.sh [SECONDS]      default 60
 #
-# Build folder: ${STRATA_CACHE:-~/.cache/strata}/build-fuzz (outside the
-# clone). Corpus, seeds and findings: ${STRATA_CACHE}/fuzz/gguf_reader/. The
+# Build folder: build-fuzz/ in the clone (a CMake cache belongs to one source
+# tree, so it is not shared between clones). Corpus, seeds and findings: ${STRATA_CACHE}/fuzz/gguf_reader/. The
 # seed corpus is the first KiB of the real models (STRATA_MODELS_DIR), of
 # ../shared's GGUFs when present, and a few small files written by
 # make_gguf_seeds. Prints the number of executions; exits non-zero on a
@@ -16,7 +16,14 @@ set -euo pipefail
 seconds=${1:-60}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${STRATA_CACHE:-$HOME/.cache/strata}
-build=$cache/build-fuzz
+# In the clone (a CMake build folder belongs to one source tree); ccache, when
+# present, keeps rebuilds in a fresh clone cheap.
+build=$root/build-fuzz
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR=${CCACHE_DIR:-$cache/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
 work=$cache/fuzz/gguf_reader
 models=${STRATA_MODELS_DIR:-$cache/models}
 shared=${STRATA_SHARED_DIR:-$root/../shared}
@@ -24,7 +31,7 @@ jobs=${STRATA_JOBS:-2}
 
 CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_FUZZ=ON \
-  -DSTRATA_MODELS_DIR="$models" -DSTRATA_SHARED_DIR="$shared" >/dev/null
+  -DSTRATA_MODELS_DIR="$models" -DSTRATA_SHARED_DIR="$shared" "${launcher[@]}" >/dev/null
 cmake --build "$build" -j"$jobs" --target gguf_reader_fuzz make_gguf_seeds
 
 fuzzer=$build/tests/fuzz/gguf_reader_fuzz

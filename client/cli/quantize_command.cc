@@ -2,6 +2,7 @@
 // a model to TYPE so the same real weights can be tested in every format.
 // The per-tensor policy (docs/quantize.md) is in requantize.h.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -23,6 +24,16 @@ int run_quantize(const QuantizeOptions& options) {
   if (!type) {
     std::fprintf(stderr, "strata quantize: unknown type '%s'\n",
                  options.type.c_str());
+    return 2;
+  }
+  // The output replaces its path only after the write; writing over the
+  // input (or a link to it) would still destroy the source being read.
+  std::error_code ec;
+  if (std::filesystem::equivalent(options.input, options.output, ec)) {
+    std::fprintf(stderr,
+                 "strata quantize: output %s is the input file; choose another "
+                 "path\n",
+                 options.output.c_str());
     return 2;
   }
   auto model = gguf::GgufModel::open(options.input);

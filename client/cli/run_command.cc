@@ -56,6 +56,11 @@ int fail(const std::string& what, const absl::Status& status) {
 }
 
 int run(const RunOptions& o) {
+  if (o.ctx < 0 || o.threads < 0) {
+    std::fprintf(stderr, "strata run: -c and -t must be positive (0: the "
+                         "model's context / all cores)\n");
+    return 2;
+  }
   if (o.prompt.empty() == o.prompt_ids.empty()) {
     std::fprintf(stderr, "strata run: give exactly one of -p and --prompt-ids\n");
     return 2;
