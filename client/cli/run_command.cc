@@ -120,7 +120,7 @@ int run(const RunOptions& o) {
   if (!backend.ok()) return fail(o.model, backend.status());
   const int n_ctx = o.ctx > 0 ? o.ctx : hp->n_ctx_train;
   if (absl::Status st = (*backend)->add_sequence(0, n_ctx); !st.ok()) {
-    return fail("KV cache", st);
+    return fail("context of " + std::to_string(n_ctx) + " positions", st);
   }
 
   coordinator::GenerationParams params;

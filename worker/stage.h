@@ -1,0 +1,58 @@
+// Stage: one shard of the pipeline, independent of transport. It checks a
+// strata.v1.MicroBatch against the loaded shard, runs its slices through
+// the Backend (embedding on the first stage, blocks, and on the last stage
+// the norm, head and sampler), and produces either the activations for the
+// next stage or the sampled tokens.
+//
+// Checks (INVALID_ARGUMENT naming the field, nothing changed on error):
+// shard_id equals the loaded one; 1 <= slices <= max_sequences with
+// distinct seq_ids; each slice has 1..max_batch_rows tokens, the total too;
+// token ids in [0, n_vocab); start_pos is 0 or the sequence's length here
+// (NOT_FOUND for an unknown sequence with start_pos > 0); start_pos + rows
+// <= n_ctx (OUT_OF_RANGE); hidden is exactly rows x n_embd x 4 bytes on
+// stages after the first and empty on the first; sampling params valid;
+// top_logprobs in 0..20; a new sequence beyond max_sequences is
+// RESOURCE_EXHAUSTED.
+//
+// Threads: one run() at a time (the caller serialises).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "strata/v1/worker.pb.h"
+#include "worker/backend.h"
+
+namespace strata::worker {
+
+struct StageOptions {
+  std::string worker_name;  // in error messages and traces
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  virtual const v1::ShardInfo& shard() const = 0;
+  virtual int live_sequences() const = 0;
+
+  // Runs `batch`. On a stage that is not the last, `next` receives the
+  // micro-batch for the next stage (same ids and slices, hidden replaced by
+  // this shard's output, traces appended to `result`); on the last stage
+  // `result` receives the sampled tokens. Errors as above.
+  virtual absl::Status run(const v1::MicroBatch& batch, v1::MicroBatch* next,
+                           v1::MicroBatchResult* result) = 0;
+
+  // Frees sequences; returns how many existed.
+  virtual int free_sequences(const uint64_t* seq_ids, int n) = 0;
+};
+
+// Loads the shard `request` describes (checked against the model and the
+// limits in worker.proto) onto a cpu backend with `n_threads`.
+absl::StatusOr<std::unique_ptr<Stage>> load_stage(
+    const v1::LoadShardRequest& request, int n_threads,
+    const StageOptions& options);
+
+}  // namespace strata::worker
