@@ -83,6 +83,49 @@ std::string StopMatcher::flush() {
   return out;
 }
 
+GenerationOutput::GenerationOutput(const GenerationParams& params,
+                                   Detokenizer& detokenizer)
+    : params_(params), detok_(detokenizer), stops_(params.stop) {
+  if (params_.max_tokens <= 0) done_ = true;
+}
+
+std::string GenerationOutput::push(int32_t token) {
+  if (done_) return "";
+  if (!params_.ignore_eos && detok_.is_end_of_generation(token)) {
+    return end(FinishReason::kStop);
+  }
+  ids_.push_back(token);
+  std::string out = stops_.push(detok_.push(token));
+  text_ += out;
+  if (stops_.stopped()) {
+    done_ = true;
+    finish_ = FinishReason::kStop;
+    return out;
+  }
+  if (static_cast<int>(ids_.size()) >= params_.max_tokens) {
+    out += end(FinishReason::kLength);
+  }
+  return out;
+}
+
+std::string GenerationOutput::end_at_context() {
+  if (done_) return "";
+  return end(FinishReason::kLength);
+}
+
+std::string GenerationOutput::end(FinishReason reason) {
+  done_ = true;
+  finish_ = reason;
+  std::string out = stops_.push(detok_.finish());
+  if (stops_.stopped()) {
+    finish_ = FinishReason::kStop;
+  } else {
+    out += stops_.flush();
+  }
+  text_ += out;
+  return out;
+}
+
 absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
                                           std::span<const int32_t> prompt,
                                           const GenerationParams& params,
@@ -100,11 +143,9 @@ absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
   result.timings.prompt_tokens = static_cast<int>(prompt.size());
   worker::Sampler sampler(params.sampling, backend.n_vocab());
   for (int32_t id : prompt) sampler.accept(id);
-  StopMatcher stops(params.stop);
+  GenerationOutput output(params, detok);
   auto emit = [&](const std::string& text) {
-    if (text.empty()) return;
-    result.text += text;
-    if (on_text) on_text(text);
+    if (!text.empty() && on_text) on_text(text);
   };
 
   // Prefill, in chunks of the backend's batch.
@@ -118,32 +159,26 @@ absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
 
   // Decode.
   const auto t1 = std::chrono::steady_clock::now();
-  int32_t token = 0;
-  for (int i = 0; i < params.max_tokens; ++i) {
-    token = sampler.sample(out.logits);
+  while (!output.done()) {
+    const int32_t token = sampler.sample(out.logits);
     sampler.accept(token);
-    if (!params.ignore_eos && detok.is_end_of_generation(token)) {
-      result.finish = FinishReason::kStop;
-      break;
-    }
-    result.ids.push_back(token);
-    emit(stops.push(detok.push(token)));
-    if (stops.stopped()) {
-      result.finish = FinishReason::kStop;
-      break;
-    }
-    if (i + 1 == params.max_tokens) break;
+    emit(output.push(token));
+    if (output.done()) break;
     worker::ForwardRequest req;
     req.seq = seq;
-    req.tokens = std::span<const int32_t>(&result.ids.back(), 1);
+    req.tokens = std::span<const int32_t>(&output.ids().back(), 1);
     absl::Status st = backend.forward(req, &out);
-    if (absl::IsOutOfRange(st)) break;  // the context is full: kLength
+    if (absl::IsOutOfRange(st)) {  // the context is full: kLength
+      emit(output.end_at_context());
+      break;
+    }
     if (!st.ok()) return st;
     ++result.timings.decode_steps;
   }
-  if (!stops.stopped()) emit(stops.push(detok.finish()));
-  if (!stops.stopped()) emit(stops.flush());
   result.timings.decode_s = seconds_since(t1);
+  result.ids = output.ids();
+  result.text = output.text();
+  result.finish = output.finish_reason();
   result.timings.generated_tokens = static_cast<int>(result.ids.size());
   return result;
 }

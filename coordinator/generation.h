@@ -102,8 +102,8 @@ absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
                                           Detokenizer& detokenizer,
                                           const TextCallback& on_text);
 
-// Stop-string matching over streamed text (used by generate(); public for
-// tests). push() returns the text that can be emitted now.
+// Stop-string matching over streamed text (used by GenerationOutput;
+// public for tests). push() returns the text that can be emitted now.
 class StopMatcher {
  public:
   explicit StopMatcher(std::vector<std::string> stops);
@@ -116,6 +116,47 @@ class StopMatcher {
   std::vector<std::string> stops_;
   std::string held_;
   bool stopped_ = false;
+};
+
+// What becomes of each sampled token, wherever it was sampled: the part of
+// the loop that generate() and the cluster's scheduler share. It applies
+// the end-of-generation ids, stop strings and max_tokens, and collects the
+// ids and text.
+//
+//   GenerationOutput out(params, *detok);
+//   while (!out.done()) {
+//     std::string text = out.push(sample());   // stream `text`
+//     if (!out.done() && context_full) text += out.end_at_context();
+//   }
+//
+// Borrows `detokenizer` (one per sequence: it holds streaming state).
+class GenerationOutput {
+ public:
+  GenerationOutput(const GenerationParams& params, Detokenizer& detokenizer);
+
+  // Takes the next sampled token; returns the text that may be streamed now
+  // (with the held-back tail when this token ended the generation). An
+  // end-of-generation id (unless ignore_eos) ends it without being kept.
+  std::string push(int32_t token);
+  // Ends a generation that push() did not end (the context is full):
+  // finish reason kLength; returns the held-back text.
+  std::string end_at_context();
+
+  bool done() const { return done_; }
+  FinishReason finish_reason() const { return finish_; }
+  const std::vector<int32_t>& ids() const { return ids_; }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string end(FinishReason reason);
+
+  const GenerationParams& params_;
+  Detokenizer& detok_;
+  StopMatcher stops_;
+  std::vector<int32_t> ids_;
+  std::string text_;
+  FinishReason finish_ = FinishReason::kLength;
+  bool done_ = false;
 };
 
 }  // namespace strata::coordinator

@@ -133,8 +133,11 @@ class HeadBuffer {
  public:
   template <typename T>
   void put(T value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    bytes_.insert(bytes_.end(), p, p + sizeof(value));
+    // resize + memcpy rather than insert(): GCC 12 at -O3 reports a false
+    // stringop-overflow for the inlined vector::insert of a few bytes.
+    const size_t at = bytes_.size();
+    bytes_.resize(at + sizeof(value));
+    std::memcpy(bytes_.data() + at, &value, sizeof(value));
   }
   void put_string(std::string_view text) {
     put<uint64_t>(text.size());

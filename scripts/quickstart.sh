@@ -1,11 +1,53 @@
 #!/usr/bin/env bash
 # The README's first command: installs everything, builds, fetches the default
-# model and runs the main job on it: `strata run` generates text with the
-# default model on the CPU (the cluster issue makes this a coordinator and
-# workers).
+# model and runs the main job on it: a cluster on this machine — two
+# strata-worker processes and a strata-coordinator on loopback, from the
+# config files in deploy/examples/ — then a client generating from the
+# default model through the coordinator (docs/cluster.md does the same by
+# hand). The processes are stopped when it ends.
+#   STRATA_PROMPT / STRATA_N: the prompt and the number of tokens.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$STRATA_ROOT/scripts/install-deps.sh"
 "$STRATA_ROOT/scripts/fetch-models.sh"
 "$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build"
-"$STRATA_ROOT/build/client/cli/strata" run -m "$STRATA_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" \
+
+build="$STRATA_ROOT/build"
+examples="$STRATA_ROOT/deploy/examples"
+logs="$(mktemp -d)"
+pids=()
+stop_all() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap stop_all EXIT
+
+# Starts a process in the background and waits for its "listening on" line.
+start() {
+  local name="$1"; shift
+  "$@" >"$logs/$name.log" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 1 600); do
+    grep -q "listening on" "$logs/$name.log" && return 0
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "quickstart: $name did not start; its log ($logs/$name.log):" >&2
+  cat "$logs/$name.log" >&2
+  exit 1
+}
+
+start worker-0 "$build/worker/strata-worker" --config "$examples/worker-0.yaml"
+start worker-1 "$build/worker/strata-worker" --config "$examples/worker-1.yaml"
+start coordinator "$build/coordinator/strata-coordinator" \
+  --config "$examples/cluster.yaml" --model "$STRATA_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+server=127.0.0.1:50051
+# The coordinator loads the workers' shards after it starts listening.
+for _ in $(seq 1 600); do
+  "$build/client/cli/strata" status --server "$server" --json 2>/dev/null |
+    grep -q '"serving"' && break
+  sleep 0.2
+done
+"$build/client/cli/strata" status --server "$server"
+"$build/client/cli/strata" generate --server "$server" \
   -p "${STRATA_PROMPT:-The three primary colors are}" -n "${STRATA_N:-64}"

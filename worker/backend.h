@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -48,6 +49,10 @@ struct ForwardRequest {
   // Stages after the first: the previous stage's output, [n][n_embd].
   std::span<const float> hidden;
   Logits logits = Logits::kLast;
+  // Debug (split-invariance tracing, worker/trace.h): when set, forward()
+  // appends, after each block of the shard in order, the FNV-1a 64 hash of
+  // each row's output: [n_blocks][n] entries. Nullptr (the default): off.
+  std::vector<uint64_t>* block_hashes = nullptr;
 };
 
 struct ForwardResult {

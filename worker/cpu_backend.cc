@@ -1,8 +1,13 @@
 #include "worker/cpu_backend.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "worker/trace.h"
 
 namespace strata::worker {
 
@@ -27,8 +32,50 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
   absl::StatusOr<std::unique_ptr<ShardWeights>> weights =
       load_shard_weights(*model, hp, range);
   if (!weights.ok()) return weights.status();
-  return std::unique_ptr<Backend>(new CpuBackend(
+  // Generated kernels unless STRATA_JIT=0; the tier from STRATA_ISA or CPUID;
+  // tuned (tune cache under ~/.cache/strata) unless STRATA_NO_TUNE=1.
+  const char* jit_env = std::getenv("STRATA_JIT");
+  const bool jit = jit_env == nullptr || std::string_view(jit_env) != "0";
+  std::optional<kernels::IsaTier> tier;
+  if (jit && kernels::detect_isa().ok()) {
+    absl::StatusOr<kernels::IsaTier> selected = kernels::select_isa();
+    if (!selected.ok()) return selected.status();
+    tier = *selected;
+  }
+  auto backend = std::unique_ptr<CpuBackend>(new CpuBackend(
       std::move(model), hp, range, options, std::move(*weights)));
+  if (tier) {
+    absl::Status st = backend->attach_kernels(*tier);
+    if (!st.ok()) return st;
+  }
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+absl::Status CpuBackend::attach_kernels(kernels::IsaTier tier) {
+  if (kernels::jit::tuning_disabled_by_env()) {
+    return attach_jit_kernels(*w_, tier, kernel_cache_, nullptr, jit_scratch_,
+                              pool_);
+  }
+  kernels::jit::Tuner tuner(tier, options_.n_threads, {});
+  absl::Status st = attach_jit_kernels(*w_, tier, kernel_cache_, &tuner,
+                                       jit_scratch_, pool_);
+  if (!st.ok()) return st;
+  if (tuner.measured() > 0) {
+    std::fprintf(stderr, "[strata] %s\n", tuner.summary().c_str());
+    absl::Status saved = tuner.save();
+    if (!saved.ok()) {
+      std::fprintf(stderr, "[strata] %s\n", std::string(saved.message()).c_str());
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CpuBackend::matmul(const Linear& l, const float* x, int n, float* y) {
+  if (l.jit != nullptr) {
+    l.jit->run(x, n, y, jit_scratch_, pool_);
+  } else {
+    ops::matmul(l.w, x, n, y, matmul_scratch_, pool_);
+  }
 }
 
 CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
@@ -45,7 +92,11 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
                       std::max({int64_t{hp.n_embd},
                                 int64_t{hp.n_head} * hp.head_dim_v,
                                 int64_t{hp.n_ff}}),
-                      options.n_threads) {
+                      options.n_threads),
+      jit_scratch_(options.max_batch,
+                   std::max({int64_t{hp.n_embd},
+                             int64_t{hp.n_head} * hp.head_dim_v,
+                             int64_t{hp.n_ff}})) {
   const size_t b = static_cast<size_t>(options.max_batch);
   const size_t e = hp.n_embd;
   const size_t q_width = static_cast<size_t>(hp.n_head) * hp.head_dim_k;
@@ -53,7 +104,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
   const size_t v_width = static_cast<size_t>(hp.n_head_kv) * hp.head_dim_v;
   const bool fused_qkv =
       std::any_of(w_->layers.begin(), w_->layers.end(),
-                  [](const LayerWeights& l) { return l.wqkv.data != nullptr; });
+                  [](const LayerWeights& l) { return l.wqkv.present(); });
   positions_.resize(b);
   x_.resize(b * e);
   xn_.resize(b * e);
@@ -177,6 +228,7 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
     } else {
       llama_block(il, n, cache);
     }
+    if (req.block_hashes) append_row_hashes(x_.data(), n, e, req.block_hashes);
   }
   cache.advance(n);
 

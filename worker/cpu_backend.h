@@ -1,6 +1,12 @@
-// The cpu implementation of Backend (private to worker/): reference ops
-// (kernels/cpu/reference/ops) over weights mapped from the GGUF. Block
-// recipes are in forward.cc; sequences and the step in cpu_backend.cc.
+// The cpu implementation of Backend (private to worker/): generated matmuls
+// (kernels/cpu/jit, over weights repacked at load) for every linear layer and
+// the head whose type a generator serves, reference ops
+// (kernels/cpu/reference/ops) for the rest, over weights mapped from the
+// GGUF. Block recipes are in forward.cc; sequences and the step in
+// cpu_backend.cc. Environment: STRATA_JIT=0 runs the reference matmul
+// everywhere; STRATA_ISA=avx2|avx512|avx512vnni forces the ISA tier
+// (kernels/cpu/isa.h); STRATA_NO_TUNE=1 keeps the kernels' default
+// parameters instead of tuned ones (kernels/cpu/jit/tuner.h).
 //
 // Buffers are sized at creation for max_batch rows (and the attention
 // scratch at add_sequence for the longest context), so a decode step does
@@ -11,6 +17,8 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/jit/jit_matmul.h"
 #include "kernels/cpu/reference/ops/attention.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
 #include "kernels/cpu/reference/ops/matmul.h"
@@ -41,6 +49,10 @@ class CpuBackend final : public Backend {
   absl::Status forward(const ForwardRequest& request,
                        ForwardResult* result) override;
 
+  // Generates the matmul kernels of the loaded weights for `tier`
+  // (make_cpu_backend calls it once).
+  absl::Status attach_kernels(kernels::IsaTier tier);
+
  private:
   bool is_first() const { return range_.first == 0; }
   bool is_last() const { return range_.last == hp_.n_layer; }
@@ -53,6 +65,9 @@ class CpuBackend final : public Backend {
   void feed_forward_step(int layer, int n);               // xn_ -> proj_
   // Output norm and head for `rows` rows starting at row `from`.
   void head(int from, int rows);
+  // y = x · Wᵀ for n rows: the generated matmul when l has one, else the
+  // reference.
+  void matmul(const Linear& l, const float* x, int n, float* y);
 
   std::shared_ptr<const gguf::GgufModel> model_;
   arch::Hyperparameters hp_;
@@ -61,6 +76,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ShardWeights> w_;
   ThreadPool pool_;
   reference::ops::MatmulScratch matmul_scratch_;
+  kernels::jit::KernelCache kernel_cache_;  // code of the generated matmuls
+  kernels::jit::JitScratch jit_scratch_;
   std::unique_ptr<reference::ops::AttentionScratch> attention_scratch_;
   std::map<int, std::unique_ptr<KvCache>> sequences_;
 

@@ -110,9 +110,9 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
   if (last) {
     ASSIGN_OR_RETURN_W(w->output_norm, load.vector("output_norm.weight", e));
     if (has_output) {
-      ASSIGN_OR_RETURN_W(w->output, load.matrix("output.weight", e, w->n_vocab));
+      ASSIGN_OR_RETURN_W(w->output.w, load.matrix("output.weight", e, w->n_vocab));
     } else {
-      w->output = w->token_embd;  // tied embeddings
+      w->output.w = w->token_embd;  // tied embeddings
     }
   }
   ASSIGN_OR_RETURN_W(w->rope_freqs,
@@ -123,12 +123,12 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
     LayerWeights& l = w->layers.emplace_back();
     ASSIGN_OR_RETURN_W(l.attn_norm, load.vector(name("attn_norm.weight"), e));
     if (r.fused_qkv && model.find_tensor(name("attn_qkv.weight")) != nullptr) {
-      ASSIGN_OR_RETURN_W(l.wqkv, load.matrix(name("attn_qkv.weight"), e,
+      ASSIGN_OR_RETURN_W(l.wqkv.w, load.matrix(name("attn_qkv.weight"), e,
                                              q_rows + k_rows + v_rows));
     } else {
-      ASSIGN_OR_RETURN_W(l.wq, load.matrix(name("attn_q.weight"), e, q_rows));
-      ASSIGN_OR_RETURN_W(l.wk, load.matrix(name("attn_k.weight"), e, k_rows));
-      ASSIGN_OR_RETURN_W(l.wv, load.matrix(name("attn_v.weight"), e, v_rows));
+      ASSIGN_OR_RETURN_W(l.wq.w, load.matrix(name("attn_q.weight"), e, q_rows));
+      ASSIGN_OR_RETURN_W(l.wk.w, load.matrix(name("attn_k.weight"), e, k_rows));
+      ASSIGN_OR_RETURN_W(l.wv.w, load.matrix(name("attn_v.weight"), e, v_rows));
     }
     // Biases: required by qwen2's recipe, taken when present otherwise.
     ASSIGN_OR_RETURN_W(l.bq, load.vector(name("attn_q.bias"), q_rows, !r.qkv_bias));
@@ -138,7 +138,7 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
       ASSIGN_OR_RETURN_W(l.q_norm, load.vector(name("attn_q_norm.weight"), dk));
       ASSIGN_OR_RETURN_W(l.k_norm, load.vector(name("attn_k_norm.weight"), dk));
     }
-    ASSIGN_OR_RETURN_W(l.wo, load.matrix(name("attn_output.weight"),
+    ASSIGN_OR_RETURN_W(l.wo.w, load.matrix(name("attn_output.weight"),
                                          hp.n_head * dv, e));
     if (r.post_attn_norm) {
       ASSIGN_OR_RETURN_W(l.post_attn_norm,
@@ -146,19 +146,55 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
     }
     ASSIGN_OR_RETURN_W(l.ffn_norm, load.vector(name("ffn_norm.weight"), e));
     if (r.fused_gate_up) {
-      ASSIGN_OR_RETURN_W(l.w_up, load.matrix(name("ffn_up.weight"), e,
+      ASSIGN_OR_RETURN_W(l.w_up.w, load.matrix(name("ffn_up.weight"), e,
                                              2 * int64_t{hp.n_ff}));
     } else {
-      ASSIGN_OR_RETURN_W(l.w_gate, load.matrix(name("ffn_gate.weight"), e, hp.n_ff));
-      ASSIGN_OR_RETURN_W(l.w_up, load.matrix(name("ffn_up.weight"), e, hp.n_ff));
+      ASSIGN_OR_RETURN_W(l.w_gate.w, load.matrix(name("ffn_gate.weight"), e, hp.n_ff));
+      ASSIGN_OR_RETURN_W(l.w_up.w, load.matrix(name("ffn_up.weight"), e, hp.n_ff));
     }
-    ASSIGN_OR_RETURN_W(l.w_down, load.matrix(name("ffn_down.weight"), hp.n_ff, e));
+    ASSIGN_OR_RETURN_W(l.w_down.w, load.matrix(name("ffn_down.weight"), hp.n_ff, e));
     if (r.post_ffn_norm) {
       ASSIGN_OR_RETURN_W(l.post_ffn_norm,
                          load.vector(name("post_ffw_norm.weight"), e));
     }
   }
   return w;
+}
+
+absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
+                                kernels::jit::KernelCache& cache,
+                                kernels::jit::Tuner* tuner,
+                                kernels::jit::JitScratch& scratch,
+                                ThreadPool& pool) {
+  auto attach = [&](Linear& l, const std::string& name) -> absl::Status {
+    if (!l.present() || !kernels::jit::can_pack(l.w.type)) return absl::OkStatus();
+    auto m = kernels::jit::JitMatmul::create(
+        l.w, tier, kernels::jit::default_params(l.w.type), &cache, pool);
+    if (!m.ok()) {
+      return absl::Status(m.status().code(),
+                          absl::StrCat(name, ": ", m.status().message()));
+    }
+    if (tuner != nullptr) {
+      absl::Status st = tuner->tune(**m, l.w, scratch, pool);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat(name, ": ", st.message()));
+      }
+    }
+    l.jit = std::move(*m);
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    LayerWeights& l = w.layers[i];
+    const std::string layer = absl::StrCat("layer ", i, " of the shard: ");
+    for (auto [lin, name] : {std::pair{&l.wq, "attn_q"}, {&l.wk, "attn_k"},
+                             {&l.wv, "attn_v"}, {&l.wqkv, "attn_qkv"},
+                             {&l.wo, "attn_output"}, {&l.w_gate, "ffn_gate"},
+                             {&l.w_up, "ffn_up"}, {&l.w_down, "ffn_down"}}) {
+      absl::Status st = attach(*lin, absl::StrCat(layer, name, ".weight"));
+      if (!st.ok()) return st;
+    }
+  }
+  return attach(w.output, "output");
 }
 
 }  // namespace strata::worker

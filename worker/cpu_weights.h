@@ -1,10 +1,13 @@
 // The weights of one shard as the cpu backend uses them: matrices are views
 // into the GGUF mapping (any ggml type matmul supports); vectors (norm
 // weights, biases, RoPE frequency factors) are converted to f32 and owned.
-// Shapes are [rows][elements per row], i.e. [ne1][ne0] of GGUF.
+// Shapes are [rows][elements per row], i.e. [ne1][ne0] of GGUF. Each linear
+// layer may carry a generated matmul (kernels/cpu/jit) with its weights
+// repacked, attached after load by attach_jit_kernels.
 //
-// Ownership: ShardWeights owns its vectors; the matrices point into the
-// GgufModel, which must outlive it. Immutable after load: any thread reads.
+// Ownership: ShardWeights owns its vectors and the generated matmuls; the
+// matrices point into the GgufModel, which must outlive it. Immutable after
+// load: any thread reads.
 #pragma once
 
 #include <deque>
@@ -12,6 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/jit/jit_matmul.h"
+#include "kernels/cpu/jit/tuner.h"
 #include "kernels/cpu/reference/ops/matmul.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
@@ -21,24 +26,33 @@ namespace strata::worker {
 
 using reference::ops::WeightMatrix;
 
+// A linear layer's weight matrix: the GGUF view and, when a generator serves
+// its type, the generated matmul over its repacked rows (null: the
+// reference matmul runs).
+struct Linear {
+  WeightMatrix w;
+  std::shared_ptr<const kernels::jit::JitMatmul> jit;
+  bool present() const { return w.data != nullptr; }
+};
+
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [n_embd]
-  WeightMatrix wq;                   // [n_head * dk][n_embd]
-  WeightMatrix wk;                   // [n_head_kv * dk][n_embd]
-  WeightMatrix wv;                   // [n_head_kv * dv][n_embd]
-  WeightMatrix wqkv;                 // fused: [(n_head + n_head_kv) * dk
+  Linear wq;                         // [n_head * dk][n_embd]
+  Linear wk;                         // [n_head_kv * dk][n_embd]
+  Linear wv;                         // [n_head_kv * dv][n_embd]
+  Linear wqkv;                       // fused: [(n_head + n_head_kv) * dk
                                      //          + n_head_kv * dv][n_embd]
   const float* bq = nullptr;         // [n_head * dk], optional
   const float* bk = nullptr;         // [n_head_kv * dk], optional
   const float* bv = nullptr;         // [n_head_kv * dv], optional
   const float* q_norm = nullptr;     // [dk] (QK-norm)
   const float* k_norm = nullptr;     // [dk]
-  WeightMatrix wo;                   // [n_embd][n_head * dv]
+  Linear wo;                         // [n_embd][n_head * dv]
   const float* post_attn_norm = nullptr;  // [n_embd]
   const float* ffn_norm = nullptr;        // [n_embd]
-  WeightMatrix w_gate;               // [n_ff][n_embd]
-  WeightMatrix w_up;                 // [n_ff][n_embd]; fused: [2 n_ff][n_embd]
-  WeightMatrix w_down;               // [n_embd][n_ff]
+  Linear w_gate;                     // [n_ff][n_embd]
+  Linear w_up;                       // [n_ff][n_embd]; fused: [2 n_ff][n_embd]
+  Linear w_down;                     // [n_embd][n_ff]
   const float* post_ffn_norm = nullptr;   // [n_embd]
 };
 
@@ -46,7 +60,7 @@ struct ShardWeights {
   WeightMatrix token_embd;            // [n_vocab][n_embd] (first stage)
   std::vector<LayerWeights> layers;   // [range.last - range.first]
   const float* output_norm = nullptr; // [n_embd] (last stage)
-  WeightMatrix output;                // [n_vocab][n_embd] (last stage;
+  Linear output;                      // [n_vocab][n_embd] (last stage;
                                       // token_embd when tied)
   const float* rope_freqs = nullptr;  // [n_rot / 2], optional (llama3)
   int n_vocab = 0;
@@ -57,5 +71,19 @@ struct ShardWeights {
 absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
     const gguf::GgufModel& model, const arch::Hyperparameters& hp,
     BlockRange range);
+
+// Creates the generated matmul of every linear layer and the head whose
+// type a generator serves (others keep the reference matmul), packing rows
+// on `pool`; kernels are shared through `cache`, which must outlive `w`.
+// With `tuner`, each matmul takes its tuned parameters (measured on
+// `scratch` and `pool` when not cached; kernels/cpu/jit/tuner.h); without,
+// the defaults.
+// Errors: those of JitMatmul::create other than Unimplemented, naming the
+// tensor ("layer 3 of the shard: ffn_up.weight: ...").
+absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
+                                kernels::jit::KernelCache& cache,
+                                kernels::jit::Tuner* tuner,
+                                kernels::jit::JitScratch& scratch,
+                                ThreadPool& pool);
 
 }  // namespace strata::worker

@@ -63,9 +63,9 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   float* k = k_.data();  // [n][n_head_kv][dk]
   float* v = v_.data();  // [n][n_head_kv][dv]
 
-  if (w.wqkv.data != nullptr) {
+  if (w.wqkv.present()) {
     // One matrix gives [q | k | v] per row; split it.
-    ops::matmul(w.wqkv, xn_.data(), n, qkv_.data(), matmul_scratch_, pool_);
+    matmul(w.wqkv, xn_.data(), n, qkv_.data());
     const int64_t width = q_width + k_width + v_width;
     for (int t = 0; t < n; ++t) {
       const float* row = qkv_.data() + t * width;
@@ -74,9 +74,9 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
       std::copy(row + q_width + k_width, row + width, v + t * v_width);
     }
   } else {
-    ops::matmul(w.wq, xn_.data(), n, q, matmul_scratch_, pool_);
-    ops::matmul(w.wk, xn_.data(), n, k, matmul_scratch_, pool_);
-    ops::matmul(w.wv, xn_.data(), n, v, matmul_scratch_, pool_);
+    matmul(w.wq, xn_.data(), n, q);
+    matmul(w.wk, xn_.data(), n, k);
+    matmul(w.wv, xn_.data(), n, v);
   }
   if (w.bq != nullptr) ops::add_bias(q, w.bq, n, q_width);
   if (w.bk != nullptr) ops::add_bias(k, w.bk, n, k_width);
@@ -120,7 +120,7 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   }
   ops::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
                  attn_.data(), *attention_scratch_, pool_);
-  ops::matmul(w.wo, attn_.data(), n, proj_.data(), matmul_scratch_, pool_);
+  matmul(w.wo, attn_.data(), n, proj_.data());
 }
 
 // proj = W_down · (act(W_gate xn) * W_up xn).
@@ -132,22 +132,22 @@ void CpuBackend::feed_forward_step(int il, int n) {
   if (hp_.recipe.fused_gate_up) {
     // One matrix gives [gate | up] per row; compact the gates in place
     // (row t's gate moves to [t f, (t+1) f), inside rows already split).
-    ops::matmul(w.w_up, xn_.data(), n, gate, matmul_scratch_, pool_);
+    matmul(w.w_up, xn_.data(), n, gate);
     for (int t = 0; t < n; ++t) {
       const float* row = gate + t * 2 * f;
       std::copy(row + f, row + 2 * f, up + t * f);
       std::memmove(gate + t * f, row, f * sizeof(float));
     }
   } else {
-    ops::matmul(w.w_gate, xn_.data(), n, gate, matmul_scratch_, pool_);
-    ops::matmul(w.w_up, xn_.data(), n, up, matmul_scratch_, pool_);
+    matmul(w.w_gate, xn_.data(), n, gate);
+    matmul(w.w_up, xn_.data(), n, up);
   }
   if (hp_.recipe.activation == arch::FfnActivation::kGeluTanh) {
     ops::geglu(gate, up, n * f, gate, pool_);
   } else {
     ops::swiglu(gate, up, n * f, gate, pool_);
   }
-  ops::matmul(w.w_down, gate, n, proj_.data(), matmul_scratch_, pool_);
+  matmul(w.w_down, gate, n, proj_.data());
 }
 
 // logits[r] = W_out · RMSNorm(x[from + r]) for r < rows, soft-capped when
@@ -159,7 +159,7 @@ void CpuBackend::head(int from, int rows) {
   float* xn = xn_.data();  // [rows][n_embd]
   ops::rms_norm(x_.data() + from * e, w_->output_norm, rows, e, hp_.rms_eps,
                 xn, pool_);
-  ops::matmul(w_->output, xn, rows, logits_.data(), matmul_scratch_, pool_);
+  matmul(w_->output, xn, rows, logits_.data());
   if (hp_.final_softcap > 0.0f) {
     ops::soft_cap(logits_.data(), static_cast<int64_t>(need),
                   hp_.final_softcap);

@@ -7,10 +7,16 @@ int main(int argc, char** argv) {
   CLI::App app{"strata: serve and inspect LLMs from GGUF files"};
   app.require_subcommand(1);
   int exit_code = 0;
+  strata::cli::add_chat_command(app, exit_code);
   strata::cli::add_chat_template_command(app, exit_code);
+  strata::cli::add_generate_command(app, exit_code);
+  strata::cli::add_hardware_command(app, exit_code);
   strata::cli::add_inspect_command(app, exit_code);
   strata::cli::add_quantize_command(app, exit_code);
   strata::cli::add_run_command(app, exit_code);
+  strata::cli::add_serve_command(app, exit_code);
+  strata::cli::add_speed_command(app, exit_code);
+  strata::cli::add_status_command(app, exit_code);
   strata::cli::add_tokenize_commands(app, exit_code);
   try {
     app.parse(argc, argv);

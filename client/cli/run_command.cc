@@ -13,11 +13,11 @@
 
 #include "client/cli/chat_prompt.h"
 #include "client/cli/commands.h"
+#include "client/cli/generation_report.h"
 #include "coordinator/generation.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "model/tokenizer/tokenizer.h"
-#include "nlohmann/json.hpp"
 #include "worker/backend.h"
 
 namespace strata::cli {
@@ -150,32 +150,26 @@ int run(const RunOptions& o) {
                                       stream);
   if (!result.ok()) return fail("generate", result.status());
   const coordinator::Timings& t = result->timings;
+  GenerationReport report;
+  report.prompt_ids = prompt;
+  report.ids = result->ids;
+  report.text = result->text;
+  report.finish_reason = coordinator::finish_reason_name(result->finish);
+  report.seed = s.seed;
+  report.prompt_tokens = t.prompt_tokens;
+  report.generated_tokens = t.generated_tokens;
+  report.decode_steps = t.decode_steps;
+  report.prefill_s = t.prefill_s;
+  report.prefill_tok_s = t.prefill_tok_s();
+  report.decode_s = t.decode_s;
+  report.decode_tok_s = t.decode_tok_s();
+  report.threads = options.n_threads;
   if (o.json) {
-    nlohmann::json j;
-    j["prompt_ids"] = prompt;
-    j["ids"] = result->ids;
-    j["text"] = result->text;
-    j["finish_reason"] = coordinator::finish_reason_name(result->finish);
-    j["seed"] = s.seed;
-    j["timings"] = {{"prompt_tokens", t.prompt_tokens},
-                    {"prefill_s", t.prefill_s},
-                    {"prefill_tok_s", t.prefill_tok_s()},
-                    {"generated_tokens", t.generated_tokens},
-                    {"decode_s", t.decode_s},
-                    {"decode_tok_s", t.decode_tok_s()},
-                    {"threads", options.n_threads}};
-    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-              << "\n";
+    std::cout << generation_json(report);
   } else {
     std::printf("\n");
     std::fflush(stdout);  // the text before the timings, even when piped
-    std::fprintf(stderr,
-                 "[%s] prefill: %d tokens in %.3f s, %.1f tok/s | decode: %d "
-                 "tokens in %.3f s, %.1f tok/s | %d threads\n",
-                 coordinator::finish_reason_name(result->finish),
-                 t.prompt_tokens, t.prefill_s, t.prefill_tok_s(),
-                 t.decode_steps, t.decode_s, t.decode_tok_s(),
-                 options.n_threads);
+    std::fputs(generation_summary(report).c_str(), stderr);
   }
   return 0;
 }

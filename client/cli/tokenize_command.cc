@@ -11,9 +11,15 @@
 //   strata detokenize -m MODEL [--render-special] ID...
 //     prints the text (invalid UTF-8 replaced by U+FFFD); a newline follows
 //     only when standard output is a terminal.
+//   strata tokenize --server HOST:PORT [--no-bos] [--parse-special]
+//                   [--pieces] (TEXT | --stdin)
+//   strata detokenize --server HOST:PORT ID...
+//     the same with the tokenizer of the model a strata server serves
+//     (pieces as the server sends them: U+FFFD for partial UTF-8).
 //
 // Exit status: 0 done; 1 the model (a message names the bad key) or an id
-// was refused; 2 usage.
+// was refused, or the server failed (one line naming it and the gRPC
+// status); 2 usage.
 #include <unistd.h>
 
 #include <charconv>
@@ -25,6 +31,7 @@
 #include <vector>
 
 #include "client/cli/commands.h"
+#include "client/cli/remote.h"
 #include "model/gguf_reader.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/unicode.h"
@@ -37,6 +44,7 @@ using tokenizer::Tokenizer;
 
 struct TokenizeOptions {
   std::string model;
+  ServerFlags server;  // set: ask the server instead of loading a model
   std::string text;
   bool has_text = false;
   bool from_stdin = false;
@@ -48,6 +56,7 @@ struct TokenizeOptions {
 
 struct DetokenizeOptions {
   std::string model;
+  ServerFlags server;
   std::vector<std::string> ids;
   bool render_special = false;
 };
@@ -103,6 +112,50 @@ std::string escape_piece(std::string_view piece) {
   return out;
 }
 
+// Exactly one of -m and --server; else prints why and returns false.
+bool check_source(const char* command, const std::string& model,
+                  const ServerFlags& server) {
+  if (model.empty() == server.server.empty()) {
+    std::fprintf(stderr, "strata %s: give -m MODEL or --server HOST:PORT "
+                         "(exactly one)\n", command);
+    return false;
+  }
+  return true;
+}
+
+int run_remote_tokenize(const TokenizeOptions& options,
+                        const std::string& text) {
+  if (options.strict_utf8) {
+    std::fprintf(stderr,
+                 "strata tokenize: --strict-utf8 needs -m (a local model)\n");
+    return 2;
+  }
+  std::unique_ptr<Client> client = connect_or_report(options.server);
+  if (client == nullptr) return 1;
+  strata::TokenizeOptions request;
+  request.add_special = !options.no_bos;
+  request.parse_special = options.parse_special;
+  auto result = client->tokenize(text, request);
+  if (!result.ok()) {
+    return report_error(options.server.server, result.status());
+  }
+  std::string out;
+  for (size_t i = 0; i < result->ids.size(); ++i) {
+    if (options.pieces) {
+      out += std::to_string(result->ids[i]);
+      out += '\t';
+      if (i < result->pieces.size()) out += escape_piece(result->pieces[i]);
+      out += '\n';
+    } else {
+      if (i > 0) out += ' ';
+      out += std::to_string(result->ids[i]);
+    }
+  }
+  if (!options.pieces) out += '\n';
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
 int run_tokenize(const TokenizeOptions& options) {
   if (options.has_text == options.from_stdin) {
     std::fprintf(stderr,
@@ -110,13 +163,17 @@ int run_tokenize(const TokenizeOptions& options) {
                  "(exactly one)\n");
     return 2;
   }
-  std::unique_ptr<Tokenizer> tok = load("tokenize", options.model);
-  if (tok == nullptr) return 1;
+  if (!check_source("tokenize", options.model, options.server)) return 2;
   std::string text = options.text;
   if (options.from_stdin) {
     text.assign(std::istreambuf_iterator<char>(std::cin),
                 std::istreambuf_iterator<char>());
   }
+  if (!options.server.server.empty()) {
+    return run_remote_tokenize(options, text);
+  }
+  std::unique_ptr<Tokenizer> tok = load("tokenize", options.model);
+  if (tok == nullptr) return 1;
   tokenizer::EncodeOptions encode;
   encode.add_special = !options.no_bos;
   encode.parse_special = options.parse_special;
@@ -158,6 +215,16 @@ int run_detokenize(const DetokenizeOptions& options) {
     }
     ids.push_back(id);
   }
+  if (!check_source("detokenize", options.model, options.server)) return 2;
+  if (!options.server.server.empty()) {
+    std::unique_ptr<Client> client = connect_or_report(options.server);
+    if (client == nullptr) return 1;
+    auto text = client->detokenize(ids);
+    if (!text.ok()) return report_error(options.server.server, text.status());
+    std::fwrite(text->data(), 1, text->size(), stdout);
+    if (isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+    return 0;
+  }
   std::unique_ptr<Tokenizer> tok = load("detokenize", options.model);
   if (tok == nullptr) return 1;
   tokenizer::DecodeOptions decode;
@@ -179,8 +246,8 @@ void add_tokenize_commands(CLI::App& app, int& exit_code) {
   auto tok = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "tokenize", "Print the token ids of a text, with the model's tokenizer");
-  cmd->add_option("-m,--model", tok->model, "GGUF file (first part if split)")
-      ->required();
+  cmd->add_option("-m,--model", tok->model, "GGUF file (first part if split)");
+  add_server_flags(cmd, tok->server, /*required=*/false);
   cmd->add_option("text", tok->text, "Text to tokenize (or --stdin)");
   cmd->add_flag("--stdin", tok->from_stdin,
                 "Read the text from standard input, raw, to end of input");
@@ -202,8 +269,8 @@ void add_tokenize_commands(CLI::App& app, int& exit_code) {
   CLI::App* dcmd = app.add_subcommand(
       "detokenize", "Print the text of token ids, with the model's tokenizer");
   dcmd->add_option("-m,--model", detok->model,
-                   "GGUF file (first part if split)")
-      ->required();
+                   "GGUF file (first part if split)");
+  add_server_flags(dcmd, detok->server, /*required=*/false);
   dcmd->add_option("ids", detok->ids, "Token ids")->required();
   dcmd->add_flag("--render-special", detok->render_special,
                  "Print control tokens' text (otherwise they print nothing)");

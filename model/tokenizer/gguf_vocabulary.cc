@@ -94,6 +94,8 @@ absl::StatusOr<std::optional<TokenId>> find_id(const GgufFile& file,
       },
       v->data);
   if (!is_integer) return wrong_type(key, *v, "an integer token id");
+  // -1 (INT32) and 4294967295 (-1 written as UINT32) mean "no such token".
+  if (value == -1 || value == 0xFFFFFFFFll) return std::optional<TokenId>();
   if (too_big || value < 0 || value > std::numeric_limits<TokenId>::max()) {
     return absl::InvalidArgumentError(
         cat(key, ": ", too_big ? "huge value" : std::to_string(value),
@@ -198,10 +200,18 @@ absl::StatusOr<Vocabulary> vocabulary_from_gguf(const GgufFile& file) {
         cat(keys::kMerges, ": missing (a gpt2 tokenizer needs it)"));
   }
 
+  // A special-token id outside the vocabulary (converters write -1, stored
+  // as UINT32 4294967295, for "none") is read as absent, as llama.cpp's
+  // llama_vocab::load does ("bad special token ... using default id").
+  const auto in_vocab = [&](std::optional<TokenId> id) {
+    return id.has_value() && static_cast<size_t>(*id) < vocab.tokens.size()
+               ? id
+               : std::optional<TokenId>();
+  };
   for (const SpecialSlot& slot : special_slots(vocab.special)) {
     absl::StatusOr<std::optional<TokenId>> id = find_id(file, slot.key);
     if (!id.ok()) return id.status();
-    *slot.id = *id;
+    *slot.id = in_vocab(*id);
   }
   // Deprecated spellings of the FIM ids; as in llama.cpp, they win.
   const std::pair<std::string_view, std::optional<TokenId>*> deprecated[] = {
@@ -212,7 +222,7 @@ absl::StatusOr<Vocabulary> vocabulary_from_gguf(const GgufFile& file) {
   for (const auto& [key, slot] : deprecated) {
     absl::StatusOr<std::optional<TokenId>> id = find_id(file, key);
     if (!id.ok()) return id.status();
-    if (id->has_value()) *slot = *id;
+    if (in_vocab(*id).has_value()) *slot = *id;
   }
 
   const std::pair<std::string_view, std::optional<bool>*> flags[] = {

@@ -151,7 +151,7 @@ TEST_F(CliTest, BadTokenizerKeysExitOneNamingTheKey) {
     testing::GgufImage g;
     g.add_string("tokenizer.ggml.model", "llama");
     g.add_strings("tokenizer.ggml.tokens", {"a", "b", "c"});
-    g.add_u32("tokenizer.ggml.eos_token_id", 3);
+    g.add_string("tokenizer.ggml.eos_token_id", "3");
     cases.push_back({"tokenizer.ggml.eos_token_id", g.bytes()});
   }
   {

@@ -131,16 +131,35 @@ TEST(HostileMetadata, ShortPerTokenArraysAreNamed) {
             std::string::npos);
 }
 
-TEST(HostileMetadata, SpecialIdsOutOfRangeAreNamed) {
+// As llama.cpp's llama_vocab::load: a special-token id outside the
+// vocabulary (8 of 8 tokens, or -1 written as UINT32 4294967295, which
+// converters use for "none") is read as absent; a value that is not a
+// UINT32 is refused, naming the key (the GGUF key table's rule). (Absent ids then take the model's
+// defaults: the special tokens equal those of the file without the key.)
+TEST(HostileMetadata, SpecialIdsOutOfRangeAreAbsent) {
+  auto plain = tokenizer_from_image(spm_image());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const SpecialTokens& want = (*plain)->special();
   for (const char* key :
        {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
         "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
         "tokenizer.ggml.eot_token_id", "tokenizer.ggml.seperator_token_id",
         "tokenizer.ggml.fim_pre_token_id"}) {
-    expect_refused_naming(spm_image([key](GgufImage& g) { g.add_u32(key, 8); }),
-                          key);
+    for (uint32_t id : {8u, 4294967295u}) {
+      auto tok = tokenizer_from_image(
+          spm_image([&](GgufImage& g) { g.add_u32(key, id); }));
+      ASSERT_TRUE(tok.ok()) << key << " = " << id << ": " << tok.status();
+      const SpecialTokens& got = (*tok)->special();
+      EXPECT_EQ(got.bos, want.bos) << key << " = " << id;
+      EXPECT_EQ(got.eos, want.eos) << key << " = " << id;
+      EXPECT_EQ(got.unk, want.unk) << key << " = " << id;
+      EXPECT_EQ(got.pad, want.pad) << key << " = " << id;
+      EXPECT_EQ(got.eot, want.eot) << key << " = " << id;
+      EXPECT_EQ(got.sep, want.sep) << key << " = " << id;
+      EXPECT_EQ(got.fim_pre, want.fim_pre) << key << " = " << id;
+    }
     expect_refused_naming(
-        spm_image([key](GgufImage& g) { g.add_i32(key, -1); }), key);
+        spm_image([key](GgufImage& g) { g.add_string(key, "2"); }), key);
   }
 }
 

@@ -1,0 +1,73 @@
+// `strata chat --server HOST:PORT [--system TEXT] [sampling flags]`: an
+// interactive chat with a strata server. Reads one user turn per line from
+// stdin, sends the whole conversation so far (the server applies the
+// model's chat template), streams the reply, and keeps it in the history.
+// An empty line is skipped; "/exit" or end of input ends the chat.
+//
+// Exit status: 0 the chat ended; 1 the server refused or failed (one line
+// naming the server and the gRPC status); 2 usage.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/cli/commands.h"
+#include "client/cli/remote.h"
+
+namespace strata::cli {
+namespace {
+
+struct ChatFlags {
+  ServerFlags server;
+  GenerationFlags generation;
+  std::string system;
+};
+
+int run_chat(const ChatFlags& f, const CLI::App& cmd) {
+  std::unique_ptr<Client> client = connect_or_report(f.server);
+  if (client == nullptr) return 1;
+  const bool interactive = isatty(STDIN_FILENO) != 0;
+  std::vector<ChatMessage> history;
+  if (!f.system.empty()) history.push_back({"system", f.system});
+  std::string line;
+  for (;;) {
+    if (interactive) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (line.empty()) continue;
+    history.push_back({"user", line});
+    GenerateOptions request = generation_options(f.generation, f.server, cmd);
+    request.messages = history;
+    auto reply = client->generate_stream(request, [](const Delta& delta) {
+      std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    std::printf("\n");
+    std::fflush(stdout);
+    if (!reply.ok()) return report_error(f.server.server, reply.status());
+    history.push_back({"assistant", reply->text});
+  }
+  if (interactive) std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app, int& exit_code) {
+  auto f = std::make_shared<ChatFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "chat", "Chat with a strata server: one user turn per line of stdin, "
+              "/exit or end of input to end");
+  add_server_flags(cmd, f->server);
+  cmd->add_option("--system", f->system, "system message opening the chat");
+  add_generation_flags(cmd, f->generation);
+  cmd->callback([f, cmd, &exit_code] { exit_code = run_chat(*f, *cmd); });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,79 @@
+#include "client/cli/remote.h"
+
+#include <chrono>
+#include <cstdio>
+
+namespace strata::cli {
+
+CLI::Option* add_server_flags(CLI::App* cmd, ServerFlags& flags,
+                              bool required) {
+  CLI::Option* server = cmd->add_option(
+      "--server", flags.server,
+      "server address HOST:PORT (strata serve listens on 127.0.0.1:50051)");
+  if (required) server->required();
+  cmd->add_option("--deadline-ms", flags.deadline_ms,
+                  "give up on the server after this many ms (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  return server;
+}
+
+std::unique_ptr<Client> connect_or_report(const ServerFlags& flags) {
+  ClientOptions options;
+  options.deadline = std::chrono::milliseconds(flags.deadline_ms);
+  auto client = Client::connect(flags.server, options);
+  if (!client.ok()) {
+    report_error(flags.server, client.status());
+    return nullptr;
+  }
+  return *std::move(client);
+}
+
+int report_error(const std::string& server, const absl::Status& status) {
+  std::fprintf(stderr, "strata: %s: %s: %s\n", server.c_str(),
+               absl::StatusCodeToString(status.code()).c_str(),
+               std::string(status.message()).c_str());
+  return 1;
+}
+
+void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
+  cmd->add_option("--model", f.model,
+                  "served model name (strata status); default: the served one");
+  cmd->add_option("-n,--n-predict", f.n_predict, "tokens to generate (128)");
+  cmd->add_option("--temp", f.temperature, "temperature; 0 = greedy (0)");
+  cmd->add_option("--top-k", f.top_k, "top-k; 0 = off (0)");
+  cmd->add_option("--top-p", f.top_p, "top-p; 1 = off (1)");
+  cmd->add_option("--min-p", f.min_p, "min-p; 0 = off (0)");
+  cmd->add_option("--repeat-penalty", f.repeat_penalty, "1 = off (1)");
+  cmd->add_option("--presence-penalty", f.presence_penalty, "0 = off (0)");
+  cmd->add_option("--frequency-penalty", f.frequency_penalty, "0 = off (0)");
+  cmd->add_option("--repeat-last-n", f.repeat_last_n,
+                  "tokens the penalties look back over (64)");
+  cmd->add_option("--seed", f.seed, "sampling seed (random)");
+  cmd->add_option("--stop", f.stop, "stop string (repeatable)");
+  cmd->add_flag("--ignore-eos", f.ignore_eos,
+                "do not stop at end-of-generation tokens");
+}
+
+GenerateOptions generation_options(const GenerationFlags& f,
+                                   const ServerFlags& server,
+                                   const CLI::App& cmd) {
+  GenerateOptions o;
+  o.model = f.model;
+  if (cmd.count("--n-predict") > 0) o.max_tokens = f.n_predict;
+  SamplingOptions& s = o.sampling;
+  s.temperature = f.temperature;
+  s.top_k = f.top_k;
+  if (cmd.count("--top-p") > 0) s.top_p = f.top_p;
+  s.min_p = f.min_p;
+  if (cmd.count("--repeat-penalty") > 0) s.repeat_penalty = f.repeat_penalty;
+  s.presence_penalty = f.presence_penalty;
+  s.frequency_penalty = f.frequency_penalty;
+  if (cmd.count("--repeat-last-n") > 0) s.repeat_last_n = f.repeat_last_n;
+  if (cmd.count("--seed") > 0) s.seed = f.seed;
+  o.stop = f.stop;
+  o.ignore_eos = f.ignore_eos;
+  o.deadline = std::chrono::milliseconds(server.deadline_ms);
+  return o;
+}
+
+}  // namespace strata::cli

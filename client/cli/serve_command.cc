@@ -1,0 +1,138 @@
+// `strata serve MODEL.gguf [--workers N] [--listen HOST:PORT] [-t THREADS]
+// [-c CTX] [--max-sequences S] [--kv-type f16|f32] [--trace FILE]`:
+// single-node mode. The coordinator and N pipeline stages run in this
+// process, chained in-process, serving the strata.v1.Inference API — the
+// same one `strata-coordinator` serves for a cluster. With no flags it
+// listens on 127.0.0.1:50051, or the next free port, and prints
+// "listening on HOST:PORT". Stops on SIGINT / SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "client/cli/commands.h"
+#include "coordinator/cluster_config.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/single_node.h"
+
+namespace strata::cli {
+namespace {
+
+volatile std::sig_atomic_t g_serve_stop = 0;
+void on_serve_signal(int) { g_serve_stop = 1; }
+
+struct ServeOptions {
+  std::string model;
+  int workers = 1;
+  std::string listen;  // "": 127.0.0.1:50051 or the next free port
+  int threads = 0;
+  int ctx = 0;
+  int max_sequences = 8;
+  std::string kv_type = "f16";
+  std::string trace;
+};
+
+int serve_fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "strata serve: %s%s%s\n", what.c_str(),
+               what.empty() ? "" : ": ", std::string(status.message()).c_str());
+  return 1;
+}
+
+int serve(const ServeOptions& o) {
+  if (o.threads < 0 || o.ctx < 0 || o.workers < 1 || o.max_sequences < 1 ||
+      o.max_sequences > 1024) {
+    std::fprintf(stderr,
+                 "strata serve: --workers >= 1, -t >= 0, -c >= 0 and "
+                 "--max-sequences in 1 .. 1024\n");
+    return 2;
+  }
+  coordinator::SingleNodeOptions s;
+  s.model = o.model;
+  s.workers = o.workers;
+  s.threads = o.threads;
+  s.context_length = o.ctx;
+  s.max_sequences = o.max_sequences;
+  s.trace = o.trace;
+  if (o.kv_type == "f32") {
+    s.kv_type = GgmlType::kF32;
+  } else if (o.kv_type != "f16") {
+    std::fprintf(stderr, "strata serve: --kv-type: '%s' is not f16 or f32\n",
+                 o.kv_type.c_str());
+    return 2;
+  }
+  if (!o.listen.empty()) {
+    if (absl::Status st = coordinator::check_address(o.listen, true); !st.ok()) {
+      return serve_fail("--listen", st);
+    }
+  }
+  auto cluster = coordinator::make_single_node(s);
+  if (!cluster.ok()) return serve_fail(o.model, cluster.status());
+  std::fprintf(stderr, "strata serve: loading %s on %d stage%s\n",
+               o.model.c_str(), o.workers, o.workers == 1 ? "" : "s");
+  if (absl::Status st = (*cluster)->wait_serving(absl::Minutes(10)); !st.ok()) {
+    return serve_fail(o.model, st);
+  }
+  coordinator::InferenceService service(**cluster);
+
+  // The given address, or 127.0.0.1 from port 50051 up to the first free.
+  std::unique_ptr<grpc::Server> server;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  if (!o.listen.empty()) {
+    auto started = coordinator::start_grpc_server(service, o.listen, &port);
+    if (!started.ok()) return serve_fail("--listen", started.status());
+    server = *std::move(started);
+    host = o.listen.substr(0, o.listen.rfind(':'));
+  } else {
+    for (int p = 50051; p < 50051 + 100 && !server; ++p) {
+      auto started = coordinator::start_grpc_server(
+          service, host + ":" + std::to_string(p), &port);
+      if (started.ok()) server = *std::move(started);
+    }
+    if (!server) {
+      return serve_fail("", absl::UnavailableError(
+                                "no free port in 127.0.0.1:50051 .. 50150; "
+                                "give one with --listen HOST:PORT"));
+    }
+  }
+  std::printf("listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+
+  std::signal(SIGINT, on_serve_signal);
+  std::signal(SIGTERM, on_serve_signal);
+  while (!g_serve_stop) {
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+  std::fprintf(stderr, "strata serve: stopping\n");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "Serve a GGUF model over gRPC on this machine (single-node mode: the "
+      "coordinator and its workers in one process)");
+  cmd->add_option("model", o->model, "GGUF model")->required();
+  cmd->add_option("--workers", o->workers,
+                  "pipeline stages, each a shard of the blocks (1)");
+  cmd->add_option("--listen", o->listen,
+                  "HOST:PORT (127.0.0.1:50051 or the next free port)");
+  cmd->add_option("-t,--threads", o->threads,
+                  "compute threads in all, shared by the stages (all cores)");
+  cmd->add_option("-c,--ctx-size", o->ctx, "context length (the model's)");
+  cmd->add_option("--max-sequences", o->max_sequences,
+                  "sequences generated at once (8)");
+  cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 or f32 (f16)");
+  cmd->add_option("--trace", o->trace,
+                  "write block-output hashes as JSON lines (debug; see "
+                  "scripts/trace-diff.py)");
+  cmd->callback([o, &exit_code] { exit_code = serve(*o); });
+}
+
+}  // namespace strata::cli

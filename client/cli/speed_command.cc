@@ -1,0 +1,261 @@
+// `strata speed -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [--json]`:
+// llama-bench's two tests on the whole model, CPU backend.
+//
+//   pp<p>: prefill of a p-token prompt (chunks of the backend's max batch,
+//          logits of the last position only), on a fresh sequence;
+//   tg<n>: decode of n tokens one at a time (each step's logits), on a fresh
+//          sequence starting from position 0.
+//
+// As in llama-bench the ids are arbitrary valid ones (seeded uniform draws
+// from the vocabulary: speed does not depend on which tokens), each test is
+// run once untimed first (pp: the whole prompt; tg: one token) unless
+// --no-warmup, then r times. Prints the median and the best tok/s of the r
+// runs. -p 0 or -n 0 skips that test. --json prints one object:
+//   {"model": PATH, "threads": T, "backend": "cpu",
+//    "decode_weight_bytes": bytes of weights one decode step reads,
+//    "pp": {"tokens": p, "tok_s": median, "best_tok_s": X, "runs_tok_s": [..]},
+//    "tg": {"tokens": n, "tok_s": median, "best_tok_s": Y, "runs_tok_s": [..]}}
+// with "pp" or "tg" null when skipped.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "client/cli/commands.h"
+#include "model/architecture/architecture.h"
+#include "model/gguf_reader.h"
+#include "nlohmann/json.hpp"
+#include "worker/backend.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr int kMaxTokens = 1 << 20;
+constexpr int kMaxRuns = 1000;
+constexpr int kMaxThreads = 1024;
+
+struct SpeedOptions {
+  std::string model;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int runs = 3;
+  int threads = 0;  // 0: all cores
+  uint64_t seed = 1234;
+  bool warmup = true;
+  bool json = false;
+};
+
+struct TestResult {
+  int tokens = 0;
+  std::vector<double> tok_s;  // one per run, in run order
+  double median() const {
+    std::vector<double> v = tok_s;
+    std::sort(v.begin(), v.end());
+    const size_t mid = v.size() / 2;
+    return v.size() % 2 == 1 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
+  }
+  double best() const { return *std::max_element(tok_s.begin(), tok_s.end()); }
+};
+
+int fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "strata speed: %s: %s\n", what.c_str(),
+               std::string(status.message()).c_str());
+  return 1;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+// Bytes of weights one decode step reads: every tensor, except that the
+// token embedding is only looked up (one row) unless it doubles as the
+// output head (no output.weight: tied embeddings).
+uint64_t decode_weight_bytes(const gguf::GgufModel& model) {
+  const bool tied = model.find_tensor("output.weight") == nullptr;
+  uint64_t bytes = 0;
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    if (t.name == "token_embd.weight" && !tied) continue;
+    bytes += t.n_bytes;
+  }
+  return bytes;
+}
+
+// One timed pass of each test on a fresh sequence (id 0, removed after).
+class SpeedRunner {
+ public:
+  SpeedRunner(worker::Backend& backend, uint64_t seed)
+      : backend_(backend), rng_(seed) {}
+
+  std::vector<int32_t> random_ids(int n) {
+    std::uniform_int_distribution<int32_t> dist(0, backend_.n_vocab() - 1);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t& id : ids) id = dist(rng_);
+    return ids;
+  }
+
+  // Seconds for the prefill of n random ids.
+  absl::StatusOr<double> prefill(int n) {
+    const std::vector<int32_t> prompt = random_ids(n);
+    if (absl::Status st = backend_.add_sequence(0, n); !st.ok()) return st;
+    worker::ForwardResult result;
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status st = worker::prefill_in_chunks(backend_, 0, prompt, &result);
+    const double s = seconds_since(t0);
+    absl::Status removed = backend_.remove_sequence(0);
+    if (!st.ok()) return st;
+    if (!removed.ok()) return removed;
+    return s;
+  }
+
+  // Seconds for n decode steps of one random id each.
+  absl::StatusOr<double> decode(int n) {
+    const std::vector<int32_t> ids = random_ids(n);
+    if (absl::Status st = backend_.add_sequence(0, n); !st.ok()) return st;
+    worker::ForwardResult result;
+    absl::Status st;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n && st.ok(); ++i) {
+      worker::ForwardRequest req;
+      req.seq = 0;
+      req.tokens = std::span<const int32_t>(&ids[static_cast<size_t>(i)], 1);
+      req.logits = worker::Logits::kLast;
+      st = backend_.forward(req, &result);
+    }
+    const double s = seconds_since(t0);
+    absl::Status removed = backend_.remove_sequence(0);
+    if (!st.ok()) return st;
+    if (!removed.ok()) return removed;
+    return s;
+  }
+
+ private:
+  worker::Backend& backend_;
+  std::mt19937_64 rng_;
+};
+
+nlohmann::json test_json(const TestResult* r) {
+  if (r == nullptr) return nullptr;
+  return {{"tokens", r->tokens},
+          {"tok_s", r->median()},
+          {"best_tok_s", r->best()},
+          {"runs_tok_s", r->tok_s}};
+}
+
+int run(const SpeedOptions& o) {
+  if (o.n_prompt == 0 && o.n_gen == 0) {
+    std::fprintf(stderr, "strata speed: -p and -n are both 0: nothing to "
+                         "measure\n");
+    return 2;
+  }
+  auto opened = gguf::GgufModel::open(o.model);
+  if (!opened.ok()) return fail(o.model, opened.status());
+  std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
+  auto hp = arch::read_hyperparameters(model->first());
+  if (!hp.ok()) return fail(o.model, hp.status());
+  const int longest = std::max(o.n_prompt, o.n_gen);
+  if (hp->n_ctx_train > 0 && longest > hp->n_ctx_train) {
+    std::fprintf(stderr,
+                 "strata speed: %d tokens exceed the model's context of %d "
+                 "(lower -p / -n)\n",
+                 longest, hp->n_ctx_train);
+    return 2;
+  }
+
+  worker::CpuBackendOptions options;
+  options.n_threads =
+      o.threads > 0 ? o.threads
+                    : static_cast<int>(
+                          std::max(1u, std::thread::hardware_concurrency()));
+  auto backend =
+      worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
+  if (!backend.ok()) return fail(o.model, backend.status());
+  SpeedRunner runner(**backend, o.seed);
+
+  TestResult pp{o.n_prompt, {}};
+  TestResult tg{o.n_gen, {}};
+  if (o.warmup) {
+    if (o.n_prompt > 0) {
+      if (auto s = runner.prefill(o.n_prompt); !s.ok()) {
+        return fail("warm-up prefill", s.status());
+      }
+    }
+    if (o.n_gen > 0) {
+      if (auto s = runner.decode(1); !s.ok()) {
+        return fail("warm-up decode", s.status());
+      }
+    }
+  }
+  for (int r = 0; r < o.runs; ++r) {
+    if (o.n_prompt > 0) {
+      auto s = runner.prefill(o.n_prompt);
+      if (!s.ok()) return fail("prefill", s.status());
+      pp.tok_s.push_back(o.n_prompt / std::max(*s, 1e-9));
+    }
+    if (o.n_gen > 0) {
+      auto s = runner.decode(o.n_gen);
+      if (!s.ok()) return fail("decode", s.status());
+      tg.tok_s.push_back(o.n_gen / std::max(*s, 1e-9));
+    }
+  }
+
+  const TestResult* pp_done = o.n_prompt > 0 ? &pp : nullptr;
+  const TestResult* tg_done = o.n_gen > 0 ? &tg : nullptr;
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = o.model;
+    j["threads"] = options.n_threads;
+    j["backend"] = std::string((*backend)->name());
+    j["decode_weight_bytes"] = decode_weight_bytes(*model);
+    j["pp"] = test_json(pp_done);
+    j["tg"] = test_json(tg_done);
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::printf("model: %s (%s, %d blocks), %s backend, %d threads, %d runs\n",
+              o.model.c_str(), hp->architecture.c_str(), hp->n_layer,
+              std::string((*backend)->name()).c_str(), options.n_threads,
+              o.runs);
+  std::printf("%-8s %14s %14s\n", "test", "median tok/s", "best tok/s");
+  const std::pair<const char*, const TestResult*> tests[] = {{"pp", pp_done},
+                                                             {"tg", tg_done}};
+  for (const auto& [name, r] : tests) {
+    if (r == nullptr) continue;
+    const std::string test = name + std::to_string(r->tokens);
+    std::printf("%-8s %14.2f %14.2f\n", test.c_str(), r->median(), r->best());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_speed_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<SpeedOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "speed",
+      "Measure prefill (pp) and decode (tg) tok/s on the CPU, as llama-bench");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("-p,--n-prompt", o->n_prompt,
+                  "prompt tokens of the prefill test; 0 skips it (512)")
+      ->check(CLI::Range(0, kMaxTokens));
+  cmd->add_option("-n,--n-gen", o->n_gen,
+                  "tokens of the decode test; 0 skips it (128)")
+      ->check(CLI::Range(0, kMaxTokens));
+  cmd->add_option("-r,--repetitions", o->runs, "timed runs of each test (3)")
+      ->check(CLI::Range(1, kMaxRuns));
+  cmd->add_option("-t,--threads", o->threads, "threads (all cores)")
+      ->check(CLI::Range(1, kMaxThreads));
+  cmd->add_option("--seed", o->seed, "seed of the random token ids (1234)");
+  cmd->add_flag("--no-warmup", [o](int64_t) { o->warmup = false; },
+                "skip the untimed first run of each test");
+  cmd->add_flag("--json", o->json, "print one JSON object (medians)");
+  cmd->callback([o, &exit_code] { exit_code = run(*o); });
+}
+
+}  // namespace strata::cli

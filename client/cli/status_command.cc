@@ -1,0 +1,114 @@
+// `strata status --server HOST:PORT [--json]`: the cluster as its
+// coordinator sees it (ClusterStatus): serving state, the model, and each
+// worker in pipeline order with its block range, memory and health.
+// --json prints one object with the proto's field names; the state is
+// "serving", "degraded", "starting" or "unspecified".
+//
+// Exit status: 0 printed (whatever the state); 1 the server could not be
+// asked (one line naming the server and the gRPC status); 2 usage.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "client/cli/commands.h"
+#include "client/cli/remote.h"
+#include "nlohmann/json.hpp"
+
+namespace strata::cli {
+namespace {
+
+struct StatusFlags {
+  ServerFlags server;
+  bool json = false;
+};
+
+double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+nlohmann::json model_json(const ModelInfo& m) {
+  return {{"name", m.name},
+          {"path", m.path},
+          {"architecture", m.architecture},
+          {"n_layer", m.n_layer},
+          {"n_vocab", m.n_vocab},
+          {"context_length", m.context_length},
+          {"chat_template_family", m.chat_template_family}};
+}
+
+std::string status_json(const ClusterStatus& s) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const WorkerStatus& w : s.workers) {
+    workers.push_back({{"address", w.address},
+                       {"state", w.state},
+                       {"first_block", w.first_block},
+                       {"last_block", w.last_block},
+                       {"embedding", w.embedding},
+                       {"head", w.head},
+                       {"weight_bytes", w.weight_bytes},
+                       {"kv_bytes", w.kv_bytes},
+                       {"memory_budget_bytes", w.memory_budget_bytes},
+                       {"device", w.device},
+                       {"last_error", w.last_error},
+                       {"last_seen_ms_ago", w.last_seen_ms_ago}});
+  }
+  nlohmann::json j = {{"state", serving_state_name(s.state)},
+                      {"model", model_json(s.model)},
+                      {"workers", std::move(workers)},
+                      {"active_sequences", s.active_sequences},
+                      {"max_sequences", s.max_sequences},
+                      {"requests_served", s.requests_served}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
+void print_status(const ClusterStatus& s) {
+  const ModelInfo& m = s.model;
+  std::printf("state: %s\n", serving_state_name(s.state));
+  std::printf("model: %s (%s, %d blocks, vocabulary %d, context %d%s%s) %s\n",
+              m.name.c_str(), m.architecture.c_str(), m.n_layer, m.n_vocab,
+              m.context_length, m.chat_template_family.empty() ? "" : ", chat ",
+              m.chat_template_family.c_str(), m.path.c_str());
+  std::printf("sequences: %d active of %d; %llu requests served\n",
+              s.active_sequences, s.max_sequences,
+              static_cast<unsigned long long>(s.requests_served));
+  std::printf("workers (pipeline order): %zu\n", s.workers.size());
+  for (size_t i = 0; i < s.workers.size(); ++i) {
+    const WorkerStatus& w = s.workers[i];
+    std::printf(
+        "  %zu  %s  %s  blocks [%d, %d)%s%s  weights %.1f MiB  KV %.1f MiB  "
+        "budget %.1f MiB  seen %.0f ms ago  %s\n",
+        i, w.address.c_str(), w.state.c_str(), w.first_block, w.last_block,
+        w.embedding ? " +embedding" : "", w.head ? " +head" : "",
+        mib(w.weight_bytes), mib(w.kv_bytes), mib(w.memory_budget_bytes),
+        w.last_seen_ms_ago, w.device.c_str());
+    if (!w.last_error.empty()) {
+      std::printf("     last error: %s\n", w.last_error.c_str());
+    }
+  }
+}
+
+int run_status(const StatusFlags& f) {
+  std::unique_ptr<Client> client = connect_or_report(f.server);
+  if (client == nullptr) return 1;
+  auto status = client->cluster_status();
+  if (!status.ok()) return report_error(f.server.server, status.status());
+  if (f.json) {
+    std::cout << status_json(*status) << std::flush;
+  } else {
+    print_status(*status);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_status_command(CLI::App& app, int& exit_code) {
+  auto f = std::make_shared<StatusFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "status", "Show a strata cluster: state, model, workers and their shards");
+  add_server_flags(cmd, f->server);
+  cmd->add_flag("--json", f->json, "print one JSON object");
+  cmd->callback([f, &exit_code] { exit_code = run_status(*f); });
+}
+
+}  // namespace strata::cli

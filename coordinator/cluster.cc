@@ -1,0 +1,421 @@
+#include "coordinator/cluster.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace strata::coordinator {
+namespace {
+
+std::string model_name(const gguf::GgufModel& model, const std::string& path) {
+  auto name = model.first().get_string("general.name");
+  if (name.ok() && !name->empty()) return *name;
+  return std::filesystem::path(path).stem().string();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServedModel>> open_served_model(
+    const std::string& path, int context_length, bool need_tokenizer) {
+  auto opened = gguf::GgufModel::open(path);
+  if (!opened.ok()) return opened.status();
+  auto m = std::make_unique<ServedModel>();
+  m->gguf = std::shared_ptr<const gguf::GgufModel>(std::move(*opened));
+  auto hp = arch::read_hyperparameters(m->gguf->first());
+  if (!hp.ok()) return hp.status();
+  m->hp = *std::move(hp);
+  auto tok = tokenizer::Tokenizer::from_gguf(m->gguf->first());
+  if (tok.ok()) {
+    m->tokenizer = *std::move(tok);
+  } else if (need_tokenizer) {
+    return tok.status();
+  }
+  auto sizes = placement::model_sizes(*m->gguf, m->hp);
+  if (!sizes.ok()) return sizes.status();
+  m->sizes = *std::move(sizes);
+  if (context_length > m->hp.n_ctx_train) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "context_length: ", context_length, " exceeds the model's ",
+        m->hp.n_ctx_train));
+  }
+  m->n_ctx = context_length > 0 ? context_length : m->hp.n_ctx_train;
+  v1::ModelInfo& info = m->info;
+  info.set_name(model_name(*m->gguf, path));
+  info.set_path(path);
+  info.set_architecture(m->hp.architecture);
+  info.set_n_layer(m->hp.n_layer);
+  const gguf::TensorInfo* embd = m->gguf->find_tensor("token_embd.weight");
+  info.set_n_vocab(m->tokenizer ? m->tokenizer->n_tokens()
+                   : embd != nullptr && embd->shape.size() == 2
+                       ? static_cast<int32_t>(embd->shape[1])
+                       : m->hp.n_vocab);
+  info.set_context_length(m->n_ctx);
+  return m;
+}
+
+Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
+                 std::vector<std::unique_ptr<WorkerControl>> workers,
+                 FirstLinkFactory first_link)
+    : options_(std::move(options)),
+      model_(std::move(model)),
+      workers_(std::move(workers)),
+      first_link_(std::move(first_link)),
+      states_(workers_.size()) {
+  // Shard ids: nonzero, and different from any earlier coordinator's.
+  next_shard_id_ = (std::random_device{}() | 1ull) << 20;
+  const ClusterConfig& c = options_.config;
+  SchedulerOptions so;
+  so.max_sequences = c.max_sequences;
+  so.n_ctx = model_->n_ctx;
+  so.prefill_chunk = options_.prefill_chunk;
+  so.max_batch_rows = options_.prefill_chunk + c.max_sequences;
+  so.max_in_flight = static_cast<int>(workers_.size());
+  so.trace = !c.trace.empty();
+  Scheduler::DetokenizerFactory detokenizers = options_.detokenizers;
+  if (!detokenizers) {
+    const tokenizer::Tokenizer* tok = model_->tokenizer.get();
+    detokenizers = [tok] { return make_detokenizer(*tok); };
+  }
+  scheduler_ = std::make_unique<Scheduler>(
+      so, std::move(detokenizers),
+      [this](std::span<const uint64_t> ids) { free_sequences(ids); });
+  scheduler_->set_on_broken(
+      [this](const absl::Status& status) { on_broken(status); });
+  if (!c.trace.empty()) {
+    trace_out_.open(c.trace, std::ios::out | std::ios::trunc);
+    if (!trace_out_) {
+      std::fprintf(stderr, "strata: trace: cannot write %s\n",
+                   c.trace.c_str());
+    }
+    scheduler_->set_trace_sink(
+        [this](const v1::BlockTrace& t) { write_trace(t); });
+  }
+  monitor_ = std::thread([this] { monitor_loop(); });
+}
+
+Cluster::~Cluster() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  monitor_.join();
+  scheduler_.reset();  // ends the requests and closes the link first
+}
+
+std::string Cluster::worker_label(int i) const {
+  const WorkerConfig& w = options_.config.workers[i];
+  if (w.name == w.address) return absl::StrCat("worker ", w.address);
+  return absl::StrCat("worker ", w.name, " (", w.address, ")");
+}
+
+absl::Status Cluster::wait_serving(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool ok = cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
+    return serving_ || permanent_error_ || stop_;
+  });
+  if (serving_) return absl::OkStatus();
+  if (permanent_error_) return absl::FailedPreconditionError(problem_);
+  (void)ok;
+  return absl::DeadlineExceededError(problem_);
+}
+
+void Cluster::free_sequences(std::span<const uint64_t> seq_ids) {
+  const uint64_t shard_id = shard_id_.load();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    auto freed = workers_[i]->free_sequences(shard_id, seq_ids,
+                                             absl::Seconds(2));
+    if (!freed.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      states_[i].last_error = std::string(freed.status().message());
+    }
+  }
+}
+
+void Cluster::on_broken(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!serving_) return;  // the monitor already knows
+    serving_ = false;
+    problem_ = std::string(status.message());
+    wake_ = true;
+  }
+  std::fprintf(stderr, "strata-coordinator: pipeline down: %s\n",
+               std::string(status.message()).c_str());
+  cv_.notify_all();
+}
+
+void Cluster::write_trace(const v1::BlockTrace& t) {
+  std::lock_guard<std::mutex> lock(trace_mu_);
+  if (!trace_out_) return;
+  std::string worker;
+  for (char c : t.worker()) {
+    if (c == '"' || c == '\\') worker += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) worker += c;
+  }
+  trace_out_ << absl::StrFormat(
+      "{\"seq\":%d,\"pos\":%d,\"block\":%d,\"worker\":\"%s\","
+      "\"hash\":\"%016x\"}\n",
+      t.seq_id(), t.pos(), t.block(), worker, t.hash());
+  trace_out_.flush();
+}
+
+absl::Status Cluster::plan() {
+  const ClusterConfig& c = options_.config;
+  std::vector<placement::WorkerBudget> budgets;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    placement::WorkerBudget b;
+    b.name = c.workers[i].name;
+    b.bytes = c.workers[i].memory_budget;
+    if (b.bytes == 0 && options_.monitor) {
+      auto d = workers_[i]->describe(options_.call_deadline);
+      if (!d.ok()) return d.status();
+      b.bytes = d->memory_budget_bytes();
+      std::lock_guard<std::mutex> lock(mu_);
+      states_[i].described = *d;
+    }
+    budgets.push_back(b);
+  }
+  placement::KvShape kv;
+  kv.n_ctx = model_->n_ctx;
+  kv.max_sequences = c.max_sequences;
+  kv.kv_type = c.kv_type;
+  absl::StatusOr<std::vector<placement::ShardPlan>> p;
+  if (c.explicit_placement) {
+    std::vector<placement::Range> ranges;
+    for (const WorkerConfig& w : c.workers) ranges.push_back(*w.blocks);
+    p = placement::check_explicit(model_->sizes, kv, budgets, ranges);
+  } else {
+    p = placement::plan_auto(model_->sizes, kv, budgets);
+  }
+  if (!p.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    permanent_error_ = true;
+    problem_ = std::string(p.status().message());
+    cv_.notify_all();
+    return p.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = *std::move(p);
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::load_pipeline() {
+  if (!plan_) {
+    if (absl::Status st = plan(); !st.ok()) return st;
+  }
+  const ClusterConfig& c = options_.config;
+  const uint64_t shard_id = ++next_shard_id_;
+  const int n = static_cast<int>(workers_.size());
+  // The last stage first, so each stage's next one is ready when the first
+  // micro-batch comes.
+  for (int i = n - 1; i >= 0; --i) {
+    const placement::ShardPlan& p = (*plan_)[i];
+    v1::LoadShardRequest req;
+    req.set_shard_id(shard_id);
+    req.set_model_path(model_->info.path());
+    req.set_first_block(p.first);
+    req.set_last_block(p.last);
+    req.set_embedding(p.embedding);
+    req.set_head(p.head);
+    req.set_n_ctx(model_->n_ctx);
+    req.set_max_sequences(c.max_sequences);
+    req.set_max_batch_rows(options_.prefill_chunk + c.max_sequences);
+    req.set_kv_type(c.kv_type == GgmlType::kF32 ? "f32" : "f16");
+    req.set_next_stage(i + 1 < n ? workers_[i + 1]->address() : "");
+    req.set_trace(!c.trace.empty());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      states_[i].state = "loading";
+    }
+    auto shard = workers_[i]->load_shard(req, options_.load_deadline);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shard.ok()) {
+      states_[i].state = "failed";
+      states_[i].last_error = std::string(shard.status().message());
+      problem_ = absl::StrCat(worker_label(i), ": ", shard.status().message());
+      return shard.status();
+    }
+    states_[i].shard = *shard;
+    states_[i].state = "serving";
+  }
+  shard_id_.store(shard_id);
+  auto link = first_link_(scheduler_->result_callback());
+  if (!link.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    problem_ = absl::StrCat(worker_label(0), ": ", link.status().message());
+    return link.status();
+  }
+  scheduler_->attach(*std::move(link), shard_id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    serving_ = true;
+    ever_served_ = true;
+    problem_.clear();
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void Cluster::check_workers() {
+  const ClusterConfig& c = options_.config;
+  const absl::Duration deadline =
+      absl::Milliseconds(c.health_check_timeout_ms);
+  std::string failure;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    auto h = workers_[i]->health(deadline);
+    std::lock_guard<std::mutex> lock(mu_);
+    WorkerState& s = states_[i];
+    if (h.ok()) {
+      s.misses = 0;
+      s.last_seen = absl::Now();
+      const bool has_shard = serving_ && h->shard_id() == shard_id_.load();
+      if (serving_ && !has_shard) {
+        s.state = h->state();
+        s.last_error = "restarted: it lost its shard";
+        if (failure.empty()) {
+          failure = absl::StrCat(worker_label(static_cast<int>(i)),
+                                 " restarted and lost its shard");
+        }
+      } else if (!serving_) {
+        s.state = h->state() == "serving" ? "ready" : h->state();
+      } else {
+        s.state = "serving";
+      }
+      continue;
+    }
+    ++s.misses;
+    s.last_error = std::string(h.status().message());
+    if (s.misses >= c.health_check_failures) {
+      s.state = "unreachable";
+      if (serving_ && failure.empty()) {
+        failure = absl::StrCat(
+            worker_label(static_cast<int>(i)), " is unreachable (",
+            absl::IsDeadlineExceeded(h.status()) ? "no answer within "
+                                                 : "",
+            absl::IsDeadlineExceeded(h.status())
+                ? absl::StrCat(c.health_check_timeout_ms, " ms")
+                : std::string(h.status().message()),
+            ")");
+      }
+    }
+  }
+  if (!failure.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      serving_ = false;
+      problem_ = failure;
+    }
+    std::fprintf(stderr, "strata-coordinator: %s\n", failure.c_str());
+    scheduler_->fail_all(absl::UnavailableError(failure));
+  }
+}
+
+void Cluster::monitor_loop() {
+  const ClusterConfig& c = options_.config;
+  bool reported = false;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+    if (options_.monitor) check_workers();
+    bool serving, permanent;
+    bool all_up = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      serving = serving_;
+      permanent = permanent_error_;
+      for (const WorkerState& s : states_) {
+        if (options_.monitor && s.misses > 0) all_up = false;
+        if (options_.monitor && !s.last_seen) all_up = false;
+      }
+    }
+    if (!serving && !permanent && all_up) {
+      absl::Status st = load_pipeline();
+      if (st.ok()) {
+        std::fprintf(stderr, "strata-coordinator: serving %s on %zu worker%s\n",
+                     model_->info.name().c_str(), workers_.size(),
+                     workers_.size() == 1 ? "" : "s");
+        reported = false;
+      } else if (!reported) {
+        std::fprintf(stderr, "strata-coordinator: loading shards: %s\n",
+                     std::string(st.message()).c_str());
+        reported = true;
+      }
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(c.health_check_interval_ms),
+                 [&] { return stop_ || wake_; });
+    wake_ = false;
+  }
+}
+
+v1::HealthResponse Cluster::health() const {
+  const Scheduler::Stats stats = scheduler_->stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::HealthResponse h;
+  if (serving_ && !stats.attached) {
+    h.set_state(v1::HealthResponse::DEGRADED);
+    h.set_message(stats.unavailable);
+  } else if (serving_) {
+    h.set_state(v1::HealthResponse::SERVING);
+    h.set_message("serving");
+  } else {
+    h.set_state(ever_served_ ? v1::HealthResponse::DEGRADED
+                             : v1::HealthResponse::STARTING);
+    h.set_message(problem_);
+  }
+  return h;
+}
+
+v1::ClusterStatusResponse Cluster::status() const {
+  const Scheduler::Stats stats = scheduler_->stats();
+  v1::ClusterStatusResponse r;
+  r.set_state(health().state());
+  *r.mutable_model() = model_->info;
+  r.set_active_sequences(stats.active);
+  r.set_max_sequences(options_.config.max_sequences);
+  r.set_requests_served(stats.served);
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Time now = absl::Now();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const WorkerState& s = states_[i];
+    v1::WorkerStatus* w = r.add_workers();
+    w->set_address(workers_[i]->address());
+    w->set_state(s.state);
+    if (plan_) {
+      const placement::ShardPlan& p = (*plan_)[i];
+      w->set_first_block(p.first);
+      w->set_last_block(p.last);
+      w->set_embedding(p.embedding);
+      w->set_head(p.head);
+      w->set_weight_bytes(p.weight_bytes);
+      w->set_kv_bytes(p.kv_bytes);
+    }
+    if (s.shard) {
+      w->set_weight_bytes(s.shard->weight_bytes());
+      w->set_kv_bytes(s.shard->kv_bytes());
+    }
+    uint64_t budget = options_.config.workers[i].memory_budget;
+    if (s.described) {
+      if (budget == 0) budget = s.described->memory_budget_bytes();
+      w->set_device(absl::StrCat(s.described->backend(), " (",
+                                 s.described->device(), ", ",
+                                 s.described->isa(), ", ",
+                                 s.described->threads(), " threads)"));
+    }
+    w->set_memory_budget_bytes(budget);
+    w->set_last_error(s.last_error);
+    if (s.last_seen) {
+      w->set_last_seen_ms_ago(absl::ToDoubleMilliseconds(now - *s.last_seen));
+    }
+  }
+  return r;
+}
+
+}  // namespace strata::coordinator

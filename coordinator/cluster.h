@@ -1,0 +1,152 @@
+// Cluster: the coordinator's view of its pipeline. It opens the model
+// (tokenizer, hyperparameters, sizes), plans placement (auto by memory
+// budget, or the config's explicit ranges, refused with numbers), loads the
+// shards (LoadShard, last stage first), links the scheduler to the first
+// stage, and watches the workers:
+//
+//   - every health_check_interval_ms a Health RPC with a deadline goes to
+//     each worker; after health_check_failures misses in a row (dead:
+//     UNAVAILABLE at once; hung: the deadline) or a worker that lost its
+//     shard (restarted), every request ends with UNAVAILABLE naming the
+//     worker and the cluster is DEGRADED;
+//   - once every worker answers again (same address), all shards are
+//     loaded afresh under a new shard id and serving resumes, without a
+//     restart of the coordinator.
+//
+// Startup is the same path: workers that are not up yet are waited for;
+// Health says STARTING until the first load.
+//
+// Ownership: owns the workers' controls, the scheduler and the monitor
+// thread. Threads: any thread may call the const methods and scheduler().
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/cluster_config.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/worker_control.h"
+#include "model/architecture/architecture.h"
+#include "model/gguf_reader.h"
+#include "model/placement.h"
+#include "model/tokenizer/tokenizer.h"
+#include "strata/v1/inference.pb.h"
+#include "worker/activation_link.h"
+
+namespace strata::coordinator {
+
+// The model the cluster serves, as the coordinator holds it (no weights are
+// touched: the mapping is only read for metadata and the tokenizer).
+struct ServedModel {
+  std::shared_ptr<const gguf::GgufModel> gguf;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  arch::Hyperparameters hp;
+  placement::ModelSizes sizes;
+  v1::ModelInfo info;   // name, path, architecture, n_layer, n_vocab, n_ctx
+  int n_ctx = 0;        // positions per sequence the cluster serves
+};
+
+// Opens `path` and fills a ServedModel. `context_length` 0: the model's;
+// InvalidArgument naming context_length when it exceeds the model's. With
+// need_tokenizer false (tests that bring their own Detokenizer), a
+// tokenizer that cannot be built leaves `tokenizer` null.
+absl::StatusOr<std::unique_ptr<ServedModel>> open_served_model(
+    const std::string& path, int context_length, bool need_tokenizer = true);
+
+// Makes the link to the first stage (worker 0) whose results go to
+// `on_result`.
+using FirstLinkFactory =
+    std::function<absl::StatusOr<std::unique_ptr<worker::ActivationLink>>(
+        worker::ActivationLink::ResultCallback on_result)>;
+
+struct ClusterOptions {
+  ClusterConfig config;      // model is opened by the caller (ServedModel)
+  int prefill_chunk = 512;   // rows of one prompt chunk
+  bool monitor = true;       // health checks and reloads (off: single-node)
+  absl::Duration load_deadline = absl::Minutes(5);  // one LoadShard
+  absl::Duration call_deadline = absl::Seconds(5);  // Describe, FreeSequence
+  // Empty: the model's tokenizer. Tests may bring fakes.
+  Scheduler::DetokenizerFactory detokenizers;
+};
+
+class Cluster {
+ public:
+  // workers[i] is config.workers[i]. Starts the monitor thread, which
+  // loads the shards as soon as every worker answers.
+  Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
+          std::vector<std::unique_ptr<WorkerControl>> workers,
+          FirstLinkFactory first_link);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Waits until the pipeline serves; the last load error (or
+  // DeadlineExceeded) when it does not within `timeout`. Permanent errors
+  // (a placement that does not fit) return at once.
+  absl::Status wait_serving(absl::Duration timeout);
+
+  Scheduler& scheduler() { return *scheduler_; }
+  const ServedModel& model() const { return *model_; }
+
+  v1::HealthResponse health() const;
+  v1::ClusterStatusResponse status() const;
+
+ private:
+  struct WorkerState {
+    std::string state = "unknown";  // "serving", "loading", "unreachable",
+                                    // "idle", "unknown"
+    int misses = 0;
+    std::optional<absl::Time> last_seen;
+    std::string last_error;
+    std::optional<v1::DescribeResponse> described;
+    std::optional<v1::ShardInfo> shard;
+  };
+
+  void monitor_loop();
+  // One round of Health RPCs; may fail the pipeline.
+  void check_workers();
+  // Plans (once) and loads every shard, then attaches the scheduler.
+  absl::Status load_pipeline();
+  absl::Status plan();
+  void free_sequences(std::span<const uint64_t> seq_ids);
+  void on_broken(const absl::Status& status);
+  void write_trace(const v1::BlockTrace& trace);
+  std::string worker_label(int i) const;
+
+  const ClusterOptions options_;
+  std::unique_ptr<ServedModel> model_;
+  std::vector<std::unique_ptr<WorkerControl>> workers_;
+  FirstLinkFactory first_link_;
+
+  mutable std::mutex mu_;  // guards everything below but the scheduler
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool wake_ = false;
+  bool serving_ = false;
+  bool ever_served_ = false;
+  std::string problem_ = "starting: waiting for the workers";
+  bool permanent_error_ = false;
+  std::vector<WorkerState> states_;
+  std::optional<std::vector<placement::ShardPlan>> plan_;
+  std::atomic<uint64_t> shard_id_{0};
+  uint64_t next_shard_id_ = 0;
+
+  std::mutex trace_mu_;
+  std::ofstream trace_out_;
+
+  std::unique_ptr<Scheduler> scheduler_;
+  std::thread monitor_;
+};
+
+}  // namespace strata::coordinator

@@ -1,0 +1,341 @@
+#include "coordinator/cluster_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace strata::coordinator {
+namespace {
+
+// "~/x" -> "$HOME/x".
+std::string expand_home(const std::string& path) {
+  const char* home = std::getenv("HOME");
+  if (path.rfind("~/", 0) == 0 && home != nullptr) {
+    return std::string(home) + path.substr(1);
+  }
+  return path;
+}
+
+absl::Status key_error(absl::string_view key, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
+}
+
+absl::Status check_keys(const YAML::Node& map, absl::string_view where,
+                        const std::set<std::string>& allowed) {
+  for (const auto& kv : map) {
+    const std::string key = kv.first.as<std::string>();
+    if (!allowed.count(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where.empty() ? "" : absl::StrCat(where, "."), key,
+          ": unknown key; expected one of ",
+          absl::StrJoin(allowed, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> get_string(const YAML::Node& node,
+                                       absl::string_view key) {
+  if (!node.IsScalar()) return key_error(key, "expected a string");
+  return node.as<std::string>();
+}
+
+absl::StatusOr<int> get_int(const YAML::Node& node, absl::string_view key,
+                            int lo, int hi) {
+  if (!node.IsScalar()) return key_error(key, "expected an integer");
+  const std::string text = node.as<std::string>();
+  long long v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size()) {
+    return key_error(key, absl::StrCat("'", text, "' is not an integer"));
+  }
+  if (v < lo || v > hi) {
+    return key_error(key, absl::StrCat(v, " is out of range [", lo, ", ", hi,
+                                       "]"));
+  }
+  return static_cast<int>(v);
+}
+
+absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
+                                          const std::string& where) {
+  if (!node.IsMap()) {
+    return key_error(where, "expected a map with `address`");
+  }
+  if (absl::Status st = check_keys(node, where,
+                                   {"address", "name", "memory_budget",
+                                    "blocks"});
+      !st.ok()) {
+    return st;
+  }
+  WorkerConfig w;
+  if (!node["address"]) return key_error(where + ".address", "missing");
+  auto address = get_string(node["address"], where + ".address");
+  if (!address.ok()) return address.status();
+  if (absl::Status st = check_address(*address); !st.ok()) {
+    return key_error(where + ".address", st.message());
+  }
+  w.address = *address;
+  w.name = w.address;
+  if (node["name"]) {
+    auto name = get_string(node["name"], where + ".name");
+    if (!name.ok()) return name.status();
+    if (name->empty() || name->size() > 128) {
+      return key_error(where + ".name", "expected 1 to 128 characters");
+    }
+    w.name = *name;
+  }
+  if (node["memory_budget"]) {
+    auto text = get_string(node["memory_budget"], where + ".memory_budget");
+    if (!text.ok()) return text.status();
+    auto bytes = parse_byte_size(*text);
+    if (!bytes.ok()) {
+      return key_error(where + ".memory_budget", bytes.status().message());
+    }
+    w.memory_budget = *bytes;
+  }
+  if (node["blocks"]) {
+    const YAML::Node& b = node["blocks"];
+    if (!b.IsSequence() || b.size() != 2) {
+      return key_error(where + ".blocks",
+                       "expected [first, last] (blocks first .. last - 1)");
+    }
+    auto first = get_int(b[0], where + ".blocks[0]", 0, 1 << 16);
+    if (!first.ok()) return first.status();
+    auto last = get_int(b[1], where + ".blocks[1]", 0, 1 << 16);
+    if (!last.ok()) return last.status();
+    if (*last <= *first) {
+      return key_error(where + ".blocks",
+                       absl::StrCat("[", *first, ", ", *last,
+                                    "] is empty (last must exceed first)"));
+    }
+    w.blocks = placement::Range{*first, *last};
+  }
+  return w;
+}
+
+}  // namespace
+
+absl::Status check_address(absl::string_view address, bool port_zero_ok) {
+  size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address, "' is not HOST:PORT"));
+  }
+  absl::string_view host = address.substr(0, colon);
+  absl::string_view port = address.substr(colon + 1);
+  if (host.front() == '[' && host.back() != ']') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address, "': unterminated [IPv6] host"));
+  }
+  int p = 0;
+  auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (port.empty() || ec != std::errc() || ptr != port.data() + port.size() ||
+      p < (port_zero_ok ? 0 : 1) || p > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", address, "': port must be ", port_zero_ok ? 0 : 1, " .. 65535"));
+  }
+  for (char c : host) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", address, "': space in the host"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> parse_byte_size(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + i, value);
+  if (i == 0 || ec != std::errc() || ptr != text.data() + i) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is not a size (e.g. 2GiB, 512MiB, 1000000)"));
+  }
+  std::string unit(text.substr(i));
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  for (char& c : unit) c = static_cast<char>(std::tolower(c));
+  double scale = 1;
+  if (unit.empty() || unit == "b") {
+    scale = 1;
+  } else if (unit == "k" || unit == "kib" || unit == "kb") {
+    scale = 1024.0;
+  } else if (unit == "m" || unit == "mib" || unit == "mb") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "g" || unit == "gib" || unit == "gb") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "t" || unit == "tib" || unit == "tb") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "': unknown unit '", unit, "' (B, KiB, MiB, GiB, TiB)"));
+  }
+  const double bytes = value * scale;
+  if (!std::isfinite(bytes) || bytes >= 1.8e19) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "': too large"));
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
+                                                   absl::string_view source) {
+  auto with_source = [&](const absl::Status& st) {
+    return absl::Status(st.code(), absl::StrCat(source, ": ", st.message()));
+  };
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not valid YAML: ", e.what()));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": expected a map of settings (model, workers, ...)"));
+  }
+  ClusterConfig c;
+  try {
+    absl::Status st = check_keys(
+        root, "",
+        {"model", "listen", "context_length", "max_sequences", "kv_type",
+         "placement", "health_check_interval_ms", "health_check_timeout_ms",
+         "health_check_failures", "trace", "workers"});
+    if (!st.ok()) return with_source(st);
+    if (root["model"]) {
+      auto s = get_string(root["model"], "model");
+      if (!s.ok()) return with_source(s.status());
+      c.model = expand_home(*s);
+    }
+    if (root["listen"]) {
+      auto s = get_string(root["listen"], "listen");
+      if (!s.ok()) return with_source(s.status());
+      if (absl::Status a = check_address(*s, true); !a.ok()) {
+        return with_source(key_error("listen", a.message()));
+      }
+      c.listen = *s;
+    }
+    struct IntKey {
+      const char* key;
+      int* value;
+      int lo, hi;
+    };
+    const IntKey ints[] = {
+        {"context_length", &c.context_length, 0, 1 << 20},
+        {"max_sequences", &c.max_sequences, 1, 1024},
+        {"health_check_interval_ms", &c.health_check_interval_ms, 50, 60000},
+        {"health_check_timeout_ms", &c.health_check_timeout_ms, 50, 60000},
+        {"health_check_failures", &c.health_check_failures, 1, 100},
+    };
+    for (const IntKey& k : ints) {
+      if (!root[k.key]) continue;
+      auto v = get_int(root[k.key], k.key, k.lo, k.hi);
+      if (!v.ok()) return with_source(v.status());
+      *k.value = *v;
+    }
+    if (root["kv_type"]) {
+      auto s = get_string(root["kv_type"], "kv_type");
+      if (!s.ok()) return with_source(s.status());
+      if (*s == "f16") {
+        c.kv_type = GgmlType::kF16;
+      } else if (*s == "f32") {
+        c.kv_type = GgmlType::kF32;
+      } else {
+        return with_source(
+            key_error("kv_type", absl::StrCat("'", *s, "' is not f16 or f32")));
+      }
+    }
+    std::string placement = "";
+    if (root["placement"]) {
+      auto s = get_string(root["placement"], "placement");
+      if (!s.ok()) return with_source(s.status());
+      if (*s != "auto" && *s != "explicit") {
+        return with_source(key_error(
+            "placement", absl::StrCat("'", *s, "' is not auto or explicit")));
+      }
+      placement = *s;
+    }
+    if (root["trace"]) {
+      auto s = get_string(root["trace"], "trace");
+      if (!s.ok()) return with_source(s.status());
+      c.trace = expand_home(*s);
+    }
+    if (!root["workers"]) return with_source(key_error("workers", "missing"));
+    const YAML::Node& workers = root["workers"];
+    if (!workers.IsSequence() || workers.size() == 0) {
+      return with_source(
+          key_error("workers", "expected a list of at least one worker"));
+    }
+    if (workers.size() > 256) {
+      return with_source(
+          key_error("workers", absl::StrCat(workers.size(),
+                                            " workers; at most 256")));
+    }
+    int with_blocks = 0;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      auto w = parse_worker(workers[i], absl::StrCat("workers[", i, "]"));
+      if (!w.ok()) return with_source(w.status());
+      if (w->blocks) ++with_blocks;
+      c.workers.push_back(*std::move(w));
+    }
+    std::set<std::string> addresses;
+    for (size_t i = 0; i < c.workers.size(); ++i) {
+      if (!addresses.insert(c.workers[i].address).second) {
+        return with_source(key_error(
+            absl::StrCat("workers[", i, "].address"),
+            absl::StrCat(c.workers[i].address,
+                         " appears twice; one worker per address")));
+      }
+    }
+    if (placement.empty()) {
+      placement = with_blocks > 0 ? "explicit" : "auto";
+    }
+    c.explicit_placement = placement == "explicit";
+    const int n = static_cast<int>(c.workers.size());
+    if (c.explicit_placement && with_blocks != n) {
+      for (int i = 0; i < n; ++i) {
+        if (!c.workers[i].blocks) {
+          return with_source(key_error(
+              absl::StrCat("workers[", i, "].blocks"),
+              "missing (explicit placement needs a range for every worker)"));
+        }
+      }
+    }
+    if (!c.explicit_placement && with_blocks > 0) {
+      return with_source(key_error(
+          "placement", "auto, but workers give `blocks`; say `placement: "
+                       "explicit` or drop the ranges"));
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", e.what()));
+  }
+  return c;
+}
+
+absl::StatusOr<ClusterConfig> load_cluster_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  if (text.size() > (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": larger than 1 MiB; not a cluster config"));
+  }
+  return parse_cluster_config(text, path);
+}
+
+}  // namespace strata::coordinator

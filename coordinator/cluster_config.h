@@ -1,0 +1,77 @@
+// The cluster config of `strata-coordinator --config FILE` (YAML):
+//
+//   model: /models/SmolLM2-135M-Instruct.Q4_1.gguf   # required; each worker
+//                                   # opens the same path on its own disk
+//   listen: 127.0.0.1:50051         # the strata.v1.Inference address
+//   context_length: 4096            # positions per sequence; 0: the model's
+//   max_sequences: 8                # live sequences at once (1 .. 1024)
+//   kv_type: f16                    # f16 or f32
+//   placement: auto                 # auto (by memory budget) or explicit
+//   health_check_interval_ms: 1000  # Health RPC to every worker this often
+//   health_check_timeout_ms: 1500   # deadline of one Health RPC
+//   health_check_failures: 2        # misses in a row before a worker is
+//                                   # declared unreachable
+//   trace: ""                       # JSON-lines file of block-output hashes
+//   workers:                        # in pipeline order
+//     - address: 127.0.0.1:50061    # required
+//       name: w0                    # for messages; default: the address
+//       memory_budget: 2GiB         # default: what the worker reports
+//       blocks: [0, 15]             # explicit placement: blocks [0, 15)
+//
+// A leading "~/" in `model` and `trace` is the home directory.
+// With `placement: explicit` every worker must give `blocks`; with `auto`
+// none may. Unknown keys are refused (a typo would otherwise be silently
+// ignored). Errors name the key: "workers[1].blocks: expected [first,
+// last]", "max_sequences: 0 is out of range [1, 1024]".
+//
+// Thread-safety: plain data.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/ggml_type.h"
+#include "model/placement.h"
+
+namespace strata::coordinator {
+
+struct WorkerConfig {
+  std::string address;  // host:port
+  std::string name;     // defaults to the address
+  uint64_t memory_budget = 0;  // 0: as the worker's Describe reports
+  std::optional<placement::Range> blocks;  // explicit placement
+};
+
+struct ClusterConfig {
+  std::string model;
+  std::string listen = "127.0.0.1:50051";
+  int context_length = 0;  // 0: the model's context_length
+  int max_sequences = 8;
+  GgmlType kv_type = GgmlType::kF16;
+  bool explicit_placement = false;
+  int health_check_interval_ms = 1000;
+  int health_check_timeout_ms = 1500;
+  int health_check_failures = 2;
+  std::string trace;  // file; empty: off
+  std::vector<WorkerConfig> workers;
+};
+
+// Parses YAML text. `source` names it in messages ("cluster.yaml").
+absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
+                                                   absl::string_view source);
+// Reads and parses a file. NotFound when it cannot be read.
+absl::StatusOr<ClusterConfig> load_cluster_config(const std::string& path);
+
+// "2GiB", "512 MiB", "1.5G", "1000000" (bytes) -> bytes. InvalidArgument.
+absl::StatusOr<uint64_t> parse_byte_size(absl::string_view text);
+
+// Checks "host:port" (port 1 .. 65535, or 0 — any free port — when
+// `port_zero_ok`, for listen addresses; [v6]:port allowed).
+absl::Status check_address(absl::string_view address,
+                           bool port_zero_ok = false);
+
+}  // namespace strata::coordinator

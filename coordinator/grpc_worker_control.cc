@@ -1,0 +1,98 @@
+// WorkerControl over gRPC: one channel per worker, a deadline on every call.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/worker_control.h"
+#include "strata/v1/worker.grpc.pb.h"
+
+namespace strata::coordinator {
+namespace {
+
+absl::Status from_grpc(const grpc::Status& s, const std::string& address,
+                       const char* call) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat("worker ", address, ": ", call, ": ",
+                                   s.error_message()));
+}
+
+class GrpcWorkerControl final : public WorkerControl {
+ public:
+  explicit GrpcWorkerControl(const std::string& address) : address_(address) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetMaxReceiveMessageSize(64 << 20);
+    channel_ = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::Worker::NewStub(channel_);
+  }
+
+  const std::string& address() const override { return address_; }
+
+  absl::StatusOr<v1::DescribeResponse> describe(
+      absl::Duration deadline) override {
+    grpc::ClientContext ctx;
+    set_deadline(&ctx, deadline);
+    v1::DescribeResponse out;
+    grpc::Status s = stub_->Describe(&ctx, v1::DescribeRequest(), &out);
+    if (!s.ok()) return from_grpc(s, address_, "Describe");
+    return out;
+  }
+
+  absl::StatusOr<v1::ShardInfo> load_shard(const v1::LoadShardRequest& request,
+                                           absl::Duration deadline) override {
+    grpc::ClientContext ctx;
+    set_deadline(&ctx, deadline);
+    v1::LoadShardResponse out;
+    grpc::Status s = stub_->LoadShard(&ctx, request, &out);
+    if (!s.ok()) return from_grpc(s, address_, "LoadShard");
+    return out.shard();
+  }
+
+  absl::StatusOr<int> free_sequences(uint64_t shard_id,
+                                     std::span<const uint64_t> seq_ids,
+                                     absl::Duration deadline) override {
+    grpc::ClientContext ctx;
+    set_deadline(&ctx, deadline);
+    v1::FreeSequenceRequest req;
+    req.set_shard_id(shard_id);
+    for (uint64_t id : seq_ids) req.add_seq_ids(id);
+    v1::FreeSequenceResponse out;
+    grpc::Status s = stub_->FreeSequence(&ctx, req, &out);
+    if (!s.ok()) return from_grpc(s, address_, "FreeSequence");
+    return out.freed();
+  }
+
+  absl::StatusOr<v1::WorkerHealthResponse> health(
+      absl::Duration deadline) override {
+    grpc::ClientContext ctx;
+    set_deadline(&ctx, deadline);
+    v1::WorkerHealthResponse out;
+    grpc::Status s = stub_->Health(&ctx, v1::WorkerHealthRequest(), &out);
+    if (!s.ok()) return from_grpc(s, address_, "Health");
+    return out;
+  }
+
+ private:
+  static void set_deadline(grpc::ClientContext* ctx, absl::Duration d) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(d));
+  }
+
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkerControl> make_grpc_worker_control(
+    const std::string& address) {
+  return std::make_unique<GrpcWorkerControl>(address);
+}
+
+}  // namespace strata::coordinator

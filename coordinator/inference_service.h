@@ -1,0 +1,74 @@
+// The strata.v1.Inference gRPC service (inference.proto) over a Cluster:
+// Generate (a server stream of token deltas and one final `done`),
+// Tokenize, Detokenize, ListModels, Health, ClusterStatus.
+//
+// Every request field is checked against the bounds stated in
+// inference.proto before anything runs; a violation is INVALID_ARGUMENT
+// naming the field ("max_tokens: 10000000 exceeds 1048576"), a prompt
+// longer than the context OUT_OF_RANGE. Handlers are thin: check, call the
+// domain (tokenizer, chat template, Scheduler), convert absl::Status to
+// grpc::Status in one place (to_grpc).
+//
+// Threads: gRPC's sync server calls the handlers on its own threads, many
+// at once; each Generate blocks its thread until the stream ends (client
+// cancellation and deadlines are polled every 50 ms).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "coordinator/cluster.h"
+#include "strata/v1/inference.grpc.pb.h"
+
+namespace strata::coordinator {
+
+class InferenceService final : public v1::Inference::Service {
+ public:
+  // Borrows `cluster` (it must outlive the service).
+  explicit InferenceService(Cluster& cluster);
+
+  grpc::Status Generate(grpc::ServerContext* context,
+                        const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer)
+      override;
+  grpc::Status Tokenize(grpc::ServerContext* context,
+                        const v1::TokenizeRequest* request,
+                        v1::TokenizeResponse* response) override;
+  grpc::Status Detokenize(grpc::ServerContext* context,
+                          const v1::DetokenizeRequest* request,
+                          v1::DetokenizeResponse* response) override;
+  grpc::Status ListModels(grpc::ServerContext* context,
+                          const v1::ListModelsRequest* request,
+                          v1::ListModelsResponse* response) override;
+  grpc::Status Health(grpc::ServerContext* context,
+                      const v1::HealthRequest* request,
+                      v1::HealthResponse* response) override;
+  grpc::Status ClusterStatus(grpc::ServerContext* context,
+                             const v1::ClusterStatusRequest* request,
+                             v1::ClusterStatusResponse* response) override;
+
+ private:
+  absl::Status check_model(const std::string& model) const;
+
+  Cluster& cluster_;
+  v1::ModelInfo info_;
+};
+
+// absl::Status -> grpc::Status (the codes share their numbers).
+grpc::Status to_grpc(const absl::Status& status);
+
+// Checks a GenerateRequest against inference.proto's bounds for a model of
+// n_vocab tokens (no tokenization). INVALID_ARGUMENT naming the field.
+absl::Status check_generate_request(const v1::GenerateRequest& request,
+                                    int n_vocab);
+
+// A running gRPC server for `service` on `listen` (host:port; port 0 picks a
+// free one). *bound_port receives the port. Unavailable when it cannot
+// bind.
+absl::StatusOr<std::unique_ptr<grpc::Server>> start_grpc_server(
+    grpc::Service& service, const std::string& listen, int* bound_port);
+
+}  // namespace strata::coordinator

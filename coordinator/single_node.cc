@@ -1,0 +1,174 @@
+#include "coordinator/single_node.h"
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/in_process_link.h"
+#include "worker/stage.h"
+
+namespace strata::coordinator {
+namespace {
+
+// A Stage whose run() and free_sequences() are serialised: the link's
+// thread runs micro-batches while the scheduler frees finished sequences.
+class LockedStage final : public worker::Stage {
+ public:
+  explicit LockedStage(std::unique_ptr<worker::Stage> stage)
+      : stage_(std::move(stage)) {}
+  const v1::ShardInfo& shard() const override { return stage_->shard(); }
+  int live_sequences() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stage_->live_sequences();
+  }
+  absl::Status run(const v1::MicroBatch& batch, v1::MicroBatch* next,
+                   v1::MicroBatchResult* result) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stage_->run(batch, next, result);
+  }
+  int free_sequences(const uint64_t* seq_ids, int n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stage_->free_sequences(seq_ids, n);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unique_ptr<worker::Stage> stage_;
+};
+
+// One stage of this process as a worker.
+class InProcessWorker final : public WorkerControl {
+ public:
+  InProcessWorker(int index, int n_threads)
+      : address_(absl::StrCat("in-process ", index)),
+        name_(absl::StrCat("stage ", index)),
+        n_threads_(n_threads) {}
+
+  const std::string& address() const override { return address_; }
+
+  absl::StatusOr<v1::DescribeResponse> describe(absl::Duration) override {
+    v1::DescribeResponse d;
+    d.set_worker_id(name_);
+    d.set_backend("cpu");
+    d.set_device("this process");
+    d.set_threads(n_threads_);
+    d.set_protocol_version(1);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stage_) *d.mutable_shard() = stage_->shard();
+    return d;
+  }
+
+  absl::StatusOr<v1::ShardInfo> load_shard(const v1::LoadShardRequest& request,
+                                           absl::Duration) override {
+    v1::LoadShardRequest r = request;
+    // No sockets between stages here; the field only has to be well formed.
+    if (!r.head()) r.set_next_stage("in-process:1");
+    worker::StageOptions options;
+    options.worker_name = name_;
+    auto stage = worker::load_stage(r, n_threads_, options);
+    if (!stage.ok()) return stage.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    stage_ = std::make_unique<LockedStage>(*std::move(stage));
+    return stage_->shard();
+  }
+
+  absl::StatusOr<int> free_sequences(uint64_t,
+                                     std::span<const uint64_t> seq_ids,
+                                     absl::Duration) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stage_) return 0;
+    return stage_->free_sequences(seq_ids.data(),
+                                  static_cast<int>(seq_ids.size()));
+  }
+
+  absl::StatusOr<v1::WorkerHealthResponse> health(absl::Duration) override {
+    v1::WorkerHealthResponse h;
+    std::lock_guard<std::mutex> lock(mu_);
+    h.set_state(stage_ ? "serving" : "idle");
+    if (stage_) {
+      h.set_shard_id(stage_->shard().shard_id());
+      h.set_live_sequences(stage_->live_sequences());
+    }
+    return h;
+  }
+
+  worker::Stage* stage() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stage_.get();
+  }
+
+ private:
+  std::string address_;
+  std::string name_;
+  int n_threads_;
+  std::mutex mu_;
+  std::unique_ptr<LockedStage> stage_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
+    const SingleNodeOptions& o) {
+  auto model = open_served_model(o.model, o.context_length,
+                                 /*need_tokenizer=*/!o.detokenizers);
+  if (!model.ok()) return model.status();
+  const int n_layer = (*model)->hp.n_layer;
+  if (o.workers < 1 || o.workers > n_layer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers: ", o.workers, " is out of range [1, ",
+                     n_layer, "] (the model's blocks)"));
+  }
+  if (!o.ranges.empty() && static_cast<int>(o.ranges.size()) != o.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ranges: ", o.ranges.size(), " for ", o.workers, " workers"));
+  }
+  const int total = o.threads > 0
+                        ? o.threads
+                        : static_cast<int>(std::max(
+                              1u, std::thread::hardware_concurrency()));
+  ClusterOptions options;
+  ClusterConfig& c = options.config;
+  c.model = o.model;
+  c.listen = "";
+  c.context_length = o.context_length;
+  c.max_sequences = o.max_sequences;
+  c.kv_type = o.kv_type;
+  c.trace = o.trace;
+  c.explicit_placement = !o.ranges.empty();
+  options.monitor = false;
+  options.detokenizers = o.detokenizers;
+  std::vector<std::unique_ptr<WorkerControl>> controls;
+  std::vector<InProcessWorker*> workers;
+  for (int i = 0; i < o.workers; ++i) {
+    // The threads shared out: stage i gets total / n, the first ones one
+    // more while the remainder lasts.
+    const int threads =
+        std::max(1, total / o.workers + (i < total % o.workers ? 1 : 0));
+    auto w = std::make_unique<InProcessWorker>(i, threads);
+    workers.push_back(w.get());
+    WorkerConfig wc;
+    wc.address = w->address();
+    wc.name = absl::StrCat("stage ", i);
+    if (!o.ranges.empty()) wc.blocks = o.ranges[i];
+    c.workers.push_back(wc);
+    controls.push_back(std::move(w));
+  }
+  FirstLinkFactory first_link =
+      [workers](worker::ActivationLink::ResultCallback on_result)
+      -> absl::StatusOr<std::unique_ptr<worker::ActivationLink>> {
+    std::vector<worker::Stage*> stages;
+    for (InProcessWorker* w : workers) {
+      worker::Stage* s = w->stage();
+      if (s == nullptr) return absl::FailedPreconditionError("stage not loaded");
+      stages.push_back(s);
+    }
+    return worker::make_in_process_chain(stages, std::move(on_result));
+  };
+  return std::make_unique<Cluster>(std::move(options), *std::move(model),
+                                   std::move(controls), std::move(first_link));
+}
+
+}  // namespace strata::coordinator

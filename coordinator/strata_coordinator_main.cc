@@ -1,0 +1,106 @@
+// `strata-coordinator --config FILE [--model PATH] [--listen HOST:PORT]
+// [--trace FILE]`: serves strata.v1.Inference for a cluster of
+// `strata-worker` processes described by a YAML config
+// (coordinator/cluster_config.h; deploy/examples/cluster.yaml).
+//
+// Prints "listening on HOST:PORT" (stdout) once the API is up; the shards
+// load in the background (Health says STARTING until they have). Stops on
+// SIGINT / SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "coordinator/cluster.h"
+#include "coordinator/cluster_config.h"
+#include "coordinator/inference_service.h"
+#include "worker/grpc_link.h"
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+int fail(const std::string& what, const absl::Status& st) {
+  std::fprintf(stderr, "strata-coordinator: %s%s%s\n", what.c_str(),
+               what.empty() ? "" : ": ", std::string(st.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace strata::coordinator;
+  CLI::App app{"strata-coordinator: serves a model split over strata-worker "
+               "processes"};
+  std::string config_path, model, listen, trace;
+  app.add_option("--config", config_path, "cluster config (YAML)")->required();
+  app.add_option("--model", model, "GGUF path (overrides `model`)");
+  app.add_option("--listen", listen, "HOST:PORT (overrides `listen`)");
+  app.add_option("--trace", trace,
+                 "write block-output hashes as JSON lines (overrides `trace`)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  auto config = load_cluster_config(config_path);
+  if (!config.ok()) return fail("", config.status());
+  if (!model.empty()) config->model = model;
+  if (!listen.empty()) {
+    if (absl::Status st = check_address(listen, true); !st.ok()) {
+      return fail("--listen", st);
+    }
+    config->listen = listen;
+  }
+  if (!trace.empty()) config->trace = trace;
+  if (config->model.empty()) {
+    return fail(config_path,
+                absl::InvalidArgumentError("model: missing (or give --model)"));
+  }
+
+  auto served = open_served_model(config->model, config->context_length);
+  if (!served.ok()) return fail(config->model, served.status());
+
+  std::vector<std::unique_ptr<WorkerControl>> workers;
+  for (const WorkerConfig& w : config->workers) {
+    workers.push_back(make_grpc_worker_control(w.address));
+  }
+  const std::string first = config->workers.front().address;
+  const std::string first_name =
+      config->workers.front().name == first
+          ? "worker " + first
+          : "worker " + config->workers.front().name + " (" + first + ")";
+  FirstLinkFactory link = [first, first_name](
+                              strata::worker::ActivationLink::ResultCallback cb) {
+    strata::worker::GrpcLinkOptions o;
+    o.peer_name = first_name;
+    // A micro-batch may be a 512-row prefill chunk through every stage on
+    // a busy machine; hangs are caught by keepalive and the health checks.
+    o.answer_timeout = std::chrono::milliseconds(120000);
+    return strata::worker::make_grpc_link(first, std::move(cb), o);
+  };
+  ClusterOptions options;
+  options.config = *config;
+  Cluster cluster(options, *std::move(served), std::move(workers), link);
+  InferenceService service(cluster);
+  int port = 0;
+  auto server = start_grpc_server(service, config->listen, &port);
+  if (!server.ok()) return fail("", server.status());
+  const std::string host = config->listen.substr(0, config->listen.rfind(':'));
+  std::printf("listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  while (!g_stop) {
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+  std::fprintf(stderr, "strata-coordinator: stopping\n");
+  (*server)->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(2));
+  return 0;
+}

@@ -1,0 +1,49 @@
+// WorkerControl: the coordinator's control plane to one worker — Describe,
+// LoadShard, FreeSequence, Health (strata.v1.Worker, worker.proto). Two
+// implementations: gRPC to a `strata-worker` process
+// (make_grpc_worker_control), and a Stage in this process for single-node
+// mode (coordinator/single_node.h). Activations do not pass here: they
+// travel over ActivationLinks.
+//
+// Threads: any thread may call any method; calls may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "strata/v1/worker.pb.h"
+
+namespace strata::coordinator {
+
+class WorkerControl {
+ public:
+  virtual ~WorkerControl() = default;
+
+  // "127.0.0.1:50061"; "in-process 0" in single-node mode.
+  virtual const std::string& address() const = 0;
+
+  // Each call ends by `deadline` (DEADLINE_EXCEEDED) or UNAVAILABLE when
+  // the worker cannot be reached; other codes are the worker's answer.
+  virtual absl::StatusOr<v1::DescribeResponse> describe(
+      absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::ShardInfo> load_shard(
+      const v1::LoadShardRequest& request, absl::Duration deadline) = 0;
+  virtual absl::StatusOr<int> free_sequences(
+      uint64_t shard_id, std::span<const uint64_t> seq_ids,
+      absl::Duration deadline) = 0;
+  virtual absl::StatusOr<v1::WorkerHealthResponse> health(
+      absl::Duration deadline) = 0;
+};
+
+// A client of the strata.v1.Worker service at `address` (host:port). The
+// channel reconnects quickly (backoff 100 ms .. 1 s) so a restarted worker
+// is seen within about a second.
+std::unique_ptr<WorkerControl> make_grpc_worker_control(
+    const std::string& address);
+
+}  // namespace strata::coordinator

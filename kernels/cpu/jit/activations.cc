@@ -1,0 +1,177 @@
+#include "kernels/cpu/jit/activations.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/reference/fp16.h"
+
+namespace strata::kernels::jit {
+namespace {
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Round half to even for |v| < 2^22 (as the reference and ggml).
+inline float round_even(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
+
+template <typename T>
+T* alloc(int64_t count) {
+  const size_t n = static_cast<size_t>(round_up(std::max<int64_t>(count, 1) *
+                                                    int64_t(sizeof(T)), 64));
+  void* p = std::aligned_alloc(64, n);
+  std::memset(p, 0, n);
+  return static_cast<T*>(p);
+}
+
+// Q8_0 / Q8_1 of one row: per 32 elements, q, d (f16-rounded) and the
+// correction A(u): -z d sum q (zero point) or f16(d_unrounded sum q) (Q8_1).
+void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
+                    float* corr) {
+  for (int64_t u = 0; u < l.n_units; ++u) {
+    const float* xb = x + u * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float dd = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int v = static_cast<int>(round_even(xb[j] * id));
+      q[u * 32 + j] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    const float d16 = reference::f16_to_f32(reference::f32_to_f16(dd));
+    d[u] = d16;
+    if (l.correction == Correction::kZeroPoint) {
+      corr[u] = -static_cast<float>(l.zero_point) * d16 * static_cast<float>(sum);
+    } else if (l.correction == Correction::kMin) {
+      corr[u] = reference::f16_to_f32(
+          reference::f32_to_f16(dd * static_cast<float>(sum)));
+    }
+  }
+}
+
+// Q8_K of one row: per 256 elements; corrections per unit (K min:
+// d sum q) or per 16 elements (Q6_K zero point: -32 d sum q).
+void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
+                   float* corr) {
+  for (int64_t sb = 0; sb < l.n_units / 8; ++sb) {
+    const float* xb = x + sb * 256;
+    int8_t* qb = q + sb * 256;
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 256; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    float dd = 0.0f;
+    if (amax == 0.0f) {
+      std::memset(qb, 0, 256);
+    } else {
+      const float iscale = -127.0f / max;
+      dd = 1.0f / iscale;
+      for (int j = 0; j < 256; ++j) {
+        qb[j] = static_cast<int8_t>(std::min(127.0f, round_even(iscale * xb[j])));
+      }
+    }
+    for (int j = 0; j < 8; ++j) d[sb * 8 + j] = dd;
+    const int group = l.paired_scales ? 16 : 32;
+    for (int g = 0; g < 256 / group; ++g) {
+      int sum = 0;
+      for (int j = 0; j < group; ++j) sum += qb[g * group + j];
+      const float a = dd * static_cast<float>(sum);
+      corr[sb * (256 / group) + g] =
+          l.correction == Correction::kZeroPoint
+              ? -static_cast<float>(l.zero_point) * a
+              : a;
+    }
+  }
+}
+
+// Reorders one row from unit order (q, compact d) to unit-pair order (see
+// the header), in place: d expands from the back, so no value is
+// overwritten before it is read.
+void to_unit_pairs(int64_t n_units, int8_t* q, float* d) {
+  const int64_t n_pairs = n_units / 2;
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    int8_t tmp[16];
+    int8_t* c = q + p * 64;
+    std::memcpy(tmp, c + 16, 16);
+    std::memcpy(c + 16, c + 32, 16);
+    std::memcpy(c + 32, tmp, 16);
+  }
+  if (n_units % 2 != 0) {
+    const float v = d[n_units - 1];
+    std::fill(d + n_pairs * 8, d + n_pairs * 8 + 8, v);
+  }
+  for (int64_t p = n_pairs - 1; p >= 0; --p) {
+    const float d0 = d[2 * p], d1 = d[2 * p + 1];
+    std::fill(d + p * 8, d + p * 8 + 4, d0);
+    std::fill(d + p * 8 + 4, d + p * 8 + 8, d1);
+  }
+}
+
+}  // namespace
+
+ActivationBuffers::ActivationBuffers(int64_t max_rows, int64_t max_in)
+    : max_rows_(max_rows),
+      max_in_(max_in),
+      q_(alloc<int8_t>(max_rows * round_up(max_in, 32))),
+      d_(alloc<float>(max_rows * (max_in / 8 + 16))),
+      corr_(alloc<float>(max_rows * (round_up(max_in / 16 + 1, 8) + 8))),
+      f_(alloc<float>(max_rows * round_up(max_in, 8))) {}
+
+void prepare_activations(const PackedLayout& l, const float* x, int64_t n_rows,
+                         ActivationBuffers& buf, ThreadPool& pool) {
+  assert(n_rows <= buf.max_rows() && l.n_in <= buf.max_in());
+  const int64_t n = l.n_in;
+  pool.parallel_for(n_rows, [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* xr = x + t * n;
+      switch (l.act) {
+        case ActKind::kF32:
+        case ActKind::kF16:
+        case ActKind::kBF16: {
+          float* f = buf.f() + t * l.n_in_pad;
+          if (l.act == ActKind::kF32) {
+            std::memcpy(f, xr, static_cast<size_t>(n) * sizeof(float));
+          } else if (l.act == ActKind::kF16) {
+            for (int64_t i = 0; i < n; ++i) {
+              f[i] = reference::f16_to_f32(reference::f32_to_f16(xr[i]));
+            }
+          } else {
+            for (int64_t i = 0; i < n; ++i) {
+              f[i] = reference::bf16_to_f32(reference::f32_to_bf16(xr[i]));
+            }
+          }
+          std::fill(f + n, f + l.n_in_pad, 0.0f);
+          break;
+        }
+        case ActKind::kQ8_0:
+        case ActKind::kQ8_1:
+        case ActKind::kQ8_K: {
+          int8_t* q = buf.q() + t * n;
+          float* d = buf.d() + t * l.act_d_stride;
+          float* corr = buf.corr() + t * l.corr_len;
+          if (l.act == ActKind::kQ8_K) {
+            quantize_q8_k(l, xr, q, d, corr);
+          } else {
+            quantize_q8_32(l, xr, q, d, corr);
+          }
+          const int64_t used = l.correction == Correction::kZeroPoint
+                                   ? l.n_scales
+                                   : l.n_units;
+          if (l.corr_len > 0) std::fill(corr + used, corr + l.corr_len, 0.0f);
+          if (l.unit_pairs) to_unit_pairs(l.n_units, q, d);
+          break;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace strata::kernels::jit

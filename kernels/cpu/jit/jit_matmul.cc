@@ -1,0 +1,240 @@
+#include "kernels/cpu/jit/jit_matmul.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::kernels::jit {
+namespace {
+
+bool is_float(Encoding e) {
+  return e == Encoding::kF32 || e == Encoding::kF16 || e == Encoding::kBF16;
+}
+
+const char* act_name(ActKind a) {
+  switch (a) {
+    case ActKind::kQ8_0: return "q8_0";
+    case ActKind::kQ8_1: return "q8_1";
+    case ActKind::kQ8_K: return "q8_K";
+    case ActKind::kF32: return "f32";
+    case ActKind::kF16: return "f16";
+    case ActKind::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+}  // namespace
+
+KernelParams default_params(GgmlType type) {
+  KernelParams p;
+  if (type == GgmlType::kF32 || type == GgmlType::kF16 ||
+      type == GgmlType::kBF16) {
+    p.rows = 4;
+    p.cols = 3;
+  }
+  return p;
+}
+
+std::string params_text(const KernelParams& p) {
+  return absl::StrCat("rows=", p.rows, " cols=", p.cols,
+                      " decode_rows=", p.decode_rows, " unroll=", p.unroll,
+                      " prefetch=", p.prefetch, " act_block=", p.act_block,
+                      " grain=", p.row_grain);
+}
+
+TileFn KernelCache::get(const TileConf& conf) {
+  std::unique_ptr<Tile>& t = tiles_[conf.key()];
+  if (t == nullptr) t = make_avx2_tile(conf);
+  return t->fn();
+}
+
+size_t KernelCache::code_bytes() const {
+  size_t n = 0;
+  for (const auto& [key, tile] : tiles_) n += tile->code_bytes();
+  return n;
+}
+
+std::string kernel_name(GgmlType type, IsaTier tier) {
+  const std::string type_name(ggml_type_info(type).name);
+  if (!can_pack(type)) {
+    return absl::StrCat("reference (no generator for ", type_name, ")");
+  }
+  const int64_t n_in = type == GgmlType::kF32 || type == GgmlType::kF16 ||
+                               type == GgmlType::kBF16
+                           ? 8
+                           : 256;
+  const absl::StatusOr<PackedLayout> l = packed_layout(type, n_in, 1);
+  if (!l.ok()) return "reference";
+  std::string s = absl::StrCat("avx2 ", encoding_name(l->encoding), "x",
+                               act_name(l->act));
+  if (l->correction == Correction::kZeroPoint) {
+    absl::StrAppend(&s, " zero point ", l->zero_point);
+  } else if (l->correction == Correction::kMin) {
+    absl::StrAppend(&s, " + min");
+  }
+  if (l->paired_scales) absl::StrAppend(&s, ", 2 scales/32");
+  if (tier != IsaTier::kAvx2) {
+    absl::StrAppend(&s, " (no ", isa_name(tier),
+                    " generator yet; the avx2 one runs)");
+  }
+  return s;
+}
+
+TileConf JitMatmul::base_conf(int rows, int cols) const {
+  const PackedLayout& l = packed_->layout();
+  TileConf c;
+  c.encoding = l.encoding;
+  c.paired_scales = l.paired_scales;
+  c.unit_pairs = l.unit_pairs;
+  c.s8_symmetric = l.s8_symmetric;
+  c.correction = l.correction != Correction::kNone;
+  c.rows = rows;
+  c.cols = cols;
+  c.unroll = params_.unroll;
+  c.prefetch = cols == 1 ? params_.prefetch : 0;
+  c.n_units = l.n_units;
+  c.unit_bytes = l.unit_bytes;
+  c.value_stride = l.value_stride;
+  c.hbit_stride = l.hbit_stride;
+  c.scale_stride = l.scale_stride;
+  c.wcorr_stride = packed_->corr_stride();
+  c.corr_len = l.corr_len;
+  c.act_stride = is_float(l.encoding) ? l.n_in_pad : l.n_in;
+  c.act_d_stride = l.act_d_stride;
+  c.act_corr_stride = l.corr_len;
+  c.y_stride = l.n_out;
+  return c;
+}
+
+absl::Status JitMatmul::set_params(const KernelParams& p) {
+  const PackedLayout& l = packed_->layout();
+  TileConf probe = base_conf(1, 1);
+  const int limit = max_tile(probe);
+  if (p.rows < 1 || p.cols < 1 || p.cols > 16 || p.rows * p.cols > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tile ", p.rows, "x", p.cols, " needs ", p.rows * p.cols,
+        " accumulators; ", encoding_name(l.encoding), " holds ", limit));
+  }
+  if (p.decode_rows < 1 || p.decode_rows > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decode_rows ", p.decode_rows, " is out of range [1, ", limit, "]"));
+  }
+  if (p.unroll < 1 || p.unroll > 8 || p.prefetch < 0 || p.prefetch > 8192 ||
+      p.act_block < 1 || p.row_grain < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel parameters out of range: ", params_text(p)));
+  }
+  params_ = p;
+  const int64_t n_out = l.n_out;
+  for (auto& row : prefill_) std::fill(std::begin(row), std::end(row), nullptr);
+  decode_[0] = decode_[1] = nullptr;
+  const int tails[2] = {p.rows, static_cast<int>(n_out % p.rows)};
+  for (int t = 0; t < 2; ++t) {
+    if (tails[t] == 0 || (t == 0 && n_out < p.rows)) continue;
+    for (int c = 1; c <= p.cols; ++c) {
+      prefill_[t][c - 1] = cache_->get(base_conf(tails[t], c));
+    }
+  }
+  const int dtails[2] = {p.decode_rows, static_cast<int>(n_out % p.decode_rows)};
+  for (int t = 0; t < 2; ++t) {
+    if (dtails[t] == 0 || (t == 0 && n_out < p.decode_rows)) continue;
+    decode_[t] = cache_->get(base_conf(dtails[t], 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<JitMatmul>> JitMatmul::create(
+    const reference::ops::WeightMatrix& w, IsaTier tier,
+    const KernelParams& params, KernelCache* cache, ThreadPool& pool) {
+  if (!cpu_has(tier)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this CPU cannot run ISA tier ", isa_name(tier)));
+  }
+  absl::StatusOr<std::unique_ptr<PackedWeights>> packed =
+      PackedWeights::pack(w, pool);
+  if (!packed.ok()) return packed.status();
+  auto m = std::unique_ptr<JitMatmul>(new JitMatmul());
+  m->packed_ = std::move(*packed);
+  if (cache == nullptr) {
+    m->own_cache_ = std::make_unique<KernelCache>();
+    cache = m->own_cache_.get();
+  }
+  m->cache_ = cache;
+  absl::Status st = m->set_params(params);
+  if (!st.ok()) return st;
+  return m;
+}
+
+void JitMatmul::run(const float* x, int64_t n_rows, float* y,
+                    JitScratch& scratch, ThreadPool& pool) const {
+  const PackedLayout& l = packed_->layout();
+  assert(n_rows >= 1 && n_rows <= scratch.max_rows() &&
+         l.n_in <= scratch.max_in());
+  ActivationBuffers& acts = scratch.activations();
+  prepare_activations(l, x, n_rows, acts, pool);
+  run_tiles(n_rows, y, acts, pool);
+}
+
+void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
+                          ThreadPool& pool) const {
+  const PackedLayout& l = packed_->layout();
+  const PackedWeights& pw = *packed_;
+  const bool fl = is_float(l.encoding);
+  const int64_t n_out = l.n_out;
+  const float* corr_plane = pw.corr_plane();
+  const int64_t corr_stride = pw.corr_stride();
+
+  auto args_for = [&](int64_t r0, int64_t c0) {
+    TileArgs a;
+    a.values = pw.values() + r0 * l.value_stride;
+    a.hbits = pw.hbits() ? pw.hbits() + r0 * l.hbit_stride : nullptr;
+    a.scales = pw.scales() ? pw.scales() + r0 * l.scale_stride : nullptr;
+    a.wcorr = corr_plane ? corr_plane + r0 * corr_stride : nullptr;
+    a.act = fl ? static_cast<const void*>(acts.f() + c0 * l.n_in_pad)
+               : static_cast<const void*>(acts.q() + c0 * l.n_in);
+    a.act_d = acts.d() + c0 * l.act_d_stride;
+    a.act_corr = acts.corr() + c0 * l.corr_len;
+    a.y = y + c0 * n_out + r0;
+    return a;
+  };
+
+  if (n_rows == 1) {
+    const int64_t R = params_.decode_rows;
+    const int64_t n_tiles = (n_out + R - 1) / R;
+    pool.parallel_for(
+        n_tiles,
+        [&](int64_t b, int64_t e, int) {
+          for (int64_t t = b; t < e; ++t) {
+            const int64_t r0 = t * R;
+            const TileArgs a = args_for(r0, 0);
+            decode_[n_out - r0 < R ? 1 : 0](&a);
+          }
+        },
+        params_.row_grain);
+    return;
+  }
+  const int64_t R = params_.rows;
+  const int64_t C = params_.cols;
+  const int64_t block = (params_.act_block + C - 1) / C * C;
+  const int64_t n_tiles = (n_out + R - 1) / R;
+  pool.parallel_for(
+      n_tiles,
+      [&](int64_t b, int64_t e, int) {
+        for (int64_t cb = 0; cb < n_rows; cb += block) {
+          const int64_t ce = std::min(n_rows, cb + block);
+          for (int64_t t = b; t < e; ++t) {
+            const int64_t r0 = t * R;
+            const int tail = n_out - r0 < R ? 1 : 0;
+            for (int64_t c0 = cb; c0 < ce; c0 += C) {
+              const int64_t nc = std::min(C, ce - c0);
+              const TileArgs a = args_for(r0, c0);
+              prefill_[tail][nc - 1](&a);
+            }
+          }
+        }
+      },
+      params_.row_grain);
+}
+
+}  // namespace strata::kernels::jit

@@ -1,0 +1,362 @@
+#include "kernels/cpu/jit/packed_weights.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/reference/block_layouts.h"
+#include "kernels/cpu/reference/fp16.h"
+
+namespace strata::kernels::jit {
+namespace {
+
+using reference::e8m0_to_f32_half;
+using reference::f16_to_f32;
+using reference::kMxfp4Values;
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// One 32-element unit's packed form, as the packers below produce it.
+struct Unit {
+  uint8_t* values;   // unit_bytes
+  uint32_t* hbits;   // kU5 only
+  float* scales;     // 1 or 2
+  float* min;        // min correction only
+};
+
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / MXFP4: one unit per ggml block.
+void pack_legacy(GgmlType type, const uint8_t* block, Unit out) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      out.scales[0] = f16_to_f32(load<uint16_t>(block));
+      std::memcpy(out.values, block + 2, 16);
+      return;
+    case GgmlType::kQ4_1:
+      out.scales[0] = f16_to_f32(load<uint16_t>(block));
+      *out.min = f16_to_f32(load<uint16_t>(block + 2));
+      std::memcpy(out.values, block + 4, 16);
+      return;
+    case GgmlType::kQ5_0:
+      out.scales[0] = f16_to_f32(load<uint16_t>(block));
+      *out.hbits = load<uint32_t>(block + 2);
+      std::memcpy(out.values, block + 6, 16);
+      return;
+    case GgmlType::kQ5_1:
+      out.scales[0] = f16_to_f32(load<uint16_t>(block));
+      *out.min = f16_to_f32(load<uint16_t>(block + 2));
+      *out.hbits = load<uint32_t>(block + 4);
+      std::memcpy(out.values, block + 8, 16);
+      return;
+    case GgmlType::kQ8_0:
+      out.scales[0] = f16_to_f32(load<uint16_t>(block));
+      std::memcpy(out.values, block + 2, 32);
+      return;
+    case GgmlType::kMXFP4: {
+      out.scales[0] = e8m0_to_f32_half(block[0]);
+      for (int j = 0; j < 16; ++j) {
+        const uint8_t b = block[1 + j];
+        out.values[j] = static_cast<uint8_t>(kMxfp4Values[b & 0xF] + 12);
+        out.values[j + 16] = static_cast<uint8_t>(kMxfp4Values[b >> 4] + 12);
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+// get_scale_min_k4 of ggml-quants.c (see block_layouts.h, BlockQ4_K).
+void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Q4_K / Q5_K / Q6_K: eight units per 256-element super-block.
+void pack_k(GgmlType type, const uint8_t* block, const Unit* units) {
+  if (type == GgmlType::kQ6_K) {
+    const uint8_t* ql = block;
+    const uint8_t* qh = block + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(block + 192);
+    const float d = f16_to_f32(load<uint16_t>(block + 208));
+    for (int j = 0; j < 8; ++j) {
+      const int h = j / 4, g = j % 4;
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t b = ql[64 * h + 32 * (g & 1) + l];
+        const int low = g < 2 ? (b & 0xF) : (b >> 4);
+        const int high = (qh[32 * h + l] >> (2 * g)) & 3;
+        units[j].values[l] = static_cast<uint8_t>(low | high << 4);
+      }
+      units[j].scales[0] = d * static_cast<float>(sc[2 * j]);
+      units[j].scales[1] = d * static_cast<float>(sc[2 * j + 1]);
+    }
+    return;
+  }
+  // Q4_K, Q5_K: [0,2) d | [2,4) dmin | [4,16) scales | (Q5_K: [16,48) qh) | qs
+  const bool five = type == GgmlType::kQ5_K;
+  const float d = f16_to_f32(load<uint16_t>(block));
+  const float dmin = f16_to_f32(load<uint16_t>(block + 2));
+  const uint8_t* scales = block + 4;
+  const uint8_t* qh = block + 16;
+  const uint8_t* qs = block + (five ? 48 : 16);
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    scale_min_k4(j, scales, &sc, &m);
+    units[j].scales[0] = d * static_cast<float>(sc);
+    *units[j].min = -(dmin * static_cast<float>(m));
+    const uint8_t* q = qs + 32 * (j / 2);
+    const int shift = (j % 2) * 4;
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (q[i] >> shift) & 0xF;
+      const int hi = (q[i + 16] >> shift) & 0xF;
+      units[j].values[i] = static_cast<uint8_t>(lo | hi << 4);
+    }
+    if (five) {
+      uint32_t bits = 0;
+      for (int l = 0; l < 32; ++l) bits |= uint32_t((qh[l] >> j) & 1) << l;
+      *units[j].hbits = bits;
+    }
+  }
+}
+
+bool is_k(GgmlType t) {
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
+}
+
+template <typename T>
+T* aligned_zeroed(int64_t count, int64_t* bytes) {
+  const size_t n = static_cast<size_t>(round_up(count * int64_t(sizeof(T)), 64));
+  void* p = std::aligned_alloc(64, n == 0 ? 64 : n);
+  if (p == nullptr) return nullptr;
+  std::memset(p, 0, n == 0 ? 64 : n);
+  *bytes += static_cast<int64_t>(n);
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+const char* encoding_name(Encoding e) {
+  switch (e) {
+    case Encoding::kU4: return "u4";
+    case Encoding::kU5: return "u5";
+    case Encoding::kU8: return "u8";
+    case Encoding::kS8: return "s8";
+    case Encoding::kF32: return "f32";
+    case Encoding::kF16: return "f16";
+    case Encoding::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+bool can_pack(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
+    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: case GgmlType::kQ8_0: case GgmlType::kMXFP4:
+    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
+                                           int64_t n_out) {
+  PackedLayout l;
+  l.type = type;
+  l.n_in = n_in;
+  l.n_out = n_out;
+  if (!can_pack(type)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "no generated matmul for ", std::string(ggml_type_info(type).name)));
+  }
+  const int64_t block = ggml_type_info(type).block_size;
+  if (n_in <= 0 || n_out <= 0 || n_in % block != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(ggml_type_info(type).name), " rows of ", n_in,
+                     " elements are not whole blocks of ", block));
+  }
+  switch (type) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
+      l.encoding = type == GgmlType::kF32   ? Encoding::kF32
+                   : type == GgmlType::kF16 ? Encoding::kF16
+                                            : Encoding::kBF16;
+      l.act = type == GgmlType::kF32   ? ActKind::kF32
+              : type == GgmlType::kF16 ? ActKind::kF16
+                                       : ActKind::kBF16;
+      l.unit_elems = 8;
+      l.n_in_pad = round_up(n_in, 8);
+      l.n_units = l.n_in_pad / 8;
+      l.unit_bytes = type == GgmlType::kF32 ? 32 : 16;
+      l.value_stride = l.n_units * l.unit_bytes;
+      return l;
+    default:
+      break;
+  }
+  l.n_in_pad = n_in;
+  l.unit_elems = 32;
+  l.n_units = n_in / 32;
+  l.n_scales = l.n_units;
+  switch (type) {
+    case GgmlType::kQ4_0:
+      l.encoding = Encoding::kU4; l.act = ActKind::kQ8_0;
+      l.correction = Correction::kZeroPoint; l.zero_point = 8;
+      break;
+    case GgmlType::kQ4_1:
+      l.encoding = Encoding::kU4; l.act = ActKind::kQ8_1;
+      l.correction = Correction::kMin;
+      break;
+    case GgmlType::kQ5_0:
+      l.encoding = Encoding::kU5; l.act = ActKind::kQ8_0;
+      l.correction = Correction::kZeroPoint; l.zero_point = 16;
+      break;
+    case GgmlType::kQ5_1:
+      l.encoding = Encoding::kU5; l.act = ActKind::kQ8_1;
+      l.correction = Correction::kMin;
+      break;
+    case GgmlType::kQ8_0:
+      l.encoding = Encoding::kS8; l.act = ActKind::kQ8_0;
+      break;
+    case GgmlType::kMXFP4:
+      l.encoding = Encoding::kU8; l.act = ActKind::kQ8_0;
+      l.correction = Correction::kZeroPoint; l.zero_point = 12;
+      break;
+    case GgmlType::kQ4_K:
+      l.encoding = Encoding::kU4; l.act = ActKind::kQ8_K;
+      l.correction = Correction::kMin;
+      break;
+    case GgmlType::kQ5_K:
+      l.encoding = Encoding::kU5; l.act = ActKind::kQ8_K;
+      l.correction = Correction::kMin;
+      break;
+    case GgmlType::kQ6_K:
+      l.encoding = Encoding::kU8; l.act = ActKind::kQ8_K;
+      l.correction = Correction::kZeroPoint; l.zero_point = 32;
+      l.paired_scales = true;
+      l.n_scales = 2 * l.n_units;
+      break;
+    default:
+      break;
+  }
+  l.unit_bytes = l.encoding == Encoding::kU4 || l.encoding == Encoding::kU5 ? 16 : 32;
+  l.value_stride = l.n_units * l.unit_bytes;
+  l.hbit_stride = l.encoding == Encoding::kU5 ? l.n_units * 4 : 0;
+  l.unit_pairs = l.encoding == Encoding::kU4 || l.encoding == Encoding::kU5;
+  l.act_d_stride = l.unit_pairs ? (l.n_units + 1) / 2 * 8 : l.n_units;
+  // Kernels read 8 floats at a unit's scale: 8 more past the end.
+  l.scale_stride = round_up(l.n_scales, 8) + 8;
+  if (l.correction == Correction::kZeroPoint) {
+    l.corr_len = round_up(l.n_scales, 8);
+  } else if (l.correction == Correction::kMin) {
+    l.corr_len = round_up(l.n_units, 8);
+    l.mins_stride = l.corr_len;
+  }
+  return l;
+}
+
+const float* PackedWeights::corr_plane() const {
+  return layout_.correction == Correction::kMin ? mins_.get() : scales_.get();
+}
+
+int64_t PackedWeights::corr_stride() const {
+  return layout_.correction == Correction::kMin ? layout_.mins_stride
+                                                : layout_.scale_stride;
+}
+
+absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
+    const reference::ops::WeightMatrix& w, ThreadPool& pool) {
+  absl::StatusOr<PackedLayout> layout = packed_layout(w.type, w.n_in, w.n_out);
+  if (!layout.ok()) return layout.status();
+  auto p = std::unique_ptr<PackedWeights>(new PackedWeights());
+  p->layout_ = *layout;
+  const PackedLayout& l = p->layout_;
+  const int64_t n_out = l.n_out;
+  auto oom = [&] {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("packing ", n_out, " rows of ", l.n_in, " ",
+                     std::string(ggml_type_info(l.type).name),
+                     " weights: out of memory"));
+  };
+
+  const bool is_float = l.unit_elems == 8;
+  if (is_float && l.n_in == l.n_in_pad) {
+    p->values_ = w.data;  // the GGUF rows are the packed rows
+    return p;
+  }
+  p->owned_values_.reset(
+      aligned_zeroed<uint8_t>(n_out * l.value_stride, &p->owned_bytes_));
+  if (!p->owned_values_) return oom();
+  p->values_ = p->owned_values_.get();
+  if (is_float) {
+    const int64_t elem = l.type == GgmlType::kF32 ? 4 : 2;
+    uint8_t* dst = p->owned_values_.get();
+    pool.parallel_for(n_out, [&](int64_t b, int64_t e, int) {
+      for (int64_t r = b; r < e; ++r) {
+        std::memcpy(dst + r * l.value_stride, w.data + r * w.row_bytes,
+                    static_cast<size_t>(l.n_in * elem));
+      }
+    });
+    return p;
+  }
+  if (l.encoding == Encoding::kU5) {
+    p->hbits_.reset(aligned_zeroed<uint8_t>(n_out * l.hbit_stride, &p->owned_bytes_));
+    if (!p->hbits_) return oom();
+  }
+  p->scales_.reset(aligned_zeroed<float>(n_out * l.scale_stride, &p->owned_bytes_));
+  if (!p->scales_) return oom();
+  if (l.correction == Correction::kMin) {
+    p->mins_.reset(aligned_zeroed<float>(n_out * l.mins_stride, &p->owned_bytes_));
+    if (!p->mins_) return oom();
+  }
+
+  const int64_t block_bytes = ggml_type_info(l.type).type_size;
+  const int n_sc = l.paired_scales ? 2 : 1;
+  PackedWeights& out = *p;
+  auto unit = [&](int64_t r, int64_t u) {
+    Unit x;
+    x.values = out.owned_values_.get() + r * l.value_stride + u * l.unit_bytes;
+    x.hbits = l.encoding == Encoding::kU5
+                  ? reinterpret_cast<uint32_t*>(out.hbits_.get() +
+                                                r * l.hbit_stride) + u
+                  : nullptr;
+    x.scales = out.scales_.get() + r * l.scale_stride + u * n_sc;
+    x.min = out.mins_ ? out.mins_.get() + r * l.mins_stride + u : nullptr;
+    return x;
+  };
+  pool.parallel_for(n_out, [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r) {
+      const uint8_t* row = w.data + r * w.row_bytes;
+      if (is_k(l.type)) {
+        for (int64_t sb = 0; sb < l.n_units / 8; ++sb) {
+          Unit units[8];
+          for (int j = 0; j < 8; ++j) units[j] = unit(r, sb * 8 + j);
+          pack_k(l.type, row + sb * block_bytes, units);
+        }
+      } else {
+        for (int64_t u = 0; u < l.n_units; ++u) {
+          pack_legacy(l.type, row + u * block_bytes, unit(r, u));
+        }
+      }
+    }
+  });
+  if (l.encoding == Encoding::kS8) {
+    const uint8_t* v = out.owned_values_.get();
+    p->layout_.s8_symmetric =
+        std::find(v, v + n_out * l.value_stride, uint8_t{0x80}) ==
+        v + n_out * l.value_stride;
+  }
+  return p;
+}
+
+}  // namespace strata::kernels::jit

@@ -1,0 +1,139 @@
+// Weight matrices repacked at load into the layouts the generated matmul
+// kernels read (kernels/cpu/jit/avx2_generator.h). One layout family for all
+// quantized types: every row is a sequence of 32-element units, each with
+// integer values in one of four encodings and one (or two) f32 scales, so a
+// single generator serves Q4_0 ... MXFP4; the type-specific part is here, in
+// plain C++, run once per matrix.
+//
+// A quantized row's value is
+//   y = sum_u sum_e s_w(u, e) * d_a(u) * q_w(u, e) * q_a(u, e)      (main)
+//     + sum_k P_w(k) * A(k)                                  (correction)
+// with q_a the int8 activations and d_a their scale (activations.h), and the
+// correction term carrying the weights' offsets:
+//   zero point z (Q4_0 8, Q5_0 16, Q6_K 32, MXFP4 12): P_w = the scale
+//     plane, A(k) = -z d_a sum q_a over the elements of scale k;
+//   min (Q4_1, Q5_1: +m; Q4_K, Q5_K: -dmin m_j): P_w = the min plane,
+//     A(u) = Q8_1's f16 sum (Q4_1, Q5_1) or d_a sum q_a (Q8_K).
+//
+// Encodings of one 32-element unit's values:
+//   kU4  16 bytes: element j in the low nibble of byte j, j+16 in the high
+//        nibble (ggml's Q4_0 order); unsigned 0..15.
+//   kU5  kU4 plus a u32 per unit in the high-bit plane: bit j is element
+//        j's fifth bit (ggml's Q5_0 qh); unsigned 0..31.
+//   kU8  32 bytes, unsigned 0..63 (Q6_K; MXFP4 as table value + 12).
+//   kS8  32 bytes, signed (Q8_0).
+// Float types keep their element type (F32, F16, BF16), rows padded with
+// zeros to a multiple of 8 elements (copied only when n_in % 8 != 0;
+// otherwise the view points into the GGUF mapping).
+//
+// Sources of the block layouts: kernels/cpu/reference/block_layouts.h
+// (llama.cpp ggml/src/ggml-common.h); the split into integer dot products,
+// scales and offsets follows ggml-cpu's x86 vec_dot_*_q8_* (arch/x86/quants.c).
+//
+// Plane shapes (per matrix, rows contiguous, 64-byte aligned):
+//   values  [n_out][n_units][unit_bytes]
+//   hbits   [n_out][n_units] u32                     (kU5)
+//   scales  [n_out][scale_stride] f32, scale k of row r at [r][k]; paired
+//           (Q6_K): two per unit, for elements 0..15 and 16..31; zero after
+//           n_scales, with 8 more floats (kernels read 8 at a time)
+//   mins    [n_out][corr_len] f32                    (min correction)
+// Ownership: PackedWeights owns its planes (or, for float types with
+// n_in % 8 == 0, views the caller's bytes, which must outlive it).
+// Immutable after packing: any thread reads.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/reference/ops/matmul.h"
+#include "model/ggml_type.h"
+
+namespace strata::kernels::jit {
+
+enum class Encoding { kU4, kU5, kU8, kS8, kF32, kF16, kBF16 };
+enum class Correction { kNone, kZeroPoint, kMin };
+// The activation type paired with the weight type
+// (reference::ops::activation_type), as the activation quantizer sees it.
+enum class ActKind { kQ8_0, kQ8_1, kQ8_K, kF32, kF16, kBF16 };
+
+const char* encoding_name(Encoding e);
+
+// Everything about a packed matrix's layout; a function of (type, n_in).
+struct PackedLayout {
+  GgmlType type = GgmlType::kF32;
+  Encoding encoding = Encoding::kF32;
+  ActKind act = ActKind::kF32;
+  Correction correction = Correction::kNone;
+  int zero_point = 0;          // z (kZeroPoint)
+  bool paired_scales = false;  // two scales per unit (Q6_K)
+  int64_t n_in = 0;            // elements per row as in the GGUF
+  int64_t n_out = 0;           // rows
+  int64_t n_in_pad = 0;        // float types: n_in rounded up to 8
+  int64_t unit_elems = 32;     // 32 (quantized) or 8 (float types)
+  int64_t n_units = 0;         // n_in_pad / unit_elems
+  int64_t unit_bytes = 0;      // 16 (kU4, kU5), 32 (kU8, kS8, kF32), 16
+                               // (kF16, kBF16)
+  int64_t value_stride = 0;    // bytes per row of the value plane
+  int64_t hbit_stride = 0;     // bytes per row of the high-bit plane
+  int64_t n_scales = 0;        // scales per row: n_units or 2 n_units
+  int64_t scale_stride = 0;    // floats per row of the scale plane
+  int64_t corr_len = 0;        // floats of the correction dot per row (a
+                               // multiple of 8; 0 without a correction)
+  int64_t mins_stride = 0;     // floats per row of the min plane
+  // kU4 / kU5: units are taken two at a time (unit pairs): one 32-byte load
+  // of a pair's values gives elements 0..15 of both units (low nibbles) and
+  // 16..31 of both (high nibbles), against activations reordered to match
+  // (activations.h).
+  bool unit_pairs = false;
+  int64_t act_d_stride = 0;    // floats per row of the activation scale plane
+  // kS8: no value is -128 (set by pack after a scan), so w * sign(a) fits
+  // int8 and decode may take |a| as the unsigned operand.
+  bool s8_symmetric = false;
+};
+
+// The layout for `type`; Unimplemented for a type the generators do not
+// serve (Q2_K, Q3_K, IQ*, ...: the caller falls back to the reference).
+absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
+                                           int64_t n_out);
+
+// True when packed_layout accepts `type`.
+bool can_pack(GgmlType type);
+
+class PackedWeights {
+ public:
+  const PackedLayout& layout() const { return layout_; }
+  const uint8_t* values() const { return values_; }
+  const uint8_t* hbits() const { return hbits_.get(); }
+  const float* scales() const { return scales_.get(); }
+  const float* mins() const { return mins_.get(); }
+  // The weight plane of the correction dot (scales or mins), row stride in
+  // floats.
+  const float* corr_plane() const;
+  int64_t corr_stride() const;
+  // Bytes the packed planes own (0 for a view).
+  int64_t owned_bytes() const { return owned_bytes_; }
+
+  // Packs `w` (checked by make_weight_matrix). Rows [0, n_out) are packed on
+  // `pool`'s threads. Errors: Unimplemented for types can_pack refuses.
+  static absl::StatusOr<std::unique_ptr<PackedWeights>> pack(
+      const reference::ops::WeightMatrix& w, ThreadPool& pool);
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  template <typename T>
+  using Buffer = std::unique_ptr<T[], Free>;
+
+  PackedLayout layout_;
+  const uint8_t* values_ = nullptr;
+  Buffer<uint8_t> owned_values_;
+  Buffer<uint8_t> hbits_;
+  Buffer<float> scales_;
+  Buffer<float> mins_;
+  int64_t owned_bytes_ = 0;
+};
+
+}  // namespace strata::kernels::jit

@@ -1,0 +1,271 @@
+#include "kernels/cpu/jit/tuner.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/reference/dequantize.h"
+
+namespace strata::kernels::jit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string sanitize(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out;
+}
+
+// Seconds per run of fn: the best of batches, at least 3 runs and 10 ms.
+template <typename Fn>
+double time_runs(const Fn& fn) {
+  fn();  // warm-up
+  double best = 1e30;
+  double total = 0.0;
+  for (int i = 0; i < 50 && (i < 3 || total < 0.01); ++i) {
+    const Clock::time_point t0 = Clock::now();
+    fn();
+    const double s = seconds_since(t0);
+    best = std::min(best, s);
+    total += s;
+  }
+  return best;
+}
+
+// The reference outputs and tolerances a candidate must meet.
+struct Oracle {
+  std::vector<float> x;     // [rows][n_in]
+  std::vector<float> want;  // [rows][n_out]
+  std::vector<double> tol;  // [rows][n_out]
+  int64_t rows = 0;
+};
+
+Oracle make_oracle(const reference::ops::WeightMatrix& w, int64_t rows,
+                   ThreadPool& pool, std::mt19937& rng) {
+  Oracle o;
+  o.rows = rows;
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  o.x.resize(static_cast<size_t>(rows * w.n_in));
+  for (float& v : o.x) v = dist(rng);
+  o.want.resize(static_cast<size_t>(rows * w.n_out));
+  reference::ops::MatmulScratch scratch(rows, w.n_in, pool.size());
+  reference::ops::matmul(w, o.x.data(), rows, o.want.data(), scratch, pool);
+  o.tol.assign(o.want.size(), 0.0);
+  std::vector<float> row(static_cast<size_t>(w.n_in));
+  for (int64_t r = 0; r < w.n_out; ++r) {
+    if (!reference::dequantize_row(w.type, w.data + r * w.row_bytes, w.n_in,
+                                   row.data())
+             .ok()) {
+      continue;
+    }
+    for (int64_t t = 0; t < rows; ++t) {
+      double mag = 0.0;
+      for (int64_t k = 0; k < w.n_in; ++k) {
+        mag += std::fabs(double{row[k]} * o.x[t * w.n_in + k]);
+      }
+      o.tol[t * w.n_out + r] = 1e-5 * mag + 1e-30;
+    }
+  }
+  return o;
+}
+
+bool passes(const JitMatmul& m, const Oracle& o, JitScratch& scratch,
+            ThreadPool& pool, std::vector<float>& y) {
+  const int64_t n_out = m.layout().n_out;
+  // All rows at once (prefill tiles), then the first row alone (decode).
+  for (int64_t rows : {o.rows, int64_t{1}}) {
+    m.run(o.x.data(), rows, y.data(), scratch, pool);
+    for (int64_t i = 0; i < rows * n_out; ++i) {
+      if (!(std::fabs(double{y[i]} - o.want[i]) <= o.tol[i])) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool tuning_disabled_by_env() {
+  const char* v = std::getenv("STRATA_NO_TUNE");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+Tuner::Tuner(IsaTier tier, int n_threads, TuneOptions options)
+    : tier_(tier), n_threads_(n_threads), options_(std::move(options)) {
+  if (options_.cache_dir.empty()) {
+    const char* home = std::getenv("HOME");
+    options_.cache_dir =
+        absl::StrCat(home != nullptr ? home : ".", "/.cache/strata/tune-cache");
+  }
+  path_ = absl::StrCat(options_.cache_dir, "/", sanitize(cpu_model_name()),
+                       "-", isa_name(tier_), "-g", kGeneratorVersion, ".txt");
+  load();
+}
+
+void Tuner::load() {
+  std::ifstream in(path_);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    std::string op, type_name;
+    int64_t n_in, n_out;
+    int threads;
+    KernelParams p;
+    if (!(s >> op >> type_name >> n_in >> n_out >> threads >> p.rows >>
+          p.cols >> p.decode_rows >> p.unroll >> p.prefetch >> p.act_block >>
+          p.row_grain) ||
+        op != "matmul") {
+      continue;
+    }
+    const std::optional<GgmlType> type = ggml_type_from_name(type_name);
+    if (!type) continue;
+    entries_[Key{static_cast<int>(*type), n_in, n_out, threads}] = p;
+  }
+}
+
+absl::Status Tuner::save() const {
+  if (!dirty_) return absl::OkStatus();
+  std::error_code ec;
+  std::filesystem::create_directories(options_.cache_dir, ec);
+  const std::string tmp = path_ + ".tmp";
+  {
+    std::ofstream out(tmp);
+    for (const auto& [key, p] : entries_) {
+      const auto [type, n_in, n_out, threads] = key;
+      out << "matmul "
+          << std::string(ggml_type_info(static_cast<GgmlType>(type)).name)
+          << ' ' << n_in << ' ' << n_out << ' ' << threads << ' ' << p.rows
+          << ' ' << p.cols << ' ' << p.decode_rows << ' ' << p.unroll << ' '
+          << p.prefetch << ' ' << p.act_block << ' ' << p.row_grain << '\n';
+    }
+    if (!out) {
+      return absl::UnavailableError(
+          absl::StrCat("tune cache ", tmp, ": cannot write"));
+    }
+  }
+  std::filesystem::rename(tmp, path_, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("tune cache ", path_, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::string Tuner::summary() const {
+  return absl::StrCat("tuned ", measured_, " matmul shapes in ",
+                      std::round(seconds_ * 10) / 10, " s (", from_cache_,
+                      " from the cache, ", over_budget_,
+                      " over the budget kept defaults); cache ", path_);
+}
+
+absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
+                         JitScratch& scratch, ThreadPool& pool) {
+  const PackedLayout& l = m.layout();
+  const Key key{static_cast<int>(l.type), l.n_in, l.n_out, n_threads_};
+  if (auto it = entries_.find(key); it != entries_.end()) {
+    if (m.set_params(it->second).ok()) {
+      ++from_cache_;
+      return absl::OkStatus();
+    }
+  }
+  const KernelParams defaults = default_params(l.type);
+  if (seconds_ >= options_.budget_s) {
+    ++over_budget_;
+    return m.set_params(defaults);
+  }
+  const Clock::time_point t0 = Clock::now();
+  std::mt19937 rng(static_cast<unsigned>(l.n_in * 31 + l.n_out));
+  const int64_t check_rows = std::min<int64_t>(3, scratch.max_rows());
+  const Oracle oracle = make_oracle(w, check_rows, pool, rng);
+  // Prefill timing rows: fewer for very large matrices (the head).
+  int64_t pf_rows = std::min<int64_t>(options_.prefill_rows, scratch.max_rows());
+  while (pf_rows > 4 && pf_rows * l.n_in * l.n_out > int64_t{1} << 31) pf_rows /= 2;
+  std::vector<float> x(static_cast<size_t>(pf_rows * l.n_in));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  std::vector<float> y(static_cast<size_t>(std::max(pf_rows, check_rows) * l.n_out));
+
+  auto time_prefill = [&] {
+    return time_runs([&] { m.run(x.data(), pf_rows, y.data(), scratch, pool); });
+  };
+  auto time_decode = [&] {
+    return time_runs([&] { m.run(x.data(), 1, y.data(), scratch, pool); });
+  };
+  // Sets p when it is valid and correct; false otherwise.
+  auto try_params = [&](const KernelParams& p) {
+    return m.set_params(p).ok() && passes(m, oracle, scratch, pool, y);
+  };
+
+  absl::Status st = m.set_params(defaults);
+  if (!st.ok()) return st;
+  KernelParams best = defaults;
+  double best_pf = try_params(best) ? time_prefill() : 1e30;
+  double best_dec = time_decode();
+
+  // 1. Prefill tile shape (and activation block).
+  const bool fl = l.unit_elems == 8;
+  const std::vector<std::pair<int, int>> tiles =
+      fl ? std::vector<std::pair<int, int>>{{4, 3}, {3, 4}, {2, 6}, {6, 2}, {5, 2}}
+         : std::vector<std::pair<int, int>>{{4, 2}, {2, 4}, {3, 3}, {2, 5}, {5, 2}, {1, 8}};
+  for (auto [r, c] : tiles) {
+    for (int block : {64, 256}) {
+      KernelParams p = best;
+      p.rows = r;
+      p.cols = c;
+      p.act_block = block;
+      if (p == best || !try_params(p)) continue;
+      const double t = time_prefill();
+      if (t < best_pf) {
+        best_pf = t;
+        best = p;
+      }
+    }
+  }
+  // 2. Decode rows and prefetch distance.
+  for (int dr : {2, 4, 6, 8}) {
+    for (int pf : {0, 256, 1024}) {
+      KernelParams p = best;
+      p.decode_rows = dr;
+      p.prefetch = pf;
+      if (p == best || !try_params(p)) continue;
+      const double t = time_decode();
+      if (t < best_dec) {
+        best_dec = t;
+        best = p;
+      }
+    }
+  }
+  // 3. Unroll: both kinds of tile, by their summed relative time.
+  for (int u : {1, 2, 4}) {
+    KernelParams p = best;
+    p.unroll = u;
+    if (p == best || !try_params(p)) continue;
+    const double pf = time_prefill(), dec = time_decode();
+    if (pf / best_pf + dec / best_dec < 2.0 * 0.98) {
+      best_pf = pf;
+      best_dec = dec;
+      best = p;
+    }
+  }
+  st = m.set_params(best);
+  if (!st.ok()) return st;
+  entries_[key] = best;
+  dirty_ = true;
+  ++measured_;
+  seconds_ += seconds_since(t0);
+  return absl::OkStatus();
+}
+
+}  // namespace strata::kernels::jit

@@ -1,0 +1,281 @@
+#include "model/placement.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata::placement {
+namespace {
+
+// "blk.12.attn_q.weight" -> 12; -1 when the name is not a block tensor.
+int64_t block_index(std::string_view name) {
+  constexpr std::string_view kPrefix = "blk.";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
+  name.remove_prefix(kPrefix.size());
+  const size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string_view::npos) return -1;
+  int64_t n = -1;
+  auto [ptr, ec] = std::from_chars(name.data(), name.data() + dot, n);
+  if (ec != std::errc() || ptr != name.data() + dot) return -1;
+  return n;
+}
+
+uint64_t element_bytes(GgmlType type) {
+  return type == GgmlType::kF32 ? 4 : 2;
+}
+
+std::string range_text(int first, int last) {
+  return absl::StrCat("[", first, ", ", last, ")");
+}
+
+// "worker w1: blocks [10, 30) need 1.9 GiB (weights 1.5 GiB + KV 0.4 GiB),
+// budget 1.0 GiB"
+std::string need_text(const WorkerBudget& w, const ShardPlan& p) {
+  return absl::StrCat("worker ", w.name, ": blocks ",
+                      range_text(p.first, p.last), " need ",
+                      format_bytes(p.total()), " (weights ",
+                      format_bytes(p.weight_bytes), " + KV ",
+                      format_bytes(p.kv_bytes), "), budget ",
+                      format_bytes(w.bytes));
+}
+
+// Shards of blocks [first, last) cost, at ratio r, at most r x weight.
+// Greedy: each worker takes as many blocks as fit, leaving one for each
+// worker after it. Fills `ends` (the last block of each) and returns
+// whether every block was placed.
+bool greedy_fits(const ModelSizes& sizes, const KvShape& kv,
+                 std::span<const double> weight, double r,
+                 std::vector<int>* ends) {
+  const int n = static_cast<int>(weight.size());
+  ends->assign(n, 0);
+  int pos = 0;
+  for (int i = 0; i < n; ++i) {
+    const int leave = n - 1 - i;
+    const double cap = r * weight[i];
+    int end = pos + 1;
+    if (i == n - 1) end = sizes.n_layer;
+    if (static_cast<double>(shard_plan(sizes, kv, pos, end).total()) > cap) {
+      return false;
+    }
+    while (end < sizes.n_layer - leave &&
+           static_cast<double>(shard_plan(sizes, kv, pos, end + 1).total()) <=
+               cap) {
+      ++end;
+    }
+    (*ends)[i] = end;
+    pos = end;
+  }
+  return pos == sizes.n_layer;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
+                                       const arch::Hyperparameters& hp) {
+  ModelSizes s;
+  s.n_layer = hp.n_layer;
+  s.block_bytes.assign(hp.n_layer, 0);
+  uint64_t shared = 0;  // tensors every stage needs (rope_freqs ...)
+  const gguf::TensorInfo* embd = nullptr;
+  const gguf::TensorInfo* output = nullptr;
+  const gguf::TensorInfo* output_norm = nullptr;
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    const int64_t b = block_index(t.name);
+    if (b >= 0) {
+      if (b >= hp.n_layer) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", t.name, ": block ", b,
+                         " is outside the model's ", hp.n_layer, " blocks"));
+      }
+      s.block_bytes[b] += t.n_bytes;
+    } else if (t.name == "token_embd.weight") {
+      embd = &t;
+    } else if (t.name == "output.weight") {
+      output = &t;
+    } else if (t.name == "output_norm.weight") {
+      output_norm = &t;
+    } else {
+      shared += t.n_bytes;
+    }
+  }
+  if (embd == nullptr) {
+    return absl::InvalidArgumentError("tensor token_embd.weight: missing");
+  }
+  s.shared_bytes = shared;
+  s.embedding_bytes = embd->n_bytes;
+  s.head_bytes = (output != nullptr ? output->n_bytes : embd->n_bytes) +
+                 (output_norm != nullptr ? output_norm->n_bytes : 0);
+  s.kv_elements_per_position =
+      static_cast<uint64_t>(hp.n_head_kv) *
+      static_cast<uint64_t>(hp.head_dim_k + hp.head_dim_v);
+  return s;
+}
+
+uint64_t kv_bytes(const ModelSizes& sizes, const KvShape& kv, int first,
+                  int last) {
+  if (last <= first) return 0;
+  return static_cast<uint64_t>(last - first) *
+         static_cast<uint64_t>(std::max(kv.n_ctx, 0)) *
+         static_cast<uint64_t>(std::max(kv.max_sequences, 0)) *
+         sizes.kv_elements_per_position * element_bytes(kv.kv_type);
+}
+
+ShardPlan shard_plan(const ModelSizes& sizes, const KvShape& kv, int first,
+                     int last) {
+  ShardPlan p;
+  p.first = first;
+  p.last = last;
+  p.embedding = first == 0;
+  p.head = last == sizes.n_layer;
+  for (int b = std::max(first, 0); b < std::min(last, sizes.n_layer); ++b) {
+    p.weight_bytes += sizes.block_bytes[b];
+  }
+  if (p.embedding) p.weight_bytes += sizes.embedding_bytes;
+  if (p.head) p.weight_bytes += sizes.head_bytes;
+  p.weight_bytes += sizes.shared_bytes;
+  p.kv_bytes = kv_bytes(sizes, kv, first, last);
+  return p;
+}
+
+absl::StatusOr<std::vector<ShardPlan>> plan_auto(
+    const ModelSizes& sizes, const KvShape& kv,
+    std::span<const WorkerBudget> workers) {
+  const int n = static_cast<int>(workers.size());
+  if (n == 0) return absl::InvalidArgumentError("workers: none");
+  if (n > sizes.n_layer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers: ", n, " workers for ", sizes.n_layer,
+                     " blocks; each worker needs at least one block"));
+  }
+  // Shares by budget; unknown budgets count as the mean of the known ones.
+  double known = 0;
+  int n_known = 0;
+  for (const WorkerBudget& w : workers) {
+    if (w.bytes > 0) {
+      known += static_cast<double>(w.bytes);
+      ++n_known;
+    }
+  }
+  const double mean = n_known > 0 ? known / n_known : 1.0;
+  std::vector<double> weight(n);
+  for (int i = 0; i < n; ++i) {
+    weight[i] = workers[i].bytes > 0 ? static_cast<double>(workers[i].bytes)
+                                     : mean;
+  }
+  // The smallest ratio at which the greedy split places every block: a
+  // greedy fill is optimal for contiguous ranges in a fixed order.
+  const ShardPlan whole = shard_plan(sizes, kv, 0, sizes.n_layer);
+  const double min_weight = *std::min_element(weight.begin(), weight.end());
+  double hi = static_cast<double>(whole.total()) / min_weight + 1.0;
+  double lo = 0;
+  std::vector<int> ends;
+  for (int iter = 0; iter < 200 && hi - lo > hi * 1e-12; ++iter) {
+    const double mid = (lo + hi) / 2;
+    if (greedy_fits(sizes, kv, weight, mid, &ends)) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  if (!greedy_fits(sizes, kv, weight, hi, &ends)) {
+    return absl::InternalError("placement: no split found");
+  }
+  std::vector<ShardPlan> plan;
+  int pos = 0;
+  for (int i = 0; i < n; ++i) {
+    plan.push_back(shard_plan(sizes, kv, pos, ends[i]));
+    pos = ends[i];
+  }
+  // Does it fit the real budgets?
+  int worst = -1;
+  double worst_ratio = 1.0;
+  for (int i = 0; i < n; ++i) {
+    if (workers[i].bytes == 0) continue;
+    const double ratio = static_cast<double>(plan[i].total()) /
+                         static_cast<double>(workers[i].bytes);
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+  }
+  if (worst >= 0) {
+    uint64_t budgets = 0;
+    for (const WorkerBudget& w : workers) budgets += w.bytes;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "placement: no split of the model's ", sizes.n_layer,
+        " blocks fits the workers: the model needs ",
+        format_bytes(whole.total()), " (weights ",
+        format_bytes(whole.weight_bytes), " + KV ",
+        format_bytes(whole.kv_bytes), " for ", kv.max_sequences,
+        " sequences x ", kv.n_ctx, " positions), the budgets hold ",
+        format_bytes(budgets), "; the best split still overflows ",
+        need_text(workers[worst], plan[worst])));
+  }
+  return plan;
+}
+
+absl::StatusOr<std::vector<ShardPlan>> check_explicit(
+    const ModelSizes& sizes, const KvShape& kv,
+    std::span<const WorkerBudget> workers, std::span<const Range> ranges) {
+  if (ranges.size() != workers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement: ", ranges.size(), " ranges for ",
+                     workers.size(), " workers"));
+  }
+  if (workers.empty()) return absl::InvalidArgumentError("workers: none");
+  std::vector<ShardPlan> plan;
+  int expect = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const Range& r = ranges[i];
+    const std::string who = absl::StrCat("worker ", workers[i].name,
+                                         ": blocks ",
+                                         range_text(r.first, r.last));
+    if (r.first != expect) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": must start at block ", expect,
+          i == 0 ? " (the first worker holds the embedding)"
+                 : " (where the previous worker's range ends)"));
+    }
+    if (r.last <= r.first) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": empty range"));
+    }
+    if (r.last > sizes.n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": past the model's ", sizes.n_layer, " blocks"));
+    }
+    expect = r.last;
+    plan.push_back(shard_plan(sizes, kv, r.first, r.last));
+  }
+  if (expect != sizes.n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement: the ranges cover blocks [0, ", expect, ") of the model's ",
+        sizes.n_layer, "; the last worker's range must end at ",
+        sizes.n_layer));
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (workers[i].bytes > 0 && plan[i].total() > workers[i].bytes) {
+      return absl::ResourceExhaustedError(need_text(workers[i], plan[i]));
+    }
+  }
+  return plan;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  double v = static_cast<double>(bytes) / 1024;
+  int unit = 0;
+  while (v >= 1024 && unit < 3) {
+    v /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+}  // namespace strata::placement

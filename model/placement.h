@@ -1,0 +1,113 @@
+// Placement: which contiguous range of transformer blocks each worker of a
+// pipeline holds, and whether it fits the worker's memory. Shared by the
+// coordinator (planning) and workers (checking what they are asked to load).
+//
+// Memory of a shard = its tensors' bytes in the GGUF (the blocks' blk.N.*
+// tensors, the token embedding on the first stage, the output norm and head
+// on the last: with tied embeddings the head is token_embd again) + its KV
+// cache: per block and position, n_head_kv x (head_dim_k + head_dim_v)
+// elements of the KV type, for n_ctx positions of max_sequences sequences.
+//
+// Usage:
+//   ASSIGN_OR_RETURN(ModelSizes sizes, model_sizes(*model, hp));
+//   KvShape kv{.n_ctx = 4096, .max_sequences = 8, .kv_type = GgmlType::kF16};
+//   ASSIGN_OR_RETURN(std::vector<ShardPlan> plan,
+//                    plan_auto(sizes, kv, budgets));          // or
+//   ASSIGN_OR_RETURN(plan, check_explicit(sizes, kv, budgets, ranges));
+//
+// Errors (InvalidArgument / ResourceExhausted) carry the numbers:
+//   "worker w1: blocks [10, 30) need 1.9 GiB (weights 1.5 GiB + KV
+//    0.4 GiB), budget 1.0 GiB".
+//
+// Thread-safety: plain functions over plain data.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/architecture/architecture.h"
+#include "model/ggml_type.h"
+#include "model/gguf_reader.h"
+
+namespace strata::placement {
+
+// What the model's parts weigh, in bytes.
+struct ModelSizes {
+  int n_layer = 0;
+  std::vector<uint64_t> block_bytes;  // [n_layer] blk.N.* tensors
+  uint64_t embedding_bytes = 0;       // token_embd (first stage)
+  uint64_t head_bytes = 0;            // output_norm + output, or token_embd
+                                      // when tied (last stage)
+  uint64_t shared_bytes = 0;  // other tensors every stage holds (rope_freqs)
+  // KV elements per block per position for one sequence:
+  // n_head_kv x (head_dim_k + head_dim_v).
+  uint64_t kv_elements_per_position = 0;
+};
+
+// Sizes from the GGUF's tensor table. InvalidArgument when a tensor name
+// blk.N.* has N outside [0, n_layer) or token_embd is missing.
+absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
+                                       const arch::Hyperparameters& hp);
+
+// The KV cache every worker reserves.
+struct KvShape {
+  int n_ctx = 0;          // positions per sequence
+  int max_sequences = 1;  // live sequences at once
+  GgmlType kv_type = GgmlType::kF16;  // kF16 or kF32
+};
+
+// KV bytes of blocks [first, last): (last - first) x n_ctx x max_sequences
+// x kv_elements_per_position x element size.
+uint64_t kv_bytes(const ModelSizes& sizes, const KvShape& kv, int first,
+                  int last);
+
+struct WorkerBudget {
+  std::string name;      // for messages: "w1" or "127.0.0.1:50062"
+  uint64_t bytes = 0;    // weights + KV it may hold; 0: unknown (no limit)
+};
+
+struct ShardPlan {
+  int first = 0;  // blocks [first, last)
+  int last = 0;
+  bool embedding = false;  // first == 0
+  bool head = false;       // last == n_layer
+  uint64_t weight_bytes = 0;
+  uint64_t kv_bytes = 0;
+  uint64_t total() const { return weight_bytes + kv_bytes; }
+};
+
+// The plan of blocks [first, last) for a pipeline of n_layer blocks.
+ShardPlan shard_plan(const ModelSizes& sizes, const KvShape& kv, int first,
+                     int last);
+
+// Contiguous ranges, one per worker in order, each at least one block,
+// that make the largest ratio (shard bytes / budget) as small as possible
+// (budgets of 0 count as the mean of the known ones; all 0: equal shares).
+// Errors: InvalidArgument for no workers or more workers than blocks;
+// ResourceExhausted when no split fits, saying what the model needs and
+// what the budgets hold, and the tightest worker.
+absl::StatusOr<std::vector<ShardPlan>> plan_auto(
+    const ModelSizes& sizes, const KvShape& kv,
+    std::span<const WorkerBudget> workers);
+
+struct Range {
+  int first = 0;
+  int last = 0;
+};
+
+// Checks explicit ranges: one per worker, the first starting at 0, each
+// starting where the previous ended, non-empty, the last ending at n_layer;
+// and each fitting its worker's budget (0: no limit). InvalidArgument
+// naming the worker for a malformed range; ResourceExhausted with the
+// numbers for one that does not fit.
+absl::StatusOr<std::vector<ShardPlan>> check_explicit(
+    const ModelSizes& sizes, const KvShape& kv,
+    std::span<const WorkerBudget> workers, std::span<const Range> ranges);
+
+// "1.9 GiB", "312.0 MiB", "12.5 KiB", "800 B".
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace strata::placement

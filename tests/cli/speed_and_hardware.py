@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""`strata speed` and `strata hardware`: JSON shape, positive rates, flags.
+
+Usage: speed_and_hardware.py STRATA {speed-json MODEL | speed-flags MODEL |
+                                     hardware-json}
+
+speed-json:   `strata speed --json` on a small model gives the named fields
+              with positive tok/s; -p 0 / -n 0 skip one test (null).
+speed-flags:  bad flags and bad input exit non-zero with a message on stderr.
+hardware-json: `strata hardware --json` parses and has the named fields.
+
+Exit 77 (ctest's skip) when the model is absent, saying so.
+"""
+import json
+import os
+import subprocess
+import sys
+
+SKIP = 77
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}")
+        sys.exit(1)
+
+
+def speed_json(strata, model):
+    proc = run([strata, "speed", "-m", model, "-p", "24", "-n", "8", "-r", "2",
+                "-t", "1", "--json"])
+    check(proc.returncode == 0, f"speed exited {proc.returncode}: {proc.stderr}")
+    out = json.loads(proc.stdout)
+    check(out["model"] == model, f"model {out['model']!r}")
+    check(out["threads"] == 1, f"threads {out['threads']}")
+    check(out["decode_weight_bytes"] > 0, "decode_weight_bytes")
+    for test, tokens in (("pp", 24), ("tg", 8)):
+        r = out[test]
+        check(r["tokens"] == tokens, f"{test}.tokens {r['tokens']}")
+        check(r["tok_s"] > 0, f"{test}.tok_s {r['tok_s']}")
+        check(r["best_tok_s"] >= r["tok_s"], f"{test}.best_tok_s < median")
+        check(len(r["runs_tok_s"]) == 2, f"{test}.runs_tok_s")
+    for p, n, skipped in (("0", "4", "pp"), ("16", "0", "tg")):
+        proc = run([strata, "speed", "-m", model, "-p", p, "-n", n, "-r", "1",
+                    "--no-warmup", "--json"])
+        check(proc.returncode == 0, f"-p {p} -n {n}: {proc.stderr}")
+        out = json.loads(proc.stdout)
+        check(out[skipped] is None, f"-p {p} -n {n}: {skipped} not null")
+        kept = "tg" if skipped == "pp" else "pp"
+        check(out[kept]["tok_s"] > 0, f"-p {p} -n {n}: {kept}.tok_s")
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "4", "-r", "1"])
+    check(proc.returncode == 0 and "pp8" in proc.stdout and
+          "tg4" in proc.stdout, f"text output: {proc.stdout}{proc.stderr}")
+    print("speed --json: fields and positive tok/s")
+
+
+def speed_flags(strata, model):
+    cases = [
+        (["-r", "0"], 2), (["-t", "0"], 2), (["-p", "-1"], 2),
+        (["-n", "-5"], 2), (["-p", "0", "-n", "0"], 2), (["-p", "x"], 2),
+        (["-p", "100000000"], 2),   # over the 2^20 bound
+        (["-p", "1000000"], 2),     # over the model's context
+        (["--bogus"], 2),
+    ]
+    for extra, want in cases:
+        proc = run([strata, "speed", "-m", model] + extra)
+        check(proc.returncode == want,
+              f"{extra}: exit {proc.returncode}, expected {want}")
+        check(proc.stderr.strip() != "", f"{extra}: no message")
+        print(f"{' '.join(extra)}: exit {want}: {proc.stderr.strip().splitlines()[0]}")
+    proc = run([strata, "speed", "-m", model + ".absent"])
+    check(proc.returncode == 1 and "absent" in proc.stderr,
+          f"missing model: exit {proc.returncode}: {proc.stderr}")
+    proc = run([strata, "speed"])
+    check(proc.returncode == 2 and "model" in proc.stderr.lower(),
+          f"no -m: exit {proc.returncode}: {proc.stderr}")
+
+
+def hardware_json(strata):
+    proc = run([strata, "hardware", "--json"])
+    check(proc.returncode == 0, f"hardware exited {proc.returncode}: {proc.stderr}")
+    out = json.loads(proc.stdout)
+    cpu = out["cpu"]
+    check(cpu["logical_cpus"] >= 1 and cpu["allowed_cpus"] >= 1, f"cpu {cpu}")
+    check(isinstance(cpu["model"], str) and cpu["model"], "cpu.model")
+    check(isinstance(out["isa_flags"], list), "isa_flags")
+    check(isinstance(out["caches"], list), "caches")
+    reads = out["memory"]["read"]
+    check(reads and reads[0]["threads"] == 1, f"memory.read {reads}")
+    check(all(r["best_gb_s"] > 0 for r in reads), f"memory.read {reads}")
+    check("Q4_0" in out["kernels"] and "Q6_K" in out["kernels"], "kernels")
+    proc = run([strata, "hardware", "-t", "0"])
+    check(proc.returncode == 2 and proc.stderr.strip(), "hardware -t 0")
+    rates = ", ".join("%.1f" % r["best_gb_s"] for r in reads)
+    print(f"hardware --json: {cpu['model']}, read {rates} GB/s")
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    strata, mode = sys.argv[1], sys.argv[2]
+    if mode == "hardware-json":
+        hardware_json(strata)
+        return 0
+    model = sys.argv[3]
+    if not os.path.isfile(model):
+        print(f"SKIP: {model} is absent (../shared/models)")
+        return SKIP
+    if mode == "speed-json":
+        speed_json(strata, model)
+    elif mode == "speed-flags":
+        speed_flags(strata, model)
+    else:
+        print(f"unknown mode {mode}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

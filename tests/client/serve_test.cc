@@ -1,0 +1,180 @@
+// `strata generate --server` against the real single-node server
+// (`strata serve MODEL.gguf --listen HOST:PORT`) gives the ids `strata run`
+// gives for the same prompt, on one and two stages. Skips, saying why, when
+// the model or the serve verb is absent or `strata run` refuses the model.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "strata/client.h"
+#include "tests/client/cli_test_util.h"
+#include "tests/test_paths.h"
+
+extern char** environ;
+
+namespace strata::testing {
+namespace {
+
+// A port nothing listens on now (the kernel's choice; a race with other
+// processes is possible but unlikely).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// `strata serve` in a child process, ended (SIGTERM, then SIGKILL) when
+// the guard goes.
+class ServeProcess {
+ public:
+  // Runs `strata serve ARGS...`, its stdout and stderr into `log`.
+  ServeProcess(std::vector<std::string> args, const std::filesystem::path& log) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    args.insert(args.begin(), {STRATA_BINARY, "serve"});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) !=
+        0) {
+      pid_ = -1;
+    }
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~ServeProcess() {
+    if (pid_ <= 0 || exited()) return;
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 100 && !exited(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!exited()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  bool exited() {
+    if (done_) return true;
+    done_ = ::waitpid(pid_, nullptr, WNOHANG) == pid_;
+    return done_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool done_ = false;
+};
+
+const char* const kPrompts[] = {"Once upon a time", "The little dog"};
+
+std::string generate_args(const char* prompt) {
+  return std::string(" -p ") + quote(prompt) + " -n 24 --json";
+}
+
+// Starts `strata serve MODEL` with `workers` stages and compares, for a few
+// prompts, `strata generate --server --json` with `strata run --json`.
+void expect_serve_matches_run(const std::filesystem::path& model, int workers) {
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " absent";
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) /
+      ("strata_serve_cli_" + std::to_string(::getpid()) + "_" +
+       std::to_string(workers));
+  std::filesystem::create_directories(dir);
+  if (run_strata(dir, "serve --help").status != 0) {
+    GTEST_SKIP() << "this strata has no `serve` verb yet";
+  }
+  // The single-process answers first: when `strata run` itself refuses the
+  // model there is nothing to compare with (its own tests say why).
+  std::vector<nlohmann::json> expected;
+  for (const char* prompt : kPrompts) {
+    const CommandResult local = run_strata(
+        dir, "run -m " + quote(model.string()) + " -t 1" + generate_args(prompt));
+    if (local.status != 0) {
+      GTEST_SKIP() << "strata run fails on " << model << ": " << local.err;
+    }
+    expected.push_back(nlohmann::json::parse(local.out));
+  }
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  ServeProcess serve({model.string(), "--listen", address, "--workers",
+                      std::to_string(workers), "-t", "1", "-c", "1024"},
+                     dir / "serve.log");
+  ASSERT_TRUE(serve.started());
+
+  // Ready when Health says SERVING.
+  auto client = Client::connect(address);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() < until) {
+    ASSERT_FALSE(serve.exited()) << "strata serve exited:\n"
+                                 << slurp(dir / "serve.log");
+    auto health = (*client)->health();
+    ready = health.ok() && health->state == ServingState::kServing;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(ready) << "no SERVING within 60 s:\n" << slurp(dir / "serve.log");
+
+  for (size_t i = 0; i < std::size(kPrompts); ++i) {
+    SCOPED_TRACE(kPrompts[i]);
+    const CommandResult remote = run_strata(
+        dir, "generate --server " + address + generate_args(kPrompts[i]));
+    ASSERT_EQ(remote.status, 0) << remote.err;
+    const nlohmann::json r = nlohmann::json::parse(remote.out);
+    const nlohmann::json& l = expected[i];
+    EXPECT_EQ(r["prompt_ids"], l["prompt_ids"]);
+    EXPECT_EQ(r["ids"], l["ids"]);
+    EXPECT_EQ(r["text"], l["text"]);
+    EXPECT_EQ(r["finish_reason"], l["finish_reason"]);
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+std::filesystem::path stories260k() {
+  return shared_dir() / "models/stories260K.gguf";
+}
+
+TEST(ServeCli, GenerateOverServeGivesTheIdsOfRun) {
+  expect_serve_matches_run(stories260k(), 1);
+}
+
+TEST(ServeCli, GenerateOverTwoStagesGivesTheIdsOfRun) {
+  expect_serve_matches_run(stories260k(), 2);
+}
+
+// A real model (scripts/fetch-models.sh), split in two stages.
+TEST(ServeCli, SmolLM2OverTwoStagesGivesTheIdsOfRun) {
+  expect_serve_matches_run(models_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf", 2);
+}
+
+}  // namespace
+}  // namespace strata::testing

@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""End-to-end tests of a strata cluster: real `strata-worker` and
+`strata-coordinator` processes (and `strata serve`) on 127.0.0.1 with
+ephemeral ports, driven through strata.v1.Inference with Python gRPC stubs
+generated from proto/ at test time (grpcio-tools).
+
+Scenarios (one per run, --scenario):
+  splits      1, 2 and 3 workers (auto placement), uneven explicit splits,
+              and `strata serve --workers 2`: greedy ids equal
+              `strata run --json`'s for the same prompts.
+  concurrent  8 streams at once on 2 workers: all complete and correct.
+  kill        kill -9 of a worker during a stream: the stream ends with
+              UNAVAILABLE naming the worker within 10 s, the coordinator
+              stays up (DEGRADED), the worker restarted on the same address
+              is reloaded and the next request succeeds.
+  stop        kill -STOP of a worker (a silent hang): detected the same way;
+              after kill -CONT the coordinator reloads and serves again.
+
+Exit status: 0 passed, 1 failed, 77 skipped (model or grpcio absent).
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SKIP = 77
+
+
+def skip(why):
+    print(f"SKIP: {why}")
+    sys.exit(SKIP)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A child process that prints "listening on HOST:PORT" when ready."""
+
+    def __init__(self, name, argv, workdir):
+        self.name = name
+        self.argv = argv
+        self.log_path = os.path.join(workdir, f"{name}.log")
+        self.log = open(self.log_path, "ab")
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
+        self.address = None
+        line = self._readline(timeout=180)
+        if not line or not line.startswith("listening on "):
+            self.kill()
+            raise RuntimeError(f"{name}: did not start ({line!r}); see {self.log_path}:\n"
+                               + self.tail())
+        self.address = line.split()[-1]
+        # Keep draining stdout so the child never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _readline(self, timeout):
+        out = []
+        t = threading.Thread(target=lambda: out.append(self.p.stdout.readline()))
+        t.daemon = True
+        t.start()
+        t.join(timeout)
+        return out[0].decode(errors="replace").strip() if out else None
+
+    def _drain(self):
+        for _ in self.p.stdout:
+            pass
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def signal(self, sig):
+        self.p.send_signal(sig)
+
+    def kill(self):
+        if self.p.poll() is None:
+            try:
+                self.p.send_signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.p.kill()
+        self.p.wait()
+        self.log.close()
+
+    def tail(self, n=30):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+
+def model_dirs(model):
+    """The model's folder, and the real one when it is a link (a worker may
+    resolve links before it checks the path against its model_dirs)."""
+    dirs = {os.path.dirname(os.path.abspath(model)),
+            os.path.dirname(os.path.realpath(model))}
+    return ", ".join(sorted(dirs))
+
+
+class Cluster:
+    """Workers and a coordinator on loopback, from generated config files."""
+
+    def __init__(self, args, workdir, n_workers, ranges=None, ctx=512):
+        self.args, self.workdir = args, workdir
+        self.procs = []
+        self.worker_ports = [free_port() for _ in range(n_workers)]
+        self.workers = [None] * n_workers
+        for i in range(n_workers):
+            self.start_worker(i)
+        cfg = os.path.join(workdir, "cluster.yaml")
+        lines = [f"model: {args.model}", f"listen: 127.0.0.1:{free_port()}",
+                 f"context_length: {ctx}", "max_sequences: 8",
+                 "health_check_interval_ms: 500",
+                 "health_check_timeout_ms: 1000",
+                 "health_check_failures: 2", "workers:"]
+        for i, port in enumerate(self.worker_ports):
+            lines.append(f"  - address: 127.0.0.1:{port}")
+            lines.append(f"    name: w{i}")
+            if ranges:
+                lines.append(f"    blocks: [{ranges[i][0]}, {ranges[i][1]}]")
+        with open(cfg, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.coordinator = Proc("coordinator",
+                                [args.coordinator, "--config", cfg], workdir)
+        self.procs.append(self.coordinator)
+        self.address = self.coordinator.address
+
+    def start_worker(self, i):
+        cfg = os.path.join(self.workdir, f"worker-{i}.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"listen: 127.0.0.1:{self.worker_ports[i]}\n"
+                    f"name: w{i}\nthreads: 1\nmemory_budget: 8GiB\n"
+                    f"model_dirs: [{model_dirs(self.args.model)}]\n"
+                    "answer_timeout_ms: 120000\n")
+        w = Proc(f"worker-{i}", [self.args.worker, "--config", cfg], self.workdir)
+        self.workers[i] = w
+        self.procs.append(w)
+        return w
+
+    def close(self):
+        for p in reversed(self.procs):
+            p.kill()
+
+    def logs(self):
+        return "\n".join(f"--- {p.name} ---\n{p.tail()}" for p in self.procs)
+
+
+class Serve:
+    """`strata serve MODEL --workers N` on an ephemeral port."""
+
+    def __init__(self, args, workdir, n_workers, ctx=512):
+        port = free_port()
+        self.proc = Proc("serve", [args.strata, "serve", args.model,
+                                   "--workers", str(n_workers), "-t", str(n_workers),
+                                   "-c", str(ctx), "--listen", f"127.0.0.1:{port}"],
+                         workdir)
+        self.address = self.proc.address
+        self.procs = [self.proc]
+
+    def close(self):
+        self.proc.kill()
+
+    def logs(self):
+        return f"--- serve ---\n{self.proc.tail()}"
+
+
+class Api:
+    def __init__(self, address, pb, pb_grpc, grpc):
+        self.pb, self.grpc = pb, grpc
+        self.channel = grpc.insecure_channel(address)
+        self.stub = pb_grpc.InferenceStub(self.channel)
+
+    def wait_state(self, state, timeout):
+        end = time.time() + timeout
+        last = None
+        while time.time() < end:
+            try:
+                h = self.stub.Health(self.pb.HealthRequest(), timeout=2)
+                last = h
+                if h.state == state:
+                    return h
+            except self.grpc.RpcError as e:
+                last = e
+            time.sleep(0.2)
+        raise AssertionError(f"state {state} not reached in {timeout} s; last: {last}")
+
+    def generate(self, prompt, n, on_delta=None, timeout=600):
+        """Returns (ids, done, error) where error is (code, message) or None."""
+        req = self.pb.GenerateRequest(prompt=prompt, max_tokens=n, ignore_eos=True)
+        ids, done = [], None
+        try:
+            for r in self.stub.Generate(req, timeout=timeout):
+                if r.HasField("delta"):
+                    ids.extend(r.delta.ids)
+                    if on_delta:
+                        on_delta(ids)
+                else:
+                    done = r.done
+            return ids, done, None
+        except self.grpc.RpcError as e:
+            return ids, done, (e.code(), e.details())
+
+
+def reference_ids(args, prompt, n, ctx=512):
+    out = subprocess.run([args.strata, "run", "-m", args.model, "-p", prompt,
+                          "-n", str(n), "--ignore-eos", "-t", "1", "-c", str(ctx),
+                          "--json"], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"strata run failed: {out.stderr}")
+    return json.loads(out.stdout)["ids"]
+
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea, there lived an old "
+    "fisherman who",
+]
+N_TOKENS = 16
+
+
+class Failures:
+    def __init__(self):
+        self.n = 0
+        self.passed = 0
+
+    def check(self, ok, what):
+        if ok:
+            self.passed += 1
+            print(f"ok   {what}", flush=True)
+        else:
+            self.n += 1
+            print(f"FAIL {what}", flush=True)
+
+
+def scenario_splits(args, stubs, workdir, f):
+    expected = [reference_ids(args, p, N_TOKENS) for p in PROMPTS]
+    n_layer = args.n_layer
+    a, b = max(1, n_layer // 5), max(2, n_layer - n_layer // 4)
+    setups = [
+        ("1 worker", lambda: Cluster(args, workdir, 1)),
+        ("2 workers auto", lambda: Cluster(args, workdir, 2)),
+        ("3 workers auto", lambda: Cluster(args, workdir, 3)),
+        (f"2 workers [0,{a}) [{a},{n_layer})",
+         lambda: Cluster(args, workdir, 2, ranges=[(0, a), (a, n_layer)])),
+        (f"3 workers [0,1) [1,{b}) [{b},{n_layer})",
+         lambda: Cluster(args, workdir, 3, ranges=[(0, 1), (1, b), (b, n_layer)])),
+        ("strata serve --workers 2", lambda: Serve(args, workdir, 2)),
+    ]
+    for name, make in setups:
+        c = make()
+        try:
+            api = Api(c.address, *stubs)
+            api.wait_state(stubs[0].HealthResponse.SERVING, 180)
+            for p, want in zip(PROMPTS, expected):
+                ids, done, err = api.generate(p, N_TOKENS)
+                f.check(err is None and ids == want and done is not None,
+                        f"{name}: {p[:24]!r}: {ids} == strata run {want}"
+                        + (f" (error {err})" if err else ""))
+        finally:
+            if f.n:
+                print(c.logs())
+            c.close()
+
+
+def scenario_concurrent(args, stubs, workdir, f):
+    prompts = [f"Story number {i}: once upon a time there was a" for i in range(8)]
+    expected = [reference_ids(args, p, N_TOKENS) for p in prompts]
+    c = Cluster(args, workdir, 2)
+    try:
+        api = Api(c.address, *stubs)
+        api.wait_state(stubs[0].HealthResponse.SERVING, 180)
+        results = [None] * len(prompts)
+
+        def run(i):
+            results[i] = api.generate(prompts[i], N_TOKENS)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, (ids, done, err) in enumerate(results):
+            f.check(err is None and done is not None and ids == expected[i],
+                    f"stream {i}: {ids} == {expected[i]}" + (f" ({err})" if err else ""))
+        status = api.stub.ClusterStatus(stubs[0].ClusterStatusRequest(), timeout=5)
+        f.check(status.requests_served == len(prompts),
+                f"requests_served {status.requests_served} == {len(prompts)}")
+    finally:
+        if f.n:
+            print(c.logs())
+        c.close()
+
+
+def scenario_fault(args, stubs, workdir, f, how):
+    pb = stubs[0]
+    c = Cluster(args, workdir, 2)
+    try:
+        api = Api(c.address, *stubs)
+        api.wait_state(pb.HealthResponse.SERVING, 180)
+        victim = c.workers[1]
+        started = threading.Event()
+        t_fault = [None]
+
+        def on_delta(ids):
+            if len(ids) >= 3 and not started.is_set():
+                started.set()
+
+        def fault():
+            started.wait(120)
+            t_fault[0] = time.time()
+            victim.signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+
+        threading.Thread(target=fault, daemon=True).start()
+        ids, done, err = api.generate(PROMPTS[1], 100000 // 100, on_delta=on_delta,
+                                      timeout=120)
+        t_end = time.time()
+        grpc = stubs[2]
+        f.check(err is not None and err[0] == grpc.StatusCode.UNAVAILABLE,
+                f"{how}: the stream ends with UNAVAILABLE (got {err}, {len(ids)} ids)")
+        if t_fault[0]:
+            f.check(t_end - t_fault[0] <= 10,
+                    f"{how}: ended {t_end - t_fault[0]:.1f} s after the fault (<= 10 s)")
+        f.check(err is not None and ("w1" in err[1] or
+                                     f"127.0.0.1:{c.worker_ports[1]}" in err[1]),
+                f"{how}: the message names the worker: {err[1] if err else None!r}")
+        f.check(c.coordinator.alive(), f"{how}: the coordinator is still up")
+        h = api.wait_state(pb.HealthResponse.DEGRADED, 15)
+        f.check(h.state == pb.HealthResponse.DEGRADED, f"{how}: Health DEGRADED ({h.message!r})")
+        ids2, _, err2 = api.generate(PROMPTS[0], 4, timeout=30)
+        f.check(err2 is not None and err2[0] == grpc.StatusCode.UNAVAILABLE,
+                f"{how}: a request while degraded gets UNAVAILABLE at once ({err2})")
+        # Back on the same address.
+        if how == "kill":
+            c.start_worker(1)
+        else:
+            victim.signal(signal.SIGCONT)
+        api.wait_state(pb.HealthResponse.SERVING, 60)
+        want = reference_ids(args, PROMPTS[0], N_TOKENS)
+        ids3, done3, err3 = api.generate(PROMPTS[0], N_TOKENS)
+        f.check(err3 is None and ids3 == want,
+                f"{how}: after the worker is back: {ids3} == {want} ({err3})")
+        status = api.stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+        f.check(status.state == pb.HealthResponse.SERVING and
+                all(w.state == "serving" for w in status.workers),
+                f"{how}: ClusterStatus serving: {[w.state for w in status.workers]}")
+    finally:
+        if f.n:
+            print(c.logs())
+        c.close()
+
+
+def load_stubs(proto_dir, workdir):
+    try:
+        import grpc
+        from grpc_tools import protoc
+    except ImportError:
+        skip("grpcio / grpcio-tools not installed in this Python "
+             "(scripts/fetch-models.sh installs them in ~/.cache/strata/venv)")
+    out = os.path.join(workdir, "stubs")
+    os.makedirs(out, exist_ok=True)
+    import importlib.resources
+    well_known = str(importlib.resources.files("grpc_tools") / "_proto")
+    rc = protoc.main(["protoc", f"-I{proto_dir}", f"-I{well_known}",
+                      f"--python_out={out}", f"--grpc_python_out={out}",
+                      os.path.join(proto_dir, "strata/v1/inference.proto"),
+                      os.path.join(proto_dir, "strata/v1/worker.proto")])
+    if rc != 0:
+        raise RuntimeError("protoc failed")
+    sys.path.insert(0, out)
+    from strata.v1 import inference_pb2, inference_pb2_grpc
+    return inference_pb2, inference_pb2_grpc, grpc
+
+
+def n_layer_of(model):
+    try:
+        import gguf
+    except ImportError:
+        return None
+    r = gguf.GGUFReader(model)
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+    return int(r.fields[f"{arch}.block_count"].parts[-1][0])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--strata", required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--coordinator", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--proto-dir", required=True)
+    ap.add_argument("--scenario", required=True,
+                    choices=["splits", "concurrent", "kill", "stop"])
+    args = ap.parse_args()
+    if not os.path.exists(args.model):
+        skip(f"{args.model} absent (scripts/fetch-models.sh)")
+    args.n_layer = n_layer_of(args.model)
+    if args.n_layer is None:
+        skip("the gguf Python package is absent (scripts/fetch-models.sh)")
+    with tempfile.TemporaryDirectory(prefix="strata-cluster-") as workdir:
+        stubs = load_stubs(args.proto_dir, workdir)
+        f = Failures()
+        if args.scenario == "splits":
+            scenario_splits(args, stubs, workdir, f)
+        elif args.scenario == "concurrent":
+            scenario_concurrent(args, stubs, workdir, f)
+        else:
+            scenario_fault(args, stubs, workdir, f, args.scenario)
+        print(f"{f.passed} passed, {f.n} failed")
+        return 1 if f.n else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+// GenerateRequest checks: every bound of inference.proto refused with
+// INVALID_ARGUMENT naming the field.
+#include <string>
+
+#include "coordinator/inference_service.h"
+#include "gtest/gtest.h"
+
+namespace strata::coordinator {
+namespace {
+
+constexpr int kVocab = 1000;
+
+v1::GenerateRequest valid() {
+  v1::GenerateRequest r;
+  r.set_prompt("Hello");
+  return r;
+}
+
+TEST(GenerateRequest, ValidRequestsPass) {
+  EXPECT_TRUE(check_generate_request(valid(), kVocab).ok());
+  v1::GenerateRequest ids;
+  ids.mutable_prompt_ids()->add_ids(0);
+  ids.mutable_prompt_ids()->add_ids(kVocab - 1);
+  ids.set_max_tokens(1 << 20);
+  ids.mutable_sampling()->set_temperature(100);
+  ids.mutable_sampling()->set_top_k(kVocab);
+  ids.mutable_sampling()->set_top_p(1);
+  ids.set_top_logprobs(20);
+  EXPECT_TRUE(check_generate_request(ids, kVocab).ok());
+  v1::GenerateRequest chat;
+  auto* m = chat.mutable_messages()->add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  EXPECT_TRUE(check_generate_request(chat, kVocab).ok());
+}
+
+TEST(GenerateRequest, EveryBoundNamesItsField) {
+  struct Case {
+    void (*edit)(v1::GenerateRequest&);
+    const char* field;
+  };
+  const Case cases[] = {
+      {[](v1::GenerateRequest& r) { r.clear_prompt(); }, "input:"},
+      {[](v1::GenerateRequest& r) { r.set_prompt(""); }, "prompt: empty"},
+      {[](v1::GenerateRequest& r) { r.set_prompt(std::string((4 << 20) + 1, 'a')); },
+       "prompt: 4194305 bytes exceed"},
+      {[](v1::GenerateRequest& r) { r.mutable_prompt_ids(); }, "prompt_ids.ids: empty"},
+      {[](v1::GenerateRequest& r) {
+         r.mutable_prompt_ids()->add_ids(3);
+         r.mutable_prompt_ids()->add_ids(kVocab);
+       },
+       "prompt_ids.ids[1]: 1000 is not a token id"},
+      {[](v1::GenerateRequest& r) { r.mutable_prompt_ids()->add_ids(-1); },
+       "prompt_ids.ids[0]"},
+      {[](v1::GenerateRequest& r) { r.mutable_messages(); }, "messages.messages: 0 messages"},
+      {[](v1::GenerateRequest& r) {
+         r.mutable_messages()->add_messages()->set_role(std::string(65, 'r'));
+       },
+       "messages.messages[0].role"},
+      {[](v1::GenerateRequest& r) { r.set_max_tokens(0); }, "max_tokens: 0 is less than 1"},
+      {[](v1::GenerateRequest& r) { r.set_max_tokens(10000000); },
+       "max_tokens: 10000000 exceeds 1048576"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(101); },
+       "sampling.temperature"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(-1); },
+       "sampling.top_k"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(kVocab + 1); },
+       "sampling.top_k"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(0); },
+       "sampling.top_p"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_min_p(1.5f); },
+       "sampling.min_p"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_repeat_penalty(0); },
+       "sampling.repeat_penalty"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_presence_penalty(-101); },
+       "sampling.presence_penalty"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(101); },
+       "sampling.frequency_penalty"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_repeat_last_n(4097); },
+       "sampling.repeat_last_n"},
+      {[](v1::GenerateRequest& r) {
+         for (int i = 0; i < 17; ++i) r.add_stop("x");
+       },
+       "stop: 17 strings"},
+      {[](v1::GenerateRequest& r) { r.add_stop(std::string(257, 's')); },
+       "stop[0]: 257 bytes"},
+      {[](v1::GenerateRequest& r) { r.set_top_logprobs(21); }, "top_logprobs"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest r = valid();
+    c.edit(r);
+    absl::Status st = check_generate_request(r, kVocab);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(std::string(st.message()).find(c.field), std::string::npos)
+        << "want " << c.field << ", got " << st.message();
+  }
+}
+
+}  // namespace
+}  // namespace strata::coordinator

@@ -1,0 +1,469 @@
+// The scheduler over a real in-process pipeline (single-node mode on
+// ../shared/models/stories260K.gguf): the same tokens as the one-process
+// generation loop for 1, 2 and 3 stages and uneven splits, prompts longer
+// than a chunk, seeded sampling, many sequences at once. And over a fake
+// link: a broken pipeline ends every request with UNAVAILABLE and a new
+// link serves again.
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "coordinator/generation.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/single_node.h"
+#include "gtest/gtest.h"
+#include "model/architecture/architecture.h"
+#include "model/gguf_reader.h"
+#include "tests/test_paths.h"
+#include "worker/backend.h"
+
+namespace strata::coordinator {
+namespace {
+
+std::string stories() {
+  return (testing::shared_dir() / "models" / "stories260K.gguf").string();
+}
+
+// Id i reads as "<i>"; id 0 ends a turn. (stories260K's GGUF carries a
+// separator id of 2^32 - 1, which the tokenizer refuses; the scheduler's
+// text path is the same with any Detokenizer.)
+class CountingDetokenizer final : public Detokenizer {
+ public:
+  std::string push(int32_t id) override { return "<" + std::to_string(id) + ">"; }
+  std::string finish() override { return ""; }
+  bool is_end_of_generation(int32_t id) const override { return id == 0; }
+};
+
+std::unique_ptr<Detokenizer> fake_detokenizer() {
+  return std::make_unique<CountingDetokenizer>();
+}
+
+struct Outcome {
+  absl::Status status;
+  std::vector<int32_t> ids;     // from the deltas
+  std::vector<int32_t> all_ids; // from done
+  std::string text;             // deltas concatenated
+  std::string all_text;
+  FinishReason finish = FinishReason::kLength;
+};
+
+Outcome drain(const std::shared_ptr<SequenceHandle>& h) {
+  Outcome o;
+  while (true) {
+    auto e = h->next(absl::Seconds(120));
+    if (!e) {
+      o.status = absl::DeadlineExceededError("no event in 120 s");
+      return o;
+    }
+    switch (e->kind) {
+      case SequenceEvent::Kind::kDelta:
+        o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
+        o.text += e->text;
+        break;
+      case SequenceEvent::Kind::kDone:
+        o.all_ids = e->all_ids;
+        o.all_text = e->all_text;
+        o.finish = e->finish;
+        return o;
+      case SequenceEvent::Kind::kError:
+        o.status = e->error;
+        return o;
+    }
+  }
+}
+
+// The one-process loop on the whole model: the reference.
+class Reference {
+ public:
+  explicit Reference(const std::string& path) {
+    auto m = gguf::GgufModel::open(path);
+    EXPECT_TRUE(m.ok()) << m.status();
+    model_ = std::shared_ptr<const gguf::GgufModel>(std::move(*m));
+    hp_ = *arch::read_hyperparameters(model_->first());
+    worker::CpuBackendOptions o;
+    o.n_threads = 1;
+    backend_ = *worker::make_cpu_backend(model_, hp_, {0, hp_.n_layer}, o);
+    EXPECT_TRUE(backend_->add_sequence(0, 1024).ok());
+  }
+  GenerationResult run(const std::vector<int32_t>& prompt,
+                       const GenerationParams& params) {
+    CountingDetokenizer detok;
+    auto r = generate(*backend_, 0, prompt, params, detok, {});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  }
+
+ private:
+  std::shared_ptr<const gguf::GgufModel> model_;
+  arch::Hyperparameters hp_;
+  std::unique_ptr<worker::Backend> backend_;
+};
+
+std::vector<int32_t> random_prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p = {1};
+  while (static_cast<int>(p.size()) < n) p.push_back(3 + rng() % 500);
+  return p;
+}
+
+class SchedulerPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(stories())) {
+      GTEST_SKIP() << stories() << " absent (../shared/models)";
+    }
+  }
+  std::unique_ptr<Cluster> start(int workers,
+                                 std::vector<placement::Range> ranges = {},
+                                 int max_sequences = 8) {
+    SingleNodeOptions o;
+    o.model = stories();
+    o.workers = workers;
+    o.threads = workers;
+    o.context_length = 1024;
+    o.max_sequences = max_sequences;
+    o.ranges = std::move(ranges);
+    o.detokenizers = fake_detokenizer;
+    auto c = make_single_node(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (!c.ok()) return nullptr;
+    absl::Status st = (*c)->wait_serving(absl::Seconds(60));
+    EXPECT_TRUE(st.ok()) << st;
+    return *std::move(c);
+  }
+};
+
+TEST_F(SchedulerPipelineTest, SameGreedyTokensForEverySplit) {
+  Reference ref(stories());
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 403, 407, 261, 378}, random_prompt(40, 7), random_prompt(700, 9)};
+  GenerationParams params;
+  params.max_tokens = 24;
+  params.ignore_eos = true;
+  std::vector<GenerationResult> expected;
+  for (const auto& p : prompts) expected.push_back(ref.run(p, params));
+
+  const std::vector<std::vector<placement::Range>> splits = {
+      {},                                   // 1 stage
+      {},                                   // 2 stages, auto
+      {},                                   // 3 stages, auto
+      {{0, 1}, {1, 5}},                     // uneven
+      {{0, 4}, {4, 5}},                     // uneven the other way
+      {{0, 1}, {1, 2}, {2, 5}},
+  };
+  const int workers[] = {1, 2, 3, 2, 2, 3};
+  for (size_t s = 0; s < splits.size(); ++s) {
+    SCOPED_TRACE(::testing::Message() << workers[s] << " stages, split " << s);
+    auto cluster = start(workers[s], splits[s]);
+    ASSERT_NE(cluster, nullptr);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SequenceRequest r;
+      r.prompt = prompts[i];
+      r.params = params;
+      auto h = cluster->scheduler().submit(r);
+      ASSERT_TRUE(h.ok()) << h.status();
+      Outcome o = drain(*h);
+      ASSERT_TRUE(o.status.ok()) << o.status;
+      EXPECT_EQ(o.all_ids, expected[i].ids) << "prompt " << i;
+      EXPECT_EQ(o.ids, o.all_ids);
+      EXPECT_EQ(o.text, o.all_text);
+      EXPECT_EQ(o.all_text, expected[i].text);
+      EXPECT_EQ(o.finish, expected[i].finish);
+    }
+  }
+}
+
+TEST_F(SchedulerPipelineTest, SeededSamplingAndStopsMatchTheOneProcessLoop) {
+  Reference ref(stories());
+  GenerationParams params;
+  params.max_tokens = 40;
+  params.sampling.temperature = 0.9f;
+  params.sampling.top_k = 40;
+  params.sampling.top_p = 0.95f;
+  params.sampling.repeat_penalty = 1.1f;
+  params.sampling.seed = 1234;
+  params.stop = {"5>"};  // the first id ending in 5
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  const GenerationResult expected = ref.run(prompt, params);
+  auto cluster = start(2);
+  ASSERT_NE(cluster, nullptr);
+  SequenceRequest r;
+  r.prompt = prompt;
+  r.params = params;
+  Outcome o = drain(*cluster->scheduler().submit(r));
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.all_ids, expected.ids);
+  EXPECT_EQ(o.all_text, expected.text);
+  EXPECT_EQ(o.finish, expected.finish);
+}
+
+TEST_F(SchedulerPipelineTest, ManyConcurrentSequencesAllCompleteCorrectly) {
+  Reference ref(stories());
+  constexpr int kRequests = 12;  // more than max_sequences: some wait
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerationParams> params(kRequests);
+  std::vector<GenerationResult> expected;
+  for (int i = 0; i < kRequests; ++i) {
+    prompts.push_back(random_prompt(3 + 17 * i % 90, 100 + i));
+    params[i].max_tokens = 8 + 3 * i;
+    params[i].ignore_eos = true;
+    expected.push_back(ref.run(prompts[i], params[i]));
+  }
+  auto cluster = start(3, {}, /*max_sequences=*/8);
+  ASSERT_NE(cluster, nullptr);
+  std::vector<Outcome> outcomes(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      SequenceRequest r;
+      r.prompt = prompts[i];
+      r.params = params[i];
+      auto h = cluster->scheduler().submit(r);
+      if (!h.ok()) {
+        outcomes[i].status = h.status();
+        return;
+      }
+      outcomes[i] = drain(*h);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status;
+    EXPECT_EQ(outcomes[i].all_ids, expected[i].ids) << "request " << i;
+  }
+  // Every sequence was freed on every stage (the counts are published
+  // after the last event).
+  v1::ClusterStatusResponse status;
+  for (int i = 0; i < 200; ++i) {
+    status = cluster->status();
+    if (status.active_sequences() == 0 &&
+        status.requests_served() == kRequests) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(status.active_sequences(), 0);
+  EXPECT_EQ(status.requests_served(), static_cast<uint64_t>(kRequests));
+}
+
+TEST_F(SchedulerPipelineTest, RefusesBadRequests) {
+  auto cluster = start(1);
+  ASSERT_NE(cluster, nullptr);
+  SequenceRequest r;
+  EXPECT_EQ(cluster->scheduler().submit(r).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  r.prompt = random_prompt(1025, 1);
+  EXPECT_EQ(cluster->scheduler().submit(r).status().code(),
+            absl::StatusCode::kOutOfRange);
+  r.prompt = {1, 2};
+  r.params.max_tokens = 0;
+  EXPECT_EQ(cluster->scheduler().submit(r).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SchedulerPipelineTest, ContextEndIsLength) {
+  SingleNodeOptions o;
+  o.model = stories();
+  o.workers = 2;
+  o.context_length = 16;
+  o.detokenizers = fake_detokenizer;
+  auto cluster = make_single_node(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_TRUE((*cluster)->wait_serving(absl::Seconds(60)).ok());
+  SequenceRequest r;
+  r.prompt = random_prompt(10, 3);
+  r.params.max_tokens = 100;
+  r.params.ignore_eos = true;
+  Outcome out = drain(*(*cluster)->scheduler().submit(r));
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.finish, FinishReason::kLength);
+  EXPECT_EQ(out.all_ids.size(), 7u);  // positions 10 .. 15, then one more
+}
+
+// A link whose micro-batches are answered by the test.
+class FakeLink final : public worker::ActivationLink {
+ public:
+  explicit FakeLink(ResultCallback cb) : cb_(std::move(cb)) {}
+  const std::string& peer() const override { return peer_; }
+  absl::Status send(v1::MicroBatch batch) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_.push_back(std::move(batch));
+    return absl::OkStatus();
+  }
+  bool healthy() const override { return true; }
+  void close() override {}
+  std::optional<v1::MicroBatch> pop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sent_.empty()) return std::nullopt;
+    v1::MicroBatch b = std::move(sent_.front());
+    sent_.pop_front();
+    return b;
+  }
+  v1::MicroBatch wait_batch() {
+    for (int i = 0; i < 2000; ++i) {
+      if (auto b = pop()) return *b;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ADD_FAILURE() << "no micro-batch sent";
+    return {};
+  }
+  void answer(v1::MicroBatchResult r) { cb_(std::move(r)); }
+
+ private:
+  ResultCallback cb_;
+  std::string peer_ = "worker fake";
+  std::mutex mu_;
+  std::deque<v1::MicroBatch> sent_;
+};
+
+TEST(Scheduler, BrokenPipelineFailsEveryRequestAndANewLinkServes) {
+  SchedulerOptions so;
+  so.n_ctx = 64;
+  so.max_in_flight = 2;
+  std::vector<uint64_t> freed;
+  std::mutex freed_mu;
+  Scheduler s(so, [] { return std::make_unique<CountingDetokenizer>(); },
+              [&](std::span<const uint64_t> ids) {
+                std::lock_guard<std::mutex> lock(freed_mu);
+                freed.insert(freed.end(), ids.begin(), ids.end());
+              });
+  std::atomic<int> broken{0};
+  s.set_on_broken([&](const absl::Status&) { ++broken; });
+  SequenceRequest r;
+  r.prompt = {5, 6, 7};
+  r.params.max_tokens = 3;
+  EXPECT_EQ(s.submit(r).status().code(), absl::StatusCode::kUnavailable);
+
+  auto link = std::make_unique<FakeLink>(s.result_callback());
+  FakeLink* fake = link.get();
+  s.attach(std::move(link), 77);
+  auto a = s.submit(r);
+  auto b = s.submit(r);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Both prompts travel as slices of one micro-batch, with the shard id and
+  // sampling params at start_pos 0.
+  v1::MicroBatch batch = fake->wait_batch();
+  EXPECT_EQ(batch.shard_id(), 77u);
+  ASSERT_EQ(batch.slices_size(), 2);
+  EXPECT_EQ(batch.slices(0).start_pos(), 0);
+  EXPECT_TRUE(batch.slices(0).sample());
+  EXPECT_TRUE(batch.slices(0).has_sampling());
+  EXPECT_EQ(batch.slices(0).tokens_size(), 3);
+  // Sample a token for each: two decode steps follow, spread over the two
+  // micro-batches in flight.
+  v1::MicroBatchResult res;
+  res.set_batch_id(batch.batch_id());
+  for (const auto& slice : batch.slices()) {
+    v1::SampledToken* t = res.add_tokens();
+    t->set_seq_id(slice.seq_id());
+    t->set_id(42);
+  }
+  fake->answer(res);
+  v1::MicroBatch d1 = fake->wait_batch();
+  v1::MicroBatch d2 = fake->wait_batch();
+  EXPECT_EQ(d1.slices_size(), 1);
+  EXPECT_EQ(d2.slices_size(), 1);
+  EXPECT_EQ(d1.slices(0).start_pos(), 3);
+  EXPECT_EQ(d1.slices(0).tokens(0), 42);
+  EXPECT_FALSE(d1.slices(0).has_sampling());
+  // The first stage's link dies.
+  v1::MicroBatchResult dead;
+  dead.set_batch_id(d1.batch_id());
+  dead.set_error_code(static_cast<int>(absl::StatusCode::kUnavailable));
+  dead.set_error_message("worker w1 (127.0.0.1:1): connection lost");
+  fake->answer(dead);
+  for (auto* h : {&*a, &*b}) {
+    Outcome o = drain(*h);
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(o.status.message().find("worker w1"), std::string::npos);
+    EXPECT_EQ(o.ids, std::vector<int32_t>({42}));  // streamed before
+  }
+  EXPECT_EQ(broken.load(), 1);
+  auto refused = s.submit(r);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("worker w1"), std::string::npos);
+
+  // Back: a new link serves a request to its end (EOG id 0 ends it).
+  auto link2 = std::make_unique<FakeLink>(s.result_callback());
+  FakeLink* fake2 = link2.get();
+  s.attach(std::move(link2), 78);
+  auto c = s.submit(r);
+  ASSERT_TRUE(c.ok()) << c.status();
+  v1::MicroBatch p = fake2->wait_batch();
+  EXPECT_EQ(p.shard_id(), 78u);
+  v1::MicroBatchResult ok;
+  ok.set_batch_id(p.batch_id());
+  v1::SampledToken* t = ok.add_tokens();
+  t->set_seq_id(p.slices(0).seq_id());
+  t->set_id(0);
+  fake2->answer(ok);
+  Outcome o = drain(*c);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  EXPECT_TRUE(o.all_ids.empty());
+  for (int i = 0; i < 200; ++i) {
+    std::lock_guard<std::mutex> lock(freed_mu);
+    if (!freed.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::lock_guard<std::mutex> lock(freed_mu);
+  EXPECT_EQ(freed, std::vector<uint64_t>({(*c)->seq_id()}));
+}
+
+TEST(Scheduler, LongPromptsFollowInChunksAndCancelFrees) {
+  SchedulerOptions so;
+  so.n_ctx = 4096;
+  so.max_in_flight = 3;
+  so.prefill_chunk = 512;
+  std::vector<uint64_t> freed;
+  std::mutex freed_mu;
+  Scheduler s(so, [] { return std::make_unique<CountingDetokenizer>(); },
+              [&](std::span<const uint64_t> ids) {
+                std::lock_guard<std::mutex> lock(freed_mu);
+                freed.insert(freed.end(), ids.begin(), ids.end());
+              });
+  auto link = std::make_unique<FakeLink>(s.result_callback());
+  FakeLink* fake = link.get();
+  s.attach(std::move(link), 5);
+  SequenceRequest r;
+  r.prompt.assign(1300, 9);
+  auto h = s.submit(r);
+  ASSERT_TRUE(h.ok());
+  // Three chunks (512, 512, 276) in flight at once, without waiting.
+  v1::MicroBatch c[3];
+  for (auto& b : c) b = fake->wait_batch();
+  EXPECT_EQ(c[0].slices(0).start_pos(), 0);
+  EXPECT_EQ(c[1].slices(0).start_pos(), 512);
+  EXPECT_EQ(c[2].slices(0).start_pos(), 1024);
+  EXPECT_EQ(c[2].slices(0).tokens_size(), 276);
+  EXPECT_FALSE(c[0].slices(0).sample());
+  EXPECT_TRUE(c[2].slices(0).sample());
+  s.cancel((*h)->seq_id());
+  Outcome o = drain(*h);
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kCancelled);
+  // Freed only when its last micro-batch came back.
+  for (auto& b : c) {
+    {
+      std::lock_guard<std::mutex> lock(freed_mu);
+      EXPECT_TRUE(freed.empty());
+    }
+    v1::MicroBatchResult res;
+    res.set_batch_id(b.batch_id());
+    if (b.slices(0).sample()) {
+      res.add_tokens()->set_seq_id(b.slices(0).seq_id());
+    }
+    fake->answer(res);
+  }
+  for (int i = 0; i < 200; ++i) {
+    std::lock_guard<std::mutex> lock(freed_mu);
+    if (!freed.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::lock_guard<std::mutex> lock(freed_mu);
+  EXPECT_EQ(freed.size(), 1u);
+}
+
+}  // namespace
+}  // namespace strata::coordinator

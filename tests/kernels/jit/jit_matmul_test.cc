@@ -1,0 +1,288 @@
+// Every generated matmul kernel against the reference matmul
+// (kernels/cpu/reference/ops/matmul.h) on random weights and activations:
+// every weight type with a generator, every ISA tier this CPU runs, ragged
+// shapes (n_out not a multiple of any tile; n_rows 1, 2, 3, 7, 64, 513),
+// 1 and 2 threads, default and non-default tile parameters.
+//
+// Tolerance: |y_jit - y_ref| <= 1e-5 * sum_k |w_k x_k| (+1e-30), i.e.
+// relative to the magnitude of the sum, not of the result: the integer
+// products are exact in both, so the two may differ only by f32 summation
+// order (and, for zero points, by applying the offset as a separate f32
+// term), a few ulps of the largest partial sum.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/jit/jit_matmul.h"
+#include "kernels/cpu/reference/dequantize.h"
+#include "kernels/cpu/reference/ops/matmul.h"
+#include "kernels/cpu/reference/quantize.h"
+
+namespace strata::kernels::jit {
+namespace {
+
+namespace ops = reference::ops;
+
+constexpr double kRelTolerance = 1e-5;
+
+struct Matrix {
+  GgmlType type;
+  int64_t n_in, n_out;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized;  // [n_out][n_in]
+  ops::WeightMatrix view() const {
+    auto w = ops::make_weight_matrix("w", type, bytes.data(), n_in, n_out,
+                                     bytes.size());
+    EXPECT_TRUE(w.ok()) << w.status();
+    return *w;
+  }
+};
+
+Matrix random_matrix(GgmlType type, int64_t n_in, int64_t n_out,
+                     std::mt19937& rng) {
+  Matrix m{type, n_in, n_out, {}, {}};
+  const int64_t row_bytes = *ggml_row_bytes(type, n_in);
+  m.bytes.resize(static_cast<size_t>(row_bytes * n_out));
+  m.dequantized.resize(static_cast<size_t>(n_in * n_out));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t r = 0; r < n_out; ++r) {
+    // Row scales vary, and some rows are all zero, to reach every branch.
+    const float scale = r % 11 == 5 ? 0.0f : std::exp(dist(rng));
+    for (float& v : row) v = scale * dist(rng);
+    EXPECT_TRUE(reference::quantize_row(type, row.data(), n_in,
+                                        m.bytes.data() + r * row_bytes)
+                    .ok());
+    EXPECT_TRUE(reference::dequantize_row(type, m.bytes.data() + r * row_bytes,
+                                          n_in, m.dequantized.data() + r * n_in)
+                    .ok());
+  }
+  return m;
+}
+
+std::vector<float> random_activations(int64_t n_rows, int64_t n_in,
+                                      std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n_rows * n_in));
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const float scale = t % 5 == 3 ? 100.0f : 1.0f;  // outliers per row
+    for (int64_t i = 0; i < n_in; ++i) x[t * n_in + i] = scale * dist(rng);
+  }
+  if (n_rows > 1) {  // one all-zero activation block
+    for (int64_t i = 0; i < std::min<int64_t>(32, n_in); ++i) x[n_in + i] = 0.0f;
+  }
+  return x;
+}
+
+// Checks run() against the reference for one matrix, every row count and
+// both thread counts; returns the number of compared outputs.
+int64_t check(const Matrix& m, IsaTier tier, const KernelParams& params,
+              const std::string& what, double* worst) {
+  static const int64_t kRows[] = {1, 2, 3, 7, 64, 513};
+  std::mt19937 rng(1234);
+  const ops::WeightMatrix w = m.view();
+  int64_t compared = 0;
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    KernelCache cache;
+    auto mm = JitMatmul::create(w, tier, params, &cache, pool);
+    EXPECT_TRUE(mm.ok()) << what << ": " << mm.status();
+    if (!mm.ok()) return compared;
+    JitScratch scratch(513, m.n_in);
+    ops::MatmulScratch ref_scratch(513, m.n_in, threads);
+    for (int64_t n_rows : kRows) {
+      const std::vector<float> x = random_activations(n_rows, m.n_in, rng);
+      std::vector<float> y(static_cast<size_t>(n_rows * m.n_out), NAN);
+      std::vector<float> ref(y.size());
+      (*mm)->run(x.data(), n_rows, y.data(), scratch, pool);
+      ops::matmul(w, x.data(), n_rows, ref.data(), ref_scratch, pool);
+      int failures = 0;
+      for (int64_t t = 0; t < n_rows; ++t) {
+        for (int64_t r = 0; r < m.n_out; ++r) {
+          double mag = 0.0;
+          for (int64_t k = 0; k < m.n_in; ++k) {
+            mag += std::fabs(double{m.dequantized[r * m.n_in + k]} *
+                             x[t * m.n_in + k]);
+          }
+          const double got = y[t * m.n_out + r];
+          const double want = ref[t * m.n_out + r];
+          const double tol = kRelTolerance * mag + 1e-30;
+          if (mag > 0) *worst = std::max(*worst, std::fabs(got - want) / mag);
+          if (!(std::fabs(got - want) <= tol) && failures++ < 5) {
+            ADD_FAILURE() << what << " threads=" << threads
+                          << " n_rows=" << n_rows << " y[" << t << "][" << r
+                          << "] = " << got << ", reference " << want
+                          << " (tolerance " << tol << ")";
+          }
+          ++compared;
+        }
+      }
+    }
+  }
+  return compared;
+}
+
+struct Shape {
+  int64_t n_in, n_out;
+};
+
+std::vector<Shape> shapes_for(GgmlType type) {
+  const int64_t block = ggml_type_info(type).block_size;
+  if (block == 256) return {{256, 37}, {768, 13}};
+  if (block == 32) return {{96, 37}, {576, 13}, {32, 5}, {160, 9}};
+  return {{100, 37}, {64, 13}, {3, 6}};  // float types: ragged n_in too
+}
+
+class JitMatmulTest
+    : public ::testing::TestWithParam<std::tuple<GgmlType, IsaTier>> {};
+
+TEST_P(JitMatmulTest, EqualsReferenceOnRaggedShapes) {
+  const auto [type, tier] = GetParam();
+  if (!cpu_has(tier)) {
+    GTEST_SKIP() << "this CPU lacks the " << isa_name(tier) << " tier";
+  }
+  std::mt19937 rng(static_cast<unsigned>(type) * 31 + 7);
+  // Default parameters, the widest tile, a tall one, and prefetch + unroll.
+  const int limit = [&] {
+    const PackedLayout l = *packed_layout(type, shapes_for(type)[0].n_in, 1);
+    TileConf c;
+    c.encoding = l.encoding;
+    c.paired_scales = l.paired_scales;
+    c.unit_pairs = l.unit_pairs;
+    return max_tile(c);
+  }();
+  std::vector<KernelParams> variants(4, default_params(type));
+  variants[1].rows = 1;
+  variants[1].cols = limit;
+  variants[1].decode_rows = limit;
+  variants[2].rows = limit / 2;
+  variants[2].cols = 2;
+  variants[2].unroll = 3;
+  variants[2].act_block = 5;
+  variants[3].unroll = 4;
+  variants[3].prefetch = 256;
+  variants[3].decode_rows = 3;
+  variants[3].row_grain = 3;
+  int64_t compared = 0;
+  double worst = 0.0;
+  for (const Shape& s : shapes_for(type)) {
+    const Matrix m = random_matrix(type, s.n_in, s.n_out, rng);
+    for (const KernelParams& p : variants) {
+      compared += check(m, tier,
+                        p, std::string(ggml_type_info(type).name) + " " +
+                               std::to_string(s.n_in) + "x" +
+                               std::to_string(s.n_out) + " " + params_text(p),
+                        &worst);
+      if (HasFailure()) return;
+    }
+  }
+  EXPECT_GT(compared, 0);
+  std::printf("%s: %lld outputs, max |jit - reference| / sum |w x| = %.2g\n",
+              std::string(ggml_type_info(type).name).c_str(),
+              static_cast<long long>(compared), worst);
+}
+
+std::string test_name(
+    const ::testing::TestParamInfo<std::tuple<GgmlType, IsaTier>>& info) {
+  return std::string(ggml_type_info(std::get<0>(info.param)).name) + "_" +
+         isa_name(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTypesAndTiers, JitMatmulTest,
+    ::testing::Combine(
+        ::testing::Values(GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                          GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kMXFP4,
+                          GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                          GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32),
+        ::testing::Values(IsaTier::kAvx2, IsaTier::kAvx512,
+                          IsaTier::kAvx512Vnni)),
+    test_name);
+
+// Q8_0 weights of -128 (legal in a file though ggml never writes them) take
+// the kernel that keeps |w| unsigned; the others a faster decode.
+TEST(JitMatmul, Q8_0WithMinus128EqualsReference) {
+  if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
+  std::mt19937 rng(99);
+  Matrix m = random_matrix(GgmlType::kQ8_0, 96, 21, rng);
+  const int64_t row_bytes = *ggml_row_bytes(GgmlType::kQ8_0, 96);
+  for (int64_t r = 0; r < 21; r += 4) {
+    m.bytes[r * row_bytes + 2 + (r % 32)] = 0x80;  // qs[r % 32] = -128
+    ASSERT_TRUE(reference::dequantize_row(GgmlType::kQ8_0,
+                                          m.bytes.data() + r * row_bytes, 96,
+                                          m.dequantized.data() + r * 96)
+                    .ok());
+  }
+  ThreadPool pool(1);
+  auto mm = JitMatmul::create(m.view(), IsaTier::kAvx2, KernelParams{}, nullptr,
+                              pool);
+  ASSERT_TRUE(mm.ok());
+  EXPECT_FALSE((*mm)->layout().s8_symmetric);
+  double worst = 0.0;
+  check(m, IsaTier::kAvx2, KernelParams{}, "Q8_0 with -128", &worst);
+}
+
+TEST(JitMatmul, RefusesTypesWithoutGenerator) {
+  std::vector<uint8_t> bytes(*ggml_row_bytes(GgmlType::kQ2_K, 256));
+  auto w = ops::make_weight_matrix("w", GgmlType::kQ2_K, bytes.data(), 256, 1,
+                                   bytes.size());
+  ASSERT_TRUE(w.ok());
+  ThreadPool pool(1);
+  auto mm = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  EXPECT_EQ(mm.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(kernel_name(GgmlType::kQ2_K, IsaTier::kAvx2).find("reference"),
+            std::string::npos);
+  EXPECT_NE(kernel_name(GgmlType::kQ4_1, IsaTier::kAvx2).find("avx2"),
+            std::string::npos);
+}
+
+TEST(JitMatmul, RefusesTilesBeyondTheRegisterFile) {
+  std::mt19937 rng(1);
+  const Matrix m = random_matrix(GgmlType::kQ4_0, 64, 4, rng);
+  ThreadPool pool(1);
+  KernelParams p;
+  p.rows = 4;
+  p.cols = 4;
+  auto mm = JitMatmul::create(m.view(), IsaTier::kAvx2, p, nullptr, pool);
+  EXPECT_EQ(mm.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(mm.status().message().find("accumulators"), std::string::npos)
+      << mm.status();
+}
+
+TEST(Isa, NamesRoundTrip) {
+  for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512, IsaTier::kAvx512Vnni}) {
+    EXPECT_EQ(parse_isa(isa_name(t)), t);
+  }
+  EXPECT_EQ(parse_isa("sse2"), std::nullopt);
+}
+
+TEST(Isa, SelectRefusesUnknownAndMissingTiers) {
+  EXPECT_EQ(select_isa("sse2").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (IsaTier t : {IsaTier::kAvx512, IsaTier::kAvx512Vnni}) {
+    auto s = select_isa(isa_name(t));
+    if (cpu_has(t)) {
+      EXPECT_EQ(*s, t);
+    } else {
+      EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_NE(s.status().message().find("lacks"), std::string::npos);
+    }
+  }
+  ::setenv("STRATA_ISA", "bogus", 1);
+  auto s = select_isa();
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("STRATA_ISA"), std::string::npos);
+  ::unsetenv("STRATA_ISA");
+  auto detected = detect_isa();
+  if (detected.ok()) {
+    EXPECT_EQ(*select_isa(), *detected);
+  }
+}
+
+}  // namespace
+}  // namespace strata::kernels::jit

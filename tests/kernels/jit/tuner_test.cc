@@ -1,0 +1,103 @@
+// The tuner: every candidate it keeps passes the reference check, winners
+// go to the cache file and come back from it without measuring again.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/jit/tuner.h"
+#include "kernels/cpu/reference/quantize.h"
+
+namespace strata::kernels::jit {
+namespace {
+
+namespace ops = reference::ops;
+
+std::vector<uint8_t> random_weights(GgmlType type, int64_t n_in, int64_t n_out) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t row_bytes = *ggml_row_bytes(type, n_in);
+  std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes * n_out));
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t r = 0; r < n_out; ++r) {
+    for (float& v : row) v = dist(rng);
+    EXPECT_TRUE(reference::quantize_row(type, row.data(), n_in,
+                                        bytes.data() + r * row_bytes).ok());
+  }
+  return bytes;
+}
+
+TEST(Tuner, KeepsACorrectWinnerAndCachesIt) {
+  if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
+  const std::string dir = ::testing::TempDir() + "/strata-tune-test";
+  std::filesystem::remove_all(dir);
+  const int64_t n_in = 256, n_out = 67;
+  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ4_K, n_in, n_out);
+  auto w = ops::make_weight_matrix("w", GgmlType::kQ4_K, bytes.data(), n_in,
+                                   n_out, bytes.size());
+  ASSERT_TRUE(w.ok());
+  ThreadPool pool(2);
+  KernelCache cache;
+  JitScratch scratch(64, n_in);
+  TuneOptions options;
+  options.cache_dir = dir;
+  options.prefill_rows = 16;
+
+  auto m = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, &cache, pool);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Tuner tuner(IsaTier::kAvx2, pool.size(), options);
+  ASSERT_TRUE(tuner.tune(**m, *w, scratch, pool).ok());
+  EXPECT_EQ(tuner.measured(), 1);
+  ASSERT_TRUE(tuner.save().ok());
+  ASSERT_TRUE(std::filesystem::exists(tuner.cache_path())) << tuner.cache_path();
+  const KernelParams tuned = (*m)->params();
+
+  // The tuned matmul still equals the reference (bit for bit equal to the
+  // default parameters: the summation order of an output does not change).
+  std::vector<float> x(3 * n_in);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  std::vector<float> y(3 * n_out), y_default(3 * n_out);
+  (*m)->run(x.data(), 3, y.data(), scratch, pool);
+  ASSERT_TRUE((*m)->set_params(KernelParams{}).ok());
+  (*m)->run(x.data(), 3, y_default.data(), scratch, pool);
+  EXPECT_EQ(y, y_default);
+
+  // A second tuner reads the winner from the file without measuring.
+  Tuner again(IsaTier::kAvx2, pool.size(), options);
+  ASSERT_TRUE(again.tune(**m, *w, scratch, pool).ok());
+  EXPECT_EQ(again.measured(), 0);
+  EXPECT_EQ((*m)->params(), tuned);
+  EXPECT_NE(again.summary().find("1 from the cache"), std::string::npos)
+      << again.summary();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Tuner, ZeroBudgetKeepsDefaults) {
+  const std::string dir = ::testing::TempDir() + "/strata-tune-test-0";
+  std::filesystem::remove_all(dir);
+  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ8_0, 64, 5);
+  auto w = ops::make_weight_matrix("w", GgmlType::kQ8_0, bytes.data(), 64, 5,
+                                   bytes.size());
+  ASSERT_TRUE(w.ok());
+  ThreadPool pool(1);
+  JitScratch scratch(8, 64);
+  TuneOptions options;
+  options.cache_dir = dir;
+  options.budget_s = 0.0;
+  auto m = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  ASSERT_TRUE(m.ok());
+  Tuner tuner(IsaTier::kAvx2, 1, options);
+  ASSERT_TRUE(tuner.tune(**m, *w, scratch, pool).ok());
+  EXPECT_EQ(tuner.measured(), 0);
+  EXPECT_EQ((*m)->params(), default_params(GgmlType::kQ8_0));
+  ASSERT_TRUE(tuner.save().ok());
+  EXPECT_FALSE(std::filesystem::exists(tuner.cache_path()));
+}
+
+}  // namespace
+}  // namespace strata::kernels::jit

@@ -1,0 +1,88 @@
+// WorkerConfig: YAML keys, sizes, errors that name the key.
+#include <cstdlib>
+
+#include "gtest/gtest.h"
+#include "worker/worker_config.h"
+
+namespace strata::worker {
+namespace {
+
+TEST(WorkerConfig, ReadsEveryKey) {
+  auto c = parse_worker_config(R"(
+listen: 127.0.0.1:50061
+backend: cpu
+threads: 2
+memory_budget: 4GiB
+model_dirs: [/models, ~/more]
+name: w0
+max_message_bytes: 128MiB
+answer_timeout_ms: 3000
+)",
+                               "w.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen, "127.0.0.1:50061");
+  EXPECT_EQ(c->threads, 2);
+  EXPECT_EQ(c->memory_budget_bytes, uint64_t{4} << 30);
+  ASSERT_EQ(c->model_dirs.size(), 2u);
+  EXPECT_EQ(c->model_dirs[0], "/models");
+  const char* home = std::getenv("HOME");
+  if (home != nullptr) {
+    EXPECT_EQ(c->model_dirs[1], std::string(home) + "/more");
+  }
+  EXPECT_EQ(c->name, "w0");
+  EXPECT_EQ(c->max_message_bytes, int64_t{128} << 20);
+  EXPECT_EQ(c->answer_timeout_ms, 3000);
+  EXPECT_TRUE(validate(*c).ok());
+}
+
+TEST(WorkerConfig, ErrorsNameTheKeyAndLine) {
+  auto bad = [](const char* yaml) {
+    auto c = parse_worker_config(yaml, "w.yaml");
+    EXPECT_FALSE(c.ok()) << yaml;
+    return c.ok() ? std::string() : std::string(c.status().message());
+  };
+  EXPECT_EQ(bad("threads: -2\n"),
+            "w.yaml:1: threads: -2 is out of range [1, 1024]");
+  EXPECT_NE(
+      bad("listen: a\nthraeds: 2\n").find("w.yaml:2: thraeds: unknown key"),
+      std::string::npos);
+  EXPECT_NE(bad("memory_budget: 4 gigs\n")
+                .find("memory_budget: \"4 gigs\" is not a size"),
+            std::string::npos);
+  EXPECT_NE(bad("threads: [1, 2]\n").find("threads: expected a single value"),
+            std::string::npos);
+  EXPECT_NE(bad("threads: two\n").find("threads: \"two\" is not an integer"),
+            std::string::npos);
+  EXPECT_NE(bad("listen: [\n").find("w.yaml:"), std::string::npos);
+  EXPECT_NE(bad("- a\n- b\n").find("expected a map"), std::string::npos);
+}
+
+TEST(WorkerConfig, ValidateNamesTheKey) {
+  WorkerConfig c;
+  EXPECT_NE(validate(c).message().find("model_dirs: none given"),
+            std::string::npos);
+  c.model_dirs = {"/m"};
+  EXPECT_TRUE(validate(c).ok());
+  c.listen = "nohost";
+  EXPECT_NE(validate(c).message().find("listen: \"nohost\""),
+            std::string::npos);
+  c.listen = "127.0.0.1:0";
+  c.backend = "cuda:0";
+  EXPECT_NE(validate(c).message().find("backend: \"cuda:0\""),
+            std::string::npos);
+}
+
+TEST(WorkerConfig, ByteSizes) {
+  EXPECT_EQ(*parse_byte_size("1000"), 1000u);
+  EXPECT_EQ(*parse_byte_size("2GiB"), uint64_t{2} << 30);
+  EXPECT_EQ(*parse_byte_size("512 MiB"), uint64_t{512} << 20);
+  EXPECT_EQ(*parse_byte_size("1.5GiB"), uint64_t{3} << 29);
+  EXPECT_EQ(*parse_byte_size("2GB"), 2000000000u);
+  EXPECT_FALSE(parse_byte_size("2G").ok());
+  EXPECT_FALSE(parse_byte_size("-1").ok());
+  EXPECT_FALSE(parse_byte_size("99999999999TiB").ok());
+  EXPECT_FALSE(parse_byte_size("").ok());
+}
+
+}  // namespace
+}  // namespace strata::worker

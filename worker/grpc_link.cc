@@ -1,0 +1,278 @@
+#include "worker/grpc_link.h"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "strata/v1/worker.grpc.pb.h"
+
+namespace strata::worker {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* code_name(grpc::StatusCode code) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "?";
+}
+
+std::string ms_text(std::chrono::milliseconds ms) {
+  return absl::StrCat(static_cast<double>(ms.count()) / 1000.0, " s");
+}
+
+class GrpcLink final : public ActivationLink {
+ public:
+  GrpcLink(const std::string& address, ResultCallback on_result,
+           const GrpcLinkOptions& options)
+      : peer_(options.peer_name.empty() ? absl::StrCat("worker ", address)
+                                        : options.peer_name),
+        options_(options),
+        on_result_(std::move(on_result)) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+                static_cast<int>(options.keepalive_time.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                static_cast<int>(options.keepalive_timeout.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    args.SetMaxReceiveMessageSize(options.max_message_bytes);
+    args.SetMaxSendMessageSize(options.max_message_bytes);
+    // A fresh subchannel: a link remade after the peer restarted must not
+    // inherit the reconnect backoff of the dead one.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto channel = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::Worker::NewStub(channel);
+    writer_ = std::thread([this] { write_loop(); });
+    reader_ = std::thread([this] { read_loop(); });
+    watchdog_ = std::thread([this] { watch_loop(); });
+  }
+
+  ~GrpcLink() override { close(); }
+
+  const std::string& peer() const override { return peer_; }
+
+  absl::Status send(v1::MicroBatch batch) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_) {
+      return absl::UnavailableError(
+          absl::StrCat(peer_, ": link broken (", reason_, ")"));
+    }
+    pending_.push_back(Pending{batch.batch_id(), Clock::now()});
+    outbox_.push_back(std::move(batch));
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+
+  bool healthy() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !broken_;
+  }
+
+  void close() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+      breaking(absl::StatusCode::kUnavailable, "link closed");
+    }
+    writer_.join();
+    reader_.join();
+    watchdog_.join();
+  }
+
+ private:
+  struct Pending {
+    uint64_t batch_id;
+    Clock::time_point sent;
+  };
+
+  // Marks the link broken for `reason` (the first reason wins) and cancels
+  // the stream so that the reader ends. Requires mu_.
+  void breaking(absl::StatusCode code, std::string reason) {
+    if (!broken_) {
+      broken_ = true;
+      code_ = code;
+      reason_ = std::move(reason);
+    }
+    context_.TryCancel();
+    cv_.notify_all();
+  }
+
+  // Makes the stream (this may wait for the connection), then writes the
+  // micro-batches in order until the link breaks.
+  void write_loop() {
+    auto stream = stub_->Activations(&context_);
+    std::unique_lock<std::mutex> lock(mu_);
+    stream_ = std::move(stream);
+    cv_.notify_all();
+    for (;;) {
+      cv_.wait(lock, [&] { return broken_ || !outbox_.empty(); });
+      if (broken_) break;
+      v1::MicroBatch batch = std::move(outbox_.front());
+      outbox_.pop_front();
+      lock.unlock();
+      const bool ok = stream_->Write(batch);
+      lock.lock();
+      if (!ok) break;  // the reader learns why from Finish()
+    }
+    writer_done_ = true;
+    cv_.notify_all();
+  }
+
+  // Reads results in order and hands them to the callback; when the stream
+  // ends, answers every pending micro-batch with the reason.
+  void read_loop() {
+    grpc::ClientReaderWriter<v1::MicroBatch, v1::MicroBatchResult>* stream;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stream_ != nullptr; });
+      stream = stream_.get();
+    }
+    v1::MicroBatchResult result;
+    while (stream->Read(&result)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (pending_.empty() ||
+            pending_.front().batch_id != result.batch_id()) {
+          breaking(absl::StatusCode::kInternal,
+                   absl::StrCat("answer for micro-batch ", result.batch_id(),
+                                pending_.empty()
+                                    ? " that was not sent"
+                                    : absl::StrCat(", expected ",
+                                                   pending_.front().batch_id)));
+          break;
+        }
+        pending_.pop_front();
+        last_answer_ = Clock::now();
+        cv_.notify_all();
+      }
+      on_result_(std::move(result));
+      result.Clear();
+    }
+    std::deque<Pending> failed;
+    absl::StatusCode code;
+    std::string reason;
+    bool ended_by_peer = false;  // not broken here first
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ended_by_peer = !broken_;
+      breaking(absl::StatusCode::kUnavailable, "stream ended");
+      cv_.wait(lock, [&] { return writer_done_; });
+    }
+    const grpc::Status status = stream->Finish();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ended_by_peer) {
+        const bool redundant =
+            status.error_message().empty() ||
+            status.error_message() == code_name(status.error_code());
+        reason_ =
+            absl::StrCat("connection lost (gRPC status ",
+                         code_name(status.error_code()), redundant ? "" : ": ",
+                         redundant ? "" : status.error_message(), ")");
+      }
+      code = code_;
+      reason = reason_;
+      failed.swap(pending_);
+      outbox_.clear();
+    }
+    for (const Pending& p : failed) {
+      v1::MicroBatchResult r;
+      r.set_batch_id(p.batch_id);
+      r.set_error_code(static_cast<int>(code));
+      r.set_error_message(absl::StrCat(peer_, ": ", reason));
+      on_result_(std::move(r));
+    }
+  }
+
+  // Breaks the link when the oldest pending micro-batch has waited
+  // answer_timeout since it was sent or since the last answer, whichever
+  // is later.
+  void watch_loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!broken_) {
+      if (pending_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      const Pending front = pending_.front();
+      const Clock::time_point due =
+          std::max(front.sent, last_answer_) + options_.answer_timeout;
+      if (Clock::now() >= due) {
+        breaking(absl::StatusCode::kDeadlineExceeded,
+                 absl::StrCat("no answer to micro-batch ", front.batch_id,
+                              " within ", ms_text(options_.answer_timeout)));
+        break;
+      }
+      cv_.wait_until(lock, due);
+    }
+  }
+
+  const std::string peer_;
+  const GrpcLinkOptions options_;
+  const ResultCallback on_result_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+  grpc::ClientContext context_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::MicroBatch, v1::MicroBatchResult>>
+      stream_;                         // set by the writer once made
+  std::deque<v1::MicroBatch> outbox_;  // sent, not yet written
+  std::deque<Pending> pending_;        // sent, not yet answered
+  Clock::time_point last_answer_{};
+  bool broken_ = false;
+  bool closed_ = false;
+  bool writer_done_ = false;
+  absl::StatusCode code_ = absl::StatusCode::kOk;
+  std::string reason_;
+
+  std::thread writer_;
+  std::thread reader_;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ActivationLink>> make_grpc_link(
+    const std::string& address, ActivationLink::ResultCallback on_result,
+    const GrpcLinkOptions& options) {
+  if (address.empty()) return absl::InvalidArgumentError("address: empty");
+  return std::unique_ptr<ActivationLink>(
+      new GrpcLink(address, std::move(on_result), options));
+}
+
+void allow_link_keepalive(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,57 @@
+// The gRPC ActivationLink: a strata.v1.Worker/Activations stream to the
+// stage at host:port (the coordinator to the first worker, each worker to
+// the next). Micro-batches go out in order; results come back in order on
+// the same stream.
+//
+// Failure (activation_link.h): the link breaks, and every micro-batch sent
+// and not answered gets an error result whose message names the peer
+// ("worker 127.0.0.1:50062: ..."), when
+//   - the stream ends (the peer died, refused the connection, or closed):
+//     UNAVAILABLE;
+//   - HTTP/2 keepalive pings go unanswered for keepalive_time +
+//     keepalive_timeout (a peer stopped with SIGSTOP, a dead host):
+//     UNAVAILABLE;
+//   - the oldest unanswered micro-batch waits answer_timeout without any
+//     result arriving: DEADLINE_EXCEEDED. (A peer that is busy with a long
+//     prefill chunk still answers pings, so answer_timeout must exceed the
+//     longest micro-batch of the pipeline behind the peer.)
+// Making the link never blocks: the connection is made on the link's
+// thread, and a peer that cannot be reached fails the first micro-batch.
+//
+// Threads: three per link (writer, reader, watchdog), each asleep when
+// idle; the callback runs on the reader thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/activation_link.h"
+
+namespace grpc {
+class ServerBuilder;
+}  // namespace grpc
+
+namespace strata::worker {
+
+struct GrpcLinkOptions {
+  std::string peer_name;  // in messages; "" gives "worker ADDRESS"
+  std::chrono::milliseconds answer_timeout{30000};
+  std::chrono::milliseconds keepalive_time{1000};
+  std::chrono::milliseconds keepalive_timeout{2000};
+  int max_message_bytes = 64 << 20;  // both directions
+};
+
+// Errors: InvalidArgument for an empty address.
+absl::StatusOr<std::unique_ptr<ActivationLink>> make_grpc_link(
+    const std::string& address, ActivationLink::ResultCallback on_result,
+    const GrpcLinkOptions& options = {});
+
+// Server arguments that let links ping as often as GrpcLinkOptions does
+// (by default a gRPC server sends GOAWAY to a client that pings more than
+// every 5 minutes without data), and that ping clients in turn.
+void allow_link_keepalive(grpc::ServerBuilder& builder);
+
+}  // namespace strata::worker

@@ -1,0 +1,522 @@
+// The Stage over a cpu Backend. run() checks the whole micro-batch first
+// (check()), then creates the new sequences (the only step that may fail
+// for want of memory, undone on failure), then runs each slice through the
+// backend, and commits the per-sequence state (new sequences, samplers)
+// only after every slice ran, so an error leaves the stage as it was.
+#include "worker/stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/sampler.h"
+#include "worker/shard_plan.h"
+
+namespace strata::worker {
+
+namespace {
+
+constexpr int kMaxTopLogprobs = 20;
+
+std::string slice_field(int i, absl::string_view member) {
+  return absl::StrCat("slices[", i, "]", member.empty() ? "" : ".", member);
+}
+
+// Maps the proto's SamplingParams (absent optional fields take their
+// documented defaults) to the sampler's, checking the bounds of
+// inference.proto. `field` is "slices[i].sampling".
+absl::Status to_sampling_params(const v1::SamplingParams& p, int n_vocab,
+                                const std::string& field, SamplingParams* out) {
+  auto range = [&](absl::string_view member, double v, absl::string_view r) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".", member, ": ", v, " is out of range ", r));
+  };
+  if (!std::isfinite(p.temperature()) || p.temperature() > 100.0f) {
+    return range("temperature", p.temperature(), "(-inf, 100]");
+  }
+  if (p.top_k() < 0 || p.top_k() > n_vocab) {
+    return range("top_k", p.top_k(), absl::StrCat("[0, ", n_vocab, "]"));
+  }
+  const float top_p = p.has_top_p() ? p.top_p() : 1.0f;
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return range("top_p", top_p, "(0, 1]");
+  if (!(p.min_p() >= 0.0f && p.min_p() <= 1.0f)) {
+    return range("min_p", p.min_p(), "[0, 1]");
+  }
+  const float repeat = p.has_repeat_penalty() ? p.repeat_penalty() : 1.0f;
+  if (!(repeat > 0.0f && repeat <= 100.0f)) {
+    return range("repeat_penalty", repeat, "(0, 100]");
+  }
+  if (!(p.presence_penalty() >= -100.0f && p.presence_penalty() <= 100.0f)) {
+    return range("presence_penalty", p.presence_penalty(), "[-100, 100]");
+  }
+  if (!(p.frequency_penalty() >= -100.0f && p.frequency_penalty() <= 100.0f)) {
+    return range("frequency_penalty", p.frequency_penalty(), "[-100, 100]");
+  }
+  const int last_n = p.has_repeat_last_n() ? p.repeat_last_n() : 64;
+  if (last_n < 0 || last_n > 4096) {
+    return range("repeat_last_n", last_n, "[0, 4096]");
+  }
+  // The coordinator picks (and reports) the seed of a request that gave
+  // none; a stage never invents one for a random draw.
+  if (p.temperature() > 0.0f && !p.has_seed()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".seed: absent with temperature ", p.temperature(),
+                     " (the coordinator must choose the seed)"));
+  }
+  out->temperature = p.temperature();
+  out->top_k = p.top_k();
+  out->top_p = top_p;
+  out->min_p = p.min_p();
+  out->repeat_penalty = repeat;
+  out->presence_penalty = p.presence_penalty();
+  out->frequency_penalty = p.frequency_penalty();
+  out->penalty_last_n = last_n;
+  out->seed = p.has_seed() ? p.seed() : 0;
+  return validate(*out);
+}
+
+class CpuStage final : public Stage {
+ public:
+  CpuStage(ShardPlan plan, std::unique_ptr<Backend> backend,
+           const StageOptions& options)
+      : info_(std::move(plan.info)),
+        backend_(std::move(backend)),
+        name_(options.worker_name),
+        trace_(plan.trace),
+        first_(info_.embedding()),
+        last_(info_.head()),
+        n_embd_(info_.n_embd()),
+        n_vocab_(backend_->n_vocab()) {
+    info_.set_n_vocab(n_vocab_);
+    if (!first_) {
+      hidden_in_.resize(static_cast<size_t>(info_.max_batch_rows()) * n_embd_);
+    }
+    if (last_) order_.resize(static_cast<size_t>(n_vocab_));
+  }
+
+  const v1::ShardInfo& shard() const override { return info_; }
+  int live_sequences() const override {
+    return static_cast<int>(sequences_.size());
+  }
+
+  absl::Status run(const v1::MicroBatch& batch, v1::MicroBatch* next,
+                   v1::MicroBatchResult* result) override;
+  int free_sequences(const uint64_t* seq_ids, int n) override;
+
+ private:
+  struct Sequence {
+    int backend_seq = 0;
+    std::unique_ptr<Sampler> sampler;  // last stage: made at start_pos 0
+  };
+  // What run() does to one slice, decided by check().
+  struct SliceRun {
+    int backend_seq = -1;
+    bool is_new = false;      // created by this batch
+    bool restart = false;     // existed, start_pos 0: emptied first
+    int old_length = 0;       // positions before the batch (for undo)
+    int64_t first_row = 0;    // of the batch's rows
+    SamplingParams sampling;  // valid when start_pos == 0
+  };
+
+  absl::Status check(const v1::MicroBatch& batch);
+  absl::Status create_sequences(const v1::MicroBatch& batch);
+  void undo(const v1::MicroBatch& batch, size_t ran);
+  int new_backend_seq();
+  void add_sampled(const v1::SequenceSlice& slice,
+                   std::span<const float> logits, Sampler& sampler,
+                   v1::MicroBatchResult* result);
+
+  v1::ShardInfo info_;
+  std::unique_ptr<Backend> backend_;
+  std::string name_;
+  bool trace_;
+  bool first_;
+  bool last_;
+  int n_embd_;
+  int n_vocab_;
+  std::map<uint64_t, Sequence> sequences_;
+  int next_backend_seq_ = 0;
+
+  // Reused across batches (grown, never shrunk).
+  std::vector<SliceRun> runs_;                 // [slices]
+  std::vector<std::pair<uint64_t, int>> ids_;  // [slices] (seq_id, index)
+  std::vector<float> hidden_in_;  // [max_batch_rows][n_embd] decoded input
+  std::vector<float> logits_;     // [sampled slices][n_vocab]
+  std::vector<uint64_t> hashes_;  // [blocks][rows] of one slice
+  std::vector<int32_t> order_;    // [n_vocab] ids for top_logprobs
+};
+
+absl::Status CpuStage::check(const v1::MicroBatch& batch) {
+  if (batch.shard_id() != info_.shard_id()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_id: ", batch.shard_id(),
+                     ", but the loaded shard "
+                     "is ",
+                     info_.shard_id()));
+  }
+  const int n = batch.slices_size();
+  if (n < 1) return absl::InvalidArgumentError("slices: none");
+  if (n > info_.max_sequences()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slices: ", n, " exceed max_sequences ", info_.max_sequences()));
+  }
+  ids_.clear();
+  for (int i = 0; i < n; ++i) ids_.emplace_back(batch.slices(i).seq_id(), i);
+  std::sort(ids_.begin(), ids_.end());
+  for (size_t i = 1; i < ids_.size(); ++i) {
+    if (ids_[i].first == ids_[i - 1].first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          slice_field(ids_[i].second, "seq_id"), ": ", ids_[i].first,
+          " repeats slices[", ids_[i - 1].second, "]"));
+    }
+  }
+
+  runs_.assign(static_cast<size_t>(n), SliceRun{});
+  const int max_rows = info_.max_batch_rows();
+  int64_t total = 0;
+  int new_sequences = 0;
+  for (int i = 0; i < n; ++i) {
+    const v1::SequenceSlice& s = batch.slices(i);
+    SliceRun& run = runs_[i];
+    const int rows = s.tokens_size();
+    if (rows < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(slice_field(i, "tokens"), ": empty"));
+    }
+    if (rows > max_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(slice_field(i, "tokens"), ": ", rows,
+                       " rows exceed max_batch_rows ", max_rows));
+    }
+    for (int j = 0; j < rows; ++j) {
+      const int32_t t = s.tokens(j);
+      if (t < 0 || t >= n_vocab_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(slice_field(i, "tokens"), "[", j, "]: id ", t,
+                         " is outside the vocabulary [0, ", n_vocab_, ")"));
+      }
+    }
+    run.first_row = total;
+    total += rows;
+    if (s.start_pos() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          slice_field(i, "start_pos"), ": ", s.start_pos(), " is negative"));
+    }
+    auto it = sequences_.find(s.seq_id());
+    if (s.start_pos() > 0) {
+      if (it == sequences_.end()) {
+        return absl::NotFoundError(
+            absl::StrCat(slice_field(i, "seq_id"), ": sequence ", s.seq_id(),
+                         " is unknown here (start_pos ", s.start_pos(),
+                         "; a sequence starts at start_pos 0)"));
+      }
+      absl::StatusOr<int> length =
+          backend_->sequence_length(it->second.backend_seq);
+      if (!length.ok()) return length.status();
+      if (s.start_pos() != *length) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            slice_field(i, "start_pos"), ": ", s.start_pos(), ", but sequence ",
+            s.seq_id(), " holds ", *length, " positions here"));
+      }
+      run.backend_seq = it->second.backend_seq;
+      run.old_length = *length;
+    } else if (it == sequences_.end()) {
+      run.is_new = true;
+      ++new_sequences;
+    } else {
+      run.restart = true;
+      run.backend_seq = it->second.backend_seq;
+      absl::StatusOr<int> length =
+          backend_->sequence_length(it->second.backend_seq);
+      if (!length.ok()) return length.status();
+      run.old_length = *length;
+    }
+    if (int64_t{s.start_pos()} + rows > info_.n_ctx()) {
+      return absl::OutOfRangeError(
+          absl::StrCat(slice_field(i, ""), ": start_pos ", s.start_pos(), " + ",
+                       rows, " rows exceed n_ctx ", info_.n_ctx()));
+    }
+    if (s.start_pos() == 0) {
+      if (absl::Status st =
+              to_sampling_params(s.sampling(), n_vocab_,
+                                 slice_field(i, "sampling"), &run.sampling);
+          !st.ok()) {
+        return st;
+      }
+    }
+    if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(slice_field(i, "top_logprobs"), ": ", s.top_logprobs(),
+                       " is out of range [0, ", kMaxTopLogprobs, "]"));
+    }
+  }
+  if (total > max_rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slices: ", total, " rows in all exceed max_batch_rows ", max_rows));
+  }
+  const size_t bytes = batch.hidden().size();
+  if (first_) {
+    if (bytes != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hidden: ", bytes,
+                       " bytes on the first stage, which embeds the "
+                       "tokens (expected none)"));
+    }
+  } else {
+    const size_t expected = static_cast<size_t>(total) * n_embd_ * 4;
+    if (bytes != expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hidden: ", bytes, " bytes, expected ", expected, " (",
+                       total, " rows x n_embd ", n_embd_, " x 4 bytes)"));
+    }
+    // f32 little-endian (the only byte order supported), decoded into an
+    // aligned buffer; every value must be finite.
+    std::memcpy(hidden_in_.data(), batch.hidden().data(), bytes);
+    const size_t count = static_cast<size_t>(total) * n_embd_;
+    for (size_t k = 0; k < count; ++k) {
+      if (!std::isfinite(hidden_in_[k])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("hidden: row ", k / n_embd_, " column ", k % n_embd_,
+                         " is not finite (", hidden_in_[k], ")"));
+      }
+    }
+  }
+  if (live_sequences() + new_sequences > info_.max_sequences()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "slices: ", new_sequences, " new sequences with ", live_sequences(),
+        " live exceed max_sequences ", info_.max_sequences()));
+  }
+  return absl::OkStatus();
+}
+
+int CpuStage::new_backend_seq() {
+  // Backend sequence ids are ints; proto ids are uint64. Hand out unused
+  // ints in turn (at most max_sequences are live).
+  for (;;) {
+    const int id = next_backend_seq_;
+    next_backend_seq_ = next_backend_seq_ == std::numeric_limits<int>::max()
+                            ? 0
+                            : next_backend_seq_ + 1;
+    if (!backend_->sequence_length(id).ok()) return id;
+  }
+}
+
+absl::Status CpuStage::create_sequences(const v1::MicroBatch& batch) {
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    SliceRun& run = runs_[i];
+    if (!run.is_new) continue;
+    run.backend_seq = new_backend_seq();
+    if (absl::Status st =
+            backend_->add_sequence(run.backend_seq, info_.n_ctx());
+        !st.ok()) {
+      for (size_t j = 0; j < i; ++j) {
+        if (runs_[j].is_new)
+          (void)backend_->remove_sequence(runs_[j].backend_seq);
+      }
+      return absl::Status(
+          st.code(),
+          absl::StrCat(slice_field(static_cast<int>(i), ""), ": sequence ",
+                       batch.slices(static_cast<int>(i)).seq_id(), ": ",
+                       st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Undoes the first `ran` slices' forward passes and every new sequence. A
+// restarted sequence cannot get its old positions back: it is freed.
+void CpuStage::undo(const v1::MicroBatch& batch, size_t ran) {
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const SliceRun& run = runs_[i];
+    if (run.is_new) {
+      (void)backend_->remove_sequence(run.backend_seq);
+    } else if (run.restart) {
+      if (i < ran) {
+        (void)backend_->remove_sequence(run.backend_seq);
+        sequences_.erase(batch.slices(static_cast<int>(i)).seq_id());
+      }
+    } else if (i < ran) {
+      (void)backend_->truncate_sequence(run.backend_seq, run.old_length);
+    }
+  }
+}
+
+absl::Status CpuStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next,
+                           v1::MicroBatchResult* result) {
+  result->Clear();
+  result->set_batch_id(batch.batch_id());
+  if (absl::Status st = check(batch); !st.ok()) return st;
+  if (absl::Status st = create_sequences(batch); !st.ok()) return st;
+
+  const bool trace = trace_ && batch.trace();
+  const int n = batch.slices_size();
+  int64_t total_rows = 0;
+  int n_sampled = 0;
+  for (int i = 0; i < n; ++i) {
+    total_rows += batch.slices(i).tokens_size();
+    if (last_ && batch.slices(i).sample()) ++n_sampled;
+  }
+  if (!last_) {
+    next->Clear();
+    next->set_shard_id(batch.shard_id());
+    next->set_batch_id(batch.batch_id());
+    next->set_trace(batch.trace());
+    *next->mutable_slices() = batch.slices();
+    next->mutable_hidden()->resize(static_cast<size_t>(total_rows) * n_embd_ *
+                                   sizeof(float));
+  }
+  const size_t need = static_cast<size_t>(n_sampled) * n_vocab_;
+  if (logits_.size() < need) logits_.resize(need);
+
+  int sampled = 0;
+  for (int i = 0; i < n; ++i) {
+    const v1::SequenceSlice& s = batch.slices(i);
+    const SliceRun& run = runs_[i];
+    const int rows = s.tokens_size();
+    if (run.restart) {
+      (void)backend_->truncate_sequence(run.backend_seq, 0);
+    }
+    ForwardRequest req;
+    req.seq = run.backend_seq;
+    if (first_) {
+      req.tokens = std::span<const int32_t>(s.tokens().data(), rows);
+    } else {
+      req.hidden =
+          std::span<const float>(hidden_in_.data() + run.first_row * n_embd_,
+                                 static_cast<size_t>(rows) * n_embd_);
+    }
+    const bool sample = last_ && s.sample();
+    req.logits = sample ? Logits::kLast : Logits::kNone;
+    hashes_.clear();
+    if (trace) req.block_hashes = &hashes_;
+    ForwardResult out;
+    if (absl::Status st = backend_->forward(req, &out); !st.ok()) {
+      undo(batch, static_cast<size_t>(i) + 1);
+      result->Clear();
+      result->set_batch_id(batch.batch_id());
+      return absl::InternalError(
+          absl::StrCat(slice_field(i, ""), ": ", st.message()));
+    }
+    if (!last_) {
+      std::memcpy(next->mutable_hidden()->data() +
+                      run.first_row * n_embd_ * sizeof(float),
+                  out.hidden.data(), out.hidden.size() * sizeof(float));
+    } else if (sample) {
+      std::copy(out.logits.begin(), out.logits.begin() + n_vocab_,
+                logits_.begin() + static_cast<size_t>(sampled) * n_vocab_);
+      ++sampled;
+    }
+    // hashes_: [blocks][rows], blocks of the shard in order.
+    for (size_t k = 0; k < hashes_.size(); ++k) {
+      v1::BlockTrace* t = result->add_traces();
+      t->set_worker(name_);
+      t->set_seq_id(s.seq_id());
+      t->set_pos(s.start_pos() + static_cast<int>(k % rows));
+      t->set_block(info_.first_block() + static_cast<int>(k / rows));
+      t->set_hash(hashes_[k]);
+    }
+  }
+
+  // Every slice ran: commit the sequences and, on the last stage, sample.
+  sampled = 0;
+  for (int i = 0; i < n; ++i) {
+    const v1::SequenceSlice& s = batch.slices(i);
+    SliceRun& run = runs_[i];
+    Sequence& seq = sequences_[s.seq_id()];
+    seq.backend_seq = run.backend_seq;
+    if (!last_) continue;
+    if (s.start_pos() == 0) {
+      seq.sampler = std::make_unique<Sampler>(run.sampling, n_vocab_);
+    }
+    for (int32_t t : s.tokens()) seq.sampler->accept(t);
+    if (s.sample()) {
+      add_sampled(s,
+                  std::span<const float>(
+                      logits_.data() + static_cast<size_t>(sampled) * n_vocab_,
+                      static_cast<size_t>(n_vocab_)),
+                  *seq.sampler, result);
+      ++sampled;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Samples the slice's next token; with logprobs, the log-softmax at T = 1 of
+// the raw logits (before penalties) gives its log-probability and the
+// top_logprobs most likely tokens (ties: lower id first).
+void CpuStage::add_sampled(const v1::SequenceSlice& slice,
+                           std::span<const float> logits, Sampler& sampler,
+                           v1::MicroBatchResult* result) {
+  v1::SampledToken* tok = result->add_tokens();
+  tok->set_seq_id(slice.seq_id());
+  const int32_t id = sampler.sample(logits);
+  tok->set_id(id);
+  if (!slice.logprobs() && slice.top_logprobs() == 0) return;
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_z = max + std::log(sum);
+  auto logprob = [&](int32_t t) {
+    return static_cast<float>(static_cast<double>(logits[t]) - log_z);
+  };
+  tok->set_logprob(logprob(id));
+  const int k = std::min(slice.top_logprobs(), n_vocab_);
+  if (k == 0) return;
+  std::iota(order_.begin(), order_.end(), 0);
+  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[a] > logits[b] ||
+                             (logits[a] == logits[b] && a < b);
+                    });
+  for (int r = 0; r < k; ++r) {
+    v1::TokenLogprob* top = tok->add_top();
+    top->set_id(order_[r]);
+    top->set_logprob(logprob(order_[r]));
+  }
+}
+
+int CpuStage::free_sequences(const uint64_t* seq_ids, int n) {
+  int freed = 0;
+  for (int i = 0; i < n; ++i) {
+    auto it = sequences_.find(seq_ids[i]);
+    if (it == sequences_.end()) continue;
+    (void)backend_->remove_sequence(it->second.backend_seq);
+    sequences_.erase(it);
+    ++freed;
+  }
+  return freed;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Stage>> load_planned_stage(
+    ShardPlan plan, int n_threads, const StageOptions& options) {
+  CpuBackendOptions backend_options;
+  backend_options.n_threads = n_threads;
+  backend_options.kv_type = plan.kv_type;
+  backend_options.max_batch = plan.info.max_batch_rows();
+  auto backend = make_cpu_backend(
+      plan.model, plan.hp,
+      BlockRange{plan.info.first_block(), plan.info.last_block()},
+      backend_options);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<Stage>(
+      new CpuStage(std::move(plan), std::move(*backend), options));
+}
+
+absl::StatusOr<std::unique_ptr<Stage>> load_stage(
+    const v1::LoadShardRequest& request, int n_threads,
+    const StageOptions& options) {
+  absl::StatusOr<ShardPlan> plan = plan_shard(request);
+  if (!plan.ok()) return plan.status();
+  return load_planned_stage(std::move(*plan), n_threads, options);
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,133 @@
+// strata-worker: serves strata.v1.Worker — one shard of a model, loaded
+// when the coordinator asks (LoadShard) — until SIGINT or SIGTERM.
+//
+//   strata-worker --config deploy/examples/worker-0.yaml [--listen H:P]
+//       [--threads N] [--memory-budget 4GiB] [--model-dir DIR ...]
+//       [--name NAME]
+//
+// Prints "listening on HOST:PORT" (the port the system chose for port 0)
+// on stdout once it serves. Exit status: 0 after a signal, 2 for a bad
+// config or flag, 1 when it cannot listen.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/grpc_link.h"
+#include "worker/worker_config.h"
+#include "worker/worker_service.h"
+
+namespace {
+
+int fail_config(const std::string& message) {
+  std::cerr << "strata-worker: " << message << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using strata::worker::WorkerConfig;
+  CLI::App app{
+      "strata-worker: serves one shard of a model to a strata "
+      "cluster (docs/worker.md)"};
+  std::string config_path;
+  std::string listen;
+  int threads = 0;
+  std::string memory_budget;
+  std::vector<std::string> model_dirs;
+  std::string name;
+  app.add_option("--config", config_path, "YAML config file");
+  app.add_option("--listen", listen, "host:port to serve on (port 0: any)");
+  app.add_option("--threads", threads, "threads of the forward pass");
+  app.add_option("--memory-budget", memory_budget,
+                 "weights + KV cache this worker may hold (4GiB, 512MiB)");
+  app.add_option("--model-dir", model_dirs,
+                 "a directory models may be loaded from (repeatable)");
+  app.add_option("--name", name, "worker name in messages and traces");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  WorkerConfig config;
+  if (!config_path.empty()) {
+    absl::StatusOr<WorkerConfig> loaded =
+        strata::worker::load_worker_config(config_path);
+    if (!loaded.ok())
+      return fail_config(std::string(loaded.status().message()));
+    config = std::move(*loaded);
+  }
+  if (!listen.empty()) config.listen = listen;
+  if (threads != 0) config.threads = threads;
+  if (!memory_budget.empty()) {
+    absl::StatusOr<uint64_t> bytes =
+        strata::worker::parse_byte_size(memory_budget);
+    if (!bytes.ok()) {
+      return fail_config(
+          absl::StrCat("--memory-budget: ", bytes.status().message()));
+    }
+    config.memory_budget_bytes = *bytes;
+  }
+  if (!model_dirs.empty()) {
+    config.model_dirs.clear();
+    for (const std::string& d : model_dirs) {
+      config.model_dirs.push_back(strata::worker::expand_home(d));
+    }
+  }
+  if (!name.empty()) config.name = name;
+  if (absl::Status st = strata::worker::validate(config); !st.ok()) {
+    return fail_config(
+        absl::StrCat(config_path.empty() ? "" : absl::StrCat(config_path, ": "),
+                     st.message()));
+  }
+
+  // Signals are taken by sigwait() below, on the main thread only.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
+                           &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
+  strata::worker::allow_link_keepalive(builder);
+  // The service is registered before the port is bound; it learns its
+  // address (its default name) right after, before the port is printed.
+  const std::string host = config.listen.substr(0, config.listen.rfind(':'));
+  auto service = std::make_unique<strata::worker::WorkerService>(config);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "strata-worker: cannot listen on " << config.listen << "\n";
+    return 1;
+  }
+  const std::string bound = absl::StrCat(host, ":", port);
+  service->set_bound_address(bound);
+  std::cout << "listening on " << bound << std::endl;
+  std::cerr << "strata-worker " << service->worker_id() << ": serving on "
+            << bound << ", " << config.threads << " threads, memory budget "
+            << config.memory_budget_bytes << " bytes" << std::endl;
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "strata-worker " << service->worker_id() << ": signal " << sig
+            << ", stopping" << std::endl;
+  service->shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->Wait();
+  return 0;
+}

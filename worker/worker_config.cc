@@ -1,0 +1,263 @@
+#include "worker/worker_config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "yaml-cpp/yaml.h"
+
+namespace strata::worker {
+
+namespace {
+
+struct Unit {
+  const char* suffix;
+  uint64_t factor;
+};
+constexpr Unit kUnits[] = {
+    {"TiB", uint64_t{1} << 40},
+    {"GiB", uint64_t{1} << 30},
+    {"MiB", uint64_t{1} << 20},
+    {"KiB", uint64_t{1} << 10},
+    {"TB", 1000000000000ull},
+    {"GB", 1000000000ull},
+    {"MB", 1000000ull},
+    {"KB", 1000ull},
+    {"kB", 1000ull},
+    {"B", 1},
+};
+
+// "key: MESSAGE" errors from a YAML node, with the line of the value.
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  absl::Status error(const std::string& key, const YAML::Node& node,
+                     absl::string_view what) const {
+    const YAML::Mark mark = node.Mark();
+    std::string where = source_;
+    if (!mark.is_null()) where = absl::StrCat(where, ":", mark.line + 1);
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", key, ": ", what));
+  }
+
+  absl::Status scalar(const std::string& key, const YAML::Node& node,
+                      std::string* out) const {
+    if (!node.IsScalar()) return error(key, node, "expected a single value");
+    *out = node.Scalar();
+    return absl::OkStatus();
+  }
+
+  absl::Status integer(const std::string& key, const YAML::Node& node,
+                       int64_t* out) const {
+    std::string text;
+    if (absl::Status st = scalar(key, node, &text); !st.ok()) return st;
+    if (!absl::SimpleAtoi(text, out)) {
+      return error(key, node, absl::StrCat("\"", text, "\" is not an integer"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status size(const std::string& key, const YAML::Node& node,
+                    uint64_t* out) const {
+    std::string text;
+    if (absl::Status st = scalar(key, node, &text); !st.ok()) return st;
+    absl::StatusOr<uint64_t> bytes = parse_byte_size(text);
+    if (!bytes.ok()) return error(key, node, bytes.status().message());
+    *out = *bytes;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+std::string expand_home(std::string_view path) {
+  if (path == "~" || path.substr(0, 2) == "~/") {
+    const char* home = std::getenv("HOME");
+    if (home != nullptr) return std::string(home) + std::string(path.substr(1));
+  }
+  return std::string(path);
+}
+
+absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
+  const absl::string_view original(text.data(), text.size());
+  absl::string_view t = absl::StripAsciiWhitespace(original);
+  uint64_t factor = 1;
+  for (const Unit& u : kUnits) {
+    absl::string_view suffix(u.suffix);
+    if (t.size() > suffix.size() &&
+        t.substr(t.size() - suffix.size()) == suffix) {
+      factor = u.factor;
+      t = absl::StripAsciiWhitespace(t.substr(0, t.size() - suffix.size()));
+      break;
+    }
+  }
+  uint64_t value = 0;
+  double fraction = 0;
+  if (absl::SimpleAtoi(t, &value)) {
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(value, factor, &bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", original, "\" is too large"));
+    }
+    return bytes;
+  }
+  // "1.5GiB": a fraction of a unit, rounded down to a byte.
+  if (factor > 1 && absl::SimpleAtod(t, &fraction) && fraction >= 0 &&
+      fraction * static_cast<double>(factor) < 1.8e19) {
+    return static_cast<uint64_t>(fraction * static_cast<double>(factor));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "\"", original, "\" is not a size (bytes, or e.g. 4GiB, 512MiB, 2GB)"));
+}
+
+absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
+                                                 std::string_view source_view) {
+  const std::string source(source_view);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+  }
+  WorkerConfig c;
+  if (root.IsNull()) return c;  // an empty file: defaults
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": expected a map of keys (listen: ..., ...)"));
+  }
+  Reader r(source);
+  try {
+    for (const auto& item : root) {
+      const std::string key = item.first.as<std::string>();
+      const YAML::Node& v = item.second;
+      absl::Status st;
+      int64_t n = 0;
+      if (key == "listen") {
+        st = r.scalar(key, v, &c.listen);
+      } else if (key == "backend") {
+        st = r.scalar(key, v, &c.backend);
+      } else if (key == "threads") {
+        st = r.integer(key, v, &n);
+        if (st.ok() && (n < 1 || n > 1024)) {
+          st = r.error(key, v, absl::StrCat(n, " is out of range [1, 1024]"));
+        }
+        c.threads = static_cast<int>(n);
+      } else if (key == "memory_budget") {
+        st = r.size(key, v, &c.memory_budget_bytes);
+      } else if (key == "model_dirs") {
+        c.model_dirs.clear();
+        if (v.IsScalar()) {
+          c.model_dirs.push_back(expand_home(v.Scalar()));
+        } else if (v.IsSequence()) {
+          for (const YAML::Node& d : v) {
+            std::string dir;
+            st = r.scalar(key, d, &dir);
+            if (!st.ok()) break;
+            c.model_dirs.push_back(expand_home(dir));
+          }
+        } else {
+          st = r.error(key, v, "expected a list of directories");
+        }
+      } else if (key == "name") {
+        st = r.scalar(key, v, &c.name);
+      } else if (key == "max_message_bytes") {
+        uint64_t bytes = 0;
+        st = r.size(key, v, &bytes);
+        if (st.ok() &&
+            (bytes < (uint64_t{1} << 20) || bytes > (uint64_t{1} << 31) - 1)) {
+          st = r.error(key, v,
+                       absl::StrCat(bytes, " is out of range [1MiB, 2GiB)"));
+        }
+        c.max_message_bytes = static_cast<int64_t>(bytes);
+      } else if (key == "answer_timeout_ms") {
+        st = r.integer(key, v, &n);
+        if (st.ok() && (n < 100 || n > 3600000)) {
+          st = r.error(key, v,
+                       absl::StrCat(n, " is out of range [100, 3600000]"));
+        }
+        c.answer_timeout_ms = static_cast<int>(n);
+      } else {
+        st = r.error(key, item.first,
+                     "unknown key (known: listen, backend, threads, "
+                     "memory_budget, model_dirs, name, max_message_bytes, "
+                     "answer_timeout_ms)");
+      }
+      if (!st.ok()) return st;
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+  }
+  return c;
+}
+
+absl::StatusOr<WorkerConfig> load_worker_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": over 1 MiB; not a worker config"));
+  }
+  return parse_worker_config(text.str(), path);
+}
+
+absl::Status validate(const WorkerConfig& c) {
+  auto bad = [](absl::string_view key, absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
+  };
+  const size_t colon = c.listen.rfind(':');
+  int port = -1;
+  if (c.listen.empty() || colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(absl::string_view(c.listen).substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return bad("listen", absl::StrCat("\"", c.listen,
+                                      "\" is not host:port (port 0: any)"));
+  }
+  if (c.backend != "cpu") {
+    return bad("backend", absl::StrCat("\"", c.backend,
+                                       "\" is not supported (only \"cpu\")"));
+  }
+  if (c.threads < 1 || c.threads > 1024) {
+    return bad("threads",
+               absl::StrCat(c.threads, " is out of range [1, 1024]"));
+  }
+  if (c.memory_budget_bytes == 0) return bad("memory_budget", "zero");
+  if (c.model_dirs.empty()) {
+    return bad("model_dirs",
+               "none given (the worker loads models only from "
+               "these directories)");
+  }
+  for (const std::string& d : c.model_dirs) {
+    if (d.empty()) return bad("model_dirs", "an empty directory");
+  }
+  if (c.name.size() > 256) return bad("name", "over 256 bytes");
+  if (c.max_message_bytes < (int64_t{1} << 20) ||
+      c.max_message_bytes > (int64_t{1} << 31) - 1) {
+    return bad(
+        "max_message_bytes",
+        absl::StrCat(c.max_message_bytes, " is out of range [1MiB, 2GiB)"));
+  }
+  if (c.answer_timeout_ms < 100 || c.answer_timeout_ms > 3600000) {
+    return bad(
+        "answer_timeout_ms",
+        absl::StrCat(c.answer_timeout_ms, " is out of range [100, 3600000]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,60 @@
+// WorkerConfig: what `strata-worker` is told at start — from a YAML file
+// (`--config FILE`), with command-line flags overriding its keys.
+//
+//   listen: 127.0.0.1:50061      # host:port to serve strata.v1.Worker on
+//                                # (port 0: the system picks one)
+//   backend: cpu                 # the only backend today
+//   threads: 1                   # threads of the forward pass
+//   memory_budget: 4GiB          # weights + KV cache this worker may hold
+//   model_dirs: [~/.cache/strata/models]  # where LoadShard may load from
+//   name: w0                     # in messages and traces (default host:port)
+//   max_message_bytes: 64MiB     # largest gRPC message received or sent
+//   answer_timeout_ms: 30000     # next stage silent this long: it is hung
+//
+// Sizes are bytes, or a number with B, KiB, MiB, GiB, TiB (powers of 1024)
+// or KB, MB, GB, TB (powers of 1000). A leading "~/" in a directory is the
+// home directory. Unknown keys are errors (a typo must not pass silently).
+//
+// Errors name the source and the key: "worker-0.yaml: threads: -2 is out
+// of range [1, 1024]". Threads: plain values and functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace strata::worker {
+
+struct WorkerConfig {
+  std::string listen = "127.0.0.1:50061";
+  std::string backend = "cpu";
+  int threads = 1;
+  uint64_t memory_budget_bytes = uint64_t{4} << 30;
+  std::vector<std::string> model_dirs;  // "~/" expanded
+  std::string name;                     // "" -> the bound host:port
+  int64_t max_message_bytes = int64_t{64} << 20;
+  int answer_timeout_ms = 30000;
+};
+
+// Parses YAML text; `source` names it in errors (a file name). Each key's
+// value is checked; the whole (model_dirs given, ...) is validate()'s job,
+// after flags have overridden keys.
+absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
+                                                 std::string_view source);
+// Reads and parses a file (NotFound naming it when it cannot be read).
+absl::StatusOr<WorkerConfig> load_worker_config(const std::string& path);
+
+// Checks the values (whether they came from a file or from flags):
+// InvalidArgument naming the key.
+absl::Status validate(const WorkerConfig& config);
+
+// "4GiB" -> 4294967296; "512MiB", "2G" is an error (say GiB or GB), "1000".
+absl::StatusOr<uint64_t> parse_byte_size(std::string_view text);
+// "~/x" -> "$HOME/x"; anything else unchanged.
+std::string expand_home(std::string_view path);
+
+}  // namespace strata::worker

@@ -1,0 +1,385 @@
+#include "worker/worker_service.h"
+
+#include <sys/stat.h>
+
+#include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "kernels/cpu/cpu_info.h"
+#include "worker/grpc_link.h"
+#include "worker/shard_plan.h"
+
+namespace strata::worker {
+
+namespace {
+
+constexpr uint32_t kProtocolVersion = 1;
+constexpr int kMaxFreeIds = 1024;
+
+std::string gib(uint64_t bytes) {
+  return absl::StrFormat(
+      "%.2f GiB",
+      static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30));
+}
+
+std::string isa_tier(const cpu::CpuInfo& info) {
+  if (info.has("avx512f") && info.has("avx512_vnni")) return "avx512vnni";
+  if (info.has("avx512f") && info.has("avx512bw")) return "avx512";
+  if (info.has("avx2") && info.has("fma")) return "avx2";
+  return "baseline";
+}
+
+// realpath(3); "" when it does not resolve.
+std::string real_path(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) return "";
+  return buf;
+}
+
+// Results waiting to be written to one Activations stream by its writer.
+class Outbox {
+ public:
+  void push(v1::MicroBatchResult r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    queue_.push_back(std::move(r));
+    cv_.notify_all();
+  }
+  // The next result; false once closed and drained.
+  bool pop(v1::MicroBatchResult* r) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+    if (queue_.empty()) return false;
+    *r = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    return true;
+  }
+  void written() {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    cv_.notify_all();
+  }
+  // Nothing queued or being written.
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queue_.empty() && !writing_;
+  }
+  void wait_a_while() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  // Drops what is queued; pop() returns false from now on.
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    queue_.clear();
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::MicroBatchResult> queue_;
+  bool writing_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+grpc::Status to_grpc_status(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+WorkerService::WorkerService(WorkerConfig config)
+    : config_(std::move(config)),
+      worker_id_(config_.name.empty() ? config_.listen : config_.name) {
+  const cpu::CpuInfo info = cpu::read_cpu_info();
+  device_ = info.model.empty() ? "cpu" : info.model;
+  isa_ = isa_tier(info);
+}
+
+WorkerService::~WorkerService() { shutdown(); }
+
+void WorkerService::set_bound_address(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (config_.name.empty()) worker_id_ = address;
+}
+
+std::string WorkerService::worker_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return worker_id_;
+}
+
+void WorkerService::shutdown() {
+  std::shared_ptr<Loaded> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(loaded_);
+    state_ = "idle";
+  }
+  if (old != nullptr) old->relay->close();
+}
+
+std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loaded_;
+}
+
+grpc::Status WorkerService::Describe(grpc::ServerContext*,
+                                     const v1::DescribeRequest*,
+                                     v1::DescribeResponse* response) {
+  response->set_worker_id(worker_id());
+  response->set_backend(config_.backend);
+  response->set_device(device_);
+  response->set_isa(isa_);
+  response->set_threads(config_.threads);
+  response->set_memory_budget_bytes(config_.memory_budget_bytes);
+  for (const std::string& d : config_.model_dirs) response->add_model_dirs(d);
+  response->set_protocol_version(kProtocolVersion);
+  if (std::shared_ptr<Loaded> loaded = current()) {
+    *response->mutable_shard() = loaded->stage->shard();
+  }
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::string> WorkerService::resolve_model_path(
+    const std::string& path) const {
+  std::vector<std::string> candidates;
+  if (!path.empty() && path[0] == '/') {
+    candidates.push_back(path);
+  } else {
+    for (const std::string& d : config_.model_dirs) {
+      candidates.push_back(absl::StrCat(d, "/", path));
+    }
+  }
+  const std::string dirs = absl::StrJoin(config_.model_dirs, ", ");
+  std::string outside;
+  for (const std::string& c : candidates) {
+    const std::string resolved = real_path(c);
+    if (resolved.empty()) continue;
+    for (const std::string& d : config_.model_dirs) {
+      const std::string dir = real_path(d);
+      if (dir.empty()) continue;
+      if (resolved.size() > dir.size() &&
+          resolved.compare(0, dir.size(), dir) == 0 &&
+          (dir == "/" || resolved[dir.size()] == '/')) {
+        struct stat st {};
+        if (::stat(resolved.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("model_path: ", path, " is not a regular file"));
+        }
+        return resolved;
+      }
+    }
+    outside = resolved;
+  }
+  if (!outside.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("model_path: ", path, " resolves to ", outside,
+                     ", outside the model directories [", dirs, "]"));
+  }
+  return absl::NotFoundError(
+      absl::StrCat("model_path: ", path, " does not exist",
+                   path[0] == '/' ? "" : absl::StrCat(" in [", dirs, "]")));
+}
+
+absl::StatusOr<v1::ShardInfo> WorkerService::load(
+    const v1::LoadShardRequest& request) {
+  if (absl::Status st = check_load_request(request); !st.ok()) return st;
+  absl::StatusOr<std::string> path = resolve_model_path(request.model_path());
+  if (!path.ok()) return path.status();
+  v1::LoadShardRequest resolved = request;
+  resolved.set_model_path(*path);
+  absl::StatusOr<ShardPlan> plan = plan_shard(resolved);
+  if (!plan.ok()) return plan.status();
+
+  const v1::ShardInfo& info = plan->info;
+  uint64_t need = 0;
+  if (__builtin_add_overflow(info.weight_bytes(), info.kv_bytes(), &need)) {
+    need = UINT64_MAX;
+  }
+  if (need > config_.memory_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "blocks [", info.first_block(), ", ", info.last_block(), ") of ", *path,
+        " need ", info.weight_bytes(), " bytes of weights + ", info.kv_bytes(),
+        " bytes of KV cache (", info.max_sequences(), " sequences x ",
+        info.n_ctx(), " positions) = ", need, " (", gib(need),
+        "), over the memory budget of ", config_.memory_budget_bytes, " (",
+        gib(config_.memory_budget_bytes), ")"));
+  }
+  // A full micro-batch: rows of f32 activations plus their tokens (at most
+  // 5 bytes each) and per-slice fields, with 1 MiB of slack.
+  const int64_t message =
+      int64_t{info.max_batch_rows()} * (int64_t{info.n_embd()} * 4 + 16) +
+      (int64_t{1} << 20);
+  if (message > config_.max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_rows: ", info.max_batch_rows(), " rows of n_embd ",
+        info.n_embd(), " need micro-batches of up to ", message,
+        " bytes, over max_message_bytes ", config_.max_message_bytes,
+        " of worker ", worker_id()));
+  }
+
+  // Free the old shard before the new one takes memory.
+  std::shared_ptr<Loaded> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(loaded_);
+    state_ = "loading";
+  }
+  if (old != nullptr) {
+    old->relay->close();  // waits for a running micro-batch
+    old.reset();
+  }
+  StageOptions options;
+  options.worker_name = worker_id();
+  const bool head = info.head();
+  const std::string next = info.next_stage();
+  absl::StatusOr<std::unique_ptr<Stage>> stage =
+      load_planned_stage(std::move(*plan), config_.threads, options);
+  if (!stage.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = "idle";
+    return stage.status();
+  }
+  LinkFactory make_next;
+  if (!head) {
+    GrpcLinkOptions link_options;
+    link_options.answer_timeout =
+        std::chrono::milliseconds(config_.answer_timeout_ms);
+    link_options.max_message_bytes =
+        static_cast<int>(config_.max_message_bytes);
+    make_next = [next, link_options](ActivationLink::ResultCallback cb) {
+      return make_grpc_link(next, std::move(cb), link_options);
+    };
+  }
+  auto loaded = std::make_shared<Loaded>();
+  loaded->stage = std::move(*stage);
+  loaded->relay = std::make_unique<StageRelay>(
+      *loaded->stage, absl::StrCat("worker ", worker_id()),
+      std::move(make_next));
+  loaded->relay->connect();
+  v1::ShardInfo out = loaded->stage->shard();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded_ = std::move(loaded);
+    state_ = "serving";
+  }
+  return out;
+}
+
+grpc::Status WorkerService::LoadShard(grpc::ServerContext*,
+                                      const v1::LoadShardRequest* request,
+                                      v1::LoadShardResponse* response) {
+  std::lock_guard<std::mutex> lock(load_mu_);
+  absl::StatusOr<v1::ShardInfo> info = load(*request);
+  if (!info.ok()) {
+    return to_grpc_status(absl::Status(
+        info.status().code(),
+        absl::StrCat("worker ", worker_id(), ": ", info.status().message())));
+  }
+  *response->mutable_shard() = std::move(*info);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Activations(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream) {
+  auto outbox = std::make_shared<Outbox>();
+  auto results = std::make_shared<OrderedResults>(
+      [outbox](v1::MicroBatchResult r) { outbox->push(std::move(r)); });
+  std::atomic<bool> write_failed{false};
+  std::thread writer([&] {
+    v1::MicroBatchResult r;
+    while (outbox->pop(&r)) {
+      const bool ok = stream->Write(r);
+      outbox->written();
+      if (!ok) {
+        write_failed = true;
+        outbox->close();
+        return;
+      }
+    }
+  });
+
+  v1::MicroBatch batch;
+  while (!write_failed && stream->Read(&batch)) {
+    std::shared_ptr<Loaded> loaded = current();
+    if (loaded == nullptr) {
+      const uint64_t ticket = results->reserve();
+      results->complete(
+          ticket,
+          error_result(batch.batch_id(),
+                       static_cast<int>(absl::StatusCode::kFailedPrecondition),
+                       absl::StrCat("worker ", worker_id(),
+                                    ": no shard loaded (LoadShard first)")));
+      continue;
+    }
+    loaded->relay->process(results, batch);
+  }
+  // The upstream sent its last micro-batch: write the results still owed
+  // (the next stage answers or is declared dead within its timeouts),
+  // unless the upstream went away.
+  while (!context->IsCancelled() && !write_failed &&
+         (results->outstanding() > 0 || !outbox->idle())) {
+    outbox->wait_a_while();
+  }
+  outbox->close();
+  writer.join();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::FreeSequence(grpc::ServerContext*,
+                                         const v1::FreeSequenceRequest* request,
+                                         v1::FreeSequenceResponse* response) {
+  std::shared_ptr<Loaded> loaded = current();
+  if (loaded == nullptr) {
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("worker ", worker_id(), ": no shard loaded"));
+  }
+  if (request->shard_id() != loaded->stage->shard().shard_id()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("worker ", worker_id(),
+                                     ": shard_id: ", request->shard_id(),
+                                     ", but the loaded shard is ",
+                                     loaded->stage->shard().shard_id()));
+  }
+  if (request->seq_ids_size() > kMaxFreeIds) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("worker ", worker_id(),
+                                     ": seq_ids: ", request->seq_ids_size(),
+                                     " exceed ", kMaxFreeIds));
+  }
+  response->set_freed(loaded->relay->free_sequences(request->seq_ids().data(),
+                                                    request->seq_ids_size()));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Health(grpc::ServerContext*,
+                                   const v1::WorkerHealthRequest*,
+                                   v1::WorkerHealthResponse* response) {
+  std::shared_ptr<Loaded> loaded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded = loaded_;
+    response->set_state(state_);
+  }
+  if (loaded != nullptr) {
+    response->set_shard_id(loaded->stage->shard().shard_id());
+    response->set_live_sequences(loaded->relay->live_sequences());
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,95 @@
+// WorkerService: strata.v1.Worker (worker.proto) as `strata-worker` serves
+// it. Handlers are thin: check the request, call the Stage / StageRelay,
+// convert absl::Status to grpc::Status once (to_grpc_status).
+//
+//   Describe      the device, ISA, threads, memory budget, model dirs and
+//                 the loaded shard.
+//   LoadShard     model_path must resolve (realpath, symlinks followed)
+//                 under one of the model dirs (a relative path is looked up
+//                 in each); the request's checks (worker/shard_plan.h);
+//                 weights + KV cache must fit the memory budget
+//                 (RESOURCE_EXHAUSTED with the numbers); rows of a full
+//                 micro-batch must fit max_message_bytes. Then the old shard
+//                 is freed and the new one loaded; the link to next_stage is
+//                 made (and remade after the next worker restarts).
+//   Activations   each micro-batch read runs through the Stage on the
+//                 stream's thread; its result (or the next stage's, relayed
+//                 up) is written back in order by a writer thread.
+//   FreeSequence  frees sequences of the loaded shard (not forwarded).
+//   Health        "idle", "loading" or "serving", live sequences.
+//
+// Ownership: owns the loaded Stage and its relay. Threads: gRPC's; every
+// method may be called concurrently.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "strata/v1/worker.grpc.pb.h"
+#include "worker/stage.h"
+#include "worker/stage_relay.h"
+#include "worker/worker_config.h"
+
+namespace strata::worker {
+
+grpc::Status to_grpc_status(const absl::Status& status);
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  explicit WorkerService(WorkerConfig config);
+  ~WorkerService() override;
+
+  grpc::Status Describe(grpc::ServerContext* context,
+                        const v1::DescribeRequest* request,
+                        v1::DescribeResponse* response) override;
+  grpc::Status LoadShard(grpc::ServerContext* context,
+                         const v1::LoadShardRequest* request,
+                         v1::LoadShardResponse* response) override;
+  grpc::Status Activations(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream)
+      override;
+  grpc::Status FreeSequence(grpc::ServerContext* context,
+                            const v1::FreeSequenceRequest* request,
+                            v1::FreeSequenceResponse* response) override;
+  grpc::Status Health(grpc::ServerContext* context,
+                      const v1::WorkerHealthRequest* request,
+                      v1::WorkerHealthResponse* response) override;
+
+  // Unloads the shard (closing the link to the next stage).
+  void shutdown();
+
+  // Where the server listens (its port resolved): the worker's name when
+  // the config gives none. Call once, right after the server started.
+  void set_bound_address(const std::string& address);
+  // The config's name, else the bound address.
+  std::string worker_id() const;
+
+ private:
+  struct Loaded {
+    std::unique_ptr<Stage> stage;
+    std::unique_ptr<StageRelay> relay;  // destroyed first: borrows stage
+    ~Loaded() { relay.reset(); }
+  };
+
+  std::shared_ptr<Loaded> current() const;
+  // LoadShard's checks and load, as absl::Status.
+  absl::StatusOr<v1::ShardInfo> load(const v1::LoadShardRequest& request);
+  absl::StatusOr<std::string> resolve_model_path(const std::string& path) const;
+
+  const WorkerConfig config_;
+  std::string device_;  // CPU model
+  std::string isa_;     // "avx512vnni", "avx512", "avx2", "baseline"
+
+  std::mutex load_mu_;  // one LoadShard at a time
+  mutable std::mutex mu_;
+  std::shared_ptr<Loaded> loaded_;  // guarded by mu_
+  std::string state_ = "idle";      // guarded by mu_
+  std::string worker_id_;           // guarded by mu_
+};
+
+}  // namespace strata::worker
