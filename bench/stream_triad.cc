@@ -10,13 +10,14 @@
 // --json prints {"cpu": MODEL, "array_bytes": N, "passes": P,
 //   "results": [{"op", "threads", "best_gb_s", "median_gb_s"}, ...]};
 // bench/vs-llamacpp reads the read row of it.
-#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "kernels/cpu/cpu_info.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "nlohmann/json.hpp"

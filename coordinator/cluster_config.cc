@@ -98,7 +98,7 @@ absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
   if (node["memory_budget"]) {
     auto text = get_string(node["memory_budget"], where + ".memory_budget");
     if (!text.ok()) return text.status();
-    auto bytes = parse_byte_size(*text);
+    auto bytes = placement::parse_byte_size(*text);
     if (!bytes.ok()) {
       return key_error(where + ".memory_budget", bytes.status().message());
     }
@@ -152,43 +152,6 @@ absl::Status check_address(absl::string_view address, bool port_zero_ok) {
     }
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<uint64_t> parse_byte_size(absl::string_view text) {
-  size_t i = 0;
-  while (i < text.size() &&
-         (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
-    ++i;
-  }
-  double value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + i, value);
-  if (i == 0 || ec != std::errc() || ptr != text.data() + i) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", text, "' is not a size (e.g. 2GiB, 512MiB, 1000000)"));
-  }
-  std::string unit(text.substr(i));
-  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-  for (char& c : unit) c = static_cast<char>(std::tolower(c));
-  double scale = 1;
-  if (unit.empty() || unit == "b") {
-    scale = 1;
-  } else if (unit == "k" || unit == "kib" || unit == "kb") {
-    scale = 1024.0;
-  } else if (unit == "m" || unit == "mib" || unit == "mb") {
-    scale = 1024.0 * 1024;
-  } else if (unit == "g" || unit == "gib" || unit == "gb") {
-    scale = 1024.0 * 1024 * 1024;
-  } else if (unit == "t" || unit == "tib" || unit == "tb") {
-    scale = 1024.0 * 1024 * 1024 * 1024;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", text, "': unknown unit '", unit, "' (B, KiB, MiB, GiB, TiB)"));
-  }
-  const double bytes = value * scale;
-  if (!std::isfinite(bytes) || bytes >= 1.8e19) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "': too large"));
-  }
-  return static_cast<uint64_t>(bytes);
 }
 
 absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,

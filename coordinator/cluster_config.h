@@ -66,9 +66,6 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
 // Reads and parses a file. NotFound when it cannot be read.
 absl::StatusOr<ClusterConfig> load_cluster_config(const std::string& path);
 
-// "2GiB", "512 MiB", "1.5G", "1000000" (bytes) -> bytes. InvalidArgument.
-absl::StatusOr<uint64_t> parse_byte_size(absl::string_view text);
-
 // Checks "host:port" (port 1 .. 65535, or 0 — any free port — when
 // `port_zero_ok`, for listen addresses; [v6]:port allowed).
 absl::Status check_address(absl::string_view address,

@@ -6,6 +6,8 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace strata::placement {
@@ -276,6 +278,59 @@ std::string format_bytes(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[unit]);
   return buf;
+}
+
+namespace {
+
+struct Unit {
+  const char* suffix;
+  uint64_t factor;
+};
+constexpr Unit kUnits[] = {
+    {"TiB", uint64_t{1} << 40},
+    {"GiB", uint64_t{1} << 30},
+    {"MiB", uint64_t{1} << 20},
+    {"KiB", uint64_t{1} << 10},
+    {"TB", 1000000000000ull},
+    {"GB", 1000000000ull},
+    {"MB", 1000000ull},
+    {"KB", 1000ull},
+    {"kB", 1000ull},
+    {"B", 1},
+};
+
+}  // namespace
+
+absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
+  const absl::string_view original(text.data(), text.size());
+  absl::string_view t = absl::StripAsciiWhitespace(original);
+  uint64_t factor = 1;
+  for (const Unit& u : kUnits) {
+    absl::string_view suffix(u.suffix);
+    if (t.size() > suffix.size() &&
+        t.substr(t.size() - suffix.size()) == suffix) {
+      factor = u.factor;
+      t = absl::StripAsciiWhitespace(t.substr(0, t.size() - suffix.size()));
+      break;
+    }
+  }
+  uint64_t value = 0;
+  double fraction = 0;
+  if (absl::SimpleAtoi(t, &value)) {
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(value, factor, &bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", original, "\" is too large"));
+    }
+    return bytes;
+  }
+  // "1.5GiB": a fraction of a unit, rounded down to a byte.
+  if (factor > 1 && absl::SimpleAtod(t, &fraction) && fraction >= 0 &&
+      fraction * static_cast<double>(factor) < 1.8e19) {
+    return static_cast<uint64_t>(fraction * static_cast<double>(factor));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "\"", original, "\" is not a size (bytes, or e.g. 4GiB, 512MiB, 2GB)"));
 }
 
 }  // namespace strata::placement

@@ -110,4 +110,11 @@ absl::StatusOr<std::vector<ShardPlan>> check_explicit(
 // "1.9 GiB", "312.0 MiB", "12.5 KiB", "800 B".
 std::string format_bytes(uint64_t bytes);
 
+// A size in a config file or flag: bytes ("1000"), or a number with KiB,
+// MiB, GiB, TiB (powers of 1024), KB/kB, MB, GB, TB (powers of 1000) or B,
+// fractions allowed ("1.5GiB", rounded down to a byte). "2G" is refused
+// (say GiB or GB), as are negatives, overflow and anything else:
+// InvalidArgument quoting the text.
+absl::StatusOr<uint64_t> parse_byte_size(std::string_view text);
+
 }  // namespace strata::placement

@@ -20,6 +20,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "model/placement.h"
 #include "worker/grpc_link.h"
 #include "worker/worker_config.h"
 #include "worker/worker_service.h"
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   if (threads != 0) config.threads = threads;
   if (!memory_budget.empty()) {
     absl::StatusOr<uint64_t> bytes =
-        strata::worker::parse_byte_size(memory_budget);
+        strata::placement::parse_byte_size(memory_budget);
     if (!bytes.ok()) {
       return fail_config(
           absl::StrCat("--memory-budget: ", bytes.status().message()));

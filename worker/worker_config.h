@@ -52,8 +52,6 @@ absl::StatusOr<WorkerConfig> load_worker_config(const std::string& path);
 // InvalidArgument naming the key.
 absl::Status validate(const WorkerConfig& config);
 
-// "4GiB" -> 4294967296; "512MiB", "2G" is an error (say GiB or GB), "1000".
-absl::StatusOr<uint64_t> parse_byte_size(std::string_view text);
 // "~/x" -> "$HOME/x"; anything else unchanged.
 std::string expand_home(std::string_view path);
 

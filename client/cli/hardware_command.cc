@@ -15,6 +15,7 @@
 //    "kernels": {"Q4_0": name, ...}}
 // The tier is kernels::select_isa()'s (CPUID, or STRATA_ISA when set), the
 // kernel names kernels::jit::kernel_name()'s.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>

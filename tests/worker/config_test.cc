@@ -2,10 +2,13 @@
 #include <cstdlib>
 
 #include "gtest/gtest.h"
+#include "model/placement.h"
 #include "worker/worker_config.h"
 
 namespace strata::worker {
 namespace {
+
+using placement::parse_byte_size;
 
 TEST(WorkerConfig, ReadsEveryKey) {
   auto c = parse_worker_config(R"(
