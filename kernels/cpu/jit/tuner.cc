@@ -11,6 +11,8 @@
 #include <sstream>
 #include <vector>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/reference/dequantize.h"
 
@@ -139,7 +141,9 @@ absl::Status Tuner::save() const {
   if (!dirty_) return absl::OkStatus();
   std::error_code ec;
   std::filesystem::create_directories(options_.cache_dir, ec);
-  const std::string tmp = path_ + ".tmp";
+  // One temporary file per process: processes tuning at once (parallel
+  // tests, several workers) each rename a whole file over the cache.
+  const std::string tmp = absl::StrCat(path_, ".", getpid(), ".tmp");
   {
     std::ofstream out(tmp);
     for (const auto& [key, p] : entries_) {
