@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds strata. Usage: scripts/build.sh [BUILD_DIR] [cmake args...]
+# STRATA_TARGETS="a b": build only those targets (default: everything).
 # Default BUILD_DIR is build/ in the clone; ccache (under $STRATA_CACHE) makes
 # rebuilds in a fresh clone fast.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -10,4 +11,6 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 cmake -S "$STRATA_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSTRATA_MODELS_DIR="$STRATA_MODELS" -DSTRATA_PYTHON="$STRATA_VENV/bin/python" \
   "${launcher[@]}" "$@" >/dev/null
-cmake --build "$BUILD_DIR" -j "$STRATA_JOBS"
+targets=()
+if [[ -n "${STRATA_TARGETS:-}" ]]; then read -r -a targets <<<"$STRATA_TARGETS"; targets=(--target "${targets[@]}"); fi
+cmake --build "$BUILD_DIR" -j "$STRATA_JOBS" "${targets[@]}"

@@ -9,7 +9,9 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$STRATA_ROOT/scripts/install-deps.sh"
 "$STRATA_ROOT/scripts/fetch-models.sh"
-"$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build"
+# Only the programs it runs (scripts/test.sh builds the tests).
+STRATA_TARGETS="strata strata_worker_main strata-coordinator" \
+  "$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build"
 
 build="$STRATA_ROOT/build"
 examples="$STRATA_ROOT/deploy/examples"
