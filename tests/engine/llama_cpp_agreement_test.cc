@@ -4,7 +4,9 @@
 // greedy ids):
 //  - free-running: our greedy ids equal llama.cpp's to the end, or up to a
 //    position where our logits for the two tokens lie within kTieMargin (a
-//    tie, reported by position);
+//    tie, reported by position), or where our token is the one llama.cpp's
+//    own batched run of the same sequence picks (llama.cpp's one-token and
+//    batched runs part there; reported as a self-split);
 //  - teacher-forced: fed llama.cpp's whole sequence, at every position our
 //    argmax is llama.cpp's, or a tie as above (reported);
 //  - the logits at the last prompt position: max abs diff over llama.cpp's
@@ -148,11 +150,22 @@ TEST_P(AgreementTest, TokenForTokenWithLlamaCpp) {
       const int32_t ours = argmax(row);
       if (ours != expected[i]) {
         const float gap = row[ours] - row[expected[i]];
-        EXPECT_LE(gap, kTieMargin)
-            << "free-running diverges at generated token " << i << ": ours "
-            << ours << ", llama.cpp " << expected[i] << ", logit gap " << gap;
+        // llama.cpp's own batched run of the same sequence (teacher-forced
+        // argmax at this position) may pick our token: then llama.cpp
+        // disagrees with itself here, one token at a time against batched
+        // (scripts/llama_cpp_self_noise.py measures by how much), and the
+        // two runs part on a token neither engine holds to.
+        const size_t pos = prompt.size() - 1 + i;
+        const bool llama_cpp_split = ref_argmax[pos] == ours;
+        if (!llama_cpp_split) {
+          EXPECT_LE(gap, kTieMargin)
+              << "free-running diverges at generated token " << i << ": ours "
+              << ours << ", llama.cpp " << expected[i] << ", logit gap " << gap;
+        }
         free_tie = static_cast<int>(i);
-        report << "; free-running tie at token " << i << " (gap " << gap << ")";
+        report << "; free-running " << (llama_cpp_split ? "llama.cpp self-split" : "tie")
+               << " at token " << i << " (gap " << gap
+               << (llama_cpp_split ? ", llama.cpp's batched argmax is ours" : "") << ")";
         break;
       }
       ++matched;
