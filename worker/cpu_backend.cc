@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
 }
 
 absl::Status CpuBackend::attach_kernels(kernels::IsaTier tier) {
+  simd_attention_ = kernels::simd::attention_supported(attention_shape());
   if (kernels::jit::tuning_disabled_by_env()) {
     return attach_jit_kernels(*w_, tier, kernel_cache_, nullptr, jit_scratch_,
                               pool_);
@@ -118,6 +119,15 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
   up_.resize(b * hp.n_ff);
 }
 
+ops::AttentionParams CpuBackend::attention_shape() const {
+  ops::AttentionParams a;
+  a.n_head = hp_.n_head;
+  a.n_head_kv = hp_.n_head_kv;
+  a.head_dim_k = hp_.head_dim_k;
+  a.head_dim_v = hp_.head_dim_v;
+  return a;
+}
+
 absl::Status CpuBackend::add_sequence(int seq, int n_ctx) {
   if (sequences_.count(seq) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", seq, " exists"));
@@ -131,14 +141,14 @@ absl::Status CpuBackend::add_sequence(int seq, int n_ctx) {
   shape.type = options_.kv_type;
   absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::create(shape);
   if (!cache.ok()) return cache.status();
-  if (attention_scratch_ == nullptr || attention_scratch_->max_kv() < n_ctx) {
-    ops::AttentionParams a;
-    a.n_head = hp_.n_head;
-    a.n_head_kv = hp_.n_head_kv;
-    a.head_dim_k = hp_.head_dim_k;
-    a.head_dim_v = hp_.head_dim_v;
-    attention_scratch_ =
-        std::make_unique<ops::AttentionScratch>(n_ctx, a, options_.n_threads);
+  if (simd_attention_) {
+    if (simd_attention_buffers_ == nullptr || simd_attention_buffers_->max_kv() < n_ctx) {
+      simd_attention_buffers_ = std::make_unique<kernels::simd::AttentionBuffers>(
+          n_ctx, attention_shape(), options_.n_threads);
+    }
+  } else if (attention_scratch_ == nullptr || attention_scratch_->max_kv() < n_ctx) {
+    attention_scratch_ = std::make_unique<ops::AttentionScratch>(
+        n_ctx, attention_shape(), options_.n_threads);
   }
   sequences_[seq] = std::move(*cache);
   return absl::OkStatus();

@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/jit_matmul.h"
+#include "kernels/cpu/simd/attention.h"
 #include "kernels/cpu/reference/ops/attention.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
 #include "kernels/cpu/reference/ops/matmul.h"
@@ -68,6 +69,8 @@ class CpuBackend final : public Backend {
   // y = x · Wᵀ for n rows: the generated matmul when l has one, else the
   // reference.
   void matmul(const Linear& l, const float* x, int n, float* y);
+  // The heads' shape (no scale, window or cap) that sizes attention buffers.
+  reference::ops::AttentionParams attention_shape() const;
 
   std::shared_ptr<const gguf::GgufModel> model_;
   arch::Hyperparameters hp_;
@@ -79,6 +82,10 @@ class CpuBackend final : public Backend {
   kernels::jit::KernelCache kernel_cache_;  // code of the generated matmuls
   kernels::jit::JitScratch jit_scratch_;
   std::unique_ptr<reference::ops::AttentionScratch> attention_scratch_;
+  // The vectorised attention (kernels/cpu/simd) when the generated kernels
+  // are on and it supports the model's heads; else the reference op.
+  bool simd_attention_ = false;
+  std::unique_ptr<kernels::simd::AttentionBuffers> simd_attention_buffers_;
   std::map<int, std::unique_ptr<KvCache>> sequences_;
 
   // Step buffers, B = max_batch rows (shape comments per row).

@@ -118,8 +118,13 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   } else {
     a.scale = hp_.attention_scale;
   }
-  ops::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
-                 attn_.data(), *attention_scratch_, pool_);
+  if (simd_attention_) {
+    kernels::simd::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
+                             attn_.data(), *simd_attention_buffers_, pool_);
+  } else {
+    ops::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
+                   attn_.data(), *attention_scratch_, pool_);
+  }
   matmul(w.wo, attn_.data(), n, proj_.data());
 }
 

@@ -1,0 +1,304 @@
+#include "kernels/cpu/simd/attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/reference/ops/elementwise.h"
+
+namespace strata::kernels::simd {
+namespace {
+
+using reference::ops::AttentionParams;
+using reference::ops::KvView;
+
+#define STRATA_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Scores buffer of one head: the keys of [base, base + stride) where base is
+// the first attended key rounded down to 8, so that 8-lane chunks line up
+// with key 0 as in ggml_vec_soft_max_f32 (the reference sums that way).
+int64_t scores_stride(int64_t max_kv) { return (max_kv + 16) / 8 * 8; }
+
+// 8 values of a cache row starting at `src` (f16 or f32) as f32.
+template <bool kF16>
+STRATA_AVX2 inline __m256 load8(const void* src) {
+  if constexpr (kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(src)));
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(src));
+  }
+}
+
+STRATA_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Lane l of the result: the horizontal sum of a[l].
+STRATA_AVX2 inline __m256 reduce8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
+  const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
+  const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [0 1 2 3 | 0 1 2 3] halves
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // [4 5 6 7 | 4 5 6 7] halves
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                       _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// ggml_v_expf (ggml-cpu/vec.h) on 8 lanes: the constants and operation order
+// of reference::ops::exp_ggml, so each lane equals it bit for bit. Lanes
+// whose exponent leaves the normal range take the scalar function.
+STRATA_AVX2 inline __m256 exp8(__m256 x) {
+  const __m256 shift = _mm256_set1_ps(0x1.8p23f);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift);
+  const __m256 n = _mm256_sub_ps(z, shift);
+  const __m256 b = _mm256_fnmadd_ps(
+      n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  const __m256 k = _mm256_castsi256_ps(
+      _mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b,
+                                      _mm256_set1_ps(0x1.573e2ep-5f)),
+                      u,
+                      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b,
+                                      _mm256_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+  const int out_of_range =
+      _mm256_movemask_ps(_mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_NLE_UQ));
+  __m256 r = _mm256_fmadd_ps(k, j, k);
+  if (out_of_range != 0) {
+    alignas(32) float xs[8];
+    alignas(32) float rs[8];
+    _mm256_store_ps(xs, x);
+    _mm256_store_ps(rs, r);
+    for (int l = 0; l < 8; ++l) {
+      if ((out_of_range >> l) & 1) rs[l] = reference::ops::exp_ggml(xs[l]);
+    }
+    r = _mm256_load_ps(rs);
+  }
+  return r;
+}
+
+// Softmax over sc[off, off + n) in place, the rest of sc[0, round8(off + n))
+// zeroed; summed as the reference's softmax_keys; then rounded to f16 when
+// the cache is f16.
+STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, bool round_f16) {
+  const int64_t end = (off + n + 7) / 8 * 8;
+  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = off;
+  for (; i + 8 <= off + n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sc + i));
+  float max = -std::numeric_limits<float>::infinity();
+  for (; i < off + n; ++i) max = std::max(max, sc[i]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  for (float l : lanes) max = std::max(max, l);
+  // Pads hold max so that exp gives 1 there (no slow lanes); zeroed after.
+  for (int64_t p = 0; p < off; ++p) sc[p] = max;
+  for (int64_t p = off + n; p < end; ++p) sc[p] = max;
+  const __m256 vm = _mm256_set1_ps(max);
+  double sum = 0.0;
+  for (int64_t c = 0; c < end; c += 8) {
+    __m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + c), vm));
+    if (c < off || c + 8 > off + n) {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, v);
+      for (int l = 0; l < 8; ++l) {
+        if (c + l < off || c + l >= off + n) t[l] = 0.0f;
+      }
+      v = _mm256_load_ps(t);
+    }
+    _mm256_storeu_ps(sc + c, v);
+    // ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)), as the reference.
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    sum += static_cast<double>(_mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a))));
+  }
+  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+  for (int64_t c = 0; c < end; c += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(sc + c), inv);
+    if (round_f16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_ps(sc + c, v);
+  }
+}
+
+// Everything one (token, KV head) item needs.
+struct Item {
+  const float* q;      // [group][dk] the group's query heads
+  float* out;          // [group][dv]
+  const char* k;       // key row of position 0, head g
+  const char* v;       // value row of position 0, head g
+  int64_t k_stride;    // bytes between positions
+  int64_t v_stride;
+  int64_t j_begin, j_end;
+};
+
+template <bool kF16>
+STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
+                          float* scores, int64_t stride, float* qr) {
+  constexpr int64_t kElem = kF16 ? 2 : 4;
+  const int dk = p.head_dim_k;
+  const int dv = p.head_dim_v;
+  const int64_t base = it.j_begin / 8 * 8;
+  const int64_t off = it.j_begin - base;
+  const int64_t n = it.j_end - it.j_begin;
+
+  // q of the group, as the cache's type represents it.
+  for (int hh = 0; hh < group; ++hh) {
+    for (int d = 0; d < dk; d += 8) {
+      __m256 x = _mm256_loadu_ps(it.q + hh * dk + d);
+      if constexpr (kF16) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+      _mm256_storeu_ps(qr + hh * dk + d, x);
+    }
+  }
+
+  // Scores: 8 keys at a time, then the rest one by one.
+  const float cap = p.softcap;
+  for (int hh = 0; hh < group; ++hh) {
+    const float* qh = qr + hh * dk;
+    float* sc = scores + hh * stride + off;
+    int64_t j = it.j_begin;
+    for (; j + 8 <= it.j_end; j += 8) {
+      __m256 acc[8];
+      for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+      const char* kb = it.k + j * it.k_stride;
+      for (int d = 0; d < dk; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(qh + d);
+        for (int r = 0; r < 8; ++r) {
+          acc[r] = _mm256_fmadd_ps(load8<kF16>(kb + r * it.k_stride + d * kElem), qv, acc[r]);
+        }
+      }
+      _mm256_storeu_ps(sc + (j - it.j_begin), reduce8(acc));
+    }
+    for (; j < it.j_end; ++j) {
+      __m256 acc = _mm256_setzero_ps();
+      const char* kr = it.k + j * it.k_stride;
+      for (int d = 0; d < dk; d += 8) {
+        acc = _mm256_fmadd_ps(load8<kF16>(kr + d * kElem), _mm256_loadu_ps(qh + d), acc);
+      }
+      sc[j - it.j_begin] = hsum(acc);
+    }
+    if (cap > 0.0f) {
+      for (int64_t i = 0; i < n; ++i) sc[i] = std::tanh(sc[i] * (1.0f / cap)) * cap;
+    }
+    const __m256 vs = _mm256_set1_ps(p.scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(sc + i, _mm256_mul_ps(_mm256_loadu_ps(sc + i), vs));
+    for (; i < n; ++i) sc[i] *= p.scale;
+    softmax(scores + hh * stride, off, n, kF16);
+  }
+
+  // out_h = sum_j p_j v_j, head_dim_v in chunks of up to 64 (8 registers).
+  for (int hh = 0; hh < group; ++hh) {
+    const float* ph = scores + hh * stride + off;
+    float* oh = it.out + hh * dv;
+    for (int d0 = 0; d0 < dv; d0 += 64) {
+      const int nv = std::min(64, dv - d0) / 8;
+      __m256 acc[8];
+      for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+      const char* vb = it.v + d0 * kElem;
+      for (int64_t i = 0; i < n; ++i) {
+        const __m256 w = _mm256_broadcast_ss(ph + i);
+        const char* vr = vb + (it.j_begin + i) * it.v_stride;
+        for (int r = 0; r < 8; ++r) {
+          if (r < nv) acc[r] = _mm256_fmadd_ps(w, load8<kF16>(vr + r * 8 * kElem), acc[r]);
+        }
+      }
+      for (int r = 0; r < nv; ++r) _mm256_storeu_ps(oh + d0 + r * 8, acc[r]);
+    }
+  }
+}
+
+// Keys item `i` attends to (its cost in the work split).
+struct KeyRange {
+  int64_t begin, end;
+};
+KeyRange keys_of(const int32_t* positions, int64_t t, const AttentionParams& p) {
+  const int64_t pos = positions[t];
+  const int64_t begin =
+      p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+  return {begin, pos + 1};
+}
+
+}  // namespace
+
+bool attention_supported(const AttentionParams& p) {
+  return cpu_features().avx2 && p.head_dim_k % 8 == 0 && p.head_dim_v % 8 == 0 &&
+         p.head_dim_k > 0 && p.head_dim_v > 0 && p.n_head_kv > 0 &&
+         p.n_head % p.n_head_kv == 0;
+}
+
+AttentionBuffers::AttentionBuffers(int64_t max_kv, const AttentionParams& s,
+                                   int n_threads)
+    : max_kv_(max_kv) {
+  const int64_t group = s.n_head / std::max(1, s.n_head_kv);
+  per_thread_ = (group * scores_stride(max_kv) + group * s.head_dim_k + 7) / 8 * 8;
+  buffer_.resize(static_cast<size_t>(per_thread_) * std::max(1, n_threads));
+}
+
+void attention(const float* q, const int32_t* positions, int64_t n_tokens,
+               const KvView& kv, const AttentionParams& p, float* out,
+               AttentionBuffers& buffers, ThreadPool& pool) {
+  assert(kv.n_kv <= buffers.max_kv());
+  assert(attention_supported(p));
+  const int group = p.n_head / p.n_head_kv;
+  const bool f16 = kv.type == GgmlType::kF16;
+  const int64_t elem = f16 ? 2 : 4;
+  const int64_t n_items = n_tokens * p.n_head_kv;
+  const int64_t stride = scores_stride(buffers.max_kv());
+  constexpr int64_t kItemOverhead = 16;  // in keys: q rounding, softmax setup
+
+  int64_t total = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const KeyRange r = keys_of(positions, t, p);
+    total += (r.end - r.begin + kItemOverhead) * p.n_head_kv;
+  }
+  const int n_threads = static_cast<int>(std::min<int64_t>(pool.size(), n_items));
+  pool.parallel_for(n_threads, [&](int64_t first, int64_t last, int thread) {
+    for (int64_t slot = first; slot < last; ++slot) {
+      // Items whose cost prefix lies in [total * slot / n, total * (slot+1) / n).
+      const int64_t lo = total * slot / n_threads;
+      const int64_t hi = total * (slot + 1) / n_threads;
+      float* buf = buffers.thread_buffer(thread);
+      float* scores = buf;
+      float* qr = buf + group * stride;
+      int64_t prefix = 0;
+      for (int64_t item = 0; item < n_items; ++item) {
+        const int64_t t = item / p.n_head_kv;
+        const int g = static_cast<int>(item % p.n_head_kv);
+        const KeyRange r = keys_of(positions, t, p);
+        const int64_t cost = r.end - r.begin + kItemOverhead;
+        const int64_t mid = prefix + cost / 2;
+        prefix += cost;
+        if (mid < lo || mid >= hi) continue;
+        assert(r.end <= kv.n_kv);
+        Item it;
+        it.q = q + (t * p.n_head + int64_t{g} * group) * p.head_dim_k;
+        it.out = out + (t * p.n_head + int64_t{g} * group) * p.head_dim_v;
+        it.k_stride = int64_t{p.n_head_kv} * p.head_dim_k * elem;
+        it.v_stride = int64_t{p.n_head_kv} * p.head_dim_v * elem;
+        it.k = static_cast<const char*>(kv.k) + g * p.head_dim_k * elem;
+        it.v = static_cast<const char*>(kv.v) + g * p.head_dim_v * elem;
+        it.j_begin = r.begin;
+        it.j_end = r.end;
+        if (f16) {
+          run_item<true>(it, p, group, scores, stride, qr);
+        } else {
+          run_item<false>(it, p, group, scores, stride, qr);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace strata::kernels::simd

@@ -1,0 +1,63 @@
+// Grouped-query attention vectorised for AVX2 + FMA + F16C: the same op as
+// reference::ops::attention (kernels/cpu/reference/ops/attention.h — the
+// formula, the layouts of q, the KV cache and out, causal and sliding-window
+// masks, soft-capping, and llama.cpp's non-flash-attention numerics with an
+// f16 cache: q rounded to f16 before q·k, probabilities rounded to f16 before
+// they weigh V, softmax summed as ggml_vec_soft_max_f32 sums), computed with
+// 8-lane vectors:
+//
+//   scores   8 keys at a time: one accumulator per key over head_dim in
+//            steps of 8 (f16 keys widened with vcvtph2ps), reduced to one
+//            vector of 8 scores by a horizontal-add tree;
+//   softmax  ggml_v_expf's polynomial on 8 lanes (bit for bit the
+//            reference's exp_ggml), the sum grouped exactly as the reference;
+//   values   out_h += p_j * v_j with FMA, head_dim_v in steps of 8.
+//
+// Results differ from the reference only by f32 summation order in q·k and
+// by FMA rounding in the value sum (tests/kernels/simd: within 1e-5 of
+// sum |terms|).
+//
+// Work split: (token, KV head) items are cut into one contiguous range per
+// thread of equal cost (keys attended), so a causal prefill's later rows,
+// which attend to more keys, do not leave one thread waiting on the other.
+//
+// Requirements (supported() says): the CPU has AVX2 + FMA + F16C, head_dim_k
+// and head_dim_v are multiples of 8. The caller falls back to the reference
+// op otherwise.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/reference/ops/attention.h"
+#include "kernels/cpu/reference/ops/thread_pool.h"
+
+namespace strata::kernels::simd {
+
+// True when attention() can run `params` on this CPU.
+bool attention_supported(const reference::ops::AttentionParams& params);
+
+// Per-thread buffers for up to max_kv cached positions (scores of one
+// query's group of heads, its q rounded to the cache's type).
+class AttentionBuffers {
+ public:
+  AttentionBuffers(int64_t max_kv, const reference::ops::AttentionParams& shape,
+                   int n_threads);
+  int64_t max_kv() const { return max_kv_; }
+  float* thread_buffer(int thread) { return buffer_.data() + thread * per_thread_; }
+
+ private:
+  int64_t max_kv_;
+  int64_t per_thread_;
+  std::vector<float> buffer_;  // [n_threads][per_thread_], 32-byte rows
+};
+
+// As reference::ops::attention. Requires attention_supported(params),
+// kv.n_kv <= buffers.max_kv(), shapes no larger than those the buffers
+// were made for, and positions[t] < kv.n_kv (asserted).
+void attention(const float* q, const int32_t* positions, int64_t n_tokens,
+               const reference::ops::KvView& kv,
+               const reference::ops::AttentionParams& params, float* out,
+               AttentionBuffers& buffers, ThreadPool& pool);
+
+}  // namespace strata::kernels::simd

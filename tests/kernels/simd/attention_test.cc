@@ -1,0 +1,115 @@
+// kernels/cpu/simd attention against reference::ops::attention on random
+// queries and caches: f16 and f32 caches, GQA groups of 1..4, head sizes
+// that are and are not multiples of 64, prefill and decode positions,
+// sliding windows, soft-capping, 1..3 threads.
+#include "kernels/cpu/simd/attention.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/reference/fp16.h"
+#include "kernels/cpu/reference/ops/attention.h"
+
+namespace strata::kernels::simd {
+namespace {
+
+namespace ops = reference::ops;
+
+struct Shape {
+  int n_head, n_head_kv, dk, dv;
+  int64_t n_kv, n_tokens;
+  int window;
+  float softcap;
+  int threads;
+};
+
+std::string name(const Shape& s) {
+  return "h" + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " dk" +
+         std::to_string(s.dk) + " dv" + std::to_string(s.dv) + " kv" + std::to_string(s.n_kv) +
+         " t" + std::to_string(s.n_tokens) + " w" + std::to_string(s.window) + " cap" +
+         std::to_string(s.softcap) + " threads" + std::to_string(s.threads);
+}
+
+void check(const Shape& s, GgmlType type) {
+  SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
+  ops::AttentionParams p;
+  p.n_head = s.n_head;
+  p.n_head_kv = s.n_head_kv;
+  p.head_dim_k = s.dk;
+  p.head_dim_v = s.dv;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
+  p.softcap = s.softcap;
+  p.sliding_window = s.window;
+  if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+
+  std::mt19937 rng(static_cast<uint32_t>(s.n_kv * 131 + s.dk * 7 + s.n_tokens));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t k_elems = s.n_kv * s.n_head_kv * s.dk;
+  const int64_t v_elems = s.n_kv * s.n_head_kv * s.dv;
+  std::vector<float> kf(k_elems), vf(v_elems);
+  for (float& x : kf) x = normal(rng);
+  for (float& x : vf) x = normal(rng);
+  std::vector<uint16_t> kh(k_elems), vh(v_elems);
+  for (int64_t i = 0; i < k_elems; ++i) kh[i] = reference::f32_to_f16(kf[i]);
+  for (int64_t i = 0; i < v_elems; ++i) vh[i] = reference::f32_to_f16(vf[i]);
+  std::vector<float> q(s.n_tokens * s.n_head * s.dk);
+  for (float& x : q) x = 2.0f * normal(rng);  // peaked enough to matter
+  std::vector<int32_t> positions(s.n_tokens);
+  for (int64_t t = 0; t < s.n_tokens; ++t) {
+    positions[t] = static_cast<int32_t>(s.n_kv - s.n_tokens + t);
+  }
+
+  ops::KvView kv;
+  kv.type = type;
+  kv.k = type == GgmlType::kF16 ? static_cast<const void*>(kh.data()) : kf.data();
+  kv.v = type == GgmlType::kF16 ? static_cast<const void*>(vh.data()) : vf.data();
+  kv.n_kv = s.n_kv;
+
+  ThreadPool pool(s.threads);
+  std::vector<float> want(s.n_tokens * s.n_head * s.dv), got(want.size(), NAN);
+  ops::AttentionScratch scratch(s.n_kv, p, s.threads);
+  ops::attention(q.data(), positions.data(), s.n_tokens, kv, p, want.data(), scratch, pool);
+  AttentionBuffers buffers(s.n_kv + 3, p, s.threads);
+  attention(q.data(), positions.data(), s.n_tokens, kv, p, got.data(), buffers, pool);
+
+  // Outputs are convex combinations of values of |v| ~ 1. The f32 cache
+  // differs only by summation order; the f16 cache also rounds each
+  // probability to f16, where a 1-ulp change of a score can move one
+  // probability by one f16 ulp (2^-11 relative).
+  const double tol = type == GgmlType::kF16 ? 2e-3 : 2e-5;
+  double worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << "output " << i;
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  }
+  EXPECT_LE(worst, tol);
+}
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> s = {
+      {9, 3, 64, 64, 37, 37, 0, 0.0f, 2},     // SmolLM2's heads, a prefill
+      {9, 3, 64, 64, 300, 1, 0, 0.0f, 2},     // a decode step
+      {4, 1, 256, 256, 70, 20, 0, 0.0f, 2},   // Gemma 3's heads
+      {4, 1, 256, 256, 70, 20, 16, 0.0f, 3},  // its sliding window
+      {8, 8, 32, 32, 13, 5, 0, 0.0f, 1},      // no GQA, short rows
+      {6, 2, 48, 72, 29, 29, 5, 0.0f, 2},     // dk not 64-aligned, dv 64 + 8
+      {8, 4, 64, 64, 41, 9, 7, 50.0f, 2},     // Gemma 2: window and soft-cap
+      {4, 2, 128, 128, 1, 1, 0, 0.0f, 2},     // the first token
+      {1, 1, 16, 16, 9, 2, 0, 0.0f, 3},       // fewer items than threads
+  };
+  return s;
+}
+
+TEST(SimdAttention, EqualsReferenceWithF16Cache) {
+  for (const Shape& s : shapes()) check(s, GgmlType::kF16);
+}
+
+TEST(SimdAttention, EqualsReferenceWithF32Cache) {
+  for (const Shape& s : shapes()) check(s, GgmlType::kF32);
+}
+
+}  // namespace
+}  // namespace strata::kernels::simd
