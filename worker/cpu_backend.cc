@@ -103,19 +103,18 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
   const size_t q_width = static_cast<size_t>(hp.n_head) * hp.head_dim_k;
   const size_t k_width = static_cast<size_t>(hp.n_head_kv) * hp.head_dim_k;
   const size_t v_width = static_cast<size_t>(hp.n_head_kv) * hp.head_dim_v;
-  const bool fused_qkv =
-      std::any_of(w_->layers.begin(), w_->layers.end(),
-                  [](const LayerWeights& l) { return l.wqkv.present(); });
   positions_.resize(b);
   x_.resize(b * e);
   xn_.resize(b * e);
   q_.resize(b * q_width);
   k_.resize(b * k_width);
   v_.resize(b * v_width);
-  if (fused_qkv) qkv_.resize(b * (q_width + k_width + v_width));
+  // q|k|v and gate|up come from one matrix each when the family fuses
+  // them or attach_jit_kernels fused them at load.
+  qkv_.resize(b * (q_width + k_width + v_width));
   attn_.resize(b * static_cast<size_t>(hp.n_head) * hp.head_dim_v);
   proj_.resize(b * e);
-  gate_.resize(b * hp.n_ff * (hp.recipe.fused_gate_up ? 2 : 1));
+  gate_.resize(b * hp.n_ff * 2);
   up_.resize(b * hp.n_ff);
 }
 

@@ -167,7 +167,9 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
                                 kernels::jit::JitScratch& scratch,
                                 ThreadPool& pool) {
   auto attach = [&](Linear& l, const std::string& name) -> absl::Status {
-    if (!l.present() || !kernels::jit::can_pack(l.w.type)) return absl::OkStatus();
+    if (l.w.data == nullptr || l.jit != nullptr || !kernels::jit::can_pack(l.w.type)) {
+      return absl::OkStatus();
+    }
     auto m = kernels::jit::JitMatmul::create(
         l.w, tier, kernels::jit::default_params(l.w.type), &cache, pool);
     if (!m.ok()) {
@@ -183,9 +185,46 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
     l.jit = std::move(*m);
     return absl::OkStatus();
   };
+  // Rows of `parts` one after the other as one matrix with its generated
+  // matmul in `fused`, when all parts are present, packable and alike.
+  auto fuse = [&](std::initializer_list<Linear*> parts, Linear& fused,
+                  const std::string& name) -> absl::Status {
+    const WeightMatrix& first = (*parts.begin())->w;
+    int64_t n_out = 0;
+    for (const Linear* p : parts) {
+      if (p->w.data == nullptr || p->w.type != first.type || p->w.n_in != first.n_in ||
+          p->w.row_bytes != first.row_bytes || !kernels::jit::can_pack(first.type)) {
+        return absl::OkStatus();
+      }
+      n_out += p->w.n_out;
+    }
+    std::vector<uint8_t> rows;
+    rows.reserve(static_cast<size_t>(n_out * first.row_bytes));
+    for (const Linear* p : parts) {
+      rows.insert(rows.end(), p->w.data, p->w.data + p->w.n_out * p->w.row_bytes);
+    }
+    fused.w = first;
+    fused.w.data = rows.data();
+    fused.w.n_out = n_out;
+    absl::Status st = attach(fused, name);
+    if (!st.ok()) return st;
+    const uint8_t* values = fused.jit->packed().values();
+    if (values < rows.data() || values >= rows.data() + rows.size()) {
+      fused.w.data = nullptr;  // packed: the concatenated rows are not read again
+    } else {
+      w.owned_bytes.push_back(std::move(rows));  // the matmul views them
+    }
+    return absl::OkStatus();
+  };
   for (size_t i = 0; i < w.layers.size(); ++i) {
     LayerWeights& l = w.layers[i];
     const std::string layer = absl::StrCat("layer ", i, " of the shard: ");
+    absl::Status fused = fuse({&l.wq, &l.wk, &l.wv}, l.wqkv, layer + "attn_q|k|v");
+    if (!fused.ok()) return fused;
+    fused = fuse({&l.w_gate, &l.w_up}, l.w_gate_up, layer + "ffn_gate|up");
+    if (!fused.ok()) return fused;
+    if (l.wqkv.jit != nullptr) l.wq = l.wk = l.wv = Linear{};
+    if (l.w_gate_up.jit != nullptr) l.w_gate = l.w_up = Linear{};
     for (auto [lin, name] : {std::pair{&l.wq, "attn_q"}, {&l.wk, "attn_k"},
                              {&l.wv, "attn_v"}, {&l.wqkv, "attn_qkv"},
                              {&l.wo, "attn_output"}, {&l.w_gate, "ffn_gate"},

@@ -29,10 +29,13 @@ using reference::ops::WeightMatrix;
 // A linear layer's weight matrix: the GGUF view and, when a generator serves
 // its type, the generated matmul over its repacked rows (null: the
 // reference matmul runs).
+// A weight matrix and, when a generator serves its type, its generated
+// matmul. A matrix fused at load (attach_jit_kernels) may have only `jit`:
+// its packed copy is all there is.
 struct Linear {
   WeightMatrix w;
   std::shared_ptr<const kernels::jit::JitMatmul> jit;
-  bool present() const { return w.data != nullptr; }
+  bool present() const { return w.data != nullptr || jit != nullptr; }
 };
 
 struct LayerWeights {
@@ -53,6 +56,8 @@ struct LayerWeights {
   Linear w_gate;                     // [n_ff][n_embd]
   Linear w_up;                       // [n_ff][n_embd]; fused: [2 n_ff][n_embd]
   Linear w_down;                     // [n_embd][n_ff]
+  Linear w_gate_up;                  // fused at load: [2 n_ff][n_embd],
+                                     // gate rows then up rows
   const float* post_ffn_norm = nullptr;   // [n_embd]
 };
 
@@ -65,6 +70,8 @@ struct ShardWeights {
   const float* rope_freqs = nullptr;  // [n_rot / 2], optional (llama3)
   int n_vocab = 0;
   std::deque<std::vector<float>> owned;  // storage of the vectors above
+  std::deque<std::vector<uint8_t>> owned_bytes;  // fused matrices' rows
+                                                 // that a JitMatmul views
 };
 
 // Loads and checks the weights of `range`. See make_cpu_backend for errors.
@@ -78,6 +85,11 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
 // With `tuner`, each matmul takes its tuned parameters (measured on
 // `scratch` and `pool` when not cached; kernels/cpu/jit/tuner.h); without,
 // the defaults.
+// Decode reads every weight once per token, and each matmul is a pass of
+// the pool: so q, k and v of a layer (and gate and up) whose type and
+// width agree are fused into one matrix (wqkv, w_gate_up: rows
+// concatenated in that order, packed once; per-row results are those of
+// the separate matrices bit for bit).
 // Errors: those of JitMatmul::create other than Unimplemented, naming the
 // tensor ("layer 3 of the shard: ffn_up.weight: ...").
 absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,

@@ -134,10 +134,11 @@ void CpuBackend::feed_forward_step(int il, int n) {
   const int64_t f = hp_.n_ff;
   float* gate = gate_.data();  // [n][n_ff] (fused: [n][2 n_ff])
   float* up = up_.data();      // [n][n_ff]
-  if (hp_.recipe.fused_gate_up) {
-    // One matrix gives [gate | up] per row; compact the gates in place
-    // (row t's gate moves to [t f, (t+1) f), inside rows already split).
-    matmul(w.w_up, xn_.data(), n, gate);
+  if (hp_.recipe.fused_gate_up || w.w_gate_up.present()) {
+    // One matrix (the family's, or fused at load) gives [gate | up] per
+    // row; compact the gates in place (row t's gate moves to
+    // [t f, (t+1) f), inside rows already split).
+    matmul(hp_.recipe.fused_gate_up ? w.w_up : w.w_gate_up, xn_.data(), n, gate);
     for (int t = 0; t < n; ++t) {
       const float* row = gate + t * 2 * f;
       std::copy(row + f, row + 2 * f, up + t * f);

@@ -27,6 +27,9 @@ void embedding_lookup(const WeightMatrix& table, const int32_t* ids,
 
 void rms_norm(const float* x, const float* weight, int64_t n_rows,
               int64_t dim, float eps, float* y, ThreadPool& pool) {
+  // Rows per chunk: a pass of the pool costs more than normalising a few
+  // thousand values (a decode step's one row, QK-norm's few heads).
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, dim));
   pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x + r * dim;
@@ -40,7 +43,7 @@ void rms_norm(const float* x, const float* weight, int64_t n_rows,
         for (int64_t i = 0; i < dim; ++i) yr[i] *= weight[i];
       }
     }
-  });
+  }, grain);
 }
 
 namespace {
@@ -124,7 +127,7 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out,
           out[i] = g / (1.0f + exp_ggml(-g)) * up[i];
         }
       },
-      /*grain=*/256);
+      /*grain=*/4096);  // a decode step's row runs inline
 }
 
 float gelu_tanh(float x) {
@@ -152,7 +155,7 @@ void geglu(const float* gate, const float* up, int64_t n, float* out,
           out[i] = gelu * up[i];
         }
       },
-      /*grain=*/256);
+      /*grain=*/4096);  // a decode step's row runs inline
 }
 
 void soft_cap(float* x, int64_t n, float cap) {

@@ -8,6 +8,13 @@ namespace {
 // enough to bridge the gap between two ops of one forward pass (a few
 // microseconds), short enough not to burn a shared core while idle.
 constexpr int kSpinIterations = 20000;
+
+// A spin-wait hint to the core (x86 PAUSE); nothing elsewhere.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -53,8 +60,14 @@ void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn) {
   }
   wake_.notify_all();
   run_chunk(0);
-  while (pending_.load(std::memory_order_acquire) != 0) {
-    std::this_thread::yield();
+  // The other chunks end within microseconds of ours when the work is
+  // split evenly: spin first (a yield is a system call), then yield.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
   }
 }
 

@@ -1,0 +1,105 @@
+// Decode throughput of one generated matmul (kernels/cpu/jit): y = x · Wᵀ
+// for one activation row, the step every linear layer takes per generated
+// token. Prints, per weight type and shape, microseconds per call and the
+// GB/s of packed weight bytes read, for 1..T threads.
+//
+//   build/bench/matmul_decode_bench [-t 2] [--types Q4_1,Q4_K] [--ms 300]
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/jit/jit_matmul.h"
+#include "kernels/cpu/jit/tuner.h"
+#include "kernels/cpu/reference/quantize.h"
+#include "model/ggml_type.h"
+
+namespace {
+
+using namespace strata;
+
+double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads, double ms,
+                 double* gbps, std::string* params) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::optional<int64_t> rb = ggml_row_bytes(type, n_in);
+  if (!rb) return -1;  // n_in is not whole blocks of the type
+  const int64_t row_bytes = *rb;
+  std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes * n_out));
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int64_t r = 0; r < n_out; ++r) {
+    for (float& v : row) v = dist(rng);
+    if (!reference::quantize_row(type, row.data(), n_in, bytes.data() + r * row_bytes).ok()) {
+      return -1;
+    }
+  }
+  auto w = reference::ops::make_weight_matrix("w", type, bytes.data(), n_in, n_out,
+                                              static_cast<int64_t>(bytes.size()));
+  ThreadPool pool(threads);
+  kernels::jit::KernelCache cache;
+  auto tier = kernels::select_isa();
+  if (!w.ok() || !tier.ok()) return -1;
+  kernels::jit::KernelParams p = kernels::jit::default_params(type);
+  auto mm = kernels::jit::JitMatmul::create(*w, *tier, p, &cache, pool);
+  if (!mm.ok()) return -1;
+  *params = kernels::jit::params_text((*mm)->params());
+  kernels::jit::JitScratch scratch(1, n_in);
+  std::vector<float> x(static_cast<size_t>(n_in)), y(static_cast<size_t>(n_out));
+  for (float& v : x) v = dist(rng);
+  for (int i = 0; i < 20; ++i) (*mm)->run(x.data(), 1, y.data(), scratch, pool);
+  double best = 1e30;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+  while (std::chrono::steady_clock::now() < until) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) (*mm)->run(x.data(), 1, y.data(), scratch, pool);
+    const double us = std::chrono::duration<double, std::micro>(
+                          std::chrono::steady_clock::now() - t0).count() / 10;
+    best = std::min(best, us);
+  }
+  const double packed = static_cast<double>((*mm)->packed().owned_bytes());
+  *gbps = packed / (best * 1e-6) / 1e9;
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"decode (1-row) throughput of the generated matmul"};
+  int threads = 2;
+  std::string types = "Q4_0,Q4_1,Q8_0,Q4_K,Q6_K";
+  double ms = 300;
+  app.add_option("-t,--threads", threads, "up to this many threads");
+  app.add_option("--types", types, "weight types");
+  app.add_option("--ms", ms, "time per measurement (best of 10-call batches)");
+  CLI11_PARSE(app, argc, argv);
+  // SmolLM2-135M's and Gemma 3 270M's projections and SmolLM2's head; a
+  // shape whose n_in is not whole blocks of a type is skipped for it.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {576, 576}, {576, 1536}, {1536, 576}, {640, 2048}, {2048, 640}, {576, 49152}};
+  std::printf("%-6s %6s %6s %3s %10s %8s  %s\n", "type", "n_in", "n_out", "t", "us/call",
+              "GB/s", "params");
+  for (const std::string& t : std::vector<std::string>(absl::StrSplit(types, ','))) {
+    auto type = strata::ggml_type_from_name(t);
+    if (!type) {
+      std::fprintf(stderr, "unknown type %s\n", t.c_str());
+      return 2;
+    }
+    for (auto [n_in, n_out] : shapes) {
+      for (int th = 1; th <= threads; ++th) {
+        double gbps = 0;
+        std::string params;
+        const double us = run_shape(*type, n_in, n_out, th, ms, &gbps, &params);
+        if (us < 0) continue;
+        std::printf("%-6s %6lld %6lld %3d %10.1f %8.2f  %s\n", t.c_str(),
+                    static_cast<long long>(n_in), static_cast<long long>(n_out), th, us, gbps,
+                    params.c_str());
+      }
+    }
+  }
+  return 0;
+}
