@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
 
 absl::Status CpuBackend::attach_kernels(kernels::IsaTier tier) {
   simd_attention_ = kernels::simd::attention_supported(attention_shape());
+  simd_ffn_activation_ = kernels::simd::ffn_activation_supported();
   if (kernels::jit::tuning_disabled_by_env()) {
     return attach_jit_kernels(*w_, tier, kernel_cache_, nullptr, jit_scratch_,
                               pool_);

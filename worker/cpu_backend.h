@@ -20,6 +20,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/jit_matmul.h"
 #include "kernels/cpu/simd/attention.h"
+#include "kernels/cpu/simd/ffn_activation.h"
 #include "kernels/cpu/reference/ops/attention.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
 #include "kernels/cpu/reference/ops/matmul.h"
@@ -85,6 +86,7 @@ class CpuBackend final : public Backend {
   // The vectorised attention (kernels/cpu/simd) when the generated kernels
   // are on and it supports the model's heads; else the reference op.
   bool simd_attention_ = false;
+  bool simd_ffn_activation_ = false;  // kernels/cpu/simd swiglu / geglu
   std::unique_ptr<kernels::simd::AttentionBuffers> simd_attention_buffers_;
   std::map<int, std::unique_ptr<KvCache>> sequences_;
 

@@ -148,10 +148,11 @@ void CpuBackend::feed_forward_step(int il, int n) {
     matmul(w.w_gate, xn_.data(), n, gate);
     matmul(w.w_up, xn_.data(), n, up);
   }
-  if (hp_.recipe.activation == arch::FfnActivation::kGeluTanh) {
-    ops::geglu(gate, up, n * f, gate, pool_);
+  const bool gelu = hp_.recipe.activation == arch::FfnActivation::kGeluTanh;
+  if (simd_ffn_activation_) {
+    (gelu ? kernels::simd::geglu : kernels::simd::swiglu)(gate, up, n * f, gate, pool_);
   } else {
-    ops::swiglu(gate, up, n * f, gate, pool_);
+    (gelu ? ops::geglu : ops::swiglu)(gate, up, n * f, gate, pool_);
   }
   matmul(w.w_down, gate, n, proj_.data());
 }

@@ -1,0 +1,81 @@
+// kernels/cpu/simd swiglu / geglu equal reference::ops's bit for bit, on
+// values spanning both sides of every branch (|gate| near 10, exp's range
+// edges near ±88, zeros, infinities) and lengths that are not multiples of 8.
+#include "kernels/cpu/simd/ffn_activation.h"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/reference/ops/elementwise.h"
+
+namespace strata::kernels::simd {
+namespace {
+
+std::vector<float> gates(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> g(static_cast<size_t>(n));
+  for (float& x : g) x = normal(rng);
+  const float special[] = {0.0f, -0.0f, 10.0f, -10.0f, 9.999f, -9.999f, 10.001f, -10.001f,
+                           88.5f, -88.5f, 104.0f, -104.0f, 1e-30f, -1e-30f, 65504.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+  for (size_t i = 0; i < std::size(special) && i * 3 < g.size(); ++i) g[i * 3] = special[i];
+  return g;
+}
+
+void expect_bitwise_equal(const std::vector<float>& want, const std::vector<float>& got) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << i;
+      continue;
+    }
+    ASSERT_EQ(std::bit_cast<uint32_t>(want[i]), std::bit_cast<uint32_t>(got[i]))
+        << "at " << i << ": reference " << want[i] << ", simd " << got[i];
+  }
+}
+
+TEST(SimdFfnActivation, SwigluEqualsReferenceBitForBit) {
+  if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+  for (int64_t n : {1, 7, 8, 61, 5000, 20011}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> g = gates(n, static_cast<uint32_t>(n));
+    const std::vector<float> u = gates(n, static_cast<uint32_t>(n + 1));
+    ThreadPool pool(2);
+    std::vector<float> want(g.size()), got(g.size());
+    reference::ops::swiglu(g.data(), u.data(), n, want.data(), pool);
+    swiglu(g.data(), u.data(), n, got.data(), pool);
+    expect_bitwise_equal(want, got);
+  }
+}
+
+TEST(SimdFfnActivation, GegluEqualsReferenceBitForBit) {
+  if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+  for (int64_t n : {1, 7, 8, 61, 5000, 20011}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> g = gates(n, static_cast<uint32_t>(n + 2));
+    const std::vector<float> u = gates(n, static_cast<uint32_t>(n + 3));
+    ThreadPool pool(2);
+    std::vector<float> want(g.size()), got(g.size());
+    reference::ops::geglu(g.data(), u.data(), n, want.data(), pool);
+    geglu(g.data(), u.data(), n, got.data(), pool);
+    expect_bitwise_equal(want, got);
+  }
+}
+
+TEST(SimdFfnActivation, OutputMayAliasGate) {
+  if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+  const std::vector<float> g = gates(999, 5), u = gates(999, 6);
+  ThreadPool pool(2);
+  std::vector<float> want(g.size()), inplace = g;
+  reference::ops::geglu(g.data(), u.data(), 999, want.data(), pool);
+  geglu(inplace.data(), u.data(), 999, inplace.data(), pool);
+  expect_bitwise_equal(want, inplace);
+}
+
+}  // namespace
+}  // namespace strata::kernels::simd
