@@ -390,6 +390,7 @@ TEST_F(GrpcWorker, StoppedNextWorkerIsReportedWithin10Seconds) {
   ASSERT_TRUE(results.next().has_value());
 
   w1_->kill(SIGSTOP);
+  ASSERT_TRUE(w1_->wait_stopped()) << "worker 1 never stopped";
   const auto t0 = Clock::now();
   ASSERT_TRUE(link->send(micro_batch(2, {slice(1, 5, {42})})).ok());
   auto r = results.next(std::chrono::seconds(10));

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -74,6 +75,23 @@ class WorkerProcess {
   }
   void kill(int sig) {
     if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // After kill(SIGSTOP): waits until the kernel reports the process
+  // stopped (state T in /proc/PID/stat; the signal is delivered
+  // asynchronously), up to `timeout`. False when it never was.
+  bool wait_stopped(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(in)),
+                       std::istreambuf_iterator<char>());
+      const size_t close = stat.rfind(')');
+      if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T') {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
   }
   // CPU time the process used so far (user + system), in clock ticks.
   long cpu_ticks() const {

@@ -43,13 +43,13 @@ namespace strata::kernels::jit {
 
 // Version of the generators: part of the tune cache key, so a changed
 // generator retunes.
-inline constexpr int kGeneratorVersion = 2;
+inline constexpr int kGeneratorVersion = 3;
 
 // The tunables of one matmul (the tuner, tuner.h, searches them).
 struct KernelParams {
   int rows = 4;          // prefill tile: weight rows ...
   int cols = 2;          // ... × activation rows (rows * cols <= max_tile)
-  int decode_rows = 4;   // decode tile: weight rows × 1 activation row
+  int decode_rows = 1;   // decode tile: weight rows × 1 activation row
   int unroll = 2;        // 32-element units per loop iteration
   int prefetch = 0;      // decode: bytes ahead in the value plane (0: none)
   int act_block = 64;    // prefill: activation rows per pass over the rows
