@@ -216,14 +216,19 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
   const int group = p.n_head / p.n_head_kv;
   const bool f16 = kv.type == GgmlType::kF16;
   const int64_t elem = f16 ? 2 : 4;
-  const int64_t n_items = n_tokens * p.n_head_kv;
+  // An item is `heads` query heads of one KV head for one token: the whole
+  // group (keys read once for all of it) when there are items enough for
+  // every thread, single heads otherwise (a decode step's few KV heads).
+  const int heads = n_tokens * p.n_head_kv >= 4 * int64_t{pool.size()} ? group : 1;
+  const int64_t per_kv = group / heads;
+  const int64_t n_items = n_tokens * p.n_head_kv * per_kv;
   const int64_t stride = scores_stride(buffers.max_kv());
   constexpr int64_t kItemOverhead = 16;  // in keys: q rounding, softmax setup
 
   int64_t total = 0;
   for (int64_t t = 0; t < n_tokens; ++t) {
     const KeyRange r = keys_of(positions, t, p);
-    total += (r.end - r.begin + kItemOverhead) * p.n_head_kv;
+    total += (r.end - r.begin + kItemOverhead) * p.n_head_kv * per_kv;
   }
   const int n_threads = static_cast<int>(std::min<int64_t>(pool.size(), n_items));
   pool.parallel_for(n_threads, [&](int64_t first, int64_t last, int thread) {
@@ -236,8 +241,9 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
       float* qr = buf + group * stride;
       int64_t prefix = 0;
       for (int64_t item = 0; item < n_items; ++item) {
-        const int64_t t = item / p.n_head_kv;
-        const int g = static_cast<int>(item % p.n_head_kv);
+        const int64_t t = item / (p.n_head_kv * per_kv);
+        const int g = static_cast<int>(item / per_kv % p.n_head_kv);
+        const int64_t h0 = int64_t{g} * group + item % per_kv * heads;  // first head
         const KeyRange r = keys_of(positions, t, p);
         const int64_t cost = r.end - r.begin + kItemOverhead;
         const int64_t mid = prefix + cost / 2;
@@ -245,8 +251,8 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
         if (mid < lo || mid >= hi) continue;
         assert(r.end <= kv.n_kv);
         Item it;
-        it.q = q + (t * p.n_head + int64_t{g} * group) * p.head_dim_k;
-        it.out = out + (t * p.n_head + int64_t{g} * group) * p.head_dim_v;
+        it.q = q + (t * p.n_head + h0) * p.head_dim_k;
+        it.out = out + (t * p.n_head + h0) * p.head_dim_v;
         it.k_stride = int64_t{p.n_head_kv} * p.head_dim_k * elem;
         it.v_stride = int64_t{p.n_head_kv} * p.head_dim_v * elem;
         it.k = static_cast<const char*>(kv.k) + g * p.head_dim_k * elem;
@@ -254,9 +260,9 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
         it.j_begin = r.begin;
         it.j_end = r.end;
         if (f16) {
-          run_item<true>(it, p, group, scores, stride, qr);
+          run_item<true>(it, p, heads, scores, stride, qr);
         } else {
-          run_item<false>(it, p, group, scores, stride, qr);
+          run_item<false>(it, p, heads, scores, stride, qr);
         }
       }
     }

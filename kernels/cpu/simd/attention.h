@@ -17,9 +17,11 @@
 // by FMA rounding in the value sum (tests/kernels/simd: within 1e-5 of
 // sum |terms|).
 //
-// Work split: (token, KV head) items are cut into one contiguous range per
-// thread of equal cost (keys attended), so a causal prefill's later rows,
-// which attend to more keys, do not leave one thread waiting on the other.
+// Work split: (token, KV head) items — or (token, query head) when there
+// are fewer than 4 of those per thread, as in a decode step — are cut into
+// one contiguous range per thread of equal cost (keys attended), so a
+// causal prefill's later rows, which attend to more keys, do not leave one
+// thread waiting on the other.
 //
 // Requirements (supported() says): the CPU has AVX2 + FMA + F16C, head_dim_k
 // and head_dim_v are multiples of 8. The caller falls back to the reference
