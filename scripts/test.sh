@@ -21,7 +21,10 @@ ctest --test-dir "$STRATA_ROOT/build" --output-on-failure -j "$STRATA_JOBS" || s
 # times that under ASan) run in the plain build only; the same code runs under
 # the sanitizers on stories260K and the tiny random-weight models.
 log "sanitizer build (ASan + UBSan)"
-"$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build-asan" -DSTRATA_SANITIZE=ON
+# -O1 -g1: what the sanitizers need (line tables for their reports), and a
+# good part faster to compile than the plain build's -O2 -g (CI: 2 cores).
+"$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build-asan" -DSTRATA_SANITIZE=ON \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$STRATA_ROOT/build-asan" --output-on-failure -j "$STRATA_JOBS" -LE heavy \
   -E 'AgreementTest.*(smollm2|gemma3)' || status=1
