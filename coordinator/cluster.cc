@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/kv_cache.h"
 
 namespace strata::coordinator {
 namespace {
@@ -225,7 +226,7 @@ absl::Status Cluster::load_pipeline() {
     req.set_n_ctx(model_->n_ctx);
     req.set_max_sequences(c.max_sequences);
     req.set_max_batch_rows(options_.prefill_chunk + c.max_sequences);
-    req.set_kv_type(c.kv_type == GgmlType::kF32 ? "f32" : "f16");
+    req.set_kv_type(worker::kv_type_name(c.kv_type));
     req.set_next_stage(i + 1 < n ? workers_[i + 1]->address() : "");
     req.set_trace(!c.trace.empty());
     {

@@ -10,10 +10,12 @@
 #include <iterator>
 #include <limits>
 #include <set>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/kv_cache.h"
 
 namespace strata::coordinator {
 namespace {
@@ -212,10 +214,8 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
     if (root["kv_type"]) {
       auto s = get_string(root["kv_type"], "kv_type");
       if (!s.ok()) return with_source(s.status());
-      if (*s == "f16") {
-        c.kv_type = GgmlType::kF16;
-      } else if (*s == "f32") {
-        c.kv_type = GgmlType::kF32;
+      if (std::optional<GgmlType> kv = worker::parse_kv_type(*s)) {
+        c.kv_type = *kv;
       } else {
         return with_source(
             key_error("kv_type", absl::StrCat("'", *s, "' is not f16 or f32")));

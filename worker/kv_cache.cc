@@ -9,6 +9,14 @@
 
 namespace strata::worker {
 
+std::optional<GgmlType> parse_kv_type(std::string_view name) {
+  if (name == "f16") return GgmlType::kF16;
+  if (name == "f32") return GgmlType::kF32;
+  return std::nullopt;
+}
+
+const char* kv_type_name(GgmlType type) { return type == GgmlType::kF16 ? "f16" : "f32"; }
+
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(
     const KvCacheShape& s) {
   if (s.n_layer < 0 || s.n_ctx <= 0 || s.n_head_kv <= 0 ||

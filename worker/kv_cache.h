@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +30,13 @@ struct KvCacheShape {
   int head_dim_v = 0;
   GgmlType type = GgmlType::kF16;  // kF16 or kF32
 };
+
+// The cache element type a name gives: "f16" or "f32", as the --kv-type
+// flags, the cluster config's kv_type key and LoadShard's kv_type field
+// spell it; nullopt for any other text.
+std::optional<GgmlType> parse_kv_type(std::string_view name);
+// The inverse: "f16" for kF16, "f32" for kF32 (and any other type).
+const char* kv_type_name(GgmlType type);
 
 class KvCache {
  public:

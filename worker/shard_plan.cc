@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "worker/kv_cache.h"
 
 namespace strata::worker {
 
@@ -99,7 +100,7 @@ absl::Status check_load_request(const v1::LoadShardRequest& r) {
                absl::StrCat(r.max_batch_rows(), " is out of range [1, ",
                             kMaxBatchRows, "]"));
   }
-  if (!r.kv_type().empty() && r.kv_type() != "f16" && r.kv_type() != "f32") {
+  if (!r.kv_type().empty() && !parse_kv_type(r.kv_type())) {
     return bad("kv_type", absl::StrCat("\"", r.kv_type().substr(0, 32),
                                        "\" is not \"f16\" or \"f32\""));
   }
@@ -155,7 +156,7 @@ absl::StatusOr<ShardPlan> plan_shard(const v1::LoadShardRequest& r) {
                                      "length ",
                                      plan.hp.n_ctx_train));
   }
-  plan.kv_type = r.kv_type() == "f32" ? GgmlType::kF32 : GgmlType::kF16;
+  plan.kv_type = parse_kv_type(r.kv_type()).value_or(GgmlType::kF16);  // "" is f16
   plan.trace = r.trace();
 
   v1::ShardInfo& s = plan.info;

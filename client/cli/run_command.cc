@@ -19,6 +19,7 @@
 #include "model/gguf_reader.h"
 #include "model/tokenizer/tokenizer.h"
 #include "worker/backend.h"
+#include "worker/kv_cache.h"
 
 namespace strata::cli {
 namespace {
@@ -106,10 +107,8 @@ int run(const RunOptions& o) {
   options.n_threads = o.threads > 0
                           ? o.threads
                           : std::max(1u, std::thread::hardware_concurrency());
-  if (o.kv_type == "f16") {
-    options.kv_type = GgmlType::kF16;
-  } else if (o.kv_type == "f32") {
-    options.kv_type = GgmlType::kF32;
+  if (std::optional<GgmlType> kv = worker::parse_kv_type(o.kv_type)) {
+    options.kv_type = *kv;
   } else {
     std::fprintf(stderr, "strata run: --kv-type: '%s' is not f16 or f32\n",
                  o.kv_type.c_str());

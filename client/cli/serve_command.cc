@@ -10,11 +10,13 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <optional>
 
 #include "client/cli/commands.h"
 #include "coordinator/cluster_config.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/single_node.h"
+#include "worker/kv_cache.h"
 
 namespace strata::cli {
 namespace {
@@ -54,9 +56,9 @@ int serve(const ServeOptions& o) {
   s.context_length = o.ctx;
   s.max_sequences = o.max_sequences;
   s.trace = o.trace;
-  if (o.kv_type == "f32") {
-    s.kv_type = GgmlType::kF32;
-  } else if (o.kv_type != "f16") {
+  if (std::optional<GgmlType> kv = worker::parse_kv_type(o.kv_type)) {
+    s.kv_type = *kv;
+  } else {
     std::fprintf(stderr, "strata serve: --kv-type: '%s' is not f16 or f32\n",
                  o.kv_type.c_str());
     return 2;
