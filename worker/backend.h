@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -109,6 +110,13 @@ struct CpuBackendOptions {
   int n_threads = 1;
   GgmlType kv_type = GgmlType::kF16;  // kF16 or kF32
   int max_batch = 512;                // rows per forward()
+  // ISA tier of the generated kernels ("avx2", "avx512", "avx512vnni"; as
+  // kernels::parse_isa): empty takes STRATA_ISA, else CPUID. A tier the CPU
+  // lacks or an unknown name is an error of make_cpu_backend.
+  std::string isa;
+  // True: the kernels' default parameters, no tuning (reproducible runs);
+  // false tunes unless STRATA_NO_TUNE=1.
+  bool no_tune = false;
 };
 
 // Loads the shard's weights (views into the GGUF mapping; small vectors are

@@ -37,8 +37,8 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
   const char* jit_env = std::getenv("STRATA_JIT");
   const bool jit = jit_env == nullptr || std::string_view(jit_env) != "0";
   std::optional<kernels::IsaTier> tier;
-  if (jit && kernels::detect_isa().ok()) {
-    absl::StatusOr<kernels::IsaTier> selected = kernels::select_isa();
+  if (jit && (kernels::detect_isa().ok() || !options.isa.empty())) {
+    absl::StatusOr<kernels::IsaTier> selected = kernels::select_isa(options.isa);
     if (!selected.ok()) return selected.status();
     tier = *selected;
   }
@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
 absl::Status CpuBackend::attach_kernels(kernels::IsaTier tier) {
   simd_attention_ = kernels::simd::attention_supported(attention_shape());
   simd_ffn_activation_ = kernels::simd::ffn_activation_supported();
-  if (kernels::jit::tuning_disabled_by_env()) {
+  if (options_.no_tune || kernels::jit::tuning_disabled_by_env()) {
     return attach_jit_kernels(*w_, tier, kernel_cache_, nullptr, jit_scratch_,
                               pool_);
   }

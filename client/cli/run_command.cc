@@ -48,6 +48,8 @@ struct RunOptions {
   int threads = 0;
   int ctx = 0;
   std::string kv_type = "f16";
+  std::string isa;       // empty: STRATA_ISA, else CPUID
+  bool no_tune = false;
 };
 
 int fail(const std::string& what, const absl::Status& status) {
@@ -104,6 +106,8 @@ int run(const RunOptions& o) {
   }
 
   worker::CpuBackendOptions options;
+  options.isa = o.isa;
+  options.no_tune = o.no_tune;
   options.n_threads = o.threads > 0
                           ? o.threads
                           : std::max(1u, std::thread::hardware_concurrency());
@@ -206,6 +210,11 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-c,--ctx-size", o->ctx,
                   "context length (the model's)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 or f32 (f16)");
+  cmd->add_option("--isa", o->isa,
+                  "ISA tier of the generated kernels: avx2, avx512 or avx512vnni "
+                  "(default: STRATA_ISA, else the best this CPU runs)");
+  cmd->add_flag("--no-tune", o->no_tune,
+                "the kernels' default parameters, no tuning (reproducible runs)");
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

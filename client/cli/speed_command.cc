@@ -50,6 +50,8 @@ struct SpeedOptions {
   uint64_t seed = 1234;
   bool warmup = true;
   bool json = false;
+  std::string isa;       // empty: STRATA_ISA, else CPUID
+  bool no_tune = false;
 };
 
 struct TestResult {
@@ -170,6 +172,8 @@ int run(const SpeedOptions& o) {
   }
 
   worker::CpuBackendOptions options;
+  options.isa = o.isa;
+  options.no_tune = o.no_tune;
   options.n_threads =
       o.threads > 0 ? o.threads
                     : static_cast<int>(
@@ -256,6 +260,11 @@ void add_speed_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-warmup", [o](int64_t) { o->warmup = false; },
                 "skip the untimed first run of each test");
   cmd->add_flag("--json", o->json, "print one JSON object (medians)");
+  cmd->add_option("--isa", o->isa,
+                  "ISA tier of the generated kernels: avx2, avx512 or avx512vnni "
+                  "(default: STRATA_ISA, else the best this CPU runs)");
+  cmd->add_flag("--no-tune", o->no_tune,
+                "the kernels' default parameters, no tuning (reproducible runs)");
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

@@ -71,6 +71,23 @@ def speed_flags(strata, model):
               f"{extra}: exit {proc.returncode}, expected {want}")
         check(proc.stderr.strip() != "", f"{extra}: no message")
         print(f"{' '.join(extra)}: exit {want}: {proc.stderr.strip().splitlines()[0]}")
+    # --isa: an unknown tier is refused naming the flag; a tier this CPU
+    # lacks is refused saying what it lacks; avx2 with --no-tune runs.
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1", "--isa", "sse"])
+    check(proc.returncode == 1 and "--isa: unknown ISA tier 'sse'" in proc.stderr,
+          f"--isa sse: exit {proc.returncode}: {proc.stderr}")
+    has_avx512 = "avx512f" in open("/proc/cpuinfo").read()
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1", "--isa", "avx512"])
+    if has_avx512:
+        check(proc.returncode == 0, f"--isa avx512 on an AVX-512 CPU: {proc.stderr}")
+    else:
+        check(proc.returncode == 1 and "forced by --isa" in proc.stderr and "lacks" in proc.stderr,
+              f"--isa avx512 without AVX-512: exit {proc.returncode}: {proc.stderr}")
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1",
+                "--isa", "avx2", "--no-tune", "--json"])
+    check(proc.returncode == 0 and json.loads(proc.stdout)["tg"]["tok_s"] > 0,
+          f"--isa avx2 --no-tune: exit {proc.returncode}: {proc.stderr}")
+    print("--isa / --no-tune: refused and accepted as expected")
     proc = run([strata, "speed", "-m", model + ".absent"])
     check(proc.returncode == 1 and "absent" in proc.stderr,
           f"missing model: exit {proc.returncode}: {proc.stderr}")
