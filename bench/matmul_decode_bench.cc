@@ -25,11 +25,17 @@ namespace {
 
 using namespace strata;
 
-int g_prefetch = -1;     // -1: the type's default
-int g_decode_rows = 0;   // 0: the type's default
+// What main's flags set for every measurement.
+struct Settings {
+  double ms = 300;       // time per measurement
+  int copies = 1;        // distinct packed copies run in turn
+  int prefetch = -1;     // -1: the type's default
+  int decode_rows = 0;   // 0: the type's default
+};
 
-double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads, double ms,
-                 int copies, double* gbps, std::string* params) {
+double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads,
+                 const Settings& set, double* gbps, std::string* params) {
+  const int copies = set.copies;
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const std::optional<int64_t> rb = ggml_row_bytes(type, n_in);
@@ -50,8 +56,8 @@ double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads, double
   auto tier = kernels::select_isa();
   if (!w.ok() || !tier.ok()) return -1;
   kernels::jit::KernelParams p = kernels::jit::default_params(type);
-  if (g_prefetch >= 0) p.prefetch = g_prefetch;
-  if (g_decode_rows > 0) p.decode_rows = g_decode_rows;
+  if (set.prefetch >= 0) p.prefetch = set.prefetch;
+  if (set.decode_rows > 0) p.decode_rows = set.decode_rows;
   // `copies` packed copies run in turn: with enough of them the weights
   // come from memory, not the caches, as in a real decode step.
   std::vector<std::unique_ptr<kernels::jit::JitMatmul>> mms;
@@ -66,7 +72,7 @@ double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads, double
   for (float& v : x) v = dist(rng);
   for (int i = 0; i < 20; ++i) mms[i % copies]->run(x.data(), 1, y.data(), scratch, pool);
   double best = 1e30;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(set.ms);
   while (std::chrono::steady_clock::now() < until) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < copies; ++i) mms[i]->run(x.data(), 1, y.data(), scratch, pool);
@@ -85,17 +91,16 @@ int main(int argc, char** argv) {
   CLI::App app{"decode (1-row) throughput of the generated matmul"};
   int threads = 2;
   std::string types = "Q4_0,Q4_1,Q8_0,Q4_K,Q6_K";
-  double ms = 300;
-  int copies = 1;
+  Settings set;
   app.add_option("-t,--threads", threads, "up to this many threads");
   app.add_option("--types", types, "weight types");
-  app.add_option("--ms", ms, "time per measurement (best of batches)");
-  app.add_option("--copies", copies,
+  app.add_option("--ms", set.ms, "time per measurement (best of batches)");
+  app.add_option("--copies", set.copies,
                  "distinct packed copies run in turn (1: cache-resident; enough to "
                  "exceed the last-level cache: from memory, as in decode)")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--prefetch", g_prefetch, "decode prefetch distance in bytes (default: the type's)");
-  app.add_option("--decode-rows", g_decode_rows, "weight rows per decode tile (default: the type's)");
+  app.add_option("--prefetch", set.prefetch, "decode prefetch distance in bytes (default: the type's)");
+  app.add_option("--decode-rows", set.decode_rows, "weight rows per decode tile (default: the type's)");
   CLI11_PARSE(app, argc, argv);
   // SmolLM2-135M's and Gemma 3 270M's projections and SmolLM2's head; a
   // shape whose n_in is not whole blocks of a type is skipped for it.
@@ -113,7 +118,7 @@ int main(int argc, char** argv) {
       for (int th = 1; th <= threads; ++th) {
         double gbps = 0;
         std::string params;
-        const double us = run_shape(*type, n_in, n_out, th, ms, copies, &gbps, &params);
+        const double us = run_shape(*type, n_in, n_out, th, set, &gbps, &params);
         if (us < 0) continue;
         std::printf("%-6s %6lld %6lld %3d %10.1f %8.2f  %s\n", t.c_str(),
                     static_cast<long long>(n_in), static_cast<long long>(n_out), th, us, gbps,

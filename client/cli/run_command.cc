@@ -13,6 +13,7 @@
 
 #include "client/cli/chat_prompt.h"
 #include "client/cli/commands.h"
+#include "client/cli/kernel_flags.h"
 #include "client/cli/generation_report.h"
 #include "coordinator/generation.h"
 #include "model/architecture/architecture.h"
@@ -210,11 +211,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-c,--ctx-size", o->ctx,
                   "context length (the model's)");
   cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 or f32 (f16)");
-  cmd->add_option("--isa", o->isa,
-                  "ISA tier of the generated kernels: avx2, avx512 or avx512vnni "
-                  "(default: STRATA_ISA, else the best this CPU runs)");
-  cmd->add_flag("--no-tune", o->no_tune,
-                "the kernels' default parameters, no tuning (reproducible runs)");
+  add_kernel_flags(cmd, &o->isa, &o->no_tune);
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "client/cli/commands.h"
+#include "client/cli/kernel_flags.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "nlohmann/json.hpp"
@@ -260,11 +261,7 @@ void add_speed_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-warmup", [o](int64_t) { o->warmup = false; },
                 "skip the untimed first run of each test");
   cmd->add_flag("--json", o->json, "print one JSON object (medians)");
-  cmd->add_option("--isa", o->isa,
-                  "ISA tier of the generated kernels: avx2, avx512 or avx512vnni "
-                  "(default: STRATA_ISA, else the best this CPU runs)");
-  cmd->add_flag("--no-tune", o->no_tune,
-                "the kernels' default parameters, no tuning (reproducible runs)");
+  add_kernel_flags(cmd, &o->isa, &o->no_tune);
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

@@ -30,16 +30,9 @@ if(NOT configs)
   message(FATAL_ERROR "no strataConfig.cmake under ${prefix}")
 endif()
 
-# The library of a sanitizer build (STRATA_SANITIZE=ON) calls into the
-# ASan/UBSan runtimes; a program linking it must link them as well.
-set(link_flags "")
-if(SANITIZE)
-  set(link_flags "-fsanitize=address,undefined")
-endif()
 run("configuring the example" ${CMAKE_COMMAND} -S ${EXAMPLE_DIR}
     -B ${WORK_DIR}/build -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix}
-    "-DCMAKE_EXE_LINKER_FLAGS=${link_flags}")
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix})
 run("building the example" ${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 
 execute_process(COMMAND ${WORK_DIR}/build/generate_example 127.0.0.1:1 hi 4

@@ -144,7 +144,6 @@ TEST_P(AgreementTest, TokenForTokenWithLlamaCpp) {
       EXPECT_GT(s.cosine, 0.99);
     }
     std::vector<float> row = *last;
-    int free_tie = -1;
     int matched = 0;
     for (size_t i = 0; i < expected.size(); ++i) {
       const int32_t ours = argmax(row);
@@ -162,7 +161,6 @@ TEST_P(AgreementTest, TokenForTokenWithLlamaCpp) {
               << "free-running diverges at generated token " << i << ": ours "
               << ours << ", llama.cpp " << expected[i] << ", logit gap " << gap;
         }
-        free_tie = static_cast<int>(i);
         report << "; free-running " << (llama_cpp_split ? "llama.cpp self-split" : "tie")
                << " at token " << i << " (gap " << gap
                << (llama_cpp_split ? ", llama.cpp's batched argmax is ours" : "") << ")";
@@ -216,7 +214,6 @@ TEST_P(AgreementTest, TokenForTokenWithLlamaCpp) {
       report << ", ties at";
       for (const std::string& t : ties) report << " " << t;
     }
-    (void)free_tie;
     std::cout << "[agreement] " << report.str() << "\n";
   }
   std::cout << "[agreement] " << mc.key << ": " << ran << " cases"

@@ -82,26 +82,16 @@ class WorkerProcess {
   bool wait_stopped(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
     const auto until = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < until) {
-      std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
-      std::string stat((std::istreambuf_iterator<char>(in)),
-                       std::istreambuf_iterator<char>());
-      const size_t close = stat.rfind(')');
-      if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T') {
-        return true;
-      }
+      if (stat_fields().rfind("T", 0) == 0) return true;  // field 3, state
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return false;
   }
   // CPU time the process used so far (user + system), in clock ticks.
   long cpu_ticks() const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-    // Fields after the command name (which may hold spaces) in ")".
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) return -1;
-    std::istringstream rest(stat.substr(close + 2));
+    const std::string fields = stat_fields();
+    if (fields.empty()) return -1;
+    std::istringstream rest(fields);
     std::string field;
     long utime = 0, stime = 0;
     for (int i = 3; i <= 15 && rest >> field; ++i) {
@@ -142,6 +132,17 @@ class WorkerProcess {
   }
 
   std::string config_;
+  // /proc/PID/stat from field 3 (the state) on: what follows the command
+  // name, which may hold spaces, in "(...)". Empty when unreadable.
+  std::string stat_fields() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size()) return "";
+    return stat.substr(close + 2);
+  }
+
   pid_t pid_ = -1;
   int out_ = -1;
   std::string address_;

@@ -33,13 +33,15 @@ std::string sanitize(const std::string& s) {
   return out;
 }
 
-// Seconds per run of fn: the best of batches, at least 3 runs and 10 ms.
-template <typename Fn>
-double time_runs(const Fn& fn) {
-  fn();  // warm-up
+// Seconds per run of fn: the best of at least 3 runs and `min_total` seconds
+// of runs (at most `max_runs`), each run preceded by before() (untimed).
+template <typename Fn, typename Before>
+double time_runs(const Fn& fn, const Before& before, int max_runs, double min_total) {
+  fn();  // warm-up (code, activations)
   double best = 1e30;
   double total = 0.0;
-  for (int i = 0; i < 50 && (i < 3 || total < 0.01); ++i) {
+  for (int i = 0; i < max_runs && (i < 3 || total < min_total); ++i) {
+    before();
     const Clock::time_point t0 = Clock::now();
     fn();
     const double s = seconds_since(t0);
@@ -65,24 +67,6 @@ void evict(const JitMatmul& m) {
   flush(pw.scales(), l.n_out * l.scale_stride * 4);
   flush(pw.mins(), l.n_out * l.mins_stride * 4);
   _mm_mfence();
-}
-
-// Seconds per run of fn with `m`'s weights evicted before each run: the
-// best of at least 3 runs and 5 ms of runs.
-template <typename Fn>
-double time_cold_runs(const JitMatmul& m, const Fn& fn) {
-  fn();  // warm-up (code, activations)
-  double best = 1e30;
-  double total = 0.0;
-  for (int i = 0; i < 30 && (i < 3 || total < 0.005); ++i) {
-    evict(m);
-    const Clock::time_point t0 = Clock::now();
-    fn();
-    const double s = seconds_since(t0);
-    best = std::min(best, s);
-    total += s;
-  }
-  return best;
 }
 
 // The reference outputs and tolerances a candidate must meet.
@@ -239,11 +223,15 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   for (float& v : x) v = dist(rng);
   std::vector<float> y(static_cast<size_t>(std::max(pf_rows, check_rows) * l.n_out));
 
+  // Prefill is timed warm (compute-bound); decode with the weights evicted
+  // before each run, as a real decode step reads them from memory.
   auto time_prefill = [&] {
-    return time_runs([&] { m.run(x.data(), pf_rows, y.data(), scratch, pool); });
+    return time_runs([&] { m.run(x.data(), pf_rows, y.data(), scratch, pool); },
+                     [] {}, 50, 0.01);
   };
   auto time_decode = [&] {
-    return time_cold_runs(m, [&] { m.run(x.data(), 1, y.data(), scratch, pool); });
+    return time_runs([&] { m.run(x.data(), 1, y.data(), scratch, pool); },
+                     [&] { evict(m); }, 30, 0.005);
   };
   // Sets p when it is valid and correct; false otherwise.
   auto try_params = [&](const KernelParams& p) {
@@ -261,18 +249,22 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   const std::vector<std::pair<int, int>> tiles =
       fl ? std::vector<std::pair<int, int>>{{4, 3}, {3, 4}, {2, 6}, {6, 2}, {5, 2}}
          : std::vector<std::pair<int, int>>{{4, 2}, {2, 4}, {3, 3}, {2, 5}, {5, 2}, {1, 8}};
+  // `p` replaces `best` when it is new, correct and faster by `time`.
+  auto consider = [&](const KernelParams& p, const auto& time, double* best_time) {
+    if (p == best || !try_params(p)) return;
+    const double t = time();
+    if (t < *best_time) {
+      *best_time = t;
+      best = p;
+    }
+  };
   for (auto [r, c] : tiles) {
     for (int block : {64, 256}) {
       KernelParams p = best;
       p.rows = r;
       p.cols = c;
       p.act_block = block;
-      if (p == best || !try_params(p)) continue;
-      const double t = time_prefill();
-      if (t < best_pf) {
-        best_pf = t;
-        best = p;
-      }
+      consider(p, time_prefill, &best_pf);
     }
   }
   // 2. Decode rows and prefetch distance.
@@ -281,12 +273,7 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
       KernelParams p = best;
       p.decode_rows = dr;
       p.prefetch = pf;
-      if (p == best || !try_params(p)) continue;
-      const double t = time_decode();
-      if (t < best_dec) {
-        best_dec = t;
-        best = p;
-      }
+      consider(p, time_decode, &best_dec);
     }
   }
   // 3. Unroll: both kinds of tile, by their summed relative time.

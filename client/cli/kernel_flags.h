@@ -1,0 +1,23 @@
+// The flags that choose how the cpu backend's kernels are generated, shared
+// by the commands that run a model in this process (`strata run`, `strata
+// speed`); they fill worker::CpuBackendOptions::isa / no_tune.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace strata::cli {
+
+// --isa TIER (avx2, avx512, avx512vnni; empty: STRATA_ISA, else CPUID) and
+// --no-tune (the kernels' default parameters). A bad tier is refused later by
+// make_cpu_backend with a message naming --isa.
+inline void add_kernel_flags(CLI::App* cmd, std::string* isa, bool* no_tune) {
+  cmd->add_option("--isa", *isa,
+                  "ISA tier of the generated kernels: avx2, avx512 or avx512vnni "
+                  "(default: STRATA_ISA, else the best this CPU runs)");
+  cmd->add_flag("--no-tune", *no_tune,
+                "the kernels' default parameters, no tuning (reproducible runs)");
+}
+
+}  // namespace strata::cli
