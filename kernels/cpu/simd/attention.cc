@@ -40,16 +40,25 @@ STRATA_AVX2 inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Lane l of the result: the horizontal sum of a[l].
+// Lane l of the result: the horizontal sum of a[l], added in hsum()'s order
+// ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)) — the order of a
+// one-accumulator 8-lane dot product's reduction — so a key's score does not
+// depend on whether it was computed in a block of 8 or alone.
+STRATA_AVX2 inline __m256 halves(__m256 x, __m256 y) {  // [x lo + x hi | y lo + y hi]
+  return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+
 STRATA_AVX2 inline __m256 reduce8(const __m256* a) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
-  const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
-  const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [0 1 2 3 | 0 1 2 3] halves
-  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // [4 5 6 7 | 4 5 6 7] halves
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
-                       _mm256_permute2f128_ps(u0, u1, 0x31));
+  // e[k] = low half + high half of a[k]: [x0+x4, x1+x5, x2+x6, x3+x7];
+  // A = [e0 | e4], B = [e1 | e5], C = [e2 | e6], D = [e3 | e7].
+  const __m256 A = halves(a[0], a[4]), B = halves(a[1], a[5]);
+  const __m256 C = halves(a[2], a[6]), D = halves(a[3], a[7]);
+  // 4 x 4 transpose within each 128-bit lane: E_i holds element i of each.
+  const __m256 t0 = _mm256_unpacklo_ps(A, B), t1 = _mm256_unpackhi_ps(A, B);
+  const __m256 t2 = _mm256_unpacklo_ps(C, D), t3 = _mm256_unpackhi_ps(C, D);
+  const __m256 e0 = _mm256_shuffle_ps(t0, t2, 0x44), e1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 e2 = _mm256_shuffle_ps(t1, t3, 0x44), e3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  return _mm256_add_ps(_mm256_add_ps(e0, e2), _mm256_add_ps(e1, e3));
 }
 
 // Softmax over sc[off, off + n) in place, the rest of sc[0, round8(off + n))
