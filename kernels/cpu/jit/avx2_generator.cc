@@ -320,7 +320,10 @@ void Avx2Tile::generate() {
 
 }  // namespace
 
-int max_tile(const TileConf& conf) { return 16 - reserved_registers(conf); }
+int max_tile(const TileConf& conf) {
+  if (conf.interleaved) return 8 * max_interleaved_cols(conf);
+  return 16 - reserved_registers(conf);
+}
 
 std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf) {
   return std::make_unique<Avx2Tile>(conf);

@@ -38,6 +38,9 @@ struct TileConf {
   bool unit_pairs = false;   // kU4 / kU5 two units at a time (PackedLayout)
   bool s8_symmetric = false; // kS8 without -128 (PackedLayout)
   bool correction = false;
+  bool min_correction = false;  // interleaved: the correction is a min plane
+  bool interleaved = false;  // 8-row groups (PackedLayout::row_group == 8)
+  bool scale_f16 = false;    // interleaved scales and mins are f16
   int rows = 1;              // weight rows of the tile
   int cols = 1;              // activation rows of the tile
   int unroll = 1;            // units (unit pairs) per loop iteration
@@ -56,7 +59,8 @@ struct TileConf {
 
   auto key() const {
     return std::make_tuple(static_cast<int>(encoding), paired_scales,
-                           unit_pairs, s8_symmetric, correction, rows, cols, unroll, prefetch, n_units,
+                           unit_pairs, s8_symmetric, correction, min_correction,
+                           interleaved, scale_f16, rows, cols, unroll, prefetch, n_units,
                            unit_bytes, value_stride, hbit_stride, scale_stride,
                            wcorr_stride, corr_len, act_stride, act_d_stride,
                            act_corr_stride, y_stride);
@@ -77,7 +81,8 @@ struct TileArgs {
 
 using TileFn = void (*)(const TileArgs*);
 
-// The most rows * cols the register file holds for `conf`'s encoding.
+// The most rows * cols the register file holds for `conf`'s encoding
+// (interleaved: 8 * max_interleaved_cols).
 int max_tile(const TileConf& conf);
 
 // A generated tile function; owns its code.
@@ -90,5 +95,20 @@ class Tile {
 
 // Generates the AVX2 function for `conf`. Asserts rows * cols <= max_tile.
 std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
+
+// Interleaved tiles (conf.interleaved; avx2_interleaved_generator.cc): one
+// 8-row group (rows = 8, or the n_out % 8 rows of the last group) by `cols`
+// activation rows. The weight arguments point at the group's planes; the
+// correction is applied unit by unit (TileArgs::wcorr: the group's min
+// plane; zero points reuse the scales). Per unit, for each 32-byte chunk
+// vector j and activation row c: vpbroadcastd of activation bytes
+// 4j..4j+3, vpmaddubsw against the chunk (kS8: |w| against sign(a, w)),
+// int16 sums of as many products as cannot overflow (kU4: the whole unit,
+// 8 x 2 x 15 x 127 < 2^15; kU8: two; kS8: one), vpmaddwd to int32, vcvtdq2ps
+// and one FMA by (8 rows' scales) x d_a into the column's accumulator, whose
+// lanes are the 8 rows: no horizontal sums, one store per column (masked
+// for a partial group).
+int max_interleaved_cols(const TileConf& conf);
+std::unique_ptr<Tile> make_avx2_interleaved_tile(const TileConf& conf);
 
 }  // namespace strata::kernels::jit

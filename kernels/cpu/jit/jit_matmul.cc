@@ -33,6 +33,12 @@ KernelParams default_params(GgmlType type) {
     p.rows = 4;
     p.cols = 3;
   }
+  if (interleaved_type(type)) {
+    p.rows = 8;
+    p.decode_rows = 8;
+    p.cols = 4;
+    p.unroll = 1;
+  }
   return p;
 }
 
@@ -45,7 +51,9 @@ std::string params_text(const KernelParams& p) {
 
 TileFn KernelCache::get(const TileConf& conf) {
   std::unique_ptr<Tile>& t = tiles_[conf.key()];
-  if (t == nullptr) t = make_avx2_tile(conf);
+  if (t == nullptr) {
+    t = conf.interleaved ? make_avx2_interleaved_tile(conf) : make_avx2_tile(conf);
+  }
   return t->fn();
 }
 
@@ -74,6 +82,7 @@ std::string kernel_name(GgmlType type, IsaTier tier) {
     absl::StrAppend(&s, " + min");
   }
   if (l->paired_scales) absl::StrAppend(&s, ", 2 scales/32");
+  if (l->row_group > 1) absl::StrAppend(&s, ", ", l->row_group, "-row interleaved");
   if (tier != IsaTier::kAvx2) {
     absl::StrAppend(&s, " (no ", isa_name(tier),
                     " generator yet; the avx2 one runs)");
@@ -89,6 +98,9 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.unit_pairs = l.unit_pairs;
   c.s8_symmetric = l.s8_symmetric;
   c.correction = l.correction != Correction::kNone;
+  c.min_correction = l.correction == Correction::kMin;
+  c.interleaved = l.row_group > 1;
+  c.scale_f16 = l.scale_f16;
   c.rows = rows;
   c.cols = cols;
   c.unroll = params_.unroll;
@@ -107,8 +119,13 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   return c;
 }
 
-absl::Status JitMatmul::set_params(const KernelParams& p) {
+absl::Status JitMatmul::set_params(const KernelParams& params) {
   const PackedLayout& l = packed_->layout();
+  KernelParams p = params;
+  if (l.row_group > 1) {  // tiles are whole row groups
+    p.rows = l.row_group;
+    p.decode_rows = l.row_group;
+  }
   TileConf probe = base_conf(1, 1);
   const int limit = max_tile(probe);
   if (p.rows < 1 || p.cols < 1 || p.cols > 16 || p.rows * p.cols > limit) {
@@ -187,10 +204,23 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
 
   auto args_for = [&](int64_t r0, int64_t c0) {
     TileArgs a;
-    a.values = pw.values() + r0 * l.value_stride;
-    a.hbits = pw.hbits() ? pw.hbits() + r0 * l.hbit_stride : nullptr;
-    a.scales = pw.scales() ? pw.scales() + r0 * l.scale_stride : nullptr;
-    a.wcorr = corr_plane ? corr_plane + r0 * corr_stride : nullptr;
+    if (l.row_group > 1) {
+      const int64_t g = r0 / l.row_group;
+      const int64_t es = l.scale_f16 ? 2 : 4;
+      a.values = pw.values() + g * l.value_stride;
+      a.hbits = nullptr;
+      a.scales = reinterpret_cast<const float*>(
+          reinterpret_cast<const uint8_t*>(pw.scales()) + g * l.scale_stride * es);
+      a.wcorr = pw.mins() ? reinterpret_cast<const float*>(
+                                reinterpret_cast<const uint8_t*>(pw.mins()) +
+                                g * l.mins_stride * es)
+                          : nullptr;
+    } else {
+      a.values = pw.values() + r0 * l.value_stride;
+      a.hbits = pw.hbits() ? pw.hbits() + r0 * l.hbit_stride : nullptr;
+      a.scales = pw.scales() ? pw.scales() + r0 * l.scale_stride : nullptr;
+      a.wcorr = corr_plane ? corr_plane + r0 * corr_stride : nullptr;
+    }
     a.act = fl ? static_cast<const void*>(acts.f() + c0 * l.n_in_pad)
                : static_cast<const void*>(acts.q() + c0 * l.n_in);
     a.act_d = acts.d() + c0 * l.act_d_stride;

@@ -43,7 +43,7 @@ namespace strata::kernels::jit {
 
 // Version of the generators: part of the tune cache key, so a changed
 // generator retunes.
-inline constexpr int kGeneratorVersion = 3;
+inline constexpr int kGeneratorVersion = 4;
 
 // The tunables of one matmul (the tuner, tuner.h, searches them).
 struct KernelParams {
@@ -112,7 +112,9 @@ class JitMatmul {
            ThreadPool& pool) const;
 
   // Regenerates the tiles for other parameters (the tuner); same errors as
-  // create().
+  // create(). Interleaved layouts (PackedLayout::row_group 8): tiles are
+  // whole row groups, so rows and decode_rows are set to 8 whatever `params`
+  // says.
   absl::Status set_params(const KernelParams& params);
 
   const PackedLayout& layout() const { return packed_->layout(); }

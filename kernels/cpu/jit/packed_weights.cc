@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/reference/block_layouts.h"
@@ -144,6 +145,60 @@ T* aligned_zeroed(int64_t count, int64_t* bytes) {
   return static_cast<T*>(p);
 }
 
+// The interleaved layout (packed_weights.h): each row is packed unit by unit
+// as above, then its 4-byte chunks, scales and mins are scattered into the
+// row group's planes.
+void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix& w,
+                      uint8_t* values, uint8_t* scales, uint8_t* mins,
+                      ThreadPool& pool) {
+  const int64_t block_bytes = ggml_type_info(l.type).type_size;
+  const int n_sc = l.paired_scales ? 2 : 1;
+  const int64_t ub = l.unit_bytes;
+  auto put = [&](uint8_t* plane, int64_t index, float v) {
+    if (l.scale_f16) {
+      const uint16_t h = reference::f32_to_f16(v);  // exact: an f16 scale
+      std::memcpy(plane + index * 2, &h, 2);
+    } else {
+      std::memcpy(plane + index * 4, &v, 4);
+    }
+  };
+  pool.parallel_for(l.n_out, [&](int64_t b, int64_t e, int) {
+    std::vector<uint8_t> vals(static_cast<size_t>(l.n_units * ub));
+    std::vector<float> sc(static_cast<size_t>(l.n_units * n_sc));
+    std::vector<float> mn(static_cast<size_t>(l.n_units));
+    std::vector<uint32_t> hb(static_cast<size_t>(l.n_units));
+    auto unit = [&](int64_t u) {
+      return Unit{vals.data() + u * ub, hb.data() + u, sc.data() + u * n_sc,
+                  mn.data() + u};
+    };
+    for (int64_t r = b; r < e; ++r) {
+      const uint8_t* row = w.data + r * w.row_bytes;
+      if (is_k(l.type)) {
+        for (int64_t sb = 0; sb < l.n_units / 8; ++sb) {
+          Unit units[8];
+          for (int j = 0; j < 8; ++j) units[j] = unit(sb * 8 + j);
+          pack_k(l.type, row + sb * block_bytes, units);
+        }
+      } else {
+        for (int64_t u = 0; u < l.n_units; ++u) {
+          pack_legacy(l.type, row + u * block_bytes, unit(u));
+        }
+      }
+      const int64_t g = r / 8, ri = r % 8;
+      uint8_t* gv = values + g * l.value_stride;
+      for (int64_t u = 0; u < l.n_units; ++u) {
+        for (int64_t m = 0; m < ub / 4; ++m) {
+          std::memcpy(gv + u * ub * 8 + m * 32 + ri * 4, vals.data() + u * ub + m * 4, 4);
+        }
+        for (int h = 0; h < n_sc; ++h) {
+          put(scales, g * l.scale_stride + (u * n_sc + h) * 8 + ri, sc[u * n_sc + h]);
+        }
+        if (mins != nullptr) put(mins, g * l.mins_stride + u * 8 + ri, mn[u]);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 const char* encoding_name(Encoding e) {
@@ -169,6 +224,37 @@ bool can_pack(GgmlType type) {
     default:
       return false;
   }
+}
+
+bool interleaved_type(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ4_K:
+    case GgmlType::kQ8_0: case GgmlType::kQ6_K: case GgmlType::kMXFP4:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+int64_t scale_elem_bytes(const PackedLayout& l) { return l.scale_f16 ? 2 : 4; }
+// Rows of each plane: row groups (interleaved) or rows.
+int64_t plane_rows(const PackedLayout& l) {
+  return l.row_group > 1 ? l.n_groups : l.n_out;
+}
+}  // namespace
+
+int64_t value_plane_bytes(const PackedLayout& l) {
+  return plane_rows(l) * l.value_stride;
+}
+int64_t hbit_plane_bytes(const PackedLayout& l) {
+  return plane_rows(l) * l.hbit_stride;
+}
+int64_t scale_plane_bytes(const PackedLayout& l) {
+  return plane_rows(l) * l.scale_stride * scale_elem_bytes(l);
+}
+int64_t min_plane_bytes(const PackedLayout& l) {
+  return plane_rows(l) * l.mins_stride * scale_elem_bytes(l);
 }
 
 absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
@@ -250,6 +336,22 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
       break;
   }
   l.unit_bytes = l.encoding == Encoding::kU4 || l.encoding == Encoding::kU5 ? 16 : 32;
+  if (interleaved_type(type)) {
+    l.row_group = 8;
+    l.n_groups = (n_out + 7) / 8;
+    l.scale_f16 = type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
+                  type == GgmlType::kQ8_0;
+    l.value_stride = l.n_units * l.unit_bytes * 8;
+    l.scale_stride = l.n_scales * 8;
+    l.act_d_stride = l.n_units;
+    if (l.correction == Correction::kZeroPoint) {
+      l.corr_len = round_up(l.n_scales, 8);
+    } else if (l.correction == Correction::kMin) {
+      l.corr_len = round_up(l.n_units, 8);
+      l.mins_stride = l.n_units * 8;
+    }
+    return l;
+  }
   l.value_stride = l.n_units * l.unit_bytes;
   l.hbit_stride = l.encoding == Encoding::kU5 ? l.n_units * 4 : 0;
   l.unit_pairs = l.encoding == Encoding::kU4 || l.encoding == Encoding::kU5;
@@ -266,7 +368,7 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
 }
 
 const float* PackedWeights::corr_plane() const {
-  return layout_.correction == Correction::kMin ? mins_.get() : scales_.get();
+  return layout_.correction == Correction::kMin ? mins() : scales();
 }
 
 int64_t PackedWeights::corr_stride() const {
@@ -295,7 +397,7 @@ absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
     return p;
   }
   p->owned_values_.reset(
-      aligned_zeroed<uint8_t>(n_out * l.value_stride, &p->owned_bytes_));
+      aligned_zeroed<uint8_t>(value_plane_bytes(l), &p->owned_bytes_));
   if (!p->owned_values_) return oom();
   p->values_ = p->owned_values_.get();
   if (is_float) {
@@ -310,14 +412,19 @@ absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
     return p;
   }
   if (l.encoding == Encoding::kU5) {
-    p->hbits_.reset(aligned_zeroed<uint8_t>(n_out * l.hbit_stride, &p->owned_bytes_));
+    p->hbits_.reset(aligned_zeroed<uint8_t>(hbit_plane_bytes(l), &p->owned_bytes_));
     if (!p->hbits_) return oom();
   }
-  p->scales_.reset(aligned_zeroed<float>(n_out * l.scale_stride, &p->owned_bytes_));
+  p->scales_.reset(aligned_zeroed<uint8_t>(scale_plane_bytes(l), &p->owned_bytes_));
   if (!p->scales_) return oom();
   if (l.correction == Correction::kMin) {
-    p->mins_.reset(aligned_zeroed<float>(n_out * l.mins_stride, &p->owned_bytes_));
+    p->mins_.reset(aligned_zeroed<uint8_t>(min_plane_bytes(l), &p->owned_bytes_));
     if (!p->mins_) return oom();
+  }
+  if (l.row_group > 1) {
+    pack_interleaved(l, w, p->owned_values_.get(), p->scales_.get(),
+                     p->mins_.get(), pool);
+    return p;
   }
 
   const int64_t block_bytes = ggml_type_info(l.type).type_size;
@@ -330,8 +437,9 @@ absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
                   ? reinterpret_cast<uint32_t*>(out.hbits_.get() +
                                                 r * l.hbit_stride) + u
                   : nullptr;
-    x.scales = out.scales_.get() + r * l.scale_stride + u * n_sc;
-    x.min = out.mins_ ? out.mins_.get() + r * l.mins_stride + u : nullptr;
+    x.scales = reinterpret_cast<float*>(out.scales_.get()) + r * l.scale_stride + u * n_sc;
+    x.min = out.mins_ ? reinterpret_cast<float*>(out.mins_.get()) + r * l.mins_stride + u
+                      : nullptr;
     return x;
   };
   pool.parallel_for(n_out, [&](int64_t b, int64_t e, int) {

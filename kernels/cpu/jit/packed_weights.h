@@ -37,6 +37,20 @@
 //           (Q6_K): two per unit, for elements 0..15 and 16..31; zero after
 //           n_scales, with 8 more floats (kernels read 8 at a time)
 //   mins    [n_out][corr_len] f32                    (min correction)
+//
+// Interleaved layout (row_group == 8; interleaved_type() says which types):
+// rows are taken eight at a time (a row group; the last one zero-padded), and
+// each unit's values are cut into 4-byte chunks, chunk m of the group's row r
+// at byte m*32 + r*4 of the unit, so one 32-byte load gives four consecutive
+// values of eight rows (kU8, kS8) or, as low and high nibbles, values 4m..4m+3
+// and 4m+16..4m+19 of eight rows (kU4: the chunks of ggml's nibble bytes).
+// One vpmaddubsw against four broadcast activation bytes then feeds all
+// eight rows, and their sums stay in the lanes of one register.
+//   values  [n_groups][n_units][8 * unit_bytes]
+//   scales  [n_groups][n_units][n_scales / n_units][8]  f16 (scale_f16: the
+//           GGUF's own f16 scales of Q4_0 / Q4_1 / Q8_0) or f32
+//   mins    [n_groups][n_units][8]                     same element type
+// The strides below are then per row group.
 // Ownership: PackedWeights owns its planes (or, for float types with
 // n_in % 8 == 0, views the caller's bytes, which must outlive it).
 // Immutable after packing: any thread reads.
@@ -88,6 +102,10 @@ struct PackedLayout {
   // (activations.h).
   bool unit_pairs = false;
   int64_t act_d_stride = 0;    // floats per row of the activation scale plane
+  // Interleaved layout: 8 (rows per group), else 1.
+  int row_group = 1;
+  int64_t n_groups = 0;        // ceil(n_out / row_group)
+  bool scale_f16 = false;      // interleaved scales and mins are f16
   // kS8: no value is -128 (set by pack after a scan), so w * sign(a) fits
   // int8 and decode may take |a| as the unsigned operand.
   bool s8_symmetric = false;
@@ -101,13 +119,24 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
 // True when packed_layout accepts `type`.
 bool can_pack(GgmlType type);
 
+// True when `type` packs into the interleaved 8-row layout (Q4_0, Q4_1,
+// Q4_K, Q8_0, Q6_K, MXFP4).
+bool interleaved_type(GgmlType type);
+
+// Bytes of each plane of a packed matrix with layout `l` (0 when absent).
+int64_t value_plane_bytes(const PackedLayout& l);
+int64_t hbit_plane_bytes(const PackedLayout& l);
+int64_t scale_plane_bytes(const PackedLayout& l);
+int64_t min_plane_bytes(const PackedLayout& l);
+
 class PackedWeights {
  public:
   const PackedLayout& layout() const { return layout_; }
   const uint8_t* values() const { return values_; }
   const uint8_t* hbits() const { return hbits_.get(); }
-  const float* scales() const { return scales_.get(); }
-  const float* mins() const { return mins_.get(); }
+  // Scale and min planes: f32, or f16 when layout().scale_f16.
+  const float* scales() const { return reinterpret_cast<const float*>(scales_.get()); }
+  const float* mins() const { return reinterpret_cast<const float*>(mins_.get()); }
   // The weight plane of the correction dot (scales or mins), row stride in
   // floats.
   const float* corr_plane() const;
@@ -131,8 +160,8 @@ class PackedWeights {
   const uint8_t* values_ = nullptr;
   Buffer<uint8_t> owned_values_;
   Buffer<uint8_t> hbits_;
-  Buffer<float> scales_;
-  Buffer<float> mins_;
+  Buffer<uint8_t> scales_;
+  Buffer<uint8_t> mins_;
   int64_t owned_bytes_ = 0;
 };
 

@@ -62,10 +62,10 @@ void evict(const JitMatmul& m) {
     const char* c = static_cast<const char*>(p);
     for (int64_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
   };
-  flush(pw.values(), l.n_out * l.value_stride);
-  flush(pw.hbits(), l.n_out * l.hbit_stride);
-  flush(pw.scales(), l.n_out * l.scale_stride * 4);
-  flush(pw.mins(), l.n_out * l.mins_stride * 4);
+  flush(pw.values(), value_plane_bytes(l));
+  flush(pw.hbits(), hbit_plane_bytes(l));
+  flush(pw.scales(), scale_plane_bytes(l));
+  flush(pw.mins(), min_plane_bytes(l));
   _mm_mfence();
 }
 
@@ -247,8 +247,10 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   // 1. Prefill tile shape (and activation block).
   const bool fl = l.unit_elems == 8;
   const std::vector<std::pair<int, int>> tiles =
-      fl ? std::vector<std::pair<int, int>>{{4, 3}, {3, 4}, {2, 6}, {6, 2}, {5, 2}}
-         : std::vector<std::pair<int, int>>{{4, 2}, {2, 4}, {3, 3}, {2, 5}, {5, 2}, {1, 8}};
+      l.row_group > 1
+          ? std::vector<std::pair<int, int>>{{8, 2}, {8, 3}, {8, 4}, {8, 5}}
+      : fl ? std::vector<std::pair<int, int>>{{4, 3}, {3, 4}, {2, 6}, {6, 2}, {5, 2}}
+           : std::vector<std::pair<int, int>>{{4, 2}, {2, 4}, {3, 3}, {2, 5}, {5, 2}, {1, 8}};
   // `p` replaces `best` when it is new, correct and faster by `time`.
   auto consider = [&](const KernelParams& p, const auto& time, double* best_time) {
     if (p == best || !try_params(p)) return;
@@ -268,7 +270,9 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
     }
   }
   // 2. Decode rows and prefetch distance.
-  for (int dr : {1, 2, 4}) {
+  const std::vector<int> decode_rows =
+      l.row_group > 1 ? std::vector<int>{l.row_group} : std::vector<int>{1, 2, 4};
+  for (int dr : decode_rows) {
     for (int pf : {0, 512, 1024}) {
       KernelParams p = best;
       p.decode_rows = dr;

@@ -148,20 +148,23 @@ TEST_P(JitMatmulTest, EqualsReferenceOnRaggedShapes) {
   }
   std::mt19937 rng(static_cast<unsigned>(type) * 31 + 7);
   // Default parameters, the widest tile, a tall one, and prefetch + unroll.
+  const PackedLayout layout = *packed_layout(type, shapes_for(type)[0].n_in, 1);
   const int limit = [&] {
-    const PackedLayout l = *packed_layout(type, shapes_for(type)[0].n_in, 1);
     TileConf c;
-    c.encoding = l.encoding;
-    c.paired_scales = l.paired_scales;
-    c.unit_pairs = l.unit_pairs;
+    c.encoding = layout.encoding;
+    c.paired_scales = layout.paired_scales;
+    c.unit_pairs = layout.unit_pairs;
+    c.interleaved = layout.row_group > 1;
     return max_tile(c);
   }();
+  // Interleaved layouts: tiles are 8-row groups, only cols varies.
+  const int group = layout.row_group;
   std::vector<KernelParams> variants(4, default_params(type));
   variants[1].rows = 1;
-  variants[1].cols = limit;
+  variants[1].cols = group > 1 ? limit / group : limit;
   variants[1].decode_rows = limit;
   variants[2].rows = limit / 2;
-  variants[2].cols = 2;
+  variants[2].cols = group > 1 ? 1 : 2;
   variants[2].unroll = 3;
   variants[2].act_block = 5;
   variants[3].unroll = 4;
@@ -243,15 +246,18 @@ TEST(JitMatmul, RefusesTypesWithoutGenerator) {
 
 TEST(JitMatmul, RefusesTilesBeyondTheRegisterFile) {
   std::mt19937 rng(1);
-  const Matrix m = random_matrix(GgmlType::kQ4_0, 64, 4, rng);
   ThreadPool pool(1);
-  KernelParams p;
-  p.rows = 4;
-  p.cols = 4;
-  auto mm = JitMatmul::create(m.view(), IsaTier::kAvx2, p, nullptr, pool);
-  EXPECT_EQ(mm.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(mm.status().message().find("accumulators"), std::string::npos)
-      << mm.status();
+  // Q5_0 (row tiles): 4x4 accumulators; Q4_0 (8-row groups): 6 columns.
+  for (auto [type, cols] : {std::pair{GgmlType::kQ5_0, 4}, std::pair{GgmlType::kQ4_0, 6}}) {
+    const Matrix m = random_matrix(type, 64, 4, rng);
+    KernelParams p;
+    p.rows = 4;
+    p.cols = cols;
+    auto mm = JitMatmul::create(m.view(), IsaTier::kAvx2, p, nullptr, pool);
+    EXPECT_EQ(mm.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(mm.status().message().find("accumulators"), std::string::npos)
+        << mm.status();
+  }
 }
 
 TEST(Isa, NamesRoundTrip) {

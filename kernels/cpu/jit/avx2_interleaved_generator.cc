@@ -1,0 +1,282 @@
+// The AVX2 + FMA generator of interleaved matmul tiles (Xbyak): one 8-row
+// group of the interleaved layout (packed_weights.h) by `cols` activation
+// rows; see avx2_generator.h for the scheme. The idea of interleaving rows
+// so that one vpmaddubsw feeds several rows is ggml-cpu's repacked
+// q4_0_8x8 / q4_K_8x8 GEMM (ggml/src/ggml-cpu/repack.cpp); the layout, the
+// broadcast of activation bytes and the code here are our own.
+#include <cassert>
+#include <cstddef>
+
+#include "kernels/cpu/jit/avx2_generator.h"
+#include "xbyak/xbyak.h"
+
+namespace strata::kernels::jit {
+namespace {
+
+// Registers besides the per-column ones: ones, t, sv (+ 0x0F, w_lo, w_hi
+// for kU4; w for kU8; w, |w| for kS8).
+int fixed_registers(const TileConf& c) {
+  switch (c.encoding) {
+    case Encoding::kU4: return 6;
+    case Encoding::kU8: return 4;
+    default: return 5;
+  }
+}
+
+// Per-column registers: the f32 accumulator and int sums (kU8: int16 and
+// int32).
+int column_registers(const TileConf& c) {
+  return c.encoding == Encoding::kU8 ? 3 : 2;
+}
+
+class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
+ public:
+  explicit Avx2InterleavedTile(const TileConf& c)
+      : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), c_(c) {
+    generate();
+    ready(Xbyak::CodeArray::PROTECT_RE);
+  }
+  TileFn fn() const override { return getCode<TileFn>(); }
+  size_t code_bytes() const override { return getSize(); }
+
+ private:
+  const Xbyak::Reg64 args_ = rdi, vals_ = rsi, sc_ = rdx, mn_ = rcx,
+                     act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, y_ = r11;
+
+  Xbyak::Ymm acc(int col) const { return Xbyak::Ymm(col); }
+  Xbyak::Ymm sum(int col) const { return Xbyak::Ymm(c_.cols + col); }
+  Xbyak::Ymm sum32(int col) const { return Xbyak::Ymm(2 * c_.cols + col); }
+
+  int n_sc() const { return c_.paired_scales ? 2 : 1; }
+  int scale_bytes() const { return c_.scale_f16 ? 2 : 4; }
+  // Floats of the activation correction per unit: one per scale (zero
+  // points) or per unit (mins).
+  int corr_per_unit() const { return c_.min_correction ? 1 : n_sc(); }
+  int64_t group_unit_bytes() const { return 8 * c_.unit_bytes; }
+  Xbyak::Address act_at(int col, int u, int offset) const {
+    return ptr[act_ + col * c_.act_stride + u * 32 + offset];
+  }
+
+  void generate();
+  void unit(int u);
+  void unit_u4(int u);
+  void unit_u8(int u);
+  void unit_s8(int u);
+  // Loads the 8 rows' scale h of unit u into sv (f16 or f32).
+  void load_scales(int u, int h);
+  // acc(col) += f32(int32 sums s) * (sv * d_a) (+ the zero-point term).
+  void finish(int col, const Xbyak::Ymm& s, int u, int h);
+  void min_correction(int u, const Xbyak::Ymm& mv);
+
+  const TileConf c_;
+  Xbyak::Ymm ones_, t_, sv_, m0f_, w_, w2_;
+  Xbyak::Label mask_;
+};
+
+void Avx2InterleavedTile::load_scales(int u, int h) {
+  const int64_t off = (int64_t{u} * n_sc() + h) * 8 * scale_bytes();
+  if (c_.scale_f16) {
+    vcvtph2ps(sv_, ptr[sc_ + off]);
+  } else {
+    vmovups(sv_, ptr[sc_ + off]);
+  }
+}
+
+void Avx2InterleavedTile::finish(int col, const Xbyak::Ymm& s, int u, int h) {
+  vcvtdq2ps(s, s);
+  vbroadcastss(t_, ptr[ad_ + (col * c_.act_d_stride + u) * 4]);
+  vmulps(t_, t_, sv_);
+  vfmadd231ps(acc(col), s, t_);
+  if (c_.correction && !c_.min_correction) {
+    vbroadcastss(t_, ptr[ac_ + (col * c_.act_corr_stride +
+                                int64_t{u} * n_sc() + h) * 4]);
+    vfmadd231ps(acc(col), sv_, t_);
+  }
+}
+
+void Avx2InterleavedTile::min_correction(int u, const Xbyak::Ymm& mv) {
+  if (!c_.min_correction) return;
+  const int64_t off = int64_t{u} * 8 * scale_bytes();
+  if (c_.scale_f16) {
+    vcvtph2ps(mv, ptr[mn_ + off]);
+  } else {
+    vmovups(mv, ptr[mn_ + off]);
+  }
+  for (int col = 0; col < c_.cols; ++col) {
+    vbroadcastss(t_, ptr[ac_ + (col * c_.act_corr_stride + u) * 4]);
+    vfmadd231ps(acc(col), mv, t_);
+  }
+}
+
+void Avx2InterleavedTile::unit_u4(int u) {
+  const int64_t base = u * group_unit_bytes();
+  for (int m = 0; m < 4; ++m) {
+    vmovdqu(w_, ptr[vals_ + base + m * 32]);
+    vpsrlw(w2_, w_, 4);
+    vpand(w_, w_, m0f_);
+    vpand(w2_, w2_, m0f_);
+    for (int col = 0; col < c_.cols; ++col) {
+      vpbroadcastd(t_, act_at(col, u, 4 * m));
+      if (m == 0) {
+        vpmaddubsw(sum(col), w_, t_);
+      } else {
+        vpmaddubsw(t_, w_, t_);
+        vpaddw(sum(col), sum(col), t_);
+      }
+      vpbroadcastd(t_, act_at(col, u, 16 + 4 * m));
+      vpmaddubsw(t_, w2_, t_);
+      vpaddw(sum(col), sum(col), t_);
+    }
+  }
+  load_scales(u, 0);
+  for (int col = 0; col < c_.cols; ++col) {
+    vpmaddwd(sum(col), sum(col), ones_);
+    finish(col, sum(col), u, 0);
+  }
+  min_correction(u, w_);
+}
+
+void Avx2InterleavedTile::unit_u8(int u) {
+  const int64_t base = u * group_unit_bytes();
+  const int per_scale = 8 / n_sc();  // chunk vectors per scale
+  for (int j = 0; j < 8; ++j) {
+    vmovdqu(w_, ptr[vals_ + base + j * 32]);
+    for (int col = 0; col < c_.cols; ++col) {
+      vpbroadcastd(t_, act_at(col, u, 4 * j));
+      if (j % 2 == 0) {
+        vpmaddubsw(sum(col), w_, t_);
+        continue;
+      }
+      vpmaddubsw(t_, w_, t_);
+      vpaddw(sum(col), sum(col), t_);
+      if (j % per_scale == 1) {
+        vpmaddwd(sum32(col), sum(col), ones_);
+      } else {
+        vpmaddwd(sum(col), sum(col), ones_);
+        vpaddd(sum32(col), sum32(col), sum(col));
+      }
+    }
+    if (j % per_scale == per_scale - 1) {
+      const int h = j / per_scale;
+      load_scales(u, h);
+      for (int col = 0; col < c_.cols; ++col) finish(col, sum32(col), u, h);
+    }
+  }
+  min_correction(u, w_);
+}
+
+void Avx2InterleavedTile::unit_s8(int u) {
+  const int64_t base = u * group_unit_bytes();
+  for (int j = 0; j < 8; ++j) {
+    vmovdqu(w_, ptr[vals_ + base + j * 32]);
+    vpabsb(w2_, w_);
+    for (int col = 0; col < c_.cols; ++col) {
+      vpbroadcastd(t_, act_at(col, u, 4 * j));
+      vpsignb(t_, t_, w_);
+      vpmaddubsw(t_, w2_, t_);
+      if (j == 0) {
+        vpmaddwd(sum(col), t_, ones_);
+      } else {
+        vpmaddwd(t_, t_, ones_);
+        vpaddd(sum(col), sum(col), t_);
+      }
+    }
+  }
+  load_scales(u, 0);
+  for (int col = 0; col < c_.cols; ++col) finish(col, sum(col), u, 0);
+  min_correction(u, w_);
+}
+
+void Avx2InterleavedTile::unit(int u) {
+  if (c_.prefetch > 0) {
+    for (int64_t b = 0; b < group_unit_bytes(); b += 64) {
+      prefetcht0(ptr[vals_ + u * group_unit_bytes() + c_.prefetch + b]);
+    }
+  }
+  switch (c_.encoding) {
+    case Encoding::kU4: unit_u4(u); break;
+    case Encoding::kU8: unit_u8(u); break;
+    default: unit_s8(u); break;
+  }
+}
+
+void Avx2InterleavedTile::generate() {
+  using Xbyak::Xmm;
+  using Xbyak::Ymm;
+  const TileConf& c = c_;
+  assert(c.cols >= 1 && c.cols <= max_interleaved_cols(c));
+  assert(c.rows >= 1 && c.rows <= 8);
+
+  mov(vals_, ptr[args_ + offsetof(TileArgs, values)]);
+  mov(sc_, ptr[args_ + offsetof(TileArgs, scales)]);
+  mov(mn_, ptr[args_ + offsetof(TileArgs, wcorr)]);
+  mov(act_, ptr[args_ + offsetof(TileArgs, act)]);
+  mov(ad_, ptr[args_ + offsetof(TileArgs, act_d)]);
+  mov(ac_, ptr[args_ + offsetof(TileArgs, act_corr)]);
+
+  int next = 15;
+  auto take = [&] { return Ymm(next--); };
+  ones_ = take();
+  mov(eax, 0x00010001);
+  vmovd(Xmm(ones_.getIdx()), eax);
+  vpbroadcastd(ones_, Xmm(ones_.getIdx()));
+  t_ = take();
+  sv_ = take();
+  w_ = take();
+  if (c.encoding == Encoding::kU4) {
+    m0f_ = take();
+    mov(eax, 0x0F0F0F0F);
+    vmovd(Xmm(m0f_.getIdx()), eax);
+    vpbroadcastd(m0f_, Xmm(m0f_.getIdx()));
+  }
+  if (c.encoding != Encoding::kU8) w2_ = take();
+  assert(next + 1 >= column_registers(c) * c.cols);
+  for (int col = 0; col < c.cols; ++col) vxorps(acc(col), acc(col), acc(col));
+
+  const int64_t iters = c.n_units / c.unroll;
+  const int rest = static_cast<int>(c.n_units % c.unroll);
+  if (iters > 0) {
+    Xbyak::Label loop;
+    mov(cnt_, iters);
+    L(loop);
+    for (int i = 0; i < c.unroll; ++i) unit(i);
+    add(vals_, c.unroll * group_unit_bytes());
+    add(act_, c.unroll * 32);
+    add(sc_, c.unroll * n_sc() * 8 * scale_bytes());
+    if (c.min_correction) add(mn_, c.unroll * 8 * scale_bytes());
+    add(ad_, c.unroll * 4);
+    if (c.correction) add(ac_, c.unroll * corr_per_unit() * 4);
+    dec(cnt_);
+    jnz(loop, T_NEAR);
+  }
+  for (int i = 0; i < rest; ++i) unit(i);
+
+  mov(y_, ptr[args_ + offsetof(TileArgs, y)]);
+  if (c.rows < 8) vmovdqu(t_, ptr[rip + mask_]);
+  for (int col = 0; col < c.cols; ++col) {
+    const Xbyak::Address y = ptr[y_ + col * c.y_stride * 4];
+    if (c.rows == 8) {
+      vmovups(y, acc(col));
+    } else {
+      vmaskmovps(y, t_, acc(col));
+    }
+  }
+  vzeroupper();
+  ret();
+
+  align(32);
+  L(mask_);  // lanes of the rows the partial group has
+  for (int r = 0; r < 8; ++r) dd(r < c.rows ? 0xFFFFFFFFu : 0u);
+}
+
+}  // namespace
+
+int max_interleaved_cols(const TileConf& conf) {
+  return (16 - fixed_registers(conf)) / column_registers(conf);
+}
+
+std::unique_ptr<Tile> make_avx2_interleaved_tile(const TileConf& conf) {
+  return std::make_unique<Avx2InterleavedTile>(conf);
+}
+
+}  // namespace strata::kernels::jit
