@@ -41,6 +41,8 @@ struct TileConf {
   bool min_correction = false;  // interleaved: the correction is a min plane
   bool interleaved = false;  // 8-row groups (PackedLayout::row_group == 8)
   bool scale_f16 = false;    // interleaved scales and mins are f16
+  bool k_scales = false;     // interleaved K-quant sub-scales (packed_weights.h)
+  bool signed_scales = false;  // k_scales are i8 (Q6_K), else u8
   int rows = 1;              // weight rows of the tile
   int cols = 1;              // activation rows of the tile
   int unroll = 1;            // units (unit pairs) per loop iteration
@@ -60,7 +62,7 @@ struct TileConf {
   auto key() const {
     return std::make_tuple(static_cast<int>(encoding), paired_scales,
                            unit_pairs, s8_symmetric, correction, min_correction,
-                           interleaved, scale_f16, rows, cols, unroll, prefetch, n_units,
+                           interleaved, scale_f16, k_scales, signed_scales, rows, cols, unroll, prefetch, n_units,
                            unit_bytes, value_stride, hbit_stride, scale_stride,
                            wcorr_stride, corr_len, act_stride, act_d_stride,
                            act_corr_stride, y_stride);

@@ -6,6 +6,7 @@
 // broadcast of activation bytes and the code here are our own.
 #include <cassert>
 #include <cstddef>
+#include <utility>
 
 #include "kernels/cpu/jit/avx2_generator.h"
 #include "xbyak/xbyak.h"
@@ -15,6 +16,8 @@ namespace {
 
 // Registers besides the per-column ones: ones, t, sv (+ 0x0F, w_lo, w_hi
 // for kU4; w for kU8; w, |w| for kS8).
+// kU5: ones, t, w_lo, w_hi, the fifth bits (scales reuse w_lo, masks are
+// memory operands).
 int fixed_registers(const TileConf& c) {
   switch (c.encoding) {
     case Encoding::kU4: return 6;
@@ -23,10 +26,10 @@ int fixed_registers(const TileConf& c) {
   }
 }
 
-// Per-column registers: the f32 accumulator and int sums (kU8: int16 and
-// int32).
+// Per-column registers: the f32 accumulator and int sums (kU8, kU5: int16
+// and int32).
 int column_registers(const TileConf& c) {
-  return c.encoding == Encoding::kU8 ? 3 : 2;
+  return c.encoding == Encoding::kU8 || c.encoding == Encoding::kU5 ? 3 : 2;
 }
 
 class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
@@ -40,8 +43,10 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   size_t code_bytes() const override { return getSize(); }
 
  private:
+  // hb_ (kU5's fifth-bit plane) and y_ share r11: y is loaded after the loop.
   const Xbyak::Reg64 args_ = rdi, vals_ = rsi, sc_ = rdx, mn_ = rcx,
-                     act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, y_ = r11;
+                     act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, y_ = r11,
+                     hb_ = r11;
 
   Xbyak::Ymm acc(int col) const { return Xbyak::Ymm(col); }
   Xbyak::Ymm sum(int col) const { return Xbyak::Ymm(c_.cols + col); }
@@ -60,6 +65,7 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void generate();
   void unit(int u);
   void unit_u4(int u);
+  void unit_u5(int u);
   void unit_u8(int u);
   void unit_s8(int u);
   // Loads the 8 rows' scale h of unit u into sv (f16 or f32).
@@ -69,11 +75,22 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void min_correction(int u, const Xbyak::Ymm& mv);
 
   const TileConf c_;
-  Xbyak::Ymm ones_, t_, sv_, m0f_, w_, w2_;
-  Xbyak::Label mask_;
+  Xbyak::Ymm ones_, t_, sv_, m0f_, w_, w2_, hv_;
+  Xbyak::Label mask_, c0f_, c10_;
 };
 
 void Avx2InterleavedTile::load_scales(int u, int h) {
+  if (c_.k_scales) {  // d * sub-scale; u is the unit within the super-block
+    const Xbyak::Address sub = qword[sc_ + (u * n_sc() + h) * 8];
+    if (c_.signed_scales) {
+      vpmovsxbd(sv_, sub);
+    } else {
+      vpmovzxbd(sv_, sub);
+    }
+    vcvtdq2ps(sv_, sv_);
+    vmulps(sv_, sv_, ptr[sc_ + 64 * n_sc()]);
+    return;
+  }
   const int64_t off = (int64_t{u} * n_sc() + h) * 8 * scale_bytes();
   if (c_.scale_f16) {
     vcvtph2ps(sv_, ptr[sc_ + off]);
@@ -96,6 +113,16 @@ void Avx2InterleavedTile::finish(int col, const Xbyak::Ymm& s, int u, int h) {
 
 void Avx2InterleavedTile::min_correction(int u, const Xbyak::Ymm& mv) {
   if (!c_.min_correction) return;
+  if (c_.k_scales) {  // acc -= (dmin * m) * A, i.e. + (-(dmin * m)) * A
+    vpmovzxbd(mv, qword[mn_ + u * 8]);
+    vcvtdq2ps(mv, mv);
+    vmulps(mv, mv, ptr[mn_ + 64]);
+    for (int col = 0; col < c_.cols; ++col) {
+      vbroadcastss(t_, ptr[ac_ + (col * c_.act_corr_stride + u) * 4]);
+      vfnmadd231ps(acc(col), mv, t_);
+    }
+    return;
+  }
   const int64_t off = int64_t{u} * 8 * scale_bytes();
   if (c_.scale_f16) {
     vcvtph2ps(mv, ptr[mn_ + off]);
@@ -134,6 +161,50 @@ void Avx2InterleavedTile::unit_u4(int u) {
     finish(col, sum(col), u, 0);
   }
   min_correction(u, w_);
+}
+
+// kU5: ggml's Q5 fifth bits, one byte per (row, 4-element chunk), bit j
+// for chunk vector j (packed_weights.h), moved to bit 4 and or-ed in.
+// Values up to 31: int16 sums of four products (4 x 2 x 31 x 127 < 2^15).
+void Avx2InterleavedTile::unit_u5(int u) {
+  const int64_t base = u * group_unit_bytes();
+  vmovdqu(hv_, ptr[hb_ + u * 32]);
+  for (int m = 0; m < 4; ++m) {
+    vmovdqu(w_, ptr[vals_ + base + m * 32]);
+    vpsrlw(w2_, w_, 4);
+    vpand(w_, w_, ptr[rip + c0f_]);
+    vpand(w2_, w2_, ptr[rip + c0f_]);
+    for (auto [w, j] : {std::pair{w_, m}, std::pair{w2_, m + 4}}) {
+      if (j < 4) {
+        vpsllw(t_, hv_, 4 - j);
+      } else if (j > 4) {
+        vpsrlw(t_, hv_, j - 4);
+      }
+      vpand(t_, j == 4 ? hv_ : t_, ptr[rip + c10_]);
+      vpor(w, w, t_);
+    }
+    for (int col = 0; col < c_.cols; ++col) {
+      vpbroadcastd(t_, act_at(col, u, 4 * m));
+      if (m % 2 == 0) {
+        vpmaddubsw(sum(col), w_, t_);
+      } else {
+        vpmaddubsw(t_, w_, t_);
+        vpaddw(sum(col), sum(col), t_);
+      }
+      vpbroadcastd(t_, act_at(col, u, 16 + 4 * m));
+      vpmaddubsw(t_, w2_, t_);
+      vpaddw(sum(col), sum(col), t_);
+      if (m == 1) {
+        vpmaddwd(sum32(col), sum(col), ones_);
+      } else if (m == 3) {
+        vpmaddwd(sum(col), sum(col), ones_);
+        vpaddd(sum32(col), sum32(col), sum(col));
+      }
+    }
+  }
+  load_scales(u, 0);  // sv_ is w_ here
+  for (int col = 0; col < c_.cols; ++col) finish(col, sum32(col), u, 0);
+  min_correction(u, w2_);
 }
 
 void Avx2InterleavedTile::unit_u8(int u) {
@@ -195,6 +266,7 @@ void Avx2InterleavedTile::unit(int u) {
   }
   switch (c_.encoding) {
     case Encoding::kU4: unit_u4(u); break;
+    case Encoding::kU5: unit_u5(u); break;
     case Encoding::kU8: unit_u8(u); break;
     default: unit_s8(u); break;
   }
@@ -213,6 +285,7 @@ void Avx2InterleavedTile::generate() {
   mov(act_, ptr[args_ + offsetof(TileArgs, act)]);
   mov(ad_, ptr[args_ + offsetof(TileArgs, act_d)]);
   mov(ac_, ptr[args_ + offsetof(TileArgs, act_corr)]);
+  if (c.encoding == Encoding::kU5) mov(hb_, ptr[args_ + offsetof(TileArgs, hbits)]);
 
   int next = 15;
   auto take = [&] { return Ymm(next--); };
@@ -221,31 +294,39 @@ void Avx2InterleavedTile::generate() {
   vmovd(Xmm(ones_.getIdx()), eax);
   vpbroadcastd(ones_, Xmm(ones_.getIdx()));
   t_ = take();
-  sv_ = take();
+  if (c.encoding != Encoding::kU5) sv_ = take();
   w_ = take();
+  if (c.encoding == Encoding::kU5) {
+    sv_ = w_;
+    w2_ = take();
+    hv_ = take();
+  }
   if (c.encoding == Encoding::kU4) {
     m0f_ = take();
     mov(eax, 0x0F0F0F0F);
     vmovd(Xmm(m0f_.getIdx()), eax);
     vpbroadcastd(m0f_, Xmm(m0f_.getIdx()));
   }
-  if (c.encoding != Encoding::kU8) w2_ = take();
+  if (c.encoding == Encoding::kU4 || c.encoding == Encoding::kS8) w2_ = take();
   assert(next + 1 >= column_registers(c) * c.cols);
   for (int col = 0; col < c.cols; ++col) vxorps(acc(col), acc(col), acc(col));
 
-  const int64_t iters = c.n_units / c.unroll;
-  const int rest = static_cast<int>(c.n_units % c.unroll);
+  // K-quant sub-scales: one super-block (8 units) per iteration.
+  const int unroll = c.k_scales ? 8 : c.unroll;
+  const int64_t iters = c.n_units / unroll;
+  const int rest = static_cast<int>(c.n_units % unroll);
   if (iters > 0) {
     Xbyak::Label loop;
     mov(cnt_, iters);
     L(loop);
-    for (int i = 0; i < c.unroll; ++i) unit(i);
-    add(vals_, c.unroll * group_unit_bytes());
-    add(act_, c.unroll * 32);
-    add(sc_, c.unroll * n_sc() * 8 * scale_bytes());
-    if (c.min_correction) add(mn_, c.unroll * 8 * scale_bytes());
-    add(ad_, c.unroll * 4);
-    if (c.correction) add(ac_, c.unroll * corr_per_unit() * 4);
+    for (int i = 0; i < unroll; ++i) unit(i);
+    add(vals_, unroll * group_unit_bytes());
+    add(act_, unroll * 32);
+    add(sc_, c.k_scales ? 64 * n_sc() + 32 : unroll * n_sc() * 8 * scale_bytes());
+    if (c.min_correction) add(mn_, c.k_scales ? 96 : unroll * 8 * scale_bytes());
+    if (c.encoding == Encoding::kU5) add(hb_, unroll * 32);
+    add(ad_, unroll * 4);
+    if (c.correction) add(ac_, unroll * corr_per_unit() * 4);
     dec(cnt_);
     jnz(loop, T_NEAR);
   }
@@ -267,6 +348,10 @@ void Avx2InterleavedTile::generate() {
   align(32);
   L(mask_);  // lanes of the rows the partial group has
   for (int r = 0; r < 8; ++r) dd(r < c.rows ? 0xFFFFFFFFu : 0u);
+  L(c0f_);
+  for (int j = 0; j < 32; ++j) db(0x0F);
+  L(c10_);
+  for (int j = 0; j < 32; ++j) db(0x10);
 }
 
 }  // namespace

@@ -36,7 +36,10 @@ KernelParams default_params(GgmlType type) {
   if (interleaved_type(type)) {
     p.rows = 8;
     p.decode_rows = 8;
-    p.cols = 4;
+    // kU5 holds 3 columns (avx2_interleaved_generator.cc), the others 4-5.
+    const bool u5 = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
+                    type == GgmlType::kQ5_K;
+    p.cols = u5 ? 3 : 4;
     p.unroll = 1;
   }
   return p;
@@ -101,9 +104,11 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.min_correction = l.correction == Correction::kMin;
   c.interleaved = l.row_group > 1;
   c.scale_f16 = l.scale_f16;
+  c.k_scales = l.k_scales;
+  c.signed_scales = l.type == GgmlType::kQ6_K;
   c.rows = rows;
   c.cols = cols;
-  c.unroll = params_.unroll;
+  c.unroll = l.k_scales ? 8 : params_.unroll;  // k_scales: a super-block per iteration
   c.prefetch = cols == 1 ? params_.prefetch : 0;
   c.n_units = l.n_units;
   c.unit_bytes = l.unit_bytes;
@@ -206,9 +211,9 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
     TileArgs a;
     if (l.row_group > 1) {
       const int64_t g = r0 / l.row_group;
-      const int64_t es = l.scale_f16 ? 2 : 4;
+      const int64_t es = scale_elem_bytes(l);
       a.values = pw.values() + g * l.value_stride;
-      a.hbits = nullptr;
+      a.hbits = pw.hbits() ? pw.hbits() + g * l.hbit_stride : nullptr;
       a.scales = reinterpret_cast<const float*>(
           reinterpret_cast<const uint8_t*>(pw.scales()) + g * l.scale_stride * es);
       a.wcorr = pw.mins() ? reinterpret_cast<const float*>(

@@ -30,6 +30,12 @@ struct Unit {
   uint32_t* hbits;   // kU5 only
   float* scales;     // 1 or 2
   float* min;        // min correction only
+  // K-quants, when not null: the integer sub-scales (1 or 2) and min of the
+  // unit, and its super-block's d and dmin (scales = d * sub, min = -dmin * m).
+  int* sub_scales = nullptr;
+  int* sub_min = nullptr;
+  float* d = nullptr;
+  float* dmin = nullptr;
 };
 
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / MXFP4: one unit per ggml block.
@@ -101,6 +107,11 @@ void pack_k(GgmlType type, const uint8_t* block, const Unit* units) {
       }
       units[j].scales[0] = d * static_cast<float>(sc[2 * j]);
       units[j].scales[1] = d * static_cast<float>(sc[2 * j + 1]);
+      if (units[j].sub_scales != nullptr) {
+        units[j].sub_scales[0] = sc[2 * j];
+        units[j].sub_scales[1] = sc[2 * j + 1];
+        *units[j].d = d;
+      }
     }
     return;
   }
@@ -116,6 +127,12 @@ void pack_k(GgmlType type, const uint8_t* block, const Unit* units) {
     scale_min_k4(j, scales, &sc, &m);
     units[j].scales[0] = d * static_cast<float>(sc);
     *units[j].min = -(dmin * static_cast<float>(m));
+    if (units[j].sub_scales != nullptr) {
+      units[j].sub_scales[0] = sc;
+      *units[j].sub_min = m;
+      *units[j].d = d;
+      *units[j].dmin = dmin;
+    }
     const uint8_t* q = qs + 32 * (j / 2);
     const int shift = (j % 2) * 4;
     for (int i = 0; i < 16; ++i) {
@@ -149,8 +166,8 @@ T* aligned_zeroed(int64_t count, int64_t* bytes) {
 // as above, then its 4-byte chunks, scales and mins are scattered into the
 // row group's planes.
 void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix& w,
-                      uint8_t* values, uint8_t* scales, uint8_t* mins,
-                      ThreadPool& pool) {
+                      uint8_t* values, uint8_t* hbits, uint8_t* scales,
+                      uint8_t* mins, ThreadPool& pool) {
   const int64_t block_bytes = ggml_type_info(l.type).type_size;
   const int n_sc = l.paired_scales ? 2 : 1;
   const int64_t ub = l.unit_bytes;
@@ -162,14 +179,26 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
       std::memcpy(plane + index * 4, &v, 4);
     }
   };
+  // k_scales: per super-block of 8 units, [8 units][n_sc][8 rows] integer
+  // sub-scales (bytes), then [8 rows] f32 d; mins the same with m and dmin.
+  const int64_t sb_scale_bytes = 64 * n_sc + 32, sb_min_bytes = 96;
   pool.parallel_for(l.n_out, [&](int64_t b, int64_t e, int) {
     std::vector<uint8_t> vals(static_cast<size_t>(l.n_units * ub));
     std::vector<float> sc(static_cast<size_t>(l.n_units * n_sc));
     std::vector<float> mn(static_cast<size_t>(l.n_units));
     std::vector<uint32_t> hb(static_cast<size_t>(l.n_units));
+    std::vector<int> isc(static_cast<size_t>(l.n_units * n_sc));
+    std::vector<int> imn(static_cast<size_t>(l.n_units));
+    std::vector<float> dd(static_cast<size_t>(l.n_units)), dm(static_cast<size_t>(l.n_units));
     auto unit = [&](int64_t u) {
-      return Unit{vals.data() + u * ub, hb.data() + u, sc.data() + u * n_sc,
-                  mn.data() + u};
+      Unit x{vals.data() + u * ub, hb.data() + u, sc.data() + u * n_sc, mn.data() + u};
+      if (l.k_scales) {
+        x.sub_scales = isc.data() + u * n_sc;
+        x.sub_min = imn.data() + u;
+        x.d = dd.data() + u;
+        x.dmin = dm.data() + u;
+      }
+      return x;
     };
     for (int64_t r = b; r < e; ++r) {
       const uint8_t* row = w.data + r * w.row_bytes;
@@ -187,8 +216,31 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
       const int64_t g = r / 8, ri = r % 8;
       uint8_t* gv = values + g * l.value_stride;
       for (int64_t u = 0; u < l.n_units; ++u) {
+        if (hbits != nullptr) {  // bit j of byte ri*4+b: element 4j+b's fifth bit
+          for (int b4 = 0; b4 < 4; ++b4) {
+            uint8_t byte = 0;
+            for (int j = 0; j < 8; ++j) {
+              byte = static_cast<uint8_t>(byte | ((hb[u] >> (4 * j + b4)) & 1u) << j);
+            }
+            hbits[g * l.hbit_stride + u * 32 + ri * 4 + b4] = byte;
+          }
+        }
         for (int64_t m = 0; m < ub / 4; ++m) {
           std::memcpy(gv + u * ub * 8 + m * 32 + ri * 4, vals.data() + u * ub + m * 4, 4);
+        }
+        if (l.k_scales) {
+          const int64_t sb = u / 8, ui = u % 8;
+          uint8_t* gs = scales + g * l.scale_stride + sb * sb_scale_bytes;
+          for (int h = 0; h < n_sc; ++h) {
+            gs[(ui * n_sc + h) * 8 + ri] = static_cast<uint8_t>(isc[u * n_sc + h]);
+          }
+          std::memcpy(gs + 64 * n_sc + ri * 4, &dd[u], 4);
+          if (mins != nullptr) {
+            uint8_t* gm = mins + g * l.mins_stride + sb * sb_min_bytes;
+            gm[ui * 8 + ri] = static_cast<uint8_t>(imn[u]);
+            std::memcpy(gm + 64 + ri * 4, &dm[u], 4);
+          }
+          continue;
         }
         for (int h = 0; h < n_sc; ++h) {
           put(scales, g * l.scale_stride + (u * n_sc + h) * 8 + ri, sc[u * n_sc + h]);
@@ -229,6 +281,7 @@ bool can_pack(GgmlType type) {
 bool interleaved_type(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ4_K:
+    case GgmlType::kQ5_0: case GgmlType::kQ5_1: case GgmlType::kQ5_K:
     case GgmlType::kQ8_0: case GgmlType::kQ6_K: case GgmlType::kMXFP4:
       return true;
     default:
@@ -236,8 +289,11 @@ bool interleaved_type(GgmlType type) {
   }
 }
 
+int64_t scale_elem_bytes(const PackedLayout& l) {
+  return l.k_scales ? 1 : l.scale_f16 ? 2 : 4;
+}
+
 namespace {
-int64_t scale_elem_bytes(const PackedLayout& l) { return l.scale_f16 ? 2 : 4; }
 // Rows of each plane: row groups (interleaved) or rows.
 int64_t plane_rows(const PackedLayout& l) {
   return l.row_group > 1 ? l.n_groups : l.n_out;
@@ -340,15 +396,21 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
     l.row_group = 8;
     l.n_groups = (n_out + 7) / 8;
     l.scale_f16 = type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
+                  type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
                   type == GgmlType::kQ8_0;
+    // kU5: one byte per (row, 4-element chunk) of fifth bits per unit.
+    l.hbit_stride = l.encoding == Encoding::kU5 ? l.n_units * 32 : 0;
+    l.k_scales = is_k(type);
     l.value_stride = l.n_units * l.unit_bytes * 8;
-    l.scale_stride = l.n_scales * 8;
+    const int64_t n_sb = l.n_units / 8;
+    l.scale_stride = l.k_scales ? n_sb * (64 * (l.n_scales / l.n_units) + 32)
+                                : l.n_scales * 8;
     l.act_d_stride = l.n_units;
     if (l.correction == Correction::kZeroPoint) {
       l.corr_len = round_up(l.n_scales, 8);
     } else if (l.correction == Correction::kMin) {
       l.corr_len = round_up(l.n_units, 8);
-      l.mins_stride = l.n_units * 8;
+      l.mins_stride = l.k_scales ? n_sb * 96 : l.n_units * 8;
     }
     return l;
   }
@@ -422,8 +484,8 @@ absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
     if (!p->mins_) return oom();
   }
   if (l.row_group > 1) {
-    pack_interleaved(l, w, p->owned_values_.get(), p->scales_.get(),
-                     p->mins_.get(), pool);
+    pack_interleaved(l, w, p->owned_values_.get(), p->hbits_.get(),
+                     p->scales_.get(), p->mins_.get(), pool);
     return p;
   }
 

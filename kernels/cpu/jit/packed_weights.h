@@ -50,7 +50,13 @@
 //   scales  [n_groups][n_units][n_scales / n_units][8]  f16 (scale_f16: the
 //           GGUF's own f16 scales of Q4_0 / Q4_1 / Q8_0) or f32
 //   mins    [n_groups][n_units][8]                     same element type
-// The strides below are then per row group.
+// K-quants (k_scales) keep their integer sub-scales instead, as bytes: per
+// super-block of 8 units, scales [8 units][n_scales / n_units][8 rows]
+// (Q4_K u8, Q6_K i8) then [8 rows] f32 d; mins [8 units][8 rows] u8 m then
+// [8 rows] f32 dmin; the kernel forms d * sc and -(dmin * m) exactly as
+// packing to f32 would.
+// The strides below are then per row group (scales and mins: in elements,
+// bytes for k_scales).
 // Ownership: PackedWeights owns its planes (or, for float types with
 // n_in % 8 == 0, views the caller's bytes, which must outlive it).
 // Immutable after packing: any thread reads.
@@ -106,6 +112,7 @@ struct PackedLayout {
   int row_group = 1;
   int64_t n_groups = 0;        // ceil(n_out / row_group)
   bool scale_f16 = false;      // interleaved scales and mins are f16
+  bool k_scales = false;       // interleaved K-quant sub-scales (above)
   // kS8: no value is -128 (set by pack after a scan), so w * sign(a) fits
   // int8 and decode may take |a| as the unsigned operand.
   bool s8_symmetric = false;
@@ -122,6 +129,9 @@ bool can_pack(GgmlType type);
 // True when `type` packs into the interleaved 8-row layout (Q4_0, Q4_1,
 // Q4_K, Q8_0, Q6_K, MXFP4).
 bool interleaved_type(GgmlType type);
+
+// Bytes per element of the scale and min planes (1 for k_scales).
+int64_t scale_elem_bytes(const PackedLayout& l);
 
 // Bytes of each plane of a packed matrix with layout `l` (0 when absent).
 int64_t value_plane_bytes(const PackedLayout& l);

@@ -1,10 +1,12 @@
-// Decode throughput of one generated matmul (kernels/cpu/jit): y = x · Wᵀ
-// for one activation row, the step every linear layer takes per generated
-// token. Prints, per weight type and shape, microseconds per call and the
-// GB/s of packed weight bytes read, for 1..T threads.
+// Throughput of one generated matmul (kernels/cpu/jit): y = x · Wᵀ for
+// --rows activation rows: 1 is the step every linear layer takes per
+// generated token (decode, bandwidth-bound: GB/s of packed weight bytes
+// read), more is prefill (compute-bound: GMAC/s, multiply-adds per second).
+// Prints, per weight type and shape, microseconds per call, GB/s and GMAC/s,
+// for 1..T threads.
 //
-//   build/bench/matmul_decode_bench [-t 2] [--types Q4_1,Q4_K] [--ms 300]
-//                                   [--copies 1]
+//   build/bench/matmul_bench [-t 2] [--types Q4_1,Q4_K] [--ms 300]
+//                            [--copies 1] [--rows 1]
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -31,6 +33,8 @@ struct Settings {
   int copies = 1;        // distinct packed copies run in turn
   int prefetch = -1;     // -1: the type's default
   int decode_rows = 0;   // 0: the type's default
+  int rows = 1;          // activation rows per call (1: decode)
+  int cols = 0;          // prefill tile columns (0: the type's default)
 };
 
 double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads,
@@ -58,6 +62,7 @@ double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads,
   kernels::jit::KernelParams p = kernels::jit::default_params(type);
   if (set.prefetch >= 0) p.prefetch = set.prefetch;
   if (set.decode_rows > 0) p.decode_rows = set.decode_rows;
+  if (set.cols > 0) p.cols = set.cols;
   // `copies` packed copies run in turn: with enough of them the weights
   // come from memory, not the caches, as in a real decode step.
   std::vector<std::unique_ptr<kernels::jit::JitMatmul>> mms;
@@ -67,15 +72,16 @@ double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads,
     mms.push_back(std::move(*mm));
   }
   *params = kernels::jit::params_text(mms[0]->params());
-  kernels::jit::JitScratch scratch(1, n_in);
-  std::vector<float> x(static_cast<size_t>(n_in)), y(static_cast<size_t>(n_out));
+  const int64_t rows = set.rows;
+  kernels::jit::JitScratch scratch(rows, n_in);
+  std::vector<float> x(static_cast<size_t>(rows * n_in)), y(static_cast<size_t>(rows * n_out));
   for (float& v : x) v = dist(rng);
-  for (int i = 0; i < 20; ++i) mms[i % copies]->run(x.data(), 1, y.data(), scratch, pool);
+  for (int i = 0; i < 20; ++i) mms[i % copies]->run(x.data(), rows, y.data(), scratch, pool);
   double best = 1e30;
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(set.ms);
   while (std::chrono::steady_clock::now() < until) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < copies; ++i) mms[i]->run(x.data(), 1, y.data(), scratch, pool);
+    for (int i = 0; i < copies; ++i) mms[i]->run(x.data(), rows, y.data(), scratch, pool);
     const double us = std::chrono::duration<double, std::micro>(
                           std::chrono::steady_clock::now() - t0).count() / copies;
     best = std::min(best, us);
@@ -101,13 +107,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--prefetch", set.prefetch, "decode prefetch distance in bytes (default: the type's)");
   app.add_option("--decode-rows", set.decode_rows, "weight rows per decode tile (default: the type's)");
+  app.add_option("--rows", set.rows, "activation rows per call (1: decode; more: prefill)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--cols", set.cols, "prefill tile columns (default: the type's)");
   CLI11_PARSE(app, argc, argv);
   // SmolLM2-135M's and Gemma 3 270M's projections and SmolLM2's head; a
   // shape whose n_in is not whole blocks of a type is skipped for it.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {576, 576}, {576, 1536}, {1536, 576}, {640, 2048}, {2048, 640}, {576, 49152}};
-  std::printf("%-6s %6s %6s %3s %10s %8s  %s\n", "type", "n_in", "n_out", "t", "us/call",
-              "GB/s", "params");
+  std::printf("%-6s %6s %6s %3s %10s %8s %8s  %s\n", "type", "n_in", "n_out", "t", "us/call",
+              "GB/s", "GMAC/s", "params");
   for (const std::string& t : std::vector<std::string>(absl::StrSplit(types, ','))) {
     auto type = strata::ggml_type_from_name(t);
     if (!type) {
@@ -120,9 +129,10 @@ int main(int argc, char** argv) {
         std::string params;
         const double us = run_shape(*type, n_in, n_out, th, set, &gbps, &params);
         if (us < 0) continue;
-        std::printf("%-6s %6lld %6lld %3d %10.1f %8.2f  %s\n", t.c_str(),
+        const double gmacs = static_cast<double>(set.rows) * n_in * n_out / (us * 1e3);
+        std::printf("%-6s %6lld %6lld %3d %10.1f %8.2f %8.2f  %s\n", t.c_str(),
                     static_cast<long long>(n_in), static_cast<long long>(n_out), th, us, gbps,
-                    params.c_str());
+                    gmacs, params.c_str());
       }
     }
   }
