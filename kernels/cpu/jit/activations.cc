@@ -92,29 +92,6 @@ void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
   }
 }
 
-// Reorders one row from unit order (q, compact d) to unit-pair order (see
-// the header), in place: d expands from the back, so no value is
-// overwritten before it is read.
-void to_unit_pairs(int64_t n_units, int8_t* q, float* d) {
-  const int64_t n_pairs = n_units / 2;
-  for (int64_t p = 0; p < n_pairs; ++p) {
-    int8_t tmp[16];
-    int8_t* c = q + p * 64;
-    std::memcpy(tmp, c + 16, 16);
-    std::memcpy(c + 16, c + 32, 16);
-    std::memcpy(c + 32, tmp, 16);
-  }
-  if (n_units % 2 != 0) {
-    const float v = d[n_units - 1];
-    std::fill(d + n_pairs * 8, d + n_pairs * 8 + 8, v);
-  }
-  for (int64_t p = n_pairs - 1; p >= 0; --p) {
-    const float d0 = d[2 * p], d1 = d[2 * p + 1];
-    std::fill(d + p * 8, d + p * 8 + 4, d0);
-    std::fill(d + p * 8 + 4, d + p * 8 + 8, d1);
-  }
-}
-
 }  // namespace
 
 ActivationBuffers::ActivationBuffers(int64_t max_rows, int64_t max_in)
@@ -166,7 +143,6 @@ void prepare_activations(const PackedLayout& l, const float* x, int64_t n_rows,
                                    ? l.n_scales
                                    : l.n_units;
           if (l.corr_len > 0) std::fill(corr + used, corr + l.corr_len, 0.0f);
-          if (l.unit_pairs) to_unit_pairs(l.n_units, q, d);
           break;
         }
       }

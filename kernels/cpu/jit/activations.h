@@ -10,12 +10,7 @@
 // Plane shapes for n_rows rows of a matrix with PackedLayout l:
 //   q     [n_rows][l.n_in] int8        (quantized kinds)
 //   d     [n_rows][l.act_d_stride] f32 scale of each 32-element unit (Q8_K:
-//                                      the 256-element scale, repeated);
-//                                      with unit pairs, 8 floats per pair
-//                                      (d_u x4, d_u+1 x4) and 8 copies of a
-//                                      last unpaired unit's d
-//   With unit pairs, q's 64 bytes of a pair are (u 0..15, u+1 0..15,
-//   u 16..31, u+1 16..31); a last unpaired unit keeps its order.
+//                                      the 256-element scale, repeated)
 //   corr  [n_rows][l.corr_len] f32     A(k) of packed_weights.h, zero after
 //                                      the last scale
 //   f     [n_rows][l.n_in_pad] f32     float kinds: the values F32/F16/BF16

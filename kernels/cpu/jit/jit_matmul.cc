@@ -98,8 +98,6 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   TileConf c;
   c.encoding = l.encoding;
   c.paired_scales = l.paired_scales;
-  c.unit_pairs = l.unit_pairs;
-  c.s8_symmetric = l.s8_symmetric;
   c.correction = l.correction != Correction::kNone;
   c.min_correction = l.correction == Correction::kMin;
   c.interleaved = l.row_group > 1;
@@ -113,10 +111,6 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.n_units = l.n_units;
   c.unit_bytes = l.unit_bytes;
   c.value_stride = l.value_stride;
-  c.hbit_stride = l.hbit_stride;
-  c.scale_stride = l.scale_stride;
-  c.wcorr_stride = packed_->corr_stride();
-  c.corr_len = l.corr_len;
   c.act_stride = is_float(l.encoding) ? l.n_in_pad : l.n_in;
   c.act_d_stride = l.act_d_stride;
   c.act_corr_stride = l.corr_len;
@@ -204,12 +198,10 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
   const PackedWeights& pw = *packed_;
   const bool fl = is_float(l.encoding);
   const int64_t n_out = l.n_out;
-  const float* corr_plane = pw.corr_plane();
-  const int64_t corr_stride = pw.corr_stride();
 
   auto args_for = [&](int64_t r0, int64_t c0) {
-    TileArgs a;
-    if (l.row_group > 1) {
+    TileArgs a{};
+    if (l.row_group > 1) {  // the row group's planes
       const int64_t g = r0 / l.row_group;
       const int64_t es = scale_elem_bytes(l);
       a.values = pw.values() + g * l.value_stride;
@@ -220,11 +212,8 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
                                 reinterpret_cast<const uint8_t*>(pw.mins()) +
                                 g * l.mins_stride * es)
                           : nullptr;
-    } else {
+    } else {  // float rows
       a.values = pw.values() + r0 * l.value_stride;
-      a.hbits = pw.hbits() ? pw.hbits() + r0 * l.hbit_stride : nullptr;
-      a.scales = pw.scales() ? pw.scales() + r0 * l.scale_stride : nullptr;
-      a.wcorr = corr_plane ? corr_plane + r0 * corr_stride : nullptr;
     }
     a.act = fl ? static_cast<const void*>(acts.f() + c0 * l.n_in_pad)
                : static_cast<const void*>(acts.q() + c0 * l.n_in);

@@ -392,50 +392,27 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
       break;
   }
   l.unit_bytes = l.encoding == Encoding::kU4 || l.encoding == Encoding::kU5 ? 16 : 32;
-  if (interleaved_type(type)) {
-    l.row_group = 8;
-    l.n_groups = (n_out + 7) / 8;
-    l.scale_f16 = type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
-                  type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
-                  type == GgmlType::kQ8_0;
-    // kU5: one byte per (row, 4-element chunk) of fifth bits per unit.
-    l.hbit_stride = l.encoding == Encoding::kU5 ? l.n_units * 32 : 0;
-    l.k_scales = is_k(type);
-    l.value_stride = l.n_units * l.unit_bytes * 8;
-    const int64_t n_sb = l.n_units / 8;
-    l.scale_stride = l.k_scales ? n_sb * (64 * (l.n_scales / l.n_units) + 32)
-                                : l.n_scales * 8;
-    l.act_d_stride = l.n_units;
-    if (l.correction == Correction::kZeroPoint) {
-      l.corr_len = round_up(l.n_scales, 8);
-    } else if (l.correction == Correction::kMin) {
-      l.corr_len = round_up(l.n_units, 8);
-      l.mins_stride = l.k_scales ? n_sb * 96 : l.n_units * 8;
-    }
-    return l;
-  }
-  l.value_stride = l.n_units * l.unit_bytes;
-  l.hbit_stride = l.encoding == Encoding::kU5 ? l.n_units * 4 : 0;
-  l.unit_pairs = l.encoding == Encoding::kU4 || l.encoding == Encoding::kU5;
-  l.act_d_stride = l.unit_pairs ? (l.n_units + 1) / 2 * 8 : l.n_units;
-  // Kernels read 8 floats at a unit's scale: 8 more past the end.
-  l.scale_stride = round_up(l.n_scales, 8) + 8;
+  // Every quantized type: the interleaved layout.
+  l.row_group = 8;
+  l.n_groups = (n_out + 7) / 8;
+  l.scale_f16 = type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
+                type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
+                type == GgmlType::kQ8_0;
+  // kU5: one byte per (row, 4-element chunk) of fifth bits per unit.
+  l.hbit_stride = l.encoding == Encoding::kU5 ? l.n_units * 32 : 0;
+  l.k_scales = is_k(type);
+  l.value_stride = l.n_units * l.unit_bytes * 8;
+  const int64_t n_sb = l.n_units / 8;
+  l.scale_stride = l.k_scales ? n_sb * (64 * (l.n_scales / l.n_units) + 32)
+                              : l.n_scales * 8;
+  l.act_d_stride = l.n_units;
   if (l.correction == Correction::kZeroPoint) {
     l.corr_len = round_up(l.n_scales, 8);
   } else if (l.correction == Correction::kMin) {
     l.corr_len = round_up(l.n_units, 8);
-    l.mins_stride = l.corr_len;
+    l.mins_stride = l.k_scales ? n_sb * 96 : l.n_units * 8;
   }
   return l;
-}
-
-const float* PackedWeights::corr_plane() const {
-  return layout_.correction == Correction::kMin ? mins() : scales();
-}
-
-int64_t PackedWeights::corr_stride() const {
-  return layout_.correction == Correction::kMin ? layout_.mins_stride
-                                                : layout_.scale_stride;
 }
 
 absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
@@ -483,49 +460,8 @@ absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
     p->mins_.reset(aligned_zeroed<uint8_t>(min_plane_bytes(l), &p->owned_bytes_));
     if (!p->mins_) return oom();
   }
-  if (l.row_group > 1) {
-    pack_interleaved(l, w, p->owned_values_.get(), p->hbits_.get(),
-                     p->scales_.get(), p->mins_.get(), pool);
-    return p;
-  }
-
-  const int64_t block_bytes = ggml_type_info(l.type).type_size;
-  const int n_sc = l.paired_scales ? 2 : 1;
-  PackedWeights& out = *p;
-  auto unit = [&](int64_t r, int64_t u) {
-    Unit x;
-    x.values = out.owned_values_.get() + r * l.value_stride + u * l.unit_bytes;
-    x.hbits = l.encoding == Encoding::kU5
-                  ? reinterpret_cast<uint32_t*>(out.hbits_.get() +
-                                                r * l.hbit_stride) + u
-                  : nullptr;
-    x.scales = reinterpret_cast<float*>(out.scales_.get()) + r * l.scale_stride + u * n_sc;
-    x.min = out.mins_ ? reinterpret_cast<float*>(out.mins_.get()) + r * l.mins_stride + u
-                      : nullptr;
-    return x;
-  };
-  pool.parallel_for(n_out, [&](int64_t b, int64_t e, int) {
-    for (int64_t r = b; r < e; ++r) {
-      const uint8_t* row = w.data + r * w.row_bytes;
-      if (is_k(l.type)) {
-        for (int64_t sb = 0; sb < l.n_units / 8; ++sb) {
-          Unit units[8];
-          for (int j = 0; j < 8; ++j) units[j] = unit(r, sb * 8 + j);
-          pack_k(l.type, row + sb * block_bytes, units);
-        }
-      } else {
-        for (int64_t u = 0; u < l.n_units; ++u) {
-          pack_legacy(l.type, row + u * block_bytes, unit(r, u));
-        }
-      }
-    }
-  });
-  if (l.encoding == Encoding::kS8) {
-    const uint8_t* v = out.owned_values_.get();
-    p->layout_.s8_symmetric =
-        std::find(v, v + n_out * l.value_stride, uint8_t{0x80}) ==
-        v + n_out * l.value_stride;
-  }
+  pack_interleaved(l, w, p->owned_values_.get(), p->hbits_.get(),
+                   p->scales_.get(), p->mins_.get(), pool);
   return p;
 }
 

@@ -1,62 +1,60 @@
 // Weight matrices repacked at load into the layouts the generated matmul
-// kernels read (kernels/cpu/jit/avx2_generator.h). One layout family for all
-// quantized types: every row is a sequence of 32-element units, each with
-// integer values in one of four encodings and one (or two) f32 scales, so a
-// single generator serves Q4_0 ... MXFP4; the type-specific part is here, in
-// plain C++, run once per matrix.
+// kernels read (kernels/cpu/jit/avx2_generator.h). One layout for all
+// quantized types: rows in groups of eight, every row a sequence of
+// 32-element units, each with integer values in one of four encodings and
+// one (or two) scales, so a single generator serves Q4_0 ... MXFP4; the
+// type-specific part is here, in plain C++, run once per matrix.
 //
 // A quantized row's value is
 //   y = sum_u sum_e s_w(u, e) * d_a(u) * q_w(u, e) * q_a(u, e)      (main)
 //     + sum_k P_w(k) * A(k)                                  (correction)
 // with q_a the int8 activations and d_a their scale (activations.h), and the
 // correction term carrying the weights' offsets:
-//   zero point z (Q4_0 8, Q5_0 16, Q6_K 32, MXFP4 12): P_w = the scale
-//     plane, A(k) = -z d_a sum q_a over the elements of scale k;
+//   zero point z (Q4_0 8, Q5_0 16, Q6_K 32, MXFP4 12): P_w = the scales,
+//     A(k) = -z d_a sum q_a over the elements of scale k;
 //   min (Q4_1, Q5_1: +m; Q4_K, Q5_K: -dmin m_j): P_w = the min plane,
 //     A(u) = Q8_1's f16 sum (Q4_1, Q5_1) or d_a sum q_a (Q8_K).
 //
-// Encodings of one 32-element unit's values:
+// Values of one row's 32-element unit:
 //   kU4  16 bytes: element j in the low nibble of byte j, j+16 in the high
 //        nibble (ggml's Q4_0 order); unsigned 0..15.
-//   kU5  kU4 plus a u32 per unit in the high-bit plane: bit j is element
-//        j's fifth bit (ggml's Q5_0 qh); unsigned 0..31.
+//   kU5  kU4 plus the fifth bits (ggml's Q5_0 qh); unsigned 0..31.
 //   kU8  32 bytes, unsigned 0..63 (Q6_K; MXFP4 as table value + 12).
 //   kS8  32 bytes, signed (Q8_0).
-// Float types keep their element type (F32, F16, BF16), rows padded with
-// zeros to a multiple of 8 elements (copied only when n_in % 8 != 0;
-// otherwise the view points into the GGUF mapping).
+//
+// Interleaving: rows are taken eight at a time (a row group; the last one
+// zero-padded), and each unit's values are cut into 4-byte chunks, chunk m
+// of the group's row r at byte m*32 + r*4 of the group's unit, so one
+// 32-byte load gives four consecutive values of eight rows (kU8, kS8) or,
+// as low and high nibbles, values 4m..4m+3 and 4m+16..4m+19 of eight rows
+// (kU4, kU5: the chunks of ggml's nibble bytes). One vpmaddubsw against four
+// broadcast activation bytes then feeds all eight rows, and their sums stay
+// in the lanes of one register. Plane shapes (64-byte aligned):
+//   values  [n_groups][n_units][8 * unit_bytes]
+//   hbits   [n_groups][n_units][32]   kU5: byte r*4+b, bit j: the fifth bit
+//           of row r's element 4j+b
+//   scales  [n_groups][n_units][n_scales / n_units][8]  f16 (scale_f16: the
+//           GGUF's own f16 scales of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0) or
+//           f32 (MXFP4); paired (Q6_K): two per unit, for elements 0..15
+//           and 16..31
+//   mins    [n_groups][n_units][8]    same element type (min correction)
+// K-quants (k_scales) keep their integer sub-scales instead, as bytes: per
+// super-block of 8 units, scales [8 units][n_scales / n_units][8 rows]
+// (Q4_K, Q5_K u8, Q6_K i8) then [8 rows] f32 d; mins [8 units][8 rows] u8 m
+// then [8 rows] f32 dmin; the kernel forms d * sc and -(dmin * m) exactly
+// as the reference does. Strides are per row group (scales and mins: in
+// elements, bytes for k_scales).
+// The idea of interleaved rows is ggml-cpu's repacked q4_0_8x8 / q4_K_8x8
+// (ggml/src/ggml-cpu/repack.cpp); this layout is our own.
+//
+// Float types keep their element type (F32, F16, BF16) row by row, rows
+// padded with zeros to a multiple of 8 elements (copied only when
+// n_in % 8 != 0; otherwise the view points into the GGUF mapping):
+//   values  [n_out][n_in_pad] (value_stride bytes per row)
 //
 // Sources of the block layouts: kernels/cpu/reference/block_layouts.h
 // (llama.cpp ggml/src/ggml-common.h); the split into integer dot products,
 // scales and offsets follows ggml-cpu's x86 vec_dot_*_q8_* (arch/x86/quants.c).
-//
-// Plane shapes (per matrix, rows contiguous, 64-byte aligned):
-//   values  [n_out][n_units][unit_bytes]
-//   hbits   [n_out][n_units] u32                     (kU5)
-//   scales  [n_out][scale_stride] f32, scale k of row r at [r][k]; paired
-//           (Q6_K): two per unit, for elements 0..15 and 16..31; zero after
-//           n_scales, with 8 more floats (kernels read 8 at a time)
-//   mins    [n_out][corr_len] f32                    (min correction)
-//
-// Interleaved layout (row_group == 8; interleaved_type() says which types):
-// rows are taken eight at a time (a row group; the last one zero-padded), and
-// each unit's values are cut into 4-byte chunks, chunk m of the group's row r
-// at byte m*32 + r*4 of the unit, so one 32-byte load gives four consecutive
-// values of eight rows (kU8, kS8) or, as low and high nibbles, values 4m..4m+3
-// and 4m+16..4m+19 of eight rows (kU4: the chunks of ggml's nibble bytes).
-// One vpmaddubsw against four broadcast activation bytes then feeds all
-// eight rows, and their sums stay in the lanes of one register.
-//   values  [n_groups][n_units][8 * unit_bytes]
-//   scales  [n_groups][n_units][n_scales / n_units][8]  f16 (scale_f16: the
-//           GGUF's own f16 scales of Q4_0 / Q4_1 / Q8_0) or f32
-//   mins    [n_groups][n_units][8]                     same element type
-// K-quants (k_scales) keep their integer sub-scales instead, as bytes: per
-// super-block of 8 units, scales [8 units][n_scales / n_units][8 rows]
-// (Q4_K u8, Q6_K i8) then [8 rows] f32 d; mins [8 units][8 rows] u8 m then
-// [8 rows] f32 dmin; the kernel forms d * sc and -(dmin * m) exactly as
-// packing to f32 would.
-// The strides below are then per row group (scales and mins: in elements,
-// bytes for k_scales).
 // Ownership: PackedWeights owns its planes (or, for float types with
 // n_in % 8 == 0, views the caller's bytes, which must outlive it).
 // Immutable after packing: any thread reads.
@@ -93,29 +91,23 @@ struct PackedLayout {
   int64_t n_in_pad = 0;        // float types: n_in rounded up to 8
   int64_t unit_elems = 32;     // 32 (quantized) or 8 (float types)
   int64_t n_units = 0;         // n_in_pad / unit_elems
-  int64_t unit_bytes = 0;      // 16 (kU4, kU5), 32 (kU8, kS8, kF32), 16
-                               // (kF16, kBF16)
-  int64_t value_stride = 0;    // bytes per row of the value plane
-  int64_t hbit_stride = 0;     // bytes per row of the high-bit plane
+  int64_t unit_bytes = 0;      // one row's unit: 16 (kU4, kU5), 32 (kU8,
+                               // kS8, kF32), 16 (kF16, kBF16)
+  int64_t value_stride = 0;    // bytes per row group (floats: per row) of
+                               // the value plane
+  int64_t hbit_stride = 0;     // bytes per row group of the fifth-bit plane
   int64_t n_scales = 0;        // scales per row: n_units or 2 n_units
-  int64_t scale_stride = 0;    // floats per row of the scale plane
-  int64_t corr_len = 0;        // floats of the correction dot per row (a
-                               // multiple of 8; 0 without a correction)
-  int64_t mins_stride = 0;     // floats per row of the min plane
-  // kU4 / kU5: units are taken two at a time (unit pairs): one 32-byte load
-  // of a pair's values gives elements 0..15 of both units (low nibbles) and
-  // 16..31 of both (high nibbles), against activations reordered to match
-  // (activations.h).
-  bool unit_pairs = false;
-  int64_t act_d_stride = 0;    // floats per row of the activation scale plane
-  // Interleaved layout: 8 (rows per group), else 1.
+  int64_t scale_stride = 0;    // elements per row group of the scale plane
+  int64_t mins_stride = 0;     // elements per row group of the min plane
+  // Activations (activations.h): floats per row of the correction A(k) (a
+  // multiple of 8; 0 without a correction) and of the scale plane.
+  int64_t corr_len = 0;
+  int64_t act_d_stride = 0;
+  // Quantized types: 8 (rows per group); float types 1.
   int row_group = 1;
   int64_t n_groups = 0;        // ceil(n_out / row_group)
-  bool scale_f16 = false;      // interleaved scales and mins are f16
-  bool k_scales = false;       // interleaved K-quant sub-scales (above)
-  // kS8: no value is -128 (set by pack after a scan), so w * sign(a) fits
-  // int8 and decode may take |a| as the unsigned operand.
-  bool s8_symmetric = false;
+  bool scale_f16 = false;      // scales and mins are f16
+  bool k_scales = false;       // K-quant sub-scales (above)
 };
 
 // The layout for `type`; Unimplemented for a type the generators do not
@@ -126,8 +118,9 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
 // True when packed_layout accepts `type`.
 bool can_pack(GgmlType type);
 
-// True when `type` packs into the interleaved 8-row layout (Q4_0, Q4_1,
-// Q4_K, Q8_0, Q6_K, MXFP4).
+// True when `type` packs into the interleaved 8-row layout (every quantized
+// type can_pack accepts: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q4_K, Q5_K,
+// Q6_K).
 bool interleaved_type(GgmlType type);
 
 // Bytes per element of the scale and min planes (1 for k_scales).
@@ -147,10 +140,6 @@ class PackedWeights {
   // Scale and min planes: f32, or f16 when layout().scale_f16.
   const float* scales() const { return reinterpret_cast<const float*>(scales_.get()); }
   const float* mins() const { return reinterpret_cast<const float*>(mins_.get()); }
-  // The weight plane of the correction dot (scales or mins), row stride in
-  // floats.
-  const float* corr_plane() const;
-  int64_t corr_stride() const;
   // Bytes the packed planes own (0 for a view).
   int64_t owned_bytes() const { return owned_bytes_; }
 
