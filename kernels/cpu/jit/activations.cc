@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include "kernels/cpu/reference/fp16.h"
 
 namespace strata::kernels::jit {
@@ -27,21 +29,73 @@ T* alloc(int64_t count) {
   return static_cast<T*>(p);
 }
 
+#define STRATA_JIT_AVX2 __attribute__((target("avx2,fma")))
+
+bool cpu_has_avx2_fma() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+// One 32-element block: amax of |x|, then q = round_even(x * id) (the
+// reference's magic-number rounding, lane by lane) and the sum of q.
+// Bit for bit the scalar loop.
+STRATA_JIT_AVX2 float block_amax(const float* xb) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(xb));
+  for (int j = 8; j < 32; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+STRATA_JIT_AVX2 int block_round(const float* xb, float id, int8_t* q) {
+  const __m256 vid = _mm256_set1_ps(id);
+  __m256i v[4];
+  for (int k = 0; k < 4; ++k) {
+    // vroundps, not the magic-number add: the compiler may fuse a multiply
+    // and an add into one FMA, which rounds once, not twice.
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), vid),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v[k] = _mm256_cvtps_epi32(r);  // exact: r is an integer
+  }
+  const __m256i sum32 = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]),
+                                         _mm256_add_epi32(v[2], v[3]));
+  // Pack to int8 (in-lane), then put the 32-bit groups back in order.
+  const __m256i w01 = _mm256_packs_epi32(v[0], v[1]);
+  const __m256i w23 = _mm256_packs_epi32(v[2], v[3]);
+  const __m256i b = _mm256_packs_epi16(w01, w23);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum32), _mm256_extracti128_si256(sum32, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
 // Q8_0 / Q8_1 of one row: per 32 elements, q, d (f16-rounded) and the
 // correction A(u): -z d sum q (zero point) or f16(d_unrounded sum q) (Q8_1).
 void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
                     float* corr) {
+  static const bool avx2 = cpu_has_avx2_fma();
   for (int64_t u = 0; u < l.n_units; ++u) {
     const float* xb = x + u * 32;
     float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    if (avx2) {
+      amax = block_amax(xb);
+    } else {
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    }
     const float dd = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     int sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      const int v = static_cast<int>(round_even(xb[j] * id));
-      q[u * 32 + j] = static_cast<int8_t>(v);
-      sum += v;
+    if (avx2) {
+      sum = block_round(xb, id, q + u * 32);
+    } else {
+      for (int j = 0; j < 32; ++j) {
+        const int v = static_cast<int>(round_even(xb[j] * id));
+        q[u * 32 + j] = static_cast<int8_t>(v);
+        sum += v;
+      }
     }
     const float d16 = reference::f16_to_f32(reference::f32_to_f16(dd));
     d[u] = d16;
@@ -58,14 +112,25 @@ void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
 // d sum q) or per 16 elements (Q6_K zero point: -32 d sum q).
 void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
                    float* corr) {
+  static const bool avx2 = cpu_has_avx2_fma();
   for (int64_t sb = 0; sb < l.n_units / 8; ++sb) {
     const float* xb = x + sb * 256;
     int8_t* qb = q + sb * 256;
     float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 256; ++j) {
-      if (std::fabs(xb[j]) > amax) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
+    if (avx2) {  // the first element of the largest magnitude, as below
+      for (int k = 0; k < 8; ++k) amax = std::max(amax, block_amax(xb + 32 * k));
+      for (int j = 0; j < 256; ++j) {
+        if (std::fabs(xb[j]) == amax) {
+          max = xb[j];
+          break;
+        }
+      }
+    } else {
+      for (int j = 0; j < 256; ++j) {
+        if (std::fabs(xb[j]) > amax) {
+          amax = std::fabs(xb[j]);
+          max = xb[j];
+        }
       }
     }
     float dd = 0.0f;
@@ -74,8 +139,12 @@ void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
     } else {
       const float iscale = -127.0f / max;
       dd = 1.0f / iscale;
-      for (int j = 0; j < 256; ++j) {
-        qb[j] = static_cast<int8_t>(std::min(127.0f, round_even(iscale * xb[j])));
+      if (avx2) {  // |iscale x| <= 127: the clamp below never applies
+        for (int k = 0; k < 8; ++k) block_round(xb + 32 * k, iscale, qb + 32 * k);
+      } else {
+        for (int j = 0; j < 256; ++j) {
+          qb[j] = static_cast<int8_t>(std::min(127.0f, round_even(iscale * xb[j])));
+        }
       }
     }
     for (int j = 0; j < 8; ++j) d[sb * 8 + j] = dd;
