@@ -79,7 +79,7 @@ void KvCache::store(int layer, int pos, int n, const float* k,
     }
     uint16_t* dst = reinterpret_cast<uint16_t*>(base) +
                     static_cast<size_t>(pos) * row;
-    for (int64_t i = 0; i < count; ++i) dst[i] = reference::f32_to_f16(src[i]);
+    reference::f32_to_f16_row(src, dst, count);
   };
   put(k_[layer].get(), k_row_, k);
   put(v_[layer].get(), v_row_, v);

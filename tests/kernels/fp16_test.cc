@@ -162,5 +162,32 @@ TEST(Bf16, NarrowingMatchesGgml) {
   expect_narrowing_matches("BF16", "ggml", f32_to_bf16, true);
 }
 
+// The row conversion (F16C where the CPU has it) equals the scalar one on
+// every class of input: a sweep of bit patterns through normals,
+// subnormals, ties, overflow, infinities and NaNs, at lengths that leave a
+// scalar tail.
+TEST(Fp16, RowConversionEqualsScalar) {
+  std::vector<float> src;
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 0x10001ull * 2) {
+    src.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+  }
+  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f,
+                  std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    src.push_back(v);
+  }
+  src.resize(src.size() / 8 * 8 + 5);  // a ragged tail
+  std::vector<uint16_t> row(src.size());
+  f32_to_f16_row(src.data(), row.data(), static_cast<int64_t>(src.size()));
+  int mismatches = 0;
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (row[i] != f32_to_f16(src[i]) && mismatches++ < 5) {
+      ADD_FAILURE() << "bits " << std::bit_cast<uint32_t>(src[i]) << ": row "
+                    << row[i] << ", scalar " << f32_to_f16(src[i]);
+    }
+  }
+  EXPECT_GT(src.size(), 30000u);
+}
+
 }  // namespace
 }  // namespace strata::reference

@@ -1,5 +1,7 @@
 #include "kernels/cpu/reference/fp16.h"
 
+#include <immintrin.h>
+
 #include <bit>
 #include <cstdint>
 
@@ -67,6 +69,27 @@ uint16_t f32_to_f16(float f) {
   const uint32_t significand = mantissa | 0x800000u;
   return static_cast<uint16_t>(
       sign | shift_right_round_even(significand, 14 - exponent));
+}
+
+namespace {
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* src,
+                                                        uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+}  // namespace
+
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
+  static const bool f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  if (f16c) {
+    f32_to_f16_f16c(src, dst, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
 float bf16_to_f32(uint16_t h) {

@@ -5,7 +5,9 @@
 // Values travel as raw bit patterns (uint16_t / uint8_t) so that NaN payloads,
 // -0 and subnormals survive untouched; the conversions are exact where the
 // target can represent the value and round to nearest, ties to even, where it
-// cannot. No function depends on the FPU rounding mode or on F16C.
+// cannot. No function depends on the FPU rounding mode; only the row
+// conversion uses F16C, when the CPU has it, with results identical to the
+// scalar one.
 //
 // Sources: ggml/src/ggml-impl.h of llama.cpp (ggml_compute_fp16_to_fp32,
 // ggml_compute_fp32_to_bf16, ggml_e8m0_to_fp32, ggml_e8m0_to_fp32_half);
@@ -30,6 +32,12 @@ float f16_to_f32(uint16_t h);
 // writes sign|0x7E00 for every NaN and numpy keeps a signalling NaN
 // signalling; all three agree on quiet NaNs without payload.
 uint16_t f32_to_f16(float f);
+
+// dst[i] = f32_to_f16(src[i]) for i in [0, n): vcvtps2ph 8 at a time when
+// the CPU has F16C (bit for bit the same: f32_to_f16 follows F16C, NaNs
+// included), the scalar function otherwise. Used where rows are stored as
+// f16 on the hot path (the KV cache).
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n);
 
 // bfloat16 -> f32: the 16 bits become the high half of the f32. Exact.
 float bf16_to_f32(uint16_t h);
