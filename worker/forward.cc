@@ -134,11 +134,18 @@ void CpuBackend::feed_forward_step(int il, int n) {
   const int64_t f = hp_.n_ff;
   float* gate = gate_.data();  // [n][n_ff] (fused: [n][2 n_ff])
   float* up = up_.data();      // [n][n_ff]
+  const bool gelu = hp_.recipe.activation == arch::FfnActivation::kGeluTanh;
   if (hp_.recipe.fused_gate_up || w.w_gate_up.present()) {
     // One matrix (the family's, or fused at load) gives [gate | up] per
-    // row; compact the gates in place (row t's gate moves to
-    // [t f, (t+1) f), inside rows already split).
+    // row.
     matmul(hp_.recipe.fused_gate_up ? w.w_up : w.w_gate_up, xn_.data(), n, gate);
+    if (simd_ffn_activation_) {  // straight from the fused rows into `up`
+      (gelu ? kernels::simd::geglu_rows : kernels::simd::swiglu_rows)(gate, n, f, up, pool_);
+      matmul(w.w_down, up, n, proj_.data());
+      return;
+    }
+    // Compact the gates in place (row t's gate moves to [t f, (t+1) f),
+    // inside rows already split).
     for (int t = 0; t < n; ++t) {
       const float* row = gate + t * 2 * f;
       std::copy(row + f, row + 2 * f, up + t * f);
@@ -148,7 +155,6 @@ void CpuBackend::feed_forward_step(int il, int n) {
     matmul(w.w_gate, xn_.data(), n, gate);
     matmul(w.w_up, xn_.data(), n, up);
   }
-  const bool gelu = hp_.recipe.activation == arch::FfnActivation::kGeluTanh;
   if (simd_ffn_activation_) {
     (gelu ? kernels::simd::geglu : kernels::simd::swiglu)(gate, up, n * f, gate, pool_);
   } else {

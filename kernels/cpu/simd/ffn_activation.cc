@@ -1,5 +1,7 @@
 #include "kernels/cpu/simd/ffn_activation.h"
 
+#include <algorithm>
+
 #include <immintrin.h>
 
 #include <vector>
@@ -81,6 +83,33 @@ void geglu(const float* gate, const float* up, int64_t n, float* out, ThreadPool
   pool.parallel_for(
       n, [&](int64_t begin, int64_t end, int) { geglu_range(gate, up, out, begin, end, table); },
       kGrain);
+}
+
+void swiglu_rows(const float* gate_up, int64_t n_rows, int64_t f, float* out,
+                 ThreadPool& pool) {
+  pool.parallel_for(
+      n_rows,
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          const float* row = gate_up + t * 2 * f;
+          swiglu_range(row, row + f, out + t * f, 0, f);
+        }
+      },
+      std::max<int64_t>(1, kGrain / std::max<int64_t>(1, f)));
+}
+
+void geglu_rows(const float* gate_up, int64_t n_rows, int64_t f, float* out,
+                ThreadPool& pool) {
+  const float* table = gelu_f16_table();
+  pool.parallel_for(
+      n_rows,
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t) {
+          const float* row = gate_up + t * 2 * f;
+          geglu_range(row, row + f, out + t * f, 0, f, table);
+        }
+      },
+      std::max<int64_t>(1, kGrain / std::max<int64_t>(1, f)));
 }
 
 }  // namespace strata::kernels::simd

@@ -27,4 +27,14 @@ bool ffn_activation_supported();
 void swiglu(const float* gate, const float* up, int64_t n, float* out, ThreadPool& pool);
 void geglu(const float* gate, const float* up, int64_t n, float* out, ThreadPool& pool);
 
+// The same on the output of a fused gate|up matmul: gate_up is
+// [n_rows][2 f] (row t: gate then up), out [n_rows][f] and must not overlap
+// gate_up. out[t][i] = act(gate_up[t][i]) * gate_up[t][f + i]. Saves
+// splitting the rows first. Rows split over `pool` (at least 4096 values a
+// chunk).
+void swiglu_rows(const float* gate_up, int64_t n_rows, int64_t f, float* out,
+                 ThreadPool& pool);
+void geglu_rows(const float* gate_up, int64_t n_rows, int64_t f, float* out,
+                ThreadPool& pool);
+
 }  // namespace strata::kernels::simd

@@ -3,6 +3,7 @@
 // edges near ±88, zeros, infinities) and lengths that are not multiples of 8.
 #include "kernels/cpu/simd/ffn_activation.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -75,6 +76,28 @@ TEST(SimdFfnActivation, OutputMayAliasGate) {
   reference::ops::geglu(g.data(), u.data(), 999, want.data(), pool);
   geglu(inplace.data(), u.data(), 999, inplace.data(), pool);
   expect_bitwise_equal(want, inplace);
+}
+
+// The fused-row forms read [gate | up] rows in place of split arrays.
+TEST(SimdFfnActivation, FusedRowsEqualReferenceOnSplitRows) {
+  if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+  for (auto [n_rows, f] : {std::pair<int64_t, int64_t>{1, 1536}, {7, 13}, {300, 64}}) {
+    SCOPED_TRACE(f);
+    const std::vector<float> gu = gates(n_rows * 2 * f, static_cast<uint32_t>(f));
+    std::vector<float> g(static_cast<size_t>(n_rows * f)), u(g.size());
+    for (int64_t t = 0; t < n_rows; ++t) {
+      std::copy(gu.begin() + t * 2 * f, gu.begin() + t * 2 * f + f, g.begin() + t * f);
+      std::copy(gu.begin() + t * 2 * f + f, gu.begin() + (t + 1) * 2 * f, u.begin() + t * f);
+    }
+    ThreadPool pool(2);
+    std::vector<float> want(g.size()), got(g.size());
+    reference::ops::swiglu(g.data(), u.data(), n_rows * f, want.data(), pool);
+    swiglu_rows(gu.data(), n_rows, f, got.data(), pool);
+    expect_bitwise_equal(want, got);
+    reference::ops::geglu(g.data(), u.data(), n_rows * f, want.data(), pool);
+    geglu_rows(gu.data(), n_rows, f, got.data(), pool);
+    expect_bitwise_equal(want, got);
+  }
 }
 
 }  // namespace
