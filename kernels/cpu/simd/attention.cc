@@ -114,10 +114,139 @@ struct Item {
   int64_t j_begin, j_end;
 };
 
+// Scores of M query heads (rows of qr, dk apart) against the N keys from
+// row kb on, written to sc[m * sc_stride + n]. Each key is loaded (and
+// widened) once for all M heads; each (head, key) pair keeps its own
+// accumulator over head_dim in increasing order, reduced in hsum()'s order.
+template <bool kF16, int M, int N>
+STRATA_AVX2 inline void score_tile(const float* qr, int dk, const char* kb, int64_t k_stride,
+                                   float* sc, int64_t sc_stride) {
+  constexpr int64_t kElem = kF16 ? 2 : 4;
+  __m256 acc[M * N];
+#pragma GCC unroll 16
+  for (int a = 0; a < M * N; ++a) acc[a] = _mm256_setzero_ps();
+  for (int d = 0; d < dk; d += 8) {
+#pragma GCC unroll 8
+    for (int n = 0; n < N; ++n) {
+      const __m256 kv = load8<kF16>(kb + n * k_stride + d * kElem);
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) {
+        acc[m * N + n] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(qr + m * dk + d), acc[m * N + n]);
+      }
+    }
+  }
+  if constexpr (N == 1) {
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) sc[m * sc_stride] = hsum(acc[m]);
+  } else if constexpr (N == 8) {
+    static_assert(M == 1);
+    _mm256_storeu_ps(sc, reduce8(acc));
+  } else if constexpr (N == 4) {
+    // Two heads per reduce8: lanes 0..3 the first's keys, 4..7 the second's.
+#pragma GCC unroll 2
+    for (int m = 0; m < M; m += 2) {
+      __m256 a[8];
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) a[l] = acc[(m + l / 4 < M ? m * N + l : m * N + l - 4)];
+      const __m256 r = reduce8(a);
+      _mm_storeu_ps(sc + m * sc_stride, _mm256_castps256_ps128(r));
+      if (m + 1 < M) _mm_storeu_ps(sc + (m + 1) * sc_stride, _mm256_extractf128_ps(r, 1));
+    }
+  } else {
+    static_assert(N == 2 && M == 4);
+    // Lanes (2m, 2m + 1): head m's two keys.
+    const __m256 r = reduce8(acc);
+    const __m128 lo = _mm256_castps256_ps128(r), hi = _mm256_extractf128_ps(r, 1);
+    _mm_storel_pi(reinterpret_cast<__m64*>(sc), lo);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(sc + sc_stride), lo);
+    _mm_storel_pi(reinterpret_cast<__m64*>(sc + 2 * sc_stride), hi);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(sc + 3 * sc_stride), hi);
+  }
+}
+
+// Scores of M heads for keys [j_begin, j_end): sc[m * sc_stride + j - j_begin].
+template <bool kF16, int M>
+STRATA_AVX2 void score_heads(const Item& it, const float* qr, int dk, float* sc,
+                             int64_t sc_stride) {
+  constexpr int N = M == 1 ? 8 : M == 4 ? 2 : 4;
+  int64_t j = it.j_begin;
+  for (; j + N <= it.j_end; j += N) {
+    score_tile<kF16, M, N>(qr, dk, it.k + j * it.k_stride, it.k_stride, sc + (j - it.j_begin),
+                           sc_stride);
+  }
+  for (; j < it.j_end; ++j) {
+    score_tile<kF16, M, 1>(qr, dk, it.k + j * it.k_stride, it.k_stride, sc + (j - it.j_begin),
+                           sc_stride);
+  }
+}
+
+// o[m * dv + 8 c] (c < D) = sum_i p[m * p_stride + i] * v_i[8 c], over the n
+// rows of vb in increasing order, FMA from zero. Each value chunk is loaded
+// (and widened) once for all M heads.
+template <bool kF16, int M, int D>
+STRATA_AVX2 inline void value_tile(const float* p, int64_t p_stride, int64_t n, const char* vb,
+                                   int64_t v_stride, float* o, int dv) {
+  constexpr int64_t kElem = kF16 ? 2 : 4;
+  __m256 acc[M * D];
+#pragma GCC unroll 16
+  for (int a = 0; a < M * D; ++a) acc[a] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; ++i) {
+    __m256 w[M];
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) w[m] = _mm256_broadcast_ss(p + m * p_stride + i);
+    const char* vr = vb + i * v_stride;
+#pragma GCC unroll 8
+    for (int c = 0; c < D; ++c) {
+      const __m256 x = load8<kF16>(vr + c * 8 * kElem);
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) acc[m * D + c] = _mm256_fmadd_ps(w[m], x, acc[m * D + c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 8
+    for (int c = 0; c < D; ++c) _mm256_storeu_ps(o + m * dv + c * 8, acc[m * D + c]);
+  }
+}
+
+// value_tile for the last `rest` (< D) chunks of a row.
+template <bool kF16, int M, int D>
+STRATA_AVX2 inline void value_rest(int rest, const float* p, int64_t p_stride, int64_t n,
+                                   const char* vb, int64_t v_stride, float* o, int dv) {
+  if constexpr (D > 0) {
+    if (rest == D) {
+      value_tile<kF16, M, D>(p, p_stride, n, vb, v_stride, o, dv);
+    } else {
+      value_rest<kF16, M, D - 1>(rest, p, p_stride, n, vb, v_stride, o, dv);
+    }
+  }
+}
+
+// out of M heads from their probabilities p[m * p_stride + j - j_begin].
+template <bool kF16, int M>
+STRATA_AVX2 void value_heads(const Item& it, const float* p, int64_t p_stride, float* o,
+                             int dv) {
+  constexpr int64_t kElem = kF16 ? 2 : 4;
+  constexpr int D = M == 1 ? 8 : M == 2 ? 6 : M == 3 ? 4 : 2;  // M * D + M + 1 <= 16 registers
+  const int64_t n = it.j_end - it.j_begin;
+  const char* vb = it.v + it.j_begin * it.v_stride;
+  const int chunks = dv / 8;
+  int c = 0;
+  for (; c + D <= chunks; c += D) {
+    value_tile<kF16, M, D>(p, p_stride, n, vb + c * 8 * kElem, it.v_stride, o + c * 8, dv);
+  }
+  if (c < chunks) {
+    value_rest<kF16, M, D - 1>(chunks - c, p, p_stride, n, vb + c * 8 * kElem, it.v_stride,
+                               o + c * 8, dv);
+  }
+}
+
+// How many of `rest` heads one tile takes (at most 4).
+int tile_heads(int rest) { return rest >= 4 && rest % 3 != 0 ? 4 : std::min(rest, 3); }
+
 template <bool kF16>
 STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
                           float* scores, int64_t stride, float* qr) {
-  constexpr int64_t kElem = kF16 ? 2 : 4;
   const int dk = p.head_dim_k;
   const int dv = p.head_dim_v;
   const int64_t base = it.j_begin / 8 * 8;
@@ -133,32 +262,23 @@ STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
     }
   }
 
-  // Scores: 8 keys at a time, then the rest one by one.
+  // Scores, up to 4 heads at a time.
+  for (int h0 = 0; h0 < group;) {
+    const int m = tile_heads(group - h0);
+    const float* qh = qr + h0 * dk;
+    float* sc = scores + h0 * stride + off;
+    switch (m) {
+      case 1: score_heads<kF16, 1>(it, qh, dk, sc, stride); break;
+      case 2: score_heads<kF16, 2>(it, qh, dk, sc, stride); break;
+      case 3: score_heads<kF16, 3>(it, qh, dk, sc, stride); break;
+      default: score_heads<kF16, 4>(it, qh, dk, sc, stride); break;
+    }
+    h0 += m;
+  }
+
   const float cap = p.softcap;
   for (int hh = 0; hh < group; ++hh) {
-    const float* qh = qr + hh * dk;
     float* sc = scores + hh * stride + off;
-    int64_t j = it.j_begin;
-    for (; j + 8 <= it.j_end; j += 8) {
-      __m256 acc[8];
-      for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
-      const char* kb = it.k + j * it.k_stride;
-      for (int d = 0; d < dk; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(qh + d);
-        for (int r = 0; r < 8; ++r) {
-          acc[r] = _mm256_fmadd_ps(load8<kF16>(kb + r * it.k_stride + d * kElem), qv, acc[r]);
-        }
-      }
-      _mm256_storeu_ps(sc + (j - it.j_begin), reduce8(acc));
-    }
-    for (; j < it.j_end; ++j) {
-      __m256 acc = _mm256_setzero_ps();
-      const char* kr = it.k + j * it.k_stride;
-      for (int d = 0; d < dk; d += 8) {
-        acc = _mm256_fmadd_ps(load8<kF16>(kr + d * kElem), _mm256_loadu_ps(qh + d), acc);
-      }
-      sc[j - it.j_begin] = hsum(acc);
-    }
     if (cap > 0.0f) {
       for (int64_t i = 0; i < n; ++i) sc[i] = std::tanh(sc[i] * (1.0f / cap)) * cap;
     }
@@ -169,24 +289,18 @@ STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
     softmax(scores + hh * stride, off, n, kF16);
   }
 
-  // out_h = sum_j p_j v_j, head_dim_v in chunks of up to 64 (8 registers).
-  for (int hh = 0; hh < group; ++hh) {
-    const float* ph = scores + hh * stride + off;
-    float* oh = it.out + hh * dv;
-    for (int d0 = 0; d0 < dv; d0 += 64) {
-      const int nv = std::min(64, dv - d0) / 8;
-      __m256 acc[8];
-      for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
-      const char* vb = it.v + d0 * kElem;
-      for (int64_t i = 0; i < n; ++i) {
-        const __m256 w = _mm256_broadcast_ss(ph + i);
-        const char* vr = vb + (it.j_begin + i) * it.v_stride;
-        for (int r = 0; r < 8; ++r) {
-          if (r < nv) acc[r] = _mm256_fmadd_ps(w, load8<kF16>(vr + r * 8 * kElem), acc[r]);
-        }
-      }
-      for (int r = 0; r < nv; ++r) _mm256_storeu_ps(oh + d0 + r * 8, acc[r]);
+  // out_h = sum_j p_j v_j, up to 4 heads at a time.
+  for (int h0 = 0; h0 < group;) {
+    const int m = tile_heads(group - h0);
+    const float* ph = scores + h0 * stride + off;
+    float* oh = it.out + h0 * dv;
+    switch (m) {
+      case 1: value_heads<kF16, 1>(it, ph, stride, oh, dv); break;
+      case 2: value_heads<kF16, 2>(it, ph, stride, oh, dv); break;
+      case 3: value_heads<kF16, 3>(it, ph, stride, oh, dv); break;
+      default: value_heads<kF16, 4>(it, ph, stride, oh, dv); break;
     }
+    h0 += m;
   }
 }
 

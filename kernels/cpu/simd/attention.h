@@ -6,16 +6,25 @@
 // they weigh V, softmax summed as ggml_vec_soft_max_f32 sums), computed with
 // 8-lane vectors:
 //
-//   scores   8 keys at a time: one accumulator per key over head_dim in
-//            steps of 8 (f16 keys widened with vcvtph2ps), reduced to one
-//            vector of 8 scores by a horizontal-add tree;
+//   scores   the query heads of one KV head's group in tiles of up to 4
+//            heads x a few keys (1 x 8, 2 x 4, 3 x 4, 4 x 2): each key row
+//            is loaded (f16 widened with vcvtph2ps) once per head_dim step
+//            for all heads of the tile; every (head, key) pair has its own
+//            8-lane accumulator over head_dim in increasing order, reduced
+//            in the order ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7))
+//            whatever the tile (reduce8 for 8 pairs, hsum for one), so a
+//            score does not depend on the tiling;
 //   softmax  ggml_v_expf's polynomial on 8 lanes (bit for bit the
 //            reference's exp_ggml), the sum grouped exactly as the reference;
-//   values   out_h += p_j * v_j with FMA, head_dim_v in steps of 8.
+//   values   out_h += p_j * v_j with FMA from zero, j increasing, in tiles
+//            of up to 4 heads x a few chunks of 8 of head_dim_v (1 x 8,
+//            2 x 6, 3 x 4, 4 x 2: accumulators and p_j broadcasts fit the
+//            16 registers): each value chunk is loaded (and widened) once
+//            for all heads of the tile.
 //
 // Results differ from the reference only by f32 summation order in q·k and
 // by FMA rounding in the value sum (tests/kernels/simd: within 1e-5 of
-// sum |terms|).
+// sum |terms|); they do not depend on the tiling or the thread count.
 //
 // Work split: (token, KV head) items — or (token, query head) when there
 // are fewer than 4 of those per thread, as in a decode step — are cut into

@@ -1,10 +1,14 @@
 // kernels/cpu/simd attention against reference::ops::attention on random
 // queries and caches: f16 and f32 caches, GQA groups of 1..4, head sizes
 // that are and are not multiples of 64, prefill and decode positions,
-// sliding windows, soft-capping, 1..3 threads.
+// sliding windows, soft-capping, 1..3 threads; groups of 2..8 heads and
+// ragged key counts for the kernel's head x key and head x value tiles; and
+// that a token's output does not depend on the tiling (a prefill's
+// whole-group tiles against one-head decode steps, bit for bit).
 #include "kernels/cpu/simd/attention.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -99,6 +103,13 @@ const std::vector<Shape>& shapes() {
       {8, 4, 64, 64, 41, 9, 7, 50.0f, 2},     // Gemma 2: window and soft-cap
       {4, 2, 128, 128, 1, 1, 0, 0.0f, 2},     // the first token
       {1, 1, 16, 16, 9, 2, 0, 0.0f, 3},       // fewer items than threads
+      // Head tiles of 2, 4 + 1, 3 + 3, 4 + 3, 4 + 4; key counts that are
+      // not multiples of the tiles' 2, 4, 8 keys; value rows of 9 chunks.
+      {4, 2, 64, 72, 23, 11, 0, 0.0f, 2},
+      {5, 1, 32, 72, 19, 19, 6, 0.0f, 1},
+      {12, 2, 48, 72, 33, 7, 0, 30.0f, 2},
+      {7, 1, 64, 64, 45, 13, 9, 0.0f, 2},
+      {16, 2, 256, 256, 31, 6, 0, 0.0f, 2},
   };
   return s;
 }
@@ -109,6 +120,57 @@ TEST(SimdAttention, EqualsReferenceWithF16Cache) {
 
 TEST(SimdAttention, EqualsReferenceWithF32Cache) {
   for (const Shape& s : shapes()) check(s, GgmlType::kF32);
+}
+
+// Each token of a prefill (whole-group head tiles) alone as a decode step
+// (one-head items): the same floats.
+TEST(SimdAttention, OutputDoesNotDependOnTiling) {
+  for (const Shape& s : shapes()) {
+    for (GgmlType type : {GgmlType::kF16, GgmlType::kF32}) {
+      SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
+      ops::AttentionParams p;
+      p.n_head = s.n_head;
+      p.n_head_kv = s.n_head_kv;
+      p.head_dim_k = s.dk;
+      p.head_dim_v = s.dv;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
+      p.softcap = s.softcap;
+      p.sliding_window = s.window;
+      if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+      std::mt19937 rng(static_cast<uint32_t>(s.n_kv * 17 + s.n_head));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> kf(s.n_kv * s.n_head_kv * s.dk), vf(s.n_kv * s.n_head_kv * s.dv);
+      for (float& x : kf) x = normal(rng);
+      for (float& x : vf) x = normal(rng);
+      std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+      for (size_t i = 0; i < kf.size(); ++i) kh[i] = reference::f32_to_f16(kf[i]);
+      for (size_t i = 0; i < vf.size(); ++i) vh[i] = reference::f32_to_f16(vf[i]);
+      std::vector<float> q(s.n_tokens * s.n_head * s.dk);
+      for (float& x : q) x = 2.0f * normal(rng);
+      std::vector<int32_t> positions(s.n_tokens);
+      for (int64_t t = 0; t < s.n_tokens; ++t) {
+        positions[t] = static_cast<int32_t>(s.n_kv - s.n_tokens + t);
+      }
+      ops::KvView kv;
+      kv.type = type;
+      kv.k = type == GgmlType::kF16 ? static_cast<const void*>(kh.data()) : kf.data();
+      kv.v = type == GgmlType::kF16 ? static_cast<const void*>(vh.data()) : vf.data();
+      kv.n_kv = s.n_kv;
+
+      ThreadPool pool(2);
+      AttentionBuffers buffers(s.n_kv, p, 2);
+      std::vector<float> all(s.n_tokens * s.n_head * s.dv), one(s.n_head * s.dv);
+      attention(q.data(), positions.data(), s.n_tokens, kv, p, all.data(), buffers, pool);
+      for (int64_t t = 0; t < s.n_tokens; ++t) {
+        attention(q.data() + t * s.n_head * s.dk, positions.data() + t, 1, kv, p, one.data(),
+                  buffers, pool);
+        EXPECT_EQ(std::memcmp(one.data(), all.data() + t * s.n_head * s.dv,
+                              one.size() * sizeof(float)),
+                  0)
+            << "token " << t;
+      }
+    }
+  }
 }
 
 }  // namespace
