@@ -100,7 +100,7 @@ std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 // vector j and activation row c: vpbroadcastd of activation bytes
 // 4j..4j+3, vpmaddubsw against the chunk (kS8: |w| against sign(a, w)),
 // int16 sums of as many products as cannot overflow (kU4: the whole unit,
-// 8 x 2 x 15 x 127 < 2^15; kU5: four; kU8: two; kS8: one), vpmaddwd to
+// 8 x 2 x 15 x 127 < 2^15; kU5: four; kU6, kU8: two; kS8: one), vpmaddwd to
 // int32, vcvtdq2ps
 // and one FMA by (8 rows' scales) x d_a into the column's accumulator, whose
 // lanes are the 8 rows: no horizontal sums, one store per column (masked

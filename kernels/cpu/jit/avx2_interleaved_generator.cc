@@ -18,9 +18,11 @@ namespace {
 // for kU4; w for kU8; w, |w| for kS8).
 // kU5: ones, t, w_lo, w_hi, the fifth bits (scales reuse w_lo, masks are
 // memory operands).
+// kU6: ones, t, t2, w_lo, w_hi, the high parts (scales reuse w_lo).
 int fixed_registers(const TileConf& c) {
   switch (c.encoding) {
     case Encoding::kU4: return 6;
+    case Encoding::kU6: return 6;
     case Encoding::kU8: return 4;
     default: return 5;
   }
@@ -66,6 +68,7 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void unit(int u);
   void unit_u4(int u);
   void unit_u5(int u);
+  void unit_u6(int u);
   void unit_u8(int u);
   void unit_s8(int u);
   // Loads the 8 rows' scale h of unit u into sv (f16 or f32).
@@ -75,8 +78,8 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void min_correction(int u, const Xbyak::Ymm& mv);
 
   const TileConf c_;
-  Xbyak::Ymm ones_, t_, sv_, m0f_, w_, w2_, hv_;
-  Xbyak::Label mask_, c0f_, c10_;
+  Xbyak::Ymm ones_, t_, t2_, sv_, m0f_, w_, w2_, hv_;
+  Xbyak::Label mask_, c0f_, c10_, c30_;
 };
 
 void Avx2InterleavedTile::load_scales(int u, int h) {
@@ -207,6 +210,51 @@ void Avx2InterleavedTile::unit_u5(int u) {
   min_correction(u, w2_);
 }
 
+// kU6 (Q6_K): a load holds chunk vectors 2m (low nibbles) and 2m+1 (high
+// nibbles), both in half m / 2; their high 2 bits, bits 2i of the half's
+// byte for vector 4k+i, move to bits 4-5. Values up to 63: int16 sums of
+// the two products of one load (2 x 2 x 63 x 127 < 2^15), so no int16
+// register per column.
+void Avx2InterleavedTile::unit_u6(int u) {
+  const int64_t base = u * group_unit_bytes();
+  for (int k = 0; k < 2; ++k) {
+    vmovdqu(hv_, ptr[hb_ + u * 64 + k * 32]);
+    for (int m2 = 0; m2 < 2; ++m2) {
+      const int m = 2 * k + m2;
+      vmovdqu(w_, ptr[vals_ + base + m * 32]);
+      vpsrlw(w2_, w_, 4);
+      vpand(w_, w_, ptr[rip + c0f_]);
+      vpand(w2_, w2_, ptr[rip + c0f_]);
+      for (auto [w, j] : {std::pair{w_, 2 * m}, std::pair{w2_, 2 * m + 1}}) {
+        const int i = j - 4 * k;
+        if (i < 2) {
+          vpsllw(t_, hv_, 4 - 2 * i);
+        } else if (i == 3) {
+          vpsrlw(t_, hv_, 2);
+        }
+        vpand(t_, i == 2 ? hv_ : t_, ptr[rip + c30_]);
+        vpor(w, w, t_);
+      }
+      for (int col = 0; col < c_.cols; ++col) {
+        vpbroadcastd(t_, act_at(col, u, 4 * (2 * m)));
+        vpmaddubsw(t_, w_, t_);
+        vpbroadcastd(t2_, act_at(col, u, 4 * (2 * m + 1)));
+        vpmaddubsw(t2_, w2_, t2_);
+        vpaddw(t_, t_, t2_);
+        if (m2 == 0) {
+          vpmaddwd(sum(col), t_, ones_);
+        } else {
+          vpmaddwd(t_, t_, ones_);
+          vpaddd(sum(col), sum(col), t_);
+        }
+      }
+    }
+    load_scales(u, k);  // sv_ is w_ here
+    for (int col = 0; col < c_.cols; ++col) finish(col, sum(col), u, k);
+  }
+  min_correction(u, w2_);
+}
+
 void Avx2InterleavedTile::unit_u8(int u) {
   const int64_t base = u * group_unit_bytes();
   const int per_scale = 8 / n_sc();  // chunk vectors per scale
@@ -267,6 +315,7 @@ void Avx2InterleavedTile::unit(int u) {
   switch (c_.encoding) {
     case Encoding::kU4: unit_u4(u); break;
     case Encoding::kU5: unit_u5(u); break;
+    case Encoding::kU6: unit_u6(u); break;
     case Encoding::kU8: unit_u8(u); break;
     default: unit_s8(u); break;
   }
@@ -285,7 +334,8 @@ void Avx2InterleavedTile::generate() {
   mov(act_, ptr[args_ + offsetof(TileArgs, act)]);
   mov(ad_, ptr[args_ + offsetof(TileArgs, act_d)]);
   mov(ac_, ptr[args_ + offsetof(TileArgs, act_corr)]);
-  if (c.encoding == Encoding::kU5) mov(hb_, ptr[args_ + offsetof(TileArgs, hbits)]);
+  const bool high_bits = c.encoding == Encoding::kU5 || c.encoding == Encoding::kU6;
+  if (high_bits) mov(hb_, ptr[args_ + offsetof(TileArgs, hbits)]);
 
   int next = 15;
   auto take = [&] { return Ymm(next--); };
@@ -294,9 +344,10 @@ void Avx2InterleavedTile::generate() {
   vmovd(Xmm(ones_.getIdx()), eax);
   vpbroadcastd(ones_, Xmm(ones_.getIdx()));
   t_ = take();
-  if (c.encoding != Encoding::kU5) sv_ = take();
+  if (c.encoding == Encoding::kU6) t2_ = take();
+  if (!high_bits) sv_ = take();
   w_ = take();
-  if (c.encoding == Encoding::kU5) {
+  if (high_bits) {
     sv_ = w_;
     w2_ = take();
     hv_ = take();
@@ -324,7 +375,7 @@ void Avx2InterleavedTile::generate() {
     add(act_, unroll * 32);
     add(sc_, c.k_scales ? 64 * n_sc() + 32 : unroll * n_sc() * 8 * scale_bytes());
     if (c.min_correction) add(mn_, c.k_scales ? 96 : unroll * 8 * scale_bytes());
-    if (c.encoding == Encoding::kU5) add(hb_, unroll * 32);
+    if (high_bits) add(hb_, unroll * (c.encoding == Encoding::kU6 ? 64 : 32));
     add(ad_, unroll * 4);
     if (c.correction) add(ac_, unroll * corr_per_unit() * 4);
     dec(cnt_);
@@ -352,6 +403,8 @@ void Avx2InterleavedTile::generate() {
   for (int j = 0; j < 32; ++j) db(0x0F);
   L(c10_);
   for (int j = 0; j < 32; ++j) db(0x10);
+  L(c30_);
+  for (int j = 0; j < 32; ++j) db(0x30);
 }
 
 }  // namespace

@@ -170,7 +170,10 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
                       uint8_t* mins, ThreadPool& pool) {
   const int64_t block_bytes = ggml_type_info(l.type).type_size;
   const int n_sc = l.paired_scales ? 2 : 1;
-  const int64_t ub = l.unit_bytes;
+  const bool u6 = l.encoding == Encoding::kU6;
+  // Bytes of one row's unit as pack_legacy / pack_k write it (kU6: the
+  // 6-bit values, one per byte).
+  const int64_t ub = u6 ? 32 : l.unit_bytes;
   auto put = [&](uint8_t* plane, int64_t index, float v) {
     if (l.scale_f16) {
       const uint16_t h = reference::f32_to_f16(v);  // exact: an f16 scale
@@ -216,7 +219,24 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
       const int64_t g = r / 8, ri = r % 8;
       uint8_t* gv = values + g * l.value_stride;
       for (int64_t u = 0; u < l.n_units; ++u) {
-        if (hbits != nullptr) {  // bit j of byte ri*4+b: element 4j+b's fifth bit
+        if (u6) {  // low nibbles of chunks 2m | 2m+1; 2-bit high parts
+          const uint8_t* v = vals.data() + u * 32;
+          uint8_t* gu = gv + u * 128;
+          uint8_t* gh = hbits + g * l.hbit_stride + u * 64;
+          for (int b4 = 0; b4 < 4; ++b4) {
+            for (int m = 0; m < 4; ++m) {
+              gu[m * 32 + ri * 4 + b4] = static_cast<uint8_t>(
+                  (v[4 * (2 * m) + b4] & 0xF) | (v[4 * (2 * m + 1) + b4] & 0xF) << 4);
+            }
+            for (int k = 0; k < 2; ++k) {
+              uint8_t byte = 0;
+              for (int i = 0; i < 4; ++i) {
+                byte = static_cast<uint8_t>(byte | ((v[4 * (4 * k + i) + b4] >> 4) & 3) << (2 * i));
+              }
+              gh[k * 32 + ri * 4 + b4] = byte;
+            }
+          }
+        } else if (hbits != nullptr) {  // bit j of byte ri*4+b: element 4j+b's fifth bit
           for (int b4 = 0; b4 < 4; ++b4) {
             uint8_t byte = 0;
             for (int j = 0; j < 8; ++j) {
@@ -225,7 +245,7 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
             hbits[g * l.hbit_stride + u * 32 + ri * 4 + b4] = byte;
           }
         }
-        for (int64_t m = 0; m < ub / 4; ++m) {
+        for (int64_t m = 0; m < ub / 4 && !u6; ++m) {
           std::memcpy(gv + u * ub * 8 + m * 32 + ri * 4, vals.data() + u * ub + m * 4, 4);
         }
         if (l.k_scales) {
@@ -257,6 +277,7 @@ const char* encoding_name(Encoding e) {
   switch (e) {
     case Encoding::kU4: return "u4";
     case Encoding::kU5: return "u5";
+    case Encoding::kU6: return "u6";
     case Encoding::kU8: return "u8";
     case Encoding::kS8: return "s8";
     case Encoding::kF32: return "f32";
@@ -383,7 +404,7 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
       l.correction = Correction::kMin;
       break;
     case GgmlType::kQ6_K:
-      l.encoding = Encoding::kU8; l.act = ActKind::kQ8_K;
+      l.encoding = Encoding::kU6; l.act = ActKind::kQ8_K;
       l.correction = Correction::kZeroPoint; l.zero_point = 32;
       l.paired_scales = true;
       l.n_scales = 2 * l.n_units;
@@ -391,7 +412,10 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
     default:
       break;
   }
-  l.unit_bytes = l.encoding == Encoding::kU4 || l.encoding == Encoding::kU5 ? 16 : 32;
+  l.unit_bytes = l.encoding == Encoding::kU4 || l.encoding == Encoding::kU5 ||
+                         l.encoding == Encoding::kU6
+                     ? 16
+                     : 32;
   // Every quantized type: the interleaved layout.
   l.row_group = 8;
   l.n_groups = (n_out + 7) / 8;
@@ -399,7 +423,9 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
                 type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
                 type == GgmlType::kQ8_0;
   // kU5: one byte per (row, 4-element chunk) of fifth bits per unit.
-  l.hbit_stride = l.encoding == Encoding::kU5 ? l.n_units * 32 : 0;
+  l.hbit_stride = l.encoding == Encoding::kU5   ? l.n_units * 32
+                  : l.encoding == Encoding::kU6 ? l.n_units * 64
+                                                : 0;
   l.k_scales = is_k(type);
   l.value_stride = l.n_units * l.unit_bytes * 8;
   const int64_t n_sb = l.n_units / 8;
@@ -450,7 +476,7 @@ absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
     });
     return p;
   }
-  if (l.encoding == Encoding::kU5) {
+  if (l.hbit_stride > 0) {
     p->hbits_.reset(aligned_zeroed<uint8_t>(hbit_plane_bytes(l), &p->owned_bytes_));
     if (!p->hbits_) return oom();
   }

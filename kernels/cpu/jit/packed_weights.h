@@ -19,7 +19,8 @@
 //   kU4  16 bytes: element j in the low nibble of byte j, j+16 in the high
 //        nibble (ggml's Q4_0 order); unsigned 0..15.
 //   kU5  kU4 plus the fifth bits (ggml's Q5_0 qh); unsigned 0..31.
-//   kU8  32 bytes, unsigned 0..63 (Q6_K; MXFP4 as table value + 12).
+//   kU6  Q6_K's 0..63 as low nibbles (16 bytes) plus 2-bit high parts.
+//   kU8  32 bytes, unsigned 0..24 (MXFP4 as table value + 12).
 //   kS8  32 bytes, signed (Q8_0).
 //
 // Interleaving: rows are taken eight at a time (a row group; the last one
@@ -27,12 +28,16 @@
 // of the group's row r at byte m*32 + r*4 of the group's unit, so one
 // 32-byte load gives four consecutive values of eight rows (kU8, kS8) or,
 // as low and high nibbles, values 4m..4m+3 and 4m+16..4m+19 of eight rows
-// (kU4, kU5: the chunks of ggml's nibble bytes). One vpmaddubsw against four
+// (kU4, kU5: the chunks of ggml's nibble bytes; kU6: chunks 2m and 2m+1 of
+// the low nibbles, so that a load stays within one of Q6_K's 16-element
+// halves). One vpmaddubsw against four
 // broadcast activation bytes then feeds all eight rows, and their sums stay
 // in the lanes of one register. Plane shapes (64-byte aligned):
 //   values  [n_groups][n_units][8 * unit_bytes]
 //   hbits   [n_groups][n_units][32]   kU5: byte r*4+b, bit j: the fifth bit
 //           of row r's element 4j+b
+//           [n_groups][n_units][2][32] kU6: half k, byte r*4+b, bits 2i and
+//           2i+1: the high 2 bits of row r's element 4(4k+i)+b
 //   scales  [n_groups][n_units][n_scales / n_units][8]  f16 (scale_f16: the
 //           GGUF's own f16 scales of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0) or
 //           f32 (MXFP4); paired (Q6_K): two per unit, for elements 0..15
@@ -70,7 +75,7 @@
 
 namespace strata::kernels::jit {
 
-enum class Encoding { kU4, kU5, kU8, kS8, kF32, kF16, kBF16 };
+enum class Encoding { kU4, kU5, kU6, kU8, kS8, kF32, kF16, kBF16 };
 enum class Correction { kNone, kZeroPoint, kMin };
 // The activation type paired with the weight type
 // (reference::ops::activation_type), as the activation quantizer sees it.
@@ -91,11 +96,11 @@ struct PackedLayout {
   int64_t n_in_pad = 0;        // float types: n_in rounded up to 8
   int64_t unit_elems = 32;     // 32 (quantized) or 8 (float types)
   int64_t n_units = 0;         // n_in_pad / unit_elems
-  int64_t unit_bytes = 0;      // one row's unit: 16 (kU4, kU5), 32 (kU8,
+  int64_t unit_bytes = 0;      // one row's unit: 16 (kU4, kU5, kU6), 32 (kU8,
                                // kS8, kF32), 16 (kF16, kBF16)
   int64_t value_stride = 0;    // bytes per row group (floats: per row) of
                                // the value plane
-  int64_t hbit_stride = 0;     // bytes per row group of the fifth-bit plane
+  int64_t hbit_stride = 0;     // bytes per row group of the high-bit plane
   int64_t n_scales = 0;        // scales per row: n_units or 2 n_units
   int64_t scale_stride = 0;    // elements per row group of the scale plane
   int64_t mins_stride = 0;     // elements per row group of the min plane
