@@ -66,6 +66,7 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
 
   void generate();
   void unit(int u);
+  void nibble_products(int u, int m, bool first);
   void unit_u4(int u);
   void unit_u5(int u);
   void unit_u6(int u);
@@ -138,6 +139,23 @@ void Avx2InterleavedTile::min_correction(int u, const Xbyak::Ymm& mv) {
   }
 }
 
+// kU4 / kU5: int16 sums of load m's two chunk vectors (w_: 4m, w2_: 4m+4)
+// times the activations, into sum(col) (restarted when `first`).
+void Avx2InterleavedTile::nibble_products(int u, int m, bool first) {
+  for (int col = 0; col < c_.cols; ++col) {
+    vpbroadcastd(t_, act_at(col, u, 4 * m));
+    if (first) {
+      vpmaddubsw(sum(col), w_, t_);
+    } else {
+      vpmaddubsw(t_, w_, t_);
+      vpaddw(sum(col), sum(col), t_);
+    }
+    vpbroadcastd(t_, act_at(col, u, 16 + 4 * m));
+    vpmaddubsw(t_, w2_, t_);
+    vpaddw(sum(col), sum(col), t_);
+  }
+}
+
 void Avx2InterleavedTile::unit_u4(int u) {
   const int64_t base = u * group_unit_bytes();
   for (int m = 0; m < 4; ++m) {
@@ -145,18 +163,7 @@ void Avx2InterleavedTile::unit_u4(int u) {
     vpsrlw(w2_, w_, 4);
     vpand(w_, w_, m0f_);
     vpand(w2_, w2_, m0f_);
-    for (int col = 0; col < c_.cols; ++col) {
-      vpbroadcastd(t_, act_at(col, u, 4 * m));
-      if (m == 0) {
-        vpmaddubsw(sum(col), w_, t_);
-      } else {
-        vpmaddubsw(t_, w_, t_);
-        vpaddw(sum(col), sum(col), t_);
-      }
-      vpbroadcastd(t_, act_at(col, u, 16 + 4 * m));
-      vpmaddubsw(t_, w2_, t_);
-      vpaddw(sum(col), sum(col), t_);
-    }
+    nibble_products(u, m, m == 0);
   }
   load_scales(u, 0);
   for (int col = 0; col < c_.cols; ++col) {
@@ -186,20 +193,11 @@ void Avx2InterleavedTile::unit_u5(int u) {
       vpand(t_, j == 4 ? hv_ : t_, ptr[rip + c10_]);
       vpor(w, w, t_);
     }
-    for (int col = 0; col < c_.cols; ++col) {
-      vpbroadcastd(t_, act_at(col, u, 4 * m));
-      if (m % 2 == 0) {
-        vpmaddubsw(sum(col), w_, t_);
-      } else {
-        vpmaddubsw(t_, w_, t_);
-        vpaddw(sum(col), sum(col), t_);
-      }
-      vpbroadcastd(t_, act_at(col, u, 16 + 4 * m));
-      vpmaddubsw(t_, w2_, t_);
-      vpaddw(sum(col), sum(col), t_);
+    nibble_products(u, m, m % 2 == 0);
+    for (int col = 0; col < c_.cols && m % 2 == 1; ++col) {
       if (m == 1) {
         vpmaddwd(sum32(col), sum(col), ones_);
-      } else if (m == 3) {
+      } else {
         vpmaddwd(sum(col), sum(col), ones_);
         vpaddd(sum32(col), sum32(col), sum(col));
       }

@@ -37,8 +37,7 @@ std::string name(const Shape& s) {
          std::to_string(s.softcap) + " threads" + std::to_string(s.threads);
 }
 
-void check(const Shape& s, GgmlType type) {
-  SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
+ops::AttentionParams params_of(const Shape& s) {
   ops::AttentionParams p;
   p.n_head = s.n_head;
   p.n_head_kv = s.n_head_kv;
@@ -47,6 +46,12 @@ void check(const Shape& s, GgmlType type) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
   p.softcap = s.softcap;
   p.sliding_window = s.window;
+  return p;
+}
+
+void check(const Shape& s, GgmlType type) {
+  SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
+  const ops::AttentionParams p = params_of(s);
   if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
 
   std::mt19937 rng(static_cast<uint32_t>(s.n_kv * 131 + s.dk * 7 + s.n_tokens));
@@ -128,14 +133,7 @@ TEST(SimdAttention, OutputDoesNotDependOnTiling) {
   for (const Shape& s : shapes()) {
     for (GgmlType type : {GgmlType::kF16, GgmlType::kF32}) {
       SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
-      ops::AttentionParams p;
-      p.n_head = s.n_head;
-      p.n_head_kv = s.n_head_kv;
-      p.head_dim_k = s.dk;
-      p.head_dim_v = s.dv;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
-      p.softcap = s.softcap;
-      p.sliding_window = s.window;
+      const ops::AttentionParams p = params_of(s);
       if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
       std::mt19937 rng(static_cast<uint32_t>(s.n_kv * 17 + s.n_head));
       std::normal_distribution<float> normal(0.0f, 1.0f);
