@@ -45,7 +45,8 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   size_t code_bytes() const override { return getSize(); }
 
  private:
-  // hb_ (kU5's fifth-bit plane) and y_ share r11: y is loaded after the loop.
+  // hb_ (the kU5 / kU6 high-bit plane) and y_ share r11: y is loaded after
+  // the loop.
   const Xbyak::Reg64 args_ = rdi, vals_ = rsi, sc_ = rdx, mn_ = rcx,
                      act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, y_ = r11,
                      hb_ = r11;
