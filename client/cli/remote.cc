@@ -38,27 +38,15 @@ int report_error(const std::string& server, const absl::Status& status) {
 void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--model", f.model,
                   "served model name (strata status); default: the served one");
-  cmd->add_option("-n,--n-predict", f.n_predict, "tokens to generate (128)");
-  cmd->add_option("--temp", f.temperature, "temperature; 0 = greedy (0)");
-  cmd->add_option("--top-k", f.top_k, "top-k; 0 = off (0)");
-  cmd->add_option("--top-p", f.top_p, "top-p; 1 = off (1)");
-  cmd->add_option("--min-p", f.min_p, "min-p; 0 = off (0)");
-  cmd->add_option("--repeat-penalty", f.repeat_penalty, "1 = off (1)");
-  cmd->add_option("--presence-penalty", f.presence_penalty, "0 = off (0)");
-  cmd->add_option("--frequency-penalty", f.frequency_penalty, "0 = off (0)");
-  cmd->add_option("--repeat-last-n", f.repeat_last_n,
-                  "tokens the penalties look back over (64)");
-  cmd->add_option("--seed", f.seed, "sampling seed (random)");
-  cmd->add_option("--stop", f.stop, "stop string (repeatable)");
-  cmd->add_flag("--ignore-eos", f.ignore_eos,
-                "do not stop at end-of-generation tokens");
+  add_sampling_flags(cmd, &f.sampling);
 }
 
-GenerateOptions generation_options(const GenerationFlags& f,
+GenerateOptions generation_options(const GenerationFlags& flags,
                                    const ServerFlags& server,
                                    const CLI::App& cmd) {
+  const SamplingFlags& f = flags.sampling;
   GenerateOptions o;
-  o.model = f.model;
+  o.model = flags.model;
   if (cmd.count("--n-predict") > 0) o.max_tokens = f.n_predict;
   SamplingOptions& s = o.sampling;
   s.temperature = f.temperature;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client/cli/sampling_flags.h"
 #include "strata/client.h"
 
 namespace strata::cli {
@@ -34,23 +35,10 @@ int report_error(const std::string& server, const absl::Status& status);
 // The request fields of `strata generate` and `strata chat`.
 struct GenerationFlags {
   std::string model;  // served model name; empty: the served one
-  int n_predict = 128;
-  float temperature = 0.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repeat_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int repeat_last_n = 64;
-  uint64_t seed = 0;
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
+  SamplingFlags sampling;
 };
 
-// -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
-// --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
-// --ignore-eos, --model.
+// --model and the sampling flags (sampling_flags.h).
 void add_generation_flags(CLI::App* cmd, GenerationFlags& flags);
 
 // The request the flags ask for (input left empty). Flags not given on the

@@ -13,8 +13,9 @@
 
 #include "client/cli/chat_prompt.h"
 #include "client/cli/commands.h"
-#include "client/cli/kernel_flags.h"
 #include "client/cli/generation_report.h"
+#include "client/cli/kernel_flags.h"
+#include "client/cli/sampling_flags.h"
 #include "coordinator/generation.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
@@ -25,27 +26,14 @@
 namespace strata::cli {
 namespace {
 
-constexpr uint64_t kRandomSeed = 0xFFFFFFFFu;
-
 struct RunOptions {
   std::string model;
   std::string prompt;
   std::string prompt_ids;
-  int n_predict = 128;
-  float temperature = 0.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repeat_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int repeat_last_n = 64;
-  uint64_t seed = kRandomSeed;
-  std::vector<std::string> stop;
+  SamplingFlags sampling;
   bool chat = false;
   std::string chat_template;  // file; empty: the model's own
   bool json = false;
-  bool ignore_eos = false;
   int threads = 0;
   int ctx = 0;
   std::string kv_type = "f16";
@@ -127,20 +115,21 @@ int run(const RunOptions& o) {
     return fail("context of " + std::to_string(n_ctx) + " positions", st);
   }
 
+  const SamplingFlags& f = o.sampling;
   coordinator::GenerationParams params;
-  params.max_tokens = o.n_predict;
-  params.stop = o.stop;
-  params.ignore_eos = o.ignore_eos;
+  params.max_tokens = f.n_predict;
+  params.stop = f.stop;
+  params.ignore_eos = f.ignore_eos;
   worker::SamplingParams& s = params.sampling;
-  s.temperature = o.temperature;
-  s.top_k = o.top_k;
-  s.top_p = o.top_p;
-  s.min_p = o.min_p;
-  s.repeat_penalty = o.repeat_penalty;
-  s.presence_penalty = o.presence_penalty;
-  s.frequency_penalty = o.frequency_penalty;
-  s.penalty_last_n = o.repeat_last_n;
-  s.seed = o.seed == kRandomSeed ? std::random_device{}() : o.seed;
+  s.temperature = f.temperature;
+  s.top_k = f.top_k;
+  s.top_p = f.top_p;
+  s.min_p = f.min_p;
+  s.repeat_penalty = f.repeat_penalty;
+  s.presence_penalty = f.presence_penalty;
+  s.frequency_penalty = f.frequency_penalty;
+  s.penalty_last_n = f.repeat_last_n;
+  s.seed = f.seed == SamplingFlags::kRandomSeed ? std::random_device{}() : f.seed;
 
   auto detok = coordinator::make_detokenizer(**tok);
   coordinator::TextCallback stream;
@@ -188,25 +177,12 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-p,--prompt", o->prompt, "prompt text");
   cmd->add_option("--prompt-ids", o->prompt_ids,
                   "prompt as token ids, e.g. \"1 403 407\" (instead of -p)");
-  cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate (128)");
-  cmd->add_option("--temp", o->temperature, "temperature; 0 = greedy (0)");
-  cmd->add_option("--top-k", o->top_k, "top-k; 0 = off (0)");
-  cmd->add_option("--top-p", o->top_p, "top-p; 1 = off (1)");
-  cmd->add_option("--min-p", o->min_p, "min-p; 0 = off (0)");
-  cmd->add_option("--repeat-penalty", o->repeat_penalty, "1 = off (1)");
-  cmd->add_option("--presence-penalty", o->presence_penalty, "0 = off (0)");
-  cmd->add_option("--frequency-penalty", o->frequency_penalty, "0 = off (0)");
-  cmd->add_option("--repeat-last-n", o->repeat_last_n,
-                  "tokens the penalties look back over (64)");
-  cmd->add_option("--seed", o->seed, "sampling seed (random)");
-  cmd->add_option("--stop", o->stop, "stop string (repeatable)");
+  add_sampling_flags(cmd, &o->sampling);
   cmd->add_flag("--chat", o->chat,
                 "wrap -p as one user turn with the model's chat template");
   cmd->add_option("--chat-template", o->chat_template,
                   "template file to use with --chat instead of the model's");
   cmd->add_flag("--json", o->json, "print one JSON object at the end");
-  cmd->add_flag("--ignore-eos", o->ignore_eos,
-                "do not stop at end-of-generation tokens");
   cmd->add_option("-t,--threads", o->threads, "threads (all cores)");
   cmd->add_option("-c,--ctx-size", o->ctx,
                   "context length (the model's)");

@@ -1,0 +1,54 @@
+// The sampling and stopping flags shared by the commands that generate
+// text: `strata run` (the model in this process) and `strata generate` /
+// `strata chat` (over gRPC, remote.h). Meanings as llama.cpp's flags of the
+// same names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace strata::cli {
+
+struct SamplingFlags {
+  // --seed not given: run draws a random seed, generate leaves it to the
+  // server (which checks cmd.count("--seed")).
+  static constexpr uint64_t kRandomSeed = 0xFFFFFFFFu;
+
+  int n_predict = 128;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int repeat_last_n = 64;
+  uint64_t seed = kRandomSeed;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+// -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
+// --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
+// --ignore-eos.
+inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
+  cmd->add_option("-n,--n-predict", f->n_predict, "tokens to generate (128)");
+  cmd->add_option("--temp", f->temperature, "temperature; 0 = greedy (0)");
+  cmd->add_option("--top-k", f->top_k, "top-k; 0 = off (0)");
+  cmd->add_option("--top-p", f->top_p, "top-p; 1 = off (1)");
+  cmd->add_option("--min-p", f->min_p, "min-p; 0 = off (0)");
+  cmd->add_option("--repeat-penalty", f->repeat_penalty, "1 = off (1)");
+  cmd->add_option("--presence-penalty", f->presence_penalty, "0 = off (0)");
+  cmd->add_option("--frequency-penalty", f->frequency_penalty, "0 = off (0)");
+  cmd->add_option("--repeat-last-n", f->repeat_last_n,
+                  "tokens the penalties look back over (64)");
+  cmd->add_option("--seed", f->seed, "sampling seed (random)");
+  cmd->add_option("--stop", f->stop, "stop string (repeatable)");
+  cmd->add_flag("--ignore-eos", f->ignore_eos,
+                "do not stop at end-of-generation tokens");
+}
+
+}  // namespace strata::cli
