@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/reference/fp16.h"
 
 namespace strata::kernels::jit {
@@ -31,9 +32,6 @@ T* alloc(int64_t count) {
 
 #define STRATA_JIT_AVX2 __attribute__((target("avx2,fma")))
 
-bool cpu_has_avx2_fma() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 
 // One 32-element block: amax of |x|, then q = round_even(x * id) (the
 // reference's magic-number rounding, lane by lane) and the sum of q.
@@ -76,7 +74,7 @@ STRATA_JIT_AVX2 int block_round(const float* xb, float id, int8_t* q) {
 // correction A(u): -z d sum q (zero point) or f16(d_unrounded sum q) (Q8_1).
 void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
                     float* corr) {
-  static const bool avx2 = cpu_has_avx2_fma();
+  static const bool avx2 = cpu_features().avx2;
   for (int64_t u = 0; u < l.n_units; ++u) {
     const float* xb = x + u * 32;
     float amax = 0.0f;
@@ -112,7 +110,7 @@ void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
 // d sum q) or per 16 elements (Q6_K zero point: -32 d sum q).
 void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
                    float* corr) {
-  static const bool avx2 = cpu_has_avx2_fma();
+  static const bool avx2 = cpu_features().avx2;
   for (int64_t sb = 0; sb < l.n_units / 8; ++sb) {
     const float* xb = x + sb * 256;
     int8_t* qb = q + sb * 256;

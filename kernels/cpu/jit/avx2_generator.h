@@ -66,8 +66,8 @@ struct TileConf {
 struct TileArgs {
   const uint8_t* values;
   const uint8_t* hbits;
-  const float* scales;
-  const float* wcorr;
+  const uint8_t* scales;  // the group's scale plane
+  const uint8_t* wcorr;   // the group's min plane (min correction)
   const void* act;  // int8 q, or f32 values for float encodings
   const float* act_d;
   const float* act_corr;

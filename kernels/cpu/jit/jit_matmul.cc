@@ -207,12 +207,8 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
       const int64_t es = scale_elem_bytes(l);
       a.values = pw.values() + g * l.value_stride;
       a.hbits = pw.hbits() ? pw.hbits() + g * l.hbit_stride : nullptr;
-      a.scales = reinterpret_cast<const float*>(
-          reinterpret_cast<const uint8_t*>(pw.scales()) + g * l.scale_stride * es);
-      a.wcorr = pw.mins() ? reinterpret_cast<const float*>(
-                                reinterpret_cast<const uint8_t*>(pw.mins()) +
-                                g * l.mins_stride * es)
-                          : nullptr;
+      a.scales = pw.scales() + g * l.scale_stride * es;
+      a.wcorr = pw.mins() ? pw.mins() + g * l.mins_stride * es : nullptr;
     } else {  // float rows
       a.values = pw.values() + r0 * l.value_stride;
     }

@@ -309,14 +309,8 @@ bool can_pack(GgmlType type) {
 }
 
 bool interleaved_type(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ4_K:
-    case GgmlType::kQ5_0: case GgmlType::kQ5_1: case GgmlType::kQ5_K:
-    case GgmlType::kQ8_0: case GgmlType::kQ6_K: case GgmlType::kMXFP4:
-      return true;
-    default:
-      return false;
-  }
+  return can_pack(type) && type != GgmlType::kF32 && type != GgmlType::kF16 &&
+         type != GgmlType::kBF16;
 }
 
 int64_t scale_elem_bytes(const PackedLayout& l) {

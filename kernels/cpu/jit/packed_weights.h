@@ -142,9 +142,10 @@ class PackedWeights {
   const PackedLayout& layout() const { return layout_; }
   const uint8_t* values() const { return values_; }
   const uint8_t* hbits() const { return hbits_.get(); }
-  // Scale and min planes: f32, or f16 when layout().scale_f16.
-  const float* scales() const { return reinterpret_cast<const float*>(scales_.get()); }
-  const float* mins() const { return reinterpret_cast<const float*>(mins_.get()); }
+  // Scale and min planes, as bytes: elements of scale_elem_bytes(layout())
+  // (f32, f16, or the K-quant sub-scale blocks).
+  const uint8_t* scales() const { return scales_.get(); }
+  const uint8_t* mins() const { return mins_.get(); }
   // Bytes the packed planes own (0 for a view).
   int64_t owned_bytes() const { return owned_bytes_; }
 

@@ -49,33 +49,49 @@ ops::AttentionParams params_of(const Shape& s) {
   return p;
 }
 
+// Random keys and values (f32, and their f16 roundings), queries peaked
+// enough to matter, and the positions of the last n_tokens cache rows.
+struct Inputs {
+  std::vector<float> kf, vf, q;
+  std::vector<uint16_t> kh, vh;
+  std::vector<int32_t> positions;
+  ops::KvView kv(GgmlType type, int64_t n_kv) const {
+    ops::KvView v;
+    v.type = type;
+    v.k = type == GgmlType::kF16 ? static_cast<const void*>(kh.data()) : kf.data();
+    v.v = type == GgmlType::kF16 ? static_cast<const void*>(vh.data()) : vf.data();
+    v.n_kv = n_kv;
+    return v;
+  }
+};
+
+Inputs make_inputs(const Shape& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Inputs in;
+  in.kf.resize(static_cast<size_t>(s.n_kv * s.n_head_kv * s.dk));
+  in.vf.resize(static_cast<size_t>(s.n_kv * s.n_head_kv * s.dv));
+  for (float& x : in.kf) x = normal(rng);
+  for (float& x : in.vf) x = normal(rng);
+  for (float x : in.kf) in.kh.push_back(reference::f32_to_f16(x));
+  for (float x : in.vf) in.vh.push_back(reference::f32_to_f16(x));
+  in.q.resize(static_cast<size_t>(s.n_tokens * s.n_head * s.dk));
+  for (float& x : in.q) x = 2.0f * normal(rng);
+  for (int64_t t = 0; t < s.n_tokens; ++t) {
+    in.positions.push_back(static_cast<int32_t>(s.n_kv - s.n_tokens + t));
+  }
+  return in;
+}
+
 void check(const Shape& s, GgmlType type) {
   SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
   const ops::AttentionParams p = params_of(s);
   if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
 
-  std::mt19937 rng(static_cast<uint32_t>(s.n_kv * 131 + s.dk * 7 + s.n_tokens));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t k_elems = s.n_kv * s.n_head_kv * s.dk;
-  const int64_t v_elems = s.n_kv * s.n_head_kv * s.dv;
-  std::vector<float> kf(k_elems), vf(v_elems);
-  for (float& x : kf) x = normal(rng);
-  for (float& x : vf) x = normal(rng);
-  std::vector<uint16_t> kh(k_elems), vh(v_elems);
-  for (int64_t i = 0; i < k_elems; ++i) kh[i] = reference::f32_to_f16(kf[i]);
-  for (int64_t i = 0; i < v_elems; ++i) vh[i] = reference::f32_to_f16(vf[i]);
-  std::vector<float> q(s.n_tokens * s.n_head * s.dk);
-  for (float& x : q) x = 2.0f * normal(rng);  // peaked enough to matter
-  std::vector<int32_t> positions(s.n_tokens);
-  for (int64_t t = 0; t < s.n_tokens; ++t) {
-    positions[t] = static_cast<int32_t>(s.n_kv - s.n_tokens + t);
-  }
-
-  ops::KvView kv;
-  kv.type = type;
-  kv.k = type == GgmlType::kF16 ? static_cast<const void*>(kh.data()) : kf.data();
-  kv.v = type == GgmlType::kF16 ? static_cast<const void*>(vh.data()) : vf.data();
-  kv.n_kv = s.n_kv;
+  Inputs in = make_inputs(s, static_cast<uint32_t>(s.n_kv * 131 + s.dk * 7 + s.n_tokens));
+  const ops::KvView kv = in.kv(type, s.n_kv);
+  const std::vector<float>& q = in.q;
+  const std::vector<int32_t>& positions = in.positions;
 
   ThreadPool pool(s.threads);
   std::vector<float> want(s.n_tokens * s.n_head * s.dv), got(want.size(), NAN);
@@ -135,25 +151,10 @@ TEST(SimdAttention, OutputDoesNotDependOnTiling) {
       SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
       const ops::AttentionParams p = params_of(s);
       if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
-      std::mt19937 rng(static_cast<uint32_t>(s.n_kv * 17 + s.n_head));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      std::vector<float> kf(s.n_kv * s.n_head_kv * s.dk), vf(s.n_kv * s.n_head_kv * s.dv);
-      for (float& x : kf) x = normal(rng);
-      for (float& x : vf) x = normal(rng);
-      std::vector<uint16_t> kh(kf.size()), vh(vf.size());
-      for (size_t i = 0; i < kf.size(); ++i) kh[i] = reference::f32_to_f16(kf[i]);
-      for (size_t i = 0; i < vf.size(); ++i) vh[i] = reference::f32_to_f16(vf[i]);
-      std::vector<float> q(s.n_tokens * s.n_head * s.dk);
-      for (float& x : q) x = 2.0f * normal(rng);
-      std::vector<int32_t> positions(s.n_tokens);
-      for (int64_t t = 0; t < s.n_tokens; ++t) {
-        positions[t] = static_cast<int32_t>(s.n_kv - s.n_tokens + t);
-      }
-      ops::KvView kv;
-      kv.type = type;
-      kv.k = type == GgmlType::kF16 ? static_cast<const void*>(kh.data()) : kf.data();
-      kv.v = type == GgmlType::kF16 ? static_cast<const void*>(vh.data()) : vf.data();
-      kv.n_kv = s.n_kv;
+      Inputs in = make_inputs(s, static_cast<uint32_t>(s.n_kv * 17 + s.n_head));
+      const ops::KvView kv = in.kv(type, s.n_kv);
+      const std::vector<float>& q = in.q;
+      const std::vector<int32_t>& positions = in.positions;
 
       ThreadPool pool(2);
       AttentionBuffers buffers(s.n_kv, p, 2);
