@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sys/mman.h>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/jit/huge_page_arena.h"
 #include "kernels/cpu/reference/block_layouts.h"
 #include "kernels/cpu/reference/fp16.h"
 
@@ -153,22 +153,13 @@ bool is_k(GgmlType t) {
   return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K;
 }
 
-template <typename T>
-T* aligned_zeroed(int64_t count, int64_t* bytes) {
-  // Planes of 2 MiB and more sit on 2 MiB boundaries and ask for huge pages
-  // (transparent huge pages in "madvise" mode): a decode step streams them,
-  // and 4 KiB pages cost a TLB miss every 4 KiB.
-  constexpr size_t kHuge = size_t{2} << 20;
-  size_t n = static_cast<size_t>(round_up(count * int64_t(sizeof(T)), 64));
-  if (n == 0) n = 64;
-  const bool huge = n >= kHuge;
-  if (huge) n = (n + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(huge ? kHuge : 64, n);
-  if (p == nullptr) return nullptr;
-  if (huge) madvise(p, n, MADV_HUGEPAGE);  // advice only: failure is harmless
-  std::memset(p, 0, n);
-  *bytes += static_cast<int64_t>(n);
-  return static_cast<T*>(p);
+// Zeroed plane memory from the huge-page arena (see huge_page_arena.h:
+// decode streams every plane once per token); counts it in *bytes.
+uint8_t* zeroed_plane(int64_t n, int64_t* bytes) {
+  const size_t size = static_cast<size_t>(round_up(n, 64));
+  void* p = HugePageArena::global().allocate(size);
+  if (p != nullptr) *bytes += static_cast<int64_t>(size);
+  return static_cast<uint8_t*>(p);
 }
 
 // The interleaved layout (packed_weights.h): each row is packed unit by unit
@@ -465,7 +456,7 @@ absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
     return p;
   }
   p->owned_values_.reset(
-      aligned_zeroed<uint8_t>(value_plane_bytes(l), &p->owned_bytes_));
+      zeroed_plane(value_plane_bytes(l), &p->owned_bytes_));
   if (!p->owned_values_) return oom();
   p->values_ = p->owned_values_.get();
   if (is_float) {
@@ -480,13 +471,13 @@ absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
     return p;
   }
   if (l.hbit_stride > 0) {
-    p->hbits_.reset(aligned_zeroed<uint8_t>(hbit_plane_bytes(l), &p->owned_bytes_));
+    p->hbits_.reset(zeroed_plane(hbit_plane_bytes(l), &p->owned_bytes_));
     if (!p->hbits_) return oom();
   }
-  p->scales_.reset(aligned_zeroed<uint8_t>(scale_plane_bytes(l), &p->owned_bytes_));
+  p->scales_.reset(zeroed_plane(scale_plane_bytes(l), &p->owned_bytes_));
   if (!p->scales_) return oom();
   if (l.correction == Correction::kMin) {
-    p->mins_.reset(aligned_zeroed<uint8_t>(min_plane_bytes(l), &p->owned_bytes_));
+    p->mins_.reset(zeroed_plane(min_plane_bytes(l), &p->owned_bytes_));
     if (!p->mins_) return oom();
   }
   pack_interleaved(l, w, p->owned_values_.get(), p->hbits_.get(),

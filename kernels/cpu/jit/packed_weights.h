@@ -70,6 +70,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/jit/huge_page_arena.h"
 #include "kernels/cpu/reference/ops/matmul.h"
 #include "model/ggml_type.h"
 
@@ -155,11 +156,9 @@ class PackedWeights {
       const reference::ops::WeightMatrix& w, ThreadPool& pool);
 
  private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
+  // Planes live in the huge-page arena (huge_page_arena.h).
   template <typename T>
-  using Buffer = std::unique_ptr<T[], Free>;
+  using Buffer = std::unique_ptr<T[], HugePageArenaFree>;
 
   PackedLayout layout_;
   const uint8_t* values_ = nullptr;
