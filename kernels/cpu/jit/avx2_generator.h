@@ -72,6 +72,11 @@ struct TileArgs {
   const float* act_d;
   const float* act_corr;
   float* y;
+  // Interleaved tiles: how many consecutive row groups to run, each
+  // against the same activations, with y advancing 8 floats per group (the
+  // planes are contiguous from group to group). 1 for a partial group and
+  // for float tiles, which ignore it.
+  int64_t groups;
 };
 
 using TileFn = void (*)(const TileArgs*);
@@ -104,7 +109,8 @@ std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 // int32, vcvtdq2ps
 // and one FMA by (8 rows' scales) x d_a into the column's accumulator, whose
 // lanes are the 8 rows: no horizontal sums, one store per column (masked
-// for a partial group).
+// for a partial group). The tile then goes on to the next row group while
+// TileArgs::groups lasts, so a thread's whole range of groups is one call.
 int max_interleaved_cols(const TileConf& conf);
 std::unique_ptr<Tile> make_avx2_interleaved_tile(const TileConf& conf);
 

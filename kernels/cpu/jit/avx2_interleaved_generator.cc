@@ -45,11 +45,10 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   size_t code_bytes() const override { return getSize(); }
 
  private:
-  // hb_ (the kU5 / kU6 high-bit plane) and y_ share r11: y is loaded after
-  // the loop.
+  // y_ and groups_ are callee-saved (pushed): they live across groups.
   const Xbyak::Reg64 args_ = rdi, vals_ = rsi, sc_ = rdx, mn_ = rcx,
-                     act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, y_ = r11,
-                     hb_ = r11;
+                     act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, hb_ = r11,
+                     y_ = rbx, groups_ = r12;
 
   Xbyak::Ymm acc(int col) const { return Xbyak::Ymm(col); }
   Xbyak::Ymm sum(int col) const { return Xbyak::Ymm(c_.cols + col); }
@@ -327,12 +326,13 @@ void Avx2InterleavedTile::generate() {
   assert(c.cols >= 1 && c.cols <= max_interleaved_cols(c));
   assert(c.rows >= 1 && c.rows <= 8);
 
+  push(y_);
+  push(groups_);
   mov(vals_, ptr[args_ + offsetof(TileArgs, values)]);
   mov(sc_, ptr[args_ + offsetof(TileArgs, scales)]);
   mov(mn_, ptr[args_ + offsetof(TileArgs, wcorr)]);
-  mov(act_, ptr[args_ + offsetof(TileArgs, act)]);
-  mov(ad_, ptr[args_ + offsetof(TileArgs, act_d)]);
-  mov(ac_, ptr[args_ + offsetof(TileArgs, act_corr)]);
+  mov(y_, ptr[args_ + offsetof(TileArgs, y)]);
+  mov(groups_, ptr[args_ + offsetof(TileArgs, groups)]);
   const bool high_bits = c.encoding == Encoding::kU5 || c.encoding == Encoding::kU6;
   if (high_bits) mov(hb_, ptr[args_ + offsetof(TileArgs, hbits)]);
 
@@ -359,30 +359,42 @@ void Avx2InterleavedTile::generate() {
   }
   if (c.encoding == Encoding::kU4 || c.encoding == Encoding::kS8) w2_ = take();
   assert(next + 1 >= column_registers(c) * c.cols);
+
+  // One row group per pass; the weight pointers end each pass at the next
+  // group's planes (the planes are contiguous), the activations restart.
+  Xbyak::Label group_loop;
+  L(group_loop);
+  mov(act_, ptr[args_ + offsetof(TileArgs, act)]);
+  mov(ad_, ptr[args_ + offsetof(TileArgs, act_d)]);
+  mov(ac_, ptr[args_ + offsetof(TileArgs, act_corr)]);
   for (int col = 0; col < c.cols; ++col) vxorps(acc(col), acc(col), acc(col));
 
   // K-quant sub-scales: one super-block (8 units) per iteration.
   const int unroll = c.k_scales ? 8 : c.unroll;
   const int64_t iters = c.n_units / unroll;
   const int rest = static_cast<int>(c.n_units % unroll);
+  // Moves every pointer past `units` units.
+  auto advance = [&](int units) {
+    add(vals_, units * group_unit_bytes());
+    add(act_, units * 32);
+    add(sc_, c.k_scales ? 64 * n_sc() + 32 : units * n_sc() * 8 * scale_bytes());
+    if (c.min_correction) add(mn_, c.k_scales ? 96 : units * 8 * scale_bytes());
+    if (high_bits) add(hb_, units * (c.encoding == Encoding::kU6 ? 64 : 32));
+    add(ad_, units * 4);
+    if (c.correction) add(ac_, units * corr_per_unit() * 4);
+  };
   if (iters > 0) {
     Xbyak::Label loop;
     mov(cnt_, iters);
     L(loop);
     for (int i = 0; i < unroll; ++i) unit(i);
-    add(vals_, unroll * group_unit_bytes());
-    add(act_, unroll * 32);
-    add(sc_, c.k_scales ? 64 * n_sc() + 32 : unroll * n_sc() * 8 * scale_bytes());
-    if (c.min_correction) add(mn_, c.k_scales ? 96 : unroll * 8 * scale_bytes());
-    if (high_bits) add(hb_, unroll * (c.encoding == Encoding::kU6 ? 64 : 32));
-    add(ad_, unroll * 4);
-    if (c.correction) add(ac_, unroll * corr_per_unit() * 4);
+    advance(unroll);
     dec(cnt_);
     jnz(loop, T_NEAR);
   }
   for (int i = 0; i < rest; ++i) unit(i);
+  if (rest > 0) advance(rest);  // never for k_scales (whole super-blocks)
 
-  mov(y_, ptr[args_ + offsetof(TileArgs, y)]);
   if (c.rows < 8) vmovdqu(t_, ptr[rip + mask_]);
   for (int col = 0; col < c.cols; ++col) {
     const Xbyak::Address y = ptr[y_ + col * c.y_stride * 4];
@@ -392,7 +404,12 @@ void Avx2InterleavedTile::generate() {
       vmaskmovps(y, t_, acc(col));
     }
   }
+  add(y_, 8 * 4);
+  dec(groups_);
+  jnz(group_loop, T_NEAR);
   vzeroupper();
+  pop(groups_);
+  pop(y_);
   ret();
 
   align(32);

@@ -217,6 +217,7 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
     a.act_d = acts.d() + c0 * l.act_d_stride;
     a.act_corr = acts.corr() + c0 * l.corr_len;
     a.y = y + c0 * n_out + r0;
+    a.groups = 1;
     return a;
   };
 
@@ -226,7 +227,17 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
     pool.parallel_for(
         n_tiles,
         [&](int64_t b, int64_t e, int) {
-          for (int64_t t = b; t < e; ++t) {
+          // Interleaved tiles run the range's whole row groups in one call;
+          // a partial last group (and each float tile) is a call of its own.
+          int64_t t = b;
+          const int64_t full = std::min(e, n_out / R);  // tiles with R rows
+          if (l.row_group > 1 && t < full) {
+            TileArgs a = args_for(t * R, 0);
+            a.groups = full - t;
+            decode_[0](&a);
+            t = full;
+          }
+          for (; t < e; ++t) {
             const int64_t r0 = t * R;
             const TileArgs a = args_for(r0, 0);
             decode_[n_out - r0 < R ? 1 : 0](&a);

@@ -43,7 +43,7 @@ namespace strata::kernels::jit {
 
 // Version of the generators: part of the tune cache key, so a changed
 // generator retunes.
-inline constexpr int kGeneratorVersion = 4;
+inline constexpr int kGeneratorVersion = 5;
 
 // The tunables of one matmul (the tuner, tuner.h, searches them).
 struct KernelParams {
