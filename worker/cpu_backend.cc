@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
 absl::Status CpuBackend::attach_kernels(kernels::IsaTier tier) {
   simd_attention_ = kernels::simd::attention_supported(attention_shape());
   simd_ffn_activation_ = kernels::simd::ffn_activation_supported();
+  simd_norm_rope_ = kernels::simd::norm_rope_supported();
   if (options_.no_tune || kernels::jit::tuning_disabled_by_env()) {
     return attach_jit_kernels(*w_, tier, kernel_cache_, nullptr, jit_scratch_,
                               pool_);
@@ -117,6 +118,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
   proj_.resize(b * e);
   gate_.resize(b * hp.n_ff * 2);
   up_.resize(b * hp.n_ff);
+  for (RopeTable& t : rope_tables_) t.cs.resize(b * static_cast<size_t>(hp.n_rot));
 }
 
 ops::AttentionParams CpuBackend::attention_shape() const {
@@ -220,6 +222,7 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   }
 
   for (int t = 0; t < n; ++t) positions_[t] = pos0 + t;
+  ++step_;  // new positions: the RoPE tables of the last step are stale
   // x: [n][n_embd], the embeddings or the previous stage's output.
   if (is_first()) {
     ops::embedding_lookup(w_->token_embd, req.tokens.data(), n, x_.data(),

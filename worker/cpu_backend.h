@@ -21,6 +21,7 @@
 #include "kernels/cpu/jit/jit_matmul.h"
 #include "kernels/cpu/simd/attention.h"
 #include "kernels/cpu/simd/ffn_activation.h"
+#include "kernels/cpu/simd/norm_rope.h"
 #include "kernels/cpu/reference/ops/attention.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
 #include "kernels/cpu/reference/ops/matmul.h"
@@ -70,6 +71,15 @@ class CpuBackend final : public Backend {
   // y = x · Wᵀ for n rows: the generated matmul when l has one, else the
   // reference.
   void matmul(const Linear& l, const float* x, int n, float* y);
+  // RMSNorm of n rows of dim values (kernels/cpu/simd when on, else the
+  // reference op).
+  void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim,
+                float* y);
+  // Rotates q [n][n_head][dk] and k [n][n_head_kv][dk] by RoPE with `rope`.
+  // The angles are computed once per step for each distinct `rope` (every
+  // layer of llama, Gemma 3's local and global layers) and shared by q and k.
+  void rotate_qk(const reference::ops::RopeParams& rope, int n, float* q,
+                 float* k);
   // The heads' shape (no scale, window or cap) that sizes attention buffers.
   reference::ops::AttentionParams attention_shape() const;
 
@@ -87,6 +97,17 @@ class CpuBackend final : public Backend {
   // are on and it supports the model's heads; else the reference op.
   bool simd_attention_ = false;
   bool simd_ffn_activation_ = false;  // kernels/cpu/simd swiglu / geglu
+  bool simd_norm_rope_ = false;       // kernels/cpu/simd rms_norm / rope_rotate
+  // RoPE angle tables of the current step ([B][n_rot] each, reserved at
+  // construction): the params they were made with, and the step.
+  struct RopeTable {
+    reference::ops::RopeParams params;
+    uint64_t step = 0;  // 0: empty
+    std::vector<float> cs;
+  };
+  RopeTable rope_tables_[2];
+  int rope_table_next_ = 0;  // the slot the next new table replaces
+  uint64_t step_ = 0;        // forward() calls so far
   std::unique_ptr<kernels::simd::AttentionBuffers> simd_attention_buffers_;
   std::map<int, std::unique_ptr<KvCache>> sequences_;
 

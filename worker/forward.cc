@@ -20,11 +20,11 @@ void CpuBackend::llama_block(int il, int n, KvCache& cache) {
   const int64_t e = hp_.n_embd;
   float* x = x_.data();  // [n][n_embd]
 
-  ops::rms_norm(x, w.attn_norm, n, e, hp_.rms_eps, xn_.data(), pool_);
+  rms_norm(x, w.attn_norm, n, e, xn_.data());
   attention_step(il, n, cache);  // proj = Attention(xn)
   ops::add(x, proj_.data(), n * e, x);
 
-  ops::rms_norm(x, w.ffn_norm, n, e, hp_.rms_eps, xn_.data(), pool_);
+  rms_norm(x, w.ffn_norm, n, e, xn_.data());
   feed_forward_step(il, n);  // proj = FFN(xn)
   ops::add(x, proj_.data(), n * e, x);
 }
@@ -39,14 +39,14 @@ void CpuBackend::gemma_block(int il, int n, KvCache& cache) {
   float* x = x_.data();      // [n][n_embd]
   float* p = proj_.data();   // [n][n_embd]
 
-  ops::rms_norm(x, w.attn_norm, n, e, hp_.rms_eps, xn_.data(), pool_);
+  rms_norm(x, w.attn_norm, n, e, xn_.data());
   attention_step(il, n, cache);
-  ops::rms_norm(p, w.post_attn_norm, n, e, hp_.rms_eps, p, pool_);
+  rms_norm(p, w.post_attn_norm, n, e, p);
   ops::add(x, p, n * e, x);
 
-  ops::rms_norm(x, w.ffn_norm, n, e, hp_.rms_eps, xn_.data(), pool_);
+  rms_norm(x, w.ffn_norm, n, e, xn_.data());
   feed_forward_step(il, n);
-  ops::rms_norm(p, w.post_ffn_norm, n, e, hp_.rms_eps, p, pool_);
+  rms_norm(p, w.post_ffn_norm, n, e, p);
   ops::add(x, p, n * e, x);
 }
 
@@ -82,8 +82,8 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   if (w.bk != nullptr) ops::add_bias(k, w.bk, n, k_width);
   if (w.bv != nullptr) ops::add_bias(v, w.bv, n, v_width);
   if (r.qk_norm) {
-    ops::rms_norm(q, w.q_norm, int64_t{n} * hp_.n_head, dk, hp_.rms_eps, q, pool_);
-    ops::rms_norm(k, w.k_norm, int64_t{n} * hp_.n_head_kv, dk, hp_.rms_eps, k, pool_);
+    rms_norm(q, w.q_norm, int64_t{n} * hp_.n_head, dk, q);
+    rms_norm(k, w.k_norm, int64_t{n} * hp_.n_head_kv, dk, k);
   }
 
   ops::RopeParams rope;
@@ -98,8 +98,7 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   rope.beta_fast = hp_.yarn_beta_fast;
   rope.beta_slow = hp_.yarn_beta_slow;
   rope.n_ctx_orig = hp_.n_ctx_orig;
-  ops::rope(q, positions_.data(), n, hp_.n_head, dk, rope, pool_);
-  ops::rope(k, positions_.data(), n, hp_.n_head_kv, dk, rope, pool_);
+  rotate_qk(rope, n, q, k);
 
   const int pos0 = positions_[0];
   const int layer = il - range_.first;
@@ -163,6 +162,45 @@ void CpuBackend::feed_forward_step(int il, int n) {
   matmul(w.w_down, gate, n, proj_.data());
 }
 
+void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n,
+                          int64_t dim, float* y) {
+  if (simd_norm_rope_) {
+    kernels::simd::rms_norm(x, weight, n, dim, hp_.rms_eps, y, pool_);
+  } else {
+    ops::rms_norm(x, weight, n, dim, hp_.rms_eps, y, pool_);
+  }
+}
+
+void CpuBackend::rotate_qk(const ops::RopeParams& rope, int n, float* q, float* k) {
+  auto same = [](const ops::RopeParams& a, const ops::RopeParams& b) {
+    return a.order == b.order && a.n_rot == b.n_rot && a.freq_base == b.freq_base &&
+           a.freq_scale == b.freq_scale && a.freq_factors == b.freq_factors &&
+           a.ext_factor == b.ext_factor && a.attn_factor == b.attn_factor &&
+           a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow &&
+           a.n_ctx_orig == b.n_ctx_orig;
+  };
+  RopeTable* table = nullptr;
+  for (RopeTable& t : rope_tables_) {
+    if (t.step == step_ && same(t.params, rope)) table = &t;
+  }
+  if (table == nullptr) {
+    table = &rope_tables_[rope_table_next_];
+    rope_table_next_ = (rope_table_next_ + 1) % 2;
+    table->params = rope;
+    table->step = step_;
+    ops::rope_angles(positions_.data(), n, rope, table->cs.data(), pool_);
+  }
+  const int dk = hp_.head_dim_k;
+  const float* cs = table->cs.data();
+  if (simd_norm_rope_) {
+    kernels::simd::rope_rotate(q, n, hp_.n_head, dk, rope.order, rope.n_rot, cs, pool_);
+    kernels::simd::rope_rotate(k, n, hp_.n_head_kv, dk, rope.order, rope.n_rot, cs, pool_);
+  } else {
+    ops::rope_rotate(q, n, hp_.n_head, dk, rope.order, rope.n_rot, cs, pool_);
+    ops::rope_rotate(k, n, hp_.n_head_kv, dk, rope.order, rope.n_rot, cs, pool_);
+  }
+}
+
 // logits[r] = W_out · RMSNorm(x[from + r]) for r < rows, soft-capped when
 // the family caps its final logits.
 void CpuBackend::head(int from, int rows) {
@@ -170,8 +208,7 @@ void CpuBackend::head(int from, int rows) {
   const size_t need = static_cast<size_t>(rows) * w_->n_vocab;
   if (logits_.size() < need) logits_.resize(need);
   float* xn = xn_.data();  // [rows][n_embd]
-  ops::rms_norm(x_.data() + from * e, w_->output_norm, rows, e, hp_.rms_eps,
-                xn, pool_);
+  rms_norm(x_.data() + from * e, w_->output_norm, rows, e, xn);
   matmul(w_->output, xn, rows, logits_.data());
   if (hp_.final_softcap > 0.0f) {
     ops::soft_cap(logits_.data(), static_cast<int64_t>(need),

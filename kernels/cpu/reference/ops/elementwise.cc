@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/reference/dequantize.h"
 #include "kernels/cpu/reference/fp16.h"
@@ -83,9 +84,43 @@ void yarn_angle(float theta_extrap, const RopeParams& p, const float corr[2],
 
 }  // namespace
 
-void rope(float* x, const int32_t* positions, int64_t n_tokens, int n_heads,
-          int head_dim, const RopeParams& p, ThreadPool& pool) {
-  assert(p.n_rot % 2 == 0 && p.n_rot <= head_dim);
+namespace {
+
+// cos/sin of token t's pairs into cs[i][2] (i < n_rot/2).
+void angles_of(float position, const RopeParams& p, float theta_scale,
+               const float corr[2], float* cs) {
+  float theta = position;
+  for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
+    const float ff = p.freq_factors ? p.freq_factors[i0 / 2] : 1.0f;
+    yarn_angle(theta / ff, p, corr, i0, &cs[i0], &cs[i0 + 1]);
+    theta *= theta_scale;
+  }
+}
+
+// Rotates the pairs of one token's heads by its angles cs[i][2].
+void rotate_token(float* x, int n_heads, int head_dim, RopeOrder order,
+                  int n_rot, const float* cs) {
+  const int half = n_rot / 2;
+  for (int i0 = 0; i0 < n_rot; i0 += 2) {
+    const float c = cs[i0], s = cs[i0 + 1];
+    // The two elements of this pair.
+    const int a = order == RopeOrder::kNormal ? i0 : i0 / 2;
+    const int b = order == RopeOrder::kNormal ? i0 + 1 : i0 / 2 + half;
+    for (int h = 0; h < n_heads; ++h) {
+      float* xh = x + int64_t{h} * head_dim;
+      const float x0 = xh[a];
+      const float x1 = xh[b];
+      xh[a] = x0 * c - x1 * s;
+      xh[b] = x0 * s + x1 * c;
+    }
+  }
+}
+
+}  // namespace
+
+void rope_angles(const int32_t* positions, int64_t n_tokens,
+                 const RopeParams& p, float* cs, ThreadPool& pool) {
+  assert(p.n_rot % 2 == 0);
   const float theta_scale =
       std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   float corr[2] = {0.0f, 0.0f};
@@ -93,28 +128,33 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int n_heads,
     yarn_corr_dims(p.n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast,
                    p.beta_slow, corr);
   }
-  const int half = p.n_rot / 2;
   pool.parallel_for(n_tokens, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
-      float theta = static_cast<float>(positions[t]);
-      for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
-        const float ff = p.freq_factors ? p.freq_factors[i0 / 2] : 1.0f;
-        float c, s;
-        yarn_angle(theta / ff, p, corr, i0, &c, &s);
-        theta *= theta_scale;
-        // The two elements of this pair.
-        const int a = p.order == RopeOrder::kNormal ? i0 : i0 / 2;
-        const int b = p.order == RopeOrder::kNormal ? i0 + 1 : i0 / 2 + half;
-        for (int h = 0; h < n_heads; ++h) {
-          float* xh = x + (t * n_heads + h) * head_dim;
-          const float x0 = xh[a];
-          const float x1 = xh[b];
-          xh[a] = x0 * c - x1 * s;
-          xh[b] = x0 * s + x1 * c;
-        }
-      }
+      angles_of(static_cast<float>(positions[t]), p, theta_scale, corr,
+                cs + t * p.n_rot);
     }
   });
+}
+
+void rope_rotate(float* x, int64_t n_tokens, int n_heads, int head_dim,
+                 RopeOrder order, int n_rot, const float* cs,
+                 ThreadPool& pool) {
+  assert(n_rot % 2 == 0 && n_rot <= head_dim);
+  pool.parallel_for(n_tokens, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      rotate_token(x + t * n_heads * head_dim, n_heads, head_dim, order,
+                   n_rot, cs + t * n_rot);
+    }
+  });
+}
+
+void rope(float* x, const int32_t* positions, int64_t n_tokens, int n_heads,
+          int head_dim, const RopeParams& p, ThreadPool& pool) {
+  assert(p.n_rot % 2 == 0 && p.n_rot <= head_dim);
+  std::vector<float> cs(static_cast<size_t>(n_tokens * p.n_rot));
+  rope_angles(positions, n_tokens, p, cs.data(), pool);
+  rope_rotate(x, n_tokens, n_heads, head_dim, p.order, p.n_rot, cs.data(),
+              pool);
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out,

@@ -58,8 +58,25 @@ struct RopeParams {
 
 // Rotates the first n_rot dimensions of every head in place.
 // x: [n_tokens][n_heads][head_dim]; positions: [n_tokens] absolute.
+// The same as rope_angles then rope_rotate (allocates the angles).
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int n_heads,
           int head_dim, const RopeParams& params, ThreadPool& pool);
+
+// The rotation of each token's pairs: cs [n_tokens][n_rot/2][2] gets
+// (cos, sin) of pair i's angle pos * base^(-2i/n_rot) (built by repeated
+// multiplication, as ggml_rope_cache_init), divided by freq_factors[i],
+// scaled and YaRN-ramped as rope_yarn in ggml-cpu ops.cpp, both times
+// attn_factor. Depends only on positions and params, so q and k (and every
+// layer with the same params) share one table.
+void rope_angles(const int32_t* positions, int64_t n_tokens,
+                 const RopeParams& params, float* cs, ThreadPool& pool);
+
+// Rotates the first n_rot dimensions of every head of x
+// [n_tokens][n_heads][head_dim] in place by the angles of rope_angles:
+// (x_a, x_b) -> (x_a c - x_b s, x_a s + x_b c) for each pair (a, b) of
+// `order`.
+void rope_rotate(float* x, int64_t n_tokens, int n_heads, int head_dim,
+                 RopeOrder order, int n_rot, const float* cs, ThreadPool& pool);
 
 // out = silu(gate) * up, silu(x) = x / (1 + e^-x) (Shazeer 2020, SwiGLU),
 // e^-x by exp_ggml.
