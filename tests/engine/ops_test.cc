@@ -1,7 +1,10 @@
 // Reference ops against naive formulas, on ragged shapes.
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -222,6 +225,43 @@ TEST(ThreadPool, CoversRangeOnceWithManyLoops) {
     });
   }
   for (int h : hits) ASSERT_EQ(h, 200);
+}
+
+TEST(ThreadPool, DynamicCoversRangeOnceInContiguousChunks) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 64, 1001}) {
+      for (int64_t min_chunk : {1, 3, 50, 5000}) {
+        std::vector<int> hits(static_cast<size_t>(n), 0);
+        std::atomic<int> calls{0};
+        pool.parallel_for_dynamic(n, [&](int64_t b, int64_t e, int t) {
+          ASSERT_LT(b, e);
+          ASSERT_GE(t, 0);
+          ASSERT_LT(t, threads);
+          // Every chunk but the range's last has at least min_chunk items.
+          if (e < n) {
+            ASSERT_GE(e - b, std::min(min_chunk, n));
+          }
+          for (int64_t i = b; i < e; ++i) ++hits[i];
+          ++calls;
+        }, min_chunk);
+        for (int h : hits) ASSERT_EQ(h, 1) << n << " " << min_chunk << " " << threads;
+        EXPECT_LE(calls.load(), (n + min_chunk - 1) / min_chunk);
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, DynamicGivesASlowThreadLess) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> done[2] = {0, 0};
+  pool.parallel_for_dynamic(400, [&](int64_t b, int64_t e, int t) {
+    // Thread 1 is ten times slower per item.
+    std::this_thread::sleep_for(std::chrono::microseconds((t == 1 ? 500 : 50) * (e - b)));
+    done[t] += e - b;
+  }, 4);
+  EXPECT_EQ(done[0] + done[1], 400);
+  EXPECT_GT(done[0].load(), 2 * done[1].load()) << done[0] << " vs " << done[1];
 }
 
 }  // namespace

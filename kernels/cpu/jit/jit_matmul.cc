@@ -4,6 +4,7 @@
 #include <cassert>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/jit/perf_map.h"
 
 namespace strata::kernels::jit {
 namespace {
@@ -57,6 +58,12 @@ TileFn KernelCache::get(const TileConf& conf) {
   std::unique_ptr<Tile>& t = tiles_[conf.key()];
   if (t == nullptr) {
     t = conf.interleaved ? make_avx2_interleaved_tile(conf) : make_avx2_tile(conf);
+    if (perf_map_enabled()) {
+      perf_map_add(reinterpret_cast<const void*>(t->fn()), t->code_bytes(),
+                   absl::StrCat("strata_", encoding_name(conf.encoding), "_r", conf.rows,
+                                "c", conf.cols, "_in", conf.n_units * (conf.interleaved ? 32 : 8), "_out",
+                                conf.y_stride));
+    }
   }
   return t->fn();
 }
@@ -221,10 +228,20 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
     return a;
   };
 
+  // Tiles are taken off a shared counter (ThreadPool::parallel_for_dynamic):
+  // the two threads of this machine's decode ran the same halves 13-27 %
+  // apart in time, the faster then waiting. A chunk is at least row_grain
+  // tiles and kMinChunkBytes of weights, so taking one costs little.
+  constexpr int64_t kMinChunkBytes = 32 << 10;
+  auto min_chunk = [&](int64_t rows_per_tile) {
+    const int64_t tile_bytes = std::max<int64_t>(
+        1, l.row_group > 1 ? l.value_stride : rows_per_tile * l.value_stride);
+    return std::max<int64_t>(params_.row_grain, kMinChunkBytes / tile_bytes);
+  };
   if (n_rows == 1) {
     const int64_t R = params_.decode_rows;
     const int64_t n_tiles = (n_out + R - 1) / R;
-    pool.parallel_for(
+    pool.parallel_for_dynamic(
         n_tiles,
         [&](int64_t b, int64_t e, int) {
           // Interleaved tiles run the range's whole row groups in one call;
@@ -243,14 +260,14 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
             decode_[n_out - r0 < R ? 1 : 0](&a);
           }
         },
-        params_.row_grain);
+        min_chunk(R));
     return;
   }
   const int64_t R = params_.rows;
   const int64_t C = params_.cols;
   const int64_t block = (params_.act_block + C - 1) / C * C;
   const int64_t n_tiles = (n_out + R - 1) / R;
-  pool.parallel_for(
+  pool.parallel_for_dynamic(
       n_tiles,
       [&](int64_t b, int64_t e, int) {
         for (int64_t cb = 0; cb < n_rows; cb += block) {
@@ -266,7 +283,7 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
           }
         }
       },
-      params_.row_grain);
+      min_chunk(R));
 }
 
 }  // namespace strata::kernels::jit

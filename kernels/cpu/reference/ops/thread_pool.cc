@@ -35,12 +35,28 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_chunk(int thread) {
-  const int64_t begin = std::min(n_, chunk_ * thread);
-  const int64_t end = std::min(n_, begin + chunk_);
-  if (begin < end) thunk_(fn_, begin, end, thread);
+  if (!dynamic_) {
+    const int64_t begin = std::min(n_, chunk_ * thread);
+    const int64_t end = std::min(n_, begin + chunk_);
+    if (begin < end) thunk_(fn_, begin, end, thread);
+    return;
+  }
+  int64_t begin = next_.load(std::memory_order_relaxed);
+  for (;;) {
+    const int64_t left = n_ - begin;
+    if (left <= 0) return;
+    const int64_t take =
+        std::min(left, std::max(chunk_, left / (2 * int64_t{n_threads_})));
+    if (next_.compare_exchange_weak(begin, begin + take,
+                                    std::memory_order_relaxed)) {
+      thunk_(fn_, begin, begin + take, thread);
+      begin = next_.load(std::memory_order_relaxed);
+    }
+  }
 }
 
-void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn) {
+void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn,
+                     bool dynamic) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t n_grains = (n + grain - 1) / grain;
@@ -52,7 +68,9 @@ void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn) {
   thunk_ = thunk;
   fn_ = fn;
   n_ = n;
-  chunk_ = grains_per_thread * grain;
+  dynamic_ = dynamic;
+  chunk_ = dynamic ? grain : grains_per_thread * grain;
+  next_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mutex_);

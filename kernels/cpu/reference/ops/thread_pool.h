@@ -42,7 +42,17 @@ class ThreadPool {
   // last). n <= 0 returns at once.
   template <typename Fn>
   void parallel_for(int64_t n, const Fn& fn, int64_t grain = 1) {
-    run(n, grain, &invoke<Fn>, &fn);
+    run(n, grain, &invoke<Fn>, &fn, /*dynamic=*/false);
+  }
+
+  // As parallel_for, but the threads take chunks off a shared counter
+  // (guided: each takes max(min_chunk, remaining / (2 size())) items) until
+  // [0, n) is done, so a thread that runs slower — a busier core, a later
+  // wake-up — does less, instead of the others waiting for it. fn may be
+  // called several times per thread, each with a contiguous [begin, end).
+  template <typename Fn>
+  void parallel_for_dynamic(int64_t n, const Fn& fn, int64_t min_chunk = 1) {
+    run(n, min_chunk, &invoke<Fn>, &fn, /*dynamic=*/true);
   }
 
  private:
@@ -53,7 +63,7 @@ class ThreadPool {
     (*static_cast<const Fn*>(fn))(begin, end, thread);
   }
 
-  void run(int64_t n, int64_t grain, Thunk thunk, const void* fn);
+  void run(int64_t n, int64_t grain, Thunk thunk, const void* fn, bool dynamic);
   void worker_main(int thread);
   void run_chunk(int thread);
 
@@ -64,7 +74,9 @@ class ThreadPool {
   Thunk thunk_ = nullptr;
   const void* fn_ = nullptr;
   int64_t n_ = 0;
-  int64_t chunk_ = 0;
+  int64_t chunk_ = 0;       // static: items per thread; dynamic: the least chunk
+  bool dynamic_ = false;
+  std::atomic<int64_t> next_{0};  // dynamic: the first item not yet taken
 
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
