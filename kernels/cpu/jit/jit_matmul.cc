@@ -267,19 +267,29 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
   const int64_t C = params_.cols;
   const int64_t block = (params_.act_block + C - 1) / C * C;
   const int64_t n_tiles = (n_out + R - 1) / R;
+  const int64_t full_tiles = n_out / R;
+  constexpr int64_t kRunBytes = 24 << 10;  // weights of one prefill call
+  const int64_t run = std::max<int64_t>(1, kRunBytes / std::max<int64_t>(1, l.value_stride));
   pool.parallel_for_dynamic(
       n_tiles,
       [&](int64_t b, int64_t e, int) {
         for (int64_t cb = 0; cb < n_rows; cb += block) {
           const int64_t ce = std::min(n_rows, cb + block);
-          for (int64_t t = b; t < e; ++t) {
+          // Interleaved tiles: runs of up to `run` whole row groups per call
+          // (their weights stay in L1/L2 across the block's columns), so the
+          // call and set-up cost is paid once per run, not per group.
+          for (int64_t t = b; t < e;) {
             const int64_t r0 = t * R;
             const int tail = n_out - r0 < R ? 1 : 0;
+            int64_t groups = 1;
+            if (!tail && l.row_group > 1) groups = std::min(run, std::min(e, full_tiles) - t);
             for (int64_t c0 = cb; c0 < ce; c0 += C) {
               const int64_t nc = std::min(C, ce - c0);
-              const TileArgs a = args_for(r0, c0);
+              TileArgs a = args_for(r0, c0);
+              a.groups = groups;
               prefill_[tail][nc - 1](&a);
             }
+            t += groups;
           }
         }
       },
