@@ -380,6 +380,11 @@ TEST(Scheduler, BrokenPipelineFailsEveryRequestAndANewLinkServes) {
     EXPECT_NE(o.status.message().find("worker w1"), std::string::npos);
     EXPECT_EQ(o.ids, std::vector<int32_t>({42}));  // streamed before
   }
+  // on_broken runs on the scheduler thread after the requests are failed:
+  // wait for it (up to 10 s on a loaded machine).
+  for (int i = 0; i < 2000 && broken.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(broken.load(), 1);
   auto refused = s.submit(r);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
@@ -403,9 +408,11 @@ TEST(Scheduler, BrokenPipelineFailsEveryRequestAndANewLinkServes) {
   ASSERT_TRUE(o.status.ok()) << o.status;
   EXPECT_EQ(o.finish, FinishReason::kStop);
   EXPECT_TRUE(o.all_ids.empty());
-  for (int i = 0; i < 200; ++i) {
-    std::lock_guard<std::mutex> lock(freed_mu);
-    if (!freed.empty()) break;
+  for (int i = 0; i < 2000; ++i) {  // up to 10 s on a loaded machine
+    {
+      std::lock_guard<std::mutex> lock(freed_mu);
+      if (!freed.empty()) break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::lock_guard<std::mutex> lock(freed_mu);

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
 #include <limits>
@@ -222,21 +223,25 @@ STRATA_AVX2 inline void value_rest(int rest, const float* p, int64_t p_stride, i
   }
 }
 
-// out of M heads from their probabilities p[m * p_stride + j - j_begin].
+// Value chunks (of 8) one tile of M heads covers: M * D + M + 1 <= 16
+// registers.
+constexpr int value_chunks(int m) { return m == 1 ? 8 : m == 2 ? 6 : m == 3 ? 4 : 2; }
+
+// out of M heads from their probabilities p[m * p_stride + j - j_begin], for
+// the 8-value chunks [c_begin, c_end) of head_dim_v.
 template <bool kF16, int M>
 STRATA_AVX2 void value_heads(const Item& it, const float* p, int64_t p_stride, float* o,
-                             int dv) {
+                             int dv, int c_begin, int c_end) {
   constexpr int64_t kElem = kF16 ? 2 : 4;
-  constexpr int D = M == 1 ? 8 : M == 2 ? 6 : M == 3 ? 4 : 2;  // M * D + M + 1 <= 16 registers
+  constexpr int D = value_chunks(M);
   const int64_t n = it.j_end - it.j_begin;
   const char* vb = it.v + it.j_begin * it.v_stride;
-  const int chunks = dv / 8;
-  int c = 0;
-  for (; c + D <= chunks; c += D) {
+  int c = c_begin;
+  for (; c + D <= c_end; c += D) {
     value_tile<kF16, M, D>(p, p_stride, n, vb + c * 8 * kElem, it.v_stride, o + c * 8, dv);
   }
-  if (c < chunks) {
-    value_rest<kF16, M, D - 1>(chunks - c, p, p_stride, n, vb + c * 8 * kElem, it.v_stride,
+  if (c < c_end) {
+    value_rest<kF16, M, D - 1>(c_end - c, p, p_stride, n, vb + c * 8 * kElem, it.v_stride,
                                o + c * 8, dv);
   }
 }
@@ -244,16 +249,14 @@ STRATA_AVX2 void value_heads(const Item& it, const float* p, int64_t p_stride, f
 // How many of `rest` heads one tile takes (at most 4).
 int tile_heads(int rest) { return rest >= 4 && rest % 3 != 0 ? 4 : std::min(rest, 3); }
 
-template <bool kF16>
-STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
-                          float* scores, int64_t stride, float* qr) {
-  const int dk = p.head_dim_k;
-  const int dv = p.head_dim_v;
-  const int64_t base = it.j_begin / 8 * 8;
-  const int64_t off = it.j_begin - base;
-  const int64_t n = it.j_end - it.j_begin;
+// The steps of one item (a token's `group` query heads of one KV head),
+// which run_item takes in turn and a decode step spreads over the threads.
+// The scores of head hh, key j sit at scores[hh * stride + j - base] with
+// base = j_begin rounded down to 8 (see scores_stride).
 
-  // q of the group, as the cache's type represents it.
+// q of the group, as the cache's type represents it: qr [group][dk].
+template <bool kF16>
+STRATA_AVX2 void round_q(const Item& it, int group, int dk, float* qr) {
   for (int hh = 0; hh < group; ++hh) {
     for (int d = 0; d < dk; d += 8) {
       __m256 x = _mm256_loadu_ps(it.q + hh * dk + d);
@@ -261,21 +264,37 @@ STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
       _mm256_storeu_ps(qr + hh * dk + d, x);
     }
   }
+}
 
-  // Scores, up to 4 heads at a time.
+// Scores of the group's heads for keys [j0, j1) of the item, up to 4 heads
+// at a time.
+template <bool kF16>
+STRATA_AVX2 void score_keys(const Item& it, int dk, int group, const float* qr, float* scores,
+                            int64_t stride, int64_t j0, int64_t j1) {
+  Item part = it;
+  part.j_begin = j0;
+  part.j_end = j1;
+  const int64_t at = j0 - it.j_begin / 8 * 8;
   for (int h0 = 0; h0 < group;) {
     const int m = tile_heads(group - h0);
     const float* qh = qr + h0 * dk;
-    float* sc = scores + h0 * stride + off;
+    float* sc = scores + h0 * stride + at;
     switch (m) {
-      case 1: score_heads<kF16, 1>(it, qh, dk, sc, stride); break;
-      case 2: score_heads<kF16, 2>(it, qh, dk, sc, stride); break;
-      case 3: score_heads<kF16, 3>(it, qh, dk, sc, stride); break;
-      default: score_heads<kF16, 4>(it, qh, dk, sc, stride); break;
+      case 1: score_heads<kF16, 1>(part, qh, dk, sc, stride); break;
+      case 2: score_heads<kF16, 2>(part, qh, dk, sc, stride); break;
+      case 3: score_heads<kF16, 3>(part, qh, dk, sc, stride); break;
+      default: score_heads<kF16, 4>(part, qh, dk, sc, stride); break;
     }
     h0 += m;
   }
+}
 
+// Soft-cap, scale and softmax of the group's score rows, in place.
+template <bool kF16>
+STRATA_AVX2 void normalize(const Item& it, const AttentionParams& p, int group, float* scores,
+                           int64_t stride) {
+  const int64_t off = it.j_begin - it.j_begin / 8 * 8;
+  const int64_t n = it.j_end - it.j_begin;
   const float cap = p.softcap;
   for (int hh = 0; hh < group; ++hh) {
     float* sc = scores + hh * stride + off;
@@ -288,20 +307,35 @@ STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
     for (; i < n; ++i) sc[i] *= p.scale;
     softmax(scores + hh * stride, off, n, kF16);
   }
+}
 
-  // out_h = sum_j p_j v_j, up to 4 heads at a time.
+// out_h = sum_j p_j v_j for the group's heads, 8-value chunks [c0, c1) of
+// head_dim_v, up to 4 heads at a time.
+template <bool kF16>
+STRATA_AVX2 void weigh_values(const Item& it, int dv, int group, const float* scores,
+                              int64_t stride, int c0, int c1) {
+  const int64_t off = it.j_begin - it.j_begin / 8 * 8;
   for (int h0 = 0; h0 < group;) {
     const int m = tile_heads(group - h0);
     const float* ph = scores + h0 * stride + off;
     float* oh = it.out + h0 * dv;
     switch (m) {
-      case 1: value_heads<kF16, 1>(it, ph, stride, oh, dv); break;
-      case 2: value_heads<kF16, 2>(it, ph, stride, oh, dv); break;
-      case 3: value_heads<kF16, 3>(it, ph, stride, oh, dv); break;
-      default: value_heads<kF16, 4>(it, ph, stride, oh, dv); break;
+      case 1: value_heads<kF16, 1>(it, ph, stride, oh, dv, c0, c1); break;
+      case 2: value_heads<kF16, 2>(it, ph, stride, oh, dv, c0, c1); break;
+      case 3: value_heads<kF16, 3>(it, ph, stride, oh, dv, c0, c1); break;
+      default: value_heads<kF16, 4>(it, ph, stride, oh, dv, c0, c1); break;
     }
     h0 += m;
   }
+}
+
+template <bool kF16>
+STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
+                          float* scores, int64_t stride, float* qr) {
+  round_q<kF16>(it, group, p.head_dim_k, qr);
+  score_keys<kF16>(it, p.head_dim_k, group, qr, scores, stride, it.j_begin, it.j_end);
+  normalize<kF16>(it, p, group, scores, stride);
+  weigh_values<kF16>(it, p.head_dim_v, group, scores, stride, 0, p.head_dim_v / 8);
 }
 
 // Keys item `i` attends to (its cost in the work split).
@@ -329,7 +363,104 @@ AttentionBuffers::AttentionBuffers(int64_t max_kv, const AttentionParams& s,
   const int64_t group = s.n_head / std::max(1, s.n_head_kv);
   per_thread_ = (group * scores_stride(max_kv) + group * s.head_dim_k + 7) / 8 * 8;
   buffer_.resize(static_cast<size_t>(per_thread_) * std::max(1, n_threads));
+  if (n_threads > 1) {
+    // Spread steps: fewer than 4 items per thread (attention()).
+    max_spread_items_ = 4 * int64_t{n_threads} - 1;
+    spread_.resize(static_cast<size_t>(max_spread_items_ * per_thread_));
+    left_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(max_spread_items_));
+    first_chunk_.resize(static_cast<size_t>(max_spread_items_ + 1));
+  }
 }
+
+namespace {
+
+// A step with fewer items (token, KV head) than 4 per thread — a decode
+// step — spread over the threads by keys, then by value chunks:
+//   1. every item's keys are cut into chunks of kSpreadKeys; the threads
+//      take chunks and write their scores; whoever finishes an item's last
+//      chunk soft-caps, scales and normalizes its score rows;
+//   2. the threads take (item, range of value chunks) pieces.
+// Each score and each output value is computed by the same code, in the
+// same order, as run_item computes it, so the results are equal bit for
+// bit (tests/kernels/simd: OutputDoesNotDependOnTiling).
+constexpr int64_t kSpreadKeys = 32;
+
+template <bool kF16>
+STRATA_AVX2 void spread_step(const float* q, const int32_t* positions, int64_t n_tokens,
+                             const KvView& kv, const AttentionParams& p, float* out,
+                             AttentionBuffers& buffers, ThreadPool& pool) {
+  const int group = p.n_head / p.n_head_kv;
+  const int64_t elem = kF16 ? 2 : 4;
+  const int64_t n_items = n_tokens * p.n_head_kv;
+  const int64_t stride = scores_stride(buffers.max_kv());
+  auto item_of = [&](int64_t i) {
+    const int64_t t = i / p.n_head_kv;
+    const int g = static_cast<int>(i % p.n_head_kv);
+    const int64_t h0 = int64_t{g} * group;
+    const KeyRange r = keys_of(positions, t, p);
+    assert(r.end <= kv.n_kv);
+    Item it;
+    it.q = q + (t * p.n_head + h0) * p.head_dim_k;
+    it.out = out + (t * p.n_head + h0) * p.head_dim_v;
+    it.k_stride = int64_t{p.n_head_kv} * p.head_dim_k * elem;
+    it.v_stride = int64_t{p.n_head_kv} * p.head_dim_v * elem;
+    it.k = static_cast<const char*>(kv.k) + g * p.head_dim_k * elem;
+    it.v = static_cast<const char*>(kv.v) + g * p.head_dim_v * elem;
+    it.j_begin = r.begin;
+    it.j_end = r.end;
+    return it;
+  };
+  // Item i's scores, then its rounded q, in its slice of the spread buffer.
+  auto scores_of = [&](int64_t i) { return buffers.spread_item(i); };
+  auto qr_of = [&](int64_t i) { return buffers.spread_item(i) + group * stride; };
+
+  int64_t* first = buffers.first_chunk();
+  first[0] = 0;
+  for (int64_t i = 0; i < n_items; ++i) {
+    const Item it = item_of(i);
+    const int64_t chunks = (it.j_end - it.j_begin + kSpreadKeys - 1) / kSpreadKeys;
+    first[i + 1] = first[i] + chunks;
+    buffers.items_left(i).store(chunks, std::memory_order_relaxed);
+    round_q<kF16>(it, group, p.head_dim_k, qr_of(i));
+  }
+  pool.parallel_for_dynamic(first[n_items], [&](int64_t b, int64_t e, int) {
+    int64_t i = 0;
+    for (int64_t c = b; c < e; ++c) {
+      while (first[i + 1] <= c) ++i;
+      const Item it = item_of(i);
+      const int64_t j0 = it.j_begin + (c - first[i]) * kSpreadKeys;
+      const int64_t j1 = std::min(it.j_end, j0 + kSpreadKeys);
+      // The chunk's cache rows come from memory (a decode step's weights
+      // evicted them): ask for all of them first, K and the V that step 2
+      // reads, so the misses overlap instead of following the loads.
+      for (int64_t j = j0; j < j1; ++j) {
+        for (int64_t o = 0; o < p.head_dim_k * elem; o += 64) {
+          _mm_prefetch(it.k + j * it.k_stride + o, _MM_HINT_T0);
+        }
+        for (int64_t o = 0; o < p.head_dim_v * elem; o += 64) {
+          _mm_prefetch(it.v + j * it.v_stride + o, _MM_HINT_T1);
+        }
+      }
+      score_keys<kF16>(it, p.head_dim_k, group, qr_of(i), scores_of(i), stride, j0, j1);
+      if (buffers.items_left(i).fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        normalize<kF16>(it, p, group, scores_of(i), stride);
+      }
+    }
+  });
+  const int chunks = p.head_dim_v / 8;
+  const int per_piece = value_chunks(tile_heads(group));
+  const int pieces = (chunks + per_piece - 1) / per_piece;
+  pool.parallel_for_dynamic(n_items * pieces, [&](int64_t b, int64_t e, int) {
+    for (int64_t x = b; x < e; ++x) {
+      const int64_t i = x / pieces;
+      const int c0 = static_cast<int>(x % pieces) * per_piece;
+      weigh_values<kF16>(item_of(i), p.head_dim_v, group, scores_of(i), stride, c0,
+                         std::min(chunks, c0 + per_piece));
+    }
+  });
+}
+
+}  // namespace
 
 void attention(const float* q, const int32_t* positions, int64_t n_tokens,
                const KvView& kv, const AttentionParams& p, float* out,
@@ -339,6 +470,15 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
   const int group = p.n_head / p.n_head_kv;
   const bool f16 = kv.type == GgmlType::kF16;
   const int64_t elem = f16 ? 2 : 4;
+  if (pool.size() > 1 && n_tokens * p.n_head_kv < 4 * int64_t{pool.size()} &&
+      n_tokens * p.n_head_kv <= buffers.max_spread_items()) {
+    if (f16) {
+      spread_step<true>(q, positions, n_tokens, kv, p, out, buffers, pool);
+    } else {
+      spread_step<false>(q, positions, n_tokens, kv, p, out, buffers, pool);
+    }
+    return;
+  }
   // An item is `heads` query heads of one KV head for one token: the whole
   // group (keys read once for all of it) when there are items enough for
   // every thread, single heads otherwise (a decode step's few KV heads).

@@ -26,18 +26,23 @@
 // by FMA rounding in the value sum (tests/kernels/simd: within 1e-5 of
 // sum |terms|); they do not depend on the tiling or the thread count.
 //
-// Work split: (token, KV head) items — or (token, query head) when there
-// are fewer than 4 of those per thread, as in a decode step — are cut into
-// one contiguous range per thread of equal cost (keys attended), so a
-// causal prefill's later rows, which attend to more keys, do not leave one
-// thread waiting on the other.
+// Work split: (token, KV head) items cut into one contiguous range per
+// thread of equal cost (keys attended), so a causal prefill's later rows,
+// which attend to more keys, do not leave one thread waiting on the other.
+// A step with fewer than 4 items per thread (a decode step) is spread
+// instead: the threads take chunks of 32 keys of any item and score them
+// for the whole GQA group (whoever scores an item's last chunk normalizes
+// it), then take (item, range of value chunks) pieces. Every score and
+// output is computed by the same code in the same order either way.
 //
 // Requirements (supported() says): the CPU has AVX2 + FMA + F16C, head_dim_k
 // and head_dim_v are multiples of 8. The caller falls back to the reference
 // op otherwise.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/reference/ops/attention.h"
@@ -57,10 +62,23 @@ class AttentionBuffers {
   int64_t max_kv() const { return max_kv_; }
   float* thread_buffer(int thread) { return buffer_.data() + thread * per_thread_; }
 
+  // A step spread over the threads by keys (a decode step, see
+  // attention.cc): up to max_spread_items() (token, KV head) items, each
+  // with a shared slice as a thread buffer is laid out, a count of its key
+  // chunks not yet scored, and the index of its first chunk.
+  int64_t max_spread_items() const { return max_spread_items_; }
+  float* spread_item(int64_t i) { return spread_.data() + i * per_thread_; }
+  std::atomic<int64_t>& items_left(int64_t i) { return left_[i]; }
+  int64_t* first_chunk() { return first_chunk_.data(); }
+
  private:
   int64_t max_kv_;
   int64_t per_thread_;
   std::vector<float> buffer_;  // [n_threads][per_thread_], 32-byte rows
+  int64_t max_spread_items_ = 0;
+  std::vector<float> spread_;  // [max_spread_items_][per_thread_]
+  std::unique_ptr<std::atomic<int64_t>[]> left_;
+  std::vector<int64_t> first_chunk_;  // [max_spread_items_ + 1]
 };
 
 // As reference::ops::attention. Requires attention_supported(params),
