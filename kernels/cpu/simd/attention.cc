@@ -374,6 +374,23 @@ AttentionBuffers::AttentionBuffers(int64_t max_kv, const AttentionParams& s,
 
 namespace {
 
+// The item of token t's heads [h0, h0 + heads of the item) of KV head g,
+// attending to keys r. elem: bytes per cache value.
+Item make_item(const float* q, float* out, const KvView& kv, const AttentionParams& p,
+               int64_t t, int g, int64_t h0, KeyRange r, int64_t elem) {
+  assert(r.end <= kv.n_kv);
+  Item it;
+  it.q = q + (t * p.n_head + h0) * p.head_dim_k;
+  it.out = out + (t * p.n_head + h0) * p.head_dim_v;
+  it.k_stride = int64_t{p.n_head_kv} * p.head_dim_k * elem;
+  it.v_stride = int64_t{p.n_head_kv} * p.head_dim_v * elem;
+  it.k = static_cast<const char*>(kv.k) + g * p.head_dim_k * elem;
+  it.v = static_cast<const char*>(kv.v) + g * p.head_dim_v * elem;
+  it.j_begin = r.begin;
+  it.j_end = r.end;
+  return it;
+}
+
 // A step with fewer items (token, KV head) than 4 per thread — a decode
 // step — spread over the threads by keys, then by value chunks:
 //   1. every item's keys are cut into chunks of kSpreadKeys; the threads
@@ -396,19 +413,7 @@ STRATA_AVX2 void spread_step(const float* q, const int32_t* positions, int64_t n
   auto item_of = [&](int64_t i) {
     const int64_t t = i / p.n_head_kv;
     const int g = static_cast<int>(i % p.n_head_kv);
-    const int64_t h0 = int64_t{g} * group;
-    const KeyRange r = keys_of(positions, t, p);
-    assert(r.end <= kv.n_kv);
-    Item it;
-    it.q = q + (t * p.n_head + h0) * p.head_dim_k;
-    it.out = out + (t * p.n_head + h0) * p.head_dim_v;
-    it.k_stride = int64_t{p.n_head_kv} * p.head_dim_k * elem;
-    it.v_stride = int64_t{p.n_head_kv} * p.head_dim_v * elem;
-    it.k = static_cast<const char*>(kv.k) + g * p.head_dim_k * elem;
-    it.v = static_cast<const char*>(kv.v) + g * p.head_dim_v * elem;
-    it.j_begin = r.begin;
-    it.j_end = r.end;
-    return it;
+    return make_item(q, out, kv, p, t, g, int64_t{g} * group, keys_of(positions, t, p), elem);
   };
   // Item i's scores, then its rounded q, in its slice of the spread buffer.
   auto scores_of = [&](int64_t i) { return buffers.spread_item(i); };
@@ -512,16 +517,7 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
         const int64_t mid = prefix + cost / 2;
         prefix += cost;
         if (mid < lo || mid >= hi) continue;
-        assert(r.end <= kv.n_kv);
-        Item it;
-        it.q = q + (t * p.n_head + h0) * p.head_dim_k;
-        it.out = out + (t * p.n_head + h0) * p.head_dim_v;
-        it.k_stride = int64_t{p.n_head_kv} * p.head_dim_k * elem;
-        it.v_stride = int64_t{p.n_head_kv} * p.head_dim_v * elem;
-        it.k = static_cast<const char*>(kv.k) + g * p.head_dim_k * elem;
-        it.v = static_cast<const char*>(kv.v) + g * p.head_dim_v * elem;
-        it.j_begin = r.begin;
-        it.j_end = r.end;
+        const Item it = make_item(q, out, kv, p, t, g, h0, r, elem);
         if (f16) {
           run_item<true>(it, p, heads, scores, stride, qr);
         } else {
