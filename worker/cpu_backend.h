@@ -75,6 +75,9 @@ class CpuBackend final : public Backend {
   // reference op).
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim,
                 float* y);
+  // The residual add x += delta over n rows of n_embd, then, when `weight`
+  // is given, xn_ = RMSNorm(x) with it (one pass with the simd kernels).
+  void residual_add(const float* delta, int n, const float* weight);
   // Rotates q [n][n_head][dk] and k [n][n_head_kv][dk] by RoPE with `rope`.
   // The angles are computed once per step for each distinct `rope` (every
   // layer of llama, Gemma 3's local and global layers) and shared by q and k.

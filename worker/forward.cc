@@ -22,11 +22,10 @@ void CpuBackend::llama_block(int il, int n, KvCache& cache) {
 
   rms_norm(x, w.attn_norm, n, e, xn_.data());
   attention_step(il, n, cache);  // proj = Attention(xn)
-  ops::add(x, proj_.data(), n * e, x);
+  residual_add(proj_.data(), n, w.ffn_norm);  // x += proj; xn = RMSNorm(x)
 
-  rms_norm(x, w.ffn_norm, n, e, xn_.data());
   feed_forward_step(il, n);  // proj = FFN(xn)
-  ops::add(x, proj_.data(), n * e, x);
+  residual_add(proj_.data(), n, nullptr);
 }
 
 // Gemma 2 and 3 (Gemma Team 2024, 2025): norms before and after each
@@ -42,12 +41,11 @@ void CpuBackend::gemma_block(int il, int n, KvCache& cache) {
   rms_norm(x, w.attn_norm, n, e, xn_.data());
   attention_step(il, n, cache);
   rms_norm(p, w.post_attn_norm, n, e, p);
-  ops::add(x, p, n * e, x);
+  residual_add(p, n, w.ffn_norm);  // x += p; xn = RMSNorm(x)
 
-  rms_norm(x, w.ffn_norm, n, e, xn_.data());
   feed_forward_step(il, n);
   rms_norm(p, w.post_ffn_norm, n, e, p);
-  ops::add(x, p, n * e, x);
+  residual_add(p, n, nullptr);
 }
 
 // proj = W_o · Attention(q, k, v) for xn, with q = W_q xn (+ b_q), etc.
@@ -67,12 +65,14 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
     // One matrix gives [q | k | v] per row; split it.
     matmul(w.wqkv, xn_.data(), n, qkv_.data());
     const int64_t width = q_width + k_width + v_width;
-    for (int t = 0; t < n; ++t) {
-      const float* row = qkv_.data() + t * width;
-      std::copy(row, row + q_width, q + t * q_width);
-      std::copy(row + q_width, row + q_width + k_width, k + t * k_width);
-      std::copy(row + q_width + k_width, row + width, v + t * v_width);
-    }
+    pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float* row = qkv_.data() + t * width;
+        std::copy(row, row + q_width, q + t * q_width);
+        std::copy(row + q_width, row + q_width + k_width, k + t * k_width);
+        std::copy(row + q_width + k_width, row + width, v + t * v_width);
+      }
+    }, std::max<int64_t>(1, 4096 / width));
   } else {
     matmul(w.wq, xn_.data(), n, q);
     matmul(w.wk, xn_.data(), n, k);
@@ -169,6 +169,18 @@ void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n,
   } else {
     ops::rms_norm(x, weight, n, dim, hp_.rms_eps, y, pool_);
   }
+}
+
+void CpuBackend::residual_add(const float* delta, int n, const float* weight) {
+  const int64_t e = hp_.n_embd;
+  float* x = x_.data();
+  if (simd_norm_rope_) {
+    kernels::simd::add_rms_norm(x, delta, weight, n, e, hp_.rms_eps,
+                                weight != nullptr ? xn_.data() : nullptr, pool_);
+    return;
+  }
+  ops::add(x, delta, n * e, x);
+  if (weight != nullptr) rms_norm(x, weight, n, e, xn_.data());
 }
 
 void CpuBackend::rotate_qk(const ops::RopeParams& rope, int n, float* q, float* k) {

@@ -70,6 +70,28 @@ STRATA_JIT_AVX2 int block_round(const float* xb, float id, int8_t* q) {
   return _mm_cvtsi128_si32(s);
 }
 
+// The first of x[0, 256) whose magnitude is amax (one of them is).
+STRATA_JIT_AVX2 float first_of_magnitude(const float* x, float amax) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 va = _mm256_set1_ps(amax);
+  for (int j = 0; j < 256; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, abs_mask), va, _CMP_EQ_OQ));
+    if (hit != 0) return x[j + __builtin_ctz(static_cast<unsigned>(hit))];
+  }
+  return 0.0f;
+}
+
+// Sum of 16 int8 values.
+STRATA_JIT_AVX2 int sum16(const int8_t* q) {
+  const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m256i d = _mm256_madd_epi16(w, _mm256_set1_epi16(1));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
 // Q8_0 / Q8_1 of one row: per 32 elements, q, d (f16-rounded) and the
 // correction A(u): -z d sum q (zero point) or f16(d_unrounded sum q) (Q8_1).
 void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
@@ -117,12 +139,7 @@ void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
     float amax = 0.0f, max = 0.0f;
     if (avx2) {  // the first element of the largest magnitude, as below
       for (int k = 0; k < 8; ++k) amax = std::max(amax, block_amax(xb + 32 * k));
-      for (int j = 0; j < 256; ++j) {
-        if (std::fabs(xb[j]) == amax) {
-          max = xb[j];
-          break;
-        }
-      }
+      max = first_of_magnitude(xb, amax);
     } else {
       for (int j = 0; j < 256; ++j) {
         if (std::fabs(xb[j]) > amax) {
@@ -132,13 +149,17 @@ void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
       }
     }
     float dd = 0.0f;
+    int sums[8] = {};  // of each 32 q values, when block_round gave them
+    bool have_sums = false;
     if (amax == 0.0f) {
       std::memset(qb, 0, 256);
+      have_sums = true;
     } else {
       const float iscale = -127.0f / max;
       dd = 1.0f / iscale;
       if (avx2) {  // |iscale x| <= 127: the clamp below never applies
-        for (int k = 0; k < 8; ++k) block_round(xb + 32 * k, iscale, qb + 32 * k);
+        for (int k = 0; k < 8; ++k) sums[k] = block_round(xb + 32 * k, iscale, qb + 32 * k);
+        have_sums = true;
       } else {
         for (int j = 0; j < 256; ++j) {
           qb[j] = static_cast<int8_t>(std::min(127.0f, round_even(iscale * xb[j])));
@@ -149,7 +170,14 @@ void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
     const int group = l.paired_scales ? 16 : 32;
     for (int g = 0; g < 256 / group; ++g) {
       int sum = 0;
-      for (int j = 0; j < group; ++j) sum += qb[g * group + j];
+      if (have_sums && group == 32) {
+        sum = sums[g];
+      } else if (have_sums && avx2) {  // group 16: the first half's sum, or the rest
+        const int first = sum16(qb + (g & ~1) * 16);
+        sum = g % 2 == 0 ? first : sums[g / 2] - first;
+      } else {
+        for (int j = 0; j < group; ++j) sum += qb[g * group + j];
+      }
       const float a = dd * static_cast<float>(sum);
       corr[sb * (256 / group) + g] =
           l.correction == Correction::kZeroPoint

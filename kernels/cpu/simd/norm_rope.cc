@@ -47,6 +47,15 @@ STRATA_AVX2 void rms_norm_row(const float* x, const float* weight, int64_t dim,
   }
 }
 
+// x += delta over one row (f32 sums, as reference::ops::add).
+STRATA_AVX2 void add_row(float* x, const float* delta, int64_t dim) {
+  int64_t i = 0;
+  for (; i + 8 <= dim; i += 8) {
+    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(delta + i)));
+  }
+  for (; i < dim; ++i) x[i] += delta[i];
+}
+
 // All-ones in the first min(n, 8) lanes.
 STRATA_AVX2 inline __m256i lanes_below(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -112,6 +121,17 @@ void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim,
   pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
       rms_norm_row(x + r * dim, weight, dim, eps, y + r * dim);
+    }
+  }, grain);
+}
+
+void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n_rows,
+                  int64_t dim, float eps, float* y, ThreadPool& pool) {
+  const int64_t grain = std::max<int64_t>(1, kGrainValues / std::max<int64_t>(1, dim));
+  pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      add_row(x + r * dim, delta + r * dim, dim);
+      if (y != nullptr) rms_norm_row(x + r * dim, weight, dim, eps, y + r * dim);
     }
   }, grain);
 }

@@ -10,6 +10,8 @@
 //                (tests/kernels/simd hold it to 1 ulp of the reference).
 //                The scaling is the reference's two f32 products, so equal
 //                means give bit-equal outputs.
+//   add_rms_norm the residual add x += delta (reference::ops::add) and, when
+//                y is given, rms_norm of the sum, in one pass over each row.
 //   rope_rotate  bit for bit the reference: the same products and sums per
 //                pair (no fused multiply-add: this file is compiled with
 //                -ffp-contract=off), 8 pairs per vector for both pair orders.
@@ -31,6 +33,12 @@ bool norm_rope_supported();
 // weight [dim] or nullptr.
 void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim,
               float eps, float* y, ThreadPool& pool);
+
+// x += delta, then y = rms_norm(x) (as above) unless y is nullptr: x,
+// delta, y [n_rows][dim] (delta may not alias x or y; y may not alias x),
+// weight [dim] or nullptr. The sums are bit for bit reference::ops::add.
+void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n_rows,
+                  int64_t dim, float eps, float* y, ThreadPool& pool);
 
 // As reference::ops::rope_rotate: x [n_tokens][n_heads][head_dim] in
 // place, cs [n_tokens][n_rot/2][2] from reference::ops::rope_angles.

@@ -1,4 +1,5 @@
-// kernels/cpu/simd rms_norm and rope_rotate against reference::ops: RMSNorm
+// kernels/cpu/simd rms_norm, add_rms_norm and rope_rotate against
+// reference::ops: the residual sum bit for bit; RMSNorm
 // within one ulp (it sums the same double squares in another order) and, on
 // these inputs, almost always bit-equal; the RoPE rotation bit for bit, for
 // both pair orders, partial rotation (n_rot < head_dim) and widths that are
@@ -66,6 +67,32 @@ TEST(SimdRmsNorm, WithinOneUlpOfTheReference) {
     }
   }
   EXPECT_LT(unequal * 1000, values) << unequal << " of " << values << " differ";
+}
+
+TEST(SimdAddRmsNorm, SumEqualsReferenceAddAndNormEqualsRmsNorm) {
+  if (!norm_rope_supported()) GTEST_SKIP() << "this CPU lacks AVX2";
+  ThreadPool pool(2);
+  for (int64_t dim : {1, 9, 576, 2049}) {
+    for (int64_t rows : {1, 5, 64}) {
+      SCOPED_TRACE(testing::Message() << dim << " x " << rows);
+      const std::vector<float> x0 = randoms(rows * dim, static_cast<uint32_t>(dim + rows), 3.0f);
+      const std::vector<float> delta = randoms(rows * dim, static_cast<uint32_t>(7 * dim), 0.7f);
+      const std::vector<float> w = randoms(dim, 5, 0.5f);
+      std::vector<float> want_x(x0.size());
+      ops::add(x0.data(), delta.data(), rows * dim, want_x.data());
+      std::vector<float> want_y(x0.size());
+      simd::rms_norm(want_x.data(), w.data(), rows, dim, 1e-5f, want_y.data(), pool);
+
+      std::vector<float> x = x0, y(x0.size(), -1.0f);
+      simd::add_rms_norm(x.data(), delta.data(), w.data(), rows, dim, 1e-5f, y.data(), pool);
+      ASSERT_EQ(x, want_x);
+      ASSERT_EQ(y, want_y);
+      // Without y: only the sum.
+      std::vector<float> x2 = x0;
+      simd::add_rms_norm(x2.data(), delta.data(), w.data(), rows, dim, 1e-5f, nullptr, pool);
+      ASSERT_EQ(x2, want_x);
+    }
+  }
 }
 
 struct RopeCase {
