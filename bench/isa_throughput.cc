@@ -1,0 +1,157 @@
+// isa_throughput: how many instructions per core cycle this machine retires
+// for the instruction mixes at the heart of the generated matmul and
+// attention kernels, and so the most multiply-adds per cycle each mix can
+// give. It bounds the kernels from above: bench/matmul_bench's GMAC/s
+// divided by the clock printed here, against the ceiling of the kernel's
+// mix, is how much of the machine a kernel uses.
+//
+//   build/bench/isa_throughput [--iters 50000000] [--reps 5]
+//
+// Each mix is a loop generated with Xbyak whose body is the mix, registers
+// only (no loads, so memory does not enter), independent accumulators (no
+// dependency chain longer than one body). The clock comes from a chain of
+// dependent 64-bit adds (one cycle each on every x86 core of the last
+// decade): cycles = seconds * that rate. Best of --reps runs.
+//
+// Mixes (AVX2; ymm registers):
+//   clock       4 dependent `add`s per iteration (calibration)
+//   s8 body     the Q8_0 kernel per 4 weight bytes x 8 rows x 4 columns:
+//               vpabsb, then per column vpsignb, vpmaddubsw, vpmaddwd,
+//               vpaddd (128 multiply-adds)
+//   u4 body     the 4-bit kernel per 32 weight bytes x 4 columns: vpsrlw,
+//               2 vpand, then per column and nibble half vpmaddubsw and
+//               vpaddw (256 multiply-adds)
+//   fma         12 vfmadd231ps on 12 accumulators (96 multiply-adds)
+//   single ops  8 independent instances of one instruction: vpmaddubsw,
+//               vpmaddwd, vpsignb, vpaddw, vpand, vfmadd231ps, vcvtph2ps
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "kernels/cpu/isa.h"
+#include "xbyak/xbyak.h"
+
+namespace {
+
+using Xbyak::Ymm;
+using LoopFn = void (*)(int64_t iters);
+
+// A loop of `iters` iterations of body(); returns the function.
+class Loop : public Xbyak::CodeGenerator {
+ public:
+  explicit Loop(const std::function<void(Loop&)>& body) : Xbyak::CodeGenerator(8192) {
+    for (int i = 0; i < 16; ++i) vpxor(Ymm(i), Ymm(i), Ymm(i));
+    Xbyak::Label top;
+    mov(rcx, rdi);
+    L(top);
+    body(*this);
+    dec(rcx);
+    jnz(top, T_NEAR);
+    vzeroupper();
+    ret();
+    ready();
+  }
+  LoopFn fn() const { return getCode<LoopFn>(); }
+};
+
+struct Mix {
+  std::string name;
+  int instructions;    // per iteration, loop control excluded
+  int macs;            // multiply-adds per iteration (0: not a dot mix)
+  std::function<void(Loop&)> body;
+};
+
+double seconds_of(LoopFn f, int64_t iters, int reps) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f(iters);
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
+}
+
+std::vector<Mix> mixes() {
+  std::vector<Mix> m;
+  // Weight register ymm14, activations ymm8, constants ymm15 (ones),
+  // |w| ymm13; accumulators ymm0..ymm7; temporaries ymm9..ymm12.
+  m.push_back({"s8 body (Q8_0)", 17, 128, [](Loop& g) {
+    g.vpabsb(Ymm(13), Ymm(14));
+    for (int c = 0; c < 4; ++c) {
+      const Ymm t(9 + c);
+      g.vpsignb(t, Ymm(8), Ymm(14));
+      g.vpmaddubsw(t, Ymm(13), t);
+      g.vpmaddwd(t, t, Ymm(15));
+      g.vpaddd(Ymm(c), Ymm(c), t);
+    }
+  }});
+  m.push_back({"u4 body (Q4_0)", 3 + 16, 256, [](Loop& g) {
+    g.vpsrlw(Ymm(13), Ymm(14), 4);
+    g.vpand(Ymm(12), Ymm(14), Ymm(15));
+    g.vpand(Ymm(13), Ymm(13), Ymm(15));
+    for (int c = 0; c < 4; ++c) {
+      g.vpmaddubsw(Ymm(9), Ymm(12), Ymm(8));
+      g.vpaddw(Ymm(c), Ymm(c), Ymm(9));
+      g.vpmaddubsw(Ymm(10), Ymm(13), Ymm(8));
+      g.vpaddw(Ymm(4 + c), Ymm(4 + c), Ymm(10));
+    }
+  }});
+  m.push_back({"fma x12", 12, 96, [](Loop& g) {
+    for (int a = 0; a < 12; ++a) g.vfmadd231ps(Ymm(a), Ymm(12 + a % 3), Ymm(15));
+  }});
+  auto single = [&](const std::string& name, const std::function<void(Loop&, const Ymm&)>& op) {
+    m.push_back({name + " x8", 8, 0, [op](Loop& g) {
+      for (int a = 0; a < 8; ++a) op(g, Ymm(a));
+    }});
+  };
+  single("vpmaddubsw", [](Loop& g, const Ymm& d) { g.vpmaddubsw(d, Ymm(13), Ymm(8)); });
+  single("vpmaddwd", [](Loop& g, const Ymm& d) { g.vpmaddwd(d, Ymm(13), Ymm(15)); });
+  single("vpsignb", [](Loop& g, const Ymm& d) { g.vpsignb(d, Ymm(8), Ymm(14)); });
+  single("vpaddw", [](Loop& g, const Ymm& d) { g.vpaddw(d, d, Ymm(8)); });
+  single("vpand", [](Loop& g, const Ymm& d) { g.vpand(d, Ymm(14), Ymm(15)); });
+  single("vfmadd231ps", [](Loop& g, const Ymm& d) { g.vfmadd231ps(d, Ymm(13), Ymm(15)); });
+  single("vcvtph2ps", [](Loop& g, const Ymm& d) { g.vcvtph2ps(d, Xbyak::Xmm(14)); });
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"instructions per cycle of the generated kernels' instruction mixes"};
+  int64_t iters = 50'000'000;
+  int reps = 5;
+  app.add_option("--iters", iters, "loop iterations per run")->check(CLI::Range(1000, 2'000'000'000));
+  app.add_option("--reps", reps, "runs per mix (the best counts)")->check(CLI::Range(1, 100));
+  CLI11_PARSE(app, argc, argv);
+  if (!strata::kernels::cpu_features().avx2) {
+    std::fprintf(stderr, "isa_throughput: this CPU lacks AVX2 + FMA + F16C; nothing to measure\n");
+    return 1;
+  }
+
+  Loop clock([](Loop& g) {
+    for (int i = 0; i < 4; ++i) g.add(g.rax, 1);
+  });
+  const double ghz = 4.0 * static_cast<double>(iters) / seconds_of(clock.fn(), iters, reps) / 1e9;
+  std::printf("core clock (dependent adds): %.2f GHz\n", ghz);
+  std::printf("%-18s %8s %14s %12s %14s\n", "mix", "instr", "cycles/iter", "instr/cycle",
+              "MAC/cycle");
+  for (const Mix& mix : mixes()) {
+    Loop loop(mix.body);
+    const double s = seconds_of(loop.fn(), iters, reps);
+    const double cycles = s * ghz * 1e9 / static_cast<double>(iters);
+    std::printf("%-18s %8d %14.2f %12.2f", mix.name.c_str(), mix.instructions, cycles,
+                mix.instructions / cycles);
+    if (mix.macs > 0) {
+      std::printf(" %14.1f", mix.macs / cycles);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
