@@ -1,6 +1,7 @@
 // The flags that choose how the cpu backend's kernels are generated, shared
 // by the commands that run a model in this process (`strata run`, `strata
-// speed`); they fill worker::CpuBackendOptions::isa / no_tune.
+// speed`); they fill worker::CpuBackendOptions::isa / no_tune. Also the KV
+// cache type flag of `strata run` and `strata serve`.
 #pragma once
 
 #include <string>
@@ -18,6 +19,13 @@ inline void add_kernel_flags(CLI::App* cmd, std::string* isa, bool* no_tune) {
                   "(default: STRATA_ISA, else the best this CPU runs)");
   cmd->add_flag("--no-tune", *no_tune,
                 "the kernels' default parameters, no tuning (reproducible runs)");
+}
+
+// --kv-type f16|f32 (default f16, what *kv_type holds), refused at parse
+// time otherwise; worker::parse_kv_type then always accepts the value.
+inline void add_kv_type_flag(CLI::App* cmd, std::string* kv_type) {
+  cmd->add_option("--kv-type", *kv_type, "KV cache type: f16 or f32 (f16)")
+      ->check(CLI::IsMember({"f16", "f32"}));
 }
 
 }  // namespace strata::cli

@@ -100,13 +100,7 @@ int run(const RunOptions& o) {
   options.n_threads = o.threads > 0
                           ? o.threads
                           : std::max(1u, std::thread::hardware_concurrency());
-  if (std::optional<GgmlType> kv = worker::parse_kv_type(o.kv_type)) {
-    options.kv_type = *kv;
-  } else {
-    std::fprintf(stderr, "strata run: --kv-type: '%s' is not f16 or f32\n",
-                 o.kv_type.c_str());
-    return 2;
-  }
+  options.kv_type = worker::parse_kv_type(o.kv_type).value_or(GgmlType::kF16);  // checked
   auto backend =
       worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
   if (!backend.ok()) return fail(o.model, backend.status());
@@ -186,7 +180,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-t,--threads", o->threads, "threads (all cores)");
   cmd->add_option("-c,--ctx-size", o->ctx,
                   "context length (the model's)");
-  cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 or f32 (f16)");
+  add_kv_type_flag(cmd, &o->kv_type);
   add_kernel_flags(cmd, &o->isa, &o->no_tune);
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "client/cli/commands.h"
+#include "client/cli/kernel_flags.h"
 #include "coordinator/cluster_config.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/single_node.h"
@@ -56,13 +57,7 @@ int serve(const ServeOptions& o) {
   s.context_length = o.ctx;
   s.max_sequences = o.max_sequences;
   s.trace = o.trace;
-  if (std::optional<GgmlType> kv = worker::parse_kv_type(o.kv_type)) {
-    s.kv_type = *kv;
-  } else {
-    std::fprintf(stderr, "strata serve: --kv-type: '%s' is not f16 or f32\n",
-                 o.kv_type.c_str());
-    return 2;
-  }
+  s.kv_type = worker::parse_kv_type(o.kv_type).value_or(GgmlType::kF16);  // checked
   if (!o.listen.empty()) {
     if (absl::Status st = coordinator::check_address(o.listen, true); !st.ok()) {
       return serve_fail("--listen", st);
@@ -130,7 +125,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-c,--ctx-size", o->ctx, "context length (the model's)");
   cmd->add_option("--max-sequences", o->max_sequences,
                   "sequences generated at once (8)");
-  cmd->add_option("--kv-type", o->kv_type, "KV cache type: f16 or f32 (f16)");
+  add_kv_type_flag(cmd, &o->kv_type);
   cmd->add_option("--trace", o->trace,
                   "write block-output hashes as JSON lines (debug; see "
                   "scripts/trace-diff.py)");

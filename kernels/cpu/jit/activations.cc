@@ -30,7 +30,7 @@ T* alloc(int64_t count) {
   return static_cast<T*>(p);
 }
 
-#define STRATA_JIT_AVX2 __attribute__((target("avx2,fma")))
+#define STRATA_JIT_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 
 // One 32-element block: amax of |x|, then q = round_even(x * id) (the
@@ -82,6 +82,11 @@ STRATA_JIT_AVX2 float first_of_magnitude(const float* x, float amax) {
   return 0.0f;
 }
 
+// f rounded to f16 and back (F16C: the same bits as reference::f32_to_f16).
+STRATA_JIT_AVX2 float round_to_f16(float f) {
+  return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+
 // Sum of 16 int8 values.
 STRATA_JIT_AVX2 int sum16(const int8_t* q) {
   const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
@@ -117,7 +122,7 @@ void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
         sum += v;
       }
     }
-    const float d16 = reference::f16_to_f32(reference::f32_to_f16(dd));
+    const float d16 = avx2 ? round_to_f16(dd) : reference::f16_to_f32(reference::f32_to_f16(dd));
     d[u] = d16;
     if (l.correction == Correction::kZeroPoint) {
       corr[u] = -static_cast<float>(l.zero_point) * d16 * static_cast<float>(sum);

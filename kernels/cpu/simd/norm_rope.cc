@@ -68,22 +68,26 @@ STRATA_AVX2 void rotate_normal(float* x, int n_heads, int head_dim, int n_rot,
                                const float* cs) {
   const __m256 even_sign = _mm256_castsi256_ps(
       _mm256_set_epi32(0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN));
+  // even lanes x0 c + x1 (-s), odd lanes x1 c + x0 s (= x0 s + x1 c).
+  auto rotate = [&](__m256 v, __m256 a) STRATA_AVX2 {
+    const __m256 c = _mm256_moveldup_ps(a);
+    const __m256 s = _mm256_xor_ps(_mm256_movehdup_ps(a), even_sign);
+    return _mm256_add_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(_mm256_permute_ps(v, 0xB1), s));
+  };
   for (int h = 0; h < n_heads; ++h) {
     float* xh = x + int64_t{h} * head_dim;
-    for (int i = 0; i < n_rot; i += 8) {
+    int i = 0;
+    for (; i + 8 <= n_rot; i += 8) {
+      _mm256_storeu_ps(xh + i, rotate(_mm256_loadu_ps(xh + i), _mm256_loadu_ps(cs + i)));
+    }
+    if (i < n_rot) {
       // The last pairs of a width that is not a multiple of 4 pairs go
       // through the same vector code, masked (a scalar tail would be
       // vectorised by GCC into vfmaddsub, fused, even under
-      // -ffp-contract=off).
+      // -ffp-contract=off). Masked moves only here: they are slow on AMD.
       const __m256i m = lanes_below(n_rot - i);
-      const __m256 v = _mm256_maskload_ps(xh + i, m);
-      const __m256 a = _mm256_maskload_ps(cs + i, m);
-      const __m256 c = _mm256_moveldup_ps(a);
-      const __m256 s = _mm256_xor_ps(_mm256_movehdup_ps(a), even_sign);
-      const __m256 swapped = _mm256_permute_ps(v, 0xB1);
-      // even lanes x0 c + x1 (-s), odd lanes x1 c + x0 s (= x0 s + x1 c).
-      _mm256_maskstore_ps(xh + i, m, _mm256_add_ps(_mm256_mul_ps(v, c),
-                                                   _mm256_mul_ps(swapped, s)));
+      _mm256_maskstore_ps(xh + i, m, rotate(_mm256_maskload_ps(xh + i, m),
+                                            _mm256_maskload_ps(cs + i, m)));
     }
   }
 }
@@ -99,15 +103,26 @@ STRATA_AVX2 void rotate_neox(float* x, int n_heads, int head_dim, int n_rot,
   for (int h = 0; h < n_heads; ++h) {
     float* xa = x + int64_t{h} * head_dim;
     float* xb = xa + half;
-    for (int i = 0; i < half; i += 8) {
-      const __m256i m = lanes_below(half - i);  // masked tail, as above
-      const __m256 x0 = _mm256_maskload_ps(xa + i, m), x1 = _mm256_maskload_ps(xb + i, m);
-      const __m256 vc = _mm256_maskload_ps(c + i, m), vs = _mm256_maskload_ps(s + i, m);
-      _mm256_maskstore_ps(xa + i, m,
-                          _mm256_sub_ps(_mm256_mul_ps(x0, vc), _mm256_mul_ps(x1, vs)));
-      _mm256_maskstore_ps(xb + i, m,
-                          _mm256_add_ps(_mm256_mul_ps(x0, vs), _mm256_mul_ps(x1, vc)));
-    }
+    // Lanes [i, i + 8) of both halves; masked for the tail, as above.
+    auto step = [&](int i, bool masked) STRATA_AVX2 {
+      const __m256i m = lanes_below(half - i);
+      auto load = [&](const float* p) STRATA_AVX2 {
+        return masked ? _mm256_maskload_ps(p + i, m) : _mm256_loadu_ps(p + i);
+      };
+      auto store = [&](float* p, __m256 v) STRATA_AVX2 {
+        if (masked) {
+          _mm256_maskstore_ps(p + i, m, v);
+        } else {
+          _mm256_storeu_ps(p + i, v);
+        }
+      };
+      const __m256 x0 = load(xa), x1 = load(xb), vc = load(c), vs = load(s);
+      store(xa, _mm256_sub_ps(_mm256_mul_ps(x0, vc), _mm256_mul_ps(x1, vs)));
+      store(xb, _mm256_add_ps(_mm256_mul_ps(x0, vs), _mm256_mul_ps(x1, vc)));
+    };
+    int i = 0;
+    for (; i + 8 <= half; i += 8) step(i, false);
+    if (i < half) step(i, true);
   }
 }
 
