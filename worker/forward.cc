@@ -11,6 +11,10 @@ namespace strata::worker {
 
 namespace ops = reference::ops;
 
+// Of a decode step's K and V rows each, the most asked for ahead of time
+// (KvCache::prefetch): a few hundred KB fit L2 beside the weight stream.
+constexpr int64_t kDecodeKvPrefetchBytes = 192 * 1024;
+
 // Llama (Touvron et al. 2023) and the families that share its block:
 // qwen2 (q/k/v biases), qwen3 (QK-norm), phi3 (fused projections).
 //   x = x + Attention(RMSNorm(x))
@@ -61,6 +65,12 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   float* k = k_.data();  // [n][n_head_kv][dk]
   float* v = v_.data();  // [n][n_head_kv][dv]
 
+  const int pos0 = positions_[0];
+  const int layer = il - range_.first;
+  const int window = hp_.sliding[il] ? hp_.sliding_window : 0;
+  if (n == 1) {  // a decode step: the keys it will attend to, ahead of time
+    cache.prefetch(layer, window > 0 ? pos0 + 1 - window : 0, pos0, kDecodeKvPrefetchBytes);
+  }
   if (w.wqkv.present()) {
     // One matrix gives [q | k | v] per row; split it.
     matmul(w.wqkv, xn_.data(), n, qkv_.data());
@@ -100,8 +110,6 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   rope.n_ctx_orig = hp_.n_ctx_orig;
   rotate_qk(rope, n, q, k);
 
-  const int pos0 = positions_[0];
-  const int layer = il - range_.first;
   cache.store(layer, pos0, n, k, v);
 
   ops::AttentionParams a;
@@ -110,7 +118,7 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   a.head_dim_k = dk;
   a.head_dim_v = hp_.head_dim_v;
   a.softcap = hp_.attn_softcap;
-  a.sliding_window = hp_.sliding[il] ? hp_.sliding_window : 0;
+  a.sliding_window = window;
   if (r.scale_query) {
     ops::scale(q, n * q_width, hp_.attention_scale);
     a.scale = 1.0f;

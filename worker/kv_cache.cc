@@ -1,5 +1,8 @@
 #include "worker/kv_cache.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <new>
@@ -83,6 +86,21 @@ void KvCache::store(int layer, int pos, int n, const float* k,
   };
   put(k_[layer].get(), k_row_, k);
   put(v_[layer].get(), v_row_, v);
+}
+
+void KvCache::prefetch(int layer, int64_t begin, int64_t end, int64_t max_bytes) const {
+  assert(layer >= 0 && layer < shape_.n_layer);
+  begin = std::max<int64_t>(begin, 0);
+  end = std::min<int64_t>(end, shape_.n_ctx);
+  if (begin >= end) return;
+  auto ask = [&](const uint8_t* base, int64_t row) {
+    const int64_t bytes = row * static_cast<int64_t>(elem_);
+    const char* from = reinterpret_cast<const char*>(base) + begin * bytes;
+    const int64_t n = std::min((end - begin) * bytes, max_bytes);
+    for (int64_t o = 0; o < n; o += 64) _mm_prefetch(from + o, _MM_HINT_T1);
+  };
+  ask(k_[layer].get(), k_row_);
+  ask(v_[layer].get(), v_row_);
 }
 
 reference::ops::KvView KvCache::view(int layer, int64_t n_kv) const {

@@ -63,6 +63,13 @@ class KvCache {
   // The layer's cache with positions 0..n_kv-1 valid.
   reference::ops::KvView view(int layer, int64_t n_kv) const;
 
+  // Asks the memory system for the K and V rows [begin, end) of `layer`
+  // (software prefetch into L2, at most max_bytes of each, from `begin`
+  // on), so that a decode step's attention finds them on chip: issued
+  // before the step's q/k/v matmul, their misses overlap its weight
+  // stream instead of following the attention's loads. A hint only.
+  void prefetch(int layer, int64_t begin, int64_t end, int64_t max_bytes) const;
+
   // Bytes reserved (not necessarily touched).
   int64_t reserved_bytes() const;
 
