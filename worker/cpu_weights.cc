@@ -78,6 +78,21 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
         absl::StrCat("block range [", range.first, ", ", range.last,
                      ") is not within the model's ", hp.n_layer, " blocks"));
   }
+  // A block's tensors past the block count mean metadata and tensors
+  // disagree (llama.cpp refuses such a file too): refuse it rather than
+  // run fewer blocks than the file holds.
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    if (!t.name.starts_with("blk.")) continue;
+    int64_t block = 0;
+    size_t i = 4;
+    for (; i < t.name.size() && i < 14 && t.name[i] >= '0' && t.name[i] <= '9'; ++i) {
+      block = block * 10 + (t.name[i] - '0');
+    }
+    if (i > 4 && i < t.name.size() && t.name[i] == '.' && block >= hp.n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t.name, ": block ", block, " but the metadata says ", hp.n_layer, " blocks"));
+    }
+  }
   auto w = std::make_unique<ShardWeights>();
   Loader load(model, *w);
   const int64_t e = hp.n_embd;

@@ -54,7 +54,8 @@ int run(const RunOptions& o) {
     return 2;
   }
   if (o.prompt.empty() == o.prompt_ids.empty()) {
-    std::fprintf(stderr, "strata run: give exactly one of -p and --prompt-ids\n");
+    std::fprintf(stderr, "strata run: give exactly one of -p and --prompt-ids, "
+                         "and not an empty one\n");
     return 2;
   }
   auto opened = gguf::GgufModel::open(o.model);

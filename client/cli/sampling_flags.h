@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,8 @@ struct SamplingFlags {
 // --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
 // --ignore-eos.
 inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
-  cmd->add_option("-n,--n-predict", f->n_predict, "tokens to generate (128)");
+  cmd->add_option("-n,--n-predict", f->n_predict, "tokens to generate (128)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("--temp", f->temperature, "temperature; 0 = greedy (0)");
   cmd->add_option("--top-k", f->top_k, "top-k; 0 = off (0)");
   cmd->add_option("--top-p", f->top_p, "top-p; 1 = off (1)");

@@ -39,5 +39,33 @@ TEST(Stories260K, OneTokenAtATimeEqualsOneBatch) {
   EXPECT_EQ(*a, *b);
 }
 
+// Metadata that counts fewer blocks than the file holds tensors for is
+// refused, naming the first tensor past the count (llama.cpp refuses it
+// too), rather than silently running fewer blocks.
+TEST(Stories260K, BlockTensorsPastTheBlockCountAreRefused) {
+  const std::string path = shared_model("stories260K.gguf");
+  if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
+  auto opened = gguf::GgufModel::open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
+  auto hp = arch::read_hyperparameters(model->first());
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  ASSERT_GE(hp->n_layer, 2);
+  worker::CpuBackendOptions options;
+  options.n_threads = 1;
+  ASSERT_TRUE(worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options).ok());
+
+  arch::Hyperparameters fewer = *hp;
+  fewer.n_layer = hp->n_layer - 1;
+  auto refused = worker::make_cpu_backend(model, fewer, {0, fewer.n_layer}, options);
+  ASSERT_FALSE(refused.ok());
+  const std::string message(refused.status().message());
+  EXPECT_NE(message.find("blk." + std::to_string(fewer.n_layer) + "."), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("metadata says " + std::to_string(fewer.n_layer) + " blocks"),
+            std::string::npos)
+      << message;
+}
+
 }  // namespace
 }  // namespace strata::engine_test
