@@ -1,7 +1,6 @@
 #include "model/placement.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <string_view>
 
@@ -12,19 +11,6 @@
 
 namespace strata::placement {
 namespace {
-
-// "blk.12.attn_q.weight" -> 12; -1 when the name is not a block tensor.
-int64_t block_index(std::string_view name) {
-  constexpr std::string_view kPrefix = "blk.";
-  if (name.substr(0, kPrefix.size()) != kPrefix) return -1;
-  name.remove_prefix(kPrefix.size());
-  const size_t dot = name.find('.');
-  if (dot == 0 || dot == std::string_view::npos) return -1;
-  int64_t n = -1;
-  auto [ptr, ec] = std::from_chars(name.data(), name.data() + dot, n);
-  if (ec != std::errc() || ptr != name.data() + dot) return -1;
-  return n;
-}
 
 uint64_t element_bytes(GgmlType type) {
   return type == GgmlType::kF32 ? 4 : 2;
@@ -86,7 +72,7 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* output_norm = nullptr;
   for (const gguf::TensorInfo& t : model.tensors()) {
-    const int64_t b = block_index(t.name);
+    const int64_t b = arch::block_index(t.name);
     if (b >= 0) {
       if (b >= hp.n_layer) {
         return absl::InvalidArgumentError(

@@ -82,13 +82,7 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
   // disagree (llama.cpp refuses such a file too): refuse it rather than
   // run fewer blocks than the file holds.
   for (const gguf::TensorInfo& t : model.tensors()) {
-    if (!t.name.starts_with("blk.")) continue;
-    int64_t block = 0;
-    size_t i = 4;
-    for (; i < t.name.size() && i < 14 && t.name[i] >= '0' && t.name[i] <= '9'; ++i) {
-      block = block * 10 + (t.name[i] - '0');
-    }
-    if (i > 4 && i < t.name.size() && t.name[i] == '.' && block >= hp.n_layer) {
+    if (const int64_t block = arch::block_index(t.name); block >= hp.n_layer) {
       return absl::InvalidArgumentError(absl::StrCat(
           t.name, ": block ", block, " but the metadata says ", hp.n_layer, " blocks"));
     }

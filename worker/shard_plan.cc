@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -44,14 +45,8 @@ bool is_host_port(absl::string_view s) {
 // embedding) on the last, the RoPE factors everywhere.
 bool in_shard(absl::string_view name, const v1::ShardInfo& s, bool has_output) {
   if (absl::StartsWith(name, "blk.")) {
-    absl::string_view rest = name.substr(4);
-    const size_t dot = rest.find('.');
-    int block = -1;
-    if (dot == absl::string_view::npos ||
-        !absl::SimpleAtoi(rest.substr(0, dot), &block)) {
-      return false;
-    }
-    return block >= s.first_block() && block < s.last_block();
+    const int64_t block = arch::block_index(std::string_view(name.data(), name.size()));
+    return block >= 0 && block >= s.first_block() && block < s.last_block();
   }
   if (name == "token_embd.weight") {
     return s.embedding() || (s.head() && !has_output);

@@ -1,5 +1,6 @@
 #include "model/architecture/architecture.h"
 
+#include <charconv>
 #include <cmath>
 #include <optional>
 
@@ -134,6 +135,18 @@ std::vector<std::string_view> supported_architectures() {
 
 std::string layer_tensor(int layer, std::string_view suffix) {
   return absl::StrCat("blk.", layer, ".", std::string(suffix));
+}
+
+int64_t block_index(std::string_view name) {
+  constexpr std::string_view kPrefix = "blk.";
+  if (!name.starts_with(kPrefix)) return -1;
+  name.remove_prefix(kPrefix.size());
+  const size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string_view::npos || name[0] < '0' || name[0] > '9') return -1;
+  int64_t n = -1;
+  auto [ptr, ec] = std::from_chars(name.data(), name.data() + dot, n);
+  if (ec != std::errc() || ptr != name.data() + dot) return -1;
+  return n;
 }
 
 absl::StatusOr<Hyperparameters> read_hyperparameters(

@@ -121,4 +121,8 @@ absl::StatusOr<Hyperparameters> read_hyperparameters(
 // "blk.3.attn_q.weight" for (3, "attn_q.weight").
 std::string layer_tensor(int layer, std::string_view suffix);
 
+// The inverse: 12 for "blk.12.attn_q.weight"; -1 when the name is not a
+// block tensor ("blk." then decimal digits then ".").
+int64_t block_index(std::string_view tensor_name);
+
 }  // namespace strata::arch

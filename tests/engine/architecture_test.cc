@@ -119,5 +119,14 @@ TEST(Architecture, LinearRopeScaling) {
   EXPECT_NE(bad.status().message().find("rope.scaling.type"), std::string::npos);
 }
 
+TEST(Architecture, BlockIndexInvertsLayerTensor) {
+  EXPECT_EQ(block_index(layer_tensor(12, "attn_q.weight")), 12);
+  EXPECT_EQ(block_index("blk.0.ffn_up.weight"), 0);
+  for (const char* name : {"output.weight", "blk.12", "blk..attn_q.weight", "blk.-1.x",
+                           "blk.+1.x", "blk.1a.x", "blk.99999999999999999999.x", "xblk.1.x"}) {
+    EXPECT_EQ(block_index(name), -1) << name;
+  }
+}
+
 }  // namespace
 }  // namespace strata::arch

@@ -154,17 +154,17 @@ void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
       }
     }
     float dd = 0.0f;
-    int sums[8] = {};  // of each 32 q values, when block_round gave them
-    bool have_sums = false;
+    // The sums of each 32 q values: block_round's with AVX2, zero when
+    // amax is; otherwise summed below.
+    int sums[8] = {};
+    const bool have_sums = avx2 || amax == 0.0f;
     if (amax == 0.0f) {
       std::memset(qb, 0, 256);
-      have_sums = true;
     } else {
       const float iscale = -127.0f / max;
       dd = 1.0f / iscale;
       if (avx2) {  // |iscale x| <= 127: the clamp below never applies
         for (int k = 0; k < 8; ++k) sums[k] = block_round(xb + 32 * k, iscale, qb + 32 * k);
-        have_sums = true;
       } else {
         for (int j = 0; j < 256; ++j) {
           qb[j] = static_cast<int8_t>(std::min(127.0f, round_even(iscale * xb[j])));
