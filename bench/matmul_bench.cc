@@ -35,6 +35,7 @@ struct Settings {
   int decode_rows = 0;   // 0: the type's default
   int rows = 1;          // activation rows per call (1: decode)
   int cols = 0;          // prefill tile columns (0: the type's default)
+  int act_block = 0;     // prefill activation rows per pass (0: the default)
 };
 
 double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads,
@@ -63,6 +64,7 @@ double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads,
   if (set.prefetch >= 0) p.prefetch = set.prefetch;
   if (set.decode_rows > 0) p.decode_rows = set.decode_rows;
   if (set.cols > 0) p.cols = set.cols;
+  if (set.act_block > 0) p.act_block = set.act_block;
   // `copies` packed copies run in turn: with enough of them the weights
   // come from memory, not the caches, as in a real decode step.
   std::vector<std::unique_ptr<kernels::jit::JitMatmul>> mms;
@@ -110,6 +112,9 @@ int main(int argc, char** argv) {
   app.add_option("--rows", set.rows, "activation rows per call (1: decode; more: prefill)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--cols", set.cols, "prefill tile columns (default: the type's)");
+  app.add_option("--act-block", set.act_block,
+                 "prefill activation rows per pass over the weight rows (default: the type's)")
+      ->check(CLI::Range(1, 4096));
   CLI11_PARSE(app, argc, argv);
   // SmolLM2-135M's and Gemma 3 270M's projections and SmolLM2's head; a
   // shape whose n_in is not whole blocks of a type is skipped for it.

@@ -1,0 +1,126 @@
+// Throughput of the vectorised attention (kernels/cpu/simd/attention.h) on
+// a causal prefill of --tokens query rows from position 0, and on one decode
+// step at each --ctx position: milliseconds per call and GMAC/s, counting
+// the q·k and p·v multiply-adds the step needs (n_head × keys attended ×
+// (head_dim_k + head_dim_v)). The cache is f16 (llama.cpp's default) or f32.
+// Defaults are SmolLM2-135M's shape (9 heads, 3 KV heads, head_dim 64).
+//
+//   build/bench/attention_bench [-t 2] [--tokens 512] [--ctx 64,512,2048]
+//                               [--heads 9] [--kv-heads 3] [--head-dim 64]
+//                               [--kv-type f16] [--ms 300]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "kernels/cpu/reference/fp16.h"
+#include "kernels/cpu/reference/ops/thread_pool.h"
+#include "kernels/cpu/simd/attention.h"
+
+namespace {
+
+using namespace strata;
+using reference::ops::AttentionParams;
+using reference::ops::KvView;
+
+struct Cache {
+  std::vector<uint16_t> k16, v16;
+  std::vector<float> k32, v32;
+};
+
+// Best time of one call in ms over batches for about `ms` milliseconds.
+template <typename Fn>
+double best_ms(double ms, const Fn& fn) {
+  fn();  // warm-up
+  double best = 1e30, spent = 0;
+  while (spent < ms) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    const double t =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, t);
+    spent += t;
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"prefill and decode throughput of the vectorised attention"};
+  int threads = 2, tokens = 512, heads = 9, kv_heads = 3, head_dim = 64;
+  double ms = 300;
+  std::vector<int> ctx = {64, 512, 2048};
+  std::string kv_type = "f16";
+  app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(1, 256));
+  app.add_option("--tokens", tokens, "prefill query rows (0: no prefill)")
+      ->check(CLI::Range(0, 16384));
+  app.add_option("--ctx", ctx, "decode steps at these positions")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--heads", heads, "query heads")->check(CLI::Range(1, 256));
+  app.add_option("--kv-heads", kv_heads, "KV heads (divides --heads)")->check(CLI::Range(1, 256));
+  app.add_option("--head-dim", head_dim, "head_dim (a multiple of 8)")->check(CLI::Range(8, 1024));
+  app.add_option("--kv-type", kv_type, "cache type")->check(CLI::IsMember({"f16", "f32"}));
+  app.add_option("--ms", ms, "time per measurement (best of calls)");
+  CLI11_PARSE(app, argc, argv);
+
+  AttentionParams p;
+  p.n_head = heads;
+  p.n_head_kv = kv_heads;
+  p.head_dim_k = p.head_dim_v = head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (heads % kv_heads != 0 || !kernels::simd::attention_supported(p)) {
+    std::fprintf(stderr, "this shape or CPU is not supported by the vectorised attention\n");
+    return 2;
+  }
+  const int max_kv = std::max(tokens, *std::max_element(ctx.begin(), ctx.end()));
+  const int64_t row = int64_t{kv_heads} * head_dim;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(max_kv * row)), v(k.size());
+  for (float& x : k) x = dist(rng);
+  for (float& x : v) x = dist(rng);
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k16[i] = reference::f32_to_f16(k[i]);
+    v16[i] = reference::f32_to_f16(v[i]);
+  }
+  const bool f16 = kv_type == "f16";
+  KvView kv;
+  kv.type = f16 ? GgmlType::kF16 : GgmlType::kF32;
+  kv.k = f16 ? static_cast<const void*>(k16.data()) : k.data();
+  kv.v = f16 ? static_cast<const void*>(v16.data()) : v.data();
+
+  ThreadPool pool(threads);
+  kernels::simd::AttentionBuffers buffers(max_kv, p, threads);
+  const int64_t q_rows = std::max(tokens, 1);
+  std::vector<float> q(static_cast<size_t>(q_rows * heads * head_dim));
+  for (float& x : q) x = dist(rng);
+  std::vector<float> out(q.size());
+  std::vector<int32_t> pos(static_cast<size_t>(q_rows));
+
+  std::printf("%-8s %7s %7s %3s %10s %8s\n", "step", "tokens", "keys", "t", "ms/call", "GMAC/s");
+  auto report = [&](const char* step, int n_tok, int64_t keys_sum, int keys) {
+    const double t = best_ms(ms, [&] {
+      kernels::simd::attention(q.data(), pos.data(), n_tok, kv, p, out.data(), buffers, pool);
+    });
+    const double macs = static_cast<double>(keys_sum) * heads * 2 * head_dim;
+    std::printf("%-8s %7d %7d %3d %10.3f %8.2f\n", step, n_tok, keys, threads, t,
+                macs / (t * 1e6));
+  };
+  if (tokens > 0) {
+    for (int i = 0; i < tokens; ++i) pos[i] = i;
+    kv.n_kv = tokens;
+    report("prefill", tokens, int64_t{tokens} * (tokens + 1) / 2, tokens);
+  }
+  for (int c : ctx) {
+    pos[0] = c - 1;
+    kv.n_kv = c;
+    report("decode", 1, c, c);
+  }
+  return 0;
+}
