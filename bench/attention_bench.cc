@@ -7,7 +7,7 @@
 //
 //   build/bench/attention_bench [-t 2] [--tokens 512] [--ctx 64,512,2048]
 //                               [--heads 9] [--kv-heads 3] [--head-dim 64]
-//                               [--kv-type f16] [--ms 300]
+//                               [--kv-type f16] [--ms 300] [--no-decode]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(1, 256));
   app.add_option("--tokens", tokens, "prefill query rows (0: no prefill)")
       ->check(CLI::Range(0, 16384));
+  bool no_decode = false;
+  app.add_flag("--no-decode", no_decode, "time the prefill only");
   app.add_option("--ctx", ctx, "decode steps at these positions")
       ->delimiter(',')
       ->check(CLI::Range(1, 65536));
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
     report("prefill", tokens, int64_t{tokens} * (tokens + 1) / 2, tokens);
   }
   for (int c : ctx) {
+    if (no_decode) break;
     pos[0] = c - 1;
     kv.n_kv = c;
     report("decode", 1, c, c);
