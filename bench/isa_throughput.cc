@@ -18,6 +18,8 @@
 //   s8 body     the Q8_0 kernel per 4 weight bytes x 8 rows x 4 columns:
 //               vpabsb, then per column vpsignb, vpmaddubsw, vpmaddwd,
 //               vpaddd (128 multiply-adds)
+//   s16 body    the same products with int16 operands: 2 vpmovsxbw, then
+//               per column 2 x (vpmaddwd, vpaddd) (128 multiply-adds)
 //   u4 body     the 4-bit kernel per 32 weight bytes x 4 columns: vpsrlw,
 //               2 vpand, then per column and nibble half vpmaddubsw and
 //               vpaddw (256 multiply-adds)
@@ -89,6 +91,19 @@ std::vector<Mix> mixes() {
       g.vpmaddubsw(t, Ymm(13), t);
       g.vpmaddwd(t, t, Ymm(15));
       g.vpaddd(Ymm(c), Ymm(c), t);
+    }
+  }});
+  // The same 128 products widened to int16: weights sign-extended once for
+  // all columns, then per column and half vpmaddwd and vpaddd (no
+  // vpsignb, no int16 stage).
+  m.push_back({"s16 body (Q8_0 widened)", 2 + 16, 128, [](Loop& g) {
+    g.vpmovsxbw(Ymm(12), Xbyak::Xmm(14));
+    g.vpmovsxbw(Ymm(13), Xbyak::Xmm(11));
+    for (int c = 0; c < 4; ++c) {
+      g.vpmaddwd(Ymm(9), Ymm(12), Ymm(8));
+      g.vpaddd(Ymm(c), Ymm(c), Ymm(9));
+      g.vpmaddwd(Ymm(10), Ymm(13), Ymm(8));
+      g.vpaddd(Ymm(4 + c), Ymm(4 + c), Ymm(10));
     }
   }});
   m.push_back({"u4 body (Q4_0)", 3 + 16, 256, [](Loop& g) {
