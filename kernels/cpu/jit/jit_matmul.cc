@@ -293,7 +293,9 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
           }
         }
       },
-      min_chunk(R));
+      // A prefill tile is worth n_rows decode tiles of work: the least
+      // chunk is the row grain, so the threads end within about one tile.
+      params_.row_grain);
 }
 
 }  // namespace strata::kernels::jit
