@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "client/cli/commands.h"
+#include "client/cli/kernel_flags.h"
 #include "kernels/cpu/cpu_info.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/jit_matmul.h"
@@ -182,9 +183,7 @@ void add_hardware_command(CLI::App& app, int& exit_code) {
       "hardware",
       "Show the CPU, its caches and ISA, measured memory bandwidth and the "
       "kernel used per weight type");
-  cmd->add_option("-t,--threads", o->threads,
-                  "threads of the bandwidth measurement (all allowed CPUs)")
-      ->check(CLI::Range(1, 1024));
+  add_threads_flag(cmd, &o->threads, "threads of the bandwidth measurement");
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }

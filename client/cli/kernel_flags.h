@@ -1,12 +1,17 @@
 // The flags that choose how the cpu backend's kernels are generated, shared
 // by the commands that run a model in this process (`strata run`, `strata
 // speed`); they fill worker::CpuBackendOptions::isa / no_tune. Also the KV
-// cache type flag of `strata run` and `strata serve`.
+// cache type flag of `strata run` and `strata serve`, and the one -t/--threads
+// flag of every command that computes.
 #pragma once
 
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
+
+#include "kernels/cpu/cpu_info.h"
 
 namespace strata::cli {
 
@@ -26,6 +31,26 @@ inline void add_kernel_flags(CLI::App* cmd, std::string* isa, bool* no_tune) {
 inline void add_kv_type_flag(CLI::App* cmd, std::string* kv_type) {
   cmd->add_option("--kv-type", *kv_type, "KV cache type: f16 or f32 (f16)")
       ->check(CLI::IsMember({"f16", "f32"}));
+}
+
+// Most threads -t accepts.
+inline constexpr int kMaxThreads = 1024;
+
+// -t/--threads N: 0 (the default, what *threads holds) means one thread per
+// CPU this process may run on (resolve_threads); N > kMaxThreads or N < 0 is
+// refused at parse time. `what` describes the threads ("threads",
+// "threads of the bandwidth measurement", ...).
+inline void add_threads_flag(CLI::App* cmd, int* threads, const std::string& what) {
+  cmd->add_option("-t,--threads", *threads, what + "; 0: all cores (0)")
+      ->check(CLI::Range(0, kMaxThreads));
+}
+
+// The thread count -t asked for: t itself when t > 0, else the CPUs this
+// process may run on (its affinity mask; at least 1).
+inline int resolve_threads(int t) {
+  if (t > 0) return t;
+  const int allowed = cpu::read_cpu_info().allowed_cpus;
+  return std::max(1, allowed > 0 ? allowed : static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 }  // namespace strata::cli

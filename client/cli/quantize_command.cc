@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "client/cli/commands.h"
+#include "client/cli/kernel_flags.h"
 #include "client/cli/requantize.h"
 
 namespace strata::cli {
@@ -42,11 +43,9 @@ int run_quantize(const QuantizeOptions& options) {
                  std::string(model.status().message()).c_str());
     return 1;
   }
-  int threads = options.threads > 0
-                    ? options.threads
-                    : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = resolve_threads(options.threads);
   absl::StatusOr<RequantizeReport> report =
-      requantize_model(**model, *type, options.output, std::max(threads, 1));
+      requantize_model(**model, *type, options.output, threads);
   if (!report.ok()) {
     std::fprintf(stderr, "strata quantize: %s\n",
                  std::string(report.status().message()).c_str());
@@ -73,8 +72,7 @@ void add_quantize_command(CLI::App& app, int& exit_code) {
                   "ggml type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K "
                   "Q5_K Q6_K Q8_K MXFP4 (and Q2_K Q3_K when supported)")
       ->required();
-  cmd->add_option("-t,--threads", options->threads,
-                  "threads (default: all cores)");
+  add_threads_flag(cmd, &options->threads, "threads");
   cmd->callback([options, &exit_code] { exit_code = run_quantize(*options); });
 }
 

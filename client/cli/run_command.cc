@@ -48,9 +48,9 @@ int fail(const std::string& what, const absl::Status& status) {
 }
 
 int run(const RunOptions& o) {
-  if (o.ctx < 0 || o.threads < 0) {
-    std::fprintf(stderr, "strata run: -c and -t must be positive (0: the "
-                         "model's context / all cores)\n");
+  if (o.ctx < 0) {
+    std::fprintf(stderr, "strata run: -c must not be negative (0: the "
+                         "model's context)\n");
     return 2;
   }
   if (o.prompt.empty() == o.prompt_ids.empty()) {
@@ -98,9 +98,7 @@ int run(const RunOptions& o) {
   worker::CpuBackendOptions options;
   options.isa = o.isa;
   options.no_tune = o.no_tune;
-  options.n_threads = o.threads > 0
-                          ? o.threads
-                          : std::max(1u, std::thread::hardware_concurrency());
+  options.n_threads = resolve_threads(o.threads);
   options.kv_type = worker::parse_kv_type(o.kv_type).value_or(GgmlType::kF16);  // checked
   auto backend =
       worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
@@ -178,7 +176,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--chat-template", o->chat_template,
                   "template file to use with --chat instead of the model's");
   cmd->add_flag("--json", o->json, "print one JSON object at the end");
-  cmd->add_option("-t,--threads", o->threads, "threads (all cores)");
+  add_threads_flag(cmd, &o->threads, "threads");
   cmd->add_option("-c,--ctx-size", o->ctx,
                   "context length (the model's)");
   add_kv_type_flag(cmd, &o->kv_type);

@@ -43,10 +43,9 @@ int serve_fail(const std::string& what, const absl::Status& status) {
 }
 
 int serve(const ServeOptions& o) {
-  if (o.threads < 0 || o.ctx < 0 || o.workers < 1 || o.max_sequences < 1 ||
-      o.max_sequences > 1024) {
+  if (o.ctx < 0 || o.workers < 1 || o.max_sequences < 1 || o.max_sequences > 1024) {
     std::fprintf(stderr,
-                 "strata serve: --workers >= 1, -t >= 0, -c >= 0 and "
+                 "strata serve: --workers >= 1, -c >= 0 and "
                  "--max-sequences in 1 .. 1024\n");
     return 2;
   }
@@ -120,8 +119,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "pipeline stages, each a shard of the blocks (1)");
   cmd->add_option("--listen", o->listen,
                   "HOST:PORT (127.0.0.1:50051 or the next free port)");
-  cmd->add_option("-t,--threads", o->threads,
-                  "compute threads in all, shared by the stages (all cores)");
+  add_threads_flag(cmd, &o->threads, "compute threads in all, shared by the stages");
   cmd->add_option("-c,--ctx-size", o->ctx, "context length (the model's)");
   cmd->add_option("--max-sequences", o->max_sequences,
                   "sequences generated at once (8)");

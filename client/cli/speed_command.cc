@@ -40,7 +40,6 @@ namespace {
 
 constexpr int kMaxTokens = 1 << 20;
 constexpr int kMaxRuns = 1000;
-constexpr int kMaxThreads = 1024;
 
 struct SpeedOptions {
   std::string model;
@@ -175,10 +174,7 @@ int run(const SpeedOptions& o) {
   worker::CpuBackendOptions options;
   options.isa = o.isa;
   options.no_tune = o.no_tune;
-  options.n_threads =
-      o.threads > 0 ? o.threads
-                    : static_cast<int>(
-                          std::max(1u, std::thread::hardware_concurrency()));
+  options.n_threads = resolve_threads(o.threads);
   auto backend =
       worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
   if (!backend.ok()) return fail(o.model, backend.status());
@@ -255,8 +251,7 @@ void add_speed_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, kMaxTokens));
   cmd->add_option("-r,--repetitions", o->runs, "timed runs of each test (3)")
       ->check(CLI::Range(1, kMaxRuns));
-  cmd->add_option("-t,--threads", o->threads, "threads (all cores)")
-      ->check(CLI::Range(1, kMaxThreads));
+  add_threads_flag(cmd, &o->threads, "threads");
   cmd->add_option("--seed", o->seed, "seed of the random token ids (1234)");
   cmd->add_flag("--no-warmup", [o](int64_t) { o->warmup = false; },
                 "skip the untimed first run of each test");

@@ -59,7 +59,7 @@ def speed_json(strata, model):
 
 def speed_flags(strata, model):
     cases = [
-        (["-r", "0"], 2), (["-t", "0"], 2), (["-p", "-1"], 2),
+        (["-r", "0"], 2), (["-t", "-1"], 2), (["-t", "1025"], 2), (["-p", "-1"], 2),
         (["-n", "-5"], 2), (["-p", "0", "-n", "0"], 2), (["-p", "x"], 2),
         (["-p", "100000000"], 2),   # over the 2^20 bound
         (["-p", "1000000"], 2),     # over the model's context
@@ -88,6 +88,13 @@ def speed_flags(strata, model):
     check(proc.returncode == 0 and json.loads(proc.stdout)["tg"]["tok_s"] > 0,
           f"--isa avx2 --no-tune: exit {proc.returncode}: {proc.stderr}")
     print("--isa / --no-tune: refused and accepted as expected")
+    # -t 0 means every CPU this process may use, as for `strata run`.
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1", "-t", "0",
+                "--json"])
+    allowed = len(os.sched_getaffinity(0))
+    check(proc.returncode == 0 and json.loads(proc.stdout)["threads"] == allowed,
+          f"-t 0: exit {proc.returncode}, expected {allowed} threads: {proc.stdout}{proc.stderr}")
+    print(f"-t 0: {allowed} threads")
     proc = run([strata, "speed", "-m", model + ".absent"])
     check(proc.returncode == 1 and "absent" in proc.stderr,
           f"missing model: exit {proc.returncode}: {proc.stderr}")
@@ -109,8 +116,8 @@ def hardware_json(strata):
     check(reads and reads[0]["threads"] == 1, f"memory.read {reads}")
     check(all(r["best_gb_s"] > 0 for r in reads), f"memory.read {reads}")
     check("Q4_0" in out["kernels"] and "Q6_K" in out["kernels"], "kernels")
-    proc = run([strata, "hardware", "-t", "0"])
-    check(proc.returncode == 2 and proc.stderr.strip(), "hardware -t 0")
+    proc = run([strata, "hardware", "-t", "-1"])
+    check(proc.returncode == 2 and proc.stderr.strip(), "hardware -t -1")
     rates = ", ".join("%.1f" % r["best_gb_s"] for r in reads)
     print(f"hardware --json: {cpu['model']}, read {rates} GB/s")
 
