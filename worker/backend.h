@@ -83,6 +83,9 @@ class Backend {
   virtual absl::Status remove_sequence(int seq) = 0;
   // Positions already in its cache; NotFound when absent.
   virtual absl::StatusOr<int> sequence_length(int seq) const = 0;
+  // Positions its KV cache holds (the n_ctx it was added with); NotFound
+  // when absent.
+  virtual absl::StatusOr<int> sequence_context(int seq) const = 0;
   // Forgets positions >= n (to reuse a prefix). InvalidArgument when
   // n > length.
   virtual absl::Status truncate_sequence(int seq, int n) = 0;
@@ -101,7 +104,10 @@ class Backend {
 // Runs `prompt` (token ids) through `backend` for sequence `seq` in chunks of
 // backend.max_batch() rows, asking for the logits of the last position only;
 // `result` then holds them ([1][n_vocab] on the last stage). An empty prompt
-// runs nothing. Errors: those of forward(), from the chunk that failed.
+// runs nothing. Errors: OutOfRange before any chunk runs when the prompt
+// does not fit the sequence's context ("sequence 0: a prompt of 934 tokens
+// after 0 positions exceeds the context of 600"); NotFound (no such
+// sequence); those of forward(), from the chunk that failed.
 absl::Status prefill_in_chunks(Backend& backend, int seq,
                                std::span<const int32_t> prompt,
                                ForwardResult* result);

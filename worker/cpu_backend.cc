@@ -171,6 +171,14 @@ absl::StatusOr<int> CpuBackend::sequence_length(int seq) const {
   return it->second->length();
 }
 
+absl::StatusOr<int> CpuBackend::sequence_context(int seq) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  }
+  return it->second->n_ctx();
+}
+
 absl::Status CpuBackend::truncate_sequence(int seq, int n) {
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) {

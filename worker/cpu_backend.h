@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   absl::Status add_sequence(int seq, int n_ctx) override;
   absl::Status remove_sequence(int seq) override;
   absl::StatusOr<int> sequence_length(int seq) const override;
+  absl::StatusOr<int> sequence_context(int seq) const override;
   absl::Status truncate_sequence(int seq, int n) override;
   absl::Status forward(const ForwardRequest& request,
                        ForwardResult* result) override;

@@ -147,7 +147,39 @@ TEST(GenerationContext, FullContextEndsWithLengthAndLongPromptIsAnError) {
   auto bad = generate(*l->backend, 0, long_prompt, p, d, {});
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(absl::IsOutOfRange(bad.status())) << bad.status();
-  EXPECT_NE(bad.status().message().find("exceed the context of 8"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("a prompt of 9 tokens after 0 positions exceeds the "
+                                        "context of 8"),
+            std::string::npos)
+      << bad.status();
+}
+
+// A prompt longer than one chunk (max_batch rows) and than the context is
+// refused before its first chunk runs: the sequence holds no position.
+TEST(Generate, PromptOverTheContextIsRefusedBeforeAnyChunk) {
+  const std::string path = shared_model("stories260K.gguf");
+  if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
+  auto l = load(path, /*n_ctx=*/600);
+  ASSERT_TRUE(l.ok());
+  const int batch = l->backend->max_batch();
+  ASSERT_LT(batch, 600) << "the test needs a prompt of more than one chunk";
+  const std::vector<int32_t> prompt(601, 1);
+  GenerationParams p;
+  p.max_tokens = 1;
+  FakeDetokenizer d;
+  auto r = generate(*l->backend, 0, prompt, p, d, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsOutOfRange(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("601 tokens after 0 positions exceeds the context of 600"),
+            std::string::npos)
+      << r.status();
+  absl::StatusOr<int> length = l->backend->sequence_length(0);
+  ASSERT_TRUE(length.ok()) << length.status();
+  EXPECT_EQ(*length, 0);
+  // A prompt that fits still runs.
+  const std::vector<int32_t> fits(600, 1);
+  p.max_tokens = 0;
+  auto ok = generate(*l->backend, 0, fits, p, d, {});
+  EXPECT_TRUE(ok.ok()) << ok.status();
 }
 
 TEST(Backend, RefusesBadTokensAndUnknownSequences) {
