@@ -68,7 +68,11 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", head_dim, "head_dim (a multiple of 8)")->check(CLI::Range(8, 1024));
   app.add_option("--kv-type", kv_type, "cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--ms", ms, "time per measurement (best of calls)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // usage errors exit 2, as strata's own
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   AttentionParams p;
   p.n_head = heads;

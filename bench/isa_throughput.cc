@@ -143,7 +143,11 @@ int main(int argc, char** argv) {
   int reps = 5;
   app.add_option("--iters", iters, "loop iterations per run")->check(CLI::Range(1000, 2'000'000'000));
   app.add_option("--reps", reps, "runs per mix (the best counts)")->check(CLI::Range(1, 100));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // usage errors exit 2, as strata's own
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (!strata::kernels::cpu_features().avx2) {
     std::fprintf(stderr, "isa_throughput: this CPU lacks AVX2 + FMA + F16C; nothing to measure\n");
     return 1;

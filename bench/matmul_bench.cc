@@ -115,7 +115,11 @@ int main(int argc, char** argv) {
   app.add_option("--act-block", set.act_block,
                  "prefill activation rows per pass over the weight rows (default: the type's)")
       ->check(CLI::Range(1, 4096));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // usage errors exit 2, as strata's own
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   // SmolLM2-135M's and Gemma 3 270M's projections and SmolLM2's head; a
   // shape whose n_in is not whole blocks of a type is skipped for it.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {

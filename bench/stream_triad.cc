@@ -69,7 +69,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10000));
   app.add_option("--ops", ops_list, "comma-separated ops");
   app.add_flag("--json", json, "print one JSON object");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // usage errors exit 2, as strata's own
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   std::string error;
   const std::vector<cpu::StreamOp> ops = parse_ops(ops_list, &error);

@@ -31,6 +31,8 @@ class KeyReader {
     return absl::StrCat(arch_, ".", std::string(suffix));
   }
 
+  bool has(std::string_view suffix) const { return file_.find(key(suffix)) != nullptr; }
+
   // An integer key in [lo, hi]; `fallback` when absent (nullopt: required).
   absl::StatusOr<int> integer(std::string_view suffix, int64_t lo, int64_t hi,
                               std::optional<int> fallback) const {
@@ -194,6 +196,16 @@ absl::StatusOr<Hyperparameters> read_hyperparameters(
   }
   ASSIGN_OR_RETURN_ARCH(hp.n_ctx_train,
                         keys.integer("context_length", 1, 1 << 24, 2048));
+  // The head size defaults to n_embd / n_head (llama.cpp's n_embd_head_k),
+  // which needs the head count to divide the embedding width.
+  if (hp.n_embd % hp.n_head != 0 &&
+      !(keys.has("attention.key_length") && keys.has("attention.value_length"))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.key("embedding_length"), " = ", hp.n_embd, " is not a multiple of ",
+        keys.key("attention.head_count"), " = ", hp.n_head, ", and ",
+        keys.key("attention.key_length"), " / ", keys.key("attention.value_length"),
+        " do not give the head size"));
+  }
   const int default_head_dim = hp.n_embd / hp.n_head;
   ASSIGN_OR_RETURN_ARCH(hp.head_dim_k, keys.integer("attention.key_length", 1,
                                                     kMaxDim, default_head_dim));

@@ -76,6 +76,27 @@ TEST(Architecture, OutOfRangeValueIsNamed) {
   EXPECT_NE(hp.status().message().find("head_count_kv"), std::string::npos) << hp.status();
 }
 
+// Without key_length / value_length the head size is n_embd / n_head, so a
+// head count that does not divide the width is refused naming both keys;
+// with them given (as Gemma's files do), the width need not divide.
+TEST(Architecture, HeadCountMustDivideTheWidthUnlessHeadSizesAreGiven) {
+  std::vector<Kv> kvs = minimal("llama");
+  kvs[2].num = 7;   // embedding_length
+  kvs[4].num = 9;   // head_count
+  kvs[5].num = 9;   // head_count_kv
+  std::vector<uint8_t> s;
+  auto given = read(kvs, &s);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->head_dim_k, 256);
+  kvs.erase(kvs.begin() + 6, kvs.begin() + 8);  // key_length, value_length
+  auto hp = read(kvs, &s);
+  ASSERT_FALSE(hp.ok());
+  EXPECT_NE(hp.status().message().find(
+                "llama.embedding_length = 7 is not a multiple of llama.attention.head_count = 9"),
+            std::string::npos)
+      << hp.status();
+}
+
 TEST(Architecture, Gemma3LayersAndRope) {
   std::vector<uint8_t> s;
   auto hp = read(minimal("gemma3"), &s);
