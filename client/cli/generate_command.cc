@@ -14,6 +14,7 @@
 #include <string>
 
 #include "client/cli/commands.h"
+#include "client/cli/prompt_ids.h"
 #include "client/cli/generation_report.h"
 #include "client/cli/remote.h"
 
@@ -63,16 +64,13 @@ int run_generate(const GenerateFlags& f, const CLI::App& cmd) {
       std::fprintf(stderr, "strata generate: --chat needs -p, not ids\n");
       return 2;
     }
-    std::istringstream in(f.prompt_ids);
-    std::vector<int32_t> ids;
-    long long id;
-    while (in >> id) ids.push_back(static_cast<int32_t>(id));
-    if (!in.eof()) {
-      std::fprintf(stderr,
-                   "strata generate: --prompt-ids: not a list of integers\n");
+    std::optional<std::vector<int32_t>> ids = parse_prompt_ids(f.prompt_ids);
+    if (!ids) {
+      std::fprintf(stderr, "strata generate: --prompt-ids: not a list of token ids "
+                           "(integers from 0 to 2147483647)\n");
       return 2;
     }
-    request.prompt_ids = std::move(ids);
+    request.prompt_ids = std::move(*ids);
   } else if (f.chat) {
     request.messages = std::vector<ChatMessage>{{"user", f.prompt}};
   } else {

@@ -13,6 +13,7 @@
 
 #include "client/cli/chat_prompt.h"
 #include "client/cli/commands.h"
+#include "client/cli/prompt_ids.h"
 #include "client/cli/generation_report.h"
 #include "client/cli/kernel_flags.h"
 #include "client/cli/sampling_flags.h"
@@ -42,9 +43,7 @@ struct RunOptions {
 };
 
 int fail(const std::string& what, const absl::Status& status) {
-  std::fprintf(stderr, "strata run: %s: %s\n", what.c_str(),
-               std::string(status.message()).c_str());
-  return 1;
+  return report_failure("run", what, status);
 }
 
 int run(const RunOptions& o) {
@@ -68,13 +67,13 @@ int run(const RunOptions& o) {
   if (!tok.ok()) return fail("tokenizer", tok.status());
   std::vector<int32_t> prompt;
   if (!o.prompt_ids.empty()) {
-    std::istringstream in(o.prompt_ids);
-    long long id;
-    while (in >> id) prompt.push_back(static_cast<int32_t>(id));
-    if (!in.eof()) {
-      std::fprintf(stderr, "strata run: --prompt-ids: not a list of integers\n");
+    std::optional<std::vector<int32_t>> ids = parse_prompt_ids(o.prompt_ids);
+    if (!ids) {
+      std::fprintf(stderr, "strata run: --prompt-ids: not a list of token ids "
+                           "(integers from 0 to 2147483647)\n");
       return 2;
     }
+    prompt = std::move(*ids);
   } else if (o.chat) {
     // One user turn through the model's template; its turn markers are
     // control tokens, so they are parsed as such in the rendered text (the

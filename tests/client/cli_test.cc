@@ -167,6 +167,14 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(strata("generate -p hi").status, 2);  // no --server
   EXPECT_EQ(strata("generate " + server_flag()).status, 2);  // no prompt
   EXPECT_EQ(strata("generate " + server_flag() + " -p a --prompt-ids 1").status, 2);
+  // Ids outside [0, 2^31 - 1] are refused, never wrapped into range (2^32 +
+  // 403 once ran as 403), as are words that are not whole integers.
+  for (const char* ids : {"'1 4294967699'", "'1 -4294967295'", "'99999999999'", "'-1'",
+                          "'1 2x'", "'1.5'", "'99999999999999999999999'"}) {
+    const CommandResult r = strata("generate " + server_flag() + " --prompt-ids " + ids);
+    EXPECT_EQ(r.status, 2) << ids;
+    EXPECT_NE(r.err.find("not a list of token ids"), std::string::npos) << ids << ": " << r.err;
+  }
   EXPECT_EQ(strata("tokenize -m x.gguf " + server_flag() + " hi").status, 2);
   EXPECT_EQ(strata("tokenize hi").status, 2);
   EXPECT_EQ(server_.service().generate_calls(), 0);
