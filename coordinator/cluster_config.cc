@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <cerrno>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -299,6 +301,15 @@ absl::StatusOr<ClusterConfig> load_cluster_config(const std::string& path) {
         absl::StrCat(path, ": larger than 1 MiB; not a cluster config"));
   }
   return parse_cluster_config(text, path);
+}
+
+absl::Status check_trace_writable(const std::string& path) {
+  std::ofstream out(path, std::ios::out | std::ios::trunc);
+  if (!out) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trace: cannot write ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace strata::coordinator

@@ -71,4 +71,10 @@ absl::StatusOr<ClusterConfig> load_cluster_config(const std::string& path);
 absl::Status check_address(absl::string_view address,
                            bool port_zero_ok = false);
 
+// Opens `path` for writing (creating it, or emptying it) and closes it:
+// ClusterConfig::trace is checked so before a cluster starts, so that an
+// unwritable trace path stops the start instead of a run without its trace.
+// Errors: InvalidArgument naming the path and the system's reason.
+absl::Status check_trace_writable(const std::string& path);
+
 }  // namespace strata::coordinator

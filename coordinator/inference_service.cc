@@ -406,6 +406,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_grpc_server(
     grpc::Service& service, const std::string& listen, int* bound_port) {
   grpc::ServerBuilder builder;
   int port = 0;
+  // No SO_REUSEPORT: a port another server holds is refused, not shared
+  // with it (requests would alternate between the two).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);

@@ -137,6 +137,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
   c.max_sequences = o.max_sequences;
   c.kv_type = o.kv_type;
   c.trace = o.trace;
+  if (!c.trace.empty()) {
+    if (absl::Status st = check_trace_writable(c.trace); !st.ok()) return st;
+  }
   c.explicit_placement = !o.ranges.empty();
   options.monitor = false;
   options.detokenizers = o.detokenizers;

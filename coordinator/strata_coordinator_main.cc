@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
     config->listen = listen;
   }
   if (!trace.empty()) config->trace = trace;
+  if (!config->trace.empty()) {
+    if (absl::Status st = check_trace_writable(config->trace); !st.ok()) {
+      return fail("--trace", st);
+    }
+  }
   if (config->model.empty()) {
     return fail(config_path,
                 absl::InvalidArgumentError("model: missing (or give --model)"));

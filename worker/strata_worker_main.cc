@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
 
   grpc::ServerBuilder builder;
   int port = 0;
+  // No SO_REUSEPORT: a port another server holds is refused, not shared.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
                            &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));

@@ -2,6 +2,7 @@
 #include "coordinator/cluster_config.h"
 #include "model/placement.h"
 
+#include <cstdio>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -125,6 +126,18 @@ TEST(ClusterConfig, ByteSizes) {
   EXPECT_FALSE(parse_byte_size("").ok());
   EXPECT_FALSE(parse_byte_size("GiB").ok());
   EXPECT_FALSE(parse_byte_size("1e30 TiB").ok());
+}
+
+// An unwritable trace path stops a cluster's start; a writable one is
+// created (empty).
+TEST(ClusterConfig, TracePathMustBeWritable) {
+  const absl::Status bad = check_trace_writable("/nonexistent-dir/trace.jsonl");
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("cannot write /nonexistent-dir/trace.jsonl"), std::string::npos)
+      << bad;
+  const std::string ok_path = ::testing::TempDir() + "strata_trace_check.jsonl";
+  EXPECT_TRUE(check_trace_writable(ok_path).ok());
+  std::remove(ok_path.c_str());
 }
 
 }  // namespace

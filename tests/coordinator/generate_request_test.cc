@@ -2,6 +2,8 @@
 // INVALID_ARGUMENT naming the field.
 #include <string>
 
+#include <grpcpp/grpcpp.h>
+
 #include "coordinator/inference_service.h"
 #include "gtest/gtest.h"
 
@@ -94,6 +96,22 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
     EXPECT_NE(std::string(st.message()).find(c.field), std::string::npos)
         << "want " << c.field << ", got " << st.message();
   }
+}
+
+// A port another server holds is refused, not shared with it (gRPC's
+// default SO_REUSEPORT let two servers take one port, requests alternating).
+TEST(GrpcServer, APortInUseIsRefusedNotShared) {
+  v1::Inference::Service first_service, second_service;  // no methods needed
+  int port = 0;
+  auto first = start_grpc_server(first_service, "127.0.0.1:0", &port);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_GT(port, 0);
+  const std::string taken = "127.0.0.1:" + std::to_string(port);
+  auto second = start_grpc_server(second_service, taken, nullptr);
+  EXPECT_FALSE(second.ok()) << "two servers listen on " << taken;
+  if (second.ok()) (*second)->Shutdown();
+  else EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  (*first)->Shutdown();
 }
 
 }  // namespace
