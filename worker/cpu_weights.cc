@@ -109,6 +109,15 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
         e, ", n_vocab]"));
   }
   w->n_vocab = static_cast<int>(emb->shape[1]);
+  // The tokenizer's ids must be the embedding's rows, as llama.cpp requires
+  // (its token_embd is created [n_embd, n_vocab] from the vocabulary):
+  // otherwise the model samples ids the tokenizer cannot decode, or the
+  // tokenizer gives ids the model has no row for.
+  if (hp.n_vocab > 0 && hp.n_vocab != w->n_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token_embd.weight: ", w->n_vocab, " rows, but the vocabulary has ", hp.n_vocab,
+        " tokens (", hp.architecture, ".vocab_size or tokenizer.ggml.tokens)"));
+  }
   const bool first = range.first == 0;
   const bool last = range.last == hp.n_layer;
   const bool has_output = model.find_tensor("output.weight") != nullptr;

@@ -67,5 +67,34 @@ TEST(Stories260K, BlockTensorsPastTheBlockCountAreRefused) {
       << message;
 }
 
+// A vocabulary whose size is not the embedding's row count is refused
+// (the model would sample ids the tokenizer cannot decode), on every shard.
+TEST(Stories260K, VocabularyMustMatchTheEmbeddingRows) {
+  const std::string path = shared_model("stories260K.gguf");
+  if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
+  auto opened = gguf::GgufModel::open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
+  auto hp = arch::read_hyperparameters(model->first());
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  ASSERT_GT(hp->n_vocab, 1);
+  worker::CpuBackendOptions options;
+  options.n_threads = 1;
+  auto fine = worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  const int rows = (*fine)->n_vocab();
+  EXPECT_EQ(rows, hp->n_vocab);
+  for (int n_vocab : {rows - 1, rows + 100}) {
+    arch::Hyperparameters other = *hp;
+    other.n_vocab = n_vocab;
+    auto refused = worker::make_cpu_backend(model, other, {0, 1}, options);
+    ASSERT_FALSE(refused.ok()) << n_vocab;
+    EXPECT_NE(refused.status().message().find(
+                  absl::StrCat(rows, " rows, but the vocabulary has ", n_vocab, " tokens")),
+              std::string::npos)
+        << refused.status();
+  }
+}
+
 }  // namespace
 }  // namespace strata::engine_test
