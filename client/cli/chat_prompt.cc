@@ -25,7 +25,17 @@ absl::StatusOr<ChatPrompt> render_chat_prompt(
   auto prompt = chat_template::render_model_chat(
       model, tok, messages, template_text, template_file,
       add_generation_prompt);
-  if (!prompt.ok()) return prompt.status();
+  if (!prompt.ok()) {
+    // The model's own template missing or of no known family: this command
+    // takes one from a file.
+    const absl::Status& st = prompt.status();
+    if (!template_text && (absl::IsNotFound(st) || absl::IsInvalidArgument(st))) {
+      return absl::Status(st.code(), std::string(st.message()) +
+                                         "; give a template of a known family with "
+                                         "--chat-template FILE");
+    }
+    return st;
+  }
   ChatPrompt out;
   out.text = std::move(prompt->text);
   out.starts_with_bos = prompt->starts_with_bos;

@@ -16,20 +16,14 @@ absl::StatusOr<ModelChatPrompt> render_model_chat(
   } else {
     auto t = model.get_string("tokenizer.chat_template");
     if (!t.ok()) {
-      return absl::NotFoundError(
-          "the model has no tokenizer.chat_template; give one with "
-          "--chat-template FILE");
+      return absl::NotFoundError("the model has no tokenizer.chat_template");
     }
     text = *std::move(t);
     from = "tokenizer.chat_template";
   }
   auto tmpl = ChatTemplate::parse(text);
   if (!tmpl.ok()) {
-    return absl::InvalidArgumentError(
-        from + ": " + std::string(tmpl.status().message()) +
-        (template_text ? ""
-                       : "; give a template of a known family with "
-                         "--chat-template FILE"));
+    return absl::InvalidArgumentError(from + ": " + std::string(tmpl.status().message()));
   }
   RenderOptions render;
   render.add_generation_prompt = add_generation_prompt;

@@ -26,10 +26,10 @@ struct ModelChatPrompt {
 
 // Renders `messages` with `template_text` when given (named `source` in
 // messages), else the model's tokenizer.chat_template. Errors: NotFound (no
-// template in the model), InvalidArgument (a template of no known family;
-// the message suggests --chat-template FILE when it was the model's),
+// template in the model), InvalidArgument (a template of no known family),
 // FailedPrecondition with the template's own message when it refuses the
-// conversation.
+// conversation. The messages name no flag: callers that take a template
+// file say so (client/cli/chat_prompt.h).
 absl::StatusOr<ModelChatPrompt> render_model_chat(
     const gguf::GgufFile& model, const tokenizer::Tokenizer& tok,
     std::span<const Message> messages,

@@ -93,4 +93,18 @@ TEST_F(ChatTemplateCli, RefusesBadInput) {
             std::string::npos);
 }
 
+// A model without a template (stories260K): the message names the flag
+// this command takes for one.
+TEST(ChatTemplateCliNoTemplate, SaysWhichFlagGivesOne) {
+  const std::string model = std::string(STRATA_SHARED_DIR) + "/models/stories260K.gguf";
+  if (!fs::exists(model)) GTEST_SKIP() << "no model at " << model;
+  const Result r = run("-m " + model + " --messages " +
+                       write_temp("ok3.json", R"([{"role":"user","content":"hi"}])"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("the model has no tokenizer.chat_template; give a template of a known "
+                       "family with --chat-template FILE"),
+            std::string::npos)
+      << r.out;
+}
+
 }  // namespace
