@@ -86,9 +86,7 @@ void print_text(const std::string& path, const gguf::GgufModel& model,
 int run_inspect(const InspectOptions& options) {
   auto model = gguf::GgufModel::open(options.model);
   if (!model.ok()) {
-    std::fprintf(stderr, "strata inspect: %s: %s\n", options.model.c_str(),
-                 std::string(model.status().message()).c_str());
-    return 1;
+    return report_failure("inspect", options.model, model.status());
   }
   if (options.json) {
     print_json(**model);

@@ -67,9 +67,7 @@ struct TestResult {
 };
 
 int fail(const std::string& what, const absl::Status& status) {
-  std::fprintf(stderr, "strata speed: %s: %s\n", what.c_str(),
-               std::string(status.message()).c_str());
-  return 1;
+  return report_failure("speed", what, status);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
