@@ -59,7 +59,8 @@ std::string value_to_text(const gguf::Value& value, size_t max_items) {
             out += value_to_text(v.items[i], max_items);
           }
           if (shown < v.items.size()) {
-            out += ", ... (" + std::to_string(v.items.size() - shown) + " more)";
+            out += std::string(shown > 0 ? ", " : "") + "... (" +
+                   std::to_string(v.items.size() - shown) + " more)";
           }
           return out + "]";
         } else if constexpr (std::is_same_v<T, std::string>) {

@@ -71,6 +71,19 @@ def main() -> int:
         if got != want:
             failures.append(f"tensor {t.name}: ours {got} theirs {want}")
 
+    # Text output: an array key shows its first --max-array-items items and
+    # how many more ("[... (N more)]" when none is shown).
+    for shown in (0, 2):
+        text = subprocess.run([strata, "inspect", "--max-array-items", str(shown), model],
+                              check=True, capture_output=True, text=True).stdout
+        for name, value in theirs_meta.items():
+            if not isinstance(value, list) or len(value) <= shown:
+                continue
+            line = next((l for l in text.splitlines() if l.split()[:1] == [name]), None)
+            want_end = ("[" if shown == 0 else ", ") + f"... ({len(value) - shown} more)]"
+            if line is None or not line.endswith(want_end):
+                failures.append(f"--max-array-items {shown}: {name}: {line!r}")
+
     for f in failures[:20]:
         print("MISMATCH:", f)
     print(f"{model}: {len(theirs_meta)} keys, {len(reader.tensors)} tensors compared, "
