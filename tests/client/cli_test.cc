@@ -167,6 +167,12 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(strata("generate -p hi").status, 2);  // no --server
   EXPECT_EQ(strata("generate " + server_flag()).status, 2);  // no prompt
   EXPECT_EQ(strata("generate " + server_flag() + " -p a --prompt-ids 1").status, 2);
+  // A prompt that is not UTF-8 is refused before the call, naming the byte
+  // (the server's proto3 string cannot carry it).
+  const CommandResult bad_utf8 = strata("generate " + server_flag() + " -p \"$(printf 'ab\\377')\"");
+  EXPECT_EQ(bad_utf8.status, 2);
+  EXPECT_NE(bad_utf8.err.find("-p: not valid UTF-8 at byte 2"), std::string::npos)
+      << bad_utf8.err;
   // Ids outside [0, 2^31 - 1] are refused, never wrapped into range (2^32 +
   // 403 once ran as 403), as are words that are not whole integers.
   for (const char* ids : {"'1 4294967699'", "'1 -4294967295'", "'99999999999'", "'-1'",
