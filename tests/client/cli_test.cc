@@ -167,9 +167,18 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(strata("generate -p hi").status, 2);  // no --server
   EXPECT_EQ(strata("generate " + server_flag()).status, 2);  // no prompt
   EXPECT_EQ(strata("generate " + server_flag() + " -p a --prompt-ids 1").status, 2);
+  // A seed outside 0 .. 2^64 - 1 is refused, not wrapped to 2^64 - 1.
+  for (const char* seed : {"-1", "18446744073709551616", "1x"}) {
+    const CommandResult r = strata("generate " + server_flag() + " -p hi --seed " + seed);
+    EXPECT_EQ(r.status, 2) << seed;
+    EXPECT_NE(r.err.find("--seed: not an integer from 0 to 18446744073709551615"),
+              std::string::npos)
+        << seed << ": " << r.err;
+  }
   // A prompt that is not UTF-8 is refused before the call, naming the byte
   // (the server's proto3 string cannot carry it).
-  const CommandResult bad_utf8 = strata("generate " + server_flag() + " -p \"$(printf 'ab\\377')\"");
+  const CommandResult bad_utf8 =
+      strata("generate " + server_flag() + " -p \"$(printf 'ab\\377')\"");
   EXPECT_EQ(bad_utf8.status, 2);
   EXPECT_NE(bad_utf8.err.find("-p: not valid UTF-8 at byte 2"), std::string::npos)
       << bad_utf8.err;
