@@ -43,12 +43,6 @@ int serve_fail(const std::string& what, const absl::Status& status) {
 }
 
 int serve(const ServeOptions& o) {
-  if (o.ctx < 0 || o.workers < 1 || o.max_sequences < 1 || o.max_sequences > 1024) {
-    std::fprintf(stderr,
-                 "strata serve: --workers >= 1, -c >= 0 and "
-                 "--max-sequences in 1 .. 1024\n");
-    return 2;
-  }
   coordinator::SingleNodeOptions s;
   s.model = o.model;
   s.workers = o.workers;
@@ -115,14 +109,19 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       "Serve a GGUF model over gRPC on this machine (single-node mode: the "
       "coordinator and its workers in one process)");
   cmd->add_option("model", o->model, "GGUF model")->required();
+  // Ranges checked at parse time (exit 2 naming the flag); --workers is
+  // held to the model's block count once it is open.
   cmd->add_option("--workers", o->workers,
-                  "pipeline stages, each a shard of the blocks (1)");
+                  "pipeline stages, each a shard of the blocks (1)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--listen", o->listen,
                   "HOST:PORT (127.0.0.1:50051 or the next free port)");
   add_threads_flag(cmd, &o->threads, "compute threads in all, shared by the stages");
-  cmd->add_option("-c,--ctx-size", o->ctx, "context length (the model's)");
+  cmd->add_option("-c,--ctx-size", o->ctx, "context length; 0: the model's (0)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--max-sequences", o->max_sequences,
-                  "sequences generated at once (8)");
+                  "sequences generated at once (8)")
+      ->check(CLI::Range(1, 1024));
   add_kv_type_flag(cmd, &o->kv_type);
   cmd->add_option("--trace", o->trace,
                   "write block-output hashes as JSON lines (debug; see "
