@@ -39,25 +39,35 @@ TEST(Stories260K, OneTokenAtATimeEqualsOneBatch) {
   EXPECT_EQ(*a, *b);
 }
 
+// stories260K opened with its hyperparameters, and a one-thread backend's
+// options, for tests that change the metadata the weights are held to.
+class Stories260KMetadata : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = shared_model("stories260K.gguf");
+    if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
+    auto opened = gguf::GgufModel::open(path);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    model_ = std::move(*opened);
+    auto hp = arch::read_hyperparameters(model_->first());
+    ASSERT_TRUE(hp.ok()) << hp.status();
+    hp_ = *hp;
+    options_.n_threads = 1;
+  }
+  std::shared_ptr<const gguf::GgufModel> model_;
+  arch::Hyperparameters hp_;
+  worker::CpuBackendOptions options_;
+};
+
 // Metadata that counts fewer blocks than the file holds tensors for is
 // refused, naming the first tensor past the count (llama.cpp refuses it
 // too), rather than silently running fewer blocks.
-TEST(Stories260K, BlockTensorsPastTheBlockCountAreRefused) {
-  const std::string path = shared_model("stories260K.gguf");
-  if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
-  auto opened = gguf::GgufModel::open(path);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
-  auto hp = arch::read_hyperparameters(model->first());
-  ASSERT_TRUE(hp.ok()) << hp.status();
-  ASSERT_GE(hp->n_layer, 2);
-  worker::CpuBackendOptions options;
-  options.n_threads = 1;
-  ASSERT_TRUE(worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options).ok());
-
-  arch::Hyperparameters fewer = *hp;
-  fewer.n_layer = hp->n_layer - 1;
-  auto refused = worker::make_cpu_backend(model, fewer, {0, fewer.n_layer}, options);
+TEST_F(Stories260KMetadata, BlockTensorsPastTheBlockCountAreRefused) {
+  ASSERT_GE(hp_.n_layer, 2);
+  ASSERT_TRUE(worker::make_cpu_backend(model_, hp_, {0, hp_.n_layer}, options_).ok());
+  arch::Hyperparameters fewer = hp_;
+  fewer.n_layer = hp_.n_layer - 1;
+  auto refused = worker::make_cpu_backend(model_, fewer, {0, fewer.n_layer}, options_);
   ASSERT_FALSE(refused.ok());
   const std::string message(refused.status().message());
   EXPECT_NE(message.find("blk." + std::to_string(fewer.n_layer) + "."), std::string::npos)
@@ -69,25 +79,16 @@ TEST(Stories260K, BlockTensorsPastTheBlockCountAreRefused) {
 
 // A vocabulary whose size is not the embedding's row count is refused
 // (the model would sample ids the tokenizer cannot decode), on every shard.
-TEST(Stories260K, VocabularyMustMatchTheEmbeddingRows) {
-  const std::string path = shared_model("stories260K.gguf");
-  if (!exists(path)) GTEST_SKIP() << path << " absent (../shared)";
-  auto opened = gguf::GgufModel::open(path);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
-  auto hp = arch::read_hyperparameters(model->first());
-  ASSERT_TRUE(hp.ok()) << hp.status();
-  ASSERT_GT(hp->n_vocab, 1);
-  worker::CpuBackendOptions options;
-  options.n_threads = 1;
-  auto fine = worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
+TEST_F(Stories260KMetadata, VocabularyMustMatchTheEmbeddingRows) {
+  ASSERT_GT(hp_.n_vocab, 1);
+  auto fine = worker::make_cpu_backend(model_, hp_, {0, hp_.n_layer}, options_);
   ASSERT_TRUE(fine.ok()) << fine.status();
   const int rows = (*fine)->n_vocab();
-  EXPECT_EQ(rows, hp->n_vocab);
+  EXPECT_EQ(rows, hp_.n_vocab);
   for (int n_vocab : {rows - 1, rows + 100}) {
-    arch::Hyperparameters other = *hp;
+    arch::Hyperparameters other = hp_;
     other.n_vocab = n_vocab;
-    auto refused = worker::make_cpu_backend(model, other, {0, 1}, options);
+    auto refused = worker::make_cpu_backend(model_, other, {0, 1}, options_);
     ASSERT_FALSE(refused.ok()) << n_vocab;
     EXPECT_NE(refused.status().message().find(
                   absl::StrCat(rows, " rows, but the vocabulary has ", n_vocab, " tokens")),
