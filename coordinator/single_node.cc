@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_info.h"
 #include "worker/in_process_link.h"
 #include "worker/stage.h"
 
@@ -125,10 +125,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
     return absl::InvalidArgumentError(absl::StrCat(
         "ranges: ", o.ranges.size(), " for ", o.workers, " workers"));
   }
-  const int total = o.threads > 0
-                        ? o.threads
-                        : static_cast<int>(std::max(
-                              1u, std::thread::hardware_concurrency()));
+  const int total = o.threads > 0 ? o.threads : cpu::usable_threads();
   ClusterOptions options;
   ClusterConfig& c = options.config;
   c.model = o.model;

@@ -24,7 +24,7 @@ namespace strata::coordinator {
 struct SingleNodeOptions {
   std::string model;         // GGUF path
   int workers = 1;           // pipeline stages (1 .. the model's blocks)
-  int threads = 0;           // total compute threads; 0: all cores
+  int threads = 0;           // total compute threads; 0: cpu::usable_threads()
   int context_length = 0;    // 0: the model's
   int max_sequences = 8;
   GgmlType kv_type = GgmlType::kF16;

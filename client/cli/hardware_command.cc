@@ -87,7 +87,7 @@ int run(const HardwareOptions& o) {
       tier.ok() ? kernels::isa_name(*tier)
                 : "none: " + std::string(tier.status().message());
   const auto kernel_names = kernels_by_type(tier);
-  const int threads = o.threads > 0 ? o.threads : std::max(1, info.allowed_cpus);
+  const int threads = resolve_threads(o.threads);
 
   // Read bandwidth: arrays first touched by all T threads, then read by
   // 1 thread and by T threads.

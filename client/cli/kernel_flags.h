@@ -5,9 +5,7 @@
 // flag of every command that computes.
 #pragma once
 
-#include <algorithm>
 #include <string>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -45,12 +43,8 @@ inline void add_threads_flag(CLI::App* cmd, int* threads, const std::string& wha
       ->check(CLI::Range(0, kMaxThreads));
 }
 
-// The thread count -t asked for: t itself when t > 0, else the CPUs this
-// process may run on (its affinity mask; at least 1).
-inline int resolve_threads(int t) {
-  if (t > 0) return t;
-  const int allowed = cpu::read_cpu_info().allowed_cpus;
-  return std::max(1, allowed > 0 ? allowed : static_cast<int>(std::thread::hardware_concurrency()));
-}
+// The thread count -t asked for: t itself when t > 0, else
+// cpu::usable_threads().
+inline int resolve_threads(int t) { return t > 0 ? t : cpu::usable_threads(); }
 
 }  // namespace strata::cli

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
-#include <thread>
 
 #include "client/cli/commands.h"
 #include "client/cli/kernel_flags.h"

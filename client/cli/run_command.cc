@@ -8,7 +8,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "client/cli/chat_prompt.h"

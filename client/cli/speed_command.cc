@@ -24,7 +24,6 @@
 #include <random>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,6 +19,13 @@
 
 namespace strata::cpu {
 namespace {
+
+// Hardware threads in this process's affinity mask; 0 when unreadable.
+int affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+}
 
 // The first line of a small text file, without its newline; "" if absent.
 std::string read_line(const std::string& path) {
@@ -221,11 +229,7 @@ void read_topology(CpuInfo& info) {
   info.physical_cores = static_cast<int>(cores.size());
   info.packages = static_cast<int>(packages.size());
 
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    info.allowed_cpus = CPU_COUNT(&set);
-  }
+  info.allowed_cpus = affinity_cpus();
 }
 
 void read_caches(CpuInfo& info) {
@@ -286,6 +290,12 @@ std::string format_cache_size(int64_t bytes) {
     return std::to_string(bytes >> 10) + " KiB";
   }
   return std::to_string(bytes) + " B";
+}
+
+int usable_threads() {
+  const int allowed = affinity_cpus();
+  if (allowed > 0) return allowed;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 }  // namespace strata::cpu

@@ -52,6 +52,11 @@ struct CpuInfo {
 // Reads everything above. Never fails: what cannot be read stays empty.
 CpuInfo read_cpu_info();
 
+// Hardware threads this process may run on (its affinity mask, as
+// CpuInfo::allowed_cpus), else the machine's; at least 1. What a thread
+// count of 0 ("all cores") means to every command.
+int usable_threads();
+
 // "32 KiB", "512 KiB", "32 MiB": sizes as caches are usually written.
 std::string format_cache_size(int64_t bytes);
 

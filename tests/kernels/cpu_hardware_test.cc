@@ -3,6 +3,7 @@
 // these tests hold the shape (positive, best >= median, bytes counted as
 // STREAM counts them) on small arrays so they stay fast.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include "kernels/cpu/cpu_info.h"
 #include "kernels/cpu/memory_bandwidth.h"
@@ -68,6 +69,27 @@ TEST(CpuInfo, ReportsCpusAndCaches) {
     EXPECT_GE(c.level, 1);
     EXPECT_GT(c.size_bytes, 0) << "L" << c.level << " " << c.type;
   }
+}
+
+// usable_threads() follows the affinity mask: pinned to one CPU, it is 1;
+// with the mask restored, the mask's count.
+TEST(CpuInfo, UsableThreadsFollowTheAffinityMask) {
+  cpu_set_t saved;
+  CPU_ZERO(&saved);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE && first < 0; ++c) {
+    if (CPU_ISSET(c, &saved)) first = c;
+  }
+  ASSERT_GE(first, 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  const int pinned = cpu::usable_threads();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_EQ(pinned, 1);
+  EXPECT_EQ(cpu::usable_threads(), CPU_COUNT(&saved));
 }
 
 TEST(CpuInfo, FormatsCacheSizes) {
