@@ -71,14 +71,12 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
   const gguf::TensorInfo* embd = nullptr;
   const gguf::TensorInfo* output = nullptr;
   const gguf::TensorInfo* output_norm = nullptr;
+  if (absl::Status st = arch::check_block_tensors(model.tensors(), hp.n_layer); !st.ok()) {
+    return st;
+  }
   for (const gguf::TensorInfo& t : model.tensors()) {
     const int64_t b = arch::block_index(t.name);
     if (b >= 0) {
-      if (b >= hp.n_layer) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor ", t.name, ": block ", b,
-                         " is outside the model's ", hp.n_layer, " blocks"));
-      }
       s.block_bytes[b] += t.n_bytes;
     } else if (t.name == "token_embd.weight") {
       embd = &t;

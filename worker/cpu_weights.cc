@@ -78,14 +78,9 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
         absl::StrCat("block range [", range.first, ", ", range.last,
                      ") is not within the model's ", hp.n_layer, " blocks"));
   }
-  // A block's tensors past the block count mean metadata and tensors
-  // disagree (llama.cpp refuses such a file too): refuse it rather than
-  // run fewer blocks than the file holds.
-  for (const gguf::TensorInfo& t : model.tensors()) {
-    if (const int64_t block = arch::block_index(t.name); block >= hp.n_layer) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          t.name, ": block ", block, " but the metadata says ", hp.n_layer, " blocks"));
-    }
+  // Refused rather than run fewer blocks than the file holds.
+  if (absl::Status st = arch::check_block_tensors(model.tensors(), hp.n_layer); !st.ok()) {
+    return st;
   }
   auto w = std::make_unique<ShardWeights>();
   Loader load(model, *w);

@@ -151,6 +151,16 @@ int64_t block_index(std::string_view name) {
   return n;
 }
 
+absl::Status check_block_tensors(const std::vector<gguf::TensorInfo>& tensors, int n_layer) {
+  for (const gguf::TensorInfo& t : tensors) {
+    if (const int64_t block = block_index(t.name); block >= n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t.name, ": block ", block, " but the metadata says ", n_layer, " blocks"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Hyperparameters> read_hyperparameters(
     const gguf::GgufFile& file) {
   absl::StatusOr<std::string> arch = file.get_string("general.architecture");

@@ -125,4 +125,10 @@ std::string layer_tensor(int layer, std::string_view suffix);
 // block tensor ("blk." then decimal digits then ".").
 int64_t block_index(std::string_view tensor_name);
 
+// OK when every block tensor ("blk.N.*") of `tensors` has N < n_layer.
+// Otherwise metadata and tensors disagree (llama.cpp refuses such a file
+// too): InvalidArgument naming the first tensor past the count,
+// "blk.7.attn_q.weight: block 7 but the metadata says 7 blocks".
+absl::Status check_block_tensors(const std::vector<gguf::TensorInfo>& tensors, int n_layer);
+
 }  // namespace strata::arch

@@ -149,5 +149,20 @@ TEST(Architecture, BlockIndexInvertsLayerTensor) {
   }
 }
 
+// Every block tensor must lie below the block count; the first one past it
+// is named. Other tensors, and names that only look like blocks, pass.
+TEST(Architecture, BlockTensorsPastTheCountAreNamed) {
+  std::vector<gguf::TensorInfo> tensors(5);
+  tensors[0].name = "token_embd.weight";
+  tensors[1].name = "blk.0.attn_q.weight";
+  tensors[2].name = "blk.1.ffn_up.weight";
+  tensors[3].name = "blk.x.weight";
+  tensors[4].name = "output.weight";
+  EXPECT_TRUE(check_block_tensors(tensors, 2).ok());
+  const absl::Status st = check_block_tensors(tensors, 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "blk.1.ffn_up.weight: block 1 but the metadata says 1 blocks");
+}
+
 }  // namespace
 }  // namespace strata::arch
