@@ -10,12 +10,15 @@
 //                               [--kv-type f16] [--ms 300] [--no-decode]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/parse_flags.h"
 #include "kernels/cpu/reference/fp16.h"
 #include "kernels/cpu/reference/ops/thread_pool.h"
 #include "kernels/cpu/simd/attention.h"
@@ -25,11 +28,6 @@ namespace {
 using namespace strata;
 using reference::ops::AttentionParams;
 using reference::ops::KvView;
-
-struct Cache {
-  std::vector<uint16_t> k16, v16;
-  std::vector<float> k32, v32;
-};
 
 // Best time of one call in ms over batches for about `ms` milliseconds.
 template <typename Fn>
@@ -68,11 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", head_dim, "head_dim (a multiple of 8)")->check(CLI::Range(8, 1024));
   app.add_option("--kv-type", kv_type, "cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--ms", ms, "time per measurement (best of calls)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {  // usage errors exit 2, as strata's own
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> code = strata::bench::parse_flags(app, argc, argv)) return *code;
 
   AttentionParams p;
   p.n_head = heads;
@@ -91,10 +85,8 @@ int main(int argc, char** argv) {
   for (float& x : k) x = dist(rng);
   for (float& x : v) x = dist(rng);
   std::vector<uint16_t> k16(k.size()), v16(v.size());
-  for (size_t i = 0; i < k.size(); ++i) {
-    k16[i] = reference::f32_to_f16(k[i]);
-    v16[i] = reference::f32_to_f16(v[i]);
-  }
+  reference::f32_to_f16_row(k.data(), k16.data(), static_cast<int64_t>(k.size()));
+  reference::f32_to_f16_row(v.data(), v16.data(), static_cast<int64_t>(v.size()));
   const bool f16 = kv_type == "f16";
   KvView kv;
   kv.type = f16 ? GgmlType::kF16 : GgmlType::kF32;
@@ -123,8 +115,7 @@ int main(int argc, char** argv) {
     kv.n_kv = tokens;
     report("prefill", tokens, int64_t{tokens} * (tokens + 1) / 2, tokens);
   }
-  for (int c : ctx) {
-    if (no_decode) break;
+  for (int c : no_decode ? std::vector<int>{} : ctx) {
     pos[0] = c - 1;
     kv.n_kv = c;
     report("decode", 1, c, c);

@@ -31,10 +31,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/parse_flags.h"
 #include "kernels/cpu/isa.h"
 #include "xbyak/xbyak.h"
 
@@ -143,11 +145,7 @@ int main(int argc, char** argv) {
   int reps = 5;
   app.add_option("--iters", iters, "loop iterations per run")->check(CLI::Range(1000, 2'000'000'000));
   app.add_option("--reps", reps, "runs per mix (the best counts)")->check(CLI::Range(1, 100));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {  // usage errors exit 2, as strata's own
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> code = strata::bench::parse_flags(app, argc, argv)) return *code;
   if (!strata::kernels::cpu_features().avx2) {
     std::fprintf(stderr, "isa_throughput: this CPU lacks AVX2 + FMA + F16C; nothing to measure\n");
     return 1;

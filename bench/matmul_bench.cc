@@ -9,13 +9,14 @@
 //                            [--copies 1] [--rows 1]
 #include <chrono>
 #include <cstdio>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/parse_flags.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/jit_matmul.h"
@@ -115,11 +116,7 @@ int main(int argc, char** argv) {
   app.add_option("--act-block", set.act_block,
                  "prefill activation rows per pass over the weight rows (default: the type's)")
       ->check(CLI::Range(1, 4096));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {  // usage errors exit 2, as strata's own
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> code = strata::bench::parse_flags(app, argc, argv)) return *code;
   // SmolLM2-135M's and Gemma 3 270M's projections and SmolLM2's head; a
   // shape whose n_in is not whole blocks of a type is skipped for it.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {

@@ -13,11 +13,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/parse_flags.h"
 #include "kernels/cpu/cpu_info.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "nlohmann/json.hpp"
@@ -69,11 +71,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10000));
   app.add_option("--ops", ops_list, "comma-separated ops");
   app.add_flag("--json", json, "print one JSON object");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {  // usage errors exit 2, as strata's own
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> code = strata::bench::parse_flags(app, argc, argv)) return *code;
 
   std::string error;
   const std::vector<cpu::StreamOp> ops = parse_ops(ops_list, &error);
