@@ -176,5 +176,30 @@ TEST(ServeCli, SmolLM2OverTwoStagesGivesTheIdsOfRun) {
   expect_serve_matches_run(models_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf", 2);
 }
 
+// Out-of-range values are refused at parse time (exit 2), each naming its
+// flag, before the model is opened or a port bound; so is a trace path that
+// cannot be written (exit 1, before listening).
+TEST(ServeCli, BadFlagsAreRefusedNamingTheFlag) {
+  const std::filesystem::path dir = ::testing::TempDir();
+  const std::string model = stories260k().string();
+  for (const auto& [args, flag] :
+       std::vector<std::pair<std::string, std::string>>{{"--workers 0", "--workers"},
+                                                        {"--max-sequences 2000", "--max-sequences"},
+                                                        {"-c -5", "--ctx-size"},
+                                                        {"-t -1", "--threads"}}) {
+    const CommandResult r = run_strata(dir, "serve " + quote(model) + " " + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << args;
+  }
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " absent (trace case)";
+  const CommandResult trace =
+      run_strata(dir, "serve " + quote(model) + " --trace /nonexistent-dir/t.jsonl");
+  EXPECT_EQ(trace.status, 1) << trace.err;
+  EXPECT_NE(trace.err.find("trace: cannot write /nonexistent-dir/t.jsonl"), std::string::npos)
+      << trace.err;
+  EXPECT_EQ(trace.out.find("listening"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::testing
