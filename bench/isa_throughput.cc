@@ -20,12 +20,16 @@
 //               vpaddd (128 multiply-adds)
 //   s16 body    the same products with int16 operands: 2 vpmovsxbw, then
 //               per column 2 x (vpmaddwd, vpaddd) (128 multiply-adds)
+//   s8 + bcast  the s8 body with each column's vpbroadcastd from memory
+//   sm8 + bcast the same products from weights stored as sign and
+//               magnitude, without vpsignb / vpabsb (4 and 5 columns)
 //   u4 body     the 4-bit kernel per 32 weight bytes x 4 columns: vpsrlw,
 //               2 vpand, then per column and nibble half vpmaddubsw and
 //               vpaddw (256 multiply-adds)
 //   fma         12 vfmadd231ps on 12 accumulators (96 multiply-adds)
 //   single ops  8 independent instances of one instruction: vpmaddubsw,
-//               vpmaddwd, vpsignb, vpaddw, vpand, vfmadd231ps, vcvtph2ps
+//               vpmaddwd, vpsignb, vpaddw, vpxor, vpabsb, vpand,
+//               vfmadd231ps, vcvtph2ps
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -81,6 +85,12 @@ double seconds_of(LoopFn f, int64_t iters, int reps) {
   return best;
 }
 
+// 256 bytes the memory-operand mixes read (always in L1).
+const uint8_t* scratch() {
+  alignas(64) static uint8_t bytes[256] = {};
+  return bytes;
+}
+
 std::vector<Mix> mixes() {
   std::vector<Mix> m;
   // Weight register ymm14, activations ymm8, constants ymm15 (ones),
@@ -108,6 +118,41 @@ std::vector<Mix> mixes() {
       g.vpaddd(Ymm(4 + c), Ymm(4 + c), Ymm(10));
     }
   }});
+  // With the activation broadcast from memory, as the kernels load it.
+  m.push_back({"s8 body + bcast", 21, 128, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    g.vpabsb(Ymm(13), Ymm(14));
+    for (int c = 0; c < 4; ++c) {
+      const Ymm t(9 + c % 2);
+      g.vpbroadcastd(t, g.ptr[g.rdx + 4 * c]);
+      g.vpsignb(t, t, Ymm(14));
+      g.vpmaddubsw(t, Ymm(13), t);
+      g.vpmaddwd(t, t, Ymm(15));
+      g.vpaddd(Ymm(c), Ymm(c), t);
+    }
+  }});
+  // Q8_0 stored as sign and magnitude (b = |w| | sign << 7), which drops
+  // vpsignb and vpabsb: m = (b < 0) and |w| = b & 0x7F, the activations'
+  // sign flipped by xor, |w| (a ^ m) = w a - |w| [w < 0], that correction
+  // summed once per weight vector (vpmaddubsw(|w|, m), vpaddw) for all
+  // columns. 4 and 5 columns, broadcasts from memory as above.
+  for (int cols : {4, 5}) {
+    m.push_back({"sm8 + bcast " + std::to_string(cols), 4 + 5 * cols, 32 * cols, [cols](Loop& g) {
+      g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+      g.vpcmpgtb(Ymm(12), Ymm(6), Ymm(14));  // ymm6 stays 0
+      g.vpand(Ymm(13), Ymm(14), Ymm(15));
+      g.vpmaddubsw(Ymm(10), Ymm(13), Ymm(12));
+      g.vpaddw(Ymm(7), Ymm(7), Ymm(10));
+      for (int c = 0; c < cols; ++c) {
+        const Ymm t(9 + c % 2);
+        g.vpbroadcastd(t, g.ptr[g.rdx + 4 * c]);
+        g.vpxor(t, t, Ymm(12));
+        g.vpmaddubsw(t, Ymm(13), t);
+        g.vpmaddwd(t, t, Ymm(15));
+        g.vpaddd(Ymm(c), Ymm(c), t);
+      }
+    }});
+  }
   m.push_back({"u4 body (Q4_0)", 3 + 16, 256, [](Loop& g) {
     g.vpsrlw(Ymm(13), Ymm(14), 4);
     g.vpand(Ymm(12), Ymm(14), Ymm(15));
@@ -131,6 +176,8 @@ std::vector<Mix> mixes() {
   single("vpmaddwd", [](Loop& g, const Ymm& d) { g.vpmaddwd(d, Ymm(13), Ymm(15)); });
   single("vpsignb", [](Loop& g, const Ymm& d) { g.vpsignb(d, Ymm(8), Ymm(14)); });
   single("vpaddw", [](Loop& g, const Ymm& d) { g.vpaddw(d, d, Ymm(8)); });
+  single("vpxor", [](Loop& g, const Ymm& d) { g.vpxor(d, Ymm(14), Ymm(15)); });
+  single("vpabsb", [](Loop& g, const Ymm& d) { g.vpabsb(d, Ymm(14)); });
   single("vpand", [](Loop& g, const Ymm& d) { g.vpand(d, Ymm(14), Ymm(15)); });
   single("vfmadd231ps", [](Loop& g, const Ymm& d) { g.vfmadd231ps(d, Ymm(13), Ymm(15)); });
   single("vcvtph2ps", [](Loop& g, const Ymm& d) { g.vcvtph2ps(d, Xbyak::Xmm(14)); });
