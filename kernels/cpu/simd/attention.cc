@@ -62,25 +62,45 @@ STRATA_AVX2 inline __m256 reduce8(const __m256* a) {
   return _mm256_add_ps(_mm256_add_ps(e0, e2), _mm256_add_ps(e1, e3));
 }
 
-// Softmax over sc[off, off + n) in place, the rest of sc[0, round8(off + n))
-// zeroed; summed as the reference's softmax_keys; then rounded to f16 when
-// the cache is f16.
-STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, bool round_f16) {
+// Softmax over sc[off, off + n) in place after scaling it by `scale`, the
+// rest of sc[0, round8(off + n)) zeroed; summed as the reference's
+// softmax_keys (8-lane chunks from key 0, each in hsum()'s order, added in
+// double chunk by chunk); then rounded to f16 when the cache is f16.
+STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, float scale, bool round_f16) {
   const int64_t end = (off + n + 7) / 8 * 8;
-  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  int64_t i = off;
-  for (; i + 8 <= off + n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(sc + i));
-  float max = -std::numeric_limits<float>::infinity();
-  for (; i < off + n; ++i) max = std::max(max, sc[i]);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  // Scale and max in one pass; four maxima, so no chain of dependent maxes.
+  float* x = sc + off;
+  const __m256 vs = _mm256_set1_ps(scale);
+  __m256 m[4] = {_mm256_set1_ps(kNegInf), _mm256_set1_ps(kNegInf), _mm256_set1_ps(kNegInf),
+                 _mm256_set1_ps(kNegInf)};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * q), vs);
+      _mm256_storeu_ps(x + i + 8 * q, v);
+      m[q] = _mm256_max_ps(m[q], v);
+    }
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+    _mm256_storeu_ps(x + i, v);
+    m[0] = _mm256_max_ps(m[0], v);
+  }
+  float max = kNegInf;
+  for (; i < n; ++i) {
+    x[i] *= scale;
+    max = std::max(max, x[i]);
+  }
   alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
+  _mm256_store_ps(lanes, _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3])));
   for (float l : lanes) max = std::max(max, l);
   // Pads hold max so that exp gives 1 there (no slow lanes); zeroed after.
   for (int64_t p = 0; p < off; ++p) sc[p] = max;
   for (int64_t p = off + n; p < end; ++p) sc[p] = max;
   const __m256 vm = _mm256_set1_ps(max);
-  double sum = 0.0;
-  for (int64_t c = 0; c < end; c += 8) {
+  auto chunk = [&](int64_t c) STRATA_AVX2 {  // exp of chunk c, pads zeroed, stored
     __m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + c), vm));
     if (c < off || c + 8 > off + n) {
       alignas(32) float t[8];
@@ -91,16 +111,23 @@ STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, bool round_f16) {
       v = _mm256_load_ps(t);
     }
     _mm256_storeu_ps(sc + c, v);
-    // ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)), as the reference.
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    sum += static_cast<double>(_mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a))));
+    return v;
+  };
+  double sum = 0.0;
+  int64_t c = 0;
+  for (; c + 64 <= end; c += 64) {  // 8 chunks' sums at once (reduce8)
+    __m256 v[8];
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) v[q] = chunk(c + 8 * q);
+    _mm256_store_ps(lanes, reduce8(v));
+    for (float h : lanes) sum += static_cast<double>(h);
   }
+  for (; c < end; c += 8) sum += static_cast<double>(hsum(chunk(c)));
   const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
-  for (int64_t c = 0; c < end; c += 8) {
-    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(sc + c), inv);
+  for (int64_t k = 0; k < end; k += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(sc + k), inv);
     if (round_f16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-    _mm256_storeu_ps(sc + c, v);
+    _mm256_storeu_ps(sc + k, v);
   }
 }
 
@@ -301,11 +328,7 @@ STRATA_AVX2 void normalize(const Item& it, const AttentionParams& p, int group, 
     if (cap > 0.0f) {
       for (int64_t i = 0; i < n; ++i) sc[i] = std::tanh(sc[i] * (1.0f / cap)) * cap;
     }
-    const __m256 vs = _mm256_set1_ps(p.scale);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(sc + i, _mm256_mul_ps(_mm256_loadu_ps(sc + i), vs));
-    for (; i < n; ++i) sc[i] *= p.scale;
-    softmax(scores + hh * stride, off, n, kF16);
+    softmax(scores + hh * stride, off, n, p.scale, kF16);
   }
 }
 

@@ -12,8 +12,10 @@
 namespace strata::kernels::simd {
 
 // ggml_v_expf (ggml-cpu/vec.h) on 8 lanes: the constants and operation order
-// of reference::ops::exp_ggml, so each lane equals it bit for bit. Lanes
-// whose exponent leaves the normal range take the scalar function.
+// of reference::ops::exp_ggml, so each lane equals it bit for bit, its
+// two-step scaling past the normal range (|n| > 126) included. No call
+// inside: a call on that rare path made GCC keep the calling loop's sums
+// and constants on the stack.
 STRATA_AVX2 inline __m256 exp8(__m256 x) {
   const __m256 shift = _mm256_set1_ps(0x1.8p23f);
   const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift);
@@ -32,21 +34,22 @@ STRATA_AVX2 inline __m256 exp8(__m256 x) {
                       _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b,
                                       _mm256_set1_ps(0x1.fffdb6p-2f))),
       u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  const __m256 r = _mm256_fmadd_ps(k, j, k);
   const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
-  const int out_of_range =
-      _mm256_movemask_ps(_mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_NLE_UQ));
-  __m256 r = _mm256_fmadd_ps(k, j, k);
-  if (out_of_range != 0) {
-    alignas(32) float xs[8];
-    alignas(32) float rs[8];
-    _mm256_store_ps(xs, x);
-    _mm256_store_ps(rs, r);
-    for (int l = 0; l < 8; ++l) {
-      if ((out_of_range >> l) & 1) rs[l] = reference::ops::exp_ggml(xs[l]);
-    }
-    r = _mm256_load_ps(rs);
-  }
-  return r;
+  // Ordered compares: a NaN lane keeps r, as exp_ggml's !(|n| > 126).
+  const __m256 far = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+  if (_mm256_movemask_ps(far) == 0) return r;
+  // g = n <= 0 ? 0x82000000 : 0; s1 = 2^(+-127) by bits; s2 = k / s1.
+  const __m256i g = _mm256_and_si256(
+      _mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+      _mm256_set1_epi32(static_cast<int>(0x82000000u)));
+  const __m256 s1 = _mm256_castsi256_ps(
+      _mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+  const __m256 past = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+  const __m256 scaled = _mm256_blendv_ps(_mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1),
+                                         _mm256_mul_ps(s1, s1), past);
+  return _mm256_blendv_ps(r, scaled, far);
 }
 
 }  // namespace strata::kernels::simd

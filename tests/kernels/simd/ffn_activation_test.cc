@@ -40,6 +40,24 @@ void expect_bitwise_equal(const std::vector<float>& want, const std::vector<floa
   }
 }
 
+// exp's two-step scaling (|x| > 126 ln 2 ~ 87.3) and its saturation (|x| >
+// 192 ln 2 ~ 133.1), crossed densely from both sides: every lane of the
+// vector exp takes the scalar function's path and value.
+TEST(SimdFfnActivation, SwigluEqualsReferenceAcrossExpRangeEdges) {
+  if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
+  std::vector<float> g;
+  for (float x = 80.0f; x < 140.0f; x += 0.0078125f) {
+    g.push_back(x);
+    g.push_back(-x);
+  }
+  const std::vector<float> u(g.size(), 1.5f);
+  std::vector<float> want(g.size()), got(g.size());
+  ThreadPool pool(1);
+  reference::ops::swiglu(g.data(), u.data(), static_cast<int64_t>(g.size()), want.data(), pool);
+  swiglu(g.data(), u.data(), static_cast<int64_t>(g.size()), got.data(), pool);
+  expect_bitwise_equal(want, got);
+}
+
 TEST(SimdFfnActivation, SwigluEqualsReferenceBitForBit) {
   if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
   for (int64_t n : {1, 7, 8, 61, 5000, 20011}) {
