@@ -521,31 +521,40 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
     const KeyRange r = keys_of(positions, t, p);
     total += (r.end - r.begin + kItemOverhead) * p.n_head_kv * per_kv;
   }
-  const int n_threads = static_cast<int>(std::min<int64_t>(pool.size(), n_items));
-  pool.parallel_for(n_threads, [&](int64_t first, int64_t last, int thread) {
-    for (int64_t slot = first; slot < last; ++slot) {
-      // Items whose cost prefix lies in [total * slot / n, total * (slot+1) / n).
-      const int64_t lo = total * slot / n_threads;
-      const int64_t hi = total * (slot + 1) / n_threads;
-      float* buf = buffers.thread_buffer(thread);
-      float* scores = buf;
-      float* qr = buf + group * stride;
-      int64_t prefix = 0;
-      for (int64_t item = 0; item < n_items; ++item) {
-        const int64_t t = item / (p.n_head_kv * per_kv);
-        const int g = static_cast<int>(item / per_kv % p.n_head_kv);
-        const int64_t h0 = int64_t{g} * group + item % per_kv * heads;  // first head
-        const KeyRange r = keys_of(positions, t, p);
-        const int64_t cost = r.end - r.begin + kItemOverhead;
-        const int64_t mid = prefix + cost / 2;
-        prefix += cost;
-        if (mid < lo || mid >= hi) continue;
-        const Item it = make_item(q, out, kv, p, t, g, h0, r, elem);
-        if (f16) {
-          run_item<true>(it, p, heads, scores, stride, qr);
-        } else {
-          run_item<false>(it, p, heads, scores, stride, qr);
-        }
+  // The items in slots of equal cost, several per thread, taken off a
+  // shared counter (parallel_for_dynamic): a thread whose core another
+  // process slows takes fewer slots, instead of the other thread waiting
+  // for its fixed share. Slot s holds the items whose cost midpoint lies in
+  // [total s / n_slots, total (s + 1) / n_slots): first_item[s] onward.
+  constexpr int kSlotsPerThread = 8;
+  constexpr int kMaxSlots = 64;
+  const int n_slots = static_cast<int>(
+      std::min<int64_t>({int64_t{kSlotsPerThread} * pool.size(), kMaxSlots, n_items}));
+  int64_t first_item[kMaxSlots + 1];
+  {
+    int64_t prefix = 0;
+    int s = 0;
+    for (int64_t item = 0; item < n_items; ++item) {
+      const KeyRange r = keys_of(positions, item / (p.n_head_kv * per_kv), p);
+      const int64_t mid = prefix + (r.end - r.begin + kItemOverhead) / 2;
+      prefix += r.end - r.begin + kItemOverhead;
+      while (s < n_slots && mid >= total * s / n_slots) first_item[s++] = item;
+    }
+    while (s <= n_slots) first_item[s++] = n_items;
+  }
+  pool.parallel_for_dynamic(n_slots, [&](int64_t b, int64_t e, int thread) {
+    float* buf = buffers.thread_buffer(thread);
+    float* scores = buf;
+    float* qr = buf + group * stride;
+    for (int64_t item = first_item[b]; item < first_item[e]; ++item) {
+      const int64_t t = item / (p.n_head_kv * per_kv);
+      const int g = static_cast<int>(item / per_kv % p.n_head_kv);
+      const int64_t h0 = int64_t{g} * group + item % per_kv * heads;  // first head
+      const Item it = make_item(q, out, kv, p, t, g, h0, keys_of(positions, t, p), elem);
+      if (f16) {
+        run_item<true>(it, p, heads, scores, stride, qr);
+      } else {
+        run_item<false>(it, p, heads, scores, stride, qr);
       }
     }
   });
