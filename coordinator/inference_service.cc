@@ -24,7 +24,9 @@ absl::Status bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-absl::Status range(absl::string_view field, double v, absl::string_view r) {
+// T as given: an int prints as one (top_k 100000000, not 1e+08).
+template <typename T>
+absl::Status range(absl::string_view field, T v, absl::string_view r) {
   return bad(field, absl::StrCat(v, " is out of range ", r));
 }
 

@@ -1,5 +1,6 @@
 #include "model/ggml_type.h"
 
+#include <algorithm>
 #include <array>
 
 namespace strata {
@@ -57,8 +58,14 @@ const GgmlTypeInfo& ggml_type_info(GgmlType type) {
 }
 
 std::optional<GgmlType> ggml_type_from_name(std::string_view name) {
+  auto upper = [](char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c; };
   for (const GgmlTypeInfo& info : kTypes) {
-    if (info.name == name) return info.type;
+    const std::string_view n = info.name;
+    if (n.size() == name.size() &&
+        std::equal(n.begin(), n.end(), name.begin(),
+                   [&](char a, char b) { return upper(a) == upper(b); })) {
+      return info.type;
+    }
   }
   return std::nullopt;
 }

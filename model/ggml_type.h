@@ -72,7 +72,8 @@ const GgmlTypeInfo* ggml_type_info(uint32_t id);
 // Info for a known enumerator (never null).
 const GgmlTypeInfo& ggml_type_info(GgmlType type);
 
-// "Q4_K" -> kQ4_K; case-sensitive, ggml's spelling. nullopt when unknown.
+// "Q4_K" (or "q4_k", as llama-quantize also takes it) -> kQ4_K: ggml's
+// spelling, any case. nullopt when unknown.
 std::optional<GgmlType> ggml_type_from_name(std::string_view name);
 
 // Bytes of a row of `n_elements` elements; nullopt when n_elements is not a

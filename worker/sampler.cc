@@ -8,7 +8,7 @@
 namespace strata::worker {
 
 absl::Status validate(const SamplingParams& p) {
-  auto bad = [](const char* field, double v, const char* range) {
+  auto bad = [](const char* field, auto v, const char* range) {  // ints as ints
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": ", v, " is out of range ", range));
   };

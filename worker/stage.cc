@@ -34,7 +34,7 @@ std::string slice_field(int i, absl::string_view member) {
 // inference.proto. `field` is "slices[i].sampling".
 absl::Status to_sampling_params(const v1::SamplingParams& p, int n_vocab,
                                 const std::string& field, SamplingParams* out) {
-  auto range = [&](absl::string_view member, double v, absl::string_view r) {
+  auto range = [&](absl::string_view member, auto v, absl::string_view r) {  // ints as ints
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".", member, ": ", v, " is out of range ", r));
   };

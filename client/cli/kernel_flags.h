@@ -5,21 +5,29 @@
 // flag of every command that computes.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "kernels/cpu/cpu_info.h"
+#include "kernels/cpu/isa.h"
 
 namespace strata::cli {
 
 // --isa TIER (avx2, avx512, avx512vnni; empty: STRATA_ISA, else CPUID) and
-// --no-tune (the kernels' default parameters). A bad tier is refused later by
-// make_cpu_backend with a message naming --isa.
+// --no-tune (the kernels' default parameters). A name that is no tier is
+// refused at parse time (exit 2, as other bad flag values); a tier this CPU
+// lacks, later by make_cpu_backend with a message naming --isa.
 inline void add_kernel_flags(CLI::App* cmd, std::string* isa, bool* no_tune) {
   cmd->add_option("--isa", *isa,
                   "ISA tier of the generated kernels: avx2, avx512 or avx512vnni "
-                  "(default: STRATA_ISA, else the best this CPU runs)");
+                  "(default: STRATA_ISA, else the best this CPU runs)")
+      ->check(CLI::Validator(
+          [](std::string& name) -> std::string {
+            return kernels::parse_isa(name) ? "" : "not an ISA tier (avx2, avx512, avx512vnni): " + name;
+          },
+          "TIER"));
   cmd->add_flag("--no-tune", *no_tune,
                 "the kernels' default parameters, no tuning (reproducible runs)");
 }
@@ -44,7 +52,16 @@ inline void add_threads_flag(CLI::App* cmd, int* threads, const std::string& wha
 }
 
 // The thread count -t asked for: t itself when t > 0, else
-// cpu::usable_threads().
-inline int resolve_threads(int t) { return t > 0 ? t : cpu::usable_threads(); }
+// cpu::usable_threads(). More threads than usable CPUs run (as llama.cpp's
+// -t does), with a note on stderr: they share cores, and each parallel loop
+// waits for its slowest thread.
+inline int resolve_threads(int t) {
+  const int usable = cpu::usable_threads();
+  if (t > usable) {
+    std::fprintf(stderr, "note: -t %d runs %d threads on %d usable CPU%s\n", t, t, usable,
+                 usable == 1 ? "" : "s");
+  }
+  return t > 0 ? t : usable;
+}
 
 }  // namespace strata::cli

@@ -1,4 +1,7 @@
 // `strata`: the command line. Sub-commands live in *_command.cc.
+#include <cstdio>
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
@@ -18,6 +21,25 @@ int main(int argc, char** argv) {
   strata::cli::add_speed_command(app, exit_code);
   strata::cli::add_status_command(app, exit_code);
   strata::cli::add_tokenize_commands(app, exit_code);
+  // A first word that names no command gets its own message (CLI11 would
+  // say only that a subcommand is required).
+  bool known = argc < 2 || argv[1][0] == '-';
+  if (!known) {
+    try {
+      app.get_subcommand(std::string(argv[1]));
+      known = true;
+    } catch (const CLI::OptionNotFound&) {
+    }
+  }
+  if (!known) {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    std::fprintf(stderr, "strata: unknown command '%s' (commands: %s; see strata --help)\n",
+                 argv[1], names.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

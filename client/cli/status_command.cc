@@ -74,12 +74,17 @@ void print_status(const ClusterStatus& s) {
   std::printf("workers (pipeline order): %zu\n", s.workers.size());
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerStatus& w = s.workers[i];
+    // 0: no budget (a worker in the server's own process).
+    char budget[64] = "no budget";
+    if (w.memory_budget_bytes != 0) {
+      std::snprintf(budget, sizeof budget, "budget %.1f MiB", mib(w.memory_budget_bytes));
+    }
     std::printf(
         "  %zu  %s  %s  blocks [%d, %d)%s%s  weights %.1f MiB  KV %.1f MiB  "
-        "budget %.1f MiB  seen %.0f ms ago  %s\n",
+        "%s  seen %.0f ms ago  %s\n",
         i, w.address.c_str(), w.state.c_str(), w.first_block, w.last_block,
         w.embedding ? " +embedding" : "", w.head ? " +head" : "",
-        mib(w.weight_bytes), mib(w.kv_bytes), mib(w.memory_budget_bytes),
+        mib(w.weight_bytes), mib(w.kv_bytes), budget,
         w.last_seen_ms_ago, w.device.c_str());
     if (!w.last_error.empty()) {
       std::printf("     last error: %s\n", w.last_error.c_str());

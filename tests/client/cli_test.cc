@@ -190,6 +190,12 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
     EXPECT_EQ(r.status, 2) << ids;
     EXPECT_NE(r.err.find("not a list of token ids"), std::string::npos) << ids << ": " << r.err;
   }
+  // A first word that names no command says so, listing the commands.
+  const CommandResult unknown = strata("frobnicate -p hi");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_EQ(unknown.err.rfind("strata: unknown command 'frobnicate' (commands: ", 0), 0u)
+      << unknown.err;
+  EXPECT_NE(unknown.err.find("generate"), std::string::npos) << unknown.err;
   EXPECT_EQ(strata("tokenize -m x.gguf " + server_flag() + " hi").status, 2);
   EXPECT_EQ(strata("tokenize hi").status, 2);
   EXPECT_EQ(server_.service().generate_calls(), 0);
@@ -226,6 +232,9 @@ TEST_F(RemoteCliTest, StatusPrintsTheWorkers) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("last error: connection refused"), std::string::npos);
+  // A budget of 0 (the second worker's) is none, not "budget 0.0 MiB".
+  EXPECT_NE(r.out.find("budget 1024.0 MiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV 0.0 MiB  no budget"), std::string::npos) << r.out;
 
   const CommandResult j = strata("status " + server_flag() + " --json");
   ASSERT_EQ(j.status, 0) << j.err;

@@ -68,6 +68,9 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
        "sampling.top_k"},
       {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(kVocab + 1); },
        "sampling.top_k"},
+      // An integer field's value is printed as an integer, not as 1e+08.
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(100000000); },
+       "sampling.top_k: 100000000 is out of range"},
       {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(0); },
        "sampling.top_p"},
       {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_min_p(1.5f); },

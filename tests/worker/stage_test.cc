@@ -377,7 +377,12 @@ TEST_F(StageChecks, SamplingAndLogprobs) {
   s.mutable_sampling()->set_repeat_last_n(5000);
   expect_rejected(*last_, last_batch({s}, 1),
                   absl::StatusCode::kInvalidArgument,
-                  "slices[0].sampling.repeat_last_n");
+                  "slices[0].sampling.repeat_last_n: 5000 is out of range [0, 4096]");
+  s = slice(2, 0, {1});
+  s.mutable_sampling()->set_top_k(100000000);  // printed as an integer, not 1e+08
+  expect_rejected(*last_, last_batch({s}, 1),
+                  absl::StatusCode::kInvalidArgument,
+                  "slices[0].sampling.top_k: 100000000 is out of range");
   s = slice(2, 0, {1});
   s.mutable_sampling()->set_temperature(std::numeric_limits<float>::infinity());
   expect_rejected(*last_, last_batch({s}, 1),
