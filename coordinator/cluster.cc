@@ -239,6 +239,13 @@ absl::Status Cluster::load_pipeline() {
       states_[i].state = "failed";
       states_[i].last_error = std::string(shard.status().message());
       problem_ = absl::StrCat(worker_label(i), ": ", shard.status().message());
+      // Workers in this process (no monitor) read the same file the same
+      // way on every retry: the failure is final, and wait_serving says so
+      // at once instead of waiting out its timeout.
+      if (!options_.monitor) {
+        permanent_error_ = true;
+        cv_.notify_all();
+      }
       return shard.status();
     }
     states_[i].shard = *shard;
@@ -343,7 +350,7 @@ void Cluster::monitor_loop() {
                      model_->info.name().c_str(), workers_.size(),
                      workers_.size() == 1 ? "" : "s");
         reported = false;
-      } else if (!reported) {
+      } else if (!reported && options_.monitor) {  // single-node: wait_serving's caller says it
         std::fprintf(stderr, "strata-coordinator: loading shards: %s\n",
                      std::string(st.message()).c_str());
         reported = true;

@@ -12,7 +12,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -199,6 +202,41 @@ TEST(ServeCli, BadFlagsAreRefusedNamingTheFlag) {
   EXPECT_NE(trace.err.find("trace: cannot write /nonexistent-dir/t.jsonl"), std::string::npos)
       << trace.err;
   EXPECT_EQ(trace.out.find("listening"), std::string::npos);
+}
+
+// A file whose metadata passes but whose weights fail the shard's checks
+// (blk.0.attn_q.weight's second extent halved in its header): serve exits 1
+// naming the tensor, before listening. It used to wait (10 minutes) for a
+// pipeline that could never load, silent and not listening.
+TEST(ServeCli, WeightsThatCannotLoadExitOneAtOnce) {
+  const std::filesystem::path src = stories260k();
+  if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " absent";
+  std::ifstream in(src, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string name = "blk.0.attn_q.weight";
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  const size_t extent1 = at + name.size() + 4 + 8;  // past n_dims (u32) and extent 0 (u64)
+  uint64_t rows = 0;
+  std::memcpy(&rows, bytes.data() + extent1, 8);
+  ASSERT_EQ(rows, 64u);
+  rows = 32;
+  std::memcpy(bytes.data() + extent1, &rows, 8);
+  const std::filesystem::path dir = ::testing::TempDir();
+  const std::filesystem::path bad = dir / "attn_q_halved.gguf";
+  std::ofstream(bad, std::ios::binary) << bytes;
+
+  // timeout: a regression fails (status 124) instead of hanging the suite.
+  const std::string cmd = "timeout 120 " + quote(STRATA_BINARY) + " serve " +
+                          quote(bad.string()) + " > " + quote((dir / "out").string()) +
+                          " 2> " + quote((dir / "err").string());
+  const int raw = std::system(cmd.c_str());
+  const int status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  const std::string err = slurp(dir / "err");
+  EXPECT_EQ(status, 1) << err;
+  EXPECT_NE(err.find("blk.0.attn_q.weight: shape [64, 32], expected [64, 64]"), std::string::npos)
+      << err;
+  EXPECT_EQ(slurp(dir / "out").find("listening"), std::string::npos);
 }
 
 }  // namespace
