@@ -2,7 +2,8 @@
 // interactive chat with a strata server. Reads one user turn per line from
 // stdin, sends the whole conversation so far (the server applies the
 // model's chat template), streams the reply, and keeps it in the history.
-// An empty line is skipped; "/exit" or end of input ends the chat.
+// An empty line is skipped, and so is one that is not UTF-8 (saying so);
+// "/exit" or end of input ends the chat.
 //
 // Exit status: 0 the chat ended; 1 the server refused or failed (one line
 // naming the server and the gRPC status); 2 usage.
@@ -27,6 +28,7 @@ struct ChatFlags {
 };
 
 int run_chat(const ChatFlags& f, const CLI::App& cmd) {
+  if (!utf8_or_report("chat", "--system", f.system)) return 2;
   std::unique_ptr<Client> client = connect_or_report(f.server);
   if (client == nullptr) return 1;
   const bool interactive = isatty(STDIN_FILENO) != 0;
@@ -40,15 +42,19 @@ int run_chat(const ChatFlags& f, const CLI::App& cmd) {
     }
     if (!std::getline(std::cin, line) || line == "/exit") break;
     if (line.empty()) continue;
+    // A line the server could not take is skipped, the chat goes on.
+    if (!utf8_or_report("chat", "line skipped", line)) continue;
     history.push_back({"user", line});
     GenerateOptions request = generation_options(f.generation, f.server, cmd);
     request.messages = history;
-    auto reply = client->generate_stream(request, [](const Delta& delta) {
+    bool streamed = false;
+    auto reply = client->generate_stream(request, [&](const Delta& delta) {
       std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
       std::fflush(stdout);
+      streamed = true;
       return true;
     });
-    std::printf("\n");
+    if (reply.ok() || streamed) std::printf("\n");  // ends the reply's line
     std::fflush(stdout);
     if (!reply.ok()) return report_error(f.server.server, reply.status());
     history.push_back({"assistant", reply->text});

@@ -15,7 +15,6 @@
 
 #include "client/cli/commands.h"
 #include "client/cli/prompt_ids.h"
-#include "model/tokenizer/unicode.h"
 #include "client/cli/generation_report.h"
 #include "client/cli/remote.h"
 
@@ -59,18 +58,8 @@ int run_generate(const GenerateFlags& f, const CLI::App& cmd) {
                  "strata generate: give exactly one of -p and --prompt-ids\n");
     return 2;
   }
-  // The server takes UTF-8 text (a proto3 string): other bytes would fail
-  // to serialize, with no message. `strata run` tokenizes any bytes.
-  if (has_prompt) {
-    const size_t bad = tokenizer::unicode::find_invalid_utf8(f.prompt);
-    if (bad != std::string::npos) {
-      std::fprintf(stderr,
-                   "strata generate: -p: not valid UTF-8 at byte %zu (the server takes "
-                   "UTF-8 text; give token ids with --prompt-ids)\n",
-                   bad);
-      return 2;
-    }
-  }
+  // `strata run` tokenizes any bytes; the server, UTF-8 text (or ids).
+  if (has_prompt && !utf8_or_report("generate", "-p", f.prompt)) return 2;
   GenerateOptions request = generation_options(f.generation, f.server, cmd);
   if (!f.prompt_ids.empty()) {
     if (f.chat) {

@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
+
+#include "model/tokenizer/unicode.h"
 
 namespace strata::cli {
 
@@ -11,9 +14,15 @@ CLI::Option* add_server_flags(CLI::App* cmd, ServerFlags& flags,
       "--server", flags.server,
       "server address HOST:PORT (strata serve listens on 127.0.0.1:50051)");
   if (required) server->required();
+  server->check(CLI::Validator(
+      [](std::string& address) -> std::string {
+        const absl::Status st = Client::check_address(address);
+        return st.ok() ? "" : std::string(st.message());
+      },
+      "HOST:PORT"));
   cmd->add_option("--deadline-ms", flags.deadline_ms,
                   "give up on the server after this many ms (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   return server;
 }
 
@@ -26,6 +35,14 @@ std::unique_ptr<Client> connect_or_report(const ServerFlags& flags) {
     return nullptr;
   }
   return *std::move(client);
+}
+
+bool utf8_or_report(const char* command, const char* what, const std::string& text) {
+  const size_t bad = tokenizer::unicode::find_invalid_utf8(text);
+  if (bad == std::string::npos) return true;
+  std::fprintf(stderr, "strata %s: %s: not valid UTF-8 at byte %zu (the server takes UTF-8 text)\n",
+               command, what, bad);
+  return false;
 }
 
 int report_error(const std::string& server, const absl::Status& status) {

@@ -29,6 +29,11 @@ CLI::Option* add_server_flags(CLI::App* cmd, ServerFlags& flags,
 // A client of flags.server, or nullptr after printing why.
 std::unique_ptr<Client> connect_or_report(const ServerFlags& flags);
 
+// True when `text` is UTF-8; else prints "strata COMMAND: WHAT: not valid
+// UTF-8 at byte N (...)" and returns false. The server takes UTF-8 text (a
+// proto3 string): other bytes would fail to serialize, with no message.
+bool utf8_or_report(const char* command, const char* what, const std::string& text);
+
 // Prints "strata: SERVER: CODE: message" on stderr; returns 1.
 int report_error(const std::string& server, const absl::Status& status);
 

@@ -170,6 +170,8 @@ int run_tokenize(const TokenizeOptions& options) {
                 std::istreambuf_iterator<char>());
   }
   if (!options.server.server.empty()) {
+    // -m tokenizes any bytes; the server, UTF-8 text.
+    if (!utf8_or_report("tokenize", "text", text)) return 2;
     return run_remote_tokenize(options, text);
   }
   std::unique_ptr<Tokenizer> tok = load("tokenize", options.model);

@@ -192,11 +192,43 @@ struct Client::Impl {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
+// Why `a` is not "HOST:PORT" (PORT 1 .. 65535, HOST a name, an IPv4
+// address or a bracketed IPv6 one); empty when it is.
+std::string address_problem(const std::string& a) {
+  if (a.empty()) return "empty (want HOST:PORT)";
+  if (a.find("://") != std::string::npos) {
+    return absl::StrCat("'", a, "' has a scheme (want HOST:PORT, e.g. 127.0.0.1:50051)");
+  }
+  const size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::StrCat("'", a, "' is not HOST:PORT");
+  }
+  const std::string host = a.substr(0, colon), port = a.substr(colon + 1);
+  if (host.find(':') != std::string::npos && (host.front() != '[' || host.back() != ']')) {
+    return absl::StrCat("'", a, "': an IPv6 host is written in brackets ([::1]:PORT)");
+  }
+  int value = 0;
+  bool digits = !port.empty() && port.size() <= 5;
+  for (char c : port) {
+    digits = digits && c >= '0' && c <= '9';
+    if (digits) value = value * 10 + (c - '0');
+  }
+  if (!digits || value < 1 || value > 65535) {
+    return absl::StrCat("'", a, "': port '", port, "' is not 1 .. 65535");
+  }
+  return "";
+}
+
+absl::Status Client::check_address(const std::string& address) {
+  if (const std::string why = address_problem(address); !why.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("server address: ", why));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::connect(
     const std::string& address, const ClientOptions& options) {
-  if (address.empty()) {
-    return absl::InvalidArgumentError("server address: empty (want HOST:PORT)");
-  }
+  if (absl::Status st = check_address(address); !st.ok()) return st;
   if (options.deadline.count() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "deadline: ", options.deadline.count(), " ms is negative"));

@@ -196,6 +196,20 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(unknown.err.rfind("strata: unknown command 'frobnicate' (commands: ", 0), 0u)
       << unknown.err;
   EXPECT_NE(unknown.err.find("generate"), std::string::npos) << unknown.err;
+  // --server must be HOST:PORT, --deadline-ms a count of ms (exit 2).
+  for (const char* args : {"status --server http://127.0.0.1:50051",
+                           "status --server 127.0.0.1:99999", "status --server ''",
+                           "status --server 127.0.0.1:1 --deadline-ms -1"}) {
+    const CommandResult r = strata(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << args << ": " << r.err;
+  }
+  // Text the server cannot take is refused before the call (-m tokenizes
+  // any bytes).
+  const CommandResult bad_text = strata("tokenize " + server_flag() + " \"$(printf 'ab\\377')\"");
+  EXPECT_EQ(bad_text.status, 2);
+  EXPECT_NE(bad_text.err.find("text: not valid UTF-8 at byte 2"), std::string::npos)
+      << bad_text.err;
   EXPECT_EQ(strata("tokenize -m x.gguf " + server_flag() + " hi").status, 2);
   EXPECT_EQ(strata("tokenize hi").status, 2);
   EXPECT_EQ(server_.service().generate_calls(), 0);
@@ -217,6 +231,14 @@ TEST_F(RemoteCliTest, ChatKeepsTheHistory) {
   EXPECT_EQ(m[2].content(), "reply to 2 messages");
   EXPECT_EQ(m[3].role(), "user");
   EXPECT_EQ(m[3].content(), "again");
+
+  // A line that is not UTF-8 is skipped, saying so; the chat goes on.
+  const CommandResult skipped =
+      strata("chat " + server_flag(), std::string("hi\n") + "ab\xff\n" + "there\n");
+  ASSERT_EQ(skipped.status, 0) << skipped.err;
+  EXPECT_EQ(skipped.out, "reply to 1 messages\nreply to 3 messages\n");
+  EXPECT_NE(skipped.err.find("line skipped: not valid UTF-8 at byte 2"), std::string::npos)
+      << skipped.err;
 
   // End of input ends it too.
   const CommandResult eof = strata("chat " + server_flag(), "one turn\n");

@@ -116,8 +116,17 @@ TEST_F(ClientTest, SendsTheRequestFieldsAndLeavesUnsetOnesUnset) {
 }
 
 TEST_F(ClientTest, RefusesBadOptionsBeforeCallingTheServer) {
-  EXPECT_EQ(Client::connect("").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  for (const char* address : {"", "127.0.0.1", "127.0.0.1:", ":50051", "127.0.0.1:0",
+                              "127.0.0.1:99999", "127.0.0.1:5x", "http://127.0.0.1:50051",
+                              "::1:50051"}) {
+    const auto c = Client::connect(address);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << address;
+    EXPECT_EQ(std::string(c.status().message()).rfind("server address: ", 0), 0u)
+        << address << ": " << c.status();
+  }
+  for (const char* address : {"localhost:50051", "[::1]:50051", "10.1.2.3:1", "h:65535"}) {
+    EXPECT_TRUE(Client::connect(address).ok()) << address;
+  }
   ClientOptions negative;
   negative.deadline = milliseconds(-1);
   EXPECT_EQ(Client::connect(server_.address(), negative).status().code(),

@@ -215,10 +215,16 @@ struct ClusterStatus {
 // while a call is in flight on another thread is not allowed.
 class Client {
  public:
+  // OK when `address` is "HOST:PORT" as connect() takes it; else
+  // INVALID_ARGUMENT saying why ("server address: ...").
+  static absl::Status check_address(const std::string& address);
+
   // A client of the server at `address` ("HOST:PORT", e.g.
   // "127.0.0.1:50051"). Opens no connection yet (the first call does), so
   // an unreachable server shows as UNAVAILABLE on the first call.
-  // INVALID_ARGUMENT for an empty address or bad options.
+  // INVALID_ARGUMENT for an address that is not HOST:PORT (empty, a scheme
+  // such as "http://", a port outside 1 .. 65535, an IPv6 host without
+  // brackets) or bad options.
   static absl::StatusOr<std::unique_ptr<Client>> connect(
       const std::string& address, const ClientOptions& options = {});
 
