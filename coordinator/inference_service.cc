@@ -243,9 +243,14 @@ grpc::Status InferenceService::Generate(
     auto chat = chat_template::render_model_chat(
         model.gguf->first(), tok, messages, std::nullopt, "", true);
     if (!chat.ok()) {
-      return to_grpc(absl::Status(chat.status().code(),
-                                  absl::StrCat("messages: ",
-                                               chat.status().message())));
+      // No template in the model, or one of no known family: the served
+      // model cannot take messages (FAILED_PRECONDITION, not the request's
+      // fault); a template that refuses this conversation keeps its code.
+      const absl::StatusCode code =
+          absl::IsNotFound(chat.status()) || absl::IsInvalidArgument(chat.status())
+              ? absl::StatusCode::kFailedPrecondition
+              : chat.status().code();
+      return to_grpc(absl::Status(code, absl::StrCat("messages: ", chat.status().message())));
     }
     // The template's turn markers are control tokens: parsed as such. The
     // users' text cannot forge them (the template only wraps it).

@@ -37,11 +37,13 @@ namespace {
 
 constexpr int kPasses = 8;
 
-// Weight types of the matmuls the engine runs (issue 6's list).
+// Weight types the engine multiplies: those with a generator, and those the
+// reference matmul runs (Q2_K, Q3_K, Q8_K: "reference (no generator ...)").
 constexpr GgmlType kWeightTypes[] = {
     GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
-    GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-    GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4};
+    GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+    GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+    GgmlType::kQ6_K, GgmlType::kQ8_K, GgmlType::kMXFP4};
 
 struct HardwareOptions {
   int threads = 0;  // 0: every CPU this process may use

@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <string>
 
 #include "client/cli/commands.h"
@@ -107,7 +108,8 @@ void add_inspect_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--json", options->json,
                 "One JSON object: {metadata, tensors}; arrays never shortened");
   cmd->add_option("--max-array-items", options->max_array_items,
-                  "Array elements shown in the text view");
+                  "Array elements shown in the text view")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->callback([options, &exit_code] { exit_code = run_inspect(*options); });
 }
 

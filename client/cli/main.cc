@@ -9,6 +9,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"strata: serve and inspect LLMs from GGUF files"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "strata " STRATA_VERSION);
   int exit_code = 0;
   strata::cli::add_chat_command(app, exit_code);
   strata::cli::add_chat_template_command(app, exit_code);

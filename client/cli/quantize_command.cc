@@ -37,11 +37,7 @@ int run_quantize(const QuantizeOptions& options) {
     return 2;
   }
   auto model = gguf::GgufModel::open(options.input);
-  if (!model.ok()) {
-    std::fprintf(stderr, "strata quantize: %s: %s\n", options.input.c_str(),
-                 std::string(model.status().message()).c_str());
-    return 1;
-  }
+  if (!model.ok()) return report_failure("quantize", options.input, model.status());
   const int threads = resolve_threads(options.threads);
   absl::StatusOr<RequantizeReport> report =
       requantize_model(**model, *type, options.output, threads);

@@ -169,14 +169,15 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--prompt-ids", o->prompt_ids,
                   "prompt as token ids, e.g. \"1 403 407\" (instead of -p)");
   add_sampling_flags(cmd, &o->sampling);
-  cmd->add_flag("--chat", o->chat,
-                "wrap -p as one user turn with the model's chat template");
+  CLI::Option* chat = cmd->add_flag("--chat", o->chat,
+                                    "wrap -p as one user turn with the model's chat template");
   cmd->add_option("--chat-template", o->chat_template,
-                  "template file to use with --chat instead of the model's");
+                  "template file to use with --chat instead of the model's")
+      ->needs(chat);
   cmd->add_flag("--json", o->json, "print one JSON object at the end");
   add_threads_flag(cmd, &o->threads, "threads");
-  cmd->add_option("-c,--ctx-size", o->ctx,
-                  "context length (the model's)");
+  cmd->add_option("-c,--ctx-size", o->ctx, "context length; 0: the model's (0)")
+      ->check(CLI::Range(0, 1 << 24));  // as serve's
   add_kv_type_flag(cmd, &o->kv_type);
   add_kernel_flags(cmd, &o->isa, &o->no_tune);
   cmd->callback([o, &exit_code] { exit_code = run(*o); });

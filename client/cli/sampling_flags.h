@@ -33,6 +33,22 @@ struct SamplingFlags {
   bool ignore_eos = false;
 };
 
+// A uint64 flag's text: 0 .. 2^64 - 1 in decimal; "-1" or 2^64 is refused,
+// not wrapped to 2^64 - 1 as CLI11 would.
+inline CLI::Validator uint64_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (text.empty() || ec != std::errc() || ptr != end) {
+          return "not an integer from 0 to 18446744073709551615: " + text;
+        }
+        return "";
+      },
+      "UINT64");
+}
+
 // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
 // --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
 // --ignore-eos.
@@ -48,20 +64,8 @@ inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
   cmd->add_option("--frequency-penalty", f->frequency_penalty, "0 = off (0)");
   cmd->add_option("--repeat-last-n", f->repeat_last_n,
                   "tokens the penalties look back over (64)");
-  // A seed is 0 .. 2^64 - 1 written in decimal: "-1" or 2^64 is refused, not
-  // wrapped to 2^64 - 1.
   cmd->add_option("--seed", f->seed, "sampling seed, 0 .. 2^64 - 1 (random)")
-      ->check(CLI::Validator(
-          [](std::string& text) -> std::string {
-            uint64_t v = 0;
-            const char* end = text.data() + text.size();
-            const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-            if (text.empty() || ec != std::errc() || ptr != end) {
-              return "not an integer from 0 to 18446744073709551615: " + text;
-            }
-            return "";
-          },
-          "UINT64"));
+      ->check(uint64_check());
   cmd->add_option("--stop", f->stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", f->ignore_eos,
                 "do not stop at end-of-generation tokens");

@@ -37,9 +37,7 @@ struct ServeOptions {
 };
 
 int serve_fail(const std::string& what, const absl::Status& status) {
-  std::fprintf(stderr, "strata serve: %s%s%s\n", what.c_str(),
-               what.empty() ? "" : ": ", std::string(status.message()).c_str());
-  return 1;
+  return report_failure("serve", what, status);
 }
 
 int serve(const ServeOptions& o) {

@@ -29,6 +29,7 @@
 
 #include "client/cli/commands.h"
 #include "client/cli/kernel_flags.h"
+#include "client/cli/sampling_flags.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "nlohmann/json.hpp"
@@ -249,7 +250,8 @@ void add_speed_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-r,--repetitions", o->runs, "timed runs of each test (3)")
       ->check(CLI::Range(1, kMaxRuns));
   add_threads_flag(cmd, &o->threads, "threads");
-  cmd->add_option("--seed", o->seed, "seed of the random token ids (1234)");
+  cmd->add_option("--seed", o->seed, "seed of the random token ids (1234)")
+      ->check(uint64_check());
   cmd->add_flag("--no-warmup", [o](int64_t) { o->warmup = false; },
                 "skip the untimed first run of each test");
   cmd->add_flag("--json", o->json, "print one JSON object (medians)");

@@ -115,7 +115,9 @@ def hardware_json(strata):
     reads = out["memory"]["read"]
     check(reads and reads[0]["threads"] == 1, f"memory.read {reads}")
     check(all(r["best_gb_s"] > 0 for r in reads), f"memory.read {reads}")
-    check("Q4_0" in out["kernels"] and "Q6_K" in out["kernels"], "kernels")
+    check(all(t in out["kernels"] for t in ("Q4_0", "Q5_1", "Q6_K", "Q2_K", "Q3_K", "MXFP4")),
+          "kernels: every weight type the engine multiplies")
+    check(out["kernels"]["Q2_K"].startswith("reference"), "Q2_K: the reference matmul")
     proc = run([strata, "hardware", "-t", "-1"])
     check(proc.returncode == 2 and proc.stderr.strip(), "hardware -t -1")
     rates = ", ".join("%.1f" % r["best_gb_s"] for r in reads)

@@ -190,6 +190,9 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
     EXPECT_EQ(r.status, 2) << ids;
     EXPECT_NE(r.err.find("not a list of token ids"), std::string::npos) << ids << ": " << r.err;
   }
+  const CommandResult version = strata("--version");
+  EXPECT_EQ(version.status, 0) << version.err;
+  EXPECT_EQ(version.out.rfind("strata 0.", 0), 0u) << version.out;
   // A first word that names no command says so, listing the commands.
   const CommandResult unknown = strata("frobnicate -p hi");
   EXPECT_EQ(unknown.status, 2);
