@@ -5,6 +5,9 @@
 #pragma once
 
 #include <charconv>
+#include <cmath>
+#include <exception>
+#include <sstream>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -52,18 +55,53 @@ inline CLI::Validator uint64_check() {
 // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
 // --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
 // --ignore-eos.
+// A number flag's check: a finite value in [lo, hi], or (lo, hi] when
+// `lo_open` (lo may be -inf: no lower bound). The sampling flags take the
+// bounds of inference.proto's SamplingParams, so `strata run` and a server
+// accept the same values (top_k's upper bound, the vocabulary, is the
+// server's own check).
+inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
+  const auto bound = [](double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+  };
+  const std::string range = (lo_open ? "(" : "[") + bound(lo) + ", " + bound(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0.0;
+        try {
+          size_t used = 0;
+          v = std::stod(text, &used);
+          if (used != text.size()) return "not a number: " + text;
+        } catch (const std::exception&) {
+          return "not a number: " + text;
+        }
+        const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
+        return ok ? "" : text + " is out of range " + range;
+      },
+      range);
+}
+
 inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   cmd->add_option("-n,--n-predict", f->n_predict, "tokens to generate (128)")
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));
-  cmd->add_option("--temp", f->temperature, "temperature; 0 = greedy (0)");
-  cmd->add_option("--top-k", f->top_k, "top-k; 0 = off (0)");
-  cmd->add_option("--top-p", f->top_p, "top-p; 1 = off (1)");
-  cmd->add_option("--min-p", f->min_p, "min-p; 0 = off (0)");
-  cmd->add_option("--repeat-penalty", f->repeat_penalty, "1 = off (1)");
-  cmd->add_option("--presence-penalty", f->presence_penalty, "0 = off (0)");
-  cmd->add_option("--frequency-penalty", f->frequency_penalty, "0 = off (0)");
+  cmd->add_option("--temp", f->temperature, "temperature; <= 0 = greedy (0)")
+      ->check(number_in(-kInf, 100.0, true));
+  cmd->add_option("--top-k", f->top_k, "top-k; 0 = off (0)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  cmd->add_option("--top-p", f->top_p, "top-p; 1 = off (1)")->check(number_in(0.0, 1.0, true));
+  cmd->add_option("--min-p", f->min_p, "min-p; 0 = off (0)")->check(number_in(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", f->repeat_penalty, "1 = off (1)")
+      ->check(number_in(0.0, 100.0, true));
+  cmd->add_option("--presence-penalty", f->presence_penalty, "0 = off (0)")
+      ->check(number_in(-100.0, 100.0));
+  cmd->add_option("--frequency-penalty", f->frequency_penalty, "0 = off (0)")
+      ->check(number_in(-100.0, 100.0));
   cmd->add_option("--repeat-last-n", f->repeat_last_n,
-                  "tokens the penalties look back over (64)");
+                  "tokens the penalties look back over (64)")
+      ->check(CLI::Range(0, 4096));
   cmd->add_option("--seed", f->seed, "sampling seed, 0 .. 2^64 - 1 (random)")
       ->check(uint64_check());
   cmd->add_option("--stop", f->stop, "stop string (repeatable)");

@@ -199,6 +199,21 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(unknown.err.rfind("strata: unknown command 'frobnicate' (commands: ", 0), 0u)
       << unknown.err;
   EXPECT_NE(unknown.err.find("generate"), std::string::npos) << unknown.err;
+  // Sampling values outside inference.proto's bounds are refused at parse
+  // time naming the flag, as `strata run` (the same flags) refuses them.
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--top-p 2", "--top-p: 2 is out of range (0, 1]"},
+           {"--temp nan", "--temp: nan is out of range (-inf, 100]"},
+           {"--temp 150", "--temp: 150 is out of range (-inf, 100]"},
+           {"--repeat-penalty 0", "--repeat-penalty: 0 is out of range (0, 100]"},
+           {"--presence-penalty 1e30", "--presence-penalty: 1e30 is out of range [-100, 100]"},
+           {"--min-p x", "--min-p: not a number: x"},
+           {"--top-k -5", "--top-k"},
+           {"--repeat-last-n 5000", "--repeat-last-n"}}) {
+    const CommandResult r = strata("generate " + server_flag() + " -p hi " + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+  }
   // --server must be HOST:PORT, --deadline-ms a count of ms (exit 2).
   for (const char* args : {"status --server http://127.0.0.1:50051",
                            "status --server 127.0.0.1:99999", "status --server ''",
