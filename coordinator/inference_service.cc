@@ -30,38 +30,6 @@ absl::Status range(absl::string_view field, T v, absl::string_view r) {
   return bad(field, absl::StrCat(v, " is out of range ", r));
 }
 
-// Valid UTF-8 with each bad byte as U+FFFD (a piece may be part of a
-// character; proto3 strings must be UTF-8).
-std::string sanitize_utf8(std::string_view s) {
-  std::string out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-                                              : (c >> 3) == 30 ? 4 : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (int k = 1; ok && k < len; ++k) {
-      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-    }
-    if (ok && len > 1) {
-      uint32_t cp = c & (0xFF >> (len + 1));
-      for (int k = 1; k < len; ++k) {
-        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-      }
-      const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
-      ok = cp >= min[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    }
-    if (ok) {
-      out.append(s.substr(i, len));
-      i += len;
-    } else {
-      out.append("\xEF\xBF\xBD");
-      ++i;
-    }
-  }
-  return out;
-}
-
 absl::Status check_sampling(const v1::SamplingParams& p, int n_vocab) {
   const std::string f = "sampling.";
   if (!std::isfinite(p.temperature()) || p.temperature() > 100.0f) {
@@ -356,7 +324,7 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext*,
   if (!ids.ok()) return to_grpc(ids.status());
   for (int32_t id : *ids) {
     response->add_ids(id);
-    response->add_pieces(sanitize_utf8(tok.piece(id, true)));
+    response->add_pieces(std::string(tok.piece(id, true)));  // bytes: partial UTF-8 kept
   }
   return grpc::Status::OK;
 }

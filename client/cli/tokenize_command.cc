@@ -15,7 +15,7 @@
 //                   [--pieces] (TEXT | --stdin)
 //   strata detokenize --server HOST:PORT ID...
 //     the same with the tokenizer of the model a strata server serves
-//     (pieces as the server sends them: U+FFFD for partial UTF-8).
+//     (pieces as -m prints them: the server sends each token's bytes).
 //
 // Exit status: 0 done; 1 the model (a message names the bad key) or an id
 // was refused, or the server failed (one line naming it and the gRPC

@@ -158,6 +158,16 @@ void expect_serve_matches_run(const std::filesystem::path& model, int workers) {
     EXPECT_EQ(r["text"], l["text"]);
     EXPECT_EQ(r["finish_reason"], l["finish_reason"]);
   }
+  // Pieces over the server print as the local tokenizer prints them, byte
+  // tokens (partial UTF-8) included: the proto carries them as bytes.
+  const std::string text = quote("Hi there \xC3\xBC \xE2\x82\xAC!");
+  const CommandResult local_pieces =
+      run_strata(dir, "tokenize -m " + quote(model.string()) + " --pieces " + text);
+  const CommandResult remote_pieces =
+      run_strata(dir, "tokenize --server " + address + " --pieces " + text);
+  ASSERT_EQ(local_pieces.status, 0) << local_pieces.err;
+  ASSERT_EQ(remote_pieces.status, 0) << remote_pieces.err;
+  EXPECT_EQ(remote_pieces.out, local_pieces.out);
   // Messages to a model without a chat template (stories260K): the served
   // model cannot take them, FAILED_PRECONDITION naming why (not NOT_FOUND).
   const CommandResult local_chat =

@@ -163,8 +163,8 @@ struct TokenizeOptions {
 
 struct TokenizeResult {
   std::vector<int32_t> ids;
-  std::vector<std::string> pieces;   // each id's text (U+FFFD for bytes
-                                     // that are not whole UTF-8)
+  std::vector<std::string> pieces;   // each id's bytes as the vocabulary
+                                     // holds them (may be partial UTF-8)
 };
 
 struct ModelInfo {
