@@ -118,17 +118,22 @@ std::vector<Mix> mixes() {
       g.vpaddd(Ymm(4 + c), Ymm(4 + c), Ymm(10));
     }
   }});
-  // With the activation broadcast from memory, as the kernels load it.
-  m.push_back({"s8 body + bcast", 21, 128, [](Loop& g) {
+  // Column c of a body whose activations are broadcast from memory, as the
+  // kernels load them: vpbroadcastd, `sign` (the activation's sign set
+  // from the weight's), vpmaddubsw against |w| (ymm13), vpmaddwd, vpaddd.
+  auto column = [](Loop& g, int c, void (*sign)(Loop&, const Ymm&)) {
+    const Ymm t(9 + c % 2);
+    g.vpbroadcastd(t, g.ptr[g.rdx + 4 * c]);
+    sign(g, t);
+    g.vpmaddubsw(t, Ymm(13), t);
+    g.vpmaddwd(t, t, Ymm(15));
+    g.vpaddd(Ymm(c), Ymm(c), t);
+  };
+  m.push_back({"s8 body + bcast", 21, 128, [column](Loop& g) {
     g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
     g.vpabsb(Ymm(13), Ymm(14));
     for (int c = 0; c < 4; ++c) {
-      const Ymm t(9 + c % 2);
-      g.vpbroadcastd(t, g.ptr[g.rdx + 4 * c]);
-      g.vpsignb(t, t, Ymm(14));
-      g.vpmaddubsw(t, Ymm(13), t);
-      g.vpmaddwd(t, t, Ymm(15));
-      g.vpaddd(Ymm(c), Ymm(c), t);
+      column(g, c, [](Loop& l, const Ymm& t) { l.vpsignb(t, t, Ymm(14)); });
     }
   }});
   // Q8_0 stored as sign and magnitude (b = |w| | sign << 7), which drops
@@ -137,19 +142,15 @@ std::vector<Mix> mixes() {
   // summed once per weight vector (vpmaddubsw(|w|, m), vpaddw) for all
   // columns. 4 and 5 columns, broadcasts from memory as above.
   for (int cols : {4, 5}) {
-    m.push_back({"sm8 + bcast " + std::to_string(cols), 4 + 5 * cols, 32 * cols, [cols](Loop& g) {
+    m.push_back({"sm8 + bcast " + std::to_string(cols), 4 + 5 * cols, 32 * cols,
+                 [cols, column](Loop& g) {
       g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
       g.vpcmpgtb(Ymm(12), Ymm(6), Ymm(14));  // ymm6 stays 0
       g.vpand(Ymm(13), Ymm(14), Ymm(15));
       g.vpmaddubsw(Ymm(10), Ymm(13), Ymm(12));
       g.vpaddw(Ymm(7), Ymm(7), Ymm(10));
       for (int c = 0; c < cols; ++c) {
-        const Ymm t(9 + c % 2);
-        g.vpbroadcastd(t, g.ptr[g.rdx + 4 * c]);
-        g.vpxor(t, t, Ymm(12));
-        g.vpmaddubsw(t, Ymm(13), t);
-        g.vpmaddwd(t, t, Ymm(15));
-        g.vpaddd(Ymm(c), Ymm(c), t);
+        column(g, c, [](Loop& l, const Ymm& t) { l.vpxor(t, t, Ymm(12)); });
       }
     }});
   }
