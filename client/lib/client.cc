@@ -192,6 +192,8 @@ struct Client::Impl {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
+namespace {
+
 // Why `a` is not "HOST:PORT" (PORT 1 .. 65535, HOST a name, an IPv4
 // address or a bracketed IPv6 one); empty when it is.
 std::string address_problem(const std::string& a) {
@@ -218,6 +220,8 @@ std::string address_problem(const std::string& a) {
   }
   return "";
 }
+
+}  // namespace
 
 absl::Status Client::check_address(const std::string& address) {
   if (const std::string why = address_problem(address); !why.empty()) {
