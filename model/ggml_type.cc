@@ -1,7 +1,8 @@
 #include "model/ggml_type.h"
 
-#include <algorithm>
 #include <array>
+
+#include "absl/strings/match.h"
 
 namespace strata {
 namespace {
@@ -58,12 +59,10 @@ const GgmlTypeInfo& ggml_type_info(GgmlType type) {
 }
 
 std::optional<GgmlType> ggml_type_from_name(std::string_view name) {
-  auto upper = [](char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c; };
   for (const GgmlTypeInfo& info : kTypes) {
-    const std::string_view n = info.name;
-    if (n.size() == name.size() &&
-        std::equal(n.begin(), n.end(), name.begin(),
-                   [&](char a, char b) { return upper(a) == upper(b); })) {
+    // absl's string_view is its own type in Debian's abseil, not std's.
+    if (absl::EqualsIgnoreCase(absl::string_view(info.name.data(), info.name.size()),
+                               absl::string_view(name.data(), name.size()))) {
       return info.type;
     }
   }

@@ -6,10 +6,10 @@
 
 #include <charconv>
 #include <cmath>
-#include <exception>
-#include <sstream>
 #include <cstdint>
+#include <exception>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,9 +52,6 @@ inline CLI::Validator uint64_check() {
       "UINT64");
 }
 
-// -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
-// --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
-// --ignore-eos.
 // A number flag's check: a finite value in [lo, hi], or (lo, hi] when
 // `lo_open` (lo may be -inf: no lower bound). The sampling flags take the
 // bounds of inference.proto's SamplingParams, so `strata run` and a server
@@ -83,6 +80,9 @@ inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
       range);
 }
 
+// -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
+// --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
+// --ignore-eos.
 inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   cmd->add_option("-n,--n-predict", f->n_predict, "tokens to generate (128)")

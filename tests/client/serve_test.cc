@@ -168,18 +168,22 @@ void expect_serve_matches_run(const std::filesystem::path& model, int workers) {
   ASSERT_EQ(local_pieces.status, 0) << local_pieces.err;
   ASSERT_EQ(remote_pieces.status, 0) << remote_pieces.err;
   EXPECT_EQ(remote_pieces.out, local_pieces.out);
-  // Messages to a model without a chat template (stories260K): the served
-  // model cannot take them, FAILED_PRECONDITION naming why (not NOT_FOUND).
+  // Messages: served when `run --chat` takes them (SmolLM2's template);
+  // for a model without a chat template (stories260K) the served model
+  // cannot take them, FAILED_PRECONDITION naming why (not NOT_FOUND).
   const CommandResult local_chat =
       run_strata(dir, "run -m " + quote(model.string()) + " -t 1 --chat -p hi -n 2");
+  const CommandResult remote_chat =
+      run_strata(dir, "generate --server " + address + " --chat -p hi -n 2");
   if (local_chat.err.find("no tokenizer.chat_template") != std::string::npos) {
-    const CommandResult remote_chat =
-        run_strata(dir, "generate --server " + address + " --chat -p hi -n 2");
     EXPECT_EQ(remote_chat.status, 1) << remote_chat.err;
     EXPECT_NE(remote_chat.err.find(
                   "FAILED_PRECONDITION: messages: the model has no tokenizer.chat_template"),
               std::string::npos)
         << remote_chat.err;
+  } else {
+    EXPECT_EQ(local_chat.status, 0) << local_chat.err;
+    EXPECT_EQ(remote_chat.status, 0) << remote_chat.err;
   }
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
