@@ -1,12 +1,12 @@
 #include "coordinator/inference_service.h"
 
-#include <cmath>
 #include <random>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/chat_template/model_chat.h"
+#include "worker/sampling_proto.h"
 
 namespace strata::coordinator {
 namespace {
@@ -30,52 +30,6 @@ absl::Status range(absl::string_view field, T v, absl::string_view r) {
   return bad(field, absl::StrCat(v, " is out of range ", r));
 }
 
-absl::Status check_sampling(const v1::SamplingParams& p, int n_vocab) {
-  const std::string f = "sampling.";
-  if (!std::isfinite(p.temperature()) || p.temperature() > 100.0f) {
-    return range(f + "temperature", p.temperature(), "(-inf, 100]");
-  }
-  if (p.top_k() < 0 || p.top_k() > n_vocab) {
-    return range(f + "top_k", p.top_k(), absl::StrCat("[0, ", n_vocab, "]"));
-  }
-  if (p.has_top_p() && !(p.top_p() > 0.0f && p.top_p() <= 1.0f)) {
-    return range(f + "top_p", p.top_p(), "(0, 1]");
-  }
-  if (!(p.min_p() >= 0.0f && p.min_p() <= 1.0f)) {
-    return range(f + "min_p", p.min_p(), "[0, 1]");
-  }
-  if (p.has_repeat_penalty() &&
-      !(p.repeat_penalty() > 0.0f && p.repeat_penalty() <= 100.0f)) {
-    return range(f + "repeat_penalty", p.repeat_penalty(), "(0, 100]");
-  }
-  if (!(p.presence_penalty() >= -100.0f && p.presence_penalty() <= 100.0f)) {
-    return range(f + "presence_penalty", p.presence_penalty(), "[-100, 100]");
-  }
-  if (!(p.frequency_penalty() >= -100.0f && p.frequency_penalty() <= 100.0f)) {
-    return range(f + "frequency_penalty", p.frequency_penalty(),
-                 "[-100, 100]");
-  }
-  if (p.has_repeat_last_n() &&
-      (p.repeat_last_n() < 0 || p.repeat_last_n() > 4096)) {
-    return range(f + "repeat_last_n", p.repeat_last_n(), "[0, 4096]");
-  }
-  return absl::OkStatus();
-}
-
-worker::SamplingParams from_proto(const v1::SamplingParams& p, uint64_t seed) {
-  worker::SamplingParams s;
-  s.temperature = p.temperature();
-  s.top_k = p.top_k();
-  s.top_p = p.has_top_p() ? p.top_p() : 1.0f;
-  s.min_p = p.min_p();
-  s.repeat_penalty = p.has_repeat_penalty() ? p.repeat_penalty() : 1.0f;
-  s.presence_penalty = p.presence_penalty();
-  s.frequency_penalty = p.frequency_penalty();
-  s.penalty_last_n = p.has_repeat_last_n() ? p.repeat_last_n() : 64;
-  s.seed = seed;
-  return s;
-}
-
 }  // namespace
 
 grpc::Status to_grpc(const absl::Status& status) {
@@ -84,8 +38,9 @@ grpc::Status to_grpc(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-absl::Status check_generate_request(const v1::GenerateRequest& r,
-                                    int n_vocab) {
+absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
+                                    worker::SamplingParams* sampling) {
+  worker::SamplingParams scratch;
   switch (r.input_case()) {
     case v1::GenerateRequest::kPrompt:
       if (r.prompt().empty()) return bad("prompt", "empty");
@@ -143,7 +98,10 @@ absl::Status check_generate_request(const v1::GenerateRequest& r,
                : bad("max_tokens", absl::StrCat(r.max_tokens(), " exceeds ",
                                                 kMaxTokens));
   }
-  if (absl::Status st = check_sampling(r.sampling(), n_vocab); !st.ok()) {
+  if (absl::Status st =
+          worker::sampling_from_proto(r.sampling(), n_vocab, "sampling",
+                                      sampling != nullptr ? sampling : &scratch);
+      !st.ok()) {
     return st;
   }
   if (r.stop_size() > kMaxStops) {
@@ -187,7 +145,8 @@ grpc::Status InferenceService::Generate(
   if (absl::Status st = check_model(request->model()); !st.ok()) {
     return to_grpc(st);
   }
-  if (absl::Status st = check_generate_request(*request, tok.n_tokens());
+  worker::SamplingParams sampling;
+  if (absl::Status st = check_generate_request(*request, tok.n_tokens(), &sampling);
       !st.ok()) {
     return to_grpc(st);
   }
@@ -231,15 +190,15 @@ grpc::Status InferenceService::Generate(
   }
   if (prompt.empty()) return to_grpc(bad("prompt", "no tokens"));
 
-  const uint64_t seed = request->sampling().has_seed()
-                            ? request->sampling().seed()
-                            : (static_cast<uint64_t>(std::random_device{}()) << 32 |
-                               std::random_device{}());
+  if (!request->sampling().has_seed()) {
+    sampling.seed = static_cast<uint64_t>(std::random_device{}()) << 32 |
+                    std::random_device{}();
+  }
   SequenceRequest sr;
   sr.prompt = prompt;
   sr.params.max_tokens =
       request->has_max_tokens() ? request->max_tokens() : kDefaultMaxTokens;
-  sr.params.sampling = from_proto(request->sampling(), seed);
+  sr.params.sampling = sampling;
   sr.params.stop.assign(request->stop().begin(), request->stop().end());
   sr.params.ignore_eos = request->ignore_eos();
   sr.logprobs = request->logprobs();
@@ -295,7 +254,7 @@ grpc::Status InferenceService::Generate(
         t->set_ttft_ms(st.ttft_ms);
         t->set_queue_ms(st.queue_ms);
         for (int32_t id : prompt) d->add_prompt_ids(id);
-        d->set_seed(seed);
+        d->set_seed(sampling.seed);
         d->set_text(std::move(e->all_text));
         writer->Write(out);
         return grpc::Status::OK;

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "coordinator/cluster.h"
 #include "strata/v1/inference.grpc.pb.h"
+#include "worker/sampler.h"
 
 namespace strata::coordinator {
 
@@ -61,9 +62,13 @@ class InferenceService final : public v1::Inference::Service {
 grpc::Status to_grpc(const absl::Status& status);
 
 // Checks a GenerateRequest against inference.proto's bounds for a model of
-// n_vocab tokens (no tokenization). INVALID_ARGUMENT naming the field.
+// n_vocab tokens (no tokenization). INVALID_ARGUMENT naming the field. On
+// success *sampling, when given, receives the request's sampling parameters
+// (worker::sampling_from_proto: absent fields take their defaults; seed 0
+// when absent).
 absl::Status check_generate_request(const v1::GenerateRequest& request,
-                                    int n_vocab);
+                                    int n_vocab,
+                                    worker::SamplingParams* sampling = nullptr);
 
 // A running gRPC server for `service` on `listen` (host:port; port 0 picks a
 // free one). *bound_port receives the port. Unavailable when it cannot

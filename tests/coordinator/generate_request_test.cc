@@ -28,7 +28,20 @@ TEST(GenerateRequest, ValidRequestsPass) {
   ids.mutable_sampling()->set_top_k(kVocab);
   ids.mutable_sampling()->set_top_p(1);
   ids.set_top_logprobs(20);
-  EXPECT_TRUE(check_generate_request(ids, kVocab).ok());
+  ids.mutable_sampling()->set_min_p(0.25f);
+  ids.mutable_sampling()->set_presence_penalty(-100);
+  ids.mutable_sampling()->set_seed(7);
+  worker::SamplingParams s;
+  ASSERT_TRUE(check_generate_request(ids, kVocab, &s).ok());
+  // Given fields as given, absent ones at inference.proto's defaults.
+  EXPECT_EQ(s.temperature, 100.0f);
+  EXPECT_EQ(s.top_k, kVocab);
+  EXPECT_EQ(s.top_p, 1.0f);
+  EXPECT_EQ(s.min_p, 0.25f);
+  EXPECT_EQ(s.presence_penalty, -100.0f);
+  EXPECT_EQ(s.repeat_penalty, 1.0f);
+  EXPECT_EQ(s.penalty_last_n, 64);
+  EXPECT_EQ(s.seed, 7u);
   v1::GenerateRequest chat;
   auto* m = chat.mutable_messages()->add_messages();
   m->set_role("user");
