@@ -63,7 +63,7 @@ int run(const RunOptions& o) {
   if (!hp.ok()) return fail(o.model, hp.status());
 
   auto tok = tokenizer::Tokenizer::from_gguf(model->first());
-  if (!tok.ok()) return fail("tokenizer", tok.status());
+  if (!tok.ok()) return fail(o.model, tok.status());
   std::vector<int32_t> prompt;
   if (!o.prompt_ids.empty()) {
     std::optional<std::vector<int32_t>> ids = parse_prompt_ids(o.prompt_ids);

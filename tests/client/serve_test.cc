@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -264,6 +265,33 @@ TEST(ServeCli, WeightsThatCannotLoadExitOneAtOnce) {
   EXPECT_NE(err.find("blk.0.attn_q.weight: shape [64, 32], expected [64, 64]"), std::string::npos)
       << err;
   EXPECT_EQ(slurp(dir / "out").find("listening"), std::string::npos);
+}
+
+// A model whose tokenizer cannot load: `strata run` exits 1 with one line
+// naming the file and the missing key (it used to say only "tokenizer").
+TEST(ServeCli, RunNamesTheModelWhoseTokenizerIsMissing) {
+  const std::filesystem::path src = stories260k();
+  if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " absent";
+  std::ifstream in(src, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "tokenizer.ggml.model";
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + key.size() - 1] = 'X';  // "tokenizer.ggml.modeX": the key is gone
+  const std::filesystem::path dir = ::testing::TempDir();
+  const std::filesystem::path bad = dir / "no_tokenizer_model.gguf";
+  std::ofstream(bad, std::ios::binary) << bytes;
+
+  const std::string cmd = "timeout 120 " + quote(STRATA_BINARY) + " run -m " +
+                          quote(bad.string()) + " -p hi -n 1 > " +
+                          quote((dir / "out").string()) + " 2> " + quote((dir / "err").string());
+  const int raw = std::system(cmd.c_str());
+  const int status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  const std::string err = slurp(dir / "err");
+  EXPECT_EQ(status, 1) << err;
+  EXPECT_NE(err.find(bad.string() + ": tokenizer.ggml.model: missing"), std::string::npos)
+      << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
 }  // namespace
