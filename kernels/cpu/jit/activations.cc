@@ -84,7 +84,7 @@ STRATA_JIT_AVX2 float first_of_magnitude(const float* x, float amax) {
 
 // f rounded to f16 and back (F16C: the same bits as reference::f32_to_f16).
 STRATA_JIT_AVX2 float round_to_f16(float f) {
-  return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT)));
 }
 
 // Sum of 16 int8 values.

@@ -1,5 +1,6 @@
 #include "kernels/cpu/reference/fp16.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <bit>
@@ -81,10 +82,23 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* src,
   }
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
+
+// CPUID leaf 1 (Intel SDM vol. 2A, CPUID): AVX and F16C, and the OS saves
+// the YMM registers (OSXSAVE, then XCR0 bits 1 and 2). Written out because
+// clang's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+  if ((c & bit_OSXSAVE) == 0 || (c & bit_AVX) == 0 || (c & bit_F16C) == 0) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 6u) == 6u;
+}
+
 }  // namespace
 
 void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
-  static const bool f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool f16c = cpu_has_f16c();
   if (f16c) {
     f32_to_f16_f16c(src, dst, n);
     return;
