@@ -100,12 +100,23 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  int status = 0;
   while (!g_stop) {
     struct timespec ts = {0, 100 * 1000 * 1000};
     nanosleep(&ts, nullptr);
+    // A placement that can never work (explicit ranges with a gap or past
+    // the model's blocks, budgets no split fits) is final: say so and exit
+    // rather than answer "starting" forever.
+    const absl::Status ready = cluster.wait_serving(absl::ZeroDuration());
+    if (absl::IsFailedPrecondition(ready)) {
+      std::fprintf(stderr, "strata-coordinator: cannot serve: %s\n",
+                   std::string(ready.message()).c_str());
+      status = 1;
+      break;
+    }
   }
   std::fprintf(stderr, "strata-coordinator: stopping\n");
   (*server)->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
-  return 0;
+  return status;
 }

@@ -191,6 +191,11 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
 
+// True when the file name of `path` is llama.cpp's name of a part of a
+// split model, NAME-0000i-of-0000N.gguf with N > 1 (gguf-split's naming):
+// GgufModel::open then expects the split.* keys and the other N - 1 parts.
+bool is_split_part_name(std::string_view path);
+
 // A model that may be split across files. For a single file it is that file.
 // Owns its parts; the TensorInfo::data pointers of tensors() point into them
 // and live as long as the GgufModel. Immutable after open: any thread may

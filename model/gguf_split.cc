@@ -105,6 +105,11 @@ absl::Status check_part_keys(const std::string& path, const GgufFile& file,
 
 }  // namespace
 
+bool is_split_part_name(std::string_view path) {
+  const std::optional<SplitName> name = parse_split_name(path);
+  return name.has_value() && name->count > 1;
+}
+
 absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open(
     const std::string& path, const ReaderLimits& limits) {
   absl::StatusOr<std::unique_ptr<GgufFile>> opened =

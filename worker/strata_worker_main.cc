@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   std::string name;
   app.add_option("--config", config_path, "YAML config file");
   app.add_option("--listen", listen, "host:port to serve on (port 0: any)");
-  app.add_option("--threads", threads, "threads of the forward pass");
+  app.add_option("--threads", threads, "threads of the forward pass")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--memory-budget", memory_budget,
                  "weights + KV cache this worker may hold (4GiB, 512MiB)");
   app.add_option("--model-dir", model_dirs,

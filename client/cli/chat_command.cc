@@ -29,6 +29,7 @@ struct ChatFlags {
 
 int run_chat(const ChatFlags& f, const CLI::App& cmd) {
   if (!utf8_or_report("chat", "--system", f.system)) return 2;
+  if (!generation_flags_utf8_or_report("chat", f.generation)) return 2;
   std::unique_ptr<Client> client = connect_or_report(f.server);
   if (client == nullptr) return 1;
   const bool interactive = isatty(STDIN_FILENO) != 0;

@@ -60,6 +60,7 @@ int run_generate(const GenerateFlags& f, const CLI::App& cmd) {
   }
   // `strata run` tokenizes any bytes; the server, UTF-8 text (or ids).
   if (has_prompt && !utf8_or_report("generate", "-p", f.prompt)) return 2;
+  if (!generation_flags_utf8_or_report("generate", f.generation)) return 2;
   GenerateOptions request = generation_options(f.generation, f.server, cmd);
   if (!f.prompt_ids.empty()) {
     if (f.chat) {

@@ -10,6 +10,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/metadata_format.h"
 #include "model/gguf_reader.h"
+#include "model/gguf_text.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::cli {
@@ -69,7 +70,9 @@ void print_text(const std::string& path, const gguf::GgufModel& model,
               first.alignment());
   std::printf("\nmetadata:\n");
   for (const gguf::KeyValue& kv : first.metadata()) {
-    std::printf("  %-40s %-14s %s\n", kv.key.c_str(),
+    // Names come from the file: escaped, as values are, so that no byte of
+    // theirs reaches the terminal raw (a newline, an escape sequence).
+    std::printf("  %-40s %-14s %s\n", gguf::text::escape(kv.key).c_str(),
                 type_label(kv.value).c_str(),
                 value_to_text(kv.value, max_items).c_str());
   }
@@ -78,7 +81,7 @@ void print_text(const std::string& path, const gguf::GgufModel& model,
   size_t index = 0;
   for (const gguf::TensorInfo& t : model.tensors()) {
     std::printf("  %-5zu %-36s %-8s %-22s %14" PRIu64 " %12" PRIu64 "\n",
-                index++, t.name.c_str(),
+                index++, gguf::text::escape(t.name).c_str(),
                 std::string(ggml_type_info(t.type).name).c_str(),
                 shape_text(t.shape).c_str(), t.offset, t.n_bytes);
   }

@@ -26,6 +26,24 @@ int run_quantize(const QuantizeOptions& options) {
                  options.type.c_str());
     return 2;
   }
+  if (!is_quantize_target(*type)) {
+    std::fprintf(stderr,
+                 "strata quantize: %s is not a weight type (ggml uses it for "
+                 "activations only); types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 "
+                 "Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K MXFP4\n",
+                 std::string(ggml_type_info(*type).name).c_str());
+    return 2;
+  }
+  // One file is written: a name such as x-00001-of-00002.gguf would make
+  // every reader (ours and llama.cpp's) look for a second part.
+  if (gguf::is_split_part_name(options.output)) {
+    std::fprintf(stderr,
+                 "strata quantize: output %s is named as one part of a split "
+                 "model (NAME-0000i-of-0000N.gguf), but quantize writes one "
+                 "file; choose another name\n",
+                 options.output.c_str());
+    return 2;
+  }
   // The output replaces its path only after the write; writing over the
   // input (or a link to it) would still destroy the source being read.
   std::error_code ec;

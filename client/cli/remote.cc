@@ -55,7 +55,16 @@ int report_error(const std::string& server, const absl::Status& status) {
 void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--model", f.model,
                   "served model name (strata status); default: the served one");
-  add_sampling_flags(cmd, &f.sampling);
+  // -n is the request's max_tokens: inference.proto takes 1 .. 2^20.
+  add_sampling_flags(cmd, &f.sampling, 1, 1 << 20);
+}
+
+bool generation_flags_utf8_or_report(const char* command, const GenerationFlags& f) {
+  if (!utf8_or_report(command, "--model", f.model)) return false;
+  for (const std::string& stop : f.sampling.stop) {
+    if (!utf8_or_report(command, "--stop", stop)) return false;
+  }
+  return true;
 }
 
 GenerateOptions generation_options(const GenerationFlags& flags,

@@ -46,6 +46,11 @@ struct GenerationFlags {
 // --model and the sampling flags (sampling_flags.h).
 void add_generation_flags(CLI::App* cmd, GenerationFlags& flags);
 
+// False, after one line on stderr naming the flag and the byte, when
+// --model or a --stop is not UTF-8 (proto3 strings must be; gRPC would fail
+// the call with an empty INTERNAL error).
+bool generation_flags_utf8_or_report(const char* command, const GenerationFlags& flags);
+
 // The request the flags ask for (input left empty). Flags not given on the
 // command line are left unset, so the server's defaults apply; `cmd` is the
 // sub-command the flags were added to.

@@ -85,6 +85,19 @@ TensorPlan plan_tensor(const gguf::TensorInfo& tensor, GgmlType target) {
   return {TensorAction::kKeep, tensor.type};  // not reached: F16 fits all
 }
 
+bool is_quantize_target(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
+    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0: case GgmlType::kQ5_1: case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: case GgmlType::kQ8_K: case GgmlType::kMXFP4:
+      return true;
+    default:
+      return false;
+  }
+}
+
 uint32_t llama_file_type(GgmlType target) {
   // llama.h, enum llama_ftype (b10587). K-quants: the _S ("small", unmixed)
   // value, since every matrix gets the one type.
@@ -111,6 +124,11 @@ absl::StatusOr<RequantizeReport> requantize_model(const gguf::GgufModel& model,
                                                   GgmlType target,
                                                   const std::string& output_path,
                                                   int threads) {
+  if (!is_quantize_target(target)) {
+    return absl::InvalidArgumentError(
+        "cannot quantize to " + std::string(ggml_type_info(target).name) +
+        ": not a weight type (ggml uses it for activations only)");
+  }
   if (!reference::can_quantize(target)) {
     return absl::InvalidArgumentError(
         "cannot quantize to " + std::string(ggml_type_info(target).name) +

@@ -32,6 +32,12 @@ struct TensorPlan {
 // The output type of `tensor` when the model is quantized to `target`.
 TensorPlan plan_tensor(const gguf::TensorInfo& tensor, GgmlType target);
 
+// True for the types a model may be quantized to: those models store
+// weights in and the engine multiplies (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0
+// Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K MXFP4). False for Q8_1, which ggml
+// uses only for activations, and for every other type.
+bool is_quantize_target(GgmlType type);
+
 // llama_ftype value for a model whose matrices are `target` (llama.h).
 uint32_t llama_file_type(GgmlType target);
 

@@ -56,6 +56,10 @@ int run(const RunOptions& o) {
                          "and not an empty one\n");
     return 2;
   }
+  if (o.chat && !o.prompt_ids.empty()) {  // as strata generate refuses it
+    std::fprintf(stderr, "strata run: --chat needs -p, not ids\n");
+    return 2;
+  }
   auto opened = gguf::GgufModel::open(o.model);
   if (!opened.ok()) return fail(o.model, opened.status());
   std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));

@@ -82,11 +82,13 @@ inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
 
 // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
 // --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
-// --ignore-eos.
-inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
+// --ignore-eos. -n takes [n_min, n_max] (`strata run`: 0 .. 2^31 - 1; the
+// server's max_tokens: 1 .. 2^20).
+inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f, int n_min = 0,
+                               int n_max = std::numeric_limits<int>::max()) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   cmd->add_option("-n,--n-predict", f->n_predict, "tokens to generate (128)")
-      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+      ->check(CLI::Range(n_min, n_max));
   cmd->add_option("--temp", f->temperature, "temperature; <= 0 = greedy (0)")
       ->check(number_in(-kInf, 100.0, true));
   cmd->add_option("--top-k", f->top_k, "top-k; 0 = off (0)")

@@ -23,10 +23,26 @@ namespace {
 namespace pb = ::strata::v1;
 
 // gRPC and absl number their codes alike (both follow google.rpc.Code).
+// An empty message (gRPC's own errors: a method the server lacks, a
+// message it could not parse) gets a line saying what that code means here.
 absl::Status to_absl(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  std::string message = status.error_message();
+  if (message.empty()) {
+    switch (status.error_code()) {
+      case grpc::StatusCode::UNIMPLEMENTED:
+        message = "the server does not serve strata.v1.Inference (a strata-worker's "
+                  "port? give the coordinator's or strata serve's)";
+        break;
+      case grpc::StatusCode::INTERNAL:
+        message = "the call failed inside gRPC (no message)";
+        break;
+      default:
+        message = "no message from the server";
+        break;
+    }
+  }
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
 }
 
 absl::Status protocol_error(const std::string& what) {

@@ -228,6 +228,19 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(bad_text.status, 2);
   EXPECT_NE(bad_text.err.find("text: not valid UTF-8 at byte 2"), std::string::npos)
       << bad_text.err;
+  // --stop and --model go into proto3 strings too; -n is the request's
+  // max_tokens, 1 .. 2^20.
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--stop \"$(printf 'x\\377')\"", "--stop: not valid UTF-8 at byte 1"},
+           {"--model \"$(printf '\\377')\"", "--model: not valid UTF-8 at byte 0"},
+           {"-n 0", "--n-predict"},
+           {"-n 1048577", "--n-predict"}}) {
+    for (const char* verb : {"generate -p hi ", "chat "}) {
+      const CommandResult r = strata(std::string(verb) + server_flag() + " " + args, "hi\n");
+      EXPECT_EQ(r.status, 2) << verb << args << ": " << r.err;
+      EXPECT_NE(r.err.find(message), std::string::npos) << verb << args << ": " << r.err;
+    }
+  }
   EXPECT_EQ(strata("tokenize -m x.gguf " + server_flag() + " hi").status, 2);
   EXPECT_EQ(strata("tokenize hi").status, 2);
   EXPECT_EQ(server_.service().generate_calls(), 0);

@@ -294,5 +294,55 @@ TEST(ServeCli, RunNamesTheModelWhoseTokenizerIsMissing) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+// Model files the local verbs are given: usage errors exit 2 before any
+// work, and names from a file never reach the terminal raw.
+TEST(ServeCli, LocalVerbsRefuseWhatCannotWork) {
+  const std::filesystem::path src = stories260k();
+  if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " absent";
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "strata_local_verbs";
+  std::filesystem::create_directories(dir);
+  const std::string model = quote(src.string());
+  // --chat wraps -p; with ids it would be silently ignored.
+  const CommandResult chat_ids = run_strata(dir, "run -m " + model + " --prompt-ids '1 403' --chat");
+  EXPECT_EQ(chat_ids.status, 2) << chat_ids.err;
+  EXPECT_NE(chat_ids.err.find("--chat needs -p, not ids"), std::string::npos) << chat_ids.err;
+  // Q8_1 is an activation type: no model stores weights in it.
+  const CommandResult q81 =
+      run_strata(dir, "quantize " + model + " " + quote((dir / "q81.gguf").string()) + " Q8_1");
+  EXPECT_EQ(q81.status, 2) << q81.err;
+  EXPECT_NE(q81.err.find("Q8_1 is not a weight type"), std::string::npos) << q81.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "q81.gguf"));
+  // One file named as part 1 of 2 would send every reader after part 2.
+  const std::string part = (dir / "x-00001-of-00002.gguf").string();
+  const CommandResult split = run_strata(dir, "quantize " + model + " " + quote(part) + " Q8_0");
+  EXPECT_EQ(split.status, 2) << split.err;
+  EXPECT_NE(split.err.find("named as one part of a split model"), std::string::npos) << split.err;
+  EXPECT_FALSE(std::filesystem::exists(part));
+  // ... while a one-part name is an ordinary file.
+  const std::string one = (dir / "y-00001-of-00001.gguf").string();
+  const CommandResult single = run_strata(dir, "quantize " + model + " " + quote(one) + " Q8_0");
+  EXPECT_EQ(single.status, 0) << single.err;
+  EXPECT_EQ(run_strata(dir, "inspect " + quote(one)).status, 0);
+
+  // A key name with a newline and an escape sequence: inspect prints it
+  // escaped, as it prints values.
+  std::ifstream in(src, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "tokenizer.ggml.bos_token_id";
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 9] = '\n';   // tokenizer\nggml...
+  bytes[at + 14] = '\x1b';  // ...ggml\x1bbos_token_id
+  const std::filesystem::path odd = dir / "odd_key.gguf";
+  std::ofstream(odd, std::ios::binary) << bytes;
+  const CommandResult shown = run_strata(dir, "inspect " + quote(odd.string()));
+  EXPECT_EQ(shown.status, 0) << shown.err;
+  EXPECT_NE(shown.out.find("tokenizer\\x0aggml\\x1bbos_token_id"), std::string::npos) << shown.out;
+  EXPECT_EQ(shown.out.find('\x1b'), std::string::npos);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
 }  // namespace
 }  // namespace strata::testing

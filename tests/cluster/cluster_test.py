@@ -271,6 +271,29 @@ def scenario_splits(args, stubs, workdir, f):
             c.close()
 
 
+def scenario_placement(args, stubs, workdir, f):
+    """Explicit ranges that can never load: the coordinator says why and
+    exits 1 instead of answering "starting" forever."""
+    n = args.n_layer
+    cases = [
+        (f"a gap: [0,1) [2,{n})", [(0, 1), (2, n)], "must start at block 1"),
+        (f"past the blocks: [0,1) [1,{n + 4})", [(0, 1), (1, n + 4)], ""),
+    ]
+    for name, ranges, words in cases:
+        c = Cluster(args, workdir, 2, ranges=ranges)
+        try:
+            try:
+                rc = c.coordinator.p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                rc = None
+            log = c.coordinator.tail()
+            f.check(rc == 1 and "cannot serve" in log and words in log,
+                    f"{name}: coordinator exit {rc} (want 1), log names the problem"
+                    + ("" if rc == 1 else f":\n{log}"))
+        finally:
+            c.close()
+
+
 def scenario_concurrent(args, stubs, workdir, f):
     prompts = [f"Story number {i}: once upon a time there was a" for i in range(8)]
     expected = [reference_ids(args, p, N_TOKENS) for p in prompts]
@@ -398,7 +421,7 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--proto-dir", required=True)
     ap.add_argument("--scenario", required=True,
-                    choices=["splits", "concurrent", "kill", "stop"])
+                    choices=["splits", "concurrent", "kill", "stop", "placement"])
     args = ap.parse_args()
     if not os.path.exists(args.model):
         skip(f"{args.model} absent (scripts/fetch-models.sh)")
@@ -412,6 +435,8 @@ def main():
             scenario_splits(args, stubs, workdir, f)
         elif args.scenario == "concurrent":
             scenario_concurrent(args, stubs, workdir, f)
+        elif args.scenario == "placement":
+            scenario_placement(args, stubs, workdir, f)
         else:
             scenario_fault(args, stubs, workdir, f, args.scenario)
         print(f"{f.passed} passed, {f.n} failed")
