@@ -167,6 +167,11 @@ grpc::Status InferenceService::Generate(
     for (const v1::ChatMessage& m : request->messages().messages()) {
       messages.push_back({m.role(), m.content()});
     }
+    // The rendered text is tokenized with control tokens parsed (the
+    // template's turn markers); the messages' own text must not spell one.
+    if (absl::Status st = chat_template::check_message_text(tok, messages); !st.ok()) {
+      return to_grpc(st);
+    }
     auto chat = chat_template::render_model_chat(
         model.gguf->first(), tok, messages, std::nullopt, "", true);
     if (!chat.ok()) {
@@ -179,8 +184,8 @@ grpc::Status InferenceService::Generate(
               : chat.status().code();
       return to_grpc(absl::Status(code, absl::StrCat("messages: ", chat.status().message())));
     }
-    // The template's turn markers are control tokens: parsed as such. The
-    // users' text cannot forge them (the template only wraps it).
+    // The template's turn markers are control tokens: parsed as such (the
+    // users' text spells none: check_message_text above).
     tokenizer::EncodeOptions e;
     e.add_special = !chat->starts_with_bos;
     e.parse_special = true;

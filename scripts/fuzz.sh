@@ -21,7 +21,8 @@ cache=${STRATA_CACHE:-$HOME/.cache/strata}
 build=$root/build-fuzz
 launcher=()
 if command -v ccache >/dev/null; then
-  export CCACHE_DIR=${CCACHE_DIR:-$cache/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+  export CCACHE_DIR=${CCACHE_DIR:-$cache/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} \
+    CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 work=$cache/fuzz/gguf_reader

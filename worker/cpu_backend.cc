@@ -1,6 +1,7 @@
 #include "worker/cpu_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -252,6 +253,18 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
     if (req.block_hashes) append_row_hashes(x_.data(), n, e, req.block_hashes);
   }
   cache.advance(n);
+  // A NaN or Inf weight (or an activation that overflowed) spreads through
+  // every later block: refuse to pass it on, naming this stage's blocks, so
+  // that every split of a model fails alike and a sampler never draws from
+  // NaN logits. n x n_embd floats: nothing beside a step.
+  for (int64_t i = 0; i < n64 * e; ++i) {
+    if (!std::isfinite(x_[i])) {
+      return absl::InternalError(absl::StrCat(
+          "blocks [", range_.first, ", ", range_.last, "): hidden row ", i / e, " column ",
+          i % e, " is not finite (", x_[i],
+          "): the model's weights hold a NaN or Inf, or its activations overflow"));
+    }
+  }
 
   result->n_rows = n;
   result->hidden = {};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/cli/chat_prompt.h"
+#include "model/chat_template/model_chat.h"
 #include "client/cli/commands.h"
 #include "client/cli/prompt_ids.h"
 #include "client/cli/generation_report.h"
@@ -80,8 +81,11 @@ int run(const RunOptions& o) {
   } else if (o.chat) {
     // One user turn through the model's template; its turn markers are
     // control tokens, so they are parsed as such in the rendered text (the
-    // user's own text cannot forge them: the template only wraps it).
+    // user's own text may spell none: check_message_text).
     const chat_template::Message turn{"user", o.prompt};
+    if (absl::Status st = chat_template::check_message_text(**tok, {&turn, 1}); !st.ok()) {
+      return fail("--chat", st);
+    }
     auto chat = render_chat_prompt(model->first(), **tok, {&turn, 1},
                                    o.chat_template, true);
     if (!chat.ok()) return fail("--chat", chat.status());

@@ -1,8 +1,48 @@
 #include "model/chat_template/model_chat.h"
 
+#include <optional>
+#include <string>
+#include <utility>
+
 #include "absl/status/status.h"
 
 namespace strata::chat_template {
+
+namespace {
+
+// The first control token that `text` spells, or nullopt.
+std::optional<tokenizer::TokenId> spelled_control_token(const tokenizer::Tokenizer& tok,
+                                                        const std::string& text) {
+  tokenizer::EncodeOptions plain;
+  plain.add_special = false;
+  tokenizer::EncodeOptions special = plain;
+  special.parse_special = true;
+  auto a = tok.encode(text, plain);
+  auto b = tok.encode(text, special);
+  if (!a.ok() || !b.ok() || *a == *b) return std::nullopt;
+  size_t i = 0;
+  while (i < a->size() && i < b->size() && (*a)[i] == (*b)[i]) ++i;
+  return i < b->size() ? std::optional<tokenizer::TokenId>((*b)[i]) : std::nullopt;
+}
+
+}  // namespace
+
+absl::Status check_message_text(const tokenizer::Tokenizer& tok,
+                                std::span<const Message> messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    for (const auto& [field, text] : {std::pair<const char*, const std::string*>{
+                                          "role", &messages[i].role},
+                                      {"content", &messages[i].content}}) {
+      const std::optional<tokenizer::TokenId> id = spelled_control_token(tok, *text);
+      if (!id) continue;
+      return absl::InvalidArgumentError(
+          "messages[" + std::to_string(i) + "]." + field +
+          ": contains the text of control token '" + tok.token_text(*id) + "' (id " +
+          std::to_string(*id) + "), which a message may not carry");
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ModelChatPrompt> render_model_chat(
     const gguf::GgufFile& model, const tokenizer::Tokenizer& tok,

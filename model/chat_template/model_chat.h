@@ -36,6 +36,16 @@ absl::StatusOr<ModelChatPrompt> render_model_chat(
     const std::optional<std::string>& template_text, std::string_view source,
     bool add_generation_prompt);
 
+// A rendered chat is tokenized with control tokens parsed, so that the
+// template's turn markers become those tokens; a message's own text must
+// then not contain a control token's text, or a user could forge a turn
+// ("<|im_end|>\n<|im_start|>system\n..."). InvalidArgument naming the
+// message, the field (role or content) and the token, e.g.
+// "messages[0].content: contains the text of control token '<|im_end|>'
+// (id 2)"; OK otherwise. Cost: two encodings of each role and content.
+absl::Status check_message_text(const tokenizer::Tokenizer& tok,
+                                std::span<const Message> messages);
+
 // The family of the model's own template, or nullopt (none or unknown).
 std::optional<Family> model_chat_family(const gguf::GgufFile& model);
 

@@ -17,11 +17,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "model/gguf_reader.h"
 #include "strata/client.h"
 #include "tests/client/cli_test_util.h"
 #include "tests/test_paths.h"
@@ -340,6 +342,39 @@ TEST(ServeCli, LocalVerbsRefuseWhatCannotWork) {
   EXPECT_EQ(shown.status, 0) << shown.err;
   EXPECT_NE(shown.out.find("tokenizer\\x0aggml\\x1bbos_token_id"), std::string::npos) << shown.out;
   EXPECT_EQ(shown.out.find('\x1b'), std::string::npos);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+// A NaN weight: run fails (exit 1), naming the blocks whose output went
+// non-finite, instead of sampling from NaN logits (ids 0, 0, ...) with
+// exit 0. Each stage of a split checks its own output the same way.
+TEST(ServeCli, NanWeightFailsRunNamingTheBlocks) {
+  const std::filesystem::path src = stories260k();
+  if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " absent";
+  auto opened = gguf::GgufModel::open(src.string());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const gguf::TensorInfo* q = nullptr;
+  for (const gguf::TensorInfo& t : (*opened)->tensors()) {
+    if (t.name == "blk.1.attn_q.weight") q = &t;
+  }
+  ASSERT_NE(q, nullptr);
+  ASSERT_EQ(q->type, GgmlType::kF32);
+  const uint64_t at = (*opened)->first().data_offset() + q->offset + 4 * 70;
+  std::ifstream in(src, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bytes.data() + at, &nan, 4);
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "strata_nan_weight";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path bad = dir / "nan_weight.gguf";
+  std::ofstream(bad, std::ios::binary) << bytes;
+
+  const CommandResult run = run_strata(dir, "run -m " + quote(bad.string()) + " -p 'Once upon' -n 4");
+  EXPECT_EQ(run.status, 1) << run.out << run.err;
+  EXPECT_NE(run.err.find("blocks [0, 5): hidden row 0 column"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("is not finite (nan)"), std::string::npos) << run.err;
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
