@@ -313,7 +313,9 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext*,
     }
   }
   std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
-  auto text = tok.decode(ids);
+  tokenizer::DecodeOptions decode;
+  decode.render_special = request->render_special();
+  auto text = tok.decode(ids, decode);
   if (!text.ok()) return to_grpc(text.status());
   response->set_text(*std::move(text));
   return grpc::Status::OK;

@@ -5,7 +5,7 @@ A trace is what `strata-coordinator --trace FILE` or `strata serve --trace
 FILE` writes: one JSON object per line, the FNV-1a 64 hash of one block's
 output row for one token position of one sequence,
     {"seq": 1, "pos": 5, "block": 3, "worker": "w1", "hash": "9f0c..."}
-(block -1 is the embedding). Run the same requests, in the same order, on two
+(blocks 0 to n_layer - 1; the embedding is not traced). Run the same requests, in the same order, on two
 setups (1 worker against 2, two placements, ...) and diff:
 
     scripts/trace-diff.py a.jsonl b.jsonl

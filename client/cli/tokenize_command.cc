@@ -221,7 +221,7 @@ int run_detokenize(const DetokenizeOptions& options) {
   if (!options.server.server.empty()) {
     std::unique_ptr<Client> client = connect_or_report(options.server);
     if (client == nullptr) return 1;
-    auto text = client->detokenize(ids);
+    auto text = client->detokenize(ids, "", options.render_special);
     if (!text.ok()) return report_error(options.server.server, text.status());
     std::fwrite(text->data(), 1, text->size(), stdout);
     if (isatty(STDOUT_FILENO)) std::fputc('\n', stdout);

@@ -377,9 +377,11 @@ absl::StatusOr<TokenizeResult> Client::tokenize(const std::string& text,
 }
 
 absl::StatusOr<std::string> Client::detokenize(const std::vector<int32_t>& ids,
-                                               const std::string& model) {
+                                               const std::string& model,
+                                               bool render_special) {
   pb::DetokenizeRequest request;
   request.set_model(model);
+  request.set_render_special(render_special);
   request.mutable_ids()->Add(ids.begin(), ids.end());
   pb::DetokenizeResponse response;
   Impl::Call call(*impl_, std::chrono::milliseconds{0});

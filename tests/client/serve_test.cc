@@ -171,6 +171,17 @@ void expect_serve_matches_run(const std::filesystem::path& model, int workers) {
   ASSERT_EQ(local_pieces.status, 0) << local_pieces.err;
   ASSERT_EQ(remote_pieces.status, 0) << remote_pieces.err;
   EXPECT_EQ(remote_pieces.out, local_pieces.out);
+  // Detokenizing over the server prints what -m prints, with and without
+  // the control tokens' text (the BOS here).
+  for (const char* flags : {"", " --render-special"}) {
+    const std::string ids = std::string(flags) + " 1 403 407";
+    const CommandResult local_text =
+        run_strata(dir, "detokenize -m " + quote(model.string()) + ids);
+    const CommandResult remote_text = run_strata(dir, "detokenize --server " + address + ids);
+    ASSERT_EQ(local_text.status, 0) << local_text.err;
+    EXPECT_EQ(remote_text.status, 0) << remote_text.err;
+    EXPECT_EQ(remote_text.out, local_text.out) << flags;
+  }
   // Messages: served when `run --chat` takes them (SmolLM2's template);
   // for a model without a chat template (stories260K) the served model
   // cannot take them, FAILED_PRECONDITION naming why (not NOT_FOUND).

@@ -251,9 +251,11 @@ class Client {
   absl::StatusOr<TokenizeResult> tokenize(const std::string& text,
                                           const TokenizeOptions& options = {});
 
-  // The text of `ids` (each in [0, n_vocab), else INVALID_ARGUMENT).
+  // The text of `ids` (each in [0, n_vocab), else INVALID_ARGUMENT);
+  // control tokens print their text only with `render_special`.
   absl::StatusOr<std::string> detokenize(const std::vector<int32_t>& ids,
-                                         const std::string& model = "");
+                                         const std::string& model = "",
+                                         bool render_special = false);
 
   absl::StatusOr<std::vector<ModelInfo>> list_models();
   absl::StatusOr<Health> health();
