@@ -252,8 +252,7 @@ TEST(ServeCli, BadFlagsAreRefusedNamingTheFlag) {
 TEST(ServeCli, WeightsThatCannotLoadExitOneAtOnce) {
   const std::filesystem::path src = stories260k();
   if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " absent";
-  std::ifstream in(src, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes = slurp(src);
   const std::string name = "blk.0.attn_q.weight";
   const size_t at = bytes.find(name);
   ASSERT_NE(at, std::string::npos);
@@ -285,8 +284,7 @@ TEST(ServeCli, WeightsThatCannotLoadExitOneAtOnce) {
 TEST(ServeCli, RunNamesTheModelWhoseTokenizerIsMissing) {
   const std::filesystem::path src = stories260k();
   if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " absent";
-  std::ifstream in(src, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes = slurp(src);
   const std::string key = "tokenizer.ggml.model";
   const size_t at = bytes.find(key);
   ASSERT_NE(at, std::string::npos);
@@ -340,8 +338,7 @@ TEST(ServeCli, LocalVerbsRefuseWhatCannotWork) {
 
   // A key name with a newline and an escape sequence: inspect prints it
   // escaped, as it prints values.
-  std::ifstream in(src, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes = slurp(src);
   const std::string key = "tokenizer.ggml.bos_token_id";
   const size_t at = bytes.find(key);
   ASSERT_NE(at, std::string::npos);
@@ -372,8 +369,7 @@ TEST(ServeCli, NanWeightFailsRunNamingTheBlocks) {
   ASSERT_NE(q, nullptr);
   ASSERT_EQ(q->type, GgmlType::kF32);
   const uint64_t at = (*opened)->first().data_offset() + q->offset + 4 * 70;
-  std::ifstream in(src, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes = slurp(src);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bytes.data() + at, &nan, 4);
   const std::filesystem::path dir =
