@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
   if (!trace.empty()) config->trace = trace;
   if (!config->trace.empty()) {
     if (absl::Status st = check_trace_writable(config->trace); !st.ok()) {
-      return fail("--trace", st);
+      // The flag when given, else the config file's key.
+      return fail(trace.empty() ? config_path : std::string("--trace"), st);
     }
   }
   if (config->model.empty()) {

@@ -170,6 +170,10 @@ absl::StatusOr<std::string> WorkerService::resolve_model_path(
     for (const std::string& d : config_.model_dirs) {
       const std::string dir = real_path(d);
       if (dir.empty()) continue;
+      if (resolved == dir) {  // ".", "" or the directory's own path
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model_path: ", path, " is the model directory ", dir, ", not a file"));
+      }
       if (resolved.size() > dir.size() &&
           resolved.compare(0, dir.size(), dir) == 0 &&
           (dir == "/" || resolved[dir.size()] == '/')) {

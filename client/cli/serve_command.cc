@@ -113,7 +113,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "pipeline stages, each a shard of the blocks (1)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--listen", o->listen,
-                  "HOST:PORT (127.0.0.1:50051 or the next free port)");
+                  "HOST:PORT (127.0.0.1:50051 or the next free port)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return text.empty() ? "empty: give HOST:PORT, or leave the flag out" : "";
+          },
+          "HOST:PORT"));
   add_threads_flag(cmd, &o->threads, "compute threads in all, shared by the stages");
   cmd->add_option("-c,--ctx-size", o->ctx, "context length; 0: the model's (0)")
       ->check(CLI::Range(0, 1 << 24));

@@ -318,6 +318,10 @@ TEST(ServeCli, LocalVerbsRefuseWhatCannotWork) {
   const CommandResult chat_ids = run_strata(dir, "run -m " + model + " --prompt-ids '1 403' --chat");
   EXPECT_EQ(chat_ids.status, 2) << chat_ids.err;
   EXPECT_NE(chat_ids.err.find("--chat needs -p, not ids"), std::string::npos) << chat_ids.err;
+  // An empty --listen is refused, not read as "the default address".
+  const CommandResult no_listen = run_strata(dir, "serve " + model + " --listen ''");
+  EXPECT_EQ(no_listen.status, 2) << no_listen.err;
+  EXPECT_NE(no_listen.err.find("--listen: empty"), std::string::npos) << no_listen.err;
   // Q8_1 is an activation type: no model stores weights in it.
   const CommandResult q81 =
       run_strata(dir, "quantize " + model + " " + quote((dir / "q81.gguf").string()) + " Q8_1");

@@ -321,6 +321,13 @@ TEST_F(GrpcWorker, LoadShardChecksPathBudgetAndFields) {
   r.set_model_path("absent.gguf");
   st = load_shard(w1_->address(), r);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+  // The model directory itself is inside it, but not a file (it was
+  // reported as "outside the model directories").
+  r.set_model_path(".");
+  st = load_shard(w1_->address(), r);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("model_path: . is the model directory"), std::string::npos)
+      << st.error_message();
 
   r = shard_request(stories_path(), kCut, n_layer_, n_layer_, 2048, 1024, 32);
   r.set_kv_type("f32");  // 3 blocks x 768 B x 2048 x 1024 > 1 GiB
