@@ -37,8 +37,15 @@ absl::Status key_error(absl::string_view key, absl::string_view what) {
 
 absl::Status check_keys(const YAML::Node& map, absl::string_view where,
                         const std::set<std::string>& allowed) {
+  std::set<std::string> seen;
   for (const auto& kv : map) {
     const std::string key = kv.first.as<std::string>();
+    // YAML maps keep a repeated key: refused, not one of them picked.
+    if (!seen.insert(key).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where.empty() ? "" : absl::StrCat(where, "."), key, ": given twice (line ",
+          kv.first.Mark().line + 1, ")"));
+    }
     if (!allowed.count(key)) {
       return absl::InvalidArgumentError(absl::StrCat(
           where.empty() ? "" : absl::StrCat(where, "."), key,

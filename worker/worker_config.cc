@@ -3,7 +3,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -90,10 +92,13 @@ absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
         absl::StrCat(source, ": expected a map of keys (listen: ..., ...)"));
   }
   Reader r(source);
+  std::set<std::string> seen;
   try {
     for (const auto& item : root) {
       const std::string key = item.first.as<std::string>();
       const YAML::Node& v = item.second;
+      // YAML maps keep a repeated key; the last would silently win.
+      if (!seen.insert(key).second) return r.error(key, item.first, "given twice");
       absl::Status st;
       int64_t n = 0;
       if (key == "listen") {

@@ -102,6 +102,7 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
        "t: listen: 'nowhere' is not HOST:PORT"},
       {"[1, 2", "t: not valid YAML"},
       {"- a\n- b", "t: expected a map of settings"},
+      {"model: a\nworkers: [{address: 'h:1'}]\nmodel: b", "t: model: given twice (line 3)"},
   };
   for (const Case& c : cases) {
     auto r = parse_cluster_config(c.yaml, "t");

@@ -58,6 +58,8 @@ TEST(WorkerConfig, ErrorsNameTheKeyAndLine) {
             std::string::npos);
   EXPECT_NE(bad("listen: [\n").find("w.yaml:"), std::string::npos);
   EXPECT_NE(bad("- a\n- b\n").find("expected a map"), std::string::npos);
+  // A repeated key is refused, not silently overridden by the last.
+  EXPECT_EQ(bad("threads: 1\nlisten: a\nthreads: 2\n"), "w.yaml:3: threads: given twice");
 }
 
 TEST(WorkerConfig, ValidateNamesTheKey) {
