@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -299,6 +300,10 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
 }
 
 absl::StatusOr<ClusterConfig> load_cluster_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {  // ifstream opens one, reading nothing
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a directory, not a config file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   std::string text((std::istreambuf_iterator<char>(in)),

@@ -1,6 +1,7 @@
 #include "worker/worker_config.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -161,6 +162,10 @@ absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
 }
 
 absl::StatusOr<WorkerConfig> load_worker_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {  // ifstream opens one, reading nothing
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a directory, not a config file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));

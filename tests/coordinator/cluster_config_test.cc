@@ -114,6 +114,14 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
   }
 }
 
+TEST(ClusterConfig, DirectoryIsRefused) {
+  auto r = load_cluster_config(::testing::TempDir());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("a directory, not a config file"),
+            std::string::npos)
+      << r.status();
+}
+
 TEST(ClusterConfig, MissingFileIsNotFound) {
   auto r = load_cluster_config("/nonexistent/cluster.yaml");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);

@@ -60,6 +60,12 @@ TEST(WorkerConfig, ErrorsNameTheKeyAndLine) {
   EXPECT_NE(bad("- a\n- b\n").find("expected a map"), std::string::npos);
   // A repeated key is refused, not silently overridden by the last.
   EXPECT_EQ(bad("threads: 1\nlisten: a\nthreads: 2\n"), "w.yaml:3: threads: given twice");
+  // A directory is not a config (it read as an empty file: all defaults).
+  auto dir = load_worker_config(::testing::TempDir());
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(std::string(dir.status().message()).find("a directory, not a config file"),
+            std::string::npos)
+      << dir.status();
 }
 
 TEST(WorkerConfig, ValidateNamesTheKey) {
