@@ -5,9 +5,8 @@
 // so both accept and refuse the same values with the same message.
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "strata/v1/inference.pb.h"
 #include "worker/sampler.h"
 

@@ -29,9 +29,8 @@ int run_quantize(const QuantizeOptions& options) {
   if (!is_quantize_target(*type)) {
     std::fprintf(stderr,
                  "strata quantize: %s is not a weight type (ggml uses it for "
-                 "activations only); types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 "
-                 "Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K MXFP4\n",
-                 std::string(ggml_type_info(*type).name).c_str());
+                 "activations only); types: %s\n",
+                 std::string(ggml_type_info(*type).name).c_str(), kQuantizeTargetNames);
     return 2;
   }
   // One file is written: a name such as x-00001-of-00002.gguf would make
@@ -82,8 +81,7 @@ void add_quantize_command(CLI::App& app, int& exit_code) {
   cmd->add_option("input", options->input, "source GGUF")->required();
   cmd->add_option("output", options->output, "GGUF to write")->required();
   cmd->add_option("type", options->type,
-                  "ggml type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K "
-                  "Q5_K Q6_K Q8_K MXFP4 (and Q2_K Q3_K when supported)")
+                  std::string("ggml type: ") + kQuantizeTargetNames)
       ->required();
   add_threads_flag(cmd, &options->threads, "threads");
   cmd->callback([options, &exit_code] { exit_code = run_quantize(*options); });

@@ -38,6 +38,10 @@ TensorPlan plan_tensor(const gguf::TensorInfo& tensor, GgmlType target);
 // uses only for activations, and for every other type.
 bool is_quantize_target(GgmlType type);
 
+// Their names, for help and error texts.
+inline constexpr const char* kQuantizeTargetNames =
+    "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K MXFP4";
+
 // llama_ftype value for a model whose matrices are `target` (llama.h).
 uint32_t llama_file_type(GgmlType target);
 
