@@ -26,7 +26,18 @@
 //   u4 body     the 4-bit kernel per 32 weight bytes x 4 columns: vpsrlw,
 //               2 vpand, then per column and nibble half vpmaddubsw and
 //               vpaddw (256 multiply-adds)
+//   n8 + bcast  Q8_0 stored as w + 128 and multiplied as two nibbles (w +
+//               128 = 16 h + l): vpand, vpsrlw, vpand per weight vector,
+//               then per column one broadcast feeding vpmaddubsw against l
+//               and against h, each summed with vpaddw (3 and 4 columns)
+//   n8 + mem    the same with the activations stored pre-broadcast and
+//               read as vpmaddubsw's memory operand (4 and 5 columns)
+//   s8 + mem    the s8 body with vpsignb's second operand from memory
+//   u4 + bcast  the u4 body with each column's broadcasts from memory
 //   fma         12 vfmadd231ps on 12 accumulators (96 multiply-adds)
+//   pairs       4 vpmaddubsw interleaved with 4 of vpmaddwd, vfmadd231ps,
+//               vpsignb, vpbroadcastd (from memory) or vpaddw: which
+//               instructions compete with vpmaddubsw for its pipes
 //   single ops  8 independent instances of one instruction: vpmaddubsw,
 //               vpmaddwd, vpsignb, vpaddw, vpxor, vpabsb, vpand,
 //               vfmadd231ps, vcvtph2ps
@@ -154,6 +165,68 @@ std::vector<Mix> mixes() {
       }
     }});
   }
+  // Q8_0 stored as w + 128 and multiplied as two nibbles (w + 128 = 16 h +
+  // l): per 4 weight bytes x 8 rows, vpand, vpsrlw, vpand, then per column
+  // one vpbroadcastd from memory feeding vpmaddubsw against l and against h,
+  // each summed in int16 (vpaddw); 3 and 4 columns (32 * cols products).
+  for (int cols : {3, 4}) {
+    m.push_back({"n8 + bcast " + std::to_string(cols), 3 + 5 * cols, 32 * cols, [cols](Loop& g) {
+      g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+      g.vpand(Ymm(12), Ymm(14), Ymm(15));
+      g.vpsrlw(Ymm(13), Ymm(14), 4);
+      g.vpand(Ymm(13), Ymm(13), Ymm(15));
+      for (int c = 0; c < cols; ++c) {
+        const Ymm t(9 + c % 2), t2(11);
+        g.vpbroadcastd(t, g.ptr[g.rdx + 4 * c]);
+        g.vpmaddubsw(t2, Ymm(12), t);
+        g.vpaddw(Ymm(c), Ymm(c), t2);
+        g.vpmaddubsw(t, Ymm(13), t);
+        g.vpaddw(Ymm(4 + c), Ymm(4 + c), t);
+      }
+    }});
+  }
+  // The same with the activations stored pre-broadcast (each 4 bytes
+  // repeated 8 times), read as vpmaddubsw's memory operand: no broadcast.
+  for (int cols : {4, 5}) {
+    m.push_back({"n8 + mem " + std::to_string(cols), 3 + 4 * cols, 32 * cols, [cols](Loop& g) {
+      g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+      g.vpand(Ymm(12), Ymm(14), Ymm(15));
+      g.vpsrlw(Ymm(13), Ymm(14), 4);
+      g.vpand(Ymm(13), Ymm(13), Ymm(15));
+      for (int c = 0; c < cols; ++c) {
+        const Ymm t(9 + c % 2), t2(11);
+        g.vpmaddubsw(t2, Ymm(12), g.ptr[g.rdx + 32 * c]);
+        g.vpaddw(Ymm(c), Ymm(c), t2);
+        g.vpmaddubsw(t, Ymm(13), g.ptr[g.rdx + 32 * c]);
+        g.vpaddw(Ymm(4 + c), Ymm(4 + c), t);
+      }
+    }});
+  }
+  m.push_back({"s8 + mem 4", 1 + 4 * 4, 128, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    g.vpabsb(Ymm(13), Ymm(14));
+    for (int c = 0; c < 4; ++c) {
+      const Ymm t(9 + c % 2);
+      g.vpsignb(t, Ymm(14), g.ptr[g.rdx + 32 * c]);
+      g.vpmaddubsw(t, Ymm(13), t);
+      g.vpmaddwd(t, t, Ymm(15));
+      g.vpaddd(Ymm(c), Ymm(c), t);
+    }
+  }});
+  m.push_back({"u4 + bcast 4", 3 + 6 * 4, 256, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    g.vpsrlw(Ymm(13), Ymm(14), 4);
+    g.vpand(Ymm(12), Ymm(14), Ymm(15));
+    g.vpand(Ymm(13), Ymm(13), Ymm(15));
+    for (int c = 0; c < 4; ++c) {
+      g.vpbroadcastd(Ymm(9), g.ptr[g.rdx + 4 * c]);
+      g.vpmaddubsw(Ymm(9), Ymm(12), Ymm(9));
+      g.vpaddw(Ymm(c), Ymm(c), Ymm(9));
+      g.vpbroadcastd(Ymm(10), g.ptr[g.rdx + 64 + 4 * c]);
+      g.vpmaddubsw(Ymm(10), Ymm(13), Ymm(10));
+      g.vpaddw(Ymm(4 + c), Ymm(4 + c), Ymm(10));
+    }
+  }});
   m.push_back({"u4 body (Q4_0)", 3 + 16, 256, [](Loop& g) {
     g.vpsrlw(Ymm(13), Ymm(14), 4);
     g.vpand(Ymm(12), Ymm(14), Ymm(15));
@@ -173,6 +246,23 @@ std::vector<Mix> mixes() {
       for (int a = 0; a < 8; ++a) op(g, Ymm(a));
     }});
   };
+  // Pairs: 4 vpmaddubsw interleaved with 4 of another instruction, all
+  // independent. 2 per cycle means the other instruction issues on the same
+  // two pipes as vpmaddubsw; 4 per cycle, on others.
+  auto pair = [&](const std::string& name, void (*op)(Loop&, const Ymm&)) {
+    m.push_back({"vpmaddubsw+" + name, 8, 0, [op](Loop& g) {
+      g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+      for (int a = 0; a < 4; ++a) {
+        g.vpmaddubsw(Ymm(a), Ymm(13), Ymm(8));
+        op(g, Ymm(4 + a));
+      }
+    }});
+  };
+  pair("vpmaddwd", [](Loop& g, const Ymm& d) { g.vpmaddwd(d, Ymm(13), Ymm(15)); });
+  pair("vfmadd231ps", [](Loop& g, const Ymm& d) { g.vfmadd231ps(d, Ymm(13), Ymm(15)); });
+  pair("vpsignb", [](Loop& g, const Ymm& d) { g.vpsignb(d, Ymm(8), Ymm(14)); });
+  pair("vpbroadcastd", [](Loop& g, const Ymm& d) { g.vpbroadcastd(d, g.ptr[g.rdx]); });
+  pair("vpaddw", [](Loop& g, const Ymm& d) { g.vpaddw(d, d, Ymm(8)); });
   single("vpmaddubsw", [](Loop& g, const Ymm& d) { g.vpmaddubsw(d, Ymm(13), Ymm(8)); });
   single("vpmaddwd", [](Loop& g, const Ymm& d) { g.vpmaddwd(d, Ymm(13), Ymm(15)); });
   single("vpsignb", [](Loop& g, const Ymm& d) { g.vpsignb(d, Ymm(8), Ymm(14)); });
