@@ -169,12 +169,17 @@ std::vector<Mix> mixes() {
   // l): per 4 weight bytes x 8 rows, vpand, vpsrlw, vpand, then per column
   // one vpbroadcastd from memory feeding vpmaddubsw against l and against h,
   // each summed in int16 (vpaddw); 3 and 4 columns (32 * cols products).
-  for (int cols : {3, 4}) {
-    m.push_back({"n8 + bcast " + std::to_string(cols), 3 + 5 * cols, 32 * cols, [cols](Loop& g) {
+  // The weight vector ymm14 cut into low (ymm12) and high (ymm13) nibbles;
+  // rdx at the scratch bytes.
+  auto nibbles = [](Loop& g) {
       g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
       g.vpand(Ymm(12), Ymm(14), Ymm(15));
       g.vpsrlw(Ymm(13), Ymm(14), 4);
       g.vpand(Ymm(13), Ymm(13), Ymm(15));
+  };
+  for (int cols : {3, 4}) {
+    m.push_back({"n8 + bcast " + std::to_string(cols), 3 + 5 * cols, 32 * cols, [cols, nibbles](Loop& g) {
+      nibbles(g);
       for (int c = 0; c < cols; ++c) {
         const Ymm t(9 + c % 2), t2(11);
         g.vpbroadcastd(t, g.ptr[g.rdx + 4 * c]);
@@ -188,11 +193,8 @@ std::vector<Mix> mixes() {
   // The same with the activations stored pre-broadcast (each 4 bytes
   // repeated 8 times), read as vpmaddubsw's memory operand: no broadcast.
   for (int cols : {4, 5}) {
-    m.push_back({"n8 + mem " + std::to_string(cols), 3 + 4 * cols, 32 * cols, [cols](Loop& g) {
-      g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
-      g.vpand(Ymm(12), Ymm(14), Ymm(15));
-      g.vpsrlw(Ymm(13), Ymm(14), 4);
-      g.vpand(Ymm(13), Ymm(13), Ymm(15));
+    m.push_back({"n8 + mem " + std::to_string(cols), 3 + 4 * cols, 32 * cols, [cols, nibbles](Loop& g) {
+      nibbles(g);
       for (int c = 0; c < cols; ++c) {
         const Ymm t(9 + c % 2), t2(11);
         g.vpmaddubsw(t2, Ymm(12), g.ptr[g.rdx + 32 * c]);
