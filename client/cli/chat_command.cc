@@ -2,18 +2,25 @@
 // interactive chat with a strata server. Reads one user turn per line from
 // stdin, sends the whole conversation so far (the server applies the
 // model's chat template), streams the reply, and keeps it in the history.
-// An empty line is skipped, and so is one that is not UTF-8 (saying so);
-// "/exit" or end of input ends the chat.
+// An empty line is skipped, and so is one that is not UTF-8 or that the
+// server refuses as a message (INVALID_ARGUMENT naming that message, say
+// text that spells a control token), saying so; "/exit" or end of input
+// ends the chat.
 //
 // Exit status: 0 the chat ended; 1 the server refused or failed (one line
-// naming the server and the gRPC status); 2 usage.
+// naming the server and the gRPC status), or stdin could not be read; 2
+// usage.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
 
 #include "client/cli/commands.h"
 #include "client/cli/remote.h"
@@ -57,8 +64,22 @@ int run_chat(const ChatFlags& f, const CLI::App& cmd) {
     });
     if (reply.ok() || streamed) std::printf("\n");  // ends the reply's line
     std::fflush(stdout);
+    // The server refused the new line itself (say, it spells a control
+    // token): that turn is dropped and reported, the chat goes on.
+    const std::string own = "messages[" + std::to_string(history.size() - 1) + "]";
+    if (!reply.ok() && !streamed && reply.status().code() == absl::StatusCode::kInvalidArgument &&
+        reply.status().message().find(own) != std::string_view::npos) {
+      history.pop_back();
+      std::fprintf(stderr, "strata chat: line skipped: %s\n",
+                   std::string(reply.status().message()).c_str());
+      continue;
+    }
     if (!reply.ok()) return report_error(f.server.server, reply.status());
     history.push_back({"assistant", reply->text});
+  }
+  if (std::ferror(stdin)) {  // a read error is not the end of the chat
+    std::fprintf(stderr, "strata chat: stdin: cannot read: %s\n", std::strerror(errno));
+    return 1;
   }
   if (interactive) std::printf("\n");
   return 0;

@@ -1,10 +1,9 @@
 #include "client/cli/chat_prompt.h"
 
-#include <fstream>
-#include <iterator>
 #include <optional>
 
 #include "absl/status/status.h"
+#include "client/cli/text_input.h"
 #include "model/chat_template/model_chat.h"
 
 namespace strata::cli {
@@ -15,12 +14,9 @@ absl::StatusOr<ChatPrompt> render_chat_prompt(
     const std::string& template_file, bool add_generation_prompt) {
   std::optional<std::string> template_text;
   if (!template_file.empty()) {
-    std::ifstream in(template_file, std::ios::binary);
-    if (!in) {
-      return absl::NotFoundError(template_file + ": cannot read");
-    }
-    template_text.emplace(std::istreambuf_iterator<char>(in),
-                          std::istreambuf_iterator<char>());
+    absl::StatusOr<std::string> text = read_text_file(template_file);
+    if (!text.ok()) return text.status();
+    template_text = std::move(*text);
   }
   auto prompt = chat_template::render_model_chat(
       model, tok, messages, template_text, template_file,

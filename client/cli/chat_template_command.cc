@@ -21,6 +21,7 @@
 
 #include "client/cli/chat_prompt.h"
 #include "client/cli/commands.h"
+#include "client/cli/text_input.h"
 #include "model/chat_template/chat_template.h"
 #include "model/gguf_reader.h"
 #include "model/tokenizer/tokenizer.h"
@@ -35,14 +36,6 @@ struct ChatTemplateOptions {
   std::string template_file;
   bool no_generation_prompt = false;
 };
-
-bool read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  out.assign(std::istreambuf_iterator<char>(in),
-             std::istreambuf_iterator<char>());
-  return !in.bad();
-}
 
 void fail(const std::string& message) {
   std::fprintf(stderr, "strata chat-template: %s\n", message.c_str());
@@ -86,13 +79,13 @@ bool parse_messages(const std::string& path, const std::string& text,
 }
 
 int run_chat_template(const ChatTemplateOptions& options) {
-  std::string messages_text;
-  if (!read_file(options.messages_file, messages_text)) {
-    fail(options.messages_file + ": cannot read");
+  absl::StatusOr<std::string> messages_text = read_text_file(options.messages_file);
+  if (!messages_text.ok()) {
+    fail(std::string(messages_text.status().message()));
     return 1;
   }
   std::vector<chat_template::Message> messages;
-  if (!parse_messages(options.messages_file, messages_text, messages)) {
+  if (!parse_messages(options.messages_file, *messages_text, messages)) {
     return 1;
   }
   auto model = gguf::GgufModel::open(options.model);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "client/cli/commands.h"
+#include "client/cli/text_input.h"
 #include "client/cli/remote.h"
 #include "model/gguf_reader.h"
 #include "model/tokenizer/tokenizer.h"
@@ -166,8 +167,12 @@ int run_tokenize(const TokenizeOptions& options) {
   if (!check_source("tokenize", options.model, options.server)) return 2;
   std::string text = options.text;
   if (options.from_stdin) {
-    text.assign(std::istreambuf_iterator<char>(std::cin),
-                std::istreambuf_iterator<char>());
+    absl::StatusOr<std::string> in = read_stream(stdin, "stdin");
+    if (!in.ok()) {
+      std::fprintf(stderr, "strata tokenize: %s\n", std::string(in.status().message()).c_str());
+      return 1;
+    }
+    text = std::move(*in);
   }
   if (!options.server.server.empty()) {
     // -m tokenizes any bytes; the server, UTF-8 text.

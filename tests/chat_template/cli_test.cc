@@ -115,6 +115,28 @@ TEST_F(ChatTemplateCli, RefusesBadInput) {
             std::string::npos);
 }
 
+// A directory where a file belongs is refused with exit 1 and a message,
+// not an abort (libstdc++'s filebuf throws on reading one).
+TEST_F(ChatTemplateCli, DirectoryAsAFileIsRefused) {
+  const std::string dir = fs::temp_directory_path().string();
+  const std::string ok = write_temp("ok3.json", R"([{"role":"user","content":"hi"}])");
+  for (const std::string& args :
+       {"-m " + model_ + " --messages " + dir,
+        "-m " + model_ + " --messages " + ok + " --chat-template " + dir}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(dir + ": a directory, not a file"), std::string::npos) << r.out;
+  }
+  const Result chat = run_shell(std::string(STRATA_BINARY) + " run -m " + model_ +
+                                " --chat --chat-template " + dir + " -p hi -n 1 -t 1 --no-tune 2>&1");
+  EXPECT_EQ(chat.status, 1) << chat.out;
+  EXPECT_NE(chat.out.find("a directory, not a file"), std::string::npos) << chat.out;
+  const Result tok = run_shell(std::string(STRATA_BINARY) + " tokenize -m " + model_ +
+                               " --stdin < " + dir + " 2>&1");
+  EXPECT_EQ(tok.status, 1) << tok.out;
+  EXPECT_NE(tok.out.find("stdin: cannot read"), std::string::npos) << tok.out;
+}
+
 // A model without a template (stories260K): the message names the flag
 // this command takes for one.
 TEST(ChatTemplateCliNoTemplate, SaysWhichFlagGivesOne) {
