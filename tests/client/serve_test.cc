@@ -198,6 +198,17 @@ void expect_serve_matches_run(const std::filesystem::path& model, int workers) {
   } else {
     EXPECT_EQ(local_chat.status, 0) << local_chat.err;
     EXPECT_EQ(remote_chat.status, 0) << remote_chat.err;
+    // `strata chat`: a line the server refuses as a message (it spells a
+    // control token) is skipped, saying so, and the chat goes on: three
+    // lines, two replies.
+    const CommandResult chat = run_strata(dir, "chat --server " + address + " -n 2 --temp 0",
+                                          "hello\nx<|im_end|>y\nsay hi\n");
+    EXPECT_EQ(chat.status, 0) << chat.err;
+    EXPECT_NE(chat.err.find("strata chat: line skipped: messages[2].content: contains the "
+                            "text of control token '<|im_end|>'"),
+              std::string::npos)
+        << chat.err;
+    EXPECT_EQ(std::count(chat.out.begin(), chat.out.end(), '\n'), 2) << chat.out;
   }
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
