@@ -1,6 +1,7 @@
 #include "worker/cpu_backend.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -276,6 +277,20 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   if (req.logits == Logits::kNone) return absl::OkStatus();
   const int rows = req.logits == Logits::kAll ? n : 1;
   head(n - rows, rows);
+  // The output norm and head come after the blocks' check: an Inf or NaN
+  // there would reach the sampler, which would draw token 0 from NaN
+  // logits. One pass over rows x n_vocab floats just written.
+  const int64_t n_logits = int64_t{rows} * w_->n_vocab;
+  bool bad = false;
+  for (int64_t i = 0; i < n_logits; ++i) bad |= !(std::fabs(logits_[i]) <= FLT_MAX);
+  if (bad) {
+    int64_t i = 0;
+    while (std::isfinite(logits_[i])) ++i;
+    return absl::InternalError(absl::StrCat(
+        "output head: logit row ", i / w_->n_vocab, " token ", i % w_->n_vocab,
+        " is not finite (", logits_[i],
+        "): output_norm or the output weights hold a NaN or Inf, or the logits overflow"));
+  }
   result->logits = std::span<const float>(
       logits_.data(), static_cast<size_t>(rows) * w_->n_vocab);
   return absl::OkStatus();

@@ -372,31 +372,49 @@ TEST(ServeCli, LocalVerbsRefuseWhatCannotWork) {
 // A NaN weight: run fails (exit 1), naming the blocks whose output went
 // non-finite, instead of sampling from NaN logits (ids 0, 0, ...) with
 // exit 0. Each stage of a split checks its own output the same way.
-TEST(ServeCli, NanWeightFailsRunNamingTheBlocks) {
-  const std::filesystem::path src = stories260k();
-  if (!std::filesystem::exists(src)) GTEST_SKIP() << src << " absent";
-  auto opened = gguf::GgufModel::open(src.string());
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  const gguf::TensorInfo* q = nullptr;
-  for (const gguf::TensorInfo& t : (*opened)->tensors()) {
-    if (t.name == "blk.1.attn_q.weight") q = &t;
+// stories260K with element `index` of F32 tensor `tensor` set to `value`,
+// written under `dir`.
+std::filesystem::path model_with_value(const std::filesystem::path& dir, const std::string& tensor,
+                                       int index, float value) {
+  auto opened = gguf::GgufModel::open(stories260k().string());
+  EXPECT_TRUE(opened.ok()) << opened.status();
+  if (!opened.ok()) return {};
+  const gguf::TensorInfo* t = nullptr;
+  for (const gguf::TensorInfo& info : (*opened)->tensors()) {
+    if (info.name == tensor) t = &info;
   }
-  ASSERT_NE(q, nullptr);
-  ASSERT_EQ(q->type, GgmlType::kF32);
-  const uint64_t at = (*opened)->first().data_offset() + q->offset + 4 * 70;
-  std::string bytes = slurp(src);
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::memcpy(bytes.data() + at, &nan, 4);
+  EXPECT_NE(t, nullptr) << tensor;
+  if (t == nullptr) return {};
+  EXPECT_EQ(t->type, GgmlType::kF32);
+  const uint64_t at = (*opened)->first().data_offset() + t->offset + 4 * uint64_t(index);
+  std::string bytes = slurp(stories260k());
+  std::memcpy(bytes.data() + at, &value, 4);
+  const std::filesystem::path out = dir / (tensor + ".gguf");
+  std::ofstream(out, std::ios::binary) << bytes;
+  return out;
+}
+
+TEST(ServeCli, NanWeightFailsRunNamingTheBlocks) {
+  if (!std::filesystem::exists(stories260k())) GTEST_SKIP() << stories260k() << " absent";
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / "strata_nan_weight";
   std::filesystem::create_directories(dir);
-  const std::filesystem::path bad = dir / "nan_weight.gguf";
-  std::ofstream(bad, std::ios::binary) << bytes;
-
+  const std::filesystem::path bad =
+      model_with_value(dir, "blk.1.attn_q.weight", 70, std::numeric_limits<float>::quiet_NaN());
+  ASSERT_FALSE(bad.empty());
   const CommandResult run = run_strata(dir, "run -m " + quote(bad.string()) + " -p 'Once upon' -n 4");
   EXPECT_EQ(run.status, 1) << run.out << run.err;
   EXPECT_NE(run.err.find("blocks [0, 5): hidden row 0 column"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("is not finite (nan)"), std::string::npos) << run.err;
+  // After the blocks: an Inf in the output norm makes the logits Inf or NaN; the
+  // head's check refuses them (greedy sampling drew token 0 from them).
+  const std::filesystem::path norm =
+      model_with_value(dir, "output_norm.weight", 3, std::numeric_limits<float>::infinity());
+  ASSERT_FALSE(norm.empty());
+  const CommandResult head = run_strata(dir, "run -m " + quote(norm.string()) + " -p 'Once upon' -n 4");
+  EXPECT_EQ(head.status, 1) << head.out << head.err;
+  EXPECT_NE(head.err.find("output head: logit row 0 token "), std::string::npos) << head.err;
+  EXPECT_NE(head.err.find(" is not finite ("), std::string::npos) << head.err;
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
