@@ -28,8 +28,8 @@ int run_quantize(const QuantizeOptions& options) {
   }
   if (!is_quantize_target(*type)) {
     std::fprintf(stderr,
-                 "strata quantize: %s is not a weight type (ggml uses it for "
-                 "activations only); types: %s\n",
+                 "strata quantize: cannot quantize to %s (quantize writes "
+                 "only these types: %s)\n",
                  std::string(ggml_type_info(*type).name).c_str(), kQuantizeTargetNames);
     return 2;
   }
@@ -40,6 +40,12 @@ int run_quantize(const QuantizeOptions& options) {
                  "strata quantize: output %s is named as one part of a split "
                  "model (NAME-0000i-of-0000N.gguf), but quantize writes one "
                  "file; choose another name\n",
+                 options.output.c_str());
+    return 2;
+  }
+  std::error_code dir_ec;
+  if (std::filesystem::is_directory(options.output, dir_ec)) {
+    std::fprintf(stderr, "strata quantize: output %s is a directory; give a file name\n",
                  options.output.c_str());
     return 2;
   }

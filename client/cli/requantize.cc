@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/reference/dequantize.h"
 #include "kernels/cpu/reference/quantize.h"
 #include "model/gguf_writer.h"
@@ -35,6 +37,16 @@ absl::Status convert_rows(GgmlType src_type, const uint8_t* src,
       for (int64_t r = begin; r < end; ++r) {
         absl::Status s = reference::dequantize_row(src_type, src + r * src_row,
                                                    ne0, row.data());
+        // A NaN or Inf would be quantized away (to a zero block) and the
+        // broken model would run: refuse it, as llama.cpp's row validation
+        // refuses such data.
+        for (int64_t i = 0; s.ok() && i < ne0; ++i) {
+          if (!std::isfinite(row[static_cast<size_t>(i)])) {
+            s = absl::InvalidArgumentError(absl::StrCat(
+                "row ", r, " element ", i, " is not finite (", row[static_cast<size_t>(i)],
+                "): a NaN or Inf cannot be quantized"));
+          }
+        }
         if (s.ok()) {
           s = reference::quantize_row(dst_type, row.data(), ne0,
                                       dst + r * dst_row);
@@ -127,7 +139,7 @@ absl::StatusOr<RequantizeReport> requantize_model(const gguf::GgufModel& model,
   if (!is_quantize_target(target)) {
     return absl::InvalidArgumentError(
         "cannot quantize to " + std::string(ggml_type_info(target).name) +
-        ": not a weight type (ggml uses it for activations only)");
+        ": not one of the types quantize writes");
   }
   if (!reference::can_quantize(target)) {
     return absl::InvalidArgumentError(
@@ -172,8 +184,10 @@ absl::StatusOr<RequantizeReport> requantize_model(const gguf::GgufModel& model,
         }
         const int64_t ne0 = src.shape[0];
         const int64_t n_rows = static_cast<int64_t>(src.n_elements) / ne0;
-        return convert_rows(src.type, src.data, info.type, out.data(), ne0,
-                            n_rows, threads);
+        absl::Status s = convert_rows(src.type, src.data, info.type, out.data(), ne0,
+                                      n_rows, threads);
+        if (!s.ok()) return absl::Status(s.code(), absl::StrCat(src.name, ": ", s.message()));
+        return s;
       });
   if (!status.ok()) return status;
   return report;

@@ -333,12 +333,21 @@ TEST(ServeCli, LocalVerbsRefuseWhatCannotWork) {
   const CommandResult no_listen = run_strata(dir, "serve " + model + " --listen ''");
   EXPECT_EQ(no_listen.status, 2) << no_listen.err;
   EXPECT_NE(no_listen.err.find("--listen: empty"), std::string::npos) << no_listen.err;
-  // Q8_1 is an activation type: no model stores weights in it.
-  const CommandResult q81 =
-      run_strata(dir, "quantize " + model + " " + quote((dir / "q81.gguf").string()) + " Q8_1");
-  EXPECT_EQ(q81.status, 2) << q81.err;
-  EXPECT_NE(q81.err.find("Q8_1 is not a weight type"), std::string::npos) << q81.err;
-  EXPECT_FALSE(std::filesystem::exists(dir / "q81.gguf"));
+  // Q8_1 is an activation type, IQ4_NL a weight type quantize does not
+  // write: both refused, saying which types it writes.
+  for (const char* type : {"Q8_1", "IQ4_NL"}) {
+    const CommandResult r =
+        run_strata(dir, "quantize " + model + " " + quote((dir / "t.gguf").string()) + " " + type);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find(std::string("cannot quantize to ") + type + " (quantize writes only"),
+              std::string::npos)
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "t.gguf"));
+  }
+  // A directory as the output is refused before any work.
+  const CommandResult to_dir = run_strata(dir, "quantize " + model + " " + quote(dir.string()) + " Q8_0");
+  EXPECT_EQ(to_dir.status, 2) << to_dir.err;
+  EXPECT_NE(to_dir.err.find("is a directory"), std::string::npos) << to_dir.err;
   // One file named as part 1 of 2 would send every reader after part 2.
   const std::string part = (dir / "x-00001-of-00002.gguf").string();
   const CommandResult split = run_strata(dir, "quantize " + model + " " + quote(part) + " Q8_0");
@@ -412,6 +421,15 @@ TEST(ServeCli, NanWeightFailsRunNamingTheBlocks) {
       model_with_value(dir, "output_norm.weight", 3, std::numeric_limits<float>::infinity());
   ASSERT_FALSE(norm.empty());
   const CommandResult head = run_strata(dir, "run -m " + quote(norm.string()) + " -p 'Once upon' -n 4");
+  // quantize refuses a NaN weight instead of quantizing it to zeros.
+  const std::filesystem::path q4 = dir / "q4.gguf";
+  const CommandResult quantize =
+      run_strata(dir, "quantize " + quote(bad.string()) + " " + quote(q4.string()) + " Q4_0");
+  EXPECT_EQ(quantize.status, 1) << quantize.err;
+  EXPECT_NE(quantize.err.find("blk.1.attn_q.weight: row 1 element 6 is not finite (nan)"),
+            std::string::npos)
+      << quantize.err;
+  EXPECT_FALSE(std::filesystem::exists(q4));
   EXPECT_EQ(head.status, 1) << head.out << head.err;
   EXPECT_NE(head.err.find("output head: logit row 0 token "), std::string::npos) << head.err;
   EXPECT_NE(head.err.find(" is not finite ("), std::string::npos) << head.err;
