@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/kv_cache.h"
@@ -109,9 +110,7 @@ Cluster::~Cluster() {
 }
 
 std::string Cluster::worker_label(int i) const {
-  const WorkerConfig& w = options_.config.workers[i];
-  if (w.name == w.address) return absl::StrCat("worker ", w.address);
-  return absl::StrCat("worker ", w.name, " (", w.address, ")");
+  return coordinator::worker_label(options_.config.workers[i]);
 }
 
 absl::Status Cluster::wait_serving(absl::Duration timeout) {
@@ -228,6 +227,9 @@ absl::Status Cluster::load_pipeline() {
     req.set_max_batch_rows(options_.prefill_chunk + c.max_sequences);
     req.set_kv_type(worker::kv_type_name(c.kv_type));
     req.set_next_stage(i + 1 < n ? workers_[i + 1]->address() : "");
+    if (i + 1 < n && c.workers[i + 1].name != c.workers[i + 1].address) {
+      req.set_next_stage_name(c.workers[i + 1].name);
+    }
     req.set_trace(!c.trace.empty());
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -238,7 +240,10 @@ absl::Status Cluster::load_pipeline() {
     if (!shard.ok()) {
       states_[i].state = "failed";
       states_[i].last_error = std::string(shard.status().message());
-      problem_ = absl::StrCat(worker_label(i), ": ", shard.status().message());
+      // A remote worker's error already names it (make_grpc_worker_control).
+      problem_ = absl::StartsWith(shard.status().message(), worker_label(i))
+                     ? std::string(shard.status().message())
+                     : absl::StrCat(worker_label(i), ": ", shard.status().message());
       // Workers in this process (no monitor) read the same file the same
       // way on every retry: the failure is final, and wait_serving says so
       // at once instead of waiting out its timeout.
@@ -350,10 +355,18 @@ void Cluster::monitor_loop() {
                      model_->info.name().c_str(), workers_.size(),
                      workers_.size() == 1 ? "" : "s");
         reported = false;
-      } else if (!reported && options_.monitor) {  // single-node: wait_serving's caller says it
-        std::fprintf(stderr, "strata-coordinator: loading shards: %s\n",
-                     std::string(st.message()).c_str());
-        reported = true;
+      } else if (options_.monitor) {  // single-node: wait_serving's caller says it
+        // Requests until the next try are refused naming the cause, not
+        // with "shards are loading" (a worker may refuse the model for
+        // good: a path outside its model_dirs, too little memory).
+        scheduler_->fail_all(absl::UnavailableError(absl::StrCat(
+            "starting: shards did not load: ", st.message(), " (retrying every ",
+            c.health_check_interval_ms, " ms)")));
+        if (!reported) {
+          std::fprintf(stderr, "strata-coordinator: loading shards: %s\n",
+                       std::string(st.message()).c_str());
+          reported = true;
+        }
       }
     }
     std::unique_lock<std::mutex> lock(mu_);

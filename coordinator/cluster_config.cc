@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/kv_cache.h"
@@ -138,7 +139,16 @@ absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
 
 }  // namespace
 
+std::string worker_label(const WorkerConfig& w) {
+  if (w.name == w.address) return absl::StrCat("worker ", w.address);
+  return absl::StrCat("worker ", w.name, " (", w.address, ")");
+}
+
 absl::Status check_address(absl::string_view address, bool port_zero_ok) {
+  if (absl::StrContains(address, "://")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", address, "' has a scheme (want HOST:PORT, e.g. 127.0.0.1:50061)"));
+  }
   size_t colon = address.rfind(':');
   if (colon == absl::string_view::npos || colon == 0) {
     return absl::InvalidArgumentError(
@@ -149,6 +159,10 @@ absl::Status check_address(absl::string_view address, bool port_zero_ok) {
   if (host.front() == '[' && host.back() != ']') {
     return absl::InvalidArgumentError(
         absl::StrCat("'", address, "': unterminated [IPv6] host"));
+  }
+  if (host.front() != '[' && absl::StrContains(host, ':')) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", address, "': an IPv6 host is written in brackets ([::1]:PORT)"));
   }
   int p = 0;
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
@@ -264,13 +278,20 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       if (w->blocks) ++with_blocks;
       c.workers.push_back(*std::move(w));
     }
-    std::set<std::string> addresses;
+    std::set<std::string> addresses, names;
     for (size_t i = 0; i < c.workers.size(); ++i) {
       if (!addresses.insert(c.workers[i].address).second) {
         return with_source(key_error(
             absl::StrCat("workers[", i, "].address"),
             absl::StrCat(c.workers[i].address,
                          " appears twice; one worker per address")));
+      }
+      // Messages name workers by name: two of one name could not be told
+      // apart.
+      if (!names.insert(c.workers[i].name).second) {
+        return with_source(key_error(
+            absl::StrCat("workers[", i, "].name"),
+            absl::StrCat("'", c.workers[i].name, "' names two workers")));
       }
     }
     if (placement.empty()) {

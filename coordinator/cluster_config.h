@@ -46,6 +46,10 @@ struct WorkerConfig {
   std::optional<placement::Range> blocks;  // explicit placement
 };
 
+// How messages name a worker: "worker NAME (ADDRESS)", or "worker ADDRESS"
+// when the name is the address (no `name:` given).
+std::string worker_label(const WorkerConfig& w);
+
 struct ClusterConfig {
   std::string model;
   std::string listen = "127.0.0.1:50051";

@@ -10,17 +10,17 @@
 namespace strata::coordinator {
 namespace {
 
-absl::Status from_grpc(const grpc::Status& s, const std::string& address,
+absl::Status from_grpc(const grpc::Status& s, const std::string& label,
                        const char* call) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat("worker ", address, ": ", call, ": ",
-                                   s.error_message()));
+                      absl::StrCat(label, ": ", call, ": ", s.error_message()));
 }
 
 class GrpcWorkerControl final : public WorkerControl {
  public:
-  explicit GrpcWorkerControl(const std::string& address) : address_(address) {
+  GrpcWorkerControl(const std::string& address, const std::string& label)
+      : address_(address), label_(label.empty() ? "worker " + address : label) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
@@ -39,7 +39,7 @@ class GrpcWorkerControl final : public WorkerControl {
     set_deadline(&ctx, deadline);
     v1::DescribeResponse out;
     grpc::Status s = stub_->Describe(&ctx, v1::DescribeRequest(), &out);
-    if (!s.ok()) return from_grpc(s, address_, "Describe");
+    if (!s.ok()) return from_grpc(s, label_, "Describe");
     return out;
   }
 
@@ -49,7 +49,7 @@ class GrpcWorkerControl final : public WorkerControl {
     set_deadline(&ctx, deadline);
     v1::LoadShardResponse out;
     grpc::Status s = stub_->LoadShard(&ctx, request, &out);
-    if (!s.ok()) return from_grpc(s, address_, "LoadShard");
+    if (!s.ok()) return from_grpc(s, label_, "LoadShard");
     return out.shard();
   }
 
@@ -63,7 +63,7 @@ class GrpcWorkerControl final : public WorkerControl {
     for (uint64_t id : seq_ids) req.add_seq_ids(id);
     v1::FreeSequenceResponse out;
     grpc::Status s = stub_->FreeSequence(&ctx, req, &out);
-    if (!s.ok()) return from_grpc(s, address_, "FreeSequence");
+    if (!s.ok()) return from_grpc(s, label_, "FreeSequence");
     return out.freed();
   }
 
@@ -73,7 +73,7 @@ class GrpcWorkerControl final : public WorkerControl {
     set_deadline(&ctx, deadline);
     v1::WorkerHealthResponse out;
     grpc::Status s = stub_->Health(&ctx, v1::WorkerHealthRequest(), &out);
-    if (!s.ok()) return from_grpc(s, address_, "Health");
+    if (!s.ok()) return from_grpc(s, label_, "Health");
     return out;
   }
 
@@ -84,6 +84,7 @@ class GrpcWorkerControl final : public WorkerControl {
   }
 
   std::string address_;
+  std::string label_;  // in messages
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Worker::Stub> stub_;
 };
@@ -91,8 +92,8 @@ class GrpcWorkerControl final : public WorkerControl {
 }  // namespace
 
 std::unique_ptr<WorkerControl> make_grpc_worker_control(
-    const std::string& address) {
-  return std::make_unique<GrpcWorkerControl>(address);
+    const std::string& address, const std::string& label) {
+  return std::make_unique<GrpcWorkerControl>(address, label);
 }
 
 }  // namespace strata::coordinator

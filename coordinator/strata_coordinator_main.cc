@@ -72,13 +72,10 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<WorkerControl>> workers;
   for (const WorkerConfig& w : config->workers) {
-    workers.push_back(make_grpc_worker_control(w.address));
+    workers.push_back(make_grpc_worker_control(w.address, worker_label(w)));
   }
   const std::string first = config->workers.front().address;
-  const std::string first_name =
-      config->workers.front().name == first
-          ? "worker " + first
-          : "worker " + config->workers.front().name + " (" + first + ")";
+  const std::string first_name = worker_label(config->workers.front());
   FirstLinkFactory link = [first, first_name](
                               strata::worker::ActivationLink::ResultCallback cb) {
     strata::worker::GrpcLinkOptions o;

@@ -42,8 +42,9 @@ class WorkerControl {
 
 // A client of the strata.v1.Worker service at `address` (host:port). The
 // channel reconnects quickly (backoff 100 ms .. 1 s) so a restarted worker
-// is seen within about a second.
+// is seen within about a second. Errors name the worker as `label` ("worker
+// w1 (HOST:PORT)"; empty: "worker HOST:PORT") and the call.
 std::unique_ptr<WorkerControl> make_grpc_worker_control(
-    const std::string& address);
+    const std::string& address, const std::string& label = "");
 
 }  // namespace strata::coordinator

@@ -1,10 +1,10 @@
 #include "worker/cpu_backend.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -12,6 +12,29 @@
 #include "worker/trace.h"
 
 namespace strata::worker {
+
+namespace {
+
+// True when any of x[0, n) is Inf or NaN: exponent bits all ones, the one
+// case in which adding 1 to the masked exponent carries into bit 31. Eight
+// independent integer lanes per step of and, add and or, which GCC's -O2
+// turns into vector ops; a plain isfinite loop stays scalar (about 9
+// instructions a float).
+bool any_not_finite(const float* x, int64_t n) {
+  uint32_t acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint32_t bits[8];
+    std::memcpy(bits, x + i, sizeof bits);
+    for (int l = 0; l < 8; ++l) acc[l] |= (bits[l] & 0x7F800000u) + 0x00800000u;
+  }
+  uint32_t bad = 0;
+  for (int l = 0; l < 8; ++l) bad |= acc[l] >> 31;
+  for (; i < n; ++i) bad |= std::isfinite(x[i]) ? 0u : 1u;
+  return bad != 0;
+}
+
+}  // namespace
 
 namespace ops = reference::ops;
 
@@ -281,9 +304,7 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   // there would reach the sampler, which would draw token 0 from NaN
   // logits. One pass over rows x n_vocab floats just written.
   const int64_t n_logits = int64_t{rows} * w_->n_vocab;
-  bool bad = false;
-  for (int64_t i = 0; i < n_logits; ++i) bad |= !(std::fabs(logits_[i]) <= FLT_MAX);
-  if (bad) {
+  if (any_not_finite(logits_.data(), n_logits)) {
     int64_t i = 0;
     while (std::isfinite(logits_[i])) ++i;
     return absl::InternalError(absl::StrCat(

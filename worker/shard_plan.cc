@@ -109,6 +109,9 @@ absl::Status check_load_request(const v1::LoadShardRequest& r) {
   if (r.head() && !r.next_stage().empty()) {
     return bad("next_stage", "must be empty on the last stage (head)");
   }
+  if (r.next_stage_name().size() > 128) {
+    return bad("next_stage_name", absl::StrCat(r.next_stage_name().size(), " bytes exceed 128"));
+  }
   if (!r.next_stage().empty() && !is_host_port(r.next_stage())) {
     return bad("next_stage",
                absl::StrCat("\"", r.next_stage(), "\" is not host:port"));

@@ -249,6 +249,10 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
   options.worker_name = worker_id();
   const bool head = info.head();
   const std::string next = info.next_stage();
+  const std::string next_label =
+      request.next_stage_name().empty()
+          ? ""
+          : absl::StrCat("worker ", request.next_stage_name(), " (", next, ")");
   absl::StatusOr<std::unique_ptr<Stage>> stage =
       load_planned_stage(std::move(*plan), config_.threads, options);
   if (!stage.ok()) {
@@ -263,6 +267,7 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
         std::chrono::milliseconds(config_.answer_timeout_ms);
     link_options.max_message_bytes =
         static_cast<int>(config_.max_message_bytes);
+    link_options.peer_name = next_label;
     make_next = [next, link_options](ActivationLink::ResultCallback cb) {
       return make_grpc_link(next, std::move(cb), link_options);
     };

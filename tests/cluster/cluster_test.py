@@ -21,6 +21,7 @@ Exit status: 0 passed, 1 failed, 77 skipped (model or grpcio absent).
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -109,7 +110,7 @@ def model_dirs(model):
 class Cluster:
     """Workers and a coordinator on loopback, from generated config files."""
 
-    def __init__(self, args, workdir, n_workers, ranges=None, ctx=512):
+    def __init__(self, args, workdir, n_workers, ranges=None, ctx=512, model=None):
         self.args, self.workdir = args, workdir
         self.procs = []
         self.worker_ports = [free_port() for _ in range(n_workers)]
@@ -117,7 +118,7 @@ class Cluster:
         for i in range(n_workers):
             self.start_worker(i)
         cfg = os.path.join(workdir, "cluster.yaml")
-        lines = [f"model: {args.model}", f"listen: 127.0.0.1:{free_port()}",
+        lines = [f"model: {model or args.model}", f"listen: 127.0.0.1:{free_port()}",
                  f"context_length: {ctx}", "max_sequences: 8",
                  "health_check_interval_ms: 500",
                  "health_check_timeout_ms: 1000",
@@ -292,6 +293,26 @@ def scenario_placement(args, stubs, workdir, f):
                     + ("" if rc == 1 else f":\n{log}"))
         finally:
             c.close()
+    # A model the workers refuse (outside their model_dirs): the coordinator
+    # keeps retrying (a worker may be reconfigured), and requests meanwhile
+    # are refused naming the worker and its reason, not "shards are loading".
+    outside = os.path.join(workdir, "elsewhere.gguf")
+    shutil.copyfile(args.model, outside)
+    c = Cluster(args, workdir, 2, model=outside)
+    try:
+        api = Api(c.address, *stubs)
+        err, deadline = None, time.time() + 60
+        while time.time() < deadline:
+            _, _, err = api.generate("Once", 2, timeout=10)
+            if err and "did not load" in err[1]:
+                break
+            time.sleep(0.5)
+        f.check(err is not None and err[0] == api.grpc.StatusCode.UNAVAILABLE
+                and "did not load" in err[1] and "worker w1 (" in err[1]
+                and "outside the model directories" in err[1],
+                f"refused model: generate says why: {err}")
+    finally:
+        c.close()
 
 
 def scenario_concurrent(args, stubs, workdir, f):
@@ -352,8 +373,8 @@ def scenario_fault(args, stubs, workdir, f, how):
         if t_fault[0]:
             f.check(t_end - t_fault[0] <= 10,
                     f"{how}: ended {t_end - t_fault[0]:.1f} s after the fault (<= 10 s)")
-        f.check(err is not None and ("w1" in err[1] or
-                                     f"127.0.0.1:{c.worker_ports[1]}" in err[1]),
+        # By its configured name and address, whichever process noticed.
+        f.check(err is not None and f"worker w1 (127.0.0.1:{c.worker_ports[1]})" in err[1],
                 f"{how}: the message names the worker: {err[1] if err else None!r}")
         f.check(c.coordinator.alive(), f"{how}: the coordinator is still up")
         h = api.wait_state(pb.HealthResponse.DEGRADED, 15)
