@@ -66,6 +66,13 @@ int run(const RunOptions& o) {
   std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
   auto hp = arch::read_hyperparameters(model->first());
   if (!hp.ok()) return fail(o.model, hp.status());
+  // As serve and the workers refuse it: positions past the trained context
+  // have no meaning the model learned.
+  if (o.ctx > hp->n_ctx_train) {
+    std::fprintf(stderr, "strata run: -c %d exceeds the model's context_length %d\n", o.ctx,
+                 hp->n_ctx_train);
+    return 1;
+  }
 
   auto tok = tokenizer::Tokenizer::from_gguf(model->first());
   if (!tok.ok()) return fail(o.model, tok.status());

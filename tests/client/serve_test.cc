@@ -329,6 +329,12 @@ TEST(ServeCli, LocalVerbsRefuseWhatCannotWork) {
   const CommandResult chat_ids = run_strata(dir, "run -m " + model + " --prompt-ids '1 403' --chat");
   EXPECT_EQ(chat_ids.status, 2) << chat_ids.err;
   EXPECT_NE(chat_ids.err.find("--chat needs -p, not ids"), std::string::npos) << chat_ids.err;
+  // A context past the model's is refused, as serve refuses it.
+  const CommandResult long_ctx = run_strata(dir, "run -m " + model + " -p hi -n 1 -c 4096");
+  EXPECT_EQ(long_ctx.status, 1) << long_ctx.err;
+  EXPECT_NE(long_ctx.err.find("-c 4096 exceeds the model's context_length 2048"),
+            std::string::npos)
+      << long_ctx.err;
   // An empty --listen is refused, not read as "the default address".
   const CommandResult no_listen = run_strata(dir, "serve " + model + " --listen ''");
   EXPECT_EQ(no_listen.status, 2) << no_listen.err;
