@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-
 #include "client/cli/commands.h"
 #include "client/cli/remote.h"
 
