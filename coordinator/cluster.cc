@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <random>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/kv_cache.h"
@@ -240,10 +239,7 @@ absl::Status Cluster::load_pipeline() {
     if (!shard.ok()) {
       states_[i].state = "failed";
       states_[i].last_error = std::string(shard.status().message());
-      // A remote worker's error already names it (make_grpc_worker_control).
-      problem_ = absl::StartsWith(shard.status().message(), worker_label(i))
-                     ? std::string(shard.status().message())
-                     : absl::StrCat(worker_label(i), ": ", shard.status().message());
+      problem_ = std::string(shard.status().message());  // names the worker
       // Workers in this process (no monitor) read the same file the same
       // way on every retry: the failure is final, and wait_serving says so
       // at once instead of waiting out its timeout.

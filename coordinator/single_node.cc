@@ -45,7 +45,12 @@ class InProcessWorker final : public WorkerControl {
   InProcessWorker(int index, int n_threads)
       : address_(absl::StrCat("in-process ", index)),
         name_(absl::StrCat("stage ", index)),
-        n_threads_(n_threads) {}
+        n_threads_(n_threads) {
+    WorkerConfig named;
+    named.address = address_;
+    named.name = name_;
+    label_ = worker_label(named);
+  }
 
   const std::string& address() const override { return address_; }
 
@@ -69,7 +74,10 @@ class InProcessWorker final : public WorkerControl {
     worker::StageOptions options;
     options.worker_name = name_;
     auto stage = worker::load_stage(r, n_threads_, options);
-    if (!stage.ok()) return stage.status();
+    if (!stage.ok()) {  // named, as WorkerControl's errors are
+      return absl::Status(stage.status().code(),
+                          absl::StrCat(label_, ": ", stage.status().message()));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     stage_ = std::make_unique<LockedStage>(*std::move(stage));
     return stage_->shard();
@@ -103,6 +111,7 @@ class InProcessWorker final : public WorkerControl {
  private:
   std::string address_;
   std::string name_;
+  std::string label_;  // in messages: worker_label()
   int n_threads_;
   std::mutex mu_;
   std::unique_ptr<LockedStage> stage_;

@@ -29,6 +29,8 @@ class WorkerControl {
 
   // Each call ends by `deadline` (DEADLINE_EXCEEDED) or UNAVAILABLE when
   // the worker cannot be reached; other codes are the worker's answer.
+  // Every error's message starts with the worker's label (worker_label(),
+  // cluster_config.h), so callers pass it on as it is.
   virtual absl::StatusOr<v1::DescribeResponse> describe(
       absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::ShardInfo> load_shard(

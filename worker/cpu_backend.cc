@@ -9,32 +9,10 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "worker/finite_scan.h"
 #include "worker/trace.h"
 
 namespace strata::worker {
-
-namespace {
-
-// True when any of x[0, n) is Inf or NaN: exponent bits all ones, the one
-// case in which adding 1 to the masked exponent carries into bit 31. Eight
-// independent integer lanes per step of and, add and or, which GCC's -O2
-// turns into vector ops; a plain isfinite loop stays scalar (about 9
-// instructions a float).
-bool any_not_finite(const float* x, int64_t n) {
-  uint32_t acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint32_t bits[8];
-    std::memcpy(bits, x + i, sizeof bits);
-    for (int l = 0; l < 8; ++l) acc[l] |= (bits[l] & 0x7F800000u) + 0x00800000u;
-  }
-  uint32_t bad = 0;
-  for (int l = 0; l < 8; ++l) bad |= acc[l] >> 31;
-  for (; i < n; ++i) bad |= std::isfinite(x[i]) ? 0u : 1u;
-  return bad != 0;
-}
-
-}  // namespace
 
 namespace ops = reference::ops;
 
@@ -281,13 +259,11 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   // every later block: refuse to pass it on, naming this stage's blocks, so
   // that every split of a model fails alike and a sampler never draws from
   // NaN logits. n x n_embd floats: nothing beside a step.
-  for (int64_t i = 0; i < n64 * e; ++i) {
-    if (!std::isfinite(x_[i])) {
-      return absl::InternalError(absl::StrCat(
-          "blocks [", range_.first, ", ", range_.last, "): hidden row ", i / e, " column ",
-          i % e, " is not finite (", x_[i],
-          "): the model's weights hold a NaN or Inf, or its activations overflow"));
-    }
+  if (const int64_t i = first_not_finite(x_.data(), n64 * e); i < n64 * e) {
+    return absl::InternalError(absl::StrCat(
+        "blocks [", range_.first, ", ", range_.last, "): hidden row ", i / e, " column ",
+        i % e, " is not finite (", x_[i],
+        "): the model's weights hold a NaN or Inf, or its activations overflow"));
   }
 
   result->n_rows = n;
@@ -304,9 +280,7 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   // there would reach the sampler, which would draw token 0 from NaN
   // logits. One pass over rows x n_vocab floats just written.
   const int64_t n_logits = int64_t{rows} * w_->n_vocab;
-  if (any_not_finite(logits_.data(), n_logits)) {
-    int64_t i = 0;
-    while (std::isfinite(logits_[i])) ++i;
+  if (const int64_t i = first_not_finite(logits_.data(), n_logits); i < n_logits) {
     return absl::InternalError(absl::StrCat(
         "output head: logit row ", i / w_->n_vocab, " token ", i % w_->n_vocab,
         " is not finite (", logits_[i],

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/finite_scan.h"
 #include "worker/sampler.h"
 #include "worker/sampling_proto.h"
 #include "worker/shard_plan.h"
@@ -244,13 +245,11 @@ absl::Status CpuStage::check(const v1::MicroBatch& batch) {
     // f32 little-endian (the only byte order supported), decoded into an
     // aligned buffer; every value must be finite.
     std::memcpy(hidden_in_.data(), batch.hidden().data(), bytes);
-    const size_t count = static_cast<size_t>(total) * n_embd_;
-    for (size_t k = 0; k < count; ++k) {
-      if (!std::isfinite(hidden_in_[k])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("hidden: row ", k / n_embd_, " column ", k % n_embd_,
-                         " is not finite (", hidden_in_[k], ")"));
-      }
+    const int64_t count = int64_t{total} * n_embd_;
+    if (const int64_t k = first_not_finite(hidden_in_.data(), count); k < count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hidden: row ", k / n_embd_, " column ", k % n_embd_,
+                       " is not finite (", hidden_in_[k], ")"));
     }
   }
   if (live_sequences() + new_sequences > info_.max_sequences()) {

@@ -350,6 +350,14 @@ TEST_F(GrpcWorker, LoadShardChecksPathBudgetAndFields) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("last_block: 6 exceeds"), std::string::npos)
       << st.error_message();
+  // The next stage's name (for messages) is bounded.
+  r = shard_request("stories260K.gguf", 0, kCut, n_layer_, 32, 4, 32);
+  r.set_next_stage(w1_->address());
+  r.set_next_stage_name(std::string(129, 'n'));
+  st = load_shard(w0_->address(), r);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("next_stage_name: 129 bytes exceed 128"), std::string::npos)
+      << st.error_message();
 
   // None of that disturbed the loaded shard.
   Results results;
