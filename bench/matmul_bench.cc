@@ -61,7 +61,7 @@ double run_shape(GgmlType type, int64_t n_in, int64_t n_out, int threads,
   kernels::jit::KernelCache cache;
   auto tier = kernels::select_isa();
   if (!w.ok() || !tier.ok()) return -1;
-  kernels::jit::KernelParams p = kernels::jit::default_params(type);
+  kernels::jit::KernelParams p = kernels::jit::default_params(type, *tier);
   if (set.prefetch >= 0) p.prefetch = set.prefetch;
   if (set.decode_rows > 0) p.decode_rows = set.decode_rows;
   if (set.cols > 0) p.cols = set.cols;

@@ -184,7 +184,7 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
       return absl::OkStatus();
     }
     auto m = kernels::jit::JitMatmul::create(
-        l.w, tier, kernels::jit::default_params(l.w.type), &cache, pool);
+        l.w, tier, kernels::jit::default_params(l.w.type, tier), &cache, pool);
     if (!m.ok()) {
       return absl::Status(m.status().code(),
                           absl::StrCat(name, ": ", m.status().message()));

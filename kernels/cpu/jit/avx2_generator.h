@@ -4,8 +4,10 @@
 // loop count, stride and encoding baked in at generation time.
 //
 // Two generators:
-//   quantized weights (interleaved 8-row groups): make_avx2_interleaved_tile,
-//     below, integer dot products against int8 activations;
+//   quantized weights (interleaved 8-row groups): make_interleaved_tile,
+//     below, integer dot products against int8 activations, in two
+//     flavours: AVX2 (vpmaddubsw, 16 registers) and AVX-512 VNNI
+//     (TileConf::vnni: vpdpbusd on 256-bit vectors, 32 registers);
 //   float weights (F32, F16, BF16 rows): make_avx2_tile, one 8-lane f32
 //     accumulator per (row, col), FMA over the row in steps of 8 (F16
 //     widened with vcvtph2ps, BF16 shifted into f32), a horizontal sum
@@ -40,6 +42,7 @@ struct TileConf {
   bool scale_f16 = false;    // interleaved scales and mins are f16
   bool k_scales = false;     // interleaved K-quant sub-scales (packed_weights.h)
   bool signed_scales = false;  // k_scales are i8 (Q6_K), else u8
+  bool vnni = false;         // interleaved: the AVX-512 VNNI flavour
   int rows = 1;              // weight rows of the tile
   int cols = 1;              // activation rows of the tile
   int unroll = 1;            // units per loop iteration
@@ -55,7 +58,7 @@ struct TileConf {
   auto key() const {
     return std::make_tuple(static_cast<int>(encoding), paired_scales,
                            correction, min_correction,
-                           interleaved, scale_f16, k_scales, signed_scales, rows, cols, unroll, prefetch, n_units,
+                           interleaved, scale_f16, k_scales, signed_scales, vnni, rows, cols, unroll, prefetch, n_units,
                            unit_bytes, value_stride, act_stride, act_d_stride,
                            act_corr_stride, y_stride);
   }
@@ -82,7 +85,8 @@ struct TileArgs {
 using TileFn = void (*)(const TileArgs*);
 
 // The most rows * cols the register file holds for `conf`'s encoding
-// (interleaved: 8 * max_interleaved_cols).
+// (interleaved: 8 * max_interleaved_cols; more with conf.vnni, which has
+// 32 vector registers).
 int max_tile(const TileConf& conf);
 
 // A generated tile function; owns its code.
@@ -97,7 +101,7 @@ class Tile {
 // Asserts rows * cols <= max_tile.
 std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 
-// Interleaved tiles (conf.interleaved; avx2_interleaved_generator.cc): one
+// Interleaved tiles (conf.interleaved; interleaved_generator.cc): one
 // 8-row group (rows = 8, or the n_out % 8 rows of the last group) by `cols`
 // activation rows. The weight arguments point at the group's planes; the
 // correction is applied unit by unit (TileArgs::wcorr: the group's min
@@ -111,7 +115,18 @@ std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 // lanes are the 8 rows: no horizontal sums, one store per column (masked
 // for a partial group). The tile then goes on to the next row group while
 // TileArgs::groups lasts, so a thread's whole range of groups is one call.
+//
+// conf.vnni (AVX-512 VNNI + VL, the kAvx512Vnni tier): the same layout
+// and scheme, with each chunk vector's products for one activation row a
+// single vpdpbusd (unsigned weights x signed activations, summed in int32:
+// no int16 stage, so no overflow bound) whose activation operand is an
+// embedded 4-byte broadcast from memory {1to8}. It needs unsigned weights,
+// so Q8_0 packs as w + 128 (kU8, zero point 128) for this tier
+// (packed_layout); kS8 tiles are never vnni. The column registers (f32
+// accumulator, int32 sum) live in ymm16-31 and what the fixed ones leave
+// of ymm0-15, so a tile holds up to 13 columns; partial groups store
+// through an opmask.
 int max_interleaved_cols(const TileConf& conf);
-std::unique_ptr<Tile> make_avx2_interleaved_tile(const TileConf& conf);
+std::unique_ptr<Tile> make_interleaved_tile(const TileConf& conf);
 
 }  // namespace strata::kernels::jit

@@ -27,7 +27,7 @@ const char* act_name(ActKind a) {
 
 }  // namespace
 
-KernelParams default_params(GgmlType type) {
+KernelParams default_params(GgmlType type, IsaTier tier) {
   KernelParams p;
   if (type == GgmlType::kF32 || type == GgmlType::kF16 ||
       type == GgmlType::kBF16) {
@@ -37,10 +37,11 @@ KernelParams default_params(GgmlType type) {
   if (interleaved_type(type)) {
     p.rows = 8;
     p.decode_rows = 8;
-    // kU5 holds 3 columns (avx2_interleaved_generator.cc), the others 4-5.
+    // kU5 holds 3 columns (interleaved_generator.cc), the others 4-5.
     const bool u5 = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
                     type == GgmlType::kQ5_K;
     p.cols = u5 ? 3 : 4;
+    if (tier == IsaTier::kAvx512Vnni) p.cols = 8;  // holds 13 (32 registers)
     p.unroll = 1;
     p.prefetch = 1024;  // decode: 13.5 -> 19-22 GB/s on Q4_0 (bench/matmul_bench)
   }
@@ -57,10 +58,10 @@ std::string params_text(const KernelParams& p) {
 TileFn KernelCache::get(const TileConf& conf) {
   std::unique_ptr<Tile>& t = tiles_[conf.key()];
   if (t == nullptr) {
-    t = conf.interleaved ? make_avx2_interleaved_tile(conf) : make_avx2_tile(conf);
+    t = conf.interleaved ? make_interleaved_tile(conf) : make_avx2_tile(conf);
     if (perf_map_enabled()) {
       perf_map_add(reinterpret_cast<const void*>(t->fn()), t->code_bytes(),
-                   absl::StrCat("strata_", encoding_name(conf.encoding), "_r", conf.rows,
+                   absl::StrCat("strata_", conf.vnni ? "vnni_" : "", encoding_name(conf.encoding), "_r", conf.rows,
                                 "c", conf.cols, "_in", conf.n_units * (conf.interleaved ? 32 : 8), "_out",
                                 conf.y_stride));
     }
@@ -83,10 +84,13 @@ std::string kernel_name(GgmlType type, IsaTier tier) {
                                type == GgmlType::kBF16
                            ? 8
                            : 256;
-  const absl::StatusOr<PackedLayout> l = packed_layout(type, n_in, 1);
+  const absl::StatusOr<PackedLayout> l = packed_layout(type, n_in, 1, tier);
   if (!l.ok()) return "reference";
-  std::string s = absl::StrCat("avx2 ", encoding_name(l->encoding), "x",
-                               act_name(l->act));
+  // Interleaved (quantized) layouts have a VNNI flavour; the rest run the
+  // AVX2 generator on every tier.
+  const bool vnni = tier == IsaTier::kAvx512Vnni && l->row_group > 1;
+  std::string s = absl::StrCat(vnni ? "avx512vnni " : "avx2 ",
+                               encoding_name(l->encoding), "x", act_name(l->act));
   if (l->correction == Correction::kZeroPoint) {
     absl::StrAppend(&s, " zero point ", l->zero_point);
   } else if (l->correction == Correction::kMin) {
@@ -94,9 +98,9 @@ std::string kernel_name(GgmlType type, IsaTier tier) {
   }
   if (l->paired_scales) absl::StrAppend(&s, ", 2 scales/32");
   if (l->row_group > 1) absl::StrAppend(&s, ", ", l->row_group, "-row interleaved");
-  if (tier != IsaTier::kAvx2) {
+  if (tier != IsaTier::kAvx2 && !vnni) {
     absl::StrAppend(&s, " (no ", isa_name(tier),
-                    " generator yet; the avx2 one runs)");
+                    " generator for this type; the avx2 one runs)");
   }
   return s;
 }
@@ -112,6 +116,7 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.scale_f16 = l.scale_f16;
   c.k_scales = l.k_scales;
   c.signed_scales = l.type == GgmlType::kQ6_K;
+  c.vnni = tier_ == IsaTier::kAvx512Vnni && c.interleaved;
   c.rows = rows;
   c.cols = cols;
   c.unroll = l.k_scales ? 8 : params_.unroll;  // k_scales: a super-block per iteration
@@ -176,9 +181,10 @@ absl::StatusOr<std::unique_ptr<JitMatmul>> JitMatmul::create(
         absl::StrCat("this CPU cannot run ISA tier ", isa_name(tier)));
   }
   absl::StatusOr<std::unique_ptr<PackedWeights>> packed =
-      PackedWeights::pack(w, pool);
+      PackedWeights::pack(w, tier, pool);
   if (!packed.ok()) return packed.status();
   auto m = std::unique_ptr<JitMatmul>(new JitMatmul());
+  m->tier_ = tier;
   m->packed_ = std::move(*packed);
   if (cache == nullptr) {
     m->own_cache_ = std::make_unique<KernelCache>();

@@ -43,7 +43,7 @@ namespace strata::kernels::jit {
 
 // Version of the generators: part of the tune cache key, so a changed
 // generator retunes.
-inline constexpr int kGeneratorVersion = 5;
+inline constexpr int kGeneratorVersion = 6;
 
 // The tunables of one matmul (the tuner, tuner.h, searches them).
 struct KernelParams {
@@ -58,8 +58,9 @@ struct KernelParams {
   bool operator==(const KernelParams&) const = default;
 };
 
-// The default parameters for a weight type (F32/F16/BF16 tiles are wider).
-KernelParams default_params(GgmlType type);
+// The default parameters for a weight type on `tier` (F32/F16/BF16 tiles
+// are wider; the AVX-512 VNNI tiles take more columns).
+KernelParams default_params(GgmlType type, IsaTier tier = IsaTier::kAvx2);
 
 // "rows=4 cols=2 decode_rows=4 unroll=2 prefetch=0 act_block=64 grain=1".
 std::string params_text(const KernelParams& p);
@@ -79,7 +80,8 @@ class KernelCache {
 };
 
 // Which generated kernel serves `type` on `tier`, for `strata hardware`:
-// "avx2 u4·q8_1 (4-bit, f32 min)"; "reference (no generator for Q2_K)".
+// "avx2 u4xq8_1 + min, 8-row interleaved"; "avx512vnni u8xq8_0 zero point
+// 128, 8-row interleaved"; "reference (no generator for Q2_K)".
 std::string kernel_name(GgmlType type, IsaTier tier);
 
 // Activation buffers of the generated matmuls; sized once.
@@ -118,6 +120,7 @@ class JitMatmul {
   absl::Status set_params(const KernelParams& params);
 
   const PackedLayout& layout() const { return packed_->layout(); }
+  IsaTier tier() const { return tier_; }
   const KernelParams& params() const { return params_; }
   const PackedWeights& packed() const { return *packed_; }
 
@@ -127,6 +130,7 @@ class JitMatmul {
   void run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
                  ThreadPool& pool) const;
 
+  IsaTier tier_ = IsaTier::kAvx2;
   std::unique_ptr<PackedWeights> packed_;
   std::unique_ptr<KernelCache> own_cache_;
   KernelCache* cache_ = nullptr;

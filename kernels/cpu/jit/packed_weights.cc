@@ -39,8 +39,9 @@ struct Unit {
   float* dmin = nullptr;
 };
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / MXFP4: one unit per ggml block.
-void pack_legacy(GgmlType type, const uint8_t* block, Unit out) {
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / MXFP4: one unit per ggml block, in
+// encoding `e`.
+void pack_legacy(GgmlType type, Encoding e, const uint8_t* block, Unit out) {
   switch (type) {
     case GgmlType::kQ4_0:
       out.scales[0] = f16_to_f32(load<uint16_t>(block));
@@ -65,6 +66,9 @@ void pack_legacy(GgmlType type, const uint8_t* block, Unit out) {
     case GgmlType::kQ8_0:
       out.scales[0] = f16_to_f32(load<uint16_t>(block));
       std::memcpy(out.values, block + 2, 32);
+      if (e == Encoding::kU8) {  // w + 128: two's complement to offset binary
+        for (int j = 0; j < 32; ++j) out.values[j] ^= 0x80;
+      }
       return;
     case GgmlType::kMXFP4: {
       out.scales[0] = e8m0_to_f32_half(block[0]);
@@ -213,7 +217,7 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
         }
       } else {
         for (int64_t u = 0; u < l.n_units; ++u) {
-          pack_legacy(l.type, row + u * block_bytes, unit(u));
+          pack_legacy(l.type, l.encoding, row + u * block_bytes, unit(u));
         }
       }
       const int64_t g = r / 8, ri = r % 8;
@@ -329,7 +333,7 @@ int64_t min_plane_bytes(const PackedLayout& l) {
 }
 
 absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
-                                           int64_t n_out) {
+                                           int64_t n_out, IsaTier tier) {
   PackedLayout l;
   l.type = type;
   l.n_in = n_in;
@@ -383,7 +387,13 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
       l.correction = Correction::kMin;
       break;
     case GgmlType::kQ8_0:
-      l.encoding = Encoding::kS8; l.act = ActKind::kQ8_0;
+      l.act = ActKind::kQ8_0;
+      if (tier == IsaTier::kAvx512Vnni) {
+        l.encoding = Encoding::kU8;
+        l.correction = Correction::kZeroPoint; l.zero_point = 128;
+      } else {
+        l.encoding = Encoding::kS8;
+      }
       break;
     case GgmlType::kMXFP4:
       l.encoding = Encoding::kU8; l.act = ActKind::kQ8_0;
@@ -436,8 +446,8 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
 }
 
 absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
-    const reference::ops::WeightMatrix& w, ThreadPool& pool) {
-  absl::StatusOr<PackedLayout> layout = packed_layout(w.type, w.n_in, w.n_out);
+    const reference::ops::WeightMatrix& w, IsaTier tier, ThreadPool& pool) {
+  absl::StatusOr<PackedLayout> layout = packed_layout(w.type, w.n_in, w.n_out, tier);
   if (!layout.ok()) return layout.status();
   auto p = std::unique_ptr<PackedWeights>(new PackedWeights());
   p->layout_ = *layout;

@@ -20,8 +20,10 @@
 //        nibble (ggml's Q4_0 order); unsigned 0..15.
 //   kU5  kU4 plus the fifth bits (ggml's Q5_0 qh); unsigned 0..31.
 //   kU6  Q6_K's 0..63 as low nibbles (16 bytes) plus 2-bit high parts.
-//   kU8  32 bytes, unsigned 0..24 (MXFP4 as table value + 12).
-//   kS8  32 bytes, signed (Q8_0).
+//   kU8  32 bytes, unsigned: 0..24 (MXFP4 as table value + 12), or
+//        0..255 (Q8_0 as w + 128 for the AVX-512 VNNI tier, whose
+//        vpdpbusd takes unsigned weights; zero point 128).
+//   kS8  32 bytes, signed (Q8_0, the other tiers).
 //
 // Interleaving: rows are taken eight at a time (a row group; the last one
 // zero-padded), and each unit's values are cut into 4-byte chunks, chunk m
@@ -70,6 +72,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/huge_page_arena.h"
 #include "kernels/cpu/reference/ops/matmul.h"
 #include "model/ggml_type.h"
@@ -116,10 +119,13 @@ struct PackedLayout {
   bool k_scales = false;       // K-quant sub-scales (above)
 };
 
-// The layout for `type`; Unimplemented for a type the generators do not
-// serve (Q2_K, Q3_K, IQ*, ...: the caller falls back to the reference).
+// The layout for `type` as the kernels of `tier` read it (the same for
+// every tier but Q8_0 on kAvx512Vnni: kU8 with zero point 128);
+// Unimplemented for a type the generators do not serve (Q2_K, Q3_K, IQ*,
+// ...: the caller falls back to the reference).
 absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
-                                           int64_t n_out);
+                                           int64_t n_out,
+                                           IsaTier tier = IsaTier::kAvx2);
 
 // True when packed_layout accepts `type`.
 bool can_pack(GgmlType type);
@@ -150,10 +156,11 @@ class PackedWeights {
   // Bytes the packed planes own (0 for a view).
   int64_t owned_bytes() const { return owned_bytes_; }
 
-  // Packs `w` (checked by make_weight_matrix). Rows [0, n_out) are packed on
-  // `pool`'s threads. Errors: Unimplemented for types can_pack refuses.
+  // Packs `w` (checked by make_weight_matrix) in packed_layout(..., tier).
+  // Rows [0, n_out) are packed on `pool`'s threads. Errors: Unimplemented
+  // for types can_pack refuses.
   static absl::StatusOr<std::unique_ptr<PackedWeights>> pack(
-      const reference::ops::WeightMatrix& w, ThreadPool& pool);
+      const reference::ops::WeightMatrix& w, IsaTier tier, ThreadPool& pool);
 
  private:
   // Planes live in the huge-page arena (huge_page_arena.h).

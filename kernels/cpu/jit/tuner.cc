@@ -206,7 +206,7 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
       return absl::OkStatus();
     }
   }
-  const KernelParams defaults = default_params(l.type);
+  const KernelParams defaults = default_params(l.type, tier_);
   if (seconds_ >= options_.budget_s) {
     ++over_budget_;
     return m.set_params(defaults);
@@ -246,9 +246,20 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
 
   // 1. Prefill tile shape (and activation block).
   const bool fl = l.unit_elems == 8;
+  // Interleaved: 8-row groups by as many columns as the tier's registers
+  // hold (AVX2 up to 5, VNNI up to 13).
+  std::vector<std::pair<int, int>> group_tiles;
+  if (l.row_group > 1) {
+    TileConf probe;
+    probe.encoding = l.encoding;
+    probe.interleaved = true;
+    probe.vnni = tier_ == IsaTier::kAvx512Vnni;
+    for (int c : {2, 3, 4, 5, 6, 8, 10, 12}) {
+      if (c <= max_interleaved_cols(probe)) group_tiles.emplace_back(8, c);
+    }
+  }
   const std::vector<std::pair<int, int>> tiles =
-      l.row_group > 1
-          ? std::vector<std::pair<int, int>>{{8, 2}, {8, 3}, {8, 4}, {8, 5}}
+      l.row_group > 1 ? group_tiles
       : fl ? std::vector<std::pair<int, int>>{{4, 3}, {3, 4}, {2, 6}, {6, 2}, {5, 2}}
            : std::vector<std::pair<int, int>>{{4, 2}, {2, 4}, {3, 3}, {2, 5}, {5, 2}, {1, 8}};
   // `p` replaces `best` when it is new, correct and faster by `time`.

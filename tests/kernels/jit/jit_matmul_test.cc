@@ -148,17 +148,19 @@ TEST_P(JitMatmulTest, EqualsReferenceOnRaggedShapes) {
   }
   std::mt19937 rng(static_cast<unsigned>(type) * 31 + 7);
   // Default parameters, the widest tile, a tall one, and prefetch + unroll.
-  const PackedLayout layout = *packed_layout(type, shapes_for(type)[0].n_in, 1);
+  const PackedLayout layout =
+      *packed_layout(type, shapes_for(type)[0].n_in, 1, tier);
   const int limit = [&] {
     TileConf c;
     c.encoding = layout.encoding;
     c.paired_scales = layout.paired_scales;
     c.interleaved = layout.row_group > 1;
+    c.vnni = tier == IsaTier::kAvx512Vnni && c.interleaved;
     return max_tile(c);
   }();
   // Interleaved layouts: tiles are 8-row groups, only cols varies.
   const int group = layout.row_group;
-  std::vector<KernelParams> variants(4, default_params(type));
+  std::vector<KernelParams> variants(4, default_params(type, tier));
   variants[1].rows = 1;
   variants[1].cols = group > 1 ? limit / group : limit;
   variants[1].decode_rows = limit;
@@ -207,7 +209,8 @@ INSTANTIATE_TEST_SUITE_P(
     test_name);
 
 // Q8_0 weights of -128 (legal in a file though ggml never writes them):
-// |w| = 128 still fits vpmaddubsw's unsigned operand.
+// |w| = 128 still fits vpmaddubsw's unsigned operand (AVX2), and w + 128 =
+// 0 is the bottom of the VNNI tier's unsigned range.
 TEST(JitMatmul, Q8_0WithMinus128EqualsReference) {
   if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
   std::mt19937 rng(99);
@@ -220,12 +223,12 @@ TEST(JitMatmul, Q8_0WithMinus128EqualsReference) {
                                           m.dequantized.data() + r * 96)
                     .ok());
   }
-  ThreadPool pool(1);
-  auto mm = JitMatmul::create(m.view(), IsaTier::kAvx2, KernelParams{}, nullptr,
-                              pool);
-  ASSERT_TRUE(mm.ok());
   double worst = 0.0;
-  check(m, IsaTier::kAvx2, KernelParams{}, "Q8_0 with -128", &worst);
+  for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512Vnni}) {
+    if (!cpu_has(t)) continue;  // the tiers test above says so
+    check(m, t, default_params(GgmlType::kQ8_0, t),
+          std::string("Q8_0 with -128, ") + isa_name(t), &worst);
+  }
 }
 
 TEST(JitMatmul, RefusesTypesWithoutGenerator) {
@@ -256,6 +259,29 @@ TEST(JitMatmul, RefusesTilesBeyondTheRegisterFile) {
     EXPECT_NE(mm.status().message().find("accumulators"), std::string::npos)
         << mm.status();
   }
+}
+
+// The VNNI tier's tiles hold more columns (32 registers), but not 14.
+TEST(JitMatmul, VnniTilesHoldThirteenColumns) {
+  if (!cpu_has(IsaTier::kAvx512Vnni)) {
+    GTEST_SKIP() << "this CPU lacks the avx512vnni tier";
+  }
+  std::mt19937 rng(3);
+  ThreadPool pool(1);
+  const Matrix m = random_matrix(GgmlType::kQ4_0, 64, 4, rng);
+  KernelParams p = default_params(GgmlType::kQ4_0, IsaTier::kAvx512Vnni);
+  p.cols = 13;
+  EXPECT_TRUE(JitMatmul::create(m.view(), IsaTier::kAvx512Vnni, p, nullptr, pool).ok());
+  p.cols = 14;
+  auto mm = JitMatmul::create(m.view(), IsaTier::kAvx512Vnni, p, nullptr, pool);
+  EXPECT_EQ(mm.status().code(), absl::StatusCode::kInvalidArgument);
+  // Q8_0 runs as w + 128 with zero point 128 on this tier only.
+  EXPECT_NE(kernel_name(GgmlType::kQ8_0, IsaTier::kAvx512Vnni).find("avx512vnni u8"),
+            std::string::npos);
+  EXPECT_NE(kernel_name(GgmlType::kQ8_0, IsaTier::kAvx2).find("avx2 s8"),
+            std::string::npos);
+  EXPECT_NE(kernel_name(GgmlType::kF16, IsaTier::kAvx512Vnni).find("the avx2 one runs"),
+            std::string::npos);
 }
 
 TEST(Isa, NamesRoundTrip) {

@@ -1,9 +1,11 @@
-// The AVX2 + FMA generator of interleaved matmul tiles (Xbyak): one 8-row
-// group of the interleaved layout (packed_weights.h) by `cols` activation
-// rows; see avx2_generator.h for the scheme. The idea of interleaving rows
+// The generator of interleaved matmul tiles (Xbyak), AVX2 + FMA and
+// AVX-512 VNNI: one 8-row group of the interleaved layout
+// (packed_weights.h) by `cols` activation rows; see avx2_generator.h for
+// the scheme. The idea of interleaving rows
 // so that one vpmaddubsw feeds several rows is ggml-cpu's repacked
 // q4_0_8x8 / q4_K_8x8 GEMM (ggml/src/ggml-cpu/repack.cpp); the layout, the
 // broadcast of activation bytes and the code here are our own.
+#include <algorithm>
 #include <cassert>
 #include <cstddef>
 #include <utility>
@@ -28,15 +30,16 @@ int fixed_registers(const TileConf& c) {
   }
 }
 
-// Per-column registers: the f32 accumulator and int sums (kU8, kU5: int16
-// and int32).
+// Per-column registers: the f32 accumulator and int sums (AVX2 kU8, kU5:
+// int16 and int32; vnni: int32 only).
 int column_registers(const TileConf& c) {
+  if (c.vnni) return 2;
   return c.encoding == Encoding::kU8 || c.encoding == Encoding::kU5 ? 3 : 2;
 }
 
-class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
+class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
  public:
-  explicit Avx2InterleavedTile(const TileConf& c)
+  explicit InterleavedTile(const TileConf& c)
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), c_(c) {
     generate();
     ready(Xbyak::CodeArray::PROTECT_RE);
@@ -50,9 +53,15 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
                      act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, hb_ = r11,
                      y_ = rbx, groups_ = r12;
 
-  Xbyak::Ymm acc(int col) const { return Xbyak::Ymm(col); }
-  Xbyak::Ymm sum(int col) const { return Xbyak::Ymm(c_.cols + col); }
-  Xbyak::Ymm sum32(int col) const { return Xbyak::Ymm(2 * c_.cols + col); }
+  // Column register i: ymm i (AVX2); vnni: ymm16-31 first, then ymm0 up
+  // (the fixed registers are taken from ymm15 down).
+  Xbyak::Ymm col_reg(int i) const {
+    if (!c_.vnni) return Xbyak::Ymm(i);
+    return Xbyak::Ymm(i < 16 ? 16 + i : i - 16);
+  }
+  Xbyak::Ymm acc(int col) const { return col_reg(col); }
+  Xbyak::Ymm sum(int col) const { return col_reg(c_.cols + col); }
+  Xbyak::Ymm sum32(int col) const { return col_reg(2 * c_.cols + col); }
 
   int n_sc() const { return c_.paired_scales ? 2 : 1; }
   int scale_bytes() const { return c_.scale_f16 ? 2 : 4; }
@@ -72,6 +81,16 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void unit_u6(int u);
   void unit_u8(int u);
   void unit_s8(int u);
+  // The chunk vectors of one load into w_ (low nibbles) and w2_ (high):
+  // kU4 (load m), kU5 (load m, with the fifth bits), kU6 (half k, load m2).
+  void load_u4(int u, int m);
+  void load_u5(int u, int m);
+  void load_u6(int u, int k, int m2);
+  // vnni: the int32 sums restart; sum(col) += w . (activation bytes at
+  // `offset` of unit u, broadcast), one vpdpbusd per column.
+  void zero_sums();
+  void dots(const Xbyak::Ymm& w, int u, int offset);
+  void unit_vnni(int u);
   // Loads the 8 rows' scale h of unit u into sv (f16 or f32).
   void load_scales(int u, int h);
   // acc(col) += f32(int32 sums s) * (sv * d_a) (+ the zero-point term).
@@ -83,7 +102,7 @@ class Avx2InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   Xbyak::Label mask_, c0f_, c10_, c30_;
 };
 
-void Avx2InterleavedTile::load_scales(int u, int h) {
+void InterleavedTile::load_scales(int u, int h) {
   if (c_.k_scales) {  // d * sub-scale; u is the unit within the super-block
     const Xbyak::Address sub = qword[sc_ + (u * n_sc() + h) * 8];
     if (c_.signed_scales) {
@@ -103,19 +122,27 @@ void Avx2InterleavedTile::load_scales(int u, int h) {
   }
 }
 
-void Avx2InterleavedTile::finish(int col, const Xbyak::Ymm& s, int u, int h) {
+void InterleavedTile::finish(int col, const Xbyak::Ymm& s, int u, int h) {
   vcvtdq2ps(s, s);
-  vbroadcastss(t_, ptr[ad_ + (col * c_.act_d_stride + u) * 4]);
+  const int64_t d_off = (col * c_.act_d_stride + u) * 4;
+  const int64_t c_off = (col * c_.act_corr_stride + int64_t{u} * n_sc() + h) * 4;
+  const bool zero_point = c_.correction && !c_.min_correction;
+  if (c_.vnni) {  // embedded broadcasts
+    vmulps(t_, sv_, ptr_b[ad_ + d_off]);
+    vfmadd231ps(acc(col), s, t_);
+    if (zero_point) vfmadd231ps(acc(col), sv_, ptr_b[ac_ + c_off]);
+    return;
+  }
+  vbroadcastss(t_, ptr[ad_ + d_off]);
   vmulps(t_, t_, sv_);
   vfmadd231ps(acc(col), s, t_);
-  if (c_.correction && !c_.min_correction) {
-    vbroadcastss(t_, ptr[ac_ + (col * c_.act_corr_stride +
-                                int64_t{u} * n_sc() + h) * 4]);
+  if (zero_point) {
+    vbroadcastss(t_, ptr[ac_ + c_off]);
     vfmadd231ps(acc(col), sv_, t_);
   }
 }
 
-void Avx2InterleavedTile::min_correction(int u, const Xbyak::Ymm& mv) {
+void InterleavedTile::min_correction(int u, const Xbyak::Ymm& mv) {
   if (!c_.min_correction) return;
   if (c_.k_scales) {  // acc -= (dmin * m) * A, i.e. + (-(dmin * m)) * A
     vpmovzxbd(mv, qword[mn_ + u * 8]);
@@ -141,7 +168,7 @@ void Avx2InterleavedTile::min_correction(int u, const Xbyak::Ymm& mv) {
 
 // kU4 / kU5: int16 sums of load m's two chunk vectors (w_: 4m, w2_: 4m+4)
 // times the activations, into sum(col) (restarted when `first`).
-void Avx2InterleavedTile::nibble_products(int u, int m, bool first) {
+void InterleavedTile::nibble_products(int u, int m, bool first) {
   for (int col = 0; col < c_.cols; ++col) {
     vpbroadcastd(t_, act_at(col, u, 4 * m));
     if (first) {
@@ -156,13 +183,16 @@ void Avx2InterleavedTile::nibble_products(int u, int m, bool first) {
   }
 }
 
-void Avx2InterleavedTile::unit_u4(int u) {
-  const int64_t base = u * group_unit_bytes();
+void InterleavedTile::load_u4(int u, int m) {
+  vmovdqu(w_, ptr[vals_ + u * group_unit_bytes() + m * 32]);
+  vpsrlw(w2_, w_, 4);
+  vpand(w_, w_, m0f_);
+  vpand(w2_, w2_, m0f_);
+}
+
+void InterleavedTile::unit_u4(int u) {
   for (int m = 0; m < 4; ++m) {
-    vmovdqu(w_, ptr[vals_ + base + m * 32]);
-    vpsrlw(w2_, w_, 4);
-    vpand(w_, w_, m0f_);
-    vpand(w2_, w2_, m0f_);
+    load_u4(u, m);
     nibble_products(u, m, m == 0);
   }
   load_scales(u, 0);
@@ -176,23 +206,27 @@ void Avx2InterleavedTile::unit_u4(int u) {
 // kU5: ggml's Q5 fifth bits, one byte per (row, 4-element chunk), bit j
 // for chunk vector j (packed_weights.h), moved to bit 4 and or-ed in.
 // Values up to 31: int16 sums of four products (4 x 2 x 31 x 127 < 2^15).
-void Avx2InterleavedTile::unit_u5(int u) {
-  const int64_t base = u * group_unit_bytes();
+// (hv_ holds the unit's fifth bits.)
+void InterleavedTile::load_u5(int u, int m) {
+  vmovdqu(w_, ptr[vals_ + u * group_unit_bytes() + m * 32]);
+  vpsrlw(w2_, w_, 4);
+  vpand(w_, w_, ptr[rip + c0f_]);
+  vpand(w2_, w2_, ptr[rip + c0f_]);
+  for (auto [w, j] : {std::pair{w_, m}, std::pair{w2_, m + 4}}) {
+    if (j < 4) {
+      vpsllw(t_, hv_, 4 - j);
+    } else if (j > 4) {
+      vpsrlw(t_, hv_, j - 4);
+    }
+    vpand(t_, j == 4 ? hv_ : t_, ptr[rip + c10_]);
+    vpor(w, w, t_);
+  }
+}
+
+void InterleavedTile::unit_u5(int u) {
   vmovdqu(hv_, ptr[hb_ + u * 32]);
   for (int m = 0; m < 4; ++m) {
-    vmovdqu(w_, ptr[vals_ + base + m * 32]);
-    vpsrlw(w2_, w_, 4);
-    vpand(w_, w_, ptr[rip + c0f_]);
-    vpand(w2_, w2_, ptr[rip + c0f_]);
-    for (auto [w, j] : {std::pair{w_, m}, std::pair{w2_, m + 4}}) {
-      if (j < 4) {
-        vpsllw(t_, hv_, 4 - j);
-      } else if (j > 4) {
-        vpsrlw(t_, hv_, j - 4);
-      }
-      vpand(t_, j == 4 ? hv_ : t_, ptr[rip + c10_]);
-      vpor(w, w, t_);
-    }
+    load_u5(u, m);
     nibble_products(u, m, m % 2 == 0);
     for (int col = 0; col < c_.cols && m % 2 == 1; ++col) {
       if (m == 1) {
@@ -213,26 +247,31 @@ void Avx2InterleavedTile::unit_u5(int u) {
 // byte for vector 4k+i, move to bits 4-5. Values up to 63: int16 sums of
 // the two products of one load (2 x 2 x 63 x 127 < 2^15), so no int16
 // register per column.
-void Avx2InterleavedTile::unit_u6(int u) {
-  const int64_t base = u * group_unit_bytes();
+// (hv_ holds half k's high parts.)
+void InterleavedTile::load_u6(int u, int k, int m2) {
+  const int m = 2 * k + m2;
+  vmovdqu(w_, ptr[vals_ + u * group_unit_bytes() + m * 32]);
+  vpsrlw(w2_, w_, 4);
+  vpand(w_, w_, ptr[rip + c0f_]);
+  vpand(w2_, w2_, ptr[rip + c0f_]);
+  for (auto [w, j] : {std::pair{w_, 2 * m}, std::pair{w2_, 2 * m + 1}}) {
+    const int i = j - 4 * k;
+    if (i < 2) {
+      vpsllw(t_, hv_, 4 - 2 * i);
+    } else if (i == 3) {
+      vpsrlw(t_, hv_, 2);
+    }
+    vpand(t_, i == 2 ? hv_ : t_, ptr[rip + c30_]);
+    vpor(w, w, t_);
+  }
+}
+
+void InterleavedTile::unit_u6(int u) {
   for (int k = 0; k < 2; ++k) {
     vmovdqu(hv_, ptr[hb_ + u * 64 + k * 32]);
     for (int m2 = 0; m2 < 2; ++m2) {
       const int m = 2 * k + m2;
-      vmovdqu(w_, ptr[vals_ + base + m * 32]);
-      vpsrlw(w2_, w_, 4);
-      vpand(w_, w_, ptr[rip + c0f_]);
-      vpand(w2_, w2_, ptr[rip + c0f_]);
-      for (auto [w, j] : {std::pair{w_, 2 * m}, std::pair{w2_, 2 * m + 1}}) {
-        const int i = j - 4 * k;
-        if (i < 2) {
-          vpsllw(t_, hv_, 4 - 2 * i);
-        } else if (i == 3) {
-          vpsrlw(t_, hv_, 2);
-        }
-        vpand(t_, i == 2 ? hv_ : t_, ptr[rip + c30_]);
-        vpor(w, w, t_);
-      }
+      load_u6(u, k, m2);
       for (int col = 0; col < c_.cols; ++col) {
         vpbroadcastd(t_, act_at(col, u, 4 * (2 * m)));
         vpmaddubsw(t_, w_, t_);
@@ -253,7 +292,7 @@ void Avx2InterleavedTile::unit_u6(int u) {
   min_correction(u, w2_);
 }
 
-void Avx2InterleavedTile::unit_u8(int u) {
+void InterleavedTile::unit_u8(int u) {
   const int64_t base = u * group_unit_bytes();
   const int per_scale = 8 / n_sc();  // chunk vectors per scale
   for (int j = 0; j < 8; ++j) {
@@ -282,7 +321,7 @@ void Avx2InterleavedTile::unit_u8(int u) {
   min_correction(u, w_);
 }
 
-void Avx2InterleavedTile::unit_s8(int u) {
+void InterleavedTile::unit_s8(int u) {
   const int64_t base = u * group_unit_bytes();
   for (int j = 0; j < 8; ++j) {
     vmovdqu(w_, ptr[vals_ + base + j * 32]);
@@ -304,11 +343,81 @@ void Avx2InterleavedTile::unit_s8(int u) {
   min_correction(u, w_);
 }
 
-void Avx2InterleavedTile::unit(int u) {
+void InterleavedTile::zero_sums() {
+  for (int col = 0; col < c_.cols; ++col) vpxord(sum(col), sum(col), sum(col));
+}
+
+void InterleavedTile::dots(const Xbyak::Ymm& w, int u, int offset) {
+  for (int col = 0; col < c_.cols; ++col) {
+    vpdpbusd(sum(col), w, ptr_b[act_ + col * c_.act_stride + u * 32 + offset],
+             Xbyak::EvexEncoding);
+  }
+}
+
+// One unit, vnni: each chunk vector's products are one vpdpbusd per column
+// into the int32 sums, finished per scale.
+void InterleavedTile::unit_vnni(int u) {
+  switch (c_.encoding) {
+    case Encoding::kU4:
+    case Encoding::kU5:
+      zero_sums();
+      if (c_.encoding == Encoding::kU5) vmovdqu(hv_, ptr[hb_ + u * 32]);
+      for (int m = 0; m < 4; ++m) {
+        if (c_.encoding == Encoding::kU5) {
+          load_u5(u, m);
+        } else {
+          load_u4(u, m);
+        }
+        dots(w_, u, 4 * m);
+        dots(w2_, u, 16 + 4 * m);
+      }
+      load_scales(u, 0);  // kU5: sv_ is w_
+      for (int col = 0; col < c_.cols; ++col) finish(col, sum(col), u, 0);
+      min_correction(u, c_.encoding == Encoding::kU5 ? w2_ : w_);
+      return;
+    case Encoding::kU6:
+      for (int k = 0; k < 2; ++k) {
+        zero_sums();
+        vmovdqu(hv_, ptr[hb_ + u * 64 + k * 32]);
+        for (int m2 = 0; m2 < 2; ++m2) {
+          const int m = 2 * k + m2;
+          load_u6(u, k, m2);
+          dots(w_, u, 4 * (2 * m));
+          dots(w2_, u, 4 * (2 * m + 1));
+        }
+        load_scales(u, k);  // sv_ is w_
+        for (int col = 0; col < c_.cols; ++col) finish(col, sum(col), u, k);
+      }
+      min_correction(u, w2_);
+      return;
+    default: {  // kU8
+      assert(c_.encoding == Encoding::kU8);
+      const int per_scale = 8 / n_sc();
+      for (int j = 0; j < 8; ++j) {
+        if (j % per_scale == 0) zero_sums();
+        vmovdqu(w_, ptr[vals_ + u * group_unit_bytes() + j * 32]);
+        dots(w_, u, 4 * j);
+        if (j % per_scale == per_scale - 1) {
+          const int h = j / per_scale;
+          load_scales(u, h);
+          for (int col = 0; col < c_.cols; ++col) finish(col, sum(col), u, h);
+        }
+      }
+      min_correction(u, w_);
+      return;
+    }
+  }
+}
+
+void InterleavedTile::unit(int u) {
   if (c_.prefetch > 0) {
     for (int64_t b = 0; b < group_unit_bytes(); b += 64) {
       prefetcht0(ptr[vals_ + u * group_unit_bytes() + c_.prefetch + b]);
     }
+  }
+  if (c_.vnni) {
+    unit_vnni(u);
+    return;
   }
   switch (c_.encoding) {
     case Encoding::kU4: unit_u4(u); break;
@@ -319,12 +428,13 @@ void Avx2InterleavedTile::unit(int u) {
   }
 }
 
-void Avx2InterleavedTile::generate() {
+void InterleavedTile::generate() {
   using Xbyak::Xmm;
   using Xbyak::Ymm;
   const TileConf& c = c_;
   assert(c.cols >= 1 && c.cols <= max_interleaved_cols(c));
   assert(c.rows >= 1 && c.rows <= 8);
+  assert(!c.vnni || c.encoding != Encoding::kS8);
 
   push(y_);
   push(groups_);
@@ -358,7 +468,12 @@ void Avx2InterleavedTile::generate() {
     vpbroadcastd(m0f_, Xmm(m0f_.getIdx()));
   }
   if (c.encoding == Encoding::kU4 || c.encoding == Encoding::kS8) w2_ = take();
-  assert(next + 1 >= column_registers(c) * c.cols);
+  // Column registers: ymm0..next (AVX2); vnni: ymm16-31, then ymm0..next.
+  assert(next + 1 + (c.vnni ? 16 : 0) >= column_registers(c) * c.cols);
+  if (c.vnni && c.rows < 8) {  // the partial group's store mask
+    mov(eax, (1 << c.rows) - 1);
+    kmovw(k1, eax);
+  }
 
   // One row group per pass; the weight pointers end each pass at the next
   // group's planes (the planes are contiguous), the activations restart.
@@ -367,7 +482,13 @@ void Avx2InterleavedTile::generate() {
   mov(act_, ptr[args_ + offsetof(TileArgs, act)]);
   mov(ad_, ptr[args_ + offsetof(TileArgs, act_d)]);
   mov(ac_, ptr[args_ + offsetof(TileArgs, act_corr)]);
-  for (int col = 0; col < c.cols; ++col) vxorps(acc(col), acc(col), acc(col));
+  for (int col = 0; col < c.cols; ++col) {
+    if (c.vnni) {
+      vpxord(acc(col), acc(col), acc(col));
+    } else {
+      vxorps(acc(col), acc(col), acc(col));
+    }
+  }
 
   // K-quant sub-scales: one super-block (8 units) per iteration.
   const int unroll = c.k_scales ? 8 : c.unroll;
@@ -395,11 +516,13 @@ void Avx2InterleavedTile::generate() {
   for (int i = 0; i < rest; ++i) unit(i);
   if (rest > 0) advance(rest);  // never for k_scales (whole super-blocks)
 
-  if (c.rows < 8) vmovdqu(t_, ptr[rip + mask_]);
+  if (c.rows < 8 && !c.vnni) vmovdqu(t_, ptr[rip + mask_]);
   for (int col = 0; col < c.cols; ++col) {
     const Xbyak::Address y = ptr[y_ + col * c.y_stride * 4];
     if (c.rows == 8) {
       vmovups(y, acc(col));
+    } else if (c.vnni) {
+      vmovups(y | k1, acc(col));
     } else {
       vmaskmovps(y, t_, acc(col));
     }
@@ -426,11 +549,14 @@ void Avx2InterleavedTile::generate() {
 }  // namespace
 
 int max_interleaved_cols(const TileConf& conf) {
+  if (conf.vnni) {
+    return std::min(16, (32 - fixed_registers(conf)) / column_registers(conf));
+  }
   return (16 - fixed_registers(conf)) / column_registers(conf);
 }
 
-std::unique_ptr<Tile> make_avx2_interleaved_tile(const TileConf& conf) {
-  return std::make_unique<Avx2InterleavedTile>(conf);
+std::unique_ptr<Tile> make_interleaved_tile(const TileConf& conf) {
+  return std::make_unique<InterleavedTile>(conf);
 }
 
 }  // namespace strata::kernels::jit
