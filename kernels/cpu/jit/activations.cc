@@ -124,7 +124,10 @@ void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
     }
     const float d16 = avx2 ? round_to_f16(dd) : reference::f16_to_f32(reference::f32_to_f16(dd));
     d[u] = d16;
-    if (l.correction == Correction::kZeroPoint) {
+    if (l.int_correction) {
+      const int32_t z_sum = l.zero_point * sum;  // |.| <= 128 * 32 * 127
+      std::memcpy(&corr[u], &z_sum, sizeof z_sum);
+    } else if (l.correction == Correction::kZeroPoint) {
       corr[u] = -static_cast<float>(l.zero_point) * d16 * static_cast<float>(sum);
     } else if (l.correction == Correction::kMin) {
       corr[u] = reference::f16_to_f32(

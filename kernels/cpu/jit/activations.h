@@ -12,7 +12,8 @@
 //   d     [n_rows][l.act_d_stride] f32 scale of each 32-element unit (Q8_K:
 //                                      the 256-element scale, repeated)
 //   corr  [n_rows][l.corr_len] f32     A(k) of packed_weights.h, zero after
-//                                      the last scale
+//                                      the last scale (l.int_correction:
+//                                      int32 z * sum q in the same slots)
 //   f     [n_rows][l.n_in_pad] f32     float kinds: the values F32/F16/BF16
 //                                      represent, zero padded
 // Ownership: ActivationBuffers owns its planes; one matmul at a time.

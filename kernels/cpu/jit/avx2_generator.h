@@ -6,8 +6,9 @@
 // Two generators:
 //   quantized weights (interleaved 8-row groups): make_interleaved_tile,
 //     below, integer dot products against int8 activations, in two
-//     flavours: AVX2 (vpmaddubsw, 16 registers) and AVX-512 VNNI
-//     (TileConf::vnni: vpdpbusd on 256-bit vectors, 32 registers);
+//     flavours: vpmaddubsw (AVX2: 16 registers; AVX-512, TileConf::wide:
+//     32) and AVX-512 VNNI (TileConf::vnni: vpdpbusd, 32 registers), all on
+//     256-bit vectors;
 //   float weights (F32, F16, BF16 rows): make_avx2_tile, one 8-lane f32
 //     accumulator per (row, col), FMA over the row in steps of 8 (F16
 //     widened with vcvtph2ps, BF16 shifted into f32), a horizontal sum
@@ -42,7 +43,9 @@ struct TileConf {
   bool scale_f16 = false;    // interleaved scales and mins are f16
   bool k_scales = false;     // interleaved K-quant sub-scales (packed_weights.h)
   bool signed_scales = false;  // k_scales are i8 (Q6_K), else u8
-  bool vnni = false;         // interleaved: the AVX-512 VNNI flavour
+  bool wide = false;         // interleaved: AVX-512 (EVEX, 32 registers)
+  bool vnni = false;         // interleaved: the AVX-512 VNNI flavour (wide)
+  bool int_correction = false;  // PackedLayout::int_correction (vnni)
   int rows = 1;              // weight rows of the tile
   int cols = 1;              // activation rows of the tile
   int unroll = 1;            // units per loop iteration
@@ -58,7 +61,7 @@ struct TileConf {
   auto key() const {
     return std::make_tuple(static_cast<int>(encoding), paired_scales,
                            correction, min_correction,
-                           interleaved, scale_f16, k_scales, signed_scales, vnni, rows, cols, unroll, prefetch, n_units,
+                           interleaved, scale_f16, k_scales, signed_scales, wide, vnni, int_correction, rows, cols, unroll, prefetch, n_units,
                            unit_bytes, value_stride, act_stride, act_d_stride,
                            act_corr_stride, y_stride);
   }
@@ -85,7 +88,7 @@ struct TileArgs {
 using TileFn = void (*)(const TileArgs*);
 
 // The most rows * cols the register file holds for `conf`'s encoding
-// (interleaved: 8 * max_interleaved_cols; more with conf.vnni, which has
+// (interleaved: 8 * max_interleaved_cols; more with conf.wide, which has
 // 32 vector registers).
 int max_tile(const TileConf& conf);
 
@@ -122,10 +125,17 @@ std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 // no int16 stage, so no overflow bound) whose activation operand is an
 // embedded 4-byte broadcast from memory {1to8}. It needs unsigned weights,
 // so Q8_0 packs as w + 128 (kU8, zero point 128) for this tier
-// (packed_layout); kS8 tiles are never vnni. The column registers (f32
+// (packed_layout), and 128 * sum q_a (conf.int_correction) is subtracted
+// from the int32 sums, so its results equal the signed kernel's bit for
+// bit; kS8 tiles are never vnni. The column registers (f32
 // accumulator, int32 sum) live in ymm16-31 and what the fixed ones leave
 // of ymm0-15, so a tile holds up to 13 columns; partial groups store
 // through an opmask.
+//
+// conf.wide without vnni (the kAvx512 tier: AVX-512 F/BW/VL/DQ): the
+// vpmaddubsw scheme above with the column registers in ymm16-31 and the
+// rest of ymm0-15 (EVEX encodings), so a tile holds up to 8-9 columns
+// instead of 3-5, and the scale and correction broadcasts are embedded.
 int max_interleaved_cols(const TileConf& conf);
 std::unique_ptr<Tile> make_interleaved_tile(const TileConf& conf);
 

@@ -53,10 +53,10 @@ class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
                      act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, hb_ = r11,
                      y_ = rbx, groups_ = r12;
 
-  // Column register i: ymm i (AVX2); vnni: ymm16-31 first, then ymm0 up
+  // Column register i: ymm i (AVX2); wide: ymm16-31 first, then ymm0 up
   // (the fixed registers are taken from ymm15 down).
   Xbyak::Ymm col_reg(int i) const {
-    if (!c_.vnni) return Xbyak::Ymm(i);
+    if (!c_.wide) return Xbyak::Ymm(i);
     return Xbyak::Ymm(i < 16 ? 16 + i : i - 16);
   }
   Xbyak::Ymm acc(int col) const { return col_reg(col); }
@@ -123,11 +123,12 @@ void InterleavedTile::load_scales(int u, int h) {
 }
 
 void InterleavedTile::finish(int col, const Xbyak::Ymm& s, int u, int h) {
-  vcvtdq2ps(s, s);
   const int64_t d_off = (col * c_.act_d_stride + u) * 4;
   const int64_t c_off = (col * c_.act_corr_stride + int64_t{u} * n_sc() + h) * 4;
-  const bool zero_point = c_.correction && !c_.min_correction;
-  if (c_.vnni) {  // embedded broadcasts
+  if (c_.int_correction) vpsubd(s, s, ptr_b[ac_ + c_off]);  // - z sum q_a
+  vcvtdq2ps(s, s);
+  const bool zero_point = c_.correction && !c_.min_correction && !c_.int_correction;
+  if (c_.wide) {  // embedded broadcasts
     vmulps(t_, sv_, ptr_b[ad_ + d_off]);
     vfmadd231ps(acc(col), s, t_);
     if (zero_point) vfmadd231ps(acc(col), sv_, ptr_b[ac_ + c_off]);
@@ -435,6 +436,7 @@ void InterleavedTile::generate() {
   assert(c.cols >= 1 && c.cols <= max_interleaved_cols(c));
   assert(c.rows >= 1 && c.rows <= 8);
   assert(!c.vnni || c.encoding != Encoding::kS8);
+  assert(!c.vnni || c.wide);
 
   push(y_);
   push(groups_);
@@ -468,9 +470,9 @@ void InterleavedTile::generate() {
     vpbroadcastd(m0f_, Xmm(m0f_.getIdx()));
   }
   if (c.encoding == Encoding::kU4 || c.encoding == Encoding::kS8) w2_ = take();
-  // Column registers: ymm0..next (AVX2); vnni: ymm16-31, then ymm0..next.
-  assert(next + 1 + (c.vnni ? 16 : 0) >= column_registers(c) * c.cols);
-  if (c.vnni && c.rows < 8) {  // the partial group's store mask
+  // Column registers: ymm0..next (AVX2); wide: ymm16-31, then ymm0..next.
+  assert(next + 1 + (c.wide ? 16 : 0) >= column_registers(c) * c.cols);
+  if (c.wide && c.rows < 8) {  // the partial group's store mask
     mov(eax, (1 << c.rows) - 1);
     kmovw(k1, eax);
   }
@@ -483,7 +485,7 @@ void InterleavedTile::generate() {
   mov(ad_, ptr[args_ + offsetof(TileArgs, act_d)]);
   mov(ac_, ptr[args_ + offsetof(TileArgs, act_corr)]);
   for (int col = 0; col < c.cols; ++col) {
-    if (c.vnni) {
+    if (c.wide) {
       vpxord(acc(col), acc(col), acc(col));
     } else {
       vxorps(acc(col), acc(col), acc(col));
@@ -516,12 +518,12 @@ void InterleavedTile::generate() {
   for (int i = 0; i < rest; ++i) unit(i);
   if (rest > 0) advance(rest);  // never for k_scales (whole super-blocks)
 
-  if (c.rows < 8 && !c.vnni) vmovdqu(t_, ptr[rip + mask_]);
+  if (c.rows < 8 && !c.wide) vmovdqu(t_, ptr[rip + mask_]);
   for (int col = 0; col < c.cols; ++col) {
     const Xbyak::Address y = ptr[y_ + col * c.y_stride * 4];
     if (c.rows == 8) {
       vmovups(y, acc(col));
-    } else if (c.vnni) {
+    } else if (c.wide) {
       vmovups(y | k1, acc(col));
     } else {
       vmaskmovps(y, t_, acc(col));
@@ -549,7 +551,7 @@ void InterleavedTile::generate() {
 }  // namespace
 
 int max_interleaved_cols(const TileConf& conf) {
-  if (conf.vnni) {
+  if (conf.wide) {
     return std::min(16, (32 - fixed_registers(conf)) / column_registers(conf));
   }
   return (16 - fixed_registers(conf)) / column_registers(conf);

@@ -41,7 +41,7 @@ KernelParams default_params(GgmlType type, IsaTier tier) {
     const bool u5 = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
                     type == GgmlType::kQ5_K;
     p.cols = u5 ? 3 : 4;
-    if (tier == IsaTier::kAvx512Vnni) p.cols = 8;  // holds 13 (32 registers)
+    if (tier != IsaTier::kAvx2) p.cols = 8;  // 32 registers: up to 8-13
     p.unroll = 1;
     p.prefetch = 1024;  // decode: 13.5 -> 19-22 GB/s on Q4_0 (bench/matmul_bench)
   }
@@ -61,7 +61,7 @@ TileFn KernelCache::get(const TileConf& conf) {
     t = conf.interleaved ? make_interleaved_tile(conf) : make_avx2_tile(conf);
     if (perf_map_enabled()) {
       perf_map_add(reinterpret_cast<const void*>(t->fn()), t->code_bytes(),
-                   absl::StrCat("strata_", conf.vnni ? "vnni_" : "", encoding_name(conf.encoding), "_r", conf.rows,
+                   absl::StrCat("strata_", conf.vnni ? "vnni_" : conf.wide ? "avx512_" : "", encoding_name(conf.encoding), "_r", conf.rows,
                                 "c", conf.cols, "_in", conf.n_units * (conf.interleaved ? 32 : 8), "_out",
                                 conf.y_stride));
     }
@@ -86,10 +86,10 @@ std::string kernel_name(GgmlType type, IsaTier tier) {
                            : 256;
   const absl::StatusOr<PackedLayout> l = packed_layout(type, n_in, 1, tier);
   if (!l.ok()) return "reference";
-  // Interleaved (quantized) layouts have a VNNI flavour; the rest run the
-  // AVX2 generator on every tier.
-  const bool vnni = tier == IsaTier::kAvx512Vnni && l->row_group > 1;
-  std::string s = absl::StrCat(vnni ? "avx512vnni " : "avx2 ",
+  // Interleaved (quantized) layouts have AVX-512 and VNNI flavours; the
+  // rest run the AVX2 generator on every tier.
+  const bool own = tier != IsaTier::kAvx2 && l->row_group > 1;
+  std::string s = absl::StrCat(own ? isa_name(tier) : "avx2", " ",
                                encoding_name(l->encoding), "x", act_name(l->act));
   if (l->correction == Correction::kZeroPoint) {
     absl::StrAppend(&s, " zero point ", l->zero_point);
@@ -98,7 +98,7 @@ std::string kernel_name(GgmlType type, IsaTier tier) {
   }
   if (l->paired_scales) absl::StrAppend(&s, ", 2 scales/32");
   if (l->row_group > 1) absl::StrAppend(&s, ", ", l->row_group, "-row interleaved");
-  if (tier != IsaTier::kAvx2 && !vnni) {
+  if (tier != IsaTier::kAvx2 && !own) {
     absl::StrAppend(&s, " (no ", isa_name(tier),
                     " generator for this type; the avx2 one runs)");
   }
@@ -116,7 +116,9 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.scale_f16 = l.scale_f16;
   c.k_scales = l.k_scales;
   c.signed_scales = l.type == GgmlType::kQ6_K;
+  c.wide = tier_ != IsaTier::kAvx2 && c.interleaved;
   c.vnni = tier_ == IsaTier::kAvx512Vnni && c.interleaved;
+  c.int_correction = l.int_correction;
   c.rows = rows;
   c.cols = cols;
   c.unroll = l.k_scales ? 8 : params_.unroll;  // k_scales: a super-block per iteration

@@ -22,7 +22,8 @@
 //   kU6  Q6_K's 0..63 as low nibbles (16 bytes) plus 2-bit high parts.
 //   kU8  32 bytes, unsigned: 0..24 (MXFP4 as table value + 12), or
 //        0..255 (Q8_0 as w + 128 for the AVX-512 VNNI tier, whose
-//        vpdpbusd takes unsigned weights; zero point 128).
+//        vpdpbusd takes unsigned weights; zero point 128, applied to the
+//        integer sums: PackedLayout::int_correction).
 //   kS8  32 bytes, signed (Q8_0, the other tiers).
 //
 // Interleaving: rows are taken eight at a time (a row group; the last one
@@ -117,6 +118,12 @@ struct PackedLayout {
   int64_t n_groups = 0;        // ceil(n_out / row_group)
   bool scale_f16 = false;      // scales and mins are f16
   bool k_scales = false;       // K-quant sub-scales (above)
+  // Zero point applied to the integer sums (Q8_0 on kAvx512Vnni): the
+  // activations' correction plane holds int32 z * sum q per scale instead
+  // of the f32 A(k), and the kernel subtracts it before the conversion to
+  // f32, so the result is exactly that of the signed products (a float
+  // correction cancels two terms up to 128 / |w| times the result's size).
+  bool int_correction = false;
 };
 
 // The layout for `type` as the kernels of `tier` read it (the same for

@@ -247,12 +247,13 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   // 1. Prefill tile shape (and activation block).
   const bool fl = l.unit_elems == 8;
   // Interleaved: 8-row groups by as many columns as the tier's registers
-  // hold (AVX2 up to 5, VNNI up to 13).
+  // hold (AVX2 up to 5, AVX-512 8-9, VNNI 13).
   std::vector<std::pair<int, int>> group_tiles;
   if (l.row_group > 1) {
     TileConf probe;
     probe.encoding = l.encoding;
     probe.interleaved = true;
+    probe.wide = tier_ != IsaTier::kAvx2;
     probe.vnni = tier_ == IsaTier::kAvx512Vnni;
     for (int c : {2, 3, 4, 5, 6, 8, 10, 12}) {
       if (c <= max_interleaved_cols(probe)) group_tiles.emplace_back(8, c);

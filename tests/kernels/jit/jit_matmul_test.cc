@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -155,6 +156,7 @@ TEST_P(JitMatmulTest, EqualsReferenceOnRaggedShapes) {
     c.encoding = layout.encoding;
     c.paired_scales = layout.paired_scales;
     c.interleaved = layout.row_group > 1;
+    c.wide = tier != IsaTier::kAvx2 && c.interleaved;
     c.vnni = tier == IsaTier::kAvx512Vnni && c.interleaved;
     return max_tile(c);
   }();
@@ -258,6 +260,46 @@ TEST(JitMatmul, RefusesTilesBeyondTheRegisterFile) {
     EXPECT_EQ(mm.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(mm.status().message().find("accumulators"), std::string::npos)
         << mm.status();
+  }
+}
+
+// Every tier computes the same integer sums exactly and finishes them with
+// the same f32 operations in the same order, so the tiers' outputs are
+// equal bit for bit (Q8_0 on VNNI too: its zero point of 128 is taken off
+// the int32 sums), whatever the tile shape.
+TEST(JitMatmul, TiersAgreeBitForBit) {
+  if (!cpu_has(IsaTier::kAvx512)) GTEST_SKIP() << "this CPU lacks the avx512 tier";
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kQ8_0, GgmlType::kMXFP4, GgmlType::kQ4_K,
+                        GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const int64_t n_in = ggml_type_info(type).block_size == 256 ? 512 : 160;
+    const Matrix m = random_matrix(type, n_in, 45, rng);
+    const int64_t n_rows = 37;
+    const std::vector<float> x = random_activations(n_rows, n_in, rng);
+    JitScratch scratch(n_rows, n_in);
+    std::vector<float> want;
+    for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512, IsaTier::kAvx512Vnni}) {
+      if (!cpu_has(t)) continue;
+      for (int cols : {1, 3, 7}) {
+        KernelParams p = default_params(type, t);
+        p.cols = std::min(cols, t == IsaTier::kAvx2 ? 3 : 7);
+        auto mm = JitMatmul::create(m.view(), t, p, nullptr, pool);
+        ASSERT_TRUE(mm.ok()) << mm.status();
+        std::vector<float> y(static_cast<size_t>(n_rows * m.n_out));
+        for (int64_t rows : {n_rows, int64_t{1}}) {  // prefill, then decode of row 0
+          (*mm)->run(x.data(), rows, y.data(), scratch, pool);
+          if (want.empty()) want = y;
+          for (int64_t i = 0; i < rows * m.n_out; ++i) {
+            ASSERT_EQ(std::memcmp(&y[i], &want[i], 4), 0)
+                << ggml_type_info(type).name << " " << isa_name(t) << " cols=" << p.cols
+                << " rows=" << rows << " output " << i << ": " << y[i]
+                << ", avx2 " << want[i];
+          }
+        }
+      }
+    }
   }
 }
 
