@@ -41,6 +41,14 @@
 //   single ops  8 independent instances of one instruction: vpmaddubsw,
 //               vpmaddwd, vpsignb, vpaddw, vpxor, vpabsb, vpand,
 //               vfmadd231ps, vcvtph2ps
+//
+// Mixes of the AVX-512 VNNI kernels (run only where the CPU has the tier):
+//   vnni u8     per 4 weight bytes x 8 rows, 8 columns of vpdpbusd with
+//               the activations as an embedded {1to8} broadcast from
+//               memory (256 multiply-adds): Q8_0 (as w + 128) and MXFP4
+//   vnni u4     per 32 weight bytes: vpsrlw, 2 vpand, then 8 columns x 2
+//               vpdpbusd with broadcasts (512 multiply-adds)
+//   vpdpbusd x8 8 independent vpdpbusd, registers only
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -83,6 +91,7 @@ struct Mix {
   int instructions;    // per iteration, loop control excluded
   int macs;            // multiply-adds per iteration (0: not a dot mix)
   std::function<void(Loop&)> body;
+  bool vnni = false;   // needs AVX-512 VNNI + VL
 };
 
 double seconds_of(LoopFn f, int64_t iters, int reps) {
@@ -274,6 +283,27 @@ std::vector<Mix> mixes() {
   single("vpand", [](Loop& g, const Ymm& d) { g.vpand(d, Ymm(14), Ymm(15)); });
   single("vfmadd231ps", [](Loop& g, const Ymm& d) { g.vfmadd231ps(d, Ymm(13), Ymm(15)); });
   single("vcvtph2ps", [](Loop& g, const Ymm& d) { g.vcvtph2ps(d, Xbyak::Xmm(14)); });
+  // VNNI: accumulators ymm0..7, weights ymm12, ymm13 (ymm14 the packed
+  // nibbles), activations broadcast from scratch().
+  m.push_back({"vnni u8 8 cols", 8, 256, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    for (int c = 0; c < 8; ++c) {
+      g.vpdpbusd(Ymm(c), Ymm(14), g.ptr_b[g.rdx + 4 * c], Xbyak::EvexEncoding);
+    }
+  }, true});
+  m.push_back({"vnni u4 8 cols", 3 + 16, 512, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    g.vpsrlw(Ymm(13), Ymm(14), 4);
+    g.vpand(Ymm(12), Ymm(14), Ymm(15));
+    g.vpand(Ymm(13), Ymm(13), Ymm(15));
+    for (int c = 0; c < 8; ++c) {
+      g.vpdpbusd(Ymm(c), Ymm(12), g.ptr_b[g.rdx + 4 * c], Xbyak::EvexEncoding);
+      g.vpdpbusd(Ymm(c), Ymm(13), g.ptr_b[g.rdx + 64 + 4 * c], Xbyak::EvexEncoding);
+    }
+  }, true});
+  m.push_back({"vpdpbusd x8", 8, 0, [](Loop& g) {
+    for (int a = 0; a < 8; ++a) g.vpdpbusd(Ymm(a), Ymm(13), Ymm(14), Xbyak::EvexEncoding);
+  }, true});
   return m;
 }
 
@@ -298,7 +328,9 @@ int main(int argc, char** argv) {
   std::printf("core clock (dependent adds): %.2f GHz\n", ghz);
   std::printf("%-18s %8s %14s %12s %14s\n", "mix", "instr", "cycles/iter", "instr/cycle",
               "MAC/cycle");
+  const bool vnni = strata::kernels::cpu_has(strata::kernels::IsaTier::kAvx512Vnni);
   for (const Mix& mix : mixes()) {
+    if (mix.vnni && !vnni) continue;
     Loop loop(mix.body);
     const double s = seconds_of(loop.fn(), iters, reps);
     const double cycles = s * ghz * 1e9 / static_cast<double>(iters);

@@ -41,7 +41,12 @@ KernelParams default_params(GgmlType type, IsaTier tier) {
     const bool u5 = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
                     type == GgmlType::kQ5_K;
     p.cols = u5 ? 3 : 4;
-    if (tier != IsaTier::kAvx2) p.cols = 8;  // 32 registers: up to 8-13
+    // 32 registers: AVX-512 holds 8-9 columns; VNNI 13, and takes 12 by
+    // default: a unit's 8 vpdpbusd into one column's sum are a dependency
+    // chain (latency about 5 cycles), and only 10 or more columns cover it
+    // (bench/isa_throughput's "vnni u4" mix).
+    if (tier == IsaTier::kAvx512) p.cols = 8;
+    if (tier == IsaTier::kAvx512Vnni) p.cols = 12;
     p.unroll = 1;
     p.prefetch = 1024;  // decode: 13.5 -> 19-22 GB/s on Q4_0 (bench/matmul_bench)
   }
