@@ -98,16 +98,14 @@ STRATA_JIT_AVX2 int sum16(const int8_t* q) {
 }
 
 // The scale and correction of unit u of a Q8_0 / Q8_1 row: d (f16-rounded,
-// d16) and A(u): -z d sum q (zero point; l.int_correction: int32 z sum q)
-// or Q8_1's s16 = f16(d_unrounded sum q), which the caller rounds.
+// d16) and int32 A_z(u) = z sum q (zero point) or A(u) = Q8_1's s16 =
+// f16(d_unrounded sum q), which the caller rounds.
 inline void store_q8_32_unit(const PackedLayout& l, int64_t u, float d16,
                              int sum, float s16, float* d, float* corr) {
   d[u] = d16;
-  if (l.int_correction) {
+  if (l.correction == Correction::kZeroPoint) {
     const int32_t z_sum = l.zero_point * sum;  // |.| <= 128 * 32 * 127
     std::memcpy(&corr[u], &z_sum, sizeof z_sum);
-  } else if (l.correction == Correction::kZeroPoint) {
-    corr[u] = -static_cast<float>(l.zero_point) * d16 * static_cast<float>(sum);
   } else if (l.correction == Correction::kMin) {
     corr[u] = s16;
   }
@@ -155,7 +153,7 @@ void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,
 }
 
 // Q8_K of one row: per 256 elements; corrections per unit (K min:
-// d sum q) or per 16 elements (Q6_K zero point: -32 d sum q).
+// d sum q) or per 16 elements (Q6_K zero point: int32 32 sum q).
 void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
                    float* corr) {
   static const bool avx2 = cpu_features().avx2;
@@ -204,11 +202,13 @@ void quantize_q8_k(const PackedLayout& l, const float* x, int8_t* q, float* d,
       } else {
         for (int j = 0; j < group; ++j) sum += qb[g * group + j];
       }
-      const float a = dd * static_cast<float>(sum);
-      corr[sb * (256 / group) + g] =
-          l.correction == Correction::kZeroPoint
-              ? -static_cast<float>(l.zero_point) * a
-              : a;
+      float* c = &corr[sb * (256 / group) + g];
+      if (l.correction == Correction::kZeroPoint) {
+        const int32_t z_sum = l.zero_point * sum;
+        std::memcpy(c, &z_sum, sizeof z_sum);
+      } else {
+        *c = dd * static_cast<float>(sum);
+      }
     }
   }
 }

@@ -11,9 +11,10 @@
 //   q     [n_rows][l.n_in] int8        (quantized kinds)
 //   d     [n_rows][l.act_d_stride] f32 scale of each 32-element unit (Q8_K:
 //                                      the 256-element scale, repeated)
-//   corr  [n_rows][l.corr_len] f32     A(k) of packed_weights.h, zero after
-//                                      the last scale (l.int_correction:
-//                                      int32 z * sum q in the same slots)
+//   corr  [n_rows][l.corr_len] f32     A(u) of packed_weights.h (min
+//                                      correction) or int32 A_z(k) = z sum q
+//                                      (zero point), zero after the last
+//                                      scale
 //   f     [n_rows][l.n_in_pad] f32     float kinds: the values F32/F16/BF16
 //                                      represent, zero padded
 // Ownership: ActivationBuffers owns its planes; one matmul at a time.

@@ -45,7 +45,6 @@ struct TileConf {
   bool signed_scales = false;  // k_scales are i8 (Q6_K), else u8
   bool wide = false;         // interleaved: AVX-512 (EVEX, 32 registers)
   bool vnni = false;         // interleaved: the AVX-512 VNNI flavour (wide)
-  bool int_correction = false;  // PackedLayout::int_correction (vnni)
   int rows = 1;              // weight rows of the tile
   int cols = 1;              // activation rows of the tile
   int unroll = 1;            // units per loop iteration
@@ -61,7 +60,7 @@ struct TileConf {
   auto key() const {
     return std::make_tuple(static_cast<int>(encoding), paired_scales,
                            correction, min_correction,
-                           interleaved, scale_f16, k_scales, signed_scales, wide, vnni, int_correction, rows, cols, unroll, prefetch, n_units,
+                           interleaved, scale_f16, k_scales, signed_scales, wide, vnni, rows, cols, unroll, prefetch, n_units,
                            unit_bytes, value_stride, act_stride, act_d_stride,
                            act_corr_stride, y_stride);
   }
@@ -107,13 +106,14 @@ std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 // Interleaved tiles (conf.interleaved; interleaved_generator.cc): one
 // 8-row group (rows = 8, or the n_out % 8 rows of the last group) by `cols`
 // activation rows. The weight arguments point at the group's planes; the
-// correction is applied unit by unit (TileArgs::wcorr: the group's min
-// plane; zero points reuse the scales). Per unit, for each 32-byte chunk
+// min correction is applied unit by unit (TileArgs::wcorr: the group's min
+// plane). Per unit, for each 32-byte chunk
 // vector j and activation row c: vpbroadcastd of activation bytes
 // 4j..4j+3, vpmaddubsw against the chunk (kS8: |w| against sign(a, w)),
 // int16 sums of as many products as cannot overflow (kU4: the whole unit,
 // 8 x 2 x 15 x 127 < 2^15; kU5: four; kU6, kU8: two; kS8: one), vpmaddwd to
-// int32, vcvtdq2ps
+// int32, a zero point's z sum q_a (an int32 from the activations) taken
+// off with vpsubd, vcvtdq2ps
 // and one FMA by (8 rows' scales) x d_a into the column's accumulator, whose
 // lanes are the 8 rows: no horizontal sums, one store per column (masked
 // for a partial group). The tile then goes on to the next row group while
@@ -125,16 +125,17 @@ std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 // no int16 stage, so no overflow bound) whose activation operand is an
 // embedded 4-byte broadcast from memory {1to8}. It needs unsigned weights,
 // so Q8_0 packs as w + 128 (kU8, zero point 128) for this tier
-// (packed_layout), and 128 * sum q_a (conf.int_correction) is subtracted
-// from the int32 sums, so its results equal the signed kernel's bit for
-// bit; kS8 tiles are never vnni. The column registers (f32
+// (packed_layout), and 128 * sum q_a is taken off the int32 sums as every
+// zero point is, so its results equal the signed kernel's bit for bit; kS8
+// tiles are never vnni. The column registers (f32
 // accumulator, int32 sum) live in ymm16-31 and what the fixed ones leave
-// of ymm0-15, so a tile holds up to 13 columns; partial groups store
+// of ymm0-15, so a tile holds up to 13 columns (14 for kU8); partial groups store
 // through an opmask.
 //
 // conf.wide without vnni (the kAvx512 tier: AVX-512 F/BW/VL/DQ): the
 // vpmaddubsw scheme above with the column registers in ymm16-31 and the
-// rest of ymm0-15 (EVEX encodings), so a tile holds up to 8-9 columns
+// rest of ymm0-15 (EVEX encodings), so a tile holds up to 13 columns (9
+// for kU5 and kU8, which keep an int16 and an int32 sum per column)
 // instead of 3-5, and the scale and correction broadcasts are embedded.
 int max_interleaved_cols(const TileConf& conf);
 std::unique_ptr<Tile> make_interleaved_tile(const TileConf& conf);

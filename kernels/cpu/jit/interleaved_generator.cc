@@ -1,5 +1,5 @@
-// The generator of interleaved matmul tiles (Xbyak), AVX2 + FMA and
-// AVX-512 VNNI: one 8-row group of the interleaved layout
+// The generator of interleaved matmul tiles (Xbyak), AVX2 + FMA, AVX-512
+// (32 registers) and AVX-512 VNNI: one 8-row group of the interleaved layout
 // (packed_weights.h) by `cols` activation rows; see avx2_generator.h for
 // the scheme. The idea of interleaving rows
 // so that one vpmaddubsw feeds several rows is ggml-cpu's repacked
@@ -93,7 +93,7 @@ class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void unit_vnni(int u);
   // Loads the 8 rows' scale h of unit u into sv (f16 or f32).
   void load_scales(int u, int h);
-  // acc(col) += f32(int32 sums s) * (sv * d_a) (+ the zero-point term).
+  // acc(col) += f32(int32 sums s - z sum q_a (zero points)) * (sv * d_a).
   void finish(int col, const Xbyak::Ymm& s, int u, int h);
   void min_correction(int u, const Xbyak::Ymm& mv);
 
@@ -125,22 +125,22 @@ void InterleavedTile::load_scales(int u, int h) {
 void InterleavedTile::finish(int col, const Xbyak::Ymm& s, int u, int h) {
   const int64_t d_off = (col * c_.act_d_stride + u) * 4;
   const int64_t c_off = (col * c_.act_corr_stride + int64_t{u} * n_sc() + h) * 4;
-  if (c_.int_correction) vpsubd(s, s, ptr_b[ac_ + c_off]);  // - z sum q_a
+  if (c_.correction && !c_.min_correction) {  // zero point: - z sum q_a
+    if (c_.wide) {
+      vpsubd(s, s, ptr_b[ac_ + c_off]);
+    } else {
+      vpbroadcastd(t_, ptr[ac_ + c_off]);
+      vpsubd(s, s, t_);
+    }
+  }
   vcvtdq2ps(s, s);
-  const bool zero_point = c_.correction && !c_.min_correction && !c_.int_correction;
-  if (c_.wide) {  // embedded broadcasts
+  if (c_.wide) {  // embedded broadcast
     vmulps(t_, sv_, ptr_b[ad_ + d_off]);
-    vfmadd231ps(acc(col), s, t_);
-    if (zero_point) vfmadd231ps(acc(col), sv_, ptr_b[ac_ + c_off]);
-    return;
+  } else {
+    vbroadcastss(t_, ptr[ad_ + d_off]);
+    vmulps(t_, t_, sv_);
   }
-  vbroadcastss(t_, ptr[ad_ + d_off]);
-  vmulps(t_, t_, sv_);
   vfmadd231ps(acc(col), s, t_);
-  if (zero_point) {
-    vbroadcastss(t_, ptr[ac_ + c_off]);
-    vfmadd231ps(acc(col), sv_, t_);
-  }
 }
 
 void InterleavedTile::min_correction(int u, const Xbyak::Ymm& mv) {

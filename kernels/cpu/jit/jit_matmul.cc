@@ -41,7 +41,7 @@ KernelParams default_params(GgmlType type, IsaTier tier) {
     const bool u5 = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
                     type == GgmlType::kQ5_K;
     p.cols = u5 ? 3 : 4;
-    // 32 registers: AVX-512 holds 8-9 columns; VNNI 13, and takes 12 by
+    // 32 registers: AVX-512 holds 9-13 columns; VNNI 13-14, and takes 12 by
     // default: a unit's 8 vpdpbusd into one column's sum are a dependency
     // chain (latency about 5 cycles), and only 10 or more columns cover it
     // (bench/isa_throughput's "vnni u4" mix).
@@ -123,7 +123,6 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.signed_scales = l.type == GgmlType::kQ6_K;
   c.wide = tier_ != IsaTier::kAvx2 && c.interleaved;
   c.vnni = tier_ == IsaTier::kAvx512Vnni && c.interleaved;
-  c.int_correction = l.int_correction;
   c.rows = rows;
   c.cols = cols;
   c.unroll = l.k_scales ? 8 : params_.unroll;  // k_scales: a super-block per iteration

@@ -391,7 +391,6 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
       if (tier == IsaTier::kAvx512Vnni) {
         l.encoding = Encoding::kU8;
         l.correction = Correction::kZeroPoint; l.zero_point = 128;
-        l.int_correction = true;
       } else {
         l.encoding = Encoding::kS8;
       }

@@ -6,12 +6,14 @@
 // type-specific part is here, in plain C++, run once per matrix.
 //
 // A quantized row's value is
-//   y = sum_u sum_e s_w(u, e) * d_a(u) * q_w(u, e) * q_a(u, e)      (main)
-//     + sum_k P_w(k) * A(k)                                  (correction)
-// with q_a the int8 activations and d_a their scale (activations.h), and the
-// correction term carrying the weights' offsets:
-//   zero point z (Q4_0 8, Q5_0 16, Q6_K 32, MXFP4 12): P_w = the scales,
-//     A(k) = -z d_a sum q_a over the elements of scale k;
+//   y = sum_k s_w(k) * d_a(k) * (sum_e q_w(k, e) * q_a(k, e) - A_z(k))
+//     + sum_u P_w(u) * A(u)                                  (min correction)
+// over the elements e of each scale k, with q_a the int8 activations and
+// d_a their scale (activations.h); the weights' offsets are carried by
+//   zero point z (Q4_0 8, Q5_0 16, Q6_K 32, MXFP4 12, Q8_0 128 on the
+//     VNNI tier): A_z(k) = z sum q_a over the elements of scale k, an
+//     int32 taken off the integer sum, so the sum is exactly ggml's
+//     sum (q_w - z) q_a;
 //   min (Q4_1, Q5_1: +m; Q4_K, Q5_K: -dmin m_j): P_w = the min plane,
 //     A(u) = Q8_1's f16 sum (Q4_1, Q5_1) or d_a sum q_a (Q8_K).
 //
@@ -22,8 +24,7 @@
 //   kU6  Q6_K's 0..63 as low nibbles (16 bytes) plus 2-bit high parts.
 //   kU8  32 bytes, unsigned: 0..24 (MXFP4 as table value + 12), or
 //        0..255 (Q8_0 as w + 128 for the AVX-512 VNNI tier, whose
-//        vpdpbusd takes unsigned weights; zero point 128, applied to the
-//        integer sums: PackedLayout::int_correction).
+//        vpdpbusd takes unsigned weights; zero point 128).
 //   kS8  32 bytes, signed (Q8_0, the other tiers).
 //
 // Interleaving: rows are taken eight at a time (a row group; the last one
@@ -118,12 +119,6 @@ struct PackedLayout {
   int64_t n_groups = 0;        // ceil(n_out / row_group)
   bool scale_f16 = false;      // scales and mins are f16
   bool k_scales = false;       // K-quant sub-scales (above)
-  // Zero point applied to the integer sums (Q8_0 on kAvx512Vnni): the
-  // activations' correction plane holds int32 z * sum q per scale instead
-  // of the f32 A(k), and the kernel subtracts it before the conversion to
-  // f32, so the result is exactly that of the signed products (a float
-  // correction cancels two terms up to 128 / |w| times the result's size).
-  bool int_correction = false;
 };
 
 // The layout for `type` as the kernels of `tier` read it (the same for

@@ -206,7 +206,7 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
       return absl::OkStatus();
     }
   }
-  const KernelParams defaults = default_params(l.type, tier_);
+  const KernelParams defaults = default_params(l.type, m.tier());
   if (seconds_ >= options_.budget_s) {
     ++over_budget_;
     return m.set_params(defaults);
@@ -247,14 +247,14 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   // 1. Prefill tile shape (and activation block).
   const bool fl = l.unit_elems == 8;
   // Interleaved: 8-row groups by as many columns as the tier's registers
-  // hold (AVX2 up to 5, AVX-512 8-9, VNNI 13).
+  // hold, up to 12 (AVX2 3-5, AVX-512 9-13, VNNI 13-14).
   std::vector<std::pair<int, int>> group_tiles;
   if (l.row_group > 1) {
     TileConf probe;
     probe.encoding = l.encoding;
     probe.interleaved = true;
-    probe.wide = tier_ != IsaTier::kAvx2;
-    probe.vnni = tier_ == IsaTier::kAvx512Vnni;
+    probe.wide = m.tier() != IsaTier::kAvx2;
+    probe.vnni = m.tier() == IsaTier::kAvx512Vnni;
     for (int c : {2, 3, 4, 5, 6, 8, 10, 12}) {
       if (c <= max_interleaved_cols(probe)) group_tiles.emplace_back(8, c);
     }

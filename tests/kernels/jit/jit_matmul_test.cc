@@ -226,7 +226,7 @@ TEST(JitMatmul, Q8_0WithMinus128EqualsReference) {
                     .ok());
   }
   double worst = 0.0;
-  for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512Vnni}) {
+  for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512, IsaTier::kAvx512Vnni}) {
     if (!cpu_has(t)) continue;  // the tiers test above says so
     check(m, t, default_params(GgmlType::kQ8_0, t),
           std::string("Q8_0 with -128, ") + isa_name(t), &worst);
