@@ -81,6 +81,9 @@ class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void unit_u6(int u);
   void unit_u8(int u);
   void unit_s8(int u);
+  // int32 s (=, when `first`, else +=) the pair sums of the int16 lanes of
+  // t (vpmaddwd against ones_; t is clobbered).
+  void widen_into(const Xbyak::Ymm& s, const Xbyak::Ymm& t, bool first);
   // The chunk vectors of one load into w_ (low nibbles) and w2_ (high):
   // kU4 (load m), kU5 (load m, with the fifth bits), kU6 (half k, load m2).
   void load_u4(int u, int m);
@@ -230,12 +233,7 @@ void InterleavedTile::unit_u5(int u) {
     load_u5(u, m);
     nibble_products(u, m, m % 2 == 0);
     for (int col = 0; col < c_.cols && m % 2 == 1; ++col) {
-      if (m == 1) {
-        vpmaddwd(sum32(col), sum(col), ones_);
-      } else {
-        vpmaddwd(sum(col), sum(col), ones_);
-        vpaddd(sum32(col), sum32(col), sum(col));
-      }
+      widen_into(sum32(col), sum(col), m == 1);
     }
   }
   load_scales(u, 0);  // sv_ is w_ here
@@ -279,18 +277,22 @@ void InterleavedTile::unit_u6(int u) {
         vpbroadcastd(t2_, act_at(col, u, 4 * (2 * m + 1)));
         vpmaddubsw(t2_, w2_, t2_);
         vpaddw(t_, t_, t2_);
-        if (m2 == 0) {
-          vpmaddwd(sum(col), t_, ones_);
-        } else {
-          vpmaddwd(t_, t_, ones_);
-          vpaddd(sum(col), sum(col), t_);
-        }
+        widen_into(sum(col), t_, m2 == 0);
       }
     }
     load_scales(u, k);  // sv_ is w_ here
     for (int col = 0; col < c_.cols; ++col) finish(col, sum(col), u, k);
   }
   min_correction(u, w2_);
+}
+
+void InterleavedTile::widen_into(const Xbyak::Ymm& s, const Xbyak::Ymm& t, bool first) {
+  if (first) {
+    vpmaddwd(s, t, ones_);
+  } else {
+    vpmaddwd(t, t, ones_);
+    vpaddd(s, s, t);
+  }
 }
 
 void InterleavedTile::unit_u8(int u) {
@@ -306,12 +308,7 @@ void InterleavedTile::unit_u8(int u) {
       }
       vpmaddubsw(t_, w_, t_);
       vpaddw(sum(col), sum(col), t_);
-      if (j % per_scale == 1) {
-        vpmaddwd(sum32(col), sum(col), ones_);
-      } else {
-        vpmaddwd(sum(col), sum(col), ones_);
-        vpaddd(sum32(col), sum32(col), sum(col));
-      }
+      widen_into(sum32(col), sum(col), j % per_scale == 1);
     }
     if (j % per_scale == per_scale - 1) {
       const int h = j / per_scale;
@@ -331,12 +328,7 @@ void InterleavedTile::unit_s8(int u) {
       vpbroadcastd(t_, act_at(col, u, 4 * j));
       vpsignb(t_, t_, w_);
       vpmaddubsw(t_, w2_, t_);
-      if (j == 0) {
-        vpmaddwd(sum(col), t_, ones_);
-      } else {
-        vpmaddwd(t_, t_, ones_);
-        vpaddd(sum(col), sum(col), t_);
-      }
+      widen_into(sum(col), t_, j == 0);
     }
   }
   load_scales(u, 0);
