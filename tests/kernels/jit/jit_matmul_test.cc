@@ -151,7 +151,8 @@ TEST_P(JitMatmulTest, EqualsReferenceOnRaggedShapes) {
   // Default parameters, the widest tile, a tall one, and prefetch + unroll.
   const PackedLayout layout =
       *packed_layout(type, shapes_for(type)[0].n_in, 1, tier);
-  const int limit = [&] {
+  // (A structured binding cannot be captured before C++20 in clang 14.)
+  const int limit = [&, tier = tier] {
     TileConf c;
     c.encoding = layout.encoding;
     c.paired_scales = layout.paired_scales;
