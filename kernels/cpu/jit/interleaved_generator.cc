@@ -69,9 +69,12 @@ class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   // points) or per unit (mins).
   int corr_per_unit() const { return c_.min_correction ? 1 : n_sc(); }
   int64_t group_unit_bytes() const { return 8 * c_.unit_bytes; }
-  Xbyak::Address act_at(int col, int u, int offset) const {
-    return ptr[act_ + col * c_.act_stride + u * 32 + offset];
+  // Activation bytes `offset` of unit u of column col: as a vector operand,
+  // or (vnni) as a 4-byte embedded broadcast.
+  Xbyak::RegExp act_exp(int col, int u, int offset) const {
+    return act_ + col * c_.act_stride + u * 32 + offset;
   }
+  Xbyak::Address act_at(int col, int u, int offset) const { return ptr[act_exp(col, u, offset)]; }
 
   void generate();
   void unit(int u);
@@ -342,8 +345,7 @@ void InterleavedTile::zero_sums() {
 
 void InterleavedTile::dots(const Xbyak::Ymm& w, int u, int offset) {
   for (int col = 0; col < c_.cols; ++col) {
-    vpdpbusd(sum(col), w, ptr_b[act_ + col * c_.act_stride + u * 32 + offset],
-             Xbyak::EvexEncoding);
+    vpdpbusd(sum(col), w, ptr_b[act_exp(col, u, offset)], Xbyak::EvexEncoding);
   }
 }
 

@@ -137,6 +137,8 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   return c;
 }
 
+int JitMatmul::max_cols(int rows) const { return max_tile(base_conf(rows, 1)) / rows; }
+
 absl::Status JitMatmul::set_params(const KernelParams& params) {
   const PackedLayout& l = packed_->layout();
   KernelParams p = params;

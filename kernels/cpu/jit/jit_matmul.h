@@ -121,6 +121,9 @@ class JitMatmul {
 
   const PackedLayout& layout() const { return packed_->layout(); }
   IsaTier tier() const { return tier_; }
+  // The most activation rows a prefill tile of `rows` weight rows holds on
+  // this matmul's tier (max_tile / rows).
+  int max_cols(int rows) const;
   const KernelParams& params() const { return params_; }
   const PackedWeights& packed() const { return *packed_; }
 

@@ -250,13 +250,8 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   // hold, up to 12 (AVX2 3-5, AVX-512 9-13, VNNI 13-14).
   std::vector<std::pair<int, int>> group_tiles;
   if (l.row_group > 1) {
-    TileConf probe;
-    probe.encoding = l.encoding;
-    probe.interleaved = true;
-    probe.wide = m.tier() != IsaTier::kAvx2;
-    probe.vnni = m.tier() == IsaTier::kAvx512Vnni;
     for (int c : {2, 3, 4, 5, 6, 8, 10, 12}) {
-      if (c <= max_interleaved_cols(probe)) group_tiles.emplace_back(8, c);
+      if (c <= m.max_cols(l.row_group)) group_tiles.emplace_back(l.row_group, c);
     }
   }
   const std::vector<std::pair<int, int>> tiles =
