@@ -1,5 +1,6 @@
 #include "worker/cpu_weights.h"
 
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -179,6 +180,8 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
                                 kernels::jit::Tuner* tuner,
                                 kernels::jit::JitScratch& scratch,
                                 ThreadPool& pool) {
+  // The matmul each Linear got, writable (Linear holds it const).
+  std::map<const Linear*, kernels::jit::JitMatmul*> attached;
   auto attach = [&](Linear& l, const std::string& name) -> absl::Status {
     if (l.w.data == nullptr || l.jit != nullptr || !kernels::jit::can_pack(l.w.type)) {
       return absl::OkStatus();
@@ -195,6 +198,7 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
         return absl::Status(st.code(), absl::StrCat(name, ": ", st.message()));
       }
     }
+    attached[&l] = m->get();
     l.jit = std::move(*m);
     return absl::OkStatus();
   };
@@ -246,7 +250,28 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
       if (!st.ok()) return st;
     }
   }
-  return attach(w.output, "output");
+  absl::Status st = attach(w.output, "output");
+  if (!st.ok()) return st;
+  // Each matmul learns the one a decode step runs next (forward.cc's
+  // order), so its threads prefetch that one's first bytes as they finish;
+  // the last one's successor is the first one of the next step.
+  std::vector<kernels::jit::JitMatmul*> order;
+  auto add = [&](const Linear& l) {
+    if (auto it = attached.find(&l); it != attached.end() && l.jit != nullptr) {
+      order.push_back(it->second);
+    }
+  };
+  for (const LayerWeights& l : w.layers) {
+    for (const Linear* lin : {&l.wqkv, &l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate_up, &l.w_gate,
+                              &l.w_up, &l.w_down}) {
+      add(*lin);
+    }
+  }
+  add(w.output);
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i]->set_decode_successor(order[(i + 1) % order.size()]);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace strata::worker

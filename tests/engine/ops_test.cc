@@ -264,6 +264,94 @@ TEST(ThreadPool, DynamicGivesASlowThreadLess) {
   EXPECT_GT(done[0].load(), 2 * done[1].load()) << done[0] << " vs " << done[1];
 }
 
+TEST(ThreadPool, OwnedCoversRangeOnceOwnShareFirstInOrder) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 64, 1001}) {
+      for (int64_t min_chunk : {1, 3, 50, 5000}) {
+        std::vector<int> hits(static_cast<size_t>(n), 0);
+        std::vector<std::vector<std::pair<int64_t, int64_t>>> calls(threads);
+        std::vector<int> warmed(threads, 0);
+        pool.parallel_for_owned(
+            n,
+            [&](int64_t b, int64_t e, int t) {
+              // One thread runs the range in one call.
+              if (threads > 1) {
+                EXPECT_LE(e - b, min_chunk);
+              }
+              for (int64_t i = b; i < e; ++i) ++hits[i];
+              calls[t].emplace_back(b, e);
+            },
+            min_chunk, [&](int t) {
+              ++warmed[t];
+              return ThreadPool::WarmPlan{};
+            });
+        for (int h : hits) ASSERT_EQ(h, 1) << n << " " << min_chunk << " " << threads;
+        for (int t = 0; t < threads; ++t) {
+          EXPECT_EQ(warmed[t], 1) << t;
+          // The calls a thread makes inside its own share walk it from its
+          // start, each beginning where the last ended (others take from
+          // its back end).
+          const int64_t own_b = pool.share_begin(n, t), own_e = pool.share_begin(n, t + 1);
+          int64_t at = own_b;
+          for (auto [b, e] : calls[t]) {
+            if (b < own_b || b >= own_e) continue;
+            EXPECT_EQ(b, at) << "thread " << t << " n " << n << " chunk " << min_chunk;
+            at = e;
+          }
+          if (threads == 1) {
+            EXPECT_EQ(at, n);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, OwnedLetsAFastThreadTakeFromASlowOnesShare) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> done[2] = {0, 0};
+  std::atomic<int64_t> taken_from_1{0};
+  pool.parallel_for_owned(
+      400,
+      [&](int64_t b, int64_t e, int t) {
+        // Thread 1 is ten times slower per item.
+        std::this_thread::sleep_for(std::chrono::microseconds((t == 1 ? 500 : 50) * (e - b)));
+        done[t] += e - b;
+        if (t == 0 && b >= pool.share_begin(400, 1)) taken_from_1 += e - b;
+      },
+      4, [](int) { return ThreadPool::WarmPlan{}; });
+  EXPECT_EQ(done[0] + done[1], 400);
+  EXPECT_GT(done[0].load(), 2 * done[1].load()) << done[0] << " vs " << done[1];
+  EXPECT_GT(taken_from_1.load(), 0);
+}
+
+TEST(ThreadPool, OwnedWarmPlanMayOutliveTheCallersFrame) {
+  // A worker prefetches its plan after the loop returns: the plan is copied,
+  // and a loop right after (the plan still being prefetched) runs correctly.
+  std::vector<uint8_t> memory(1 << 20, 1);  // outlives the pool's workers
+  ThreadPool pool(3);
+  for (int loop = 0; loop < 300; ++loop) {
+    std::vector<int> hits(97, 0);
+    pool.parallel_for_owned(
+        static_cast<int64_t>(hits.size()),
+        [&](int64_t b, int64_t e, int) {
+          for (int64_t i = b; i < e; ++i) ++hits[i];
+        },
+        5, [&](int t) {
+          ThreadPool::WarmPlan plan;
+          plan.base[0] = memory.data() + t * 4096;
+          plan.stride[0] = 4096;
+          plan.base[1] = memory.data() + (1 << 19);
+          plan.stride[1] = 64;
+          plan.planes = 2;
+          plan.tiles = 64;
+          return plan;
+        });
+    for (int h : hits) ASSERT_EQ(h, 1);
+  }
+}
+
 }  // namespace
 }  // namespace strata::reference::ops
 

@@ -214,6 +214,37 @@ void JitMatmul::run(const float* x, int64_t n_rows, float* y,
   run_tiles(n_rows, y, acts, pool);
 }
 
+ThreadPool::WarmPlan JitMatmul::decode_warm_plan(int thread, const ThreadPool& pool,
+                                                 int64_t bytes) const {
+  const PackedLayout& l = packed_->layout();
+  const PackedWeights& pw = *packed_;
+  const int64_t R = params_.decode_rows;
+  const int64_t n_tiles = (l.n_out + R - 1) / R;
+  const int64_t t0 = pool.share_begin(n_tiles, thread);
+  ThreadPool::WarmPlan plan;
+  auto add = [&](const uint8_t* plane, int64_t stride) {
+    if (plane == nullptr || stride <= 0) return;
+    plan.base[plan.planes] = plane + t0 * stride;
+    plan.stride[plan.planes] = stride;
+    ++plan.planes;
+  };
+  // Bytes per tile of each plane (run_tiles' args_for).
+  if (l.row_group > 1) {
+    const int64_t es = scale_elem_bytes(l);
+    add(pw.values(), l.value_stride);
+    add(pw.scales(), l.scale_stride * es);
+    add(pw.mins(), l.mins_stride * es);
+    add(pw.hbits(), l.hbit_stride);
+  } else {
+    add(pw.values(), R * l.value_stride);
+  }
+  int64_t per_tile = 0;
+  for (int i = 0; i < plan.planes; ++i) per_tile += plan.stride[i];
+  plan.tiles = std::min(pool.share_begin(n_tiles, thread + 1) - t0,
+                        per_tile > 0 ? (bytes + per_tile - 1) / per_tile : 0);
+  return plan;
+}
+
 void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
                           ThreadPool& pool) const {
   const PackedLayout& l = packed_->layout();
@@ -255,26 +286,31 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
   if (n_rows == 1) {
     const int64_t R = params_.decode_rows;
     const int64_t n_tiles = (n_out + R - 1) / R;
-    pool.parallel_for_dynamic(
-        n_tiles,
-        [&](int64_t b, int64_t e, int) {
-          // Interleaved tiles run the range's whole row groups in one call;
-          // a partial last group (and each float tile) is a call of its own.
-          int64_t t = b;
-          const int64_t full = std::min(e, n_out / R);  // tiles with R rows
-          if (l.row_group > 1 && t < full) {
-            TileArgs a = args_for(t * R, 0);
-            a.groups = full - t;
-            decode_[0](&a);
-            t = full;
-          }
-          for (; t < e; ++t) {
-            const int64_t r0 = t * R;
-            const TileArgs a = args_for(r0, 0);
-            decode_[n_out - r0 < R ? 1 : 0](&a);
-          }
-        },
-        min_chunk(R));
+    auto body = [&](int64_t b, int64_t e, int) {
+      // Interleaved tiles run the range's whole row groups in one call;
+      // a partial last group (and each float tile) is a call of its own.
+      int64_t t = b;
+      const int64_t full = std::min(e, n_out / R);  // tiles with R rows
+      if (l.row_group > 1 && t < full) {
+        TileArgs a = args_for(t * R, 0);
+        a.groups = full - t;
+        decode_[0](&a);
+        t = full;
+      }
+      for (; t < e; ++t) {
+        const int64_t r0 = t * R;
+        const TileArgs a = args_for(r0, 0);
+        decode_[n_out - r0 < R ? 1 : 0](&a);
+      }
+    };
+    // Each thread streams its own share of the row groups in order, then
+    // helps with what is left of the other's; as it finishes it asks for
+    // its share of the next matmul (set_decode_successor).
+    pool.parallel_for_owned(n_tiles, body, min_chunk(R), [&](int thread) {
+      return successor_ != nullptr
+                 ? successor_->decode_warm_plan(thread, pool, kDecodeWarmBytes)
+                 : ThreadPool::WarmPlan{};
+    });
     return;
   }
   const int64_t R = params_.rows;

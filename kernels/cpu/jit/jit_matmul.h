@@ -45,6 +45,11 @@ namespace strata::kernels::jit {
 // generator retunes.
 inline constexpr int kGeneratorVersion = 7;
 
+// Bytes of the next matmul's share a worker thread prefetches after its
+// share of a decode run (set_decode_successor): a few microseconds of the
+// memory's read rate, well inside a core's L2.
+inline constexpr int64_t kDecodeWarmBytes = 192 << 10;
+
 // The tunables of one matmul (the tuner, tuner.h, searches them).
 struct KernelParams {
   int rows = 4;          // prefill tile: weight rows ...
@@ -127,6 +132,21 @@ class JitMatmul {
   const KernelParams& params() const { return params_; }
   const PackedWeights& packed() const { return *packed_; }
 
+  // The matmul a decode step runs after this one (the forward pass's order;
+  // null: none). As each thread finishes its share of a decode run it asks
+  // the caches for the first bytes of its share of `next` (decode_warm_plan):
+  // the caller's thread a few KB, a worker, which would otherwise wait
+  // through the caller's one-thread work (norms, RoPE, softmax), up to
+  // kDecodeWarmBytes until the next loop starts. So the weight stream from
+  // memory does not stop between two matmuls. `next` must outlive this
+  // matmul's runs (or be reset); it changes no result.
+  void set_decode_successor(const JitMatmul* next) { successor_ = next; }
+
+  // What thread `thread` of `pool` reads first in a decode run of this
+  // matmul (its share's first row groups, every plane), up to `bytes`.
+  ThreadPool::WarmPlan decode_warm_plan(int thread, const ThreadPool& pool,
+                                        int64_t bytes) const;
+
  private:
   JitMatmul() = default;
   TileConf base_conf(int rows, int cols) const;
@@ -138,6 +158,7 @@ class JitMatmul {
   std::unique_ptr<KernelCache> own_cache_;
   KernelCache* cache_ = nullptr;
   KernelParams params_;
+  const JitMatmul* successor_ = nullptr;
   // prefill_[tail][c - 1]: tail 0 for `rows` weight rows, 1 for the last
   // n_out % rows; c activation rows.
   TileFn prefill_[2][16] = {};

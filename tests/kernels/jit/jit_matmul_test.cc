@@ -304,6 +304,66 @@ TEST(JitMatmul, TiersAgreeBitForBit) {
   }
 }
 
+// A decode run's warm plan for the next matmul (set_decode_successor)
+// names only bytes of that matmul's planes, from the start of the thread's
+// share, and no more than asked (rounded up to whole row groups).
+TEST(JitMatmul, DecodeWarmPlanStaysInsideTheThreadsShare) {
+  std::mt19937 rng(9);
+  const IsaTier tier = *select_isa();
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ8_0,
+                        GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kF32}) {
+    const int64_t n_in = ggml_type_info(type).block_size == 256 ? 512 : 160;
+    for (int64_t n_out : {int64_t{5}, int64_t{45}, int64_t{203}}) {
+      const Matrix m = random_matrix(type, n_in, n_out, rng);
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        auto mm = JitMatmul::create(m.view(), tier, default_params(type, tier), nullptr, pool);
+        ASSERT_TRUE(mm.ok()) << mm.status();
+        const PackedLayout& l = (*mm)->layout();
+        const PackedWeights& pw = (*mm)->packed();
+        const bool grouped = l.row_group > 1;
+        const std::pair<const uint8_t*, int64_t> planes[] = {
+            {pw.values(), value_plane_bytes(l)},
+            {pw.scales(), grouped ? scale_plane_bytes(l) : 0},
+            {pw.mins(), grouped ? min_plane_bytes(l) : 0},
+            {pw.hbits(), grouped ? hbit_plane_bytes(l) : 0}};
+        const int64_t R = (*mm)->params().decode_rows;
+        const int64_t n_tiles = (n_out + R - 1) / R;
+        for (int t = 0; t < threads; ++t) {
+          for (int64_t bytes : {int64_t{1}, int64_t{4096}, int64_t{1} << 30}) {
+            const ThreadPool::WarmPlan plan = (*mm)->decode_warm_plan(t, pool, bytes);
+            const int64_t share = pool.share_begin(n_tiles, t + 1) - pool.share_begin(n_tiles, t);
+            EXPECT_LE(plan.tiles, share);
+            int64_t per_tile = 0;
+            for (int i = 0; i < plan.planes; ++i) per_tile += plan.stride[i];
+            if (plan.tiles > 0) {
+              EXPECT_LT((plan.tiles - 1) * per_tile, bytes);
+            }
+            if (bytes >= (int64_t{1} << 30)) {
+              EXPECT_EQ(plan.tiles, share);
+            }
+            for (int i = 0; i < plan.planes; ++i) {
+              bool inside = false;
+              for (auto [start, size] : planes) {
+                if (start != nullptr && plan.base[i] >= start &&
+                    plan.base[i] + plan.tiles * plan.stride[i] <= start + size) {
+                  inside = true;
+                }
+              }
+              EXPECT_TRUE(inside) << ggml_type_info(type).name << " n_out " << n_out
+                                  << " thread " << t << " plane " << i;
+            }
+            if (plan.planes > 0 && share > 0) {
+              const int64_t stride0 = grouped ? l.value_stride : R * l.value_stride;
+              EXPECT_EQ(plan.base[0], pw.values() + pool.share_begin(n_tiles, t) * stride0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The VNNI tier's tiles hold more columns (32 registers), but not 14.
 TEST(JitMatmul, VnniTilesHoldThirteenColumns) {
   if (!cpu_has(IsaTier::kAvx512Vnni)) {

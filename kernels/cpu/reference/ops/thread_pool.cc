@@ -1,13 +1,25 @@
 #include "kernels/cpu/reference/ops/thread_pool.h"
 
 #include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cstdint>
 
 namespace strata {
 namespace {
-// Spin iterations before a worker sleeps on the condition variable: long
-// enough to bridge the gap between two ops of one forward pass (a few
-// microseconds), short enough not to burn a shared core while idle.
-constexpr int kSpinIterations = 20000;
+// How long a worker spins for the next loop before it sleeps on the
+// condition variable, and the caller for the workers before it yields: long
+// enough to bridge the one-thread work between two ops of a forward pass
+// and between two decode steps (tens of microseconds; an iteration count
+// was about 6 us here, and the workers slept several times per token), short
+// enough not to burn a core for long once the work stops.
+constexpr auto kSpin = std::chrono::microseconds(500);
+
+// Whether `until` has passed, checked every 64th spin (a clock read costs
+// about as much as 64 pauses).
+inline bool spun_out(int spin, std::chrono::steady_clock::time_point until) {
+  return (spin & 63) == 63 && std::chrono::steady_clock::now() >= until;
+}
 
 // A spin-wait hint to the core (x86 PAUSE); nothing elsewhere.
 inline void cpu_relax() {
@@ -17,7 +29,8 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), shares_(new Share[std::max(1, n_threads)]) {
   workers_.reserve(n_threads_ - 1);
   for (int t = 1; t < n_threads_; ++t) {
     workers_.emplace_back([this, t] { worker_main(t); });
@@ -34,8 +47,52 @@ ThreadPool::~ThreadPool() {
   for (std::thread& w : workers_) w.join();
 }
 
+bool ThreadPool::take(int s, bool front, int64_t* begin, int64_t* end) {
+  std::atomic<uint64_t>& range = shares_[s].range;
+  uint64_t cur = range.load(std::memory_order_relaxed);
+  for (;;) {
+    const int64_t f = static_cast<int64_t>(cur & 0xFFFFFFFFu);
+    const int64_t b = static_cast<int64_t>(cur >> 32);
+    if (f >= b) return false;
+    const int64_t nf = front ? std::min(b, f + chunk_) : f;
+    const int64_t nb = front ? b : std::max(f, b - chunk_);
+    const uint64_t next = static_cast<uint64_t>(nf) | static_cast<uint64_t>(nb) << 32;
+    if (range.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      *begin = front ? f : nb;
+      *end = front ? nf : b;
+      return true;
+    }
+  }
+}
+
+void ThreadPool::run_owned(int thread) {
+  int64_t begin = 0, end = 0;
+  while (take(thread, /*front=*/true, &begin, &end)) thunk_(fn_, begin, end, thread);
+  for (int k = 1; k < n_threads_; ++k) {
+    const int victim = (thread + k) % n_threads_;
+    while (take(victim, /*front=*/false, &begin, &end)) thunk_(fn_, begin, end, thread);
+  }
+  shares_[thread].plan = warm_(warm_fn_, thread);
+}
+
+void ThreadPool::warm(const WarmPlan& plan, int64_t max_bytes, const uint64_t* seen) const {
+  int64_t bytes = 0;
+  for (int64_t k = 0; k < plan.tiles && bytes < max_bytes; ++k) {
+    for (int i = 0; i < plan.planes; ++i) {
+      const uint8_t* p = plan.base[i] + k * plan.stride[i];
+      for (int64_t b = 0; b < plan.stride[i]; b += 64) __builtin_prefetch(p + b, 0, 2);
+      bytes += plan.stride[i];
+    }
+    if (seen != nullptr && generation_.load(std::memory_order_relaxed) != *seen) return;
+  }
+}
+
 void ThreadPool::run_chunk(int thread) {
-  if (!dynamic_) {
+  if (mode_ == Mode::kOwned) {
+    run_owned(thread);
+    return;
+  }
+  if (mode_ == Mode::kStatic) {
     const int64_t begin = std::min(n_, chunk_ * thread);
     const int64_t end = std::min(n_, begin + chunk_);
     if (begin < end) thunk_(fn_, begin, end, thread);
@@ -56,33 +113,48 @@ void ThreadPool::run_chunk(int thread) {
 }
 
 void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn,
-                     bool dynamic) {
+                     Mode mode) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t n_grains = (n + grain - 1) / grain;
   const int64_t grains_per_thread = (n_grains + n_threads_ - 1) / n_threads_;
-  if (n_threads_ == 1 || n_grains == 1) {
+  if (n_threads_ == 1 || (n_grains == 1 && mode != Mode::kOwned)) {
     thunk(fn, 0, n, 0);
+    if (mode == Mode::kOwned) warm(warm_(warm_fn_, 0), kCallerWarmBytes, nullptr);
     return;
   }
   thunk_ = thunk;
   fn_ = fn;
   n_ = n;
-  dynamic_ = dynamic;
-  chunk_ = dynamic ? grain : grains_per_thread * grain;
+  mode_ = mode;
+  chunk_ = mode == Mode::kStatic ? grains_per_thread * grain : grain;
   next_.store(0, std::memory_order_relaxed);
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+  if (mode == Mode::kOwned) {
+    assert(n < (int64_t{1} << 31));
+    for (int t = 0; t < n_threads_; ++t) {
+      const uint64_t f = static_cast<uint64_t>(share_begin(n, t));
+      const uint64_t b = static_cast<uint64_t>(share_begin(n, t + 1));
+      shares_[t].range.store(f | b << 32, std::memory_order_relaxed);
+    }
   }
-  wake_.notify_all();
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  // seq_cst with the sleepers' count (worker_main): either a worker about
+  // to sleep sees the new generation, or this sees it counted and wakes it.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_all();
+  }
   run_chunk(0);
+  if (mode == Mode::kOwned) warm(shares_[0].plan, kCallerWarmBytes, nullptr);
   // The other chunks end within microseconds of ours when the work is
   // split evenly: spin first (a yield is a system call), then yield.
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  bool yield = false;
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpinIterations) {
+    if (!yield) {
       cpu_relax();
+      yield = spun_out(spin, until);
     } else {
       std::this_thread::yield();
     }
@@ -93,20 +165,28 @@ void ThreadPool::worker_main(int thread) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int spin = 0; gen == seen && !spun_out(spin, until); ++spin) {
+      cpu_relax();
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] {
-        return generation_.load(std::memory_order_acquire) != seen;
+        return generation_.load(std::memory_order_seq_cst) != seen;
       });
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
       gen = generation_.load(std::memory_order_acquire);
     }
     seen = gen;
     if (stop_.load()) return;
+    const bool owned = mode_ == Mode::kOwned;  // read before the caller may go on
     run_chunk(thread);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
+    // The plan is this thread's own copy: the loop's caller may have
+    // returned already. Stops when the next loop arrives.
+    if (owned) warm(shares_[thread].plan, INT64_MAX, &seen);
   }
 }
 

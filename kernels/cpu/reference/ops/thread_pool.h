@@ -14,13 +14,17 @@
 //
 // Threads: one thread at a time may call parallel_for (the pool is owned by
 // one forward pass); calls from inside a running loop are not allowed.
-// Workers spin briefly after each loop before they sleep, so back-to-back
-// loops (one per op) do not pay a wake-up each.
+// Workers spin for kSpinMicros after each loop before they sleep, so
+// back-to-back loops (one per op, with a few microseconds of one-thread work
+// between them) do not pay a wake-up each: on a virtual machine waking a
+// sleeping thread is a futex call by the waker and an interrupt to a halted
+// vCPU, tens of microseconds, longer than a decode step's whole matmul.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -42,7 +46,7 @@ class ThreadPool {
   // last). n <= 0 returns at once.
   template <typename Fn>
   void parallel_for(int64_t n, const Fn& fn, int64_t grain = 1) {
-    run(n, grain, &invoke<Fn>, &fn, /*dynamic=*/false);
+    run(n, grain, &invoke<Fn>, &fn, Mode::kStatic);
   }
 
   // As parallel_for, but the threads take chunks off a shared counter
@@ -52,20 +56,84 @@ class ThreadPool {
   // called several times per thread, each with a contiguous [begin, end).
   template <typename Fn>
   void parallel_for_dynamic(int64_t n, const Fn& fn, int64_t min_chunk = 1) {
-    run(n, min_chunk, &invoke<Fn>, &fn, /*dynamic=*/true);
+    run(n, min_chunk, &invoke<Fn>, &fn, Mode::kDynamic);
   }
+
+  // Memory a thread asks the caches for once its part of a loop is done:
+  // `tiles` consecutive tiles of up to 4 planes, tile k of plane i being
+  // the bytes [base[i] + k * stride[i], base[i] + (k + 1) * stride[i]).
+  // Prefetches are hints: they never fault and change no result.
+  struct WarmPlan {
+    const uint8_t* base[4] = {};
+    int64_t stride[4] = {};
+    int planes = 0;
+    int64_t tiles = 0;
+  };
+
+  // As parallel_for_dynamic, but thread t first works through its own share
+  // [share_begin(n, t), share_begin(n, t + 1)) from the front, min_chunk
+  // items at a time, so its calls walk one contiguous range in order (for a
+  // decode matmul: one memory stream per thread, which the hardware
+  // prefetcher follows); a thread whose share is done then takes min_chunk
+  // items at a time from the back of the others' shares until none is left.
+  // A pool of one thread makes one call fn(0, n, 0).
+  //
+  // Then each thread t calls warm(t) -> WarmPlan (while fn's caller is still
+  // waiting, so warm may read its frame) and asks the caches for that plan:
+  // a worker after it has reported its part done, for as long as no new loop
+  // arrives (so a worker that would only wait for the caller's one-thread
+  // work between two loops streams the next loop's first bytes instead);
+  // the caller for at most kCallerWarmBytes of it, before it returns.
+  // n < 2^31.
+  template <typename Fn, typename Warm>
+  void parallel_for_owned(int64_t n, const Fn& fn, int64_t min_chunk,
+                          const Warm& warm) {
+    warm_ = &invoke_warm<Warm>;
+    warm_fn_ = &warm;
+    run(n, min_chunk, &invoke<Fn>, &fn, Mode::kOwned);
+  }
+
+  // The first item of thread t's share of n items in parallel_for_owned
+  // (t = size() gives n).
+  int64_t share_begin(int64_t n, int t) const { return n * t / n_threads_; }
+
+  // Bytes of its warm plan the calling thread prefetches before it returns
+  // from parallel_for_owned (it goes on to one-thread work at once).
+  static constexpr int64_t kCallerWarmBytes = 8 << 10;
 
  private:
   using Thunk = void (*)(const void* fn, int64_t begin, int64_t end,
                          int thread);
+  using WarmThunk = WarmPlan (*)(const void* fn, int thread);
   template <typename Fn>
   static void invoke(const void* fn, int64_t begin, int64_t end, int thread) {
     (*static_cast<const Fn*>(fn))(begin, end, thread);
   }
+  template <typename Fn>
+  static WarmPlan invoke_warm(const void* fn, int thread) {
+    return (*static_cast<const Fn*>(fn))(thread);
+  }
+  enum class Mode { kStatic, kDynamic, kOwned };
 
-  void run(int64_t n, int64_t grain, Thunk thunk, const void* fn, bool dynamic);
+  void run(int64_t n, int64_t grain, Thunk thunk, const void* fn, Mode mode);
   void worker_main(int thread);
+  // Runs thread's part of the current loop; for kOwned also fills
+  // shares_[thread].plan.
   void run_chunk(int thread);
+  void run_owned(int thread);
+  // Takes up to chunk_ items off the front (own share) or the back (another
+  // thread's) of share s into [*begin, *end); false when it is empty.
+  bool take(int s, bool front, int64_t* begin, int64_t* end);
+  // Prefetches up to max_bytes of `plan`; stops early, when `seen` is given,
+  // as soon as the generation moves past it (a new loop).
+  void warm(const WarmPlan& plan, int64_t max_bytes, const uint64_t* seen) const;
+
+  // One thread's share of parallel_for_owned: [front, back) packed as
+  // front | back << 32, and its warm plan; a cache line or two of its own.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range{0};
+    WarmPlan plan;
+  };
 
   const int n_threads_;
   std::vector<std::thread> workers_;
@@ -75,12 +143,16 @@ class ThreadPool {
   const void* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;       // static: items per thread; dynamic: the least chunk
-  bool dynamic_ = false;
+  Mode mode_ = Mode::kStatic;
   std::atomic<int64_t> next_{0};  // dynamic: the first item not yet taken
+  std::unique_ptr<Share[]> shares_;  // owned: one per thread
+  WarmThunk warm_ = nullptr;         // owned: each thread's warm plan
+  const void* warm_fn_ = nullptr;
 
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int> sleepers_{0};  // workers waiting on wake_
   std::mutex mutex_;
   std::condition_variable wake_;
 };
