@@ -133,7 +133,7 @@ Tuner::Tuner(IsaTier tier, int n_threads, TuneOptions options)
     options_.cache_dir =
         absl::StrCat(home != nullptr ? home : ".", "/.cache/strata/tune-cache");
   }
-  path_ = absl::StrCat(options_.cache_dir, "/", sanitize(cpu_model_name()),
+  path_ = absl::StrCat(options_.cache_dir, "/", sanitize(cpu_signature()),
                        "-", isa_name(tier_), "-g", kGeneratorVersion, ".txt");
   load();
 }
