@@ -304,6 +304,27 @@ std::vector<Mix> mixes() {
   m.push_back({"vpdpbusd x8", 8, 0, [](Loop& g) {
     for (int a = 0; a < 8; ++a) g.vpdpbusd(Ymm(a), Ymm(13), Ymm(14), Xbyak::EvexEncoding);
   }, true});
+  // The same on 512-bit registers (16 rows of 4 bytes per vector): a core
+  // with a 256-bit datapath (Zen 4) runs each as two halves, one with a
+  // 512-bit one (Zen 5) as one.
+  using Xbyak::Zmm;
+  m.push_back({"vpdpbusd zmm x8", 8, 0, [](Loop& g) {
+    for (int a = 0; a < 8; ++a) g.vpdpbusd(Zmm(a), Zmm(13), Zmm(14));
+  }, true});
+  m.push_back({"vnni u8 zmm 8 cols", 8, 512, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    for (int c = 0; c < 8; ++c) g.vpdpbusd(Zmm(c), Zmm(14), g.ptr_b[g.rdx + 4 * c]);
+  }, true});
+  m.push_back({"vnni u4 zmm 8 cols", 3 + 16, 1024, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    g.vpsrlw(Zmm(13), Zmm(14), 4);
+    g.vpandd(Zmm(12), Zmm(14), Zmm(15));
+    g.vpandd(Zmm(13), Zmm(13), Zmm(15));
+    for (int c = 0; c < 8; ++c) {
+      g.vpdpbusd(Zmm(c), Zmm(12), g.ptr_b[g.rdx + 4 * c]);
+      g.vpdpbusd(Zmm(c), Zmm(13), g.ptr_b[g.rdx + 64 + 4 * c]);
+    }
+  }, true});
   return m;
 }
 
