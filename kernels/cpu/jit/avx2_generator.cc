@@ -105,7 +105,7 @@ void Avx2Tile::generate() {
 }  // namespace
 
 int max_tile(const TileConf& conf) {
-  if (conf.interleaved) return 8 * max_interleaved_cols(conf);
+  if (conf.interleaved) return conf.group * max_interleaved_cols(conf);
   return 16 - kReserved;
 }
 

@@ -39,7 +39,9 @@ struct TileConf {
   bool paired_scales = false;  // two scales per unit (Q6_K)
   bool correction = false;
   bool min_correction = false;  // interleaved: the correction is a min plane
-  bool interleaved = false;  // 8-row groups (PackedLayout::row_group == 8)
+  bool interleaved = false;  // row groups (PackedLayout::row_group > 1)
+  int group = 8;             // interleaved: rows per group, 8 (ymm) or 16
+                             // (zmm; the VNNI tier)
   bool scale_f16 = false;    // interleaved scales and mins are f16
   bool k_scales = false;     // interleaved K-quant sub-scales (packed_weights.h)
   bool signed_scales = false;  // k_scales are i8 (Q6_K), else u8
@@ -60,7 +62,7 @@ struct TileConf {
   auto key() const {
     return std::make_tuple(static_cast<int>(encoding), paired_scales,
                            correction, min_correction,
-                           interleaved, scale_f16, k_scales, signed_scales, wide, vnni, rows, cols, unroll, prefetch, n_units,
+                           interleaved, group, scale_f16, k_scales, signed_scales, wide, vnni, rows, cols, unroll, prefetch, n_units,
                            unit_bytes, value_stride, act_stride, act_d_stride,
                            act_corr_stride, y_stride);
   }

@@ -53,22 +53,58 @@ class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
                      act_ = r8, ad_ = r9, ac_ = r10, cnt_ = rax, hb_ = r11,
                      y_ = rbx, groups_ = r12;
 
-  // Column register i: ymm i (AVX2); wide: ymm16-31 first, then ymm0 up
-  // (the fixed registers are taken from ymm15 down).
-  Xbyak::Ymm col_reg(int i) const {
-    if (!c_.wide) return Xbyak::Ymm(i);
-    return Xbyak::Ymm(i < 16 ? 16 + i : i - 16);
+  // Vector register i: ymm i, or zmm i for 16-row groups (c_.group 16).
+  // Held as Xbyak::Xmm, which keeps the register's width.
+  using Vec = Xbyak::Xmm;
+  Vec vec(int i) const {
+    if (zmm()) return Xbyak::Zmm(i);
+    return Xbyak::Ymm(i);
   }
-  Xbyak::Ymm acc(int col) const { return col_reg(col); }
-  Xbyak::Ymm sum(int col) const { return col_reg(c_.cols + col); }
-  Xbyak::Ymm sum32(int col) const { return col_reg(2 * c_.cols + col); }
+  bool zmm() const { return c_.group == 16; }
+  // Column register i: vec i (AVX2); wide: 16-31 first, then 0 up (the
+  // fixed registers are taken from 15 down).
+  Vec col_reg(int i) const {
+    if (!c_.wide) return vec(i);
+    return vec(i < 16 ? 16 + i : i - 16);
+  }
+  Vec acc(int col) const { return col_reg(col); }
+  Vec sum(int col) const { return col_reg(c_.cols + col); }
+  Vec sum32(int col) const { return col_reg(2 * c_.cols + col); }
+  // The width-generic forms of the moves and logic (zmm needs EVEX).
+  void vload(const Vec& v, const Xbyak::Address& a) {
+    if (zmm()) {
+      vmovdqu32(v, a);
+    } else {
+      vmovdqu(v, a);
+    }
+  }
+  void vand(const Vec& d, const Vec& a, const Xbyak::Operand& b) {
+    if (zmm()) {
+      vpandd(d, a, b);
+    } else {
+      vpand(d, a, b);
+    }
+  }
+  void vor(const Vec& d, const Vec& a, const Xbyak::Operand& b) {
+    if (zmm()) {
+      vpord(d, a, b);
+    } else {
+      vpor(d, a, b);
+    }
+  }
+  // One group's integer sub-scales of a unit as a memory operand: 8 bytes
+  // (ymm) or 16 (zmm).
+  Xbyak::Address sub_scales(const Xbyak::RegExp& e) const {
+    return zmm() ? xword[e] : qword[e];
+  }
+  int64_t G() const { return c_.group; }
 
   int n_sc() const { return c_.paired_scales ? 2 : 1; }
   int scale_bytes() const { return c_.scale_f16 ? 2 : 4; }
   // Floats of the activation correction per unit: one per scale (zero
   // points) or per unit (mins).
   int corr_per_unit() const { return c_.min_correction ? 1 : n_sc(); }
-  int64_t group_unit_bytes() const { return 8 * c_.unit_bytes; }
+  int64_t group_unit_bytes() const { return G() * c_.unit_bytes; }
   // Activation bytes `offset` of unit u of column col: as a vector operand,
   // or (vnni) as a 4-byte embedded broadcast.
   Xbyak::RegExp act_exp(int col, int u, int offset) const {
@@ -86,7 +122,7 @@ class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void unit_s8(int u);
   // int32 s (=, when `first`, else +=) the pair sums of the int16 lanes of
   // t (vpmaddwd against ones_; t is clobbered).
-  void widen_into(const Xbyak::Ymm& s, const Xbyak::Ymm& t, bool first);
+  void widen_into(const Vec& s, const Vec& t, bool first);
   // The chunk vectors of one load into w_ (low nibbles) and w2_ (high):
   // kU4 (load m), kU5 (load m, with the fifth bits), kU6 (half k, load m2).
   void load_u4(int u, int m);
@@ -95,32 +131,32 @@ class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   // vnni: the int32 sums restart; sum(col) += w . (activation bytes at
   // `offset` of unit u, broadcast), one vpdpbusd per column.
   void zero_sums();
-  void dots(const Xbyak::Ymm& w, int u, int offset);
+  void dots(const Vec& w, int u, int offset);
   void unit_vnni(int u);
   // Loads the 8 rows' scale h of unit u into sv (f16 or f32).
   void load_scales(int u, int h);
   // acc(col) += f32(int32 sums s - z sum q_a (zero points)) * (sv * d_a).
-  void finish(int col, const Xbyak::Ymm& s, int u, int h);
-  void min_correction(int u, const Xbyak::Ymm& mv);
+  void finish(int col, const Vec& s, int u, int h);
+  void min_correction(int u, const Vec& mv);
 
   const TileConf c_;
-  Xbyak::Ymm ones_, t_, t2_, sv_, m0f_, w_, w2_, hv_;
+  Vec ones_, t_, t2_, sv_, m0f_, w_, w2_, hv_;
   Xbyak::Label mask_, c0f_, c10_, c30_;
 };
 
 void InterleavedTile::load_scales(int u, int h) {
   if (c_.k_scales) {  // d * sub-scale; u is the unit within the super-block
-    const Xbyak::Address sub = qword[sc_ + (u * n_sc() + h) * 8];
+    const Xbyak::Address sub = sub_scales(sc_ + (u * n_sc() + h) * G());
     if (c_.signed_scales) {
       vpmovsxbd(sv_, sub);
     } else {
       vpmovzxbd(sv_, sub);
     }
     vcvtdq2ps(sv_, sv_);
-    vmulps(sv_, sv_, ptr[sc_ + 64 * n_sc()]);
+    vmulps(sv_, sv_, ptr[sc_ + 8 * n_sc() * G()]);
     return;
   }
-  const int64_t off = (int64_t{u} * n_sc() + h) * 8 * scale_bytes();
+  const int64_t off = (int64_t{u} * n_sc() + h) * G() * scale_bytes();
   if (c_.scale_f16) {
     vcvtph2ps(sv_, ptr[sc_ + off]);
   } else {
@@ -128,7 +164,7 @@ void InterleavedTile::load_scales(int u, int h) {
   }
 }
 
-void InterleavedTile::finish(int col, const Xbyak::Ymm& s, int u, int h) {
+void InterleavedTile::finish(int col, const Vec& s, int u, int h) {
   const int64_t d_off = (col * c_.act_d_stride + u) * 4;
   const int64_t c_off = (col * c_.act_corr_stride + int64_t{u} * n_sc() + h) * 4;
   if (c_.correction && !c_.min_correction) {  // zero point: - z sum q_a
@@ -149,19 +185,19 @@ void InterleavedTile::finish(int col, const Xbyak::Ymm& s, int u, int h) {
   vfmadd231ps(acc(col), s, t_);
 }
 
-void InterleavedTile::min_correction(int u, const Xbyak::Ymm& mv) {
+void InterleavedTile::min_correction(int u, const Vec& mv) {
   if (!c_.min_correction) return;
   if (c_.k_scales) {  // acc -= (dmin * m) * A, i.e. + (-(dmin * m)) * A
-    vpmovzxbd(mv, qword[mn_ + u * 8]);
+    vpmovzxbd(mv, sub_scales(mn_ + u * G()));
     vcvtdq2ps(mv, mv);
-    vmulps(mv, mv, ptr[mn_ + 64]);
+    vmulps(mv, mv, ptr[mn_ + 8 * G()]);
     for (int col = 0; col < c_.cols; ++col) {
       vbroadcastss(t_, ptr[ac_ + (col * c_.act_corr_stride + u) * 4]);
       vfnmadd231ps(acc(col), mv, t_);
     }
     return;
   }
-  const int64_t off = int64_t{u} * 8 * scale_bytes();
+  const int64_t off = int64_t{u} * G() * scale_bytes();
   if (c_.scale_f16) {
     vcvtph2ps(mv, ptr[mn_ + off]);
   } else {
@@ -191,10 +227,10 @@ void InterleavedTile::nibble_products(int u, int m, bool first) {
 }
 
 void InterleavedTile::load_u4(int u, int m) {
-  vmovdqu(w_, ptr[vals_ + u * group_unit_bytes() + m * 32]);
+  vload(w_, ptr[vals_ + u * group_unit_bytes() + m * 4 * G()]);
   vpsrlw(w2_, w_, 4);
-  vpand(w_, w_, m0f_);
-  vpand(w2_, w2_, m0f_);
+  vand(w_, w_, m0f_);
+  vand(w2_, w2_, m0f_);
 }
 
 void InterleavedTile::unit_u4(int u) {
@@ -215,23 +251,23 @@ void InterleavedTile::unit_u4(int u) {
 // Values up to 31: int16 sums of four products (4 x 2 x 31 x 127 < 2^15).
 // (hv_ holds the unit's fifth bits.)
 void InterleavedTile::load_u5(int u, int m) {
-  vmovdqu(w_, ptr[vals_ + u * group_unit_bytes() + m * 32]);
+  vload(w_, ptr[vals_ + u * group_unit_bytes() + m * 4 * G()]);
   vpsrlw(w2_, w_, 4);
-  vpand(w_, w_, ptr[rip + c0f_]);
-  vpand(w2_, w2_, ptr[rip + c0f_]);
+  vand(w_, w_, ptr[rip + c0f_]);
+  vand(w2_, w2_, ptr[rip + c0f_]);
   for (auto [w, j] : {std::pair{w_, m}, std::pair{w2_, m + 4}}) {
     if (j < 4) {
       vpsllw(t_, hv_, 4 - j);
     } else if (j > 4) {
       vpsrlw(t_, hv_, j - 4);
     }
-    vpand(t_, j == 4 ? hv_ : t_, ptr[rip + c10_]);
-    vpor(w, w, t_);
+    vand(t_, j == 4 ? hv_ : t_, ptr[rip + c10_]);
+    vor(w, w, t_);
   }
 }
 
 void InterleavedTile::unit_u5(int u) {
-  vmovdqu(hv_, ptr[hb_ + u * 32]);
+  vload(hv_, ptr[hb_ + u * 4 * G()]);
   for (int m = 0; m < 4; ++m) {
     load_u5(u, m);
     nibble_products(u, m, m % 2 == 0);
@@ -252,10 +288,10 @@ void InterleavedTile::unit_u5(int u) {
 // (hv_ holds half k's high parts.)
 void InterleavedTile::load_u6(int u, int k, int m2) {
   const int m = 2 * k + m2;
-  vmovdqu(w_, ptr[vals_ + u * group_unit_bytes() + m * 32]);
+  vload(w_, ptr[vals_ + u * group_unit_bytes() + m * 4 * G()]);
   vpsrlw(w2_, w_, 4);
-  vpand(w_, w_, ptr[rip + c0f_]);
-  vpand(w2_, w2_, ptr[rip + c0f_]);
+  vand(w_, w_, ptr[rip + c0f_]);
+  vand(w2_, w2_, ptr[rip + c0f_]);
   for (auto [w, j] : {std::pair{w_, 2 * m}, std::pair{w2_, 2 * m + 1}}) {
     const int i = j - 4 * k;
     if (i < 2) {
@@ -263,14 +299,14 @@ void InterleavedTile::load_u6(int u, int k, int m2) {
     } else if (i == 3) {
       vpsrlw(t_, hv_, 2);
     }
-    vpand(t_, i == 2 ? hv_ : t_, ptr[rip + c30_]);
-    vpor(w, w, t_);
+    vand(t_, i == 2 ? hv_ : t_, ptr[rip + c30_]);
+    vor(w, w, t_);
   }
 }
 
 void InterleavedTile::unit_u6(int u) {
   for (int k = 0; k < 2; ++k) {
-    vmovdqu(hv_, ptr[hb_ + u * 64 + k * 32]);
+    vload(hv_, ptr[hb_ + u * 8 * G() + k * 4 * G()]);
     for (int m2 = 0; m2 < 2; ++m2) {
       const int m = 2 * k + m2;
       load_u6(u, k, m2);
@@ -289,7 +325,7 @@ void InterleavedTile::unit_u6(int u) {
   min_correction(u, w2_);
 }
 
-void InterleavedTile::widen_into(const Xbyak::Ymm& s, const Xbyak::Ymm& t, bool first) {
+void InterleavedTile::widen_into(const Vec& s, const Vec& t, bool first) {
   if (first) {
     vpmaddwd(s, t, ones_);
   } else {
@@ -343,7 +379,7 @@ void InterleavedTile::zero_sums() {
   for (int col = 0; col < c_.cols; ++col) vpxord(sum(col), sum(col), sum(col));
 }
 
-void InterleavedTile::dots(const Xbyak::Ymm& w, int u, int offset) {
+void InterleavedTile::dots(const Vec& w, int u, int offset) {
   for (int col = 0; col < c_.cols; ++col) {
     vpdpbusd(sum(col), w, ptr_b[act_exp(col, u, offset)], Xbyak::EvexEncoding);
   }
@@ -356,7 +392,7 @@ void InterleavedTile::unit_vnni(int u) {
     case Encoding::kU4:
     case Encoding::kU5:
       zero_sums();
-      if (c_.encoding == Encoding::kU5) vmovdqu(hv_, ptr[hb_ + u * 32]);
+      if (c_.encoding == Encoding::kU5) vload(hv_, ptr[hb_ + u * 4 * G()]);
       for (int m = 0; m < 4; ++m) {
         if (c_.encoding == Encoding::kU5) {
           load_u5(u, m);
@@ -373,7 +409,7 @@ void InterleavedTile::unit_vnni(int u) {
     case Encoding::kU6:
       for (int k = 0; k < 2; ++k) {
         zero_sums();
-        vmovdqu(hv_, ptr[hb_ + u * 64 + k * 32]);
+        vload(hv_, ptr[hb_ + u * 8 * G() + k * 4 * G()]);
         for (int m2 = 0; m2 < 2; ++m2) {
           const int m = 2 * k + m2;
           load_u6(u, k, m2);
@@ -390,7 +426,7 @@ void InterleavedTile::unit_vnni(int u) {
       const int per_scale = 8 / n_sc();
       for (int j = 0; j < 8; ++j) {
         if (j % per_scale == 0) zero_sums();
-        vmovdqu(w_, ptr[vals_ + u * group_unit_bytes() + j * 32]);
+        vload(w_, ptr[vals_ + u * group_unit_bytes() + j * 4 * G()]);
         dots(w_, u, 4 * j);
         if (j % per_scale == per_scale - 1) {
           const int h = j / per_scale;
@@ -425,10 +461,10 @@ void InterleavedTile::unit(int u) {
 
 void InterleavedTile::generate() {
   using Xbyak::Xmm;
-  using Xbyak::Ymm;
   const TileConf& c = c_;
   assert(c.cols >= 1 && c.cols <= max_interleaved_cols(c));
-  assert(c.rows >= 1 && c.rows <= 8);
+  assert(c.group == 8 || (c.group == 16 && c.vnni));
+  assert(c.rows >= 1 && c.rows <= c.group);
   assert(!c.vnni || c.encoding != Encoding::kS8);
   assert(!c.vnni || c.wide);
 
@@ -443,7 +479,7 @@ void InterleavedTile::generate() {
   if (high_bits) mov(hb_, ptr[args_ + offsetof(TileArgs, hbits)]);
 
   int next = 15;
-  auto take = [&] { return Ymm(next--); };
+  auto take = [&] { return vec(next--); };
   ones_ = take();
   mov(eax, 0x00010001);
   vmovd(Xmm(ones_.getIdx()), eax);
@@ -466,7 +502,7 @@ void InterleavedTile::generate() {
   if (c.encoding == Encoding::kU4 || c.encoding == Encoding::kS8) w2_ = take();
   // Column registers: ymm0..next (AVX2); wide: ymm16-31, then ymm0..next.
   assert(next + 1 + (c.wide ? 16 : 0) >= column_registers(c) * c.cols);
-  if (c.wide && c.rows < 8) {  // the partial group's store mask
+  if (c.wide && c.rows < c.group) {  // the partial group's store mask
     mov(eax, (1 << c.rows) - 1);
     kmovw(k1, eax);
   }
@@ -494,9 +530,9 @@ void InterleavedTile::generate() {
   auto advance = [&](int units) {
     add(vals_, units * group_unit_bytes());
     add(act_, units * 32);
-    add(sc_, c.k_scales ? 64 * n_sc() + 32 : units * n_sc() * 8 * scale_bytes());
-    if (c.min_correction) add(mn_, c.k_scales ? 96 : units * 8 * scale_bytes());
-    if (high_bits) add(hb_, units * (c.encoding == Encoding::kU6 ? 64 : 32));
+    add(sc_, c.k_scales ? G() * (8 * n_sc() + 4) : units * n_sc() * G() * scale_bytes());
+    if (c.min_correction) add(mn_, c.k_scales ? 12 * G() : units * G() * scale_bytes());
+    if (high_bits) add(hb_, units * (c.encoding == Encoding::kU6 ? 8 : 4) * G());
     add(ad_, units * 4);
     if (c.correction) add(ac_, units * corr_per_unit() * 4);
   };
@@ -515,7 +551,7 @@ void InterleavedTile::generate() {
   if (c.rows < 8 && !c.wide) vmovdqu(t_, ptr[rip + mask_]);
   for (int col = 0; col < c.cols; ++col) {
     const Xbyak::Address y = ptr[y_ + col * c.y_stride * 4];
-    if (c.rows == 8) {
+    if (c.rows == c.group) {
       vmovups(y, acc(col));
     } else if (c.wide) {
       vmovups(y | k1, acc(col));
@@ -523,7 +559,7 @@ void InterleavedTile::generate() {
       vmaskmovps(y, t_, acc(col));
     }
   }
-  add(y_, 8 * 4);
+  add(y_, G() * 4);
   dec(groups_);
   jnz(group_loop, T_NEAR);
   vzeroupper();
@@ -534,12 +570,13 @@ void InterleavedTile::generate() {
   align(32);
   L(mask_);  // lanes of the rows the partial group has
   for (int r = 0; r < 8; ++r) dd(r < c.rows ? 0xFFFFFFFFu : 0u);
-  L(c0f_);
-  for (int j = 0; j < 32; ++j) db(0x0F);
+  align(64);
+  L(c0f_);  // 64 bytes each: a ymm or a zmm operand
+  for (int j = 0; j < 64; ++j) db(0x0F);
   L(c10_);
-  for (int j = 0; j < 32; ++j) db(0x10);
+  for (int j = 0; j < 64; ++j) db(0x10);
   L(c30_);
-  for (int j = 0; j < 32; ++j) db(0x30);
+  for (int j = 0; j < 64; ++j) db(0x30);
 }
 
 }  // namespace

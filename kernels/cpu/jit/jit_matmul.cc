@@ -118,6 +118,7 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.correction = l.correction != Correction::kNone;
   c.min_correction = l.correction == Correction::kMin;
   c.interleaved = l.row_group > 1;
+  if (c.interleaved) c.group = l.row_group;
   c.scale_f16 = l.scale_f16;
   c.k_scales = l.k_scales;
   c.signed_scales = l.type == GgmlType::kQ6_K;

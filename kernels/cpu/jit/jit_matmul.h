@@ -43,7 +43,7 @@ namespace strata::kernels::jit {
 
 // Version of the generators: part of the tune cache key, so a changed
 // generator retunes.
-inline constexpr int kGeneratorVersion = 7;
+inline constexpr int kGeneratorVersion = 8;
 
 // Bytes of the next matmul's share a worker thread prefetches after its
 // share of a decode run (set_decode_successor): a few microseconds of the

@@ -188,7 +188,8 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
   };
   // k_scales: per super-block of 8 units, [8 units][n_sc][8 rows] integer
   // sub-scales (bytes), then [8 rows] f32 d; mins the same with m and dmin.
-  const int64_t sb_scale_bytes = 64 * n_sc + 32, sb_min_bytes = 96;
+  const int64_t G = l.row_group;  // rows per group: 8, or 16 (avx512vnni)
+  const int64_t sb_scale_bytes = G * (8 * n_sc + 4), sb_min_bytes = 12 * G;
   pool.parallel_for(l.n_out, [&](int64_t b, int64_t e, int) {
     std::vector<uint8_t> vals(static_cast<size_t>(l.n_units * ub));
     std::vector<float> sc(static_cast<size_t>(l.n_units * n_sc));
@@ -220,16 +221,16 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
           pack_legacy(l.type, l.encoding, row + u * block_bytes, unit(u));
         }
       }
-      const int64_t g = r / 8, ri = r % 8;
+      const int64_t g = r / G, ri = r % G;
       uint8_t* gv = values + g * l.value_stride;
       for (int64_t u = 0; u < l.n_units; ++u) {
         if (u6) {  // low nibbles of chunks 2m | 2m+1; 2-bit high parts
           const uint8_t* v = vals.data() + u * 32;
-          uint8_t* gu = gv + u * 128;
-          uint8_t* gh = hbits + g * l.hbit_stride + u * 64;
+          uint8_t* gu = gv + u * 16 * G;
+          uint8_t* gh = hbits + g * l.hbit_stride + u * 8 * G;
           for (int b4 = 0; b4 < 4; ++b4) {
             for (int m = 0; m < 4; ++m) {
-              gu[m * 32 + ri * 4 + b4] = static_cast<uint8_t>(
+              gu[m * 4 * G + ri * 4 + b4] = static_cast<uint8_t>(
                   (v[4 * (2 * m) + b4] & 0xF) | (v[4 * (2 * m + 1) + b4] & 0xF) << 4);
             }
             for (int k = 0; k < 2; ++k) {
@@ -237,7 +238,7 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
               for (int i = 0; i < 4; ++i) {
                 byte = static_cast<uint8_t>(byte | ((v[4 * (4 * k + i) + b4] >> 4) & 3) << (2 * i));
               }
-              gh[k * 32 + ri * 4 + b4] = byte;
+              gh[k * 4 * G + ri * 4 + b4] = byte;
             }
           }
         } else if (hbits != nullptr) {  // bit j of byte ri*4+b: element 4j+b's fifth bit
@@ -246,30 +247,30 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
             for (int j = 0; j < 8; ++j) {
               byte = static_cast<uint8_t>(byte | ((hb[u] >> (4 * j + b4)) & 1u) << j);
             }
-            hbits[g * l.hbit_stride + u * 32 + ri * 4 + b4] = byte;
+            hbits[g * l.hbit_stride + u * 4 * G + ri * 4 + b4] = byte;
           }
         }
         for (int64_t m = 0; m < ub / 4 && !u6; ++m) {
-          std::memcpy(gv + u * ub * 8 + m * 32 + ri * 4, vals.data() + u * ub + m * 4, 4);
+          std::memcpy(gv + u * ub * G + m * 4 * G + ri * 4, vals.data() + u * ub + m * 4, 4);
         }
         if (l.k_scales) {
           const int64_t sb = u / 8, ui = u % 8;
           uint8_t* gs = scales + g * l.scale_stride + sb * sb_scale_bytes;
           for (int h = 0; h < n_sc; ++h) {
-            gs[(ui * n_sc + h) * 8 + ri] = static_cast<uint8_t>(isc[u * n_sc + h]);
+            gs[(ui * n_sc + h) * G + ri] = static_cast<uint8_t>(isc[u * n_sc + h]);
           }
-          std::memcpy(gs + 64 * n_sc + ri * 4, &dd[u], 4);
+          std::memcpy(gs + 8 * n_sc * G + ri * 4, &dd[u], 4);
           if (mins != nullptr) {
             uint8_t* gm = mins + g * l.mins_stride + sb * sb_min_bytes;
-            gm[ui * 8 + ri] = static_cast<uint8_t>(imn[u]);
-            std::memcpy(gm + 64 + ri * 4, &dm[u], 4);
+            gm[ui * G + ri] = static_cast<uint8_t>(imn[u]);
+            std::memcpy(gm + 8 * G + ri * 4, &dm[u], 4);
           }
           continue;
         }
         for (int h = 0; h < n_sc; ++h) {
-          put(scales, g * l.scale_stride + (u * n_sc + h) * 8 + ri, sc[u * n_sc + h]);
+          put(scales, g * l.scale_stride + (u * n_sc + h) * G + ri, sc[u * n_sc + h]);
         }
-        if (mins != nullptr) put(mins, g * l.mins_stride + u * 8 + ri, mn[u]);
+        if (mins != nullptr) put(mins, g * l.mins_stride + u * G + ri, mn[u]);
       }
     }
   });
@@ -420,27 +421,31 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
                          l.encoding == Encoding::kU6
                      ? 16
                      : 32;
-  // Every quantized type: the interleaved layout.
-  l.row_group = 8;
-  l.n_groups = (n_out + 7) / 8;
+  // Every quantized type: the interleaved layout, in groups of 8 rows (one
+  // 32-byte vector of 4-byte chunks), or 16 on the AVX-512 VNNI tier (one
+  // 64-byte vector: its vpdpbusd on zmm runs at the ymm instruction rate on
+  // a core with a 512-bit datapath, twice the products; bench/isa_throughput).
+  const int64_t G = tier == IsaTier::kAvx512Vnni ? 16 : 8;
+  l.row_group = static_cast<int>(G);
+  l.n_groups = (n_out + G - 1) / G;
   l.scale_f16 = type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
                 type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
                 type == GgmlType::kQ8_0;
   // kU5: one byte per (row, 4-element chunk) of fifth bits per unit.
-  l.hbit_stride = l.encoding == Encoding::kU5   ? l.n_units * 32
-                  : l.encoding == Encoding::kU6 ? l.n_units * 64
+  l.hbit_stride = l.encoding == Encoding::kU5   ? l.n_units * 4 * G
+                  : l.encoding == Encoding::kU6 ? l.n_units * 8 * G
                                                 : 0;
   l.k_scales = is_k(type);
-  l.value_stride = l.n_units * l.unit_bytes * 8;
+  l.value_stride = l.n_units * l.unit_bytes * G;
   const int64_t n_sb = l.n_units / 8;
-  l.scale_stride = l.k_scales ? n_sb * (64 * (l.n_scales / l.n_units) + 32)
-                              : l.n_scales * 8;
+  l.scale_stride = l.k_scales ? n_sb * G * (8 * (l.n_scales / l.n_units) + 4)
+                              : l.n_scales * G;
   l.act_d_stride = l.n_units;
   if (l.correction == Correction::kZeroPoint) {
     l.corr_len = round_up(l.n_scales, 8);
   } else if (l.correction == Correction::kMin) {
     l.corr_len = round_up(l.n_units, 8);
-    l.mins_stride = l.k_scales ? n_sb * 96 : l.n_units * 8;
+    l.mins_stride = l.k_scales ? n_sb * 12 * G : l.n_units * G;
   }
   return l;
 }

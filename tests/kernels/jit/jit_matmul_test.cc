@@ -134,8 +134,10 @@ struct Shape {
 
 std::vector<Shape> shapes_for(GgmlType type) {
   const int64_t block = ggml_type_info(type).block_size;
+  // Rows: several groups and a partial one, fewer than one group, and
+  // (block 32) more than one 16-row group with a partial one.
   if (block == 256) return {{256, 37}, {768, 13}};
-  if (block == 32) return {{96, 37}, {576, 13}, {32, 5}, {160, 9}};
+  if (block == 32) return {{96, 37}, {576, 13}, {32, 5}, {160, 9}, {64, 35}};
   return {{100, 37}, {64, 13}, {3, 6}};  // float types: ragged n_in too
 }
 
@@ -157,11 +159,13 @@ TEST_P(JitMatmulTest, EqualsReferenceOnRaggedShapes) {
     c.encoding = layout.encoding;
     c.paired_scales = layout.paired_scales;
     c.interleaved = layout.row_group > 1;
+    if (c.interleaved) c.group = layout.row_group;
     c.wide = tier != IsaTier::kAvx2 && c.interleaved;
     c.vnni = tier == IsaTier::kAvx512Vnni && c.interleaved;
     return max_tile(c);
   }();
-  // Interleaved layouts: tiles are 8-row groups, only cols varies.
+  // Interleaved layouts: tiles are row groups (8, or 16 on avx512vnni),
+  // only cols varies.
   const int group = layout.row_group;
   std::vector<KernelParams> variants(4, default_params(type, tier));
   variants[1].rows = 1;
