@@ -4,7 +4,7 @@
 // loop count, stride and encoding baked in at generation time.
 //
 // Two generators:
-//   quantized weights (interleaved 8-row groups): make_interleaved_tile,
+//   quantized weights (interleaved 8- or 16-row groups): make_interleaved_tile,
 //     below, integer dot products against int8 activations, in two
 //     flavours: vpmaddubsw (AVX2: 16 registers; AVX-512, TileConf::wide:
 //     32) and AVX-512 VNNI (TileConf::vnni: vpdpbusd, 32 registers), all on
@@ -106,7 +106,8 @@ class Tile {
 std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 
 // Interleaved tiles (conf.interleaved; interleaved_generator.cc): one
-// 8-row group (rows = 8, or the n_out % 8 rows of the last group) by `cols`
+// row group of G = TileConf::group rows (8; 16 on zmm, the VNNI tier;
+// rows = G, or the n_out % G rows of the last group) by `cols`
 // activation rows. The weight arguments point at the group's planes; the
 // min correction is applied unit by unit (TileArgs::wcorr: the group's min
 // plane). Per unit, for each 32-byte chunk

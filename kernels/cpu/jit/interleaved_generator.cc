@@ -1,5 +1,6 @@
 // The generator of interleaved matmul tiles (Xbyak), AVX2 + FMA, AVX-512
-// (32 registers) and AVX-512 VNNI: one 8-row group of the interleaved layout
+// (32 registers) and AVX-512 VNNI (16-row groups on zmm): one row group of
+// the interleaved layout
 // (packed_weights.h) by `cols` activation rows; see avx2_generator.h for
 // the scheme. The idea of interleaving rows
 // so that one vpmaddubsw feeds several rows is ggml-cpu's repacked

@@ -86,7 +86,7 @@ class KernelCache {
 
 // Which generated kernel serves `type` on `tier`, for `strata hardware`:
 // "avx2 u4xq8_1 + min, 8-row interleaved"; "avx512vnni u8xq8_0 zero point
-// 128, 8-row interleaved"; "reference (no generator for Q2_K)".
+// 128, 16-row interleaved"; "reference (no generator for Q2_K)".
 std::string kernel_name(GgmlType type, IsaTier tier);
 
 // Activation buffers of the generated matmuls; sized once.

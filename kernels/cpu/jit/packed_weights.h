@@ -1,6 +1,7 @@
 // Weight matrices repacked at load into the layouts the generated matmul
 // kernels read (kernels/cpu/jit/avx2_generator.h). One layout for all
-// quantized types: rows in groups of eight, every row a sequence of
+// quantized types: rows in groups of G = 8 (16 on the AVX-512 VNNI tier),
+// every row a sequence of
 // 32-element units, each with integer values in one of four encodings and
 // one (or two) scales, so a single generator serves Q4_0 ... MXFP4; the
 // type-specific part is here, in plain C++, run once per matrix.
@@ -27,30 +28,30 @@
 //        vpdpbusd takes unsigned weights; zero point 128).
 //   kS8  32 bytes, signed (Q8_0, the other tiers).
 //
-// Interleaving: rows are taken eight at a time (a row group; the last one
+// Interleaving: rows are taken G at a time (a row group; the last one
 // zero-padded), and each unit's values are cut into 4-byte chunks, chunk m
-// of the group's row r at byte m*32 + r*4 of the group's unit, so one
-// 32-byte load gives four consecutive values of eight rows (kU8, kS8) or,
-// as low and high nibbles, values 4m..4m+3 and 4m+16..4m+19 of eight rows
-// (kU4, kU5: the chunks of ggml's nibble bytes; kU6: chunks 2m and 2m+1 of
-// the low nibbles, so that a load stays within one of Q6_K's 16-element
-// halves). One vpmaddubsw against four
-// broadcast activation bytes then feeds all eight rows, and their sums stay
+// of the group's row r at byte m*4G + r*4 of the group's unit, so one
+// 4G-byte load (a ymm for G = 8, a zmm for G = 16) gives four consecutive
+// values of G rows (kU8, kS8) or, as low and high nibbles, values 4m..4m+3
+// and 4m+16..4m+19 of G rows (kU4, kU5: the chunks of ggml's nibble bytes;
+// kU6: chunks 2m and 2m+1 of the low nibbles, so that a load stays within
+// one of Q6_K's 16-element halves). One vpmaddubsw (vpdpbusd) against four
+// broadcast activation bytes then feeds all G rows, and their sums stay
 // in the lanes of one register. Plane shapes (64-byte aligned):
-//   values  [n_groups][n_units][8 * unit_bytes]
-//   hbits   [n_groups][n_units][32]   kU5: byte r*4+b, bit j: the fifth bit
+//   values  [n_groups][n_units][G * unit_bytes]
+//   hbits   [n_groups][n_units][4G]   kU5: byte r*4+b, bit j: the fifth bit
 //           of row r's element 4j+b
-//           [n_groups][n_units][2][32] kU6: half k, byte r*4+b, bits 2i and
+//           [n_groups][n_units][2][4G] kU6: half k, byte r*4+b, bits 2i and
 //           2i+1: the high 2 bits of row r's element 4(4k+i)+b
-//   scales  [n_groups][n_units][n_scales / n_units][8]  f16 (scale_f16: the
+//   scales  [n_groups][n_units][n_scales / n_units][G]  f16 (scale_f16: the
 //           GGUF's own f16 scales of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0) or
 //           f32 (MXFP4); paired (Q6_K): two per unit, for elements 0..15
 //           and 16..31
-//   mins    [n_groups][n_units][8]    same element type (min correction)
+//   mins    [n_groups][n_units][G]    same element type (min correction)
 // K-quants (k_scales) keep their integer sub-scales instead, as bytes: per
-// super-block of 8 units, scales [8 units][n_scales / n_units][8 rows]
-// (Q4_K, Q5_K u8, Q6_K i8) then [8 rows] f32 d; mins [8 units][8 rows] u8 m
-// then [8 rows] f32 dmin; the kernel forms d * sc and -(dmin * m) exactly
+// super-block of 8 units, scales [8 units][n_scales / n_units][G rows]
+// (Q4_K, Q5_K u8, Q6_K i8) then [G rows] f32 d; mins [8 units][G rows] u8 m
+// then [G rows] f32 dmin; the kernel forms d * sc and -(dmin * m) exactly
 // as the reference does. Strides are per row group (scales and mins: in
 // elements, bytes for k_scales).
 // The idea of interleaved rows is ggml-cpu's repacked q4_0_8x8 / q4_K_8x8
@@ -114,7 +115,7 @@ struct PackedLayout {
   // multiple of 8; 0 without a correction) and of the scale plane.
   int64_t corr_len = 0;
   int64_t act_d_stride = 0;
-  // Quantized types: 8 (rows per group); float types 1.
+  // Quantized types: rows per group, 8 (16 on kAvx512Vnni); float types 1.
   int row_group = 1;
   int64_t n_groups = 0;        // ceil(n_out / row_group)
   bool scale_f16 = false;      // scales and mins are f16
@@ -122,7 +123,8 @@ struct PackedLayout {
 };
 
 // The layout for `type` as the kernels of `tier` read it (the same for
-// every tier but Q8_0 on kAvx512Vnni: kU8 with zero point 128);
+// every tier but kAvx512Vnni: 16-row groups, and Q8_0 as kU8 with zero
+// point 128);
 // Unimplemented for a type the generators do not serve (Q2_K, Q3_K, IQ*,
 // ...: the caller falls back to the reference).
 absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
@@ -132,7 +134,7 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
 // True when packed_layout accepts `type`.
 bool can_pack(GgmlType type);
 
-// True when `type` packs into the interleaved 8-row layout (every quantized
+// True when `type` packs into the interleaved row-group layout (every quantized
 // type can_pack accepts: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q4_K, Q5_K,
 // Q6_K).
 bool interleaved_type(GgmlType type);
