@@ -280,7 +280,8 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   const std::vector<int> decode_rows =
       l.row_group > 1 ? std::vector<int>{l.row_group} : std::vector<int>{1, 2, 4};
   for (int dr : decode_rows) {
-    for (int pf : {0, 512, 1024}) {
+    // Distances up to 8 KiB: a 16-row group's unit is 256-512 bytes (VNNI).
+    for (int pf : {0, 512, 1024, 2048, 4096, 8192}) {
       KernelParams p = best;
       p.decode_rows = dr;
       p.prefetch = pf;
