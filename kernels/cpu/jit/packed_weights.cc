@@ -1,6 +1,7 @@
 #include "kernels/cpu/jit/packed_weights.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <vector>
 
@@ -169,7 +170,9 @@ uint8_t* zeroed_plane(int64_t n, int64_t* bytes) {
 // The interleaved layout (packed_weights.h): each row is packed unit by unit
 // as above, then its 4-byte chunks, scales and mins are scattered into the
 // row group's planes.
-void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix& w,
+// G: rows per group (l.row_group), a constant so the offsets fold.
+template <int64_t G>
+void pack_groups(const PackedLayout& l, const reference::ops::WeightMatrix& w,
                       uint8_t* values, uint8_t* hbits, uint8_t* scales,
                       uint8_t* mins, ThreadPool& pool) {
   const int64_t block_bytes = ggml_type_info(l.type).type_size;
@@ -188,7 +191,7 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
   };
   // k_scales: per super-block of 8 units, [8 units][n_sc][8 rows] integer
   // sub-scales (bytes), then [8 rows] f32 d; mins the same with m and dmin.
-  const int64_t G = l.row_group;  // rows per group: 8, or 16 (avx512vnni)
+  assert(l.row_group == G);
   const int64_t sb_scale_bytes = G * (8 * n_sc + 4), sb_min_bytes = 12 * G;
   pool.parallel_for(l.n_out, [&](int64_t b, int64_t e, int) {
     std::vector<uint8_t> vals(static_cast<size_t>(l.n_units * ub));
@@ -274,6 +277,16 @@ void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix&
       }
     }
   });
+}
+
+void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix& w,
+                      uint8_t* values, uint8_t* hbits, uint8_t* scales,
+                      uint8_t* mins, ThreadPool& pool) {
+  if (l.row_group == 16) {
+    pack_groups<16>(l, w, values, hbits, scales, mins, pool);
+  } else {
+    pack_groups<8>(l, w, values, hbits, scales, mins, pool);
+  }
 }
 
 }  // namespace
