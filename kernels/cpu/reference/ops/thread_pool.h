@@ -14,7 +14,8 @@
 //
 // Threads: one thread at a time may call parallel_for (the pool is owned by
 // one forward pass); calls from inside a running loop are not allowed.
-// Workers spin for kSpinMicros after each loop before they sleep, so
+// Workers spin for 500 us (kSpin, thread_pool.cc) after each loop before
+// they sleep, so
 // back-to-back loops (one per op, with a few microseconds of one-thread work
 // between them) do not pay a wake-up each: on a virtual machine waking a
 // sleeping thread is a futex call by the waker and an interrupt to a halted
@@ -78,18 +79,18 @@ class ThreadPool {
   // items at a time from the back of the others' shares until none is left.
   // A pool of one thread makes one call fn(0, n, 0).
   //
-  // Then each thread t calls warm(t) -> WarmPlan (while fn's caller is still
+  // Then each thread t calls plan(t) -> WarmPlan (while fn's caller is still
   // waiting, so warm may read its frame) and asks the caches for that plan:
   // a worker after it has reported its part done, for as long as no new loop
   // arrives (so a worker that would only wait for the caller's one-thread
   // work between two loops streams the next loop's first bytes instead);
   // the caller for at most kCallerWarmBytes of it, before it returns.
   // n < 2^31.
-  template <typename Fn, typename Warm>
+  template <typename Fn, typename Plan>
   void parallel_for_owned(int64_t n, const Fn& fn, int64_t min_chunk,
-                          const Warm& warm) {
-    warm_ = &invoke_warm<Warm>;
-    warm_fn_ = &warm;
+                          const Plan& plan) {
+    warm_ = &invoke_warm<Plan>;
+    warm_fn_ = &plan;
     run(n, min_chunk, &invoke<Fn>, &fn, Mode::kOwned);
   }
 
