@@ -222,27 +222,30 @@ ThreadPool::WarmPlan JitMatmul::decode_warm_plan(int thread, const ThreadPool& p
   const int64_t R = params_.decode_rows;
   const int64_t n_tiles = (l.n_out + R - 1) / R;
   const int64_t t0 = pool.share_begin(n_tiles, thread);
+  // Plan tiles: row groups (interleaved), or rows (float rows, so a partial
+  // last tile of R rows names no row past the plane).
+  const bool grouped = l.row_group > 1;
+  const int64_t first = grouped ? t0 : t0 * R;
+  const int64_t last = grouped ? pool.share_begin(n_tiles, thread + 1)
+                               : std::min(l.n_out, pool.share_begin(n_tiles, thread + 1) * R);
   ThreadPool::WarmPlan plan;
   auto add = [&](const uint8_t* plane, int64_t stride) {
     if (plane == nullptr || stride <= 0) return;
-    plan.base[plan.planes] = plane + t0 * stride;
+    plan.base[plan.planes] = plane + first * stride;
     plan.stride[plan.planes] = stride;
     ++plan.planes;
   };
-  // Bytes per tile of each plane (run_tiles' args_for).
-  if (l.row_group > 1) {
+  // Bytes per group (row) of each plane (run_tiles' args_for).
+  add(pw.values(), l.value_stride);
+  if (grouped) {
     const int64_t es = scale_elem_bytes(l);
-    add(pw.values(), l.value_stride);
     add(pw.scales(), l.scale_stride * es);
     add(pw.mins(), l.mins_stride * es);
     add(pw.hbits(), l.hbit_stride);
-  } else {
-    add(pw.values(), R * l.value_stride);
   }
   int64_t per_tile = 0;
   for (int i = 0; i < plan.planes; ++i) per_tile += plan.stride[i];
-  plan.tiles = std::min(pool.share_begin(n_tiles, thread + 1) - t0,
-                        per_tile > 0 ? (bytes + per_tile - 1) / per_tile : 0);
+  plan.tiles = std::min(last - first, per_tile > 0 ? (bytes + per_tile - 1) / per_tile : 0);
   return plan;
 }
 

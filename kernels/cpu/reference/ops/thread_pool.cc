@@ -1,7 +1,6 @@
 #include "kernels/cpu/reference/ops/thread_pool.h"
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <cstdint>
 
@@ -76,14 +75,24 @@ void ThreadPool::run_owned(int thread) {
 }
 
 void ThreadPool::warm(const WarmPlan& plan, int64_t max_bytes, const uint64_t* seen) const {
+  // A tile may be large (a 16-row group of a wide matrix is ~100 KiB), so
+  // both the budget and the check for a new loop apply within it.
+  auto moved_on = [&] {
+    return seen != nullptr && generation_.load(std::memory_order_relaxed) != *seen;
+  };
   int64_t bytes = 0;
-  for (int64_t k = 0; k < plan.tiles && bytes < max_bytes; ++k) {
+  for (int64_t k = 0; k < plan.tiles; ++k) {
     for (int i = 0; i < plan.planes; ++i) {
       const uint8_t* p = plan.base[i] + k * plan.stride[i];
-      for (int64_t b = 0; b < plan.stride[i]; b += 64) __builtin_prefetch(p + b, 0, 2);
-      bytes += plan.stride[i];
+      const int64_t n = std::min(plan.stride[i], max_bytes - bytes);
+      for (int64_t b = 0; b < n; b += 64) {
+        __builtin_prefetch(p + b, 0, 2);
+        if ((b & 4095) == 4032 && moved_on()) return;
+      }
+      bytes += n;
+      if (bytes >= max_bytes) return;
     }
-    if (seen != nullptr && generation_.load(std::memory_order_relaxed) != *seen) return;
+    if (moved_on()) return;
   }
 }
 
@@ -115,6 +124,8 @@ void ThreadPool::run_chunk(int thread) {
 void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn,
                      Mode mode) {
   if (n <= 0) return;
+  // A share's ends are 32-bit fields: a longer loop runs dynamic, unwarmed.
+  if (mode == Mode::kOwned && n >= (int64_t{1} << 31)) mode = Mode::kDynamic;
   grain = std::max<int64_t>(1, grain);
   const int64_t n_grains = (n + grain - 1) / grain;
   const int64_t grains_per_thread = (n_grains + n_threads_ - 1) / n_threads_;
@@ -130,7 +141,6 @@ void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn,
   chunk_ = mode == Mode::kStatic ? grains_per_thread * grain : grain;
   next_.store(0, std::memory_order_relaxed);
   if (mode == Mode::kOwned) {
-    assert(n < (int64_t{1} << 31));
     for (int t = 0; t < n_threads_; ++t) {
       const uint64_t f = static_cast<uint64_t>(share_begin(n, t));
       const uint64_t b = static_cast<uint64_t>(share_begin(n, t + 1));

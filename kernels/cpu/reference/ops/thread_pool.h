@@ -85,7 +85,7 @@ class ThreadPool {
   // arrives (so a worker that would only wait for the caller's one-thread
   // work between two loops streams the next loop's first bytes instead);
   // the caller for at most kCallerWarmBytes of it, before it returns.
-  // n < 2^31.
+  // n >= 2^31 runs as parallel_for_dynamic, without the warm step.
   template <typename Fn, typename Plan>
   void parallel_for_owned(int64_t n, const Fn& fn, int64_t min_chunk,
                           const Plan& plan) {
