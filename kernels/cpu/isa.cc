@@ -116,16 +116,9 @@ std::string cpu_model_name() {
 }
 
 std::string cpu_signature() {
-  unsigned int regs[4];
-  Xbyak::util::Cpu::getCpuid(1, regs);
-  const unsigned int eax = regs[0];
-  const unsigned int base_family = (eax >> 8) & 0xF, base_model = (eax >> 4) & 0xF;
-  const unsigned int family =
-      base_family == 0xF ? base_family + ((eax >> 20) & 0xFF) : base_family;
-  const unsigned int model = base_family == 0x6 || base_family == 0xF
-                                 ? ((eax >> 16) & 0xF) << 4 | base_model
-                                 : base_model;
-  return absl::StrCat(cpu_model_name(), " f", family, "m", model, "s", eax & 0xF);
+  const Xbyak::util::Cpu cpu;  // decodes CPUID leaf 1 (display family/model)
+  return absl::StrCat(cpu_model_name(), " f", cpu.displayFamily, "m", cpu.displayModel, "s",
+                      cpu.stepping);
 }
 
 }  // namespace strata::kernels

@@ -53,10 +53,9 @@ absl::StatusOr<IsaTier> select_isa(std::string_view forced = {});
 std::string cpu_model_name();
 
 // What the tune cache keys on: the brand string and CPUID leaf 1's display
-// family, model and stepping ("AMD EPYC f26m2s1"; Intel SDM vol. 2A, CPUID
-// EAX=01h: family = base + extended when base is 15, model = extended << 4 |
-// base when the family is 6 or 15). A virtual machine may show one brand
-// string ("AMD EPYC") for Zen 3, 4 and 5, whose best tiles differ.
+// family, model and stepping as Xbyak::util::Cpu decodes them ("AMD EPYC
+// f26m2s1"; Intel SDM vol. 2A, CPUID EAX=01h). A virtual machine may show
+// one brand string ("AMD EPYC") for Zen 3, 4 and 5, whose best tiles differ.
 std::string cpu_signature();
 
 }  // namespace strata::kernels
