@@ -134,7 +134,7 @@ class InterleavedTile final : public Tile, public Xbyak::CodeGenerator {
   void zero_sums();
   void dots(const Vec& w, int u, int offset);
   void unit_vnni(int u);
-  // Loads the 8 rows' scale h of unit u into sv (f16 or f32).
+  // Loads the group's G rows' scale h of unit u into sv (f16 or f32).
   void load_scales(int u, int h);
   // acc(col) += f32(int32 sums s - z sum q_a (zero points)) * (sv * d_a).
   void finish(int col, const Vec& s, int u, int h);
@@ -501,7 +501,7 @@ void InterleavedTile::generate() {
     vpbroadcastd(m0f_, Xmm(m0f_.getIdx()));
   }
   if (c.encoding == Encoding::kU4 || c.encoding == Encoding::kS8) w2_ = take();
-  // Column registers: ymm0..next (AVX2); wide: ymm16-31, then ymm0..next.
+  // Column registers: 0..next (AVX2); wide: 16-31, then 0..next.
   assert(next + 1 + (c.wide ? 16 : 0) >= column_registers(c) * c.cols);
   if (c.wide && c.rows < c.group) {  // the partial group's store mask
     mov(eax, (1 << c.rows) - 1);

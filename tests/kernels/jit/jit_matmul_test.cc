@@ -134,8 +134,8 @@ struct Shape {
 
 std::vector<Shape> shapes_for(GgmlType type) {
   const int64_t block = ggml_type_info(type).block_size;
-  // Rows: several groups and a partial one, fewer than one group, and
-  // (block 32) more than one 16-row group with a partial one.
+  // Rows: several groups and a partial one (37, 35: also of 16-row
+  // groups), and fewer than one group.
   if (block == 256) return {{256, 37}, {768, 13}};
   if (block == 32) return {{96, 37}, {576, 13}, {32, 5}, {160, 9}, {64, 35}};
   return {{100, 37}, {64, 13}, {3, 6}};  // float types: ragged n_in too
