@@ -68,7 +68,11 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   const int pos0 = positions_[0];
   const int layer = il - range_.first;
   const int window = hp_.sliding[il] ? hp_.sliding_window : 0;
-  if (n == 1) {  // a decode step: the keys it will attend to, ahead of time
+  // A decode step: the keys it will attend to, ahead of time. The first
+  // block of the stage asks here; each block asks for the next block's
+  // rows after its own attention, so that the next block's feed-forward
+  // and projections hide the misses.
+  if (n == 1 && layer == 0) {
     cache.prefetch(layer, window > 0 ? pos0 + 1 - window : 0, pos0, kDecodeKvPrefetchBytes);
   }
   if (w.wqkv.present()) {
@@ -131,6 +135,11 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   } else {
     ops::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
                    attn_.data(), *attention_scratch_, pool_);
+  }
+  if (n == 1 && il + 1 < range_.last) {
+    const int next_window = hp_.sliding[il + 1] ? hp_.sliding_window : 0;
+    cache.prefetch(layer + 1, next_window > 0 ? pos0 + 1 - next_window : 0, pos0,
+                   kDecodeKvPrefetchBytes);
   }
   matmul(w.wo, attn_.data(), n, proj_.data());
 }
