@@ -44,12 +44,24 @@ start coordinator "$build/coordinator/strata-coordinator" \
   --config "$examples/cluster.yaml" --model "$STRATA_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 server=127.0.0.1:50051
-# The coordinator loads the workers' shards after it starts listening.
-for _ in $(seq 1 600); do
+# The coordinator loads the workers' shards after it starts listening; it
+# serves once every shard has loaded. The cluster's own state is the
+# top-level "state" of `strata status --json` (each worker has one too, and
+# one worker may be serving while the other still loads).
+cluster_serving() {
   "$build/client/cli/strata" status --server "$server" --json 2>/dev/null |
-    grep -q '"serving"' && break
+    python3 -c 'import json, sys; sys.exit(json.load(sys.stdin).get("state") != "serving")' \
+    2>/dev/null
+}
+serving=0
+for _ in $(seq 1 600); do
+  if cluster_serving; then serving=1; break; fi
   sleep 0.2
 done
 "$build/client/cli/strata" status --server "$server"
+if [ "$serving" != 1 ]; then
+  echo "quickstart: the cluster did not reach the serving state in 120 s; logs in $logs" >&2
+  exit 1
+fi
 "$build/client/cli/strata" generate --server "$server" \
   -p "${STRATA_PROMPT:-The three primary colors are}" -n "${STRATA_N:-64}"
