@@ -42,9 +42,10 @@ class ActivationLink {
   // True until the far side failed or close() was called.
   virtual bool healthy() const = 0;
 
-  // Ends the stream; pending micro-batches get UNAVAILABLE results. Blocks
-  // until the link's thread has finished.
-  virtual void close() = 0;
+  // Ends the stream; pending micro-batches get UNAVAILABLE results whose
+  // message is "<peer>: <reason>" (e.g. "link closed", or why this side
+  // closed it). Blocks until the link's thread has finished.
+  virtual void close(const std::string& reason) = 0;
 };
 
 }  // namespace strata::worker

@@ -70,7 +70,7 @@ class GrpcLink final : public ActivationLink {
     watchdog_ = std::thread([this] { watch_loop(); });
   }
 
-  ~GrpcLink() override { close(); }
+  ~GrpcLink() override { close("link closed"); }
 
   const std::string& peer() const override { return peer_; }
 
@@ -91,12 +91,12 @@ class GrpcLink final : public ActivationLink {
     return !broken_;
   }
 
-  void close() override {
+  void close(const std::string& reason) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
       closed_ = true;
-      breaking(absl::StatusCode::kUnavailable, "link closed");
+      breaking(absl::StatusCode::kUnavailable, reason);
     }
     writer_.join();
     reader_.join();

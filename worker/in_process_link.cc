@@ -23,7 +23,7 @@ class InProcessLink final : public ActivationLink {
         relay_(stage, options.name, std::move(next)),
         thread_([this] { run(); }) {}
 
-  ~InProcessLink() override { close(); }
+  ~InProcessLink() override { close("link closed"); }
 
   const std::string& peer() const override { return peer_; }
 
@@ -42,7 +42,7 @@ class InProcessLink final : public ActivationLink {
     return !closing_;
   }
 
-  void close() override {
+  void close(const std::string& reason) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
@@ -53,7 +53,7 @@ class InProcessLink final : public ActivationLink {
     thread_.join();
     // Micro-batches already passed on are answered by the next stage's link
     // as it closes; those still queued here after them.
-    relay_.close();
+    relay_.close(reason);
     std::deque<v1::MicroBatch> left;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -64,7 +64,7 @@ class InProcessLink final : public ActivationLink {
       results_->complete(
           ticket, error_result(b.batch_id(),
                                static_cast<int>(absl::StatusCode::kUnavailable),
-                               absl::StrCat(peer_, ": link closed")));
+                               absl::StrCat(peer_, ": ", reason)));
     }
   }
 

@@ -18,7 +18,7 @@ bool StageRelay::ensure_link(std::string* error) {
   if (link_ != nullptr) {
     // Its pending micro-batches are answered (UNAVAILABLE) before the new
     // link can answer anything, so results stay in order.
-    link_->close();
+    link_->close("link closed");
     link_.reset();
   }
   absl::StatusOr<std::unique_ptr<ActivationLink>> link = make_next_(
@@ -123,14 +123,14 @@ int StageRelay::free_sequences(const uint64_t* seq_ids, int n) {
   return freed;
 }
 
-void StageRelay::close() {
+void StageRelay::close(const std::string& reason) {
   std::unique_ptr<ActivationLink> link;
   {
     std::lock_guard<std::mutex> lock(run_mu_);
     closed_ = true;
     link = std::move(link_);
   }
-  if (link != nullptr) link->close();
+  if (link != nullptr) link->close(reason);
 }
 
 }  // namespace strata::worker

@@ -65,7 +65,8 @@ class StageRelay {
   // Closes the link to the next stage (its pending micro-batches get
   // UNAVAILABLE results, delivered before close() returns); later
   // micro-batches get UNAVAILABLE at once. Waits for a running batch.
-  void close();
+  // `reason` ends the pending batches' messages (ActivationLink::close).
+  void close(const std::string& reason = "link closed");
 
  private:
   struct Waiting {

@@ -126,8 +126,21 @@ void WorkerService::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     old = std::move(loaded_);
     state_ = "idle";
+    stopping_ = true;
   }
-  if (old != nullptr) old->relay->close();
+  if (old != nullptr) {
+    old->relay->close(absl::StrCat("link closed: worker ", worker_id(), " is stopping"));
+  }
+}
+
+absl::Status WorkerService::no_shard(const std::string& message) const {
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping = stopping_;
+  }
+  if (stopping) return absl::UnavailableError(absl::StrCat("worker ", worker_id(), " is stopping"));
+  return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id(), ": ", message));
 }
 
 std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {
@@ -325,13 +338,10 @@ grpc::Status WorkerService::Activations(
   while (!write_failed && stream->Read(&batch)) {
     std::shared_ptr<Loaded> loaded = current();
     if (loaded == nullptr) {
+      const absl::Status why = no_shard("no shard loaded (LoadShard first)");
       const uint64_t ticket = results->reserve();
-      results->complete(
-          ticket,
-          error_result(batch.batch_id(),
-                       static_cast<int>(absl::StatusCode::kFailedPrecondition),
-                       absl::StrCat("worker ", worker_id(),
-                                    ": no shard loaded (LoadShard first)")));
+      results->complete(ticket, error_result(batch.batch_id(), static_cast<int>(why.code()),
+                                             std::string(why.message())));
       continue;
     }
     loaded->relay->process(results, batch);
@@ -353,9 +363,8 @@ grpc::Status WorkerService::FreeSequence(grpc::ServerContext*,
                                          v1::FreeSequenceResponse* response) {
   std::shared_ptr<Loaded> loaded = current();
   if (loaded == nullptr) {
-    return grpc::Status(
-        grpc::StatusCode::FAILED_PRECONDITION,
-        absl::StrCat("worker ", worker_id(), ": no shard loaded"));
+    const absl::Status why = no_shard("no shard loaded");
+    return grpc::Status(static_cast<grpc::StatusCode>(why.code()), std::string(why.message()));
   }
   if (request->shard_id() != loaded->stage->shard().shard_id()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

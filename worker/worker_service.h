@@ -60,7 +60,11 @@ class WorkerService final : public v1::Worker::Service {
                       const v1::WorkerHealthRequest* request,
                       v1::WorkerHealthResponse* response) override;
 
-  // Unloads the shard (closing the link to the next stage).
+  // Unloads the shard (closing the link to the next stage: its pending
+  // micro-batches are answered UNAVAILABLE "... link closed: worker <id>
+  // is stopping"); from then on every micro-batch and call that needs the
+  // shard is answered UNAVAILABLE "worker <id> is stopping" instead of
+  // FAILED_PRECONDITION "no shard loaded". For the process's own stop.
   void shutdown();
 
   // Where the server listens (its port resolved): the worker's name when
@@ -77,6 +81,9 @@ class WorkerService final : public v1::Worker::Service {
   };
 
   std::shared_ptr<Loaded> current() const;
+  // Why there is no shard to use: UNAVAILABLE while stopping, else
+  // FAILED_PRECONDITION `no_shard` (prefixed "worker <id>: ").
+  absl::Status no_shard(const std::string& message) const;
   // LoadShard's checks and load, as absl::Status.
   absl::StatusOr<v1::ShardInfo> load(const v1::LoadShardRequest& request);
   absl::StatusOr<std::string> resolve_model_path(const std::string& path) const;
@@ -89,6 +96,7 @@ class WorkerService final : public v1::Worker::Service {
   mutable std::mutex mu_;
   std::shared_ptr<Loaded> loaded_;  // guarded by mu_
   std::string state_ = "idle";      // guarded by mu_
+  bool stopping_ = false;           // guarded by mu_ (shutdown() was called)
   std::string worker_id_;           // guarded by mu_
 };
 

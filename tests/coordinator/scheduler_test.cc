@@ -293,7 +293,7 @@ class FakeLink final : public worker::ActivationLink {
     return absl::OkStatus();
   }
   bool healthy() const override { return true; }
-  void close() override {}
+  void close(const std::string&) override {}
   std::optional<v1::MicroBatch> pop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (sent_.empty()) return std::nullopt;

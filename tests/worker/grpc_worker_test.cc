@@ -424,5 +424,39 @@ TEST_F(GrpcWorker, StoppedNextWorkerIsReportedWithin10Seconds) {
   w1_->kill(SIGCONT);
 }
 
+// A worker stopped by SIGTERM (its own orderly stop) is reported as
+// stopping, by its name, UNAVAILABLE: the last stage answers the micro-
+// batches that still reach it so, instead of FAILED_PRECONDITION "no shard
+// loaded" (it has unloaded), and the first stage says it is the one
+// stopping rather than blaming the next stage whose link it closed.
+TEST_F(GrpcWorker, TerminatedWorkerIsReportedAsStoppingByName) {
+  Results results;
+  auto link = link_to(w0_->address(), results);
+  ASSERT_TRUE(link->send(micro_batch(1, {slice(1, 0, stories_prompt())})).ok());
+  ASSERT_TRUE(results.next().has_value());
+
+  w1_->kill(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it unloads
+  ASSERT_TRUE(link->send(micro_batch(2, {slice(1, 5, {42})})).ok());
+  auto r = results.next(std::chrono::seconds(10));
+  ASSERT_TRUE(r.has_value()) << "no result within 10 s";
+  EXPECT_EQ(r->error_code(), static_cast<int>(absl::StatusCode::kUnavailable))
+      << r->error_message();
+  EXPECT_NE(r->error_message().find("w1"), std::string::npos) << r->error_message();
+  w1_->reap();
+
+  w0_->kill(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  if (link->send(micro_batch(3, {slice(1, 5, {42})})).ok()) {
+    auto r0 = results.next(std::chrono::seconds(10));
+    ASSERT_TRUE(r0.has_value()) << "no result within 10 s";
+    EXPECT_EQ(r0->error_code(), static_cast<int>(absl::StatusCode::kUnavailable))
+        << r0->error_message();
+    EXPECT_NE(r0->error_message().find("worker w0 is stopping"), std::string::npos)
+        << r0->error_message();
+  }
+  w0_->reap();
+}
+
 }  // namespace
 }  // namespace strata::worker_test
