@@ -252,7 +252,7 @@ void Scheduler::break_pipeline(const absl::Status& status) {
   waiting_.clear();
   in_flight_.clear();
   if (link_) {
-    link_->close("link closed");
+    link_->close(worker::kLinkClosed);
     link_.reset();
   }
   unavailable_ = std::string(status.message());
@@ -460,12 +460,12 @@ void Scheduler::loop() {
       on_broken_ = nullptr;
       break_pipeline(status);
       on_broken_ = std::move(on_broken);
-      if (new_link) new_link->close("link closed");
+      if (new_link) new_link->close(worker::kLinkClosed);
       return;
     }
     if (fail) break_pipeline(*fail);
     if (have_new_link) {
-      if (link_) link_->close("link closed");
+      if (link_) link_->close(worker::kLinkClosed);
       link_ = std::move(new_link);
       shard_id_ = new_shard_id;
       unavailable_.clear();

@@ -48,4 +48,7 @@ class ActivationLink {
   virtual void close(const std::string& reason) = 0;
 };
 
+// close()'s reason when nothing more is known.
+inline constexpr char kLinkClosed[] = "link closed";
+
 }  // namespace strata::worker

@@ -66,6 +66,9 @@ class CpuBackend final : public Backend {
   void gemma_block(int layer, int n, KvCache& cache);
   // Shared steps of the blocks.
   void attention_step(int layer, int n, KvCache& cache);  // xn_ -> proj_
+  // Asks the caches for the KV rows block il's attention reads at a decode
+  // step at position pos (from the first key its window keeps).
+  void prefetch_kv(int il, int pos, const KvCache& cache) const;
   void feed_forward_step(int layer, int n);               // xn_ -> proj_
   // Output norm and head for `rows` rows starting at row `from`.
   void head(int from, int rows);

@@ -72,9 +72,7 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   // block of the stage asks here; each block asks for the next block's
   // rows after its own attention, so that the next block's feed-forward
   // and projections hide the misses.
-  if (n == 1 && layer == 0) {
-    cache.prefetch(layer, window > 0 ? pos0 + 1 - window : 0, pos0, kDecodeKvPrefetchBytes);
-  }
+  if (n == 1 && layer == 0) prefetch_kv(il, pos0, cache);
   if (w.wqkv.present()) {
     // One matrix gives [q | k | v] per row; split it.
     matmul(w.wqkv, xn_.data(), n, qkv_.data());
@@ -136,12 +134,14 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
     ops::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
                    attn_.data(), *attention_scratch_, pool_);
   }
-  if (n == 1 && il + 1 < range_.last) {
-    const int next_window = hp_.sliding[il + 1] ? hp_.sliding_window : 0;
-    cache.prefetch(layer + 1, next_window > 0 ? pos0 + 1 - next_window : 0, pos0,
-                   kDecodeKvPrefetchBytes);
-  }
+  if (n == 1 && il + 1 < range_.last) prefetch_kv(il + 1, pos0, cache);
   matmul(w.wo, attn_.data(), n, proj_.data());
+}
+
+void CpuBackend::prefetch_kv(int il, int pos, const KvCache& cache) const {
+  const int window = hp_.sliding[il] ? hp_.sliding_window : 0;
+  cache.prefetch(il - range_.first, window > 0 ? pos + 1 - window : 0, pos,
+                 kDecodeKvPrefetchBytes);
 }
 
 // proj = W_down · (act(W_gate xn) * W_up xn).

@@ -70,7 +70,7 @@ class GrpcLink final : public ActivationLink {
     watchdog_ = std::thread([this] { watch_loop(); });
   }
 
-  ~GrpcLink() override { close("link closed"); }
+  ~GrpcLink() override { close(kLinkClosed); }
 
   const std::string& peer() const override { return peer_; }
 

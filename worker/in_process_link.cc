@@ -23,7 +23,7 @@ class InProcessLink final : public ActivationLink {
         relay_(stage, options.name, std::move(next)),
         thread_([this] { run(); }) {}
 
-  ~InProcessLink() override { close("link closed"); }
+  ~InProcessLink() override { close(kLinkClosed); }
 
   const std::string& peer() const override { return peer_; }
 

@@ -18,7 +18,7 @@ bool StageRelay::ensure_link(std::string* error) {
   if (link_ != nullptr) {
     // Its pending micro-batches are answered (UNAVAILABLE) before the new
     // link can answer anything, so results stay in order.
-    link_->close("link closed");
+    link_->close(kLinkClosed);
     link_.reset();
   }
   absl::StatusOr<std::unique_ptr<ActivationLink>> link = make_next_(

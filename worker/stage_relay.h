@@ -66,7 +66,7 @@ class StageRelay {
   // UNAVAILABLE results, delivered before close() returns); later
   // micro-batches get UNAVAILABLE at once. Waits for a running batch.
   // `reason` ends the pending batches' messages (ActivationLink::close).
-  void close(const std::string& reason = "link closed");
+  void close(const std::string& reason = kLinkClosed);
 
  private:
   struct Waiting {

@@ -134,13 +134,9 @@ void WorkerService::shutdown() {
 }
 
 absl::Status WorkerService::no_shard(const std::string& message) const {
-  bool stopping = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping = stopping_;
-  }
-  if (stopping) return absl::UnavailableError(absl::StrCat("worker ", worker_id(), " is stopping"));
-  return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id(), ": ", message));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError(absl::StrCat("worker ", worker_id_, " is stopping"));
+  return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id_, ": ", message));
 }
 
 std::shared_ptr<WorkerService::Loaded> WorkerService::current() const {

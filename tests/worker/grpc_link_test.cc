@@ -97,7 +97,7 @@ TEST(GrpcLink, ResultsComeBackInOrder) {
     EXPECT_EQ(c.got[i].error_code(), 0);
   }
   EXPECT_EQ((*link)->peer(), "worker " + peer.address());
-  (*link)->close("link closed");
+  (*link)->close(worker::kLinkClosed);
   EXPECT_FALSE((*link)->healthy());
   EXPECT_EQ((*link)->send(batch(99)).code(), absl::StatusCode::kUnavailable);
 }

@@ -126,6 +126,12 @@ class GrpcWorker : public ::testing::Test {
     EXPECT_GT(response.shard().weight_bytes(), 0u);
   }
 
+  // Batch 1 (sequence 1's prompt) through w0 and w1, answered.
+  static void first_batch(worker::ActivationLink& link, Results& results) {
+    ASSERT_TRUE(link.send(micro_batch(1, {slice(1, 0, stories_prompt())})).ok());
+    ASSERT_TRUE(results.next().has_value());
+  }
+
   int n_layer_ = 0;
   std::string model_dir_;
   std::unique_ptr<WorkerProcess> w1_;
@@ -371,8 +377,7 @@ TEST_F(GrpcWorker, LoadShardChecksPathBudgetAndFields) {
 TEST_F(GrpcWorker, KilledNextWorkerIsReportedByNameAndComesBack) {
   Results results;
   auto link = link_to(w0_->address(), results);
-  ASSERT_TRUE(link->send(micro_batch(1, {slice(1, 0, stories_prompt())})).ok());
-  ASSERT_TRUE(results.next().has_value());
+  ASSERT_NO_FATAL_FAILURE(first_batch(*link, results));
 
   const int port = w1_->port();
   const std::string w1_address = w1_->address();
@@ -401,8 +406,7 @@ TEST_F(GrpcWorker, KilledNextWorkerIsReportedByNameAndComesBack) {
 TEST_F(GrpcWorker, StoppedNextWorkerIsReportedWithin10Seconds) {
   Results results;
   auto link = link_to(w0_->address(), results);
-  ASSERT_TRUE(link->send(micro_batch(1, {slice(1, 0, stories_prompt())})).ok());
-  ASSERT_TRUE(results.next().has_value());
+  ASSERT_NO_FATAL_FAILURE(first_batch(*link, results));
 
   w1_->kill(SIGSTOP);
   ASSERT_TRUE(w1_->wait_stopped()) << "worker 1 never stopped";
@@ -432,8 +436,7 @@ TEST_F(GrpcWorker, StoppedNextWorkerIsReportedWithin10Seconds) {
 TEST_F(GrpcWorker, TerminatedWorkerIsReportedAsStoppingByName) {
   Results results;
   auto link = link_to(w0_->address(), results);
-  ASSERT_TRUE(link->send(micro_batch(1, {slice(1, 0, stories_prompt())})).ok());
-  ASSERT_TRUE(results.next().has_value());
+  ASSERT_NO_FATAL_FAILURE(first_batch(*link, results));
 
   w1_->kill(SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it unloads
@@ -447,14 +450,14 @@ TEST_F(GrpcWorker, TerminatedWorkerIsReportedAsStoppingByName) {
 
   w0_->kill(SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  if (link->send(micro_batch(3, {slice(1, 5, {42})})).ok()) {
-    auto r0 = results.next(std::chrono::seconds(10));
-    ASSERT_TRUE(r0.has_value()) << "no result within 10 s";
-    EXPECT_EQ(r0->error_code(), static_cast<int>(absl::StatusCode::kUnavailable))
-        << r0->error_message();
-    EXPECT_NE(r0->error_message().find("worker w0 is stopping"), std::string::npos)
-        << r0->error_message();
-  }
+  // w0 gives in-flight streams 2 s before it cancels them: this one is up.
+  ASSERT_TRUE(link->send(micro_batch(3, {slice(1, 5, {42})})).ok());
+  auto r0 = results.next(std::chrono::seconds(10));
+  ASSERT_TRUE(r0.has_value()) << "no result within 10 s";
+  EXPECT_EQ(r0->error_code(), static_cast<int>(absl::StatusCode::kUnavailable))
+      << r0->error_message();
+  EXPECT_NE(r0->error_message().find("worker w0 is stopping"), std::string::npos)
+      << r0->error_message();
   w0_->reap();
 }
 

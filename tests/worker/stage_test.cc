@@ -458,7 +458,7 @@ TEST(InProcessChain, PipelinedMicroBatchesComeBackInOrder) {
     ASSERT_EQ(r.tokens_size(), 1);
     EXPECT_EQ(r.tokens(0).id(), expected[0]);
   }
-  link->close("link closed");
+  link->close(worker::kLinkClosed);
   EXPECT_FALSE(link->healthy());
   EXPECT_EQ(link->send(v1::MicroBatch()).code(),
             absl::StatusCode::kUnavailable);
