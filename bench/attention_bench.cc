@@ -8,6 +8,9 @@
 //   build/bench/attention_bench [-t 2] [--tokens 512] [--ctx 64,512,2048]
 //                               [--heads 9] [--kv-heads 3] [--head-dim 64]
 //                               [--kv-type f16] [--ms 300] [--no-decode]
+//                               [--isa avx2|avx512|avx512vnni]
+// --isa picks the tiles' vectors (8 or 16 lanes; default: the best this CPU
+// runs, as the cpu backend picks).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +22,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/parse_flags.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/reference/fp16.h"
 #include "kernels/cpu/reference/ops/thread_pool.h"
 #include "kernels/cpu/simd/attention.h"
@@ -53,6 +57,7 @@ int main(int argc, char** argv) {
   double ms = 300;
   std::vector<int> ctx = {64, 512, 2048};
   std::string kv_type = "f16";
+  std::string isa_flag;
   app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(1, 256));
   app.add_option("--tokens", tokens, "prefill query rows (0: no prefill)")
       ->check(CLI::Range(0, 16384));
@@ -66,8 +71,14 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", head_dim, "head_dim (a multiple of 8)")->check(CLI::Range(8, 1024));
   app.add_option("--kv-type", kv_type, "cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--ms", ms, "time per measurement (best of calls)");
+  app.add_option("--isa", isa_flag, "ISA tier: avx2, avx512 or avx512vnni (default: the CPU's best)");
   if (const std::optional<int> code = strata::bench::parse_flags(app, argc, argv)) return *code;
 
+  const absl::StatusOr<kernels::IsaTier> isa = kernels::select_isa(isa_flag);
+  if (!isa.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(isa.status().message()).c_str());
+    return 2;
+  }
   AttentionParams p;
   p.n_head = heads;
   p.n_head_kv = kv_heads;
@@ -94,7 +105,8 @@ int main(int argc, char** argv) {
   kv.v = f16 ? static_cast<const void*>(v16.data()) : v.data();
 
   ThreadPool pool(threads);
-  kernels::simd::AttentionBuffers buffers(max_kv, p, threads);
+  kernels::simd::AttentionBuffers buffers(max_kv, p, threads, *isa);
+  std::printf("tiles: %s (%s)\n", kernels::isa_name(*isa), buffers.wide() ? "16 lanes" : "8 lanes");
   const int64_t q_rows = std::max(tokens, 1);
   std::vector<float> q(static_cast<size_t>(q_rows * heads * head_dim));
   for (float& x : q) x = dist(rng);

@@ -131,6 +131,79 @@ STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, float scale, bool ro
   }
 }
 
+// softmax on 16 lanes: the same scaled scores, maximum, exponentials, sum
+// (each 8-key chunk's in hsum()'s order, added in double chunk by chunk) and
+// roundings, so the probabilities equal softmax()'s bit for bit.
+STRATA_AVX512 void softmax_wide(float* sc, int64_t off, int64_t n, float scale,
+                                bool round_f16) {
+  const int64_t end = (off + n + 7) / 8 * 8;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float* x = sc + off;
+  const __m512 vs = _mm512_set1_ps(scale);
+  __m512 m0 = _mm512_set1_ps(kNegInf), m1 = m0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + i), vs);
+    const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16), vs);
+    _mm512_storeu_ps(x + i, a);
+    _mm512_storeu_ps(x + i + 16, b);
+    m0 = _mm512_max_ps(m0, a);
+    m1 = _mm512_max_ps(m1, b);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vs);
+    _mm512_mask_storeu_ps(x + i, k, a);
+    m0 = _mm512_mask_max_ps(m0, k, m0, a);
+  }
+  const float max = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+  // Pads hold max so that exp gives 1 there (no slow lanes); zeroed after.
+  for (int64_t p = 0; p < off; ++p) sc[p] = max;
+  for (int64_t p = off + n; p < end; ++p) sc[p] = max;
+  const __m512 vm = _mm512_set1_ps(max);
+  // exp of the lanes of `live` from sc + c, pads (outside [off, off + n))
+  // zeroed, stored.
+  auto chunk = [&](int64_t c, __mmask16 live) STRATA_AVX512 {
+    __m512 v = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sc + c), vm));
+    if (c < off || c + 16 > off + n) {
+      const int64_t lo = std::max<int64_t>(0, off - c);
+      const int64_t hi = std::min<int64_t>(16, off + n - c);
+      const uint32_t keep = hi > lo ? ((1u << hi) - 1) & ~((1u << lo) - 1) : 0u;
+      v = _mm512_maskz_mov_ps(__mmask16(keep & live), v);
+    }
+    _mm512_mask_storeu_ps(sc + c, live, v);
+    return v;
+  };
+  double sum = 0.0;
+  int64_t c = 0;
+  alignas(32) float lanes[8];
+  for (; c + 64 <= end; c += 64) {  // 8 chunks' sums at once (reduce8)
+    __m256 v[8];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const __m512 z = chunk(c + 16 * q, 0xFFFF);
+      v[2 * q] = _mm512_castps512_ps256(z);
+      v[2 * q + 1] = _mm512_extractf32x8_ps(z, 1);
+    }
+    _mm256_store_ps(lanes, reduce8(v));
+    for (float h : lanes) sum += static_cast<double>(h);
+  }
+  for (; c + 16 <= end; c += 16) {
+    const __m512 z = chunk(c, 0xFFFF);
+    sum += static_cast<double>(hsum(_mm512_castps512_ps256(z)));
+    sum += static_cast<double>(hsum(_mm512_extractf32x8_ps(z, 1)));
+  }
+  if (c < end) sum += static_cast<double>(hsum(_mm512_castps512_ps256(chunk(c, 0x00FF))));
+  const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
+  auto weigh = [&](__m512 v) STRATA_AVX512 {
+    v = _mm512_mul_ps(v, inv);
+    return round_f16 ? _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)) : v;
+  };
+  int64_t k = 0;
+  for (; k + 16 <= end; k += 16) _mm512_storeu_ps(sc + k, weigh(_mm512_loadu_ps(sc + k)));
+  if (k < end) _mm512_mask_storeu_ps(sc + k, 0x00FF, weigh(_mm512_maskz_loadu_ps(0x00FF, sc + k)));
+}
+
 // Everything one (token, KV head) item needs.
 struct Item {
   const float* q;      // [group][dk] the group's query heads
@@ -146,6 +219,45 @@ struct Item {
 // row kb on, written to sc[m * sc_stride + n]. Each key is loaded (and
 // widened) once for all M heads; each (head, key) pair keeps its own
 // accumulator over head_dim in increasing order, reduced in hsum()'s order.
+// Stores the M x N scores of a tile's accumulators acc[m * N + n] (8 lanes
+// over head_dim each) to sc[m * sc_stride + n], each reduced in hsum()'s
+// order.
+template <int M, int N>
+STRATA_AVX2 inline void store_scores(const __m256* acc, float* sc, int64_t sc_stride) {
+  if constexpr (N == 1) {
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) sc[m * sc_stride] = hsum(acc[m]);
+  } else if constexpr (N == 8) {
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) _mm256_storeu_ps(sc + m * sc_stride, reduce8(acc + m * 8));
+  } else if constexpr (N == 4) {
+    // Two heads per reduce8: lanes 0..3 the first's keys, 4..7 the second's.
+#pragma GCC unroll 2
+    for (int m = 0; m < M; m += 2) {
+      __m256 a[8];
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) a[l] = acc[(m + l / 4 < M ? m * N + l : m * N + l - 4)];
+      const __m256 r = reduce8(a);
+      _mm_storeu_ps(sc + m * sc_stride, _mm256_castps256_ps128(r));
+      if (m + 1 < M) _mm_storeu_ps(sc + (m + 1) * sc_stride, _mm256_extractf128_ps(r, 1));
+    }
+  } else if constexpr (N == 2 && M == 4) {
+    // Lanes (2m, 2m + 1): head m's two keys.
+    const __m256 r = reduce8(acc);
+    const __m128 lo = _mm256_castps256_ps128(r), hi = _mm256_extractf128_ps(r, 1);
+    _mm_storel_pi(reinterpret_cast<__m64*>(sc), lo);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(sc + sc_stride), lo);
+    _mm_storel_pi(reinterpret_cast<__m64*>(sc + 2 * sc_stride), hi);
+    _mm_storeh_pi(reinterpret_cast<__m64*>(sc + 3 * sc_stride), hi);
+  } else {
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 8
+      for (int n = 0; n < N; ++n) sc[m * sc_stride + n] = hsum(acc[m * N + n]);
+    }
+  }
+}
+
 template <bool kF16, int M, int N>
 STRATA_AVX2 inline void score_tile(const float* qr, int dk, const char* kb, int64_t k_stride,
                                    float* sc, int64_t sc_stride) {
@@ -163,33 +275,7 @@ STRATA_AVX2 inline void score_tile(const float* qr, int dk, const char* kb, int6
       }
     }
   }
-  if constexpr (N == 1) {
-#pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) sc[m * sc_stride] = hsum(acc[m]);
-  } else if constexpr (N == 8) {
-    static_assert(M == 1);
-    _mm256_storeu_ps(sc, reduce8(acc));
-  } else if constexpr (N == 4) {
-    // Two heads per reduce8: lanes 0..3 the first's keys, 4..7 the second's.
-#pragma GCC unroll 2
-    for (int m = 0; m < M; m += 2) {
-      __m256 a[8];
-#pragma GCC unroll 8
-      for (int l = 0; l < 8; ++l) a[l] = acc[(m + l / 4 < M ? m * N + l : m * N + l - 4)];
-      const __m256 r = reduce8(a);
-      _mm_storeu_ps(sc + m * sc_stride, _mm256_castps256_ps128(r));
-      if (m + 1 < M) _mm_storeu_ps(sc + (m + 1) * sc_stride, _mm256_extractf128_ps(r, 1));
-    }
-  } else {
-    static_assert(N == 2 && M == 4);
-    // Lanes (2m, 2m + 1): head m's two keys.
-    const __m256 r = reduce8(acc);
-    const __m128 lo = _mm256_castps256_ps128(r), hi = _mm256_extractf128_ps(r, 1);
-    _mm_storel_pi(reinterpret_cast<__m64*>(sc), lo);
-    _mm_storeh_pi(reinterpret_cast<__m64*>(sc + sc_stride), lo);
-    _mm_storel_pi(reinterpret_cast<__m64*>(sc + 2 * sc_stride), hi);
-    _mm_storeh_pi(reinterpret_cast<__m64*>(sc + 3 * sc_stride), hi);
-  }
+  store_scores<M, N>(acc, sc, sc_stride);
 }
 
 // Scores of M heads for keys [j_begin, j_end): sc[m * sc_stride + j - j_begin].
@@ -276,6 +362,178 @@ STRATA_AVX2 void value_heads(const Item& it, const float* p, int64_t p_stride, f
 // How many of `rest` heads one tile takes (at most 4).
 int tile_heads(int rest) { return rest >= 4 && rest % 3 != 0 ? 4 : std::min(rest, 3); }
 
+
+// ---- The same tiles on 512-bit vectors (the avx512 and avx512vnni tiers).
+// Each lane is updated by the same operations in the same order as in the
+// 8-lane tiles above, so the results are equal bit for bit; what changes is
+// how many lanes one instruction carries: a score tile holds two keys'
+// 8-lane accumulators in one register, a value tile 16 values of a row.
+
+// 8 values at `a` in lanes 0..7 and 8 at `b` in lanes 8..15, as f32.
+template <bool kF16>
+STRATA_AVX512 inline __m512 load8x2(const char* a, const char* b) {
+  if constexpr (kF16) {
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+    return _mm512_cvtph_ps(h);
+  } else {
+    return _mm512_insertf32x8(
+        _mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a))),
+        _mm256_loadu_ps(reinterpret_cast<const float*>(b)), 1);
+  }
+}
+
+// 16 values of a cache row starting at `src` as f32.
+template <bool kF16>
+STRATA_AVX512 inline __m512 load16(const void* src) {
+  if constexpr (kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(src)));
+  } else {
+    return _mm512_loadu_ps(static_cast<const float*>(src));
+  }
+}
+
+// score_tile for an even N: acc[m * N/2 + p] holds keys 2p (lanes 0..7) and
+// 2p + 1 (lanes 8..15) of head m.
+template <bool kF16, int M, int N>
+STRATA_AVX512 inline void score_tile_wide(const float* qr, int dk, const char* kb,
+                                          int64_t k_stride, float* sc, int64_t sc_stride) {
+  static_assert(N % 2 == 0);
+  constexpr int64_t kElem = kF16 ? 2 : 4;
+  constexpr int P = N / 2;
+  __m512 acc[M * P];
+#pragma GCC unroll 16
+  for (int a = 0; a < M * P; ++a) acc[a] = _mm512_setzero_ps();
+  for (int d = 0; d < dk; d += 8) {
+    __m512 qv[M];
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) qv[m] = _mm512_broadcast_f32x8(_mm256_loadu_ps(qr + m * dk + d));
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const char* k0 = kb + 2 * p * k_stride + d * kElem;
+      const __m512 kv = load8x2<kF16>(k0, k0 + k_stride);
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) acc[m * P + p] = _mm512_fmadd_ps(kv, qv[m], acc[m * P + p]);
+    }
+  }
+  __m256 lanes[M * N];
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      lanes[m * N + 2 * p] = _mm512_castps512_ps256(acc[m * P + p]);
+      lanes[m * N + 2 * p + 1] = _mm512_extractf32x8_ps(acc[m * P + p], 1);
+    }
+  }
+  store_scores<M, N>(lanes, sc, sc_stride);
+}
+
+// score_heads on 512-bit tiles of M heads x 8 keys, then pairs, then one.
+template <bool kF16, int M>
+STRATA_AVX512 void score_heads_wide(const Item& it, const float* qr, int dk, float* sc,
+                                    int64_t sc_stride) {
+  int64_t j = it.j_begin;
+  for (; j + 8 <= it.j_end; j += 8) {
+    score_tile_wide<kF16, M, 8>(qr, dk, it.k + j * it.k_stride, it.k_stride,
+                                sc + (j - it.j_begin), sc_stride);
+  }
+  for (; j + 2 <= it.j_end; j += 2) {
+    score_tile_wide<kF16, M, 2>(qr, dk, it.k + j * it.k_stride, it.k_stride,
+                                sc + (j - it.j_begin), sc_stride);
+  }
+  if (j < it.j_end) {
+    score_tile<kF16, M, 1>(qr, dk, it.k + j * it.k_stride, it.k_stride, sc + (j - it.j_begin),
+                           sc_stride);
+  }
+}
+
+template <bool kF16>
+STRATA_AVX512 void score_group_wide(const Item& it, const float* qr, int dk, float* sc,
+                                    int64_t sc_stride, int m) {
+  switch (m) {
+    case 1: score_heads_wide<kF16, 1>(it, qr, dk, sc, sc_stride); break;
+    case 2: score_heads_wide<kF16, 2>(it, qr, dk, sc, sc_stride); break;
+    case 3: score_heads_wide<kF16, 3>(it, qr, dk, sc, sc_stride); break;
+    default: score_heads_wide<kF16, 4>(it, qr, dk, sc, sc_stride); break;
+  }
+}
+
+// value_tile with D chunks of 16 values.
+template <bool kF16, int M, int D>
+STRATA_AVX512 inline void value_tile_wide(const float* p, int64_t p_stride, int64_t n,
+                                          const char* vb, int64_t v_stride, float* o, int dv) {
+  constexpr int64_t kElem = kF16 ? 2 : 4;
+  __m512 acc[M * D];
+#pragma GCC unroll 32
+  for (int a = 0; a < M * D; ++a) acc[a] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; ++i) {
+    __m512 w[M];
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) w[m] = _mm512_set1_ps(p[m * p_stride + i]);
+    const char* vr = vb + i * v_stride;
+#pragma GCC unroll 8
+    for (int c = 0; c < D; ++c) {
+      const __m512 x = load16<kF16>(vr + c * 16 * kElem);
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) acc[m * D + c] = _mm512_fmadd_ps(w[m], x, acc[m * D + c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 8
+    for (int c = 0; c < D; ++c) _mm512_storeu_ps(o + m * dv + c * 16, acc[m * D + c]);
+  }
+}
+
+template <bool kF16, int M, int D>
+STRATA_AVX512 inline void value_rest_wide(int rest, const float* p, int64_t p_stride, int64_t n,
+                                          const char* vb, int64_t v_stride, float* o, int dv) {
+  if constexpr (D > 0) {
+    if (rest == D) {
+      value_tile_wide<kF16, M, D>(p, p_stride, n, vb, v_stride, o, dv);
+    } else {
+      value_rest_wide<kF16, M, D - 1>(rest, p, p_stride, n, vb, v_stride, o, dv);
+    }
+  }
+}
+
+// value_heads on 512-bit tiles: chunks of 8 values [c_begin, c_end) taken 16
+// values at a time (M x D accumulators, M broadcasts and a load fit the 32
+// registers), an odd last chunk by the 8-lane tile.
+template <bool kF16, int M>
+STRATA_AVX512 void value_heads_wide(const Item& it, const float* p, int64_t p_stride, float* o,
+                                    int dv, int c_begin, int c_end) {
+  constexpr int64_t kElem = kF16 ? 2 : 4;
+  constexpr int D = M <= 2 ? 8 : 6;
+  const int64_t n = it.j_end - it.j_begin;
+  const char* vb = it.v + it.j_begin * it.v_stride;
+  int c = c_begin;
+  for (; c + 2 * D <= c_end; c += 2 * D) {
+    value_tile_wide<kF16, M, D>(p, p_stride, n, vb + c * 8 * kElem, it.v_stride, o + c * 8, dv);
+  }
+  const int pairs = (c_end - c) / 2;
+  if (pairs > 0) {
+    value_rest_wide<kF16, M, D - 1>(pairs, p, p_stride, n, vb + c * 8 * kElem, it.v_stride,
+                                    o + c * 8, dv);
+    c += 2 * pairs;
+  }
+  if (c < c_end) {
+    value_tile<kF16, M, 1>(p, p_stride, n, vb + c * 8 * kElem, it.v_stride, o + c * 8, dv);
+  }
+}
+
+template <bool kF16>
+STRATA_AVX512 void value_group_wide(const Item& it, const float* p, int64_t p_stride, float* o,
+                                    int dv, int c_begin, int c_end, int m) {
+  switch (m) {
+    case 1: value_heads_wide<kF16, 1>(it, p, p_stride, o, dv, c_begin, c_end); break;
+    case 2: value_heads_wide<kF16, 2>(it, p, p_stride, o, dv, c_begin, c_end); break;
+    case 3: value_heads_wide<kF16, 3>(it, p, p_stride, o, dv, c_begin, c_end); break;
+    default: value_heads_wide<kF16, 4>(it, p, p_stride, o, dv, c_begin, c_end); break;
+  }
+}
+
 // The steps of one item (a token's `group` query heads of one KV head),
 // which run_item takes in turn and a decode step spreads over the threads.
 // The scores of head hh, key j sit at scores[hh * stride + j - base] with
@@ -297,7 +555,7 @@ STRATA_AVX2 void round_q(const Item& it, int group, int dk, float* qr) {
 // at a time.
 template <bool kF16>
 STRATA_AVX2 void score_keys(const Item& it, int dk, int group, const float* qr, float* scores,
-                            int64_t stride, int64_t j0, int64_t j1) {
+                            int64_t stride, int64_t j0, int64_t j1, bool wide) {
   Item part = it;
   part.j_begin = j0;
   part.j_end = j1;
@@ -306,6 +564,11 @@ STRATA_AVX2 void score_keys(const Item& it, int dk, int group, const float* qr, 
     const int m = tile_heads(group - h0);
     const float* qh = qr + h0 * dk;
     float* sc = scores + h0 * stride + at;
+    if (wide) {
+      score_group_wide<kF16>(part, qh, dk, sc, stride, m);
+      h0 += m;
+      continue;
+    }
     switch (m) {
       case 1: score_heads<kF16, 1>(part, qh, dk, sc, stride); break;
       case 2: score_heads<kF16, 2>(part, qh, dk, sc, stride); break;
@@ -319,7 +582,7 @@ STRATA_AVX2 void score_keys(const Item& it, int dk, int group, const float* qr, 
 // Soft-cap, scale and softmax of the group's score rows, in place.
 template <bool kF16>
 STRATA_AVX2 void normalize(const Item& it, const AttentionParams& p, int group, float* scores,
-                           int64_t stride) {
+                           int64_t stride, bool wide) {
   const int64_t off = it.j_begin - it.j_begin / 8 * 8;
   const int64_t n = it.j_end - it.j_begin;
   const float cap = p.softcap;
@@ -328,7 +591,11 @@ STRATA_AVX2 void normalize(const Item& it, const AttentionParams& p, int group, 
     if (cap > 0.0f) {
       for (int64_t i = 0; i < n; ++i) sc[i] = std::tanh(sc[i] * (1.0f / cap)) * cap;
     }
-    softmax(scores + hh * stride, off, n, p.scale, kF16);
+    if (wide) {
+      softmax_wide(scores + hh * stride, off, n, p.scale, kF16);
+    } else {
+      softmax(scores + hh * stride, off, n, p.scale, kF16);
+    }
   }
 }
 
@@ -336,12 +603,17 @@ STRATA_AVX2 void normalize(const Item& it, const AttentionParams& p, int group, 
 // head_dim_v, up to 4 heads at a time.
 template <bool kF16>
 STRATA_AVX2 void weigh_values(const Item& it, int dv, int group, const float* scores,
-                              int64_t stride, int c0, int c1) {
+                              int64_t stride, int c0, int c1, bool wide) {
   const int64_t off = it.j_begin - it.j_begin / 8 * 8;
   for (int h0 = 0; h0 < group;) {
     const int m = tile_heads(group - h0);
     const float* ph = scores + h0 * stride + off;
     float* oh = it.out + h0 * dv;
+    if (wide) {
+      value_group_wide<kF16>(it, ph, stride, oh, dv, c0, c1, m);
+      h0 += m;
+      continue;
+    }
     switch (m) {
       case 1: value_heads<kF16, 1>(it, ph, stride, oh, dv, c0, c1); break;
       case 2: value_heads<kF16, 2>(it, ph, stride, oh, dv, c0, c1); break;
@@ -354,11 +626,11 @@ STRATA_AVX2 void weigh_values(const Item& it, int dv, int group, const float* sc
 
 template <bool kF16>
 STRATA_AVX2 void run_item(const Item& it, const AttentionParams& p, int group,
-                          float* scores, int64_t stride, float* qr) {
+                          float* scores, int64_t stride, float* qr, bool wide) {
   round_q<kF16>(it, group, p.head_dim_k, qr);
-  score_keys<kF16>(it, p.head_dim_k, group, qr, scores, stride, it.j_begin, it.j_end);
-  normalize<kF16>(it, p, group, scores, stride);
-  weigh_values<kF16>(it, p.head_dim_v, group, scores, stride, 0, p.head_dim_v / 8);
+  score_keys<kF16>(it, p.head_dim_k, group, qr, scores, stride, it.j_begin, it.j_end, wide);
+  normalize<kF16>(it, p, group, scores, stride, wide);
+  weigh_values<kF16>(it, p.head_dim_v, group, scores, stride, 0, p.head_dim_v / 8, wide);
 }
 
 // Keys item `i` attends to (its cost in the work split).
@@ -381,8 +653,8 @@ bool attention_supported(const AttentionParams& p) {
 }
 
 AttentionBuffers::AttentionBuffers(int64_t max_kv, const AttentionParams& s,
-                                   int n_threads)
-    : max_kv_(max_kv) {
+                                   int n_threads, IsaTier isa)
+    : max_kv_(max_kv), wide_(isa != IsaTier::kAvx2 && cpu_has(isa)) {
   const int64_t group = s.n_head / std::max(1, s.n_head_kv);
   per_thread_ = (group * scores_stride(max_kv) + group * s.head_dim_k + 7) / 8 * 8;
   buffer_.resize(static_cast<size_t>(per_thread_) * std::max(1, n_threads));
@@ -469,9 +741,10 @@ STRATA_AVX2 void spread_step(const float* q, const int32_t* positions, int64_t n
           _mm_prefetch(it.v + j * it.v_stride + o, _MM_HINT_T1);
         }
       }
-      score_keys<kF16>(it, p.head_dim_k, group, qr_of(i), scores_of(i), stride, j0, j1);
+      score_keys<kF16>(it, p.head_dim_k, group, qr_of(i), scores_of(i), stride, j0, j1,
+                       buffers.wide());
       if (buffers.items_left(i).fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        normalize<kF16>(it, p, group, scores_of(i), stride);
+        normalize<kF16>(it, p, group, scores_of(i), stride, buffers.wide());
       }
     }
   });
@@ -483,7 +756,7 @@ STRATA_AVX2 void spread_step(const float* q, const int32_t* positions, int64_t n
       const int64_t i = x / pieces;
       const int c0 = static_cast<int>(x % pieces) * per_piece;
       weigh_values<kF16>(item_of(i), p.head_dim_v, group, scores_of(i), stride, c0,
-                         std::min(chunks, c0 + per_piece));
+                         std::min(chunks, c0 + per_piece), buffers.wide());
     }
   });
 }
@@ -552,9 +825,9 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
       const int64_t h0 = int64_t{g} * group + item % per_kv * heads;  // first head
       const Item it = make_item(q, out, kv, p, t, g, h0, keys_of(positions, t, p), elem);
       if (f16) {
-        run_item<true>(it, p, heads, scores, stride, qr);
+        run_item<true>(it, p, heads, scores, stride, qr, buffers.wide());
       } else {
-        run_item<false>(it, p, heads, scores, stride, qr);
+        run_item<false>(it, p, heads, scores, stride, qr, buffers.wide());
       }
     }
   });

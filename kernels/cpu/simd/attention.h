@@ -22,6 +22,13 @@
 //            16 registers): each value chunk is loaded (and widened) once
 //            for all heads of the tile.
 //
+// On the avx512 and avx512vnni tiers (AttentionBuffers' isa) the same tiles
+// run on 512-bit registers: a score tile of up to 4 heads x 8 keys holds two
+// keys' 8-lane accumulators per register, a value tile 16 values of a row,
+// and the softmax runs on 16 lanes; each lane sees the same operations in
+// the same order, so the results equal the 8-lane tiles' bit for bit
+// (tests/kernels/simd: WideTilesEqualEightLaneTiles).
+//
 // Results differ from the reference only by f32 summation order in q·k and
 // by FMA rounding in the value sum (tests/kernels/simd: within 1e-5 of
 // sum |terms|); they do not depend on the tiling or the thread count.
@@ -45,6 +52,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/reference/ops/attention.h"
 #include "kernels/cpu/reference/ops/thread_pool.h"
 
@@ -57,9 +65,14 @@ bool attention_supported(const reference::ops::AttentionParams& params);
 // query's group of heads, its q rounded to the cache's type).
 class AttentionBuffers {
  public:
+  // isa: the tier whose vectors the tiles use; avx512 and avx512vnni run
+  // them on 512-bit registers (when the CPU has them), with results equal bit
+  // for bit to the 8-lane tiles' (tests/kernels/simd).
   AttentionBuffers(int64_t max_kv, const reference::ops::AttentionParams& shape,
-                   int n_threads);
+                   int n_threads, IsaTier isa = IsaTier::kAvx2);
   int64_t max_kv() const { return max_kv_; }
+  // True when the tiles run on 512-bit registers.
+  bool wide() const { return wide_; }
   float* thread_buffer(int thread) { return buffer_.data() + thread * per_thread_; }
 
   // A step spread over the threads by keys (a decode step, see
@@ -73,6 +86,7 @@ class AttentionBuffers {
 
  private:
   int64_t max_kv_;
+  bool wide_;
   int64_t per_thread_;
   std::vector<float> buffer_;  // [n_threads][per_thread_], 32-byte rows
   int64_t max_spread_items_ = 0;

@@ -8,6 +8,9 @@
 #include "kernels/cpu/reference/ops/elementwise.h"
 
 #define STRATA_AVX2 __attribute__((target("avx2,fma,f16c")))
+// The avx512 tier's helpers: AVX-512 F/BW/VL/DQ over the AVX2 set.
+#define STRATA_AVX512 \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 
 namespace strata::kernels::simd {
 
@@ -50,6 +53,41 @@ STRATA_AVX2 inline __m256 exp8(__m256 x) {
   const __m256 scaled = _mm256_blendv_ps(_mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1),
                                          _mm256_mul_ps(s1, s1), past);
   return _mm256_blendv_ps(r, scaled, far);
+}
+
+// exp8 on 16 lanes: the same operations per lane, so each lane equals exp8's
+// (and exp_ggml's) bit for bit.
+STRATA_AVX512 inline __m512 exp16(__m512 x) {
+  const __m512 shift = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shift);
+  const __m512 n = _mm512_sub_ps(z, shift);
+  const __m512 b = _mm512_fnmadd_ps(
+      n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512i e = _mm512_slli_epi32(_mm512_castps_si512(z), 23);
+  const __m512 k = _mm512_castsi512_ps(
+      _mm512_add_epi32(e, _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 j = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b,
+                                      _mm512_set1_ps(0x1.573e2ep-5f)),
+                      u,
+                      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b,
+                                      _mm512_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm512_mul_ps(_mm512_set1_ps(0x1.ffffecp-1f), b));
+  const __m512 r = _mm512_fmadd_ps(k, j, k);
+  const __m512 abs_n = _mm512_castsi512_ps(_mm512_andnot_si512(
+      _mm512_castps_si512(_mm512_set1_ps(-0.0f)), _mm512_castps_si512(n)));
+  const __mmask16 far = _mm512_cmp_ps_mask(abs_n, _mm512_set1_ps(126.0f), _CMP_GT_OQ);
+  if (far == 0) return r;
+  const __mmask16 le0 = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+  const __m512i g = _mm512_maskz_mov_epi32(le0, _mm512_set1_epi32(static_cast<int>(0x82000000u)));
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_add_epi32(g, _mm512_set1_epi32(0x7f000000)));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_sub_epi32(e, g));
+  const __mmask16 past = _mm512_cmp_ps_mask(abs_n, _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+  const __m512 scaled = _mm512_mask_blend_ps(past, _mm512_mul_ps(_mm512_fmadd_ps(s2, j, s2), s1),
+                                             _mm512_mul_ps(s1, s1));
+  return _mm512_mask_blend_ps(far, r, scaled);
 }
 
 }  // namespace strata::kernels::simd

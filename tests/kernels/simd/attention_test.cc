@@ -83,8 +83,8 @@ Inputs make_inputs(const Shape& s, uint32_t seed) {
   return in;
 }
 
-void check(const Shape& s, GgmlType type) {
-  SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
+void check(const Shape& s, GgmlType type, IsaTier isa) {
+  SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16 " : " f32 ") + isa_name(isa));
   const ops::AttentionParams p = params_of(s);
   if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
 
@@ -97,7 +97,7 @@ void check(const Shape& s, GgmlType type) {
   std::vector<float> want(s.n_tokens * s.n_head * s.dv), got(want.size(), NAN);
   ops::AttentionScratch scratch(s.n_kv, p, s.threads);
   ops::attention(q.data(), positions.data(), s.n_tokens, kv, p, want.data(), scratch, pool);
-  AttentionBuffers buffers(s.n_kv + 3, p, s.threads);
+  AttentionBuffers buffers(s.n_kv + 3, p, s.threads, isa);
   attention(q.data(), positions.data(), s.n_tokens, kv, p, got.data(), buffers, pool);
 
   // Outputs are convex combinations of values of |v| ~ 1. The f32 cache
@@ -135,12 +135,59 @@ const std::vector<Shape>& shapes() {
   return s;
 }
 
+// The tiers whose tiles this CPU runs: avx2 (8 lanes) and, with AVX-512,
+// avx512 (16 lanes; avx512vnni runs the same attention).
+std::vector<IsaTier> tiers() {
+  std::vector<IsaTier> t = {IsaTier::kAvx2};
+  if (cpu_has(IsaTier::kAvx512)) t.push_back(IsaTier::kAvx512);
+  return t;
+}
+
 TEST(SimdAttention, EqualsReferenceWithF16Cache) {
-  for (const Shape& s : shapes()) check(s, GgmlType::kF16);
+  for (IsaTier isa : tiers()) {
+    for (const Shape& s : shapes()) check(s, GgmlType::kF16, isa);
+  }
 }
 
 TEST(SimdAttention, EqualsReferenceWithF32Cache) {
-  for (const Shape& s : shapes()) check(s, GgmlType::kF32);
+  for (IsaTier isa : tiers()) {
+    for (const Shape& s : shapes()) check(s, GgmlType::kF32, isa);
+  }
+}
+
+// The 512-bit tiles (avx512, avx512vnni) against the 8-lane ones: the same
+// floats, prefill and decode steps (the spread split), 1..3 threads.
+TEST(SimdAttention, WideTilesEqualEightLaneTiles) {
+  if (!cpu_has(IsaTier::kAvx512)) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW/VL/DQ";
+  for (const Shape& s : shapes()) {
+    for (GgmlType type : {GgmlType::kF16, GgmlType::kF32}) {
+      SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
+      const ops::AttentionParams p = params_of(s);
+      Inputs in = make_inputs(s, static_cast<uint32_t>(s.n_kv * 29 + s.dv));
+      const ops::KvView kv = in.kv(type, s.n_kv);
+      ThreadPool pool(s.threads);
+      std::vector<float> narrow(s.n_tokens * s.n_head * s.dv, NAN), wide(narrow.size(), NAN);
+      AttentionBuffers b8(s.n_kv, p, s.threads, IsaTier::kAvx2);
+      AttentionBuffers b16(s.n_kv, p, s.threads, IsaTier::kAvx512Vnni);
+      ASSERT_FALSE(b8.wide());
+      ASSERT_EQ(b16.wide(), cpu_has(IsaTier::kAvx512Vnni));
+      AttentionBuffers b16f(s.n_kv, p, s.threads, IsaTier::kAvx512);
+      ASSERT_TRUE(b16f.wide());
+      attention(in.q.data(), in.positions.data(), s.n_tokens, kv, p, narrow.data(), b8, pool);
+      attention(in.q.data(), in.positions.data(), s.n_tokens, kv, p, wide.data(), b16f, pool);
+      EXPECT_EQ(std::memcmp(narrow.data(), wide.data(), narrow.size() * sizeof(float)), 0);
+      // Each token alone (a decode step: keys spread over the threads).
+      for (int64_t t = 0; t < s.n_tokens; ++t) {
+        std::vector<float> one(s.n_head * s.dv, NAN);
+        attention(in.q.data() + t * s.n_head * s.dk, in.positions.data() + t, 1, kv, p,
+                  one.data(), b16f, pool);
+        EXPECT_EQ(std::memcmp(one.data(), narrow.data() + t * s.n_head * s.dv,
+                              one.size() * sizeof(float)),
+                  0)
+            << "token " << t;
+      }
+    }
+  }
 }
 
 // Each token of a prefill (whole-group head tiles) alone as a decode step
