@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
@@ -362,6 +363,17 @@ STRATA_AVX2 void value_heads(const Item& it, const float* p, int64_t p_stride, f
 // How many of `rest` heads one tile takes (at most 4).
 int tile_heads(int rest) { return rest >= 4 && rest % 3 != 0 ? 4 : std::min(rest, 3); }
 
+// Calls f(std::integral_constant<int, M>{}) for a tile of m = M heads (1..4):
+// the tiles' head count as a template argument.
+template <typename F>
+inline void with_heads(int m, const F& f) {
+  switch (m) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
 
 // ---- The same tiles on 512-bit vectors (the avx512 and avx512vnni tiers).
 // Each lane is updated by the same operations in the same order as in the
@@ -451,12 +463,9 @@ STRATA_AVX512 void score_heads_wide(const Item& it, const float* qr, int dk, flo
 template <bool kF16>
 STRATA_AVX512 void score_group_wide(const Item& it, const float* qr, int dk, float* sc,
                                     int64_t sc_stride, int m) {
-  switch (m) {
-    case 1: score_heads_wide<kF16, 1>(it, qr, dk, sc, sc_stride); break;
-    case 2: score_heads_wide<kF16, 2>(it, qr, dk, sc, sc_stride); break;
-    case 3: score_heads_wide<kF16, 3>(it, qr, dk, sc, sc_stride); break;
-    default: score_heads_wide<kF16, 4>(it, qr, dk, sc, sc_stride); break;
-  }
+  with_heads(m, [&](auto mh) STRATA_AVX512 {
+    score_heads_wide<kF16, decltype(mh)::value>(it, qr, dk, sc, sc_stride);
+  });
 }
 
 // value_tile with D chunks of 16 values.
@@ -526,12 +535,9 @@ STRATA_AVX512 void value_heads_wide(const Item& it, const float* p, int64_t p_st
 template <bool kF16>
 STRATA_AVX512 void value_group_wide(const Item& it, const float* p, int64_t p_stride, float* o,
                                     int dv, int c_begin, int c_end, int m) {
-  switch (m) {
-    case 1: value_heads_wide<kF16, 1>(it, p, p_stride, o, dv, c_begin, c_end); break;
-    case 2: value_heads_wide<kF16, 2>(it, p, p_stride, o, dv, c_begin, c_end); break;
-    case 3: value_heads_wide<kF16, 3>(it, p, p_stride, o, dv, c_begin, c_end); break;
-    default: value_heads_wide<kF16, 4>(it, p, p_stride, o, dv, c_begin, c_end); break;
-  }
+  with_heads(m, [&](auto mh) STRATA_AVX512 {
+    value_heads_wide<kF16, decltype(mh)::value>(it, p, p_stride, o, dv, c_begin, c_end);
+  });
 }
 
 // The steps of one item (a token's `group` query heads of one KV head),
@@ -566,14 +572,10 @@ STRATA_AVX2 void score_keys(const Item& it, int dk, int group, const float* qr, 
     float* sc = scores + h0 * stride + at;
     if (wide) {
       score_group_wide<kF16>(part, qh, dk, sc, stride, m);
-      h0 += m;
-      continue;
-    }
-    switch (m) {
-      case 1: score_heads<kF16, 1>(part, qh, dk, sc, stride); break;
-      case 2: score_heads<kF16, 2>(part, qh, dk, sc, stride); break;
-      case 3: score_heads<kF16, 3>(part, qh, dk, sc, stride); break;
-      default: score_heads<kF16, 4>(part, qh, dk, sc, stride); break;
+    } else {
+      with_heads(m, [&](auto mh) STRATA_AVX2 {
+        score_heads<kF16, decltype(mh)::value>(part, qh, dk, sc, stride);
+      });
     }
     h0 += m;
   }
@@ -611,14 +613,10 @@ STRATA_AVX2 void weigh_values(const Item& it, int dv, int group, const float* sc
     float* oh = it.out + h0 * dv;
     if (wide) {
       value_group_wide<kF16>(it, ph, stride, oh, dv, c0, c1, m);
-      h0 += m;
-      continue;
-    }
-    switch (m) {
-      case 1: value_heads<kF16, 1>(it, ph, stride, oh, dv, c0, c1); break;
-      case 2: value_heads<kF16, 2>(it, ph, stride, oh, dv, c0, c1); break;
-      case 3: value_heads<kF16, 3>(it, ph, stride, oh, dv, c0, c1); break;
-      default: value_heads<kF16, 4>(it, ph, stride, oh, dv, c0, c1); break;
+    } else {
+      with_heads(m, [&](auto mh) STRATA_AVX2 {
+        value_heads<kF16, decltype(mh)::value>(it, ph, stride, oh, dv, c0, c1);
+      });
     }
     h0 += m;
   }
