@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 
@@ -214,6 +215,10 @@ struct Item {
   int64_t k_stride;    // bytes between positions
   int64_t v_stride;
   int64_t j_begin, j_end;
+  // The step's keys of head g transposed (AttentionBuffers::keys_t): block
+  // b at kt + b * dk * 16, [dk][16 keys 16b..16b+15]; null when the step
+  // has none (the scores then load the cache rows).
+  const float* kt = nullptr;
 };
 
 // Scores of M query heads (rows of qr, dk apart) against the N keys from
@@ -542,6 +547,95 @@ STRATA_AVX512 void value_group_wide(const Item& it, const float* p, int64_t p_st
 
 // The steps of one item (a token's `group` query heads of one KV head),
 // which run_item takes in turn and a decode step spreads over the threads.
+
+// ---- Scores with keys in lanes (the avx512 tiers' prefill). A step with
+// many query rows first copies its keys, transposed and widened to f32,
+// into blocks of 16 keys (fill_keys_t below); a tile then holds 16 keys of
+// one head per register and needs no horizontal sum. To keep each score
+// bit for bit what the tiles above give, a (head, key) pair still has 8
+// partial sums, over the dimensions d = l (mod 8) in increasing d, each in
+// its own register (acc[m][l]); they are added in hsum()'s order
+// ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)).
+constexpr int kLaneKeys = 16;
+
+// s[m] = the scores of M heads (rows of qr, dk apart) for the 16 keys of
+// the transposed block ktb ([dk][16]).
+template <int M>
+STRATA_AVX512 inline void score_lanes_tile(const float* ktb, const float* qr, int dk,
+                                           __m512* s) {
+  __m512 acc[M][8];
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) acc[m][l] = _mm512_setzero_ps();
+  }
+  for (int d = 0; d < dk; d += 8) {
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      __m512 k = _mm512_load_ps(ktb + (d + l) * kLaneKeys);
+      // Keep k in a register: left alone, GCC folds this load into each
+      // head's FMA (M loads of 64 bytes) and broadcasts q apart, twice the
+      // loads; this way q's broadcast is the FMA's memory operand.
+      asm("" : "+v"(k));
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) {
+        acc[m][l] = _mm512_fmadd_ps(k, _mm512_set1_ps(qr[m * dk + d + l]), acc[m][l]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) {
+    const __m512 a = _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][4]),
+                                   _mm512_add_ps(acc[m][2], acc[m][6]));
+    const __m512 b = _mm512_add_ps(_mm512_add_ps(acc[m][1], acc[m][5]),
+                                   _mm512_add_ps(acc[m][3], acc[m][7]));
+    s[m] = _mm512_add_ps(a, b);
+  }
+}
+
+// Scores of M heads for keys [j0, j1) from the transposed blocks kt:
+// sc[m * sc_stride + j - j0]. Blocks cut by j0 or j1 store their keys in
+// range only.
+template <int M>
+STRATA_AVX512 void score_heads_lanes(const float* kt, int dk, int64_t j0, int64_t j1,
+                                     const float* qr, float* sc, int64_t sc_stride) {
+  for (int64_t b = j0 / kLaneKeys; b * kLaneKeys < j1; ++b) {
+    __m512 s[M];
+    score_lanes_tile<M>(kt + b * dk * kLaneKeys, qr, dk, s);
+    const int64_t first = b * kLaneKeys;
+    if (first >= j0 && first + kLaneKeys <= j1) {
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) _mm512_storeu_ps(sc + m * sc_stride + (first - j0), s[m]);
+      continue;
+    }
+    const int64_t lo = std::max(first, j0), hi = std::min(first + kLaneKeys, j1);
+    alignas(64) float tmp[kLaneKeys];
+    for (int m = 0; m < M; ++m) {
+      _mm512_store_ps(tmp, s[m]);
+      for (int64_t j = lo; j < hi; ++j) sc[m * sc_stride + (j - j0)] = tmp[j - first];
+    }
+  }
+}
+
+// The group's scores for keys [j0, j1) of an item with transposed keys, up
+// to 3 heads a tile (24 accumulators of the 32 registers).
+STRATA_AVX512 void score_group_lanes(const Item& it, int dk, int group, const float* qr,
+                                     float* scores, int64_t stride, int64_t at, int64_t j0,
+                                     int64_t j1) {
+  for (int h0 = 0; h0 < group;) {
+    const int rest = group - h0;
+    const int m = rest == 4 ? 2 : std::min(rest, 3);
+    const float* qh = qr + h0 * dk;
+    float* sc = scores + h0 * stride + at;
+    switch (m) {
+      case 1: score_heads_lanes<1>(it.kt, dk, j0, j1, qh, sc, stride); break;
+      case 2: score_heads_lanes<2>(it.kt, dk, j0, j1, qh, sc, stride); break;
+      default: score_heads_lanes<3>(it.kt, dk, j0, j1, qh, sc, stride); break;
+    }
+    h0 += m;
+  }
+}
+
 // The scores of head hh, key j sit at scores[hh * stride + j - base] with
 // base = j_begin rounded down to 8 (see scores_stride).
 
@@ -566,6 +660,10 @@ STRATA_AVX2 void score_keys(const Item& it, int dk, int group, const float* qr, 
   part.j_begin = j0;
   part.j_end = j1;
   const int64_t at = j0 - it.j_begin / 8 * 8;
+  if (wide && it.kt != nullptr) {
+    score_group_lanes(it, dk, group, qr, scores, stride, at, j0, j1);
+    return;
+  }
   for (int h0 = 0; h0 < group;) {
     const int m = tile_heads(group - h0);
     const float* qh = qr + h0 * dk;
@@ -663,7 +761,20 @@ AttentionBuffers::AttentionBuffers(int64_t max_kv, const AttentionParams& s,
     left_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(max_spread_items_));
     first_chunk_.resize(static_cast<size_t>(max_spread_items_ + 1));
   }
+  if (wide_) {
+    constexpr int64_t kMaxBytes = int64_t{32} << 20;
+    const int64_t per_key = int64_t{std::max(1, s.n_head_kv)} * s.head_dim_k * 4;
+    keys_t_capacity_ = std::min((max_kv + 15) / 16 * 16, kMaxBytes / per_key / 16 * 16);
+    keys_t_head_stride_ = keys_t_capacity_ * s.head_dim_k;
+    if (keys_t_capacity_ > 0) {
+      const size_t bytes = static_cast<size_t>(keys_t_capacity_ * per_key);
+      keys_t_.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+      if (keys_t_ == nullptr) keys_t_capacity_ = 0;
+    }
+  }
 }
+
+void AttentionBuffers::FreeAligned::operator()(float* p) const { std::free(p); }
 
 namespace {
 
@@ -759,6 +870,48 @@ STRATA_AVX2 void spread_step(const float* q, const int32_t* positions, int64_t n
   });
 }
 
+
+// A prefill step's keys [16 b0, 16 b1) of every KV head, transposed and
+// widened to f32 into buffers.keys_t() (keys past kv.n_kv are zeros), for
+// the keys-in-lanes score tiles. The conversion is exact, so the scores
+// see the same values as from the cache rows.
+template <bool kF16>
+STRATA_AVX2 void fill_keys_t(const KvView& kv, const AttentionParams& p, int64_t b0,
+                             int64_t b1, AttentionBuffers& buffers, ThreadPool& pool) {
+  const int dk = p.head_dim_k;
+  const int64_t elem = kF16 ? 2 : 4;
+  const int64_t k_stride = int64_t{p.n_head_kv} * dk * elem;
+  const int64_t n_blocks = b1 - b0;
+  float* kt = buffers.keys_t();
+  const int64_t head_stride = buffers.keys_t_head_stride();
+  pool.parallel_for(int64_t{p.n_head_kv} * n_blocks, [&](int64_t x0, int64_t x1, int) STRATA_AVX2 {
+    for (int64_t x = x0; x < x1; ++x) {
+      const int64_t g = x / n_blocks;
+      const int64_t b = b0 + x % n_blocks;
+      float* dst = kt + g * head_stride + b * dk * kLaneKeys;
+      const char* src = static_cast<const char*>(kv.k) + g * dk * elem;
+      for (int i = 0; i < kLaneKeys; ++i) {
+        const int64_t j = b * kLaneKeys + i;
+        if (j >= kv.n_kv) {
+          for (int d = 0; d < dk; ++d) dst[d * kLaneKeys + i] = 0.0f;
+          continue;
+        }
+        const char* row = src + j * k_stride;
+        for (int d = 0; d < dk; d += 8) {
+          alignas(32) float t[8];
+          _mm256_store_ps(t, load8<kF16>(row + d * elem));
+#pragma GCC unroll 8
+          for (int l = 0; l < 8; ++l) dst[(d + l) * kLaneKeys + i] = t[l];
+        }
+      }
+    }
+  }, 1);
+}
+
+// Query rows a step needs for the transposed keys to pay: each block is
+// copied once and then read by every row (token, head) of the step.
+constexpr int64_t kLaneMinTokens = 16;
+
 }  // namespace
 
 void attention(const float* q, const int32_t* positions, int64_t n_tokens,
@@ -813,6 +966,25 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
     }
     while (s <= n_slots) first_item[s++] = n_items;
   }
+  const float* kt = nullptr;
+  if (buffers.wide() && n_tokens >= kLaneMinTokens && kv.n_kv <= buffers.keys_t_capacity()) {
+    int64_t lo = kv.n_kv, hi = 0;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const KeyRange r = keys_of(positions, t, p);
+      lo = std::min(lo, r.begin);
+      hi = std::max(hi, r.end);
+    }
+    if (lo < hi) {
+      const int64_t b0 = lo / kLaneKeys, b1 = (hi + kLaneKeys - 1) / kLaneKeys;
+      if (f16) {
+        fill_keys_t<true>(kv, p, b0, b1, buffers, pool);
+      } else {
+        fill_keys_t<false>(kv, p, b0, b1, buffers, pool);
+      }
+      kt = buffers.keys_t();
+    }
+  }
+  const int64_t kt_head_stride = buffers.keys_t_head_stride();
   pool.parallel_for_dynamic(n_slots, [&](int64_t b, int64_t e, int thread) {
     float* buf = buffers.thread_buffer(thread);
     float* scores = buf;
@@ -821,7 +993,8 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
       const int64_t t = item / (p.n_head_kv * per_kv);
       const int g = static_cast<int>(item / per_kv % p.n_head_kv);
       const int64_t h0 = int64_t{g} * group + item % per_kv * heads;  // first head
-      const Item it = make_item(q, out, kv, p, t, g, h0, keys_of(positions, t, p), elem);
+      Item it = make_item(q, out, kv, p, t, g, h0, keys_of(positions, t, p), elem);
+      if (kt != nullptr) it.kt = kt + g * kt_head_stride;
       if (f16) {
         run_item<true>(it, p, heads, scores, stride, qr, buffers.wide());
       } else {

@@ -29,6 +29,12 @@
 // the same order, so the results equal the 8-lane tiles' bit for bit
 // (tests/kernels/simd: WideTilesEqualEightLaneTiles).
 //
+// A prefill step on those tiers (16 or more query rows) first copies the
+// keys it attends to into a transposed f32 buffer, 16 keys per block, and
+// scores with the keys in lanes: one register holds 16 keys of one head,
+// with 8 registers of partial sums per head (the dimensions d = l mod 8)
+// added in the order above, so the scores are again the same floats.
+//
 // Results differ from the reference only by f32 summation order in q·k and
 // by FMA rounding in the value sum (tests/kernels/simd: within 1e-5 of
 // sum |terms|); they do not depend on the tiling or the thread count.
@@ -84,7 +90,19 @@ class AttentionBuffers {
   std::atomic<int64_t>& items_left(int64_t i) { return left_[i]; }
   int64_t* first_chunk() { return first_chunk_.data(); }
 
+  // Wide tiers only: room for a step's keys transposed and widened to f32
+  // (attention.cc, keys in lanes), [n_head_kv][keys_t_capacity() / 16]
+  // [head_dim_k][16], 64-byte aligned; keys_t_capacity() is max_kv rounded
+  // up to 16, or fewer keys when that would pass 32 MiB, or 0 (narrow
+  // tiles). The memory is reserved, not touched, until a step uses it.
+  int64_t keys_t_capacity() const { return keys_t_capacity_; }
+  int64_t keys_t_head_stride() const { return keys_t_head_stride_; }  // floats
+  float* keys_t() { return keys_t_.get(); }
+
  private:
+  struct FreeAligned {
+    void operator()(float* p) const;
+  };
   int64_t max_kv_;
   bool wide_;
   int64_t per_thread_;
@@ -93,6 +111,9 @@ class AttentionBuffers {
   std::vector<float> spread_;  // [max_spread_items_][per_thread_]
   std::unique_ptr<std::atomic<int64_t>[]> left_;
   std::vector<int64_t> first_chunk_;  // [max_spread_items_ + 1]
+  int64_t keys_t_capacity_ = 0;
+  int64_t keys_t_head_stride_ = 0;
+  std::unique_ptr<float[], FreeAligned> keys_t_;
 };
 
 // As reference::ops::attention. Requires attention_supported(params),
