@@ -912,6 +912,21 @@ STRATA_AVX2 void fill_keys_t(const KvView& kv, const AttentionParams& p, int64_t
 // copied once and then read by every row (token, head) of the step.
 constexpr int64_t kLaneMinTokens = 16;
 
+// Whether keys in lanes beat the key-pair tiles for this shape. What they
+// save is the tiles' horizontal sums, one per (head, key) however long
+// head_dim is; what they pay is a broadcast load of q per head and
+// dimension. Measured on Zen 5 (attention_bench -t 2 --tokens 512
+// --no-decode, ms, key-pair tiles / keys in lanes): group 3 at head_dim
+// 64 1.52 / 1.38, at 96 2.22 / 2.05, at 128 3.31 / 3.26, at 256 2.67 /
+// 2.74; group 2 at 64 1.68 / 1.53; group 6 at 64 0.91 / 0.79; group 4
+// (tiles of 2 + 2) at 64 2.38 / 2.37, at 128 1.87 / 2.01, at 256 1.55 /
+// 1.70; group 1 at 64 2.82 / 2.92. So: head_dim up to 96, and groups
+// that split into tiles of 2 and 3 heads.
+bool lanes_pay(const AttentionParams& p) {
+  const int group = p.n_head / p.n_head_kv;
+  return p.head_dim_k <= 96 && group != 1 && group != 4;
+}
+
 }  // namespace
 
 void attention(const float* q, const int32_t* positions, int64_t n_tokens,
@@ -967,7 +982,8 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
     while (s <= n_slots) first_item[s++] = n_items;
   }
   const float* kt = nullptr;
-  if (buffers.wide() && n_tokens >= kLaneMinTokens && kv.n_kv <= buffers.keys_t_capacity()) {
+  if (buffers.wide() && n_tokens >= kLaneMinTokens && lanes_pay(p) &&
+      kv.n_kv <= buffers.keys_t_capacity()) {
     int64_t lo = kv.n_kv, hi = 0;
     for (int64_t t = 0; t < n_tokens; ++t) {
       const KeyRange r = keys_of(positions, t, p);
