@@ -545,9 +545,6 @@ STRATA_AVX512 void value_group_wide(const Item& it, const float* p, int64_t p_st
   });
 }
 
-// The steps of one item (a token's `group` query heads of one KV head),
-// which run_item takes in turn and a decode step spreads over the threads.
-
 // ---- Scores with keys in lanes (the avx512 tiers' prefill). A step with
 // many query rows first copies its keys, transposed and widened to f32,
 // into blocks of 16 keys (fill_keys_t below); a tile then holds 16 keys of
@@ -635,6 +632,9 @@ STRATA_AVX512 void score_group_lanes(const Item& it, int dk, int group, const fl
     h0 += m;
   }
 }
+
+// The steps of one item (a token's `group` query heads of one KV head),
+// which run_item takes in turn and a decode step spreads over the threads.
 
 // The scores of head hh, key j sit at scores[hh * stride + j - base] with
 // base = j_begin rounded down to 8 (see scores_stride).
@@ -869,7 +869,6 @@ STRATA_AVX2 void spread_step(const float* q, const int32_t* positions, int64_t n
     }
   });
 }
-
 
 // A prefill step's keys [16 b0, 16 b1) of every KV head, transposed and
 // widened to f32 into buffers.keys_t() (keys past kv.n_kv are zeros), for

@@ -29,13 +29,13 @@
 // the same order, so the results equal the 8-lane tiles' bit for bit
 // (tests/kernels/simd: WideTilesEqualEightLaneTiles).
 //
-// A prefill step on those tiers (16 or more query rows; head_dim_k up to 96
-// and a GQA group other than 1 or 4, the shapes where it measured faster,
-// attention.cc lanes_pay) first copies the
-// keys it attends to into a transposed f32 buffer, 16 keys per block, and
-// scores with the keys in lanes: one register holds 16 keys of one head,
-// with 8 registers of partial sums per head (the dimensions d = l mod 8)
-// added in the order above, so the scores are again the same floats.
+// A prefill step on those tiers (16 or more query rows; head_dim_k up to
+// 96 and a GQA group other than 1 or 4, the shapes where it measured
+// faster: attention.cc, lanes_pay) first copies the keys it attends to into
+// a transposed f32 buffer, 16 keys per block, and scores with the keys in
+// lanes: one register holds 16 keys of one head, with 8 registers of
+// partial sums per head (the dimensions d = l mod 8) added in the order
+// above, so the scores are again the same floats.
 //
 // Results differ from the reference only by f32 summation order in q·k and
 // by FMA rounding in the value sum (tests/kernels/simd: within 1e-5 of
