@@ -16,6 +16,15 @@ namespace strata::worker {
 
 namespace ops = reference::ops;
 
+namespace {
+// STRATA_PIN=0 leaves the pool's workers unpinned.
+ThreadPool::Pinning pinning_from_env() {
+  const char* v = std::getenv("STRATA_PIN");
+  return v != nullptr && std::string_view(v) == "0" ? ThreadPool::Pinning::kNone
+                                                     : ThreadPool::Pinning::kWorkers;
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
     std::shared_ptr<const gguf::GgufModel> model,
     const arch::Hyperparameters& hp, BlockRange range,
@@ -37,14 +46,10 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
   if (!weights.ok()) return weights.status();
   // Generated kernels unless STRATA_JIT=0; the tier from STRATA_ISA or CPUID;
   // tuned (tune cache under ~/.cache/strata) unless STRATA_NO_TUNE=1.
-  const char* jit_env = std::getenv("STRATA_JIT");
-  const bool jit = jit_env == nullptr || std::string_view(jit_env) != "0";
-  std::optional<kernels::IsaTier> tier;
-  if (jit && (kernels::detect_isa().ok() || !options.isa.empty())) {
-    absl::StatusOr<kernels::IsaTier> selected = kernels::select_isa(options.isa);
-    if (!selected.ok()) return selected.status();
-    tier = *selected;
-  }
+  absl::StatusOr<std::optional<kernels::IsaTier>> selected =
+      kernels::engine_isa(options.isa);
+  if (!selected.ok()) return selected.status();
+  const std::optional<kernels::IsaTier> tier = *selected;
   auto backend = std::unique_ptr<CpuBackend>(new CpuBackend(
       std::move(model), hp, range, options, std::move(*weights)));
   if (tier) {
@@ -94,7 +99,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
       range_(range),
       options_(options),
       w_(std::move(weights)),
-      pool_(options.n_threads),
+      pool_(options.n_threads, pinning_from_env()),
       matmul_scratch_(options.max_batch,
                       std::max({int64_t{hp.n_embd},
                                 int64_t{hp.n_head} * hp.head_dim_v,

@@ -8,17 +8,20 @@
 //   {"cpu": {"vendor", "model", "logical_cpus", "physical_cores", "packages",
 //            "allowed_cpus"},
 //    "isa_flags": [...], "isa_tier": "avx2" | "avx512" | "avx512vnni" | null
-//    (with "isa_error" saying why),
+//    (with "isa_error" saying why: no AVX2, or STRATA_JIT=0),
+//    "kernel_mode": "generated, avx2" | "reference (STRATA_JIT=0)" | ...,
 //    "caches": [{"level", "type", "size_bytes", "shared_by"}],
 //    "memory": {"array_bytes", "passes",
 //               "read": [{"threads", "best_gb_s", "median_gb_s"}, ...]},
 //    "kernels": {"Q4_0": name, ...}}
-// The tier is kernels::select_isa()'s (CPUID, or STRATA_ISA when set), the
-// kernel names kernels::jit::kernel_name()'s.
+// The tier is kernels::engine_isa()'s (CPUID, or STRATA_ISA when set; none
+// with STRATA_JIT=0), the kernel names kernels::jit::kernel_name()'s. A bad
+// STRATA_ISA (unknown, or a tier this CPU lacks) exits 2 with the error.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,27 +71,38 @@ std::string join(const std::vector<std::string>& words) {
   return out;
 }
 
-// The kernel of each weight type on the selected tier; the reference matmul
-// for all of them when the CPU has no tier (no AVX2).
+// The kernel of each weight type on the engine's tier; the reference
+// matmul for all of them when the engine runs no generated kernels
+// (`reference`: why, as kernels::engine_kernels_text says).
 std::vector<std::pair<std::string, std::string>> kernels_by_type(
-    const absl::StatusOr<kernels::IsaTier>& tier) {
+    const std::optional<kernels::IsaTier>& tier, const std::string& reference) {
   std::vector<std::pair<std::string, std::string>> out;
   for (GgmlType type : kWeightTypes) {
     std::string name(ggml_type_info(type).name);
-    out.emplace_back(name, tier.ok() ? kernels::jit::kernel_name(type, *tier)
-                                     : "reference (no ISA tier)");
+    out.emplace_back(name, tier ? kernels::jit::kernel_name(type, *tier) : reference);
   }
   return out;
 }
 
 int run(const HardwareOptions& o) {
   const cpu::CpuInfo info = cpu::read_cpu_info();
-  // STRATA_ISA forces a tier, as it does for the engine.
-  const absl::StatusOr<kernels::IsaTier> tier = kernels::select_isa();
+  // The tier as the engine picks it: STRATA_ISA forces one (a bad value is
+  // refused here as run and speed refuse it), STRATA_JIT=0 turns the
+  // generated kernels off.
+  const absl::StatusOr<std::optional<kernels::IsaTier>> engine = kernels::engine_isa();
+  if (!engine.ok()) {
+    std::fprintf(stderr, "strata hardware: %s\n",
+                 std::string(engine.status().message()).c_str());
+    return 2;
+  }
+  const std::optional<kernels::IsaTier> tier = *engine;
+  const absl::StatusOr<kernels::IsaTier> cpu_tier = kernels::detect_isa();
+  const std::string kernels_text = kernels::engine_kernels_text();
   const std::string tier_text =
-      tier.ok() ? kernels::isa_name(*tier)
-                : "none: " + std::string(tier.status().message());
-  const auto kernel_names = kernels_by_type(tier);
+      tier ? kernels::isa_name(*tier)
+           : cpu_tier.ok() ? std::string("none used: ") + kernels_text
+                           : "none: " + std::string(cpu_tier.status().message());
+  const auto kernel_names = kernels_by_type(tier, kernels_text);
   const int threads = resolve_threads(o.threads);
 
   // Read bandwidth: arrays first touched by all T threads, then read by
@@ -121,9 +135,10 @@ int run(const HardwareOptions& o) {
                 {"packages", info.packages},
                 {"allowed_cpus", info.allowed_cpus}};
     j["isa_flags"] = info.isa_flags;
-    j["isa_tier"] = tier.ok() ? nlohmann::json(kernels::isa_name(*tier))
-                              : nlohmann::json(nullptr);
-    if (!tier.ok()) j["isa_error"] = std::string(tier.status().message());
+    j["isa_tier"] = tier ? nlohmann::json(kernels::isa_name(*tier))
+                         : nlohmann::json(nullptr);
+    if (!tier) j["isa_error"] = tier_text;
+    j["kernel_mode"] = kernels_text;
     j["caches"] = nlohmann::json::array();
     for (const cpu::CacheInfo& c : info.caches) {
       j["caches"].push_back({{"level", c.level},

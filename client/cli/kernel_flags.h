@@ -58,8 +58,10 @@ inline void add_threads_flag(CLI::App* cmd, int* threads, const std::string& wha
 inline int resolve_threads(int t) {
   const int usable = cpu::usable_threads();
   if (t > usable) {
-    std::fprintf(stderr, "note: -t %d runs %d threads on %d usable CPU%s\n", t, t, usable,
-                 usable == 1 ? "" : "s");
+    std::fprintf(stderr,
+                 "note: -t %d runs %d threads on %d usable CPU%s: they take turns "
+                 "(no spinning waits, no tuning), expect it slower than -t %d\n",
+                 t, t, usable, usable == 1 ? "" : "s", usable);
   }
   return t > 0 ? t : usable;
 }

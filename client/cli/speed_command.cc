@@ -12,6 +12,8 @@
 // --no-warmup, then r times. Prints the median and the best tok/s of the r
 // runs. -p 0 or -n 0 skips that test. --json prints one object:
 //   {"model": PATH, "threads": T, "backend": "cpu",
+//    "kernels": "generated, avx2" | "reference (STRATA_JIT=0)" | ...,
+//    "tuned": false with --no-tune or STRATA_NO_TUNE,
 //    "decode_weight_bytes": bytes of weights one decode step reads,
 //    "pp": {"tokens": p, "tok_s": median, "best_tok_s": X, "runs_tok_s": [..]},
 //    "tg": {"tokens": n, "tok_s": median, "best_tok_s": Y, "runs_tok_s": [..]}}
@@ -30,6 +32,8 @@
 #include "client/cli/commands.h"
 #include "client/cli/kernel_flags.h"
 #include "client/cli/sampling_flags.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/jit/tuner.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "nlohmann/json.hpp"
@@ -177,6 +181,8 @@ int run(const SpeedOptions& o) {
       worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
   if (!backend.ok()) return fail(o.model, backend.status());
   SpeedRunner runner(**backend, o.seed);
+  // What the backend runs, decided as make_cpu_backend decided it.
+  const std::string kernels_text = kernels::engine_kernels_text(o.isa);
 
   TestResult pp{o.n_prompt, {}};
   TestResult tg{o.n_gen, {}};
@@ -212,6 +218,8 @@ int run(const SpeedOptions& o) {
     j["model"] = o.model;
     j["threads"] = options.n_threads;
     j["backend"] = std::string((*backend)->name());
+    j["kernels"] = kernels_text;
+    j["tuned"] = !o.no_tune && !kernels::jit::tuning_disabled_by_env();
     j["decode_weight_bytes"] = decode_weight_bytes(*model);
     j["pp"] = test_json(pp_done);
     j["tg"] = test_json(tg_done);
@@ -222,6 +230,10 @@ int run(const SpeedOptions& o) {
               o.model.c_str(), hp->architecture.c_str(), hp->n_layer,
               std::string((*backend)->name()).c_str(), options.n_threads,
               o.runs);
+  std::printf("kernels: %s, %s\n", kernels_text.c_str(),
+              !o.no_tune && !kernels::jit::tuning_disabled_by_env()
+                  ? "tuned"
+                  : "default parameters (not tuned)");
   std::printf("%-8s %14s %14s\n", "test", "median tok/s", "best tok/s");
   const std::pair<const char*, const TestResult*> tests[] = {{"pp", pp_done},
                                                              {"tg", tg_done}};

@@ -99,6 +99,34 @@ absl::StatusOr<IsaTier> select_isa(std::string_view forced) {
   return *tier;
 }
 
+bool jit_disabled_by_env() {
+  const char* v = std::getenv("STRATA_JIT");
+  return v != nullptr && std::string_view(v) == "0";
+}
+
+absl::StatusOr<std::optional<IsaTier>> engine_isa(std::string_view forced) {
+  const char* env = std::getenv("STRATA_ISA");
+  const bool is_forced = !forced.empty() || (env != nullptr && *env != '\0');
+  if (is_forced) {
+    absl::StatusOr<IsaTier> tier = select_isa(forced);
+    if (!tier.ok()) return tier.status();
+    if (jit_disabled_by_env()) return std::optional<IsaTier>();
+    return std::optional<IsaTier>(*tier);
+  }
+  if (jit_disabled_by_env()) return std::optional<IsaTier>();
+  absl::StatusOr<IsaTier> tier = detect_isa();
+  if (!tier.ok()) return std::optional<IsaTier>();
+  return std::optional<IsaTier>(*tier);
+}
+
+std::string engine_kernels_text(std::string_view forced) {
+  absl::StatusOr<std::optional<IsaTier>> tier = engine_isa(forced);
+  if (!tier.ok()) return std::string(tier.status().message());
+  if (tier->has_value()) return absl::StrCat("generated, ", isa_name(**tier));
+  if (jit_disabled_by_env()) return "reference (STRATA_JIT=0)";
+  return absl::StrCat("reference (no ISA tier: ", detect_isa().status().message(), ")");
+}
+
 std::string cpu_model_name() {
   unsigned int regs[4];
   Xbyak::util::Cpu::getCpuid(0x80000000u, regs);

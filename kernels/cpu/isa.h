@@ -49,6 +49,20 @@ absl::StatusOr<IsaTier> detect_isa();
 // STRATA_ISA, but this CPU lacks AVX-512 F/BW/VL/DQ").
 absl::StatusOr<IsaTier> select_isa(std::string_view forced = {});
 
+// True when STRATA_JIT is "0": the engine runs the reference ops everywhere.
+bool jit_disabled_by_env();
+
+// The tier the engine's generated kernels run on, or nullopt when it runs
+// the reference ops (STRATA_JIT=0, or a CPU without AVX2 and no tier
+// forced). A forced tier (`forced`, else STRATA_ISA) is checked even with
+// STRATA_JIT=0. Errors: select_isa's, for a forced tier.
+absl::StatusOr<std::optional<IsaTier>> engine_isa(std::string_view forced = {});
+
+// One line for reports: "generated, avx2" or "reference (STRATA_JIT=0)" /
+// "reference (no ISA tier: ...)", from engine_isa(forced); an error's text
+// when engine_isa fails.
+std::string engine_kernels_text(std::string_view forced = {});
+
 // The CPU's brand string from CPUID ("AMD EPYC 7B13 ..."), trimmed.
 std::string cpu_model_name();
 

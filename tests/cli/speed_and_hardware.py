@@ -19,8 +19,12 @@ import sys
 SKIP = 77
 
 
-def run(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def run(cmd, env=None):
+    full = None
+    if env is not None:
+        full = dict(os.environ)
+        full.update(env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=full)
 
 
 def check(cond, what):
@@ -37,6 +41,9 @@ def speed_json(strata, model):
     check(out["model"] == model, f"model {out['model']!r}")
     check(out["threads"] == 1, f"threads {out['threads']}")
     check(out["decode_weight_bytes"] > 0, "decode_weight_bytes")
+    check(out["kernels"].startswith("generated") or out["kernels"].startswith("reference"),
+          f"kernels {out['kernels']}")
+    check(out["tuned"] is True, f"tuned {out['tuned']}")
     for test, tokens in (("pp", 24), ("tg", 8)):
         r = out[test]
         check(r["tokens"] == tokens, f"{test}.tokens {r['tokens']}")
@@ -87,6 +94,18 @@ def speed_flags(strata, model):
                 "--isa", "avx2", "--no-tune", "--json"])
     check(proc.returncode == 0 and json.loads(proc.stdout)["tg"]["tok_s"] > 0,
           f"--isa avx2 --no-tune: exit {proc.returncode}: {proc.stderr}")
+    out = json.loads(proc.stdout)
+    check(out["kernels"] == "generated, avx2" and out["tuned"] is False,
+          f"--isa avx2 --no-tune: kernels {out['kernels']}, tuned {out['tuned']}")
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1", "--json"],
+               env={"STRATA_JIT": "0"})
+    check(proc.returncode == 0 and
+          json.loads(proc.stdout)["kernels"] == "reference (STRATA_JIT=0)",
+          f"STRATA_JIT=0 speed: {proc.stdout}{proc.stderr}")
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1"],
+               env={"STRATA_ISA": "bogus"})
+    check(proc.returncode != 0 and "unknown ISA tier 'bogus'" in proc.stderr,
+          f"STRATA_ISA=bogus speed: exit {proc.returncode}: {proc.stderr}")
     print("--isa / --no-tune: refused and accepted as expected")
     # -t 0 means every CPU this process may use, as for `strata run`.
     proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1", "-t", "0",
@@ -120,6 +139,21 @@ def hardware_json(strata):
     check(out["kernels"]["Q2_K"].startswith("reference"), "Q2_K: the reference matmul")
     proc = run([strata, "hardware", "-t", "-1"])
     check(proc.returncode == 2 and proc.stderr.strip(), "hardware -t -1")
+    # As the engine decides: STRATA_JIT=0 lists the reference matmul for
+    # every type, and a bad STRATA_ISA is refused (exit 2), not listed.
+    proc = run([strata, "hardware", "--json"], env={"STRATA_JIT": "0"})
+    check(proc.returncode == 0, f"STRATA_JIT=0 hardware: {proc.stderr}")
+    off = json.loads(proc.stdout)
+    check(off["isa_tier"] is None and "STRATA_JIT=0" in off["kernel_mode"],
+          f"STRATA_JIT=0: tier {off['isa_tier']}, mode {off.get('kernel_mode')}")
+    check(all(k.startswith("reference") for k in off["kernels"].values()),
+          f"STRATA_JIT=0 kernels: {off['kernels']}")
+    proc = run([strata, "hardware"], env={"STRATA_ISA": "bogus"})
+    check(proc.returncode == 2 and "unknown ISA tier 'bogus'" in proc.stderr,
+          f"STRATA_ISA=bogus hardware: exit {proc.returncode}: {proc.stderr}")
+    if out["isa_tier"] is not None:
+        check(out["kernel_mode"] == "generated, " + out["isa_tier"],
+              f"kernel_mode {out['kernel_mode']}")
     rates = ", ".join("%.1f" % r["best_gb_s"] for r in reads)
     print(f"hardware --json: {cpu['model']}, read {rates} GB/s")
 

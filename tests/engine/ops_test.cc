@@ -1,4 +1,6 @@
 // Reference ops against naive formulas, on ragged shapes.
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -350,6 +352,71 @@ TEST(ThreadPool, OwnedWarmPlanMayOutliveTheCallersFrame) {
         });
     for (int h : hits) ASSERT_EQ(h, 1);
   }
+}
+
+// The CPUs of this process's affinity mask, ascending.
+std::vector<int> mask_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+TEST(ThreadPool, MoreThreadsThanCpusStillCoverEveryLoopOnce) {
+  const int cpus = static_cast<int>(mask_cpus().size());
+  ASSERT_GT(cpus, 0);
+  const int threads = 2 * cpus + 1;
+  ThreadPool pool(threads);
+  EXPECT_TRUE(pool.oversubscribed());
+  EXPECT_FALSE(pool.pinned());
+  std::vector<int> hits(313, 0);
+  const int64_t n = static_cast<int64_t>(hits.size());
+  auto count = [&](int64_t b, int64_t e, int t) {
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, threads);
+    for (int64_t i = b; i < e; ++i) ++hits[i];
+  };
+  for (int loop = 0; loop < 100; ++loop) {
+    pool.parallel_for(n, count);
+    pool.parallel_for_dynamic(n, count, 7);
+    pool.parallel_for_owned(n, count, 5, [](int) { return ThreadPool::WarmPlan{}; });
+  }
+  for (int h : hits) ASSERT_EQ(h, 300);
+}
+
+TEST(ThreadPool, PinsEachWorkerToItsOwnCpuOfTheMask) {
+  const std::vector<int> cpus = mask_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "one CPU in the affinity mask: nothing to pin";
+  const int threads = static_cast<int>(std::min<size_t>(cpus.size(), 4));
+  ThreadPool pool(threads);
+  EXPECT_FALSE(pool.oversubscribed());
+  EXPECT_TRUE(pool.pinned());
+  // Each worker reports its own mask from inside a loop (static chunks:
+  // thread t runs item t).
+  std::vector<int> count(threads, -1), cpu(threads, -1);
+  pool.parallel_for(threads, [&](int64_t b, int64_t e, int t) {
+    for (int64_t i = b; i < e; ++i) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+      count[t] = CPU_COUNT(&set);
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &set)) cpu[t] = c;
+      }
+    }
+  });
+  // The caller (thread 0) is not the pool's to pin.
+  EXPECT_EQ(count[0], static_cast<int>(cpus.size()));
+  for (int t = 1; t < threads; ++t) {
+    EXPECT_EQ(count[t], 1) << "worker " << t;
+    EXPECT_EQ(cpu[t], cpus[t]) << "worker " << t;
+  }
+  ThreadPool unpinned(threads, ThreadPool::Pinning::kNone);
+  EXPECT_FALSE(unpinned.pinned());
 }
 
 }  // namespace

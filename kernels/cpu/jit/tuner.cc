@@ -176,24 +176,34 @@ absl::Status Tuner::save() const {
           << ' ' << p.cols << ' ' << p.decode_rows << ' ' << p.unroll << ' '
           << p.prefetch << ' ' << p.act_block << ' ' << p.row_grain << '\n';
     }
+    out.flush();
     if (!out) {
+      std::filesystem::remove(tmp, ec);
       return absl::UnavailableError(
           absl::StrCat("tune cache ", tmp, ": cannot write"));
     }
   }
   std::filesystem::rename(tmp, path_, ec);
   if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("tune cache ", path_, ": ", ec.message()));
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);  // leave no partial file behind
+    return absl::UnavailableError(absl::StrCat("tune cache ", path_, ": ", why));
   }
   return absl::OkStatus();
 }
 
 std::string Tuner::summary() const {
-  return absl::StrCat("tuned ", measured_, " matmul shapes in ",
-                      std::round(seconds_ * 10) / 10, " s (", from_cache_,
-                      " from the cache, ", over_budget_,
-                      " over the budget kept defaults); cache ", path_);
+  std::string s = absl::StrCat("tuned ", measured_, " matmul shapes in ",
+                               std::round(seconds_ * 10) / 10, " s (", from_cache_,
+                               " from the cache, ", reused_,
+                               " repeated shapes, ", over_budget_,
+                               " over the budget kept defaults");
+  if (oversubscribed_ > 0) {
+    absl::StrAppend(&s, ", ", oversubscribed_,
+                    " kept defaults: more threads than CPUs");
+  }
+  absl::StrAppend(&s, "); cache ", path_);
+  return s;
 }
 
 absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
@@ -202,11 +212,17 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   const Key key{static_cast<int>(l.type), l.n_in, l.n_out, n_threads_};
   if (auto it = entries_.find(key); it != entries_.end()) {
     if (m.set_params(it->second).ok()) {
-      ++from_cache_;
+      ++(tuned_here_.count(key) > 0 ? reused_ : from_cache_);
       return absl::OkStatus();
     }
   }
   const KernelParams defaults = default_params(l.type, m.tier());
+  // Timings taken with more threads than CPUs measure the scheduler, not
+  // the kernel: keep the defaults and write nothing.
+  if (pool.oversubscribed()) {
+    ++oversubscribed_;
+    return m.set_params(defaults);
+  }
   if (seconds_ >= options_.budget_s) {
     ++over_budget_;
     return m.set_params(defaults);
@@ -303,6 +319,7 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
   st = m.set_params(best);
   if (!st.ok()) return st;
   entries_[key] = best;
+  tuned_here_.insert(key);
   dirty_ = true;
   ++measured_;
   seconds_ += seconds_since(t0);

@@ -1,5 +1,7 @@
 // The tuner: every candidate it keeps passes the reference check, winners
 // go to the cache file and come back from it without measuring again.
+#include <sched.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,13 @@ namespace strata::kernels::jit {
 namespace {
 
 namespace ops = reference::ops;
+
+// CPUs in this process's affinity mask (at least 1).
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+}
 
 std::vector<uint8_t> random_weights(GgmlType type, int64_t n_in, int64_t n_out) {
   std::mt19937 rng(7);
@@ -97,6 +106,89 @@ TEST(Tuner, ZeroBudgetKeepsDefaults) {
   EXPECT_EQ((*m)->params(), default_params(GgmlType::kQ8_0));
   ASSERT_TRUE(tuner.save().ok());
   EXPECT_FALSE(std::filesystem::exists(tuner.cache_path()));
+}
+
+// Shapes measured earlier in the same load count as repeated, not cached.
+TEST(Tuner, CountsARepeatedShapeApartFromTheCache) {
+  if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
+  const std::string dir = ::testing::TempDir() + "/strata-tune-test-repeat";
+  std::filesystem::remove_all(dir);
+  const int64_t n_in = 64, n_out = 9;
+  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ8_0, n_in, n_out);
+  auto w = ops::make_weight_matrix("w", GgmlType::kQ8_0, bytes.data(), n_in, n_out,
+                                   bytes.size());
+  ASSERT_TRUE(w.ok());
+  ThreadPool pool(1);
+  JitScratch scratch(8, n_in);
+  TuneOptions options;
+  options.cache_dir = dir;
+  options.prefill_rows = 8;
+  auto a = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  auto b = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Tuner tuner(IsaTier::kAvx2, 1, options);
+  ASSERT_TRUE(tuner.tune(**a, *w, scratch, pool).ok());
+  ASSERT_TRUE(tuner.tune(**b, *w, scratch, pool).ok());
+  EXPECT_EQ(tuner.measured(), 1);
+  EXPECT_EQ((*a)->params(), (*b)->params());
+  EXPECT_NE(tuner.summary().find("0 from the cache, 1 repeated"), std::string::npos)
+      << tuner.summary();
+  std::filesystem::remove_all(dir);
+}
+
+// Timings with more threads than CPUs measure the scheduler: defaults, and
+// nothing written.
+TEST(Tuner, OversubscribedPoolKeepsDefaultsAndCachesNothing) {
+  if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
+  const std::string dir = ::testing::TempDir() + "/strata-tune-test-over";
+  std::filesystem::remove_all(dir);
+  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ4_0, 64, 9);
+  auto w = ops::make_weight_matrix("w", GgmlType::kQ4_0, bytes.data(), 64, 9,
+                                   bytes.size());
+  ASSERT_TRUE(w.ok());
+  ThreadPool pool(2 * usable_cpus() + 1);
+  ASSERT_TRUE(pool.oversubscribed());
+  JitScratch scratch(8, 64);
+  TuneOptions options;
+  options.cache_dir = dir;
+  auto m = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  ASSERT_TRUE(m.ok());
+  Tuner tuner(IsaTier::kAvx2, pool.size(), options);
+  ASSERT_TRUE(tuner.tune(**m, *w, scratch, pool).ok());
+  EXPECT_EQ(tuner.measured(), 0);
+  EXPECT_EQ((*m)->params(), default_params(GgmlType::kQ4_0));
+  EXPECT_NE(tuner.summary().find("more threads than CPUs"), std::string::npos)
+      << tuner.summary();
+  ASSERT_TRUE(tuner.save().ok());
+  EXPECT_FALSE(std::filesystem::exists(tuner.cache_path()));
+}
+
+// A cache file that cannot be replaced (here a folder stands at its path)
+// is an error, and the temporary file is gone.
+TEST(Tuner, FailedSaveLeavesNoTemporaryFile) {
+  if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
+  const std::string dir = ::testing::TempDir() + "/strata-tune-test-fail";
+  std::filesystem::remove_all(dir);
+  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ8_0, 64, 9);
+  auto w = ops::make_weight_matrix("w", GgmlType::kQ8_0, bytes.data(), 64, 9,
+                                   bytes.size());
+  ASSERT_TRUE(w.ok());
+  ThreadPool pool(1);
+  JitScratch scratch(8, 64);
+  TuneOptions options;
+  options.cache_dir = dir;
+  options.prefill_rows = 8;
+  auto m = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  ASSERT_TRUE(m.ok());
+  Tuner tuner(IsaTier::kAvx2, 1, options);
+  ASSERT_TRUE(tuner.tune(**m, *w, scratch, pool).ok());
+  ASSERT_EQ(tuner.measured(), 1);
+  std::filesystem::create_directories(tuner.cache_path() + "/in-the-way");
+  EXPECT_FALSE(tuner.save().ok());
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().string().find(".tmp"), std::string::npos) << entry.path();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "kernels/cpu/reference/ops/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +22,28 @@ inline bool spun_out(int spin, std::chrono::steady_clock::time_point until) {
   return (spin & 63) == 63 && std::chrono::steady_clock::now() >= until;
 }
 
+// The CPUs in this process's affinity mask, in ascending order; empty when
+// the mask cannot be read.
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Pins the calling thread to `cpu`; a refusal (a container's cgroup, a
+// seccomp filter) leaves it where it was.
+void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)sched_setaffinity(0, sizeof(set), &set);
+}
+
 // A spin-wait hint to the core (x86 PAUSE); nothing elsewhere.
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -28,12 +52,25 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads)
+ThreadPool::ThreadPool(int n_threads, Pinning pinning)
     : n_threads_(std::max(1, n_threads)), shares_(new Share[std::max(1, n_threads)]) {
+  const std::vector<int> cpus = allowed_cpus();
+  // More threads than CPUs: a spinning thread would hold the CPU that the
+  // thread it waits for needs, so waits go straight to yield / sleep, and
+  // nobody prefetches (the warm step would take a CPU from the work).
+  oversubscribed_ = !cpus.empty() && n_threads_ > static_cast<int>(cpus.size());
+  spin_ = oversubscribed_ ? std::chrono::microseconds(0) : kSpin;
+  const bool pin = pinning == Pinning::kWorkers && !oversubscribed_ &&
+                   static_cast<int>(cpus.size()) >= n_threads_;
   workers_.reserve(n_threads_ - 1);
   for (int t = 1; t < n_threads_; ++t) {
-    workers_.emplace_back([this, t] { worker_main(t); });
+    const int cpu = pin ? cpus[t] : -1;
+    workers_.emplace_back([this, t, cpu] {
+      if (cpu >= 0) pin_to(cpu);
+      worker_main(t);
+    });
   }
+  pinned_ = pin && n_threads_ > 1;
 }
 
 ThreadPool::~ThreadPool() {
@@ -132,7 +169,9 @@ void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn,
   const int64_t grains_per_thread = (n_grains + n_threads_ - 1) / n_threads_;
   if (n_threads_ == 1 || (n_grains == 1 && mode != Mode::kOwned)) {
     thunk(fn, 0, n, 0);
-    if (mode == Mode::kOwned) warm(warm_(warm_fn_, 0), kCallerWarmBytes, nullptr);
+    if (mode == Mode::kOwned && !oversubscribed_) {
+      warm(warm_(warm_fn_, 0), kCallerWarmBytes, nullptr);
+    }
     return;
   }
   thunk_ = thunk;
@@ -157,11 +196,13 @@ void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn,
     wake_.notify_all();
   }
   run_chunk(0);
-  if (mode == Mode::kOwned) warm(shares_[0].plan, kCallerWarmBytes, nullptr);
+  if (mode == Mode::kOwned && !oversubscribed_) {
+    warm(shares_[0].plan, kCallerWarmBytes, nullptr);
+  }
   // The other chunks end within microseconds of ours when the work is
   // split evenly: spin first (a yield is a system call), then yield.
-  const auto until = std::chrono::steady_clock::now() + kSpin;
-  bool yield = false;
+  const auto until = std::chrono::steady_clock::now() + spin_;
+  bool yield = spin_.count() == 0;
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
     if (!yield) {
       cpu_relax();
@@ -176,8 +217,9 @@ void ThreadPool::worker_main(int thread) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    for (int spin = 0; gen == seen && !spun_out(spin, until); ++spin) {
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    for (int spin = 0; gen == seen && spin_.count() > 0 && !spun_out(spin, until);
+         ++spin) {
       cpu_relax();
       gen = generation_.load(std::memory_order_acquire);
     }
@@ -197,7 +239,7 @@ void ThreadPool::worker_main(int thread) {
     pending_.fetch_sub(1, std::memory_order_acq_rel);
     // The plan is this thread's own copy: the loop's caller may have
     // returned already. Stops when the next loop arrives.
-    if (owned) warm(shares_[thread].plan, INT64_MAX, &seen);
+    if (owned && !oversubscribed_) warm(shares_[thread].plan, INT64_MAX, &seen);
   }
 }
 

@@ -20,9 +20,19 @@
 // between them) do not pay a wake-up each: on a virtual machine waking a
 // sleeping thread is a futex call by the waker and an interrupt to a halted
 // vCPU, tens of microseconds, longer than a decode step's whole matmul.
+//
+// CPUs: the pool reads the process's affinity mask (sched_getaffinity) once.
+// With more threads than CPUs in it (oversubscribed) nobody spins — the
+// caller yields and a worker sleeps as soon as it waits, since a spinning
+// thread would hold the CPU that the thread it waits for needs (measured:
+// -t 4 on 2 CPUs ran decode 80-100x slower with spinning) — and the
+// prefetching warm step is skipped. With Pinning::kWorkers and no more
+// threads than CPUs, worker t is pinned to the t-th CPU of the mask; the
+// caller's thread (not the pool's) is left where it is.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -34,13 +44,20 @@ namespace strata {
 
 class ThreadPool {
  public:
+  // Whether workers are pinned to CPUs (see the top of this file).
+  enum class Pinning { kNone, kWorkers };
+
   // n_threads >= 1 counts the calling thread; values < 1 mean 1.
-  explicit ThreadPool(int n_threads);
+  explicit ThreadPool(int n_threads, Pinning pinning = Pinning::kWorkers);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // More threads than CPUs in the affinity mask (no spinning, no warm step).
+  bool oversubscribed() const { return oversubscribed_; }
+  // Workers were pinned to CPUs of the mask (a refused pin still counts).
+  bool pinned() const { return pinned_; }
 
   // Runs fn(begin, end, thread) over a partition of [0, n) into at most
   // size() contiguous chunks (chunks are multiples of `grain` except the
@@ -137,6 +154,9 @@ class ThreadPool {
   };
 
   const int n_threads_;
+  bool oversubscribed_ = false;
+  bool pinned_ = false;
+  std::chrono::microseconds spin_{0};  // how long a wait spins before it yields / sleeps
   std::vector<std::thread> workers_;
 
   // The current loop; written by the caller before the generation bumps.
