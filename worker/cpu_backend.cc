@@ -17,11 +17,11 @@ namespace strata::worker {
 namespace ops = reference::ops;
 
 namespace {
-// STRATA_PIN=0 leaves the pool's workers unpinned.
+// STRATA_PIN=1 pins the pool's workers to CPUs (thread_pool.h).
 ThreadPool::Pinning pinning_from_env() {
   const char* v = std::getenv("STRATA_PIN");
-  return v != nullptr && std::string_view(v) == "0" ? ThreadPool::Pinning::kNone
-                                                     : ThreadPool::Pinning::kWorkers;
+  return v != nullptr && std::string_view(v) == "1" ? ThreadPool::Pinning::kWorkers
+                                                     : ThreadPool::Pinning::kNone;
 }
 }  // namespace
 

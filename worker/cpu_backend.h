@@ -6,8 +6,8 @@
 // cpu_backend.cc. Environment: STRATA_JIT=0 runs the reference matmul
 // everywhere; STRATA_ISA=avx2|avx512|avx512vnni forces the ISA tier
 // (kernels/cpu/isa.h); STRATA_NO_TUNE=1 keeps the kernels' default
-// parameters instead of tuned ones (kernels/cpu/jit/tuner.h); STRATA_PIN=0
-// leaves the pool's workers unpinned (thread_pool.h).
+// parameters instead of tuned ones (kernels/cpu/jit/tuner.h); STRATA_PIN=1
+// pins the pool's workers to CPUs of the affinity mask (thread_pool.h).
 //
 // Buffers are sized at creation for max_batch rows (and the attention
 // scratch at add_sequence for the longest context), so a decode step does

@@ -392,7 +392,7 @@ TEST(ThreadPool, PinsEachWorkerToItsOwnCpuOfTheMask) {
   const std::vector<int> cpus = mask_cpus();
   if (cpus.size() < 2) GTEST_SKIP() << "one CPU in the affinity mask: nothing to pin";
   const int threads = static_cast<int>(std::min<size_t>(cpus.size(), 4));
-  ThreadPool pool(threads);
+  ThreadPool pool(threads, ThreadPool::Pinning::kWorkers);
   EXPECT_FALSE(pool.oversubscribed());
   EXPECT_TRUE(pool.pinned());
   // Each worker reports its own mask from inside a loop (static chunks:
@@ -415,7 +415,7 @@ TEST(ThreadPool, PinsEachWorkerToItsOwnCpuOfTheMask) {
     EXPECT_EQ(count[t], 1) << "worker " << t;
     EXPECT_EQ(cpu[t], cpus[t]) << "worker " << t;
   }
-  ThreadPool unpinned(threads, ThreadPool::Pinning::kNone);
+  ThreadPool unpinned(threads);  // the default
   EXPECT_FALSE(unpinned.pinned());
 }
 

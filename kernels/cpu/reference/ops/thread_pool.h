@@ -28,7 +28,11 @@
 // -t 4 on 2 CPUs ran decode 80-100x slower with spinning) — and the
 // prefetching warm step is skipped. With Pinning::kWorkers and no more
 // threads than CPUs, worker t is pinned to the t-th CPU of the mask; the
-// caller's thread (not the pool's) is left where it is.
+// caller's thread (not the pool's) is left where it is. Pinning is off by
+// default: on the 2-vCPU VMs here it changed neither pp512 nor tg128
+// through the noise (docs/perf.md, "Pinning the pool's workers"), and two
+// pools in one host (two stages, two workers) would pin their workers to
+// the same CPUs.
 #pragma once
 
 #include <atomic>
@@ -48,7 +52,7 @@ class ThreadPool {
   enum class Pinning { kNone, kWorkers };
 
   // n_threads >= 1 counts the calling thread; values < 1 mean 1.
-  explicit ThreadPool(int n_threads, Pinning pinning = Pinning::kWorkers);
+  explicit ThreadPool(int n_threads, Pinning pinning = Pinning::kNone);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
