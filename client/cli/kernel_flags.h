@@ -12,13 +12,14 @@
 
 #include "kernels/cpu/cpu_info.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/jit/tuner.h"
 
 namespace strata::cli {
 
 // --isa TIER (avx2, avx512, avx512vnni; empty: STRATA_ISA, else CPUID) and
 // --no-tune (the kernels' default parameters). A name that is no tier is
 // refused at parse time (exit 2, as other bad flag values); a tier this CPU
-// lacks, later by make_cpu_backend with a message naming --isa.
+// lacks, by check_engine_isa (exit 2) before the model is loaded.
 inline void add_kernel_flags(CLI::App* cmd, std::string* isa, bool* no_tune) {
   cmd->add_option("--isa", *isa,
                   "ISA tier of the generated kernels: avx2, avx512 or avx512vnni "
@@ -49,6 +50,26 @@ inline constexpr int kMaxThreads = 1024;
 inline void add_threads_flag(CLI::App* cmd, int* threads, const std::string& what) {
   cmd->add_option("-t,--threads", *threads, what + "; 0: all cores (0)")
       ->check(CLI::Range(0, kMaxThreads));
+}
+
+// Checks the tier the engine would run (--isa `isa`, else STRATA_ISA, else
+// CPUID; kernels::engine_isa) before anything is loaded: an unknown name or
+// a tier this CPU lacks prints "strata COMMAND: MESSAGE" and gives exit
+// status 2 (a bad setting, as a bad flag value); 0 when it is usable.
+inline int check_engine_isa(const char* command, const std::string& isa) {
+  const auto tier = kernels::engine_isa(isa);
+  if (tier.ok()) return 0;
+  std::fprintf(stderr, "strata %s: %s\n", command, std::string(tier.status().message()).c_str());
+  return 2;
+}
+
+// Whether a load with these settings tunes the kernels: generated kernels
+// on, neither --no-tune nor STRATA_NO_TUNE, and no more threads than CPUs
+// (the tuner keeps defaults then).
+inline bool tunes(const std::string& isa, bool no_tune, int threads) {
+  const auto tier = kernels::engine_isa(isa);
+  return tier.ok() && tier->has_value() && !no_tune &&
+         !kernels::jit::tuning_disabled_by_env() && threads <= cpu::usable_threads();
 }
 
 // The thread count -t asked for: t itself when t > 0, else

@@ -61,6 +61,7 @@ int run(const RunOptions& o) {
     std::fprintf(stderr, "strata run: --chat needs -p, not ids\n");
     return 2;
   }
+  if (int rc = check_engine_isa("run", o.isa); rc != 0) return rc;
   auto opened = gguf::GgufModel::open(o.model);
   if (!opened.ok()) return fail(o.model, opened.status());
   std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));

@@ -13,7 +13,8 @@
 // runs. -p 0 or -n 0 skips that test. --json prints one object:
 //   {"model": PATH, "threads": T, "backend": "cpu",
 //    "kernels": "generated, avx2" | "reference (STRATA_JIT=0)" | ...,
-//    "tuned": false with --no-tune or STRATA_NO_TUNE,
+//    "tuned": false with --no-tune or STRATA_NO_TUNE, reference kernels or
+//             more threads than CPUs (the tuner keeps defaults then),
 //    "decode_weight_bytes": bytes of weights one decode step reads,
 //    "pp": {"tokens": p, "tok_s": median, "best_tok_s": X, "runs_tok_s": [..]},
 //    "tg": {"tokens": n, "tok_s": median, "best_tok_s": Y, "runs_tok_s": [..]}}
@@ -159,6 +160,7 @@ int run(const SpeedOptions& o) {
                          "measure\n");
     return 2;
   }
+  if (int rc = check_engine_isa("speed", o.isa); rc != 0) return rc;
   auto opened = gguf::GgufModel::open(o.model);
   if (!opened.ok()) return fail(o.model, opened.status());
   std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
@@ -183,6 +185,7 @@ int run(const SpeedOptions& o) {
   SpeedRunner runner(**backend, o.seed);
   // What the backend runs, decided as make_cpu_backend decided it.
   const std::string kernels_text = kernels::engine_kernels_text(o.isa);
+  const bool tuned = tunes(o.isa, o.no_tune, options.n_threads);
 
   TestResult pp{o.n_prompt, {}};
   TestResult tg{o.n_gen, {}};
@@ -219,7 +222,7 @@ int run(const SpeedOptions& o) {
     j["threads"] = options.n_threads;
     j["backend"] = std::string((*backend)->name());
     j["kernels"] = kernels_text;
-    j["tuned"] = !o.no_tune && !kernels::jit::tuning_disabled_by_env();
+    j["tuned"] = tuned;
     j["decode_weight_bytes"] = decode_weight_bytes(*model);
     j["pp"] = test_json(pp_done);
     j["tg"] = test_json(tg_done);
@@ -231,9 +234,7 @@ int run(const SpeedOptions& o) {
               std::string((*backend)->name()).c_str(), options.n_threads,
               o.runs);
   std::printf("kernels: %s, %s\n", kernels_text.c_str(),
-              !o.no_tune && !kernels::jit::tuning_disabled_by_env()
-                  ? "tuned"
-                  : "default parameters (not tuned)");
+              tuned ? "tuned" : "default parameters (not tuned)");
   std::printf("%-8s %14s %14s\n", "test", "median tok/s", "best tok/s");
   const std::pair<const char*, const TestResult*> tests[] = {{"pp", pp_done},
                                                              {"tg", tg_done}};

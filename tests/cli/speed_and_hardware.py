@@ -88,7 +88,7 @@ def speed_flags(strata, model):
     if has_avx512:
         check(proc.returncode == 0, f"--isa avx512 on an AVX-512 CPU: {proc.stderr}")
     else:
-        check(proc.returncode == 1 and "forced by --isa" in proc.stderr and "lacks" in proc.stderr,
+        check(proc.returncode == 2 and "forced by --isa" in proc.stderr and "lacks" in proc.stderr,
               f"--isa avx512 without AVX-512: exit {proc.returncode}: {proc.stderr}")
     proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1",
                 "--isa", "avx2", "--no-tune", "--json"])
@@ -104,8 +104,19 @@ def speed_flags(strata, model):
           f"STRATA_JIT=0 speed: {proc.stdout}{proc.stderr}")
     proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1"],
                env={"STRATA_ISA": "bogus"})
-    check(proc.returncode != 0 and "unknown ISA tier 'bogus'" in proc.stderr,
+    check(proc.returncode == 2 and "unknown ISA tier 'bogus'" in proc.stderr and
+          model not in proc.stderr,
           f"STRATA_ISA=bogus speed: exit {proc.returncode}: {proc.stderr}")
+    # Tuning is reported as it happens: not with reference kernels, nor with
+    # more threads than CPUs.
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1", "--json"],
+               env={"STRATA_JIT": "0"})
+    check(json.loads(proc.stdout)["tuned"] is False, f"STRATA_JIT=0 tuned: {proc.stdout}")
+    over = str(len(os.sched_getaffinity(0)) + 1)
+    proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1", "-t", over,
+                "--json"])
+    check(proc.returncode == 0 and json.loads(proc.stdout)["tuned"] is False,
+          f"-t {over} tuned: {proc.stdout}{proc.stderr}")
     print("--isa / --no-tune: refused and accepted as expected")
     # -t 0 means every CPU this process may use, as for `strata run`.
     proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "2", "-r", "1", "-t", "0",

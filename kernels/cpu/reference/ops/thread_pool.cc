@@ -134,15 +134,24 @@ void ThreadPool::warm(const WarmPlan& plan, int64_t max_bytes, const uint64_t* s
   }
 }
 
+bool ThreadPool::claim(int chunk, uint64_t gen) {
+  return shares_[chunk].claimed.exchange(gen, std::memory_order_acq_rel) != gen;
+}
+
+void ThreadPool::run_static(int chunk) {
+  if (!claim(chunk, loop_gen_)) return;
+  const int64_t begin = std::min(n_, chunk_ * chunk);
+  const int64_t end = std::min(n_, begin + chunk_);
+  if (begin < end) thunk_(fn_, begin, end, chunk);
+}
+
 void ThreadPool::run_chunk(int thread) {
   if (mode_ == Mode::kOwned) {
     run_owned(thread);
     return;
   }
   if (mode_ == Mode::kStatic) {
-    const int64_t begin = std::min(n_, chunk_ * thread);
-    const int64_t end = std::min(n_, begin + chunk_);
-    if (begin < end) thunk_(fn_, begin, end, thread);
+    run_static(thread);
     return;
   }
   int64_t begin = next_.load(std::memory_order_relaxed);
@@ -187,7 +196,7 @@ void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn,
       shares_[t].range.store(f | b << 32, std::memory_order_relaxed);
     }
   }
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  loop_gen_ = generation_.load(std::memory_order_relaxed) + 1;
   // seq_cst with the sleepers' count (worker_main): either a worker about
   // to sleep sees the new generation, or this sees it counted and wakes it.
   generation_.fetch_add(1, std::memory_order_seq_cst);
@@ -196,14 +205,25 @@ void ThreadPool::run(int64_t n, int64_t grain, Thunk thunk, const void* fn,
     wake_.notify_all();
   }
   run_chunk(0);
+  // Whatever no worker has started is the caller's: static chunks not yet
+  // claimed (run_owned and the dynamic loop already took every item left).
+  if (mode == Mode::kStatic) {
+    for (int t = 1; t < n_threads_; ++t) run_static(t);
+  }
   if (mode == Mode::kOwned && !oversubscribed_) {
     warm(shares_[0].plan, kCallerWarmBytes, nullptr);
   }
-  // The other chunks end within microseconds of ours when the work is
+  // Every item is taken. Close the loop: a worker that has not joined yet
+  // (descheduled by another process, or still waking) sees it closed and
+  // skips it, so the caller waits only for the workers inside it. seq_cst
+  // with the workers' join (worker_main): either a joining worker sees the
+  // loop closed, or this sees it counted in active_.
+  closed_.store(loop_gen_, std::memory_order_seq_cst);
+  // The others' chunks end within microseconds of ours when the work is
   // split evenly: spin first (a yield is a system call), then yield.
   const auto until = std::chrono::steady_clock::now() + spin_;
   bool yield = spin_.count() == 0;
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+  for (int spin = 0; active_.load(std::memory_order_seq_cst) != 0; ++spin) {
     if (!yield) {
       cpu_relax();
       yield = spun_out(spin, until);
@@ -234,9 +254,16 @@ void ThreadPool::worker_main(int thread) {
     }
     seen = gen;
     if (stop_.load()) return;
+    // Join the loop unless the caller has already closed it (it then ran
+    // this thread's part itself).
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    if (closed_.load(std::memory_order_seq_cst) >= seen) {
+      active_.fetch_sub(1, std::memory_order_release);
+      continue;
+    }
     const bool owned = mode_ == Mode::kOwned;  // read before the caller may go on
     run_chunk(thread);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    active_.fetch_sub(1, std::memory_order_release);
     // The plan is this thread's own copy: the loop's caller may have
     // returned already. Stops when the next loop arrives.
     if (owned && !oversubscribed_) warm(shares_[thread].plan, INT64_MAX, &seen);
