@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +38,26 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t n_in, int64_t n_out) 
                                         bytes.data() + r * row_bytes).ok());
   }
   return bytes;
+}
+
+// A random matrix of `type` with its bytes, and tuner options that write
+// into a fresh folder `name` under the test's temporary directory.
+struct TuneCase {
+  std::vector<uint8_t> bytes;
+  ops::WeightMatrix w;
+  TuneOptions options;
+};
+
+std::unique_ptr<TuneCase> make_case(GgmlType type, int64_t n_in, int64_t n_out,
+                                    const std::string& name) {
+  auto c = std::make_unique<TuneCase>();
+  c->options.cache_dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(c->options.cache_dir);
+  c->bytes = random_weights(type, n_in, n_out);
+  auto w = ops::make_weight_matrix("w", type, c->bytes.data(), n_in, n_out, c->bytes.size());
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (w.ok()) c->w = *w;
+  return c;
 }
 
 TEST(Tuner, KeepsACorrectWinnerAndCachesIt) {
@@ -87,21 +108,14 @@ TEST(Tuner, KeepsACorrectWinnerAndCachesIt) {
 }
 
 TEST(Tuner, ZeroBudgetKeepsDefaults) {
-  const std::string dir = ::testing::TempDir() + "/strata-tune-test-0";
-  std::filesystem::remove_all(dir);
-  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ8_0, 64, 5);
-  auto w = ops::make_weight_matrix("w", GgmlType::kQ8_0, bytes.data(), 64, 5,
-                                   bytes.size());
-  ASSERT_TRUE(w.ok());
+  auto c = make_case(GgmlType::kQ8_0, 64, 5, "strata-tune-test-0");
+  c->options.budget_s = 0.0;
   ThreadPool pool(1);
   JitScratch scratch(8, 64);
-  TuneOptions options;
-  options.cache_dir = dir;
-  options.budget_s = 0.0;
-  auto m = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  auto m = JitMatmul::create(c->w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
   ASSERT_TRUE(m.ok());
-  Tuner tuner(IsaTier::kAvx2, 1, options);
-  ASSERT_TRUE(tuner.tune(**m, *w, scratch, pool).ok());
+  Tuner tuner(IsaTier::kAvx2, 1, c->options);
+  ASSERT_TRUE(tuner.tune(**m, c->w, scratch, pool).ok());
   EXPECT_EQ(tuner.measured(), 0);
   EXPECT_EQ((*m)->params(), default_params(GgmlType::kQ8_0));
   ASSERT_TRUE(tuner.save().ok());
@@ -111,50 +125,35 @@ TEST(Tuner, ZeroBudgetKeepsDefaults) {
 // Shapes measured earlier in the same load count as repeated, not cached.
 TEST(Tuner, CountsARepeatedShapeApartFromTheCache) {
   if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
-  const std::string dir = ::testing::TempDir() + "/strata-tune-test-repeat";
-  std::filesystem::remove_all(dir);
-  const int64_t n_in = 64, n_out = 9;
-  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ8_0, n_in, n_out);
-  auto w = ops::make_weight_matrix("w", GgmlType::kQ8_0, bytes.data(), n_in, n_out,
-                                   bytes.size());
-  ASSERT_TRUE(w.ok());
+  auto c = make_case(GgmlType::kQ8_0, 64, 9, "strata-tune-test-repeat");
+  c->options.prefill_rows = 8;
   ThreadPool pool(1);
-  JitScratch scratch(8, n_in);
-  TuneOptions options;
-  options.cache_dir = dir;
-  options.prefill_rows = 8;
-  auto a = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
-  auto b = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  JitScratch scratch(8, 64);
+  auto a = JitMatmul::create(c->w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  auto b = JitMatmul::create(c->w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
   ASSERT_TRUE(a.ok() && b.ok());
-  Tuner tuner(IsaTier::kAvx2, 1, options);
-  ASSERT_TRUE(tuner.tune(**a, *w, scratch, pool).ok());
-  ASSERT_TRUE(tuner.tune(**b, *w, scratch, pool).ok());
+  Tuner tuner(IsaTier::kAvx2, 1, c->options);
+  ASSERT_TRUE(tuner.tune(**a, c->w, scratch, pool).ok());
+  ASSERT_TRUE(tuner.tune(**b, c->w, scratch, pool).ok());
   EXPECT_EQ(tuner.measured(), 1);
   EXPECT_EQ((*a)->params(), (*b)->params());
   EXPECT_NE(tuner.summary().find("0 from the cache, 1 repeated"), std::string::npos)
       << tuner.summary();
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(c->options.cache_dir);
 }
 
 // Timings with more threads than CPUs measure the scheduler: defaults, and
 // nothing written.
 TEST(Tuner, OversubscribedPoolKeepsDefaultsAndCachesNothing) {
   if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
-  const std::string dir = ::testing::TempDir() + "/strata-tune-test-over";
-  std::filesystem::remove_all(dir);
-  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ4_0, 64, 9);
-  auto w = ops::make_weight_matrix("w", GgmlType::kQ4_0, bytes.data(), 64, 9,
-                                   bytes.size());
-  ASSERT_TRUE(w.ok());
+  auto c = make_case(GgmlType::kQ4_0, 64, 9, "strata-tune-test-over");
   ThreadPool pool(2 * usable_cpus() + 1);
   ASSERT_TRUE(pool.oversubscribed());
   JitScratch scratch(8, 64);
-  TuneOptions options;
-  options.cache_dir = dir;
-  auto m = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  auto m = JitMatmul::create(c->w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
   ASSERT_TRUE(m.ok());
-  Tuner tuner(IsaTier::kAvx2, pool.size(), options);
-  ASSERT_TRUE(tuner.tune(**m, *w, scratch, pool).ok());
+  Tuner tuner(IsaTier::kAvx2, pool.size(), c->options);
+  ASSERT_TRUE(tuner.tune(**m, c->w, scratch, pool).ok());
   EXPECT_EQ(tuner.measured(), 0);
   EXPECT_EQ((*m)->params(), default_params(GgmlType::kQ4_0));
   EXPECT_NE(tuner.summary().find("more threads than CPUs"), std::string::npos)
@@ -167,28 +166,21 @@ TEST(Tuner, OversubscribedPoolKeepsDefaultsAndCachesNothing) {
 // is an error, and the temporary file is gone.
 TEST(Tuner, FailedSaveLeavesNoTemporaryFile) {
   if (!cpu_has(IsaTier::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
-  const std::string dir = ::testing::TempDir() + "/strata-tune-test-fail";
-  std::filesystem::remove_all(dir);
-  const std::vector<uint8_t> bytes = random_weights(GgmlType::kQ8_0, 64, 9);
-  auto w = ops::make_weight_matrix("w", GgmlType::kQ8_0, bytes.data(), 64, 9,
-                                   bytes.size());
-  ASSERT_TRUE(w.ok());
+  auto c = make_case(GgmlType::kQ8_0, 64, 9, "strata-tune-test-fail");
+  c->options.prefill_rows = 8;
   ThreadPool pool(1);
   JitScratch scratch(8, 64);
-  TuneOptions options;
-  options.cache_dir = dir;
-  options.prefill_rows = 8;
-  auto m = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  auto m = JitMatmul::create(c->w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
   ASSERT_TRUE(m.ok());
-  Tuner tuner(IsaTier::kAvx2, 1, options);
-  ASSERT_TRUE(tuner.tune(**m, *w, scratch, pool).ok());
+  Tuner tuner(IsaTier::kAvx2, 1, c->options);
+  ASSERT_TRUE(tuner.tune(**m, c->w, scratch, pool).ok());
   ASSERT_EQ(tuner.measured(), 1);
   std::filesystem::create_directories(tuner.cache_path() + "/in-the-way");
   EXPECT_FALSE(tuner.save().ok());
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  for (const auto& entry : std::filesystem::directory_iterator(c->options.cache_dir)) {
     EXPECT_EQ(entry.path().string().find(".tmp"), std::string::npos) << entry.path();
   }
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(c->options.cache_dir);
 }
 
 }  // namespace
