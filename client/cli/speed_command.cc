@@ -34,7 +34,6 @@
 #include "client/cli/kernel_flags.h"
 #include "client/cli/sampling_flags.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/jit/tuner.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "nlohmann/json.hpp"

@@ -134,12 +134,12 @@ void ThreadPool::warm(const WarmPlan& plan, int64_t max_bytes, const uint64_t* s
   }
 }
 
-bool ThreadPool::claim(int chunk, uint64_t gen) {
-  return shares_[chunk].claimed.exchange(gen, std::memory_order_acq_rel) != gen;
+bool ThreadPool::claim(int chunk) {
+  return shares_[chunk].claimed.exchange(loop_gen_, std::memory_order_acq_rel) != loop_gen_;
 }
 
 void ThreadPool::run_static(int chunk) {
-  if (!claim(chunk, loop_gen_)) return;
+  if (!claim(chunk)) return;
   const int64_t begin = std::min(n_, chunk_ * chunk);
   const int64_t end = std::min(n_, begin + chunk_);
   if (begin < end) thunk_(fn_, begin, end, chunk);
