@@ -19,10 +19,10 @@
 // and owned loops: the items left), closes the loop and waits only for the
 // workers inside it. A worker that another process has kept off its core
 // (a loaded machine, a busy neighbour) then costs the loop its share of the
-// work, not a scheduler time slice (measured: with two compilers busy on
-// the 2 CPUs, tg8 at -t 2 ran at 5.4 tok/s against 156-205 at -t 1, every
-// loop waiting for the descheduled worker). A worker that arrives late
-// skips the closed loop.
+// work, not a scheduler time slice (measured with two busy loops on the 2
+// CPUs, `strata speed -p 64 -n 32 -t 2`: tg32 30.2 and 122.7 tok/s when
+// every loop waited for the descheduled worker, 110-135 now; docs/perf.md).
+// A worker that arrives late skips the closed loop.
 //
 // Threads: one thread at a time may call parallel_for (the pool is owned by
 // one forward pass); calls from inside a running loop are not allowed.
@@ -36,13 +36,14 @@
 // CPUs: the pool reads the process's affinity mask (sched_getaffinity) once.
 // With more threads than CPUs in it (oversubscribed) nobody spins — the
 // caller yields and a worker sleeps as soon as it waits, since a spinning
-// thread would hold the CPU that the thread it waits for needs (measured:
-// -t 4 on 2 CPUs ran decode 80-100x slower with spinning) — and the
+// thread would hold the CPU that the thread it waits for needs (measured,
+// SmolLM2 Q4_1 on 2 CPUs, `strata speed -p 64 -n 32 -t 4`: tg32 5.5 tok/s
+// with spinning, 101-119 without; -t 2 344) — and the
 // prefetching warm step is skipped. With Pinning::kWorkers and no more
 // threads than CPUs, worker t is pinned to the t-th CPU of the mask; the
 // caller's thread (not the pool's) is left where it is. Pinning is off by
 // default: on the 2-vCPU VMs here it changed neither pp512 nor tg128
-// through the noise (docs/perf.md, "Pinning the pool's workers"), and two
+// through the noise (docs/engine.md, threads: ten A/B pairs), and two
 // pools in one host (two stages, two workers) would pin their workers to
 // the same CPUs.
 #pragma once
@@ -158,8 +159,8 @@ class ThreadPool {
   // Static: runs chunk `chunk` (as thread `chunk`) unless another thread
   // has claimed it in this loop.
   void run_static(int chunk);
-  // True for the one thread that claims static chunk `chunk` in loop `gen`.
-  bool claim(int chunk, uint64_t gen);
+  // True for the one thread that claims static chunk `chunk` in this loop.
+  bool claim(int chunk);
   // Takes up to chunk_ items off the front (own share) or the back (another
   // thread's) of share s into [*begin, *end); false when it is empty.
   bool take(int s, bool front, int64_t* begin, int64_t* end);
