@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cpu_backend(
 
 absl::Status CpuBackend::attach_kernels(kernels::IsaTier tier) {
   simd_attention_ = kernels::simd::attention_supported(attention_shape());
-  attention_isa_ = tier;
+  simd_isa_ = tier;
   simd_ffn_activation_ = kernels::simd::ffn_activation_supported();
   simd_norm_rope_ = kernels::simd::norm_rope_supported();
   if (options_.no_tune || kernels::jit::tuning_disabled_by_env()) {
@@ -155,7 +155,7 @@ absl::Status CpuBackend::add_sequence(int seq, int n_ctx) {
   if (simd_attention_) {
     if (simd_attention_buffers_ == nullptr || simd_attention_buffers_->max_kv() < n_ctx) {
       simd_attention_buffers_ = std::make_unique<kernels::simd::AttentionBuffers>(
-          n_ctx, attention_shape(), options_.n_threads, attention_isa_);
+          n_ctx, attention_shape(), options_.n_threads, simd_isa_);
     }
   } else if (attention_scratch_ == nullptr || attention_scratch_->max_kv() < n_ctx) {
     attention_scratch_ = std::make_unique<ops::AttentionScratch>(

@@ -104,7 +104,7 @@ class CpuBackend final : public Backend {
   // The vectorised attention (kernels/cpu/simd) when the generated kernels
   // are on and it supports the model's heads; else the reference op.
   bool simd_attention_ = false;
-  kernels::IsaTier attention_isa_ = kernels::IsaTier::kAvx2;  // its tiles' vectors
+  kernels::IsaTier simd_isa_ = kernels::IsaTier::kAvx2;  // attention and FFN activation vectors
   bool simd_ffn_activation_ = false;  // kernels/cpu/simd swiglu / geglu
   bool simd_norm_rope_ = false;       // kernels/cpu/simd rms_norm / rope_rotate
   // RoPE angle tables of the current step ([B][n_rot] each, reserved at

@@ -156,7 +156,8 @@ void CpuBackend::feed_forward_step(int il, int n) {
     // row.
     matmul(hp_.recipe.fused_gate_up ? w.w_up : w.w_gate_up, xn_.data(), n, gate);
     if (simd_ffn_activation_) {  // straight from the fused rows into `up`
-      (gelu ? kernels::simd::geglu_rows : kernels::simd::swiglu_rows)(gate, n, f, up, pool_);
+      (gelu ? kernels::simd::geglu_rows : kernels::simd::swiglu_rows)(gate, n, f, up, pool_,
+                                                                     simd_isa_);
       matmul(w.w_down, up, n, proj_.data());
       return;
     }
@@ -172,7 +173,8 @@ void CpuBackend::feed_forward_step(int il, int n) {
     matmul(w.w_up, xn_.data(), n, up);
   }
   if (simd_ffn_activation_) {
-    (gelu ? kernels::simd::geglu : kernels::simd::swiglu)(gate, up, n * f, gate, pool_);
+    (gelu ? kernels::simd::geglu : kernels::simd::swiglu)(gate, up, n * f, gate, pool_,
+                                                          simd_isa_);
   } else {
     (gelu ? ops::geglu : ops::swiglu)(gate, up, n * f, gate, pool_);
   }

@@ -14,18 +14,24 @@
 // Layout: gate, up, out are [n] f32; out may alias gate. Threads: split
 // over `pool` in chunks of at least 4096 values (a decode step's row runs
 // on the caller). Requires ffn_activation_supported() (AVX2 + FMA + F16C).
+// Vectors: `tier` kAvx2 runs 8 lanes; kAvx512 / kAvx512Vnni run 16 lanes
+// (AVX-512 F/BW/VL/DQ) when this CPU has that tier, 8 otherwise. Every
+// width gives the same values bit for bit.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/reference/ops/thread_pool.h"
 
 namespace strata::kernels::simd {
 
 bool ffn_activation_supported();
 
-void swiglu(const float* gate, const float* up, int64_t n, float* out, ThreadPool& pool);
-void geglu(const float* gate, const float* up, int64_t n, float* out, ThreadPool& pool);
+void swiglu(const float* gate, const float* up, int64_t n, float* out, ThreadPool& pool,
+            IsaTier tier);
+void geglu(const float* gate, const float* up, int64_t n, float* out, ThreadPool& pool,
+           IsaTier tier);
 
 // The same on the output of a fused gate|up matmul: gate_up is
 // [n_rows][2 f] (row t: gate then up), out [n_rows][f] and must not overlap
@@ -33,8 +39,8 @@ void geglu(const float* gate, const float* up, int64_t n, float* out, ThreadPool
 // splitting the rows first. Rows split over `pool` (at least 4096 values a
 // chunk).
 void swiglu_rows(const float* gate_up, int64_t n_rows, int64_t f, float* out,
-                 ThreadPool& pool);
+                 ThreadPool& pool, IsaTier tier);
 void geglu_rows(const float* gate_up, int64_t n_rows, int64_t f, float* out,
-                ThreadPool& pool);
+                ThreadPool& pool, IsaTier tier);
 
 }  // namespace strata::kernels::simd

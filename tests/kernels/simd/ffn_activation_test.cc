@@ -1,6 +1,7 @@
 // kernels/cpu/simd swiglu / geglu equal reference::ops's bit for bit, on
 // values spanning both sides of every branch (|gate| near 10, exp's range
-// edges near ±88, zeros, infinities) and lengths that are not multiples of 8.
+// edges near ±88, zeros, infinities) and lengths that are not multiples of 8
+// or 16, on every vector width this CPU has (8 lanes: avx2; 16: avx512).
 #include "kernels/cpu/simd/ffn_activation.h"
 
 #include <algorithm>
@@ -29,6 +30,13 @@ std::vector<float> gates(int64_t n, uint32_t seed) {
   return g;
 }
 
+// The tiers whose vectors this CPU runs (avx512vnni's are avx512's).
+std::vector<IsaTier> tiers() {
+  std::vector<IsaTier> t{IsaTier::kAvx2};
+  if (cpu_has(IsaTier::kAvx512)) t.push_back(IsaTier::kAvx512);
+  return t;
+}
+
 void expect_bitwise_equal(const std::vector<float>& want, const std::vector<float>& got) {
   for (size_t i = 0; i < want.size(); ++i) {
     if (std::isnan(want[i])) {
@@ -54,35 +62,47 @@ TEST(SimdFfnActivation, SwigluEqualsReferenceAcrossExpRangeEdges) {
   std::vector<float> want(g.size()), got(g.size());
   ThreadPool pool(1);
   reference::ops::swiglu(g.data(), u.data(), static_cast<int64_t>(g.size()), want.data(), pool);
-  swiglu(g.data(), u.data(), static_cast<int64_t>(g.size()), got.data(), pool);
-  expect_bitwise_equal(want, got);
+  for (IsaTier tier : tiers()) {
+    SCOPED_TRACE(isa_name(tier));
+    std::fill(got.begin(), got.end(), 0.0f);
+    swiglu(g.data(), u.data(), static_cast<int64_t>(g.size()), got.data(), pool, tier);
+    expect_bitwise_equal(want, got);
+  }
 }
 
 TEST(SimdFfnActivation, SwigluEqualsReferenceBitForBit) {
   if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
-  for (int64_t n : {1, 7, 8, 61, 5000, 20011}) {
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 61, 5000, 20011}) {
     SCOPED_TRACE(n);
     const std::vector<float> g = gates(n, static_cast<uint32_t>(n));
     const std::vector<float> u = gates(n, static_cast<uint32_t>(n + 1));
     ThreadPool pool(2);
     std::vector<float> want(g.size()), got(g.size());
     reference::ops::swiglu(g.data(), u.data(), n, want.data(), pool);
-    swiglu(g.data(), u.data(), n, got.data(), pool);
-    expect_bitwise_equal(want, got);
+    for (IsaTier tier : tiers()) {
+      SCOPED_TRACE(isa_name(tier));
+      std::fill(got.begin(), got.end(), 0.0f);
+      swiglu(g.data(), u.data(), n, got.data(), pool, tier);
+      expect_bitwise_equal(want, got);
+    }
   }
 }
 
 TEST(SimdFfnActivation, GegluEqualsReferenceBitForBit) {
   if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
-  for (int64_t n : {1, 7, 8, 61, 5000, 20011}) {
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 61, 5000, 20011}) {
     SCOPED_TRACE(n);
     const std::vector<float> g = gates(n, static_cast<uint32_t>(n + 2));
     const std::vector<float> u = gates(n, static_cast<uint32_t>(n + 3));
     ThreadPool pool(2);
     std::vector<float> want(g.size()), got(g.size());
     reference::ops::geglu(g.data(), u.data(), n, want.data(), pool);
-    geglu(g.data(), u.data(), n, got.data(), pool);
-    expect_bitwise_equal(want, got);
+    for (IsaTier tier : tiers()) {
+      SCOPED_TRACE(isa_name(tier));
+      std::fill(got.begin(), got.end(), 0.0f);
+      geglu(g.data(), u.data(), n, got.data(), pool, tier);
+      expect_bitwise_equal(want, got);
+    }
   }
 }
 
@@ -90,16 +110,20 @@ TEST(SimdFfnActivation, OutputMayAliasGate) {
   if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
   const std::vector<float> g = gates(999, 5), u = gates(999, 6);
   ThreadPool pool(2);
-  std::vector<float> want(g.size()), inplace = g;
+  std::vector<float> want(g.size());
   reference::ops::geglu(g.data(), u.data(), 999, want.data(), pool);
-  geglu(inplace.data(), u.data(), 999, inplace.data(), pool);
-  expect_bitwise_equal(want, inplace);
+  for (IsaTier tier : tiers()) {
+    SCOPED_TRACE(isa_name(tier));
+    std::vector<float> inplace = g;
+    geglu(inplace.data(), u.data(), 999, inplace.data(), pool, tier);
+    expect_bitwise_equal(want, inplace);
+  }
 }
 
 // The fused-row forms read [gate | up] rows in place of split arrays.
 TEST(SimdFfnActivation, FusedRowsEqualReferenceOnSplitRows) {
   if (!ffn_activation_supported()) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
-  for (auto [n_rows, f] : {std::pair<int64_t, int64_t>{1, 1536}, {7, 13}, {300, 64}}) {
+  for (auto [n_rows, f] : {std::pair<int64_t, int64_t>{1, 1536}, {7, 13}, {3, 23}, {300, 64}}) {
     SCOPED_TRACE(f);
     const std::vector<float> gu = gates(n_rows * 2 * f, static_cast<uint32_t>(f));
     std::vector<float> g(static_cast<size_t>(n_rows * f)), u(g.size());
@@ -109,12 +133,15 @@ TEST(SimdFfnActivation, FusedRowsEqualReferenceOnSplitRows) {
     }
     ThreadPool pool(2);
     std::vector<float> want(g.size()), got(g.size());
-    reference::ops::swiglu(g.data(), u.data(), n_rows * f, want.data(), pool);
-    swiglu_rows(gu.data(), n_rows, f, got.data(), pool);
-    expect_bitwise_equal(want, got);
-    reference::ops::geglu(g.data(), u.data(), n_rows * f, want.data(), pool);
-    geglu_rows(gu.data(), n_rows, f, got.data(), pool);
-    expect_bitwise_equal(want, got);
+    for (IsaTier tier : tiers()) {
+      SCOPED_TRACE(isa_name(tier));
+      reference::ops::swiglu(g.data(), u.data(), n_rows * f, want.data(), pool);
+      swiglu_rows(gu.data(), n_rows, f, got.data(), pool, tier);
+      expect_bitwise_equal(want, got);
+      reference::ops::geglu(g.data(), u.data(), n_rows * f, want.data(), pool);
+      geglu_rows(gu.data(), n_rows, f, got.data(), pool, tier);
+      expect_bitwise_equal(want, got);
+    }
   }
 }
 
