@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/env_switch.h"
 #include "worker/finite_scan.h"
 #include "worker/trace.h"
 
@@ -19,9 +20,8 @@ namespace ops = reference::ops;
 namespace {
 // STRATA_PIN=1 pins the pool's workers to CPUs (thread_pool.h).
 ThreadPool::Pinning pinning_from_env() {
-  const char* v = std::getenv("STRATA_PIN");
-  return v != nullptr && std::string_view(v) == "1" ? ThreadPool::Pinning::kWorkers
-                                                     : ThreadPool::Pinning::kNone;
+  return kernels::env_switch("STRATA_PIN") == true ? ThreadPool::Pinning::kWorkers
+                                                    : ThreadPool::Pinning::kNone;
 }
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/env_switch.h"
 #include "xbyak/xbyak_util.h"
 
 namespace strata::kernels {
@@ -100,8 +101,7 @@ absl::StatusOr<IsaTier> select_isa(std::string_view forced) {
 }
 
 bool jit_disabled_by_env() {
-  const char* v = std::getenv("STRATA_JIT");
-  return v != nullptr && std::string_view(v) == "0";
+  return env_switch("STRATA_JIT") == false;
 }
 
 absl::StatusOr<std::optional<IsaTier>> engine_isa(std::string_view forced) {

@@ -7,13 +7,12 @@
 #include <cstring>
 #include <mutex>
 
+#include "kernels/cpu/env_switch.h"
+
 namespace strata::kernels::jit {
 
 bool perf_map_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("STRATA_PERF_MAP");
-    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_switch("STRATA_PERF_MAP") == true;
   return on;
 }
 

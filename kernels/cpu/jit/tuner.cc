@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/env_switch.h"
 #include "kernels/cpu/reference/dequantize.h"
 
 namespace strata::kernels::jit {
@@ -122,8 +123,7 @@ bool passes(const JitMatmul& m, const Oracle& o, JitScratch& scratch,
 }  // namespace
 
 bool tuning_disabled_by_env() {
-  const char* v = std::getenv("STRATA_NO_TUNE");
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
+  return env_switch("STRATA_NO_TUNE") == true;
 }
 
 Tuner::Tuner(IsaTier tier, int n_threads, TuneOptions options)
