@@ -30,14 +30,19 @@ std::optional<IsaTier> parse_isa(std::string_view name) {
 }
 
 CpuFeatures cpu_features() {
-  using Cpu = Xbyak::util::Cpu;
-  const Cpu cpu;
-  CpuFeatures f;
-  f.avx2 = cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA) && cpu.has(Cpu::tF16C);
-  f.avx512 = f.avx2 && cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512BW) &&
-             cpu.has(Cpu::tAVX512VL) && cpu.has(Cpu::tAVX512DQ);
-  f.avx512_vnni = f.avx512 && cpu.has(Cpu::tAVX512_VNNI);
-  return f;
+  // CPUID once per process: in a VM every CPUID traps to the hypervisor
+  // (tens of microseconds), and the answer cannot change.
+  static const CpuFeatures features = [] {
+    using Cpu = Xbyak::util::Cpu;
+    const Cpu cpu;
+    CpuFeatures f;
+    f.avx2 = cpu.has(Cpu::tAVX2) && cpu.has(Cpu::tFMA) && cpu.has(Cpu::tF16C);
+    f.avx512 = f.avx2 && cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512BW) &&
+               cpu.has(Cpu::tAVX512VL) && cpu.has(Cpu::tAVX512DQ);
+    f.avx512_vnni = f.avx512 && cpu.has(Cpu::tAVX512_VNNI);
+    return f;
+  }();
+  return features;
 }
 
 bool cpu_has(IsaTier tier) {

@@ -7,7 +7,7 @@
 //   kAvx512      kAvx2 + AVX-512 F, BW, VL, DQ (Skylake-SP, Zen 4).
 //   kAvx512Vnni  kAvx512 + AVX-512 VNNI (vpdpbusd; Cascade Lake, Zen 4).
 //
-// Thread-safety: pure functions; detect_isa() runs CPUID each call.
+// Thread-safety: pure functions; CPUID runs once per process (cpu_features).
 #pragma once
 
 #include <optional>
