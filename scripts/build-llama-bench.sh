@@ -5,6 +5,12 @@
 # and asks no registry. Prints the path of llama-bench on stdout.
 #
 #   scripts/build-llama-bench.sh            # -> ~/.cache/strata/llama.cpp-build/0.3.36/bin/llama-bench
+#   scripts/build-llama-bench.sh avx2       # -> .../0.3.36-avx2/bin/llama-bench
+#
+# `avx2` builds ggml for AVX2 + FMA + F16C only (no AVX-512, no VNNI), so
+# that on an AVX-512 machine llama.cpp's AVX2 code can be run beside
+# strata's avx2 tier (STRATA_ISA=avx2): the comparison an AVX2-only CPU
+# gives, on this machine's cores. Any other argument is refused.
 #
 # The only download is the sdist (pip download, once, into
 # $STRATA_CACHE/llama-cpp-python-src). The build is native (-DGGML_NATIVE=ON:
@@ -14,13 +20,22 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+MODE="${1:-native}"
+case "$MODE" in
+  native) isa_flags=(-DGGML_NATIVE=ON); suffix="" ;;
+  avx2) isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+                   -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
+        suffix="-avx2" ;;
+  *) log "unknown mode '$MODE': expected no argument (native) or avx2"; exit 2 ;;
+esac
+(( $# <= 1 )) || { log "at most one argument (avx2)"; exit 2; }
 SRC_CACHE="$STRATA_CACHE/llama-cpp-python-src"
-BUILD_DIR="$STRATA_CACHE/llama.cpp-build/$VERSION"
+BUILD_DIR="$STRATA_CACHE/llama.cpp-build/$VERSION$suffix"
 BIN="$BUILD_DIR/bin/llama-bench"
 STAMP="$BUILD_DIR/.strata-stamp"
 
 cpu_flags() { grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16; }
-want_stamp="llama-cpp-python==$VERSION native cpu=$(cpu_flags)"
+want_stamp="llama-cpp-python==$VERSION $MODE cpu=$(cpu_flags)"
 
 if [[ -x "$BIN" && -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]]; then
   echo "$BIN"
@@ -55,7 +70,7 @@ if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 log "building llama-bench (llama.cpp from llama-cpp-python $VERSION) in $BUILD_DIR"
 rm -f "$STAMP"
 cmake -S "$src/vendor/llama.cpp" -B "$BUILD_DIR" "${generator[@]}" "${launcher[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
 cmake --build "$BUILD_DIR" --target llama-bench -j "$STRATA_JOBS" >/dev/null
