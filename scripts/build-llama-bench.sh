@@ -13,14 +13,15 @@
 # gives, on this machine's cores. Any other argument is refused.
 #
 # The only download is the sdist (pip download, once, into
-# $STRATA_CACHE/llama-cpp-python-src). The build is native (-DGGML_NATIVE=ON:
-# the instruction set of this machine, as llama.cpp users build it) and
+# $STRATA_CACHE/llama-cpp-python-src). The default build is native
+# (-DGGML_NATIVE=ON: the instruction set of this machine, as llama.cpp users
+# build it; `avx2` below is the other one) and
 # keyed by the llama-cpp-python version; a stamp holds the CPU's flags, and
 # a different CPU (a copied cache) rebuilds.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
-MODE="${1:-native}"
+MODE="${1-native}"
 case "$MODE" in
   native) isa_flags=(-DGGML_NATIVE=ON); suffix="" ;;
   avx2) isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
@@ -36,6 +37,9 @@ STAMP="$BUILD_DIR/.strata-stamp"
 
 cpu_flags() { grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16; }
 want_stamp="llama-cpp-python==$VERSION $MODE cpu=$(cpu_flags)"
+# The avx2 build's flags are part of its stamp (the native stamp stays as
+# it was, so existing caches are kept).
+if [[ "$MODE" == avx2 ]]; then want_stamp+=" ${isa_flags[*]}"; fi
 
 if [[ -x "$BIN" && -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]]; then
   echo "$BIN"

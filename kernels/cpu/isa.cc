@@ -128,7 +128,9 @@ std::string engine_kernels_text(std::string_view forced) {
   absl::StatusOr<std::optional<IsaTier>> tier = engine_isa(forced);
   if (!tier.ok()) return std::string(tier.status().message());
   if (tier->has_value()) return absl::StrCat("generated, ", isa_name(**tier));
-  if (jit_disabled_by_env()) return "reference (STRATA_JIT=0)";
+  if (jit_disabled_by_env()) {
+    return absl::StrCat("reference (STRATA_JIT=", std::getenv("STRATA_JIT"), ")");
+  }
   return absl::StrCat("reference (no ISA tier: ", detect_isa().status().message(), ")");
 }
 

@@ -7,7 +7,8 @@
 //   kAvx512      kAvx2 + AVX-512 F, BW, VL, DQ (Skylake-SP, Zen 4).
 //   kAvx512Vnni  kAvx512 + AVX-512 VNNI (vpdpbusd; Cascade Lake, Zen 4).
 //
-// Thread-safety: pure functions; CPUID runs once per process (cpu_features).
+// Thread-safety: pure functions; cpu_features() (and so cpu_has, detect_isa)
+// reads CPUID once per process.
 #pragma once
 
 #include <optional>
@@ -49,7 +50,8 @@ absl::StatusOr<IsaTier> detect_isa();
 // STRATA_ISA, but this CPU lacks AVX-512 F/BW/VL/DQ").
 absl::StatusOr<IsaTier> select_isa(std::string_view forced = {});
 
-// True when STRATA_JIT is "0": the engine runs the reference ops everywhere.
+// True when STRATA_JIT is off (0/false/no/off; kernels/cpu/env_switch.h):
+// the engine runs the reference ops everywhere.
 bool jit_disabled_by_env();
 
 // The tier the engine's generated kernels run on, or nullopt when it runs
@@ -58,7 +60,8 @@ bool jit_disabled_by_env();
 // STRATA_JIT=0. Errors: select_isa's, for a forced tier.
 absl::StatusOr<std::optional<IsaTier>> engine_isa(std::string_view forced = {});
 
-// One line for reports: "generated, avx2" or "reference (STRATA_JIT=0)" /
+// One line for reports: "generated, avx2" or "reference (STRATA_JIT=0)"
+// (the variable's own value: "reference (STRATA_JIT=off)") /
 // "reference (no ISA tier: ...)", from engine_isa(forced); an error's text
 // when engine_isa fails.
 std::string engine_kernels_text(std::string_view forced = {});

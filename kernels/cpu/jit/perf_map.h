@@ -11,7 +11,8 @@
 
 namespace strata::kernels::jit {
 
-// True when STRATA_PERF_MAP is set to a value other than "0" (read once).
+// True when STRATA_PERF_MAP is on (1/true/yes/on; kernels/cpu/env_switch.h;
+// read once).
 bool perf_map_enabled();
 
 // Appends one line for `bytes` bytes of code at `code`; a no-op when

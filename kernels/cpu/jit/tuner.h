@@ -41,7 +41,7 @@ struct TuneOptions {
   int prefill_rows = 64;     // rows the prefill candidates are timed on
 };
 
-// True when STRATA_NO_TUNE is set to anything but "0" or "".
+// True when STRATA_NO_TUNE is on (1/true/yes/on; kernels/cpu/env_switch.h).
 bool tuning_disabled_by_env();
 
 class Tuner {

@@ -4,6 +4,7 @@
 #include "kernels/cpu/env_switch.h"
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -44,12 +45,39 @@ TEST(EnvSwitch, UnknownValueIsReportedAndReadAsUnset) {
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find(std::string(kName) + "=" + bad), std::string::npos) << err;
     EXPECT_NE(err.find("expected 1/true/yes/on or 0/false/no/off"), std::string::npos) << err;
+    // Read again: still unset, and not reported twice.
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(read_as(bad), std::nullopt) << bad;
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << bad;
   }
 }
 
 // The engine's switches take the same spellings (they used to differ:
 // STRATA_JIT only "0", STRATA_NO_TUNE anything but "" and "0").
+// Sets a variable for one scope and puts back what was there.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 TEST(EnvSwitch, EngineSwitchesShareTheSpellings) {
+  const ScopedEnv jit("STRATA_JIT"), no_tune("STRATA_NO_TUNE");
   ::setenv("STRATA_JIT", "off", 1);
   EXPECT_TRUE(jit_disabled_by_env());
   ::setenv("STRATA_JIT", "1", 1);

@@ -25,15 +25,18 @@ std::vector<float> gates(int64_t n, uint32_t seed) {
   const float special[] = {0.0f, -0.0f, 10.0f, -10.0f, 9.999f, -9.999f, 10.001f, -10.001f,
                            88.5f, -88.5f, 104.0f, -104.0f, 1e-30f, -1e-30f, 65504.0f,
                            std::numeric_limits<float>::infinity(),
-                           -std::numeric_limits<float>::infinity()};
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
   for (size_t i = 0; i < std::size(special) && i * 3 < g.size(); ++i) g[i * 3] = special[i];
   return g;
 }
 
-// The tiers whose vectors this CPU runs (avx512vnni's are avx512's).
+// The tiers this CPU runs (the engine passes its own; avx512vnni's vectors
+// are avx512's).
 std::vector<IsaTier> tiers() {
   std::vector<IsaTier> t{IsaTier::kAvx2};
   if (cpu_has(IsaTier::kAvx512)) t.push_back(IsaTier::kAvx512);
+  if (cpu_has(IsaTier::kAvx512Vnni)) t.push_back(IsaTier::kAvx512Vnni);
   return t;
 }
 
