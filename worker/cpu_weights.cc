@@ -238,9 +238,14 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
     const std::string layer = absl::StrCat("layer ", i, " of the shard: ");
     absl::Status fused = fuse({&l.wq, &l.wk, &l.wv}, l.wqkv, layer + "attn_q|k|v");
     if (!fused.ok()) return fused;
+    if (l.wqkv.jit == nullptr) {  // v unlike q and k: fuse those two
+      fused = fuse({&l.wq, &l.wk}, l.wqk, layer + "attn_q|k");
+      if (!fused.ok()) return fused;
+    }
     fused = fuse({&l.w_gate, &l.w_up}, l.w_gate_up, layer + "ffn_gate|up");
     if (!fused.ok()) return fused;
     if (l.wqkv.jit != nullptr) l.wq = l.wk = l.wv = Linear{};
+    if (l.wqk.jit != nullptr) l.wq = l.wk = Linear{};
     if (l.w_gate_up.jit != nullptr) l.w_gate = l.w_up = Linear{};
     for (auto [lin, name] : {std::pair{&l.wq, "attn_q"}, {&l.wk, "attn_k"},
                              {&l.wv, "attn_v"}, {&l.wqkv, "attn_qkv"},
@@ -262,8 +267,8 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
     }
   };
   for (const LayerWeights& l : w.layers) {
-    for (const Linear* lin : {&l.wqkv, &l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate_up, &l.w_gate,
-                              &l.w_up, &l.w_down}) {
+    for (const Linear* lin : {&l.wqkv, &l.wqk, &l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate_up,
+                              &l.w_gate, &l.w_up, &l.w_down}) {
       add(*lin);
     }
   }

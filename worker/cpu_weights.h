@@ -45,6 +45,9 @@ struct LayerWeights {
   Linear wv;                         // [n_head_kv * dv][n_embd]
   Linear wqkv;                       // fused: [(n_head + n_head_kv) * dk
                                      //          + n_head_kv * dv][n_embd]
+  Linear wqk;                        // fused at load when v differs (type or
+                                     // width; Q4_K_M files: every other v):
+                                     // [(n_head + n_head_kv) * dk][n_embd]
   const float* bq = nullptr;         // [n_head * dk], optional
   const float* bk = nullptr;         // [n_head_kv * dk], optional
   const float* bv = nullptr;         // [n_head_kv * dv], optional
