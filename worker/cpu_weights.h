@@ -46,7 +46,7 @@ struct LayerWeights {
   Linear wqkv;                       // fused: [(n_head + n_head_kv) * dk
                                      //          + n_head_kv * dv][n_embd]
   Linear wqk;                        // fused at load when v differs (type or
-                                     // width; Q4_K_M files: every other v):
+                                     // width; Q4_K_M files: some layers' v):
                                      // [(n_head + n_head_kv) * dk][n_embd]
   const float* bq = nullptr;         // [n_head * dk], optional
   const float* bk = nullptr;         // [n_head_kv * dk], optional
