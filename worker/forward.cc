@@ -73,30 +73,21 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   // rows after its own attention, so that the next block's feed-forward
   // and projections hide the misses.
   if (n == 1 && layer == 0) prefetch_kv(il, pos0, cache);
-  if (w.wqkv.present()) {
-    // One matrix gives [q | k | v] per row; split it.
-    matmul(w.wqkv, xn_.data(), n, qkv_.data());
-    const int64_t width = q_width + k_width + v_width;
+  if (w.wqkv.present() || w.wqk.present()) {
+    // One matrix gives [q | k | v] (or [q | k], v from its own) per row;
+    // split it.
+    const bool with_v = w.wqkv.present();
+    matmul(with_v ? w.wqkv : w.wqk, xn_.data(), n, qkv_.data());
+    const int64_t width = q_width + k_width + (with_v ? v_width : 0);
     pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) {
       for (int64_t t = begin; t < end; ++t) {
         const float* row = qkv_.data() + t * width;
         std::copy(row, row + q_width, q + t * q_width);
         std::copy(row + q_width, row + q_width + k_width, k + t * k_width);
-        std::copy(row + q_width + k_width, row + width, v + t * v_width);
+        if (with_v) std::copy(row + q_width + k_width, row + width, v + t * v_width);
       }
     }, std::max<int64_t>(1, 4096 / width));
-  } else if (w.wqk.present()) {
-    // [q | k] per row from one matrix, v from its own.
-    matmul(w.wqk, xn_.data(), n, qkv_.data());
-    const int64_t width = q_width + k_width;
-    pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t) {
-        const float* row = qkv_.data() + t * width;
-        std::copy(row, row + q_width, q + t * q_width);
-        std::copy(row + q_width, row + width, k + t * k_width);
-      }
-    }, std::max<int64_t>(1, 4096 / width));
-    matmul(w.wv, xn_.data(), n, v);
+    if (!with_v) matmul(w.wv, xn_.data(), n, v);
   } else {
     matmul(w.wq, xn_.data(), n, q);
     matmul(w.wk, xn_.data(), n, k);
