@@ -39,32 +39,41 @@ struct TileConf {
   bool paired_scales = false;  // two scales per unit (Q6_K)
   bool correction = false;
   bool min_correction = false;  // interleaved: the correction is a min plane
-  bool interleaved = false;  // row groups (PackedLayout::row_group > 1)
-  int group = 8;             // interleaved: rows per group, 8 (ymm) or 16
-                             // (zmm; the VNNI tier)
-  bool scale_f16 = false;    // interleaved scales and mins are f16
-  bool k_scales = false;     // interleaved K-quant sub-scales (packed_weights.h)
+  bool interleaved = false;     // row groups (PackedLayout::row_group > 1)
+  int group = 8;                // interleaved: rows per group, 8 (ymm) or 16
+                                // (zmm; the VNNI tier)
+  bool scale_f16 = false;       // interleaved scales and mins are f16
+  bool k_scales = false;  // interleaved K-quant sub-scales (packed_weights.h)
   bool signed_scales = false;  // k_scales are i8 (Q6_K), else u8
-  bool wide = false;         // interleaved: AVX-512 (EVEX, 32 registers)
-  bool vnni = false;         // interleaved: the AVX-512 VNNI flavour (wide)
-  int rows = 1;              // weight rows of the tile
-  int cols = 1;              // activation rows of the tile
-  int unroll = 1;            // units per loop iteration
-  int prefetch = 0;          // bytes ahead in the value plane; 0: none
+  bool wide = false;           // interleaved: AVX-512 (EVEX, 32 registers)
+  bool vnni = false;           // interleaved: the AVX-512 VNNI flavour (wide)
+  int rows = 1;                // weight rows of the tile
+  int cols = 1;                // activation rows of the tile
+  int unroll = 1;              // units per loop iteration
+  int prefetch = 0;            // bytes ahead in the value plane; 0: none
   int64_t n_units = 0;
-  int64_t unit_bytes = 0;    // bytes of one row's unit
-  int64_t value_stride = 0;  // bytes between rows (float tiles)
-  int64_t act_stride = 0;    // q: bytes (n_in); f: floats (n_in_pad)
-  int64_t act_d_stride = 0;  // floats (PackedLayout::act_d_stride)
+  int64_t unit_bytes = 0;       // bytes of one row's unit
+  int64_t value_stride = 0;     // bytes between rows (float tiles)
+  int64_t act_stride = 0;       // q: bytes (n_in); f: floats (n_in_pad)
+  int64_t act_d_stride = 0;     // floats (PackedLayout::act_d_stride)
   int64_t act_corr_stride = 0;  // floats (corr_len)
-  int64_t y_stride = 0;      // floats (n_out)
+  int64_t y_stride = 0;         // floats (n_out)
+  // vnni, full row groups: run the groups two at a time, each activation
+  // broadcast feeding both groups' vpdpbusd (an odd last group runs alone).
+  // The second group's planes lie one group's stride (bytes) past the
+  // first's: value_stride above, and these.
+  bool pair = false;
+  int64_t hbit_group_bytes = 0;
+  int64_t scale_group_bytes = 0;
+  int64_t mins_group_bytes = 0;
 
   auto key() const {
-    return std::make_tuple(static_cast<int>(encoding), paired_scales,
-                           correction, min_correction,
-                           interleaved, group, scale_f16, k_scales, signed_scales, wide, vnni, rows, cols, unroll, prefetch, n_units,
-                           unit_bytes, value_stride, act_stride, act_d_stride,
-                           act_corr_stride, y_stride);
+    return std::make_tuple(
+        static_cast<int>(encoding), paired_scales, correction, min_correction,
+        interleaved, group, scale_f16, k_scales, signed_scales, wide, vnni,
+        rows, cols, unroll, prefetch, n_units, unit_bytes, value_stride,
+        act_stride, act_d_stride, act_corr_stride, y_stride, pair,
+        hbit_group_bytes, scale_group_bytes, mins_group_bytes);
   }
 };
 
@@ -75,7 +84,7 @@ struct TileArgs {
   const uint8_t* hbits;
   const uint8_t* scales;  // the group's scale plane
   const uint8_t* wcorr;   // the group's min plane (min correction)
-  const void* act;  // int8 q, or f32 values for float encodings
+  const void* act;        // int8 q, or f32 values for float encodings
   const float* act_d;
   const float* act_corr;
   float* y;
@@ -132,8 +141,8 @@ std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 // zero point is, so its results equal the signed kernel's bit for bit; kS8
 // tiles are never vnni. The column registers (f32
 // accumulator, int32 sum) live in ymm16-31 and what the fixed ones leave
-// of ymm0-15, so a tile holds up to 13 columns (14 for kU8); partial groups store
-// through an opmask.
+// of ymm0-15, so a tile holds up to 13 columns (14 for kU8); partial groups
+// store through an opmask.
 //
 // conf.wide without vnni (the kAvx512 tier: AVX-512 F/BW/VL/DQ): the
 // vpmaddubsw scheme above with the column registers in ymm16-31 and the
@@ -141,6 +150,15 @@ std::unique_ptr<Tile> make_avx2_tile(const TileConf& conf);
 // for kU5 and kU8, which keep an int16 and an int32 sum per column)
 // instead of 3-5, and the scale and correction broadcasts are embedded.
 int max_interleaved_cols(const TileConf& conf);
+
+// conf.pair (vnni, rows == group, no prefetch): two groups per pass, so
+// each activation broadcast (a load; a zmm instruction with a memory
+// operand issues about once a cycle on Ice Lake, where register-only
+// vpdpbusd issues twice) feeds two vpdpbusd instead of one. Each column
+// keeps an f32 accumulator and an int32 sum per group, so a paired tile
+// holds up to max_paired_cols columns (6). The arithmetic of each (row,
+// column) is the unpaired tile's, so results are equal bit for bit.
+int max_paired_cols(const TileConf& conf);
 std::unique_ptr<Tile> make_interleaved_tile(const TileConf& conf);
 
 }  // namespace strata::kernels::jit

@@ -15,12 +15,18 @@ bool is_float(Encoding e) {
 
 const char* act_name(ActKind a) {
   switch (a) {
-    case ActKind::kQ8_0: return "q8_0";
-    case ActKind::kQ8_1: return "q8_1";
-    case ActKind::kQ8_K: return "q8_K";
-    case ActKind::kF32: return "f32";
-    case ActKind::kF16: return "f16";
-    case ActKind::kBF16: return "bf16";
+    case ActKind::kQ8_0:
+      return "q8_0";
+    case ActKind::kQ8_1:
+      return "q8_1";
+    case ActKind::kQ8_K:
+      return "q8_K";
+    case ActKind::kF32:
+      return "f32";
+    case ActKind::kF16:
+      return "f16";
+    case ActKind::kBF16:
+      return "bf16";
   }
   return "?";
 }
@@ -41,14 +47,18 @@ KernelParams default_params(GgmlType type, IsaTier tier) {
     const bool u5 = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
                     type == GgmlType::kQ5_K;
     p.cols = u5 ? 3 : 4;
-    // 32 registers: AVX-512 holds 9-13 columns; VNNI 13-14, and takes 12 by
-    // default: a unit's 8 vpdpbusd into one column's sum are a dependency
-    // chain (latency about 5 cycles), and only 10 or more columns cover it
-    // (bench/isa_throughput's "vnni u4" mix).
+    // 32 registers: AVX-512 holds 9-13 columns. VNNI takes 6 by default,
+    // which pairs row groups (max_paired_cols: each activation broadcast,
+    // a load, feeds two vpdpbusd; 12 independent int32 sums cover the
+    // vpdpbusd latency as 12 unpaired columns did). On Ice Lake (session
+    // 21) `matmul_bench -t 1 --rows 512 --cols 6` against `--cols 12`:
+    // Q8_0 576x576 178 against 123 GMAC/s, Q4_0 146 against 128; the
+    // tuner still tries 8-12 unpaired columns.
     if (tier == IsaTier::kAvx512) p.cols = 8;
-    if (tier == IsaTier::kAvx512Vnni) p.cols = 12;
+    if (tier == IsaTier::kAvx512Vnni) p.cols = 6;
     p.unroll = 1;
-    p.prefetch = 1024;  // decode: 13.5 -> 19-22 GB/s on Q4_0 (bench/matmul_bench)
+    p.prefetch =
+        1024;  // decode: 13.5 -> 19-22 GB/s on Q4_0 (bench/matmul_bench)
   }
   return p;
 }
@@ -66,9 +76,14 @@ TileFn KernelCache::get(const TileConf& conf) {
     t = conf.interleaved ? make_interleaved_tile(conf) : make_avx2_tile(conf);
     if (perf_map_enabled()) {
       perf_map_add(reinterpret_cast<const void*>(t->fn()), t->code_bytes(),
-                   absl::StrCat("strata_", conf.vnni ? "vnni_" : conf.wide ? "avx512_" : "", encoding_name(conf.encoding), "_r", conf.rows,
-                                "c", conf.cols, "_in", conf.n_units * (conf.interleaved ? 32 : 8), "_out",
-                                conf.y_stride));
+                   absl::StrCat("strata_",
+                                conf.vnni   ? "vnni_"
+                                : conf.wide ? "avx512_"
+                                            : "",
+                                encoding_name(conf.encoding), "_r", conf.rows,
+                                "c", conf.cols, "_in",
+                                conf.n_units * (conf.interleaved ? 32 : 8),
+                                "_out", conf.y_stride));
     }
   }
   return t->fn();
@@ -94,15 +109,17 @@ std::string kernel_name(GgmlType type, IsaTier tier) {
   // Interleaved (quantized) layouts have AVX-512 and VNNI flavours; the
   // rest run the AVX2 generator on every tier.
   const bool own = tier != IsaTier::kAvx2 && l->row_group > 1;
-  std::string s = absl::StrCat(own ? isa_name(tier) : "avx2", " ",
-                               encoding_name(l->encoding), "x", act_name(l->act));
+  std::string s =
+      absl::StrCat(own ? isa_name(tier) : "avx2", " ",
+                   encoding_name(l->encoding), "x", act_name(l->act));
   if (l->correction == Correction::kZeroPoint) {
     absl::StrAppend(&s, " zero point ", l->zero_point);
   } else if (l->correction == Correction::kMin) {
     absl::StrAppend(&s, " + min");
   }
   if (l->paired_scales) absl::StrAppend(&s, ", 2 scales/32");
-  if (l->row_group > 1) absl::StrAppend(&s, ", ", l->row_group, "-row interleaved");
+  if (l->row_group > 1)
+    absl::StrAppend(&s, ", ", l->row_group, "-row interleaved");
   if (tier != IsaTier::kAvx2 && !own) {
     absl::StrAppend(&s, " (no ", isa_name(tier),
                     " generator for this type; the avx2 one runs)");
@@ -126,7 +143,8 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.vnni = tier_ == IsaTier::kAvx512Vnni && c.interleaved;
   c.rows = rows;
   c.cols = cols;
-  c.unroll = l.k_scales ? 8 : params_.unroll;  // k_scales: a super-block per iteration
+  c.unroll =
+      l.k_scales ? 8 : params_.unroll;  // k_scales: a super-block per iteration
   c.prefetch = cols == 1 ? params_.prefetch : 0;
   c.n_units = l.n_units;
   c.unit_bytes = l.unit_bytes;
@@ -135,10 +153,23 @@ TileConf JitMatmul::base_conf(int rows, int cols) const {
   c.act_d_stride = l.act_d_stride;
   c.act_corr_stride = l.corr_len;
   c.y_stride = l.n_out;
+  if (c.interleaved) {
+    const int64_t es = scale_elem_bytes(l);
+    c.hbit_group_bytes = l.hbit_stride;
+    c.scale_group_bytes = l.scale_stride * es;
+    c.mins_group_bytes = l.mins_stride * es;
+  }
   return c;
 }
 
-int JitMatmul::max_cols(int rows) const { return max_tile(base_conf(rows, 1)) / rows; }
+bool JitMatmul::paired(int cols) const {
+  const TileConf c = base_conf(packed_->layout().row_group, cols);
+  return c.vnni && cols <= max_paired_cols(c);
+}
+
+int JitMatmul::max_cols(int rows) const {
+  return max_tile(base_conf(rows, 1)) / rows;
+}
 
 absl::Status JitMatmul::set_params(const KernelParams& params) {
   const PackedLayout& l = packed_->layout();
@@ -171,10 +202,14 @@ absl::Status JitMatmul::set_params(const KernelParams& params) {
   for (int t = 0; t < 2; ++t) {
     if (tails[t] == 0 || (t == 0 && n_out < p.rows)) continue;
     for (int c = 1; c <= p.cols; ++c) {
-      prefill_[t][c - 1] = cache_->get(base_conf(tails[t], c));
+      TileConf conf = base_conf(tails[t], c);
+      // Whole row groups of a tile that pairs them (max_paired_cols).
+      conf.pair = t == 0 && l.row_group > 1 && paired(p.cols);
+      prefill_[t][c - 1] = cache_->get(conf);
     }
   }
-  const int dtails[2] = {p.decode_rows, static_cast<int>(n_out % p.decode_rows)};
+  const int dtails[2] = {p.decode_rows,
+                         static_cast<int>(n_out % p.decode_rows)};
   for (int t = 0; t < 2; ++t) {
     if (dtails[t] == 0 || (t == 0 && n_out < p.decode_rows)) continue;
     decode_[t] = cache_->get(base_conf(dtails[t], 1));
@@ -215,7 +250,8 @@ void JitMatmul::run(const float* x, int64_t n_rows, float* y,
   run_tiles(n_rows, y, acts, pool);
 }
 
-ThreadPool::WarmPlan JitMatmul::decode_warm_plan(int thread, const ThreadPool& pool,
+ThreadPool::WarmPlan JitMatmul::decode_warm_plan(int thread,
+                                                 const ThreadPool& pool,
                                                  int64_t bytes) const {
   const PackedLayout& l = packed_->layout();
   const PackedWeights& pw = *packed_;
@@ -226,8 +262,9 @@ ThreadPool::WarmPlan JitMatmul::decode_warm_plan(int thread, const ThreadPool& p
   // last tile of R rows names no row past the plane).
   const bool grouped = l.row_group > 1;
   const int64_t first = grouped ? t0 : t0 * R;
-  const int64_t last = grouped ? pool.share_begin(n_tiles, thread + 1)
-                               : std::min(l.n_out, pool.share_begin(n_tiles, thread + 1) * R);
+  const int64_t last =
+      grouped ? pool.share_begin(n_tiles, thread + 1)
+              : std::min(l.n_out, pool.share_begin(n_tiles, thread + 1) * R);
   ThreadPool::WarmPlan plan;
   auto add = [&](const uint8_t* plane, int64_t stride) {
     if (plane == nullptr || stride <= 0) return;
@@ -245,7 +282,8 @@ ThreadPool::WarmPlan JitMatmul::decode_warm_plan(int thread, const ThreadPool& p
   }
   int64_t per_tile = 0;
   for (int i = 0; i < plan.planes; ++i) per_tile += plan.stride[i];
-  plan.tiles = std::min(last - first, per_tile > 0 ? (bytes + per_tile - 1) / per_tile : 0);
+  plan.tiles = std::min(last - first,
+                        per_tile > 0 ? (bytes + per_tile - 1) / per_tile : 0);
   return plan;
 }
 
@@ -322,11 +360,16 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
   const int64_t block = (params_.act_block + C - 1) / C * C;
   const int64_t n_tiles = (n_out + R - 1) / R;
   const int64_t full_tiles = n_out / R;
+  // Tiles that pair row groups take them two by two: chunks and runs of
+  // an even count, so that only the matrix's last group can run alone.
+  const int64_t step = l.row_group > 1 && paired(static_cast<int>(C)) ? 2 : 1;
   constexpr int64_t kRunBytes = 24 << 10;  // weights of one prefill call
-  const int64_t run = std::max<int64_t>(1, kRunBytes / std::max<int64_t>(1, l.value_stride));
+  const int64_t run = std::max<int64_t>(
+      step, kRunBytes / std::max<int64_t>(1, l.value_stride) / step * step);
   pool.parallel_for_dynamic(
-      n_tiles,
-      [&](int64_t b, int64_t e, int) {
+      (n_tiles + step - 1) / step,
+      [&](int64_t sb, int64_t se, int) {
+        const int64_t b = sb * step, e = std::min(n_tiles, se * step);
         for (int64_t cb = 0; cb < n_rows; cb += block) {
           const int64_t ce = std::min(n_rows, cb + block);
           // Interleaved tiles: runs of up to `run` whole row groups per call
@@ -336,7 +379,8 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
             const int64_t r0 = t * R;
             const int tail = n_out - r0 < R ? 1 : 0;
             int64_t groups = 1;
-            if (!tail && l.row_group > 1) groups = std::min(run, std::min(e, full_tiles) - t);
+            if (!tail && l.row_group > 1)
+              groups = std::min(run, std::min(e, full_tiles) - t);
             for (int64_t c0 = cb; c0 < ce; c0 += C) {
               const int64_t nc = std::min(C, ce - c0);
               TileArgs a = args_for(r0, c0);

@@ -43,7 +43,7 @@ namespace strata::kernels::jit {
 
 // Version of the generators: part of the tune cache key, so a changed
 // generator retunes.
-inline constexpr int kGeneratorVersion = 8;
+inline constexpr int kGeneratorVersion = 9;
 
 // Bytes of the next matmul's share a worker thread prefetches after its
 // share of a decode run (set_decode_successor): a few microseconds of the
@@ -52,13 +52,13 @@ inline constexpr int64_t kDecodeWarmBytes = 192 << 10;
 
 // The tunables of one matmul (the tuner, tuner.h, searches them).
 struct KernelParams {
-  int rows = 4;          // prefill tile: weight rows ...
-  int cols = 2;          // ... × activation rows (rows * cols <= max_tile)
-  int decode_rows = 1;   // decode tile: weight rows × 1 activation row
-  int unroll = 2;        // 32-element units per loop iteration
-  int prefetch = 0;      // decode: bytes ahead in the value plane (0: none)
-  int act_block = 64;    // prefill: activation rows per pass over the rows
-  int row_grain = 1;     // tiles per chunk when rows split over threads
+  int rows = 4;         // prefill tile: weight rows ...
+  int cols = 2;         // ... × activation rows (rows * cols <= max_tile)
+  int decode_rows = 1;  // decode tile: weight rows × 1 activation row
+  int unroll = 2;       // 32-element units per loop iteration
+  int prefetch = 0;     // decode: bytes ahead in the value plane (0: none)
+  int act_block = 64;   // prefill: activation rows per pass over the rows
+  int row_grain = 1;    // tiles per chunk when rows split over threads
 
   bool operator==(const KernelParams&) const = default;
 };
@@ -150,6 +150,9 @@ class JitMatmul {
  private:
   JitMatmul() = default;
   TileConf base_conf(int rows, int cols) const;
+  // Whether prefill tiles of `cols` columns pair row groups
+  // (TileConf::pair: the VNNI tier, up to max_paired_cols).
+  bool paired(int cols) const;
   void run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
                  ThreadPool& pool) const;
 

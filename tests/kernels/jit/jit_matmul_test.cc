@@ -9,6 +9,8 @@
 // products are exact in both, so the two may differ only by f32 summation
 // order (and, for zero points, by applying the offset as a separate f32
 // term), a few ulps of the largest partial sum.
+#include "kernels/cpu/jit/jit_matmul.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +21,6 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/jit/jit_matmul.h"
 #include "kernels/cpu/reference/dequantize.h"
 #include "kernels/cpu/reference/ops/matmul.h"
 #include "kernels/cpu/reference/quantize.h"
@@ -75,7 +76,8 @@ std::vector<float> random_activations(int64_t n_rows, int64_t n_in,
     for (int64_t i = 0; i < n_in; ++i) x[t * n_in + i] = scale * dist(rng);
   }
   if (n_rows > 1) {  // one all-zero activation block
-    for (int64_t i = 0; i < std::min<int64_t>(32, n_in); ++i) x[n_in + i] = 0.0f;
+    for (int64_t i = 0; i < std::min<int64_t>(32, n_in); ++i)
+      x[n_in + i] = 0.0f;
   }
   return x;
 }
@@ -184,10 +186,10 @@ TEST_P(JitMatmulTest, EqualsReferenceOnRaggedShapes) {
   for (const Shape& s : shapes_for(type)) {
     const Matrix m = random_matrix(type, s.n_in, s.n_out, rng);
     for (const KernelParams& p : variants) {
-      compared += check(m, tier,
-                        p, std::string(ggml_type_info(type).name) + " " +
-                               std::to_string(s.n_in) + "x" +
-                               std::to_string(s.n_out) + " " + params_text(p),
+      compared += check(m, tier, p,
+                        std::string(ggml_type_info(type).name) + " " +
+                            std::to_string(s.n_in) + "x" +
+                            std::to_string(s.n_out) + " " + params_text(p),
                         &worst);
       if (HasFailure()) return;
     }
@@ -206,13 +208,14 @@ std::string test_name(
 
 INSTANTIATE_TEST_SUITE_P(
     AllTypesAndTiers, JitMatmulTest,
-    ::testing::Combine(
-        ::testing::Values(GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                          GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kMXFP4,
-                          GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-                          GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32),
-        ::testing::Values(IsaTier::kAvx2, IsaTier::kAvx512,
-                          IsaTier::kAvx512Vnni)),
+    ::testing::Combine(::testing::Values(GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                         GgmlType::kQ5_0, GgmlType::kQ5_1,
+                                         GgmlType::kQ8_0, GgmlType::kMXFP4,
+                                         GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                         GgmlType::kQ6_K, GgmlType::kF16,
+                                         GgmlType::kBF16, GgmlType::kF32),
+                       ::testing::Values(IsaTier::kAvx2, IsaTier::kAvx512,
+                                         IsaTier::kAvx512Vnni)),
     test_name);
 
 // Q8_0 weights of -128 (legal in a file though ggml never writes them):
@@ -244,7 +247,8 @@ TEST(JitMatmul, RefusesTypesWithoutGenerator) {
                                    bytes.size());
   ASSERT_TRUE(w.ok());
   ThreadPool pool(1);
-  auto mm = JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
+  auto mm =
+      JitMatmul::create(*w, IsaTier::kAvx2, KernelParams{}, nullptr, pool);
   EXPECT_EQ(mm.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(kernel_name(GgmlType::kQ2_K, IsaTier::kAvx2).find("reference"),
             std::string::npos);
@@ -256,7 +260,8 @@ TEST(JitMatmul, RefusesTilesBeyondTheRegisterFile) {
   std::mt19937 rng(1);
   ThreadPool pool(1);
   // Q5_0 (row tiles): 4x4 accumulators; Q4_0 (8-row groups): 6 columns.
-  for (auto [type, cols] : {std::pair{GgmlType::kQ5_0, 4}, std::pair{GgmlType::kQ4_0, 6}}) {
+  for (auto [type, cols] :
+       {std::pair{GgmlType::kQ5_0, 4}, std::pair{GgmlType::kQ4_0, 6}}) {
     const Matrix m = random_matrix(type, 64, 4, rng);
     KernelParams p;
     p.rows = 4;
@@ -273,34 +278,42 @@ TEST(JitMatmul, RefusesTilesBeyondTheRegisterFile) {
 // equal bit for bit (Q8_0 on VNNI too: its zero point of 128 is taken off
 // the int32 sums), whatever the tile shape.
 TEST(JitMatmul, TiersAgreeBitForBit) {
-  if (!cpu_has(IsaTier::kAvx512)) GTEST_SKIP() << "this CPU lacks the avx512 tier";
+  if (!cpu_has(IsaTier::kAvx512))
+    GTEST_SKIP() << "this CPU lacks the avx512 tier";
   std::mt19937 rng(5);
   ThreadPool pool(2);
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                        GgmlType::kQ8_0, GgmlType::kMXFP4, GgmlType::kQ4_K,
-                        GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                        GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kMXFP4,
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const int64_t n_in = ggml_type_info(type).block_size == 256 ? 512 : 160;
-    const Matrix m = random_matrix(type, n_in, 45, rng);
-    const int64_t n_rows = 37;
-    const std::vector<float> x = random_activations(n_rows, n_in, rng);
-    JitScratch scratch(n_rows, n_in);
-    std::vector<float> want;
-    for (IsaTier t : {IsaTier::kAvx2, IsaTier::kAvx512, IsaTier::kAvx512Vnni}) {
-      if (!cpu_has(t)) continue;
-      for (int cols : {1, 3, 7}) {
-        KernelParams p = default_params(type, t);
-        p.cols = std::min(cols, t == IsaTier::kAvx2 ? 3 : 7);
-        auto mm = JitMatmul::create(m.view(), t, p, nullptr, pool);
-        ASSERT_TRUE(mm.ok()) << mm.status();
-        std::vector<float> y(static_cast<size_t>(n_rows * m.n_out));
-        for (int64_t rows : {n_rows, int64_t{1}}) {  // prefill, then decode of row 0
-          (*mm)->run(x.data(), rows, y.data(), scratch, pool);
-          if (want.empty()) want = y;
-          for (int64_t i = 0; i < rows * m.n_out; ++i) {
-            ASSERT_EQ(std::memcmp(&y[i], &want[i], 4), 0)
-                << ggml_type_info(type).name << " " << isa_name(t) << " cols=" << p.cols
-                << " rows=" << rows << " output " << i << ": " << y[i]
-                << ", avx2 " << want[i];
+    // 45 rows: two whole 16-row groups (one pair on the VNNI tier) and a
+    // partial one; 61: three (a pair and one alone) and a partial one.
+    for (int64_t n_out : {45, 61}) {
+      const Matrix m = random_matrix(type, n_in, n_out, rng);
+      const int64_t n_rows = 37;
+      const std::vector<float> x = random_activations(n_rows, n_in, rng);
+      JitScratch scratch(n_rows, n_in);
+      std::vector<float> want;
+      for (IsaTier t :
+           {IsaTier::kAvx2, IsaTier::kAvx512, IsaTier::kAvx512Vnni}) {
+        if (!cpu_has(t)) continue;
+        // VNNI: up to 6 columns pair row groups (max_paired_cols), 7 do not.
+        for (int cols : {1, 3, 6, 7}) {
+          KernelParams p = default_params(type, t);
+          p.cols = std::min(cols, t == IsaTier::kAvx2 ? 3 : 7);
+          auto mm = JitMatmul::create(m.view(), t, p, nullptr, pool);
+          ASSERT_TRUE(mm.ok()) << mm.status();
+          std::vector<float> y(static_cast<size_t>(n_rows * m.n_out));
+          for (int64_t rows :
+               {n_rows, int64_t{1}}) {  // prefill, then decode of row 0
+            (*mm)->run(x.data(), rows, y.data(), scratch, pool);
+            if (want.empty()) want = y;
+            for (int64_t i = 0; i < rows * m.n_out; ++i) {
+              ASSERT_EQ(std::memcmp(&y[i], &want[i], 4), 0)
+                  << ggml_type_info(type).name << " " << isa_name(t)
+                  << " cols=" << p.cols << " rows=" << rows << " output " << i
+                  << ": " << y[i] << ", avx2 " << want[i];
+            }
           }
         }
       }
@@ -314,15 +327,17 @@ TEST(JitMatmul, TiersAgreeBitForBit) {
 TEST(JitMatmul, DecodeWarmPlanStaysInsideTheThreadsShare) {
   std::mt19937 rng(9);
   const IsaTier tier = *select_isa();
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ8_0,
-                        GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kF32}) {
+  for (GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ8_0,
+        GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kF32}) {
     const int64_t n_in = ggml_type_info(type).block_size == 256 ? 512 : 160;
     for (int64_t n_out : {int64_t{5}, int64_t{45}, int64_t{203}}) {
       const Matrix m = random_matrix(type, n_in, n_out, rng);
       for (int threads : {1, 2, 3}) {
         ThreadPool pool(threads);
         KernelParams params = default_params(type, tier);
-        params.decode_rows = 3;  // float rows: a partial last tile (groups ignore it)
+        params.decode_rows =
+            3;  // float rows: a partial last tile (groups ignore it)
         auto mm = JitMatmul::create(m.view(), tier, params, nullptr, pool);
         ASSERT_TRUE(mm.ok()) << mm.status();
         const PackedLayout& l = (*mm)->layout();
@@ -337,12 +352,15 @@ TEST(JitMatmul, DecodeWarmPlanStaysInsideTheThreadsShare) {
         const int64_t n_tiles = (n_out + R - 1) / R;
         for (int t = 0; t < threads; ++t) {
           for (int64_t bytes : {int64_t{1}, int64_t{4096}, int64_t{1} << 30}) {
-            const ThreadPool::WarmPlan plan = (*mm)->decode_warm_plan(t, pool, bytes);
+            const ThreadPool::WarmPlan plan =
+                (*mm)->decode_warm_plan(t, pool, bytes);
             // Plan tiles: row groups, or rows for float types.
             const int64_t share =
-                grouped ? pool.share_begin(n_tiles, t + 1) - pool.share_begin(n_tiles, t)
-                        : std::min(n_out, pool.share_begin(n_tiles, t + 1) * R) -
-                              pool.share_begin(n_tiles, t) * R;
+                grouped
+                    ? pool.share_begin(n_tiles, t + 1) -
+                          pool.share_begin(n_tiles, t)
+                    : std::min(n_out, pool.share_begin(n_tiles, t + 1) * R) -
+                          pool.share_begin(n_tiles, t) * R;
             EXPECT_LE(plan.tiles, share);
             int64_t per_tile = 0;
             for (int i = 0; i < plan.planes; ++i) per_tile += plan.stride[i];
@@ -356,16 +374,19 @@ TEST(JitMatmul, DecodeWarmPlanStaysInsideTheThreadsShare) {
               bool inside = false;
               for (auto [start, size] : planes) {
                 if (start != nullptr && plan.base[i] >= start &&
-                    plan.base[i] + plan.tiles * plan.stride[i] <= start + size) {
+                    plan.base[i] + plan.tiles * plan.stride[i] <=
+                        start + size) {
                   inside = true;
                 }
               }
-              EXPECT_TRUE(inside) << ggml_type_info(type).name << " n_out " << n_out
-                                  << " thread " << t << " plane " << i;
+              EXPECT_TRUE(inside) << ggml_type_info(type).name << " n_out "
+                                  << n_out << " thread " << t << " plane " << i;
             }
             if (plan.planes > 0 && share > 0) {
-              const int64_t stride0 = grouped ? l.value_stride : R * l.value_stride;
-              EXPECT_EQ(plan.base[0], pw.values() + pool.share_begin(n_tiles, t) * stride0);
+              const int64_t stride0 =
+                  grouped ? l.value_stride : R * l.value_stride;
+              EXPECT_EQ(plan.base[0],
+                        pw.values() + pool.share_begin(n_tiles, t) * stride0);
             }
           }
         }
@@ -384,16 +405,19 @@ TEST(JitMatmul, VnniTilesHoldThirteenColumns) {
   const Matrix m = random_matrix(GgmlType::kQ4_0, 64, 4, rng);
   KernelParams p = default_params(GgmlType::kQ4_0, IsaTier::kAvx512Vnni);
   p.cols = 13;
-  EXPECT_TRUE(JitMatmul::create(m.view(), IsaTier::kAvx512Vnni, p, nullptr, pool).ok());
+  EXPECT_TRUE(
+      JitMatmul::create(m.view(), IsaTier::kAvx512Vnni, p, nullptr, pool).ok());
   p.cols = 14;
   auto mm = JitMatmul::create(m.view(), IsaTier::kAvx512Vnni, p, nullptr, pool);
   EXPECT_EQ(mm.status().code(), absl::StatusCode::kInvalidArgument);
   // Q8_0 runs as w + 128 with zero point 128 on this tier only.
-  EXPECT_NE(kernel_name(GgmlType::kQ8_0, IsaTier::kAvx512Vnni).find("avx512vnni u8"),
-            std::string::npos);
+  EXPECT_NE(
+      kernel_name(GgmlType::kQ8_0, IsaTier::kAvx512Vnni).find("avx512vnni u8"),
+      std::string::npos);
   EXPECT_NE(kernel_name(GgmlType::kQ8_0, IsaTier::kAvx2).find("avx2 s8"),
             std::string::npos);
-  EXPECT_NE(kernel_name(GgmlType::kF16, IsaTier::kAvx512Vnni).find("the avx2 one runs"),
+  EXPECT_NE(kernel_name(GgmlType::kF16, IsaTier::kAvx512Vnni)
+                .find("the avx2 one runs"),
             std::string::npos);
 }
 
