@@ -550,68 +550,122 @@ STRATA_AVX512 void value_group_wide(const Item& it, const float* p, int64_t p_st
 // into blocks of 16 keys (fill_keys_t below); a tile then holds 16 keys of
 // one head per register and needs no horizontal sum. To keep each score
 // bit for bit what the tiles above give, a (head, key) pair still has 8
-// partial sums, over the dimensions d = l (mod 8) in increasing d, each in
-// its own register (acc[m][l]); they are added in hsum()'s order
-// ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)).
+// partial sums, over the dimensions d = l (mod 8) in increasing d
+// (partial_lanes); they are added in hsum()'s order ((x0 + x4) + (x2 +
+// x6)) + ((x1 + x5) + (x3 + x7)).
 constexpr int kLaneKeys = 16;
 
-// s[m] = the scores of M heads (rows of qr, dk apart) for the 16 keys of
-// the transposed block ktb ([dk][16]).
-template <int M>
-STRATA_AVX512 inline void score_lanes_tile(const float* ktb, const float* qr, int dk,
-                                           __m512* s) {
-  __m512 acc[M][8];
-#pragma GCC unroll 4
-  for (int m = 0; m < M; ++m) {
+// p[m * B + b] = partial sum l of head m (row m of qr, dk apart) and the
+// 16 keys of transposed block kt[b] ([dk][16]): the FMA chain from zero over
+// d = l, l + 8, ... < dk in increasing d. Each of the M broadcasts of q
+// feeds B blocks (one load for B FMAs).
+template <int M, int B>
+STRATA_AVX512 inline void partial_lanes(const float* const* kt, const float* qr, int dk, int l,
+                                        __m512* p) {
+  static_assert(B == 1 || B == 2);
 #pragma GCC unroll 8
-    for (int l = 0; l < 8; ++l) acc[m][l] = _mm512_setzero_ps();
-  }
-  for (int d = 0; d < dk; d += 8) {
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; ++l) {
-      __m512 k = _mm512_load_ps(ktb + (d + l) * kLaneKeys);
-      // Keep k in a register: left alone, GCC folds this load into each
-      // head's FMA (M loads of 64 bytes) and broadcasts q apart, twice the
-      // loads; this way q's broadcast is the FMA's memory operand.
-      asm("" : "+v"(k));
-#pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) {
-        acc[m][l] = _mm512_fmadd_ps(k, _mm512_set1_ps(qr[m * dk + d + l]), acc[m][l]);
-      }
+  for (int i = 0; i < M * B; ++i) p[i] = _mm512_setzero_ps();
+  const float* k0p = kt[0] + l * kLaneKeys;
+  const float* k1p = kt[B - 1] + l * kLaneKeys;
+  const float* qp = qr + l;
+  for (int d = l; d < dk; d += 8) {
+    // Keep k in a register: left alone, GCC folds this load into each
+    // head's FMA (M loads of 64 bytes instead of one).
+    __m512 k0 = _mm512_load_ps(k0p);
+    asm("" : "+v"(k0));
+    __m512 k1 = k0;
+    if constexpr (B == 2) {
+      k1 = _mm512_load_ps(k1p);
+      asm("" : "+v"(k1));
     }
-  }
 #pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) {
+      const __m512 q = _mm512_set1_ps(qp[m * dk]);
+      p[m * B] = _mm512_fmadd_ps(k0, q, p[m * B]);
+      if constexpr (B == 2) p[m * B + 1] = _mm512_fmadd_ps(k1, q, p[m * B + 1]);
+    }
+    k0p += 8 * kLaneKeys;
+    k1p += 8 * kLaneKeys;
+    qp += 8;
+  }
+}
+
+template <int N>
+STRATA_AVX512 inline void add_into(__m512* a, const __m512* b) {
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) a[i] = _mm512_add_ps(a[i], b[i]);
+}
+
+// s[m * B + b] = the scores of M heads for the 16 keys of each of the B
+// transposed blocks kt[b]. A (head, key) pair's score is its 8 partial sums
+// (partial_lanes) added in hsum()'s order ((p0 + p4) + (p2 + p6)) + ((p1 +
+// p5) + (p3 + p7)), so it equals the 8-lane tiles' bit for bit. The
+// partials are computed one after another (each is its own chain, so the
+// order does not change them), so at most four sets of M * B registers are
+// live; holding all eight at once left room for one block (B = 1) only.
+// Two blocks halve the q broadcasts per FMA (a zmm op with a memory operand
+// issues about once a cycle on Ice Lake: 4 loads per 3 FMAs for M = 3,
+// B = 1, 5 per 6 for B = 2; B = 3 spills).
+template <int M, int B>
+STRATA_AVX512 inline void score_lanes_tile(const float* const* kt, const float* qr, int dk,
+                                           __m512* s) {
+  constexpr int T = M * B;
+  __m512 t[T], u[T], v[T];
+  partial_lanes<M, B>(kt, qr, dk, 0, s);
+  partial_lanes<M, B>(kt, qr, dk, 4, t);
+  add_into<T>(s, t);  // p0 + p4
+  partial_lanes<M, B>(kt, qr, dk, 2, t);
+  partial_lanes<M, B>(kt, qr, dk, 6, u);
+  add_into<T>(t, u);  // p2 + p6
+  add_into<T>(s, t);
+  partial_lanes<M, B>(kt, qr, dk, 1, t);
+  partial_lanes<M, B>(kt, qr, dk, 5, u);
+  add_into<T>(t, u);  // p1 + p5
+  partial_lanes<M, B>(kt, qr, dk, 3, u);
+  partial_lanes<M, B>(kt, qr, dk, 7, v);
+  add_into<T>(u, v);  // p3 + p7
+  add_into<T>(t, u);
+  add_into<T>(s, t);
+}
+
+// Stores the M scores vectors s[m * B + b] of block `blk` (keys blk * 16 ..
+// + 16) that fall in [j0, j1) to sc[m * sc_stride + j - j0].
+template <int M, int B>
+STRATA_AVX512 inline void store_lanes(const __m512* s, int b, int64_t blk, int64_t j0,
+                                      int64_t j1, float* sc, int64_t sc_stride) {
+  const int64_t first = blk * kLaneKeys;
+  if (first >= j0 && first + kLaneKeys <= j1) {
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) _mm512_storeu_ps(sc + m * sc_stride + (first - j0), s[m * B + b]);
+    return;
+  }
+  const int64_t lo = std::max(first, j0), hi = std::min(first + kLaneKeys, j1);
+  alignas(64) float tmp[kLaneKeys];
   for (int m = 0; m < M; ++m) {
-    const __m512 a = _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][4]),
-                                   _mm512_add_ps(acc[m][2], acc[m][6]));
-    const __m512 b = _mm512_add_ps(_mm512_add_ps(acc[m][1], acc[m][5]),
-                                   _mm512_add_ps(acc[m][3], acc[m][7]));
-    s[m] = _mm512_add_ps(a, b);
+    _mm512_store_ps(tmp, s[m * B + b]);
+    for (int64_t j = lo; j < hi; ++j) sc[m * sc_stride + (j - j0)] = tmp[j - first];
   }
 }
 
 // Scores of M heads for keys [j0, j1) from the transposed blocks kt:
-// sc[m * sc_stride + j - j0]. Blocks cut by j0 or j1 store their keys in
-// range only.
+// sc[m * sc_stride + j - j0], two blocks at a time. Blocks cut by j0 or j1
+// store their keys in range only.
 template <int M>
 STRATA_AVX512 void score_heads_lanes(const float* kt, int dk, int64_t j0, int64_t j1,
                                      const float* qr, float* sc, int64_t sc_stride) {
-  for (int64_t b = j0 / kLaneKeys; b * kLaneKeys < j1; ++b) {
-    __m512 s[M];
-    score_lanes_tile<M>(kt + b * dk * kLaneKeys, qr, dk, s);
-    const int64_t first = b * kLaneKeys;
-    if (first >= j0 && first + kLaneKeys <= j1) {
-#pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) _mm512_storeu_ps(sc + m * sc_stride + (first - j0), s[m]);
-      continue;
-    }
-    const int64_t lo = std::max(first, j0), hi = std::min(first + kLaneKeys, j1);
-    alignas(64) float tmp[kLaneKeys];
-    for (int m = 0; m < M; ++m) {
-      _mm512_store_ps(tmp, s[m]);
-      for (int64_t j = lo; j < hi; ++j) sc[m * sc_stride + (j - j0)] = tmp[j - first];
-    }
-  }
+  const int64_t blk_end = (j1 + kLaneKeys - 1) / kLaneKeys;
+  int64_t blk = j0 / kLaneKeys;
+  auto run = [&](auto nb) STRATA_AVX512 {
+    constexpr int B = decltype(nb)::value;
+    const float* blocks[B];
+    for (int b = 0; b < B; ++b) blocks[b] = kt + (blk + b) * dk * kLaneKeys;
+    __m512 s[M * B];
+    score_lanes_tile<M, B>(blocks, qr, dk, s);
+    for (int b = 0; b < B; ++b) store_lanes<M, B>(s, b, blk + b, j0, j1, sc, sc_stride);
+    blk += B;
+  };
+  while (blk + 2 <= blk_end) run(std::integral_constant<int, 2>{});
+  if (blk < blk_end) run(std::integral_constant<int, 1>{});
 }
 
 // The group's scores for keys [j0, j1) of an item with transposed keys, up
