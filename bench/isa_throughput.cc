@@ -48,7 +48,10 @@
 //               memory (256 multiply-adds): Q8_0 (as w + 128) and MXFP4
 //   vnni u4     per 32 weight bytes: vpsrlw, 2 vpand, then 8 columns x 2
 //               vpdpbusd with broadcasts (512 multiply-adds)
-//   vpdpbusd x8 8 independent vpdpbusd, registers only
+//   vpdpbusd x8 8 independent vpdpbusd, registers only (x16: 16)
+//   vnni u4 zmm paired  the u4 mix for two row groups, each broadcast
+//               feeding two vpdpbusd (the VNNI prefill tiles since
+//               session 21)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -323,6 +326,32 @@ std::vector<Mix> mixes() {
     for (int c = 0; c < 8; ++c) {
       g.vpdpbusd(Zmm(c), Zmm(12), g.ptr_b[g.rdx + 4 * c]);
       g.vpdpbusd(Zmm(c), Zmm(13), g.ptr_b[g.rdx + 64 + 4 * c]);
+    }
+  }, true});
+  // 16 accumulators: "x8" above updates each of 8 once per iteration, so
+  // the vpdpbusd latency (about 5 cycles) caps it at 8 per 5 cycles; a
+  // core that issues two a cycle (Ice Lake) shows it only here.
+  m.push_back({"vpdpbusd zmm x16", 16, 0, [](Loop& g) {
+    for (int a = 0; a < 16; ++a) g.vpdpbusd(Zmm(a), Zmm(29), Zmm(30));
+  }, true});
+  // The paired tile (TileConf::pair): per 32 weight bytes of each of two
+  // 16-row groups vpsrlw and 2 vpand, then per column and nibble half one
+  // vpbroadcastd from memory feeding both groups' vpdpbusd (8 columns x 2
+  // halves x 2 groups: 32 vpdpbusd, 2048 multiply-adds), where "u4 zmm"
+  // above gives each vpdpbusd its own embedded broadcast.
+  m.push_back({"vnni u4 zmm paired", 6 + 16 + 32, 2048, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    for (int s = 0; s < 2; ++s) {
+      g.vpsrlw(Zmm(21 + 2 * s), Zmm(24 + s), 4);
+      g.vpandd(Zmm(20 + 2 * s), Zmm(24 + s), Zmm(31));
+      g.vpandd(Zmm(21 + 2 * s), Zmm(21 + 2 * s), Zmm(31));
+    }
+    for (int c = 0; c < 8; ++c) {
+      for (int h = 0; h < 2; ++h) {
+        g.vpbroadcastd(Zmm(26 + h), g.ptr[g.rdx + 64 * h + 4 * c]);
+        g.vpdpbusd(Zmm(c), Zmm(20 + h), Zmm(26 + h));
+        g.vpdpbusd(Zmm(8 + c), Zmm(22 + h), Zmm(26 + h));
+      }
     }
   }, true});
   return m;

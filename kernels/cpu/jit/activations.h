@@ -56,6 +56,9 @@ class ActivationBuffers {
 // Fills `buf`'s planes for rows x[0, n_rows) (x: [n_rows][l.n_in] f32) as
 // the layout's weight type needs. Requires n_rows <= buf.max_rows() and
 // l.n_in <= buf.max_in() (asserted). Rows are split over `pool`.
+// Q8_0 / Q8_1 rows of the VNNI tier's layouts (16-row groups) are
+// quantized 16 blocks at a time on AVX-512; every tier gives the same
+// bytes and floats for the same row (tests/kernels/jit).
 void prepare_activations(const PackedLayout& l, const float* x, int64_t n_rows,
                          ActivationBuffers& buf, ThreadPool& pool);
 

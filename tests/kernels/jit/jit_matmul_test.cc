@@ -10,6 +10,7 @@
 // order (and, for zero points, by applying the offset as a separate f32
 // term), a few ulps of the largest partial sum.
 #include "kernels/cpu/jit/jit_matmul.h"
+#include "kernels/cpu/jit/activations.h"
 
 #include <cmath>
 #include <cstdio>
@@ -419,6 +420,64 @@ TEST(JitMatmul, VnniTilesHoldThirteenColumns) {
   EXPECT_NE(kernel_name(GgmlType::kF16, IsaTier::kAvx512Vnni)
                 .find("the avx2 one runs"),
             std::string::npos);
+}
+
+// Q8_0 / Q8_1 activations of the VNNI tier's layouts (16 blocks at a time
+// on AVX-512) against the AVX2 tier's (a block at a time): the same q
+// bytes, d and corrections, over rows of 37 blocks (two batches of 16 and
+// a tail of 5) with zero blocks, tiny and huge magnitudes and exact ties
+// (x id = k + 0.5, where round-half-even decides).
+TEST(JitMatmul, VnniActivationsEqualAvx2Activations) {
+  if (!cpu_has(IsaTier::kAvx512Vnni)) GTEST_SKIP() << "this CPU lacks the avx512vnni tier";
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  const int64_t n_in = 32 * 37, n_rows = 9;
+  std::vector<float> x(static_cast<size_t>(n_rows * n_in));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < n_rows * n_in; ++i) {
+    const int64_t block = i / 32;
+    const float scale = block % 7 == 3 ? 0.0f : block % 7 == 5 ? 1e-30f : block % 7 == 6 ? 3e5f : 1.0f;
+    x[i] = normal(rng) * scale;
+  }
+  // Ties: block 1 of row 0 holds 127 (amax, so id = 1) and halves.
+  for (int j = 0; j < 32; ++j) x[32 + j] = j == 0 ? 127.0f : (j % 2 ? 1 : -1) * (j * 0.5f + 0.5f);
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(ggml_type_info(type).name);
+    const PackedLayout vnni = *packed_layout(type, n_in, 16, IsaTier::kAvx512Vnni);
+    const PackedLayout avx2 = *packed_layout(type, n_in, 16, IsaTier::kAvx2);
+    ASSERT_EQ(vnni.row_group, 16);
+    ASSERT_EQ(vnni.act, avx2.act);
+    ActivationBuffers a(n_rows, n_in), b(n_rows, n_in);
+    prepare_activations(vnni, x.data(), n_rows, a, pool);
+    prepare_activations(avx2, x.data(), n_rows, b, pool);
+    EXPECT_EQ(std::memcmp(a.q(), b.q(), static_cast<size_t>(n_rows * n_in)), 0);
+    for (int64_t t = 0; t < n_rows; ++t) {
+      for (int64_t u = 0; u < vnni.n_units; ++u) {
+        const float* da = a.d() + t * vnni.act_d_stride;
+        const float* db = b.d() + t * avx2.act_d_stride;
+        ASSERT_EQ(std::memcmp(&da[u], &db[u], 4), 0) << "row " << t << " d " << u;
+        if (vnni.correction == Correction::kNone) continue;
+        const float* ca = a.corr() + t * vnni.corr_len;
+        const float* cb = b.corr() + t * avx2.corr_len;
+        // Q8_0: the zero point differs by tier (128 on VNNI, none on AVX2),
+        // so compare z sum q through each layout's own zero point.
+        if (vnni.correction == Correction::kZeroPoint) {
+          int32_t za, zb = 0;
+          std::memcpy(&za, &ca[u], 4);
+          if (avx2.correction == Correction::kZeroPoint) {
+            std::memcpy(&zb, &cb[u], 4);
+            EXPECT_EQ(za / vnni.zero_point, zb / avx2.zero_point) << "row " << t << " unit " << u;
+          } else {
+            int sum = 0;
+            for (int j = 0; j < 32; ++j) sum += b.q()[t * n_in + u * 32 + j];
+            EXPECT_EQ(za, vnni.zero_point * sum) << "row " << t << " unit " << u;
+          }
+        } else {
+          ASSERT_EQ(std::memcmp(&ca[u], &cb[u], 4), 0) << "row " << t << " corr " << u;
+        }
+      }
+    }
+  }
 }
 
 TEST(Isa, NamesRoundTrip) {
