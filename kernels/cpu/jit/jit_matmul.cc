@@ -205,6 +205,9 @@ absl::Status JitMatmul::set_params(const KernelParams& params) {
       TileConf conf = base_conf(tails[t], c);
       // Whole row groups of a tile that pairs them (max_paired_cols).
       conf.pair = t == 0 && l.row_group > 1 && paired(p.cols);
+      // A prefill tile never prefetches (base_conf gives a 1-column tile
+      // the decode tile's distance; the paired generator has none).
+      if (conf.pair) conf.prefetch = 0;
       prefill_[t][c - 1] = cache_->get(conf);
     }
   }
