@@ -89,7 +89,7 @@ struct TileArgs {
   const float* act_corr;
   float* y;
   // Interleaved tiles: how many consecutive row groups to run, each
-  // against the same activations, with y advancing 8 floats per group (the
+  // against the same activations, with y advancing G floats per group (the
   // planes are contiguous from group to group). 1 for a partial group and
   // for float tiles, which ignore it.
   int64_t groups;

@@ -364,7 +364,8 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
   const int64_t n_tiles = (n_out + R - 1) / R;
   const int64_t full_tiles = n_out / R;
   // Tiles that pair row groups take them two by two: chunks and runs of
-  // an even count, so that only the matrix's last group can run alone.
+  // an even count, so that only the matrix's last group can run alone
+  // (the least chunk, row_grain, then counts pairs).
   const int64_t step = l.row_group > 1 && paired(static_cast<int>(C)) ? 2 : 1;
   constexpr int64_t kRunBytes = 24 << 10;  // weights of one prefill call
   const int64_t run = std::max<int64_t>(
