@@ -610,21 +610,19 @@ template <int M, int B>
 STRATA_AVX512 inline void score_lanes_tile(const float* const* kt, const float* qr, int dk,
                                            __m512* s) {
   constexpr int T = M * B;
+  // a = p_la + p_lb (b is scratch).
+  auto pair_sum = [&](int la, int lb, __m512* a, __m512* b) STRATA_AVX512 {
+    partial_lanes<M, B>(kt, qr, dk, la, a);
+    partial_lanes<M, B>(kt, qr, dk, lb, b);
+    add_into<T>(a, b);
+  };
   __m512 t[T], u[T], v[T];
-  partial_lanes<M, B>(kt, qr, dk, 0, s);
-  partial_lanes<M, B>(kt, qr, dk, 4, t);
-  add_into<T>(s, t);  // p0 + p4
-  partial_lanes<M, B>(kt, qr, dk, 2, t);
-  partial_lanes<M, B>(kt, qr, dk, 6, u);
-  add_into<T>(t, u);  // p2 + p6
-  add_into<T>(s, t);
-  partial_lanes<M, B>(kt, qr, dk, 1, t);
-  partial_lanes<M, B>(kt, qr, dk, 5, u);
-  add_into<T>(t, u);  // p1 + p5
-  partial_lanes<M, B>(kt, qr, dk, 3, u);
-  partial_lanes<M, B>(kt, qr, dk, 7, v);
-  add_into<T>(u, v);  // p3 + p7
-  add_into<T>(t, u);
+  pair_sum(0, 4, s, t);
+  pair_sum(2, 6, t, u);
+  add_into<T>(s, t);  // (p0 + p4) + (p2 + p6)
+  pair_sum(1, 5, t, u);
+  pair_sum(3, 7, u, v);
+  add_into<T>(t, u);  // (p1 + p5) + (p3 + p7)
   add_into<T>(s, t);
 }
 
