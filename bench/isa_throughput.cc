@@ -48,7 +48,9 @@
 //               memory (256 multiply-adds): Q8_0 (as w + 128) and MXFP4
 //   vnni u4     per 32 weight bytes: vpsrlw, 2 vpand, then 8 columns x 2
 //               vpdpbusd with broadcasts (512 multiply-adds)
-//   vpdpbusd x8 8 independent vpdpbusd, registers only (x16: 16)
+//   vpdpbusd x8 8 independent vpdpbusd, registers only (x16: 16; bcast
+//               x16: each with an embedded broadcast from memory)
+//   fma zmm     16 zmm FMAs, registers only or with a broadcast operand
 //   vnni u4 zmm paired  the u4 mix for two row groups, each broadcast
 //               feeding two vpdpbusd (the VNNI prefill tiles since
 //               session 21)
@@ -333,6 +335,21 @@ std::vector<Mix> mixes() {
   // core that issues two a cycle (Ice Lake) shows it only here.
   m.push_back({"vpdpbusd zmm x16", 16, 0, [](Loop& g) {
     for (int a = 0; a < 16; ++a) g.vpdpbusd(Zmm(a), Zmm(29), Zmm(30));
+  }, true});
+  // The same with each activation operand an embedded 4-byte broadcast
+  // from memory, as the unpaired VNNI tiles do; and 16 zmm FMAs with a
+  // broadcast memory operand (the attention's q): on Ice Lake a zmm
+  // instruction with a memory operand issues about once a cycle.
+  m.push_back({"vpdpbusd zmm bcast x16", 16, 0, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    for (int a = 0; a < 16; ++a) g.vpdpbusd(Zmm(a), Zmm(29), g.ptr_b[g.rdx + 4 * a]);
+  }, true});
+  m.push_back({"fma zmm bcast x16", 16, 256, [](Loop& g) {
+    g.mov(g.rdx, reinterpret_cast<size_t>(scratch()));
+    for (int a = 0; a < 16; ++a) g.vfmadd231ps(Zmm(a), Zmm(29), g.ptr_b[g.rdx + 4 * a]);
+  }, true});
+  m.push_back({"fma zmm x16", 16, 256, [](Loop& g) {
+    for (int a = 0; a < 16; ++a) g.vfmadd231ps(Zmm(a), Zmm(29), Zmm(30));
   }, true});
   // The paired tile (TileConf::pair): per 32 weight bytes of each of two
   // 16-row groups vpsrlw and 2 vpand, then per column and nibble half one
