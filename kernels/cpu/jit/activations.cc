@@ -117,9 +117,10 @@ inline void store_q8_32_unit(const PackedLayout& l, int64_t u, float d16,
 // AVX2 loop is one function of that target, so its helpers inline (called
 // per block from baseline code, they and the calls took 10.7 % of a Q8_0
 // prefill's samples on Zen 4, against 2.4 % inlined; docs/perf.md).
+// Units [u0, l.n_units) of the row.
 STRATA_JIT_AVX2 void quantize_q8_32_avx2(const PackedLayout& l, const float* x,
-                                         int8_t* q, float* d, float* corr) {
-  for (int64_t u = 0; u < l.n_units; ++u) {
+                                         int8_t* q, float* d, float* corr, int64_t u0 = 0) {
+  for (int64_t u = u0; u < l.n_units; ++u) {
     const float* xb = x + u * 32;
     const float amax = block_amax(xb);
     const float dd = amax / 127.0f;
@@ -213,15 +214,7 @@ STRATA_JIT_AVX512 void quantize_q8_32_avx512(const PackedLayout& l, const float*
       _mm512_storeu_ps(corr + u, _mm512_cvtph_ps(_mm512_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT)));
     }
   }
-  for (; u < l.n_units; ++u) {
-    const float* xb = x + u * 32;
-    const float amax = block_amax(xb);
-    const float dd = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const int sum = block_round(xb, id, q + u * 32);
-    store_q8_32_unit(l, u, round_to_f16(dd), sum, round_to_f16(dd * static_cast<float>(sum)), d,
-                     corr);
-  }
+  quantize_q8_32_avx2(l, x, q, d, corr, u);  // the tail of fewer than 16
 }
 
 void quantize_q8_32(const PackedLayout& l, const float* x, int8_t* q, float* d,

@@ -195,6 +195,7 @@ absl::Status JitMatmul::set_params(const KernelParams& params) {
         absl::StrCat("kernel parameters out of range: ", params_text(p)));
   }
   params_ = p;
+  pair_groups_ = l.row_group > 1 && paired(p.cols);
   const int64_t n_out = l.n_out;
   for (auto& row : prefill_) std::fill(std::begin(row), std::end(row), nullptr);
   decode_[0] = decode_[1] = nullptr;
@@ -204,7 +205,7 @@ absl::Status JitMatmul::set_params(const KernelParams& params) {
     for (int c = 1; c <= p.cols; ++c) {
       TileConf conf = base_conf(tails[t], c);
       // Whole row groups of a tile that pairs them (max_paired_cols).
-      conf.pair = t == 0 && l.row_group > 1 && paired(p.cols);
+      conf.pair = t == 0 && pair_groups_;
       // A prefill tile never prefetches (base_conf gives a 1-column tile
       // the decode tile's distance; the paired generator has none).
       if (conf.pair) conf.prefetch = 0;
@@ -366,7 +367,7 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
   // Tiles that pair row groups take them two by two: chunks and runs of
   // an even count, so that only the matrix's last group can run alone
   // (the least chunk, row_grain, then counts pairs).
-  const int64_t step = l.row_group > 1 && paired(static_cast<int>(C)) ? 2 : 1;
+  const int64_t step = pair_groups_ ? 2 : 1;
   constexpr int64_t kRunBytes = 24 << 10;  // weights of one prefill call
   const int64_t run = std::max<int64_t>(
       step, kRunBytes / std::max<int64_t>(1, l.value_stride) / step * step);

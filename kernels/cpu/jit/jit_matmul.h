@@ -161,6 +161,8 @@ class JitMatmul {
   std::unique_ptr<KernelCache> own_cache_;
   KernelCache* cache_ = nullptr;
   KernelParams params_;
+  // Prefill tiles of params_.cols pair row groups (paired(), set_params).
+  bool pair_groups_ = false;
   const JitMatmul* successor_ = nullptr;
   // prefill_[tail][c - 1]: tail 0 for `rows` weight rows, 1 for the last
   // n_out % rows; c activation rows.
