@@ -72,8 +72,8 @@ Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
   SchedulerOptions so;
   so.max_sequences = c.max_sequences;
   so.n_ctx = model_->n_ctx;
-  so.prefill_chunk = options_.prefill_chunk;
-  so.max_batch_rows = options_.prefill_chunk + c.max_sequences;
+  so.prefill_chunk = c.prefill_chunk;
+  so.max_batch_rows = c.prefill_chunk + c.max_sequences;
   so.max_in_flight = static_cast<int>(workers_.size());
   so.trace = !c.trace.empty();
   Scheduler::DetokenizerFactory detokenizers = options_.detokenizers;
@@ -223,7 +223,7 @@ absl::Status Cluster::load_pipeline() {
     req.set_head(p.head);
     req.set_n_ctx(model_->n_ctx);
     req.set_max_sequences(c.max_sequences);
-    req.set_max_batch_rows(options_.prefill_chunk + c.max_sequences);
+    req.set_max_batch_rows(c.prefill_chunk + c.max_sequences);
     req.set_kv_type(worker::kv_type_name(c.kv_type));
     req.set_next_stage(i + 1 < n ? workers_[i + 1]->address() : "");
     if (i + 1 < n && c.workers[i + 1].name != c.workers[i + 1].address) {

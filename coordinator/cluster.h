@@ -72,7 +72,6 @@ using FirstLinkFactory =
 
 struct ClusterOptions {
   ClusterConfig config;      // model is opened by the caller (ServedModel)
-  int prefill_chunk = 512;   // rows of one prompt chunk
   bool monitor = true;       // health checks and reloads (off: single-node)
   absl::Duration load_deadline = absl::Minutes(5);  // one LoadShard
   absl::Duration call_deadline = absl::Seconds(5);  // Describe, FreeSequence

@@ -200,7 +200,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
   try {
     absl::Status st = check_keys(
         root, "",
-        {"model", "listen", "context_length", "max_sequences", "kv_type",
+        {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
          "placement", "health_check_interval_ms", "health_check_timeout_ms",
          "health_check_failures", "trace", "workers"});
     if (!st.ok()) return with_source(st);
@@ -225,6 +225,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
     const IntKey ints[] = {
         {"context_length", &c.context_length, 0, 1 << 20},
         {"max_sequences", &c.max_sequences, 1, 1024},
+        {"prefill_chunk", &c.prefill_chunk, 1, 4096},
         {"health_check_interval_ms", &c.health_check_interval_ms, 50, 60000},
         {"health_check_timeout_ms", &c.health_check_timeout_ms, 50, 60000},
         {"health_check_failures", &c.health_check_failures, 1, 100},
@@ -234,6 +235,12 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       auto v = get_int(root[k.key], k.key, k.lo, k.hi);
       if (!v.ok()) return with_source(v.status());
       *k.value = *v;
+    }
+    if (c.prefill_chunk + c.max_sequences > 4096) {
+      return with_source(key_error(
+          "prefill_chunk", absl::StrCat(c.prefill_chunk, " rows with max_sequences ",
+                                        c.max_sequences, " exceed the 4096 rows of a "
+                                        "micro-batch")));
     }
     if (root["kv_type"]) {
       auto s = get_string(root["kv_type"], "kv_type");

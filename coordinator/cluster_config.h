@@ -5,6 +5,8 @@
 //   listen: 127.0.0.1:50051         # the strata.v1.Inference address
 //   context_length: 4096            # positions per sequence; 0: the model's
 //   max_sequences: 8                # live sequences at once (1 .. 1024)
+//   prefill_chunk: 512              # rows of one prompt chunk in a micro-batch
+//                                   # (1 .. 4096 - max_sequences)
 //   kv_type: f16                    # f16 or f32
 //   placement: auto                 # auto (by memory budget) or explicit
 //   health_check_interval_ms: 1000  # Health RPC to every worker this often
@@ -55,6 +57,9 @@ struct ClusterConfig {
   std::string listen = "127.0.0.1:50051";
   int context_length = 0;  // 0: the model's context_length
   int max_sequences = 8;
+  // Rows of one prompt chunk; a micro-batch holds at most prefill_chunk +
+  // max_sequences rows (the token budget of a step, at most 4096).
+  int prefill_chunk = 512;
   GgmlType kv_type = GgmlType::kF16;
   bool explicit_placement = false;
   int health_check_interval_ms = 1000;

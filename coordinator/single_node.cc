@@ -141,6 +141,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
   c.listen = "";
   c.context_length = o.context_length;
   c.max_sequences = o.max_sequences;
+  c.prefill_chunk = o.prefill_chunk;
   c.kv_type = o.kv_type;
   c.trace = o.trace;
   if (!c.trace.empty()) {

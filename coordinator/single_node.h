@@ -27,6 +27,7 @@ struct SingleNodeOptions {
   int threads = 0;           // total compute threads; 0: cpu::usable_threads()
   int context_length = 0;    // 0: the model's
   int max_sequences = 8;
+  int prefill_chunk = 512;   // rows of one prompt chunk (ClusterConfig)
   GgmlType kv_type = GgmlType::kF16;
   std::string trace;         // JSON-lines file of block hashes; "": off
   // Explicit ranges (one per worker), or empty for auto placement.

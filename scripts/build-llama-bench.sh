@@ -23,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 MODE="${1-native}"
 case "$MODE" in
-  native) isa_flags=(-DGGML_NATIVE=ON); suffix="" ;;
+  native) read -r -a isa_flags <<<"$(ggml_cpu_flags)"; suffix="" ;;
   avx2) isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
                    -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
         suffix="-avx2" ;;

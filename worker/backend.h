@@ -2,14 +2,33 @@
 // blocks, plus the token embedding on the first stage and the output norm
 // and head on the last — on one device, for many sequences, each with its
 // own KV cache. The forward pass is written once against this seam
-// (DESIGN.md); `cpu` is the implementation today (make_cpu_backend).
+// (DESIGN.md); `cpu` is the implementation today (make_cpu_backend), and
+// tests/worker/fake_backend.h is a second one for tests.
+//
+// One forward() runs a whole micro-batch: the slices of several sequences
+// (decode rows and prompt chunks together), each appended to its own
+// sequence. Every weight matrix runs once over all the rows; attention runs
+// per slice against that sequence's KV cache. Batch invariance: a
+// sequence's outputs (hidden rows, logits) are bit-identical whether its
+// slice runs alone or beside any other slices, in any position of the
+// micro-batch (tests/worker/batch_invariance_test.cc).
 //
 // Usage (one process holding the whole model):
 //   auto backend = make_cpu_backend(model, hp, {0, hp.n_layer}, options);
 //   (*backend)->add_sequence(/*seq=*/0, /*n_ctx=*/4096);
-//   ForwardRequest req{.seq = 0, .tokens = prompt, .logits = Logits::kLast};
+//   ForwardRequest req;
+//   req.seq = 0;
+//   req.tokens = prompt;                 // logits of the last row (default)
 //   ForwardResult out;
-//   (*backend)->forward(req, &out);  // out.logits: [1][n_vocab]
+//   (*backend)->forward(req, &out);      // out.logits: [1][n_vocab]
+//   // Two sequences decoding in one step (rows in slice order):
+//   ForwardSlice slices[] = {{.seq = 0, .rows = 1, .logits = Logits::kLast},
+//                            {.seq = 1, .rows = 1, .logits = Logits::kLast}};
+//   int32_t next[] = {id0, id1};
+//   ForwardRequest step;
+//   step.tokens = next;
+//   step.slices = slices;
+//   (*backend)->forward(step, &out);     // out.logits: [2][n_vocab], slice 0's first
 //
 // Threads: one call at a time per Backend (the worker serialises them).
 // Ownership: the backend keeps the GgufModel it reads weights from alive.
@@ -43,13 +62,27 @@ enum class Logits {
   kAll,   // every row (teacher forcing, evaluation)
 };
 
-struct ForwardRequest {
+// One sequence's rows inside a micro-batch: `rows` consecutive positions
+// appended at the sequence's length.
+struct ForwardSlice {
   int seq = 0;
-  // First stage: the step's token ids, [n]. Other stages: empty.
+  int rows = 0;  // >= 1
+  Logits logits = Logits::kLast;
+};
+
+struct ForwardRequest {
+  // One sequence (when `slices` is empty): all rows belong to `seq`, and
+  // `logits` says which get logits.
+  int seq = 0;
+  // First stage: the step's token ids, [n] (slice after slice). Other
+  // stages: empty.
   std::span<const int32_t> tokens;
   // Stages after the first: the previous stage's output, [n][n_embd].
   std::span<const float> hidden;
   Logits logits = Logits::kLast;
+  // Several sequences: their slices in row order (distinct seqs; rows sum
+  // to n). Empty: the one sequence above.
+  std::span<const ForwardSlice> slices;
   // Debug (split-invariance tracing, worker/trace.h): when set, forward()
   // appends, after each block of the shard in order, the FNV-1a 64 hash of
   // each row's output: [n_blocks][n] entries. Nullptr (the default): off.
@@ -57,10 +90,11 @@ struct ForwardRequest {
 };
 
 struct ForwardResult {
-  int n_rows = 0;  // rows of the step (tokens)
+  int n_rows = 0;  // rows of the step (tokens, all slices)
   // Not the last stage: this shard's output, [n_rows][n_embd].
   std::span<const float> hidden;
-  // Last stage: [1 or n_rows][n_vocab] as requested. Valid until the next
+  // Last stage: the rows each slice asked for (kLast: 1, kAll: its rows,
+  // kNone: 0), slice after slice, [rows][n_vocab]. Valid until the next
   // forward() on this backend.
   std::span<const float> logits;
 };
@@ -90,13 +124,14 @@ class Backend {
   // n > length.
   virtual absl::Status truncate_sequence(int seq, int n) = 0;
 
-  // Appends the request's rows to the sequence at positions length ..
-  // length + n - 1 and runs them through the shard. Errors: NotFound (no
-  // such sequence), InvalidArgument (empty step, more than max_batch()
-  // rows, a token id outside the vocabulary, wrong hidden size),
-  // OutOfRange when the sequence would pass its context: "sequence 0:
-  // 4090 + 10 positions exceed the context of 4096". Nothing is changed on
-  // error.
+  // Appends each slice's rows to its sequence at positions length ..
+  // length + rows - 1 and runs all of them through the shard. Errors:
+  // NotFound (no such sequence), InvalidArgument (empty step or slice,
+  // more than max_batch() rows in all, a sequence in two slices, slices
+  // whose rows do not sum to the step's, a token id outside the
+  // vocabulary, wrong hidden size), OutOfRange when a sequence would pass
+  // its context: "sequence 0: 4090 + 10 positions exceed the context of
+  // 4096". Nothing is changed on error.
   virtual absl::Status forward(const ForwardRequest& request,
                                ForwardResult* result) = 0;
 };

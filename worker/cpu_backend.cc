@@ -128,6 +128,8 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
   gate_.resize(b * hp.n_ff * 2);
   up_.resize(b * hp.n_ff);
   for (RopeTable& t : rope_tables_) t.cs.resize(b * static_cast<size_t>(hp.n_rot));
+  step_slices_.reserve(b);
+  head_rows_.reserve(b);
 }
 
 ops::AttentionParams CpuBackend::attention_shape() const {
@@ -202,13 +204,56 @@ absl::Status CpuBackend::truncate_sequence(int seq, int n) {
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::plan_step(const ForwardRequest& req, int64_t n) {
+  // One sequence, or the request's slices; each checked against its cache.
+  const ForwardSlice single{req.seq, static_cast<int>(n), req.logits};
+  const std::span<const ForwardSlice> slices =
+      req.slices.empty() ? std::span<const ForwardSlice>(&single, 1) : req.slices;
+  if (static_cast<int64_t>(slices.size()) > n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slices: ", slices.size(), " slices for ", n, " rows"));
+  }
+  step_slices_.clear();
+  int64_t row = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const ForwardSlice& s = slices[i];
+    if (s.rows < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slices[", i, "]: ", s.rows, " rows (at least 1)"));
+    }
+    auto it = sequences_.find(s.seq);
+    if (it == sequences_.end()) {
+      return absl::NotFoundError(absl::StrCat("no sequence ", s.seq));
+    }
+    for (const StepSlice& earlier : step_slices_) {
+      if (earlier.seq == s.seq) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "slices[", i, "]: sequence ", s.seq, " is in an earlier slice too"));
+      }
+    }
+    KvCache& cache = *it->second;
+    const int pos0 = cache.length();
+    if (int64_t{pos0} + s.rows > cache.n_ctx()) {
+      return absl::OutOfRangeError(
+          absl::StrCat("sequence ", s.seq, ": ", pos0, " + ", s.rows,
+                       " positions exceed the context of ", cache.n_ctx()));
+    }
+    if (row + s.rows > n) break;  // reported below
+    step_slices_.push_back(
+        StepSlice{s.seq, &cache, static_cast<int>(row), s.rows, pos0, s.logits});
+    row += s.rows;
+  }
+  if (row != n || step_slices_.size() != slices.size()) {
+    int64_t asked = 0;
+    for (const ForwardSlice& s : slices) asked += s.rows;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slices: ", asked, " rows in all, but the step has ", n));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::forward(const ForwardRequest& req,
                                  ForwardResult* result) {
-  auto it = sequences_.find(req.seq);
-  if (it == sequences_.end()) {
-    return absl::NotFoundError(absl::StrCat("no sequence ", req.seq));
-  }
-  KvCache& cache = *it->second;
   const int64_t e = hp_.n_embd;
   const int64_t n64 = is_first() ? static_cast<int64_t>(req.tokens.size())
                                  : static_cast<int64_t>(req.hidden.size()) / e;
@@ -217,17 +262,15 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
         "hidden rows: ", req.hidden.size(), " floats, not a multiple of ",
         "n_embd ", e));
   }
+  if (req.slices.empty() && sequences_.count(req.seq) == 0) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", req.seq));
+  }
   if (n64 < 1 || n64 > options_.max_batch) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a step takes 1 to ", options_.max_batch, " rows, got ", n64));
   }
+  if (absl::Status st = plan_step(req, n64); !st.ok()) return st;
   const int n = static_cast<int>(n64);
-  const int pos0 = cache.length();
-  if (pos0 + n > cache.n_ctx()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("sequence ", req.seq, ": ", pos0, " + ", n,
-                     " positions exceed the context of ", cache.n_ctx()));
-  }
   if (is_first()) {
     for (int t = 0; t < n; ++t) {
       if (req.tokens[t] < 0 || req.tokens[t] >= w_->n_vocab) {
@@ -238,7 +281,9 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
     }
   }
 
-  for (int t = 0; t < n; ++t) positions_[t] = pos0 + t;
+  for (const StepSlice& s : step_slices_) {
+    for (int t = 0; t < s.rows; ++t) positions_[s.row0 + t] = s.pos0 + t;
+  }
   ++step_;  // new positions: the RoPE tables of the last step are stale
   // x: [n][n_embd], the embeddings or the previous stage's output.
   if (is_first()) {
@@ -254,17 +299,17 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
                      hp_.family == arch::Family::kGemma3;
   for (int il = range_.first; il < range_.last; ++il) {
     if (gemma) {
-      gemma_block(il, n, cache);
+      gemma_block(il, n);
     } else {
-      llama_block(il, n, cache);
+      llama_block(il, n);
     }
     if (req.block_hashes) append_row_hashes(x_.data(), n, e, req.block_hashes);
   }
-  cache.advance(n);
   // A NaN or Inf weight (or an activation that overflowed) spreads through
   // every later block: refuse to pass it on, naming this stage's blocks, so
   // that every split of a model fails alike and a sampler never draws from
-  // NaN logits. n x n_embd floats: nothing beside a step.
+  // NaN logits. n x n_embd floats: nothing beside a step. (The caches'
+  // lengths are not advanced: nothing is changed.)
   if (const int64_t i = first_not_finite(x_.data(), n64 * e); i < n64 * e) {
     return absl::InternalError(absl::StrCat(
         "blocks [", range_.first, ", ", range_.last, "): hidden row ", i / e, " column ",
@@ -276,24 +321,36 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   result->hidden = {};
   result->logits = {};
   if (!is_last()) {
+    for (const StepSlice& s : step_slices_) s.cache->advance(s.rows);
     result->hidden = std::span<const float>(x_.data(), n * e);
     return absl::OkStatus();
   }
-  if (req.logits == Logits::kNone) return absl::OkStatus();
-  const int rows = req.logits == Logits::kAll ? n : 1;
-  head(n - rows, rows);
-  // The output norm and head come after the blocks' check: an Inf or NaN
-  // there would reach the sampler, which would draw token 0 from NaN
-  // logits. One pass over rows x n_vocab floats just written.
-  const int64_t n_logits = int64_t{rows} * w_->n_vocab;
-  if (const int64_t i = first_not_finite(logits_.data(), n_logits); i < n_logits) {
-    return absl::InternalError(absl::StrCat(
-        "output head: logit row ", i / w_->n_vocab, " token ", i % w_->n_vocab,
-        " is not finite (", logits_[i],
-        "): output_norm or the output weights hold a NaN or Inf, or the logits overflow"));
+  // The rows that get logits, slice after slice.
+  head_rows_.clear();
+  for (const StepSlice& s : step_slices_) {
+    if (s.logits == Logits::kAll) {
+      for (int t = 0; t < s.rows; ++t) head_rows_.push_back(s.row0 + t);
+    } else if (s.logits == Logits::kLast) {
+      head_rows_.push_back(s.row0 + s.rows - 1);
+    }
   }
-  result->logits = std::span<const float>(
-      logits_.data(), static_cast<size_t>(rows) * w_->n_vocab);
+  const int rows = static_cast<int>(head_rows_.size());
+  if (rows > 0) {
+    head(head_rows_);
+    // The output norm and head come after the blocks' check: an Inf or NaN
+    // there would reach the sampler, which would draw token 0 from NaN
+    // logits. One pass over rows x n_vocab floats just written.
+    const int64_t n_logits = int64_t{rows} * w_->n_vocab;
+    if (const int64_t i = first_not_finite(logits_.data(), n_logits); i < n_logits) {
+      return absl::InternalError(absl::StrCat(
+          "output head: logit row ", i / w_->n_vocab, " token ", i % w_->n_vocab,
+          " is not finite (", logits_[i],
+          "): output_norm or the output weights hold a NaN or Inf, or the logits overflow"));
+    }
+    result->logits = std::span<const float>(
+        logits_.data(), static_cast<size_t>(rows) * w_->n_vocab);
+  }
+  for (const StepSlice& s : step_slices_) s.cache->advance(s.rows);
   return absl::OkStatus();
 }
 

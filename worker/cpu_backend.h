@@ -16,6 +16,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -62,17 +63,33 @@ class CpuBackend final : public Backend {
   bool is_first() const { return range_.first == 0; }
   bool is_last() const { return range_.last == hp_.n_layer; }
 
-  // forward.cc: one block of each recipe, over rows [0, n) of x_.
-  void llama_block(int layer, int n, KvCache& cache);
-  void gemma_block(int layer, int n, KvCache& cache);
+  // One slice of the current step (forward()): rows [row0, row0 + rows)
+  // of the step buffers, positions pos0 .. of sequence `seq`.
+  struct StepSlice {
+    int seq = 0;
+    KvCache* cache = nullptr;
+    int row0 = 0;
+    int rows = 0;
+    int pos0 = 0;
+    Logits logits = Logits::kNone;
+  };
+  // Checks the request's slices (or its one sequence) against the caches
+  // and fills step_slices_; forward()'s errors.
+  absl::Status plan_step(const ForwardRequest& req, int64_t n);
+
+  // forward.cc: one block of each recipe, over rows [0, n) of x_ (the
+  // slices of step_slices_).
+  void llama_block(int layer, int n);
+  void gemma_block(int layer, int n);
   // Shared steps of the blocks.
-  void attention_step(int layer, int n, KvCache& cache);  // xn_ -> proj_
+  void attention_step(int layer, int n);  // xn_ -> proj_
   // Asks the caches for the KV rows block il's attention reads at a decode
   // step at position pos (from the first key its window keeps).
   void prefetch_kv(int il, int pos, const KvCache& cache) const;
   void feed_forward_step(int layer, int n);               // xn_ -> proj_
-  // Output norm and head for `rows` rows starting at row `from`.
-  void head(int from, int rows);
+  // Output norm and head for the rows `rows` of x_, into logits_
+  // ([rows.size()][n_vocab], in that order).
+  void head(std::span<const int> rows);
   // y = x · Wᵀ for n rows: the generated matmul when l has one, else the
   // reference.
   void matmul(const Linear& l, const float* x, int n, float* y);
@@ -134,6 +151,8 @@ class CpuBackend final : public Backend {
   std::vector<float> gate_;         // [B][n_ff] (fused: [B][2 n_ff])
   std::vector<float> up_;           // [B][n_ff]
   std::vector<float> logits_;       // [rows][n_vocab], grown on demand
+  std::vector<StepSlice> step_slices_;  // [slices] of the current step
+  std::vector<int> head_rows_;          // [rows] that get logits
 };
 
 }  // namespace strata::worker

@@ -19,13 +19,13 @@ constexpr int64_t kDecodeKvPrefetchBytes = 192 * 1024;
 // qwen2 (q/k/v biases), qwen3 (QK-norm), phi3 (fused projections).
 //   x = x + Attention(RMSNorm(x))
 //   x = x + FFN(RMSNorm(x)),  FFN(h) = W_down (silu(W_gate h) * W_up h)
-void CpuBackend::llama_block(int il, int n, KvCache& cache) {
+void CpuBackend::llama_block(int il, int n) {
   const LayerWeights& w = w_->layers[il - range_.first];
   const int64_t e = hp_.n_embd;
   float* x = x_.data();  // [n][n_embd]
 
   rms_norm(x, w.attn_norm, n, e, xn_.data());
-  attention_step(il, n, cache);  // proj = Attention(xn)
+  attention_step(il, n);  // proj = Attention(xn)
   residual_add(proj_.data(), n, w.ffn_norm);  // x += proj; xn = RMSNorm(x)
 
   feed_forward_step(il, n);  // proj = FFN(xn)
@@ -36,14 +36,14 @@ void CpuBackend::llama_block(int il, int n, KvCache& cache) {
 // sublayer; GeGLU feed-forward; gemma3 adds QK-norm (in attention_step).
 //   x = x + RMSNorm_post(Attention(RMSNorm(x)))
 //   x = x + RMSNorm_post(FFN(RMSNorm(x))),  FFN(h) = W_down (gelu(W_gate h) * W_up h)
-void CpuBackend::gemma_block(int il, int n, KvCache& cache) {
+void CpuBackend::gemma_block(int il, int n) {
   const LayerWeights& w = w_->layers[il - range_.first];
   const int64_t e = hp_.n_embd;
   float* x = x_.data();      // [n][n_embd]
   float* p = proj_.data();   // [n][n_embd]
 
   rms_norm(x, w.attn_norm, n, e, xn_.data());
-  attention_step(il, n, cache);
+  attention_step(il, n);
   rms_norm(p, w.post_attn_norm, n, e, p);
   residual_add(p, n, w.ffn_norm);  // x += p; xn = RMSNorm(x)
 
@@ -54,7 +54,9 @@ void CpuBackend::gemma_block(int il, int n, KvCache& cache) {
 
 // proj = W_o · Attention(q, k, v) for xn, with q = W_q xn (+ b_q), etc.
 // QK-norm and RoPE on q and k; k and v are appended to the cache first.
-void CpuBackend::attention_step(int il, int n, KvCache& cache) {
+// The projections run once over every row of the step; each slice stores
+// its keys and values in its own sequence's cache and attends to it alone.
+void CpuBackend::attention_step(int il, int n) {
   const LayerWeights& w = w_->layers[il - range_.first];
   const arch::BlockRecipe& r = hp_.recipe;
   const int dk = hp_.head_dim_k;
@@ -65,14 +67,18 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   float* k = k_.data();  // [n][n_head_kv][dk]
   float* v = v_.data();  // [n][n_head_kv][dv]
 
-  const int pos0 = positions_[0];
   const int layer = il - range_.first;
+  // A step of one decode row (one sequence) prefetches its keys; a step
+  // of several sequences reads several caches, more than L2 holds beside
+  // the weight stream, and does not.
+  const bool decode = n == 1;
+  const int pos0 = positions_[0];
   const int window = hp_.sliding[il] ? hp_.sliding_window : 0;
   // A decode step: the keys it will attend to, ahead of time. The first
   // block of the stage asks here; each block asks for the next block's
   // rows after its own attention, so that the next block's feed-forward
   // and projections hide the misses.
-  if (n == 1 && layer == 0) prefetch_kv(il, pos0, cache);
+  if (decode && layer == 0) prefetch_kv(il, pos0, *step_slices_[0].cache);
   if (w.wqkv.present() || w.wqk.present()) {
     // One matrix gives [q | k | v] (or [q | k], v from its own) per row;
     // split it.
@@ -115,7 +121,10 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   rope.n_ctx_orig = hp_.n_ctx_orig;
   rotate_qk(rope, n, q, k);
 
-  cache.store(layer, pos0, n, k, v);
+  const int64_t attn_width = int64_t{hp_.n_head} * hp_.head_dim_v;
+  for (const StepSlice& s : step_slices_) {
+    s.cache->store(layer, s.pos0, s.rows, k + s.row0 * k_width, v + s.row0 * v_width);
+  }
 
   ops::AttentionParams a;
   a.n_head = hp_.n_head;
@@ -130,14 +139,18 @@ void CpuBackend::attention_step(int il, int n, KvCache& cache) {
   } else {
     a.scale = hp_.attention_scale;
   }
-  if (simd_attention_) {
-    kernels::simd::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
-                             attn_.data(), *simd_attention_buffers_, pool_);
-  } else {
-    ops::attention(q, positions_.data(), n, cache.view(layer, pos0 + n), a,
-                   attn_.data(), *attention_scratch_, pool_);
+  for (const StepSlice& s : step_slices_) {
+    const float* qs = q + s.row0 * q_width;          // [rows][n_head][dk]
+    const int* ps = positions_.data() + s.row0;      // [rows]
+    float* out = attn_.data() + s.row0 * attn_width;  // [rows][n_head][dv]
+    const ops::KvView kv = s.cache->view(layer, s.pos0 + s.rows);
+    if (simd_attention_) {
+      kernels::simd::attention(qs, ps, s.rows, kv, a, out, *simd_attention_buffers_, pool_);
+    } else {
+      ops::attention(qs, ps, s.rows, kv, a, out, *attention_scratch_, pool_);
+    }
   }
-  if (n == 1 && il + 1 < range_.last) prefetch_kv(il + 1, pos0, cache);
+  if (decode && il + 1 < range_.last) prefetch_kv(il + 1, pos0, *step_slices_[0].cache);
   matmul(w.wo, attn_.data(), n, proj_.data());
 }
 
@@ -235,15 +248,25 @@ void CpuBackend::rotate_qk(const ops::RopeParams& rope, int n, float* q, float* 
   }
 }
 
-// logits[r] = W_out · RMSNorm(x[from + r]) for r < rows, soft-capped when
-// the family caps its final logits.
-void CpuBackend::head(int from, int rows) {
+// logits[i] = W_out · RMSNorm(x[rows[i]]) for each listed row, soft-capped
+// when the family caps its final logits.
+void CpuBackend::head(std::span<const int> rows) {
   const int64_t e = hp_.n_embd;
-  const size_t need = static_cast<size_t>(rows) * w_->n_vocab;
+  const int n = static_cast<int>(rows.size());
+  const size_t need = static_cast<size_t>(n) * w_->n_vocab;
   if (logits_.size() < need) logits_.resize(need);
-  float* xn = xn_.data();  // [rows][n_embd]
-  rms_norm(x_.data() + from * e, w_->output_norm, rows, e, xn);
-  matmul(w_->output, xn, rows, logits_.data());
+  // The rows, gathered into proj_ (free after the blocks) unless they are
+  // already consecutive: [n][n_embd].
+  const float* x = x_.data() + int64_t{rows[0]} * e;
+  if (rows.back() - rows.front() != n - 1) {
+    for (int i = 0; i < n; ++i) {
+      std::copy_n(x_.data() + int64_t{rows[i]} * e, e, proj_.data() + i * e);
+    }
+    x = proj_.data();
+  }
+  float* xn = xn_.data();  // [n][n_embd]
+  rms_norm(x, w_->output_norm, n, e, xn);
+  matmul(w_->output, xn, n, logits_.data());
   if (hp_.final_softcap > 0.0f) {
     ops::soft_cap(logits_.data(), static_cast<int64_t>(need),
                   hp_.final_softcap);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,9 +47,18 @@ absl::Status check_load_request(const v1::LoadShardRequest& request);
 // reader (NOT_FOUND for a missing file).
 absl::StatusOr<ShardPlan> plan_shard(const v1::LoadShardRequest& request);
 
-// Loads the planned shard onto a cpu backend with n_threads threads.
+// Loads the planned shard onto a cpu backend with n_threads threads, or,
+// with backend "fake", onto a FakeBackend of the shard's shape (no weights
+// are read).
 absl::StatusOr<std::unique_ptr<Stage>> load_planned_stage(
-    ShardPlan plan, int n_threads, const StageOptions& options);
+    ShardPlan plan, int n_threads, const StageOptions& options,
+    std::string_view backend = "cpu");
+
+// The Stage over any backend (a fake in tests): `plan.info` must describe
+// the backend's shard (n_embd, embedding and head as its range says);
+// plan.model may be null.
+std::unique_ptr<Stage> make_stage(ShardPlan plan, std::unique_ptr<Backend> backend,
+                                  const StageOptions& options);
 
 // Bytes of the KV cache of one position of one sequence over the shard's
 // blocks (keys and values of every block).

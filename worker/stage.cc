@@ -1,4 +1,4 @@
-// The Stage over a cpu Backend. run() checks the whole micro-batch first
+// The Stage over a Backend (cpu, or a fake in tests). run() checks the whole micro-batch first
 // (check()), then creates the new sequences (the only step that may fail
 // for want of memory, undone on failure), then runs each slice through the
 // backend, and commits the per-sequence state (new sequences, samplers)
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/fake_backend.h"
 #include "worker/finite_scan.h"
 #include "worker/sampler.h"
 #include "worker/sampling_proto.h"
@@ -48,9 +49,9 @@ absl::Status to_sampling_params(const v1::SamplingParams& p, int n_vocab,
   return absl::OkStatus();
 }
 
-class CpuStage final : public Stage {
+class BackendStage final : public Stage {
  public:
-  CpuStage(ShardPlan plan, std::unique_ptr<Backend> backend,
+  BackendStage(ShardPlan plan, std::unique_ptr<Backend> backend,
            const StageOptions& options)
       : info_(std::move(plan.info)),
         backend_(std::move(backend)),
@@ -114,12 +115,13 @@ class CpuStage final : public Stage {
   std::vector<SliceRun> runs_;                 // [slices]
   std::vector<std::pair<uint64_t, int>> ids_;  // [slices] (seq_id, index)
   std::vector<float> hidden_in_;  // [max_batch_rows][n_embd] decoded input
-  std::vector<float> logits_;     // [sampled slices][n_vocab]
-  std::vector<uint64_t> hashes_;  // [blocks][rows] of one slice
+  std::vector<uint64_t> hashes_;  // [blocks][rows] of the micro-batch
+  std::vector<ForwardSlice> slices_;  // [slices] of the micro-batch
+  std::vector<int32_t> tokens_;       // [rows] first stage: slice after slice
   std::vector<int32_t> order_;    // [n_vocab] ids for top_logprobs
 };
 
-absl::Status CpuStage::check(const v1::MicroBatch& batch) {
+absl::Status BackendStage::check(const v1::MicroBatch& batch) {
   if (batch.shard_id() != info_.shard_id()) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard_id: ", batch.shard_id(),
@@ -260,7 +262,7 @@ absl::Status CpuStage::check(const v1::MicroBatch& batch) {
   return absl::OkStatus();
 }
 
-int CpuStage::new_backend_seq() {
+int BackendStage::new_backend_seq() {
   // Backend sequence ids are ints; proto ids are uint64. Hand out unused
   // ints in turn (at most max_sequences are live).
   for (;;) {
@@ -272,7 +274,7 @@ int CpuStage::new_backend_seq() {
   }
 }
 
-absl::Status CpuStage::create_sequences(const v1::MicroBatch& batch) {
+absl::Status BackendStage::create_sequences(const v1::MicroBatch& batch) {
   for (size_t i = 0; i < runs_.size(); ++i) {
     SliceRun& run = runs_[i];
     if (!run.is_new) continue;
@@ -296,7 +298,7 @@ absl::Status CpuStage::create_sequences(const v1::MicroBatch& batch) {
 
 // Undoes the first `ran` slices' forward passes and every new sequence. A
 // restarted sequence cannot get its old positions back: it is freed.
-void CpuStage::undo(const v1::MicroBatch& batch, size_t ran) {
+void BackendStage::undo(const v1::MicroBatch& batch, size_t ran) {
   for (size_t i = 0; i < runs_.size(); ++i) {
     const SliceRun& run = runs_[i];
     if (run.is_new) {
@@ -312,7 +314,7 @@ void CpuStage::undo(const v1::MicroBatch& batch, size_t ran) {
   }
 }
 
-absl::Status CpuStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next,
+absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next,
                            v1::MicroBatchResult* result) {
   result->Clear();
   result->set_batch_id(batch.batch_id());
@@ -336,60 +338,72 @@ absl::Status CpuStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next,
     next->mutable_hidden()->resize(static_cast<size_t>(total_rows) * n_embd_ *
                                    sizeof(float));
   }
-  const size_t need = static_cast<size_t>(n_sampled) * n_vocab_;
-  if (logits_.size() < need) logits_.resize(need);
 
-  int sampled = 0;
+  // One forward() for every slice: each weight matrix runs once over all
+  // the micro-batch's rows (worker/backend.h).
+  slices_.clear();
+  tokens_.clear();
   for (int i = 0; i < n; ++i) {
     const v1::SequenceSlice& s = batch.slices(i);
     const SliceRun& run = runs_[i];
-    const int rows = s.tokens_size();
     if (run.restart) {
       (void)backend_->truncate_sequence(run.backend_seq, 0);
     }
-    ForwardRequest req;
-    req.seq = run.backend_seq;
-    if (first_) {
-      req.tokens = std::span<const int32_t>(s.tokens().data(), rows);
-    } else {
-      req.hidden =
-          std::span<const float>(hidden_in_.data() + run.first_row * n_embd_,
-                                 static_cast<size_t>(rows) * n_embd_);
-    }
     const bool sample = last_ && s.sample();
-    req.logits = sample ? Logits::kLast : Logits::kNone;
-    hashes_.clear();
-    if (trace) req.block_hashes = &hashes_;
-    ForwardResult out;
-    if (absl::Status st = backend_->forward(req, &out); !st.ok()) {
-      undo(batch, static_cast<size_t>(i) + 1);
-      result->Clear();
-      result->set_batch_id(batch.batch_id());
-      return absl::InternalError(
-          absl::StrCat(slice_field(i, ""), ": ", st.message()));
-    }
-    if (!last_) {
-      std::memcpy(next->mutable_hidden()->data() +
-                      run.first_row * n_embd_ * sizeof(float),
-                  out.hidden.data(), out.hidden.size() * sizeof(float));
-    } else if (sample) {
-      std::copy(out.logits.begin(), out.logits.begin() + n_vocab_,
-                logits_.begin() + static_cast<size_t>(sampled) * n_vocab_);
-      ++sampled;
-    }
-    // hashes_: [blocks][rows], blocks of the shard in order.
-    for (size_t k = 0; k < hashes_.size(); ++k) {
-      v1::BlockTrace* t = result->add_traces();
-      t->set_worker(name_);
-      t->set_seq_id(s.seq_id());
-      t->set_pos(s.start_pos() + static_cast<int>(k % rows));
-      t->set_block(info_.first_block() + static_cast<int>(k / rows));
-      t->set_hash(hashes_[k]);
+    slices_.push_back(ForwardSlice{run.backend_seq, s.tokens_size(),
+                                   sample ? Logits::kLast : Logits::kNone});
+    if (first_) tokens_.insert(tokens_.end(), s.tokens().begin(), s.tokens().end());
+  }
+  ForwardRequest req;
+  req.slices = slices_;
+  if (first_) {
+    req.tokens = tokens_;
+  } else {
+    req.hidden = std::span<const float>(hidden_in_.data(),
+                                        static_cast<size_t>(total_rows) * n_embd_);
+  }
+  hashes_.clear();
+  if (trace) req.block_hashes = &hashes_;
+  ForwardResult out;
+  if (absl::Status st = backend_->forward(req, &out); !st.ok()) {
+    undo(batch, static_cast<size_t>(n));
+    result->Clear();
+    result->set_batch_id(batch.batch_id());
+    return absl::InternalError(absl::StrCat("slices: ", st.message()));
+  }
+  if (!last_) {
+    std::memcpy(next->mutable_hidden()->data(), out.hidden.data(),
+                out.hidden.size() * sizeof(float));
+  }
+  // Last stage: [n_sampled][n_vocab], the sampling slices in order (valid
+  // until the backend's next forward()).
+  const std::span<const float> logits = out.logits;
+  if (last_ && logits.size() != static_cast<size_t>(n_sampled) * n_vocab_) {
+    undo(batch, static_cast<size_t>(n));
+    result->Clear();
+    result->set_batch_id(batch.batch_id());
+    return absl::InternalError(absl::StrCat("the backend gave ", logits.size(),
+                                            " logits for ", n_sampled, " sampled slices"));
+  }
+  // hashes_: [blocks][total_rows], blocks of the shard in order.
+  for (int i = 0; i < n && !hashes_.empty(); ++i) {
+    const v1::SequenceSlice& s = batch.slices(i);
+    const int rows = s.tokens_size();
+    const int64_t blocks = static_cast<int64_t>(hashes_.size()) / total_rows;
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int t = 0; t < rows; ++t) {
+        v1::BlockTrace* tr = result->add_traces();
+        tr->set_worker(name_);
+        tr->set_seq_id(s.seq_id());
+        tr->set_pos(s.start_pos() + t);
+        tr->set_block(info_.first_block() + static_cast<int>(b));
+        tr->set_hash(hashes_[b * total_rows + runs_[i].first_row + t]);
+      }
     }
   }
 
   // Every slice ran: commit the sequences and, on the last stage, sample.
-  sampled = 0;
+  int sampled = 0;
   for (int i = 0; i < n; ++i) {
     const v1::SequenceSlice& s = batch.slices(i);
     SliceRun& run = runs_[i];
@@ -403,7 +417,7 @@ absl::Status CpuStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next,
     if (s.sample()) {
       add_sampled(s,
                   std::span<const float>(
-                      logits_.data() + static_cast<size_t>(sampled) * n_vocab_,
+                      logits.data() + static_cast<size_t>(sampled) * n_vocab_,
                       static_cast<size_t>(n_vocab_)),
                   *seq.sampler, result);
       ++sampled;
@@ -415,7 +429,7 @@ absl::Status CpuStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next,
 // Samples the slice's next token; with logprobs, the log-softmax at T = 1 of
 // the raw logits (before penalties) gives its log-probability and the
 // top_logprobs most likely tokens (ties: lower id first).
-void CpuStage::add_sampled(const v1::SequenceSlice& slice,
+void BackendStage::add_sampled(const v1::SequenceSlice& slice,
                            std::span<const float> logits, Sampler& sampler,
                            v1::MicroBatchResult* result) {
   v1::SampledToken* tok = result->add_tokens();
@@ -446,7 +460,7 @@ void CpuStage::add_sampled(const v1::SequenceSlice& slice,
   }
 }
 
-int CpuStage::free_sequences(const uint64_t* seq_ids, int n) {
+int BackendStage::free_sequences(const uint64_t* seq_ids, int n) {
   int freed = 0;
   for (int i = 0; i < n; ++i) {
     auto it = sequences_.find(seq_ids[i]);
@@ -461,7 +475,17 @@ int CpuStage::free_sequences(const uint64_t* seq_ids, int n) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Stage>> load_planned_stage(
-    ShardPlan plan, int n_threads, const StageOptions& options) {
+    ShardPlan plan, int n_threads, const StageOptions& options,
+    std::string_view backend_name) {
+  if (backend_name == "fake") {
+    FakeBackendOptions fake;
+    fake.n_layer = plan.hp.n_layer;
+    fake.n_embd = plan.hp.n_embd;
+    fake.n_vocab = plan.info.n_vocab() > 0 ? plan.info.n_vocab() : 32000;
+    fake.range = BlockRange{plan.info.first_block(), plan.info.last_block()};
+    fake.max_batch = plan.info.max_batch_rows();
+    return make_stage(std::move(plan), std::make_unique<FakeBackend>(fake), options);
+  }
   CpuBackendOptions backend_options;
   backend_options.n_threads = n_threads;
   backend_options.kv_type = plan.kv_type;
@@ -471,8 +495,13 @@ absl::StatusOr<std::unique_ptr<Stage>> load_planned_stage(
       BlockRange{plan.info.first_block(), plan.info.last_block()},
       backend_options);
   if (!backend.ok()) return backend.status();
+  return make_stage(std::move(plan), std::move(*backend), options);
+}
+
+std::unique_ptr<Stage> make_stage(ShardPlan plan, std::unique_ptr<Backend> backend,
+                                  const StageOptions& options) {
   return std::unique_ptr<Stage>(
-      new CpuStage(std::move(plan), std::move(*backend), options));
+      new BackendStage(std::move(plan), std::move(backend), options));
 }
 
 absl::StatusOr<std::unique_ptr<Stage>> load_stage(

@@ -191,9 +191,10 @@ absl::Status validate(const WorkerConfig& c) {
     return bad("listen", absl::StrCat("\"", c.listen,
                                       "\" is not host:port (port 0: any)"));
   }
-  if (c.backend != "cpu") {
+  if (c.backend != "cpu" && c.backend != "fake") {
     return bad("backend", absl::StrCat("\"", c.backend,
-                                       "\" is not supported (only \"cpu\")"));
+                                       "\" is not supported (\"cpu\", or \"fake\" to "
+                                       "measure the pipeline without a model's work)"));
   }
   if (c.threads < 1 || c.threads > 1024) {
     return bad("threads",

@@ -3,7 +3,9 @@
 //
 //   listen: 127.0.0.1:50061      # host:port to serve strata.v1.Worker on
 //                                # (port 0: the system picks one)
-//   backend: cpu                 # the only backend today
+//   backend: cpu                 # cpu; or fake: no weights, rows hashed
+//                                # (worker/fake_backend.h), to measure what
+//                                # the pipeline costs around a backend
 //   threads: 1                   # threads of the forward pass
 //   memory_budget: 4GiB          # weights + KV cache this worker may hold
 //   model_dirs: [~/.cache/strata/models]  # where LoadShard may load from

@@ -263,7 +263,7 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
           ? ""
           : absl::StrCat("worker ", request.next_stage_name(), " (", next, ")");
   absl::StatusOr<std::unique_ptr<Stage>> stage =
-      load_planned_stage(std::move(*plan), config_.threads, options);
+      load_planned_stage(std::move(*plan), config_.threads, options, config_.backend);
   if (!stage.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = "idle";

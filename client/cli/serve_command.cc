@@ -12,6 +12,7 @@
 #include <string>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
 #include "client/cli/kernel_flags.h"
 #include "coordinator/cluster_config.h"
@@ -32,6 +33,7 @@ struct ServeOptions {
   int threads = 0;
   int ctx = 0;
   int max_sequences = 8;
+  int prefill_chunk = 512;
   std::string kv_type = "f16";
   std::string trace;
 };
@@ -47,6 +49,13 @@ int serve(const ServeOptions& o) {
   s.threads = o.threads;
   s.context_length = o.ctx;
   s.max_sequences = o.max_sequences;
+  s.prefill_chunk = o.prefill_chunk;
+  if (o.prefill_chunk + o.max_sequences > 4096) {
+    return serve_fail("--prefill-chunk",
+                      absl::InvalidArgumentError(absl::StrCat(
+                          o.prefill_chunk, " rows with --max-sequences ", o.max_sequences,
+                          " exceed the 4096 rows of a micro-batch")));
+  }
   s.trace = o.trace;
   s.kv_type = worker::parse_kv_type(o.kv_type).value_or(GgmlType::kF16);  // checked
   if (!o.listen.empty()) {
@@ -125,6 +134,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-sequences", o->max_sequences,
                   "sequences generated at once (8)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--prefill-chunk", o->prefill_chunk,
+                  "rows of one prompt chunk in a micro-batch, beside the decode rows (512)")
+      ->check(CLI::Range(1, 4096));
   add_kv_type_flag(cmd, &o->kv_type);
   cmd->add_option("--trace", o->trace,
                   "write block-output hashes as JSON lines (debug; see "

@@ -4,7 +4,10 @@
 //   pp<p>: prefill of a p-token prompt (chunks of the backend's max batch,
 //          logits of the last position only), on a fresh sequence;
 //   tg<n>: decode of n tokens one at a time (each step's logits), on a fresh
-//          sequence starting from position 0.
+//          sequence starting from position 0; with --sessions S, S fresh
+//          sequences decode together (each step one forward() of S
+//          one-row slices, as a server's decode micro-batch), and tok/s
+//          counts the tokens of all of them (S x n per run).
 //
 // As in llama-bench the ids are arbitrary valid ones (seeded uniform draws
 // from the vocabulary: speed does not depend on which tokens), each test is
@@ -16,6 +19,7 @@
 //    "tuned": false with --no-tune or STRATA_NO_TUNE, reference kernels or
 //             more threads than CPUs (the tuner keeps defaults then),
 //    "decode_weight_bytes": bytes of weights one decode step reads,
+//    "sessions": S,
 //    "pp": {"tokens": p, "tok_s": median, "best_tok_s": X, "runs_tok_s": [..]},
 //    "tg": {"tokens": n, "tok_s": median, "best_tok_s": Y, "runs_tok_s": [..]}}
 // with "pp" or "tg" null when skipped.
@@ -56,6 +60,7 @@ struct SpeedOptions {
   bool json = false;
   std::string isa;       // empty: STRATA_ISA, else CPUID
   bool no_tune = false;
+  int sessions = 1;      // sequences decoding together in tg
 };
 
 struct TestResult {
@@ -119,24 +124,31 @@ class SpeedRunner {
     return s;
   }
 
-  // Seconds for n decode steps of one random id each.
-  absl::StatusOr<double> decode(int n) {
-    const std::vector<int32_t> ids = random_ids(n);
-    if (absl::Status st = backend_.add_sequence(0, n); !st.ok()) return st;
-    worker::ForwardResult result;
+  // Seconds for n decode steps of `sessions` sequences together, one
+  // random id each per step.
+  absl::StatusOr<double> decode(int n, int sessions) {
+    const std::vector<int32_t> ids = random_ids(n * sessions);
+    std::vector<worker::ForwardSlice> slices;
     absl::Status st;
+    for (int q = 0; q < sessions && st.ok(); ++q) {
+      st = backend_.add_sequence(q, n);
+      if (st.ok()) slices.push_back({.seq = q, .rows = 1, .logits = worker::Logits::kLast});
+    }
+    worker::ForwardResult result;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < n && st.ok(); ++i) {
       worker::ForwardRequest req;
-      req.seq = 0;
-      req.tokens = std::span<const int32_t>(&ids[static_cast<size_t>(i)], 1);
-      req.logits = worker::Logits::kLast;
+      req.tokens = std::span<const int32_t>(&ids[static_cast<size_t>(i) * sessions],
+                                            static_cast<size_t>(sessions));
+      req.slices = slices;
       st = backend_.forward(req, &result);
     }
     const double s = seconds_since(t0);
-    absl::Status removed = backend_.remove_sequence(0);
+    for (const worker::ForwardSlice& slice : slices) {
+      absl::Status removed = backend_.remove_sequence(slice.seq);
+      if (st.ok()) st = removed;
+    }
     if (!st.ok()) return st;
-    if (!removed.ok()) return removed;
     return s;
   }
 
@@ -195,7 +207,7 @@ int run(const SpeedOptions& o) {
       }
     }
     if (o.n_gen > 0) {
-      if (auto s = runner.decode(1); !s.ok()) {
+      if (auto s = runner.decode(1, o.sessions); !s.ok()) {
         return fail("warm-up decode", s.status());
       }
     }
@@ -207,9 +219,9 @@ int run(const SpeedOptions& o) {
       pp.tok_s.push_back(o.n_prompt / std::max(*s, 1e-9));
     }
     if (o.n_gen > 0) {
-      auto s = runner.decode(o.n_gen);
+      auto s = runner.decode(o.n_gen, o.sessions);
       if (!s.ok()) return fail("decode", s.status());
-      tg.tok_s.push_back(o.n_gen / std::max(*s, 1e-9));
+      tg.tok_s.push_back(static_cast<double>(o.n_gen) * o.sessions / std::max(*s, 1e-9));
     }
   }
 
@@ -223,15 +235,16 @@ int run(const SpeedOptions& o) {
     j["kernels"] = kernels_text;
     j["tuned"] = tuned;
     j["decode_weight_bytes"] = decode_weight_bytes(*model);
+    j["sessions"] = o.sessions;
     j["pp"] = test_json(pp_done);
     j["tg"] = test_json(tg_done);
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::printf("model: %s (%s, %d blocks), %s backend, %d threads, %d runs\n",
+  std::printf("model: %s (%s, %d blocks), %s backend, %d threads, %d runs, %d session%s\n",
               o.model.c_str(), hp->architecture.c_str(), hp->n_layer,
               std::string((*backend)->name()).c_str(), options.n_threads,
-              o.runs);
+              o.runs, o.sessions, o.sessions == 1 ? "" : "s");
   std::printf("kernels: %s, %s\n", kernels_text.c_str(),
               tuned ? "tuned" : "default parameters (not tuned)");
   std::printf("%-8s %14s %14s\n", "test", "median tok/s", "best tok/s");
@@ -259,6 +272,10 @@ void add_speed_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--n-gen", o->n_gen,
                   "tokens of the decode test; 0 skips it (128)")
       ->check(CLI::Range(0, kMaxTokens));
+  cmd->add_option("--sessions", o->sessions,
+                  "sequences decoding together in the decode test, one "
+                  "forward() a step (1; at most the backend's 512 rows)")
+      ->check(CLI::Range(1, 512));
   cmd->add_option("-r,--repetitions", o->runs, "timed runs of each test (3)")
       ->check(CLI::Range(1, kMaxRuns));
   add_threads_flag(cmd, &o->threads, "threads");

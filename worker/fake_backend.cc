@@ -1,0 +1,163 @@
+#include "worker/fake_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "worker/trace.h"
+
+namespace strata::worker {
+namespace {
+
+// splitmix64's finaliser (Steele, Lea, Flood 2014): a bijective mix.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A float in [0, 1) from 24 bits of h.
+float unit(uint64_t h) { return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); }
+
+}  // namespace
+
+FakeBackend::FakeBackend(const FakeBackendOptions& options) : options_(options) {
+  hp_.architecture = "fake";
+  hp_.n_layer = options.n_layer;
+  hp_.n_embd = options.n_embd;
+  hp_.n_vocab = options.n_vocab;
+  hp_.n_ctx_train = 1 << 20;
+}
+
+absl::Status FakeBackend::add_sequence(int seq, int n_ctx) {
+  if (n_ctx <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("n_ctx ", n_ctx, " is not positive"));
+  }
+  if (!sequences_.emplace(seq, Sequence{n_ctx, {}}).second) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", seq, " exists"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::remove_sequence(int seq) {
+  if (sequences_.erase(seq) == 0) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> FakeBackend::sequence_length(int seq) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  return static_cast<int>(it->second.states.size());
+}
+
+absl::StatusOr<int> FakeBackend::sequence_context(int seq) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  return it->second.n_ctx;
+}
+
+absl::Status FakeBackend::truncate_sequence(int seq, int n) {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  if (n < 0 || n > static_cast<int>(it->second.states.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, ": cannot truncate to ",
+                                                   n, " of ", it->second.states.size(),
+                                                   " positions"));
+  }
+  it->second.states.resize(static_cast<size_t>(n));
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* result) {
+  const bool first = options_.range.first == 0;
+  const bool last = options_.range.last == options_.n_layer;
+  const int64_t e = options_.n_embd;
+  const int64_t n = first ? static_cast<int64_t>(req.tokens.size())
+                          : static_cast<int64_t>(req.hidden.size()) / e;
+  if (!first && static_cast<int64_t>(req.hidden.size()) != n * e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hidden rows: ", req.hidden.size(), " floats, not a multiple of n_embd ", e));
+  }
+  if (n < 1 || n > options_.max_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step takes 1 to ", options_.max_batch, " rows, got ", n));
+  }
+  std::vector<ForwardSlice> slices(req.slices.begin(), req.slices.end());
+  if (slices.empty()) slices.push_back({req.seq, static_cast<int>(n), req.logits});
+  int64_t rows = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const ForwardSlice& s = slices[i];
+    auto it = sequences_.find(s.seq);
+    if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", s.seq));
+    if (s.rows < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("slices[", i, "]: ", s.rows, " rows"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (slices[j].seq == s.seq) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "slices[", i, "]: sequence ", s.seq, " is in an earlier slice too"));
+      }
+    }
+    const int64_t length = static_cast<int64_t>(it->second.states.size());
+    if (length + s.rows > it->second.n_ctx) {
+      return absl::OutOfRangeError(absl::StrCat("sequence ", s.seq, ": ", length, " + ", s.rows,
+                                                " positions exceed the context of ",
+                                                it->second.n_ctx));
+    }
+    rows += s.rows;
+  }
+  if (rows != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slices: ", rows, " rows in all, but the step has ", n));
+  }
+  if (first) {
+    for (int64_t t = 0; t < n; ++t) {
+      if (req.tokens[t] < 0 || req.tokens[t] >= options_.n_vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", req.tokens[t], " at row ", t,
+                                                       " is outside the vocabulary of ",
+                                                       options_.n_vocab));
+      }
+    }
+  }
+
+  hidden_.resize(static_cast<size_t>(n * e));
+  logits_.clear();
+  const uint64_t salt = mix((uint64_t(options_.range.first) << 32) | options_.range.last);
+  int64_t row = 0;
+  for (const ForwardSlice& s : slices) {
+    Sequence& seq = sequences_[s.seq];
+    for (int t = 0; t < s.rows; ++t, ++row) {
+      const uint64_t input =
+          first ? static_cast<uint64_t>(req.tokens[row])
+                : fnv1a64(req.hidden.data() + row * e, static_cast<size_t>(e) * sizeof(float));
+      const uint64_t prev = seq.states.empty() ? salt : seq.states.back();
+      const uint64_t state = mix(prev ^ mix(input + 0x51ed27ull * seq.states.size()));
+      seq.states.push_back(state);
+      for (int64_t c = 0; c < e; ++c) {
+        hidden_[row * e + c] = 2.0f * unit(mix(state + static_cast<uint64_t>(c))) - 1.0f;
+      }
+      const bool logits = last && (s.logits == Logits::kAll ||
+                                   (s.logits == Logits::kLast && t == s.rows - 1));
+      if (logits) {
+        for (int v = 0; v < options_.n_vocab; ++v) {
+          logits_.push_back(unit(mix(state ^ (0xa5a5ull + static_cast<uint64_t>(v)))));
+        }
+      }
+    }
+  }
+  if (req.block_hashes != nullptr) {  // [n_blocks][n], as the cpu backend
+    for (int b = options_.range.first; b < options_.range.last; ++b) {
+      append_row_hashes(hidden_.data(), static_cast<int>(n), e, req.block_hashes);
+    }
+  }
+  calls_.push_back(slices);
+  result->n_rows = static_cast<int>(n);
+  result->hidden = last ? std::span<const float>() : std::span<const float>(hidden_);
+  result->logits = last ? std::span<const float>(logits_) : std::span<const float>();
+  return absl::OkStatus();
+}
+
+}  // namespace strata::worker
