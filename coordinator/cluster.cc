@@ -253,7 +253,7 @@ absl::Status Cluster::load_pipeline() {
     states_[i].state = "serving";
   }
   shard_id_.store(shard_id);
-  auto link = first_link_(scheduler_->result_callback());
+  auto link = first_link_(scheduler_->result_callback(), shard_id);
   if (!link.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     problem_ = absl::StrCat(worker_label(0), ": ", link.status().message());

@@ -64,11 +64,12 @@ struct ServedModel {
 absl::StatusOr<std::unique_ptr<ServedModel>> open_served_model(
     const std::string& path, int context_length, bool need_tokenizer = true);
 
-// Makes the link to the first stage (worker 0) whose results go to
-// `on_result`.
+// Makes the link to the first stage (worker 0) of the pipeline loaded as
+// `shard_id`, whose results go to `on_result` (the gRPC one also reads the
+// last stage's Results stream: worker/grpc_link.h).
 using FirstLinkFactory =
     std::function<absl::StatusOr<std::unique_ptr<worker::ActivationLink>>(
-        worker::ActivationLink::ResultCallback on_result)>;
+        worker::ActivationLink::ResultCallback on_result, uint64_t shard_id)>;
 
 struct ClusterOptions {
   ClusterConfig config;      // model is opened by the caller (ServedModel)

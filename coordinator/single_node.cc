@@ -167,8 +167,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
     controls.push_back(std::move(w));
   }
   FirstLinkFactory first_link =
-      [workers](worker::ActivationLink::ResultCallback on_result)
+      [workers](worker::ActivationLink::ResultCallback on_result, uint64_t)
       -> absl::StatusOr<std::unique_ptr<worker::ActivationLink>> {
+    // In one process the last stage's results already reach the callback
+    // on its own thread, through function calls (no hop to save).
     std::vector<worker::Stage*> stages;
     for (InProcessWorker* w : workers) {
       worker::Stage* s = w->stage();

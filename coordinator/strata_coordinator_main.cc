@@ -76,10 +76,20 @@ int main(int argc, char** argv) {
   }
   const std::string first = config->workers.front().address;
   const std::string first_name = worker_label(config->workers.front());
-  FirstLinkFactory link = [first, first_name](
-                              strata::worker::ActivationLink::ResultCallback cb) {
+  const std::string last = config->workers.back().address;
+  const std::string last_name = worker_label(config->workers.back());
+  FirstLinkFactory link = [first, first_name, last, last_name](
+                              strata::worker::ActivationLink::ResultCallback cb,
+                              uint64_t shard_id) {
     strata::worker::GrpcLinkOptions o;
     o.peer_name = first_name;
+    // The last stage's tokens come straight back on a stream of their own
+    // (one hop, not one per stage); one worker has no hop to save.
+    if (last != first) {
+      o.results_from = last;
+      o.results_peer_name = last_name;
+      o.shard_id = shard_id;
+    }
     // A micro-batch may be a 512-row prefill chunk through every stage on
     // a busy machine; hangs are caught by keepalive and the health checks.
     o.answer_timeout = std::chrono::milliseconds(120000);

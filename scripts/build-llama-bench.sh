@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own `llama-bench` once, from the llama-cpp-python source
 # distribution (its sdist carries llama.cpp under vendor/llama.cpp), for
-# bench/vs-llamacpp. Idempotent: when the build is there it prints its path
-# and asks no registry. Prints the path of llama-bench on stdout.
+# bench/vs-llamacpp, with `llama-batched-bench` (many sequences decoding
+# together) and `ggml-rpc-server` (llama.cpp's own split over processes,
+# -DGGML_RPC=ON) beside it in the same bin/ for the cluster benchmarks.
+# Idempotent: when the build is there it prints its path and asks no
+# registry. Prints the path of llama-bench on stdout.
 #
 #   scripts/build-llama-bench.sh            # -> ~/.cache/strata/llama.cpp-build/0.3.36/bin/llama-bench
 #   scripts/build-llama-bench.sh avx2       # -> .../0.3.36-avx2/bin/llama-bench
@@ -36,12 +39,13 @@ BIN="$BUILD_DIR/bin/llama-bench"
 STAMP="$BUILD_DIR/.strata-stamp"
 
 cpu_flags() { grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16; }
-want_stamp="llama-cpp-python==$VERSION $MODE cpu=$(cpu_flags)"
+want_stamp="llama-cpp-python==$VERSION $MODE cpu=$(cpu_flags) rpc batched-bench"
 # The avx2 build's flags are part of its stamp (the native stamp stays as
 # it was, so existing caches are kept).
 if [[ "$MODE" == avx2 ]]; then want_stamp+=" ${isa_flags[*]}"; fi
 
-if [[ -x "$BIN" && -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]]; then
+if [[ -x "$BIN" && -x "$BUILD_DIR/bin/llama-batched-bench" && -x "$BUILD_DIR/bin/ggml-rpc-server" &&
+      -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]]; then
   echo "$BIN"
   exit 0
 fi
@@ -74,10 +78,11 @@ if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 log "building llama-bench (llama.cpp from llama-cpp-python $VERSION) in $BUILD_DIR"
 rm -f "$STAMP"
 cmake -S "$src/vendor/llama.cpp" -B "$BUILD_DIR" "${generator[@]}" "${launcher[@]}" \
-  -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DLLAMA_CURL=OFF \
+  -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DLLAMA_CURL=OFF -DGGML_RPC=ON \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
-cmake --build "$BUILD_DIR" --target llama-bench -j "$STRATA_JOBS" >/dev/null
+cmake --build "$BUILD_DIR" --target llama-bench llama-batched-bench ggml-rpc-server \
+  -j "$STRATA_JOBS" >/dev/null
 [[ -x "$BIN" ]] || { log "llama-bench not found at $BIN after the build"; exit 1; }
 echo "$want_stamp" > "$STAMP"
 log "llama-bench ready: $BIN"

@@ -130,6 +130,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
   for (RopeTable& t : rope_tables_) t.cs.resize(b * static_cast<size_t>(hp.n_rot));
   step_slices_.reserve(b);
   head_rows_.reserve(b);
+  decode_slices_.reserve(b);
 }
 
 ops::AttentionParams CpuBackend::attention_shape() const {
@@ -158,6 +159,13 @@ absl::Status CpuBackend::add_sequence(int seq, int n_ctx) {
     if (simd_attention_buffers_ == nullptr || simd_attention_buffers_->max_kv() < n_ctx) {
       simd_attention_buffers_ = std::make_unique<kernels::simd::AttentionBuffers>(
           n_ctx, attention_shape(), options_.n_threads, simd_isa_);
+      serial_attention_.clear();
+      if (options_.n_threads > 1) {
+        for (int t = 0; t < options_.n_threads; ++t) {
+          serial_attention_.push_back(
+              std::make_unique<SerialAttention>(n_ctx, attention_shape(), simd_isa_));
+        }
+      }
     }
   } else if (attention_scratch_ == nullptr || attention_scratch_->max_kv() < n_ctx) {
     attention_scratch_ = std::make_unique<ops::AttentionScratch>(

@@ -135,6 +135,17 @@ class CpuBackend final : public Backend {
   int rope_table_next_ = 0;  // the slot the next new table replaces
   uint64_t step_ = 0;        // forward() calls so far
   std::unique_ptr<kernels::simd::AttentionBuffers> simd_attention_buffers_;
+  // Per pool thread: a pool of one and attention buffers for one thread,
+  // for the decode slices of a step with several (forward.cc).
+  struct SerialAttention {
+    explicit SerialAttention(int64_t max_kv, const reference::ops::AttentionParams& shape,
+                             kernels::IsaTier isa)
+        : pool(1), buffers(max_kv, shape, 1, isa) {}
+    ThreadPool pool;
+    kernels::simd::AttentionBuffers buffers;
+  };
+  std::vector<std::unique_ptr<SerialAttention>> serial_attention_;  // [n_threads]
+  std::vector<const StepSlice*> decode_slices_;  // of the current step
   std::map<int, std::unique_ptr<KvCache>> sequences_;
 
   // Step buffers, B = max_batch rows (shape comments per row).

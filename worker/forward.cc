@@ -139,15 +139,41 @@ void CpuBackend::attention_step(int il, int n) {
   } else {
     a.scale = hp_.attention_scale;
   }
-  for (const StepSlice& s : step_slices_) {
+  auto attend = [&](const StepSlice& s, kernels::simd::AttentionBuffers* buffers,
+                    ThreadPool& pool) {
     const float* qs = q + s.row0 * q_width;          // [rows][n_head][dk]
     const int* ps = positions_.data() + s.row0;      // [rows]
     float* out = attn_.data() + s.row0 * attn_width;  // [rows][n_head][dv]
     const ops::KvView kv = s.cache->view(layer, s.pos0 + s.rows);
-    if (simd_attention_) {
-      kernels::simd::attention(qs, ps, s.rows, kv, a, out, *simd_attention_buffers_, pool_);
+    if (buffers != nullptr) {
+      kernels::simd::attention(qs, ps, s.rows, kv, a, out, *buffers, pool);
     } else {
-      ops::attention(qs, ps, s.rows, kv, a, out, *attention_scratch_, pool_);
+      ops::attention(qs, ps, s.rows, kv, a, out, *attention_scratch_, pool);
+    }
+  };
+  // Several decode rows (one-row slices): one loop over them, each slice's
+  // attention on one thread (its own buffers and a pool of one), instead
+  // of a loop over the threads per slice, whose dispatch costs more than a
+  // decode row's attention. The same code in the same order computes each
+  // slice either way (kernels/cpu/simd/attention.h: results do not depend
+  // on the thread count), so a sequence's outputs do not change.
+  decode_slices_.clear();
+  if (simd_attention_ && pool_.size() > 1 && !serial_attention_.empty()) {
+    for (const StepSlice& s : step_slices_) {
+      if (s.rows == 1) decode_slices_.push_back(&s);
+    }
+    if (decode_slices_.size() < 2) decode_slices_.clear();
+  }
+  if (!decode_slices_.empty()) {
+    pool_.parallel_for_dynamic(
+        static_cast<int64_t>(decode_slices_.size()), [&](int64_t b, int64_t e, int thread) {
+          SerialAttention& own = *serial_attention_[static_cast<size_t>(thread)];
+          for (int64_t i = b; i < e; ++i) attend(*decode_slices_[i], &own.buffers, own.pool);
+        });
+  }
+  for (const StepSlice& s : step_slices_) {
+    if (decode_slices_.empty() || s.rows > 1) {
+      attend(s, simd_attention_ ? simd_attention_buffers_.get() : nullptr, pool_);
     }
   }
   if (decode && il + 1 < range_.last) prefetch_kv(il + 1, pos0, *step_slices_[0].cache);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "strata/v1/worker.grpc.pb.h"
+#include "worker/result_join.h"
 
 namespace strata::worker {
 
@@ -65,6 +66,15 @@ class GrpcLink final : public ActivationLink {
     auto channel = grpc::CreateCustomChannel(
         address, grpc::InsecureChannelCredentials(), args);
     stub_ = v1::Worker::NewStub(channel);
+    if (!options.results_from.empty()) {
+      results_peer_ = options.results_peer_name.empty()
+                          ? absl::StrCat("worker ", options.results_from)
+                          : options.results_peer_name;
+      join_ = std::make_unique<ResultJoin>(on_result_);
+      results_stub_ = v1::Worker::NewStub(grpc::CreateCustomChannel(
+          options.results_from, grpc::InsecureChannelCredentials(), args));
+      results_reader_ = std::thread([this] { results_loop(); });
+    }
     writer_ = std::thread([this] { write_loop(); });
     reader_ = std::thread([this] { read_loop(); });
     watchdog_ = std::thread([this] { watch_loop(); });
@@ -74,15 +84,31 @@ class GrpcLink final : public ActivationLink {
 
   const std::string& peer() const override { return peer_; }
 
+  // Writes on the caller's thread when the stream is made and nothing is
+  // queued before it (no hand-over to the writer: a wake-up of another
+  // thread per micro-batch, tens of microseconds on these VMs); else queues
+  // for the writer, which keeps the order.
   absl::Status send(v1::MicroBatch batch) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> write_lock(write_mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (broken_) {
       return absl::UnavailableError(
           absl::StrCat(peer_, ": link broken (", reason_, ")"));
     }
     pending_.push_back(Pending{batch.batch_id(), Clock::now()});
-    outbox_.push_back(std::move(batch));
-    cv_.notify_all();
+    if (join_) join_->sent(batch.batch_id());
+    cv_.notify_all();  // the watchdog has a micro-batch to watch
+    if (stream_ == nullptr || !outbox_.empty() || writer_done_) {
+      outbox_.push_back(std::move(batch));
+      return absl::OkStatus();
+    }
+    lock.unlock();
+    if (!stream_->Write(batch)) {
+      // The stream is ending: the reader learns why from Finish() and
+      // answers every pending micro-batch, this one included.
+      lock.lock();
+      breaking(absl::StatusCode::kUnavailable, "stream ended");
+    }
     return absl::OkStatus();
   }
 
@@ -101,6 +127,7 @@ class GrpcLink final : public ActivationLink {
     writer_.join();
     reader_.join();
     watchdog_.join();
+    if (results_reader_.joinable()) results_reader_.join();
   }
 
  private:
@@ -118,11 +145,56 @@ class GrpcLink final : public ActivationLink {
       reason_ = std::move(reason);
     }
     context_.TryCancel();
+    if (join_) results_context_.TryCancel();
     cv_.notify_all();
+  }
+
+  // One answer of the chain to the callback (through the join when the
+  // last stage answers directly).
+  void deliver(v1::MicroBatchResult result) {
+    if (join_) {
+      (void)join_->from_chain(std::move(result));
+    } else {
+      on_result_(std::move(result));
+    }
+  }
+
+  // Reads the last stage's Results stream: the first message says it is
+  // registered; each later one is a micro-batch's result.
+  void results_loop() {
+    v1::ResultsRequest request;
+    request.set_shard_id(options_.shard_id);
+    auto reader = results_stub_->Results(&results_context_, request);
+    v1::MicroBatchResult result;
+    if (!reader->Read(&result)) {  // refused: the chain brings the results
+      (void)reader->Finish();
+      return;
+    }
+    while (reader->Read(&result)) {
+      if (!join_->from_last_stage(std::move(result))) {
+        std::lock_guard<std::mutex> lock(mu_);
+        breaking(absl::StatusCode::kInternal,
+                 absl::StrCat(results_peer_, " sent a result for micro-batch ",
+                              result.batch_id(), ", which is not awaited"));
+        break;
+      }
+      result.Clear();
+    }
+    const grpc::Status status = reader->Finish();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_) {
+      breaking(absl::StatusCode::kUnavailable,
+               absl::StrCat(results_peer_, ": results stream ended (gRPC status ",
+                            code_name(status.error_code()),
+                            status.error_message().empty() ? "" : ": ",
+                            status.error_message(), ")"));
+    }
   }
 
   // Makes the stream (this may wait for the connection), then writes the
   // micro-batches in order until the link breaks.
+  // What send() queued (before the stream was made, or behind a queued
+  // one) is written here, under write_mu_ like send()'s own writes.
   void write_loop() {
     auto stream = stub_->Activations(&context_);
     std::unique_lock<std::mutex> lock(mu_);
@@ -131,12 +203,18 @@ class GrpcLink final : public ActivationLink {
     for (;;) {
       cv_.wait(lock, [&] { return broken_ || !outbox_.empty(); });
       if (broken_) break;
-      v1::MicroBatch batch = std::move(outbox_.front());
-      outbox_.pop_front();
       lock.unlock();
-      const bool ok = stream_->Write(batch);
+      std::unique_lock<std::mutex> write_lock(write_mu_);
       lock.lock();
-      if (!ok) break;  // the reader learns why from Finish()
+      bool ok = true;
+      while (ok && !broken_ && !outbox_.empty()) {
+        v1::MicroBatch batch = std::move(outbox_.front());
+        outbox_.pop_front();
+        lock.unlock();
+        ok = stream_->Write(batch);
+        lock.lock();
+      }
+      if (!ok || broken_) break;  // the reader learns why from Finish()
     }
     writer_done_ = true;
     cv_.notify_all();
@@ -169,7 +247,7 @@ class GrpcLink final : public ActivationLink {
         last_answer_ = Clock::now();
         cv_.notify_all();
       }
-      on_result_(std::move(result));
+      deliver(std::move(result));
       result.Clear();
     }
     std::deque<Pending> failed;
@@ -182,7 +260,10 @@ class GrpcLink final : public ActivationLink {
       breaking(absl::StatusCode::kUnavailable, "stream ended");
       cv_.wait(lock, [&] { return writer_done_; });
     }
+    // No send() is writing (one that started before the break has ended).
+    std::unique_lock<std::mutex> no_writes(write_mu_);
     const grpc::Status status = stream->Finish();
+    no_writes.unlock();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (ended_by_peer) {
@@ -204,8 +285,10 @@ class GrpcLink final : public ActivationLink {
       r.set_batch_id(p.batch_id);
       r.set_error_code(static_cast<int>(code));
       r.set_error_message(absl::StrCat(peer_, ": ", reason));
-      on_result_(std::move(r));
+      deliver(std::move(r));
     }
+    // Acknowledged micro-batches whose results the last stage never sent.
+    if (join_) join_->fail_all(static_cast<int>(code), absl::StrCat(peer_, ": ", reason));
   }
 
   // Breaks the link when the oldest pending micro-batch has waited
@@ -236,7 +319,13 @@ class GrpcLink final : public ActivationLink {
   const ResultCallback on_result_;
   std::unique_ptr<v1::Worker::Stub> stub_;
   grpc::ClientContext context_;
+  // The last stage's Results stream (options_.results_from), when asked.
+  std::string results_peer_;
+  std::unique_ptr<ResultJoin> join_;
+  std::unique_ptr<v1::Worker::Stub> results_stub_;
+  grpc::ClientContext results_context_;
 
+  std::mutex write_mu_;  // one Write at a time, in order (taken before mu_)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unique_ptr<
@@ -254,6 +343,7 @@ class GrpcLink final : public ActivationLink {
   std::thread writer_;
   std::thread reader_;
   std::thread watchdog_;
+  std::thread results_reader_;
 };
 
 }  // namespace

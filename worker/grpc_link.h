@@ -18,8 +18,11 @@
 // Making the link never blocks: the connection is made on the link's
 // thread, and a peer that cannot be reached fails the first micro-batch.
 //
-// Threads: three per link (writer, reader, watchdog), each asleep when
-// idle; the callback runs on the reader thread.
+// Threads: three per link (writer, reader, watchdog; a fourth reads the
+// last stage's Results stream when there is one), each asleep when
+// idle; the callback runs on the reader thread. send() writes on the
+// caller's thread once the stream is made (the writer thread only makes
+// the stream and writes what was queued before).
 #pragma once
 
 #include <chrono>
@@ -38,6 +41,17 @@ namespace strata::worker {
 
 struct GrpcLinkOptions {
   std::string peer_name;  // in messages; "" gives "worker ADDRESS"
+  // The coordinator's link to the first stage: the last stage's address
+  // (and its name in messages, "" gives "worker ADDRESS") to hold a
+  // Worker.Results stream to, so that the last stage's results come
+  // straight back (a ResultJoin gives the callback one result per
+  // micro-batch). Empty: results come back through the chain. When the
+  // last stage refuses the stream before it is registered (an older
+  // worker), results come back through the chain; when a registered
+  // stream ends, the link breaks (UNAVAILABLE naming the last stage).
+  std::string results_from;
+  std::string results_peer_name;
+  uint64_t shard_id = 0;  // the pipeline's shard id (ResultsRequest)
   std::chrono::milliseconds answer_timeout{30000};
   std::chrono::milliseconds keepalive_time{1000};
   std::chrono::milliseconds keepalive_timeout{2000};

@@ -32,7 +32,8 @@ void OrderedResults::complete(uint64_t ticket, v1::MicroBatchResult result) {
 
 size_t OrderedResults::outstanding() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return slots_.size();
+  // A result being handed to the sink counts until the sink returns.
+  return slots_.size() + (delivering_ ? 1 : 0);
 }
 
 v1::MicroBatchResult error_result(uint64_t batch_id, int code,

@@ -35,7 +35,8 @@ class OrderedResults {
   uint64_t reserve();
   // Its result; delivers every result that is now next in order.
   void complete(uint64_t ticket, v1::MicroBatchResult result);
-  // Reserved and not yet delivered.
+  // Reserved and not yet delivered (a result in the sink counts until the
+  // sink returns).
   size_t outstanding() const;
 
  private:

@@ -55,6 +55,17 @@ void StageRelay::process(const std::shared_ptr<OrderedResults>& upstream,
     return;
   }
   if (!make_next_) {  // the last stage: the result is complete
+    // Straight to the coordinator when it holds a Results stream (under
+    // run_mu_, so in the order the micro-batches ran); upstream gets the
+    // acknowledgement.
+    if (!batch.trace() && deliver_direct(result)) {
+      lock.unlock();
+      v1::MicroBatchResult ack;
+      ack.set_batch_id(batch.batch_id());
+      ack.set_delivered(true);
+      upstream->complete(ticket, std::move(ack));
+      return;
+    }
     lock.unlock();
     upstream->complete(ticket, std::move(result));
     return;
@@ -107,6 +118,28 @@ void StageRelay::on_next_result(v1::MicroBatchResult result) {
     result.mutable_traces()->Swap(&entry.traces);
   }
   entry.upstream->complete(entry.ticket, std::move(result));
+}
+
+bool StageRelay::deliver_direct(const v1::MicroBatchResult& result) {
+  std::lock_guard<std::mutex> lock(direct_mu_);
+  return direct_ && direct_(result);
+}
+
+uint64_t StageRelay::set_direct_sink(DirectSink sink) {
+  if (make_next_) return 0;
+  std::lock_guard<std::mutex> lock(direct_mu_);
+  direct_ = std::move(sink);
+  return ++direct_token_;
+}
+
+void StageRelay::clear_direct_sink(uint64_t token) {
+  std::lock_guard<std::mutex> lock(direct_mu_);
+  if (token != 0 && token == direct_token_) direct_ = nullptr;
+}
+
+bool StageRelay::has_direct_sink(uint64_t token) {
+  std::lock_guard<std::mutex> lock(direct_mu_);
+  return token != 0 && token == direct_token_ && direct_ != nullptr;
 }
 
 void StageRelay::connect() {

@@ -11,10 +11,17 @@
 // micro-batches pending on a broken link get its UNAVAILABLE /
 // DEADLINE_EXCEEDED results, naming that stage, before any later one.
 //
+// On the last stage a direct sink (set_direct_sink: the coordinator's
+// Results stream) may take each successful result instead; the upstream
+// then gets an acknowledgement (MicroBatchResult.delivered, no tokens) in
+// its place. Errors, and micro-batches that ask for traces, always go
+// upstream.
+//
 // Ownership: borrows the Stage (which must outlive the relay); owns the
 // link. Threads: any thread may call any method; Stage::run is serialised
 // by the relay. Results are delivered on the caller's thread (local ones)
-// or on the link's thread (downstream ones).
+// or on the link's thread (downstream ones); the direct sink is called on
+// the stage's thread, in the order the micro-batches ran.
 #pragma once
 
 #include <atomic>
@@ -32,6 +39,10 @@
 #include "worker/stage.h"
 
 namespace strata::worker {
+
+// Takes a last stage's result for the coordinator; false when it cannot
+// (the stream is gone): the result then goes upstream.
+using DirectSink = std::function<bool(const v1::MicroBatchResult& result)>;
 
 // Makes the link to the next stage, whose results go to `on_result`.
 using LinkFactory =
@@ -57,6 +68,14 @@ class StageRelay {
   // micro-batch (it connects in the background). No-op on the last stage.
   void connect();
 
+  // The last stage's direct sink (replacing any earlier one); returns a
+  // token for clear_direct_sink. No-op (returns 0) on other stages.
+  uint64_t set_direct_sink(DirectSink sink);
+  // Removes the sink set with `token` if it is still the current one.
+  void clear_direct_sink(uint64_t token);
+  // Whether the sink set with `token` is still the current one.
+  bool has_direct_sink(uint64_t token);
+
   // Stage::free_sequences under the relay's lock.
   int free_sequences(const uint64_t* seq_ids, int n);
   // Live sequences after the last run or free (no lock taken).
@@ -77,6 +96,9 @@ class StageRelay {
   };
 
   void on_next_result(v1::MicroBatchResult result);
+  // Hands a last-stage result to the direct sink; false when there is none
+  // or it refused.
+  bool deliver_direct(const v1::MicroBatchResult& result);
   // Makes the link when there is none or the last one broke; false (with
   // the reason in *error) when it cannot be made.
   bool ensure_link(std::string* error);
@@ -89,6 +111,10 @@ class StageRelay {
   std::unique_ptr<ActivationLink> link_;
   bool closed_ = false;
   std::atomic<int> live_{0};
+
+  std::mutex direct_mu_;  // guards direct_ and direct_token_
+  DirectSink direct_;
+  uint64_t direct_token_ = 0;
 
   std::mutex waiting_mu_;
   std::deque<Waiting> waiting_;  // sent to the next stage, not answered

@@ -43,53 +43,43 @@ std::string real_path(const std::string& path) {
   return buf;
 }
 
-// Results waiting to be written to one Activations stream by its writer.
-class Outbox {
+// Writes the results of one Activations stream, in order, on the thread
+// that delivers them (OrderedResults runs one sink call at a time): the
+// stage's thread for its own results, the next stage's link reader for
+// the ones coming back. No writer thread: a hand-over per micro-batch is a
+// wake-up of another thread, tens of microseconds on these VMs.
+class ResultWriter {
  public:
-  void push(v1::MicroBatchResult r) {
+  explicit ResultWriter(
+      grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream)
+      : stream_(stream) {}
+  void write(const v1::MicroBatchResult& r) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
-    queue_.push_back(std::move(r));
+    if (closed_ || failed_) return;
+    if (!stream_->Write(r)) failed_ = true;
     cv_.notify_all();
   }
-  // The next result; false once closed and drained.
-  bool pop(v1::MicroBatchResult* r) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
-    if (queue_.empty()) return false;
-    *r = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
-    return true;
-  }
-  void written() {
+  bool failed() {
     std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    cv_.notify_all();
+    return failed_;
   }
-  // Nothing queued or being written.
-  bool idle() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return queue_.empty() && !writing_;
-  }
+  // Waits up to 100 ms for the next write.
   void wait_a_while() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(100));
   }
-  // Drops what is queued; pop() returns false from now on.
+  // No write after this returns (the stream is about to end).
   void close() {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
-    queue_.clear();
-    cv_.notify_all();
   }
 
  private:
+  grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* const stream_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<v1::MicroBatchResult> queue_;
-  bool writing_ = false;
   bool closed_ = false;
+  bool failed_ = false;
 };
 
 }  // namespace
@@ -313,25 +303,12 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext*,
 grpc::Status WorkerService::Activations(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream) {
-  auto outbox = std::make_shared<Outbox>();
+  auto writer = std::make_shared<ResultWriter>(stream);
   auto results = std::make_shared<OrderedResults>(
-      [outbox](v1::MicroBatchResult r) { outbox->push(std::move(r)); });
-  std::atomic<bool> write_failed{false};
-  std::thread writer([&] {
-    v1::MicroBatchResult r;
-    while (outbox->pop(&r)) {
-      const bool ok = stream->Write(r);
-      outbox->written();
-      if (!ok) {
-        write_failed = true;
-        outbox->close();
-        return;
-      }
-    }
-  });
+      [writer](v1::MicroBatchResult r) { writer->write(r); });
 
   v1::MicroBatch batch;
-  while (!write_failed && stream->Read(&batch)) {
+  while (!writer->failed() && stream->Read(&batch)) {
     std::shared_ptr<Loaded> loaded = current();
     if (loaded == nullptr) {
       const absl::Status why = no_shard("no shard loaded (LoadShard first)");
@@ -345,12 +322,76 @@ grpc::Status WorkerService::Activations(
   // The upstream sent its last micro-batch: write the results still owed
   // (the next stage answers or is declared dead within its timeouts),
   // unless the upstream went away.
-  while (!context->IsCancelled() && !write_failed &&
-         (results->outstanding() > 0 || !outbox->idle())) {
-    outbox->wait_a_while();
+  while (!context->IsCancelled() && !writer->failed() && results->outstanding() > 0) {
+    writer->wait_a_while();
   }
-  outbox->close();
-  writer.join();
+  writer->close();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Results(grpc::ServerContext* context,
+                                    const v1::ResultsRequest* request,
+                                    grpc::ServerWriter<v1::MicroBatchResult>* writer) {
+  std::shared_ptr<Loaded> loaded = current();
+  if (loaded == nullptr) {
+    return to_grpc_status(no_shard("no shard loaded (LoadShard first)"));
+  }
+  const v1::ShardInfo& info = loaded->stage->shard();
+  if (request->shard_id() != info.shard_id()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("shard_id: ", request->shard_id(),
+                                     ", but the loaded shard is ", info.shard_id()));
+  }
+  if (!info.head()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("worker ", worker_id(),
+                                     ": not the last stage (its shard has no head)"));
+  }
+  // The stage's thread writes each result (the sink); this thread only
+  // watches for the end: the client gone, the shard unloaded, another
+  // subscriber. `open` (under mu) says whether the sink may still write.
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = true;
+  };
+  auto shared = std::make_shared<Shared>();
+  {
+    std::lock_guard<std::mutex> lock(shared->mu);
+    if (!writer->Write(v1::MicroBatchResult())) return grpc::Status::OK;  // registered
+  }
+  const uint64_t token = loaded->relay->set_direct_sink(
+      [shared, writer](const v1::MicroBatchResult& r) {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        if (!shared->open) return false;
+        if (!writer->Write(r)) {
+          shared->open = false;
+          shared->cv.notify_all();
+          return false;
+        }
+        return true;
+      });
+  // The relay's lock is taken before shared->mu by the sink: never the
+  // other way round here.
+  bool replaced = false;
+  for (;;) {
+    if (!loaded->relay->has_direct_sink(token)) {
+      replaced = true;
+      break;
+    }
+    if (current() != loaded) break;  // unloaded or replaced by LoadShard
+    std::unique_lock<std::mutex> lock(shared->mu);
+    if (!shared->open || context->IsCancelled()) break;
+    shared->cv.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  {
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->open = false;  // no write after this
+  }
+  loaded->relay->clear_direct_sink(token);
+  if (replaced) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "another Results stream took over");
+  }
   return grpc::Status::OK;
 }
 

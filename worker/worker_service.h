@@ -14,7 +14,9 @@
 //                 made (and remade after the next worker restarts).
 //   Activations   each micro-batch read runs through the Stage on the
 //                 stream's thread; its result (or the next stage's, relayed
-//                 up) is written back in order by a writer thread.
+//                 up) is written back in order, on the thread that has it.
+//   Results       the last stage's results straight to the coordinator:
+//                 written on the stage's thread as each micro-batch ends.
 //   FreeSequence  frees sequences of the loaded shard (not forwarded).
 //   Health        "idle", "loading" or "serving", live sequences.
 //
@@ -53,6 +55,9 @@ class WorkerService final : public v1::Worker::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream)
       override;
+  grpc::Status Results(grpc::ServerContext* context,
+                       const v1::ResultsRequest* request,
+                       grpc::ServerWriter<v1::MicroBatchResult>* writer) override;
   grpc::Status FreeSequence(grpc::ServerContext* context,
                             const v1::FreeSequenceRequest* request,
                             v1::FreeSequenceResponse* response) override;

@@ -195,6 +195,97 @@ TEST_F(GrpcWorker, TwoWorkersGiveTheWholeModelsGreedyIds) {
   EXPECT_EQ(fr.freed(), 1);
 }
 
+TEST_F(GrpcWorker, LastStageResultsComeStraightToTheCoordinator) {
+  const std::vector<int32_t> expected =
+      whole_model_greedy(stories_path(), stories_prompt(), 12);
+  auto w1 = v1::Worker::NewStub(
+      grpc::CreateChannel(w1_->address(), grpc::InsecureChannelCredentials()));
+  auto w0 = v1::Worker::NewStub(
+      grpc::CreateChannel(w0_->address(), grpc::InsecureChannelCredentials()));
+  // Refused: another shard id; a stage that is not the last.
+  {
+    grpc::ClientContext c;
+    v1::ResultsRequest r;
+    r.set_shard_id(kShardId + 1);
+    auto reader = w1->Results(&c, r);
+    v1::MicroBatchResult m;
+    EXPECT_FALSE(reader->Read(&m));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    grpc::ClientContext c0;
+    r.set_shard_id(kShardId);
+    auto reader0 = w0->Results(&c0, r);
+    EXPECT_FALSE(reader0->Read(&m));
+    EXPECT_EQ(reader0->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  // By hand: the chain answers with an acknowledgement, the Results
+  // stream brings the token.
+  {
+    grpc::ClientContext rc;
+    v1::ResultsRequest r;
+    r.set_shard_id(kShardId);
+    auto results = w1->Results(&rc, r);
+    v1::MicroBatchResult hello;
+    ASSERT_TRUE(results->Read(&hello));  // registered
+    EXPECT_EQ(hello.batch_id(), 0u);
+    grpc::ClientContext ac;
+    auto chain = w0->Activations(&ac);
+    ASSERT_TRUE(chain->Write(micro_batch(5, {slice(3, 0, stories_prompt())})));
+    v1::MicroBatchResult ack;
+    ASSERT_TRUE(chain->Read(&ack));
+    EXPECT_EQ(ack.batch_id(), 5u);
+    EXPECT_EQ(ack.error_code(), 0) << ack.error_message();
+    EXPECT_TRUE(ack.delivered());
+    EXPECT_EQ(ack.tokens_size(), 0);
+    v1::MicroBatchResult direct;
+    ASSERT_TRUE(results->Read(&direct));
+    EXPECT_EQ(direct.batch_id(), 5u);
+    ASSERT_EQ(direct.tokens_size(), 1);
+    EXPECT_EQ(direct.tokens(0).seq_id(), 3u);
+    EXPECT_EQ(direct.tokens(0).id(), expected[0]);
+    // The Results stream gone, the chain brings whole results again.
+    rc.TryCancel();
+    (void)results->Finish();
+    for (int tries = 0;; ++tries) {  // the worker may take one more first
+      ASSERT_TRUE(chain->Write(micro_batch(6 + tries, {slice(100 + tries, 0, stories_prompt())})));
+      v1::MicroBatchResult answer;
+      ASSERT_TRUE(chain->Read(&answer));
+      ASSERT_EQ(answer.error_code(), 0) << answer.error_message();
+      if (!answer.delivered()) {
+        ASSERT_EQ(answer.tokens_size(), 1);
+        EXPECT_EQ(answer.tokens(0).id(), expected[0]);
+        break;
+      }
+      ASSERT_LT(tries, 100) << "still acknowledged after the Results stream ended";
+    }
+    chain->WritesDone();
+    (void)chain->Finish();
+  }
+  // Through a link that holds the Results stream: the whole model's ids.
+  Results results;
+  worker::GrpcLinkOptions options;
+  options.answer_timeout = std::chrono::seconds(30);
+  options.results_from = w1_->address();
+  options.shard_id = kShardId;
+  auto link = worker::make_grpc_link(w0_->address(), results.callback(), options);
+  ASSERT_TRUE(link.ok()) << link.status();
+  std::vector<int32_t> ids;
+  v1::MicroBatch b = micro_batch(1, {slice(9, 0, stories_prompt())});
+  int pos = static_cast<int>(stories_prompt().size());
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE((*link)->send(b).ok());
+    auto r = results.next();
+    ASSERT_TRUE(r.has_value());
+    ASSERT_EQ(r->error_code(), 0) << r->error_message();
+    ASSERT_EQ(r->batch_id(), static_cast<uint64_t>(i + 1));
+    ASSERT_EQ(r->tokens_size(), 1);
+    ids.push_back(r->tokens(0).id());
+    b = micro_batch(i + 2, {slice(9, pos++, {ids.back()})});
+  }
+  EXPECT_EQ(ids, expected);
+  // One result per micro-batch: no acknowledgement reaches the callback.
+  EXPECT_FALSE(results.next(std::chrono::seconds(0)).has_value());
+}
+
 struct Hostile {
   const char* what;
   bool to_first;  // to w0 (takes tokens) or w1 (takes hidden rows)
