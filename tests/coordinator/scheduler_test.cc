@@ -4,8 +4,12 @@
 // than a chunk, seeded sampling, many sequences at once. And over a fake
 // link: a broken pipeline ends every request with UNAVAILABLE and a new
 // link serves again.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -21,6 +25,9 @@
 
 namespace strata::coordinator {
 namespace {
+
+// Waits below return as soon as their event comes; this only bounds a hang.
+constexpr std::chrono::seconds kSafetyNet(120);
 
 std::string stories() {
   return (testing::shared_dir() / "models" / "stories260K.gguf").string();
@@ -234,16 +241,13 @@ TEST_F(SchedulerPipelineTest, ManyConcurrentSequencesAllCompleteCorrectly) {
     EXPECT_EQ(outcomes[i].all_ids, expected[i].ids) << "request " << i;
   }
   // Every sequence was freed on every stage (the counts are published
-  // after the last event).
-  v1::ClusterStatusResponse status;
-  for (int i = 0; i < 200; ++i) {
-    status = cluster->status();
-    if (status.active_sequences() == 0 &&
-        status.requests_served() == kRequests) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  // after the last event, once the scheduler freed what ended).
+  cluster->scheduler().wait_stats(
+      [&](const Scheduler::Stats& st) {
+        return st.active == 0 && st.served == kRequests;
+      },
+      absl::FromChrono(kSafetyNet));
+  const v1::ClusterStatusResponse status = cluster->status();
   EXPECT_EQ(status.active_sequences(), 0);
   EXPECT_EQ(status.requests_served(), static_cast<uint64_t>(kRequests));
 }
@@ -288,26 +292,25 @@ class FakeLink final : public worker::ActivationLink {
   explicit FakeLink(ResultCallback cb) : cb_(std::move(cb)) {}
   const std::string& peer() const override { return peer_; }
   absl::Status send(v1::MicroBatch batch) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    sent_.push_back(std::move(batch));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sent_.push_back(std::move(batch));
+    }
+    cv_.notify_all();
     return absl::OkStatus();
   }
   bool healthy() const override { return true; }
   void close(const std::string&) override {}
-  std::optional<v1::MicroBatch> pop() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (sent_.empty()) return std::nullopt;
+  // The next micro-batch the scheduler sent, as soon as it is sent.
+  v1::MicroBatch wait_batch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, kSafetyNet, [&] { return !sent_.empty(); })) {
+      ADD_FAILURE() << "no micro-batch sent";
+      return {};
+    }
     v1::MicroBatch b = std::move(sent_.front());
     sent_.pop_front();
     return b;
-  }
-  v1::MicroBatch wait_batch() {
-    for (int i = 0; i < 2000; ++i) {
-      if (auto b = pop()) return *b;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    ADD_FAILURE() << "no micro-batch sent";
-    return {};
   }
   void answer(v1::MicroBatchResult r) { cb_(std::move(r)); }
 
@@ -315,22 +318,64 @@ class FakeLink final : public worker::ActivationLink {
   ResultCallback cb_;
   std::string peer_ = "worker fake";
   std::mutex mu_;
+  std::condition_variable cv_;
   std::deque<v1::MicroBatch> sent_;
+};
+
+// What the scheduler thread reports through its callbacks (FreeFn,
+// on_broken), with waits that return as soon as it came.
+class Reports {
+ public:
+  Scheduler::FreeFn free_fn() {
+    return [this](std::span<const uint64_t> ids) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        freed_.insert(freed_.end(), ids.begin(), ids.end());
+      }
+      cv_.notify_all();
+    };
+  }
+  Scheduler::BrokenFn broken_fn() {
+    return [this](const absl::Status&) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++broken_;
+      }
+      cv_.notify_all();
+    };
+  }
+  // The ids freed so far, once there are at least `n`.
+  std::vector<uint64_t> wait_freed(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, kSafetyNet, [&] { return freed_.size() >= n; });
+    return freed_;
+  }
+  std::vector<uint64_t> freed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return freed_;
+  }
+  // How often on_broken ran, once it ran at least `n` times.
+  int wait_broken(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, kSafetyNet, [&] { return broken_ >= n; });
+    return broken_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint64_t> freed_;
+  int broken_ = 0;
 };
 
 TEST(Scheduler, BrokenPipelineFailsEveryRequestAndANewLinkServes) {
   SchedulerOptions so;
   so.n_ctx = 64;
   so.max_in_flight = 2;
-  std::vector<uint64_t> freed;
-  std::mutex freed_mu;
+  Reports reports;
   Scheduler s(so, [] { return std::make_unique<CountingDetokenizer>(); },
-              [&](std::span<const uint64_t> ids) {
-                std::lock_guard<std::mutex> lock(freed_mu);
-                freed.insert(freed.end(), ids.begin(), ids.end());
-              });
-  std::atomic<int> broken{0};
-  s.set_on_broken([&](const absl::Status&) { ++broken; });
+              reports.free_fn());
+  s.set_on_broken(reports.broken_fn());
   SequenceRequest r;
   r.prompt = {5, 6, 7};
   r.params.max_tokens = 3;
@@ -392,12 +437,8 @@ TEST(Scheduler, BrokenPipelineFailsEveryRequestAndANewLinkServes) {
     EXPECT_NE(o.status.message().find("worker w1"), std::string::npos);
     EXPECT_EQ(o.ids, std::vector<int32_t>({42}));  // streamed before
   }
-  // on_broken runs on the scheduler thread after the requests are failed:
-  // wait for it (up to 10 s on a loaded machine).
-  for (int i = 0; i < 2000 && broken.load() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(broken.load(), 1);
+  // on_broken runs on the scheduler thread after the requests are failed.
+  EXPECT_EQ(reports.wait_broken(1), 1);
   auto refused = s.submit(r);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(refused.status().message().find("worker w1"), std::string::npos);
@@ -420,15 +461,7 @@ TEST(Scheduler, BrokenPipelineFailsEveryRequestAndANewLinkServes) {
   ASSERT_TRUE(o.status.ok()) << o.status;
   EXPECT_EQ(o.finish, FinishReason::kStop);
   EXPECT_TRUE(o.all_ids.empty());
-  for (int i = 0; i < 2000; ++i) {  // up to 10 s on a loaded machine
-    {
-      std::lock_guard<std::mutex> lock(freed_mu);
-      if (!freed.empty()) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::lock_guard<std::mutex> lock(freed_mu);
-  EXPECT_EQ(freed, std::vector<uint64_t>({(*c)->seq_id()}));
+  EXPECT_EQ(reports.wait_freed(1), std::vector<uint64_t>({(*c)->seq_id()}));
 }
 
 TEST(Scheduler, LongPromptsFollowInChunksAndCancelFrees) {
@@ -436,13 +469,9 @@ TEST(Scheduler, LongPromptsFollowInChunksAndCancelFrees) {
   so.n_ctx = 4096;
   so.max_in_flight = 3;
   so.prefill_chunk = 512;
-  std::vector<uint64_t> freed;
-  std::mutex freed_mu;
+  Reports reports;
   Scheduler s(so, [] { return std::make_unique<CountingDetokenizer>(); },
-              [&](std::span<const uint64_t> ids) {
-                std::lock_guard<std::mutex> lock(freed_mu);
-                freed.insert(freed.end(), ids.begin(), ids.end());
-              });
+              reports.free_fn());
   auto link = std::make_unique<FakeLink>(s.result_callback());
   FakeLink* fake = link.get();
   s.attach(std::move(link), 5);
@@ -464,10 +493,7 @@ TEST(Scheduler, LongPromptsFollowInChunksAndCancelFrees) {
   EXPECT_EQ(o.status.code(), absl::StatusCode::kCancelled);
   // Freed only when its last micro-batch came back.
   for (auto& b : c) {
-    {
-      std::lock_guard<std::mutex> lock(freed_mu);
-      EXPECT_TRUE(freed.empty());
-    }
+    EXPECT_TRUE(reports.freed().empty());
     v1::MicroBatchResult res;
     res.set_batch_id(b.batch_id());
     if (b.slices(0).sample()) {
@@ -475,13 +501,13 @@ TEST(Scheduler, LongPromptsFollowInChunksAndCancelFrees) {
     }
     fake->answer(res);
   }
-  for (int i = 0; i < 200; ++i) {
-    std::lock_guard<std::mutex> lock(freed_mu);
-    if (!freed.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::lock_guard<std::mutex> lock(freed_mu);
-  EXPECT_EQ(freed.size(), 1u);
+  EXPECT_EQ(reports.wait_freed(1), std::vector<uint64_t>({(*h)->seq_id()}));
+  // The counts are published after the free.
+  const Scheduler::Stats st = s.wait_stats(
+      [](const Scheduler::Stats& now) { return now.active == 0; },
+      absl::FromChrono(kSafetyNet));
+  EXPECT_EQ(st.active, 0);
+  EXPECT_EQ(st.served, 0u);
 }
 
 }  // namespace

@@ -1,0 +1,351 @@
+#include "coordinator/step_scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::coordinator {
+namespace {
+
+using Clock = StepScheduler::Clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+bool breaks_pipeline(int code) {
+  return code == static_cast<int>(absl::StatusCode::kUnavailable) ||
+         code == static_cast<int>(absl::StatusCode::kDeadlineExceeded) ||
+         code == static_cast<int>(absl::StatusCode::kCancelled);
+}
+
+SchedulerOptions normalized(SchedulerOptions o) {
+  o.max_sequences = std::max(1, o.max_sequences);
+  o.prefill_chunk = std::max(1, o.prefill_chunk);
+  o.max_in_flight = std::max(1, o.max_in_flight);
+  if (o.max_batch_rows <= 0)
+    o.max_batch_rows = o.prefill_chunk + o.max_sequences;
+  o.prefill_chunk = std::min(o.prefill_chunk, o.max_batch_rows);
+  return o;
+}
+
+}  // namespace
+
+struct StepScheduler::Sequence {
+  enum class State {
+    kPrefill,     // prompt rows still to send
+    kAwaitToken,  // a sampling slice is in flight
+    kReady,       // holds a sampled token to send as the next decode step
+    kDone,        // ended (done, failed or cancelled); freed once idle
+  };
+  uint64_t id = 0;
+  std::shared_ptr<SequenceHandle> handle;
+  SequenceRequest request;
+  std::unique_ptr<Detokenizer> detok;
+  std::unique_ptr<GenerationOutput> output;  // borrows request, detok
+  State state = State::kPrefill;
+  int prompt_sent = 0;  // prompt rows sent
+  int pos = 0;          // positions sent to the stages
+  int in_flight = 0;    // micro-batches in flight holding a slice of it
+  int decode_steps = 0;
+  Clock::time_point submitted;
+  Clock::time_point first_sent;
+  Clock::time_point first_token;
+  bool sent = false;
+  bool sampled = false;
+
+  int prompt_size() const { return static_cast<int>(request.prompt.size()); }
+  // Its next row is a decode step, now or once its token is back.
+  bool decoding() const {
+    return state == State::kReady ||
+           (state == State::kAwaitToken && prompt_sent == prompt_size());
+  }
+};
+
+std::optional<SequenceEvent> SequenceHandle::next(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                    [&] { return !events_.empty(); })) {
+    return std::nullopt;
+  }
+  SequenceEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+void SequenceHandle::push(SequenceEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  cv_.notify_all();
+}
+
+v1::SamplingParams to_proto(const worker::SamplingParams& p) {
+  v1::SamplingParams s;
+  s.set_temperature(p.temperature);
+  s.set_top_k(p.top_k);
+  s.set_top_p(p.top_p);
+  s.set_min_p(p.min_p);
+  s.set_repeat_penalty(p.repeat_penalty);
+  s.set_presence_penalty(p.presence_penalty);
+  s.set_frequency_penalty(p.frequency_penalty);
+  s.set_repeat_last_n(p.penalty_last_n);
+  s.set_seed(p.seed);
+  return s;
+}
+
+StepScheduler::StepScheduler(const SchedulerOptions& options,
+                             DetokenizerFactory detokenizers)
+    : options_(normalized(options)), detokenizers_(std::move(detokenizers)) {}
+
+StepScheduler::~StepScheduler() = default;
+
+void StepScheduler::set_hooks(Hooks hooks) { hooks_ = std::move(hooks); }
+
+void StepScheduler::add(std::shared_ptr<SequenceHandle> handle,
+                        SequenceRequest request, Clock::time_point submitted) {
+  auto seq = std::make_unique<Sequence>();
+  seq->id = handle->seq_id();
+  seq->handle = std::move(handle);
+  seq->request = std::move(request);
+  seq->submitted = submitted;
+  waiting_.push_back(std::move(seq));
+}
+
+void StepScheduler::cancel(uint64_t seq_id) {
+  const absl::Status status = absl::CancelledError("cancelled by the client");
+  if (auto a = active_.find(seq_id); a != active_.end()) {
+    fail_sequence(*a->second, status);
+    return;
+  }
+  for (auto w = waiting_.begin(); w != waiting_.end(); ++w) {
+    if ((*w)->id == seq_id) {
+      fail_sequence(**w, status);
+      waiting_.erase(w);
+      return;
+    }
+  }
+}
+
+void StepScheduler::fail_all(const absl::Status& status) {
+  for (auto& [id, seq] : active_) fail_sequence(*seq, status);
+  for (auto& seq : waiting_) fail_sequence(*seq, status);
+  active_.clear();
+  waiting_.clear();
+  in_flight_.clear();
+}
+
+void StepScheduler::fail_sequence(Sequence& seq, const absl::Status& status) {
+  if (seq.state == Sequence::State::kDone) return;
+  seq.state = Sequence::State::kDone;
+  SequenceEvent e;
+  e.kind = SequenceEvent::Kind::kError;
+  e.error = status;
+  seq.handle->push(std::move(e));
+}
+
+void StepScheduler::finish(Sequence& seq) {
+  seq.state = Sequence::State::kDone;
+  const Clock::time_point now = Clock::now();
+  SequenceEvent e;
+  e.kind = SequenceEvent::Kind::kDone;
+  e.finish = seq.output->finish_reason();
+  e.all_ids = seq.output->ids();
+  e.all_text = seq.output->text();
+  SequenceTimings& t = e.timings;
+  t.queue_ms = ms_between(seq.submitted, seq.first_sent);
+  t.ttft_ms = ms_between(seq.submitted, seq.first_token);
+  t.prefill_ms = ms_between(seq.first_sent, seq.first_token);
+  t.decode_ms = ms_between(seq.first_token, now);
+  t.decode_steps = seq.decode_steps;
+  ++served_;
+  if (hooks_.served) hooks_.served(served_);
+  seq.handle->push(std::move(e));
+}
+
+void StepScheduler::admit() {
+  while (!waiting_.empty() &&
+         static_cast<int>(active_.size()) < options_.max_sequences) {
+    std::unique_ptr<Sequence> seq = std::move(waiting_.front());
+    waiting_.pop_front();
+    seq->detok = detokenizers_();
+    seq->output =
+        std::make_unique<GenerationOutput>(seq->request.params, *seq->detok);
+    const uint64_t id = seq->id;
+    active_.emplace(id, std::move(seq));
+  }
+}
+
+std::optional<v1::MicroBatch> StepScheduler::schedule() {
+  admit();
+  if (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) {
+    return std::nullopt;
+  }
+  int decoding = 0;
+  for (auto& [id, seq] : active_) decoding += seq->decoding() ? 1 : 0;
+  const int decode_cap = std::max(
+      1, (decoding + options_.max_in_flight - 1) / options_.max_in_flight);
+  v1::MicroBatch batch;
+  InFlight record;
+  int rows = 0;
+  int decodes = 0;
+  const Clock::time_point now = Clock::now();
+  auto add_slice = [&](Sequence& seq, bool sample) -> v1::SequenceSlice* {
+    v1::SequenceSlice* slice = batch.add_slices();
+    slice->set_seq_id(seq.id);
+    slice->set_sample(sample);
+    if (sample) {
+      slice->set_logprobs(seq.request.logprobs);
+      slice->set_top_logprobs(seq.request.top_logprobs);
+    }
+    record.seqs.push_back(seq.id);
+    record.sample.push_back(sample);
+    ++seq.in_flight;
+    if (!seq.sent) {
+      seq.sent = true;
+      seq.first_sent = now;
+    }
+    return slice;
+  };
+  // Decode steps first: one row each.
+  for (auto& [id, seq] : active_) {
+    if (decodes >= decode_cap ||
+        batch.slices_size() >= options_.max_sequences) {
+      break;
+    }
+    if (seq->state != Sequence::State::kReady) continue;
+    v1::SequenceSlice* slice = add_slice(*seq, true);
+    slice->set_start_pos(seq->pos);
+    slice->add_tokens(seq->output->ids().back());
+    ++seq->pos;
+    ++seq->decode_steps;
+    seq->state = Sequence::State::kAwaitToken;
+    ++rows;
+    ++decodes;
+  }
+  // Then prompt chunks, oldest request first.
+  for (auto& [id, seq] : active_) {
+    if (batch.slices_size() >= options_.max_sequences) break;
+    if (seq->state != Sequence::State::kPrefill) continue;
+    const int chunk =
+        std::min(options_.prefill_chunk, seq->prompt_size() - seq->prompt_sent);
+    if (rows + chunk > options_.max_batch_rows) continue;
+    const bool last = seq->prompt_sent + chunk == seq->prompt_size();
+    v1::SequenceSlice* slice = add_slice(*seq, last);
+    slice->set_start_pos(seq->prompt_sent);
+    if (seq->prompt_sent == 0) {
+      *slice->mutable_sampling() = to_proto(seq->request.params.sampling);
+    }
+    for (int i = 0; i < chunk; ++i) {
+      slice->add_tokens(seq->request.prompt[seq->prompt_sent + i]);
+    }
+    seq->prompt_sent += chunk;
+    seq->pos = seq->prompt_sent;
+    if (last) seq->state = Sequence::State::kAwaitToken;
+    rows += chunk;
+  }
+  if (batch.slices_size() == 0) return std::nullopt;
+  batch.set_batch_id(next_batch_id_++);
+  batch.set_trace(options_.trace);
+  in_flight_.emplace(batch.batch_id(), std::move(record));
+  return batch;
+}
+
+absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
+  auto it = in_flight_.find(result.batch_id());
+  if (it == in_flight_.end()) return absl::OkStatus();  // forgotten
+  InFlight record = std::move(it->second);
+  in_flight_.erase(it);
+  std::vector<Sequence*> seqs;
+  for (uint64_t id : record.seqs) {
+    auto s = active_.find(id);
+    Sequence* seq = s == active_.end() ? nullptr : s->second.get();
+    if (seq != nullptr) --seq->in_flight;
+    seqs.push_back(seq);
+  }
+  if (hooks_.trace) {
+    for (const v1::BlockTrace& t : result.traces()) hooks_.trace(t);
+  }
+  if (result.error_code() != 0) {
+    const absl::Status status(
+        static_cast<absl::StatusCode>(result.error_code()),
+        result.error_message().empty()
+            ? absl::StrCat("micro-batch ", result.batch_id(), " failed")
+            : result.error_message());
+    if (breaks_pipeline(result.error_code())) {
+      if (hooks_.broken) hooks_.broken(status);
+      fail_all(status);
+      return status;
+    }
+    for (Sequence* seq : seqs) {
+      if (seq != nullptr) fail_sequence(*seq, status);
+    }
+    return absl::OkStatus();
+  }
+  int k = 0;
+  const int n_tokens = result.tokens_size();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!record.sample[i]) continue;
+    if (k >= n_tokens || result.tokens(k).seq_id() != record.seqs[i]) {
+      const absl::Status status =
+          absl::InternalError(absl::StrCat("the last stage returned ", n_tokens,
+                                           " tokens that do not match "
+                                           "the sampled slices of micro-batch ",
+                                           result.batch_id()));
+      for (Sequence* s : seqs) {
+        if (s != nullptr) fail_sequence(*s, status);
+      }
+      return absl::OkStatus();
+    }
+    const v1::SampledToken& token = result.tokens(k++);
+    Sequence* seq = seqs[i];
+    if (seq == nullptr || seq->state != Sequence::State::kAwaitToken) continue;
+    take_token(*seq, token);
+  }
+  return absl::OkStatus();
+}
+
+void StepScheduler::take_token(Sequence& seq, const v1::SampledToken& token) {
+  if (!seq.sampled) {
+    seq.sampled = true;
+    seq.first_token = Clock::now();
+  }
+  const size_t kept_before = seq.output->ids().size();
+  SequenceEvent delta;
+  delta.text = seq.output->push(token.id());
+  if (seq.output->ids().size() > kept_before) {
+    delta.ids.push_back(token.id());
+    if (seq.request.logprobs || seq.request.top_logprobs > 0) {
+      delta.tokens.push_back(token);
+    }
+  }
+  if (!seq.output->done() && seq.pos + 1 > options_.n_ctx) {
+    delta.text += seq.output->end_at_context();
+  }
+  if (!delta.ids.empty() || !delta.text.empty()) {
+    seq.handle->push(std::move(delta));
+  }
+  if (seq.output->done()) {
+    finish(seq);
+  } else {
+    seq.state = Sequence::State::kReady;
+  }
+}
+
+std::vector<uint64_t> StepScheduler::take_finished() {
+  std::vector<uint64_t> ids;
+  for (auto it = active_.begin(); it != active_.end();) {
+    if (it->second->state == Sequence::State::kDone &&
+        it->second->in_flight == 0) {
+      ids.push_back(it->first);
+      it = active_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return ids;
+}
+
+}  // namespace strata::coordinator

@@ -1,0 +1,207 @@
+// StepScheduler: the decisions of continuous batching with no thread, no
+// lock and no link (vLLM's schedule() / update_from_output() is the model).
+// Scheduler (scheduler.h) wraps it in a thread and a link; a test drives it
+// step by step.
+//
+// The step contract, all on one thread:
+//   add(handle, request)        a validated request joins the queue;
+//   schedule()                  admits waiting requests into free slots and
+//                               returns the next micro-batch to send, or
+//                               nullopt (nothing to send, or max_in_flight
+//                               micro-batches already out);
+//   update_from_output(result)  a micro-batch came back: sampled tokens go
+//                               through GenerationOutput and the Detokenizer
+//                               to the handles as deltas, then done or error;
+//   take_finished()             the sequences that ended and have nothing in
+//                               flight: free them on every stage;
+//   cancel(id), fail_all(status).
+//
+// A micro-batch (schedule()) is built in this order, within max_batch_rows
+// rows and max_sequences slices:
+//   1. decode steps: one row per sequence holding a sampled token (its last
+//      token at start_pos = positions sent so far), at most
+//      ceil(decoding / max_in_flight) of them, so the decoding sequences are
+//      spread over the micro-batches in flight and every stage has work;
+//   2. prompt chunks beside them, oldest request first: at most
+//      prefill_chunk rows of one prompt, cut at the same boundaries as
+//      worker::prefill_in_chunks. The chunks of one prompt follow each other
+//      in consecutive micro-batches without waiting for results; only the
+//      last one samples, and the first carries the SamplingParams (with the
+//      seed).
+// A result with UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED breaks the
+// pipeline: every request (active or waiting) ends with that status and
+// update_from_output() returns it. Any other error code fails only the
+// sequences of that micro-batch.
+//
+// Ownership: owns the sequences (request, Detokenizer, GenerationOutput) and
+// the record of micro-batches in flight; shares each SequenceHandle with its
+// consumer. Threads: not thread-safe; one thread at a time drives it (the
+// hooks run on that thread). Handles may be read from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "coordinator/generation.h"
+#include "strata/v1/worker.pb.h"
+
+namespace strata::coordinator {
+
+struct SchedulerOptions {
+  int max_sequences = 8;    // live sequences at once (the shards' limit)
+  int max_queued = 256;     // waiting requests beyond that; more: refused
+  int n_ctx = 0;            // positions per sequence
+  int prefill_chunk = 512;  // rows of one prompt chunk
+  // Rows per micro-batch: at least prefill_chunk + max_sequences (the
+  // shards' max_batch_rows), so a full chunk travels beside every decode.
+  // 0: exactly that.
+  int max_batch_rows = 0;
+  int max_in_flight = 1;  // micro-batches in flight: one per stage
+  bool trace = false;     // ask the stages for BlockTrace entries
+};
+
+// One generation.
+struct SequenceRequest {
+  std::vector<int32_t> prompt;  // token ids, 1 .. n_ctx
+  GenerationParams params;      // max_tokens >= 1, sampling with its seed
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+struct SequenceTimings {
+  double queue_ms = 0;    // submitted -> first micro-batch sent
+  double ttft_ms = 0;     // submitted -> first token back
+  double prefill_ms = 0;  // first micro-batch sent -> first token back
+  double decode_ms = 0;   // first token -> end
+  int decode_steps = 0;   // decode micro-batches after the first token
+};
+
+// What a request receives, in order: deltas, then one kDone or kError.
+struct SequenceEvent {
+  enum class Kind { kDelta, kDone, kError };
+  Kind kind = Kind::kDelta;
+  // kDelta: the ids sampled and the text they made printable (maybe "").
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<v1::SampledToken> tokens;  // with logprobs when asked
+  // kDone.
+  FinishReason finish = FinishReason::kLength;
+  std::vector<int32_t> all_ids;
+  std::string all_text;
+  SequenceTimings timings;
+  // kError.
+  absl::Status error;
+};
+
+// The consumer's end of a request. Shared by the scheduler and the caller;
+// any thread.
+class SequenceHandle {
+ public:
+  SequenceHandle() = default;
+  explicit SequenceHandle(uint64_t seq_id) : seq_id_(seq_id) {}
+  // The next event; nullopt when none came within `timeout`.
+  std::optional<SequenceEvent> next(absl::Duration timeout);
+  uint64_t seq_id() const { return seq_id_; }
+
+ private:
+  friend class Scheduler;
+  friend class StepScheduler;
+  void push(SequenceEvent event);
+
+  uint64_t seq_id_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SequenceEvent> events_;
+};
+
+class StepScheduler {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using DetokenizerFactory = std::function<std::unique_ptr<Detokenizer>()>;
+
+  // Called on the driving thread before the handles hear of the change, so
+  // whoever sees the event sees the caller's published state too. Each may
+  // be empty.
+  struct Hooks {
+    std::function<void(const v1::BlockTrace&)> trace;  // from each result
+    std::function<void(uint64_t served)> served;       // a request ended kDone
+    std::function<void(const absl::Status&)> broken;   // before all fail
+  };
+
+  // `options` are normalized (at least one sequence, chunk row and
+  // micro-batch in flight; max_batch_rows 0 -> prefill_chunk +
+  // max_sequences; prefill_chunk <= max_batch_rows).
+  StepScheduler(const SchedulerOptions& options,
+                DetokenizerFactory detokenizers);
+  ~StepScheduler();
+  StepScheduler(const StepScheduler&) = delete;
+  StepScheduler& operator=(const StepScheduler&) = delete;
+
+  const SchedulerOptions& options() const { return options_; }  // any thread
+  void set_hooks(Hooks hooks);
+
+  // Queues a request that passed Scheduler::submit's checks (prompt 1 ..
+  // n_ctx tokens, max_tokens >= 1, valid sampling). Its id is
+  // handle->seq_id(), unique among the live ones.
+  void add(std::shared_ptr<SequenceHandle> handle, SequenceRequest request,
+           Clock::time_point submitted = Clock::now());
+  // Ends a request with CANCELLED; an active one is in take_finished() once
+  // its micro-batches in flight came back. Unknown ids are ignored.
+  void cancel(uint64_t seq_id);
+  // Ends every request with `status` and forgets the micro-batches in flight
+  // (their results are ignored). Nothing is left to free.
+  void fail_all(const absl::Status& status);
+
+  // The next micro-batch to send (batch_id set, shard_id left to the
+  // caller), or nullopt. See the top of the file.
+  std::optional<v1::MicroBatch> schedule();
+  // Takes the result of a micro-batch from schedule(); results of unknown
+  // batch ids (forgotten by fail_all) are ignored. Returns OK, or the status
+  // that broke the pipeline (every request has then failed with it).
+  absl::Status update_from_output(v1::MicroBatchResult result);
+  // The ids of the sequences that ended and have nothing in flight, in id
+  // order; they leave the active set (their slots are free).
+  std::vector<uint64_t> take_finished();
+
+  int active() const { return static_cast<int>(active_.size()); }
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+  int in_flight() const { return static_cast<int>(in_flight_.size()); }
+  uint64_t served() const { return served_; }  // requests that ended kDone
+
+ private:
+  struct Sequence;
+  struct InFlight {
+    std::vector<uint64_t> seqs;  // slice order
+    std::vector<bool> sample;    // whether each slice samples
+  };
+
+  void admit();
+  void fail_sequence(Sequence& seq, const absl::Status& status);
+  void finish(Sequence& seq);
+  void take_token(Sequence& seq, const v1::SampledToken& token);
+
+  const SchedulerOptions options_;
+  DetokenizerFactory detokenizers_;
+  Hooks hooks_;
+  uint64_t next_batch_id_ = 1;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::map<uint64_t, std::unique_ptr<Sequence>> active_;  // by seq_id
+  std::map<uint64_t, InFlight> in_flight_;                // by batch_id
+  uint64_t served_ = 0;
+};
+
+// worker::SamplingParams as the wire carries them.
+v1::SamplingParams to_proto(const worker::SamplingParams& params);
+
+}  // namespace strata::coordinator
