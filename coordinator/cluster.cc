@@ -170,10 +170,13 @@ absl::Status Cluster::plan() {
     placement::WorkerBudget b;
     b.name = c.workers[i].name;
     b.bytes = c.workers[i].memory_budget;
-    if (b.bytes == 0 && options_.monitor) {
-      auto d = workers_[i]->describe(options_.call_deadline);
-      if (!d.ok()) return d.status();
-      b.bytes = d->memory_budget_bytes();
+    // The worker's budget (unless the config gives one) and its threads,
+    // the pace placement balances (placement.h).
+    auto d = workers_[i]->describe(options_.call_deadline);
+    if (!d.ok() && options_.monitor) return d.status();
+    if (d.ok()) {
+      if (b.bytes == 0 && options_.monitor) b.bytes = d->memory_budget_bytes();
+      b.speed = d->threads();
       std::lock_guard<std::mutex> lock(mu_);
       states_[i].described = *d;
     }

@@ -127,7 +127,10 @@ ShardPlan shard_plan(const ModelSizes& sizes, const KvShape& kv, int first,
   return p;
 }
 
-absl::StatusOr<std::vector<ShardPlan>> plan_auto(
+// The split that makes the largest ratio (shard bytes / budget) smallest
+// (budgets of 0 count as the mean of the known ones; all 0: equal shares),
+// or the refusal with the numbers when even that one overflows a budget.
+static absl::StatusOr<std::vector<ShardPlan>> memory_balanced(
     const ModelSizes& sizes, const KvShape& kv,
     std::span<const WorkerBudget> workers) {
   const int n = static_cast<int>(workers.size());
@@ -200,6 +203,91 @@ absl::StatusOr<std::vector<ShardPlan>> plan_auto(
         " sequences x ", kv.n_ctx, " positions), the budgets hold ",
         format_bytes(budgets), "; the best split still overflows ",
         need_text(workers[worst], plan[worst])));
+  }
+  return plan;
+}
+
+uint64_t stage_work(const ModelSizes& sizes, int first, int last) {
+  uint64_t work = 0;
+  for (int b = std::max(first, 0); b < std::min(last, sizes.n_layer); ++b) {
+    work += sizes.block_bytes[b];
+  }
+  if (last == sizes.n_layer) work += sizes.head_bytes;
+  return work;
+}
+
+namespace {
+
+// Greedy at pace `t`: each worker takes as many blocks as keep its work /
+// speed within t and its shard within its budget, leaving one block for
+// each worker after it; the last takes the rest. With costs that only grow
+// as a range grows, this places every block whenever any split at pace t
+// does. Fills `ends` and returns whether every block was placed.
+bool paced_fits(const ModelSizes& sizes, const KvShape& kv,
+                std::span<const WorkerBudget> workers, std::span<const double> speed,
+                double t, std::vector<int>* ends) {
+  const int n = static_cast<int>(workers.size());
+  ends->assign(n, 0);
+  auto fits = [&](int i, int first, int last) {
+    if (static_cast<double>(stage_work(sizes, first, last)) > t * speed[i]) return false;
+    return workers[i].bytes == 0 || shard_plan(sizes, kv, first, last).total() <= workers[i].bytes;
+  };
+  int pos = 0;
+  for (int i = 0; i < n; ++i) {
+    const int leave = n - 1 - i;
+    int end = i == n - 1 ? sizes.n_layer : pos + 1;
+    if (!fits(i, pos, end)) return false;
+    while (end < sizes.n_layer - leave && fits(i, pos, end + 1)) ++end;
+    (*ends)[i] = end;
+    pos = end;
+  }
+  return pos == sizes.n_layer;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ShardPlan>> plan_auto(
+    const ModelSizes& sizes, const KvShape& kv,
+    std::span<const WorkerBudget> workers) {
+  // Whether any split fits the budgets (and the refusal if none does).
+  absl::StatusOr<std::vector<ShardPlan>> fitting = memory_balanced(sizes, kv, workers);
+  if (!fitting.ok()) return fitting.status();
+  const int n = static_cast<int>(workers.size());
+  // Speeds: unknown ones as the mean of the known ones (all unknown: 1).
+  double known = 0;
+  int n_known = 0;
+  for (const WorkerBudget& w : workers) {
+    if (w.speed > 0) {
+      known += w.speed;
+      ++n_known;
+    }
+  }
+  std::vector<double> speed(n);
+  for (int i = 0; i < n; ++i) {
+    speed[i] = workers[i].speed > 0 ? workers[i].speed : (n_known > 0 ? known / n_known : 1.0);
+  }
+  // The memory-balanced split fits: its slowest stage bounds the pace.
+  double hi = 0;
+  for (int i = 0; i < n; ++i) {
+    const ShardPlan& p = (*fitting)[i];
+    hi = std::max(hi, static_cast<double>(stage_work(sizes, p.first, p.last)) / speed[i]);
+  }
+  double lo = 0;
+  std::vector<int> ends;
+  for (int iter = 0; iter < 200 && hi - lo > hi * 1e-12; ++iter) {
+    const double mid = (lo + hi) / 2;
+    if (paced_fits(sizes, kv, workers, speed, mid, &ends)) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  if (!paced_fits(sizes, kv, workers, speed, hi, &ends)) return fitting;
+  std::vector<ShardPlan> plan;
+  int pos = 0;
+  for (int i = 0; i < n; ++i) {
+    plan.push_back(shard_plan(sizes, kv, pos, ends[i]));
+    pos = ends[i];
   }
   return plan;
 }

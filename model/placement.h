@@ -67,6 +67,9 @@ uint64_t kv_bytes(const ModelSizes& sizes, const KvShape& kv, int first,
 struct WorkerBudget {
   std::string name;      // for messages: "w1" or "127.0.0.1:50062"
   uint64_t bytes = 0;    // weights + KV it may hold; 0: unknown (no limit)
+  // Relative rate of work (its compute threads); 0: unknown (the mean of
+  // the known ones, or all equal).
+  double speed = 0;
 };
 
 struct ShardPlan {
@@ -79,16 +82,25 @@ struct ShardPlan {
   uint64_t total() const { return weight_bytes + kv_bytes; }
 };
 
+// Bytes of weights a token reads on a stage of blocks [first, last): the
+// blocks' tensors, and the output head on the last stage.
+uint64_t stage_work(const ModelSizes& sizes, int first, int last);
+
 // The plan of blocks [first, last) for a pipeline of n_layer blocks.
 ShardPlan shard_plan(const ModelSizes& sizes, const KvShape& kv, int first,
                      int last);
 
-// Contiguous ranges, one per worker in order, each at least one block,
-// that make the largest ratio (shard bytes / budget) as small as possible
-// (budgets of 0 count as the mean of the known ones; all 0: equal shares).
+// Contiguous ranges, one per worker in order, each at least one block, that
+// fit every worker's budget and make the slowest stage as fast as possible:
+// a pipeline moves at the pace of its slowest stage. A stage's work per
+// token is the bytes of weights it reads (stage_work: its blocks, and the
+// output head on the last stage; the token embedding is one row per token),
+// divided by the worker's speed. Among the splits with the least such
+// maximum, earlier workers take as many blocks as they can.
 // Errors: InvalidArgument for no workers or more workers than blocks;
-// ResourceExhausted when no split fits, saying what the model needs and
-// what the budgets hold, and the tightest worker.
+// ResourceExhausted when no split fits the budgets, saying what the model
+// needs and what the budgets hold, and the tightest worker of the split
+// that makes the largest ratio (shard bytes / budget) smallest.
 absl::StatusOr<std::vector<ShardPlan>> plan_auto(
     const ModelSizes& sizes, const KvShape& kv,
     std::span<const WorkerBudget> workers);

@@ -66,13 +66,42 @@ TEST(Placement, AutoSplitsEqualBudgetsEvenly) {
             (std::vector<std::pair<int, int>>{{0, 10}, {10, 20}, {20, 30}}));
 }
 
-TEST(Placement, AutoFollowsBudgetsAndEdges) {
-  // w1 has three times w0's memory: it takes about three quarters.
+TEST(Placement, AutoBalancesWorkWithinTheBudgets) {
+  // Equal work while the budgets allow it: w1's larger memory does not
+  // make it faster.
   const ModelSizes s = uniform(40, 10 * kMiB);
   std::vector<WorkerBudget> w = {{"w0", 200 * kMiB}, {"w1", 600 * kMiB}};
   auto p = plan_auto(s, no_kv(), w);
   ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(ranges_of(*p), (std::vector<std::pair<int, int>>{{0, 20}, {20, 40}}));
+  // w0 holds only 10 blocks: memory decides.
+  w[0].bytes = 105 * kMiB;
+  p = plan_auto(s, no_kv(), w);
+  ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(ranges_of(*p), (std::vector<std::pair<int, int>>{{0, 10}, {10, 40}}));
+  // Twice the threads, twice the blocks.
+  w = {{"w0", 0, 1}, {"w1", 0, 2}, {"w2", 0, 1}};
+  p = plan_auto(s, no_kv(), w);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(ranges_of(*p), (std::vector<std::pair<int, int>>{{0, 10}, {10, 30}, {30, 40}}));
+}
+
+TEST(Placement, TheEmbeddingWeighsOnMemoryNotOnWork) {
+  // Tied embeddings (SmolLM2's shape): token_embd is both the first
+  // stage's lookup (one row a token) and the last stage's head (a matmul):
+  // equal bytes, unequal work; the first stage takes more blocks.
+  ModelSizes s = uniform(30, 10 * kMiB, 120 * kMiB);
+  auto p = plan_auto(s, no_kv(), std::vector<WorkerBudget>{{"a", 0}, {"b", 0}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(ranges_of(*p), (std::vector<std::pair<int, int>>{{0, 21}, {21, 30}}));
+  EXPECT_EQ(stage_work(s, 0, 21), 210 * kMiB);
+  EXPECT_EQ(stage_work(s, 21, 30), 210 * kMiB);
+  // By bytes the halves would be [0, 15) and [15, 30): 270 MiB of work on
+  // the last stage against 150 on the first.
+  EXPECT_EQ(stage_work(s, 15, 30), 270 * kMiB);
+}
+
+TEST(Placement, AutoFollowsEdges) {
   // A big head (vocabulary) on the last stage moves blocks to the first.
   ModelSizes h = uniform(10, 10 * kMiB);
   h.head_bytes = 40 * kMiB;
