@@ -60,6 +60,25 @@ int32_t Sampler::sample(std::span<const float> logits) {
                         (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
                          p.frequency_penalty != 0.0f);
   size_t n = static_cast<size_t>(n_vocab_);
+  if (p.temperature <= 0.0f) {
+    // Greedy: the first id of the highest (penalised) logit, in one pass
+    // over the logits (no candidate list: a decode step of many sequences
+    // samples each of them, 49,152 logits apiece for SmolLM2).
+    int32_t best = 0;
+    float best_logit = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+      float l = logits[i];
+      if (penalize && counts_[i] > 0) {
+        l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
+        l -= static_cast<float>(counts_[i]) * p.frequency_penalty + p.presence_penalty;
+      }
+      if (i == 0 || l > best_logit) {
+        best = static_cast<int32_t>(i);
+        best_logit = l;
+      }
+    }
+    return best;
+  }
   for (size_t i = 0; i < n; ++i) {
     float l = logits[i];
     if (penalize && counts_[i] > 0) {
@@ -73,10 +92,6 @@ int32_t Sampler::sample(std::span<const float> logits) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
 
-  if (p.temperature <= 0.0f) {  // greedy
-    return std::min_element(candidates_.begin(), candidates_.begin() + n,
-                            by_logit)->id;
-  }
   // Top-k: keep the k highest, sorted.
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
     std::partial_sort(candidates_.begin(), candidates_.begin() + p.top_k,

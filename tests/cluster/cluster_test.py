@@ -110,7 +110,8 @@ def model_dirs(model):
 class Cluster:
     """Workers and a coordinator on loopback, from generated config files."""
 
-    def __init__(self, args, workdir, n_workers, ranges=None, ctx=512, model=None):
+    def __init__(self, args, workdir, n_workers, ranges=None, ctx=512, model=None,
+                 max_sequences=8):
         self.args, self.workdir = args, workdir
         self.procs = []
         self.worker_ports = [free_port() for _ in range(n_workers)]
@@ -119,7 +120,7 @@ class Cluster:
             self.start_worker(i)
         cfg = os.path.join(workdir, "cluster.yaml")
         lines = [f"model: {model or args.model}", f"listen: 127.0.0.1:{free_port()}",
-                 f"context_length: {ctx}", "max_sequences: 8",
+                 f"context_length: {ctx}", f"max_sequences: {max_sequences}",
                  "health_check_interval_ms: 500",
                  "health_check_timeout_ms: 1000",
                  "health_check_failures: 2", "workers:"]
@@ -158,11 +159,12 @@ class Cluster:
 class Serve:
     """`strata serve MODEL --workers N` on an ephemeral port."""
 
-    def __init__(self, args, workdir, n_workers, ctx=512):
+    def __init__(self, args, workdir, n_workers, ctx=512, max_sequences=8):
         port = free_port()
         self.proc = Proc("serve", [args.strata, "serve", args.model,
                                    "--workers", str(n_workers), "-t", str(n_workers),
-                                   "-c", str(ctx), "--listen", f"127.0.0.1:{port}"],
+                                   "-c", str(ctx), "--max-sequences", str(max_sequences),
+                                   "--listen", f"127.0.0.1:{port}"],
                          workdir)
         self.address = self.proc.address
         self.procs = [self.proc]
@@ -316,32 +318,50 @@ def scenario_placement(args, stubs, workdir, f):
 
 
 def scenario_concurrent(args, stubs, workdir, f):
-    prompts = [f"Story number {i}: once upon a time there was a" for i in range(8)]
+    """Every stream's greedy ids, 1, 4 and 16 at once, equal its ids alone in
+    one process (`strata run`), on 1, 2 and 3 workers and in `strata serve`:
+    a sequence's logits do not depend on what shares its micro-batches."""
+    subjects = ["a fox", "the old king", "my sister", "a small robot", "the river",
+                "a baker", "the moon", "two friends"]
+    prompts = [f"Story {i}: {subjects[i % 8]} " + ("found a" if i < 8 else "wanted to")
+               for i in range(16)]
     expected = [reference_ids(args, p, N_TOKENS) for p in prompts]
-    c = Cluster(args, workdir, 2)
-    try:
-        api = Api(c.address, *stubs)
-        api.wait_state(stubs[0].HealthResponse.SERVING, 180)
-        results = [None] * len(prompts)
+    targets = [("1 worker", lambda d: Cluster(args, d, 1, max_sequences=16)),
+               ("2 workers", lambda d: Cluster(args, d, 2, max_sequences=16)),
+               ("3 workers", lambda d: Cluster(args, d, 3, max_sequences=16)),
+               ("serve --workers 2", lambda d: Serve(args, d, 2, max_sequences=16))]
+    for name, make in targets:
+        d = os.path.join(workdir, name.replace(" ", "-"))
+        os.makedirs(d)
+        c = make(d)
+        failed_before = f.n
+        try:
+            api = Api(c.address, *stubs)
+            api.wait_state(stubs[0].HealthResponse.SERVING, 180)
+            served = 0
+            for together in (1, 4, 16):
+                results = [None] * together
 
-        def run(i):
-            results[i] = api.generate(prompts[i], N_TOKENS)
+                def run(i):
+                    results[i] = api.generate(prompts[i], N_TOKENS)
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for i, (ids, done, err) in enumerate(results):
-            f.check(err is None and done is not None and ids == expected[i],
-                    f"stream {i}: {ids} == {expected[i]}" + (f" ({err})" if err else ""))
-        status = api.stub.ClusterStatus(stubs[0].ClusterStatusRequest(), timeout=5)
-        f.check(status.requests_served == len(prompts),
-                f"requests_served {status.requests_served} == {len(prompts)}")
-    finally:
-        if f.n:
-            print(c.logs())
-        c.close()
+                threads = [threading.Thread(target=run, args=(i,)) for i in range(together)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                served += together
+                for i, (ids, done, err) in enumerate(results):
+                    f.check(err is None and done is not None and ids == expected[i],
+                            f"{name}, {together} at once, stream {i}: {ids} == {expected[i]}"
+                            + (f" ({err})" if err else ""))
+            status = api.stub.ClusterStatus(stubs[0].ClusterStatusRequest(), timeout=5)
+            f.check(status.requests_served == served,
+                    f"{name}: requests_served {status.requests_served} == {served}")
+        finally:
+            if f.n > failed_before:
+                print(c.logs())
+            c.close()
 
 
 def scenario_fault(args, stubs, workdir, f, how):
