@@ -67,7 +67,7 @@ std::string params_text(const KernelParams& p) {
   return absl::StrCat("rows=", p.rows, " cols=", p.cols,
                       " decode_rows=", p.decode_rows, " unroll=", p.unroll,
                       " prefetch=", p.prefetch, " act_block=", p.act_block,
-                      " grain=", p.row_grain);
+                      " grain=", p.row_grain, " few_cols=", p.few_cols);
 }
 
 TileFn KernelCache::get(const TileConf& conf) {
@@ -190,9 +190,15 @@ absl::Status JitMatmul::set_params(const KernelParams& params) {
         "decode_rows ", p.decode_rows, " is out of range [1, ", limit, "]"));
   }
   if (p.unroll < 1 || p.unroll > 8 || p.prefetch < 0 || p.prefetch > 8192 ||
-      p.act_block < 1 || p.row_grain < 1) {
+      p.act_block < 1 || p.row_grain < 1 || p.few_cols < 0 || p.few_cols > kFewRows) {
     return absl::InvalidArgumentError(
         absl::StrCat("kernel parameters out of range: ", params_text(p)));
+  }
+  const int few_cols =
+      p.few_cols == 0 ? std::min(kFewRows, max_cols(p.rows)) : p.few_cols;
+  if (few_cols > max_cols(p.rows)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "few_cols ", p.few_cols, ": a tile of ", p.rows, " rows holds ", max_cols(p.rows)));
   }
   params_ = p;
   pair_groups_ = l.row_group > 1 && paired(p.cols);
@@ -210,6 +216,17 @@ absl::Status JitMatmul::set_params(const KernelParams& params) {
       // the decode tile's distance; the paired generator has none).
       if (conf.pair) conf.prefetch = 0;
       prefill_[t][c - 1] = cache_->get(conf);
+    }
+  }
+  // Few-column tiles: unpaired, `rows` weight rows, prefetching ahead.
+  for (auto& row : few_) std::fill(std::begin(row), std::end(row), nullptr);
+  few_cols_ = few_cols < 2 ? 0 : few_cols;
+  for (int t = 0; t < 2 && few_cols_ > 0; ++t) {
+    if (tails[t] == 0 || (t == 0 && n_out < p.rows)) continue;
+    for (int c = 1; c <= few_cols_; ++c) {
+      TileConf conf = base_conf(tails[t], c);
+      conf.prefetch = p.prefetch;
+      few_[t][c - 1] = cache_->get(conf);
     }
   }
   const int dtails[2] = {p.decode_rows,
@@ -291,33 +308,34 @@ ThreadPool::WarmPlan JitMatmul::decode_warm_plan(int thread,
   return plan;
 }
 
+TileArgs JitMatmul::tile_args(int64_t r0, int64_t c0, ActivationBuffers& acts, float* y) const {
+  const PackedLayout& l = packed_->layout();
+  const PackedWeights& pw = *packed_;
+  TileArgs a{};
+  if (l.row_group > 1) {  // the row group's planes
+    const int64_t g = r0 / l.row_group;
+    const int64_t es = scale_elem_bytes(l);
+    a.values = pw.values() + g * l.value_stride;
+    a.hbits = pw.hbits() ? pw.hbits() + g * l.hbit_stride : nullptr;
+    a.scales = pw.scales() + g * l.scale_stride * es;
+    a.wcorr = pw.mins() ? pw.mins() + g * l.mins_stride * es : nullptr;
+  } else {  // float rows
+    a.values = pw.values() + r0 * l.value_stride;
+  }
+  a.act = is_float(l.encoding) ? static_cast<const void*>(acts.f() + c0 * l.n_in_pad)
+                               : static_cast<const void*>(acts.q() + c0 * l.n_in);
+  a.act_d = acts.d() + c0 * l.act_d_stride;
+  a.act_corr = acts.corr() + c0 * l.corr_len;
+  a.y = y + c0 * l.n_out + r0;
+  a.groups = 1;
+  return a;
+}
+
 void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
                           ThreadPool& pool) const {
   const PackedLayout& l = packed_->layout();
-  const PackedWeights& pw = *packed_;
-  const bool fl = is_float(l.encoding);
   const int64_t n_out = l.n_out;
-
-  auto args_for = [&](int64_t r0, int64_t c0) {
-    TileArgs a{};
-    if (l.row_group > 1) {  // the row group's planes
-      const int64_t g = r0 / l.row_group;
-      const int64_t es = scale_elem_bytes(l);
-      a.values = pw.values() + g * l.value_stride;
-      a.hbits = pw.hbits() ? pw.hbits() + g * l.hbit_stride : nullptr;
-      a.scales = pw.scales() + g * l.scale_stride * es;
-      a.wcorr = pw.mins() ? pw.mins() + g * l.mins_stride * es : nullptr;
-    } else {  // float rows
-      a.values = pw.values() + r0 * l.value_stride;
-    }
-    a.act = fl ? static_cast<const void*>(acts.f() + c0 * l.n_in_pad)
-               : static_cast<const void*>(acts.q() + c0 * l.n_in);
-    a.act_d = acts.d() + c0 * l.act_d_stride;
-    a.act_corr = acts.corr() + c0 * l.corr_len;
-    a.y = y + c0 * n_out + r0;
-    a.groups = 1;
-    return a;
-  };
+  auto args_for = [&](int64_t r0, int64_t c0) { return tile_args(r0, c0, acts, y); };
 
   // Tiles are taken off a shared counter (ThreadPool::parallel_for_dynamic):
   // the two threads of this machine's decode ran the same halves 13-27 %
@@ -359,15 +377,32 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
     });
     return;
   }
+  if (n_rows <= kFewRows && few_cols_ > 0) {
+    // A decode step of several sequences: one pass over the weights, the
+    // rows cut into as few column tiles as few_cols allows (13 rows with
+    // few_cols 8: 7 + 6), each run over a run of row groups while they are
+    // in L1.
+    const int64_t tiles = (n_rows + few_cols_ - 1) / few_cols_;
+    run_column_tiles(n_rows, y, acts, pool, few_, (n_rows + tiles - 1) / tiles, false);
+    return;
+  }
+  run_column_tiles(n_rows, y, acts, pool, prefill_, params_.cols, pair_groups_);
+}
+
+void JitMatmul::run_column_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
+                                 ThreadPool& pool, const TileFn (*table)[16], int64_t C,
+                                 bool pairs) const {
+  const PackedLayout& l = packed_->layout();
+  const int64_t n_out = l.n_out;
+  auto args_for = [&](int64_t r0, int64_t c0) { return tile_args(r0, c0, acts, y); };
   const int64_t R = params_.rows;
-  const int64_t C = params_.cols;
   const int64_t block = (params_.act_block + C - 1) / C * C;
   const int64_t n_tiles = (n_out + R - 1) / R;
   const int64_t full_tiles = n_out / R;
   // Tiles that pair row groups take them two by two: chunks and runs of
   // an even count, so that only the matrix's last group can run alone
   // (the least chunk, row_grain, then counts pairs).
-  const int64_t step = pair_groups_ ? 2 : 1;
+  const int64_t step = pairs ? 2 : 1;
   constexpr int64_t kRunBytes = 24 << 10;  // weights of one prefill call
   const int64_t run = std::max<int64_t>(
       step, kRunBytes / std::max<int64_t>(1, l.value_stride) / step * step);
@@ -390,7 +425,7 @@ void JitMatmul::run_tiles(int64_t n_rows, float* y, ActivationBuffers& acts,
               const int64_t nc = std::min(C, ce - c0);
               TileArgs a = args_for(r0, c0);
               a.groups = groups;
-              prefill_[tail][nc - 1](&a);
+              table[tail][nc - 1](&a);
             }
             t += groups;
           }

@@ -9,8 +9,14 @@
 // functions are generated for the matrix's shape (avx2_generator.h): one for
 // prefill tiles of `rows` weight rows × `cols` activation rows and their
 // ragged edges, one for decode (one activation row, `decode_rows` weight
-// rows). run() quantizes the activations into the Scratch and calls the
-// tiles; it does not allocate.
+// rows), and few-column tiles for 2 to kFewRows activation rows (a decode
+// step of several sequences: one pass over the weights with up to
+// `few_cols` columns a tile, prefetching the weights ahead as the decode
+// tile does, so several columns cost about the bytes of one). Every tile
+// computes an output with the same operations in the same order, so a row's
+// result does not depend on how many rows run beside it (batch invariance).
+// run() quantizes the activations into the Scratch and calls the tiles; it
+// does not allocate.
 //
 // Usage:
 //   JitScratch scratch(/*max_rows=*/512, /*max_in=*/4096);
@@ -43,7 +49,11 @@ namespace strata::kernels::jit {
 
 // Version of the generators: part of the tune cache key, so a changed
 // generator retunes.
-inline constexpr int kGeneratorVersion = 9;
+inline constexpr int kGeneratorVersion = 10;
+
+// The most activation rows run() takes as a few-column (batched decode)
+// step; more run as prefill.
+inline constexpr int kFewRows = 16;
 
 // Bytes of the next matmul's share a worker thread prefetches after its
 // share of a decode run (set_decode_successor): a few microseconds of the
@@ -59,6 +69,11 @@ struct KernelParams {
   int prefetch = 0;     // decode: bytes ahead in the value plane (0: none)
   int act_block = 64;   // prefill: activation rows per pass over the rows
   int row_grain = 1;    // tiles per chunk when rows split over threads
+  // 2..kFewRows activation rows: the most columns of a few-column tile
+  // (`rows` weight rows, unpaired, prefetching `prefetch` bytes ahead);
+  // 0: as many as the register file holds (max_cols(rows)), at most
+  // kFewRows. 1: no few-column tiles (such steps run as prefill).
+  int few_cols = 0;
 
   bool operator==(const KernelParams&) const = default;
 };
@@ -164,9 +179,19 @@ class JitMatmul {
   // Prefill tiles of params_.cols pair row groups (paired(), set_params).
   bool pair_groups_ = false;
   const JitMatmul* successor_ = nullptr;
+  // The arguments of a tile at weight row r0 and activation row c0.
+  TileArgs tile_args(int64_t r0, int64_t c0, ActivationBuffers& acts, float* y) const;
+  // The prefill loop over tiles of up to C columns from table[tail][c - 1]
+  // (the prefill tiles, or the few-column ones).
+  void run_column_tiles(int64_t n_rows, float* y, ActivationBuffers& acts, ThreadPool& pool,
+                        const TileFn (*table)[16], int64_t C, bool pairs) const;
+
   // prefill_[tail][c - 1]: tail 0 for `rows` weight rows, 1 for the last
   // n_out % rows; c activation rows.
   TileFn prefill_[2][16] = {};
+  // few_[tail][c - 1] for 1 <= c <= few_cols_ (few_cols_ 0: none).
+  TileFn few_[2][16] = {};
+  int few_cols_ = 0;
   TileFn decode_[2] = {};
 };
 

@@ -149,7 +149,7 @@ void Tuner::load() {
     KernelParams p;
     if (!(s >> op >> type_name >> n_in >> n_out >> threads >> p.rows >>
           p.cols >> p.decode_rows >> p.unroll >> p.prefetch >> p.act_block >>
-          p.row_grain) ||
+          p.row_grain >> p.few_cols) ||
         op != "matmul") {
       continue;
     }
@@ -174,7 +174,8 @@ absl::Status Tuner::save() const {
           << std::string(ggml_type_info(static_cast<GgmlType>(type)).name)
           << ' ' << n_in << ' ' << n_out << ' ' << threads << ' ' << p.rows
           << ' ' << p.cols << ' ' << p.decode_rows << ' ' << p.unroll << ' '
-          << p.prefetch << ' ' << p.act_block << ' ' << p.row_grain << '\n';
+          << p.prefetch << ' ' << p.act_block << ' ' << p.row_grain << ' '
+          << p.few_cols << '\n';
     }
     out.flush();
     if (!out) {
@@ -249,6 +250,12 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
     return time_runs([&] { m.run(x.data(), 1, y.data(), scratch, pool); },
                      [&] { evict(m); }, 30, 0.005);
   };
+  // A decode step of 8 sequences, its weights from memory as decode's.
+  const int64_t few_rows = std::min<int64_t>({8, pf_rows, scratch.max_rows()});
+  auto time_few = [&] {
+    return time_runs([&] { m.run(x.data(), few_rows, y.data(), scratch, pool); },
+                     [&] { evict(m); }, 30, 0.005);
+  };
   // Sets p when it is valid and correct; false otherwise.
   auto try_params = [&](const KernelParams& p) {
     return m.set_params(p).ok() && passes(m, oracle, scratch, pool, y);
@@ -304,7 +311,15 @@ absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
       consider(p, time_decode, &best_dec);
     }
   }
-  // 3. Unroll: both kinds of tile, by their summed relative time.
+  // 3. Columns of the few-column tiles (2..16 rows, a batched decode step),
+  //    with the decode prefetch distance chosen above.
+  double best_few = time_few();
+  for (int fc : {4, 6, 8, 0}) {
+    KernelParams p = best;
+    p.few_cols = fc;
+    consider(p, time_few, &best_few);
+  }
+  // 4. Unroll: both kinds of tile, by their summed relative time.
   for (int u : {1, 2, 4}) {
     KernelParams p = best;
     p.unroll = u;

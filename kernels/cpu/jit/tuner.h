@@ -1,14 +1,15 @@
 // The tuner of the generated matmuls: for each (weight type, shape, ISA
 // tier, thread count) it measures a bounded set of KernelParams candidates
-// (prefill tile rows × cols, decode rows, prefetch distance, unroll, row
-// grain), each first checked against the reference matmul with the tests'
+// (prefill tile rows × cols, decode rows, prefetch distance, the columns of
+// the few-column tiles of a batched decode step, unroll, row grain), each
+// first checked against the reference matmul with the tests'
 // tolerance (1e-5 of sum |w x|), and keeps the fastest. Winners are cached in
 // a file under `cache_dir` named after the CPU model, the ISA tier and
 // kGeneratorVersion, so a changed generator or another machine retunes.
 //
 // The cache file holds one line per shape:
 //   matmul <type> <n_in> <n_out> <threads> <rows> <cols> <decode_rows>
-//          <unroll> <prefetch> <act_block> <row_grain>
+//          <unroll> <prefetch> <act_block> <row_grain> <few_cols>
 // Lines that do not parse are ignored (and dropped at the next save).
 //
 // Parameters change only the order of work, never the summation order of

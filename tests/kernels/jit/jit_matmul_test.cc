@@ -322,6 +322,47 @@ TEST(JitMatmul, TiersAgreeBitForBit) {
   }
 }
 
+// Batch invariance at the kernel: a row's output is the same bits whether
+// it runs alone (the decode tile), among 2..16 rows (few-column tiles, with
+// any few_cols) or among many (prefill tiles), on every type and tier.
+TEST(JitMatmul, ARowsOutputDoesNotDependOnTheRowsBesideIt) {
+  std::mt19937 rng(17);
+  ThreadPool pool(2);
+  for (IsaTier tier : {IsaTier::kAvx2, IsaTier::kAvx512, IsaTier::kAvx512Vnni}) {
+    if (!cpu_has(tier)) continue;
+    for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ8_0,
+                          GgmlType::kMXFP4, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                          GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+      const int64_t block = ggml_type_info(type).block_size;
+      const int64_t n_in = block == 256 ? 512 : block == 32 ? 160 : 100;
+      const Matrix m = random_matrix(type, n_in, 45, rng);
+      const int64_t n_rows = 40;
+      const std::vector<float> x = random_activations(n_rows, n_in, rng);
+      JitScratch scratch(n_rows, n_in);
+      for (int few_cols : {0, 3}) {
+        KernelParams p = default_params(type, tier);
+        p.few_cols = few_cols;
+        auto mm = JitMatmul::create(m.view(), tier, p, nullptr, pool);
+        ASSERT_TRUE(mm.ok()) << mm.status();
+        // Each row alone: the reference bits.
+        std::vector<float> alone(static_cast<size_t>(n_rows * m.n_out));
+        for (int64_t t = 0; t < n_rows; ++t) {
+          (*mm)->run(x.data() + t * n_in, 1, alone.data() + t * m.n_out, scratch, pool);
+        }
+        for (int64_t rows : {2, 3, 5, 8, 13, 16, 17, 40}) {
+          std::vector<float> y(static_cast<size_t>(rows * m.n_out));
+          (*mm)->run(x.data(), rows, y.data(), scratch, pool);
+          for (int64_t i = 0; i < rows * m.n_out; ++i) {
+            ASSERT_EQ(std::memcmp(&y[i], &alone[i], 4), 0)
+                << ggml_type_info(type).name << " " << isa_name(tier) << " few_cols=" << few_cols
+                << " rows=" << rows << " output " << i << ": " << y[i] << ", alone " << alone[i];
+          }
+        }
+      }
+    }
+  }
+}
+
 // A decode run's warm plan for the next matmul (set_decode_successor)
 // names only bytes of that matmul's planes, from the start of the thread's
 // share, and no more than asked (rounded up to whole row groups).
