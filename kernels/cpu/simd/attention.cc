@@ -999,8 +999,12 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
   }
   // An item is `heads` query heads of one KV head for one token: the whole
   // group (keys read once for all of it) when there are items enough for
-  // every thread, single heads otherwise (a decode step's few KV heads).
-  const int heads = n_tokens * p.n_head_kv >= 4 * int64_t{pool.size()} ? group : 1;
+  // every thread or there is one thread (a pool of one: the decode rows of a
+  // batched step, the cpu backend's forward.cc), single heads otherwise (a decode
+  // step's few KV heads over several threads). A score is the same float
+  // either way (the tiles above).
+  const int heads =
+      pool.size() == 1 || n_tokens * p.n_head_kv >= 4 * int64_t{pool.size()} ? group : 1;
   const int64_t per_kv = group / heads;
   const int64_t n_items = n_tokens * p.n_head_kv * per_kv;
   const int64_t stride = scores_stride(buffers.max_kv());
