@@ -22,16 +22,16 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/parse_flags.h"
+#include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/reference/fp16.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
 #include "kernels/cpu/simd/attention.h"
 
 namespace {
 
 using namespace strata;
-using reference::ops::AttentionParams;
-using reference::ops::KvView;
+using kernels::AttentionParams;
+using kernels::KvView;
 
 // Best time of one call in ms over batches for about `ms` milliseconds.
 template <typename Fn>

@@ -21,6 +21,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/jit_matmul.h"
 #include "kernels/cpu/jit/tuner.h"
+#include "kernels/cpu/reference/ops/matmul.h"
 #include "kernels/cpu/reference/quantize.h"
 #include "model/ggml_type.h"
 

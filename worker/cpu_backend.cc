@@ -133,8 +133,8 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
   decode_slices_.reserve(b);
 }
 
-ops::AttentionParams CpuBackend::attention_shape() const {
-  ops::AttentionParams a;
+kernels::AttentionParams CpuBackend::attention_shape() const {
+  kernels::AttentionParams a;
   a.n_head = hp_.n_head;
   a.n_head_kv = hp_.n_head_kv;
   a.head_dim_k = hp_.head_dim_k;

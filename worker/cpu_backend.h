@@ -19,15 +19,16 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/jit_matmul.h"
-#include "kernels/cpu/simd/attention.h"
-#include "kernels/cpu/simd/ffn_activation.h"
-#include "kernels/cpu/simd/norm_rope.h"
 #include "kernels/cpu/reference/ops/attention.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
 #include "kernels/cpu/reference/ops/matmul.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
+#include "kernels/cpu/simd/attention.h"
+#include "kernels/cpu/simd/ffn_activation.h"
+#include "kernels/cpu/simd/norm_rope.h"
 #include "worker/backend.h"
 #include "worker/cpu_weights.h"
 #include "worker/kv_cache.h"
@@ -103,10 +104,10 @@ class CpuBackend final : public Backend {
   // Rotates q [n][n_head][dk] and k [n][n_head_kv][dk] by RoPE with `rope`.
   // The angles are computed once per step for each distinct `rope` (every
   // layer of llama, Gemma 3's local and global layers) and shared by q and k.
-  void rotate_qk(const reference::ops::RopeParams& rope, int n, float* q,
+  void rotate_qk(const kernels::RopeParams& rope, int n, float* q,
                  float* k);
   // The heads' shape (no scale, window or cap) that sizes attention buffers.
-  reference::ops::AttentionParams attention_shape() const;
+  kernels::AttentionParams attention_shape() const;
 
   std::shared_ptr<const gguf::GgufModel> model_;
   arch::Hyperparameters hp_;
@@ -127,7 +128,7 @@ class CpuBackend final : public Backend {
   // RoPE angle tables of the current step ([B][n_rot] each, reserved at
   // construction): the params they were made with, and the step.
   struct RopeTable {
-    reference::ops::RopeParams params;
+    kernels::RopeParams params;
     uint64_t step = 0;  // 0: empty
     std::vector<float> cs;
   };
@@ -138,7 +139,7 @@ class CpuBackend final : public Backend {
   // Per pool thread: a pool of one and attention buffers for one thread,
   // for the decode slices of a step with several (forward.cc).
   struct SerialAttention {
-    explicit SerialAttention(int64_t max_kv, const reference::ops::AttentionParams& shape,
+    explicit SerialAttention(int64_t max_kv, const kernels::AttentionParams& shape,
                              kernels::IsaTier isa)
         : pool(1), buffers(max_kv, shape, 1, isa) {}
     ThreadPool pool;

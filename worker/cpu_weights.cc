@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/reference/dequantize.h"
+#include "kernels/cpu/reference/ops/matmul.h"
 
 namespace strata::worker {
 namespace {

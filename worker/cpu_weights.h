@@ -15,16 +15,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/base/op_types.h"
 #include "kernels/cpu/jit/jit_matmul.h"
 #include "kernels/cpu/jit/tuner.h"
-#include "kernels/cpu/reference/ops/matmul.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "worker/backend.h"
 
 namespace strata::worker {
 
-using reference::ops::WeightMatrix;
+using kernels::WeightMatrix;
 
 // A linear layer's weight matrix: the GGUF view and, when a generator serves
 // its type, the generated matmul over its repacked rows (null: the

@@ -107,9 +107,9 @@ void CpuBackend::attention_step(int il, int n) {
     rms_norm(k, w.k_norm, int64_t{n} * hp_.n_head_kv, dk, k);
   }
 
-  ops::RopeParams rope;
-  rope.order = r.rope == arch::RopeStyle::kNeox ? ops::RopeOrder::kNeox
-                                                : ops::RopeOrder::kNormal;
+  kernels::RopeParams rope;
+  rope.order = r.rope == arch::RopeStyle::kNeox ? kernels::RopeOrder::kNeox
+                                                : kernels::RopeOrder::kNormal;
   rope.n_rot = hp_.n_rot;
   rope.freq_base = hp_.rope[il].freq_base;
   rope.freq_scale = hp_.rope[il].freq_scale;
@@ -126,7 +126,7 @@ void CpuBackend::attention_step(int il, int n) {
     s.cache->store(layer, s.pos0, s.rows, k + s.row0 * k_width, v + s.row0 * v_width);
   }
 
-  ops::AttentionParams a;
+  kernels::AttentionParams a;
   a.n_head = hp_.n_head;
   a.n_head_kv = hp_.n_head_kv;
   a.head_dim_k = dk;
@@ -144,7 +144,7 @@ void CpuBackend::attention_step(int il, int n) {
     const float* qs = q + s.row0 * q_width;          // [rows][n_head][dk]
     const int* ps = positions_.data() + s.row0;      // [rows]
     float* out = attn_.data() + s.row0 * attn_width;  // [rows][n_head][dv]
-    const ops::KvView kv = s.cache->view(layer, s.pos0 + s.rows);
+    const kernels::KvView kv = s.cache->view(layer, s.pos0 + s.rows);
     if (buffers != nullptr) {
       kernels::simd::attention(qs, ps, s.rows, kv, a, out, *buffers, pool);
     } else {
@@ -244,8 +244,8 @@ void CpuBackend::residual_add(const float* delta, int n, const float* weight) {
   if (weight != nullptr) rms_norm(x, weight, n, e, xn_.data());
 }
 
-void CpuBackend::rotate_qk(const ops::RopeParams& rope, int n, float* q, float* k) {
-  auto same = [](const ops::RopeParams& a, const ops::RopeParams& b) {
+void CpuBackend::rotate_qk(const kernels::RopeParams& rope, int n, float* q, float* k) {
+  auto same = [](const kernels::RopeParams& a, const kernels::RopeParams& b) {
     return a.order == b.order && a.n_rot == b.n_rot && a.freq_base == b.freq_base &&
            a.freq_scale == b.freq_scale && a.freq_factors == b.freq_factors &&
            a.ext_factor == b.ext_factor && a.attn_factor == b.attn_factor &&

@@ -103,9 +103,8 @@ void KvCache::prefetch(int layer, int64_t begin, int64_t end, int64_t max_bytes)
   ask(v_[layer].get(), v_row_);
 }
 
-reference::ops::KvView KvCache::view(int layer, int64_t n_kv) const {
-  return reference::ops::KvView{shape_.type, k_[layer].get(), v_[layer].get(),
-                                n_kv};
+kernels::KvView KvCache::view(int layer, int64_t n_kv) const {
+  return kernels::KvView{shape_.type, k_[layer].get(), v_[layer].get(), n_kv};
 }
 
 }  // namespace strata::worker

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/reference/ops/attention.h"
+#include "kernels/cpu/base/op_types.h"
 #include "model/ggml_type.h"
 
 namespace strata::worker {
@@ -61,7 +61,7 @@ class KvCache {
   void store(int layer, int pos, int n, const float* k, const float* v);
 
   // The layer's cache with positions 0..n_kv-1 valid.
-  reference::ops::KvView view(int layer, int64_t n_kv) const;
+  kernels::KvView view(int layer, int64_t n_kv) const;
 
   // Asks the memory system for the K and V rows [begin, end) of `layer`
   // (software prefetch into L2, at most max_bytes of each, from `begin`

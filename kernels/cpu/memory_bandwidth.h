@@ -30,7 +30,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
+#include "kernels/cpu/base/thread_pool.h"
 
 namespace strata::cpu {
 

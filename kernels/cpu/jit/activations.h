@@ -24,8 +24,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/jit/packed_weights.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
 
 namespace strata::kernels::jit {
 

@@ -239,7 +239,7 @@ absl::Status JitMatmul::set_params(const KernelParams& params) {
 }
 
 absl::StatusOr<std::unique_ptr<JitMatmul>> JitMatmul::create(
-    const reference::ops::WeightMatrix& w, IsaTier tier,
+    const WeightMatrix& w, IsaTier tier,
     const KernelParams& params, KernelCache* cache, ThreadPool& pool) {
   if (!cpu_has(tier)) {
     return absl::FailedPreconditionError(

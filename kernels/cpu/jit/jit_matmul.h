@@ -38,12 +38,12 @@
 #include <tuple>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/activations.h"
 #include "kernels/cpu/jit/avx2_generator.h"
 #include "kernels/cpu/jit/packed_weights.h"
-#include "kernels/cpu/reference/ops/matmul.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
 
 namespace strata::kernels::jit {
 
@@ -124,8 +124,8 @@ class JitMatmul {
   // 10"); FailedPrecondition when this CPU cannot run `tier`.
   // `cache` may be null (the matmul then owns its code).
   static absl::StatusOr<std::unique_ptr<JitMatmul>> create(
-      const reference::ops::WeightMatrix& w, IsaTier tier,
-      const KernelParams& params, KernelCache* cache, ThreadPool& pool);
+      const WeightMatrix& w, IsaTier tier, const KernelParams& params,
+      KernelCache* cache, ThreadPool& pool);
 
   // y = x · Wᵀ: x [n_rows][n_in], y [n_rows][n_out] (must not overlap x).
   // Requires 1 <= n_rows <= scratch.max_rows(), n_in <= scratch.max_in()

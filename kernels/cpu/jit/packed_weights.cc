@@ -172,7 +172,7 @@ uint8_t* zeroed_plane(int64_t n, int64_t* bytes) {
 // row group's planes.
 // G: rows per group (l.row_group), a constant so the offsets fold.
 template <int64_t G>
-void pack_groups(const PackedLayout& l, const reference::ops::WeightMatrix& w,
+void pack_groups(const PackedLayout& l, const WeightMatrix& w,
                       uint8_t* values, uint8_t* hbits, uint8_t* scales,
                       uint8_t* mins, ThreadPool& pool) {
   const int64_t block_bytes = ggml_type_info(l.type).type_size;
@@ -279,7 +279,7 @@ void pack_groups(const PackedLayout& l, const reference::ops::WeightMatrix& w,
   });
 }
 
-void pack_interleaved(const PackedLayout& l, const reference::ops::WeightMatrix& w,
+void pack_interleaved(const PackedLayout& l, const WeightMatrix& w,
                       uint8_t* values, uint8_t* hbits, uint8_t* scales,
                       uint8_t* mins, ThreadPool& pool) {
   if (l.row_group == 16) {
@@ -464,7 +464,7 @@ absl::StatusOr<PackedLayout> packed_layout(GgmlType type, int64_t n_in,
 }
 
 absl::StatusOr<std::unique_ptr<PackedWeights>> PackedWeights::pack(
-    const reference::ops::WeightMatrix& w, IsaTier tier, ThreadPool& pool) {
+    const WeightMatrix& w, IsaTier tier, ThreadPool& pool) {
   absl::StatusOr<PackedLayout> layout = packed_layout(w.type, w.n_in, w.n_out, tier);
   if (!layout.ok()) return layout.status();
   auto p = std::unique_ptr<PackedWeights>(new PackedWeights());

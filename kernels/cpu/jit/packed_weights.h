@@ -75,9 +75,10 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/jit/huge_page_arena.h"
-#include "kernels/cpu/reference/ops/matmul.h"
 #include "model/ggml_type.h"
 
 namespace strata::kernels::jit {
@@ -164,7 +165,7 @@ class PackedWeights {
   // Rows [0, n_out) are packed on `pool`'s threads. Errors: Unimplemented
   // for types can_pack refuses.
   static absl::StatusOr<std::unique_ptr<PackedWeights>> pack(
-      const reference::ops::WeightMatrix& w, IsaTier tier, ThreadPool& pool);
+      const WeightMatrix& w, IsaTier tier, ThreadPool& pool);
 
  private:
   // Planes live in the huge-page arena (huge_page_arena.h).

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/env_switch.h"
 #include "kernels/cpu/reference/dequantize.h"
+#include "kernels/cpu/reference/ops/matmul.h"
 
 namespace strata::kernels::jit {
 namespace {
@@ -78,7 +79,7 @@ struct Oracle {
   int64_t rows = 0;
 };
 
-Oracle make_oracle(const reference::ops::WeightMatrix& w, int64_t rows,
+Oracle make_oracle(const WeightMatrix& w, int64_t rows,
                    ThreadPool& pool, std::mt19937& rng) {
   Oracle o;
   o.rows = rows;
@@ -207,7 +208,7 @@ std::string Tuner::summary() const {
   return s;
 }
 
-absl::Status Tuner::tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
+absl::Status Tuner::tune(JitMatmul& m, const WeightMatrix& w,
                          JitScratch& scratch, ThreadPool& pool) {
   const PackedLayout& l = m.layout();
   const Key key{static_cast<int>(l.type), l.n_in, l.n_out, n_threads_};

@@ -56,8 +56,8 @@ class Tuner {
   // matrix m was created from (the correctness check runs the reference).
   // Errors: those of JitMatmul::set_params for the default parameters
   // (a candidate that fails is skipped).
-  absl::Status tune(JitMatmul& m, const reference::ops::WeightMatrix& w,
-                    JitScratch& scratch, ThreadPool& pool);
+  absl::Status tune(JitMatmul& m, const WeightMatrix& w, JitScratch& scratch,
+                    ThreadPool& pool);
 
   // Writes the cache file when new winners were found (through a temporary
   // file renamed over it; the temporary is removed on failure). Errors: the

@@ -11,15 +11,10 @@
 #include <type_traits>
 
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/reference/ops/elementwise.h"
 #include "kernels/cpu/simd/vec_math.h"
 
 namespace strata::kernels::simd {
 namespace {
-
-using reference::ops::AttentionParams;
-using reference::ops::KvView;
-
 
 // Scores buffer of one head: the keys of [base, base + stride) where base is
 // the first attended key rounded down to 8, so that 8-lane chunks line up

@@ -60,14 +60,14 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/reference/ops/attention.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
 
 namespace strata::kernels::simd {
 
 // True when attention() can run `params` on this CPU.
-bool attention_supported(const reference::ops::AttentionParams& params);
+bool attention_supported(const AttentionParams& params);
 
 // Per-thread buffers for up to max_kv cached positions (scores of one
 // query's group of heads, its q rounded to the cache's type).
@@ -76,8 +76,8 @@ class AttentionBuffers {
   // isa: the tier whose vectors the tiles use; avx512 and avx512vnni run
   // them on 512-bit registers (when the CPU has them), with results equal bit
   // for bit to the 8-lane tiles' (tests/kernels/simd).
-  AttentionBuffers(int64_t max_kv, const reference::ops::AttentionParams& shape,
-                   int n_threads, IsaTier isa = IsaTier::kAvx2);
+  AttentionBuffers(int64_t max_kv, const AttentionParams& shape, int n_threads,
+                   IsaTier isa = IsaTier::kAvx2);
   int64_t max_kv() const { return max_kv_; }
   // True when the tiles run on 512-bit registers.
   bool wide() const { return wide_; }
@@ -122,8 +122,7 @@ class AttentionBuffers {
 // kv.n_kv <= buffers.max_kv(), shapes no larger than those the buffers
 // were made for, and positions[t] < kv.n_kv (asserted).
 void attention(const float* q, const int32_t* positions, int64_t n_tokens,
-               const reference::ops::KvView& kv,
-               const reference::ops::AttentionParams& params, float* out,
+               const KvView& kv, const AttentionParams& params, float* out,
                AttentionBuffers& buffers, ThreadPool& pool);
 
 }  // namespace strata::kernels::simd

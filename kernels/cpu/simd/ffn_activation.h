@@ -21,8 +21,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
 
 namespace strata::kernels::simd {
 

@@ -13,8 +13,6 @@
 namespace strata::kernels::simd {
 namespace {
 
-using reference::ops::RopeOrder;
-
 // Values per parallel chunk: below this a pass of the pool costs more.
 constexpr int64_t kGrainValues = 4096;
 

@@ -22,8 +22,8 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/reference/ops/elementwise.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
 
 namespace strata::kernels::simd {
 
@@ -43,7 +43,6 @@ void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n_r
 // As reference::ops::rope_rotate: x [n_tokens][n_heads][head_dim] in
 // place, cs [n_tokens][n_rot/2][2] from reference::ops::rope_angles.
 void rope_rotate(float* x, int64_t n_tokens, int n_heads, int head_dim,
-                 reference::ops::RopeOrder order, int n_rot, const float* cs,
-                 ThreadPool& pool);
+                 RopeOrder order, int n_rot, const float* cs, ThreadPool& pool);
 
 }  // namespace strata::kernels::simd

@@ -38,7 +38,7 @@ struct Matrix {
   int64_t n_in, n_out;
   std::vector<uint8_t> bytes;
   std::vector<float> dequantized;  // [n_out][n_in]
-  ops::WeightMatrix view() const {
+  WeightMatrix view() const {
     auto w = ops::make_weight_matrix("w", type, bytes.data(), n_in, n_out,
                                      bytes.size());
     EXPECT_TRUE(w.ok()) << w.status();
@@ -89,7 +89,7 @@ int64_t check(const Matrix& m, IsaTier tier, const KernelParams& params,
               const std::string& what, double* worst) {
   static const int64_t kRows[] = {1, 2, 3, 7, 64, 513};
   std::mt19937 rng(1234);
-  const ops::WeightMatrix w = m.view();
+  const WeightMatrix w = m.view();
   int64_t compared = 0;
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/jit/tuner.h"
+#include "kernels/cpu/reference/ops/matmul.h"
 #include "kernels/cpu/reference/quantize.h"
 
 namespace strata::kernels::jit {
@@ -44,7 +45,7 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t n_in, int64_t n_out) 
 // into a fresh folder `name` under the test's temporary directory.
 struct TuneCase {
   std::vector<uint8_t> bytes;
-  ops::WeightMatrix w;
+  WeightMatrix w;
   TuneOptions options;
 };
 

@@ -37,8 +37,8 @@ std::string name(const Shape& s) {
          std::to_string(s.softcap) + " threads" + std::to_string(s.threads);
 }
 
-ops::AttentionParams params_of(const Shape& s) {
-  ops::AttentionParams p;
+AttentionParams params_of(const Shape& s) {
+  AttentionParams p;
   p.n_head = s.n_head;
   p.n_head_kv = s.n_head_kv;
   p.head_dim_k = s.dk;
@@ -55,8 +55,8 @@ struct Inputs {
   std::vector<float> kf, vf, q;
   std::vector<uint16_t> kh, vh;
   std::vector<int32_t> positions;
-  ops::KvView kv(GgmlType type, int64_t n_kv) const {
-    ops::KvView v;
+  KvView kv(GgmlType type, int64_t n_kv) const {
+    KvView v;
     v.type = type;
     v.k = type == GgmlType::kF16 ? static_cast<const void*>(kh.data()) : kf.data();
     v.v = type == GgmlType::kF16 ? static_cast<const void*>(vh.data()) : vf.data();
@@ -85,11 +85,11 @@ Inputs make_inputs(const Shape& s, uint32_t seed) {
 
 void check(const Shape& s, GgmlType type, IsaTier isa) {
   SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16 " : " f32 ") + isa_name(isa));
-  const ops::AttentionParams p = params_of(s);
+  const AttentionParams p = params_of(s);
   if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
 
   Inputs in = make_inputs(s, static_cast<uint32_t>(s.n_kv * 131 + s.dk * 7 + s.n_tokens));
-  const ops::KvView kv = in.kv(type, s.n_kv);
+  const KvView kv = in.kv(type, s.n_kv);
   const std::vector<float>& q = in.q;
   const std::vector<int32_t>& positions = in.positions;
 
@@ -162,9 +162,9 @@ TEST(SimdAttention, WideTilesEqualEightLaneTiles) {
   for (const Shape& s : shapes()) {
     for (GgmlType type : {GgmlType::kF16, GgmlType::kF32}) {
       SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
-      const ops::AttentionParams p = params_of(s);
+      const AttentionParams p = params_of(s);
       Inputs in = make_inputs(s, static_cast<uint32_t>(s.n_kv * 29 + s.dv));
-      const ops::KvView kv = in.kv(type, s.n_kv);
+      const KvView kv = in.kv(type, s.n_kv);
       ThreadPool pool(s.threads);
       std::vector<float> narrow(s.n_tokens * s.n_head * s.dv, NAN), wide(narrow.size(), NAN);
       AttentionBuffers b8(s.n_kv, p, s.threads, IsaTier::kAvx2);
@@ -196,10 +196,10 @@ TEST(SimdAttention, OutputDoesNotDependOnTiling) {
   for (const Shape& s : shapes()) {
     for (GgmlType type : {GgmlType::kF16, GgmlType::kF32}) {
       SCOPED_TRACE(name(s) + (type == GgmlType::kF16 ? " f16" : " f32"));
-      const ops::AttentionParams p = params_of(s);
+      const AttentionParams p = params_of(s);
       if (!attention_supported(p)) GTEST_SKIP() << "this CPU lacks AVX2/FMA/F16C";
       Inputs in = make_inputs(s, static_cast<uint32_t>(s.n_kv * 17 + s.n_head));
-      const ops::KvView kv = in.kv(type, s.n_kv);
+      const KvView kv = in.kv(type, s.n_kv);
       const std::vector<float>& q = in.q;
       const std::vector<int32_t>& positions = in.positions;
 

@@ -96,7 +96,7 @@ TEST(SimdAddRmsNorm, SumEqualsReferenceAddAndNormEqualsRmsNorm) {
 }
 
 struct RopeCase {
-  ops::RopeOrder order;
+  RopeOrder order;
   int n_heads, head_dim, n_rot;
 };
 
@@ -104,16 +104,16 @@ TEST(SimdRope, RotationEqualsReferenceBitForBit) {
   if (!norm_rope_supported()) GTEST_SKIP() << "this CPU lacks AVX2";
   ThreadPool pool(2);
   const RopeCase cases[] = {
-      {ops::RopeOrder::kNormal, 9, 64, 64},   {ops::RopeOrder::kNeox, 4, 256, 256},
-      {ops::RopeOrder::kNormal, 3, 128, 96},  {ops::RopeOrder::kNeox, 5, 128, 64},
-      {ops::RopeOrder::kNormal, 2, 24, 22},   {ops::RopeOrder::kNeox, 3, 40, 34},
-      {ops::RopeOrder::kNormal, 1, 2, 2},     {ops::RopeOrder::kNeox, 1, 8, 6},
+      {RopeOrder::kNormal, 9, 64, 64},   {RopeOrder::kNeox, 4, 256, 256},
+      {RopeOrder::kNormal, 3, 128, 96},  {RopeOrder::kNeox, 5, 128, 64},
+      {RopeOrder::kNormal, 2, 24, 22},   {RopeOrder::kNeox, 3, 40, 34},
+      {RopeOrder::kNormal, 1, 2, 2},     {RopeOrder::kNeox, 1, 8, 6},
   };
   for (const RopeCase& c : cases) {
     for (int64_t n : {1, 5, 67}) {
       SCOPED_TRACE(testing::Message() << int(c.order) << " heads " << c.n_heads << " dim "
                                       << c.head_dim << " rot " << c.n_rot << " tokens " << n);
-      ops::RopeParams p;
+      RopeParams p;
       p.order = c.order;
       p.n_rot = c.n_rot;
       p.freq_base = 10000.0f;
@@ -143,7 +143,7 @@ TEST(SimdRope, RotationEqualsReferenceBitForBit) {
 
 TEST(RopeAngles, FollowTheFormula) {
   ThreadPool pool(1);
-  ops::RopeParams p;
+  RopeParams p;
   p.n_rot = 64;
   p.freq_base = 500000.0f;
   p.freq_scale = 0.5f;

@@ -9,6 +9,10 @@
 #include "kernels/cpu/reference/ops/elementwise.h"
 
 namespace strata::reference::ops {
+
+using kernels::AttentionParams;
+using kernels::KvView;
+
 namespace {
 
 // f16 -> f32 for every bit pattern (256 KiB, built once on first use).

@@ -28,39 +28,22 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/reference/ops/thread_pool.h"
-#include "model/ggml_type.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
 
 namespace strata::reference::ops {
-
-// A view of one layer's cache for one sequence (does not own it).
-struct KvView {
-  GgmlType type = GgmlType::kF16;  // kF16 or kF32
-  const void* k = nullptr;         // [n_ctx][n_head_kv][head_dim_k]
-  const void* v = nullptr;         // [n_ctx][n_head_kv][head_dim_v]
-  int64_t n_kv = 0;                // rows 0..n_kv-1 hold keys and values
-};
-
-struct AttentionParams {
-  int n_head = 0;
-  int n_head_kv = 0;        // divides n_head
-  int head_dim_k = 0;
-  int head_dim_v = 0;
-  float scale = 1.0f;       // multiplies the (capped) scores
-  float softcap = 0.0f;     // 0: off
-  int32_t sliding_window = 0;  // 0: full causal attention
-};
 
 // Per-thread buffers for attention over up to max_kv cached positions.
 class AttentionScratch {
  public:
-  AttentionScratch(int64_t max_kv, const AttentionParams& shape,
+  AttentionScratch(int64_t max_kv, const kernels::AttentionParams& shape,
                    int n_threads);
   int64_t max_kv() const { return max_kv_; }
 
  private:
   friend void attention(const float*, const int32_t*, int64_t,
-                        const KvView&, const AttentionParams&, float*,
+                        const kernels::KvView&,
+                        const kernels::AttentionParams&, float*,
                         AttentionScratch&, ThreadPool&);
   int64_t max_kv_;
   int64_t per_thread_;
@@ -70,7 +53,8 @@ class AttentionScratch {
 // Computes `out` as documented above. Requires kv.n_kv <= scratch.max_kv()
 // and shapes no larger than those the scratch was made for (asserted).
 void attention(const float* q, const int32_t* positions, int64_t n_tokens,
-               const KvView& kv, const AttentionParams& params, float* out,
+               const kernels::KvView& kv,
+               const kernels::AttentionParams& params, float* out,
                AttentionScratch& scratch, ThreadPool& pool);
 
 }  // namespace strata::reference::ops

@@ -12,6 +12,10 @@
 
 namespace strata::reference::ops {
 
+using kernels::RopeOrder;
+using kernels::RopeParams;
+using kernels::WeightMatrix;
+
 void embedding_lookup(const WeightMatrix& table, const int32_t* ids,
                       int64_t n, float* out, ThreadPool& pool) {
   pool.parallel_for(n, [&](int64_t begin, int64_t end, int) {

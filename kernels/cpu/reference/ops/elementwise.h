@@ -17,15 +17,15 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/reference/ops/matmul.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
 
 namespace strata::reference::ops {
 
 // out[i][:] = row ids[i] of `table` dequantized to f32 (the `get_rows` op).
 // table: [n_vocab][dim] of any type matmul supports. ids must lie in
 // [0, table.n_out) (checked by the caller). out: [n][table.n_in].
-void embedding_lookup(const WeightMatrix& table, const int32_t* ids,
+void embedding_lookup(const kernels::WeightMatrix& table, const int32_t* ids,
                       int64_t n, float* out, ThreadPool& pool);
 
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, per row of `dim`
@@ -34,33 +34,11 @@ void embedding_lookup(const WeightMatrix& table, const int32_t* ids,
 void rms_norm(const float* x, const float* weight, int64_t n_rows,
               int64_t dim, float eps, float* y, ThreadPool& pool);
 
-// Pairing of the rotated dimensions (Su et al. 2021, RoFormer).
-enum class RopeOrder {
-  kNormal,  // pairs (x[2i], x[2i+1]): llama (LLAMA_ROPE_TYPE_NORM)
-  kNeox,    // pairs (x[i], x[i + n_rot/2]): GPT-NeoX, qwen, gemma, phi3
-};
-
-struct RopeParams {
-  RopeOrder order = RopeOrder::kNormal;
-  int n_rot = 0;             // rotated dimensions (even, <= head_dim)
-  float freq_base = 10000;   // theta_i = pos * base^(-2i/n_rot)
-  float freq_scale = 1.0f;   // linear position scaling (1 / factor)
-  // Per-pair divisors of theta (llama3 `rope_freqs.weight`), [n_rot/2] or
-  // nullptr.
-  const float* freq_factors = nullptr;
-  // YaRN (Peng et al. 2023); ext_factor 0 turns it off.
-  float ext_factor = 0.0f;
-  float attn_factor = 1.0f;  // multiplies cos and sin
-  float beta_fast = 32.0f;
-  float beta_slow = 1.0f;
-  int n_ctx_orig = 0;        // training context for the YaRN ramp
-};
-
 // Rotates the first n_rot dimensions of every head in place.
 // x: [n_tokens][n_heads][head_dim]; positions: [n_tokens] absolute.
 // The same as rope_angles then rope_rotate (allocates the angles).
 void rope(float* x, const int32_t* positions, int64_t n_tokens, int n_heads,
-          int head_dim, const RopeParams& params, ThreadPool& pool);
+          int head_dim, const kernels::RopeParams& params, ThreadPool& pool);
 
 // The rotation of each token's pairs: cs [n_tokens][n_rot/2][2] gets
 // (cos, sin) of pair i's angle pos * base^(-2i/n_rot) (built by repeated
@@ -69,14 +47,16 @@ void rope(float* x, const int32_t* positions, int64_t n_tokens, int n_heads,
 // attn_factor. Depends only on positions and params, so q and k (and every
 // layer with the same params) share one table.
 void rope_angles(const int32_t* positions, int64_t n_tokens,
-                 const RopeParams& params, float* cs, ThreadPool& pool);
+                 const kernels::RopeParams& params, float* cs,
+                 ThreadPool& pool);
 
 // Rotates the first n_rot dimensions of every head of x
 // [n_tokens][n_heads][head_dim] in place by the angles of rope_angles:
 // (x_a, x_b) -> (x_a c - x_b s, x_a s + x_b c) for each pair (a, b) of
 // `order`.
 void rope_rotate(float* x, int64_t n_tokens, int n_heads, int head_dim,
-                 RopeOrder order, int n_rot, const float* cs, ThreadPool& pool);
+                 kernels::RopeOrder order, int n_rot, const float* cs,
+                 ThreadPool& pool);
 
 // out = silu(gate) * up, silu(x) = x / (1 + e^-x) (Shazeer 2020, SwiGLU),
 // e^-x by exp_ggml.

@@ -11,6 +11,9 @@
 #include "kernels/cpu/reference/fp16.h"
 
 namespace strata::reference::ops {
+
+using kernels::WeightMatrix;
+
 namespace {
 
 bool is_legacy_integer(GgmlType t) {

@@ -29,29 +29,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/reference/ops/thread_pool.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
 #include "model/ggml_type.h"
 
 namespace strata::reference::ops {
 
-// A view of a weight matrix (does not own the bytes; they usually live in
-// the GGUF mapping).
-struct WeightMatrix {
-  GgmlType type = GgmlType::kF32;
-  const uint8_t* data = nullptr;
-  int64_t n_in = 0;       // ne0: elements per row (input features)
-  int64_t n_out = 0;      // ne1: rows (output features)
-  int64_t row_bytes = 0;  // bytes per row
-};
-
 // Checks that `type` can be multiplied, that n_in is a multiple of its
 // block size and that `n_bytes` equals n_out rows. Errors name `name`:
 // "blk.0.attn_q.weight: Q4_K rows of 100 elements are not whole blocks".
-absl::StatusOr<WeightMatrix> make_weight_matrix(const char* name,
-                                                GgmlType type,
-                                                const void* data, int64_t n_in,
-                                                int64_t n_out,
-                                                uint64_t n_bytes);
+absl::StatusOr<kernels::WeightMatrix> make_weight_matrix(
+    const char* name, GgmlType type, const void* data, int64_t n_in,
+    int64_t n_out, uint64_t n_bytes);
 
 // The activation type ggml's CPU backend pairs with `weight` (see above).
 GgmlType activation_type(GgmlType weight);
@@ -68,8 +57,8 @@ class MatmulScratch {
   int64_t max_in() const { return max_in_; }
 
  private:
-  friend void matmul(const WeightMatrix&, const float*, int64_t, float*,
-                     MatmulScratch&, ThreadPool&);
+  friend void matmul(const kernels::WeightMatrix&, const float*, int64_t,
+                     float*, MatmulScratch&, ThreadPool&);
   int64_t max_rows_;
   int64_t max_in_;
   std::vector<int8_t> quantized_;    // [max_rows][max_in] Q8 values
@@ -84,8 +73,8 @@ class MatmulScratch {
 // y = x · Wᵀ (see the layouts above). Requires n_rows <= scratch.max_rows(),
 // w.n_in <= scratch.max_in(), a pool no larger than the scratch was made
 // for, and a type for which can_matmul() holds (asserted).
-void matmul(const WeightMatrix& w, const float* x, int64_t n_rows, float* y,
-            MatmulScratch& scratch, ThreadPool& pool);
+void matmul(const kernels::WeightMatrix& w, const float* x, int64_t n_rows,
+            float* y, MatmulScratch& scratch, ThreadPool& pool);
 
 // Converts one row of n floats to the values `type` (an activation type:
 // F32, F16, BF16, Q8_0, Q8_1, Q8_K) represents, as matmul does. For tests.

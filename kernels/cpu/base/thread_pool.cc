@@ -1,4 +1,4 @@
-#include "kernels/cpu/reference/ops/thread_pool.h"
+#include "kernels/cpu/base/thread_pool.h"
 
 #include <sched.h>
 
