@@ -1,4 +1,4 @@
-#include "worker/cpu_weights.h"
+#include "worker/cpu/cpu_weights.h"
 
 #include <map>
 #include <string>

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "worker/cpu_backend.h"
+#include "worker/cpu/cpu_backend.h"
 
 namespace strata::worker {
 

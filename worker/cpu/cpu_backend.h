@@ -1,4 +1,4 @@
-// The cpu implementation of Backend (private to worker/): generated matmuls
+// The cpu implementation of Backend (private to worker/cpu/): generated matmuls
 // (kernels/cpu/jit, over weights repacked at load) for every linear layer and
 // the head whose type a generator serves, reference ops
 // (kernels/cpu/reference/ops) for the rest, over weights mapped from the
@@ -30,7 +30,7 @@
 #include "kernels/cpu/simd/ffn_activation.h"
 #include "kernels/cpu/simd/norm_rope.h"
 #include "worker/backend.h"
-#include "worker/cpu_weights.h"
+#include "worker/cpu/cpu_weights.h"
 #include "worker/kv_cache.h"
 
 namespace strata::worker {

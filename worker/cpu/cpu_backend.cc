@@ -1,4 +1,4 @@
-#include "worker/cpu_backend.h"
+#include "worker/cpu/cpu_backend.h"
 
 #include <algorithm>
 #include <cmath>
