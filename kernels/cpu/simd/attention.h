@@ -53,6 +53,10 @@
 // Requirements (supported() says): the CPU has AVX2 + FMA + F16C, head_dim_k
 // and head_dim_v are multiples of 8. The caller falls back to the reference
 // op otherwise.
+//
+// Sources: the driver (work split, decode spread, the steps of an item) in
+// attention.cc; the 8-lane tiles in attention_avx2.cc, the 512-bit ones in
+// attention_avx512.cc; what they share in attention_tiles.h.
 #pragma once
 
 #include <atomic>
@@ -93,7 +97,7 @@ class AttentionBuffers {
   int64_t* first_chunk() { return first_chunk_.data(); }
 
   // Wide tiers only: room for a step's keys transposed and widened to f32
-  // (attention.cc, keys in lanes), [n_head_kv][keys_t_capacity() / 16]
+  // (attention_avx512.cc, keys in lanes), [n_head_kv][keys_t_capacity() / 16]
   // [head_dim_k][16], 64-byte aligned; keys_t_capacity() is max_kv rounded
   // up to 16, or fewer keys when that would pass 32 MiB, or 0 (narrow
   // tiles). The memory is reserved, not touched, until a step uses it.
