@@ -1,8 +1,10 @@
-// The Stage over a Backend (cpu, or a fake in tests). run() checks the whole micro-batch first
-// (check()), then creates the new sequences (the only step that may fail
-// for want of memory, undone on failure), then runs each slice through the
-// backend, and commits the per-sequence state (new sequences, samplers)
-// only after every slice ran, so an error leaves the stage as it was.
+// The Stage over a Backend (cpu, or a fake in tests). run() checks the
+// whole micro-batch first (check()), then creates the new sequences (the
+// only step that may fail for want of memory, undone on failure), then runs
+// every slice through the backend in one forward() (each weight matrix once
+// over all the micro-batch's rows), and commits the per-sequence state (new
+// sequences, samplers) only after it ran, so an error leaves the stage as
+// it was.
 #include "worker/stage.h"
 
 #include <algorithm>
