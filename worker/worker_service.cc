@@ -339,7 +339,7 @@ grpc::Status WorkerService::Results(grpc::ServerContext* context,
   const v1::ShardInfo& info = loaded->stage->shard();
   if (request->shard_id() != info.shard_id()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("shard_id: ", request->shard_id(),
+                        absl::StrCat("worker ", worker_id(), ": shard_id: ", request->shard_id(),
                                      ", but the loaded shard is ", info.shard_id()));
   }
   if (!info.head()) {
