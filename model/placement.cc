@@ -127,10 +127,12 @@ ShardPlan shard_plan(const ModelSizes& sizes, const KvShape& kv, int first,
   return p;
 }
 
+namespace {
+
 // The split that makes the largest ratio (shard bytes / budget) smallest
 // (budgets of 0 count as the mean of the known ones; all 0: equal shares),
 // or the refusal with the numbers when even that one overflows a budget.
-static absl::StatusOr<std::vector<ShardPlan>> memory_balanced(
+absl::StatusOr<std::vector<ShardPlan>> memory_balanced(
     const ModelSizes& sizes, const KvShape& kv,
     std::span<const WorkerBudget> workers) {
   const int n = static_cast<int>(workers.size());
@@ -206,6 +208,8 @@ static absl::StatusOr<std::vector<ShardPlan>> memory_balanced(
   }
   return plan;
 }
+
+}  // namespace
 
 uint64_t stage_work(const ModelSizes& sizes, int first, int last) {
   uint64_t work = 0;

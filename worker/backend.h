@@ -35,7 +35,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
@@ -143,6 +145,27 @@ class Backend {
 // does not fit the sequence's context ("sequence 0: a prompt of 934 tokens
 // after 0 positions exceeds the context of 600"); NotFound (no such
 // sequence); those of forward(), from the chunk that failed.
+// What every Backend::forward checks before it changes anything, in this
+// order, with forward()'s errors: the hidden rows are whole rows of n_embd;
+// a one-sequence request names a known sequence; 1 to max_batch rows; the
+// slices (or the one sequence, as a slice of every row) each have a row, a
+// known sequence (`extent` gives its length and context, or NotFound), no
+// sequence twice, room in its context, and the rows sum to the step's; on
+// the first stage every token id is within n_vocab.
+struct StepShape {
+  bool first = false;  // the stage embeds tokens
+  int64_t n_embd = 0;
+  int max_batch = 0;
+  int n_vocab = 0;
+};
+struct CheckedStep {
+  int64_t rows = 0;                     // of the step
+  std::span<const ForwardSlice> slices;  // request.slices, or *single
+};
+using SequenceExtent = std::function<absl::StatusOr<std::pair<int, int>>(int seq)>;
+absl::StatusOr<CheckedStep> check_forward(const ForwardRequest& request, const StepShape& shape,
+                                          const SequenceExtent& extent, ForwardSlice* single);
+
 absl::Status prefill_in_chunks(Backend& backend, int seq,
                                std::span<const int32_t> prompt,
                                ForwardResult* result);

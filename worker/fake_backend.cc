@@ -75,53 +75,18 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
   const bool first = options_.range.first == 0;
   const bool last = options_.range.last == options_.n_layer;
   const int64_t e = options_.n_embd;
-  const int64_t n = first ? static_cast<int64_t>(req.tokens.size())
-                          : static_cast<int64_t>(req.hidden.size()) / e;
-  if (!first && static_cast<int64_t>(req.hidden.size()) != n * e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hidden rows: ", req.hidden.size(), " floats, not a multiple of n_embd ", e));
-  }
-  if (n < 1 || n > options_.max_batch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a step takes 1 to ", options_.max_batch, " rows, got ", n));
-  }
-  std::vector<ForwardSlice> slices(req.slices.begin(), req.slices.end());
-  if (slices.empty()) slices.push_back({req.seq, static_cast<int>(n), req.logits});
-  int64_t rows = 0;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const ForwardSlice& s = slices[i];
-    auto it = sequences_.find(s.seq);
-    if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", s.seq));
-    if (s.rows < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("slices[", i, "]: ", s.rows, " rows"));
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (slices[j].seq == s.seq) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "slices[", i, "]: sequence ", s.seq, " is in an earlier slice too"));
-      }
-    }
-    const int64_t length = static_cast<int64_t>(it->second.states.size());
-    if (length + s.rows > it->second.n_ctx) {
-      return absl::OutOfRangeError(absl::StrCat("sequence ", s.seq, ": ", length, " + ", s.rows,
-                                                " positions exceed the context of ",
-                                                it->second.n_ctx));
-    }
-    rows += s.rows;
-  }
-  if (rows != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slices: ", rows, " rows in all, but the step has ", n));
-  }
-  if (first) {
-    for (int64_t t = 0; t < n; ++t) {
-      if (req.tokens[t] < 0 || req.tokens[t] >= options_.n_vocab) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", req.tokens[t], " at row ", t,
-                                                       " is outside the vocabulary of ",
-                                                       options_.n_vocab));
-      }
-    }
-  }
+  ForwardSlice single;
+  const absl::StatusOr<CheckedStep> step = check_forward(
+      req, StepShape{first, e, options_.max_batch, options_.n_vocab},
+      [this](int seq) -> absl::StatusOr<std::pair<int, int>> {
+        auto it = sequences_.find(seq);
+        if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+        return std::pair<int, int>{static_cast<int>(it->second.states.size()), it->second.n_ctx};
+      },
+      &single);
+  if (!step.ok()) return step.status();
+  const int64_t n = step->rows;
+  const std::span<const ForwardSlice> slices = step->slices;
 
   hidden_.resize(static_cast<size_t>(n * e));
   logits_.clear();
@@ -153,7 +118,7 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
       append_row_hashes(hidden_.data(), static_cast<int>(n), e, req.block_hashes);
     }
   }
-  calls_.push_back(slices);
+  if (options_.record_calls) calls_.emplace_back(slices.begin(), slices.end());
   result->n_rows = static_cast<int>(n);
   result->hidden = last ? std::span<const float>() : std::span<const float>(hidden_);
   result->logits = last ? std::span<const float>(logits_) : std::span<const float>();

@@ -12,9 +12,10 @@
 //   logits row: n_vocab floats in [0, 1) drawn from the state
 //
 // The state of each position is kept (the fake KV cache), so
-// truncate_sequence() goes back exactly. It records what each forward()
-// was given (slices and rows), so a test can see that a micro-batch ran as
-// one call. Same errors as the cpu backend's forward().
+// truncate_sequence() goes back exactly. With record_calls it records what
+// each forward() was given (slices and rows), so a test can see that a
+// micro-batch ran as one call. The same checks and errors as the cpu
+// backend's forward() (check_forward, backend.h).
 //
 // Threads: one call at a time. Cost: O(rows x (n_embd + n_vocab)).
 #pragma once
@@ -34,6 +35,9 @@ struct FakeBackendOptions {
   int n_vocab = 32;
   BlockRange range{0, 4};
   int max_batch = 64;
+  // Keep what each forward() ran (calls()): tests; off in a worker, whose
+  // memory must not grow with the micro-batches it serves.
+  bool record_calls = false;
 };
 
 class FakeBackend final : public Backend {
@@ -54,7 +58,7 @@ class FakeBackend final : public Backend {
   absl::Status forward(const ForwardRequest& request,
                        ForwardResult* result) override;
 
-  // What each successful forward() ran: its slices, in order.
+  // What each successful forward() ran, in order (with record_calls).
   const std::vector<std::vector<ForwardSlice>>& calls() const { return calls_; }
 
  private:

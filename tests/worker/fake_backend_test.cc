@@ -27,6 +27,7 @@ std::unique_ptr<worker::FakeBackend> fake(int first, int last) {
   o.n_vocab = kVocab;
   o.range = {first, last};
   o.max_batch = 64;
+  o.record_calls = true;
   return std::make_unique<worker::FakeBackend>(o);
 }
 

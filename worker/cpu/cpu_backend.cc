@@ -212,81 +212,30 @@ absl::Status CpuBackend::truncate_sequence(int seq, int n) {
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::plan_step(const ForwardRequest& req, int64_t n) {
-  // One sequence, or the request's slices; each checked against its cache.
-  const ForwardSlice single{req.seq, static_cast<int>(n), req.logits};
-  const std::span<const ForwardSlice> slices =
-      req.slices.empty() ? std::span<const ForwardSlice>(&single, 1) : req.slices;
-  if (static_cast<int64_t>(slices.size()) > n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slices: ", slices.size(), " slices for ", n, " rows"));
+absl::StatusOr<std::pair<int, int>> CpuBackend::extent(int seq) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", seq));
   }
-  step_slices_.clear();
-  int64_t row = 0;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const ForwardSlice& s = slices[i];
-    if (s.rows < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slices[", i, "]: ", s.rows, " rows (at least 1)"));
-    }
-    auto it = sequences_.find(s.seq);
-    if (it == sequences_.end()) {
-      return absl::NotFoundError(absl::StrCat("no sequence ", s.seq));
-    }
-    for (const StepSlice& earlier : step_slices_) {
-      if (earlier.seq == s.seq) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "slices[", i, "]: sequence ", s.seq, " is in an earlier slice too"));
-      }
-    }
-    KvCache& cache = *it->second;
-    const int pos0 = cache.length();
-    if (int64_t{pos0} + s.rows > cache.n_ctx()) {
-      return absl::OutOfRangeError(
-          absl::StrCat("sequence ", s.seq, ": ", pos0, " + ", s.rows,
-                       " positions exceed the context of ", cache.n_ctx()));
-    }
-    if (row + s.rows > n) break;  // reported below
-    step_slices_.push_back(
-        StepSlice{s.seq, &cache, static_cast<int>(row), s.rows, pos0, s.logits});
-    row += s.rows;
-  }
-  if (row != n || step_slices_.size() != slices.size()) {
-    int64_t asked = 0;
-    for (const ForwardSlice& s : slices) asked += s.rows;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slices: ", asked, " rows in all, but the step has ", n));
-  }
-  return absl::OkStatus();
+  return std::pair<int, int>{it->second->length(), it->second->n_ctx()};
 }
 
 absl::Status CpuBackend::forward(const ForwardRequest& req,
                                  ForwardResult* result) {
+  ForwardSlice single;
+  const absl::StatusOr<CheckedStep> step = check_forward(
+      req, StepShape{is_first(), hp_.n_embd, options_.max_batch, w_->n_vocab},
+      [this](int seq) { return extent(seq); }, &single);
+  if (!step.ok()) return step.status();
   const int64_t e = hp_.n_embd;
-  const int64_t n64 = is_first() ? static_cast<int64_t>(req.tokens.size())
-                                 : static_cast<int64_t>(req.hidden.size()) / e;
-  if (!is_first() && static_cast<int64_t>(req.hidden.size()) != n64 * e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hidden rows: ", req.hidden.size(), " floats, not a multiple of ",
-        "n_embd ", e));
-  }
-  if (req.slices.empty() && sequences_.count(req.seq) == 0) {
-    return absl::NotFoundError(absl::StrCat("no sequence ", req.seq));
-  }
-  if (n64 < 1 || n64 > options_.max_batch) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a step takes 1 to ", options_.max_batch, " rows, got ", n64));
-  }
-  if (absl::Status st = plan_step(req, n64); !st.ok()) return st;
+  const int64_t n64 = step->rows;
   const int n = static_cast<int>(n64);
-  if (is_first()) {
-    for (int t = 0; t < n; ++t) {
-      if (req.tokens[t] < 0 || req.tokens[t] >= w_->n_vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("token id ", req.tokens[t], " at row ", t,
-                         " is outside the vocabulary of ", w_->n_vocab));
-      }
-    }
+  step_slices_.clear();
+  int row = 0;
+  for (const ForwardSlice& s : step->slices) {
+    KvCache& cache = *sequences_.find(s.seq)->second;
+    step_slices_.push_back(StepSlice{s.seq, &cache, row, s.rows, cache.length(), s.logits});
+    row += s.rows;
   }
 
   for (const StepSlice& s : step_slices_) {

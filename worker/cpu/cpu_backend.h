@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/base/op_types.h"
@@ -74,9 +75,8 @@ class CpuBackend final : public Backend {
     int pos0 = 0;
     Logits logits = Logits::kNone;
   };
-  // Checks the request's slices (or its one sequence) against the caches
-  // and fills step_slices_; forward()'s errors.
-  absl::Status plan_step(const ForwardRequest& req, int64_t n);
+  // Sequence seq's (length, n_ctx), or NotFound (check_forward's extent).
+  absl::StatusOr<std::pair<int, int>> extent(int seq) const;
 
   // forward.cc: one block of each recipe, over rows [0, n) of x_ (the
   // slices of step_slices_).
