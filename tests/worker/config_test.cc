@@ -81,6 +81,8 @@ TEST(WorkerConfig, ValidateNamesTheKey) {
   c.backend = "cuda:0";
   EXPECT_NE(validate(c).message().find("backend: \"cuda:0\""),
             std::string::npos);
+  c.backend = "fake";
+  EXPECT_TRUE(validate(c).ok());
 }
 
 TEST(WorkerConfig, ByteSizes) {
