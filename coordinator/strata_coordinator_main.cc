@@ -12,6 +12,9 @@
 #include <cstdio>
 #include <string>
 
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 
 #include "coordinator/cluster.h"
@@ -53,6 +56,9 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  // Logs (one line per HTTP request) go to stderr: stdout carries the
+  // "listening on" lines that scripts read.
+  if (spdlog::get("strata") == nullptr) spdlog::set_default_logger(spdlog::stderr_logger_mt("strata"));
   auto config = load_cluster_config(config_path);
   if (!config.ok()) return fail("", config.status());
   if (!model.empty()) config->model = model;

@@ -14,6 +14,9 @@
 #include <ctime>
 #include <memory>
 #include <string>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +80,9 @@ int serve(const ServeOptions& o) {
       return serve_fail("--http", st);
     }
   }
+  // Logs (one line per HTTP request) go to stderr: stdout carries the
+  // "listening on" lines that scripts read.
+  if (spdlog::get("strata") == nullptr) spdlog::set_default_logger(spdlog::stderr_logger_mt("strata"));
   const std::string api_key = coordinator::resolve_api_key(o.api_key);
   auto cluster = coordinator::make_single_node(s);
   if (!cluster.ok()) return serve_fail(o.model, cluster.status());
