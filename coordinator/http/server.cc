@@ -207,10 +207,32 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(static_cast<uint32_t>(shared_->options.max_header_bytes));
     parser_->body_limit(shared_->options.max_body_bytes);
     stream_.expires_after(std::chrono::milliseconds(shared_->options.request_timeout_ms));
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        self->on_read(ec);
-                      });
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, size_t) {
+                               if (ec) return self->on_read(ec);
+                               self->read_body();
+                             });
+  }
+
+  // A client that asked "Expect: 100-continue" (curl does for bodies over
+  // 1 KiB) waits for this before it sends the body; the header passed the
+  // limits (a Content-Length over the body limit failed already).
+  void read_body() {
+    auto rest = [self = shared_from_this()] {
+      bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
+                        [self](beast::error_code ec, size_t) { self->on_read(ec); });
+    };
+    const auto& req = parser_->get();
+    if (!parser_->is_done() && beast::iequals(req[bhttp::field::expect], "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue),
+                       [self = shared_from_this(), rest](beast::error_code ec, size_t) {
+                         if (ec) return self->close();
+                         rest();
+                       });
+      return;
+    }
+    rest();
   }
 
   void on_read(beast::error_code ec) {
@@ -235,6 +257,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.reset();
     keep_alive_ = msg.keep_alive();
     http11_ = msg.version() >= 11;
+    head_only_ = msg.method() == bhttp::verb::head;
     Request r;
     r.id = shared_->next_request.fetch_add(1);
     r.method = std::string(msg.method_string());
@@ -291,6 +314,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void respond_error(int status, const std::string& message, Headers headers = {}) {
     ++seq_;
+    head_only_ = false;
     state_ = State::kResponding;
     write_whole_error(status, message, headers);
   }
@@ -309,7 +333,7 @@ class Session : public std::enable_shared_from_this<Session> {
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     finishing_ = true;
     state_ = State::kWritingLast;
-    enqueue(std::move(head) + body);
+    enqueue(head_only_ ? std::move(head) : std::move(head) + body);
   }
 
   void enqueue(std::string bytes) {
@@ -436,6 +460,7 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t seq_ = 0;
   bool keep_alive_ = true;
   bool http11_ = true;
+  bool head_only_ = false;  // HEAD: the headers of the answer, no body
   bool watching_ = false;
   bool stop_watch_ = false;
   bool writing_ = false;

@@ -155,6 +155,25 @@ TEST(HttpServer, BodyOverTheLimitIs413) {
   EXPECT_TRUE(c.closed());
 }
 
+TEST(HttpServer, ExpectContinueIsAnswered) {
+  Fixture f;
+  f.options.max_body_bytes = 1024;
+  f.start();
+  Client c(f.port);
+  c.send("POST /a HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  const std::string cont = c.read_until(
+      [](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; });
+  EXPECT_EQ(cont.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << cont;
+  c.send("hello");
+  const std::string r = c.read_until(
+      [](const std::string& b) { return b.find("POST /a 5") != std::string::npos; });
+  EXPECT_NE(r.find("HTTP/1.1 200 OK"), std::string::npos) << r;
+  // Too big: 413 at once, without a 100 first.
+  Client big(f.port);
+  big.send("POST /a HTTP/1.1\r\nContent-Length: 999999\r\nExpect: 100-continue\r\n\r\n");
+  EXPECT_EQ(big.response().rfind("HTTP/1.1 413", 0), 0u);
+}
+
 TEST(HttpServer, HugeHeaderIs431AndGarbageIs400) {
   Fixture f;
   f.options.max_header_bytes = 1024;
