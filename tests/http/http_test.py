@@ -320,6 +320,44 @@ def check_api(args, f, host, grpc_address, stubs, label):
     f.check(active == 1 and wait_active_zero(stub, pb) == 0,
             f"{label}: hang-up mid-stream frees the sequence (active {active} -> 0)")
 
+    # A full queue: 429 with Retry-After; every other request, dropped by
+    # its client, leaves the scheduler.
+    import selectors
+    sel = selectors.DefaultSelector()
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 500, "ignore_eos": True,
+                       "temperature": 0}).encode()
+    flood = []
+    for _ in range(4 + 256 + 12):
+        c = socket.create_connection((h, int(p)))
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        c.setblocking(False)
+        sel.register(c, selectors.EVENT_READ)
+        flood.append(c)
+    refused, retry_after, end = 0, True, time.time() + 60
+    while refused == 0 and time.time() < end:
+        for key, _ in sel.select(timeout=1):
+            data = key.fileobj.recv(65536)
+            sel.unregister(key.fileobj)
+            if data.startswith(b"HTTP/1.1 429"):
+                refused += 1
+                retry_after = retry_after and b"Retry-After: 1" in data
+    for c in flood:
+        c.close()
+    sel.close()
+    def waiting():
+        _, _, m = raw(host, "GET", "/metrics")
+        for line in m.decode().splitlines():
+            if line.startswith("strata:num_requests_waiting"):
+                return float(line.split()[-1])
+        return -1
+    end = time.time() + 30
+    while waiting() != 0 and time.time() < end:
+        time.sleep(0.05)
+    f.check(refused > 0 and retry_after and waiting() == 0 and wait_active_zero(stub, pb) == 0,
+            f"{label}: a full queue -> 429 with Retry-After ({refused}); the dropped "
+            "requests all leave")
+
     # Hostile: a slow sender and 1000 idle connections; the server answers
     # each correctly meanwhile.
     slow = socket.create_connection((h, int(p)))
