@@ -7,6 +7,7 @@
 #include <string>
 
 #include "coordinator/api_key.h"
+#include "coordinator/prompt.h"
 
 namespace strata::coordinator::http {
 namespace {
@@ -205,6 +206,41 @@ TEST(OpenAiErrors, StatusMapsToHttpAndParam) {
 TEST(OpenAiErrors, JsonIsValidUtf8WhateverTheMessage) {
   const std::string text = dump_json(json{{"s", std::string("a\xff\xc3")}});
   EXPECT_TRUE(json::accept(text));
+}
+
+// Prompt preparation refuses the fields nothing honours yet, naming them
+// (OpenAI's names once through to_api_error), rather than ignore them.
+TEST(PromptPreparation, RefusesWhatItCannotHonourYet) {
+  auto base = [] {
+    v1::GenerateRequest r;
+    r.set_prompt("hi");
+    return r;
+  };
+  struct Case {
+    void (*set)(v1::GenerateRequest&);
+    const char* param;
+  };
+  const Case cases[] = {
+      {[](v1::GenerateRequest& r) { r.set_tools_json("[{}]"); }, "tools"},
+      {[](v1::GenerateRequest& r) { r.set_tool_choice("required"); }, "tool_choice"},
+      {[](v1::GenerateRequest& r) { r.set_chat_template_kwargs_json("{\"a\":1}"); },
+       "chat_template_kwargs"},
+      {[](v1::GenerateRequest& r) { r.set_grammar("root ::= \"a\""); }, "grammar"},
+      {[](v1::GenerateRequest& r) { r.set_json_schema("{}"); }, "response_format"},
+      {[](v1::GenerateRequest& r) { r.set_json_object(true); }, "response_format"},
+      {[](v1::GenerateRequest& r) { r.set_user(std::string(300, 'u')); }, "user"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest r = base();
+    c.set(r);
+    const absl::Status st = check_generate_request(r, 1000);
+    ASSERT_TRUE(absl::IsInvalidArgument(st)) << c.param << ": " << st;
+    EXPECT_EQ(to_api_error(st).param, c.param) << st;
+  }
+  v1::GenerateRequest fine = base();
+  fine.set_tool_choice("auto");
+  fine.set_user("someone");
+  EXPECT_TRUE(check_generate_request(fine, 1000).ok());
 }
 
 TEST(ApiKey, BearerComparedWhole) {
