@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 #include "coordinator/api_key.h"
@@ -158,6 +159,39 @@ TEST(OpenAiMapping, MalformedJsonIsRefused) {
   // Nesting that would cost recursion.
   std::string deep(100000, '[');
   EXPECT_FALSE(parse_openai_request(Endpoint::kChat, deep).ok());
+}
+
+// Bodies mutated byte by byte (a deterministic seed): every one either
+// maps or is refused with a 400 and a valid error object; none crashes.
+TEST(OpenAiMapping, MutatedBodiesAreMappedOrRefused) {
+  const std::string seeds[] = {
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],)"
+      R"("max_tokens":5,"stop":["x"],"n":2,"logprobs":true,"top_logprobs":1,)"
+      R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}})",
+      R"({"prompt":[[1,2,3]],"logprobs":3,"stream":true,"stream_options":{"include_usage":true},)"
+      R"("seed":18446744073709551615,"temperature":1e308,"top_k":-5})",
+  };
+  std::mt19937 rng(28);
+  for (int i = 0; i < 20000; ++i) {
+    std::string body = seeds[i % 2];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits; ++k) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 3) {
+        case 0: body[at] = static_cast<char>(rng()); break;
+        case 1: body.erase(at, 1 + rng() % 8); break;
+        default: body.insert(at, 1, "{}[]\",:0\\\xff"[rng() % 11]); break;
+      }
+      if (body.empty()) body = "{";
+    }
+    const Endpoint e = i % 2 == 0 ? Endpoint::kChat : Endpoint::kCompletion;
+    auto r = parse_openai_request(e, body);
+    if (!r.ok()) {
+      const ApiError err = to_api_error(r.status());
+      ASSERT_EQ(err.http_status, 400) << body << "\n" << r.status();
+      ASSERT_TRUE(json::accept(error_json(err)));
+    }
+  }
 }
 
 TEST(OpenAiErrors, StatusMapsToHttpAndParam) {
