@@ -414,6 +414,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void drain() {
+    if (scratch_.empty()) scratch_.resize(4096);
     stream_.async_read_some(net::buffer(scratch_),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
                               self->drained_ += n;
@@ -468,7 +469,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::deque<std::string> out_;
   std::atomic<bool> gone_{false};
   size_t drained_ = 0;
-  char scratch_[4096];
+  std::vector<char> scratch_;  // drain()'s, allocated when first needed
 };
 
 // Lets more sockets be open than the usual soft limit of 1024.
