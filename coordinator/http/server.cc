@@ -26,6 +26,8 @@
 #include <optional>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -312,7 +314,10 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
+  // The server's own answers (the handler never saw the request): logged
+  // here, one line each, as the handler logs its own.
   void respond_error(int status, const std::string& message, Headers headers = {}) {
+    spdlog::info("http - {} {} {}", remote_, status, message);
     ++seq_;
     head_only_ = false;
     state_ = State::kResponding;
