@@ -1,5 +1,6 @@
 #include "coordinator/cluster.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -76,6 +77,8 @@ Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
   so.max_batch_rows = c.prefill_chunk + c.max_sequences;
   so.max_in_flight = static_cast<int>(workers_.size());
   so.trace = !c.trace.empty();
+  so.prefix_cache_blocks = prefix_blocks();
+  so.prefix_block_tokens = kDefaultPrefixBlockTokens;
   Scheduler::DetokenizerFactory detokenizers = options_.detokenizers;
   if (!detokenizers) {
     const tokenizer::Tokenizer* tok = model_->tokenizer.get();
@@ -106,6 +109,12 @@ Cluster::~Cluster() {
   cv_.notify_all();
   monitor_.join();
   scheduler_.reset();  // ends the requests and closes the link first
+}
+
+int Cluster::prefix_blocks() const {
+  const int blocks = options_.config.prefix_cache_blocks;
+  if (blocks >= 0) return blocks;
+  return std::max(1, model_->n_ctx / kDefaultPrefixBlockTokens);
 }
 
 std::string Cluster::worker_label(int i) const {
@@ -233,6 +242,8 @@ absl::Status Cluster::load_pipeline() {
       req.set_next_stage_name(c.workers[i + 1].name);
     }
     req.set_trace(!c.trace.empty());
+    req.set_prefix_cache_blocks(prefix_blocks());
+    req.set_prefix_block_tokens(kDefaultPrefixBlockTokens);
     {
       std::lock_guard<std::mutex> lock(mu_);
       states_[i].state = "loading";

@@ -251,6 +251,7 @@ void Scheduler::loop() {
       link_ = std::move(new_link);
       shard_id_ = new_shard_id;
       unavailable_.clear();
+      core_.reset_prefix_cache();  // the stages' block stores are new
     }
     for (v1::MicroBatchResult& r : results) {
       if (absl::Status st = core_.update_from_output(std::move(r)); !st.ok()) {

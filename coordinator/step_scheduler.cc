@@ -1,6 +1,7 @@
 #include "coordinator/step_scheduler.h"
 
 #include <algorithm>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,9 @@ struct StepScheduler::Sequence {
   int pos = 0;          // positions sent to the stages
   int in_flight = 0;    // micro-batches in flight holding a slice of it
   int decode_steps = 0;
+  int cached = 0;               // prompt rows restored from the prefix cache
+  int next_save = 0;            // the next prompt block to save
+  std::vector<uint64_t> keys;   // of the prompt's full blocks
   Clock::time_point submitted;
   Clock::time_point first_sent;
   Clock::time_point first_token;
@@ -98,7 +102,9 @@ v1::SamplingParams to_proto(const worker::SamplingParams& p) {
 
 StepScheduler::StepScheduler(const SchedulerOptions& options,
                              DetokenizerFactory detokenizers)
-    : options_(normalized(options)), detokenizers_(std::move(detokenizers)) {}
+    : options_(normalized(options)),
+      detokenizers_(std::move(detokenizers)),
+      prefix_(options_.prefix_cache_blocks, options_.prefix_block_tokens) {}
 
 StepScheduler::~StepScheduler() = default;
 
@@ -154,6 +160,7 @@ void StepScheduler::finish(Sequence& seq) {
   e.finish = seq.output->finish_reason();
   e.all_ids = seq.output->ids();
   e.all_text = seq.output->text();
+  e.cached_tokens = seq.cached;
   SequenceTimings& t = e.timings;
   t.queue_ms = ms_between(seq.submitted, seq.first_sent);
   t.ttft_ms = ms_between(seq.submitted, seq.first_token);
@@ -229,20 +236,57 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
   for (auto& [id, seq] : active_) {
     if (batch.slices_size() >= options_.max_sequences) break;
     if (seq->state != Sequence::State::kPrefill) continue;
-    const int chunk =
-        std::min(options_.prefill_chunk, seq->prompt_size() - seq->prompt_sent);
+    const bool first = !seq->sent;
+    std::vector<PrefixBlock> hits;
+    if (first && prefix_.capacity() > 0) {
+      const std::span<const int32_t> prompt(seq->request.prompt);
+      if (seq->keys.empty()) seq->keys = prefix_.block_keys(prompt);
+      hits = prefix_.match(prompt, seq->keys,
+                           (seq->prompt_size() - 1) / prefix_.block_tokens());
+      // A block this micro-batch saves is not there yet when its restores
+      // run (every stage restores before the forward pass, saves after).
+      for (size_t h = 0; h < hits.size(); ++h) {
+        if (std::any_of(record.saved.begin(), record.saved.end(),
+                        [&](const PrefixBlock& b) { return b.slot == hits[h].slot; })) {
+          hits.resize(h);
+          break;
+        }
+      }
+    }
+    const int start = first ? static_cast<int>(hits.size()) * prefix_.block_tokens()
+                            : seq->prompt_sent;
+    const int chunk = std::min(options_.prefill_chunk, seq->prompt_size() - start);
     if (rows + chunk > options_.max_batch_rows) continue;
-    const bool last = seq->prompt_sent + chunk == seq->prompt_size();
+    const bool last = start + chunk == seq->prompt_size();
     v1::SequenceSlice* slice = add_slice(*seq, last);
-    slice->set_start_pos(seq->prompt_sent);
-    if (seq->prompt_sent == 0) {
+    slice->set_start_pos(start);
+    if (first) {
       *slice->mutable_sampling() = to_proto(seq->request.params.sampling);
+      for (const PrefixBlock& h : hits) {
+        slice->add_restore_blocks(h.slot);
+        slice->add_restore_keys(h.key);
+      }
+      record.restores = record.restores || !hits.empty();
+      seq->cached = start;
+      seq->next_save = static_cast<int>(hits.size());
     }
     for (int i = 0; i < chunk; ++i) {
-      slice->add_tokens(seq->request.prompt[seq->prompt_sent + i]);
+      slice->add_tokens(seq->request.prompt[start + i]);
     }
-    seq->prompt_sent += chunk;
+    seq->prompt_sent = start + chunk;
     seq->pos = seq->prompt_sent;
+    // Save the full blocks this chunk completes that the index lacks.
+    const int full = seq->prompt_sent / prefix_.block_tokens();
+    for (; prefix_.capacity() > 0 && seq->next_save < full; ++seq->next_save) {
+      const int b = seq->next_save;
+      if (std::optional<uint32_t> slot =
+              prefix_.insert(seq->request.prompt, seq->keys, b)) {
+        slice->add_save_blocks(*slot);
+        slice->add_save_keys(seq->keys[b]);
+        slice->add_save_block_index(b);
+        record.saved.push_back(PrefixBlock{*slot, seq->keys[b]});
+      }
+    }
     if (last) seq->state = Sequence::State::kAwaitToken;
     rows += chunk;
   }
@@ -274,6 +318,13 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
         result.error_message().empty()
             ? absl::StrCat("micro-batch ", result.batch_id(), " failed")
             : result.error_message());
+    // What it saved may be missing on some stage; what it restored may be
+    // missing on every one (a stage restarted): forget it.
+    if (record.restores) {
+      prefix_.clear();
+    } else {
+      for (const PrefixBlock& b : record.saved) prefix_.erase(b.slot, b.key);
+    }
     if (breaks_pipeline(result.error_code())) {
       if (hooks_.broken) hooks_.broken(status);
       fail_all(status);
