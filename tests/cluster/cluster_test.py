@@ -164,10 +164,11 @@ class Cluster:
 class Serve:
     """`strata serve MODEL --workers N` on an ephemeral port."""
 
-    def __init__(self, args, workdir, n_workers, ctx=512, max_sequences=8, extra=()):
+    def __init__(self, args, workdir, n_workers, ctx=512, max_sequences=8, extra=(),
+                 threads=None):
         port = free_port()
         self.proc = Proc("serve", [args.strata, "serve", args.model,
-                                   "--workers", str(n_workers), "-t", str(n_workers),
+                                   "--workers", str(n_workers), "-t", str(threads or n_workers),
                                    "-c", str(ctx), "--max-sequences", str(max_sequences),
                                    "--listen", f"127.0.0.1:{port}", *extra],
                          workdir)
