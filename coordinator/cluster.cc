@@ -195,6 +195,7 @@ absl::Status Cluster::plan() {
   kv.n_ctx = model_->n_ctx;
   kv.max_sequences = c.max_sequences;
   kv.kv_type = c.kv_type;
+  kv.prefix_positions = int64_t{prefix_blocks()} * kDefaultPrefixBlockTokens;
   absl::StatusOr<std::vector<placement::ShardPlan>> p;
   if (c.explicit_placement) {
     std::vector<placement::Range> ranges;

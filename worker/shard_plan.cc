@@ -200,8 +200,12 @@ absl::StatusOr<ShardPlan> plan_shard(const v1::LoadShardRequest& r) {
   s.set_weight_bytes(weights);
   const uint64_t per_pos = kv_bytes_per_position(
       plan.hp, r.last_block() - r.first_block(), plan.kv_type);
-  s.set_kv_bytes(mul_sat(mul_sat(per_pos, static_cast<uint64_t>(r.n_ctx())),
-                         static_cast<uint64_t>(r.max_sequences())));
+  // The sequences' caches and the prefix cache's block store.
+  const uint64_t positions =
+      mul_sat(static_cast<uint64_t>(r.n_ctx()), static_cast<uint64_t>(r.max_sequences())) +
+      static_cast<uint64_t>(s.prefix_cache_blocks()) *
+          static_cast<uint64_t>(s.prefix_block_tokens());
+  s.set_kv_bytes(mul_sat(per_pos, positions));
   return plan;
 }
 
