@@ -23,16 +23,21 @@ PrefixIndex::PrefixIndex(int capacity, int block_tokens)
   for (uint32_t s = static_cast<uint32_t>(slots_.size()); s > 0; --s) free_.push_back(s - 1);
 }
 
+uint64_t PrefixIndex::root_key() { return kSeed; }
+
+uint64_t PrefixIndex::chain_key(uint64_t parent, std::span<const int32_t> block) const {
+  uint64_t h = parent;
+  for (int32_t t : block) h = mix(h ^ static_cast<uint32_t>(t));
+  return mix(h ^ 0xb10cull);
+}
+
 std::vector<uint64_t> PrefixIndex::block_keys(std::span<const int32_t> tokens) const {
   std::vector<uint64_t> keys;
   const size_t n = tokens.size() / static_cast<size_t>(block_tokens_);
   keys.reserve(n);
   uint64_t h = kSeed;
   for (size_t b = 0; b < n; ++b) {
-    for (int i = 0; i < block_tokens_; ++i) {
-      h = mix(h ^ static_cast<uint32_t>(tokens[b * block_tokens_ + i]));
-    }
-    h = mix(h ^ 0xb10cull);
+    h = chain_key(h, tokens.subspan(b * block_tokens_, static_cast<size_t>(block_tokens_)));
     keys.push_back(h);
   }
   return keys;
@@ -66,8 +71,15 @@ std::vector<PrefixBlock> PrefixIndex::match(std::span<const int32_t> tokens,
 
 std::optional<uint32_t> PrefixIndex::insert(std::span<const int32_t> tokens,
                                             std::span<const uint64_t> keys, int b) {
+  return insert_block(
+      tokens.subspan(static_cast<size_t>(b) * block_tokens_, static_cast<size_t>(block_tokens_)),
+      b == 0 ? kSeed : keys[b - 1], keys[b]);
+}
+
+std::optional<uint32_t> PrefixIndex::insert_block(std::span<const int32_t> block,
+                                                  uint64_t parent, uint64_t key) {
   if (slots_.empty()) return std::nullopt;
-  if (auto it = by_key_.find(keys[b]); it != by_key_.end()) {
+  if (auto it = by_key_.find(key); it != by_key_.end()) {
     touch(it->second);
     return std::nullopt;  // cached (or a collision: then not cached)
   }
@@ -83,10 +95,9 @@ std::optional<uint32_t> PrefixIndex::insert(std::span<const int32_t> tokens,
   }
   Entry& e = slots_[slot];
   e.used = true;
-  e.key = keys[b];
-  e.parent = b == 0 ? kSeed : keys[b - 1];
-  const auto first = tokens.begin() + static_cast<size_t>(b) * block_tokens_;
-  e.tokens.assign(first, first + block_tokens_);
+  e.key = key;
+  e.parent = parent;
+  e.tokens.assign(block.begin(), block.end());
   lru_.push_front(slot);
   e.lru = lru_.begin();
   by_key_[e.key] = slot;

@@ -42,6 +42,10 @@ class PrefixIndex {
 
   // The chained keys of the full blocks of `tokens`.
   std::vector<uint64_t> block_keys(std::span<const int32_t> tokens) const;
+  // The key of a block (block_tokens ids) after the block keyed `parent`
+  // (root_key() for the first block).
+  static uint64_t root_key();
+  uint64_t chain_key(uint64_t parent, std::span<const int32_t> block) const;
 
   // The cached blocks that start `tokens` (keys from block_keys), in order,
   // at most max_blocks; each becomes most recently used.
@@ -52,6 +56,9 @@ class PrefixIndex {
   // already cached (it becomes most recent), or the index is off.
   std::optional<uint32_t> insert(std::span<const int32_t> tokens,
                                  std::span<const uint64_t> keys, int b);
+  // The same for one block given by its tokens, its parent's key and its.
+  std::optional<uint32_t> insert_block(std::span<const int32_t> block, uint64_t parent,
+                                       uint64_t key);
   // Forgets block `key` if slot `slot` still holds it (a save that failed).
   void erase(uint32_t slot, uint64_t key);
   // Forgets everything (the stages' stores were reloaded).

@@ -185,6 +185,34 @@ void StepScheduler::admit() {
   }
 }
 
+// A decode step that fills a block (its row is the block's last) saves it
+// too: the next turn of a chat starts with this turn's answer.
+void StepScheduler::save_decoded_block(Sequence& seq, v1::SequenceSlice& slice,
+                                       InFlight& record) {
+  const int bt = prefix_.block_tokens();
+  if (prefix_.capacity() == 0 || seq.pos % bt != 0) return;
+  const int b = seq.pos / bt - 1;
+  if (b != static_cast<int>(seq.keys.size())) return;  // keys must chain
+  std::vector<int32_t> block;
+  block.reserve(static_cast<size_t>(bt));
+  const std::vector<int32_t>& ids = seq.output->ids();
+  for (int p = b * bt; p < (b + 1) * bt; ++p) {
+    const int g = p - seq.prompt_size();
+    if (g >= static_cast<int>(ids.size())) return;
+    block.push_back(g < 0 ? seq.request.prompt[p] : ids[g]);
+  }
+  const uint64_t parent = b == 0 ? PrefixIndex::root_key() : seq.keys[b - 1];
+  const uint64_t key = prefix_.chain_key(parent, block);
+  seq.keys.push_back(key);
+  seq.next_save = b + 1;
+  if (std::optional<uint32_t> slot = prefix_.insert_block(block, parent, key)) {
+    slice.add_save_blocks(*slot);
+    slice.add_save_keys(key);
+    slice.add_save_block_index(b);
+    record.saved.push_back(PrefixBlock{*slot, key});
+  }
+}
+
 std::optional<v1::MicroBatch> StepScheduler::schedule() {
   admit();
   if (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) {
@@ -228,6 +256,7 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     slice->add_tokens(seq->output->ids().back());
     ++seq->pos;
     ++seq->decode_steps;
+    save_decoded_block(*seq, *slice, record);
     seq->state = Sequence::State::kAwaitToken;
     ++rows;
     ++decodes;

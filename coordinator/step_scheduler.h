@@ -210,6 +210,7 @@ class StepScheduler {
   void fail_sequence(Sequence& seq, const absl::Status& status);
   void finish(Sequence& seq);
   void take_token(Sequence& seq, const v1::SampledToken& token);
+  void save_decoded_block(Sequence& seq, v1::SequenceSlice& slice, InFlight& record);
 
   const SchedulerOptions options_;
   DetokenizerFactory detokenizers_;

@@ -17,9 +17,10 @@ Scenarios (one per run, --scenario):
               after kill -CONT the coordinator reloads and serves again.
   prefix      prefix caching, in `strata serve` (1 and 2 stages) and on 2
               workers: prompts sharing a system prompt report cached_tokens
-              (whole 16-token blocks, never the last row), and their greedy
-              ids and logprobs equal those of `strata serve --prefix-cache off`
-              and `strata run`.
+              (whole 16-token blocks, never the last row), a second turn
+              reuses the first turn's answer too, and greedy ids and logprobs
+              equal those of `strata serve --prefix-cache off` and
+              `strata run`.
 
 Exit status: 0 passed, 1 failed, 77 skipped (model or grpcio absent).
 """
@@ -380,9 +381,14 @@ QUESTIONS = ["Question: when do you open on Monday? Answer:",
 
 
 def generate_logprobs(api, prompt, n):
-    """(ids, logprobs, usage) of a greedy stream with logprobs."""
+    """(ids, logprobs, usage) of a greedy stream with logprobs; `prompt` is
+    text or a list of token ids."""
     pb = api.pb
-    req = pb.GenerateRequest(prompt=prompt, max_tokens=n, ignore_eos=True, logprobs=True)
+    if isinstance(prompt, str):
+        req = pb.GenerateRequest(prompt=prompt, max_tokens=n, ignore_eos=True, logprobs=True)
+    else:
+        req = pb.GenerateRequest(prompt_ids=pb.TokenIds(ids=prompt), max_tokens=n,
+                                 ignore_eos=True, logprobs=True)
     ids, lps, usage = [], [], None
     for r in api.stub.Generate(req, timeout=600):
         if r.HasField("delta"):
@@ -432,6 +438,21 @@ def scenario_prefix(args, stubs, workdir, f):
                             f"{usage.cached_tokens} {want}")
                 f.check(ids == expected[i],
                         f"{name}: prompt {k}: {ids} == strata run {expected[i]}")
+            # A second turn: the first turn's ids, its answer (as sent to
+            # the stages: all but the last id) and a new message; the
+            # answer's blocks were saved while it was decoded.
+            turn1 = list(api.stub.Tokenize(api.pb.TokenizeRequest(text=prompts[0]),
+                                           timeout=30).ids)
+            answer, lps, _ = generate_logprobs(api, turn1, 40)
+            results.append((answer, lps))
+            sent = len(turn1) + len(answer) - 1
+            turn2 = turn1 + answer[:-1] + turn1[-8:]
+            ids, lps, usage = generate_logprobs(api, turn2, N_TOKENS)
+            results.append((ids, lps))
+            want = 0 if off else min(sent // 16, (len(turn2) - 1) // 16) * 16
+            f.check(usage.cached_tokens == want,
+                    f"{name}: second turn ({len(turn2)} tokens): cached_tokens "
+                    f"{usage.cached_tokens} == {want} (its answer's blocks too)")
             runs[name] = results
             if not off:
                 base = runs["serve, prefix cache off"]

@@ -613,6 +613,36 @@ TEST(StepSchedulerPrefix, AFailedMicroBatchForgetsItsBlocks) {
   EXPECT_EQ(run_one(c, 5, p).cached_tokens, 0);
 }
 
+TEST(StepSchedulerPrefix, DecodedBlocksAreSavedForTheNextTurn) {
+  Core c(cached(64));
+  const std::vector<int32_t> turn1 = seq_tokens(1, 20);
+  auto h = c.add(1, turn1, /*max_tokens=*/30);
+  std::vector<int32_t> saved_blocks;
+  for (int32_t next = 100;; ++next) {
+    std::optional<v1::MicroBatch> b = c.s.schedule();
+    if (!b) break;
+    for (const v1::SequenceSlice& s : b->slices()) {
+      for (int32_t i : saved_index(s)) saved_blocks.push_back(i);
+    }
+    ASSERT_TRUE(c.answer(*b, {next}).ok());
+  }
+  c.s.take_finished();
+  // 20 prompt rows and 29 of the 30 sampled ids went to the stages (the
+  // last one was never sent): blocks 0 (prompt), 1 and 2 (decoded rows).
+  EXPECT_EQ(saved_blocks, std::vector<int32_t>({0, 1, 2}));
+  const SequenceEvent done = events(*h).back();
+  ASSERT_EQ(done.all_ids.size(), 30u);
+  // The next turn: the first turn, its answer, a new message.
+  std::vector<int32_t> turn2 = concat(turn1, done.all_ids);
+  turn2 = concat(turn2, {7, 7, 7});
+  std::vector<v1::SequenceSlice> s;
+  EXPECT_EQ(run_one(c, 2, turn2, &s).cached_tokens, 48);
+  EXPECT_EQ(s[0].start_pos(), 48);
+  // An answer that differs in block 2 reuses blocks 0 and 1 only.
+  turn2[45] = 9999;
+  EXPECT_EQ(run_one(c, 3, turn2).cached_tokens, 32);
+}
+
 TEST(StepSchedulerPrefix, OffByDefault) {
   Core c(options(8, 512, 0, 1));
   std::vector<v1::SequenceSlice> s;
