@@ -112,6 +112,9 @@ Cluster::~Cluster() {
 }
 
 int Cluster::prefix_blocks() const {
+  // Tracing compares every position's block hashes between two runs; a
+  // restored position is not computed again, so it has none: off.
+  if (!options_.config.trace.empty()) return 0;
   const int blocks = options_.config.prefix_cache_blocks;
   if (blocks >= 0) return blocks;
   return std::max(1, model_->n_ctx / kDefaultPrefixBlockTokens);

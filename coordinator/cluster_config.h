@@ -17,6 +17,7 @@
 //   prefix_cache_blocks: -1         # prefix cache slots of 16 tokens on every
 //                                   # worker (coordinator/prefix_index.h);
 //                                   # -1: one context's worth, 0: off
+//                                   # (off while `trace` is set)
 //   workers:                        # in pipeline order
 //     - address: 127.0.0.1:50061    # required
 //       name: w0                    # for messages; default: the address
