@@ -50,15 +50,16 @@ class PrefixIndex {
   // The cached blocks that start `tokens` (keys from block_keys), in order,
   // at most max_blocks; each becomes most recently used.
   std::vector<PrefixBlock> match(std::span<const int32_t> tokens,
-                                 std::span<const uint64_t> keys, int max_blocks);
+                                 std::span<const uint64_t> keys,
+                                 int max_blocks);
   // A slot for block b of `tokens` (recycling the least recently used
   // one), to be saved there by the caller; nullopt when the block is
   // already cached (it becomes most recent), or the index is off.
   std::optional<uint32_t> insert(std::span<const int32_t> tokens,
                                  std::span<const uint64_t> keys, int b);
   // The same for one block given by its tokens, its parent's key and its.
-  std::optional<uint32_t> insert_block(std::span<const int32_t> block, uint64_t parent,
-                                       uint64_t key);
+  std::optional<uint32_t> insert_block(std::span<const int32_t> block,
+                                       uint64_t parent, uint64_t key);
   // Forgets block `key` if slot `slot` still holds it (a save that failed).
   void erase(uint32_t slot, uint64_t key);
   // Forgets everything (the stages' stores were reloaded).

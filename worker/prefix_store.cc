@@ -17,14 +17,17 @@ int64_t PrefixStore::allocated_bytes() const {
   return n;
 }
 
-absl::Status PrefixStore::check_id(uint64_t id, const std::string& field) const {
+absl::Status PrefixStore::check_id(uint64_t id,
+                                   const std::string& field) const {
   if (slots_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": block ", id, ", but this shard has no prefix cache (prefix_cache_blocks 0)"));
+        field, ": block ", id,
+        ", but this shard has no prefix cache (prefix_cache_blocks 0)"));
   }
   if (id >= slots_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": block ", id, " is outside the prefix cache's [0, ", slots_.size(), ")"));
+        field, ": block ", id, " is outside the prefix cache's [0, ",
+        slots_.size(), ")"));
   }
   return absl::OkStatus();
 }
@@ -38,9 +41,9 @@ absl::Status PrefixStore::check_restore(uint64_t id, uint64_t key,
         absl::StrCat(field, ": block ", id, " is empty on this stage"));
   }
   if (s.key != key) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": block ", id, " holds another prefix here (key ", absl::Hex(s.key),
-        ", expected ", absl::Hex(key), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": block ", id, " holds another prefix here (key ",
+                     absl::Hex(s.key), ", expected ", absl::Hex(key), ")"));
   }
   return absl::OkStatus();
 }
@@ -52,7 +55,8 @@ uint8_t* PrefixStore::begin_save(uint32_t id) {
   return s.kv.data();
 }
 
-void PrefixStore::commit_save(uint32_t id, uint64_t key, std::span<const int32_t> tokens) {
+void PrefixStore::commit_save(uint32_t id, uint64_t key,
+                              std::span<const int32_t> tokens) {
   Slot& s = slots_[id];
   s.tokens.assign(tokens.begin(), tokens.end());
   s.key = key;

@@ -44,7 +44,9 @@ class PrefixStore {
   // The slot's KV bytes (block_bytes()) and tokens (block_tokens()); only
   // after check_restore passed.
   const uint8_t* kv(uint32_t id) const { return slots_[id].kv.data(); }
-  std::span<const int32_t> tokens(uint32_t id) const { return slots_[id].tokens; }
+  std::span<const int32_t> tokens(uint32_t id) const {
+    return slots_[id].tokens;
+  }
 
   // Saving: begin_save empties the slot and returns its KV buffer to fill;
   // commit_save then makes it hold `key` and `tokens` (block_tokens ids).

@@ -3,11 +3,10 @@
 // full prefill computes (bit-identical logprobs, the same greedy ids, the
 // sampler's penalties counting the restored tokens); hostile prefix fields
 // are INVALID_ARGUMENT naming the field, and the stage goes on.
-#include "worker/prefix_store.h"
-
 #include <cstring>
 
 #include "tests/worker/worker_test_util.h"
+#include "worker/prefix_store.h"
 
 namespace strata::worker_test {
 namespace {
@@ -17,30 +16,38 @@ namespace {
   GTEST_SKIP() << stories_path() << " absent (../shared/models)"
 
 TEST(PrefixStore, SlotsHoldKeyTokensAndRows) {
-  worker::PrefixStore store(/*capacity=*/3, /*block_tokens=*/4, /*row_bytes=*/8);
+  worker::PrefixStore store(/*capacity=*/3, /*block_tokens=*/4,
+                            /*row_bytes=*/8);
   EXPECT_EQ(store.block_bytes(), 32);
   EXPECT_EQ(store.allocated_bytes(), 0);  // allocated when first written
-  EXPECT_EQ(store.check_restore(0, 7, "f").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.check_restore(0, 7, "f").code(),
+            absl::StatusCode::kInvalidArgument);
   uint8_t* kv = store.begin_save(1);
   for (int i = 0; i < 32; ++i) kv[i] = static_cast<uint8_t>(i);
   const int32_t tokens[] = {5, 6, 7, 8};
   store.commit_save(1, 0xabc, tokens);
   EXPECT_TRUE(store.check_restore(1, 0xabc, "f").ok());
   EXPECT_EQ(store.kv(1)[31], 31);
-  EXPECT_EQ(std::vector<int32_t>(store.tokens(1).begin(), store.tokens(1).end()),
-            std::vector<int32_t>({5, 6, 7, 8}));
+  EXPECT_EQ(
+      std::vector<int32_t>(store.tokens(1).begin(), store.tokens(1).end()),
+      std::vector<int32_t>({5, 6, 7, 8}));
   EXPECT_EQ(store.full_slots(), 1);
   EXPECT_EQ(store.allocated_bytes(), 32);
   // Another key in the slot, an id outside, a cleared slot: refused.
-  absl::Status st = store.check_restore(1, 0xabd, "slices[0].restore_blocks[0]");
+  absl::Status st =
+      store.check_restore(1, 0xabd, "slices[0].restore_blocks[0]");
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("slices[0].restore_blocks[0]: block 1 holds another prefix"),
+  EXPECT_NE(st.message().find(
+                "slices[0].restore_blocks[0]: block 1 holds another prefix"),
             std::string::npos)
       << st;
   st = store.check_id(3, "save_blocks[2]");
-  EXPECT_NE(st.message().find("save_blocks[2]: block 3 is outside"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("save_blocks[2]: block 3 is outside"),
+            std::string::npos)
+      << st;
   store.clear(1);
-  EXPECT_EQ(store.check_restore(1, 0xabc, "f").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.check_restore(1, 0xabc, "f").code(),
+            absl::StatusCode::kInvalidArgument);
   worker::PrefixStore none(0, 16, 8);
   st = none.check_id(0, "save_blocks[0]");
   EXPECT_NE(st.message().find("no prefix cache"), std::string::npos) << st;
@@ -55,7 +62,8 @@ std::vector<std::unique_ptr<worker::Stage>> load_cached_split(int blocks = 8) {
   std::vector<std::unique_ptr<worker::Stage>> stages;
   const int bounds[] = {0, 2, n_layer};
   for (int i = 0; i < 2; ++i) {
-    v1::LoadShardRequest r = shard_request(path, bounds[i], bounds[i + 1], n_layer);
+    v1::LoadShardRequest r =
+        shard_request(path, bounds[i], bounds[i + 1], n_layer);
     r.set_prefix_cache_blocks(blocks);
     r.set_prefix_block_tokens(kBlock);
     auto stage = worker::load_stage(r, 1, {"s" + std::to_string(i)});
@@ -70,7 +78,8 @@ std::vector<std::unique_ptr<worker::Stage>> load_cached_split(int blocks = 8) {
 // A 14-token stories prompt.
 std::vector<int32_t> long_prompt() {
   std::vector<int32_t> p = stories_prompt();
-  for (int32_t t : {263, 281, 311, 262, 400, 290, 335, 284, 271}) p.push_back(t);
+  for (int32_t t : {263, 281, 311, 262, 400, 290, 335, 284, 271})
+    p.push_back(t);
   return p;
 }
 
@@ -100,7 +109,8 @@ Generated generate(std::span<const std::unique_ptr<worker::Stage>> stages,
     const v1::SampledToken& t = result->tokens(0);
     g.ids.push_back(t.id());
     g.logprobs.push_back(t.logprob());
-    for (const v1::TokenLogprob& top : t.top()) g.logprobs.push_back(top.logprob());
+    for (const v1::TokenLogprob& top : t.top())
+      g.logprobs.push_back(top.logprob());
     batch.clear_slices();
     s = slice(s.seq_id(), pos++, {t.id()});
   }
@@ -139,7 +149,8 @@ TEST(PrefixStage, RestoredBlocksGiveBitIdenticalLogprobsAndIds) {
   EXPECT_EQ(cached.ids, full.ids);
   EXPECT_EQ(cached.logprobs, full.logprobs);  // exact float equality
   // Sequence 1 again, restarted from 2 of the blocks (a partial match).
-  v1::SequenceSlice s3 = slice(1, 8, std::vector<int32_t>(prompt.begin() + 8, prompt.end()));
+  v1::SequenceSlice s3 =
+      slice(1, 8, std::vector<int32_t>(prompt.begin() + 8, prompt.end()));
   for (int b = 0; b < 2; ++b) {
     s3.add_restore_blocks(slots[b]);
     s3.add_restore_keys(keys[b]);
@@ -185,14 +196,15 @@ TEST(PrefixStage, BlocksSavedAcrossChunksRestoreExactly) {
   b.set_shard_id(kShardId);
   b.set_batch_id(1);
   // Rows 0..5 (block 0 complete), then 6..13 (blocks 1, 2).
-  v1::SequenceSlice c1 = slice(1, 0, std::vector<int32_t>(prompt.begin(), prompt.begin() + 6),
-                               false);
+  v1::SequenceSlice c1 = slice(
+      1, 0, std::vector<int32_t>(prompt.begin(), prompt.begin() + 6), false);
   const uint32_t s0[] = {3};
   const uint64_t k0[] = {0xa};
   add_saves(c1, s0, k0);
   *b.add_slices() = c1;
   ASSERT_TRUE(run_chain(stages, b).ok());
-  v1::SequenceSlice c2 = slice(1, 6, std::vector<int32_t>(prompt.begin() + 6, prompt.end()));
+  v1::SequenceSlice c2 =
+      slice(1, 6, std::vector<int32_t>(prompt.begin() + 6, prompt.end()));
   const uint32_t s12[] = {4, 6};
   const uint64_t k12[] = {0xb, 0xc};
   add_saves(c2, s12, k12, /*first_block=*/1);
@@ -245,13 +257,15 @@ TEST_F(PrefixStageChecks, HostileRestoreAndSaveFieldsAreRefused) {
   expect_rejected(s, "slices[0].restore_blocks[0]: block 99 is outside");
   s.set_restore_blocks(0, 0);
   s.set_restore_keys(0, 0x6);
-  expect_rejected(s, "slices[0].restore_blocks[0]: block 0 holds another prefix");
+  expect_rejected(s,
+                  "slices[0].restore_blocks[0]: block 0 holds another prefix");
   s.set_restore_blocks(0, 1);
   expect_rejected(s, "slices[0].restore_blocks[0]: block 1 is empty");
   s.set_restore_blocks(0, 0);
   s.set_restore_keys(0, 0x5);
   s.set_start_pos(3);
-  expect_rejected(s, "slices[0].start_pos: 3, but 1 restored blocks of 4 tokens end at 4");
+  expect_rejected(
+      s, "slices[0].start_pos: 3, but 1 restored blocks of 4 tokens end at 4");
   s.clear_restore_keys();
   s.set_start_pos(4);
   expect_rejected(s, "slices[0].restore_keys");
@@ -316,7 +330,8 @@ TEST(PrefixStage, AShardWithoutAStoreRefusesPrefixFields) {
   v1::MicroBatchResult r;
   absl::Status st = stages[0]->run(b, &next, &r);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("slices[0].restore_blocks: this shard has no prefix cache"),
+  EXPECT_NE(st.message().find(
+                "slices[0].restore_blocks: this shard has no prefix cache"),
             std::string::npos)
       << st;
 }
@@ -328,12 +343,14 @@ TEST(PrefixStage, LoadShardChecksThePrefixFields) {
   r.set_prefix_cache_blocks(-1);
   auto st = worker::load_stage(r, 1, {"s"});
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.status().message().find("prefix_cache_blocks"), std::string::npos);
+  EXPECT_NE(st.status().message().find("prefix_cache_blocks"),
+            std::string::npos);
   r.set_prefix_cache_blocks(4);
   r.set_prefix_block_tokens(0);
   st = worker::load_stage(r, 1, {"s"});
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.status().message().find("prefix_block_tokens"), std::string::npos);
+  EXPECT_NE(st.status().message().find("prefix_block_tokens"),
+            std::string::npos);
 }
 
 }  // namespace
