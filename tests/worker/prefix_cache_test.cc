@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "tests/worker/worker_test_util.h"
+#include "worker/fake_backend.h"
 #include "worker/prefix_store.h"
 
 namespace strata::worker_test {
@@ -51,6 +52,30 @@ TEST(PrefixStore, SlotsHoldKeyTokensAndRows) {
   worker::PrefixStore none(0, 16, 8);
   st = none.check_id(0, "save_blocks[0]");
   EXPECT_NE(st.message().find("no prefix cache"), std::string::npos) << st;
+}
+
+// The fake backend's "KV" (each position's state) copies out and back in:
+// a sequence restored from another's rows continues exactly like it.
+TEST(PrefixBackend, FakeBackendRowsRoundTrip) {
+  worker::FakeBackendOptions o;
+  worker::FakeBackend backend(o);
+  ASSERT_TRUE(backend.add_sequence(0, 32).ok());
+  ASSERT_TRUE(backend.add_sequence(1, 32).ok());
+  const int32_t prompt[] = {1, 2, 3, 4, 5, 6};
+  worker::ForwardResult out;
+  ASSERT_TRUE(worker::prefill_in_chunks(backend, 0, prompt, &out).ok());
+  const std::vector<float> want(out.logits.begin(), out.logits.end());
+  std::vector<uint8_t> rows(4 * backend.kv_row_bytes());
+  ASSERT_TRUE(backend.read_kv(0, 0, 4, rows.data()).ok());
+  ASSERT_TRUE(backend.append_kv(1, 4, rows.data()).ok());
+  EXPECT_EQ(*backend.sequence_length(1), 4);
+  ASSERT_TRUE(
+      worker::prefill_in_chunks(backend, 1, std::span<const int32_t>(prompt + 4, 2), &out).ok());
+  EXPECT_EQ(std::vector<float>(out.logits.begin(), out.logits.end()), want);
+  EXPECT_EQ(backend.read_kv(0, 4, 3, rows.data()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(backend.read_kv(7, 0, 1, rows.data()).code(), absl::StatusCode::kNotFound);
+  std::vector<uint8_t> big(40 * backend.kv_row_bytes());
+  EXPECT_EQ(backend.append_kv(1, 30, big.data()).code(), absl::StatusCode::kOutOfRange);
 }
 
 constexpr int kBlock = 4;
