@@ -277,6 +277,15 @@ absl::Status Cluster::load_pipeline() {
     problem_ = absl::StrCat(worker_label(0), ": ", link.status().message());
     return link.status();
   }
+  {
+    // Every stage must hold the slots the index hands out.
+    int blocks = prefix_blocks();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const WorkerState& s : states_) {
+      if (s.shard) blocks = std::min(blocks, s.shard->prefix_cache_blocks());
+    }
+    scheduler_->set_prefix_cache_blocks(blocks);
+  }
   scheduler_->attach(*std::move(link), shard_id);
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -110,6 +110,15 @@ StepScheduler::~StepScheduler() = default;
 
 void StepScheduler::set_hooks(Hooks hooks) { hooks_ = std::move(hooks); }
 
+void StepScheduler::reset_prefix_cache(int capacity) {
+  if (capacity < 0) {
+    prefix_.clear();
+    return;
+  }
+  prefix_ = PrefixIndex(std::min(capacity, options_.prefix_cache_blocks),
+                        options_.prefix_block_tokens);
+}
+
 void StepScheduler::add(std::shared_ptr<SequenceHandle> handle,
                         SequenceRequest request, Clock::time_point submitted) {
   auto seq = std::make_unique<Sequence>();

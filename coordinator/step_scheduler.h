@@ -192,8 +192,9 @@ class StepScheduler {
   int waiting() const { return static_cast<int>(waiting_.size()); }
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
   // Forgets the prefix index: the stages' block stores are new (the
-  // shards were loaded again). Call with nothing in flight.
-  void reset_prefix_cache() { prefix_.clear(); }
+  // shards were loaded again). `capacity` >= 0: their slots now (at most
+  // the configured prefix_cache_blocks); -1: as before.
+  void reset_prefix_cache(int capacity = -1);
   const PrefixIndex& prefix_index() const { return prefix_; }
   uint64_t served() const { return served_; }  // requests that ended kDone
 

@@ -643,6 +643,23 @@ TEST(StepSchedulerPrefix, DecodedBlocksAreSavedForTheNextTurn) {
   EXPECT_EQ(run_one(c, 3, turn2).cached_tokens, 32);
 }
 
+TEST(StepSchedulerPrefix, ResetTakesTheStagesCapacity) {
+  Core c(cached(64));
+  const std::vector<int32_t> p = seq_tokens(1, 40);
+  run_one(c, 1, p);
+  c.s.reset_prefix_cache(0);  // a stage holds no store: off
+  EXPECT_EQ(c.s.prefix_index().capacity(), 0);
+  std::vector<v1::SequenceSlice> s;
+  EXPECT_EQ(run_one(c, 2, p, &s).cached_tokens, 0);
+  EXPECT_TRUE(saved(s[0]).empty());
+  c.s.reset_prefix_cache(1000);  // never above the configured 64
+  EXPECT_EQ(c.s.prefix_index().capacity(), 64);
+  run_one(c, 3, p);
+  EXPECT_EQ(run_one(c, 4, p).cached_tokens, 32);
+  c.s.reset_prefix_cache();  // same capacity, emptied
+  EXPECT_EQ(c.s.prefix_index().used(), 0);
+}
+
 TEST(StepSchedulerPrefix, OffByDefault) {
   Core c(options(8, 512, 0, 1));
   std::vector<v1::SequenceSlice> s;
