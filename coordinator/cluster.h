@@ -123,6 +123,8 @@ class Cluster {
   void on_broken(const absl::Status& status);
   void write_trace(const v1::BlockTrace& trace);
   std::string worker_label(int i) const;
+  // Prefix cache slots for the scheduler and every shard (config, or auto).
+  int prefix_blocks() const;
 
   const ClusterOptions options_;
   std::unique_ptr<ServedModel> model_;
