@@ -1,0 +1,295 @@
+// GrammarMatcher and TokenTable (grammar.h has the design).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/grammar/grammar.h"
+
+namespace strata::grammar {
+
+std::shared_ptr<const TokenTable> TokenTable::build(std::vector<std::string> pieces,
+                                                    std::vector<bool> eog) {
+  auto t = std::make_shared<TokenTable>();
+  eog.resize(pieces.size(), false);
+  // Build a pointer trie, then flatten it breadth first (children sorted by
+  // byte, tokens per node in id order).
+  struct Tmp {
+    std::map<uint8_t, uint32_t> children;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<Tmp> tmp(1);
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    if (eog[id]) t->eog_ids_.push_back(static_cast<int32_t>(id));
+    const std::string& p = pieces[id];
+    if (p.empty()) continue;  // control tokens: never through the trie
+    uint32_t node = 0;
+    for (char ch : p) {
+      const auto b = static_cast<uint8_t>(ch);
+      auto it = tmp[node].children.find(b);
+      if (it == tmp[node].children.end()) {
+        tmp.emplace_back();
+        it = tmp[node].children.emplace(b, static_cast<uint32_t>(tmp.size() - 1)).first;
+      }
+      node = it->second;
+    }
+    tmp[node].tokens.push_back(static_cast<int32_t>(id));
+  }
+  t->nodes_.resize(tmp.size());
+  for (size_t i = 0; i < tmp.size(); ++i) {
+    Node& n = t->nodes_[i];
+    n.first_edge = static_cast<uint32_t>(t->edges_.size());
+    n.n_edges = static_cast<uint32_t>(tmp[i].children.size());
+    for (const auto& [b, c] : tmp[i].children) t->edges_.push_back({b, c});
+    n.first_token = static_cast<uint32_t>(t->token_ids_.size());
+    n.n_tokens = static_cast<uint32_t>(tmp[i].tokens.size());
+    t->token_ids_.insert(t->token_ids_.end(), tmp[i].tokens.begin(), tmp[i].tokens.end());
+  }
+  t->pieces_ = std::move(pieces);
+  t->eog_ = std::move(eog);
+  return t;
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar,
+                               std::shared_ptr<const TokenTable> tokens)
+    : grammar_(std::move(grammar)), tokens_(std::move(tokens)) {
+  pool_.push_back({0, 0});  // kEmpty
+  expanding_.clear();
+  expand_rule(grammar_->root(), kEmpty, &state_.stacks);
+  expanding_.clear();
+  normalize(&state_.stacks);
+}
+
+uint32_t GrammarMatcher::frame(uint32_t pos, uint32_t parent) {
+  const uint64_t key = (uint64_t{pos} << 32) | parent;
+  auto [it, inserted] = index_.try_emplace(key, static_cast<uint32_t>(pool_.size()));
+  if (inserted) pool_.push_back({pos, parent});
+  return it->second;
+}
+
+// The stacks that start at element `pos` with `parent` below: a class on
+// top goes out as is; a reference expands into its rule's alternatives; the
+// end of an alternative continues in the parent frame.
+void GrammarMatcher::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>* out) {
+  const auto& elems = grammar_->elements();
+  for (;;) {
+    const Grammar::Element& e = elems[pos];
+    if (e.kind == Grammar::Kind::kChars) {
+      out->push_back(frame(pos, parent));
+      return;
+    }
+    if (e.kind == Grammar::Kind::kEnd) {
+      if (parent == kEmpty) {
+        out->push_back(kEmpty);
+        return;
+      }
+      const Frame f = pool_[parent];
+      pos = f.pos;
+      parent = f.parent;
+      continue;
+    }
+    // A reference: its continuation is the next element (none in tail
+    // position: the parent continues directly, so x* needs no stack).
+    const uint32_t cont =
+        elems[pos + 1].kind == Grammar::Kind::kEnd ? parent : frame(pos + 1, parent);
+    expand_rule(e.rule, cont, out);
+    return;
+  }
+}
+
+void GrammarMatcher::expand_rule(uint32_t rule, uint32_t cont, std::vector<uint32_t>* out) {
+  const uint64_t key = (uint64_t{rule} << 32) | cont;
+  if (std::find(expanding_.begin(), expanding_.end(), key) != expanding_.end()) return;
+  expanding_.push_back(key);
+  if (out->size() > kMaxStacks * 4) {
+    overflow_ = true;
+    return;
+  }
+  for (uint32_t alt : grammar_->alternatives()[rule]) expand(alt, cont, out);
+}
+
+void GrammarMatcher::normalize(std::vector<uint32_t>* stacks) {
+  std::sort(stacks->begin(), stacks->end());
+  stacks->erase(std::unique(stacks->begin(), stacks->end()), stacks->end());
+  if (stacks->size() > kMaxStacks) overflow_ = true;
+}
+
+void GrammarMatcher::advance_cp(const State& from, uint32_t cp, State* to) {
+  to->stacks.clear();
+  to->partial = 0;
+  to->need = 0;
+  for (uint32_t s : from.stacks) {
+    if (s == kEmpty) continue;
+    const Frame f = pool_[s];
+    if (!grammar_->matches(f.pos, cp)) continue;
+    expanding_.clear();
+    expand(f.pos + 1, f.parent, &to->stacks);
+  }
+  expanding_.clear();
+  normalize(&to->stacks);
+}
+
+bool GrammarMatcher::advance(const State& from, uint8_t b, State* to) {
+  if (from.need == 0) {
+    if (b < 0x80) {
+      advance_cp(from, b, to);
+      return !to->stacks.empty();
+    }
+    int need;
+    uint32_t bits;
+    if ((b >> 5) == 6) {
+      need = 1, bits = b & 0x1F;
+      if (bits < 2) return false;  // overlong
+    } else if ((b >> 4) == 14) {
+      need = 2, bits = b & 0x0F;
+    } else if ((b >> 3) == 30 && b <= 0xF4) {
+      need = 3, bits = b & 0x07;
+    } else {
+      return false;  // a continuation byte or an invalid lead
+    }
+    to->partial = bits;
+    to->need = static_cast<uint8_t>(need);
+  } else {
+    if ((b >> 6) != 2) return false;
+    to->partial = (from.partial << 6) | (b & 0x3F);
+    to->need = static_cast<uint8_t>(from.need - 1);
+    if (to->need == 0) {
+      const uint32_t cp = to->partial;
+      if (cp > 0x10FFFF) return false;
+      advance_cp(from, cp, to);
+      return !to->stacks.empty();
+    }
+  }
+  // Inside a character: keep the stacks some completion of it can match.
+  const int shift = 6 * to->need;
+  const uint32_t lo = to->partial << shift;
+  const uint32_t hi = lo | ((1u << shift) - 1);
+  if (lo > 0x10FFFF) return false;
+  to->stacks.clear();
+  for (uint32_t s : from.stacks) {
+    if (s != kEmpty && grammar_->matches_any(pool_[s].pos, lo, std::min(hi, 0x10FFFFu))) {
+      to->stacks.push_back(s);
+    }
+  }
+  return !to->stacks.empty();
+}
+
+bool GrammarMatcher::can_accept_bytes(std::string_view bytes) {
+  const size_t mark = pool_.size();
+  State a = state_, b;
+  bool ok = true;
+  for (char c : bytes) {
+    if (!advance(a, static_cast<uint8_t>(c), &b)) {
+      ok = false;
+      break;
+    }
+    std::swap(a, b);
+  }
+  truncate_pool(mark);
+  return ok;
+}
+
+bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+  const size_t mark = pool_.size();
+  State a = state_, b;
+  for (char c : bytes) {
+    if (!advance(a, static_cast<uint8_t>(c), &b)) {
+      truncate_pool(mark);
+      return false;
+    }
+    std::swap(a, b);
+  }
+  state_ = std::move(a);
+  return true;
+}
+
+bool GrammarMatcher::complete() const {
+  return state_.need == 0 && !state_.stacks.empty() && state_.stacks.front() == kEmpty;
+}
+
+bool GrammarMatcher::finished() const {
+  return complete() && state_.stacks.size() == 1;
+}
+
+// Frames made after `size` are referenced by no kept state: drop them.
+void GrammarMatcher::truncate_pool(size_t size) {
+  for (size_t i = size; i < pool_.size(); ++i) {
+    index_.erase((uint64_t{pool_[i].pos} << 32) | pool_[i].parent);
+  }
+  pool_.resize(size);
+}
+
+void GrammarMatcher::walk(uint32_t node, size_t depth, TokenMask* mask) {
+  const TokenTable::Node& n = tokens_->nodes()[node];
+  if (scratch_.size() <= depth + 1) scratch_.resize(depth + 2);
+  for (uint32_t e = n.first_edge; e < n.first_edge + n.n_edges; ++e) {
+    const TokenTable::Edge& edge = tokens_->edges()[e];
+    if (!advance(scratch_[depth], edge.byte, &scratch_[depth + 1])) continue;
+    const TokenTable::Node& child = tokens_->nodes()[edge.child];
+    for (uint32_t k = child.first_token; k < child.first_token + child.n_tokens; ++k) {
+      const int32_t id = tokens_->token_ids()[k];
+      (*mask)[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+    }
+    if (child.n_edges > 0) walk(edge.child, depth + 1, mask);
+    if (overflow_) return;
+  }
+}
+
+absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
+  const size_t words = (static_cast<size_t>(tokens_->n_tokens()) + 63) / 64;
+  mask->assign(words, 0);
+  const size_t mark = pool_.size();
+  if (scratch_.empty()) scratch_.resize(1);
+  scratch_[0] = state_;
+  overflow_ = false;
+  walk(0, 0, mask);
+  truncate_pool(mark);
+  if (overflow_) {
+    overflow_ = false;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "grammar: more than ", kMaxStacks, " parses alive at once (too ambiguous)"));
+  }
+  if (complete()) {
+    for (int32_t id : tokens_->eog_tokens()) {
+      (*mask)[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrammarMatcher::mask(std::span<float> logits) {
+  TokenMask m;
+  if (absl::Status st = fill_mask(&m); !st.ok()) return st;
+  const size_t n = std::min(logits.size(), static_cast<size_t>(tokens_->n_tokens()));
+  for (size_t i = 0; i < n; ++i) {
+    if (!allowed(m, static_cast<int32_t>(i))) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+  for (size_t i = n; i < logits.size(); ++i) {
+    logits[i] = -std::numeric_limits<float>::infinity();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrammarMatcher::accept(int32_t token) {
+  if (token < 0 || token >= tokens_->n_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat("token ", token, " is outside the vocabulary"));
+  }
+  if (tokens_->is_eog(token)) {
+    if (complete()) {
+      state_.stacks.assign(1, kEmpty);
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "end-of-generation token ", token, " before the grammar is complete"));
+  }
+  const std::string& piece = tokens_->piece(token);
+  if (piece.empty() || !accept_bytes(piece)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token ", token, " is not allowed by the grammar here"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::grammar
