@@ -194,7 +194,9 @@ class GrammarMatcher {
   bool advance(const State& from, uint8_t byte, State* to);
   void advance_cp(const State& from, uint32_t cp, State* to);
   void normalize(std::vector<uint32_t>* stacks);
-  void walk(uint32_t node, size_t depth, TokenMask* mask);
+  void walk(uint32_t node, int32_t state, TokenMask* mask);
+  int32_t dfa_state(State&& state);
+  int32_t dfa_step(int32_t state, uint8_t byte);
   void truncate_pool(size_t size);
 
   std::shared_ptr<const Grammar> grammar_;
@@ -202,11 +204,24 @@ class GrammarMatcher {
   std::vector<Frame> pool_;  // [frame id]; pool_[0] is kEmpty
   absl::flat_hash_map<uint64_t, uint32_t> index_;  // (pos, parent) -> id
   State state_;
-  std::vector<State> scratch_;  // [trie depth] during fill_mask
+  // fill_mask's lazy DFA (matcher.cc).
+  static constexpr int32_t kUnknown = -2, kDead = -1;
+  std::vector<State> dfa_states_;
+  absl::flat_hash_map<std::vector<uint32_t>, int32_t> dfa_index_;
+  std::vector<int32_t> dfa_next_;  // [state][256]
   // expand()'s guard against re-entering (rule, continuation) in one
   // expansion (nullable and tail recursion).
   std::vector<uint64_t> expanding_;
   bool overflow_ = false;
+  // fill_mask's memo: (stack, code point) -> the stacks it advances to, a
+  // run of memo_arena_ (valid for one fill_mask: frames made in it go).
+  struct MemoEntry {
+    uint32_t first = 0, count = 0;
+  };
+  bool memo_on_ = false;
+  absl::flat_hash_map<uint64_t, MemoEntry> memo_;
+  std::vector<uint32_t> memo_arena_;
+  std::vector<uint32_t> memo_scratch_;
 };
 
 }  // namespace strata::grammar

@@ -120,15 +120,47 @@ void GrammarMatcher::advance_cp(const State& from, uint32_t cp, State* to) {
   to->stacks.clear();
   to->partial = 0;
   to->need = 0;
+  if (!memo_on_) {
+    for (uint32_t s : from.stacks) {
+      if (s == kEmpty) continue;
+      const Frame f = pool_[s];
+      if (!grammar_->matches(f.pos, cp)) continue;
+      expanding_.clear();
+      expand(f.pos + 1, f.parent, &to->stacks);
+    }
+    expanding_.clear();
+    normalize(&to->stacks);
+    return;
+  }
+  // During fill_mask: one stack advanced by one code point is memoised (the
+  // trie walk meets the same pairs again and again: inside a string every
+  // ordinary character leads back to the same stacks).
+  size_t lists = 0;
   for (uint32_t s : from.stacks) {
     if (s == kEmpty) continue;
-    const Frame f = pool_[s];
-    if (!grammar_->matches(f.pos, cp)) continue;
-    expanding_.clear();
-    expand(f.pos + 1, f.parent, &to->stacks);
+    const uint64_t key = (uint64_t{s} << 21) | cp;
+    auto [it, inserted] = memo_.try_emplace(key, MemoEntry{});
+    if (inserted) {
+      const Frame f = pool_[s];
+      MemoEntry e{static_cast<uint32_t>(memo_arena_.size()), 0};
+      if (grammar_->matches(f.pos, cp)) {
+        memo_scratch_.clear();
+        expanding_.clear();
+        expand(f.pos + 1, f.parent, &memo_scratch_);
+        expanding_.clear();
+        normalize(&memo_scratch_);
+        memo_arena_.insert(memo_arena_.end(), memo_scratch_.begin(), memo_scratch_.end());
+        e.count = static_cast<uint32_t>(memo_scratch_.size());
+      }
+      it->second = e;  // (the insert above may have moved the table)
+    }
+    const MemoEntry e = memo_.find(key)->second;
+    if (e.count == 0) continue;
+    to->stacks.insert(to->stacks.end(), memo_arena_.begin() + e.first,
+                      memo_arena_.begin() + e.first + e.count);
+    ++lists;
   }
-  expanding_.clear();
-  normalize(&to->stacks);
+  if (lists > 1) normalize(&to->stacks);
 }
 
 bool GrammarMatcher::advance(const State& from, uint8_t b, State* to) {
@@ -221,18 +253,46 @@ void GrammarMatcher::truncate_pool(size_t size) {
   pool_.resize(size);
 }
 
-void GrammarMatcher::walk(uint32_t node, size_t depth, TokenMask* mask) {
+// The lazy DFA of one fill_mask: states (stack sets with a partial
+// character) interned to ids, transitions by byte filled on first use, so
+// each trie edge costs one table read once its (state, byte) is known.
+int32_t GrammarMatcher::dfa_state(State&& st) {
+  std::vector<uint32_t> key = st.stacks;
+  key.push_back(st.partial);
+  key.push_back(st.need);
+  auto [it, inserted] = dfa_index_.try_emplace(std::move(key), 0);
+  if (inserted) {
+    it->second = static_cast<int32_t>(dfa_states_.size());
+    dfa_states_.push_back(std::move(st));
+    dfa_next_.resize(dfa_next_.size() + 256, kUnknown);
+  }
+  return it->second;
+}
+
+int32_t GrammarMatcher::dfa_step(int32_t sid, uint8_t byte) {
+  const size_t slot = static_cast<size_t>(sid) * 256 + byte;
+  int32_t next = dfa_next_[slot];
+  if (next != kUnknown) return next;
+  State to;
+  next = advance(dfa_states_[sid], byte, &to) ? dfa_state(std::move(to)) : kDead;
+  dfa_next_[slot] = next;
+  return next;
+}
+
+void GrammarMatcher::walk(uint32_t node, int32_t sid, TokenMask* mask) {
   const TokenTable::Node& n = tokens_->nodes()[node];
-  if (scratch_.size() <= depth + 1) scratch_.resize(depth + 2);
+  const TokenTable::Edge* edges = tokens_->edges().data();
+  const std::vector<TokenTable::Node>& nodes = tokens_->nodes();
+  const int32_t* ids = tokens_->token_ids().data();
   for (uint32_t e = n.first_edge; e < n.first_edge + n.n_edges; ++e) {
-    const TokenTable::Edge& edge = tokens_->edges()[e];
-    if (!advance(scratch_[depth], edge.byte, &scratch_[depth + 1])) continue;
-    const TokenTable::Node& child = tokens_->nodes()[edge.child];
+    const int32_t next = dfa_step(sid, edges[e].byte);
+    if (next == kDead) continue;
+    const TokenTable::Node& child = nodes[edges[e].child];
     for (uint32_t k = child.first_token; k < child.first_token + child.n_tokens; ++k) {
-      const int32_t id = tokens_->token_ids()[k];
+      const int32_t id = ids[k];
       (*mask)[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
     }
-    if (child.n_edges > 0) walk(edge.child, depth + 1, mask);
+    if (child.n_edges > 0) walk(edges[e].child, next, mask);
     if (overflow_) return;
   }
 }
@@ -241,10 +301,15 @@ absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
   const size_t words = (static_cast<size_t>(tokens_->n_tokens()) + 63) / 64;
   mask->assign(words, 0);
   const size_t mark = pool_.size();
-  if (scratch_.empty()) scratch_.resize(1);
-  scratch_[0] = state_;
   overflow_ = false;
-  walk(0, 0, mask);
+  memo_on_ = true;
+  dfa_states_.clear();
+  dfa_index_.clear();
+  dfa_next_.clear();
+  walk(0, dfa_state(State(state_)), mask);
+  memo_on_ = false;
+  memo_.clear();
+  memo_arena_.clear();
   truncate_pool(mark);
   if (overflow_) {
     overflow_ = false;
