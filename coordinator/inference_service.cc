@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/structured_output.h"
 #include "model/chat_template/model_chat.h"
 #include "worker/sampling_proto.h"
 
@@ -208,6 +209,9 @@ grpc::Status InferenceService::Generate(
   sr.params.ignore_eos = request->ignore_eos();
   sr.logprobs = request->logprobs();
   sr.top_logprobs = request->top_logprobs();
+  absl::StatusOr<std::string> grammar = structured_output_grammar(*request);
+  if (!grammar.ok()) return to_grpc(grammar.status());
+  sr.grammar = *std::move(grammar);
   auto handle = cluster_.scheduler().submit(std::move(sr));
   if (!handle.ok()) return to_grpc(handle.status());
 

@@ -237,6 +237,7 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     slice->set_start_pos(seq->prompt_sent);
     if (seq->prompt_sent == 0) {
       *slice->mutable_sampling() = to_proto(seq->request.params.sampling);
+      slice->set_grammar(seq->request.grammar);
     }
     for (int i = 0; i < chunk; ++i) {
       slice->add_tokens(seq->request.prompt[seq->prompt_sent + i]);
@@ -302,6 +303,11 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
     const v1::SampledToken& token = result.tokens(k++);
     Sequence* seq = seqs[i];
     if (seq == nullptr || seq->state != Sequence::State::kAwaitToken) continue;
+    if (token.error_code() != 0) {
+      fail_sequence(*seq, absl::Status(static_cast<absl::StatusCode>(token.error_code()),
+                                       token.error_message()));
+      continue;
+    }
     take_token(*seq, token);
   }
   return absl::OkStatus();

@@ -163,6 +163,8 @@ class GrammarMatcher {
   absl::Status fill_mask(TokenMask* mask);
   // Sets the logits ([n_tokens]) of every token not allowed to -inf.
   absl::Status mask(std::span<float> logits);
+  // Whether the grammar allows `token` next (one token: no mask needed).
+  bool allows(int32_t token);
   // Advances over a sampled token. InvalidArgument if the grammar does not
   // allow it (an end-of-generation token: allowed when complete()).
   absl::Status accept(int32_t token);

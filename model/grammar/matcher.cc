@@ -337,6 +337,13 @@ absl::Status GrammarMatcher::mask(std::span<float> logits) {
   return absl::OkStatus();
 }
 
+bool GrammarMatcher::allows(int32_t token) {
+  if (token < 0 || token >= tokens_->n_tokens()) return false;
+  if (tokens_->is_eog(token)) return complete();
+  const std::string& piece = tokens_->piece(token);
+  return !piece.empty() && can_accept_bytes(piece);
+}
+
 absl::Status GrammarMatcher::accept(int32_t token) {
   if (token < 0 || token >= tokens_->n_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat("token ", token, " is outside the vocabulary"));
