@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "GGUF whose vocabulary is masked")->required();
   app.add_option("--schema", schema_file, "JSON Schema file (default: a person record)");
   app.add_flag("--json-object", any_object, "any JSON object instead of the schema");
+  std::string gbnf_file, list_after;
+  app.add_option("--grammar", gbnf_file, "GBNF file instead of a schema");
+  app.add_option("--list-after", list_after,
+                 "print the tokens allowed after this text, then exit (debugging)");
   if (auto rc = bench::parse_flags(app, argc, argv)) return *rc;
 
   auto file = gguf::GgufModel::open(model);
@@ -68,6 +72,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(gbnf.status().message()).c_str());
     return 1;
   }
+  if (!gbnf_file.empty()) {
+    std::ifstream in(gbnf_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    gbnf = ss.str();
+  }
   auto g = grammar::parse_gbnf(*gbnf);
   if (!g.ok()) {
     std::fprintf(stderr, "%s\n", std::string(g.status().message()).c_str());
@@ -79,6 +89,19 @@ int main(int argc, char** argv) {
   std::printf("vocabulary: %d tokens, trie %zu nodes, table built in %.1f ms\n",
               table->n_tokens(), table->nodes().size(), ms(t0, t1));
 
+  if (app.count("--list-after")) {
+    grammar::GrammarMatcher m(*g, table);
+    if (!m.accept_bytes(list_after)) {
+      std::fprintf(stderr, "the grammar refuses the text\n");
+      return 1;
+    }
+    grammar::TokenMask mask;
+    if (!m.fill_mask(&mask).ok()) return 1;
+    for (int32_t id = 0; id < table->n_tokens(); ++id) {
+      if (grammar::allowed(mask, id)) std::printf("%d %s\n", id, nlohmann::json(table->piece(id)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    return 0;
+  }
   auto ids = (*tok)->encode(kDocument);
   if (!ids.ok()) return 1;
   grammar::GrammarMatcher m(*g, table);

@@ -187,6 +187,7 @@ class GrammarMatcher {
     std::vector<uint32_t> stacks;
     uint32_t partial = 0;  // bits of the character so far
     uint8_t need = 0;      // continuation bytes still to come
+    uint8_t len = 0;       // bytes of that character in all
   };
 
   uint32_t frame(uint32_t pos, uint32_t parent);

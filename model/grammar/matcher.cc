@@ -120,6 +120,7 @@ void GrammarMatcher::advance_cp(const State& from, uint32_t cp, State* to) {
   to->stacks.clear();
   to->partial = 0;
   to->need = 0;
+  to->len = 0;
   if (!memo_on_) {
     for (uint32_t s : from.stacks) {
       if (s == kEmpty) continue;
@@ -163,6 +164,11 @@ void GrammarMatcher::advance_cp(const State& from, uint32_t cp, State* to) {
   if (lists > 1) normalize(&to->stacks);
 }
 
+namespace {
+// The least code point of a UTF-8 encoding of 1..4 bytes.
+constexpr uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+}  // namespace
+
 bool GrammarMatcher::advance(const State& from, uint8_t b, State* to) {
   if (from.need == 0) {
     if (b < 0x80) {
@@ -183,22 +189,28 @@ bool GrammarMatcher::advance(const State& from, uint8_t b, State* to) {
     }
     to->partial = bits;
     to->need = static_cast<uint8_t>(need);
+    to->len = static_cast<uint8_t>(need + 1);
   } else {
     if ((b >> 6) != 2) return false;
     to->partial = (from.partial << 6) | (b & 0x3F);
     to->need = static_cast<uint8_t>(from.need - 1);
+    to->len = from.len;
     if (to->need == 0) {
       const uint32_t cp = to->partial;
-      if (cp > 0x10FFFF) return false;
+      // Overlong forms, surrogates and beyond U+10FFFF are not UTF-8.
+      if (cp > 0x10FFFF || cp < kMinOfLength[from.len] || (cp >= 0xD800 && cp <= 0xDFFF)) {
+        return false;
+      }
       advance_cp(from, cp, to);
       return !to->stacks.empty();
     }
   }
-  // Inside a character: keep the stacks some completion of it can match.
+  // Inside a character: keep the stacks some completion of it can match
+  // (code points of this encoded length only).
   const int shift = 6 * to->need;
-  const uint32_t lo = to->partial << shift;
-  const uint32_t hi = lo | ((1u << shift) - 1);
-  if (lo > 0x10FFFF) return false;
+  const uint32_t lo = std::max(to->partial << shift, kMinOfLength[to->len]);
+  const uint32_t hi = (to->partial << shift) | ((1u << shift) - 1);
+  if (lo > 0x10FFFF || lo > hi) return false;
   to->stacks.clear();
   for (uint32_t s : from.stacks) {
     if (s != kEmpty && grammar_->matches_any(pool_[s].pos, lo, std::min(hi, 0x10FFFFu))) {
@@ -260,6 +272,7 @@ int32_t GrammarMatcher::dfa_state(State&& st) {
   std::vector<uint32_t> key = st.stacks;
   key.push_back(st.partial);
   key.push_back(st.need);
+  key.push_back(st.len);
   auto [it, inserted] = dfa_index_.try_emplace(std::move(key), 0);
   if (inserted) {
     it->second = static_cast<int32_t>(dfa_states_.size());

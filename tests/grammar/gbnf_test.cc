@@ -53,6 +53,11 @@ TEST(Gbnf, EscapesAndUtf8) {
   EXPECT_TRUE(matches("root ::= .", "€"));
   EXPECT_FALSE(matches("root ::= .", "€€"));
   EXPECT_TRUE(matches("root ::= [^a-z]", "é"));
+  // Overlong and surrogate encodings are not characters.
+  EXPECT_FALSE(matches("root ::= .", "\xC0\xAF"));
+  EXPECT_FALSE(matches("root ::= .", "\xE0\x80\xB0"));
+  EXPECT_FALSE(matches("root ::= .", "\xED\xA0\x80"));
+  EXPECT_FALSE(matches("root ::= [0-9]", "\xF0\x80\x80\xB0"));
 }
 
 TEST(Gbnf, MultiLineRulesAndNesting) {
