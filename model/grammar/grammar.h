@@ -148,6 +148,7 @@ class GrammarMatcher {
   // The most stacks a state may hold; a grammar so ambiguous that it needs
   // more fails the step with ResourceExhausted.
   static constexpr size_t kMaxStacks = 4096;
+  static constexpr int kMaxExpandDepth = 1000;
 
   GrammarMatcher(std::shared_ptr<const Grammar> grammar,
                  std::shared_ptr<const TokenTable> tokens);
@@ -216,6 +217,9 @@ class GrammarMatcher {
   // expansion (nullable and tail recursion).
   std::vector<uint64_t> expanding_;
   bool overflow_ = false;
+  bool broken_ = false;  // overflowed outside fill_mask: every step fails
+  int expand_depth_ = 0;
+  absl::Status too_ambiguous() const;
   // fill_mask's memo: (stack, code point) -> the stacks it advances to, a
   // run of memo_arena_ (valid for one fill_mask: frames made in it go).
   struct MemoEntry {

@@ -60,6 +60,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar,
   expand_rule(grammar_->root(), kEmpty, &state_.stacks);
   expanding_.clear();
   normalize(&state_.stacks);
+  broken_ = overflow_;
 }
 
 uint32_t GrammarMatcher::frame(uint32_t pos, uint32_t parent) {
@@ -103,11 +104,15 @@ void GrammarMatcher::expand_rule(uint32_t rule, uint32_t cont, std::vector<uint3
   const uint64_t key = (uint64_t{rule} << 32) | cont;
   if (std::find(expanding_.begin(), expanding_.end(), key) != expanding_.end()) return;
   expanding_.push_back(key);
-  if (out->size() > kMaxStacks * 4) {
+  // Too many parses, or references nested too deep to follow on the call
+  // stack (a ::= b, b ::= c, ... thousands deep): the step fails.
+  if (out->size() > kMaxStacks * 4 || expand_depth_ > kMaxExpandDepth) {
     overflow_ = true;
     return;
   }
+  ++expand_depth_;
   for (uint32_t alt : grammar_->alternatives()[rule]) expand(alt, cont, out);
+  --expand_depth_;
 }
 
 void GrammarMatcher::normalize(std::vector<uint32_t>* stacks) {
@@ -313,6 +318,7 @@ void GrammarMatcher::walk(uint32_t node, int32_t sid, TokenMask* mask) {
 absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
   const size_t words = (static_cast<size_t>(tokens_->n_tokens()) + 63) / 64;
   mask->assign(words, 0);
+  if (broken_) return too_ambiguous();
   const size_t mark = pool_.size();
   overflow_ = false;
   memo_on_ = true;
@@ -326,8 +332,7 @@ absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
   truncate_pool(mark);
   if (overflow_) {
     overflow_ = false;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "grammar: more than ", kMaxStacks, " parses alive at once (too ambiguous)"));
+    return too_ambiguous();
   }
   if (complete()) {
     for (int32_t id : tokens_->eog_tokens()) {
@@ -335,6 +340,12 @@ absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status GrammarMatcher::too_ambiguous() const {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "grammar: more than ", kMaxStacks,
+      " parses alive at once, or rules nested too deep (too ambiguous to follow)"));
 }
 
 absl::Status GrammarMatcher::mask(std::span<float> logits) {
@@ -369,8 +380,15 @@ absl::Status GrammarMatcher::accept(int32_t token) {
     return absl::InvalidArgumentError(absl::StrCat(
         "end-of-generation token ", token, " before the grammar is complete"));
   }
+  if (broken_) return too_ambiguous();
   const std::string& piece = tokens_->piece(token);
-  if (piece.empty() || !accept_bytes(piece)) {
+  overflow_ = false;
+  const bool ok = !piece.empty() && accept_bytes(piece);
+  if (overflow_) {
+    broken_ = true;
+    return too_ambiguous();
+  }
+  if (!ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("token ", token, " is not allowed by the grammar here"));
   }

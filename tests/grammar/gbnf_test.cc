@@ -149,5 +149,17 @@ TEST(Matcher, OnlyEndOfGenerationWhenFinished) {
   EXPECT_EQ(mask[0], uint64_t{1} << 3);
 }
 
+TEST(Matcher, RulesNestedTooDeepFailTheStepNotTheProcess) {
+  std::string g = "root ::= r0\n";
+  for (int i = 0; i < 3000; ++i) g += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
+  g += "r3000 ::= \"y\"\n";
+  auto parsed = parse_gbnf(g);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  GrammarMatcher m(*parsed, TokenTable::build({"y", "x"}, {false, false}));
+  TokenMask mask;
+  EXPECT_EQ(m.fill_mask(&mask).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(m.accept(0).code(), absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace strata::grammar
