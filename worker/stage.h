@@ -14,6 +14,14 @@
 // top_logprobs in 0..20; a new sequence beyond max_sequences is
 // RESOURCE_EXHAUSTED.
 //
+// Structured output (last stage): a slice at start_pos 0 may carry a GBNF
+// grammar (docs/structured-output.md); the stage masks, at each sampled
+// slice of that sequence, the tokens the grammar does not allow before the
+// sampler's chain. A grammar that does not parse (or is over 64 KiB, or a
+// stage without a vocabulary) does NOT fail the micro-batch: that
+// sequence's SampledToken carries error_code INVALID_ARGUMENT (or
+// FAILED_PRECONDITION / RESOURCE_EXHAUSTED) naming slices[i].grammar, id -1.
+//
 // Threads: one run() at a time (the caller serialises).
 #pragma once
 
