@@ -217,6 +217,14 @@ class GrammarMatcher {
   // expansion (nullable and tail recursion).
   std::vector<uint64_t> expanding_;
   bool overflow_ = false;
+  // The masks of the last few states (round robin).
+  struct CachedMask {
+    std::vector<uint32_t> key;  // stacks, partial, need, len
+    TokenMask mask;
+  };
+  static constexpr size_t kMaskCacheSize = 8;
+  std::vector<CachedMask> mask_cache_;
+  size_t mask_cache_next_ = 0;
   bool broken_ = false;  // overflowed outside fill_mask: every step fails
   int expand_depth_ = 0;
   absl::Status too_ambiguous() const;

@@ -317,8 +317,23 @@ void GrammarMatcher::walk(uint32_t node, int32_t sid, TokenMask* mask) {
 
 absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
   const size_t words = (static_cast<size_t>(tokens_->n_tokens()) + 63) / 64;
+  if (broken_) {
+    mask->assign(words, 0);
+    return too_ambiguous();
+  }
+  // The same state (frames kept by state_ are never renumbered) gives the
+  // same mask: inside a string, step after step.
+  std::vector<uint32_t> key = state_.stacks;
+  key.push_back(state_.partial);
+  key.push_back(state_.need);
+  key.push_back(state_.len);
+  for (const CachedMask& c : mask_cache_) {
+    if (c.key == key) {
+      *mask = c.mask;
+      return absl::OkStatus();
+    }
+  }
   mask->assign(words, 0);
-  if (broken_) return too_ambiguous();
   const size_t mark = pool_.size();
   overflow_ = false;
   memo_on_ = true;
@@ -339,6 +354,11 @@ absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
       (*mask)[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
     }
   }
+  if (mask_cache_.size() < kMaskCacheSize) mask_cache_.emplace_back();
+  CachedMask& slot = mask_cache_[mask_cache_next_];
+  mask_cache_next_ = (mask_cache_next_ + 1) % kMaskCacheSize;
+  slot.key = std::move(key);
+  slot.mask = *mask;
   return absl::OkStatus();
 }
 

@@ -1,4 +1,5 @@
 // GBNF parsing (errors with line and column) and the matcher on strings.
+#include <random>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -147,6 +148,40 @@ TEST(Matcher, OnlyEndOfGenerationWhenFinished) {
   EXPECT_TRUE(m.finished());
   ASSERT_TRUE(m.fill_mask(&mask).ok());
   EXPECT_EQ(mask[0], uint64_t{1} << 3);
+}
+
+// fill_mask (trie, lazy DFA, memo, mask cache) against the token-by-token
+// check (allows(): the plain byte path), along random walks through a JSON
+// grammar with a vocabulary of JSON pieces, bytes and split characters.
+TEST(Matcher, MaskEqualsTokenByTokenCheck) {
+  std::vector<std::string> pieces = {"{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\"a",
+                                     "\":", "\": ", "true", "tr", "ue", "null", "0", "12", "-",
+                                     ".5", "e+", "\\", "\\u00", "e9", "\xC3", "\xA9", "\xE2\x82",
+                                     "\xAC", "\xF0\x9F\x98\x80", "ab", "\"}", "\"]", "{\"", "", "\x80",
+                                     "\xC0\xAF", "  ", "\t", "1}", "\"k\": \""};
+  std::vector<bool> eog(pieces.size(), false);
+  eog[33] = true;  // "": the end-of-generation token
+  auto table = TokenTable::build(pieces, eog);
+  auto g = parse_gbnf(json_object_gbnf());
+  ASSERT_TRUE(g.ok());
+  std::mt19937_64 rng(5);
+  for (int walk = 0; walk < 40; ++walk) {
+    GrammarMatcher m(*g, table);
+    for (int step = 0; step < 40; ++step) {
+      TokenMask mask;
+      ASSERT_TRUE(m.fill_mask(&mask).ok());
+      std::vector<int32_t> ok;
+      for (int32_t id = 0; id < table->n_tokens(); ++id) {
+        ASSERT_EQ(allowed(mask, id), m.allows(id)) << "walk " << walk << " step " << step
+                                                   << " token " << id;
+        if (allowed(mask, id)) ok.push_back(id);
+      }
+      if (ok.empty()) break;
+      const int32_t pick = ok[rng() % ok.size()];
+      ASSERT_TRUE(m.accept(pick).ok());
+      if (table->is_eog(pick)) break;
+    }
+  }
 }
 
 TEST(Matcher, RulesNestedTooDeepFailTheStepNotTheProcess) {
