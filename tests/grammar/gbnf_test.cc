@@ -104,6 +104,26 @@ TEST(Gbnf, HostileInputNeverCrashes) {
   for (size_t i = 0; i < g.size(); ++i) (void)parse_gbnf(g.substr(0, i));
   std::string deep(200, '(');
   EXPECT_NE(parse_error("root ::= " + deep), "ok");
+  // Random byte edits of it: parse errors or grammars a matcher can walk.
+  std::mt19937_64 rng(9);
+  const std::string alphabet = "\"[]()|*+?{},.:=#\\^-\n ax09\xC3\xA9\xFF";
+  auto table = TokenTable::build({"{", "\"", "a", "}", " ", "1", "\xC3", "\xA9"},
+                                 std::vector<bool>(8, false));
+  for (int i = 0; i < 2000; ++i) {
+    std::string m = g;
+    for (int k = 0; k < 3; ++k) m[rng() % m.size()] = alphabet[rng() % alphabet.size()];
+    auto parsed = parse_gbnf(m);
+    if (!parsed.ok()) continue;
+    GrammarMatcher matcher(*parsed, table);
+    TokenMask mask;
+    for (int step = 0; step < 5 && matcher.fill_mask(&mask).ok(); ++step) {
+      int32_t pick = -1;
+      for (int32_t id = 0; id < table->n_tokens(); ++id) {
+        if (allowed(mask, id)) pick = id;
+      }
+      if (pick < 0 || !matcher.accept(pick).ok()) break;
+    }
+  }
 }
 
 TEST(Matcher, TokensEndingInsideACharacter) {
