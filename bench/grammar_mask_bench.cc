@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     schema = ss.str();
   }
   auto gbnf = any_object ? absl::StatusOr<std::string>(grammar::json_object_gbnf())
-                         : grammar::json_schema_to_gbnf(std::string_view(schema));
+                         : grammar::json_schema_text_to_gbnf(schema);
   if (!gbnf.ok()) {
     std::fprintf(stderr, "%s\n", std::string(gbnf.status().message()).c_str());
     return 1;

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "strata/v1/inference.pb.h"
 
 namespace strata::coordinator {
@@ -28,6 +29,17 @@ absl::StatusOr<std::string> structured_output_grammar(std::string_view grammar,
                                                       bool json_object);
 // The same for a strata.v1.GenerateRequest's fields 16-18.
 absl::StatusOr<std::string> structured_output_grammar(const v1::GenerateRequest& request);
+
+// The GBNF for an OpenAI `response_format` object: {"type": "text"} -> "";
+// {"type": "json_object"}; {"type": "json_schema", "json_schema": {"name":
+// ..., "schema": {...}, "strict": ...}}. Errors are InvalidArgument naming
+// the field ("response_format.type: 'xml' is not text, json_object or
+// json_schema", "response_format.json_schema.schema: #/...: keyword
+// 'pattern' is not supported"). Parse the request body with
+// nlohmann::ordered_json to keep the schema's property order (a plain
+// nlohmann::json sorts the keys, and the properties come in key order).
+absl::StatusOr<std::string> response_format_grammar(const nlohmann::ordered_json& response_format);
+absl::StatusOr<std::string> response_format_grammar(const nlohmann::json& response_format);
 
 // OK for "" or a GBNF grammar that parses within kMaxGrammarBytes; else
 // InvalidArgument "grammar: ...".

@@ -97,10 +97,12 @@ absl::StatusOr<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view text)
 // documents the subset: what is enforced, what is ignored). InvalidArgument
 // naming the unsupported keyword and its path ("#/properties/a: keyword
 // 'pattern' is not supported").
-// nlohmann::json sorts object keys, so properties come in key order; the
-// text overload keeps the order written (use it for requests).
+// nlohmann::json sorts object keys, so properties come in key order;
+// json_schema_text_to_gbnf (JSON text) keeps the order written (use it for
+// requests); its error for text that is not JSON: "json_schema: not valid
+// JSON".
 absl::StatusOr<std::string> json_schema_to_gbnf(const nlohmann::json& schema);
-absl::StatusOr<std::string> json_schema_to_gbnf(std::string_view schema_text);
+absl::StatusOr<std::string> json_schema_text_to_gbnf(std::string_view schema_text);
 // GBNF for any JSON object.
 std::string json_object_gbnf();
 

@@ -383,7 +383,7 @@ absl::StatusOr<std::string> json_schema_to_gbnf(const nlohmann::json& schema) {
   return c.run();
 }
 
-absl::StatusOr<std::string> json_schema_to_gbnf(std::string_view schema_text) {
+absl::StatusOr<std::string> json_schema_text_to_gbnf(std::string_view schema_text) {
   json schema = json::parse(schema_text, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) {
     return absl::InvalidArgumentError("json_schema: not valid JSON");

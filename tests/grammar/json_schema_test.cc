@@ -11,7 +11,7 @@ namespace {
 class SchemaMatcher {
  public:
   explicit SchemaMatcher(std::string_view schema) {
-    auto gbnf = json_schema_to_gbnf(schema);
+    auto gbnf = json_schema_text_to_gbnf(schema);
     EXPECT_TRUE(gbnf.ok()) << gbnf.status();
     if (!gbnf.ok()) return;
     gbnf_ = *gbnf;
@@ -32,7 +32,7 @@ class SchemaMatcher {
 };
 
 std::string error_of(std::string_view schema) {
-  auto g = json_schema_to_gbnf(schema);
+  auto g = json_schema_text_to_gbnf(schema);
   return g.ok() ? "ok" : std::string(g.status().message());
 }
 

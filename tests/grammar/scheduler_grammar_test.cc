@@ -7,6 +7,7 @@
 #include "coordinator/step_scheduler.h"
 #include "coordinator/structured_output.h"
 #include "gtest/gtest.h"
+#include "model/grammar/grammar.h"
 
 namespace strata::coordinator {
 namespace {
@@ -98,6 +99,40 @@ TEST(StructuredOutput, RequestFieldsAreCheckedAndNamed) {
   r.set_json_schema("{\"type\":\"null\"}");
   r.set_json_object(true);
   EXPECT_EQ(structured_output_grammar(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StructuredOutput, OpenAiResponseFormat) {
+  using nlohmann::ordered_json;
+  EXPECT_EQ(response_format_grammar(ordered_json::parse(R"({"type":"text"})")).value(), "");
+  EXPECT_NE(response_format_grammar(ordered_json::parse(R"({"type":"json_object"})"))
+                .value()
+                .find("root ::= object"),
+            std::string::npos);
+  auto g = response_format_grammar(ordered_json::parse(
+      R"({"type":"json_schema","json_schema":{"name":"p","strict":true,
+          "schema":{"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"boolean"}},
+                    "required":["z","a"],"additionalProperties":false}}})"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  // Property order as written: z before a.
+  auto parsed = grammar::parse_gbnf(*g);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto table = grammar::TokenTable::build({}, {});
+  grammar::GrammarMatcher in_order(*parsed, table);
+  EXPECT_TRUE(in_order.accept_bytes(R"({"z":1,"a":true})") && in_order.complete());
+  grammar::GrammarMatcher swapped(*parsed, table);
+  EXPECT_FALSE(swapped.accept_bytes(R"({"a":true,"z":1})"));
+  EXPECT_EQ(response_format_grammar(ordered_json::parse(R"({"type":"xml"})")).status().message(),
+            "response_format.type: 'xml' is not text, json_object or json_schema");
+  EXPECT_EQ(response_format_grammar(ordered_json::parse(R"({"type":"json_schema","json_schema":{}})"))
+                .status()
+                .message(),
+            "response_format.json_schema.schema: absent");
+  EXPECT_EQ(response_format_grammar(ordered_json::parse(
+                R"({"type":"json_schema","json_schema":{"schema":{"type":"string","format":"uri"}}})"))
+                .status()
+                .message(),
+            "response_format.json_schema.schema: #: keyword 'format' is not supported");
+  EXPECT_EQ(response_format_grammar(nlohmann::json::parse(R"({"type":"json_object"})")).ok(), true);
 }
 
 }  // namespace
