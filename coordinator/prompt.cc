@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/structured_output.h"
 #include "model/chat_template/model_chat.h"
 #include "worker/sampling_proto.h"
 
@@ -179,10 +180,9 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
       r.chat_template_kwargs_json() != "{}") {
     return bad("chat_template_kwargs_json", "not supported yet");
   }
-  if (!r.grammar().empty()) return bad("grammar", "not supported yet");
-  if (!r.json_schema().empty()) return bad("json_schema", "not supported yet");
-  if (r.json_object()) return bad("json_object", "not supported yet");
-  return absl::OkStatus();
+  // grammar / json_schema / json_object: at most one, and it must compile
+  // (the GBNF is made once more in prepare_prompt; the check is cheap).
+  return structured_output_grammar(r).status();
 }
 
 
@@ -225,6 +225,9 @@ absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
   sr.params.ignore_eos = request.ignore_eos();
   sr.logprobs = request.logprobs();
   sr.top_logprobs = request.top_logprobs();
+  absl::StatusOr<std::string> grammar = structured_output_grammar(request);
+  if (!grammar.ok()) return grammar.status();
+  sr.grammar = *std::move(grammar);
   return sr;
 }
 
