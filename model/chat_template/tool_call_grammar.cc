@@ -87,6 +87,11 @@ absl::StatusOr<std::string> tool_call_gbnf(ToolCallFormat format, const nlohmann
 param ::= "<parameter=" [a-zA-Z0-9_-]+ ">\n" [^<]* "\n</parameter>\n")";
       calls = single ? "root ::= call" : R"(root ::= call ( "\n" call )*)";
       break;
+    case ToolCallFormat::kGlm:
+      call = R"(call ::= "<tool_call>" name arg* "</tool_call>"
+arg ::= "<arg_key>" [a-zA-Z0-9_-]+ "</arg_key><arg_value>" [^<]* "</arg_value>")";
+      calls = single ? "root ::= call" : "root ::= call+";
+      break;
     case ToolCallFormat::kMistral:
       // Both generations: Nemo's JSON array and [TOOL_CALLS]NAME[ARGS]{...}.
       call = R"(call ::= "[TOOL_CALLS]" name "[ARGS]" object

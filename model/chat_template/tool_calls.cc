@@ -26,6 +26,11 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kEomId = "<|eom_id|>";
 constexpr std::string_view kEotId = "<|eot_id|>";
 constexpr std::string_view kImEnd = "<|im_end|>";
+constexpr std::string_view kEndOfText = "<|end_of_text|>";
+constexpr std::string_view kArgKey = "<arg_key>";
+constexpr std::string_view kArgKeyEnd = "</arg_key>";
+constexpr std::string_view kArgValue = "<arg_value>";
+constexpr std::string_view kArgValueEnd = "</arg_value>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kMistralCallId = "[CALL_ID]";
@@ -269,6 +274,17 @@ std::string parameter_type(const nlohmann::json& tools, std::string_view functio
   return "";
 }
 
+// A parameter value written as text: a string when the tool's schema says so;
+// otherwise JSON when it parses as JSON (without a schema: only a number, bool,
+// null, object or array), else the text as a string.
+ojson typed_value(const nlohmann::json& tools, std::string_view function, std::string_view param,
+                  std::string_view value) {
+  std::string type = parameter_type(tools, function, param);
+  ojson parsed;
+  if (type != "string" && parse_json(value, parsed) && (!parsed.is_string() || !type.empty())) return parsed;
+  return std::string(value);
+}
+
 // Qwen3-Coder: <function=N>\n<parameter=P>\nVALUE\n</parameter>...</function>.
 bool parse_xml_function(std::string_view body, const nlohmann::json& tools, Call& call) {
   body = trim(body);
@@ -284,6 +300,12 @@ bool parse_xml_function(std::string_view body, const nlohmann::json& tools, Call
     return false;
   body.remove_suffix(kFunctionClose.size());
   call.name = std::string(name);
+  if (starts_with(body, "{")) {  // <function=N>{...}</function> (Functionary, Llama 3.1 custom tools)
+    ojson j;
+    if (!parse_json(body, j) || !j.is_object()) return false;
+    call.arguments = dump(j);
+    return true;
+  }
   ojson args = ojson::object();
   while (true) {
     body = trim(body);
@@ -301,22 +323,47 @@ bool parse_xml_function(std::string_view body, const nlohmann::json& tools, Call
     body.remove_prefix(end + kParameterClose.size());
     if (starts_with(value, "\n")) value.remove_prefix(1);
     if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
-    std::string type = parameter_type(tools, name, pname);
-    ojson parsed;
-    if (type != "string" && parse_json(value, parsed) && (!parsed.is_string() || !type.empty())) {
-      args[std::string(pname)] = std::move(parsed);
-    } else {
-      args[std::string(pname)] = std::string(value);
-    }
+    args[std::string(pname)] = typed_value(tools, name, pname, value);
   }
   call.arguments = dump(args);
   return true;
 }
 
-// The body between <tool_call> and </tool_call>: JSON or the XML form.
+// GLM 4.x, Laguna: NAME<arg_key>K</arg_key><arg_value>V</arg_value>... (the
+// body of <tool_call>), whitespace allowed between the parts.
+bool parse_glm_call(std::string_view body, const nlohmann::json& tools, Call& call) {
+  body = trim(body);
+  std::size_t k = body.find(kArgKey);
+  std::string_view name = trim(body.substr(0, k));
+  if (name.empty() || name.size() > kMaxNameBytes || name.find_first_of("<>{}\n\"") != npos) return false;
+  call.name = std::string(name);
+  ojson args = ojson::object();
+  body = k == npos ? std::string_view() : body.substr(k);
+  while (true) {
+    body = trim(body);
+    if (body.empty()) break;
+    if (!starts_with(body, kArgKey)) return false;
+    body.remove_prefix(kArgKey.size());
+    std::size_t ke = body.find(kArgKeyEnd);
+    if (ke == npos) return false;
+    std::string_view key = trim(body.substr(0, ke));
+    body = trim(body.substr(ke + kArgKeyEnd.size()));
+    if (key.empty() || !starts_with(body, kArgValue)) return false;
+    body.remove_prefix(kArgValue.size());
+    std::size_t ve = body.find(kArgValueEnd);
+    if (ve == npos) return false;
+    args[std::string(key)] = typed_value(tools, name, key, body.substr(0, ve));
+    body.remove_prefix(ve + kArgValueEnd.size());
+  }
+  call.arguments = dump(args);
+  return true;
+}
+
+// The body between <tool_call> and </tool_call>: JSON, the XML form or GLM's.
 bool parse_tagged_body(std::string_view body, const nlohmann::json& tools, Call& call) {
   body = trim(body);
   if (starts_with(body, kFunctionOpen)) return parse_xml_function(body, tools, call);
+  if (!starts_with(body, "{")) return parse_glm_call(body, tools, call);
   ojson j;
   return parse_json(body, j) && call_from_object(j, /*require_args=*/false, call);
 }
@@ -378,7 +425,7 @@ std::string_view strip_end_tokens(std::string_view s) {
   for (bool again = true; again;) {
     again = false;
     s = trim(s);
-    for (std::string_view t : {kImEnd, kEotId, kEomId, kMistralEos, kDsEos, kHEnd, kHCall, kHReturn}) {
+    for (std::string_view t : {kImEnd, kEndOfText, kEotId, kEomId, kMistralEos, kDsEos, kHEnd, kHCall, kHReturn}) {
       if (s.size() >= t.size() && s.substr(s.size() - t.size()) == t) {
         s.remove_suffix(t.size());
         again = true;
@@ -469,6 +516,7 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kQwen3Coder: return "qwen3_coder";
+    case ToolCallFormat::kGlm: return "glm";
     case ToolCallFormat::kMistral: return "mistral";
     case ToolCallFormat::kHarmony: return "harmony";
     case ToolCallFormat::kDeepSeek: return "deepseek";
@@ -479,7 +527,9 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
 ToolCallFormat detect_tool_call_format(std::string_view t) {
   auto has = [&](std::string_view s) { return t.find(s) != npos; };
   if (has("<|channel|>") && (has("to=functions") || has("\"functions.\""))) return ToolCallFormat::kHarmony;
+  if (has("<invoke name=")) return ToolCallFormat::kNone;  // MiniMax: not parsed yet
   if (has("<function=") && has("<parameter=")) return ToolCallFormat::kQwen3Coder;
+  if (has("<arg_key>") && has("<tool_call>")) return ToolCallFormat::kGlm;
   if (has("<tool_call>")) return ToolCallFormat::kHermes;
   if (has("[TOOL_CALLS]")) return ToolCallFormat::kMistral;
   if (has(kDsCallBegin)) return ToolCallFormat::kDeepSeek;
@@ -626,9 +676,14 @@ bool ToolCallParser::step_text(bool final, Delta& out) {
     switch (format_) {
       case ToolCallFormat::kNone:
       case ToolCallFormat::kHarmony: break;
-      case ToolCallFormat::kLlama3Json: markers.insert(markers.end(), {kPythonTag, kEotId, kEomId}); break;
-      case ToolCallFormat::kHermes: markers.insert(markers.end(), {kToolCallOpen, kImEnd}); break;
-      case ToolCallFormat::kQwen3Coder: markers.insert(markers.end(), {kToolCallOpen, kFunctionOpen, kImEnd}); break;
+      case ToolCallFormat::kLlama3Json:
+        markers.insert(markers.end(), {kPythonTag, kFunctionOpen, kEotId, kEomId, kEndOfText});
+        break;
+      case ToolCallFormat::kHermes:
+      case ToolCallFormat::kGlm: markers.insert(markers.end(), {kToolCallOpen, kImEnd, kEndOfText, kDsEos}); break;
+      case ToolCallFormat::kQwen3Coder:
+        markers.insert(markers.end(), {kToolCallOpen, kFunctionOpen, kImEnd, kEndOfText});
+        break;
       case ToolCallFormat::kMistral:
         markers.insert(markers.end(), {kMistralCalls, kMistralThink, kMistralEos});
         break;

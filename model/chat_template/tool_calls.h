@@ -12,7 +12,9 @@
 //                call of brave_search with {"query": "..."}; any other text
 //                after <|python_tag|> is code_interpreter code: a call of
 //                "python" with {"code": TEXT}. A leading '{' is taken as a call
-//                only when the turn starts with it (after whitespace).
+//                only when the turn starts with it (after whitespace). Also
+//                <function=N>{...}</function> (Functionary v3.1, Llama 3.1's
+//                custom-tool form).
 //   kHermes      Hermes 2/3, Qwen 2.5, QwQ, Qwen3: <tool_call>\n{"name": N,
 //                "arguments": {...}}\n</tool_call>, several in a row; the XML
 //                body below is accepted inside <tool_call> too.
@@ -21,6 +23,10 @@
 //                <function=...>). VALUE is a string unless the tool's schema
 //                (Options::tools) says otherwise; without a schema a value that
 //                parses as a JSON number, bool, null, object or array is one.
+//   kGlm         GLM 4.x, Spark, Laguna: <tool_call>N<arg_key>K</arg_key>
+//                <arg_value>V</arg_value>...</tool_call>, values typed as above.
+// Not parsed yet (detected as kNone): MiniMax <invoke>, Kimi K2 sections,
+// Command R, Granite 3.x <|tool_call|>, Gemma, Phi.
 //   kMistral     Mistral Nemo: [TOOL_CALLS][{"name": N, "arguments": {...},
 //                "id": I}, ...]; Mistral Small 3.2, Devstral, Ministral:
 //                [TOOL_CALLS]N[CALL_ID]I[ARGS]{...} (the [CALL_ID] part
@@ -51,6 +57,10 @@
 // the same text into pushes gives the same concatenated result. An incomplete
 // UTF-8 sequence at the end of a push is held for the next one.
 //
+// End-of-turn tokens a format's models write (<|im_end|>, <|eot_id|>,
+// <|eom_id|>, <|end_of_text|>, </s> for Mistral, DeepSeek's end of sentence)
+// are dropped where they appear outside a call (kNone keeps every byte).
+//
 // Malformed input: a call whose body does not parse (bad JSON, no name, no end
 // before finish(), JSON nested deeper than kMaxJsonDepth, a body over
 // kMaxCallBytes) is returned as content with its markers, byte for byte; the
@@ -74,9 +84,9 @@
 
 namespace strata::chat_template {
 
-enum class ToolCallFormat { kNone, kLlama3Json, kHermes, kQwen3Coder, kMistral, kHarmony, kDeepSeek };
+enum class ToolCallFormat { kNone, kLlama3Json, kHermes, kQwen3Coder, kGlm, kMistral, kHarmony, kDeepSeek };
 
-// "none", "llama3_json", "hermes", "qwen3_coder", "mistral", "harmony", "deepseek".
+// "none", "llama3_json", "hermes", "qwen3_coder", "glm", "mistral", "harmony", "deepseek".
 std::string_view tool_call_format_name(ToolCallFormat format);
 
 // The format a chat template teaches, recognised by the markers it writes for

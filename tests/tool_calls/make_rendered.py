@@ -48,6 +48,12 @@ FAMILIES = {
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": ("deepseek", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja": ("deepseek", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "llama-cpp-deepseek-r1.jinja": ("deepseek", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "ibm-granite-granite-4.0.jinja": ("hermes", "<|start_of_role|>", "<|end_of_text|>"),
+    "Bielik-11B-v3.0-Instruct.jinja": ("hermes", "<s>", "<|im_end|>"),
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": ("qwen3_coder", "<s>", "<|im_end|>"),
+    "GLM-4.7-Flash.jinja": ("glm", "[gMASK]<sop>", "<|endoftext|>"),
+    "Spark2.5.jinja": ("glm", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "meetkai-functionary-medium-v3.1.jinja": ("llama3_json", "<|begin_of_text|>", "<|eot_id|>"),
 }
 
 TOOLS = [
@@ -107,6 +113,12 @@ HEADERS = {
     "mistral": "",
     "harmony": "<|start|>assistant",
     "deepseek": "<｜Assistant｜>",
+    "glm": "<|assistant|>",
+}
+# Templates whose assistant turn opens differently from their format's usual.
+TEMPLATE_HEADERS = {
+    "ibm-granite-granite-4.0.jinja": "<|start_of_role|>assistant<|end_of_role|>",
+    "Spark2.5.jinja": "<｜start▁of▁sentence｜><|Bot|>",
 }
 
 # Renderings that are not what a model writes: the template moves the content
@@ -135,15 +147,17 @@ def main():
                         {"role": "user", "content": "What is the weather in Paris?"}]
                 ctx = dict(tools=TOOLS, bos_token=bos, eos_token=eos, **extra)
                 full = None
-                # Some templates need a string content beside tool calls.
-                for c in ([content] if content is not None else [None, ""]):
+                # Without content, the shortest of content "" and None (templates
+                # write "None", or an empty extra message, for one or the other).
+                for c in ([content] if content is not None else ["", None]):
                     turn = {"role": "assistant", "content": c, "tool_calls": calls_used}
                     try:
                         prompt = template.render(messages=head, add_generation_prompt=True, **ctx)
                         base = template.render(messages=head, add_generation_prompt=False, **ctx)
-                        full = template.render(messages=head + [turn], add_generation_prompt=False,
-                                               **ctx)
-                        break
+                        rendered = template.render(messages=head + [turn], add_generation_prompt=False,
+                                                   **ctx)
+                        if full is None or len(rendered) < len(full):
+                            full = rendered
                     except (jinja2.exceptions.TemplateError, TypeError) as e:
                         print(f"skip {name} {case}{suffix} content={c!r}: {e}", file=sys.stderr)
                 if full is None:
@@ -154,7 +168,7 @@ def main():
                     text = full[len(base):]
                 else:  # Mistral Nemo moves the tools next to the last user message.
                     text = full[full.rindex("[/INST]") + len("[/INST]"):]
-                header = HEADERS[fmt]
+                header = TEMPLATE_HEADERS.get(name, HEADERS[fmt])
                 if not text.startswith(header):
                     raise SystemExit(f"{name} {case}: turn {text!r} does not open with {header!r}")
                 text = text[len(header):]

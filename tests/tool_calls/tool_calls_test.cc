@@ -97,7 +97,7 @@ void expect_same(const Result& a, const Result& b, const std::string& what) {
 
 ToolCallFormat format_named(const std::string& name) {
   for (auto f : {ToolCallFormat::kNone, ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes,
-                 ToolCallFormat::kQwen3Coder, ToolCallFormat::kMistral, ToolCallFormat::kHarmony,
+                 ToolCallFormat::kQwen3Coder, ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony,
                  ToolCallFormat::kDeepSeek}) {
     if (tool_call_format_name(f) == name) return f;
   }
@@ -121,11 +121,15 @@ std::filesystem::path templates_dir() {
   return std::filesystem::path(STRATA_SHARED_DIR) / "conformance" / "chat-templates";
 }
 
-// The options a server would use for this template: think tags when it writes them.
-ToolCallParser::Options options_for(const std::string& template_name) {
+// The options a server would use for this record's template: think tags when
+// it writes them, and a turn that begins inside the block its prompt opened
+// (unless the rendered turn opens its own).
+ToolCallParser::Options options_for(const json& rec) {
   ToolCallParser::Options o;
-  auto path = templates_dir() / template_name;
+  auto path = templates_dir() / rec["template"].get<std::string>();
   if (std::filesystem::exists(path)) o.think_tags = template_uses_think_tags(read_file(path));
+  o.starts_in_reasoning = o.think_tags && prompt_opens_reasoning(rec["prompt_tail"].get<std::string>()) &&
+                          rec["text"].get<std::string>().rfind("<think>", 0) != 0;
   return o;
 }
 
@@ -135,7 +139,7 @@ TEST(ToolCallParser, ParsesTheCallsEachTemplateRenders) {
   for (const auto& rec : records) {
     std::string what = rec["template"].get<std::string>() + " " + rec["case"].get<std::string>();
     ToolCallFormat format = format_named(rec["format"]);
-    Result r = run_whole(format, rec["text"], options_for(rec["template"]));
+    Result r = run_whole(format, rec["text"], options_for(rec));
     EXPECT_EQ(r.content, rec["content"].get<std::string>()) << what;
     EXPECT_EQ(r.reasoning, rec["reasoning"].get<std::string>()) << what;
     ASSERT_EQ(r.calls.size(), rec["calls"].size()) << what;
@@ -157,7 +161,7 @@ TEST(ToolCallParser, StreamedAByteAtATimeOrAtRandomPointsGivesTheSameResult) {
   for (const auto& rec : records) {
     std::string what = rec["template"].get<std::string>() + " " + rec["case"].get<std::string>();
     ToolCallFormat format = format_named(rec["format"]);
-    auto options = options_for(rec["template"]);
+    auto options = options_for(rec);
     std::string text = rec["text"];
     Result whole = run_whole(format, text, options);
     expect_same(whole, run(format, bytes_of(text), options), what + " (bytes)");
@@ -179,7 +183,7 @@ TEST(ToolCallParser, TemplatesAreRecognisedByTheirCallSyntax) {
     if (entry.path().extension() != ".jinja") continue;
     known += detect_tool_call_format(read_file(entry.path())) != ToolCallFormat::kNone;
   }
-  EXPECT_GE(known, 19);
+  EXPECT_GE(known, 25);
   EXPECT_EQ(detect_tool_call_format("{% for m in messages %}{{ m.content }}{% endfor %}"), ToolCallFormat::kNone);
 }
 
@@ -393,7 +397,7 @@ TEST(ToolCallParser, HostileOutputGivesAClearResultAndNoCrash) {
   // Random bytes in every format: no crash, and without markers nothing is lost.
   std::mt19937 rng(99);
   for (auto format : {ToolCallFormat::kNone, ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes,
-                      ToolCallFormat::kQwen3Coder, ToolCallFormat::kMistral, ToolCallFormat::kHarmony,
+                      ToolCallFormat::kQwen3Coder, ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony,
                       ToolCallFormat::kDeepSeek}) {
     for (int k = 0; k < 50; ++k) {
       std::string noise;
@@ -425,7 +429,7 @@ TEST(ToolCallGrammar, RequiredAndNamedChoicesGiveAGrammarForEachFormat) {
   json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather"}},
                                {"type": "function", "function": {"name": "search"}}])");
   for (auto format : {ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes, ToolCallFormat::kQwen3Coder,
-                      ToolCallFormat::kMistral, ToolCallFormat::kHarmony, ToolCallFormat::kDeepSeek}) {
+                      ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony, ToolCallFormat::kDeepSeek}) {
     auto g = tool_call_gbnf(format, tools, "required");
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_NE(g->find("root ::="), std::string::npos);
