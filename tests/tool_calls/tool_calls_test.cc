@@ -7,10 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -445,6 +448,76 @@ TEST(ToolCallGrammar, RequiredAndNamedChoicesGiveAGrammarForEachFormat) {
   EXPECT_NE(bad.status().message().find("tools[0].function.name"), std::string::npos);
   EXPECT_FALSE(tool_call_gbnf(ToolCallFormat::kNone, tools, "required").ok());
   EXPECT_FALSE(tool_call_gbnf(ToolCallFormat::kHermes, tools, "auto").ok());
+}
+
+}  // namespace
+}  // namespace strata::chat_template
+
+namespace strata::chat_template {
+namespace {
+
+// The grammars parse in llama.cpp's GBNF engine, allow the text each format's
+// models write and refuse other names (check_gbnf.py does the matching).
+TEST(ToolCallGrammar, LlamaCppAcceptsTheFormatsOwnTextAndRefusesOtherNames) {
+  std::filesystem::path model = std::filesystem::path(STRATA_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no " << model;
+  json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather"}},
+                               {"type": "function", "function": {"name": "search"}}])");
+  json named = json::parse(R"({"type": "function", "function": {"name": "search"}})");
+  struct Sample {
+    ToolCallFormat format;
+    std::string one;  // one call of search
+    std::string two;  // calls of get_weather and search ("" where the format takes one)
+  };
+  std::vector<Sample> samples = {
+      {ToolCallFormat::kLlama3Json, R"({"name": "search", "parameters": {"query": "x", "n": [1, -2.5e3, true, null]}})", ""},
+      {ToolCallFormat::kHermes, "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Z\\u00fcrich\"}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>\n"
+       "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}\n</tool_call>"},
+      {ToolCallFormat::kQwen3Coder,
+       "<tool_call>\n<function=search>\n<parameter=query>\nLouvre hours\n</parameter>\n</function>\n</tool_call>",
+       "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>\n"
+       "<tool_call>\n<function=search>\n<parameter=query>\nx\n</parameter>\n</function>\n</tool_call>"},
+      {ToolCallFormat::kGlm, "<tool_call>search<arg_key>query</arg_key><arg_value>Louvre</arg_value></tool_call>",
+       "<tool_call>get_weather</tool_call><tool_call>search<arg_key>q</arg_key><arg_value>x</arg_value></tool_call>"},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS]search[ARGS]{\"query\": \"x\"}",
+       "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {}}, {\"name\": \"search\", \"arguments\": {}}]"},
+      {ToolCallFormat::kHarmony,
+       "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary to=functions.search "
+       "<|constrain|>json<|message|>{\"query\": \"x\"}<|call|>",
+       ""},
+      {ToolCallFormat::kDeepSeek,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"query\": \"x\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{}<｜tool▁call▁end｜>"
+       "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+  };
+  json cases = json::array();
+  for (const auto& s : samples) {
+    std::string name(tool_call_format_name(s.format));
+    auto required = tool_call_gbnf(s.format, tools, "required");
+    auto one = tool_call_gbnf(s.format, tools, named);
+    ASSERT_TRUE(required.ok() && one.ok()) << name;
+    std::string other = s.one;
+    other.replace(other.find("search"), 6, "delete");
+    json accept = {s.one};
+    if (!s.two.empty()) accept.push_back(s.two);
+    cases.push_back({{"name", name + " required"}, {"grammar", *required}, {"accept", accept},
+                     {"reject", {other, "Plain text."}}});
+    json reject_named = {other};
+    if (!s.two.empty()) reject_named.push_back(s.two);
+    cases.push_back({{"name", name + " named"}, {"grammar", *one}, {"accept", {s.one}}, {"reject", reject_named}});
+  }
+  auto dir = std::filesystem::temp_directory_path() / ("strata_gbnf_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "cases.json") << cases.dump(1);
+  std::string cmd = std::string("\"") + STRATA_PYTHON + "\" \"" + STRATA_TOOL_CALLS_DATA + "/../check_gbnf.py\" \"" +
+                    (dir / "cases.json").string() + "\" \"" + model.string() + "\" > \"" + (dir / "out.txt").string() +
+                    "\" 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::string out = read_file(dir / "out.txt");
+  std::filesystem::remove_all(dir);
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << out;
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << out;
 }
 
 }  // namespace
