@@ -555,6 +555,21 @@ ToolCallParser::ToolCallParser(ToolCallFormat format, Options options)
     mode_ = Mode::kHarmonyHeader;
   }
   llama_json_ok_ = format_ == ToolCallFormat::kLlama3Json;
+  // The markers text mode looks for: reasoning blocks, the format's call
+  // openers and its end-of-turn tokens.
+  auto& m = text_markers_;
+  if (options_.think_tags) m.insert(m.end(), {kThink, kThinkEnd});
+  switch (format_) {
+    case ToolCallFormat::kNone:
+    case ToolCallFormat::kHarmony: break;
+    case ToolCallFormat::kLlama3Json: m.insert(m.end(), {kPythonTag, kFunctionOpen, kEotId, kEomId, kEndOfText}); break;
+    case ToolCallFormat::kHermes:
+    case ToolCallFormat::kGlm: m.insert(m.end(), {kToolCallOpen, kImEnd, kEndOfText, kDsEos}); break;
+    case ToolCallFormat::kQwen3Coder: m.insert(m.end(), {kToolCallOpen, kFunctionOpen, kImEnd, kEndOfText}); break;
+    case ToolCallFormat::kMistral: m.insert(m.end(), {kMistralCalls, kMistralThink, kMistralEos}); break;
+    case ToolCallFormat::kDeepSeek: m.insert(m.end(), {kDsCallsBegin, kDsEos}); break;
+  }
+  reasoning_markers_ = {format_ == ToolCallFormat::kMistral ? kMistralThinkEnd : kThinkEnd};
 }
 
 std::string ToolCallParser::new_id() {
@@ -668,28 +683,7 @@ bool ToolCallParser::step_text(bool final, Delta& out) {
   if (buf_.empty()) return false;
   const bool reasoning = mode_ == Mode::kReasoning;
   const bool mistral = format_ == ToolCallFormat::kMistral;
-  std::vector<std::string_view> markers;
-  if (reasoning) {
-    markers = {kThinkEnd, kMistralThinkEnd};
-  } else {
-    if (options_.think_tags) markers.insert(markers.end(), {kThink, kThinkEnd});
-    switch (format_) {
-      case ToolCallFormat::kNone:
-      case ToolCallFormat::kHarmony: break;
-      case ToolCallFormat::kLlama3Json:
-        markers.insert(markers.end(), {kPythonTag, kFunctionOpen, kEotId, kEomId, kEndOfText});
-        break;
-      case ToolCallFormat::kHermes:
-      case ToolCallFormat::kGlm: markers.insert(markers.end(), {kToolCallOpen, kImEnd, kEndOfText, kDsEos}); break;
-      case ToolCallFormat::kQwen3Coder:
-        markers.insert(markers.end(), {kToolCallOpen, kFunctionOpen, kImEnd, kEndOfText});
-        break;
-      case ToolCallFormat::kMistral:
-        markers.insert(markers.end(), {kMistralCalls, kMistralThink, kMistralEos});
-        break;
-      case ToolCallFormat::kDeepSeek: markers.insert(markers.end(), {kDsCallsBegin, kDsEos}); break;
-    }
-  }
+  const std::vector<std::string_view>& markers = reasoning ? reasoning_markers_ : text_markers_;
   // Llama 3: a turn (or what follows a call) that opens with '{' is a call.
   if (!reasoning && llama_json_ok_) {
     std::size_t i = 0;
@@ -987,6 +981,22 @@ nlohmann::json ToolCallParser::tool_calls() const {
     a.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   }
   return a;
+}
+
+ToolCallParser make_tool_call_parser(std::string_view template_text, std::string_view prompt,
+                                     const nlohmann::json& tools) {
+  ToolCallParser::Options o;
+  o.tools = tools;
+  o.think_tags = template_uses_think_tags(template_text);
+  o.starts_in_reasoning = o.think_tags && prompt_opens_reasoning(prompt);
+  return ToolCallParser(detect_tool_call_format(template_text), std::move(o));
+}
+
+nlohmann::json tool_call_delta_json(const ToolCallDelta& call) {
+  return {{"index", call.index},
+          {"id", call.id},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
 std::string finish_reason(std::string_view base_reason, const ToolCallParser& parser) {

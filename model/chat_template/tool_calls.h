@@ -67,7 +67,19 @@
 // parser never throws. Invalid UTF-8 inside names or arguments is replaced by
 // U+FFFD in tool_calls().
 //
+// Content is passed through byte for byte: invalid UTF-8 the model wrote stays
+// (dump JSON with error_handler_t::replace). Within one Delta, the order of
+// content and calls is not kept; push a token at a time for that.
+//
 // Threads: one parser belongs to one sequence; it is not thread-safe.
+//
+// Usage (a server, per request with tools and tool_choice other than "none"):
+//   ToolCallParser parser = make_tool_call_parser(template_text, prompt, request_tools);
+//   for each detokenized piece:
+//     ToolCallParser::Delta d = parser.push(piece);
+//     send d.content, d.reasoning_content, tool_call_delta_json(c) for c in d.tool_calls
+//   ToolCallParser::Delta last = parser.finish();   // send it too
+//   finish_reason(engine_reason, parser);  parser.tool_calls() for the non-streamed answer
 #ifndef STRATA_MODEL_CHAT_TEMPLATE_TOOL_CALLS_H_
 #define STRATA_MODEL_CHAT_TEMPLATE_TOOL_CALLS_H_
 
@@ -179,6 +191,8 @@ class ToolCallParser {
 
   ToolCallFormat format_;
   Options options_;
+  std::vector<std::string_view> text_markers_;       // what ends plain text
+  std::vector<std::string_view> reasoning_markers_;  // what ends a reasoning block
   std::string buf_;          // text not yet decided
   Mode mode_ = Mode::kText;
   CallKind call_kind_ = CallKind::kTagged;
@@ -194,6 +208,17 @@ class ToolCallParser {
   std::vector<ToolCallDelta> calls_;
   std::mt19937_64 rng_;
 };
+
+// The parser a template and its rendered prompt call for: the template's
+// format (detect_tool_call_format), think tags when it writes them, the output
+// starting inside a reasoning block when the prompt opened one, and `tools`
+// (the OpenAI tools array, or null) for parameter types.
+ToolCallParser make_tool_call_parser(std::string_view template_text, std::string_view prompt,
+                                     const nlohmann::json& tools);
+
+// One call as OpenAI streams it in choices[].delta.tool_calls[]:
+// {"index", "id", "type": "function", "function": {"name", "arguments"}}.
+nlohmann::json tool_call_delta_json(const ToolCallDelta& call);
 
 // OpenAI finish_reason: "tool_calls" when the parser found a call and the
 // generation stopped by itself (base_reason "stop"); base_reason otherwise.

@@ -416,6 +416,28 @@ TEST(ToolCallParser, HostileOutputGivesAClearResultAndNoCrash) {
   }
 }
 
+TEST(ToolCallParser, MadeFromTheTemplateAndPromptItParsesThatFamilysOutput) {
+  if (!std::filesystem::exists(templates_dir())) GTEST_SKIP() << "no " << templates_dir();
+  std::string r1 = read_file(templates_dir() / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+  ToolCallParser parser = make_tool_call_parser(r1, "<｜User｜>Hi<｜Assistant｜><think>\n", nullptr);
+  auto d = parser.push("Greet back.\n</think>\n\nHello!");
+  auto last = parser.finish();
+  EXPECT_EQ(d.reasoning_content + last.reasoning_content, "Greet back.");
+  EXPECT_EQ(d.content + last.content, "Hello!");
+  std::string qwen = read_file(templates_dir() / "Qwen3-Coder.jinja");
+  json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"id": {"type": "string"}}}}}])");
+  ToolCallParser coder = make_tool_call_parser(qwen, "<|im_start|>assistant\n", tools);
+  d = coder.push("<tool_call>\n<function=f>\n<parameter=id>\n42\n</parameter>\n</function>\n</tool_call>");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].arguments, "{\"id\":\"42\"}");
+  json delta = tool_call_delta_json(d.tool_calls[0]);
+  EXPECT_EQ(delta["index"], 0);
+  EXPECT_EQ(delta["type"], "function");
+  EXPECT_EQ(delta["function"]["name"], "f");
+  EXPECT_EQ(delta["id"], d.tool_calls[0].id);
+}
+
 TEST(ToolCallParser, FinishReasonIsToolCallsOnlyWhenACallWasParsedAndGenerationStopped) {
   ToolCallParser none(ToolCallFormat::kHermes);
   none.push("plain answer");
