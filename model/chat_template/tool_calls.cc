@@ -4,12 +4,12 @@
 // the buffer or waits for more text; finish() decides everything.
 #include "model/chat_template/tool_calls.h"
 
-#include "model/chat_template/tool_call_syntax.h"
-
 #include <algorithm>
 #include <array>
 #include <span>
 #include <utility>
+
+#include "model/chat_template/tool_call_syntax.h"
 
 namespace strata::chat_template {
 namespace {

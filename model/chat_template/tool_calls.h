@@ -15,7 +15,7 @@
 //                only when the turn starts with it (after whitespace). Also
 //                <function=N>{...}</function> (Functionary v3.1, Llama 3.1's
 //                custom-tool form).
-//   kHermes      Hermes 2/3, Qwen 2.5, QwQ, Qwen3: <tool_call>\n{"name": N,
+//   kHermes      Hermes 2/3, Qwen 2.5, QwQ, Qwen3, Granite 4, Bielik: <tool_call>\n{"name": N,
 //                "arguments": {...}}\n</tool_call>, several in a row; the XML
 //                body below is accepted inside <tool_call> too.
 //   kQwen3Coder  Qwen3-Coder, Qwen3.5: <tool_call>\n<function=N>\n<parameter=P>
@@ -25,8 +25,6 @@
 //                parses as a JSON number, bool, null, object or array is one.
 //   kGlm         GLM 4.x, Spark, Laguna: <tool_call>N<arg_key>K</arg_key>
 //                <arg_value>V</arg_value>...</tool_call>, values typed as above.
-// Not parsed yet (detected as kNone): MiniMax <invoke>, Kimi K2 sections,
-// Command R, Granite 3.x <|tool_call|>, Gemma, Phi.
 //   kMistral     Mistral Nemo: [TOOL_CALLS][{"name": N, "arguments": {...},
 //                "id": I}, ...]; Mistral Small 3.2, Devstral, Ministral:
 //                [TOOL_CALLS]N[CALL_ID]I[ARGS]{...} (the [CALL_ID] part
@@ -43,6 +41,8 @@
 //                <｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>;
 //                R1: <｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}
 //                \n```<｜tool▁call▁end｜>.
+// Not parsed yet (detected as kNone): MiniMax <invoke>, Kimi K2's sections,
+// Command R, Granite 3.x <|tool_call|>, Gemma, Phi, firefunction.
 // Reasoning: with Options::think_tags, <think>...</think> is reasoning_content
 // (Qwen3, QwQ, DeepSeek R1/V3.1); starts_in_reasoning when the prompt itself
 // ended with <think>.
@@ -53,9 +53,9 @@
 // once its end is seen, so a call that turns out malformed can still become
 // content. Whitespace just before a call, after the last call at the end, and
 // around a reasoning block is dropped; trailing whitespace of content is held
-// until more text follows. Any split of
-// the same text into pushes gives the same concatenated result. An incomplete
-// UTF-8 sequence at the end of a push is held for the next one.
+// until more text follows. Any split of the same text into pushes gives the
+// same concatenated result. An incomplete UTF-8 sequence at the end of a push
+// is held for the next one.
 //
 // End-of-turn tokens a format's models write (<|im_end|>, <|eot_id|>,
 // <|eom_id|>, <|end_of_text|>, </s> for Mistral, DeepSeek's end of sentence)
