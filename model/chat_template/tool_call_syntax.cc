@@ -50,6 +50,23 @@ bool parse_json(std::string_view text, ojson& out) {
 
 std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
+namespace {
+
+// Arguments as OpenAI gives them: the compact text of a JSON object. A JSON
+// string holding an object's text counts (templates that tojson a string).
+bool arguments_text(const ojson& args, std::string& out) {
+  if (args.is_object()) {
+    out = dump(args);
+    return true;
+  }
+  ojson inner;
+  if (!args.is_string() || !parse_json(args.get_ref<const std::string&>(), inner) || !inner.is_object()) return false;
+  out = dump(inner);
+  return true;
+}
+
+}  // namespace
+
 // {"name": N, "arguments"|"parameters": {...} or "..."} (also wrapped in
 // "function"). Without require_args a missing arguments key means {}.
 bool call_from_object(const ojson& j, bool require_args, Call& call) {
@@ -69,11 +86,7 @@ bool call_from_object(const ojson& j, bool require_args, Call& call) {
   if (args == nullptr) {
     if (require_args) return false;
     call.arguments = "{}";
-  } else if (args->is_string()) {
-    call.arguments = args->get<std::string>();
-  } else if (args->is_object()) {
-    call.arguments = dump(*args);
-  } else {
+  } else if (!arguments_text(*args, call.arguments)) {
     return false;
   }
   if (auto id = j.find("id"); id != j.end() && id->is_string()) call.id = id->get<std::string>();
@@ -292,16 +305,7 @@ bool parse_arguments(std::string_view text, std::string& arguments) {
     text = trim(text.substr(nl + 1, text.size() - 3 - nl - 1));
   }
   ojson j;
-  if (!parse_json(text, j)) return false;
-  if (j.is_object()) {
-    arguments = dump(j);
-    return true;
-  }
-  if (j.is_string()) {
-    arguments = j.get<std::string>();
-    return true;
-  }
-  return false;
+  return parse_json(text, j) && arguments_text(j, arguments);
 }
 
 // <｜tool▁call▁begin｜>...<｜tool▁call▁end｜> repeated, whitespace between.

@@ -83,8 +83,8 @@ bool parse_xml_function(std::string_view body, const nlohmann::json& tools, Call
 bool parse_glm_call(std::string_view body, const nlohmann::json& tools, Call& call);
 // The body between <tool_call> and </tool_call>: JSON, the XML form or GLM's.
 bool parse_tagged_body(std::string_view body, const nlohmann::json& tools, Call& call);
-// JSON arguments, optionally in a ```json fence: an object, or a string taken
-// as the arguments text.
+// JSON arguments, optionally in a ```json fence: an object, or a string that
+// holds an object's JSON text; `arguments` gets the object's compact text.
 bool parse_arguments(std::string_view text, std::string& arguments);
 // <｜tool▁call▁begin｜>...<｜tool▁call▁end｜> repeated (DeepSeek V3 and R1 forms).
 bool parse_deepseek_calls(std::string_view body, std::vector<Call>& calls);

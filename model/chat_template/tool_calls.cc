@@ -44,6 +44,14 @@ std::size_t incomplete_utf8_tail(std::string_view text) {
   return 0;
 }
 
+// Where the next search for any of `markers` in a growing `text` must start:
+// far enough back to find one that has begun but not ended.
+std::size_t resume_point(std::string_view text, std::span<const std::string_view> markers) {
+  std::size_t longest = 0;
+  for (std::string_view m : markers) longest = std::max(longest, m.size());
+  return text.size() >= longest ? text.size() - longest + 1 : 0;
+}
+
 struct Found {
   std::size_t pos = npos;
   std::size_t which = 0;
@@ -310,7 +318,7 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
         end_call(buf_.size(), false, {}, out);
         return true;
       }
-      scan_from_ = buf_.size() >= closer.size() ? buf_.size() - closer.size() + 1 : 0;
+      scan_from_ = resume_point(buf_, std::span<const std::string_view>(&closer, 1));
       return false;
     }
     bool ok = parse(std::string_view(buf_).substr(0, q));
@@ -352,7 +360,7 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
       };
       if (f.pos == npos) {
         if (!final && !too_big()) {
-          scan_from_ = buf_.size() >= 8 ? buf_.size() - 8 : 0;
+          scan_from_ = resume_point(buf_, kEnds);
           return false;
         }
         bool ok = final && parse(strip_end_tokens(buf_));
@@ -385,7 +393,7 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
       };
       if (f.pos == npos) {
         if (!final && !too_big()) {
-          scan_from_ = buf_.size() >= 9 ? buf_.size() - 9 : 0;
+          scan_from_ = resume_point(buf_, kEnds);
           return false;
         }
         bool ok = final && parse(buf_);
@@ -490,15 +498,16 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
 
 bool ToolCallParser::step_harmony_header(bool final, Delta& /*out*/) {
   if (buf_.empty()) return false;
-  std::size_t m = buf_.find(kHMessage);
+  // A header opens with one of these (the prompt ended with <|start|>assistant);
+  // anything else is plain text, content up to the next message boundary.
+  static constexpr std::array<std::string_view, 4> kOpeners = {kHStart, kHChannel, " to=", "assistant"};
+  bool plausible = false;
+  for (std::string_view o : kOpeners) {
+    std::size_t n = std::min(o.size(), buf_.size());
+    if (std::string_view(buf_).substr(0, n) == o.substr(0, n)) plausible = true;
+  }
+  std::size_t m = plausible ? buf_.find(kHMessage) : npos;
   if (m == npos) {
-    // A header opens with one of these; anything else is plain text.
-    static constexpr std::array<std::string_view, 4> kOpeners = {kHStart, kHChannel, " to=", "assistant"};
-    bool plausible = false;
-    for (std::string_view o : kOpeners) {
-      std::size_t n = std::min(o.size(), buf_.size());
-      if (std::string_view(buf_).substr(0, n) == o.substr(0, n)) plausible = true;
-    }
     if (plausible && !final && buf_.size() <= kMaxHeaderBytes) return false;
     mode_ = Mode::kHarmonyBody;
     harmony_channel_ = "final";

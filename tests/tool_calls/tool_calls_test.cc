@@ -438,6 +438,58 @@ TEST(ToolCallParser, MadeFromTheTemplateAndPromptItParsesThatFamilysOutput) {
   EXPECT_EQ(delta["id"], d.tool_calls[0].id);
 }
 
+// Random mixtures of each format's pieces (calls, broken calls, marker
+// prefixes, text, whitespace, end tokens): any split gives the same result as
+// the whole, and the result always serializes.
+constexpr int kSoupRounds = 300;  // per format; raise locally to hunt for splits that differ
+
+TEST(ToolCallParser, RandomMixturesOfPiecesParseTheSameHoweverSplit) {
+  struct Soup {
+    ToolCallFormat format;
+    std::vector<std::string> pieces;
+  };
+  const std::vector<std::string> common = {"Hello", " world", "\n", "  ", "{", "}", "\"", "\\", "<", "<|", "[",
+                                           "é", "\xe2\x82", "\xac", "<think>", "</think>", "{\"a\": 1}"};
+  std::vector<Soup> soups = {
+      {ToolCallFormat::kHermes,
+       {"<tool_call>", "</tool_call>", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": [1, \"}\"]}}\n</tool_call>",
+        "<tool_", "<|im_end|>", "{\"name\": \"g\"}"}},
+      {ToolCallFormat::kQwen3Coder,
+       {"<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>", "<function=g>",
+        "</function>", "<parameter=", "</parameter>", "<tool_call>"}},
+      {ToolCallFormat::kGlm, {"<tool_call>f<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>", "<arg_key>", "<tool_call>"}},
+      {ToolCallFormat::kLlama3Json,
+       {"{\"name\": \"f\", \"parameters\": {}}", "<|python_tag|>", "brave_search.call(query=\"x\")", "<|eom_id|>", ";",
+        "<function=h>{}</function>"}},
+      {ToolCallFormat::kMistral,
+       {"[TOOL_CALLS]", "f[ARGS]{\"a\": 1}", "[{\"name\": \"g\", \"arguments\": {}}]", "[CALL_ID]abc", "[THINK]", "[/THINK]",
+        "</s>"}},
+      {ToolCallFormat::kHarmony,
+       {"<|channel|>analysis<|message|>", "<|channel|>final<|message|>", "<|end|>", "<|start|>assistant",
+        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>", "<|call|>", "<|return|>", "<|message|>"}},
+      {ToolCallFormat::kDeepSeek,
+       {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>",
+        "<｜tool▁sep｜>", "<｜end▁of▁sentence｜>"}},
+  };
+  std::mt19937 rng(5);
+  for (const auto& soup : soups) {
+    std::vector<std::string> all = common;
+    all.insert(all.end(), soup.pieces.begin(), soup.pieces.end());
+    for (int k = 0; k < kSoupRounds; ++k) {
+      std::string text;
+      int n = 1 + static_cast<int>(rng() % 30);
+      for (int i = 0; i < n; ++i) text += all[rng() % all.size()];
+      ToolCallParser::Options o;
+      o.think_tags = k % 2 == 0;
+      Result whole = run(soup.format, {text}, o, /*check_utf8=*/false);
+      expect_same(whole, run(soup.format, bytes_of(text), o, /*check_utf8=*/false), text);
+      expect_same(whole, run(soup.format, random_split(text, rng), o, /*check_utf8=*/false), text);
+      EXPECT_NO_THROW((void)whole.tool_calls.dump()) << text;
+      for (const auto& c : whole.calls) EXPECT_TRUE(json::accept(c.arguments)) << text;
+    }
+  }
+}
+
 TEST(ToolCallParser, FinishReasonIsToolCallsOnlyWhenACallWasParsedAndGenerationStopped) {
   ToolCallParser none(ToolCallFormat::kHermes);
   none.push("plain answer");
