@@ -104,6 +104,15 @@ item ::= "{\"name\": \"" name "\", \"arguments\": " object "}")";
 analysis ::= "<|channel|>analysis<|message|>" [^<]* "<|end|><|start|>assistant")";
       calls = "root ::= analysis? call";  // the template carries one call a message
       break;
+    case ToolCallFormat::kKimiK2:
+      call = R"(call ::= "<|tool_call_begin|>functions." name ":" [0-9] [0-9]? "<|tool_call_argument_begin|>" object "<|tool_call_end|>")";
+      calls = single ? R"(root ::= "<|tool_calls_section_begin|>" call "<|tool_calls_section_end|>")"
+                     : R"(root ::= "<|tool_calls_section_begin|>" call+ "<|tool_calls_section_end|>")";
+      break;
+    case ToolCallFormat::kMiniMax:
+      call = R"(call ::= "{\"name\": \"" name "\", \"arguments\": " object "}\n")";
+      calls = single ? R"(root ::= "<tool_calls>\n" call "</tool_calls>")" : R"(root ::= "<tool_calls>\n" call+ "</tool_calls>")";
+      break;
     case ToolCallFormat::kDeepSeek:
       call = "call ::= \"<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>\" name "
              "\"<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>\" object "

@@ -338,12 +338,52 @@ bool parse_deepseek_calls(std::string_view body, std::vector<Call>& calls) {
   }
 }
 
+bool parse_kimi_calls(std::string_view body, std::vector<Call>& calls) {
+  while (true) {
+    body = trim(body);
+    if (body.empty()) return !calls.empty();
+    if (!starts_with(body, kKimiCallBegin)) return false;
+    body.remove_prefix(kKimiCallBegin.size());
+    std::size_t end = body.find(kKimiCallEnd);
+    if (end == npos) return false;
+    std::string_view one = body.substr(0, end);
+    body.remove_prefix(end + kKimiCallEnd.size());
+    std::size_t arg = one.find(kKimiArgBegin);
+    if (arg == npos) return false;
+    Call call;
+    std::string_view id = trim(one.substr(0, arg));
+    std::string_view name = id;
+    if (starts_with(name, "functions.")) name.remove_prefix(10);
+    if (std::size_t colon = name.rfind(':'); colon != npos) name = name.substr(0, colon);
+    if (name.empty() || id.size() > kMaxNameBytes) return false;
+    call.name = std::string(name);
+    call.id = std::string(id);
+    if (!parse_arguments(one.substr(arg + kKimiArgBegin.size()), call.arguments)) return false;
+    calls.push_back(std::move(call));
+  }
+}
+
+bool parse_json_call_lines(std::string_view body, std::vector<Call>& calls) {
+  while (true) {
+    body = trim(body);
+    if (body.empty()) return !calls.empty();
+    JsonScan scan;
+    if (!scan.scan(body)) return false;
+    ojson j;
+    Call call;
+    if (!parse_json(body.substr(0, scan.pos), j) || !call_from_object(j, /*require_args=*/false, call)) return false;
+    calls.push_back(std::move(call));
+    body.remove_prefix(scan.pos);
+  }
+}
+
 // Strips end-of-turn tokens a body may end with when generation stopped there.
 std::string_view strip_end_tokens(std::string_view s) {
   for (bool again = true; again;) {
     again = false;
     s = trim(s);
-    for (std::string_view t : {kImEnd, kEndOfText, kEotId, kEomId, kMistralEos, kDsEos, kHEnd, kHCall, kHReturn}) {
+    for (std::string_view t :
+         {kImEnd, kEndOfText, kEotId, kEomId, kMistralEos, kDsEos, kMiniMaxEos, kHEnd, kHCall, kHReturn}) {
       if (s.size() >= t.size() && s.substr(s.size() - t.size()) == t) {
         s.remove_suffix(t.size());
         again = true;

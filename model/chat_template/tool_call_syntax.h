@@ -47,6 +47,14 @@ inline constexpr std::string_view kDsCallBegin = "<\xEF\xBD\x9Ctool\xE2\x96\x81"
 inline constexpr std::string_view kDsCallEnd = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
 inline constexpr std::string_view kDsSep = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
 inline constexpr std::string_view kDsEos = "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>";
+inline constexpr std::string_view kKimiSectionBegin = "<|tool_calls_section_begin|>";
+inline constexpr std::string_view kKimiSectionEnd = "<|tool_calls_section_end|>";
+inline constexpr std::string_view kKimiCallBegin = "<|tool_call_begin|>";
+inline constexpr std::string_view kKimiArgBegin = "<|tool_call_argument_begin|>";
+inline constexpr std::string_view kKimiCallEnd = "<|tool_call_end|>";
+inline constexpr std::string_view kMiniMaxCalls = "<tool_calls>";
+inline constexpr std::string_view kMiniMaxCallsEnd = "</tool_calls>";
+inline constexpr std::string_view kMiniMaxEos = "<end_of_sentence>";
 inline constexpr std::string_view kHStart = "<|start|>";
 inline constexpr std::string_view kHChannel = "<|channel|>";
 inline constexpr std::string_view kHMessage = "<|message|>";
@@ -88,6 +96,11 @@ bool parse_tagged_body(std::string_view body, const nlohmann::json& tools, Call&
 bool parse_arguments(std::string_view text, std::string& arguments);
 // <｜tool▁call▁begin｜>...<｜tool▁call▁end｜> repeated (DeepSeek V3 and R1 forms).
 bool parse_deepseek_calls(std::string_view body, std::vector<Call>& calls);
+// <|tool_call_begin|>functions.N:I<|tool_call_argument_begin|>{...}<|tool_call_end|>
+// repeated (Kimi K2); the call's id is the model's "functions.N:I".
+bool parse_kimi_calls(std::string_view body, std::vector<Call>& calls);
+// {"name": N, "arguments": {...}} objects one after another (MiniMax-M1).
+bool parse_json_call_lines(std::string_view body, std::vector<Call>& calls);
 // Strips end-of-turn tokens a body may end with when generation stopped there.
 std::string_view strip_end_tokens(std::string_view s);
 

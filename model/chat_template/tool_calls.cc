@@ -89,6 +89,8 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kMistral: return "mistral";
     case ToolCallFormat::kHarmony: return "harmony";
     case ToolCallFormat::kDeepSeek: return "deepseek";
+    case ToolCallFormat::kKimiK2: return "kimi_k2";
+    case ToolCallFormat::kMiniMax: return "minimax";
   }
   return "none";
 }
@@ -102,6 +104,8 @@ ToolCallFormat detect_tool_call_format(std::string_view t) {
   if (has("<tool_call>")) return ToolCallFormat::kHermes;
   if (has("[TOOL_CALLS]")) return ToolCallFormat::kMistral;
   if (has(kDsCallBegin)) return ToolCallFormat::kDeepSeek;
+  if (has(kKimiSectionBegin)) return ToolCallFormat::kKimiK2;
+  if (has(kMiniMaxCalls) && has("\"arguments\"")) return ToolCallFormat::kMiniMax;
   if (has("<|start_header_id|>") && (has("<|python_tag|>") || has("\"parameters\": ")))
     return ToolCallFormat::kLlama3Json;
   return ToolCallFormat::kNone;
@@ -137,6 +141,8 @@ ToolCallParser::ToolCallParser(ToolCallFormat format, Options options)
     case ToolCallFormat::kQwen3Coder: m.insert(m.end(), {kToolCallOpen, kFunctionOpen, kImEnd, kEndOfText}); break;
     case ToolCallFormat::kMistral: m.insert(m.end(), {kMistralCalls, kMistralThink, kMistralEos}); break;
     case ToolCallFormat::kDeepSeek: m.insert(m.end(), {kDsCallsBegin, kDsEos}); break;
+    case ToolCallFormat::kKimiK2: m.insert(m.end(), {kKimiSectionBegin, kImEnd}); break;
+    case ToolCallFormat::kMiniMax: m.insert(m.end(), {kMiniMaxCalls, kMiniMaxEos}); break;
   }
   reasoning_markers_ = {format_ == ToolCallFormat::kMistral ? kMistralThinkEnd : kThinkEnd};
 }
@@ -297,6 +303,10 @@ bool ToolCallParser::step_text(bool final, Delta& out) {
     json_ = {};
   } else if (marker == kDsCallsBegin) {
     begin_call(CallKind::kDeepSeek, std::string(marker));
+  } else if (marker == kKimiSectionBegin) {
+    begin_call(CallKind::kKimi, std::string(marker));
+  } else if (marker == kMiniMaxCalls) {
+    begin_call(CallKind::kMiniMax, std::string(marker));
   }
   // Otherwise an end-of-turn token or a stray </think>: dropped.
   return true;
@@ -346,6 +356,20 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
       return until(kDsCallsEnd, [&](std::string_view body) {
         std::vector<Call> cs;
         if (!parse_deepseek_calls(body, cs)) return false;
+        for (const auto& c : cs) one(c);
+        return true;
+      });
+    case CallKind::kKimi:
+      return until(kKimiSectionEnd, [&](std::string_view body) {
+        std::vector<Call> cs;
+        if (!parse_kimi_calls(body, cs)) return false;
+        for (const auto& c : cs) one(c);
+        return true;
+      });
+    case CallKind::kMiniMax:
+      return until(kMiniMaxCallsEnd, [&](std::string_view body) {
+        std::vector<Call> cs;
+        if (!parse_json_call_lines(body, cs)) return false;
         for (const auto& c : cs) one(c);
         return true;
       });

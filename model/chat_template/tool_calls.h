@@ -41,8 +41,14 @@
 //                <｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>;
 //                R1: <｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}
 //                \n```<｜tool▁call▁end｜>.
-// Not parsed yet (detected as kNone): MiniMax <invoke>, Kimi K2's sections,
-// Command R, Granite 3.x <|tool_call|>, Gemma, Phi, firefunction.
+//   kKimiK2      Kimi K2: <|tool_calls_section_begin|><|tool_call_begin|>
+//                functions.N:I<|tool_call_argument_begin|>{...}<|tool_call_end|>
+//                ...<|tool_calls_section_end|>; the id is "functions.N:I", as
+//                the template writes it back.
+//   kMiniMax     MiniMax-M1: <tool_calls>\n{"name": N, "arguments": {...}}\n...
+//                </tool_calls>, one JSON object a line.
+// Not parsed yet (detected as kNone): MiniMax-M3 <invoke>, Kimi K3, Command R,
+// Granite 3.x <|tool_call|>, Gemma, Phi, firefunction.
 // Reasoning: with Options::think_tags, <think>...</think> is reasoning_content
 // (Qwen3, QwQ, DeepSeek R1/V3.1); starts_in_reasoning when the prompt itself
 // ended with <think>.
@@ -96,9 +102,12 @@
 
 namespace strata::chat_template {
 
-enum class ToolCallFormat { kNone, kLlama3Json, kHermes, kQwen3Coder, kGlm, kMistral, kHarmony, kDeepSeek };
+enum class ToolCallFormat {
+  kNone, kLlama3Json, kHermes, kQwen3Coder, kGlm, kMistral, kHarmony, kDeepSeek, kKimiK2, kMiniMax
+};
 
-// "none", "llama3_json", "hermes", "qwen3_coder", "glm", "mistral", "harmony", "deepseek".
+// "none", "llama3_json", "hermes", "qwen3_coder", "glm", "mistral", "harmony",
+// "deepseek", "kimi_k2", "minimax".
 std::string_view tool_call_format_name(ToolCallFormat format);
 
 // The format a chat template teaches, recognised by the markers it writes for
@@ -169,7 +178,7 @@ class ToolCallParser {
  private:
   enum class Mode { kText, kReasoning, kCall, kHarmonyHeader, kHarmonyBody };
   // What a kCall collects.
-  enum class CallKind { kTagged, kBareFunction, kJson, kPythonTag, kMistral, kDeepSeek, kHarmony };
+  enum class CallKind { kTagged, kBareFunction, kJson, kPythonTag, kMistral, kDeepSeek, kHarmony, kKimi, kMiniMax };
   struct Field {  // content or reasoning_content, with its whitespace handling
     std::string pending_ws;
     bool drop_leading = false;

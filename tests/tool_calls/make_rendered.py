@@ -54,6 +54,8 @@ FAMILIES = {
     "GLM-4.7-Flash.jinja": ("glm", "[gMASK]<sop>", "<|endoftext|>"),
     "Spark2.5.jinja": ("glm", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "meetkai-functionary-medium-v3.1.jinja": ("llama3_json", "<|begin_of_text|>", "<|eot_id|>"),
+    "moonshotai-Kimi-K2.jinja": ("kimi_k2", "", "<|im_end|>"),
+    "MiniMax-M1.jinja": ("minimax", "", "<end_of_sentence>"),
 }
 
 TOOLS = [
@@ -114,6 +116,8 @@ HEADERS = {
     "harmony": "<|start|>assistant",
     "deepseek": "<｜Assistant｜>",
     "glm": "<|assistant|>",
+    "kimi_k2": "<|im_assistant|>assistant<|im_middle|>",
+    "minimax": "<beginning_of_sentence>ai name=assistant\n",
 }
 # Templates whose assistant turn opens differently from their format's usual.
 TEMPLATE_HEADERS = {

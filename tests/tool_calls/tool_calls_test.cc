@@ -101,7 +101,7 @@ void expect_same(const Result& a, const Result& b, const std::string& what) {
 ToolCallFormat format_named(const std::string& name) {
   for (auto f : {ToolCallFormat::kNone, ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes,
                  ToolCallFormat::kQwen3Coder, ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony,
-                 ToolCallFormat::kDeepSeek}) {
+                 ToolCallFormat::kDeepSeek, ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax}) {
     if (tool_call_format_name(f) == name) return f;
   }
   ADD_FAILURE() << "unknown format " << name;
@@ -186,7 +186,7 @@ TEST(ToolCallParser, TemplatesAreRecognisedByTheirCallSyntax) {
     if (entry.path().extension() != ".jinja") continue;
     known += detect_tool_call_format(read_file(entry.path())) != ToolCallFormat::kNone;
   }
-  EXPECT_GE(known, 25);
+  EXPECT_GE(known, 27);
   EXPECT_EQ(detect_tool_call_format("{% for m in messages %}{{ m.content }}{% endfor %}"), ToolCallFormat::kNone);
 }
 
@@ -401,7 +401,7 @@ TEST(ToolCallParser, HostileOutputGivesAClearResultAndNoCrash) {
   std::mt19937 rng(99);
   for (auto format : {ToolCallFormat::kNone, ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes,
                       ToolCallFormat::kQwen3Coder, ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony,
-                      ToolCallFormat::kDeepSeek}) {
+                      ToolCallFormat::kDeepSeek, ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax}) {
     for (int k = 0; k < 50; ++k) {
       std::string noise;
       for (int i = 0; i < 300; ++i) noise += static_cast<char>(rng() % 256);
@@ -470,6 +470,11 @@ TEST(ToolCallParser, RandomMixturesOfPiecesParseTheSameHoweverSplit) {
       {ToolCallFormat::kDeepSeek,
        {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>",
         "<｜tool▁sep｜>", "<｜end▁of▁sentence｜>"}},
+      {ToolCallFormat::kKimiK2,
+       {"<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
+        "<|tool_calls_section_end|>", "<|tool_call_argument_begin|>", "<|im_end|>"}},
+      {ToolCallFormat::kMiniMax,
+       {"<tool_calls>", "\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", "</tool_calls>", "<end_of_sentence>"}},
   };
   std::mt19937 rng(5);
   for (const auto& soup : soups) {
@@ -506,7 +511,8 @@ TEST(ToolCallGrammar, RequiredAndNamedChoicesGiveAGrammarForEachFormat) {
   json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather"}},
                                {"type": "function", "function": {"name": "search"}}])");
   for (auto format : {ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes, ToolCallFormat::kQwen3Coder,
-                      ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony, ToolCallFormat::kDeepSeek}) {
+                      ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony, ToolCallFormat::kDeepSeek,
+                      ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax}) {
     auto g = tool_call_gbnf(format, tools, "required");
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_NE(g->find("root ::="), std::string::npos);
@@ -564,6 +570,14 @@ TEST(ToolCallGrammar, LlamaCppAcceptsTheFormatsOwnTextAndRefusesOtherNames) {
        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"query\": \"x\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{}<｜tool▁call▁end｜>"
        "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {ToolCallFormat::kKimiK2,
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0<|tool_call_argument_begin|>{\"query\": \"x\"}"
+       "<|tool_call_end|><|tool_calls_section_end|>",
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{}<|tool_call_end|>"
+       "<|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"},
+      {ToolCallFormat::kMiniMax, "<tool_calls>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}\n</tool_calls>",
+       "<tool_calls>\n{\"name\": \"get_weather\", \"arguments\": {}}\n{\"name\": \"search\", \"arguments\": {}}\n"
+       "</tool_calls>"},
   };
   json cases = json::array();
   for (const auto& s : samples) {
