@@ -113,6 +113,11 @@ analysis ::= "<|channel|>analysis<|message|>" [^<]* "<|end|><|start|>assistant")
       call = R"(call ::= "{\"name\": \"" name "\", \"arguments\": " object "}\n")";
       calls = single ? R"(root ::= "<tool_calls>\n" call "</tool_calls>")" : R"(root ::= "<tool_calls>\n" call+ "</tool_calls>")";
       break;
+    case ToolCallFormat::kCommandR:
+      call = R"(call ::= "{\"tool_call_id\": \"" [0-9]+ "\", \"tool_name\": \"" name "\", \"parameters\": " object "}")";
+      calls = single ? R"(root ::= "<|START_THINKING|>" [^<]* "<|END_THINKING|><|START_ACTION|>[" call "]<|END_ACTION|>")"
+                     : R"(root ::= "<|START_THINKING|>" [^<]* "<|END_THINKING|><|START_ACTION|>[" call ( ", " call )* "]<|END_ACTION|>")";
+      break;
     case ToolCallFormat::kDeepSeek:
       call = "call ::= \"<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>\" name "
              "\"<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>\" object "

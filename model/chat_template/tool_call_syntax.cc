@@ -67,13 +67,14 @@ bool arguments_text(const ojson& args, std::string& out) {
 
 }  // namespace
 
-// {"name": N, "arguments"|"parameters": {...} or "..."} (also wrapped in
-// "function"). Without require_args a missing arguments key means {}.
+// {"name"|"tool_name": N, "arguments"|"parameters": {...} or "..."} (also
+// wrapped in "function"). Without require_args a missing arguments key means {}.
 bool call_from_object(const ojson& j, bool require_args, Call& call) {
   if (!j.is_object()) return false;
   const ojson* f = &j;
   if (auto it = j.find("function"); it != j.end() && it->is_object()) f = &*it;
   auto name = f->find("name");
+  if (name == f->end()) name = f->find("tool_name");  // Command R
   if (name == f->end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return false;
   call.name = name->get<std::string>();
   const ojson* args = nullptr;

@@ -55,6 +55,13 @@ inline constexpr std::string_view kKimiCallEnd = "<|tool_call_end|>";
 inline constexpr std::string_view kMiniMaxCalls = "<tool_calls>";
 inline constexpr std::string_view kMiniMaxCallsEnd = "</tool_calls>";
 inline constexpr std::string_view kMiniMaxEos = "<end_of_sentence>";
+inline constexpr std::string_view kCohereThink = "<|START_THINKING|>";
+inline constexpr std::string_view kCohereThinkEnd = "<|END_THINKING|>";
+inline constexpr std::string_view kCohereAction = "<|START_ACTION|>";
+inline constexpr std::string_view kCohereActionEnd = "<|END_ACTION|>";
+inline constexpr std::string_view kCohereResponse = "<|START_RESPONSE|>";
+inline constexpr std::string_view kCohereResponseEnd = "<|END_RESPONSE|>";
+inline constexpr std::string_view kCohereEndOfTurn = "<|END_OF_TURN_TOKEN|>";
 inline constexpr std::string_view kHStart = "<|start|>";
 inline constexpr std::string_view kHChannel = "<|channel|>";
 inline constexpr std::string_view kHMessage = "<|message|>";
@@ -79,8 +86,8 @@ struct Call {
   std::string name, arguments, id;  // arguments: JSON text; id: the model's own, or ""
 };
 
-// {"name": N, "arguments"|"parameters": {...} or "..."} (also wrapped in
-// "function"). Without require_args a missing arguments key means {}.
+// {"name"|"tool_name": N, "arguments"|"parameters": {...} or "..."} (also
+// wrapped in "function"). Without require_args a missing arguments key means {}.
 bool call_from_object(const ojson& j, bool require_args, Call& call);
 // Llama 3.1 built-in tools: NAME.call(key="value", key2=3) with Python literals.
 bool parse_builtin_call(std::string_view text, Call& call);

@@ -91,6 +91,7 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kDeepSeek: return "deepseek";
     case ToolCallFormat::kKimiK2: return "kimi_k2";
     case ToolCallFormat::kMiniMax: return "minimax";
+    case ToolCallFormat::kCommandR: return "command_r";
   }
   return "none";
 }
@@ -105,6 +106,7 @@ ToolCallFormat detect_tool_call_format(std::string_view t) {
   if (has("[TOOL_CALLS]")) return ToolCallFormat::kMistral;
   if (has(kDsCallBegin)) return ToolCallFormat::kDeepSeek;
   if (has(kKimiSectionBegin)) return ToolCallFormat::kKimiK2;
+  if (has(kCohereAction)) return ToolCallFormat::kCommandR;
   if (has(kMiniMaxCalls) && has("\"arguments\"")) return ToolCallFormat::kMiniMax;
   if (has("<|start_header_id|>") && (has("<|python_tag|>") || has("\"parameters\": ")))
     return ToolCallFormat::kLlama3Json;
@@ -143,8 +145,13 @@ ToolCallParser::ToolCallParser(ToolCallFormat format, Options options)
     case ToolCallFormat::kDeepSeek: m.insert(m.end(), {kDsCallsBegin, kDsEos}); break;
     case ToolCallFormat::kKimiK2: m.insert(m.end(), {kKimiSectionBegin, kImEnd}); break;
     case ToolCallFormat::kMiniMax: m.insert(m.end(), {kMiniMaxCalls, kMiniMaxEos}); break;
+    case ToolCallFormat::kCommandR:
+      m.insert(m.end(), {kCohereThink, kCohereAction, kCohereResponse, kCohereResponseEnd, kCohereEndOfTurn});
+      break;
   }
-  reasoning_markers_ = {format_ == ToolCallFormat::kMistral ? kMistralThinkEnd : kThinkEnd};
+  reasoning_markers_ = {format_ == ToolCallFormat::kMistral    ? kMistralThinkEnd
+                        : format_ == ToolCallFormat::kCommandR ? kCohereThinkEnd
+                                                               : kThinkEnd};
 }
 
 std::string ToolCallParser::new_id() {
@@ -288,7 +295,7 @@ bool ToolCallParser::step_text(bool final, Delta& out) {
     reasoning_.pending_ws.clear();
     content_.drop_leading = true;
     mode_ = Mode::kText;
-  } else if (marker == kThink || (mistral && marker == kMistralThink)) {
+  } else if (marker == kThink || (mistral && marker == kMistralThink) || marker == kCohereThink) {
     content_.pending_ws.clear();
     reasoning_.drop_leading = true;
     mode_ = Mode::kReasoning;
@@ -307,6 +314,8 @@ bool ToolCallParser::step_text(bool final, Delta& out) {
     begin_call(CallKind::kKimi, std::string(marker));
   } else if (marker == kMiniMaxCalls) {
     begin_call(CallKind::kMiniMax, std::string(marker));
+  } else if (marker == kCohereAction) {
+    begin_call(CallKind::kCohere, std::string(marker));
   }
   // Otherwise an end-of-turn token or a stray </think>: dropped.
   return true;
@@ -370,6 +379,20 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
       return until(kMiniMaxCallsEnd, [&](std::string_view body) {
         std::vector<Call> cs;
         if (!parse_json_call_lines(body, cs)) return false;
+        for (const auto& c : cs) one(c);
+        return true;
+      });
+    case CallKind::kCohere:
+      return until(kCohereActionEnd, [&](std::string_view body) {
+        ojson j;
+        if (!parse_json(trim(body), j) || !j.is_array() || j.empty()) return false;
+        std::vector<Call> cs;
+        for (const auto& item : j) {
+          Call c;
+          if (!call_from_object(item, /*require_args=*/false, c)) return false;
+          c.id.clear();  // its "tool_call_id" counts from 0 per turn: not unique
+          cs.push_back(std::move(c));
+        }
         for (const auto& c : cs) one(c);
         return true;
       });

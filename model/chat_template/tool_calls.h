@@ -47,8 +47,12 @@
 //                the template writes it back.
 //   kMiniMax     MiniMax-M1: <tool_calls>\n{"name": N, "arguments": {...}}\n...
 //                </tool_calls>, one JSON object a line.
-// Not parsed yet (detected as kNone): MiniMax-M3 <invoke>, Kimi K3, Command R,
-// Granite 3.x <|tool_call|>, Gemma, Phi, firefunction.
+//   kCommandR    Command R7B: <|START_THINKING|>plan<|END_THINKING|> (reasoning)
+//                <|START_ACTION|>[{"tool_call_id": "0", "tool_name": N,
+//                "parameters": {...}}, ...]<|END_ACTION|>, or
+//                <|START_RESPONSE|>content<|END_RESPONSE|>.
+// Not parsed yet (detected as kNone): MiniMax-M3 <invoke>, Kimi K3, Command R+
+// (Action: ```json), Granite 3.x <|tool_call|>, Gemma, Phi, firefunction.
 // Reasoning: with Options::think_tags, <think>...</think> is reasoning_content
 // (Qwen3, QwQ, DeepSeek R1/V3.1); starts_in_reasoning when the prompt itself
 // ended with <think>.
@@ -103,11 +107,11 @@
 namespace strata::chat_template {
 
 enum class ToolCallFormat {
-  kNone, kLlama3Json, kHermes, kQwen3Coder, kGlm, kMistral, kHarmony, kDeepSeek, kKimiK2, kMiniMax
+  kNone, kLlama3Json, kHermes, kQwen3Coder, kGlm, kMistral, kHarmony, kDeepSeek, kKimiK2, kMiniMax, kCommandR
 };
 
 // "none", "llama3_json", "hermes", "qwen3_coder", "glm", "mistral", "harmony",
-// "deepseek", "kimi_k2", "minimax".
+// "deepseek", "kimi_k2", "minimax", "command_r".
 std::string_view tool_call_format_name(ToolCallFormat format);
 
 // The format a chat template teaches, recognised by the markers it writes for
@@ -178,7 +182,9 @@ class ToolCallParser {
  private:
   enum class Mode { kText, kReasoning, kCall, kHarmonyHeader, kHarmonyBody };
   // What a kCall collects.
-  enum class CallKind { kTagged, kBareFunction, kJson, kPythonTag, kMistral, kDeepSeek, kHarmony, kKimi, kMiniMax };
+  enum class CallKind {
+    kTagged, kBareFunction, kJson, kPythonTag, kMistral, kDeepSeek, kHarmony, kKimi, kMiniMax, kCohere
+  };
   struct Field {  // content or reasoning_content, with its whitespace handling
     std::string pending_ws;
     bool drop_leading = false;

@@ -56,6 +56,7 @@ FAMILIES = {
     "meetkai-functionary-medium-v3.1.jinja": ("llama3_json", "<|begin_of_text|>", "<|eot_id|>"),
     "moonshotai-Kimi-K2.jinja": ("kimi_k2", "", "<|im_end|>"),
     "MiniMax-M1.jinja": ("minimax", "", "<end_of_sentence>"),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": ("command_r", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"),
 }
 
 TOOLS = [
@@ -118,11 +119,19 @@ HEADERS = {
     "glm": "<|assistant|>",
     "kimi_k2": "<|im_assistant|>assistant<|im_middle|>",
     "minimax": "<beginning_of_sentence>ai name=assistant\n",
+    "command_r": "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
 }
 # Templates whose assistant turn opens differently from their format's usual.
 TEMPLATE_HEADERS = {
     "ibm-granite-granite-4.0.jinja": "<|start_of_role|>assistant<|end_of_role|>",
     "Spark2.5.jinja": "<｜start▁of▁sentence｜><|Bot|>",
+    # Its prompt already opens the turn (and closes an empty plan).
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": "",
+}
+# What a template writes after the turn even without a generation prompt.
+TRAILERS = {
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja":
+        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>",
 }
 
 # Renderings that are not what a model writes: the template moves the content
@@ -176,6 +185,9 @@ def main():
                 if not text.startswith(header):
                     raise SystemExit(f"{name} {case}: turn {text!r} does not open with {header!r}")
                 text = text[len(header):]
+                trailer = TRAILERS.get(name, "")
+                if trailer and text.endswith(trailer):
+                    text = text[:-len(trailer)]
                 if fmt == "harmony":  # one call a message; the content is the analysis
                     calls_used = calls_used[:1]
                 if not all(c["function"]["name"] in text for c in calls_used):

@@ -101,7 +101,8 @@ void expect_same(const Result& a, const Result& b, const std::string& what) {
 ToolCallFormat format_named(const std::string& name) {
   for (auto f : {ToolCallFormat::kNone, ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes,
                  ToolCallFormat::kQwen3Coder, ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony,
-                 ToolCallFormat::kDeepSeek, ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax}) {
+                 ToolCallFormat::kDeepSeek, ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax,
+                 ToolCallFormat::kCommandR}) {
     if (tool_call_format_name(f) == name) return f;
   }
   ADD_FAILURE() << "unknown format " << name;
@@ -186,7 +187,7 @@ TEST(ToolCallParser, TemplatesAreRecognisedByTheirCallSyntax) {
     if (entry.path().extension() != ".jinja") continue;
     known += detect_tool_call_format(read_file(entry.path())) != ToolCallFormat::kNone;
   }
-  EXPECT_GE(known, 27);
+  EXPECT_GE(known, 28);
   EXPECT_EQ(detect_tool_call_format("{% for m in messages %}{{ m.content }}{% endfor %}"), ToolCallFormat::kNone);
 }
 
@@ -295,6 +296,24 @@ TEST(ToolCallParser, ThinkBlocksAreReasoning) {
   EXPECT_EQ(r.calls.size(), 1u);
 }
 
+TEST(ToolCallParser, CommandRPlansAreReasoningAndResponsesContent) {
+  std::string text =
+      "<|START_THINKING|>I will search.<|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
+      "\"tool_name\": \"search\", \"parameters\": {\"query\": \"x\"}}\n]<|END_ACTION|><|END_OF_TURN_TOKEN|>";
+  for (const auto& pieces : {std::vector<std::string>{text}, bytes_of(text)}) {
+    Result r = run(ToolCallFormat::kCommandR, pieces);
+    EXPECT_EQ(r.reasoning, "I will search.");
+    EXPECT_EQ(r.content, "");
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].name, "search");
+    EXPECT_EQ(r.calls[0].id.substr(0, 5), "call_");  // not its per-turn "0"
+  }
+  Result r = run_whole(ToolCallFormat::kCommandR,
+                       "<|START_THINKING|><|END_THINKING|><|START_RESPONSE|>It is sunny.<|END_RESPONSE|><|END_OF_TURN_TOKEN|>");
+  EXPECT_EQ(r.content, "It is sunny.");
+  EXPECT_TRUE(r.calls.empty());
+}
+
 TEST(ToolCallParser, HarmonyChannelsSplitReasoningContentAndCalls) {
   std::string text =
       "<|channel|>analysis<|message|>Need weather.<|end|>"
@@ -401,7 +420,8 @@ TEST(ToolCallParser, HostileOutputGivesAClearResultAndNoCrash) {
   std::mt19937 rng(99);
   for (auto format : {ToolCallFormat::kNone, ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes,
                       ToolCallFormat::kQwen3Coder, ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony,
-                      ToolCallFormat::kDeepSeek, ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax}) {
+                      ToolCallFormat::kDeepSeek, ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax,
+                 ToolCallFormat::kCommandR}) {
     for (int k = 0; k < 50; ++k) {
       std::string noise;
       for (int i = 0; i < 300; ++i) noise += static_cast<char>(rng() % 256);
@@ -475,6 +495,10 @@ TEST(ToolCallParser, RandomMixturesOfPiecesParseTheSameHoweverSplit) {
         "<|tool_calls_section_end|>", "<|tool_call_argument_begin|>", "<|im_end|>"}},
       {ToolCallFormat::kMiniMax,
        {"<tool_calls>", "\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", "</tool_calls>", "<end_of_sentence>"}},
+      {ToolCallFormat::kCommandR,
+       {"<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>", "<|END_ACTION|>",
+        "[{\"tool_call_id\": \"0\", \"tool_name\": \"f\", \"parameters\": {}}]", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+        "<|END_OF_TURN_TOKEN|>"}},
   };
   std::mt19937 rng(5);
   for (const auto& soup : soups) {
@@ -512,7 +536,8 @@ TEST(ToolCallGrammar, RequiredAndNamedChoicesGiveAGrammarForEachFormat) {
                                {"type": "function", "function": {"name": "search"}}])");
   for (auto format : {ToolCallFormat::kLlama3Json, ToolCallFormat::kHermes, ToolCallFormat::kQwen3Coder,
                       ToolCallFormat::kGlm, ToolCallFormat::kMistral, ToolCallFormat::kHarmony, ToolCallFormat::kDeepSeek,
-                      ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax}) {
+                      ToolCallFormat::kKimiK2, ToolCallFormat::kMiniMax,
+                 ToolCallFormat::kCommandR}) {
     auto g = tool_call_gbnf(format, tools, "required");
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_NE(g->find("root ::="), std::string::npos);
@@ -578,6 +603,11 @@ TEST(ToolCallGrammar, LlamaCppAcceptsTheFormatsOwnTextAndRefusesOtherNames) {
       {ToolCallFormat::kMiniMax, "<tool_calls>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}\n</tool_calls>",
        "<tool_calls>\n{\"name\": \"get_weather\", \"arguments\": {}}\n{\"name\": \"search\", \"arguments\": {}}\n"
        "</tool_calls>"},
+      {ToolCallFormat::kCommandR,
+       "<|START_THINKING|>Look it up.<|END_THINKING|><|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"search\", "
+       "\"parameters\": {\"query\": \"x\"}}]<|END_ACTION|>",
+       "<|START_THINKING|><|END_THINKING|><|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", "
+       "\"parameters\": {}}, {\"tool_call_id\": \"1\", \"tool_name\": \"search\", \"parameters\": {}}]<|END_ACTION|>"},
   };
   json cases = json::array();
   for (const auto& s : samples) {
