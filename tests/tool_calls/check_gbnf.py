@@ -30,7 +30,6 @@ params = C.llama_model_default_params()
 params.vocab_only = True
 model = C.llama_model_load_from_file(sys.argv[2].encode(), params)
 vocab = C.llama_model_get_vocab(model)
-n_vocab = C.llama_vocab_n_tokens(vocab)
 eos = C.llama_vocab_eos(vocab)
 dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
@@ -42,15 +41,13 @@ def tokenize(text):
     return list(buf[:n])
 
 
-def allowed(smpl):
-    data = np.zeros(n_vocab, dtype=dtype)
-    data["id"] = np.arange(n_vocab)
-    cur = C.llama_token_data_array(data.ctypes.data_as(ctypes.POINTER(C.llama_token_data)), n_vocab, -1, False)
+def allowed(smpl, tok):
+    """Whether the grammar lets `tok` come next (the sampler is offered only it)."""
+    data = np.zeros(1, dtype=dtype)
+    data["id"] = tok
+    cur = C.llama_token_data_array(data.ctypes.data_as(ctypes.POINTER(C.llama_token_data)), 1, -1, False)
     C.llama_sampler_apply(smpl, ctypes.byref(cur))
-    ok = np.zeros(n_vocab, dtype=bool)
-    live = data[: cur.size]
-    ok[live["id"][np.isfinite(live["logit"])]] = True
-    return ok
+    return cur.size == 1 and bool(np.isfinite(data["logit"][0]))
 
 
 def run(grammar, text):
@@ -58,10 +55,10 @@ def run(grammar, text):
     if not smpl:
         return "does not parse"
     for tok in tokenize(text):
-        if not allowed(smpl)[tok]:
+        if not allowed(smpl, tok):
             return f"refuses token {tok}"
         C.llama_sampler_accept(smpl, tok)
-    return "ok" if allowed(smpl)[eos] else "incomplete"
+    return "ok" if allowed(smpl, eos) else "incomplete"
 
 
 failures = 0
