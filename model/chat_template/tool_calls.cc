@@ -52,6 +52,16 @@ std::size_t resume_point(std::string_view text, std::span<const std::string_view
   return text.size() >= longest ? text.size() - longest + 1 : 0;
 }
 
+// True when `body` opens a JSON object that is not finished and is inside a
+// string at its end: a closing marker found there belongs to the string.
+bool inside_json_string(std::string_view body) {
+  std::size_t i = 0;
+  while (i < body.size() && is_ws(body[i])) ++i;
+  if (i == body.size() || body[i] != '{') return false;
+  JsonScan scan;
+  return !scan.scan(body) && !scan.bad && scan.in_string;
+}
+
 struct Found {
   std::size_t pos = npos;
   std::size_t which = 0;
@@ -340,7 +350,12 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
       scan_from_ = resume_point(buf_, std::span<const std::string_view>(&closer, 1));
       return false;
     }
-    bool ok = parse(std::string_view(buf_).substr(0, q));
+    std::string_view body = std::string_view(buf_).substr(0, q);
+    bool ok = parse(body);
+    if (!ok && inside_json_string(body)) {  // the closer is text inside the JSON: look further
+      scan_from_ = q + 1;
+      return true;
+    }
     end_call(q + closer.size(), ok, std::move(calls), out);
     return true;
   };

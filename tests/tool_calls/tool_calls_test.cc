@@ -247,6 +247,17 @@ TEST(ToolCallParser, ContentAroundAndBetweenCallsIsContent) {
   EXPECT_EQ(r.calls[1].id, "abcdefghi");
 }
 
+TEST(ToolCallParser, AClosingTagInsideAJsonStringDoesNotEndTheCall) {
+  std::string text =
+      "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"end with </tool_call> here\"}}\n</tool_call>";
+  for (const auto& pieces : {std::vector<std::string>{text}, bytes_of(text)}) {
+    Result r = run(ToolCallFormat::kHermes, pieces);
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(json::parse(r.calls[0].arguments)["text"], "end with </tool_call> here");
+    EXPECT_EQ(r.content, "");
+  }
+}
+
 TEST(ToolCallParser, ArgumentsKeepTheModelsKeyOrder) {
   Result r = run_whole(ToolCallFormat::kHermes,
                        "<tool_call>{\"name\": \"f\", \"arguments\": {\"zeta\": 1, \"alpha\": 2}}</tool_call>");
