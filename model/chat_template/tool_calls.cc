@@ -281,6 +281,10 @@ bool ToolCallParser::step_text(bool final, Delta& out) {
     std::size_t i = 0;
     while (i < buf_.size() && (is_ws(buf_[i]) || (buf_[i] == ';' && !calls_.empty()))) ++i;
     if (i == buf_.size() && !final) return false;  // only whitespace so far: wait
+    if (i == buf_.size() && after_call_) {          // separators after the last call
+      buf_.clear();
+      return false;
+    }
     if (i < buf_.size() && buf_[i] == '{') {
       buf_.erase(0, i);
       begin_call(CallKind::kJson, "");

@@ -209,6 +209,9 @@ TEST(ToolCallParser, LlamaBuiltinToolCallBecomesACall) {
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[1].name, "b");
   EXPECT_EQ(r.content, "");
+  r = run_whole(ToolCallFormat::kLlama3Json, "{\"name\": \"a\", \"parameters\": {}};\n");
+  EXPECT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.content, "");
 }
 
 TEST(ToolCallParser, LlamaJsonThatIsNotACallIsContent) {
