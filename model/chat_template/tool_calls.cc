@@ -337,34 +337,64 @@ bool ToolCallParser::step_text(bool final, Delta& out) {
 
 bool ToolCallParser::step_call(bool final, Delta& out) {
   std::vector<ToolCallDelta> calls;
-  auto too_big = [&] { return buf_.size() > kMaxCallBytes; };
-  // Collects up to `closer`; parse(body) decides. Returns whether it progressed.
-  auto until = [&](std::string_view closer, auto&& parse) -> bool {
-    std::size_t q = buf_.find(closer, scan_from_);
-    if (q == npos) {
-      if (final) {
+  // A call must end within kMaxCallBytes of its start; past that it is given
+  // up and those bytes become content. Every decision here depends only on the
+  // text, never on how it was split into pushes.
+  auto give_up = [&] {
+    end_call(std::min(buf_.size(), kMaxCallBytes), false, {}, out);
+    return true;
+  };
+  // Ends the call at the first of `ends`; parse(body) decides. With
+  // json_aware, an end inside a JSON string of the body is skipped.
+  auto until_any = [&](std::span<const std::string_view> ends, auto&& parse, bool json_aware) -> bool {
+    while (true) {
+      Found f = find_first(buf_, ends, scan_from_);
+      if (f.pos != npos && f.pos + ends[f.which].size() > kMaxCallBytes) f.pos = npos;
+      if (f.pos == npos) {
+        if (buf_.size() >= kMaxCallBytes) return give_up();
+        if (!final) {
+          scan_from_ = resume_point(buf_, ends);
+          return false;
+        }
         bool ok = parse(strip_end_tokens(buf_));
         end_call(buf_.size(), ok, std::move(calls), out);
         return true;
       }
-      if (too_big()) {
-        end_call(buf_.size(), false, {}, out);
-        return true;
+      std::string_view body = std::string_view(buf_).substr(0, f.pos);
+      bool ok = parse(body);
+      if (!ok && json_aware && inside_json_string(body)) {  // the end is text inside the JSON
+        scan_from_ = f.pos + 1;
+        continue;
       }
-      scan_from_ = resume_point(buf_, std::span<const std::string_view>(&closer, 1));
-      return false;
-    }
-    std::string_view body = std::string_view(buf_).substr(0, q);
-    bool ok = parse(body);
-    if (!ok && inside_json_string(body)) {  // the closer is text inside the JSON: look further
-      scan_from_ = q + 1;
+      end_call(f.pos + ends[f.which].size(), ok, std::move(calls), out);
       return true;
     }
-    end_call(q + closer.size(), ok, std::move(calls), out);
-    return true;
+  };
+  auto until = [&](std::string_view closer, auto&& parse) {
+    return until_any(std::span<const std::string_view>(&closer, 1), parse, /*json_aware=*/true);
+  };
+  // Scans the JSON value at buf_[base..): 1 when it ended (at base + json_.pos),
+  // 0 when more text is needed, -1 when the call was ended as content.
+  auto scan_json = [&](std::size_t base) -> int {
+    if (json_.scan(std::string_view(buf_).substr(base, kMaxCallBytes - std::min(base, kMaxCallBytes)))) return 1;
+    if (json_.bad) {  // not JSON, or nested too deep: content up to the offending byte
+      end_call(base + json_.pos, false, {}, out);
+      return -1;
+    }
+    if (buf_.size() >= kMaxCallBytes) {
+      give_up();
+      return -1;
+    }
+    if (!final) return 0;
+    end_call(buf_.size(), false, {}, out);
+    return -1;
   };
   auto one = [&](const Call& c) {
     add_call(c.name, c.arguments, c.id, calls);
+    return true;
+  };
+  auto all = [&](const std::vector<Call>& cs) {
+    for (const auto& c : cs) one(c);
     return true;
   };
   switch (call_kind_) {
@@ -383,23 +413,17 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
     case CallKind::kDeepSeek:
       return until(kDsCallsEnd, [&](std::string_view body) {
         std::vector<Call> cs;
-        if (!parse_deepseek_calls(body, cs)) return false;
-        for (const auto& c : cs) one(c);
-        return true;
+        return parse_deepseek_calls(body, cs) && all(cs);
       });
     case CallKind::kKimi:
       return until(kKimiSectionEnd, [&](std::string_view body) {
         std::vector<Call> cs;
-        if (!parse_kimi_calls(body, cs)) return false;
-        for (const auto& c : cs) one(c);
-        return true;
+        return parse_kimi_calls(body, cs) && all(cs);
       });
     case CallKind::kMiniMax:
       return until(kMiniMaxCallsEnd, [&](std::string_view body) {
         std::vector<Call> cs;
-        if (!parse_json_call_lines(body, cs)) return false;
-        for (const auto& c : cs) one(c);
-        return true;
+        return parse_json_call_lines(body, cs) && all(cs);
       });
     case CallKind::kCohere:
       return until(kCohereActionEnd, [&](std::string_view body) {
@@ -412,30 +436,19 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
           c.id.clear();  // its "tool_call_id" counts from 0 per turn: not unique
           cs.push_back(std::move(c));
         }
-        for (const auto& c : cs) one(c);
-        return true;
+        return all(cs);
       });
     case CallKind::kHarmony: {
       static constexpr std::array<std::string_view, 3> kEnds = {kHCall, kHEnd, kHReturn};
-      Found f = find_first(buf_, kEnds, scan_from_);
-      auto parse = [&](std::string_view body) {
-        Call c;
-        c.name = harmony_recipient_;
-        if (starts_with(c.name, "functions.")) c.name.erase(0, 10);
-        return !c.name.empty() && parse_arguments(body, c.arguments) && one(c);
-      };
-      if (f.pos == npos) {
-        if (!final && !too_big()) {
-          scan_from_ = resume_point(buf_, kEnds);
-          return false;
-        }
-        bool ok = final && parse(strip_end_tokens(buf_));
-        end_call(buf_.size(), ok, std::move(calls), out);
-        return true;
-      }
-      bool ok = parse(std::string_view(buf_).substr(0, f.pos));
-      end_call(f.pos + kEnds[f.which].size(), ok, std::move(calls), out);
-      return true;
+      return until_any(
+          kEnds,
+          [&](std::string_view body) {
+            Call c;
+            c.name = harmony_recipient_;
+            if (starts_with(c.name, "functions.")) c.name.erase(0, 10);
+            return !c.name.empty() && parse_arguments(body, c.arguments) && one(c);
+          },
+          /*json_aware=*/true);
     }
     case CallKind::kPythonTag: {
       std::size_t i = 0;
@@ -447,39 +460,23 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
         return true;
       }
       static constexpr std::array<std::string_view, 2> kEnds = {kEomId, kEotId};
-      Found f = find_first(buf_, kEnds, scan_from_);
-      auto parse = [&](std::string_view body) {
-        Call c;
-        if (parse_builtin_call(body, c)) return one(c);
-        body = trim(body);
-        if (body.empty()) return false;
-        c.name = "python";  // code_interpreter: the code itself
-        c.arguments = dump(ojson{{"code", std::string(body)}});
-        return one(c);
-      };
-      if (f.pos == npos) {
-        if (!final && !too_big()) {
-          scan_from_ = resume_point(buf_, kEnds);
-          return false;
-        }
-        bool ok = final && parse(buf_);
-        end_call(buf_.size(), ok, std::move(calls), out);
-        return true;
-      }
-      bool ok = parse(std::string_view(buf_).substr(0, f.pos));
-      end_call(f.pos + kEnds[f.which].size(), ok, std::move(calls), out);
-      return true;
+      return until_any(
+          kEnds,
+          [&](std::string_view body) {
+            Call c;
+            if (parse_builtin_call(body, c)) return one(c);
+            body = trim(body);
+            if (body.empty()) return false;
+            c.name = "python";  // code_interpreter: the code itself
+            c.arguments = dump(ojson{{"code", std::string(body)}});
+            return one(c);
+          },
+          /*json_aware=*/false);
     }
     case CallKind::kJson: {
       // Llama 3 JSON (bare, or after <|python_tag|>: then arguments may be absent).
-      bool ended = json_.scan(buf_);
-      if (!ended) {
-        if (json_.bad || final || too_big()) {
-          end_call(buf_.size(), false, {}, out);
-          return true;
-        }
-        return false;
-      }
+      int r = scan_json(0);
+      if (r <= 0) return r < 0;
       Call c;
       ojson j;
       bool ok = parse_json(std::string_view(buf_).substr(0, json_.pos), j) &&
@@ -496,50 +493,37 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
         return true;
       }
       if (buf_[i] == '[') {  // [TOOL_CALLS][{...}, ...]
-        bool ended = json_.scan(buf_);
-        if (!ended) {
-          if (json_.bad || final || too_big()) {
-            end_call(buf_.size(), false, {}, out);
-            return true;
-          }
-          return false;
-        }
+        int r = scan_json(0);
+        if (r <= 0) return r < 0;
         ojson j;
         bool ok = parse_json(std::string_view(buf_).substr(0, json_.pos), j) && j.is_array() && !j.empty();
-        if (ok) {
-          for (const auto& item : j) {
-            Call c;
-            if (!call_from_object(item, /*require_args=*/false, c)) {
-              ok = false;
-              break;
-            }
-            one(c);
-          }
+        std::vector<Call> cs;
+        for (std::size_t k = 0; ok && k < j.size(); ++k) {
+          Call c;
+          ok = call_from_object(j[k], /*require_args=*/false, c);
+          cs.push_back(std::move(c));
         }
-        if (!ok) calls.clear();
+        if (ok) all(cs);
         end_call(json_.pos, ok, std::move(calls), out);
         return true;
       }
-      // [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}
+      // [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}: [ARGS] within kMaxHeaderBytes.
       if (json_.base == 0) {
         std::size_t a = buf_.find(kMistralArgs);
+        if (a != npos && a > kMaxHeaderBytes) a = npos;
         if (a == npos) {
-          if (final || buf_.size() > kMaxHeaderBytes) {
-            end_call(buf_.size(), false, {}, out);
+          if (buf_.size() >= kMaxHeaderBytes + kMistralArgs.size()) {
+            end_call(kMaxHeaderBytes, false, {}, out);
             return true;
           }
-          return false;
-        }
-        json_.base = a + kMistralArgs.size();
-      }
-      bool ended = json_.scan(std::string_view(buf_).substr(json_.base));
-      if (!ended) {
-        if (json_.bad || final || too_big()) {
+          if (!final) return false;
           end_call(buf_.size(), false, {}, out);
           return true;
         }
-        return false;
+        json_.base = a + kMistralArgs.size();
       }
+      int r = scan_json(json_.base);
+      if (r <= 0) return r < 0;
       std::size_t end = json_.base + json_.pos;
       std::string_view head = std::string_view(buf_).substr(0, json_.base - kMistralArgs.size());
       Call c;
@@ -573,8 +557,9 @@ bool ToolCallParser::step_harmony_header(bool final, Delta& /*out*/) {
     if (std::string_view(buf_).substr(0, n) == o.substr(0, n)) plausible = true;
   }
   std::size_t m = plausible ? buf_.find(kHMessage) : npos;
+  if (m != npos && m > kMaxHeaderBytes) m = npos;  // a header is at most that long
   if (m == npos) {
-    if (plausible && !final && buf_.size() <= kMaxHeaderBytes) return false;
+    if (plausible && !final && buf_.size() < kMaxHeaderBytes + kHMessage.size()) return false;
     mode_ = Mode::kHarmonyBody;
     harmony_channel_ = "final";
     return true;

@@ -72,10 +72,14 @@
 // are dropped where they appear outside a call (kNone keeps every byte).
 //
 // Malformed input: a call whose body does not parse (bad JSON, no name, no end
-// before finish(), JSON nested deeper than kMaxJsonDepth, a body over
-// kMaxCallBytes) is returned as content with its markers, byte for byte; the
-// parser never throws. Invalid UTF-8 inside names or arguments is replaced by
-// U+FFFD in tool_calls().
+// before finish()) is returned as content with its markers, byte for byte,
+// and parsing goes on after it; the parser never throws. JSON nested deeper
+// than kMaxJsonDepth is content up to the bracket that goes too deep; a call
+// that does not end within kMaxCallBytes (a Mistral name within 1 KiB, a
+// harmony header within 1 KiB) is given up there, its first kMaxCallBytes
+// bytes content. These limits keep memory bounded and decisions independent
+// of how the text was split. Invalid UTF-8 inside names or arguments is
+// replaced by U+FFFD in tool_calls().
 //
 // Content is passed through byte for byte: invalid UTF-8 the model wrote stays
 // (dump JSON with error_handler_t::replace). Within one Delta, the order of

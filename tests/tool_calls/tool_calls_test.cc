@@ -533,6 +533,34 @@ TEST(ToolCallParser, RandomMixturesOfPiecesParseTheSameHoweverSplit) {
   }
 }
 
+// Inputs the fuzzer (tests/fuzz/tool_calls_fuzz.cc) found, and the limits:
+// a call or header that runs past its limit is given up at the limit, so
+// whole and split text still agree.
+TEST(ToolCallParser, LimitsAndFuzzFindingsParseTheSameHoweverSplit) {
+  std::mt19937 rng(11);
+  struct Case {
+    ToolCallFormat format;
+    std::string text;
+  };
+  std::vector<Case> cases = {
+      {ToolCallFormat::kMistral,
+       "[TOOL_CALLS]get_weather[ARGS]{\"location\": \"Paris\"}[TOOL_CALLS]search[ARGS]</tool_calls>{\"query\": \"x\"}</s>"},
+      {ToolCallFormat::kMistral, "[TOOL_CALLS]" + std::string(2000, 'n') + "[ARGS]{}[TOOL_CALLS]f[ARGS]{}"},
+      {ToolCallFormat::kHarmony, "<|channel|>" + std::string(2000, 'c') + "<|message|>text<|end|>"},
+      {ToolCallFormat::kLlama3Json, std::string(300, '[') + "{\"name\": \"f\", \"parameters\": {}}"},
+      {ToolCallFormat::kLlama3Json, "{\"name\": \"f\", \"parameters\": " + std::string(300, '[') + "}"},
+  };
+  for (const auto& c : cases) {
+    Result whole = run(c.format, {c.text}, {}, /*check_utf8=*/false);
+    expect_same(whole, run(c.format, bytes_of(c.text), {}, false), c.text.substr(0, 80));
+    expect_same(whole, run(c.format, random_split(c.text, rng), {}, false), c.text.substr(0, 80));
+  }
+  // The Mistral call whose name runs past the limit: the next one still parses.
+  Result r = run_whole(ToolCallFormat::kMistral, cases[1].text);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "f");
+}
+
 TEST(ToolCallParser, FinishReasonIsToolCallsOnlyWhenACallWasParsedAndGenerationStopped) {
   ToolCallParser none(ToolCallFormat::kHermes);
   none.push("plain answer");
