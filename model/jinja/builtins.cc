@@ -444,7 +444,6 @@ int64_t length_of(const Value& v, int line) {
     default: break;
   }
   fail(line, "object of type '" + type_name(v) + "' has no len()");
-  }
 }
 
 // select / reject / selectattr / rejectattr
