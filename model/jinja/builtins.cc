@@ -494,7 +494,11 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
   }
   if (name == "length" || name == "count") return Value::integer(length_of(input, line));
   if (name == "string") return input.is_string() ? input : Value::string(str(input));
-  if (name == "safe") return input;
+  if (name == "safe") {
+    Value r = input.is_string() ? input : Value::string(str(input));
+    r.markup = true;
+    return r;
+  }
   if (name == "trim") {
     return Value::string(encode_utf8(strip_chars(decode_utf8(str(input)), args.get(0, "chars"), true, true, line)));
   }

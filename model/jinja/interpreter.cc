@@ -469,7 +469,12 @@ struct Interpreter {
         return Value::real(std::pow(fx, fy));
       }
     }
-    if (op == "+" && a.is_string() && b.is_string()) return Value::string(a.s + b.s);
+    if (op == "+" && a.is_string() && b.is_string()) {
+      if (!a.markup && !b.markup) return Value::string(a.s + b.s);
+      Value r = Value::string((a.markup ? a.s : html_escape(a.s)) + (b.markup ? b.s : html_escape(b.s)));
+      r.markup = true;
+      return r;
+    }
     if (op == "+" && a.is_list() && b.is_list() && a.tuple == b.tuple) {
       List r = *a.list;
       r.insert(r.end(), b.list->begin(), b.list->end());

@@ -44,6 +44,8 @@ struct Value {
   int64_t i = 0;
   double f = 0;
   std::string s;                       // kString; kUndefined: what is undefined (for errors)
+  bool markup = false;                 // kString that is markupsafe's Markup (`|safe`):
+                                       // `+` HTML-escapes the plain side
   std::shared_ptr<List> list;          // kList
   bool tuple = false;                  // kList printed as a tuple
   bool generator = false;              // kList that is a Python generator (map, select...):
@@ -105,5 +107,7 @@ std::string to_json(const Value& v, int indent, bool sort_keys, const std::strin
 std::u32string decode_utf8(std::string_view s);
 std::string encode_utf8(std::u32string_view s);
 bool is_python_space(char32_t c);
+// markupsafe's escape(): & < > " ' as HTML entities.
+std::string html_escape(std::string_view s);
 
 }  // namespace strata::jinja
