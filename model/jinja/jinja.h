@@ -77,7 +77,7 @@ struct Limits {
   static constexpr int kMaxParseDepth = 256;        // nested expressions / blocks
   static constexpr int kMaxCallDepth = 64;          // nested macro calls
   static constexpr std::size_t kMaxOutputBytes = 64u << 20;
-  static constexpr long kMaxLoopIterations = 10'000'000;  // all loops of one render
+  static constexpr long kMaxLoopIterations = 1'000'000;  // all loops of one render
 };
 
 struct Node;  // the parsed template (internal, model/jinja/ast.h)

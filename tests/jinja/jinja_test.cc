@@ -30,7 +30,7 @@ absl::StatusOr<std::string> render(std::string_view source, const Json& context 
 
 TEST(Jinja, LanguageCasesMatchJinja2) {
   Json cases = Json::parse(read(std::string(STRATA_JINJA_DATA) + "/language_expected.json"));
-  ASSERT_GT(cases.size(), 100u);
+  ASSERT_GT(cases.size(), 70u);
   for (const auto& c : cases) {
     std::string source = c["template"].get<std::string>();
     SCOPED_TRACE(source);
