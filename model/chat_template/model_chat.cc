@@ -44,56 +44,113 @@ absl::Status check_message_text(const tokenizer::Tokenizer& tok,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Every string under `j` whose text spells a control token: InvalidArgument
+// naming its path.
+absl::Status check_strings(const tokenizer::Tokenizer& tok, const nlohmann::ordered_json& j,
+                           const std::string& path, int depth) {
+  if (depth > 64) return absl::InvalidArgumentError(path + ": nested too deep");
+  if (j.is_string()) {
+    const std::optional<tokenizer::TokenId> id = spelled_control_token(tok, j.get<std::string>());
+    if (!id) return absl::OkStatus();
+    return absl::InvalidArgumentError(path + ": contains the text of control token '" +
+                                      tok.token_text(*id) + "' (id " + std::to_string(*id) +
+                                      "), which a message may not carry");
+  }
+  if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      absl::Status st = check_strings(tok, j[i], path + "[" + std::to_string(i) + "]", depth + 1);
+      if (!st.ok()) return st;
+    }
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      absl::Status st = check_strings(tok, value, path + "." + key, depth + 1);
+      if (!st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+constexpr std::string_view kTemplateKey = "tokenizer.chat_template";
+
+}  // namespace
+
+absl::Status check_request_text(const tokenizer::Tokenizer& tok, const ChatRequest& request) {
+  if (absl::Status st = check_strings(tok, request.messages, "messages", 0); !st.ok()) return st;
+  return check_strings(tok, request.tools, "tools", 0);
+}
+
 absl::StatusOr<ModelChatPrompt> render_model_chat(
-    const gguf::GgufFile& model, const tokenizer::Tokenizer& tok,
-    std::span<const Message> messages,
-    const std::optional<std::string>& template_text, std::string_view source,
-    bool add_generation_prompt) {
+    const gguf::GgufFile& model, const tokenizer::Tokenizer& tok, const ChatRequest& request,
+    const std::optional<std::string>& template_text, std::string_view source) {
   std::string text;
   std::string from(source);
   if (template_text) {
     text = *template_text;
   } else {
-    auto t = model.get_string("tokenizer.chat_template");
-    if (!t.ok()) {
-      return absl::NotFoundError("the model has no tokenizer.chat_template");
+    const bool has_tools = request.tools.is_array() && !request.tools.empty();
+    const std::string tool_use = std::string(kTemplateKey) + ".tool_use";
+    auto variant = has_tools ? model.get_string(tool_use) : absl::NotFoundError("");
+    if (variant.ok()) {
+      text = *std::move(variant);
+      from = tool_use;
+    } else {
+      auto t = model.get_string(kTemplateKey);
+      if (!t.ok()) return absl::NotFoundError("the model has no tokenizer.chat_template");
+      text = *std::move(t);
+      from = std::string(kTemplateKey);
     }
-    text = *std::move(t);
-    from = "tokenizer.chat_template";
   }
   auto tmpl = ChatTemplate::parse(text);
   if (!tmpl.ok()) {
     return absl::InvalidArgumentError(from + ": " + std::string(tmpl.status().message()));
   }
   RenderOptions render;
-  render.add_generation_prompt = add_generation_prompt;
+  render.add_generation_prompt = request.add_generation_prompt;
+  render.now = request.now;
   const tokenizer::SpecialTokens& special = tok.special();
-  if (special.bos && tok.is_valid(*special.bos)) {
-    render.bos_token = tok.token_text(*special.bos);
-  }
-  if (special.eos && tok.is_valid(*special.eos)) {
-    render.eos_token = tok.token_text(*special.eos);
-  }
-  auto prompt = tmpl->render(messages, render);
+  if (special.bos && tok.is_valid(*special.bos)) render.bos_token = tok.token_text(*special.bos);
+  if (special.eos && tok.is_valid(*special.eos)) render.eos_token = tok.token_text(*special.eos);
+  auto prompt = tmpl->render(request.messages, request.tools, request.extra, render);
   if (!prompt.ok()) {
-    return absl::FailedPreconditionError(
-        "the chat template refused the conversation: " +
-        std::string(prompt.status().message()));
+    if (absl::IsFailedPrecondition(prompt.status())) {
+      return absl::FailedPreconditionError("the chat template refused the conversation: " +
+                                           std::string(prompt.status().message()));
+    }
+    return absl::Status(prompt.status().code(),
+                        from + ": " + std::string(prompt.status().message()));
   }
   ModelChatPrompt out;
-  out.starts_with_bos = !render.bos_token.empty() &&
-                        prompt->rfind(render.bos_token, 0) == 0;
+  out.starts_with_bos = !render.bos_token.empty() && prompt->rfind(render.bos_token, 0) == 0;
   out.text = *std::move(prompt);
-  out.family = tmpl->family();
+  out.template_name = from;
   return out;
 }
 
-std::optional<Family> model_chat_family(const gguf::GgufFile& model) {
-  auto t = model.get_string("tokenizer.chat_template");
-  if (!t.ok()) return std::nullopt;
-  auto tmpl = ChatTemplate::parse(*t);
-  if (!tmpl.ok()) return std::nullopt;
-  return tmpl->family();
+absl::StatusOr<ModelChatPrompt> render_model_chat(
+    const gguf::GgufFile& model, const tokenizer::Tokenizer& tok,
+    std::span<const Message> messages,
+    const std::optional<std::string>& template_text, std::string_view source,
+    bool add_generation_prompt) {
+  ChatRequest request;
+  request.messages = nlohmann::ordered_json::array();
+  for (const Message& m : messages) {
+    request.messages.push_back({{"role", m.role}, {"content", m.content}});
+  }
+  request.add_generation_prompt = add_generation_prompt;
+  return render_model_chat(model, tok, request, template_text, source);
+}
+
+std::vector<std::string> model_chat_templates(const gguf::GgufFile& model) {
+  std::vector<std::string> names;
+  const std::string prefix = std::string(kTemplateKey) + ".";
+  for (const auto& kv : model.metadata()) {
+    if (kv.key != kTemplateKey && kv.key.rfind(prefix, 0) != 0) continue;
+    auto text = model.get_string(kv.key);
+    if (text.ok() && ChatTemplate::parse(*text).ok()) names.push_back(kv.key);
+  }
+  return names;
 }
 
 }  // namespace strata::chat_template
