@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "model/chat_template/model_chat.h"
 #include "worker/sampling_proto.h"
 
@@ -124,10 +125,10 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
 
 InferenceService::InferenceService(Cluster& cluster)
     : cluster_(cluster), info_(cluster.model().info) {
-  auto family = chat_template::model_chat_family(cluster.model().gguf->first());
-  if (family) {
-    info_.set_chat_template_family(std::string(chat_template::family_name(*family)));
-  }
+  // The model's chat templates (Jinja), e.g. "tokenizer.chat_template,
+  // tokenizer.chat_template.tool_use"; empty when it has none that parses.
+  info_.set_chat_template_family(
+      absl::StrJoin(chat_template::model_chat_templates(cluster.model().gguf->first()), ","));
 }
 
 absl::Status InferenceService::check_model(const std::string& model) const {
@@ -163,17 +164,21 @@ grpc::Status InferenceService::Generate(
     if (!ids.ok()) return to_grpc(ids.status());
     prompt = *std::move(ids);
   } else {
-    std::vector<chat_template::Message> messages;
+    std::vector<chat_template::WireMessage> messages;
     for (const v1::ChatMessage& m : request->messages().messages()) {
-      messages.push_back({m.role(), m.content()});
+      messages.push_back({m.role(), m.content(), m.name(), m.tool_call_id(), m.tool_calls_json()});
     }
+    auto chat_request = chat_template::chat_request_from_wire(
+        messages, request->tools_json(), request->tool_choice(),
+        request->chat_template_kwargs_json(), true);
+    if (!chat_request.ok()) return to_grpc(chat_request.status());
     // The rendered text is tokenized with control tokens parsed (the
     // template's turn markers); the messages' own text must not spell one.
-    if (absl::Status st = chat_template::check_message_text(tok, messages); !st.ok()) {
+    if (absl::Status st = chat_template::check_request_text(tok, *chat_request); !st.ok()) {
       return to_grpc(st);
     }
-    auto chat = chat_template::render_model_chat(
-        model.gguf->first(), tok, messages, std::nullopt, "", true);
+    auto chat = chat_template::render_model_chat(model.gguf->first(), tok, *chat_request,
+                                                 std::nullopt, "");
     if (!chat.ok()) {
       // No template in the model, or one of no known family: the served
       // model cannot take messages (FAILED_PRECONDITION, not the request's

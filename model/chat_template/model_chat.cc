@@ -1,5 +1,6 @@
 #include "model/chat_template/model_chat.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -140,6 +141,112 @@ absl::StatusOr<ModelChatPrompt> render_model_chat(
   }
   request.add_generation_prompt = add_generation_prompt;
   return render_model_chat(model, tok, request, template_text, source);
+}
+
+namespace {
+
+absl::StatusOr<nlohmann::ordered_json> parse_json(std::string_view text, const std::string& field) {
+  // nlohmann's parser keeps its own stack, so deep nesting costs memory, not
+  // the call stack; the template refuses values nested too deep.
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(field + ": not valid JSON");
+  return j;
+}
+
+absl::Status check_function(const nlohmann::ordered_json& item, const std::string& where,
+                            bool arguments) {
+  if (!item.is_object()) return absl::InvalidArgumentError(where + ": expected an object");
+  if (item.contains("type") && item["type"] != "function") {
+    return absl::InvalidArgumentError(where + ".type: expected \"function\"");
+  }
+  if (!item.contains("function") || !item["function"].is_object()) {
+    return absl::InvalidArgumentError(where + ".function: expected an object");
+  }
+  const auto& fn = item["function"];
+  if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty()) {
+    return absl::InvalidArgumentError(where + ".function.name: expected a non-empty string");
+  }
+  if (arguments && fn.contains("arguments") && !fn["arguments"].is_string() &&
+      !fn["arguments"].is_object()) {
+    return absl::InvalidArgumentError(where + ".function.arguments: expected a string or an object");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ChatRequest> chat_request_from_wire(std::span<const WireMessage> messages,
+                                                   std::string_view tools_json,
+                                                   std::string_view tool_choice,
+                                                   std::string_view chat_template_kwargs_json,
+                                                   bool add_generation_prompt) {
+  ChatRequest request;
+  request.add_generation_prompt = add_generation_prompt;
+  request.messages = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const WireMessage& m = messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    nlohmann::ordered_json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.name.empty()) j["name"] = m.name;
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    if (!m.tool_calls_json.empty()) {
+      auto calls = parse_json(m.tool_calls_json, where + ".tool_calls_json");
+      if (!calls.ok()) return calls.status();
+      if (!calls->is_array()) return absl::InvalidArgumentError(where + ".tool_calls_json: expected an array");
+      for (size_t k = 0; k < calls->size(); ++k) {
+        absl::Status st = check_function((*calls)[k], where + ".tool_calls_json[" + std::to_string(k) + "]", true);
+        if (!st.ok()) return st;
+      }
+      if (!calls->empty()) {
+        j["tool_calls"] = *std::move(calls);
+        if (m.content.empty()) j["content"] = nullptr;
+      }
+    }
+    request.messages.push_back(std::move(j));
+  }
+  std::vector<std::string> tool_names;
+  if (!tools_json.empty()) {
+    auto tools = parse_json(tools_json, "tools_json");
+    if (!tools.ok()) return tools.status();
+    if (!tools->is_array()) return absl::InvalidArgumentError("tools_json: expected an array");
+    for (size_t k = 0; k < tools->size(); ++k) {
+      absl::Status st = check_function((*tools)[k], "tools_json[" + std::to_string(k) + "]", false);
+      if (!st.ok()) return st;
+      tool_names.push_back((*tools)[k]["function"]["name"].get<std::string>());
+    }
+    if (!tools->empty()) request.tools = *std::move(tools);
+  }
+  if (!tool_choice.empty() && tool_choice != "auto" && tool_choice != "none") {
+    if (tool_choice == "required") {
+      if (tool_names.empty()) return absl::InvalidArgumentError("tool_choice: \"required\" but no tools are given");
+    } else {
+      auto choice = parse_json(tool_choice, "tool_choice");
+      if (!choice.ok()) {
+        return absl::InvalidArgumentError(
+            "tool_choice: expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+            "\"function\": {\"name\": ...}}");
+      }
+      absl::Status st = check_function(*choice, "tool_choice", false);
+      if (!st.ok()) return st;
+      const std::string name = (*choice)["function"]["name"].get<std::string>();
+      if (std::find(tool_names.begin(), tool_names.end(), name) == tool_names.end()) {
+        return absl::InvalidArgumentError("tool_choice: function '" + name + "' is not among the tools");
+      }
+    }
+  }
+  if (!chat_template_kwargs_json.empty()) {
+    auto kwargs = parse_json(chat_template_kwargs_json, "chat_template_kwargs_json");
+    if (!kwargs.ok()) return kwargs.status();
+    if (!kwargs->is_object()) return absl::InvalidArgumentError("chat_template_kwargs_json: expected an object");
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt"}) {
+      if (kwargs->contains(reserved)) {
+        return absl::InvalidArgumentError(std::string("chat_template_kwargs_json: '") + reserved +
+                                          "' is set by the request itself");
+      }
+    }
+    request.extra = *std::move(kwargs);
+  }
+  return request;
 }
 
 std::vector<std::string> model_chat_templates(const gguf::GgufFile& model) {

@@ -76,6 +76,30 @@ absl::Status check_message_text(const tokenizer::Tokenizer& tok,
 // "messages[2].tool_calls[0].function.arguments".
 absl::Status check_request_text(const tokenizer::Tokenizer& tok, const ChatRequest& request);
 
+// A chat message as the gRPC API carries it (strata.v1.ChatMessage).
+struct WireMessage {
+  std::string role;
+  std::string content;
+  std::string name;             // "" for none
+  std::string tool_call_id;     // "" for none
+  std::string tool_calls_json;  // the OpenAI tool_calls array as JSON; "" for none
+};
+
+// The ChatRequest of a gRPC GenerateRequest's messages, tools_json,
+// tool_choice and chat_template_kwargs_json. An assistant message with tool
+// calls and empty content gets content null (as the OpenAI API sends it).
+// InvalidArgument naming the field: "messages[1].tool_calls_json: ..." (not
+// JSON, not an array of {id?, type: "function", function: {name: string,
+// arguments: string|object}}), "tools_json: ..." (not an array of
+// {type: "function", function: {name: string, ...}}), "tool_choice: ..."
+// (not auto / none / required / a function among the tools),
+// "chat_template_kwargs_json: ..." (not a JSON object).
+absl::StatusOr<ChatRequest> chat_request_from_wire(std::span<const WireMessage> messages,
+                                                   std::string_view tools_json,
+                                                   std::string_view tool_choice,
+                                                   std::string_view chat_template_kwargs_json,
+                                                   bool add_generation_prompt);
+
 // The GGUF keys of the model's chat templates that parse
 // ("tokenizer.chat_template", "tokenizer.chat_template.tool_use", ...);
 // empty when it has none.

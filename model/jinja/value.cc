@@ -49,8 +49,24 @@ Value Value::string(std::string x) {
   v.s = std::move(x);
   return v;
 }
+namespace {
+// Deeply nested values would make printing, comparing and freeing them
+// recurse without bound; refused when built.
+template <typename It, typename Get>
+int nested_depth(It begin, It end, Get get) {
+  int d = 0;
+  for (It it = begin; it != end; ++it) d = std::max(d, get(*it).depth);
+  if (d + 1 > Value::kMaxDepth) {
+    throw Error{absl::StatusCode::kResourceExhausted,
+                absl::StrCat("a list or dict nested deeper than ", Value::kMaxDepth)};
+  }
+  return d + 1;
+}
+}  // namespace
+
 Value Value::of_list(List x, bool tuple) {
   Value v;
+  v.depth = nested_depth(x.begin(), x.end(), [](const Value& e) -> const Value& { return e; });
   v.kind = Kind::kList;
   v.list = std::make_shared<List>(std::move(x));
   v.tuple = tuple;
@@ -63,6 +79,7 @@ Value Value::of_generator(List x) {
 }
 Value Value::of_dict(Dict x) {
   Value v;
+  v.depth = nested_depth(x.begin(), x.end(), [](const auto& e) -> const Value& { return e.second; });
   v.kind = Kind::kDict;
   v.dict = std::make_shared<Dict>(std::move(x));
   return v;
@@ -291,7 +308,13 @@ std::string str(const Value& v) {
   }
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  if (depth > Value::kMaxDepth) {
+    throw Error{absl::StatusCode::kInvalidArgument,
+                absl::StrCat("the template's variables nest deeper than ", Value::kMaxDepth)};
+  }
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -306,18 +329,22 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       List list;
       list.reserve(j.size());
-      for (const auto& x : j) list.push_back(from_json(x));
+      for (const auto& x : j) list.push_back(from_json_at(x, depth + 1));
       return Value::of_list(std::move(list));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict dict;
       dict.reserve(j.size());
-      for (const auto& [k, x] : j.items()) dict.emplace_back(k, from_json(x));
+      for (const auto& [k, x] : j.items()) dict.emplace_back(k, from_json_at(x, depth + 1));
       return Value::of_dict(std::move(dict));
     }
     default: return Value::none();
   }
 }
+
+}  // namespace
+
+Value from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 namespace {
 

@@ -53,6 +53,8 @@ struct Value {
   std::shared_ptr<Dict> dict;          // kDict
   bool ns = false;                     // kDict that is a namespace() (mutable)
   std::shared_ptr<const Callable> fn;  // kCallable
+  int depth = 0;                       // lists / dicts nested in this one, +1 (at most kMaxDepth)
+  static constexpr int kMaxDepth = 256;
 
   static Value undefined(std::string what = {});
   static Value none();

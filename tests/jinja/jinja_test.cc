@@ -93,6 +93,15 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
       "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
   ASSERT_FALSE(loops.ok());
   EXPECT_EQ(loops.status().code(), absl::StatusCode::kResourceExhausted) << loops.status();
+  auto deep_value = render(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
+  ASSERT_FALSE(deep_value.ok());
+  EXPECT_EQ(deep_value.status().code(), absl::StatusCode::kResourceExhausted) << deep_value.status();
+  Json deep_context = Json::array();
+  for (int k = 0; k < 10000; ++k) deep_context = Json::array({std::move(deep_context)});
+  auto deep_input = render("{{ x }}", Json{{"x", deep_context}});
+  ASSERT_FALSE(deep_input.ok());
+  EXPECT_EQ(deep_input.status().code(), absl::StatusCode::kInvalidArgument) << deep_input.status();
   std::string blocks;
   for (int k = 0; k < 10000; ++k) blocks += "{% if true %}";
   auto nested = render(blocks);
