@@ -87,6 +87,26 @@ TEST_P(Conformance, ByteEqualToJinja2OnEveryConversation) {
   (void)equal;
 }
 
+// The corpus reaches every template: each renders at least one conversation
+// (not only errors), and all together the pairs number what make_expected.py
+// wrote.
+TEST(ConformanceCorpus, EveryTemplateRendersSomeConversation) {
+  const fs::path data(STRATA_JINJA_DATA);
+  const std::vector<std::string> names = template_names();
+  EXPECT_EQ(names.size(), 49u);
+  size_t outputs = 0, pairs = 0;
+  for (const auto& name : names) {
+    Json expected = Json::parse(read(data / "expected" / (name + ".json")));
+    size_t n = 0;
+    for (const auto& [conv, want] : expected.items()) n += want.contains("output");
+    EXPECT_GT(n, 0u) << name;
+    outputs += n;
+    pairs += expected.size();
+  }
+  EXPECT_GE(pairs, 49u * 25u);
+  EXPECT_GE(outputs, 900u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Templates, Conformance, ::testing::ValuesIn(template_names()),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string n = param.param;
