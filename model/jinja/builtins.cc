@@ -307,13 +307,21 @@ Value dict_method(const Value& obj, const std::string& name) {
       return a.get(1, "default");
     });
   }
-  if (name == "items") return bound(name, [obj](Args&, int) { return items_of(obj); });
+  if (name == "items") {
+    return bound(name, [obj](Args&, int) {
+      Value v = items_of(obj);
+      v.view = Value::View::kItems;
+      return v;
+    });
+  }
   if (name == "keys" || name == "values") {
     bool keys = name == "keys";
     return bound(name, [obj, keys](Args&, int) {
       List r;
       for (const auto& [k, v] : *obj.dict) r.push_back(keys ? Value::string(k) : v);
-      return Value::of_list(std::move(r));
+      Value view = Value::of_list(std::move(r));
+      view.view = keys ? Value::View::kKeys : Value::View::kValues;
+      return view;
     });
   }
   if (name == "pop" || name == "popitem" || name == "update" || name == "setdefault" || name == "clear") {
@@ -504,7 +512,17 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
   }
   if (name == "upper") return Value::string(upper(str(input)));
   if (name == "lower") return Value::string(lower(str(input)));
-  if (name == "title") return Value::string(title(str(input)));
+  if (name == "title") {  // jinja2's own: words split at whitespace, '-' and brackets
+    std::u32string cs = decode_utf8(str(input));
+    bool start = true;
+    for (char32_t& c : cs) {
+      bool sep = is_python_space(c) || c == '-' || c == '[' || c == ']' || c == '(' || c == ')' ||
+                 c == '{' || c == '}';
+      if (c < 0x80) c = start ? std::toupper(static_cast<int>(c)) : std::tolower(static_cast<int>(c));
+      start = sep;
+    }
+    return Value::string(encode_utf8(cs));
+  }
   if (name == "capitalize") return Value::string(capitalize(str(input)));
   if (name == "replace") {
     std::string old = str(args.get(0, "old")), with = str(args.get(1, "new"));

@@ -195,7 +195,14 @@ std::string type_name(const Value& v) {
     case Value::Kind::kInt: return "int";
     case Value::Kind::kFloat: return "float";
     case Value::Kind::kString: return "str";
-    case Value::Kind::kList: return v.generator ? "generator" : v.tuple ? "tuple" : "list";
+    case Value::Kind::kList:
+      switch (v.view) {
+        case Value::View::kItems: return "dict_items";
+        case Value::View::kKeys: return "dict_keys";
+        case Value::View::kValues: return "dict_values";
+        default: break;
+      }
+      return v.generator ? "generator" : v.tuple ? "tuple" : "list";
     case Value::Kind::kDict: return v.ns ? "Namespace" : "dict";
     case Value::Kind::kCallable: return "function";
   }
@@ -272,6 +279,11 @@ std::string repr(const Value& v) {
     case Value::Kind::kString: return repr_string(v.s);
     case Value::Kind::kList: {
       if (v.generator) return "<generator object>";
+      if (v.view != Value::View::kNone) {
+        Value plain = v;
+        plain.view = Value::View::kNone;
+        return type_name(v) + "(" + repr(plain) + ")";
+      }
       std::string out = v.tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k > 0) out += ", ";
@@ -291,6 +303,7 @@ std::string repr(const Value& v) {
       }
       return out + "}";
     }
+    case Value::Kind::kUndefined: return "Undefined";
     default: return str(v);
   }
 }
@@ -392,7 +405,7 @@ void json_value(const Value& v, int indent, bool sort_keys, const std::string& i
       return;
     case Value::Kind::kString: json_string(v.s, out); return;
     case Value::Kind::kList: {
-      if (v.generator) break;
+      if (v.generator || v.view != Value::View::kNone) break;
       if (v.list->empty()) {
         out += "[]";
         return;

@@ -48,6 +48,9 @@ struct Value {
                                        // `+` HTML-escapes the plain side
   std::shared_ptr<List> list;          // kList
   bool tuple = false;                  // kList printed as a tuple
+  // kList that is a dict view (dict.items() / keys() / values()): printed
+  // as dict_items([...]), not JSON.
+  enum class View : uint8_t { kNone, kItems, kKeys, kValues } view = View::kNone;
   bool generator = false;              // kList that is a Python generator (map, select...):
                                        // always true, no len(), not JSON
   std::shared_ptr<Dict> dict;          // kDict

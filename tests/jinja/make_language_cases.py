@@ -69,6 +69,39 @@ ERR = [
 cases = [{"template": line, "context": C} for line in T.strip("\n").split("\n")]
 cases += [{"template": t, "context": C} for t in WS]
 cases += [{"template": t, "context": C} for t in ERR]
+# scoping, as jinja2 compiles it
+SCOPES = [
+    "{% for i in [1,2] %}{% if i == 2 %}[{{ y }}]{% endif %}{% set y = i %}{% endfor %}",
+    "{% set x = 1 %}{% for i in [1,2] %}{{ x }}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}",
+    "{% set x = 1 %}{% if true %}{% set x = 3 %}{% endif %}{{ x }}",
+    "{% macro m() %}{{ g }}{% endmacro %}{% set g = 5 %}{{ m() }}",
+    "{% set x = 1 %}{% macro m() %}{% set x = 2 %}{{ x }}{% endmacro %}{{ m() }}{{ x }}",
+    "{% for a in [1,2] %}{% for b in [3] %}{{ loop.index }}{{ a }}{% endfor %}{{ loop.index }}{% endfor %}",
+    "{% macro outer(x) %}<{{ inner(x) }}>{% endmacro %}{% macro inner(y) %}{{ y * 2 }}{% endmacro %}{{ outer(3) }}",
+    "{% macro m(a, b) %}{{ a }}|{{ b }}|{{ b is defined }}{% endmacro %}{{ m(1) }}",
+    "{% for x in l %}{{ loop.previtem is defined }}{{ loop.nextitem is defined }}{% endfor %}",
+    "{% set items = [] %}{% for m in msgs if m.role == 'user' %}{{ m.content }}{{ loop.last }}{% endfor %}",
+    "{% for m in msgs %}{% set content = m.content %}{% if loop.first %}{% set content = 'F:' + content %}{% endif %}{{ content }};{% endfor %}",
+    "{% set ns = namespace(a=1) %}{% set ns.b = 2 %}{{ ns.a }}{{ ns.b }}{{ ns.c is defined }}{{ ns['a'] }}",
+    "{{ [1,2]|string }}{{ none|string }}{{ 1.0|string }}{{ (1,)|tojson }}{{ ('a', 'b')|join }}",
+    "{{ d|join(',') }}|{{ 'abc'|first }}|{{ 'abc'|last }}|{{ 'abc'|list }}|{{ none|default('x') }}|{{ x|default(none) }}",
+    "{{ words|unique|list }}|{{ words|unique(case_sensitive=true)|list }}|{{ msgs|sort(attribute='role')|map(attribute='role')|join }}",
+    "{{ ['3', '1']|map('int')|list }}|{{ l|select('equalto', 2)|list }}|{{ l|select('gt', 1)|list }}|{{ {'B': 1, 'a': 2}|dictsort }}",
+    "{{ 'a' 'b' }}|{{ \"%s\" }}|{{ -7.5 // 2 }}|{{ -7.5 % 2 }}|{{ 2 ** -1 }}|{{ 7 / 7 }}|{{ 0.1 * 3 }}|{{ 1e16|tojson }}|{{ 3.0|int }}",
+    "{{ l|map('string')|join(', ') }}|{{ msgs|map(attribute='missing')|list }}|{{ msgs|map(attribute='missing', default='?')|list }}",
+    "{{ msgs[0] }}|{{ msgs[0].items()|list }}|{{ d.items() }}",
+    "{{ 'x' if t }}|{{ 'x' if none }}|{{ ('x' if none) is defined }}|{{ (l|selectattr('x')|list) }}|{{ l|reject|list }}",
+    "{% if msgs|selectattr('role', 'equalto', 'nobody') %}generator is true{% endif %}|{% if msgs|selectattr('role', 'equalto', 'nobody')|list %}list{% else %}empty{% endif %}",
+    "{{ s[1:-1] }}|{{ s[-3:] }}|{{ s[:0] }}|{{ s[::3] }}|{{ l[10:] }}|{{ l[-10:1] }}|{{ s[3:1:-1] }}|{{ (1, 2, 3)[1:] }}",
+    "{{ 'a-b-c'.split('-', -1) }}|{{ 'a'.join('xyz') }}|{{ 'Hello'.startswith('') }}|{{ ' x '.strip(' x') }}|{{ 'aXbX'.rsplit('X') }}",
+    "{{ 'hello world foo'.title() }}|{{ \"they're bill's\".title() }}|{{ 'ABC def'.capitalize() }}|{{ 'x1y2'.upper() }}|{{ 'a_b c'|title }}",
+    "{{ s|center(15) }}|{{ s|center(16) }}|{{ 'abc'|center(8) }}|{{ 'a'|indent(4, true) }}|{{ ''|indent(2, true) }}",
+    "{{ {'a': {'b': [1, {'c': none}]}}|tojson(indent=1) }}",
+    "{{ 1 == 1 == 1 }}|{{ 1 < 2 > 1 }}|{{ 'b' in ['a', 'b'] }}|{{ ('a', 1) in [('a', 1)] }}|{{ [1] == [1] }}|{{ {'a': 1} == {'a': 1} }}|{{ none == none }}|{{ x == x }}",
+    "{{ true and 'yes' }}|{{ 0 or none }}|{{ [] or 'empty' }}|{{ not '' }}|{{ 1 if 0 else 'else' }}|{{ none is none and t is true }}",
+    "{{ x|length }}|{{ x|list }}|{{ x|join }}|{{ x|upper }}|{{ x|trim }}|{{ x|first is defined }}|{{ x is iterable }}|{{ x is sequence }}",
+]
+cases += [{"template": t, "context": C} for t in SCOPES]
 # tojson through Markup, messages with non-ASCII, None content
 cases += [
     {"template": "{{ 'a'|safe + '<b>' }}|{{ '<b>' + 'a'|safe }}|{{ ('<i>'|safe + '&')|length }}|{{ '\"'|safe ~ '<' }}", "context": {}},
