@@ -2,6 +2,8 @@
 
 #include <random>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,7 @@ constexpr int kMaxTokens = 1 << 20;          // max_tokens, Detokenize ids
 constexpr int kDefaultMaxTokens = 128;
 constexpr int kMaxMessages = 1024;
 constexpr size_t kMaxRoleBytes = 64;
+constexpr size_t kMaxNameBytes = 256;  // a message's name and tool_call_id
 constexpr int kMaxStops = 16;
 constexpr size_t kMaxStopBytes = 256;
 constexpr int kMaxTopLogprobs = 20;
@@ -85,6 +88,20 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
                                                   " bytes exceed ",
                                                   kMaxTextBytes));
         }
+        for (const auto& [field, size, limit] :
+             {std::tuple<const char*, size_t, size_t>{".name", m[i].name().size(), kMaxNameBytes},
+              {".tool_call_id", m[i].tool_call_id().size(), kMaxNameBytes},
+              {".tool_calls_json", m[i].tool_calls_json().size(), kMaxTextBytes}}) {
+          if (size > limit) return bad(f + field, absl::StrCat(size, " bytes exceed ", limit));
+        }
+      }
+      // The JSON fields are parsed and checked with the messages
+      // (chat_template::chat_request_from_wire).
+      for (const auto& [field, size] :
+           {std::pair<const char*, size_t>{"tools_json", r.tools_json().size()},
+            {"tool_choice", r.tool_choice().size()},
+            {"chat_template_kwargs_json", r.chat_template_kwargs_json().size()}}) {
+        if (size > kMaxTextBytes) return bad(field, absl::StrCat(size, " bytes exceed ", kMaxTextBytes));
       }
       break;
     }
