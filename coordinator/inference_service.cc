@@ -197,7 +197,7 @@ grpc::Status InferenceService::Generate(
     auto chat = chat_template::render_model_chat(model.gguf->first(), tok, *chat_request,
                                                  std::nullopt, "");
     if (!chat.ok()) {
-      // No template in the model, or one of no known family: the served
+      // No template in the model, or one outside the Jinja subset: the served
       // model cannot take messages (FAILED_PRECONDITION, not the request's
       // fault); a template that refuses this conversation keeps its code.
       const absl::StatusCode code =
