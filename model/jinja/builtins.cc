@@ -502,6 +502,12 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
   }
   if (name == "length" || name == "count") return Value::integer(length_of(input, line));
   if (name == "string") return input.is_string() ? input : Value::string(str(input));
+  if (name == "escape" || name == "e" || name == "forceescape") {
+    if (input.is_string() && input.markup && name != "forceescape") return input;
+    Value r = Value::string(html_escape(str(input)));
+    r.markup = true;
+    return r;
+  }
   if (name == "safe") {
     Value r = input.is_string() ? input : Value::string(str(input));
     r.markup = true;

@@ -44,6 +44,7 @@ struct Frame {
 struct Interpreter {
   std::time_t now = 0;
   long iterations = 0;
+  size_t built_bytes = 0;
   int call_depth = 0;
   Frame* root = nullptr;
   const Value* hole = nullptr;  // the body of a filter block
@@ -176,6 +177,11 @@ struct Interpreter {
                    {"length", Value::integer(length)},
                    {"depth", Value::integer(1)},
                    {"depth0", Value::integer(0)}};
+      const int64_t index0 = k;
+      loop.emplace_back("cycle", Value::callable("cycle", [index0](Interpreter&, Args& args, int line) {
+        if (args.positional.empty()) fail(line, "no items for cycling given");
+        return args.positional[static_cast<size_t>(index0) % args.positional.size()];
+      }));
       if (k > 0) loop.emplace_back("previtem", items[k - 1]);
       if (k + 1 < length) loop.emplace_back("nextitem", items[k + 1]);
       f.set("loop", Value::of_dict(std::move(loop)));
@@ -408,8 +414,18 @@ struct Interpreter {
     return c >= 0;
   }
 
+  Value built(Value v, int line) {
+    built_bytes += v.s.size();
+    if (built_bytes > Limits::kMaxBuiltBytes) {
+      throw Error{absl::StatusCode::kResourceExhausted,
+                  absl::StrCat("line ", line, ": more than ", Limits::kMaxBuiltBytes,
+                               " bytes of strings built")};
+    }
+    return v;
+  }
+
   Value binary(const std::string& op, const Value& a, const Value& b, int line) {
-    if (op == "~") return Value::string(str(a) + str(b));
+    if (op == "~") return built(Value::string(str(a) + str(b)), line);
     if (a.is_undefined()) fail(line, undefined_message(a));
     if (b.is_undefined()) fail(line, undefined_message(b));
     auto unsupported = [&]() {
@@ -470,7 +486,7 @@ struct Interpreter {
       }
     }
     if (op == "+" && a.is_string() && b.is_string()) {
-      if (!a.markup && !b.markup) return Value::string(a.s + b.s);
+      if (!a.markup && !b.markup) return built(Value::string(a.s + b.s), line);
       Value r = Value::string((a.markup ? a.s : html_escape(a.s)) + (b.markup ? b.s : html_escape(b.s)));
       r.markup = true;
       return r;

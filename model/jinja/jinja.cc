@@ -1,6 +1,10 @@
 // Template: parse once, render many times (see jinja.h).
 #include "model/jinja/jinja.h"
 
+#include <exception>
+#include <new>
+#include <string>
+
 #include "model/jinja/ast.h"
 
 namespace strata::jinja {
@@ -12,6 +16,8 @@ absl::StatusOr<Template> Template::parse(std::string_view source, const Options&
     return t;
   } catch (const Error& e) {
     return absl::Status(e.code, e.message);
+  } catch (const std::exception& e) {  // e.g. a number out of range
+    return absl::InvalidArgumentError(std::string("template: ") + e.what());
   }
 }
 
@@ -24,6 +30,8 @@ absl::StatusOr<std::string> Template::render(const nlohmann::ordered_json& conte
     return absl::Status(e.code, e.message);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory rendering the template");
+  } catch (const std::exception& e) {  // e.g. a number out of range
+    return absl::InvalidArgumentError(std::string("rendering the template: ") + e.what());
   }
 }
 

@@ -78,6 +78,9 @@ struct Limits {
   static constexpr int kMaxCallDepth = 64;          // nested macro calls
   static constexpr std::size_t kMaxOutputBytes = 64u << 20;
   static constexpr long kMaxLoopIterations = 1'000'000;  // all loops of one render
+  // Bytes of strings built by + and ~ in one render (repeated concatenation
+  // in a loop is quadratic).
+  static constexpr std::size_t kMaxBuiltBytes = 512u << 20;
 };
 
 struct Node;  // the parsed template (internal, model/jinja/ast.h)

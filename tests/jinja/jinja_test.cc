@@ -102,6 +102,11 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
   auto deep_input = render("{{ x }}", Json{{"x", deep_context}});
   ASSERT_FALSE(deep_input.ok());
   EXPECT_EQ(deep_input.status().code(), absl::StatusCode::kInvalidArgument) << deep_input.status();
+  auto quadratic = render(
+      "{% set ns = namespace(s='') %}{% for i in range(100000) %}{% for j in range(10) %}"
+      "{% set ns.s = ns.s ~ 'x' %}{% endfor %}{% endfor %}{{ ns.s|length }}");
+  ASSERT_FALSE(quadratic.ok());
+  EXPECT_EQ(quadratic.status().code(), absl::StatusCode::kResourceExhausted) << quadratic.status();
   std::string blocks;
   for (int k = 0; k < 10000; ++k) blocks += "{% if true %}";
   auto nested = render(blocks);

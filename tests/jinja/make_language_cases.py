@@ -101,6 +101,9 @@ SCOPES = [
     "{{ true and 'yes' }}|{{ 0 or none }}|{{ [] or 'empty' }}|{{ not '' }}|{{ 1 if 0 else 'else' }}|{{ none is none and t is true }}",
     "{{ x|length }}|{{ x|list }}|{{ x|join }}|{{ x|upper }}|{{ x|trim }}|{{ x|first is defined }}|{{ x is iterable }}|{{ x is sequence }}",
 ]
+SCOPES += [
+    "{% for x in l %}{{ loop.cycle('odd', 'even') }}{% endfor %}|{{ '<a&b>'|e }}|{{ '<a>'|escape|length }}|{{ ('<b>'|safe)|e }}",
+]
 cases += [{"template": t, "context": C} for t in SCOPES]
 # tojson through Markup, messages with non-ASCII, None content
 cases += [
