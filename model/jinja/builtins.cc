@@ -485,8 +485,7 @@ Value select(Interpreter& in, const Value& input, Args& args, bool attr, bool ke
 
 Value apply_filter(Interpreter& in, const std::string& name, const Value& input, Args& args, int line) {
   if (name == "tojson") {
-    Value ensure_ascii = args.get(0, "ensure_ascii", Value::boolean(false));
-    if (truthy(ensure_ascii)) fail(line, "unsupported: tojson(ensure_ascii=True)");
+    bool ensure_ascii = truthy(args.get(0, "ensure_ascii", Value::boolean(false)));
     Value indent = args.get(1, "indent");
     Value seps = args.get(2, "separators");
     bool sort_keys = truthy(args.get(3, "sort_keys", Value::boolean(false)));
@@ -498,7 +497,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
       key_sep = need_string((*seps.list)[1], line, "tojson separators");
     }
     if (input.is_undefined()) fail(line, "Object of type Undefined is not JSON serializable");
-    return Value::string(to_json(input, ind, sort_keys, item_sep, key_sep, line));
+    return Value::string(to_json(input, ind, sort_keys, item_sep, key_sep, line, ensure_ascii));
   }
   if (name == "length" || name == "count") return Value::integer(length_of(input, line));
   if (name == "string") return input.is_string() ? input : Value::string(str(input));

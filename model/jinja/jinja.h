@@ -11,7 +11,7 @@
 //     side, `+` to keep leading space with lstrip_blocks.
 //   - Statements: if / elif / else, for (else, an `if` filter, tuple
 //     unpacking, `loop.index`, index0, revindex, revindex0, first, last,
-//     length, previtem, nextitem, depth), break, continue, set (to a name, a
+//     length, previtem, nextitem, depth, cycle()), break, continue, set (to a name, a
 //     tuple, a namespace attribute, or a block `{% set x %}...{% endset %}`),
 //     macro (defaults, keyword arguments), filter blocks, generation blocks.
 //   - Expressions: literals (strings with Python escapes, ints, floats, lists,
@@ -19,11 +19,12 @@
 //     subscripts and slices [a:b:c], calls with keyword arguments, filters,
 //     `is` tests, `x if c else y`, and, or, not, in, not in, == != < <= > >=,
 //     + - * / // % **, ~, unary - and +.
-//   - Filters: abs, capitalize, center, count, d/default, dictsort, first,
+//   - Filters: abs, capitalize, center, count, d/default, dictsort, e/escape, first,
 //     float, indent, int, items, join, last, length, list, lower, map, max,
 //     min, reject, rejectattr, replace, reverse, round, safe, select,
 //     selectattr, sort, string, sum, title, tojson, trim, unique, upper,
-//     wordcount. Tests: boolean, callable, defined, divisibleby, eq/equalto/==,
+//     wordcount (tojson takes ensure_ascii, indent, separators, sort_keys).
+//     Tests: boolean, callable, defined, divisibleby, eq/equalto/==,
 //     even, false, float, ge, gt, in, integer, iterable, le, lower, lt,
 //     mapping, ne, none, number, odd, sameas, sequence, string, true,
 //     undefined, upper. Globals: namespace, range, dict, raise_exception,

@@ -361,8 +361,28 @@ Value from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 namespace {
 
-void json_string(const std::string& s, std::string& out) {
+void json_string(const std::string& s, std::string& out, bool ensure_ascii) {
   out += '"';
+  if (ensure_ascii) {  // \\uXXXX for every non-ASCII code point (surrogate pairs above U+FFFF)
+    for (char32_t c : decode_utf8(s)) {
+      if (c < 0x80) {
+        std::string one;
+        json_string(std::string(1, static_cast<char>(c)), one, false);
+        out += one.substr(1, one.size() - 2);
+        continue;
+      }
+      char buf[16];
+      if (c >= 0x10000) {
+        const unsigned v = static_cast<unsigned>(c) - 0x10000;
+        std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3ff));
+      } else {
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      }
+      out += buf;
+    }
+    out += '"';
+    return;
+  }
   for (unsigned char c : s) {
     switch (c) {
       case '"': out += "\\\""; break;
@@ -386,7 +406,7 @@ void json_string(const std::string& s, std::string& out) {
 }
 
 void json_value(const Value& v, int indent, bool sort_keys, const std::string& item_sep,
-                const std::string& key_sep, int level, int line, std::string& out) {
+                const std::string& key_sep, int level, int line, bool ascii, std::string& out) {
   if (level > 512) fail(line, "tojson: value nested too deep");
   auto newline = [&](int lvl) {
     if (indent >= 0) {
@@ -403,7 +423,7 @@ void json_value(const Value& v, int indent, bool sort_keys, const std::string& i
       else if (std::isinf(v.f)) out += v.f > 0 ? "Infinity" : "-Infinity";
       else out += python_float_repr(v.f);
       return;
-    case Value::Kind::kString: json_string(v.s, out); return;
+    case Value::Kind::kString: json_string(v.s, out, ascii); return;
     case Value::Kind::kList: {
       if (v.generator || v.view != Value::View::kNone) break;
       if (v.list->empty()) {
@@ -414,7 +434,7 @@ void json_value(const Value& v, int indent, bool sort_keys, const std::string& i
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k > 0) out += item_sep;
         newline(level + 1);
-        json_value((*v.list)[k], indent, sort_keys, item_sep, key_sep, level + 1, line, out);
+        json_value((*v.list)[k], indent, sort_keys, item_sep, key_sep, level + 1, line, ascii, out);
       }
       newline(level);
       out += ']';
@@ -436,9 +456,9 @@ void json_value(const Value& v, int indent, bool sort_keys, const std::string& i
       for (size_t k = 0; k < items.size(); ++k) {
         if (k > 0) out += item_sep;
         newline(level + 1);
-        json_string(items[k]->first, out);
+        json_string(items[k]->first, out, ascii);
         out += key_sep;
-        json_value(items[k]->second, indent, sort_keys, item_sep, key_sep, level + 1, line, out);
+        json_value(items[k]->second, indent, sort_keys, item_sep, key_sep, level + 1, line, ascii, out);
       }
       newline(level);
       out += '}';
@@ -452,9 +472,9 @@ void json_value(const Value& v, int indent, bool sort_keys, const std::string& i
 }  // namespace
 
 std::string to_json(const Value& v, int indent, bool sort_keys, const std::string& item_sep,
-                    const std::string& key_sep, int line) {
+                    const std::string& key_sep, int line, bool ensure_ascii) {
   std::string out;
-  json_value(v, indent, sort_keys, item_sep, key_sep, 0, line, out);
+  json_value(v, indent, sort_keys, item_sep, key_sep, 0, line, ensure_ascii, out);
   return out;
 }
 

@@ -103,9 +103,9 @@ std::string python_float_repr(double v);
 std::string type_name(const Value& v);
 
 Value from_json(const nlohmann::ordered_json& j);
-// json.dumps(v, ensure_ascii=False, indent=indent (<0: None), sort_keys).
+// json.dumps(v, ensure_ascii, indent=indent (<0: None), sort_keys, separators).
 std::string to_json(const Value& v, int indent, bool sort_keys, const std::string& item_sep,
-                    const std::string& key_sep, int line);
+                    const std::string& key_sep, int line, bool ensure_ascii = false);
 
 // UTF-8 helpers: code points of `s` (invalid bytes pass as U+FFFD-free raw
 // code points 0xDC80+byte, as Python's surrogateescape) and back.

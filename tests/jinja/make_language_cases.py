@@ -102,6 +102,7 @@ SCOPES = [
     "{{ x|length }}|{{ x|list }}|{{ x|join }}|{{ x|upper }}|{{ x|trim }}|{{ x|first is defined }}|{{ x is iterable }}|{{ x is sequence }}",
 ]
 SCOPES += [
+    "{{ {'u': u, 'e': '😀\\n\\u0001', 'k': ['ü']}|tojson(ensure_ascii=true) }}|{{ u|tojson(true) }}|{{ u|tojson(false, 2) }}",
     "{% for x in l %}{{ loop.cycle('odd', 'even') }}{% endfor %}|{{ '<a&b>'|e }}|{{ '<a>'|escape|length }}|{{ ('<b>'|safe)|e }}",
 ]
 cases += [{"template": t, "context": C} for t in SCOPES]
