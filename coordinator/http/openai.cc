@@ -170,18 +170,27 @@ absl::Status map_messages(const json& messages, v1::GenerateRequest* g) {
     const std::string role = role_value->get<std::string>();
     v1::ChatMessage* cm = out->add_messages();
     cm->set_role(role);
-    if (const json* content = f.get("content")) {
+    const json* content = f.get("content");
+    if (content != nullptr && !content->is_null()) {
       std::string text;
       if (absl::Status st = map_content(*content, p + ".content", &text); !st.ok()) return st;
       cm->set_content(std::move(text));
     } else if (role != "assistant") {
       return bad(p + ".content", "missing");
     }
-    // Tool-call turns need the template's tool support (not yet here).
-    if (f.get("tool_calls") != nullptr) return bad(p + ".tool_calls", "not supported yet");
-    if (f.get("tool_call_id") != nullptr) return bad(p + ".tool_call_id", "not supported yet");
-    if (const json* name = f.get("name"); name != nullptr && !name->is_string()) {
-      return wrong_type(p + ".name", "a string", *name);
+    // An assistant's calls (arguments as the JSON text OpenAI sends) and a
+    // tool result's call id: the chat template renders them.
+    if (const json* calls = f.get("tool_calls"); calls != nullptr && !calls->is_null()) {
+      if (!calls->is_array()) return wrong_type(p + ".tool_calls", "an array", *calls);
+      if (!calls->empty()) cm->set_tool_calls_json(calls->dump());
+    }
+    if (const json* id = f.get("tool_call_id"); id != nullptr && !id->is_null()) {
+      if (!id->is_string()) return wrong_type(p + ".tool_call_id", "a string", *id);
+      cm->set_tool_call_id(id->get<std::string>());
+    }
+    if (const json* name = f.get("name"); name != nullptr && !name->is_null()) {
+      if (!name->is_string()) return wrong_type(p + ".name", "a string", *name);
+      cm->set_name(name->get<std::string>());
     }
   }
   return absl::OkStatus();

@@ -39,6 +39,8 @@ struct ModelChatPrompt {
   // Which template rendered it: the GGUF key ("tokenizer.chat_template",
   // "tokenizer.chat_template.tool_use") or the given template's source.
   std::string template_name;
+  // The template's text itself (what a tool-call parser is made from).
+  std::string template_text;
 };
 
 // Renders `request` with `template_text` when given (named `source` in
