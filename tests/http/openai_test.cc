@@ -303,9 +303,9 @@ TEST(PromptPreparation, RefusesWhatItCannotHonour) {
   v1::GenerateRequest fine = base();
   fine.set_tool_choice("auto");
   fine.set_user("someone");
-  EXPECT_TRUE(check_generate_request(fine, 1000).ok());
+  EXPECT_TRUE(check_generate_request(fine, 1000).ok()) << check_generate_request(fine, 1000);
   fine.set_json_schema(R"({"type":"object","properties":{"a":{"type":"integer"}}})");
-  EXPECT_TRUE(check_generate_request(fine, 1000).ok());
+  EXPECT_TRUE(check_generate_request(fine, 1000).ok()) << check_generate_request(fine, 1000);
 }
 
 TEST(ApiKey, BearerComparedWhole) {
