@@ -97,7 +97,9 @@ absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
       const nlohmann::json choice_json =
           choice == "required" ? nlohmann::json("required") : nlohmann::json::parse(choice);
       absl::StatusOr<std::string> gbnf =
-          chat_template::tool_call_gbnf(format, spec->tools, choice_json);
+          chat_template::tool_call_gbnf(format, spec->tools, choice_json,
+                                        !request.has_parallel_tool_calls() ||
+                                            request.parallel_tool_calls());
       if (!gbnf.ok()) return gbnf.status();
       *tool_grammar = *std::move(gbnf);
     }

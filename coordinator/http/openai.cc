@@ -292,6 +292,7 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
     if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
     if (!tools->empty()) g.set_tools_json(tools->dump());
   }
+  if (auto parallel = f.boolean("parallel_tool_calls")) g.set_parallel_tool_calls(*parallel);
   if (const json* choice = f.get("tool_choice")) {
     if (choice->is_string()) g.set_tool_choice(choice->get<std::string>());
     else if (choice->is_object()) g.set_tool_choice(choice->dump());

@@ -78,8 +78,9 @@ def check_tools(f, host, label, full=True):
     client = openai.OpenAI(base_url=f"http://{host}/v1", api_key="unused", max_retries=0,
                            timeout=300)
     model = client.models.list().data[0].id
+    # One call (parallel_tool_calls false): SmolLM2 would go on writing calls.
     kw = dict(messages=MSGS, tools=TOOLS, tool_choice="required", max_tokens=MAX_TOKENS,
-              temperature=0)
+              temperature=0, parallel_tool_calls=False)
     whole = client.chat.completions.create(model=model, **kw)
     msg = whole.choices[0].message
     calls = msg.tool_calls or []
@@ -154,7 +155,7 @@ def check_grpc(f, address, stubs, label):
     pb, pb_grpc, grpc = stubs
     stub = pb_grpc.InferenceStub(grpc.insecure_channel(address))
     req = pb.GenerateRequest(max_tokens=MAX_TOKENS, tools_json=json.dumps(TOOLS),
-                             tool_choice="required")
+                             tool_choice="required", parallel_tool_calls=False)
     req.sampling.temperature = 0
     for m in MSGS:
         req.messages.messages.add(role=m["role"], content=m["content"])
