@@ -352,6 +352,28 @@ absl::StatusOr<json> parse_json_object(std::string_view body) {
   return value;
 }
 
+namespace {
+
+// The tools and the assistants' tool_calls as the client ordered their keys:
+// templates render them with tojson, and transformers keeps that order (the
+// parse above sorts keys). The body parsed already, so it parses again.
+void keep_key_order(std::string_view body, v1::GenerateRequest* g) {
+  bool calls = false;
+  for (const v1::ChatMessage& m : g->messages().messages()) calls = calls || !m.tool_calls_json().empty();
+  if (g->tools_json().empty() && !calls) return;
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (!j.is_object()) return;
+  if (!g->tools_json().empty()) g->set_tools_json(j["tools"].dump());
+  if (!calls) return;
+  const nlohmann::ordered_json& messages = j["messages"];
+  for (int i = 0; i < g->messages().messages_size(); ++i) {
+    v1::ChatMessage* m = g->mutable_messages()->mutable_messages(i);
+    if (!m->tool_calls_json().empty()) m->set_tool_calls_json(messages[i]["tool_calls"].dump());
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::string_view body) {
   absl::StatusOr<json> parsed = parse_json_object(body);
   if (!parsed.ok()) return parsed.status();
@@ -390,6 +412,7 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
     }
   }
   if (!f.status().ok()) return f.status();
+  keep_key_order(body, &g);
   return r;
 }
 

@@ -125,6 +125,12 @@ TEST(OpenAiMapping, ToolCallTurnsGoToTheMessageFields) {
   const json calls = json::parse(m[1].tool_calls_json());
   EXPECT_EQ(calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
   EXPECT_EQ(m[2].tool_call_id(), "call_1");
+  // Keys keep the client's order (templates render them with tojson).
+  EXPECT_EQ(m[1].tool_calls_json().substr(0, 24), R"([{"id":"call_1","type":")");
+  const OpenAiRequest t = chat(R"({"messages": [{"role": "user", "content": "x"}],
+    "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}]})");
+  EXPECT_EQ(t.generate.tools_json(),
+            R"([{"type":"function","function":{"name":"f","description":"d","parameters":{}}}])");
   EXPECT_EQ(m[2].name(), "get_weather");
   const Endpoint kChat = Endpoint::kChat;
   EXPECT_EQ(param_of(kChat, R"({"messages": [{"role": "assistant", "tool_calls": {}}]})"),

@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster"))
 from cluster_test import Failures, load_stubs, skip  # noqa: E402
-from http_test import start_cluster, start_serve  # noqa: E402
+from http_test import raw, start_cluster, start_serve  # noqa: E402
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "jinja", "data",
                         "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
@@ -91,7 +91,7 @@ def check_tools(f, host, label, full=True):
     f.check(whole.choices[0].finish_reason == "tool_calls" and msg.content is None,
             f"{label}: finish_reason {whole.choices[0].finish_reason}, content {msg.content!r}")
     if not calls:
-        return
+        return []
 
     if full:
         content, scalls, finish = streamed_call(client, model, **kw)
@@ -134,6 +134,16 @@ def check_tools(f, host, label, full=True):
             after.usage.prompt_tokens > whole.usage.prompt_tokens,
             f"{label}: follow-up with tool_calls and a tool message generates "
             f"({after.choices[0].message.content!r}, {after.choices[0].finish_reason})")
+    # The prompt of that turn shows the arguments rendered as an object.
+    st, _, body = raw(host, "POST", "/tokenize", body={"messages": follow, "tools": TOOLS})
+    ids = json.loads(body).get("tokens", []) if st == 200 else []
+    st2, _, text = raw(host, "POST", "/detokenize", body={"tokens": ids})
+    rendered = json.loads(text).get("content", "") if st2 == 200 else ""
+    want = '{"name": "%s", "arguments": %s}' % (
+        calls[0].function.name, json.dumps(json.loads(calls[0].function.arguments)))
+    f.check(want in rendered and "<tool_response>\n18 degrees, sunny" in rendered,
+            f"{label}: the follow-up renders the call with object arguments ({want!r})")
+
     if full:
         try:
             client.chat.completions.create(model=model, messages=MSGS, tools=TOOLS,
@@ -149,9 +159,10 @@ def check_tools(f, host, label, full=True):
         f.check(none.choices[0].message.tool_calls is None and
                 none.choices[0].finish_reason in ("stop", "length"),
                 f"{label}: tool_choice none -> text ({none.choices[0].message.content!r})")
+    return [(c.function.name, c.function.arguments) for c in calls]
 
 
-def check_grpc(f, address, stubs, label):
+def check_grpc(f, address, stubs, label, http_calls):
     pb, pb_grpc, grpc = stubs
     stub = pb_grpc.InferenceStub(grpc.insecure_channel(address))
     req = pb.GenerateRequest(max_tokens=MAX_TOKENS, tools_json=json.dumps(TOOLS),
@@ -171,6 +182,8 @@ def check_grpc(f, address, stubs, label):
                 is not None for c in calls) and text == "" and done.text == "",
             f"{label}: gRPC tool_calls_json {done.tool_calls_json if done else None!r}, "
             f"finish {done.finish_reason if done else None}, text {text!r}")
+    f.check([(c["function"]["name"], c["function"]["arguments"]) for c in calls] == http_calls,
+            f"{label}: gRPC calls == HTTP calls (greedy)")
 
 
 def main():
@@ -198,8 +211,8 @@ def main():
                         f"serve: missing --chat-template -> startup error ({p.stderr.strip()[-200:]!r})")
                 serve = start_serve(args, workdir, extra=("--chat-template", TEMPLATE))
                 procs = [serve]
-                check_tools(f, serve.http, "serve")
-                check_grpc(f, serve.address, stubs, "serve")
+                http_calls = check_tools(f, serve.http, "serve")
+                check_grpc(f, serve.address, stubs, "serve", http_calls)
             else:
                 coordinator, workers = start_cluster(args, workdir,
                                                      extra_config=f"chat_template: {TEMPLATE}\n")
