@@ -81,15 +81,18 @@ absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
     return absl::Status(code, absl::StrCat("messages: ", chat.status().message()));
   }
   const std::string& choice = request.tool_choice();
+  const chat_template::ToolCallFormat format =
+      chat_template::detect_tool_call_format(chat->template_text);
   if (chat_request->tools.is_array() && !chat_request->tools.empty() && choice != "none") {
-    spec->parse_tool_calls = true;
+    // A template that writes no call format we know (nor <think> blocks):
+    // the text passes through as it would without tools.
+    spec->parse_tool_calls = format != chat_template::ToolCallFormat::kNone ||
+                             chat_template::template_uses_think_tags(chat->template_text);
     spec->template_text = chat->template_text;
     spec->prompt_text = chat->text;
     spec->tools = nlohmann::json::parse(chat_request->tools.dump());
     if (!choice.empty() && choice != "auto") {
       // "required" or a named function (chat_request_from_wire checked it).
-      const chat_template::ToolCallFormat format =
-          chat_template::detect_tool_call_format(chat->template_text);
       if (format == chat_template::ToolCallFormat::kNone) {
         return bad("tool_choice", absl::StrCat("the chat template (", chat->template_name,
                                                ") writes no tool-call format this server knows"));
