@@ -1,5 +1,7 @@
 #include "coordinator/inference_service.h"
 
+#include "proto/grpc_ops.h"
+
 #include <random>
 #include <string_view>
 #include <vector>
@@ -353,6 +355,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_grpc_server(
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);
+  grpc_ops::add_health_and_reflection(builder);  // proto/grpc_ops.h
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return absl::UnavailableError(

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/metrics.h"
 #include "worker/sampler.h"
 
 namespace strata::coordinator {
@@ -169,6 +170,14 @@ void Scheduler::publish_counts() {
     stats_.served = core_.served();
   }
   stats_cv_.notify_all();
+  if (ServingMetrics* m = core_.options().metrics;
+      m != nullptr && core_.options().n_ctx > 0) {
+    const SchedulerOptions& o = core_.options();
+    m->requests_running.set(core_.active());
+    m->requests_waiting.set(core_.waiting());
+    m->kv_cache_usage.set(static_cast<double>(core_.kv_positions()) /
+                          (static_cast<double>(o.max_sequences) * o.n_ctx));
+  }
 }
 
 void Scheduler::drop_link(const absl::Status& status) {

@@ -58,6 +58,8 @@
 
 namespace strata::coordinator {
 
+class ServingMetrics;  // metrics.h
+
 struct SchedulerOptions {
   int max_sequences = 8;    // live sequences at once (the shards' limit)
   int max_queued = 256;     // waiting requests beyond that; more: refused
@@ -69,6 +71,10 @@ struct SchedulerOptions {
   int max_batch_rows = 0;
   int max_in_flight = 1;  // micro-batches in flight: one per stage
   bool trace = false;     // ask the stages for BlockTrace entries
+  // Fed on the driving thread (tokens, TTFT, inter-token latency, request
+  // ends, micro-batch round trips); null: none. Borrowed: must outlive the
+  // scheduler.
+  ServingMetrics* metrics = nullptr;
 };
 
 // One generation.
@@ -177,6 +183,8 @@ class StepScheduler {
   int active() const { return static_cast<int>(active_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
+  // Positions held in the stages' KV caches by the active sequences.
+  int64_t kv_positions() const;
   uint64_t served() const { return served_; }  // requests that ended kDone
 
  private:
@@ -184,6 +192,7 @@ class StepScheduler {
   struct InFlight {
     std::vector<uint64_t> seqs;  // slice order
     std::vector<bool> sample;    // whether each slice samples
+    Clock::time_point sent;
   };
 
   void admit();

@@ -110,6 +110,22 @@ std::string WorkerService::worker_id() const {
   return worker_id_;
 }
 
+void WorkerService::set_on_shard(std::function<void(bool loaded)> on_shard) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_shard_ = std::move(on_shard);
+}
+
+void WorkerService::tell_shard() {
+  std::function<void(bool)> on_shard;
+  bool loaded = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_shard = on_shard_;
+    loaded = loaded_ != nullptr;
+  }
+  if (on_shard) on_shard(loaded);
+}
+
 void WorkerService::shutdown() {
   std::shared_ptr<Loaded> old;
   {
@@ -121,6 +137,7 @@ void WorkerService::shutdown() {
   if (old != nullptr) {
     old->relay->close(absl::StrCat("link closed: worker ", worker_id(), " is stopping"));
   }
+  tell_shard();
 }
 
 absl::Status WorkerService::no_shard(const std::string& message) const {
@@ -291,6 +308,7 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext*,
                                       v1::LoadShardResponse* response) {
   std::lock_guard<std::mutex> lock(load_mu_);
   absl::StatusOr<v1::ShardInfo> info = load(*request);
+  tell_shard();
   if (!info.ok()) {
     return to_grpc_status(absl::Status(
         info.status().code(),

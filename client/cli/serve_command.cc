@@ -16,6 +16,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/kernel_flags.h"
 #include "coordinator/cluster_config.h"
+#include "coordinator/grpc_health.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/single_node.h"
 #include "worker/kv_cache.h"
@@ -93,6 +94,7 @@ int serve(const ServeOptions& o) {
                                 "give one with --listen HOST:PORT"));
     }
   }
+  auto health = coordinator::publish_cluster_health(*server, **cluster);
   std::printf("listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
 
