@@ -288,6 +288,8 @@ void Cluster::check_workers() {
     if (h.ok()) {
       s.misses = 0;
       s.live_sequences = h->live_sequences();
+      s.step_seconds = h->step_seconds();
+      s.steps = h->steps();
       s.last_seen = absl::Now();
       const bool has_shard = serving_ && h->shard_id() == shard_id_.load();
       if (serving_ && !has_shard) {
@@ -418,7 +420,19 @@ void Cluster::notify_serving() {
   for (auto& [id, listener] : listeners_) listener(serving);
 }
 
-std::string Cluster::render_prometheus() const {
+std::string Cluster::render_prometheus() {
+  if (!options_.monitor) {
+    // Single-node: no health checks run; the stages are in this process,
+    // so ask them now.
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      auto h = workers_[i]->health(options_.call_deadline);
+      if (!h.ok()) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      states_[i].live_sequences = h->live_sequences();
+      states_[i].step_seconds = h->step_seconds();
+      states_[i].steps = h->steps();
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < workers_.size(); ++i) {
@@ -427,6 +441,8 @@ std::string Cluster::render_prometheus() const {
           states_[i].state == "serving" ? 1.0 : 0.0);
       metrics_.worker_live_sequences.with({label}).set(
           states_[i].live_sequences);
+      metrics_.worker_step_seconds.with({label}).set(states_[i].step_seconds,
+                                                     states_[i].steps);
     }
   }
   return metrics_.render();

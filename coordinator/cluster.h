@@ -116,7 +116,7 @@ class Cluster {
   // The Prometheus text page of the cluster's metrics (metrics.h): the
   // scheduler's counters and histograms, the gauges of this moment, and
   // each worker's state at its last health check. Any thread.
-  std::string render_prometheus() const;
+  std::string render_prometheus();
   ServingMetrics& metrics() { return metrics_; }
 
  private:
@@ -129,6 +129,8 @@ class Cluster {
     std::optional<v1::DescribeResponse> described;
     std::optional<v1::ShardInfo> shard;
     int live_sequences = 0;  // at the last health check
+    double step_seconds = 0;  // the shard's forward passes, ditto
+    uint64_t steps = 0;
   };
 
   void monitor_loop();

@@ -451,6 +451,8 @@ grpc::Status WorkerService::Health(grpc::ServerContext*,
   if (loaded != nullptr) {
     response->set_shard_id(loaded->stage->shard().shard_id());
     response->set_live_sequences(loaded->relay->live_sequences());
+    response->set_step_seconds(loaded->relay->step_totals().seconds());
+    response->set_steps(loaded->relay->step_totals().steps());
   }
   return grpc::Status::OK;
 }

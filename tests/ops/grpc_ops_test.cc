@@ -18,6 +18,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/grpc_health.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/single_node.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/message.h"
@@ -72,6 +73,8 @@ class FakeWorker final : public WorkerControl {
     v1::WorkerHealthResponse h;
     h.set_state(shard_ != 0 ? "serving" : "idle");
     h.set_shard_id(shard_);
+    h.set_step_seconds(0.5);  // as if it ran 4 micro-batches in 0.5 s
+    h.set_steps(4);
     return h;
   }
   void kill() { dead_ = true; shard_ = 0; }  // a restart loses the shard
@@ -330,8 +333,52 @@ TEST_F(GrpcOpsTest, MetricsCountKnownRequests) {
         "strata:time_to_first_token_seconds_count 2",
         "strata:e2e_request_latency_seconds_count 2",
         "strata:inter_token_latency_seconds_count 4",
-        "strata:worker_up{worker=\"w0\"} 1", "strata:worker_up{worker=\"w1\"} 1"}) {
+        "strata:worker_up{worker=\"w0\"} 1", "strata:worker_up{worker=\"w1\"} 1",
+        "strata:worker_step_seconds_sum{worker=\"w1\"} 0.5",
+        "strata:worker_step_seconds_count{worker=\"w1\"} 4",
+        "strata:num_requests_running 0", "strata:num_requests_waiting 0"}) {
     EXPECT_NE(page.find(std::string(line) + "\n"), std::string::npos) << line;
+  }
+}
+
+// Single-node mode (`strata serve`): the stages are asked for their step
+// time at the scrape; one request's micro-batches are all counted.
+TEST(SingleNodeMetrics, StagesReportTheirStepTime) {
+  if (!std::filesystem::exists(stories())) {
+    GTEST_SKIP() << stories() << " absent (../shared/models)";
+  }
+  SingleNodeOptions o;
+  o.model = stories();
+  o.workers = 2;
+  o.threads = 1;
+  o.context_length = 128;
+  o.detokenizers = [] { return std::make_unique<FakeDetokenizer>(); };
+  auto cluster = make_single_node(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_TRUE((*cluster)->wait_serving(absl::Seconds(60)).ok());
+  SequenceRequest r;
+  r.prompt = {1, 403, 407, 261};
+  r.params.max_tokens = 5;
+  r.params.ignore_eos = true;
+  auto h = (*cluster)->scheduler().submit(r);
+  ASSERT_TRUE(h.ok()) << h.status();
+  while (true) {
+    auto e = (*h)->next(absl::Seconds(60));
+    ASSERT_TRUE(e.has_value());
+    ASSERT_NE(e->kind, SequenceEvent::Kind::kError) << e->error;
+    if (e->kind == SequenceEvent::Kind::kDone) break;
+  }
+  // 1 prefill + 4 decode micro-batches through each stage. The last
+  // stage's count is certain once the tokens came back; the first ran its
+  // part of each before.
+  const std::string page = (*cluster)->render_prometheus();
+  for (const char* line :
+       {"strata:worker_step_seconds_count{worker=\"stage 0\"} 5",
+        "strata:worker_step_seconds_count{worker=\"stage 1\"} 5",
+        "strata:worker_up{worker=\"stage 0\"} 1",
+        "strata:generation_tokens_total 5", "strata:prompt_tokens_total 4"}) {
+    EXPECT_NE(page.find(std::string(line) + "\n"), std::string::npos)
+        << line << "\n" << page;
   }
 }
 
