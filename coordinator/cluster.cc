@@ -437,8 +437,8 @@ std::string Cluster::render_prometheus() {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < workers_.size(); ++i) {
       const std::string& label = options_.config.workers[i].name;
-      metrics_.worker_up.with({label}).set(
-          states_[i].state == "serving" ? 1.0 : 0.0);
+      metrics_.worker_up.with({label}).set(states_[i].state == "serving" ? 1.0
+                                                                         : 0.0);
       metrics_.worker_live_sequences.with({label}).set(
           states_[i].live_sequences);
       metrics_.worker_step_seconds.with({label}).set(states_[i].step_seconds,

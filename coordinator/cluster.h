@@ -128,7 +128,7 @@ class Cluster {
     std::string last_error;
     std::optional<v1::DescribeResponse> described;
     std::optional<v1::ShardInfo> shard;
-    int live_sequences = 0;  // at the last health check
+    int live_sequences = 0;   // at the last health check
     double step_seconds = 0;  // the shard's forward passes, ditto
     uint64_t steps = 0;
   };

@@ -1,13 +1,12 @@
 #include "coordinator/inference_service.h"
 
-#include "proto/grpc_ops.h"
-
 #include <random>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/chat_template/model_chat.h"
+#include "proto/grpc_ops.h"
 #include "worker/sampling_proto.h"
 
 namespace strata::coordinator {

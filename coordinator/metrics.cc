@@ -28,10 +28,14 @@ bool valid_name(std::string_view name, bool colon) {
 
 const char* type_name(MetricType t) {
   switch (t) {
-    case MetricType::kCounter: return "counter";
-    case MetricType::kGauge: return "gauge";
-    case MetricType::kHistogram: return "histogram";
-    case MetricType::kSummary: return "summary";
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kHistogram:
+      return "histogram";
+    case MetricType::kSummary:
+      return "summary";
   }
   return "untyped";
 }
@@ -151,8 +155,8 @@ std::vector<uint64_t> Histogram::cumulative() const {
   return out;
 }
 
-MetricFamily::MetricFamily(std::string name, std::string help,
-                           MetricType type, std::vector<std::string> labels,
+MetricFamily::MetricFamily(std::string name, std::string help, MetricType type,
+                           std::vector<std::string> labels,
                            std::vector<double> bounds)
     : name_(std::move(name)),
       help_(std::move(help)),
@@ -179,10 +183,18 @@ size_t MetricFamily::child(const std::vector<std::string>& values) {
   if (it != index_.end()) return it->second;
   const size_t i = values_.size();
   switch (type_) {
-    case MetricType::kCounter: counters_.emplace_back(); break;
-    case MetricType::kGauge: gauges_.emplace_back(); break;
-    case MetricType::kHistogram: histograms_.emplace_back(bounds_); break;
-    case MetricType::kSummary: summaries_.emplace_back(); break;
+    case MetricType::kCounter:
+      counters_.emplace_back();
+      break;
+    case MetricType::kGauge:
+      gauges_.emplace_back();
+      break;
+    case MetricType::kHistogram:
+      histograms_.emplace_back(bounds_);
+      break;
+    case MetricType::kSummary:
+      summaries_.emplace_back();
+      break;
   }
   values_.push_back(values);
   index_.emplace(values, i);
@@ -267,9 +279,9 @@ Family<T>& Registry::add(std::string name, std::string help, MetricType type,
   for (const auto& f : families_) {
     if (f->name() == name) misuse("metric registered twice: " + name);
   }
-  auto family = std::make_unique<Family<T>>(std::move(name), std::move(help),
-                                            type, std::move(labels),
-                                            std::move(bounds));
+  auto family =
+      std::make_unique<Family<T>>(std::move(name), std::move(help), type,
+                                  std::move(labels), std::move(bounds));
   Family<T>& ref = *family;
   families_.push_back(std::move(family));
   return ref;
@@ -312,11 +324,10 @@ ServingMetrics::ServingMetrics()
               .gauge("strata:num_requests_running",
                      "Number of requests in model execution batches.")
               .get()),
-      requests_waiting(
-          registry_
-              .gauge("strata:num_requests_waiting",
-                     "Number of requests waiting to be processed.")
-              .get()),
+      requests_waiting(registry_
+                           .gauge("strata:num_requests_waiting",
+                                  "Number of requests waiting to be processed.")
+                           .get()),
       kv_cache_usage(
           registry_
               .gauge("strata:kv_cache_usage_perc",
@@ -336,27 +347,27 @@ ServingMetrics::ServingMetrics()
               .histogram("strata:time_to_first_token_seconds",
                          "Histogram of time to first token in seconds "
                          "(request received to first token sampled).",
-                         {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                          0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                          40.0, 80.0, 160.0, 640.0, 2560.0})
+                         {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                          0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                          20.0,  40.0,  80.0, 160.0, 640.0, 2560.0})
               .get()),
       inter_token_latency(
           registry_
-              .histogram("strata:inter_token_latency_seconds",
-                         "Histogram of inter-token latency in seconds "
-                         "(vLLM's time_per_output_token).",
-                         {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
-                          0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-                          80.0})
+              .histogram(
+                  "strata:inter_token_latency_seconds",
+                  "Histogram of inter-token latency in seconds "
+                  "(vLLM's time_per_output_token).",
+                  {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                   0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0})
               .get()),
       e2e_request_latency(
           registry_
               .histogram("strata:e2e_request_latency_seconds",
                          "Histogram of end to end request latency in "
                          "seconds (received to last token).",
-                         {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
-                          20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-                          960.0, 1920.0, 7680.0})
+                         {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                          5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                          60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0})
               .get()),
       step_seconds(
           registry_
@@ -364,22 +375,22 @@ ServingMetrics::ServingMetrics()
                          "Histogram of micro-batch round trips through the "
                          "pipeline in seconds (sent to the first stage to "
                          "result from the last).",
-                         {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
-                          0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0})
+                         {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
+                          0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0})
               .get()),
       request_prompt_tokens(
           registry_
               .histogram("strata:request_prompt_tokens",
                          "Number of prefill tokens processed, per request.",
-                         {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000,
-                          5000, 10000, 20000, 50000, 100000, 200000})
+                         {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
+                          10000, 20000, 50000, 100000, 200000})
               .get()),
       request_generation_tokens(
           registry_
               .histogram("strata:request_generation_tokens",
                          "Number of generation tokens processed, per request.",
-                         {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000,
-                          5000, 10000, 20000, 50000, 100000, 200000})
+                         {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
+                          10000, 20000, 50000, 100000, 200000})
               .get()),
       request_success(registry_.counter(
           "strata:request_success_total",

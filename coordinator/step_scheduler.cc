@@ -151,10 +151,11 @@ void StepScheduler::fail_sequence(Sequence& seq, const absl::Status& status) {
   const bool cancelled = status.code() == absl::StatusCode::kCancelled;
   if (options_.metrics != nullptr) options_.metrics->request_failed(cancelled);
   if (seq.sampled) {
-    spdlog::info("request {}: {} {}: prompt {} tokens, generated {}, ttft {:.1f} ms",
-                 seq.id, cancelled ? "aborted" : "failed",
-                 absl::StatusCodeToString(status.code()), seq.prompt_size(),
-                 seq.generated, ms_between(seq.submitted, seq.first_token));
+    spdlog::info(
+        "request {}: {} {}: prompt {} tokens, generated {}, ttft {:.1f} ms",
+        seq.id, cancelled ? "aborted" : "failed",
+        absl::StatusCodeToString(status.code()), seq.prompt_size(),
+        seq.generated, ms_between(seq.submitted, seq.first_token));
   } else {
     spdlog::info("request {}: {} {}: prompt {} tokens, generated 0, ttft -",
                  seq.id, cancelled ? "aborted" : "failed",

@@ -1,7 +1,8 @@
 // Logging: spdlog's default logger (stderr), one format for every strata
 // process:
 //
-//   2026-12-04 15:49:22.123 info  strata-coordinator: serving SmolLM2 on 2 workers
+//   2026-12-04 15:49:22.123 info  strata-coordinator: serving SmolLM2 on 2
+//   workers
 //
 // The level comes from the process's --log-level flag, else the
 // environment variable STRATA_LOG_LEVEL, else info. Levels: trace, debug,
@@ -20,7 +21,8 @@
 
 namespace strata {
 
-// The levels' names, for a flag's help: "trace|debug|info|warn|error|critical|off".
+// The levels' names, for a flag's help:
+// "trace|debug|info|warn|error|critical|off".
 inline constexpr char kLogLevels[] = "trace|debug|info|warn|error|critical|off";
 
 // Whether `name` is a level (as above; "warning" is taken for "warn").

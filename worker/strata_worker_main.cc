@@ -23,6 +23,7 @@
 #include "model/log.h"
 #include "model/placement.h"
 #include "proto/grpc_ops.h"
+#include "spdlog/spdlog.h"
 #include "worker/grpc_link.h"
 #include "worker/worker_config.h"
 #include "worker/worker_service.h"
@@ -139,14 +140,13 @@ int main(int argc, char** argv) {
     strata::grpc_ops::set_serving(*s, "strata.v1.Worker.shard", loaded);
   });
   std::cout << "listening on " << bound << std::endl;
-  std::cerr << "strata-worker " << service->worker_id() << ": serving on "
-            << bound << ", " << config.threads << " threads, memory budget "
-            << config.memory_budget_bytes << " bytes" << std::endl;
+  spdlog::info("{}: serving on {}, {} threads, memory budget {} bytes",
+               service->worker_id(), bound, config.threads,
+               config.memory_budget_bytes);
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::cerr << "strata-worker " << service->worker_id() << ": signal " << sig
-            << ", stopping" << std::endl;
+  spdlog::info("{}: signal {}, stopping", service->worker_id(), sig);
   strata::grpc_ops::set_serving(*server, false, {"strata.v1.Worker"});
   service->shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

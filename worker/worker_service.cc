@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/cpu_info.h"
+#include "spdlog/spdlog.h"
 #include "worker/grpc_link.h"
 #include "worker/shard_plan.h"
 
@@ -309,6 +310,15 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext*,
   std::lock_guard<std::mutex> lock(load_mu_);
   absl::StatusOr<v1::ShardInfo> info = load(*request);
   tell_shard();
+  if (info.ok()) {
+    spdlog::info("worker {}: loaded shard {:x}: blocks [{}, {}){}{}",
+                 worker_id(), info->shard_id(), info->first_block(),
+                 info->last_block(), info->embedding() ? ", embedding" : "",
+                 info->head() ? ", head" : "");
+  } else {
+    spdlog::warn("worker {}: LoadShard refused: {}", worker_id(),
+                 std::string(info.status().message()));
+  }
   if (!info.ok()) {
     return to_grpc_status(absl::Status(
         info.status().code(),

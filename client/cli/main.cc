@@ -20,9 +20,9 @@ int main(int argc, char** argv) {
                      " (else STRATA_LOG_LEVEL, else info)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            return strata::is_log_level(v)
-                       ? ""
-                       : "'" + v + "' is not a level (" + strata::kLogLevels + ")";
+            return strata::is_log_level(v) ? ""
+                                           : "'" + v + "' is not a level (" +
+                                                 strata::kLogLevels + ")";
           },
           "LEVEL"));
   app.fallthrough();

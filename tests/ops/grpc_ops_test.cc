@@ -38,7 +38,9 @@ std::string stories() {
 
 class FakeDetokenizer final : public Detokenizer {
  public:
-  std::string push(int32_t id) override { return "<" + std::to_string(id) + ">"; }
+  std::string push(int32_t id) override {
+    return "<" + std::to_string(id) + ">";
+  }
   std::string finish() override { return ""; }
   bool is_end_of_generation(int32_t) const override { return false; }
 };
@@ -77,12 +79,16 @@ class FakeWorker final : public WorkerControl {
     h.set_steps(4);
     return h;
   }
-  void kill() { dead_ = true; shard_ = 0; }  // a restart loses the shard
+  void kill() {
+    dead_ = true;
+    shard_ = 0;
+  }  // a restart loses the shard
   void revive() { dead_ = false; }
 
  private:
   absl::Status down() const {
-    return absl::UnavailableError("worker " + address_ + ": connection refused");
+    return absl::UnavailableError("worker " + address_ +
+                                  ": connection refused");
   }
   std::string address_;
   std::atomic<bool> dead_{false};
@@ -165,7 +171,8 @@ class GrpcOpsTest : public ::testing::Test {
   HealthCheckResponse::ServingStatus check(const std::string& service) {
     auto stub = grpc::health::v1::Health::NewStub(channel_);
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
     HealthCheckRequest req;
     req.set_service(service);
     HealthCheckResponse resp;
@@ -196,7 +203,8 @@ class GrpcOpsTest : public ::testing::Test {
 TEST_F(GrpcOpsTest, HealthFollowsTheClusterThroughAKilledWorker) {
   auto stub = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(120));
   HealthCheckRequest req;  // "": the server as a whole
   auto stream = stub->Watch(&ctx, req);
   // Starting -> SERVING once both workers answered and took their shards.
@@ -222,7 +230,8 @@ TEST_F(GrpcOpsTest, UnknownServiceNameIsNotFound) {
   HealthCheckRequest req;
   req.set_service("no.such.Service");
   HealthCheckResponse resp;
-  EXPECT_EQ(stub->Check(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(stub->Check(&ctx, req, &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
 }
 
 // One ServerReflectionInfo exchange: `field` of the request set to `value`.
@@ -269,13 +278,17 @@ TEST_F(GrpcOpsTest, ReflectionListsAndDescribesTheServices) {
   ASSERT_NE(listed, nullptr);
   const auto* d = listed->GetDescriptor();
   const auto* refl = listed->GetReflection();
-  const auto& list = refl->GetMessage(*listed, d->FindFieldByName("list_services_response"));
+  const auto& list =
+      refl->GetMessage(*listed, d->FindFieldByName("list_services_response"));
   const auto* list_d = list.GetDescriptor();
   const auto* service_field = list_d->FindFieldByName("service");
   std::set<std::string> names;
-  for (int i = 0; i < list.GetReflection()->FieldSize(list, service_field); ++i) {
-    const auto& s = list.GetReflection()->GetRepeatedMessage(list, service_field, i);
-    names.insert(s.GetReflection()->GetString(s, s.GetDescriptor()->FindFieldByName("name")));
+  for (int i = 0; i < list.GetReflection()->FieldSize(list, service_field);
+       ++i) {
+    const auto& s =
+        list.GetReflection()->GetRepeatedMessage(list, service_field, i);
+    names.insert(s.GetReflection()->GetString(
+        s, s.GetDescriptor()->FindFieldByName("name")));
   }
   EXPECT_EQ(names.count("strata.v1.Inference"), 1u);
   EXPECT_EQ(names.count("grpc.health.v1.Health"), 1u);
@@ -289,11 +302,14 @@ TEST_F(GrpcOpsTest, ReflectionListsAndDescribesTheServices) {
     auto described = reflect(channel_, "file_containing_symbol", symbol);
     ASSERT_NE(described, nullptr);
     const auto& files = described->GetReflection()->GetMessage(
-        *described, described->GetDescriptor()->FindFieldByName("file_descriptor_response"));
-    const auto* fdp = files.GetDescriptor()->FindFieldByName("file_descriptor_proto");
+        *described, described->GetDescriptor()->FindFieldByName(
+                        "file_descriptor_response"));
+    const auto* fdp =
+        files.GetDescriptor()->FindFieldByName("file_descriptor_proto");
     ASSERT_GE(files.GetReflection()->FieldSize(files, fdp), 1) << symbol;
     google::protobuf::FileDescriptorProto proto;
-    ASSERT_TRUE(proto.ParseFromString(files.GetReflection()->GetRepeatedString(files, fdp, 0)));
+    ASSERT_TRUE(proto.ParseFromString(
+        files.GetReflection()->GetRepeatedString(files, fdp, 0)));
     EXPECT_EQ(proto.name(), file) << symbol;
   }
 }
@@ -333,7 +349,8 @@ TEST_F(GrpcOpsTest, MetricsCountKnownRequests) {
         "strata:time_to_first_token_seconds_count 2",
         "strata:e2e_request_latency_seconds_count 2",
         "strata:inter_token_latency_seconds_count 4",
-        "strata:worker_up{worker=\"w0\"} 1", "strata:worker_up{worker=\"w1\"} 1",
+        "strata:worker_up{worker=\"w0\"} 1",
+        "strata:worker_up{worker=\"w1\"} 1",
         "strata:worker_step_seconds_sum{worker=\"w1\"} 0.5",
         "strata:worker_step_seconds_count{worker=\"w1\"} 4",
         "strata:num_requests_running 0", "strata:num_requests_waiting 0"}) {
@@ -378,7 +395,8 @@ TEST(SingleNodeMetrics, StagesReportTheirStepTime) {
         "strata:worker_up{worker=\"stage 0\"} 1",
         "strata:generation_tokens_total 5", "strata:prompt_tokens_total 4"}) {
     EXPECT_NE(page.find(std::string(line) + "\n"), std::string::npos)
-        << line << "\n" << page;
+        << line << "\n"
+        << page;
   }
 }
 

@@ -26,8 +26,8 @@ TEST(Metrics, RendersCountersGaugesAndHistogramsExactly) {
   Registry r;
   r.counter("strata:tokens_total", "Tokens.").get().inc(3);
   r.gauge("strata:running", "Running now.").get().set(2.5);
-  Histogram& h = r.histogram("strata:latency_seconds", "Latency.", {0.1, 1})
-                     .get();
+  Histogram& h =
+      r.histogram("strata:latency_seconds", "Latency.", {0.1, 1}).get();
   h.observe(0.05);
   h.observe(0.1);  // on the bound: le="0.1"
   h.observe(0.5);
@@ -155,7 +155,9 @@ struct Parsed {
 };
 Parsed parse_with_prometheus_client(const std::string& page) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  const std::string in = (dir / ("strata_metrics_" + std::to_string(::getpid()) + ".txt")).string();
+  const std::string in =
+      (dir / ("strata_metrics_" + std::to_string(::getpid()) + ".txt"))
+          .string();
   const std::string out = in + ".out";
   std::ofstream(in, std::ios::binary) << page;
   const std::string cmd = std::string("\"") + STRATA_PYTHON + "\" \"" +
@@ -185,20 +187,27 @@ TEST(Metrics, PrometheusClientParsesThePage) {
   ASSERT_EQ(p.status, 0) << (p.lines.empty() ? "" : p.lines.back());
   const std::set<std::string> lines(p.lines.begin(), p.lines.end());
   for (const char* want : {
-           "family strata:prompt_tokens counter \"Number of prefill tokens processed.\"",
+           "family strata:prompt_tokens counter \"Number of prefill tokens "
+           "processed.\"",
            "sample strata:prompt_tokens_total {} 10.0",
            "sample strata:generation_tokens_total {} 6.0",
            "family strata:time_to_first_token_seconds histogram "
            "\"Histogram of time to first token in seconds (request received "
            "to first token sampled).\"",
-           "sample strata:time_to_first_token_seconds_bucket {\"le\": \"0.02\"} 1.0",
-           "sample strata:time_to_first_token_seconds_bucket {\"le\": \"2.5\"} 1.0",
-           "sample strata:time_to_first_token_seconds_bucket {\"le\": \"5\"} 2.0",
-           "sample strata:time_to_first_token_seconds_bucket {\"le\": \"+Inf\"} 2.0",
+           "sample strata:time_to_first_token_seconds_bucket {\"le\": "
+           "\"0.02\"} 1.0",
+           "sample strata:time_to_first_token_seconds_bucket {\"le\": \"2.5\"} "
+           "1.0",
+           "sample strata:time_to_first_token_seconds_bucket {\"le\": \"5\"} "
+           "2.0",
+           "sample strata:time_to_first_token_seconds_bucket {\"le\": "
+           "\"+Inf\"} 2.0",
            "sample strata:time_to_first_token_seconds_count {} 2.0",
            "sample strata:time_to_first_token_seconds_sum {} 3.02",
-           "sample strata:request_success_total {\"finished_reason\": \"length\"} 1.0",
-           "sample strata:worker_up {\"worker\": \"w0 \\\"quoted\\\" \\\\ back\\nslash\"} 1.0",
+           "sample strata:request_success_total {\"finished_reason\": "
+           "\"length\"} 1.0",
+           "sample strata:worker_up {\"worker\": \"w0 \\\"quoted\\\" \\\\ "
+           "back\\nslash\"} 1.0",
            "sample strata:worker_step_seconds_sum {\"worker\": \"w0\"} 0.75",
            "sample strata:worker_step_seconds_count {\"worker\": \"w0\"} 12.0",
        }) {
