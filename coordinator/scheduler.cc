@@ -163,13 +163,7 @@ void Scheduler::publish_broken(const absl::Status& status) {
 }
 
 void Scheduler::publish_counts() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.active = core_.active();
-    stats_.queued = core_.waiting();
-    stats_.served = core_.served();
-  }
-  stats_cv_.notify_all();
+  // The gauges first: whoever waits for these stats (wait_stats) sees them.
   if (ServingMetrics* m = core_.options().metrics;
       m != nullptr && core_.options().n_ctx > 0) {
     const SchedulerOptions& o = core_.options();
@@ -178,6 +172,13 @@ void Scheduler::publish_counts() {
     m->kv_cache_usage.set(static_cast<double>(core_.kv_positions()) /
                           (static_cast<double>(o.max_sequences) * o.n_ctx));
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.active = core_.active();
+    stats_.queued = core_.waiting();
+    stats_.served = core_.served();
+  }
+  stats_cv_.notify_all();
 }
 
 void Scheduler::drop_link(const absl::Status& status) {

@@ -330,7 +330,11 @@ TEST_F(GrpcOpsTest, MetricsCountKnownRequests) {
       if (e->kind == SequenceEvent::Kind::kDone) break;
     }
   }
-  // Metrics are updated before the request hears of its end.
+  // Counters and histograms are updated before a request hears of its end;
+  // the gauges once its sequence is freed, before the stats say so.
+  cluster_->scheduler().wait_stats(
+      [](const Scheduler::Stats& s) { return s.active == 0 && s.queued == 0; },
+      absl::Seconds(60));
   ServingMetrics& m = cluster_->metrics();
   EXPECT_EQ(m.prompt_tokens.value(), 10);
   EXPECT_EQ(m.generation_tokens.value(), 6);
