@@ -82,12 +82,42 @@ void sample(std::string& out, const std::string& name, std::string_view suffix,
   out += '\n';
 }
 
+// The length of the well-formed UTF-8 sequence at s[i] (1..4), or 0 when
+// the bytes there are not one (overlong, surrogate, past U+10FFFF, cut).
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  }
+  return n;
+}
+
 }  // namespace
 
 std::string escape_label_value(std::string_view v) {
   std::string out;
   out.reserve(v.size());
-  for (char c : v) {
+  for (size_t i = 0; i < v.size();) {
+    const char c = v[i];
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '"') {
@@ -95,8 +125,19 @@ std::string escape_label_value(std::string_view v) {
     } else if (c == '\n') {
       out += "\\n";
     } else {
-      out += c;
+      // The format is UTF-8: a byte that starts no character becomes
+      // U+FFFD rather than an unparsable page.
+      const size_t n = utf8_length(v, i);
+      if (n == 0) {
+        out += "\xEF\xBF\xBD";
+        ++i;
+        continue;
+      }
+      out.append(v.substr(i, n));
+      i += n;
+      continue;
     }
+    ++i;
   }
   return out;
 }

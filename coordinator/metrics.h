@@ -183,7 +183,8 @@ class Registry {
   std::vector<std::unique_ptr<MetricFamily>> families_;
 };
 
-// Prometheus text escaping. Label values: \ " and newline; HELP: \ and
+// Prometheus text escaping. Label values: \ " and newline, and each byte
+// that is not part of well-formed UTF-8 becomes U+FFFD; HELP: \ and
 // newline.
 std::string escape_label_value(std::string_view v);
 std::string escape_help(std::string_view v);

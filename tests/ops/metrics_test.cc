@@ -58,6 +58,14 @@ TEST(Metrics, EscapesLabelValuesAndHelp) {
             "# TYPE strata:odd_total counter\n"
             "strata:odd_total{worker=\"a\\\"b\",path=\"c:\\\\d\\ne\"} 1\n");
   EXPECT_EQ(escape_label_value("plain"), "plain");
+  // UTF-8 kept; each byte of a stray byte, an overlong form, a surrogate
+  // and a cut sequence becomes U+FFFD (the page must stay UTF-8).
+  EXPECT_EQ(escape_label_value("h\xC3\xA9 \xF0\x9F\x98\x80"),
+            "h\xC3\xA9 \xF0\x9F\x98\x80");
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(escape_label_value("a\xFF"
+                               "b\xC0\xAF\xED\xA0\x80\xE2\x82"),
+            "a" + fffd + "b" + fffd + fffd + fffd + fffd + fffd + fffd + fffd);
 }
 
 TEST(Metrics, FormatsSpecialValues) {
