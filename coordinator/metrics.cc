@@ -40,19 +40,21 @@ const char* type_name(MetricType t) {
   return "untyped";
 }
 
-// `name{a="x",b="y"}` (or `name` with no labels), with `extra` (le="...")
-// last.
+// `name{c="k",a="x",b="y"}` (or `name` with no labels): `constant` (the
+// registry's constant labels, rendered), the family's labels, then `extra`
+// (le="...").
 void sample_name(std::string& out, const std::string& name,
-                 std::string_view suffix,
+                 std::string_view suffix, std::string_view constant,
                  const std::vector<std::string>& labels,
                  const std::vector<std::string>& values,
                  std::string_view extra_label = {},
                  std::string_view extra_value = {}) {
   out += name;
   out += suffix;
-  if (labels.empty() && extra_label.empty()) return;
+  if (constant.empty() && labels.empty() && extra_label.empty()) return;
   out += '{';
-  bool first = true;
+  out += constant;
+  bool first = constant.empty();
   for (size_t i = 0; i < labels.size(); ++i) {
     if (!first) out += ',';
     first = false;
@@ -72,11 +74,12 @@ void sample_name(std::string& out, const std::string& name,
 }
 
 void sample(std::string& out, const std::string& name, std::string_view suffix,
-            const std::vector<std::string>& labels,
+            std::string_view constant, const std::vector<std::string>& labels,
             const std::vector<std::string>& values, double v,
             std::string_view extra_label = {},
             std::string_view extra_value = {}) {
-  sample_name(out, name, suffix, labels, values, extra_label, extra_value);
+  sample_name(out, name, suffix, constant, labels, values, extra_label,
+              extra_value);
   out += ' ';
   out += format_value(v);
   out += '\n';
@@ -267,7 +270,7 @@ Summary& Family<Summary>::with(const std::vector<std::string>& values) {
   return summaries_[i];
 }
 
-void MetricFamily::render(std::string& out) const {
+void MetricFamily::render(std::string& out, std::string_view constant) const {
   out += "# HELP ";
   out += name_;
   out += ' ';
@@ -282,30 +285,30 @@ void MetricFamily::render(std::string& out) const {
   for (const auto& [values, i] : index_) {
     switch (type_) {
       case MetricType::kCounter:
-        sample(out, name_, "", labels_, values, counters_[i].value());
+        sample(out, name_, "", constant, labels_, values, counters_[i].value());
         break;
       case MetricType::kGauge:
-        sample(out, name_, "", labels_, values, gauges_[i].value());
+        sample(out, name_, "", constant, labels_, values, gauges_[i].value());
         break;
       case MetricType::kHistogram: {
         const Histogram& h = histograms_[i];
         const std::vector<uint64_t> counts = h.cumulative();
         for (size_t b = 0; b < bounds_.size(); ++b) {
-          sample(out, name_, "_bucket", labels_, values,
+          sample(out, name_, "_bucket", constant, labels_, values,
                  static_cast<double>(counts[b]), "le",
                  format_value(bounds_[b]));
         }
-        sample(out, name_, "_bucket", labels_, values,
+        sample(out, name_, "_bucket", constant, labels_, values,
                static_cast<double>(counts.back()), "le", "+Inf");
-        sample(out, name_, "_sum", labels_, values, h.sum());
-        sample(out, name_, "_count", labels_, values,
+        sample(out, name_, "_sum", constant, labels_, values, h.sum());
+        sample(out, name_, "_count", constant, labels_, values,
                static_cast<double>(counts.back()));
         break;
       }
       case MetricType::kSummary: {
         const Summary& s = summaries_[i];
-        sample(out, name_, "_sum", labels_, values, s.sum());
-        sample(out, name_, "_count", labels_, values,
+        sample(out, name_, "_sum", constant, labels_, values, s.sum());
+        sample(out, name_, "_count", constant, labels_, values,
                static_cast<double>(s.count()));
         break;
       }
@@ -352,9 +355,28 @@ Family<Summary>& Registry::summary(std::string name, std::string help,
                       std::move(labels), {});
 }
 
+void Registry::set_constant_labels(
+    const std::vector<std::pair<std::string, std::string>>& labels) {
+  constant_.clear();
+  for (const auto& [name, value] : labels) {
+    if (!valid_name(name, false) || name.rfind("__", 0) == 0 || name == "le" ||
+        name == "quantile") {
+      misuse("bad constant label name: " + name);
+    }
+    for (const auto& f : families_) {
+      if (f->has_label(name)) misuse("constant label " + name + " clashes");
+    }
+    if (!constant_.empty()) constant_ += ',';
+    constant_ += name;
+    constant_ += "=\"";
+    constant_ += escape_label_value(value);
+    constant_ += '"';
+  }
+}
+
 std::string Registry::render() const {
   std::string out;
-  for (const auto& f : families_) f->render(out);
+  for (const auto& f : families_) f->render(out, constant_);
   return out;
 }
 

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace strata::coordinator {
@@ -110,8 +111,15 @@ class MetricFamily {
   MetricFamily& operator=(const MetricFamily&) = delete;
 
   const std::string& name() const { return name_; }
-  // Appends HELP, TYPE and the samples.
-  void render(std::string& out) const;
+  // Appends HELP, TYPE and the samples; `constant` (rendered labels, e.g.
+  // model_name="m") goes first in every sample's labels.
+  void render(std::string& out, std::string_view constant = {}) const;
+  bool has_label(std::string_view name) const {
+    for (const std::string& l : labels_) {
+      if (l == name) return true;
+    }
+    return false;
+  }
 
  protected:
   // The index of the child for `values` (made on first use); aborts when
@@ -171,6 +179,12 @@ class Registry {
   Family<Summary>& summary(std::string name, std::string help,
                            std::vector<std::string> labels = {});
 
+  // Labels every sample carries (vLLM's model_name), first in its label
+  // set. Set while the owner is built, like the families; a name that a
+  // family uses too aborts.
+  void set_constant_labels(
+      const std::vector<std::pair<std::string, std::string>>& labels);
+
   // The text exposition format 0.0.4: HELP and TYPE lines for every
   // family, then its samples (a family with no child yet prints only
   // those).
@@ -181,6 +195,7 @@ class Registry {
   Family<T>& add(std::string name, std::string help, MetricType type,
                  std::vector<std::string> labels, std::vector<double> bounds);
   std::vector<std::unique_ptr<MetricFamily>> families_;
+  std::string constant_;  // rendered: name="value",...
 };
 
 // Prometheus text escaping. Label values: \ " and newline, and each byte

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "coordinator/cluster.h"
 #include "coordinator/grpc_health.h"
 #include "coordinator/inference_service.h"
@@ -347,18 +348,24 @@ TEST_F(GrpcOpsTest, MetricsCountKnownRequests) {
   EXPECT_EQ(m.request_generation_tokens.sum(), 6);
   EXPECT_GE(m.step_seconds.cumulative().back(), 6u);  // one per token at least
   const std::string page = cluster_->render_prometheus();
+  // {M: the model_name label every sample carries first.
+  const std::string model =
+      "{model_name=\"" + cluster_->model().info.name() + "\"";
   for (const char* line :
-       {"strata:prompt_tokens_total 10", "strata:generation_tokens_total 6",
-        "strata:request_success_total{finished_reason=\"length\"} 2",
-        "strata:time_to_first_token_seconds_count 2",
-        "strata:e2e_request_latency_seconds_count 2",
-        "strata:inter_token_latency_seconds_count 4",
-        "strata:worker_up{worker=\"w0\"} 1",
-        "strata:worker_up{worker=\"w1\"} 1",
-        "strata:worker_step_seconds_sum{worker=\"w1\"} 0.5",
-        "strata:worker_step_seconds_count{worker=\"w1\"} 4",
-        "strata:num_requests_running 0", "strata:num_requests_waiting 0"}) {
-    EXPECT_NE(page.find(std::string(line) + "\n"), std::string::npos) << line;
+       {"strata:prompt_tokens_total{M} 10",
+        "strata:generation_tokens_total{M} 6",
+        "strata:request_success_total{M,finished_reason=\"length\"} 2",
+        "strata:time_to_first_token_seconds_count{M} 2",
+        "strata:e2e_request_latency_seconds_count{M} 2",
+        "strata:inter_token_latency_seconds_count{M} 4",
+        "strata:worker_up{M,worker=\"w0\"} 1",
+        "strata:worker_up{M,worker=\"w1\"} 1",
+        "strata:worker_step_seconds_sum{M,worker=\"w1\"} 0.5",
+        "strata:worker_step_seconds_count{M,worker=\"w1\"} 4",
+        "strata:num_requests_running{M} 0",
+        "strata:num_requests_waiting{M} 0"}) {
+    const std::string want = absl::StrReplaceAll(line, {{"{M", model}});
+    EXPECT_NE(page.find(want + "\n"), std::string::npos) << want;
   }
 }
 
@@ -393,14 +400,17 @@ TEST(SingleNodeMetrics, StagesReportTheirStepTime) {
   // stage's count is certain once the tokens came back; the first ran its
   // part of each before.
   const std::string page = (*cluster)->render_prometheus();
+  const std::string model =
+      "{model_name=\"" + (*cluster)->model().info.name() + "\"";
   for (const char* line :
-       {"strata:worker_step_seconds_count{worker=\"stage 0\"} 5",
-        "strata:worker_step_seconds_count{worker=\"stage 1\"} 5",
-        "strata:worker_up{worker=\"stage 0\"} 1",
-        "strata:generation_tokens_total 5", "strata:prompt_tokens_total 4"}) {
-    EXPECT_NE(page.find(std::string(line) + "\n"), std::string::npos)
-        << line << "\n"
-        << page;
+       {"strata:worker_step_seconds_count{M,worker=\"stage 0\"} 5",
+        "strata:worker_step_seconds_count{M,worker=\"stage 1\"} 5",
+        "strata:worker_up{M,worker=\"stage 0\"} 1",
+        "strata:generation_tokens_total{M} 5",
+        "strata:prompt_tokens_total{M} 4"}) {
+    const std::string want = absl::StrReplaceAll(line, {{"{M", model}});
+    EXPECT_NE(page.find(want + "\n"), std::string::npos) << want << "\n"
+                                                         << page;
   }
 }
 

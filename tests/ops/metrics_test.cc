@@ -68,6 +68,22 @@ TEST(Metrics, EscapesLabelValuesAndHelp) {
             "a" + fffd + "b" + fffd + fffd + fffd + fffd + fffd + fffd + fffd);
 }
 
+TEST(Metrics, ConstantLabelsComeFirstInEverySample) {
+  Registry r;
+  r.counter("strata:a_total", "A.").get().inc();
+  r.histogram("strata:h", "H.", {1}, {"worker"}).with({"w0"}).observe(2);
+  r.set_constant_labels({{"model_name", "m\"1"}});
+  EXPECT_EQ(
+      r.render(),
+      "# HELP strata:a_total A.\n# TYPE strata:a_total counter\n"
+      "strata:a_total{model_name=\"m\\\"1\"} 1\n"
+      "# HELP strata:h H.\n# TYPE strata:h histogram\n"
+      "strata:h_bucket{model_name=\"m\\\"1\",worker=\"w0\",le=\"1\"} 0\n"
+      "strata:h_bucket{model_name=\"m\\\"1\",worker=\"w0\",le=\"+Inf\"} 1\n"
+      "strata:h_sum{model_name=\"m\\\"1\",worker=\"w0\"} 2\n"
+      "strata:h_count{model_name=\"m\\\"1\",worker=\"w0\"} 1\n");
+}
+
 TEST(Metrics, FormatsSpecialValues) {
   EXPECT_EQ(format_value(1.0 / 0.0), "+Inf");
   EXPECT_EQ(format_value(-1.0 / 0.0), "-Inf");
