@@ -79,7 +79,8 @@ Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
   so.trace = !c.trace.empty();
   so.metrics = &metrics_;
   // As vLLM: every sample names the model (dashboards filter on it).
-  metrics_.registry().set_constant_labels({{"model_name", model_->info.name()}});
+  metrics_.registry().set_constant_labels(
+      {{"model_name", model_->info.name()}});
   Scheduler::DetokenizerFactory detokenizers = options_.detokenizers;
   if (!detokenizers) {
     const tokenizer::Tokenizer* tok = model_->tokenizer.get();
