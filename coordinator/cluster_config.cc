@@ -202,7 +202,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
         root, "",
         {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
          "placement", "health_check_interval_ms", "health_check_timeout_ms",
-         "health_check_failures", "trace", "workers"});
+         "health_check_failures", "trace", "workers", "http_listen", "api_key"});
     if (!st.ok()) return with_source(st);
     if (root["model"]) {
       auto s = get_string(root["model"], "model");
@@ -216,6 +216,23 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
         return with_source(key_error("listen", a.message()));
       }
       c.listen = *s;
+    }
+    if (root["http_listen"]) {
+      auto s = get_string(root["http_listen"], "http_listen");
+      if (!s.ok()) return with_source(s.status());
+      if (*s != "off") {
+        if (absl::Status a = check_address(*s, true); !a.ok()) {
+          return with_source(key_error("http_listen", a.message()));
+        }
+      }
+      c.http_listen = *s;
+      c.http_listen_given = true;
+    }
+    if (root["api_key"]) {
+      auto s = get_string(root["api_key"], "api_key");
+      if (!s.ok()) return with_source(s.status());
+      if (s->empty()) return with_source(key_error("api_key", "empty (leave the key out)"));
+      c.api_key = *s;
     }
     struct IntKey {
       const char* key;

@@ -3,6 +3,11 @@
 //   model: /models/SmolLM2-135M-Instruct.Q4_1.gguf   # required; each worker
 //                                   # opens the same path on its own disk
 //   listen: 127.0.0.1:50051         # the strata.v1.Inference address
+//   http_listen: 127.0.0.1:8080     # the OpenAI-compatible HTTP API; "off":
+//                                   # none; when not given and 8080 is taken,
+//                                   # the next free port
+//   api_key: secret                 # bearer token of both APIs; default:
+//                                   # $STRATA_API_KEY, else none
 //   context_length: 4096            # positions per sequence; 0: the model's
 //   max_sequences: 8                # live sequences at once (1 .. 1024)
 //   prefill_chunk: 512              # rows of one prompt chunk in a micro-batch
@@ -55,6 +60,9 @@ std::string worker_label(const WorkerConfig& w);
 struct ClusterConfig {
   std::string model;
   std::string listen = "127.0.0.1:50051";
+  std::string http_listen = "127.0.0.1:8080";  // "off": no HTTP API
+  bool http_listen_given = false;  // from the file: no fallback to a free port
+  std::string api_key;             // "": $STRATA_API_KEY, else none
   int context_length = 0;  // 0: the model's context_length
   int max_sequences = 8;
   // Rows of one prompt chunk; a micro-batch holds at most prefill_chunk +

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/worker_control.h"
+#include "proto/grpc_status.h"
 #include "strata/v1/worker.grpc.pb.h"
 
 namespace strata::coordinator {
@@ -12,9 +13,7 @@ namespace {
 
 absl::Status from_grpc(const grpc::Status& s, const std::string& label,
                        const char* call) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(label, ": ", call, ": ", s.error_message()));
+  return to_absl_status(s, absl::StrCat(label, ": ", call));
 }
 
 class GrpcWorkerControl final : public WorkerControl {

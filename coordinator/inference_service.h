@@ -3,11 +3,15 @@
 // Tokenize, Detokenize, ListModels, Health, ClusterStatus.
 //
 // Every request field is checked against the bounds stated in
-// inference.proto before anything runs; a violation is INVALID_ARGUMENT
-// naming the field ("max_tokens: 10000000 exceeds 1048576"), a prompt
-// longer than the context OUT_OF_RANGE. Handlers are thin: check, call the
-// domain (tokenizer, chat template, Scheduler), convert absl::Status to
-// grpc::Status in one place (to_grpc).
+// inference.proto before anything runs (prepare_prompt, prompt.h, which the
+// HTTP front end shares); a violation is INVALID_ARGUMENT naming the field
+// ("max_tokens: 10000000 exceeds 1048576"), a prompt longer than the
+// context OUT_OF_RANGE. Handlers are thin: check, call the domain
+// (prepare_prompt, tokenizer, Scheduler), convert absl::Status to
+// grpc::Status (proto/grpc_status.h).
+//
+// With an API key, every call but Health needs the metadata
+// `authorization: Bearer KEY` (UNAUTHENTICATED otherwise).
 //
 // Threads: gRPC's sync server calls the handlers on its own threads, many
 // at once; each Generate blocks its thread until the stream ends (client
@@ -21,15 +25,16 @@
 
 #include "absl/status/status.h"
 #include "coordinator/cluster.h"
+#include "coordinator/prompt.h"
 #include "strata/v1/inference.grpc.pb.h"
-#include "worker/sampler.h"
 
 namespace strata::coordinator {
 
 class InferenceService final : public v1::Inference::Service {
  public:
-  // Borrows `cluster` (it must outlive the service).
-  explicit InferenceService(Cluster& cluster);
+  // Borrows `cluster` (it must outlive the service). `api_key` empty: no
+  // authentication.
+  explicit InferenceService(Cluster& cluster, std::string api_key = "");
 
   grpc::Status Generate(grpc::ServerContext* context,
                         const v1::GenerateRequest* request,
@@ -53,22 +58,12 @@ class InferenceService final : public v1::Inference::Service {
 
  private:
   absl::Status check_model(const std::string& model) const;
+  absl::Status check_auth(const grpc::ServerContext& context) const;
 
   Cluster& cluster_;
   v1::ModelInfo info_;
+  const std::string api_key_;
 };
-
-// absl::Status -> grpc::Status (the codes share their numbers).
-grpc::Status to_grpc(const absl::Status& status);
-
-// Checks a GenerateRequest against inference.proto's bounds for a model of
-// n_vocab tokens (no tokenization). INVALID_ARGUMENT naming the field. On
-// success *sampling, when given, receives the request's sampling parameters
-// (worker::sampling_from_proto: absent fields take their defaults; seed 0
-// when absent).
-absl::Status check_generate_request(const v1::GenerateRequest& request,
-                                    int n_vocab,
-                                    worker::SamplingParams* sampling = nullptr);
 
 // A running gRPC server for `service` on `listen` (host:port; port 0 picks a
 // free one). *bound_port receives the port. Unavailable when it cannot

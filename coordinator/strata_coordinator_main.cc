@@ -3,18 +3,26 @@
 // `strata-worker` processes described by a YAML config
 // (coordinator/cluster_config.h; deploy/examples/cluster.yaml).
 //
-// Prints "listening on HOST:PORT" (stdout) once the API is up; the shards
-// load in the background (Health says STARTING until they have). Stops on
-// SIGINT / SIGTERM.
+// Prints "listening on HOST:PORT" (stdout) once the API is up, then "http
+// listening on HOST:PORT" for the OpenAI-compatible HTTP API (`http_listen`,
+// default 127.0.0.1:8080 or the next free port; --http overrides, "off"
+// disables); the shards load in the background (Health says STARTING until
+// they have; /health answers 503). Stops on SIGINT / SIGTERM.
 #include <csignal>
 #include <cstdio>
 #include <string>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_config.h"
+#include "coordinator/api_key.h"
 #include "coordinator/grpc_health.h"
+#include "coordinator/http/api.h"
+#include "coordinator/http/server.h"
 #include "coordinator/inference_service.h"
 #include "model/log.h"
 #include "worker/grpc_link.h"
@@ -36,10 +44,12 @@ int main(int argc, char** argv) {
   using namespace strata::coordinator;
   CLI::App app{"strata-coordinator: serves a model split over strata-worker "
                "processes"};
-  std::string config_path, model, listen, trace;
+  std::string config_path, model, listen, trace, http_listen;
   app.add_option("--config", config_path, "cluster config (YAML)")->required();
   app.add_option("--model", model, "GGUF path (overrides `model`)");
   app.add_option("--listen", listen, "HOST:PORT (overrides `listen`)");
+  app.add_option("--http", http_listen,
+                 "HOST:PORT of the HTTP API, or off (overrides `http_listen`)");
   app.add_option("--trace", trace,
                  "write block-output hashes as JSON lines (overrides `trace`)");
   std::string log_level;
@@ -52,6 +62,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  // Logs (one line per request) go to stderr: stdout carries the
+  // "listening on" lines that scripts read.
   if (absl::Status st = strata::init_logging("strata-coordinator", log_level);
       !st.ok()) {
     std::fprintf(stderr, "strata-coordinator: %s\n",
@@ -68,6 +80,15 @@ int main(int argc, char** argv) {
     config->listen = listen;
   }
   if (!trace.empty()) config->trace = trace;
+  if (!http_listen.empty()) {
+    if (http_listen != "off") {
+      if (absl::Status st = check_address(http_listen, true); !st.ok()) {
+        return fail("--http", st);
+      }
+    }
+    config->http_listen = http_listen;
+    config->http_listen_given = true;
+  }
   if (!config->trace.empty()) {
     if (absl::Status st = check_trace_writable(config->trace); !st.ok()) {
       // The flag when given, else the config file's key.
@@ -110,7 +131,8 @@ int main(int argc, char** argv) {
   ClusterOptions options;
   options.config = *config;
   Cluster cluster(options, *std::move(served), std::move(workers), link);
-  InferenceService service(cluster);
+  const std::string api_key = resolve_api_key(config->api_key);
+  InferenceService service(cluster, api_key);
   int port = 0;
   auto server = start_grpc_server(service, config->listen, &port);
   if (!server.ok()) return fail("", server.status());
@@ -118,6 +140,25 @@ int main(int argc, char** argv) {
   const std::string host = config->listen.substr(0, config->listen.rfind(':'));
   std::printf("listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
+
+  strata::coordinator::http::OpenAiApi api(cluster, {api_key});
+  std::unique_ptr<strata::coordinator::http::HttpServer> http;
+  if (config->http_listen != "off") {
+    http = std::make_unique<strata::coordinator::http::HttpServer>(
+        strata::coordinator::http::openai_server_options(),
+        [&api](strata::coordinator::http::Request r,
+               std::shared_ptr<strata::coordinator::http::Responder> out) {
+          api.handle(std::move(r), std::move(out));
+        });
+    auto bound = strata::coordinator::http::start_with_fallback(
+        *http, config->http_listen, !config->http_listen_given);
+    if (!bound.ok()) {
+      (*server)->Shutdown(std::chrono::system_clock::now());
+      return fail("http_listen", bound.status());
+    }
+    std::printf("http listening on %s\n", bound->c_str());
+    std::fflush(stdout);
+  }
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -137,6 +178,7 @@ int main(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "strata-coordinator: stopping\n");
+  if (http) http->stop();
   (*server)->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
   return status;

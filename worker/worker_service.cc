@@ -85,12 +85,6 @@ class ResultWriter {
 
 }  // namespace
 
-grpc::Status to_grpc_status(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
-
 WorkerService::WorkerService(WorkerConfig config)
     : config_(std::move(config)),
       worker_id_(config_.name.empty() ? config_.listen : config_.name) {
@@ -428,8 +422,7 @@ grpc::Status WorkerService::FreeSequence(grpc::ServerContext*,
                                          v1::FreeSequenceResponse* response) {
   std::shared_ptr<Loaded> loaded = current();
   if (loaded == nullptr) {
-    const absl::Status why = no_shard("no shard loaded");
-    return grpc::Status(static_cast<grpc::StatusCode>(why.code()), std::string(why.message()));
+    return to_grpc_status(no_shard("no shard loaded"));
   }
   if (request->shard_id() != loaded->stage->shard().shard_id()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

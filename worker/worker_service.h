@@ -1,6 +1,6 @@
 // WorkerService: strata.v1.Worker (worker.proto) as `strata-worker` serves
 // it. Handlers are thin: check the request, call the Stage / StageRelay,
-// convert absl::Status to grpc::Status once (to_grpc_status).
+// convert absl::Status to grpc::Status (proto/grpc_status.h).
 //
 //   Describe      the device, ISA, threads, memory budget, model dirs and
 //                 the loaded shard.
@@ -32,14 +32,13 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/grpc_status.h"
 #include "strata/v1/worker.grpc.pb.h"
 #include "worker/stage.h"
 #include "worker/stage_relay.h"
 #include "worker/worker_config.h"
 
 namespace strata::worker {
-
-grpc::Status to_grpc_status(const absl::Status& status);
 
 class WorkerService final : public v1::Worker::Service {
  public:

@@ -1,22 +1,32 @@
 // `strata serve MODEL.gguf [--workers N] [--listen HOST:PORT] [-t THREADS]
-// [-c CTX] [--max-sequences S] [--kv-type f16|f32] [--trace FILE]`:
+// [-c CTX] [--max-sequences S] [--kv-type f16|f32] [--trace FILE]
+// [--http HOST:PORT|off] [--api-key KEY]`:
 // single-node mode. The coordinator and N pipeline stages run in this
 // process, chained in-process, serving the strata.v1.Inference API — the
-// same one `strata-coordinator` serves for a cluster. With no flags it
-// listens on 127.0.0.1:50051, or the next free port, and prints
-// "listening on HOST:PORT". Stops on SIGINT / SIGTERM.
+// same one `strata-coordinator` serves for a cluster — and the
+// OpenAI-compatible HTTP API (coordinator/http/api.h). With no flags it
+// listens on 127.0.0.1:50051 (gRPC) and 127.0.0.1:8080 (HTTP), or the next
+// free ports, and prints "listening on HOST:PORT" then "http listening on
+// HOST:PORT". The API key (--api-key, else $STRATA_API_KEY) guards both.
+// Stops on SIGINT / SIGTERM.
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <memory>
 #include <string>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
 #include "client/cli/kernel_flags.h"
+#include "coordinator/api_key.h"
 #include "coordinator/cluster_config.h"
 #include "coordinator/grpc_health.h"
+#include "coordinator/http/api.h"
+#include "coordinator/http/server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/single_node.h"
 #include "worker/kv_cache.h"
@@ -37,6 +47,8 @@ struct ServeOptions {
   int prefill_chunk = 512;
   std::string kv_type = "f16";
   std::string trace;
+  std::string http;  // "": 127.0.0.1:8080 or the next free port; "off"
+  std::string api_key;
 };
 
 int serve_fail(const std::string& what, const absl::Status& status) {
@@ -64,6 +76,15 @@ int serve(const ServeOptions& o) {
       return serve_fail("--listen", st);
     }
   }
+  if (!o.http.empty() && o.http != "off") {
+    if (absl::Status st = coordinator::check_address(o.http, true); !st.ok()) {
+      return serve_fail("--http", st);
+    }
+  }
+  // Logs (one line per HTTP request) go to stderr: stdout carries the
+  // "listening on" lines that scripts read.
+  if (spdlog::get("strata") == nullptr) spdlog::set_default_logger(spdlog::stderr_logger_mt("strata"));
+  const std::string api_key = coordinator::resolve_api_key(o.api_key);
   auto cluster = coordinator::make_single_node(s);
   if (!cluster.ok()) return serve_fail(o.model, cluster.status());
   std::fprintf(stderr, "strata serve: loading %s on %d stage%s\n",
@@ -71,7 +92,7 @@ int serve(const ServeOptions& o) {
   if (absl::Status st = (*cluster)->wait_serving(absl::Minutes(10)); !st.ok()) {
     return serve_fail(o.model, st);
   }
-  coordinator::InferenceService service(**cluster);
+  coordinator::InferenceService service(**cluster, api_key);
 
   // The given address, or 127.0.0.1 from port 50051 up to the first free.
   std::unique_ptr<grpc::Server> server;
@@ -98,6 +119,25 @@ int serve(const ServeOptions& o) {
   std::printf("listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
 
+  // The HTTP API: the given address, or 127.0.0.1 from 8080 up.
+  coordinator::http::OpenAiApi api(**cluster, {api_key});
+  std::unique_ptr<coordinator::http::HttpServer> http;
+  if (o.http != "off") {
+    http = std::make_unique<coordinator::http::HttpServer>(
+        coordinator::http::openai_server_options(),
+        [&api](coordinator::http::Request r, std::shared_ptr<coordinator::http::Responder> out) {
+          api.handle(std::move(r), std::move(out));
+        });
+    auto bound = coordinator::http::start_with_fallback(
+        *http, o.http.empty() ? "127.0.0.1:8080" : o.http, o.http.empty());
+    if (!bound.ok()) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return serve_fail("--http", bound.status());
+    }
+    std::printf("http listening on %s\n", bound->c_str());
+    std::fflush(stdout);
+  }
+
   std::signal(SIGINT, on_serve_signal);
   std::signal(SIGTERM, on_serve_signal);
   while (!g_serve_stop) {
@@ -105,6 +145,7 @@ int serve(const ServeOptions& o) {
     nanosleep(&ts, nullptr);
   }
   std::fprintf(stderr, "strata serve: stopping\n");
+  if (http) http->stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }
@@ -140,6 +181,16 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "rows of one prompt chunk in a micro-batch, beside the decode rows (512)")
       ->check(CLI::Range(1, 4096));
   add_kv_type_flag(cmd, &o->kv_type);
+  cmd->add_option("--http", o->http,
+                  "HOST:PORT of the OpenAI-compatible HTTP API, or off (127.0.0.1:8080 "
+                  "or the next free port)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return text.empty() ? "empty: give HOST:PORT or off" : "";
+          },
+          "HOST:PORT|off"));
+  cmd->add_option("--api-key", o->api_key,
+                  "bearer token both APIs require (default: $STRATA_API_KEY; none)");
   cmd->add_option("--trace", o->trace,
                   "write block-output hashes as JSON lines (debug; see "
                   "scripts/trace-diff.py)");

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "proto/grpc_status.h"
 #include "strata/v1/inference.grpc.pb.h"
 
 namespace strata {
@@ -42,7 +43,7 @@ absl::Status to_absl(const grpc::Status& status) {
         break;
     }
   }
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+  return to_absl_status(grpc::Status(status.error_code(), message));
 }
 
 absl::Status protocol_error(const std::string& what) {

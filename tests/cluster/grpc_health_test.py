@@ -9,7 +9,8 @@ cluster_test.py), then `strata serve`.
   coordinator  "" and "strata.v1.Inference" SERVING once the cluster serves;
                kill -9 of a worker: NOT_SERVING; the worker restarted on its
                address: SERVING again. One info line per request in its log.
-  serve        SERVING once it listens.
+  serve        SERVING once it listens; after two requests its GET /metrics
+               page parses with prometheus_client and counts them exactly.
 
 Waits are Watch streams (each change pushed by the server), bounded by
 deadlines. Health stubs are generated from proto/grpc/health/v1 at test time.
@@ -18,8 +19,11 @@ Exit status: 0 passed, 1 failed, 77 skipped (model or grpcio absent).
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_test as ct  # noqa: E402
@@ -73,6 +77,93 @@ class Health:
         except self.grpc.RpcError as e:
             return f"{last} then {e.code().name}"
         return last
+
+
+class ServeHttp:
+    """`strata serve MODEL --workers 2` with gRPC and HTTP on ephemeral ports."""
+
+    def __init__(self, args, workdir):
+        self.log_path = os.path.join(workdir, "serve-http.log")
+        self.log = open(self.log_path, "ab")
+        self.p = subprocess.Popen(
+            [args.strata, "serve", args.model, "--workers", "2", "-t", "2",
+             "-c", "512", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=self.log)
+        lines = []
+        t = threading.Thread(target=lambda: [lines.append(self.p.stdout.readline())
+                                             for _ in range(2)], daemon=True)
+        t.start()
+        t.join(180)
+        lines = [x.decode(errors="replace").strip() for x in lines]
+        if len(lines) < 2 or not lines[0].startswith("listening on ") or \
+                not lines[1].startswith("http listening on "):
+            self.close()
+            raise RuntimeError(f"serve did not start: {lines}")
+        self.address = lines[0].split()[-1]
+        self.http = lines[1].split()[-1]
+        threading.Thread(target=lambda: [None for _ in self.p.stdout], daemon=True).start()
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+        self.log.close()
+
+
+def scrape(http):
+    """{(name, ((label, value), ...)): value} from GET /metrics, read with
+    prometheus_client's parser; None when it is not installed."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        return None
+    with urllib.request.urlopen(f"http://{http}/metrics", timeout=30) as r:
+        ctype = r.headers.get("Content-Type", "")
+        text = r.read().decode("utf-8")
+    assert ctype.startswith("text/plain"), ctype
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name"))
+            out[(s.name, labels)] = s.value
+    return out
+
+
+def check_serve_metrics(args, workdir, stubs, api_stubs, f):
+    s = ServeHttp(args, workdir)
+    try:
+        h = Health(s.address, *stubs)
+        f.check(h.check("") == "SERVING", "serve: SERVING once it listens")
+        f.check(h.check("strata.v1.Inference") == "SERVING",
+                "serve: strata.v1.Inference SERVING")
+        api = ct.Api(s.address, *api_stubs)
+        prompt_tokens = 0
+        for p in ct.PROMPTS:
+            ids, done, err = api.generate(p, 4, timeout=120)
+            f.check(err is None and len(ids) == 4, f"serve: a request is served ({err})")
+            prompt_tokens += done.usage.prompt_tokens if done else 0
+        m = scrape(s.http)
+        if m is None:
+            print("note: prometheus_client absent: /metrics not parsed (scripts/fetch-models.sh)")
+            return
+        want = {
+            ("strata:prompt_tokens_total", ()): prompt_tokens,
+            ("strata:generation_tokens_total", ()): 8,
+            ("strata:request_success_total", (("finished_reason", "length"),)): 2,
+            ("strata:time_to_first_token_seconds_count", ()): 2,
+            ("strata:e2e_request_latency_seconds_count", ()): 2,
+            ("strata:inter_token_latency_seconds_count", ()): 6,
+            ("strata:worker_up", (("worker", "stage 0"),)): 1,
+            ("strata:worker_up", (("worker", "stage 1"),)): 1,
+        }
+        for key, value in want.items():
+            f.check(m.get(key) == value, f"serve /metrics: {key} == {value} ({m.get(key)})")
+        steps = m.get(("strata:worker_step_seconds_count", (("worker", "stage 1"),)), 0)
+        f.check(steps >= 8, f"serve /metrics: stage 1 ran >= 8 micro-batches ({steps})")
+    finally:
+        if f.n:
+            print(open(s.log_path, errors="replace").read()[-3000:])
+        s.close()
 
 
 def main():
@@ -132,16 +223,7 @@ def main():
                 print(c.logs())
             c.close()
 
-        s = ct.Serve(args, workdir, 1)
-        try:
-            h = Health(s.address, *stubs)
-            f.check(h.check("") == "SERVING", "serve: SERVING once it listens")
-            f.check(h.check("strata.v1.Inference") == "SERVING",
-                    "serve: strata.v1.Inference SERVING")
-        finally:
-            if f.n:
-                print(s.logs())
-            s.close()
+        check_serve_metrics(args, workdir, stubs, api_stubs, f)
     print(f"{f.passed} passed, {f.n} failed")
     return 1 if f.n else 0
 

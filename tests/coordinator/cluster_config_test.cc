@@ -124,6 +124,30 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
   }
 }
 
+TEST(ClusterConfig, HttpListenAndApiKey) {
+  const std::string workers = "workers:\n  - address: 127.0.0.1:6001\n";
+  auto d = parse_cluster_config("model: m\n" + workers, "t.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->http_listen, "127.0.0.1:8080");  // on by default, loopback
+  EXPECT_FALSE(d->http_listen_given);            // so a taken port falls back
+  EXPECT_EQ(d->api_key, "");
+  auto c = parse_cluster_config(
+      "model: m\nhttp_listen: 0.0.0.0:9000\napi_key: k\n" + workers, "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->http_listen, "0.0.0.0:9000");
+  EXPECT_TRUE(c->http_listen_given);
+  EXPECT_EQ(c->api_key, "k");
+  auto off = parse_cluster_config("model: m\nhttp_listen: \"off\"\n" + workers, "t.yaml");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->http_listen, "off");
+  auto bad = parse_cluster_config("model: m\nhttp_listen: nowhere\n" + workers, "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("http_listen"), std::string::npos) << bad.status();
+  auto empty_key = parse_cluster_config("model: m\napi_key: \"\"\n" + workers, "t.yaml");
+  ASSERT_FALSE(empty_key.ok());
+  EXPECT_NE(empty_key.status().message().find("api_key"), std::string::npos);
+}
+
 TEST(ClusterConfig, DirectoryIsRefused) {
   auto r = load_cluster_config(::testing::TempDir());
   ASSERT_FALSE(r.ok());

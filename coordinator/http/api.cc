@@ -1,0 +1,509 @@
+#include "coordinator/http/api.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <ctime>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/api_key.h"
+#include "coordinator/http/metrics_page.h"
+#include "coordinator/http/openai.h"
+#include "coordinator/prompt.h"
+
+namespace strata::coordinator::http {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kJson = "application/json";
+constexpr absl::Duration kPoll = absl::Milliseconds(20);
+
+Headers retry_headers(const ApiError& e) {
+  if (e.retry_after_s <= 0) return {};
+  return {{"Retry-After", std::to_string(e.retry_after_s)}};
+}
+
+// A token as OpenAI's logprobs show it: text (invalid UTF-8 replaced when
+// dumped) and its bytes.
+json token_entry(const tokenizer::Tokenizer& tok, int32_t id, float logprob) {
+  const std::string_view piece = tok.piece(id, true);
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return {{"token", std::string(piece)}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+}
+
+// The logprobs of one chat choice's tokens: {"content": [...]} entries.
+void add_chat_logprobs(const tokenizer::Tokenizer& tok, const std::vector<v1::SampledToken>& tokens,
+                       json* content) {
+  for (const v1::SampledToken& t : tokens) {
+    json e = token_entry(tok, t.id(), t.logprob());
+    json top = json::array();
+    for (const v1::TokenLogprob& l : t.top()) top.push_back(token_entry(tok, l.id(), l.logprob()));
+    e["top_logprobs"] = std::move(top);
+    content->push_back(std::move(e));
+  }
+}
+
+// Completions' logprobs: parallel arrays; `offset` is the text offset so far.
+void add_completion_logprobs(const tokenizer::Tokenizer& tok,
+                             const std::vector<v1::SampledToken>& tokens, size_t* offset,
+                             json* lp) {
+  for (const v1::SampledToken& t : tokens) {
+    const std::string piece(tok.piece(t.id(), true));
+    (*lp)["tokens"].push_back(piece);
+    (*lp)["token_logprobs"].push_back(t.logprob());
+    json top = json::object();
+    for (const v1::TokenLogprob& l : t.top()) top[std::string(tok.piece(l.id(), true))] = l.logprob();
+    (*lp)["top_logprobs"].push_back(std::move(top));
+    (*lp)["text_offset"].push_back(*offset);
+    *offset += piece.size();
+  }
+}
+
+json empty_completion_logprobs() {
+  return {{"tokens", json::array()},
+          {"token_logprobs", json::array()},
+          {"top_logprobs", json::array()},
+          {"text_offset", json::array()}};
+}
+
+std::string random_id(const char* prefix, uint64_t request_id) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("%s%016x%x", prefix, rng(), request_id);
+}
+
+// One choice of a generation as it runs.
+struct Choice {
+  std::shared_ptr<SequenceHandle> handle;
+  bool done = false;
+  std::string text;
+  std::string finish = "length";
+  int completion_tokens = 0;
+  json chat_logprobs = json::array();
+  json completion_logprobs = empty_completion_logprobs();
+  size_t offset = 0;
+  double ttft_ms = 0;
+};
+
+}  // namespace
+
+struct OpenAiApi::Outcome {
+  int status = 200;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  double ttft_ms = -1;
+  std::string user;
+  std::string note;  // the error message, for the log
+};
+
+OpenAiApi::OpenAiApi(Cluster& cluster, ApiOptions options)
+    : cluster_(cluster), options_(std::move(options)), created_(std::time(nullptr)) {}
+
+ServerOptions openai_server_options() {
+  ServerOptions o;
+  o.error_body = [](int status, const std::string& message) {
+    return std::make_pair(std::string(kJson), error_json(api_error(status, message)));
+  };
+  return o;
+}
+
+void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
+  const auto start = std::chrono::steady_clock::now();
+  Responder& out = *responder;
+  Outcome outcome;
+  auto fail = [&](const ApiError& e) {
+    out.send(e.http_status, kJson, error_json(e), retry_headers(e));
+    outcome.status = e.http_status;
+    outcome.note = e.message;
+  };
+  const std::string& path = request.path;
+  const bool is_get = request.method == "GET" || request.method == "HEAD";
+  const bool is_post = request.method == "POST";
+  auto wrong_method = [&](const char* allow) {
+    ApiError e = api_error(405, absl::StrCat(request.method, " ", path, ": method not allowed; use ",
+                                             allow));
+    out.send(405, kJson, error_json(e), {{"Allow", allow}});
+    outcome.status = 405;
+    outcome.note = e.message;
+  };
+  const bool guarded = path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+  if (absl::Status st = guarded ? check_bearer(options_.api_key, request.authorization)
+                                : absl::OkStatus();
+      !st.ok()) {
+    fail(to_api_error(st));
+  } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
+    if (!is_post) {
+      wrong_method("POST");
+    } else {
+      outcome = generate(path == "/v1/chat/completions" ? static_cast<int>(Endpoint::kChat)
+                                                         : static_cast<int>(Endpoint::kCompletion),
+                         request, out);
+    }
+  } else if (path == "/tokenize" || path == "/detokenize") {
+    if (!is_post) {
+      wrong_method("POST");
+    } else {
+      outcome = path == "/tokenize" ? tokenize(request, out) : detokenize(request, out);
+    }
+  } else if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+    const v1::ModelInfo& info = cluster_.model().info;
+    json model = {{"id", info.name()},           {"object", "model"},
+                  {"created", created_},         {"owned_by", "strata"},
+                  {"max_model_len", cluster_.model().n_ctx}};
+    if (!is_get) {
+      wrong_method("GET");
+    } else if (path == "/v1/models") {
+      out.send(200, kJson, dump_json({{"object", "list"}, {"data", json::array({model})}}));
+    } else if (path.substr(11) == info.name()) {
+      out.send(200, kJson, dump_json(model));
+    } else {
+      fail(api_error(404, absl::StrCat("model '", path.substr(11), "' is not served here"),
+                     "model"));
+    }
+  } else if (path == "/health") {
+    if (!is_get) {
+      wrong_method("GET");
+    } else {
+      const v1::HealthResponse h = cluster_.health();
+      const bool serving = h.state() == v1::HealthResponse::SERVING;
+      std::string state = v1::HealthResponse::State_Name(h.state());
+      for (char& c : state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      outcome.status = serving ? 200 : 503;
+      out.send(outcome.status, kJson,
+               dump_json({{"status", serving ? "ok" : state}, {"message", h.message()}}),
+               serving ? Headers{} : Headers{{"Retry-After", "1"}});
+    }
+  } else if (path == "/metrics") {
+    if (!is_get) {
+      wrong_method("GET");
+    } else {
+      out.send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_page(cluster_));
+    }
+  } else {
+    fail(api_error(404, absl::StrCat("no route for ", request.method, " ", path)));
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (path == "/health" || path == "/metrics") return;  // probes: no log line each
+  spdlog::info("http {} {} {} {} {} prompt_tokens={} completion_tokens={} ttft_ms={:.1f} ms={:.1f}{}{}",
+               request.id, request.remote, request.method, path.substr(0, 128), outcome.status,
+               outcome.prompt_tokens, outcome.completion_tokens, outcome.ttft_ms, ms,
+               outcome.user.empty() ? "" : " user=", outcome.user.substr(0, 64));
+  if (outcome.status >= 400 && !outcome.note.empty()) {
+    spdlog::info("http {} error: {}", request.id, outcome.note.substr(0, 512));
+  }
+}
+
+OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request, Responder& out) {
+  const Endpoint endpoint = static_cast<Endpoint>(endpoint_int);
+  const bool chat = endpoint == Endpoint::kChat;
+  Outcome outcome;
+  auto fail = [&](const absl::Status& st) {
+    const ApiError e = to_api_error(st);
+    out.send(e.http_status, kJson, error_json(e), retry_headers(e));
+    outcome.status = e.http_status;
+    outcome.note = e.message;
+    return outcome;
+  };
+  absl::StatusOr<OpenAiRequest> parsed = parse_openai_request(endpoint, request.body);
+  if (!parsed.ok()) return fail(parsed.status());
+  outcome.user = parsed->generate.user();
+  const ServedModel& model = cluster_.model();
+  const tokenizer::Tokenizer& tok = *model.tokenizer;
+  PromptOptions popts;
+  popts.default_max_tokens = 0;  // chat: the rest of the context
+  absl::StatusOr<SequenceRequest> prepared = prepare_prompt(model, parsed->generate, popts);
+  if (!prepared.ok()) return fail(prepared.status());
+  const int prompt_tokens = static_cast<int>(prepared->prompt.size());
+  outcome.prompt_tokens = prompt_tokens;
+
+  // n choices, n sequences; a seed given makes choice i use seed + i.
+  std::vector<Choice> choices(parsed->n);
+  for (int i = 0; i < parsed->n; ++i) {
+    SequenceRequest sr = *prepared;
+    sr.params.sampling.seed += static_cast<uint64_t>(i);
+    auto handle = cluster_.scheduler().submit(std::move(sr));
+    if (!handle.ok()) {
+      for (int k = 0; k < i; ++k) cluster_.scheduler().cancel(choices[k].handle->seq_id());
+      return fail(handle.status());
+    }
+    choices[i].handle = *std::move(handle);
+  }
+  auto cancel_all = [&] {
+    for (Choice& c : choices) {
+      if (!c.done) cluster_.scheduler().cancel(c.handle->seq_id());
+    }
+  };
+
+  const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-", request.id);
+  const int64_t created = std::time(nullptr);
+  const std::string model_name = model.info.name();
+  const bool stream = parsed->stream;
+  const bool logprobs = parsed->generate.logprobs();
+  auto chunk = [&](json choice_list) {
+    json c = {{"id", id},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", model_name},
+              {"choices", std::move(choice_list)}};
+    if (parsed->include_usage) c["usage"] = nullptr;
+    return c;
+  };
+  if (stream) {
+    out.start_events();
+    if (chat) {
+      json first = json::array();
+      for (int i = 0; i < parsed->n; ++i) {
+        first.push_back({{"index", i},
+                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                         {"logprobs", nullptr},
+                         {"finish_reason", nullptr}});
+      }
+      out.event(dump_json(chunk(std::move(first))));
+    }
+  }
+
+  // Events until every choice is done; a client gone cancels them all.
+  int remaining = parsed->n;
+  std::optional<absl::Status> error;
+  while (remaining > 0 && !error) {
+    if (out.gone()) {
+      cancel_all();
+      outcome.status = 499;
+      outcome.note = "the client went away";
+      return outcome;
+    }
+    const absl::Duration wait = parsed->n == 1 ? kPoll : absl::Milliseconds(2);
+    for (int i = 0; i < parsed->n && !error; ++i) {
+      Choice& c = choices[i];
+      if (c.done) continue;
+      std::optional<SequenceEvent> e = c.handle->next(wait);
+      if (!e) continue;
+      if (e->kind == SequenceEvent::Kind::kError) {
+        c.done = true;
+        error = e->error;
+        break;
+      }
+      json piece_logprobs = nullptr;
+      if (e->kind == SequenceEvent::Kind::kDelta) {
+        c.completion_tokens += static_cast<int>(e->ids.size());
+        c.text += e->text;
+        if (logprobs) {
+          if (chat) {
+            json content = json::array();
+            add_chat_logprobs(tok, e->tokens, &content);
+            for (const json& x : content) c.chat_logprobs.push_back(x);
+            piece_logprobs = {{"content", std::move(content)}};
+          } else {
+            json lp = empty_completion_logprobs();
+            size_t offset = c.offset;
+            add_completion_logprobs(tok, e->tokens, &offset, &lp);
+            add_completion_logprobs(tok, e->tokens, &c.offset, &c.completion_logprobs);
+            piece_logprobs = std::move(lp);
+          }
+        }
+        if (stream && (!e->text.empty() || logprobs)) {
+          json choice = chat ? json{{"index", i},
+                                    {"delta", {{"content", e->text}}},
+                                    {"logprobs", piece_logprobs},
+                                    {"finish_reason", nullptr}}
+                             : json{{"text", e->text},
+                                    {"index", i},
+                                    {"logprobs", piece_logprobs},
+                                    {"finish_reason", nullptr}};
+          out.event(dump_json(chunk(json::array({std::move(choice)}))));
+        }
+        continue;
+      }
+      // kDone.
+      c.done = true;
+      --remaining;
+      c.finish = finish_reason_name(e->finish);
+      c.completion_tokens = static_cast<int>(e->all_ids.size());
+      c.text = std::move(e->all_text);
+      c.ttft_ms = e->timings.ttft_ms;
+      if (outcome.ttft_ms < 0 || c.ttft_ms < outcome.ttft_ms) outcome.ttft_ms = c.ttft_ms;
+      if (stream) {
+        json choice = chat ? json{{"index", i},
+                                  {"delta", json::object()},
+                                  {"logprobs", nullptr},
+                                  {"finish_reason", c.finish}}
+                           : json{{"text", ""},
+                                  {"index", i},
+                                  {"logprobs", nullptr},
+                                  {"finish_reason", c.finish}};
+        out.event(dump_json(chunk(json::array({std::move(choice)}))));
+      }
+    }
+  }
+  int completion_tokens = 0;
+  for (const Choice& c : choices) completion_tokens += c.completion_tokens;
+  outcome.completion_tokens = completion_tokens;
+  if (error) {
+    cancel_all();
+    const ApiError e = to_api_error(*error);
+    outcome.status = e.http_status;
+    outcome.note = e.message;
+    if (stream) {  // the headers are out: the error is an event
+      out.event(error_json(e));
+      out.event("[DONE]");
+      out.end_events();
+    } else {
+      out.send(e.http_status, kJson, error_json(e), retry_headers(e));
+    }
+    return outcome;
+  }
+  const json usage = {{"prompt_tokens", prompt_tokens},
+                      {"completion_tokens", completion_tokens},
+                      {"total_tokens", prompt_tokens + completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+  if (stream) {
+    if (parsed->include_usage) {
+      json last = chunk(json::array());
+      last["usage"] = usage;
+      out.event(dump_json(last));
+    }
+    out.event("[DONE]");
+    out.end_events();
+    return outcome;
+  }
+  json list = json::array();
+  for (int i = 0; i < parsed->n; ++i) {
+    Choice& c = choices[i];
+    if (chat) {
+      list.push_back({{"index", i},
+                      {"message", {{"role", "assistant"}, {"content", c.text}}},
+                      {"logprobs", logprobs ? json{{"content", c.chat_logprobs}} : json(nullptr)},
+                      {"finish_reason", c.finish}});
+    } else {
+      list.push_back({{"text", c.text},
+                      {"index", i},
+                      {"logprobs", logprobs ? c.completion_logprobs : json(nullptr)},
+                      {"finish_reason", c.finish}});
+    }
+  }
+  out.send(200, kJson,
+           dump_json({{"id", id},
+                      {"object", chat ? "chat.completion" : "text_completion"},
+                      {"created", created},
+                      {"model", model_name},
+                      {"choices", std::move(list)},
+                      {"usage", usage}}));
+  return outcome;
+}
+
+OpenAiApi::Outcome OpenAiApi::tokenize(const Request& request, Responder& out) {
+  Outcome outcome;
+  auto fail = [&](const absl::Status& st) {
+    const ApiError e = to_api_error(st);
+    out.send(e.http_status, kJson, error_json(e), retry_headers(e));
+    outcome.status = e.http_status;
+    outcome.note = e.message;
+    return outcome;
+  };
+  absl::StatusOr<json> body = parse_json_object(request.body);
+  if (!body.ok()) return fail(body.status());
+  const ServedModel& model = cluster_.model();
+  // Text ("content", llama-server; "prompt", vLLM) or chat messages (vLLM):
+  // both through prompt preparation, so the ids are what a generation uses.
+  v1::GenerateRequest g;
+  if (body->contains("messages")) {
+    absl::StatusOr<OpenAiRequest> chat = parse_openai_request(Endpoint::kChat, request.body);
+    if (!chat.ok()) return fail(chat.status());
+    g = chat->generate;
+  } else {
+    const char* key = body->contains("content") ? "content" : "prompt";
+    auto it = body->find(key);
+    if (it == body->end()) return fail(absl::InvalidArgumentError("content: missing"));
+    if (!it->is_string()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(key, ": expected a string")));
+    }
+    if (it->get_ref<const std::string&>().empty()) {
+      // Nothing to tokenize is not an error here (no generation follows).
+      out.send(200, kJson,
+               dump_json({{"tokens", json::array()}, {"count", 0},
+                          {"max_model_len", model.n_ctx}}));
+      return outcome;
+    }
+    g.set_prompt(it->get<std::string>());
+    for (const char* flag : {"add_special", "add_special_tokens"}) {
+      if (auto f = body->find(flag); f != body->end()) {
+        if (!f->is_boolean()) {
+          return fail(absl::InvalidArgumentError(absl::StrCat(flag, ": expected a boolean")));
+        }
+        g.set_add_special(f->get<bool>());
+      }
+    }
+    if (auto f = body->find("parse_special"); f != body->end() && f->is_boolean()) {
+      g.set_parse_special(f->get<bool>());
+    }
+    if (auto m = body->find("model"); m != body->end() && m->is_string()) {
+      g.set_model(m->get<std::string>());
+    }
+  }
+  g.set_max_tokens(1);
+  absl::StatusOr<SequenceRequest> prepared = prepare_prompt(model, g);
+  if (!prepared.ok() && !absl::IsOutOfRange(prepared.status())) return fail(prepared.status());
+  std::vector<int32_t> ids;
+  if (prepared.ok()) {
+    ids = prepared->prompt;
+  } else {  // longer than the context: still tokenized, as asked
+    tokenizer::EncodeOptions e;
+    e.add_special = g.has_add_special() ? g.add_special() : true;
+    e.parse_special = g.parse_special();
+    auto encoded = model.tokenizer->encode(g.prompt(), e);
+    if (!encoded.ok()) return fail(encoded.status());
+    ids = *std::move(encoded);
+  }
+  const bool with_pieces = body->value("with_pieces", false);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (with_pieces) {
+      tokens.push_back({{"id", id}, {"piece", std::string(model.tokenizer->piece(id, true))}});
+    } else {
+      tokens.push_back(id);
+    }
+  }
+  outcome.prompt_tokens = static_cast<int>(ids.size());
+  out.send(200, kJson,
+           dump_json({{"tokens", std::move(tokens)},
+                      {"count", ids.size()},
+                      {"max_model_len", model.n_ctx}}));
+  return outcome;
+}
+
+OpenAiApi::Outcome OpenAiApi::detokenize(const Request& request, Responder& out) {
+  Outcome outcome;
+  auto fail = [&](const absl::Status& st) {
+    const ApiError e = to_api_error(st);
+    out.send(e.http_status, kJson, error_json(e), retry_headers(e));
+    outcome.status = e.http_status;
+    outcome.note = e.message;
+    return outcome;
+  };
+  absl::StatusOr<json> body = parse_json_object(request.body);
+  if (!body.ok()) return fail(body.status());
+  auto it = body->find("tokens");
+  if (it == body->end()) return fail(absl::InvalidArgumentError("tokens: missing"));
+  if (!it->is_array()) return fail(absl::InvalidArgumentError("tokens: expected an array"));
+  const tokenizer::Tokenizer& tok = *cluster_.model().tokenizer;
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& v = (*it)[i];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok.n_tokens()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("tokens[", i, "]: expected a token id in [0, ", tok.n_tokens(), ")")));
+    }
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  auto text = tok.decode(ids);
+  if (!text.ok()) return fail(text.status());
+  out.send(200, kJson, dump_json({{"content", *text}, {"prompt", *text}}));
+  return outcome;
+}
+
+}  // namespace strata::coordinator::http

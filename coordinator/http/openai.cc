@@ -1,0 +1,473 @@
+#include "coordinator/http/openai.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace strata::coordinator::http {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kMaxDepth = 64;
+
+absl::Status bad(absl::string_view param, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(param, ": ", what));
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    default: return "a value";
+  }
+}
+
+absl::Status wrong_type(absl::string_view param, absl::string_view expected, const json& v) {
+  return bad(param, absl::StrCat("expected ", expected, ", got ", type_name(v)));
+}
+
+// Typed reads of an object's members; the first error sticks. Absent and
+// null members read as nullopt.
+class Fields {
+ public:
+  explicit Fields(const json& object) : o_(object) {}
+
+  const json* get(const char* key) const {
+    auto it = o_.find(key);
+    if (it == o_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  std::optional<double> number(const char* key) {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) return fail(wrong_type(key, "a number", *v));
+    return v->get<double>();
+  }
+  // An integer (5.0 counts), clamped to int64.
+  std::optional<int64_t> integer(const char* key) {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (v->is_number_integer()) return v->get<int64_t>();
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      return u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                 ? std::numeric_limits<int64_t>::max()
+                 : static_cast<int64_t>(u);
+    }
+    if (v->is_number_float()) {
+      const double d = v->get<double>();
+      if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    }
+    return fail(wrong_type(key, "an integer", *v));
+  }
+  std::optional<bool> boolean(const char* key) {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) return fail(wrong_type(key, "a boolean", *v));
+    return v->get<bool>();
+  }
+  std::optional<std::string> string(const char* key) {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) return fail(wrong_type(key, "a string", *v));
+    return v->get<std::string>();
+  }
+
+  std::nullopt_t fail(absl::Status st) {
+    if (status_.ok()) status_ = std::move(st);
+    return std::nullopt;
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const json& o_;
+  absl::Status status_;
+};
+
+int32_t clamp_int32(int64_t v) {
+  if (v > std::numeric_limits<int32_t>::max()) return std::numeric_limits<int32_t>::max();
+  if (v < std::numeric_limits<int32_t>::min()) return std::numeric_limits<int32_t>::min();
+  return static_cast<int32_t>(v);
+}
+
+// The brackets' nesting depth of JSON text, strings skipped; stops counting
+// past `limit`. Deep nesting costs recursion elsewhere: refused up front.
+int nesting_depth(std::string_view text, int limit) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_depth) max_depth = depth;
+      if (max_depth > limit) return max_depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+// A message's content: a string, or text parts joined by "\n".
+absl::Status map_content(const json& content, const std::string& param, std::string* out) {
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!content.is_array()) return wrong_type(param, "a string or an array of parts", content);
+  std::vector<std::string> texts;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const std::string p = absl::StrCat(param, "[", j, "]");
+    const json& part = content[j];
+    if (!part.is_object()) return wrong_type(p, "an object", part);
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return bad(p + ".type", "expected a string such as \"text\"");
+    }
+    if (*type != "text") {
+      return bad(p + ".type", absl::StrCat("'", type->get<std::string>(),
+                                           "' is not supported (text parts only)"));
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return bad(p + ".text", text == part.end() ? "missing" : "expected a string");
+    }
+    texts.push_back(text->get<std::string>());
+  }
+  *out = absl::StrJoin(texts, "\n");
+  return absl::OkStatus();
+}
+
+absl::Status map_messages(const json& messages, v1::GenerateRequest* g) {
+  if (!messages.is_array()) return wrong_type("messages", "an array", messages);
+  if (messages.empty()) return bad("messages", "empty; expected at least one message");
+  v1::ChatMessages* out = g->mutable_messages();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string p = absl::StrCat("messages[", i, "]");
+    const json& m = messages[i];
+    if (!m.is_object()) return wrong_type(p, "an object", m);
+    Fields f(m);
+    const json* role_value = f.get("role");
+    if (role_value == nullptr) return bad(p + ".role", "missing");
+    if (!role_value->is_string()) return wrong_type(p + ".role", "a string", *role_value);
+    const std::string role = role_value->get<std::string>();
+    v1::ChatMessage* cm = out->add_messages();
+    cm->set_role(role);
+    if (const json* content = f.get("content")) {
+      std::string text;
+      if (absl::Status st = map_content(*content, p + ".content", &text); !st.ok()) return st;
+      cm->set_content(std::move(text));
+    } else if (role != "assistant") {
+      return bad(p + ".content", "missing");
+    }
+    // Tool-call turns need the template's tool support (not yet here).
+    if (f.get("tool_calls") != nullptr) return bad(p + ".tool_calls", "not supported yet");
+    if (f.get("tool_call_id") != nullptr) return bad(p + ".tool_call_id", "not supported yet");
+    if (const json* name = f.get("name"); name != nullptr && !name->is_string()) {
+      return wrong_type(p + ".name", "a string", *name);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status map_prompt(const json& prompt, v1::GenerateRequest* g) {
+  auto ids = [&](const json& a, const std::string& param) -> absl::Status {
+    v1::TokenIds* out = g->mutable_prompt_ids();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].is_number_integer() && !a[i].is_number_unsigned()) {
+        return wrong_type(absl::StrCat(param, "[", i, "]"), "a token id", a[i]);
+      }
+      out->add_ids(clamp_int32(a[i].is_number_unsigned()
+                                   ? static_cast<int64_t>(std::min<uint64_t>(
+                                         a[i].get<uint64_t>(), 1ull << 40))
+                                   : a[i].get<int64_t>()));
+    }
+    return absl::OkStatus();
+  };
+  if (prompt.is_string()) {
+    g->set_prompt(prompt.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!prompt.is_array()) return wrong_type("prompt", "a string or an array", prompt);
+  if (prompt.empty()) return bad("prompt", "empty");
+  if (prompt[0].is_string() || prompt[0].is_array()) {
+    if (prompt.size() > 1) {
+      return bad("prompt", absl::StrCat(prompt.size(),
+                                        " prompts in one request are not supported; send one"));
+    }
+    if (prompt[0].is_string()) {
+      g->set_prompt(prompt[0].get<std::string>());
+      return absl::OkStatus();
+    }
+    return ids(prompt[0], "prompt[0]");
+  }
+  return ids(prompt, "prompt");
+}
+
+// Fields shared by both endpoints.
+absl::Status map_common(const json& body, OpenAiRequest* r) {
+  v1::GenerateRequest& g = r->generate;
+  Fields f(body);
+  if (auto model = f.string("model")) g.set_model(*model);
+  if (auto n = f.integer("n")) {
+    if (*n < 1 || *n > kMaxChoices) {
+      return bad("n", absl::StrCat(*n, " is out of range [1, ", kMaxChoices, "]"));
+    }
+    r->n = static_cast<int>(*n);
+  }
+  if (auto stream = f.boolean("stream")) r->stream = *stream;
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
+    Fields sf(*so);
+    if (auto u = sf.boolean("include_usage")) r->include_usage = *u;
+    if (!sf.status().ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("stream_options.", sf.status().message()));
+    }
+  }
+  // Sampling.
+  v1::SamplingParams* s = g.mutable_sampling();
+  s->set_temperature(1.0f);  // OpenAI's default
+  if (auto v = f.number("temperature")) s->set_temperature(static_cast<float>(*v));
+  if (auto v = f.number("top_p")) s->set_top_p(static_cast<float>(*v));
+  if (auto v = f.integer("top_k")) s->set_top_k(*v <= 0 ? 0 : clamp_int32(*v));
+  if (auto v = f.number("min_p")) s->set_min_p(static_cast<float>(*v));
+  if (auto v = f.number("presence_penalty")) s->set_presence_penalty(static_cast<float>(*v));
+  if (auto v = f.number("frequency_penalty")) s->set_frequency_penalty(static_cast<float>(*v));
+  if (auto v = f.number("repetition_penalty")) s->set_repeat_penalty(static_cast<float>(*v));
+  if (auto v = f.integer("seed")) s->set_seed(static_cast<uint64_t>(*v));
+  if (!f.status().ok()) return f.status();
+  // Stop strings.
+  if (const json* stop = f.get("stop")) {
+    if (stop->is_string()) {
+      g.add_stop(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (size_t i = 0; i < stop->size(); ++i) {
+        if (!(*stop)[i].is_string()) {
+          return wrong_type(absl::StrCat("stop[", i, "]"), "a string", (*stop)[i]);
+        }
+        g.add_stop((*stop)[i].get<std::string>());
+      }
+    } else {
+      return wrong_type("stop", "a string or an array of strings", *stop);
+    }
+  }
+  if (auto user = f.string("user")) g.set_user(*user);
+  if (auto ignore = f.boolean("ignore_eos")) g.set_ignore_eos(*ignore);
+  // What cannot be honoured is refused, never ignored.
+  if (const json* bias = f.get("logit_bias"); bias != nullptr && !bias->empty()) {
+    return bad("logit_bias", "not supported");
+  }
+  if (auto best_of = f.integer("best_of"); best_of && *best_of != 1 && *best_of != r->n) {
+    return bad("best_of", "not supported (give n)");
+  }
+  if (f.get("functions") != nullptr) return bad("functions", "not supported (give tools)");
+  // Tools and structured output: mapped; prompt preparation decides.
+  if (const json* tools = f.get("tools")) {
+    if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
+    if (!tools->empty()) g.set_tools_json(tools->dump());
+  }
+  if (const json* choice = f.get("tool_choice")) {
+    if (choice->is_string()) g.set_tool_choice(choice->get<std::string>());
+    else if (choice->is_object()) g.set_tool_choice(choice->dump());
+    else return wrong_type("tool_choice", "a string or an object", *choice);
+  }
+  if (const json* kwargs = f.get("chat_template_kwargs")) {
+    if (!kwargs->is_object()) return wrong_type("chat_template_kwargs", "an object", *kwargs);
+    if (!kwargs->empty()) g.set_chat_template_kwargs_json(kwargs->dump());
+  }
+  if (auto grammar = f.string("grammar"); grammar && !grammar->empty()) {
+    g.set_grammar(*grammar);
+  }
+  if (const json* rf = f.get("response_format")) {
+    if (!rf->is_object()) return wrong_type("response_format", "an object", *rf);
+    auto type = rf->find("type");
+    if (type == rf->end() || !type->is_string()) {
+      return bad("response_format.type", "expected \"text\", \"json_object\" or \"json_schema\"");
+    }
+    if (*type == "json_object") {
+      g.set_json_object(true);
+    } else if (*type == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object()) {
+        return bad("response_format.json_schema", "expected an object with a `schema`");
+      }
+      auto schema = js->find("schema");
+      if (schema == js->end() || !schema->is_object()) {
+        return bad("response_format.json_schema.schema", "expected an object");
+      }
+      g.set_json_schema(schema->dump());
+    } else if (*type != "text") {
+      return bad("response_format.type",
+                 absl::StrCat("'", type->get<std::string>(),
+                              "' is not text, json_object or json_schema"));
+    }
+  }
+  return f.status();
+}
+
+}  // namespace
+
+absl::StatusOr<json> parse_json_object(std::string_view body) {
+  if (nesting_depth(body, kMaxDepth) > kMaxDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid JSON: nested deeper than ", kMaxDepth, " levels"));
+  }
+  json value;
+  try {
+    value = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid JSON: ", e.what()));
+  }
+  if (!value.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid request: expected a JSON object, got ", type_name(value)));
+  }
+  return value;
+}
+
+absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::string_view body) {
+  absl::StatusOr<json> parsed = parse_json_object(body);
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  v1::GenerateRequest& g = r.generate;
+  if (absl::Status st = map_common(j, &r); !st.ok()) return st;
+  Fields f(j);
+  if (endpoint == Endpoint::kChat) {
+    const json* messages = f.get("messages");
+    if (messages == nullptr) return bad("messages", "missing");
+    if (absl::Status st = map_messages(*messages, &g); !st.ok()) return st;
+    std::optional<int64_t> max_tokens = f.integer("max_completion_tokens");
+    if (!max_tokens) max_tokens = f.integer("max_tokens");
+    if (max_tokens) g.set_max_tokens(clamp_int32(*max_tokens));
+    if (auto lp = f.boolean("logprobs")) g.set_logprobs(*lp);
+    if (auto top = f.integer("top_logprobs")) {
+      if (!g.logprobs() && *top > 0) return bad("top_logprobs", "needs logprobs: true");
+      g.set_top_logprobs(clamp_int32(*top));
+    }
+  } else {
+    const json* prompt = f.get("prompt");
+    if (prompt == nullptr) return bad("prompt", "missing");
+    if (absl::Status st = map_prompt(*prompt, &g); !st.ok()) return st;
+    g.set_max_tokens(kCompletionDefaultMaxTokens);
+    if (auto max_tokens = f.integer("max_tokens")) g.set_max_tokens(clamp_int32(*max_tokens));
+    if (auto lp = f.integer("logprobs")) {
+      if (*lp < 0 || *lp > 20) return bad("logprobs", absl::StrCat(*lp, " is out of range [0, 20]"));
+      g.set_logprobs(true);
+      g.set_top_logprobs(static_cast<int>(*lp));
+    }
+    if (auto echo = f.boolean("echo"); echo && *echo) return bad("echo", "not supported");
+    if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) {
+      return bad("suffix", "not supported");
+    }
+  }
+  if (!f.status().ok()) return f.status();
+  return r;
+}
+
+namespace {
+
+// Proto paths (prompt preparation's messages) -> OpenAI's names.
+std::string openai_param(absl::string_view field) {
+  struct Rename {
+    absl::string_view from, to;
+  };
+  static constexpr Rename kRenames[] = {
+      {"sampling.repeat_penalty", "repetition_penalty"},
+      {"sampling.", ""},
+      {"messages.messages", "messages"},
+      {"prompt_ids.ids", "prompt"},
+      {"tools_json", "tools"},
+      {"chat_template_kwargs_json", "chat_template_kwargs"},
+      {"json_schema", "response_format"},
+      {"json_object", "response_format"},
+  };
+  for (const Rename& r : kRenames) {
+    if (absl::StartsWith(field, r.from)) {
+      return absl::StrCat(r.to, field.substr(r.from.size()));
+    }
+  }
+  return std::string(field);
+}
+
+}  // namespace
+
+ApiError api_error(int http_status, std::string message, std::string param) {
+  ApiError e;
+  e.http_status = http_status;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  switch (http_status) {
+    case 401: e.type = "authentication_error"; e.code = "invalid_api_key"; break;
+    case 404: e.type = "not_found_error"; break;
+    case 413: e.type = "invalid_request_error"; e.code = "request_too_large"; break;
+    case 429: e.type = "rate_limit_error"; e.retry_after_s = 1; break;
+    case 503: e.type = "service_unavailable_error"; e.retry_after_s = 1; break;
+    default: e.type = http_status >= 500 ? "server_error" : "invalid_request_error"; break;
+  }
+  return e;
+}
+
+ApiError to_api_error(const absl::Status& status) {
+  std::string message(status.message());
+  std::string param;
+  // "field: what": the field is a path (no spaces) before the first ": ".
+  if (const size_t colon = message.find(": ");
+      colon != std::string::npos && colon > 0 &&
+      message.find(' ') > colon && message.substr(0, colon) != "invalid JSON") {
+    param = openai_param(absl::string_view(message).substr(0, colon));
+    message = absl::StrCat(param, message.substr(colon));
+  }
+  int http = 500;
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange: http = 400; break;
+    case absl::StatusCode::kNotFound: http = 404; break;
+    case absl::StatusCode::kUnauthenticated: http = 401; break;
+    case absl::StatusCode::kPermissionDenied: http = 403; break;
+    case absl::StatusCode::kResourceExhausted: http = 429; break;
+    case absl::StatusCode::kUnavailable: http = 503; break;
+    case absl::StatusCode::kDeadlineExceeded: http = 504; break;
+    case absl::StatusCode::kUnimplemented: http = 501; break;
+    case absl::StatusCode::kCancelled: http = 499; break;
+    default: http = 500; break;
+  }
+  ApiError e = api_error(http, std::move(message), std::move(param));
+  if (status.code() == absl::StatusCode::kOutOfRange) e.code = "context_length_exceeded";
+  if (http == 404 && e.param == "model") e.code = "model_not_found";
+  if (http == 401) e.param.clear();
+  return e;
+}
+
+std::string error_json(const ApiError& e) {
+  json err = {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
+  return dump_json(json{{"error", err}});
+}
+
+std::string dump_json(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace strata::coordinator::http

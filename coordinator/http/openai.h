@@ -1,0 +1,81 @@
+// The OpenAI wire format, without the server: a request body of
+// /v1/chat/completions or /v1/completions becomes a v1::GenerateRequest
+// (inference.proto) that prompt preparation (coordinator/prompt.h) then
+// checks and tokenizes, exactly as for the gRPC API; an absl::Status
+// becomes an OpenAI error object with its HTTP status.
+//
+// Mapping (OpenAI -> GenerateRequest):
+//   messages[].role/content (string, or an array of {"type":"text"} parts,
+//   joined by "\n")        -> messages
+//   prompt (string, [string], [int], [[int]])  -> prompt / prompt_ids
+//   max_completion_tokens | max_tokens -> max_tokens (chat: absent = the rest
+//   of the context; completions: absent = 16, as OpenAI)
+//   temperature, top_p, top_k (<= 0: off), min_p, presence_penalty,
+//   frequency_penalty, repetition_penalty, seed -> sampling
+//   stop (string | [string]) -> stop;  logprobs / top_logprobs (chat),
+//   logprobs: k (completions) -> logprobs, top_logprobs;  user -> user
+//   tools, tool_choice, chat_template_kwargs, response_format, grammar ->
+//   fields 13..18 (prompt preparation says whether they are served)
+//   ignore_eos (vLLM's extension) -> ignore_eos
+// Known OpenAI fields that cannot be honoured (logit_bias, echo, suffix,
+// best_of > n, image parts) are refused with 400 naming them; unknown
+// fields are ignored, as OpenAI-compatible servers do.
+//
+// Errors: InvalidArgument "param: what", the param as OpenAI spells it
+// ("messages[2].content", "temperature").
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "strata/v1/inference.pb.h"
+
+namespace strata::coordinator::http {
+
+enum class Endpoint { kChat, kCompletion };
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  v1::GenerateRequest generate;
+  int n = 1;                   // choices, each its own sequence
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+inline constexpr int kMaxChoices = 128;            // n
+inline constexpr int kCompletionDefaultMaxTokens = 16;
+
+// Parses and maps a request body. InvalidArgument naming the param.
+absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::string_view body);
+
+// Parses a JSON object body (the other POST endpoints): InvalidArgument
+// "invalid JSON: ..." or "expected a JSON object"; nesting deeper than 64
+// is refused before parsing.
+absl::StatusOr<nlohmann::json> parse_json_object(std::string_view body);
+
+// An OpenAI error: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 500;
+  std::string type;     // "invalid_request_error", "authentication_error", ...
+  std::string message;
+  std::string param;    // "" -> null
+  std::string code;     // "" -> null
+  int retry_after_s = 0;  // > 0: a Retry-After header
+};
+
+// InvalidArgument / FailedPrecondition / OutOfRange -> 400, NotFound -> 404,
+// Unauthenticated -> 401, ResourceExhausted -> 429, Unavailable -> 503
+// (both with Retry-After), DeadlineExceeded -> 504, Unimplemented -> 501,
+// else 500. `param` is the message's leading field, in OpenAI's spelling
+// (proto paths such as "sampling.temperature" are renamed).
+ApiError to_api_error(const absl::Status& status);
+ApiError api_error(int http_status, std::string message, std::string param = "");
+std::string error_json(const ApiError& error);
+
+// JSON text that is always valid UTF-8: bytes that are not become U+FFFD.
+std::string dump_json(const nlohmann::json& value);
+
+}  // namespace strata::coordinator::http

@@ -1,0 +1,231 @@
+#include "coordinator/prompt.h"
+
+#include <algorithm>
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "model/chat_template/model_chat.h"
+#include "worker/sampling_proto.h"
+
+namespace strata::coordinator {
+namespace {
+
+constexpr size_t kMaxTextBytes = 4u << 20;   // prompt, content, text
+constexpr int kMaxTokens = 1 << 20;          // max_tokens, Detokenize ids
+constexpr int kMaxMessages = 1024;
+constexpr size_t kMaxRoleBytes = 64;
+constexpr int kMaxStops = 16;
+constexpr size_t kMaxStopBytes = 256;
+constexpr int kMaxTopLogprobs = 20;
+constexpr size_t kMaxUserBytes = 256;
+
+absl::Status bad(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// T as given: an int prints as one (top_k 100000000, not 1e+08).
+template <typename T>
+absl::Status range(absl::string_view field, T v, absl::string_view r) {
+  return bad(field, absl::StrCat(v, " is out of range ", r));
+}
+
+// The prompt's ids: as given, `prompt` tokenized, or `messages` rendered
+// with the model's chat template and tokenized.
+absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
+                                                    const v1::GenerateRequest& request) {
+  const tokenizer::Tokenizer& tok = *model.tokenizer;
+  if (request.has_prompt_ids()) {
+    return std::vector<int32_t>(request.prompt_ids().ids().begin(),
+                                request.prompt_ids().ids().end());
+  }
+  if (request.has_prompt()) {
+    tokenizer::EncodeOptions e;
+    e.add_special = request.has_add_special() ? request.add_special() : true;
+    e.parse_special = request.parse_special();
+    return tok.encode(request.prompt(), e);
+  }
+  std::vector<chat_template::Message> messages;
+  for (const v1::ChatMessage& m : request.messages().messages()) {
+    messages.push_back({m.role(), m.content()});
+  }
+  // The rendered text is tokenized with control tokens parsed (the
+  // template's turn markers); the messages' own text must not spell one.
+  if (absl::Status st = chat_template::check_message_text(tok, messages); !st.ok()) {
+    return st;
+  }
+  auto chat = chat_template::render_model_chat(model.gguf->first(), tok, messages,
+                                               std::nullopt, "", true);
+  if (!chat.ok()) {
+    // No template in the model, or one of no known family: the served
+    // model cannot take messages (FAILED_PRECONDITION, not the request's
+    // fault); a template that refuses this conversation keeps its code.
+    const absl::StatusCode code =
+        absl::IsNotFound(chat.status()) || absl::IsInvalidArgument(chat.status())
+            ? absl::StatusCode::kFailedPrecondition
+            : chat.status().code();
+    return absl::Status(code, absl::StrCat("messages: ", chat.status().message()));
+  }
+  tokenizer::EncodeOptions e;
+  e.add_special = !chat->starts_with_bos;
+  e.parse_special = true;
+  return tok.encode(chat->text, e);
+}
+
+}  // namespace
+
+
+absl::Status check_model_name(const v1::ModelInfo& served, const std::string& model) {
+  if (model.empty() || model == served.name()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat(
+      "model: '", model.substr(0, 256), "' is not served here; this server "
+      "serves '", served.name(), "'"));
+}
+
+absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
+                                    worker::SamplingParams* sampling) {
+  worker::SamplingParams scratch;
+  switch (r.input_case()) {
+    case v1::GenerateRequest::kPrompt:
+      if (r.prompt().empty()) return bad("prompt", "empty");
+      if (r.prompt().size() > kMaxTextBytes) {
+        return bad("prompt", absl::StrCat(r.prompt().size(),
+                                          " bytes exceed ", kMaxTextBytes));
+      }
+      break;
+    case v1::GenerateRequest::kPromptIds: {
+      const auto& ids = r.prompt_ids().ids();
+      if (ids.empty()) return bad("prompt_ids.ids", "empty");
+      if (ids.size() > kMaxTokens) {
+        return bad("prompt_ids.ids",
+                   absl::StrCat(ids.size(), " ids exceed ", kMaxTokens));
+      }
+      for (int i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+          return bad(absl::StrCat("prompt_ids.ids[", i, "]"),
+                     absl::StrCat(ids[i], " is not a token id [0, ", n_vocab,
+                                  ")"));
+        }
+      }
+      break;
+    }
+    case v1::GenerateRequest::kMessages: {
+      const auto& m = r.messages().messages();
+      if (m.empty() || m.size() > kMaxMessages) {
+        return bad("messages.messages",
+                   absl::StrCat(m.size(), " messages; expected 1 .. ",
+                                kMaxMessages));
+      }
+      for (int i = 0; i < m.size(); ++i) {
+        const std::string f = absl::StrCat("messages.messages[", i, "]");
+        if (m[i].role().empty() || m[i].role().size() > kMaxRoleBytes) {
+          return bad(f + ".role", absl::StrCat(m[i].role().size(),
+                                               " bytes; expected 1 .. ",
+                                               kMaxRoleBytes));
+        }
+        if (m[i].content().size() > kMaxTextBytes) {
+          return bad(f + ".content", absl::StrCat(m[i].content().size(),
+                                                  " bytes exceed ",
+                                                  kMaxTextBytes));
+        }
+      }
+      break;
+    }
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      return bad("input", "give one of prompt, prompt_ids, messages");
+  }
+  if (r.has_max_tokens() &&
+      (r.max_tokens() < 1 || r.max_tokens() > kMaxTokens)) {
+    return r.max_tokens() < 1
+               ? bad("max_tokens", absl::StrCat(r.max_tokens(),
+                                                " is less than 1"))
+               : bad("max_tokens", absl::StrCat(r.max_tokens(), " exceeds ",
+                                                kMaxTokens));
+  }
+  if (absl::Status st =
+          worker::sampling_from_proto(r.sampling(), n_vocab, "sampling",
+                                      sampling != nullptr ? sampling : &scratch);
+      !st.ok()) {
+    return st;
+  }
+  if (r.stop_size() > kMaxStops) {
+    return bad("stop", absl::StrCat(r.stop_size(), " strings; at most ",
+                                    kMaxStops));
+  }
+  for (int i = 0; i < r.stop_size(); ++i) {
+    if (r.stop(i).size() > kMaxStopBytes) {
+      return bad(absl::StrCat("stop[", i, "]"),
+                 absl::StrCat(r.stop(i).size(), " bytes exceed ",
+                              kMaxStopBytes));
+    }
+  }
+  if (r.top_logprobs() < 0 || r.top_logprobs() > kMaxTopLogprobs) {
+    return range("top_logprobs", r.top_logprobs(),
+                 absl::StrCat("[0, ", kMaxTopLogprobs, "]"));
+  }
+  if (r.user().size() > kMaxUserBytes) {
+    return bad("user", absl::StrCat(r.user().size(), " bytes exceed ",
+                                    kMaxUserBytes));
+  }
+  // Fields the server cannot honour yet: refused, never silently ignored
+  // (output that ignores a schema or the tools would look like success).
+  if (!r.tools_json().empty()) return bad("tools_json", "not supported yet");
+  if (!r.tool_choice().empty() && r.tool_choice() != "none" &&
+      r.tool_choice() != "auto") {
+    return bad("tool_choice", "not supported yet");
+  }
+  if (!r.chat_template_kwargs_json().empty() &&
+      r.chat_template_kwargs_json() != "{}") {
+    return bad("chat_template_kwargs_json", "not supported yet");
+  }
+  if (!r.grammar().empty()) return bad("grammar", "not supported yet");
+  if (!r.json_schema().empty()) return bad("json_schema", "not supported yet");
+  if (r.json_object()) return bad("json_object", "not supported yet");
+  return absl::OkStatus();
+}
+
+
+absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
+                                               const v1::GenerateRequest& request,
+                                               const PromptOptions& options) {
+  if (absl::Status st = check_model_name(model.info, request.model()); !st.ok()) {
+    return st;
+  }
+  const tokenizer::Tokenizer& tok = *model.tokenizer;
+  worker::SamplingParams sampling;
+  if (absl::Status st = check_generate_request(request, tok.n_tokens(), &sampling);
+      !st.ok()) {
+    return st;
+  }
+  absl::StatusOr<std::vector<int32_t>> prompt = tokenize_input(model, request);
+  if (!prompt.ok()) return prompt.status();
+  if (prompt->empty()) return bad("prompt", "no tokens");
+  const int64_t n_prompt = static_cast<int64_t>(prompt->size());
+  if (n_prompt > model.n_ctx) {  // as Scheduler::submit says it
+    return absl::OutOfRangeError(absl::StrCat(
+        "prompt: ", n_prompt, " tokens exceed the context of ", model.n_ctx));
+  }
+
+  if (!request.sampling().has_seed()) {
+    sampling.seed = static_cast<uint64_t>(std::random_device{}()) << 32 |
+                    std::random_device{}();
+  }
+  SequenceRequest sr;
+  sr.prompt = *std::move(prompt);
+  if (request.has_max_tokens()) {
+    sr.params.max_tokens = request.max_tokens();
+  } else if (options.default_max_tokens > 0) {
+    sr.params.max_tokens = options.default_max_tokens;
+  } else {
+    sr.params.max_tokens = static_cast<int>(std::max<int64_t>(1, model.n_ctx - n_prompt));
+  }
+  sr.params.sampling = sampling;
+  sr.params.stop.assign(request.stop().begin(), request.stop().end());
+  sr.params.ignore_eos = request.ignore_eos();
+  sr.logprobs = request.logprobs();
+  sr.top_logprobs = request.top_logprobs();
+  return sr;
+}
+
+}  // namespace strata::coordinator

@@ -1,0 +1,56 @@
+// Prompt preparation: a v1::GenerateRequest (inference.proto) becomes what
+// the Scheduler runs — the model check, every field against the bounds
+// inference.proto states, tokenization of `prompt` or the chat template's
+// rendering of `messages`, the sampling parameters and the seed. The gRPC
+// Inference service and the OpenAI HTTP front end (coordinator/http/) both
+// call it, so both accept and refuse the same requests with the same
+// message.
+//
+// Errors name the field as inference.proto spells it: INVALID_ARGUMENT
+// ("max_tokens: 10000000 exceeds 1048576"; "tools_json: not supported
+// yet"), NOT_FOUND for another model, OUT_OF_RANGE with both numbers for a
+// prompt longer than the context, FAILED_PRECONDITION when the served model
+// cannot take `messages` (no usable chat template).
+//
+// Threads: pure functions of their arguments; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/cluster.h"
+#include "coordinator/step_scheduler.h"
+#include "strata/v1/inference.pb.h"
+#include "worker/sampler.h"
+
+namespace strata::coordinator {
+
+// OK when `model` is empty or names the served model; else NOT_FOUND
+// "model: 'x' is not served here; this server serves 'y'".
+absl::Status check_model_name(const v1::ModelInfo& served,
+                              const std::string& model);
+
+// Checks a GenerateRequest against inference.proto's bounds for a model of
+// n_vocab tokens (no tokenization). INVALID_ARGUMENT naming the field. On
+// success *sampling, when given, receives the request's sampling parameters
+// (worker::sampling_from_proto: absent fields take their defaults; seed 0
+// when absent).
+absl::Status check_generate_request(const v1::GenerateRequest& request,
+                                    int n_vocab,
+                                    worker::SamplingParams* sampling = nullptr);
+
+struct PromptOptions {
+  // max_tokens when the request has none; 0: the rest of the context.
+  int default_max_tokens = 128;
+};
+
+// The request checked and tokenized: `prompt`, `params` (max_tokens, the
+// sampling parameters with a random seed when none was given, stop,
+// ignore_eos) and the logprob flags, ready for Scheduler::submit.
+absl::StatusOr<SequenceRequest> prepare_prompt(
+    const ServedModel& model, const v1::GenerateRequest& request,
+    const PromptOptions& options = {});
+
+}  // namespace strata::coordinator

@@ -1,0 +1,484 @@
+#!/usr/bin/env python3
+"""The OpenAI-compatible HTTP API end to end: the official `openai` SDK
+(PyPI, unchanged, base_url=http://HOST:PORT/v1) and raw sockets against
+`strata serve` (--setup serve) or a strata-coordinator with 2 strata-worker
+processes (--setup cluster), all on 127.0.0.1 with SmolLM2.
+
+Checked: models; chat and completions, streamed and not, greedy streamed
+text equal to the whole response; usage (cached_tokens 0); logprobs in the
+chat and the completions shapes; n > 1; stop strings never in the output;
+every SSE chunk valid UTF-8; errors as OpenAI error objects with their
+status (400 naming the param, 404, 405, 413, 401, 400 with both numbers for
+a prompt over the context); hostile HTTP (malformed JSON, wrong types,
+invalid UTF-8, a huge body, a slow sender, 1000 idle connections) with the
+server answering correctly throughout; a client that hangs up mid-stream
+frees its sequence (waited for on the gRPC ClusterStatus); the bearer
+token on HTTP and gRPC (serve); /health 503 once a worker is gone (cluster).
+
+Exit status: 0 passed, 1 failed, 77 skipped (model, SDK or grpcio absent).
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster"))
+from cluster_test import Failures, free_port, load_stubs, model_dirs, skip  # noqa: E402
+
+CTX = 1024
+
+
+class Proc:
+    """A child that prints "listening on A" and, with HTTP, "http listening on B"."""
+
+    def __init__(self, name, argv, workdir, http=True, env=None):
+        self.name = name
+        self.log_path = os.path.join(workdir, f"{name}.log")
+        self.log = open(self.log_path, "ab")
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, env=env)
+        lines = []
+        want = 2 if http else 1
+        t = threading.Thread(target=lambda: [lines.append(self.p.stdout.readline())
+                                             for _ in range(want)], daemon=True)
+        t.start()
+        t.join(180)
+        lines = [x.decode(errors="replace").strip() for x in lines]
+        if len(lines) < want or not lines[0].startswith("listening on "):
+            self.kill()
+            raise RuntimeError(f"{name} did not start: {lines}; {self.tail()}")
+        self.address = lines[0].split()[-1]
+        self.http = lines[1].split()[-1] if http else None
+        if http and not lines[1].startswith("http listening on "):
+            raise RuntimeError(f"{name}: second line {lines[1]!r}")
+        threading.Thread(target=lambda: [None for _ in self.p.stdout], daemon=True).start()
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+        self.log.close()
+
+    def tail(self, n=30):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+
+def start_serve(args, workdir, name="serve", extra=(), env=None):
+    return Proc(name, [args.strata, "serve", args.model, "-t", "1", "-c", str(CTX),
+                       "--max-sequences", "4", "--listen", f"127.0.0.1:{free_port()}",
+                       "--http", "127.0.0.1:0", *extra], workdir, env=env)
+
+
+def start_cluster(args, workdir):
+    procs = []
+    ports = [free_port() for _ in range(2)]
+    for i, port in enumerate(ports):
+        cfg = os.path.join(workdir, f"worker-{i}.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"listen: 127.0.0.1:{port}\nname: w{i}\nthreads: 1\nmemory_budget: 8GiB\n"
+                    f"model_dirs: [{model_dirs(args.model)}]\nanswer_timeout_ms: 120000\n")
+        procs.append(Proc(f"worker-{i}", [args.worker, "--config", cfg], workdir, http=False))
+    cfg = os.path.join(workdir, "cluster.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"model: {args.model}\nlisten: 127.0.0.1:{free_port()}\n"
+                f"http_listen: 127.0.0.1:0\ncontext_length: {CTX}\nmax_sequences: 4\n"
+                "health_check_interval_ms: 300\nhealth_check_timeout_ms: 1000\n"
+                "health_check_failures: 2\nworkers:\n"
+                + "".join(f"  - address: 127.0.0.1:{p}\n    name: w{i}\n"
+                          for i, p in enumerate(ports)))
+    coordinator = Proc("coordinator", [args.coordinator, "--config", cfg], workdir)
+    return coordinator, procs
+
+
+def raw(host, method, path, body=None, headers=None, timeout=60):
+    """One request on a fresh connection: (status, headers, body bytes)."""
+    h, p = host.rsplit(":", 1)
+    c = http.client.HTTPConnection(h, int(p), timeout=timeout)
+    hdrs = {"Content-Type": "application/json"}
+    hdrs.update(headers or {})
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    c.request(method, path, body=body, headers=hdrs)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), data
+
+
+def sse_events(host, path, body):
+    """A streamed request read raw: the `data:` payloads as bytes, in order."""
+    h, p = host.rsplit(":", 1)
+    c = http.client.HTTPConnection(h, int(p), timeout=120)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200, (r.status, r.read())
+    data = r.read()  # chunked decoding by http.client
+    c.close()
+    events = []
+    for block in data.split(b"\n\n"):
+        if block.startswith(b"data: "):
+            events.append(block[6:])
+    return events
+
+
+def error_of(status_body):
+    status, _, body = status_body
+    try:
+        return status, json.loads(body)["error"]
+    except (ValueError, KeyError):
+        return status, {"message": body[:200]}
+
+
+def wait_active_zero(stub, pb, timeout=15, metadata=None):
+    """Polls ClusterStatus until no sequence is active; returns the last count."""
+    end = time.time() + timeout
+    active = None
+    while time.time() < end:
+        active = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5,
+                                    metadata=metadata).active_sequences
+        if active == 0:
+            return 0
+        time.sleep(0.02)
+    return active
+
+
+def check_api(args, f, host, grpc_address, stubs, label):
+    import openai
+    pb, pb_grpc, grpc = stubs
+    client = openai.OpenAI(base_url=f"http://{host}/v1", api_key="unused", max_retries=0,
+                           timeout=120)
+    models = client.models.list().data
+    f.check(len(models) == 1 and models[0].object == "model", f"{label}: models.list")
+    model = models[0].id
+
+    msgs = [{"role": "user", "content": "Write a short sentence about the sea."}]
+    whole = client.chat.completions.create(model=model, messages=msgs, max_tokens=24,
+                                           temperature=0)
+    text = whole.choices[0].message.content
+    f.check(bool(text) and whole.choices[0].finish_reason in ("stop", "length"),
+            f"{label}: chat completion ({whole.choices[0].finish_reason}): {text!r}")
+    u = whole.usage
+    f.check(u.prompt_tokens > 0 and u.completion_tokens > 0 and
+            u.total_tokens == u.prompt_tokens + u.completion_tokens and
+            u.prompt_tokens_details.cached_tokens == 0, f"{label}: chat usage {u}")
+    streamed, usage, finish, roles = "", None, None, 0
+    for chunk in client.chat.completions.create(model=model, messages=msgs, max_tokens=24,
+                                                temperature=0, stream=True,
+                                                stream_options={"include_usage": True}):
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            streamed += c.delta.content or ""
+            roles += 1 if c.delta.role == "assistant" else 0
+            finish = c.finish_reason or finish
+    f.check(streamed == text, f"{label}: greedy chat streamed == whole ({streamed!r})")
+    f.check(usage is not None and usage.completion_tokens == u.completion_tokens and
+            finish == whole.choices[0].finish_reason and roles == 1,
+            f"{label}: chat stream usage and finish_reason")
+
+    prompt = "The capital of France is"
+    comp = client.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=0)
+    ctext = "".join(c.choices[0].text for c in client.completions.create(
+        model=model, prompt=prompt, max_tokens=12, temperature=0, stream=True) if c.choices)
+    f.check(comp.choices[0].text == ctext and comp.choices[0].text,
+            f"{label}: greedy completion streamed == whole ({ctext!r})")
+    f.check(comp.usage.completion_tokens == 12 and comp.choices[0].finish_reason == "length",
+            f"{label}: completion max_tokens -> length")
+
+    # Logprobs: chat shape, then completions shape.
+    lp = client.chat.completions.create(model=model, messages=msgs, max_tokens=8,
+                                        temperature=0, logprobs=True, top_logprobs=3)
+    content = lp.choices[0].logprobs.content
+    ok = len(content) == lp.usage.completion_tokens and all(
+        len(t.top_logprobs) == 3 and t.logprob <= 0 and
+        abs(t.logprob - max(x.logprob for x in t.top_logprobs)) < 1e-4 for t in content)
+    f.check(ok, f"{label}: chat logprobs (greedy picks the top)")
+    clp = client.completions.create(model=model, prompt=prompt, max_tokens=6, temperature=0,
+                                    logprobs=2)
+    l2 = clp.choices[0].logprobs
+    f.check(len(l2.tokens) == 6 and len(l2.token_logprobs) == 6 and
+            all(len(t) <= 2 for t in l2.top_logprobs) and l2.text_offset[0] == 0,
+            f"{label}: completions logprobs")
+
+    # n > 1 with a seed.
+    many = client.chat.completions.create(model=model, messages=msgs, max_tokens=8,
+                                          temperature=1.0, seed=7, n=3)
+    f.check(len(many.choices) == 3 and sorted(c.index for c in many.choices) == [0, 1, 2],
+            f"{label}: n=3 gives 3 choices")
+
+    # Stop strings never leak, streamed or not.
+    long = client.completions.create(model=model, prompt=prompt, max_tokens=24,
+                                     temperature=0).choices[0].text
+    stop = long[len(long) // 2:len(long) // 2 + 3]
+    if stop.strip():
+        s1 = client.completions.create(model=model, prompt=prompt, max_tokens=24,
+                                       temperature=0, stop=[stop])
+        s2 = "".join(c.choices[0].text for c in client.completions.create(
+            model=model, prompt=prompt, max_tokens=24, temperature=0, stop=stop, stream=True)
+            if c.choices)
+        f.check(stop not in s1.choices[0].text and s1.choices[0].finish_reason == "stop" and
+                s1.choices[0].text == long[:long.find(stop)] and s2 == s1.choices[0].text,
+                f"{label}: stop {stop!r} does not leak ({s1.choices[0].text!r})")
+
+    # Every SSE chunk is valid UTF-8, also where characters span tokens.
+    events = sse_events(host, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Écris une phrase avec des emojis 🌊🐟 et du "
+                                                 "chinois 大海."}],
+        "max_tokens": 48, "temperature": 0.9, "seed": 3, "stream": True})
+    bad = 0
+    for e in events:
+        try:
+            e.decode("utf-8", errors="strict")
+        except UnicodeDecodeError:
+            bad += 1
+    f.check(events and events[-1] == b"[DONE]" and bad == 0,
+            f"{label}: {len(events)} SSE chunks, all valid UTF-8, ending [DONE]")
+
+    # Errors through the SDK.
+    try:
+        client.chat.completions.create(model="no-such-model", messages=msgs, max_tokens=2)
+        f.check(False, f"{label}: unknown model refused")
+    except openai.NotFoundError as e:
+        f.check(e.status_code == 404 and e.body.get("code") == "model_not_found",
+                f"{label}: unknown model -> 404 model_not_found")
+    try:
+        client.chat.completions.create(model=model, messages=msgs, temperature="hot")
+        f.check(False, f"{label}: wrong type refused")
+    except openai.BadRequestError as e:
+        f.check(e.status_code == 400 and e.body.get("param") == "temperature",
+                f"{label}: temperature 'hot' -> 400 param temperature")
+    try:
+        client.completions.create(model=model, prompt="word " * (CTX + 100), max_tokens=4)
+        f.check(False, f"{label}: long prompt refused")
+    except openai.BadRequestError as e:
+        msg = e.body.get("message", "")
+        f.check(e.status_code == 400 and str(CTX) in msg and "exceed" in msg,
+                f"{label}: prompt over the context -> 400 with both numbers ({msg})")
+    try:
+        client.chat.completions.create(model=model, messages=msgs, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
+        f.check(False, f"{label}: tools refused while unsupported")
+    except openai.BadRequestError as e:
+        f.check(e.body.get("param") == "tools", f"{label}: tools -> 400 (not supported yet)")
+
+    # Raw HTTP: status codes and error objects.
+    st, err = error_of(raw(host, "POST", "/v1/chat/completions", body="{not json"))
+    f.check(st == 400 and "invalid JSON" in err["message"] and err["type"],
+            f"{label}: malformed JSON -> 400")
+    st, err = error_of(raw(host, "POST", "/v1/chat/completions",
+                           body={"messages": [{"role": "user", "content": 7}]}))
+    f.check(st == 400 and err.get("param") == "messages[0].content", f"{label}: wrong type -> 400")
+    st, err = error_of(raw(host, "POST", "/v1/chat/completions",
+                           body=b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}'))
+    f.check(st == 400, f"{label}: invalid UTF-8 -> 400")
+    st, err = error_of(raw(host, "POST", "/v1/chat/completions",
+                           body={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}))
+    f.check(st == 400 and err.get("param") == "max_tokens", f"{label}: max_tokens 0 -> 400")
+    st, _ = error_of(raw(host, "GET", "/v1/nothing"))
+    f.check(st == 404, f"{label}: unknown path -> 404")
+    st, hdrs, _ = raw(host, "GET", "/v1/chat/completions")
+    f.check(st == 405 and hdrs.get("Allow") == "POST", f"{label}: GET on a POST route -> 405")
+    try:
+        st, _ = error_of(raw(host, "POST", "/v1/completions", body=b"x" * (9 << 20)))
+    except (ConnectionError, OSError) as e:
+        st = f"connection error {e}"
+    f.check(st == 413, f"{label}: 9 MiB body -> 413 ({st})")
+    st, _, body = raw(host, "GET", "/health")
+    f.check(st == 200 and json.loads(body)["status"] == "ok", f"{label}: /health 200")
+    st, _, body = raw(host, "GET", "/metrics")
+    f.check(st == 200 and b"strata:num_requests_running" in body and
+            b"strata:num_requests_waiting" in body, f"{label}: /metrics")
+    st, _, body = raw(host, "POST", "/tokenize", body={"content": "Hello world"})
+    ids = json.loads(body)["tokens"] if st == 200 else []
+    st2, _, body2 = raw(host, "POST", "/detokenize", body={"tokens": ids})
+    f.check(st == 200 and ids and st2 == 200 and
+            json.loads(body2)["content"].strip() == "Hello world",
+            f"{label}: tokenize / detokenize round trip {ids}")
+
+    # A client that hangs up mid-stream frees its sequence.
+    stub = pb_grpc.InferenceStub(grpc.insecure_channel(grpc_address))
+    h, p = host.rsplit(":", 1)
+    s = socket.create_connection((h, int(p)))
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 800, "ignore_eos": True,
+                       "temperature": 0, "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:
+        got += s.recv(4096)
+    active = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).active_sequences
+    s.close()
+    f.check(active == 1 and wait_active_zero(stub, pb) == 0,
+            f"{label}: hang-up mid-stream frees the sequence (active {active} -> 0)")
+
+    # A full queue: 429 with Retry-After; every other request, dropped by
+    # its client, leaves the scheduler.
+    import selectors
+    sel = selectors.DefaultSelector()
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 500, "ignore_eos": True,
+                       "temperature": 0}).encode()
+    flood = []
+    for _ in range(4 + 256 + 12):
+        c = socket.create_connection((h, int(p)))
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        c.setblocking(False)
+        sel.register(c, selectors.EVENT_READ)
+        flood.append(c)
+    refused, retry_after, end = 0, True, time.time() + 60
+    while refused == 0 and time.time() < end:
+        for key, _ in sel.select(timeout=1):
+            data = key.fileobj.recv(65536)
+            sel.unregister(key.fileobj)
+            if data.startswith(b"HTTP/1.1 429"):
+                refused += 1
+                retry_after = retry_after and b"Retry-After: 1" in data
+    for c in flood:
+        c.close()
+    sel.close()
+    def waiting():
+        _, _, m = raw(host, "GET", "/metrics")
+        for line in m.decode().splitlines():
+            if line.startswith("strata:num_requests_waiting"):
+                return float(line.split()[-1])
+        return -1
+    end = time.time() + 30
+    while waiting() != 0 and time.time() < end:
+        time.sleep(0.05)
+    f.check(refused > 0 and retry_after and waiting() == 0 and wait_active_zero(stub, pb) == 0,
+            f"{label}: a full queue -> 429 with Retry-After ({refused}); the dropped "
+            "requests all leave")
+
+    # Hostile: a slow sender and 1000 idle connections; the server answers
+    # each correctly meanwhile.
+    slow = socket.create_connection((h, int(p)))
+    slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len")
+    idle = []
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    except (ImportError, ValueError, OSError):
+        pass
+    for _ in range(1000):
+        idle.append(socket.create_connection((h, int(p))))
+    st, _, _ = raw(host, "GET", "/health")
+    ok = st == 200
+    for c in idle:
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    answered = 0
+    for c in idle:
+        c.settimeout(30)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        answered += data.startswith(b"HTTP/1.1 200")
+        c.close()
+    slow.close()
+    again = client.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=0)
+    f.check(ok and answered == 1000 and again.choices[0].text == comp.choices[0].text,
+            f"{label}: 1000 idle connections and a slow sender; all {answered} answered, "
+            "generation unchanged")
+
+
+def check_auth(args, f, workdir, stubs):
+    import openai
+    pb, pb_grpc, grpc = stubs
+    env = dict(os.environ, STRATA_API_KEY="s3cret-key")
+    serve = start_serve(args, workdir, name="serve-key", env=env)
+    try:
+        host = serve.http
+        bad = openai.OpenAI(base_url=f"http://{host}/v1", api_key="wrong", max_retries=0)
+        try:
+            bad.models.list()
+            f.check(False, "auth: a wrong key is refused")
+        except openai.AuthenticationError as e:
+            f.check(e.status_code == 401, "auth: a wrong key -> 401")
+        st, _ = error_of(raw(host, "POST", "/v1/completions", body={"prompt": "x"}))
+        f.check(st == 401, "auth: no key -> 401")
+        good = openai.OpenAI(base_url=f"http://{host}/v1", api_key="s3cret-key", max_retries=0)
+        r = good.completions.create(model=good.models.list().data[0].id, prompt="Hi",
+                                    max_tokens=2, temperature=0)
+        f.check(r.usage.completion_tokens == 2, "auth: the right key is served")
+        st, _, _ = raw(host, "GET", "/health")
+        f.check(st == 200, "auth: /health stays open")
+        stub = pb_grpc.InferenceStub(grpc.insecure_channel(serve.address))
+        try:
+            stub.ListModels(pb.ListModelsRequest(), timeout=5)
+            f.check(False, "auth: gRPC without the key is refused")
+        except grpc.RpcError as e:
+            f.check(e.code() == grpc.StatusCode.UNAUTHENTICATED, "auth: gRPC without the key")
+        m = stub.ListModels(pb.ListModelsRequest(), timeout=5,
+                            metadata=[("authorization", "Bearer s3cret-key")])
+        f.check(len(m.models) == 1, "auth: gRPC with the key")
+    finally:
+        serve.kill()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("--strata", "--worker", "--coordinator", "--model", "--proto-dir"):
+        ap.add_argument(a, required=True)
+    ap.add_argument("--setup", choices=["serve", "cluster"], required=True)
+    args = ap.parse_args()
+    if not os.path.exists(args.model):
+        skip(f"{args.model} absent (scripts/fetch-models.sh)")
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        skip("the openai package is absent (scripts/fetch-models.sh installs it)")
+    with tempfile.TemporaryDirectory(prefix="strata-http-") as workdir:
+        stubs = load_stubs(args.proto_dir, workdir)
+        f = Failures()
+        procs = []
+        try:
+            if args.setup == "serve":
+                serve = start_serve(args, workdir)
+                procs = [serve]
+                check_api(args, f, serve.http, serve.address, stubs, "serve")
+                check_auth(args, f, workdir, stubs)
+            else:
+                coordinator, workers = start_cluster(args, workdir)
+                procs = workers + [coordinator]
+                pb, pb_grpc, grpc = stubs
+                stub = pb_grpc.InferenceStub(grpc.insecure_channel(coordinator.address))
+                end = time.time() + 120
+                while (stub.Health(pb.HealthRequest(), timeout=5).state != pb.HealthResponse.SERVING
+                       and time.time() < end):
+                    time.sleep(0.1)
+                check_api(args, f, coordinator.http, coordinator.address, stubs, "cluster")
+                workers[1].kill()
+                end = time.time() + 20
+                st = 200
+                while time.time() < end and st == 200:
+                    st, _, _ = raw(coordinator.http, "GET", "/health")
+                    time.sleep(0.05)
+                f.check(st == 503, "cluster: /health 503 once a worker is gone")
+        except Exception:
+            for p in procs:
+                print(f"--- {p.name} ---\n{p.tail()}")
+            raise
+        finally:
+            for p in procs:
+                p.kill()
+        if f.n:
+            for p in procs:
+                print(f"--- {p.name} ---\n{p.tail()}")
+        print(f"{f.passed} passed, {f.n} failed")
+        return 1 if f.n else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

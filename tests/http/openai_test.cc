@@ -1,0 +1,292 @@
+// The OpenAI JSON -> v1::GenerateRequest mapping and the error objects
+// (coordinator/http/openai.h), without a server or a model.
+#include "coordinator/http/openai.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "coordinator/api_key.h"
+#include "coordinator/prompt.h"
+
+namespace strata::coordinator::http {
+namespace {
+
+using json = nlohmann::json;
+
+OpenAiRequest chat(const std::string& body) {
+  auto r = parse_openai_request(Endpoint::kChat, body);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : OpenAiRequest{};
+}
+
+// The param an error names, as the OpenAI error object carries it.
+std::string param_of(Endpoint endpoint, const std::string& body) {
+  auto r = parse_openai_request(endpoint, body);
+  EXPECT_FALSE(r.ok()) << body;
+  if (r.ok()) return "<ok>";
+  const ApiError e = to_api_error(r.status());
+  EXPECT_EQ(e.http_status, 400) << r.status();
+  return e.param;
+}
+
+TEST(OpenAiMapping, ChatMessagesAndSampling) {
+  const OpenAiRequest r = chat(R"({
+    "model": "m", "messages": [
+      {"role": "system", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null},
+      {"role": "user", "content": "c", "name": "bob"}],
+    "max_completion_tokens": 7, "max_tokens": 99, "temperature": 0.5, "top_p": 0.9,
+    "top_k": 40, "min_p": 0.05, "presence_penalty": 0.1, "frequency_penalty": 0.2,
+    "repetition_penalty": 1.1, "seed": 42, "stop": ["x", "y"], "n": 3,
+    "stream": true, "stream_options": {"include_usage": true},
+    "logprobs": true, "top_logprobs": 2, "user": "u1", "unknown_field": {"ignored": 1}})");
+  const v1::GenerateRequest& g = r.generate;
+  EXPECT_EQ(g.model(), "m");
+  ASSERT_EQ(g.messages().messages_size(), 4);
+  EXPECT_EQ(g.messages().messages(0).role(), "system");
+  EXPECT_EQ(g.messages().messages(1).content(), "a\nb");
+  EXPECT_EQ(g.messages().messages(2).content(), "");
+  EXPECT_EQ(g.max_tokens(), 7);  // max_completion_tokens wins
+  EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling().top_p(), 0.9f);
+  EXPECT_EQ(g.sampling().top_k(), 40);
+  EXPECT_FLOAT_EQ(g.sampling().min_p(), 0.05f);
+  EXPECT_FLOAT_EQ(g.sampling().presence_penalty(), 0.1f);
+  EXPECT_FLOAT_EQ(g.sampling().frequency_penalty(), 0.2f);
+  EXPECT_FLOAT_EQ(g.sampling().repeat_penalty(), 1.1f);
+  EXPECT_EQ(g.sampling().seed(), 42u);
+  ASSERT_EQ(g.stop_size(), 2);
+  EXPECT_EQ(g.stop(1), "y");
+  EXPECT_TRUE(g.logprobs());
+  EXPECT_EQ(g.top_logprobs(), 2);
+  EXPECT_EQ(g.user(), "u1");
+  EXPECT_EQ(r.n, 3);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+}
+
+TEST(OpenAiMapping, DefaultsFollowOpenAi) {
+  const OpenAiRequest r = chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_FALSE(r.generate.has_max_tokens());  // chat: the rest of the context
+  EXPECT_FLOAT_EQ(r.generate.sampling().temperature(), 1.0f);
+  EXPECT_FALSE(r.generate.sampling().has_seed());
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FALSE(r.stream);
+  auto c = parse_openai_request(Endpoint::kCompletion, R"({"prompt": "x", "stop": "s"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->generate.max_tokens(), kCompletionDefaultMaxTokens);
+  EXPECT_EQ(c->generate.stop(0), "s");
+  EXPECT_EQ(c->generate.prompt(), "x");
+}
+
+TEST(OpenAiMapping, CompletionPromptShapesAndLogprobs) {
+  auto ids = parse_openai_request(Endpoint::kCompletion, R"({"prompt": [1, 2, 3], "logprobs": 2})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->generate.prompt_ids().ids_size(), 3);
+  EXPECT_TRUE(ids->generate.logprobs());
+  EXPECT_EQ(ids->generate.top_logprobs(), 2);
+  auto nested = parse_openai_request(Endpoint::kCompletion, R"({"prompt": [[5, 6]]})");
+  ASSERT_TRUE(nested.ok());
+  EXPECT_EQ(nested->generate.prompt_ids().ids(1), 6);
+  auto one = parse_openai_request(Endpoint::kCompletion, R"({"prompt": ["text"]})");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->generate.prompt(), "text");
+}
+
+TEST(OpenAiMapping, ToolsAndResponseFormatGoToTheirFields) {
+  const OpenAiRequest r = chat(R"({"messages": [{"role": "user", "content": "x"}],
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "tool_choice": {"type": "function", "function": {"name": "f"}},
+    "chat_template_kwargs": {"enable_thinking": false},
+    "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}}})");
+  EXPECT_EQ(json::parse(r.generate.tools_json())[0]["function"]["name"], "f");
+  EXPECT_EQ(json::parse(r.generate.tool_choice())["function"]["name"], "f");
+  EXPECT_EQ(json::parse(r.generate.chat_template_kwargs_json())["enable_thinking"], false);
+  EXPECT_EQ(json::parse(r.generate.json_schema())["type"], "object");
+  const OpenAiRequest o = chat(R"({"messages": [{"role": "user", "content": "x"}],
+    "response_format": {"type": "json_object"}, "tool_choice": "none"})");
+  EXPECT_TRUE(o.generate.json_object());
+  EXPECT_EQ(o.generate.tool_choice(), "none");
+}
+
+TEST(OpenAiMapping, WrongTypesNameTheParam) {
+  const Endpoint kChat = Endpoint::kChat;
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "temperature": "hot"})"), "temperature");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "max_tokens": 1.5})"), "max_tokens");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stream": 1})"), "stream");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stop": 3})"), "stop");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stop": ["a", 1]})"), "stop[1]");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "n": 0})"), "n");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"1": 5}})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "top_logprobs": 3})"), "top_logprobs");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stream_options": {"include_usage": 1}})"),
+            "stream_options.include_usage");
+  EXPECT_EQ(param_of(kChat, R"({"messages": "hi"})"), "messages");
+  EXPECT_EQ(param_of(kChat, R"({"messages": []})"), "messages");
+  EXPECT_EQ(param_of(kChat, R"({})"), "messages");
+  EXPECT_EQ(param_of(kChat, R"({"messages": [{"content": "x"}]})"), "messages[0].role");
+  EXPECT_EQ(param_of(kChat, R"({"messages": [{"role": 5, "content": "x"}]})"), "messages[0].role");
+  EXPECT_EQ(param_of(kChat, R"({"messages": [{"role": "user"}]})"), "messages[0].content");
+  EXPECT_EQ(param_of(kChat, R"({"messages": [{"role": "user", "content": 5}]})"),
+            "messages[0].content");
+  EXPECT_EQ(param_of(kChat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
+            "messages[0].content[0].type");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "response_format": {"type": "xml"}})"),
+            "response_format.type");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": 5})"), "prompt");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": ["a", "b"]})"), "prompt");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": [1, "x"]})"), "prompt[1]");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "echo": true})"), "echo");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "logprobs": 50})"), "logprobs");
+}
+
+TEST(OpenAiMapping, MalformedJsonIsRefused) {
+  for (const char* body : {"", "{", "[1]", "nul", "{\"messages\": [}", "\"text\""}) {
+    auto r = parse_openai_request(Endpoint::kChat, body);
+    ASSERT_FALSE(r.ok()) << body;
+    const ApiError e = to_api_error(r.status());
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_EQ(e.param, "") << e.message;
+  }
+  // Invalid UTF-8 inside a string.
+  auto bad = parse_openai_request(Endpoint::kChat,
+                                  "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}");
+  EXPECT_FALSE(bad.ok());
+  // Nesting that would cost recursion.
+  std::string deep(100000, '[');
+  EXPECT_FALSE(parse_openai_request(Endpoint::kChat, deep).ok());
+}
+
+// Bodies mutated byte by byte (a deterministic seed): every one either
+// maps or is refused with a 400 and a valid error object; none crashes.
+TEST(OpenAiMapping, MutatedBodiesAreMappedOrRefused) {
+  const std::string seeds[] = {
+      R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],)"
+      R"("max_tokens":5,"stop":["x"],"n":2,"logprobs":true,"top_logprobs":1,)"
+      R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object"}}}})",
+      R"({"prompt":[[1,2,3]],"logprobs":3,"stream":true,"stream_options":{"include_usage":true},)"
+      R"("seed":18446744073709551615,"temperature":1e308,"top_k":-5})",
+  };
+  std::mt19937 rng(28);
+  for (int i = 0; i < 20000; ++i) {
+    std::string body = seeds[i % 2];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits; ++k) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 3) {
+        case 0: body[at] = static_cast<char>(rng()); break;
+        case 1: body.erase(at, 1 + rng() % 8); break;
+        default: body.insert(at, 1, "{}[]\",:0\\\xff"[rng() % 11]); break;
+      }
+      if (body.empty()) body = "{";
+    }
+    const Endpoint e = i % 2 == 0 ? Endpoint::kChat : Endpoint::kCompletion;
+    auto r = parse_openai_request(e, body);
+    if (!r.ok()) {
+      const ApiError err = to_api_error(r.status());
+      ASSERT_EQ(err.http_status, 400) << body << "\n" << r.status();
+      ASSERT_TRUE(json::accept(error_json(err)));
+    }
+  }
+}
+
+TEST(OpenAiErrors, StatusMapsToHttpAndParam) {
+  struct Case {
+    absl::Status status;
+    int http;
+    const char* param;
+    const char* code;
+  };
+  const Case cases[] = {
+      {absl::InvalidArgumentError("sampling.temperature: 200 is out of range [0, 100]"), 400,
+       "temperature", ""},
+      {absl::InvalidArgumentError("sampling.repeat_penalty: 0 is out of range (0, 100]"), 400,
+       "repetition_penalty", ""},
+      {absl::InvalidArgumentError("messages.messages[2].role: 0 bytes; expected 1 .. 64"), 400,
+       "messages[2].role", ""},
+      {absl::InvalidArgumentError("tools_json: not supported yet"), 400, "tools", ""},
+      {absl::OutOfRangeError("prompt: 9000 tokens exceed the context of 8192"), 400, "prompt",
+       "context_length_exceeded"},
+      {absl::NotFoundError("model: 'x' is not served here"), 404, "model", "model_not_found"},
+      {absl::UnauthenticatedError("incorrect API key"), 401, "", "invalid_api_key"},
+      {absl::ResourceExhaustedError("too many requests: 8 running and 256 waiting"), 429, "", ""},
+      {absl::UnavailableError("worker w1 (127.0.0.1:1): unreachable"), 503, "", ""},
+      {absl::InternalError("boom"), 500, "", ""},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = to_api_error(c.status);
+    EXPECT_EQ(e.http_status, c.http) << c.status;
+    EXPECT_EQ(e.param, c.param) << c.status;
+    EXPECT_EQ(e.code, c.code) << c.status;
+    const json j = json::parse(error_json(e));
+    ASSERT_TRUE(j.contains("error"));
+    for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(j["error"].contains(k)) << k;
+    if (c.param[0] == '\0') {
+      EXPECT_TRUE(j["error"]["param"].is_null());
+    }
+  }
+  // The message says the OpenAI name too.
+  EXPECT_EQ(to_api_error(absl::InvalidArgumentError("sampling.top_p: 2 is out of range (0, 1]"))
+                .message,
+            "top_p: 2 is out of range (0, 1]");
+  EXPECT_EQ(to_api_error(absl::ResourceExhaustedError("x")).retry_after_s, 1);
+  EXPECT_EQ(to_api_error(absl::UnavailableError("x")).retry_after_s, 1);
+}
+
+TEST(OpenAiErrors, JsonIsValidUtf8WhateverTheMessage) {
+  const std::string text = dump_json(json{{"s", std::string("a\xff\xc3")}});
+  EXPECT_TRUE(json::accept(text));
+}
+
+// Prompt preparation refuses the fields nothing honours yet, naming them
+// (OpenAI's names once through to_api_error), rather than ignore them.
+TEST(PromptPreparation, RefusesWhatItCannotHonourYet) {
+  auto base = [] {
+    v1::GenerateRequest r;
+    r.set_prompt("hi");
+    return r;
+  };
+  struct Case {
+    void (*set)(v1::GenerateRequest&);
+    const char* param;
+  };
+  const Case cases[] = {
+      {[](v1::GenerateRequest& r) { r.set_tools_json("[{}]"); }, "tools"},
+      {[](v1::GenerateRequest& r) { r.set_tool_choice("required"); }, "tool_choice"},
+      {[](v1::GenerateRequest& r) { r.set_chat_template_kwargs_json("{\"a\":1}"); },
+       "chat_template_kwargs"},
+      {[](v1::GenerateRequest& r) { r.set_grammar("root ::= \"a\""); }, "grammar"},
+      {[](v1::GenerateRequest& r) { r.set_json_schema("{}"); }, "response_format"},
+      {[](v1::GenerateRequest& r) { r.set_json_object(true); }, "response_format"},
+      {[](v1::GenerateRequest& r) { r.set_user(std::string(300, 'u')); }, "user"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest r = base();
+    c.set(r);
+    const absl::Status st = check_generate_request(r, 1000);
+    ASSERT_TRUE(absl::IsInvalidArgument(st)) << c.param << ": " << st;
+    EXPECT_EQ(to_api_error(st).param, c.param) << st;
+  }
+  v1::GenerateRequest fine = base();
+  fine.set_tool_choice("auto");
+  fine.set_user("someone");
+  EXPECT_TRUE(check_generate_request(fine, 1000).ok());
+}
+
+TEST(ApiKey, BearerComparedWhole) {
+  EXPECT_TRUE(check_bearer("", "").ok());
+  EXPECT_TRUE(check_bearer("", "Bearer anything").ok());
+  EXPECT_TRUE(check_bearer("k3y", "Bearer k3y").ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", "")));
+  EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", "Bearer k3")));
+  EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", "Bearer k3yy")));
+  EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", "Basic k3y")));
+  EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", "Bearer K3Y")));
+}
+
+}  // namespace
+}  // namespace strata::coordinator::http
