@@ -3,8 +3,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include <memory>
-#include <vector>
 
 namespace strata::grpc_ops {
 
