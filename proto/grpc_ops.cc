@@ -3,7 +3,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-
 namespace strata::grpc_ops {
 
 void add_health_and_reflection(grpc::ServerBuilder&) {
