@@ -1,5 +1,6 @@
 #include "coordinator/cluster.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -81,6 +82,8 @@ Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
   // As vLLM: every sample names the model (dashboards filter on it).
   metrics_.registry().set_constant_labels(
       {{"model_name", model_->info.name()}});
+  so.prefix_cache_blocks = prefix_blocks();
+  so.prefix_block_tokens = kDefaultPrefixBlockTokens;
   Scheduler::DetokenizerFactory detokenizers = options_.detokenizers;
   if (!detokenizers) {
     const tokenizer::Tokenizer* tok = model_->tokenizer.get();
@@ -111,6 +114,15 @@ Cluster::~Cluster() {
   cv_.notify_all();
   monitor_.join();
   scheduler_.reset();  // ends the requests and closes the link first
+}
+
+int Cluster::prefix_blocks() const {
+  // Tracing compares every position's block hashes between two runs; a
+  // restored position is not computed again, so it has none: off.
+  if (!options_.config.trace.empty()) return 0;
+  const int blocks = options_.config.prefix_cache_blocks;
+  if (blocks >= 0) return blocks;
+  return std::max(1, model_->n_ctx / kDefaultPrefixBlockTokens);
 }
 
 std::string Cluster::worker_label(int i) const {
@@ -191,6 +203,7 @@ absl::Status Cluster::plan() {
   kv.n_ctx = model_->n_ctx;
   kv.max_sequences = c.max_sequences;
   kv.kv_type = c.kv_type;
+  kv.prefix_positions = int64_t{prefix_blocks()} * kDefaultPrefixBlockTokens;
   absl::StatusOr<std::vector<placement::ShardPlan>> p;
   if (c.explicit_placement) {
     std::vector<placement::Range> ranges;
@@ -238,6 +251,8 @@ absl::Status Cluster::load_pipeline() {
       req.set_next_stage_name(c.workers[i + 1].name);
     }
     req.set_trace(!c.trace.empty());
+    req.set_prefix_cache_blocks(prefix_blocks());
+    req.set_prefix_block_tokens(kDefaultPrefixBlockTokens);
     {
       std::lock_guard<std::mutex> lock(mu_);
       states_[i].state = "loading";
@@ -266,6 +281,15 @@ absl::Status Cluster::load_pipeline() {
     std::lock_guard<std::mutex> lock(mu_);
     problem_ = absl::StrCat(worker_label(0), ": ", link.status().message());
     return link.status();
+  }
+  {
+    // Every stage must hold the slots the index hands out.
+    int blocks = prefix_blocks();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const WorkerState& s : states_) {
+      if (s.shard) blocks = std::min(blocks, s.shard->prefix_cache_blocks());
+    }
+    scheduler_->set_prefix_cache_blocks(blocks);
   }
   scheduler_->attach(*std::move(link), shard_id);
   {

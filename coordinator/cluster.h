@@ -145,6 +145,8 @@ class Cluster {
   // Tells the serving listeners (call without mu_ held).
   void notify_serving();
   std::string worker_label(int i) const;
+  // Prefix cache slots for the scheduler and every shard (config, or auto).
+  int prefix_blocks() const;
 
   const ClusterOptions options_;
   std::unique_ptr<ServedModel> model_;

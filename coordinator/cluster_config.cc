@@ -202,7 +202,8 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
         root, "",
         {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
          "placement", "health_check_interval_ms", "health_check_timeout_ms",
-         "health_check_failures", "trace", "workers", "http_listen", "api_key"});
+         "health_check_failures", "trace", "workers", "http_listen", "api_key",
+         "prefix_cache_blocks"});
     if (!st.ok()) return with_source(st);
     if (root["model"]) {
       auto s = get_string(root["model"], "model");
@@ -246,6 +247,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
         {"health_check_interval_ms", &c.health_check_interval_ms, 50, 60000},
         {"health_check_timeout_ms", &c.health_check_timeout_ms, 50, 60000},
         {"health_check_failures", &c.health_check_failures, 1, 100},
+        {"prefix_cache_blocks", &c.prefix_cache_blocks, -1, 1 << 20},
     };
     for (const IntKey& k : ints) {
       if (!root[k.key]) continue;

@@ -19,6 +19,10 @@
 //   health_check_failures: 2        # misses in a row before a worker is
 //                                   # declared unreachable
 //   trace: ""                       # JSON-lines file of block-output hashes
+//   prefix_cache_blocks: -1         # prefix cache slots of 16 tokens on every
+//                                   # worker (coordinator/prefix_index.h);
+//                                   # -1: one context's worth, 0: off
+//                                   # (off while `trace` is set)
 //   workers:                        # in pipeline order
 //     - address: 127.0.0.1:50061    # required
 //       name: w0                    # for messages; default: the address
@@ -74,6 +78,9 @@ struct ClusterConfig {
   int health_check_timeout_ms = 1500;
   int health_check_failures = 2;
   std::string trace;  // file; empty: off
+  // Prefix cache slots (blocks of kDefaultPrefixBlockTokens) on every
+  // worker; -1: context_length / 16 (one more sequence's KV), 0: off.
+  int prefix_cache_blocks = -1;
   std::vector<WorkerConfig> workers;
 };
 

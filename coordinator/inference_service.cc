@@ -89,6 +89,7 @@ grpc::Status InferenceService::Generate(
         d->mutable_usage()->set_prompt_tokens(static_cast<int>(prompt.size()));
         d->mutable_usage()->set_completion_tokens(
             static_cast<int>(e->all_ids.size()));
+        d->mutable_usage()->set_cached_tokens(e->cached_tokens);
         v1::Timings* t = d->mutable_timings();
         const SequenceTimings& st = e->timings;
         t->set_prefill_ms(st.prefill_ms);

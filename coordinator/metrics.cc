@@ -405,6 +405,24 @@ ServingMetrics::ServingMetrics()
                             .counter("strata:generation_tokens_total",
                                      "Number of generation tokens processed.")
                             .get()),
+      prefix_cache_queries(
+          registry_
+              .counter("strata:prefix_cache_queries_total",
+                       "Prefix cache queries, in terms of number of queried "
+                       "tokens (the prompts' tokens).")
+              .get()),
+      prefix_cache_hits(
+          registry_
+              .counter("strata:prefix_cache_hits_total",
+                       "Prefix cache hits, in terms of number of cached "
+                       "tokens (prompt tokens restored, not prefilled).")
+              .get()),
+      prefix_cache_usage(
+          registry_
+              .gauge("strata:prefix_cache_usage_perc",
+                     "Prefix cache usage: blocks held over the stages' block "
+                     "slots (1 means full; 0 when off).")
+              .get()),
       time_to_first_token(
           registry_
               .histogram("strata:time_to_first_token_seconds",

@@ -229,6 +229,9 @@ class ServingMetrics {
   Gauge& kv_cache_usage;
   Counter& prompt_tokens;
   Counter& generation_tokens;
+  Counter& prefix_cache_queries;
+  Counter& prefix_cache_hits;
+  Gauge& prefix_cache_usage;
   Histogram& time_to_first_token;
   Histogram& inter_token_latency;
   Histogram& e2e_request_latency;

@@ -54,6 +54,11 @@ worker::ActivationLink::ResultCallback Scheduler::result_callback() {
   };
 }
 
+void Scheduler::set_prefix_cache_blocks(int blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  new_prefix_blocks_ = blocks;
+}
+
 void Scheduler::attach(std::unique_ptr<worker::ActivationLink> link,
                        uint64_t shard_id) {
   {
@@ -171,6 +176,11 @@ void Scheduler::publish_counts() {
     m->requests_waiting.set(core_.waiting());
     m->kv_cache_usage.set(static_cast<double>(core_.kv_positions()) /
                           (static_cast<double>(o.max_sequences) * o.n_ctx));
+    const PrefixIndex& prefix = core_.prefix_index();
+    m->prefix_cache_usage.set(
+        prefix.capacity() > 0
+            ? static_cast<double>(prefix.used()) / prefix.capacity()
+            : 0.0);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -221,6 +231,7 @@ void Scheduler::loop() {
     std::unique_ptr<worker::ActivationLink> new_link;
     bool have_new_link = false;
     uint64_t new_shard_id = 0;
+    int new_prefix_blocks = -1;
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -239,6 +250,7 @@ void Scheduler::loop() {
       if (have_new_link_ && !fail) {
         new_link = std::move(new_link_);
         new_shard_id = new_shard_id_;
+        new_prefix_blocks = new_prefix_blocks_;
         have_new_link = true;
         have_new_link_ = false;
       }
@@ -261,6 +273,7 @@ void Scheduler::loop() {
       link_ = std::move(new_link);
       shard_id_ = new_shard_id;
       unavailable_.clear();
+      core_.reset_prefix_cache(new_prefix_blocks);  // the stages' stores are new
     }
     for (v1::MicroBatchResult& r : results) {
       if (absl::Status st = core_.update_from_output(std::move(r)); !st.ok()) {

@@ -71,6 +71,11 @@ class Scheduler {
   // result_callback()) and the first stage's shard id; serving resumes.
   void attach(std::unique_ptr<worker::ActivationLink> link,
               uint64_t shard_id);
+  // Before attach(): the prefix cache slots the new pipeline's stages hold
+  // (the least of their ShardInfo.prefix_cache_blocks; 0 turns the cache
+  // off, e.g. on a backend that cannot copy KV rows). The index is emptied
+  // at every attach either way.
+  void set_prefix_cache_blocks(int blocks);
 
   // Queues a request. Errors: InvalidArgument (empty prompt, max_tokens <
   // 1, bad sampling), OutOfRange (the prompt does not fit n_ctx),
@@ -132,6 +137,7 @@ class Scheduler {
   std::unique_ptr<worker::ActivationLink> new_link_;
   uint64_t new_shard_id_ = 0;
   bool have_new_link_ = false;
+  int new_prefix_blocks_ = -1;  // for the next link; -1: as configured
   uint64_t next_seq_id_ = 1;
   Stats stats_;  // published copy
 

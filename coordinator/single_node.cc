@@ -152,6 +152,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
   c.prefill_chunk = o.prefill_chunk;
   c.kv_type = o.kv_type;
   c.trace = o.trace;
+  c.prefix_cache_blocks = o.prefix_cache_blocks;
   if (!c.trace.empty()) {
     if (absl::Status st = check_trace_writable(c.trace); !st.ok()) return st;
   }

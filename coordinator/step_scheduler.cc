@@ -1,6 +1,7 @@
 #include "coordinator/step_scheduler.h"
 
 #include <algorithm>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,9 @@ struct StepScheduler::Sequence {
   int in_flight = 0;    // micro-batches in flight holding a slice of it
   int decode_steps = 0;
   int generated = 0;  // tokens sampled for it
+  int cached = 0;               // prompt rows restored from the prefix cache
+  int next_save = 0;            // the next prompt block to save
+  std::vector<uint64_t> keys;   // of the prompt's full blocks
   Clock::time_point submitted;
   Clock::time_point first_sent;
   Clock::time_point first_token;
@@ -106,11 +110,22 @@ v1::SamplingParams to_proto(const worker::SamplingParams& p) {
 
 StepScheduler::StepScheduler(const SchedulerOptions& options,
                              DetokenizerFactory detokenizers)
-    : options_(normalized(options)), detokenizers_(std::move(detokenizers)) {}
+    : options_(normalized(options)),
+      detokenizers_(std::move(detokenizers)),
+      prefix_(options_.prefix_cache_blocks, options_.prefix_block_tokens) {}
 
 StepScheduler::~StepScheduler() = default;
 
 void StepScheduler::set_hooks(Hooks hooks) { hooks_ = std::move(hooks); }
+
+void StepScheduler::reset_prefix_cache(int capacity) {
+  if (capacity < 0) {
+    prefix_.clear();
+    return;
+  }
+  prefix_ = PrefixIndex(std::min(capacity, options_.prefix_cache_blocks),
+                        options_.prefix_block_tokens);
+}
 
 void StepScheduler::add(std::shared_ptr<SequenceHandle> handle,
                         SequenceRequest request, Clock::time_point submitted) {
@@ -175,6 +190,7 @@ void StepScheduler::finish(Sequence& seq) {
   e.finish = seq.output->finish_reason();
   e.all_ids = seq.output->ids();
   e.all_text = seq.output->text();
+  e.cached_tokens = seq.cached;
   SequenceTimings& t = e.timings;
   t.queue_ms = ms_between(seq.submitted, seq.first_sent);
   t.ttft_ms = ms_between(seq.submitted, seq.first_token);
@@ -189,9 +205,9 @@ void StepScheduler::finish(Sequence& seq) {
     m->request_finished(reason);
   }
   spdlog::info(
-      "request {}: finished {}: prompt {} tokens, generated {}, ttft {:.1f} "
-      "ms, {:.1f} ms in all",
-      seq.id, reason, seq.prompt_size(), seq.generated, t.ttft_ms,
+      "request {}: finished {}: prompt {} tokens ({} cached), generated {}, "
+      "ttft {:.1f} ms, {:.1f} ms in all",
+      seq.id, reason, seq.prompt_size(), seq.cached, seq.generated, t.ttft_ms,
       ms_between(seq.submitted, now));
   ++served_;
   if (hooks_.served) hooks_.served(served_);
@@ -208,6 +224,34 @@ void StepScheduler::admit() {
         std::make_unique<GenerationOutput>(seq->request.params, *seq->detok);
     const uint64_t id = seq->id;
     active_.emplace(id, std::move(seq));
+  }
+}
+
+// A decode step that fills a block (its row is the block's last) saves it
+// too: the next turn of a chat starts with this turn's answer.
+void StepScheduler::save_decoded_block(Sequence& seq, v1::SequenceSlice& slice,
+                                       InFlight& record) {
+  const int bt = prefix_.block_tokens();
+  if (prefix_.capacity() == 0 || seq.pos % bt != 0) return;
+  const int b = seq.pos / bt - 1;
+  if (b != static_cast<int>(seq.keys.size())) return;  // keys must chain
+  std::vector<int32_t> block;
+  block.reserve(static_cast<size_t>(bt));
+  const std::vector<int32_t>& ids = seq.output->ids();
+  for (int p = b * bt; p < (b + 1) * bt; ++p) {
+    const int g = p - seq.prompt_size();
+    if (g >= static_cast<int>(ids.size())) return;
+    block.push_back(g < 0 ? seq.request.prompt[p] : ids[g]);
+  }
+  const uint64_t parent = b == 0 ? PrefixIndex::root_key() : seq.keys[b - 1];
+  const uint64_t key = prefix_.chain_key(parent, block);
+  seq.keys.push_back(key);
+  seq.next_save = b + 1;
+  if (std::optional<uint32_t> slot = prefix_.insert_block(block, parent, key)) {
+    slice.add_save_blocks(*slot);
+    slice.add_save_keys(key);
+    slice.add_save_block_index(b);
+    record.saved.push_back(PrefixBlock{*slot, key});
   }
 }
 
@@ -254,6 +298,7 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     slice->add_tokens(seq->output->ids().back());
     ++seq->pos;
     ++seq->decode_steps;
+    save_decoded_block(*seq, *slice, record);
     seq->state = Sequence::State::kAwaitToken;
     ++rows;
     ++decodes;
@@ -262,20 +307,57 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
   for (auto& [id, seq] : active_) {
     if (batch.slices_size() >= options_.max_sequences) break;
     if (seq->state != Sequence::State::kPrefill) continue;
-    const int chunk =
-        std::min(options_.prefill_chunk, seq->prompt_size() - seq->prompt_sent);
+    const bool first = !seq->sent;
+    std::vector<PrefixBlock> hits;
+    if (first && prefix_.capacity() > 0) {
+      const std::span<const int32_t> prompt(seq->request.prompt);
+      if (seq->keys.empty()) seq->keys = prefix_.block_keys(prompt);
+      hits = prefix_.match(prompt, seq->keys,
+                           (seq->prompt_size() - 1) / prefix_.block_tokens());
+      // A block this micro-batch saves is not there yet when its restores
+      // run (every stage restores before the forward pass, saves after).
+      for (size_t h = 0; h < hits.size(); ++h) {
+        if (std::any_of(record.saved.begin(), record.saved.end(),
+                        [&](const PrefixBlock& b) { return b.slot == hits[h].slot; })) {
+          hits.resize(h);
+          break;
+        }
+      }
+    }
+    const int start = first ? static_cast<int>(hits.size()) * prefix_.block_tokens()
+                            : seq->prompt_sent;
+    const int chunk = std::min(options_.prefill_chunk, seq->prompt_size() - start);
     if (rows + chunk > options_.max_batch_rows) continue;
-    const bool last = seq->prompt_sent + chunk == seq->prompt_size();
+    const bool last = start + chunk == seq->prompt_size();
     v1::SequenceSlice* slice = add_slice(*seq, last);
-    slice->set_start_pos(seq->prompt_sent);
-    if (seq->prompt_sent == 0) {
+    slice->set_start_pos(start);
+    if (first) {
       *slice->mutable_sampling() = to_proto(seq->request.params.sampling);
+      for (const PrefixBlock& h : hits) {
+        slice->add_restore_blocks(h.slot);
+        slice->add_restore_keys(h.key);
+      }
+      record.restores = record.restores || !hits.empty();
+      seq->cached = start;
+      seq->next_save = static_cast<int>(hits.size());
     }
     for (int i = 0; i < chunk; ++i) {
-      slice->add_tokens(seq->request.prompt[seq->prompt_sent + i]);
+      slice->add_tokens(seq->request.prompt[start + i]);
     }
-    seq->prompt_sent += chunk;
+    seq->prompt_sent = start + chunk;
     seq->pos = seq->prompt_sent;
+    // Save the full blocks this chunk completes that the index lacks.
+    const int full = seq->prompt_sent / prefix_.block_tokens();
+    for (; prefix_.capacity() > 0 && seq->next_save < full; ++seq->next_save) {
+      const int b = seq->next_save;
+      if (std::optional<uint32_t> slot =
+              prefix_.insert(seq->request.prompt, seq->keys, b)) {
+        slice->add_save_blocks(*slot);
+        slice->add_save_keys(seq->keys[b]);
+        slice->add_save_block_index(b);
+        record.saved.push_back(PrefixBlock{*slot, seq->keys[b]});
+      }
+    }
     if (last) seq->state = Sequence::State::kAwaitToken;
     rows += chunk;
   }
@@ -312,6 +394,13 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
         result.error_message().empty()
             ? absl::StrCat("micro-batch ", result.batch_id(), " failed")
             : result.error_message());
+    // What it saved may be missing on some stage; what it restored may be
+    // missing on every one (a stage restarted): forget it.
+    if (record.restores) {
+      prefix_.clear();
+    } else {
+      for (const PrefixBlock& b : record.saved) prefix_.erase(b.slot, b.key);
+    }
     if (breaks_pipeline(result.error_code())) {
       if (hooks_.broken) hooks_.broken(status);
       fail_all(status);
@@ -354,6 +443,8 @@ void StepScheduler::take_token(Sequence& seq, const v1::SampledToken& token) {
     if (m != nullptr) {
       m->time_to_first_token.observe(seconds_between(seq.submitted, now));
       m->prompt_tokens.inc(seq.prompt_size());
+      m->prefix_cache_queries.inc(seq.prompt_size());
+      m->prefix_cache_hits.inc(seq.cached);
     }
   } else if (m != nullptr) {
     m->inter_token_latency.observe(seconds_between(seq.last_token, now));

@@ -28,6 +28,14 @@
 //      in consecutive micro-batches without waiting for results; only the
 //      last one samples, and the first carries the SamplingParams (with the
 //      seed).
+// Prefix caching (options.prefix_cache_blocks > 0; prefix_index.h): when a
+// prompt's first slice is built, the longest run of its full blocks in the
+// index (at most (prompt - 1) / block_tokens of them: one row at least is
+// prefilled, for the logits) is restored on every stage (restore_blocks)
+// and the first chunk starts after them (those rows need no prefill); each
+// prompt chunk asks the stages to save the full blocks it completes that
+// the index lacks (save_blocks, slots recycled LRU). A failed micro-batch
+// un-indexes the blocks it saved; one that restored clears the index.
 // A result with UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED breaks the
 // pipeline: every request (active or waiting) ends with that status and
 // update_from_output() returns it. Any other error code fails only the
@@ -54,6 +62,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "coordinator/generation.h"
+#include "coordinator/prefix_index.h"
 #include "strata/v1/worker.pb.h"
 
 namespace strata::coordinator {
@@ -75,6 +84,10 @@ struct SchedulerOptions {
   // ends, micro-batch round trips); null: none. Borrowed: must outlive the
   // scheduler.
   ServingMetrics* metrics = nullptr;
+  // Prefix caching (prefix_index.h): slots of every stage's block store
+  // (LoadShardRequest.prefix_cache_blocks; 0: off) and tokens a block.
+  int prefix_cache_blocks = 0;
+  int prefix_block_tokens = kDefaultPrefixBlockTokens;
 };
 
 // One generation.
@@ -102,6 +115,7 @@ struct SequenceEvent {
   std::string text;
   std::vector<v1::SampledToken> tokens;  // with logprobs when asked
   // kDone.
+  int cached_tokens = 0;  // prompt tokens restored from the prefix cache
   FinishReason finish = FinishReason::kLength;
   std::vector<int32_t> all_ids;
   std::string all_text;
@@ -185,6 +199,11 @@ class StepScheduler {
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
   // Positions held in the stages' KV caches by the active sequences.
   int64_t kv_positions() const;
+  // Forgets the prefix index: the stages' block stores are new (the
+  // shards were loaded again). `capacity` >= 0: their slots now (at most
+  // the configured prefix_cache_blocks); -1: as before.
+  void reset_prefix_cache(int capacity = -1);
+  const PrefixIndex& prefix_index() const { return prefix_; }
   uint64_t served() const { return served_; }  // requests that ended kDone
 
  private:
@@ -193,12 +212,15 @@ class StepScheduler {
     std::vector<uint64_t> seqs;  // slice order
     std::vector<bool> sample;    // whether each slice samples
     Clock::time_point sent;
+    std::vector<PrefixBlock> saved;  // prefix blocks it saves
+    bool restores = false;        // a slice restores cached blocks
   };
 
   void admit();
   void fail_sequence(Sequence& seq, const absl::Status& status);
   void finish(Sequence& seq);
   void take_token(Sequence& seq, const v1::SampledToken& token);
+  void save_decoded_block(Sequence& seq, v1::SequenceSlice& slice, InFlight& record);
 
   const SchedulerOptions options_;
   DetokenizerFactory detokenizers_;
@@ -208,6 +230,7 @@ class StepScheduler {
   std::map<uint64_t, std::unique_ptr<Sequence>> active_;  // by seq_id
   std::map<uint64_t, InFlight> in_flight_;                // by batch_id
   uint64_t served_ = 0;
+  PrefixIndex prefix_;
 };
 
 // worker::SamplingParams as the wire carries them.

@@ -104,9 +104,11 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
 uint64_t kv_bytes(const ModelSizes& sizes, const KvShape& kv, int first,
                   int last) {
   if (last <= first) return 0;
-  return static_cast<uint64_t>(last - first) *
-         static_cast<uint64_t>(std::max(kv.n_ctx, 0)) *
-         static_cast<uint64_t>(std::max(kv.max_sequences, 0)) *
+  const uint64_t positions =
+      static_cast<uint64_t>(std::max(kv.n_ctx, 0)) *
+          static_cast<uint64_t>(std::max(kv.max_sequences, 0)) +
+      static_cast<uint64_t>(std::max<int64_t>(kv.prefix_positions, 0));
+  return static_cast<uint64_t>(last - first) * positions *
          sizes.kv_elements_per_position * element_bytes(kv.kv_type);
 }
 

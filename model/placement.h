@@ -57,10 +57,13 @@ struct KvShape {
   int n_ctx = 0;          // positions per sequence
   int max_sequences = 1;  // live sequences at once
   GgmlType kv_type = GgmlType::kF16;  // kF16 or kF32
+  // Positions of the prefix cache's block store on every worker
+  // (prefix_cache_blocks x block tokens; coordinator/prefix_index.h).
+  int64_t prefix_positions = 0;
 };
 
-// KV bytes of blocks [first, last): (last - first) x n_ctx x max_sequences
-// x kv_elements_per_position x element size.
+// KV bytes of blocks [first, last): (last - first) x (n_ctx x max_sequences
+// + prefix_positions) x kv_elements_per_position x element size.
 uint64_t kv_bytes(const ModelSizes& sizes, const KvShape& kv, int first,
                   int last);
 

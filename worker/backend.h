@@ -126,6 +126,24 @@ class Backend {
   // n > length.
   virtual absl::Status truncate_sequence(int seq, int n) = 0;
 
+  // Prefix caching (worker/prefix_store.h): the raw KV rows of a sequence,
+  // every layer of the shard, kv_row_bytes() bytes a position (the layout
+  // is the backend's own; only the same backend reads it back). read_kv
+  // copies positions [pos, pos + n) (< length) into `out`; append_kv
+  // appends n positions from `in` at the sequence's length. Restored rows
+  // are the bytes forward() stored, so what follows computes exactly as if
+  // the rows had been prefilled. Errors: NotFound, OutOfRange (rows outside
+  // the length or the context); Unimplemented by default.
+  virtual int64_t kv_row_bytes() const { return 0; }
+  virtual absl::Status read_kv(int seq, int pos, int n, uint8_t* out) const {
+    (void)seq, (void)pos, (void)n, (void)out;
+    return absl::UnimplementedError("this backend cannot copy KV rows");
+  }
+  virtual absl::Status append_kv(int seq, int n, const uint8_t* in) {
+    (void)seq, (void)n, (void)in;
+    return absl::UnimplementedError("this backend cannot copy KV rows");
+  }
+
   // Appends each slice's rows to its sequence at positions length ..
   // length + rows - 1 and runs all of them through the shard. Errors:
   // NotFound (no such sequence), InvalidArgument (empty step or slice,

@@ -71,6 +71,33 @@ absl::Status FakeBackend::truncate_sequence(int seq, int n) {
   return absl::OkStatus();
 }
 
+absl::Status FakeBackend::read_kv(int seq, int pos, int n, uint8_t* out) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  const std::vector<uint64_t>& states = it->second.states;
+  if (pos < 0 || n < 0 || pos + n > static_cast<int>(states.size())) {
+    return absl::OutOfRangeError(absl::StrCat("sequence ", seq, ": rows [", pos, ", ", pos + n,
+                                              ") are outside its ", states.size(),
+                                              " positions"));
+  }
+  std::memcpy(out, states.data() + pos, static_cast<size_t>(n) * 8);
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::append_kv(int seq, int n, const uint8_t* in) {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  Sequence& s = it->second;
+  if (n < 0 || static_cast<int>(s.states.size()) + n > s.n_ctx) {
+    return absl::OutOfRangeError(absl::StrCat("sequence ", seq, ": ", s.states.size(), " + ", n,
+                                              " positions exceed the context of ", s.n_ctx));
+  }
+  const size_t old = s.states.size();
+  s.states.resize(old + static_cast<size_t>(n));
+  std::memcpy(s.states.data() + old, in, static_cast<size_t>(n) * 8);
+  return absl::OkStatus();
+}
+
 absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* result) {
   const bool first = options_.range.first == 0;
   const bool last = options_.range.last == options_.n_layer;

@@ -55,6 +55,10 @@ class FakeBackend final : public Backend {
   absl::StatusOr<int> sequence_length(int seq) const override;
   absl::StatusOr<int> sequence_context(int seq) const override;
   absl::Status truncate_sequence(int seq, int n) override;
+  // A position's "KV" is its state (8 bytes).
+  int64_t kv_row_bytes() const override { return 8; }
+  absl::Status read_kv(int seq, int pos, int n, uint8_t* out) const override;
+  absl::Status append_kv(int seq, int n, const uint8_t* in) override;
   absl::Status forward(const ForwardRequest& request,
                        ForwardResult* result) override;
 

@@ -103,6 +103,30 @@ void KvCache::prefetch(int layer, int64_t begin, int64_t end, int64_t max_bytes)
   ask(v_[layer].get(), v_row_);
 }
 
+void KvCache::read_rows(int pos, int n, uint8_t* out) const {
+  assert(pos >= 0 && n >= 0 && pos + n <= shape_.n_ctx);
+  const size_t kb = static_cast<size_t>(k_row_) * elem_;
+  const size_t vb = static_cast<size_t>(v_row_) * elem_;
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    std::memcpy(out, k_[l].get() + pos * kb, n * kb);
+    out += n * kb;
+    std::memcpy(out, v_[l].get() + pos * vb, n * vb);
+    out += n * vb;
+  }
+}
+
+void KvCache::write_rows(int pos, int n, const uint8_t* in) {
+  assert(pos >= 0 && n >= 0 && pos + n <= shape_.n_ctx);
+  const size_t kb = static_cast<size_t>(k_row_) * elem_;
+  const size_t vb = static_cast<size_t>(v_row_) * elem_;
+  for (int l = 0; l < shape_.n_layer; ++l) {
+    std::memcpy(k_[l].get() + pos * kb, in, n * kb);
+    in += n * kb;
+    std::memcpy(v_[l].get() + pos * vb, in, n * vb);
+    in += n * vb;
+  }
+}
+
 kernels::KvView KvCache::view(int layer, int64_t n_kv) const {
   return kernels::KvView{shape_.type, k_[layer].get(), v_[layer].get(), n_kv};
 }

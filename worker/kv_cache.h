@@ -70,6 +70,17 @@ class KvCache {
   // stream instead of following the attention's loads. A hint only.
   void prefetch(int layer, int64_t begin, int64_t end, int64_t max_bytes) const;
 
+  // Raw rows (prefix caching): bytes of one position over every layer,
+  // K then V of layer 0, then layer 1, ...; read_rows copies positions
+  // [pos, pos + n) out, write_rows writes them (pos + n <= n_ctx,
+  // asserted; the caller advances the length).
+  int64_t row_bytes() const {
+    return static_cast<int64_t>(shape_.n_layer) * (k_row_ + v_row_) *
+           static_cast<int64_t>(elem_);
+  }
+  void read_rows(int pos, int n, uint8_t* out) const;
+  void write_rows(int pos, int n, const uint8_t* in);
+
   // Bytes reserved (not necessarily touched).
   int64_t reserved_bytes() const;
 

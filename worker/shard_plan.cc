@@ -99,6 +99,18 @@ absl::Status check_load_request(const v1::LoadShardRequest& r) {
     return bad("kv_type", absl::StrCat("\"", r.kv_type().substr(0, 32),
                                        "\" is not \"f16\" or \"f32\""));
   }
+  if (r.prefix_cache_blocks() < 0 || r.prefix_cache_blocks() > kMaxPrefixBlocks) {
+    return bad("prefix_cache_blocks",
+               absl::StrCat(r.prefix_cache_blocks(), " is out of range [0, ",
+                            kMaxPrefixBlocks, "]"));
+  }
+  if (r.prefix_cache_blocks() > 0 &&
+      (r.prefix_block_tokens() < 1 || r.prefix_block_tokens() > kMaxBatchRows)) {
+    return bad("prefix_block_tokens",
+               absl::StrCat(r.prefix_block_tokens(), " is out of range [1, ",
+                            kMaxBatchRows, "] (prefix_cache_blocks is ",
+                            r.prefix_cache_blocks(), ")"));
+  }
   if (r.next_stage().size() > kMaxAddressBytes) {
     return bad("next_stage", absl::StrCat(r.next_stage().size(),
                                           " bytes exceed ", kMaxAddressBytes));
@@ -170,6 +182,8 @@ absl::StatusOr<ShardPlan> plan_shard(const v1::LoadShardRequest& r) {
   s.set_max_sequences(r.max_sequences());
   s.set_max_batch_rows(r.max_batch_rows());
   s.set_next_stage(r.next_stage());
+  s.set_prefix_cache_blocks(r.prefix_cache_blocks());
+  s.set_prefix_block_tokens(r.prefix_cache_blocks() > 0 ? r.prefix_block_tokens() : 0);
   // n_vocab as the embedding (or head) tensor has it; the backend checks it.
   const gguf::TensorInfo* emb = plan.model->find_tensor("token_embd.weight");
   if (emb != nullptr && emb->shape.size() == 2) {
@@ -186,8 +200,12 @@ absl::StatusOr<ShardPlan> plan_shard(const v1::LoadShardRequest& r) {
   s.set_weight_bytes(weights);
   const uint64_t per_pos = kv_bytes_per_position(
       plan.hp, r.last_block() - r.first_block(), plan.kv_type);
-  s.set_kv_bytes(mul_sat(mul_sat(per_pos, static_cast<uint64_t>(r.n_ctx())),
-                         static_cast<uint64_t>(r.max_sequences())));
+  // The sequences' caches and the prefix cache's block store.
+  const uint64_t positions =
+      mul_sat(static_cast<uint64_t>(r.n_ctx()), static_cast<uint64_t>(r.max_sequences())) +
+      static_cast<uint64_t>(s.prefix_cache_blocks()) *
+          static_cast<uint64_t>(s.prefix_block_tokens());
+  s.set_kv_bytes(mul_sat(per_pos, positions));
   return plan;
 }
 

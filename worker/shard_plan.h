@@ -25,6 +25,7 @@ namespace strata::worker {
 inline constexpr int kMaxContext = 1 << 20;
 inline constexpr int kMaxSequences = 1024;
 inline constexpr int kMaxBatchRows = 4096;
+inline constexpr int kMaxPrefixBlocks = 1 << 20;
 inline constexpr int kMaxPathBytes = 4096;
 inline constexpr int kMaxAddressBytes = 256;
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/fake_backend.h"
 #include "worker/finite_scan.h"
+#include "worker/prefix_store.h"
 #include "worker/sampler.h"
 #include "worker/sampling_proto.h"
 #include "worker/shard_plan.h"
@@ -64,6 +65,14 @@ class BackendStage final : public Stage {
         n_embd_(info_.n_embd()),
         n_vocab_(backend_->n_vocab()) {
     info_.set_n_vocab(n_vocab_);
+    if (info_.prefix_cache_blocks() > 0 && backend_->kv_row_bytes() > 0) {
+      store_ = std::make_unique<PrefixStore>(info_.prefix_cache_blocks(),
+                                             info_.prefix_block_tokens(),
+                                             backend_->kv_row_bytes());
+    } else {
+      info_.set_prefix_cache_blocks(0);
+      info_.set_prefix_block_tokens(0);
+    }
     if (!first_) {
       hidden_in_.resize(static_cast<size_t>(info_.max_batch_rows()) * n_embd_);
     }
@@ -83,6 +92,7 @@ class BackendStage final : public Stage {
   struct Sequence {
     int backend_seq = 0;
     std::unique_ptr<Sampler> sampler;  // last stage: made at start_pos 0
+    std::vector<int32_t> tokens;       // with a prefix store: every position's
   };
   // What run() does to one slice, decided by check().
   struct SliceRun {
@@ -91,10 +101,16 @@ class BackendStage final : public Stage {
     bool restart = false;     // existed, start_pos 0: emptied first
     int old_length = 0;       // positions before the batch (for undo)
     int64_t first_row = 0;    // of the batch's rows
-    SamplingParams sampling;  // valid when start_pos == 0
+    bool starts = false;      // start_pos 0, or restores cached blocks
+    SamplingParams sampling;  // valid when starts
+    std::vector<int32_t> restored;  // the restored blocks' tokens
   };
 
   absl::Status check(const v1::MicroBatch& batch);
+  absl::Status check_prefix(const v1::SequenceSlice& s, int i);
+  absl::Status restore(const v1::SequenceSlice& s, SliceRun& run);
+  void save(const v1::MicroBatch& batch);
+  void clear_saves(const v1::MicroBatch& batch);
   absl::Status create_sequences(const v1::MicroBatch& batch);
   void undo(const v1::MicroBatch& batch, size_t ran);
   int new_backend_seq();
@@ -112,6 +128,7 @@ class BackendStage final : public Stage {
   int n_vocab_;
   std::map<uint64_t, Sequence> sequences_;
   int next_backend_seq_ = 0;
+  std::unique_ptr<PrefixStore> store_;  // null: no prefix cache
 
   // Reused across batches (grown, never shrunk).
   std::vector<SliceRun> runs_;                 // [slices]
@@ -179,8 +196,10 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
       return absl::InvalidArgumentError(absl::StrCat(
           slice_field(i, "start_pos"), ": ", s.start_pos(), " is negative"));
     }
+    if (absl::Status st = check_prefix(s, i); !st.ok()) return st;
+    run.starts = s.start_pos() == 0 || s.restore_blocks_size() > 0;
     auto it = sequences_.find(s.seq_id());
-    if (s.start_pos() > 0) {
+    if (!run.starts) {
       if (it == sequences_.end()) {
         return absl::NotFoundError(
             absl::StrCat(slice_field(i, "seq_id"), ": sequence ", s.seq_id(),
@@ -213,7 +232,7 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
           absl::StrCat(slice_field(i, ""), ": start_pos ", s.start_pos(), " + ",
                        rows, " rows exceed n_ctx ", info_.n_ctx()));
     }
-    if (s.start_pos() == 0) {
+    if (run.starts) {
       if (absl::Status st =
               to_sampling_params(s.sampling(), n_vocab_,
                                  slice_field(i, "sampling"), &run.sampling);
@@ -320,8 +339,14 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                            v1::MicroBatchResult* result) {
   result->Clear();
   result->set_batch_id(batch.batch_id());
-  if (absl::Status st = check(batch); !st.ok()) return st;
-  if (absl::Status st = create_sequences(batch); !st.ok()) return st;
+  if (absl::Status st = check(batch); !st.ok()) {
+    clear_saves(batch);
+    return st;
+  }
+  if (absl::Status st = create_sequences(batch); !st.ok()) {
+    clear_saves(batch);
+    return st;
+  }
 
   const bool trace = trace_ && batch.trace();
   const int n = batch.slices_size();
@@ -347,9 +372,19 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
   tokens_.clear();
   for (int i = 0; i < n; ++i) {
     const v1::SequenceSlice& s = batch.slices(i);
-    const SliceRun& run = runs_[i];
+    SliceRun& run = runs_[i];
     if (run.restart) {
       (void)backend_->truncate_sequence(run.backend_seq, 0);
+    }
+    if (s.restore_blocks_size() > 0) {
+      if (absl::Status st = restore(s, runs_[i]); !st.ok()) {
+        undo(batch, static_cast<size_t>(n));
+        clear_saves(batch);
+        result->Clear();
+        result->set_batch_id(batch.batch_id());
+        return absl::InternalError(absl::StrCat(slice_field(i, "restore_blocks"), ": ",
+                                                st.message()));
+      }
     }
     const bool sample = last_ && s.sample();
     slices_.push_back(ForwardSlice{run.backend_seq, s.tokens_size(),
@@ -369,6 +404,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
   ForwardResult out;
   if (absl::Status st = backend_->forward(req, &out); !st.ok()) {
     undo(batch, static_cast<size_t>(n));
+    clear_saves(batch);
     result->Clear();
     result->set_batch_id(batch.batch_id());
     return absl::InternalError(absl::StrCat("slices: ", st.message()));
@@ -384,6 +420,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
     undo(batch, static_cast<size_t>(n));
     result->Clear();
     result->set_batch_id(batch.batch_id());
+    clear_saves(batch);
     return absl::InternalError(absl::StrCat("the backend gave ", logits.size(),
                                             " logits for ", n_sampled, " sampled slices"));
   }
@@ -411,9 +448,14 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
     SliceRun& run = runs_[i];
     Sequence& seq = sequences_[s.seq_id()];
     seq.backend_seq = run.backend_seq;
+    if (store_) {
+      if (run.starts) seq.tokens = run.restored;
+      seq.tokens.insert(seq.tokens.end(), s.tokens().begin(), s.tokens().end());
+    }
     if (!last_) continue;
-    if (s.start_pos() == 0) {
+    if (run.starts) {
       seq.sampler = std::make_unique<Sampler>(run.sampling, n_vocab_);
+      for (int32_t t : run.restored) seq.sampler->accept(t);
     }
     for (int32_t t : s.tokens()) seq.sampler->accept(t);
     if (s.sample()) {
@@ -425,7 +467,111 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
       ++sampled;
     }
   }
+  save(batch);
   return absl::OkStatus();
+}
+
+// The prefix fields of slice i (worker.proto): sizes agree, ids are slots,
+// a restore names blocks saved under its keys and starts the sequence at
+// their end, saves lie within the sequence's length after the slice.
+absl::Status BackendStage::check_prefix(const v1::SequenceSlice& s, int i) {
+  if (s.restore_blocks_size() == 0 && s.restore_keys_size() == 0 &&
+      s.save_blocks_size() == 0 && s.save_keys_size() == 0 &&
+      s.save_block_index_size() == 0) {
+    return absl::OkStatus();
+  }
+  if (s.restore_keys_size() != s.restore_blocks_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(slice_field(i, "restore_keys"), ": ", s.restore_keys_size(),
+                     " keys for ", s.restore_blocks_size(), " restore_blocks"));
+  }
+  if (s.save_keys_size() != s.save_blocks_size() ||
+      s.save_block_index_size() != s.save_blocks_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        slice_field(i, "save_keys"), ": ", s.save_keys_size(), " keys and ",
+        s.save_block_index_size(), " save_block_index for ", s.save_blocks_size(),
+        " save_blocks"));
+  }
+  const std::string restore_field = slice_field(i, "restore_blocks");
+  const std::string save_field = slice_field(i, "save_blocks");
+  if (!store_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.restore_blocks_size() > 0 ? restore_field : save_field,
+                     ": this shard has no prefix cache (prefix_cache_blocks 0)"));
+  }
+  const int64_t b = store_->block_tokens();
+  for (int j = 0; j < s.restore_blocks_size(); ++j) {
+    if (absl::Status st = store_->check_restore(s.restore_blocks(j), s.restore_keys(j),
+                                                absl::StrCat(restore_field, "[", j, "]"));
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (s.restore_blocks_size() > 0 && s.start_pos() != s.restore_blocks_size() * b) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        slice_field(i, "start_pos"), ": ", s.start_pos(), ", but ", s.restore_blocks_size(),
+        " restored blocks of ", b, " tokens end at ", s.restore_blocks_size() * b));
+  }
+  const int64_t end = int64_t{s.start_pos()} + s.tokens_size();
+  for (int j = 0; j < s.save_blocks_size(); ++j) {
+    const std::string field = absl::StrCat(save_field, "[", j, "]");
+    if (absl::Status st = store_->check_id(s.save_blocks(j), field); !st.ok()) return st;
+    const int64_t index = s.save_block_index(j);
+    if (index < 0 || (index + 1) * b > end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          slice_field(i, "save_block_index"), "[", j, "]: block ", index,
+          " is not within the sequence's ", end, " positions after the slice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Copies the slice's cached blocks into its (new or emptied) sequence.
+absl::Status BackendStage::restore(const v1::SequenceSlice& s, SliceRun& run) {
+  run.restored.clear();
+  for (int j = 0; j < s.restore_blocks_size(); ++j) {
+    const uint32_t id = s.restore_blocks(j);
+    if (absl::Status st =
+            backend_->append_kv(run.backend_seq, store_->block_tokens(), store_->kv(id));
+        !st.ok()) {
+      return st;
+    }
+    const std::span<const int32_t> t = store_->tokens(id);
+    run.restored.insert(run.restored.end(), t.begin(), t.end());
+  }
+  return absl::OkStatus();
+}
+
+// After every slice ran and committed: the saves, slice after slice.
+void BackendStage::save(const v1::MicroBatch& batch) {
+  if (!store_) return;
+  const int b = store_->block_tokens();
+  for (const v1::SequenceSlice& s : batch.slices()) {
+    if (s.save_blocks_size() == 0) continue;
+    const Sequence& seq = sequences_[s.seq_id()];
+    for (int j = 0; j < s.save_blocks_size(); ++j) {
+      const uint32_t id = s.save_blocks(j);
+      const int pos = s.save_block_index(j) * b;
+      if (!backend_->read_kv(seq.backend_seq, pos, b, store_->begin_save(id)).ok() ||
+          seq.tokens.size() < static_cast<size_t>(pos + b)) {
+        store_->clear(id);
+        continue;
+      }
+      store_->commit_save(id, s.save_keys(j),
+                          std::span<const int32_t>(seq.tokens.data() + pos, static_cast<size_t>(b)));
+    }
+  }
+}
+
+// A micro-batch that failed saves nothing: the slots it named are emptied
+// (the coordinator's index already points at them).
+void BackendStage::clear_saves(const v1::MicroBatch& batch) {
+  if (!store_) return;
+  for (const v1::SequenceSlice& s : batch.slices()) {
+    for (uint32_t id : s.save_blocks()) {
+      if (id < static_cast<uint32_t>(store_->capacity())) store_->clear(id);
+    }
+  }
 }
 
 // Samples the slice's next token; with logprobs, the log-softmax at T = 1 of

@@ -14,6 +14,13 @@
 // top_logprobs in 0..20; a new sequence beyond max_sequences is
 // RESOURCE_EXHAUSTED.
 //
+// Prefix caching (worker.proto SequenceSlice fields 20..24, LoadShard
+// prefix_cache_blocks): a slice that restores blocks starts its sequence
+// with the block store's rows (worker/prefix_store.h), copied in before the
+// forward pass; saves copy rows out after it. Wrong ids, empty slots or
+// another key are INVALID_ARGUMENT; a failed micro-batch empties the slots
+// it would have saved.
+//
 // Threads: one run() at a time (the caller serialises).
 #pragma once
 

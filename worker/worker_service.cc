@@ -228,7 +228,12 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
         "blocks [", info.first_block(), ", ", info.last_block(), ") of ", *path,
         " need ", info.weight_bytes(), " bytes of weights + ", info.kv_bytes(),
         " bytes of KV cache (", info.max_sequences(), " sequences x ",
-        info.n_ctx(), " positions) = ", need, " (", gib(need),
+        info.n_ctx(), " positions",
+        info.prefix_cache_blocks() > 0
+            ? absl::StrCat(" + a prefix cache of ", info.prefix_cache_blocks(), " x ",
+                           info.prefix_block_tokens(), " positions")
+            : "",
+        ") = ", need, " (", gib(need),
         "), over the memory budget of ", config_.memory_budget_bytes, " (",
         gib(config_.memory_budget_bytes), ")"));
   }

@@ -49,6 +49,8 @@ struct ServeOptions {
   std::string trace;
   std::string http;  // "": 127.0.0.1:8080 or the next free port; "off"
   std::string api_key;
+  std::string prefix_cache = "on";
+  int prefix_cache_blocks = -1;
 };
 
 int serve_fail(const std::string& what, const absl::Status& status) {
@@ -70,6 +72,7 @@ int serve(const ServeOptions& o) {
                           " exceed the 4096 rows of a micro-batch")));
   }
   s.trace = o.trace;
+  s.prefix_cache_blocks = o.prefix_cache == "off" ? 0 : o.prefix_cache_blocks;
   s.kv_type = worker::parse_kv_type(o.kv_type).value_or(GgmlType::kF16);  // checked
   if (!o.listen.empty()) {
     if (absl::Status st = coordinator::check_address(o.listen, true); !st.ok()) {
@@ -194,6 +197,12 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--trace", o->trace,
                   "write block-output hashes as JSON lines (debug; see "
                   "scripts/trace-diff.py)");
+  cmd->add_option("--prefix-cache", o->prefix_cache,
+                  "reuse the KV of shared prompt prefixes, in blocks of 16 tokens (on)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--prefix-cache-blocks", o->prefix_cache_blocks,
+                  "prefix cache blocks on every stage; -1: one context's worth (-1)")
+      ->check(CLI::Range(-1, 1 << 20));
   cmd->callback([o, &exit_code] { exit_code = serve(*o); });
 }
 

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <optional>
@@ -87,6 +88,7 @@ struct Choice {
   json completion_logprobs = empty_completion_logprobs();
   size_t offset = 0;
   double ttft_ms = 0;
+  int cached_tokens = 0;  // prompt tokens restored from the prefix cache
 };
 
 }  // namespace
@@ -326,6 +328,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
       c.completion_tokens = static_cast<int>(e->all_ids.size());
       c.text = std::move(e->all_text);
       c.ttft_ms = e->timings.ttft_ms;
+      c.cached_tokens = e->cached_tokens;
       if (outcome.ttft_ms < 0 || c.ttft_ms < outcome.ttft_ms) outcome.ttft_ms = c.ttft_ms;
       if (stream) {
         json choice = chat ? json{{"index", i},
@@ -357,10 +360,14 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
     }
     return outcome;
   }
+  // The choices share one prompt; cached_tokens is the most any of them
+  // found in the prefix cache.
+  int cached_tokens = 0;
+  for (const Choice& c : choices) cached_tokens = std::max(cached_tokens, c.cached_tokens);
   const json usage = {{"prompt_tokens", prompt_tokens},
                       {"completion_tokens", completion_tokens},
                       {"total_tokens", prompt_tokens + completion_tokens},
-                      {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+                      {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
   if (stream) {
     if (parsed->include_usage) {
       json last = chunk(json::array());

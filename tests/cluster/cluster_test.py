@@ -15,6 +15,12 @@ Scenarios (one per run, --scenario):
               is reloaded and the next request succeeds.
   stop        kill -STOP of a worker (a silent hang): detected the same way;
               after kill -CONT the coordinator reloads and serves again.
+  prefix      prefix caching, in `strata serve` (1 and 2 stages) and on 2
+              workers: prompts sharing a system prompt report cached_tokens
+              (whole 16-token blocks, never the last row), a second turn
+              reuses the first turn's answer too, and greedy ids and logprobs
+              equal those of `strata serve --prefix-cache off` and
+              `strata run`.
 
 Exit status: 0 passed, 1 failed, 77 skipped (model or grpcio absent).
 """
@@ -159,12 +165,13 @@ class Cluster:
 class Serve:
     """`strata serve MODEL --workers N` on an ephemeral port."""
 
-    def __init__(self, args, workdir, n_workers, ctx=512, max_sequences=8):
+    def __init__(self, args, workdir, n_workers, ctx=512, max_sequences=8, extra=(),
+                 threads=None):
         port = free_port()
         self.proc = Proc("serve", [args.strata, "serve", args.model,
-                                   "--workers", str(n_workers), "-t", str(n_workers),
+                                   "--workers", str(n_workers), "-t", str(threads or n_workers),
                                    "-c", str(ctx), "--max-sequences", str(max_sequences),
-                                   "--listen", f"127.0.0.1:{port}"],
+                                   "--listen", f"127.0.0.1:{port}", *extra],
                          workdir)
         self.address = self.proc.address
         self.procs = [self.proc]
@@ -364,6 +371,99 @@ def scenario_concurrent(args, stubs, workdir, f):
             c.close()
 
 
+SYSTEM = ("You are a careful assistant for a small bakery in a harbour town. "
+          "You answer questions about bread, opening hours, the weekly specials, "
+          "allergens and orders. Keep answers short and friendly, and never invent "
+          "prices. The bakery opens at seven and closes at six, except on Sundays. ")
+QUESTIONS = ["Question: when do you open on Monday? Answer:",
+             "Question: do you sell rye bread? Answer:",
+             "Question: can I order a cake for Friday? Answer:"]
+
+
+def generate_logprobs(api, prompt, n):
+    """(ids, logprobs, usage) of a greedy stream with logprobs; `prompt` is
+    text or a list of token ids."""
+    pb = api.pb
+    if isinstance(prompt, str):
+        req = pb.GenerateRequest(prompt=prompt, max_tokens=n, ignore_eos=True, logprobs=True)
+    else:
+        req = pb.GenerateRequest(prompt_ids=pb.TokenIds(ids=prompt), max_tokens=n,
+                                 ignore_eos=True, logprobs=True)
+    ids, lps, usage = [], [], None
+    for r in api.stub.Generate(req, timeout=600):
+        if r.HasField("delta"):
+            ids.extend(r.delta.ids)
+            lps.extend(c.logprob for c in r.delta.choices)
+        else:
+            usage = r.done.usage
+    return ids, lps, usage
+
+
+def scenario_prefix(args, stubs, workdir, f):
+    prompts = [SYSTEM + q for q in QUESTIONS]
+    expected = [reference_ids(args, p, N_TOKENS) for p in prompts]
+    runs = {}
+    targets = [("serve, prefix cache off", lambda d: Serve(args, d, 1,
+                                                           extra=["--prefix-cache", "off"])),
+               ("serve", lambda d: Serve(args, d, 1)),
+               ("serve --workers 2", lambda d: Serve(args, d, 2)),
+               ("2 workers", lambda d: Cluster(args, d, 2))]
+    for name, make in targets:
+        d = os.path.join(workdir, name.replace(" ", "-").replace(",", ""))
+        os.makedirs(d)
+        c = make(d)
+        failed_before = f.n
+        try:
+            api = Api(c.address, *stubs)
+            api.wait_state(stubs[0].HealthResponse.SERVING, 180)
+            off = "off" in name
+            # Each question, then the first again (its whole prompt cached).
+            order = [0, 1, 2, 0]
+            results = []
+            for k, i in enumerate(order):
+                ids, lps, usage = generate_logprobs(api, prompts[i], N_TOKENS)
+                results.append((ids, lps))
+                n = usage.prompt_tokens
+                if off or k == 0:
+                    want = "== 0"
+                    ok = usage.cached_tokens == 0
+                elif k == 3:
+                    want = f"== {(n - 1) // 16 * 16}"
+                    ok = usage.cached_tokens == (n - 1) // 16 * 16
+                else:
+                    want = "> 0, whole blocks, < prompt"
+                    ok = (usage.cached_tokens > 0 and usage.cached_tokens % 16 == 0
+                          and usage.cached_tokens < n)
+                f.check(ok, f"{name}: prompt {k} ({n} tokens): cached_tokens "
+                            f"{usage.cached_tokens} {want}")
+                f.check(ids == expected[i],
+                        f"{name}: prompt {k}: {ids} == strata run {expected[i]}")
+            # A second turn: the first turn's ids, its answer (as sent to
+            # the stages: all but the last id) and a new message; the
+            # answer's blocks were saved while it was decoded.
+            turn1 = list(api.stub.Tokenize(api.pb.TokenizeRequest(text=prompts[0]),
+                                           timeout=30).ids)
+            answer, lps, _ = generate_logprobs(api, turn1, 40)
+            results.append((answer, lps))
+            sent = len(turn1) + len(answer) - 1
+            turn2 = turn1 + answer[:-1] + turn1[-8:]
+            ids, lps, usage = generate_logprobs(api, turn2, N_TOKENS)
+            results.append((ids, lps))
+            want = 0 if off else min(sent // 16, (len(turn2) - 1) // 16) * 16
+            f.check(usage.cached_tokens == want,
+                    f"{name}: second turn ({len(turn2)} tokens): cached_tokens "
+                    f"{usage.cached_tokens} == {want} (its answer's blocks too)")
+            runs[name] = results
+            if not off:
+                base = runs["serve, prefix cache off"]
+                f.check(results == base,
+                        f"{name}: ids and logprobs bit-identical to the prefix cache off")
+        finally:
+            if f.n > failed_before:
+                print(c.logs())
+            c.close()
+
+
 def scenario_fault(args, stubs, workdir, f, how):
     pb = stubs[0]
     c = Cluster(args, workdir, 2)
@@ -462,7 +562,8 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--proto-dir", required=True)
     ap.add_argument("--scenario", required=True,
-                    choices=["splits", "concurrent", "kill", "stop", "placement"])
+                    choices=["splits", "concurrent", "kill", "stop", "placement",
+                             "prefix"])
     args = ap.parse_args()
     if not os.path.exists(args.model):
         skip(f"{args.model} absent (scripts/fetch-models.sh)")
@@ -478,6 +579,8 @@ def main():
             scenario_concurrent(args, stubs, workdir, f)
         elif args.scenario == "placement":
             scenario_placement(args, stubs, workdir, f)
+        elif args.scenario == "prefix":
+            scenario_prefix(args, stubs, workdir, f)
         else:
             scenario_fault(args, stubs, workdir, f, args.scenario)
         print(f"{f.passed} passed, {f.n} failed")

@@ -65,6 +65,19 @@ TEST(ClusterConfig, DefaultsAndInferredPlacement) {
   EXPECT_TRUE(e->explicit_placement);
 }
 
+TEST(ClusterConfig, PrefixCacheBlocks) {
+  auto d = parse_cluster_config("workers: [{address: 'h:1'}]\n", "t");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->prefix_cache_blocks, -1);  // auto: one context's worth
+  auto c = parse_cluster_config("prefix_cache_blocks: 0\nworkers: [{address: 'h:1'}]\n", "t");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->prefix_cache_blocks, 0);
+  auto e = parse_cluster_config("prefix_cache_blocks: -2\nworkers: [{address: 'h:1'}]\n", "t");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(std::string(e.status().message()).find("prefix_cache_blocks"), std::string::npos)
+      << e.status();
+}
+
 TEST(ClusterConfig, ErrorsNameTheKey) {
   struct Case {
     const char* yaml;

@@ -39,6 +39,9 @@ TEST(Placement, KvBytesScaleWithContextSequencesAndType) {
   EXPECT_EQ(kv_bytes(s, {1024, 2, GgmlType::kF32}, 1, 3),
             2ull * 1024 * 2 * 128 * 4);
   EXPECT_EQ(kv_bytes(s, {1024, 2, GgmlType::kF32}, 3, 3), 0u);
+  // The prefix cache's block store counts as more positions.
+  EXPECT_EQ(kv_bytes(s, {1024, 2, GgmlType::kF16, /*prefix_positions=*/512}, 0, 4),
+            4ull * (1024 * 2 + 512) * 128 * 2);
 }
 
 TEST(Placement, ShardPlanCountsEmbeddingHeadAndSharedTensors) {

@@ -382,5 +382,292 @@ TEST(StepScheduler, TokensThatDoNotMatchTheSampledSlicesFailTheMicroBatch) {
   EXPECT_EQ(c.s.take_finished(), std::vector<uint64_t>({1}));
 }
 
+
+// --- Prefix caching ----------------------------------------------------
+
+std::vector<int32_t> seq_tokens(int first, int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(first + i);
+  return t;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<uint32_t> restored(const v1::SequenceSlice& s) {
+  return {s.restore_blocks().begin(), s.restore_blocks().end()};
+}
+std::vector<uint32_t> saved(const v1::SequenceSlice& s) {
+  return {s.save_blocks().begin(), s.save_blocks().end()};
+}
+std::vector<int32_t> saved_index(const v1::SequenceSlice& s) {
+  return {s.save_block_index().begin(), s.save_block_index().end()};
+}
+
+SchedulerOptions cached(int blocks, int prefill_chunk = 512) {
+  SchedulerOptions o = options(8, prefill_chunk, 0, 1);
+  o.prefix_cache_blocks = blocks;
+  o.prefix_block_tokens = 16;
+  return o;
+}
+
+// Runs sequence `id` (prompt, one token) to its end; its kDone event.
+SequenceEvent run_one(Core& c, uint64_t id, std::vector<int32_t> prompt,
+                      std::vector<v1::SequenceSlice>* slices = nullptr) {
+  auto h = c.add(id, std::move(prompt), /*max_tokens=*/1);
+  for (;;) {
+    std::optional<v1::MicroBatch> b = c.s.schedule();
+    if (!b) break;
+    std::vector<int32_t> ids;
+    for (const v1::SequenceSlice& s : b->slices()) {
+      if (slices) slices->push_back(s);
+      if (s.sample()) ids.push_back(5);
+    }
+    EXPECT_TRUE(c.answer(*b, ids).ok());
+  }
+  c.s.take_finished();
+  std::vector<SequenceEvent> e = events(*h);
+  EXPECT_FALSE(e.empty());
+  return e.empty() ? SequenceEvent() : e.back();
+}
+
+TEST(PrefixIndex, KeysChainTheWholePrefix) {
+  PrefixIndex index(8, 4);
+  const std::vector<int32_t> a = seq_tokens(1, 13);
+  std::vector<int32_t> b = a;
+  b[1] = 99;  // differs in block 0 only
+  const std::vector<uint64_t> ka = index.block_keys(a);
+  const std::vector<uint64_t> kb = index.block_keys(b);
+  ASSERT_EQ(ka.size(), 3u);  // full blocks only
+  for (int i = 0; i < 3; ++i) EXPECT_NE(ka[i], kb[i]) << i;  // block 0 changes all
+  std::vector<int32_t> c = a;
+  c[12] = 7;  // in the partial block: no key changes
+  EXPECT_EQ(index.block_keys(c), ka);
+  std::vector<int32_t> d = a;
+  d[9] = 0;  // block 2: blocks 0, 1 keep their keys
+  const std::vector<uint64_t> kd = index.block_keys(d);
+  EXPECT_EQ(kd[0], ka[0]);
+  EXPECT_EQ(kd[1], ka[1]);
+  EXPECT_NE(kd[2], ka[2]);
+}
+
+TEST(PrefixIndex, MatchesTheLongestCachedRunAndEvictsLeastRecentlyUsed) {
+  PrefixIndex index(3, 4);
+  const std::vector<int32_t> a = seq_tokens(1, 12);
+  const std::vector<uint64_t> ka = index.block_keys(a);
+  EXPECT_TRUE(index.match(a, ka, 3).empty());
+  std::optional<uint32_t> s0 = index.insert(a, ka, 0);
+  std::optional<uint32_t> s1 = index.insert(a, ka, 1);
+  ASSERT_TRUE(s0 && s1);
+  EXPECT_FALSE(index.insert(a, ka, 0).has_value());  // already there
+  std::vector<PrefixBlock> hits = index.match(a, ka, 3);
+  ASSERT_EQ(hits.size(), 2u);
+  EXPECT_EQ(hits[0].slot, *s0);
+  EXPECT_EQ(hits[0].key, ka[0]);
+  EXPECT_EQ(hits[1].slot, *s1);
+  EXPECT_EQ(index.match(a, ka, 1).size(), 1u);  // at most max_blocks
+  // Another prompt: its block fills the last slot, then evicts the least
+  // recently used (a's block 1: the match made block 0 the most recent).
+  const std::vector<int32_t> b = seq_tokens(100, 8);
+  const std::vector<uint64_t> kb = index.block_keys(b);
+  ASSERT_TRUE(index.insert(b, kb, 0).has_value());
+  std::optional<uint32_t> reused = index.insert(b, kb, 1);
+  ASSERT_TRUE(reused.has_value());
+  EXPECT_EQ(*reused, *s1);
+  EXPECT_EQ(index.match(a, ka, 3).size(), 1u);  // block 0 only now
+  EXPECT_EQ(index.used(), 3);
+  index.erase(*s0, ka[1]);  // another key: nothing
+  EXPECT_EQ(index.used(), 3);
+  index.erase(*s0, ka[0]);
+  EXPECT_TRUE(index.match(a, ka, 3).empty());
+  index.clear();
+  EXPECT_EQ(index.used(), 0);
+  EXPECT_TRUE(index.match(b, kb, 2).empty());
+  PrefixIndex off(0, 4);
+  EXPECT_FALSE(off.insert(a, ka, 0).has_value());
+}
+
+TEST(StepSchedulerPrefix, ASharedPrefixIsRestoredAndNotPrefilled) {
+  Core c(cached(64));
+  const std::vector<int32_t> system = seq_tokens(1000, 40);  // 2 full blocks + 8
+  std::vector<v1::SequenceSlice> s1;
+  SequenceEvent d1 = run_one(c, 1, concat(system, {7, 8, 9}), &s1);
+  EXPECT_EQ(d1.kind, SequenceEvent::Kind::kDone);
+  EXPECT_EQ(d1.cached_tokens, 0);
+  ASSERT_EQ(s1.size(), 1u);
+  EXPECT_EQ(s1[0].start_pos(), 0);
+  EXPECT_TRUE(restored(s1[0]).empty());
+  EXPECT_EQ(saved(s1[0]).size(), 2u);  // blocks 0, 1 (43 tokens)
+  EXPECT_EQ(saved_index(s1[0]), std::vector<int32_t>({0, 1}));
+  // The same system prompt, another question: 32 rows restored.
+  std::vector<v1::SequenceSlice> s2;
+  SequenceEvent d2 = run_one(c, 2, concat(system, seq_tokens(50, 30)), &s2);
+  EXPECT_EQ(d2.cached_tokens, 32);
+  ASSERT_EQ(s2.size(), 1u);
+  EXPECT_EQ(s2[0].start_pos(), 32);
+  EXPECT_EQ(s2[0].tokens_size(), 70 - 32);
+  EXPECT_EQ(restored(s2[0]), saved(s1[0]));
+  EXPECT_EQ(s2[0].restore_keys_size(), 2);
+  EXPECT_EQ(s2[0].restore_keys(0), s1[0].save_keys(0));
+  EXPECT_TRUE(s2[0].has_sampling());  // the first slice makes the sampler
+  // It saves its own blocks 2, 3 (64 of 70 tokens), not 0, 1 again.
+  EXPECT_EQ(saved_index(s2[0]), std::vector<int32_t>({2, 3}));
+  // The first 16 tokens only: a partial match of one block.
+  std::vector<v1::SequenceSlice> s3;
+  SequenceEvent d3 = run_one(c, 3, concat(seq_tokens(1000, 16), seq_tokens(5, 20)), &s3);
+  EXPECT_EQ(d3.cached_tokens, 16);
+  EXPECT_EQ(s3[0].start_pos(), 16);
+  EXPECT_EQ(restored(s3[0]), std::vector<uint32_t>({saved(s1[0])[0]}));
+}
+
+TEST(StepSchedulerPrefix, TheLastBlockOfAPromptIsAlwaysPrefilled) {
+  Core c(cached(64));
+  const std::vector<int32_t> p = seq_tokens(1, 32);  // exactly 2 blocks
+  run_one(c, 1, p);
+  std::vector<v1::SequenceSlice> s;
+  SequenceEvent d = run_one(c, 2, p, &s);
+  EXPECT_EQ(d.cached_tokens, 16);  // block 1 is prefilled for the logits
+  EXPECT_EQ(s[0].start_pos(), 16);
+  EXPECT_EQ(s[0].tokens_size(), 16);
+  EXPECT_TRUE(saved(s[0]).empty());  // block 1 is cached already
+}
+
+TEST(StepSchedulerPrefix, ChunksSaveTheBlocksTheyComplete) {
+  Core c(cached(64, /*prefill_chunk=*/20));
+  std::vector<v1::SequenceSlice> s;
+  run_one(c, 1, seq_tokens(1, 50), &s);
+  ASSERT_EQ(s.size(), 3u);  // 20 + 20 + 10 rows
+  EXPECT_EQ(saved_index(s[0]), std::vector<int32_t>({0}));     // rows 0..19
+  EXPECT_EQ(saved_index(s[1]), std::vector<int32_t>({1}));     // 20..39
+  EXPECT_EQ(saved_index(s[2]), std::vector<int32_t>({2}));     // 40..49
+  EXPECT_FALSE(s[1].has_sampling());
+  std::vector<v1::SequenceSlice> t;
+  SequenceEvent d = run_one(c, 2, seq_tokens(1, 60), &t);
+  EXPECT_EQ(d.cached_tokens, 48);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].start_pos(), 48);
+}
+
+TEST(StepSchedulerPrefix, LruEvictionUnderTheBlockBudget) {
+  Core c(cached(/*blocks=*/2));
+  const std::vector<int32_t> a = seq_tokens(1, 33);    // blocks a0, a1
+  const std::vector<int32_t> b = seq_tokens(500, 17);  // block b0
+  run_one(c, 1, a);
+  EXPECT_EQ(run_one(c, 2, a).cached_tokens, 32);  // a0 most recent, then a1
+  run_one(c, 3, b);                                // evicts a1
+  EXPECT_EQ(c.s.prefix_index().used(), 2);
+  EXPECT_EQ(run_one(c, 4, a).cached_tokens, 16);   // a0 only; saves a1 (evicts b0)
+  EXPECT_EQ(run_one(c, 5, b).cached_tokens, 0);
+}
+
+TEST(StepSchedulerPrefix, TwoSequencesSharingAPrefix) {
+  Core c(cached(64));
+  const std::vector<int32_t> system = seq_tokens(1, 48);
+  // Together in one micro-batch: the second cannot restore what the first
+  // saves in that same micro-batch (restores run before saves).
+  auto h1 = c.add(1, concat(system, {1}), 1);
+  auto h2 = c.add(2, concat(system, {2}), 1);
+  v1::MicroBatch b = c.schedule();
+  ASSERT_EQ(b.slices_size(), 2);
+  EXPECT_EQ(saved_index(b.slices(0)), std::vector<int32_t>({0, 1, 2}));
+  EXPECT_TRUE(restored(b.slices(1)).empty());
+  EXPECT_TRUE(saved(b.slices(1)).empty());  // already indexed by the first
+  ASSERT_TRUE(c.answer(b, {5, 5}).ok());
+  c.s.take_finished();
+  // Later, two at once both restore the same blocks.
+  auto h3 = c.add(3, concat(system, {3}), 1);
+  auto h4 = c.add(4, concat(system, {4, 4}), 1);
+  v1::MicroBatch b2 = c.schedule();
+  ASSERT_EQ(b2.slices_size(), 2);
+  EXPECT_EQ(restored(b2.slices(0)), restored(b2.slices(1)));
+  EXPECT_EQ(b2.slices(0).start_pos(), 48);
+  EXPECT_EQ(b2.slices(1).start_pos(), 48);
+  ASSERT_TRUE(c.answer(b2, {5, 5}).ok());
+  EXPECT_EQ(events(*h3).back().cached_tokens, 48);
+  EXPECT_EQ(events(*h4).back().cached_tokens, 48);
+}
+
+TEST(StepSchedulerPrefix, AFailedMicroBatchForgetsItsBlocks) {
+  Core c(cached(64));
+  const std::vector<int32_t> p = seq_tokens(1, 40);
+  auto h = c.add(1, p, 1);
+  v1::MicroBatch b = c.schedule();
+  EXPECT_EQ(saved(b.slices(0)).size(), 2u);
+  ASSERT_TRUE(c.fail(b, absl::StatusCode::kInvalidArgument, "bad").ok());
+  c.s.take_finished();
+  EXPECT_EQ(c.s.prefix_index().used(), 0);
+  run_one(c, 2, p);
+  std::vector<v1::SequenceSlice> s;
+  EXPECT_EQ(run_one(c, 3, p, &s).cached_tokens, 32);
+  // A failed restore clears the whole index (a stage lost its store).
+  auto h4 = c.add(4, p, 1);
+  v1::MicroBatch b4 = c.schedule();
+  ASSERT_EQ(b4.slices(0).restore_blocks_size(), 2);
+  ASSERT_TRUE(c.fail(b4, absl::StatusCode::kInvalidArgument,
+                     "slices[0].restore_blocks[0]: block 0 is empty on this stage").ok());
+  c.s.take_finished();
+  EXPECT_EQ(c.s.prefix_index().used(), 0);
+  c.s.reset_prefix_cache();
+  EXPECT_EQ(run_one(c, 5, p).cached_tokens, 0);
+}
+
+TEST(StepSchedulerPrefix, DecodedBlocksAreSavedForTheNextTurn) {
+  Core c(cached(64));
+  const std::vector<int32_t> turn1 = seq_tokens(1, 20);
+  auto h = c.add(1, turn1, /*max_tokens=*/30);
+  std::vector<int32_t> saved_blocks;
+  for (int32_t next = 100;; ++next) {
+    std::optional<v1::MicroBatch> b = c.s.schedule();
+    if (!b) break;
+    for (const v1::SequenceSlice& s : b->slices()) {
+      for (int32_t i : saved_index(s)) saved_blocks.push_back(i);
+    }
+    ASSERT_TRUE(c.answer(*b, {next}).ok());
+  }
+  c.s.take_finished();
+  // 20 prompt rows and 29 of the 30 sampled ids went to the stages (the
+  // last one was never sent): blocks 0 (prompt), 1 and 2 (decoded rows).
+  EXPECT_EQ(saved_blocks, std::vector<int32_t>({0, 1, 2}));
+  const SequenceEvent done = events(*h).back();
+  ASSERT_EQ(done.all_ids.size(), 30u);
+  // The next turn: the first turn, its answer, a new message.
+  std::vector<int32_t> turn2 = concat(turn1, done.all_ids);
+  turn2 = concat(turn2, {7, 7, 7});
+  std::vector<v1::SequenceSlice> s;
+  EXPECT_EQ(run_one(c, 2, turn2, &s).cached_tokens, 48);
+  EXPECT_EQ(s[0].start_pos(), 48);
+  // An answer that differs in block 2 reuses blocks 0 and 1 only.
+  turn2[45] = 9999;
+  EXPECT_EQ(run_one(c, 3, turn2).cached_tokens, 32);
+}
+
+TEST(StepSchedulerPrefix, ResetTakesTheStagesCapacity) {
+  Core c(cached(64));
+  const std::vector<int32_t> p = seq_tokens(1, 40);
+  run_one(c, 1, p);
+  c.s.reset_prefix_cache(0);  // a stage holds no store: off
+  EXPECT_EQ(c.s.prefix_index().capacity(), 0);
+  std::vector<v1::SequenceSlice> s;
+  EXPECT_EQ(run_one(c, 2, p, &s).cached_tokens, 0);
+  EXPECT_TRUE(saved(s[0]).empty());
+  c.s.reset_prefix_cache(1000);  // never above the configured 64
+  EXPECT_EQ(c.s.prefix_index().capacity(), 64);
+  run_one(c, 3, p);
+  EXPECT_EQ(run_one(c, 4, p).cached_tokens, 32);
+  c.s.reset_prefix_cache();  // same capacity, emptied
+  EXPECT_EQ(c.s.prefix_index().used(), 0);
+}
+
+TEST(StepSchedulerPrefix, OffByDefault) {
+  Core c(options(8, 512, 0, 1));
+  std::vector<v1::SequenceSlice> s;
+  run_one(c, 1, seq_tokens(1, 40));
+  EXPECT_EQ(run_one(c, 2, seq_tokens(1, 40), &s).cached_tokens, 0);
+  EXPECT_TRUE(saved(s[0]).empty());
+  EXPECT_TRUE(restored(s[0]).empty());
+}
+
 }  // namespace
 }  // namespace strata::coordinator

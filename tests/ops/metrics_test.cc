@@ -159,6 +159,9 @@ TEST(Metrics, ServingMetricsHaveVllmNamesAndTypes) {
         "# TYPE strata:kv_cache_usage_perc gauge",
         "# TYPE strata:prompt_tokens_total counter",
         "# TYPE strata:generation_tokens_total counter",
+        "# TYPE strata:prefix_cache_queries_total counter",
+        "# TYPE strata:prefix_cache_hits_total counter",
+        "# TYPE strata:prefix_cache_usage_perc gauge",
         "# TYPE strata:time_to_first_token_seconds histogram",
         "# TYPE strata:inter_token_latency_seconds histogram",
         "# TYPE strata:e2e_request_latency_seconds histogram",
@@ -240,7 +243,7 @@ TEST(Metrics, PrometheusClientParsesThePage) {
   // Every family we registered came back, with its type.
   int families = 0;
   for (const std::string& l : p.lines) families += l.rfind("family ", 0) == 0;
-  EXPECT_EQ(families, 16);
+  EXPECT_EQ(families, 19);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "coordinator/metrics.h"
 #include "coordinator/step_scheduler.h"
@@ -88,6 +89,52 @@ TEST(ServingMetricsFeed, EndsAreCountedByReason) {
   core.s.fail_all(absl::UnavailableError("worker w1 is unreachable"));
   EXPECT_EQ(m.request_failure.with({"error"}).value(), 1);
   EXPECT_EQ(m.request_failure.with({"abort"}).value(), 1);
+}
+
+// Two prompts sharing 32 tokens (two 16-token blocks) with the prefix
+// cache on: the second's hits are its restored rows.
+TEST(ServingMetricsFeed, PrefixCacheQueriesAndHits) {
+  ServingMetrics m;
+  SchedulerOptions o = Core::opts(&m);
+  o.max_sequences = 4;
+  o.n_ctx = 128;
+  o.prefix_cache_blocks = 8;
+  o.prefix_block_tokens = 16;
+  StepScheduler s(o, [] { return std::make_unique<IdDetokenizer>(); });
+  auto run = [&](uint64_t id, std::vector<int32_t> prompt) {
+    auto h = std::make_shared<SequenceHandle>(id);
+    SequenceRequest r;
+    r.prompt = std::move(prompt);
+    r.params.max_tokens = 1;
+    s.add(h, std::move(r));
+    while (std::optional<v1::MicroBatch> b = s.schedule()) {
+      v1::MicroBatchResult res;
+      res.set_batch_id(b->batch_id());
+      for (const auto& slice : b->slices()) {
+        if (!slice.sample()) continue;
+        auto* t = res.add_tokens();
+        t->set_seq_id(slice.seq_id());
+        t->set_id(9);
+      }
+      EXPECT_TRUE(s.update_from_output(std::move(res)).ok());
+    }
+    s.take_finished();
+    int cached = -1;
+    while (auto e = h->next(absl::ZeroDuration())) {
+      if (e->kind == SequenceEvent::Kind::kDone) cached = e->cached_tokens;
+    }
+    return cached;
+  };
+  std::vector<int32_t> shared(40);
+  for (int i = 0; i < 40; ++i) shared[i] = 100 + i;
+  std::vector<int32_t> a = shared, b = shared;
+  a.insert(a.end(), {1, 2, 3});
+  b.insert(b.end(), {4, 5, 6, 7});
+  EXPECT_EQ(run(1, a), 0);
+  EXPECT_EQ(run(2, b), 32);
+  EXPECT_EQ(m.prefix_cache_queries.value(), 43 + 44);
+  EXPECT_EQ(m.prefix_cache_hits.value(), 32);
+  EXPECT_EQ(m.prompt_tokens.value(), 43 + 44);
 }
 
 TEST(Logging, LevelFromFlagThenEnvironment) {

@@ -212,6 +212,42 @@ absl::Status CpuBackend::truncate_sequence(int seq, int n) {
   return absl::OkStatus();
 }
 
+int64_t CpuBackend::kv_row_bytes() const {
+  const int64_t elem = options_.kv_type == GgmlType::kF16 ? 2 : 4;
+  return static_cast<int64_t>(range_.last - range_.first) * hp_.n_head_kv *
+         (hp_.head_dim_k + hp_.head_dim_v) * elem;
+}
+
+absl::Status CpuBackend::read_kv(int seq, int pos, int n, uint8_t* out) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  }
+  if (pos < 0 || n < 0 || pos + n > it->second->length()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sequence ", seq, ": rows [", pos, ", ", pos + n,
+                     ") are outside its ", it->second->length(), " positions"));
+  }
+  it->second->read_rows(pos, n, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::append_kv(int seq, int n, const uint8_t* in) {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  }
+  KvCache& cache = *it->second;
+  if (n < 0 || cache.length() + n > cache.n_ctx()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sequence ", seq, ": ", cache.length(), " + ", n,
+                     " positions exceed the context of ", cache.n_ctx()));
+  }
+  cache.write_rows(cache.length(), n, in);
+  cache.advance(n);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::pair<int, int>> CpuBackend::extent(int seq) const {
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) {

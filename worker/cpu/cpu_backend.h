@@ -54,6 +54,9 @@ class CpuBackend final : public Backend {
   absl::StatusOr<int> sequence_length(int seq) const override;
   absl::StatusOr<int> sequence_context(int seq) const override;
   absl::Status truncate_sequence(int seq, int n) override;
+  int64_t kv_row_bytes() const override;
+  absl::Status read_kv(int seq, int pos, int n, uint8_t* out) const override;
+  absl::Status append_kv(int seq, int n, const uint8_t* in) override;
   absl::Status forward(const ForwardRequest& request,
                        ForwardResult* result) override;
 
