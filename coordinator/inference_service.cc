@@ -2,9 +2,12 @@
 
 #include <random>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/api_key.h"
 #include "model/chat_template/model_chat.h"
 #include "proto/grpc_ops.h"
@@ -24,10 +27,10 @@ absl::Status bad(absl::string_view field, absl::string_view what) {
 
 InferenceService::InferenceService(Cluster& cluster, std::string api_key)
     : cluster_(cluster), info_(cluster.model().info), api_key_(std::move(api_key)) {
-  auto family = chat_template::model_chat_family(cluster.model().gguf->first());
-  if (family) {
-    info_.set_chat_template_family(std::string(chat_template::family_name(*family)));
-  }
+  // The model's chat templates (Jinja), e.g. "tokenizer.chat_template,
+  // tokenizer.chat_template.tool_use"; empty when it has none that parses.
+  info_.set_chat_template_family(
+      absl::StrJoin(chat_template::model_chat_templates(cluster.model().gguf->first()), ","));
 }
 
 absl::Status InferenceService::check_model(const std::string& model) const {

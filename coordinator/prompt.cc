@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <random>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/structured_output.h"
 #include "model/chat_template/model_chat.h"
 #include "worker/sampling_proto.h"
 
@@ -16,6 +19,7 @@ constexpr size_t kMaxTextBytes = 4u << 20;   // prompt, content, text
 constexpr int kMaxTokens = 1 << 20;          // max_tokens, Detokenize ids
 constexpr int kMaxMessages = 1024;
 constexpr size_t kMaxRoleBytes = 64;
+constexpr size_t kMaxNameBytes = 256;  // a message's name and tool_call_id
 constexpr int kMaxStops = 16;
 constexpr size_t kMaxStopBytes = 256;
 constexpr int kMaxTopLogprobs = 20;
@@ -46,19 +50,23 @@ absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
     e.parse_special = request.parse_special();
     return tok.encode(request.prompt(), e);
   }
-  std::vector<chat_template::Message> messages;
+  std::vector<chat_template::WireMessage> messages;
   for (const v1::ChatMessage& m : request.messages().messages()) {
-    messages.push_back({m.role(), m.content()});
+    messages.push_back({m.role(), m.content(), m.name(), m.tool_call_id(), m.tool_calls_json()});
   }
+  auto chat_request = chat_template::chat_request_from_wire(
+      messages, request.tools_json(), request.tool_choice(),
+      request.chat_template_kwargs_json(), true);
+  if (!chat_request.ok()) return chat_request.status();
   // The rendered text is tokenized with control tokens parsed (the
-  // template's turn markers); the messages' own text must not spell one.
-  if (absl::Status st = chat_template::check_message_text(tok, messages); !st.ok()) {
+  // template's turn markers); the request's own text must not spell one.
+  if (absl::Status st = chat_template::check_request_text(tok, *chat_request); !st.ok()) {
     return st;
   }
-  auto chat = chat_template::render_model_chat(model.gguf->first(), tok, messages,
-                                               std::nullopt, "", true);
+  auto chat = chat_template::render_model_chat(model.gguf->first(), tok, *chat_request,
+                                               std::nullopt, "");
   if (!chat.ok()) {
-    // No template in the model, or one of no known family: the served
+    // No template in the model, or one outside the Jinja subset: the served
     // model cannot take messages (FAILED_PRECONDITION, not the request's
     // fault); a template that refuses this conversation keeps its code.
     const absl::StatusCode code =
@@ -129,6 +137,20 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
                                                   " bytes exceed ",
                                                   kMaxTextBytes));
         }
+        for (const auto& [field, size, limit] :
+             {std::tuple<const char*, size_t, size_t>{".name", m[i].name().size(), kMaxNameBytes},
+              {".tool_call_id", m[i].tool_call_id().size(), kMaxNameBytes},
+              {".tool_calls_json", m[i].tool_calls_json().size(), kMaxTextBytes}}) {
+          if (size > limit) return bad(f + field, absl::StrCat(size, " bytes exceed ", limit));
+        }
+      }
+      // The JSON fields are parsed and checked with the messages
+      // (chat_template::chat_request_from_wire).
+      for (const auto& [field, size] :
+           {std::pair<const char*, size_t>{"tools_json", r.tools_json().size()},
+            {"tool_choice", r.tool_choice().size()},
+            {"chat_template_kwargs_json", r.chat_template_kwargs_json().size()}}) {
+        if (size > kMaxTextBytes) return bad(field, absl::StrCat(size, " bytes exceed ", kMaxTextBytes));
       }
       break;
     }
@@ -170,19 +192,23 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
   }
   // Fields the server cannot honour yet: refused, never silently ignored
   // (output that ignores a schema or the tools would look like success).
-  if (!r.tools_json().empty()) return bad("tools_json", "not supported yet");
+  // tools and chat_template_kwargs are rendered by the chat template; the
+  // tools and kwargs only with messages.
+  if (r.input_case() != v1::GenerateRequest::kMessages) {
+    if (!r.tools_json().empty()) return bad("tools_json", "only with messages");
+    if (!r.chat_template_kwargs_json().empty()) {
+      return bad("chat_template_kwargs_json", "only with messages");
+    }
+  }
+  // A tool_choice that forces a call needs a grammar of the model's call
+  // format: not yet.
   if (!r.tool_choice().empty() && r.tool_choice() != "none" &&
       r.tool_choice() != "auto") {
     return bad("tool_choice", "not supported yet");
   }
-  if (!r.chat_template_kwargs_json().empty() &&
-      r.chat_template_kwargs_json() != "{}") {
-    return bad("chat_template_kwargs_json", "not supported yet");
-  }
-  if (!r.grammar().empty()) return bad("grammar", "not supported yet");
-  if (!r.json_schema().empty()) return bad("json_schema", "not supported yet");
-  if (r.json_object()) return bad("json_object", "not supported yet");
-  return absl::OkStatus();
+  // grammar / json_schema / json_object: at most one, and it must compile
+  // (the GBNF is made once more in prepare_prompt; the check is cheap).
+  return structured_output_grammar(r).status();
 }
 
 
@@ -225,6 +251,9 @@ absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
   sr.params.ignore_eos = request.ignore_eos();
   sr.logprobs = request.logprobs();
   sr.top_logprobs = request.top_logprobs();
+  absl::StatusOr<std::string> grammar = structured_output_grammar(request);
+  if (!grammar.ok()) return grammar.status();
+  sr.grammar = *std::move(grammar);
   return sr;
 }
 

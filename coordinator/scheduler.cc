@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/metrics.h"
+#include "coordinator/structured_output.h"
 #include "worker/sampler.h"
 
 namespace strata::coordinator {
@@ -91,6 +92,7 @@ absl::StatusOr<std::shared_ptr<SequenceHandle>> Scheduler::submit(
   if (absl::Status st = worker::validate(request.params.sampling); !st.ok()) {
     return st;
   }
+  if (absl::Status st = check_grammar(request.grammar); !st.ok()) return st;
   Submitted s;
   s.at = StepScheduler::Clock::now();
   s.request = std::move(request);

@@ -333,6 +333,7 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     slice->set_start_pos(start);
     if (first) {
       *slice->mutable_sampling() = to_proto(seq->request.params.sampling);
+      slice->set_grammar(seq->request.grammar);
       for (const PrefixBlock& h : hits) {
         slice->add_restore_blocks(h.slot);
         slice->add_restore_keys(h.key);
@@ -429,6 +430,11 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
     const v1::SampledToken& token = result.tokens(k++);
     Sequence* seq = seqs[i];
     if (seq == nullptr || seq->state != Sequence::State::kAwaitToken) continue;
+    if (token.error_code() != 0) {
+      fail_sequence(*seq, absl::Status(static_cast<absl::StatusCode>(token.error_code()),
+                                       token.error_message()));
+      continue;
+    }
     take_token(*seq, token);
   }
   return absl::OkStatus();

@@ -96,6 +96,11 @@ struct SequenceRequest {
   GenerationParams params;      // max_tokens >= 1, sampling with its seed
   bool logprobs = false;
   int top_logprobs = 0;
+  // Structured output: GBNF the generated tokens must follow ("" = none);
+  // sent in the sequence's first slice (SequenceSlice.grammar). A sampled
+  // token that comes back with an error (a grammar the last stage refused)
+  // ends only this sequence, with that error.
+  std::string grammar;
 };
 
 struct SequenceTimings {

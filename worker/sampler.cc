@@ -54,8 +54,13 @@ void Sampler::accept(int32_t token) {
   history_next_ = (history_next_ + 1) % history_.size();
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+int32_t Sampler::sample(std::span<const float> logits,
+                        std::span<const uint64_t> allowed) {
   const SamplingParams& p = params_;
+  const bool masked = !allowed.empty();
+  auto out = [&](size_t i) {
+    return masked && !((allowed[i >> 6] >> (i & 63)) & 1);
+  };
   const bool penalize = history_size_ > 0 &&
                         (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
                          p.frequency_penalty != 0.0f);
@@ -64,30 +69,35 @@ int32_t Sampler::sample(std::span<const float> logits) {
     // Greedy: the first id of the highest (penalised) logit, in one pass
     // over the logits (no candidate list: a decode step of many sequences
     // samples each of them, 49,152 logits apiece for SmolLM2).
-    int32_t best = 0;
+    int32_t best = -1;
     float best_logit = 0.0f;
     for (size_t i = 0; i < n; ++i) {
+      if (out(i)) continue;
       float l = logits[i];
       if (penalize && counts_[i] > 0) {
         l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
         l -= static_cast<float>(counts_[i]) * p.frequency_penalty + p.presence_penalty;
       }
-      if (i == 0 || l > best_logit) {
+      if (best < 0 || l > best_logit) {
         best = static_cast<int32_t>(i);
         best_logit = l;
       }
     }
     return best;
   }
+  size_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
+    if (out(i)) continue;
     float l = logits[i];
     if (penalize && counts_[i] > 0) {
       l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
       l -= static_cast<float>(counts_[i]) * p.frequency_penalty +
            p.presence_penalty;
     }
-    candidates_[i] = {static_cast<int32_t>(i), l, 0.0f};
+    candidates_[kept++] = {static_cast<int32_t>(i), l, 0.0f};
   }
+  n = kept;
+  if (n == 0) return -1;
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };

@@ -13,6 +13,12 @@
 // The same seed and inputs give the same tokens on every platform (the
 // draw uses the generator's raw bits, not a library distribution).
 //
+// The grammar hook: sample() may take `allowed`, one bit per token (bit i
+// of word i / 64; structured output, model/grammar/grammar.h). A token
+// whose bit is 0 is out before step 1, as if its logit were -inf; the
+// chain then runs over the others unchanged. With no mask (an empty span)
+// every token is a candidate, exactly as before.
+//
 // Ownership: owns buffers of n_vocab entries, made at construction; sample()
 // and accept() do not allocate. Threads: one caller at a time.
 #pragma once
@@ -48,8 +54,11 @@ class Sampler {
   // params must be valid (validate()).
   Sampler(const SamplingParams& params, int n_vocab);
 
-  // The next token for `logits` ([n_vocab]).
-  int32_t sample(std::span<const float> logits);
+  // The next token for `logits` ([n_vocab]); with `allowed` (empty or
+  // [ceil(n_vocab / 64)] words), only among the tokens whose bit is set:
+  // -1 when none is.
+  int32_t sample(std::span<const float> logits,
+                 std::span<const uint64_t> allowed = {});
   // Records a token of the sequence (prompt or generated) for penalties.
   void accept(int32_t token);
   // Forgets the history and reseeds.

@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/grammar/grammar.h"
+#include "model/grammar/vocabulary_table.h"
+#include "model/tokenizer/tokenizer.h"
 #include "worker/fake_backend.h"
 #include "worker/finite_scan.h"
 #include "worker/prefix_store.h"
@@ -30,6 +33,24 @@ namespace strata::worker {
 namespace {
 
 constexpr int kMaxTopLogprobs = 20;
+constexpr size_t kMaxGrammarBytes = 64 * 1024;  // SequenceSlice.grammar
+
+// The vocabulary as grammars see it (each token's bytes, end of
+// generation), built once per shard load on the last stage; or why not.
+absl::StatusOr<std::shared_ptr<const grammar::TokenTable>> grammar_vocabulary(
+    const gguf::GgufModel* model, int n_vocab) {
+  if (model == nullptr) {
+    return absl::FailedPreconditionError("the stage has no model file to read its vocabulary from");
+  }
+  auto tok = tokenizer::Tokenizer::from_gguf(model->first());
+  if (!tok.ok()) return tok.status();
+  std::shared_ptr<const grammar::TokenTable> table = grammar::token_table(**tok);
+  if (table->n_tokens() != n_vocab) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the tokenizer's ", table->n_tokens(), " tokens differ from the head's ", n_vocab));
+  }
+  return table;
+}
 
 std::string slice_field(int i, absl::string_view member) {
   return absl::StrCat("slices[", i, "]", member.empty() ? "" : ".", member);
@@ -76,7 +97,15 @@ class BackendStage final : public Stage {
     if (!first_) {
       hidden_in_.resize(static_cast<size_t>(info_.max_batch_rows()) * n_embd_);
     }
-    if (last_) order_.resize(static_cast<size_t>(n_vocab_));
+    if (last_) {
+      order_.resize(static_cast<size_t>(n_vocab_));
+      auto vocab = grammar_vocabulary(plan.model.get(), n_vocab_);
+      if (vocab.ok()) {
+        vocab_ = *std::move(vocab);
+      } else {
+        vocab_error_ = std::string(vocab.status().message());
+      }
+    }
   }
 
   const v1::ShardInfo& shard() const override { return info_; }
@@ -93,6 +122,11 @@ class BackendStage final : public Stage {
     int backend_seq = 0;
     std::unique_ptr<Sampler> sampler;  // last stage: made at start_pos 0
     std::vector<int32_t> tokens;       // with a prefix store: every position's
+    // Last stage, with a grammar: the generated tokens so far through it.
+    std::unique_ptr<grammar::GrammarMatcher> matcher;
+    // Not OK: the sequence failed here (its grammar); each sampled slice
+    // answers with this error.
+    absl::Status failed;
   };
   // What run() does to one slice, decided by check().
   struct SliceRun {
@@ -104,6 +138,9 @@ class BackendStage final : public Stage {
     bool starts = false;      // start_pos 0, or restores cached blocks
     SamplingParams sampling;  // valid when starts
     std::vector<int32_t> restored;  // the restored blocks' tokens
+    // starts on the last stage: the parsed grammar, or its error.
+    std::shared_ptr<const grammar::Grammar> grammar;
+    absl::Status grammar_error;
   };
 
   absl::Status check(const v1::MicroBatch& batch);
@@ -115,8 +152,11 @@ class BackendStage final : public Stage {
   void undo(const v1::MicroBatch& batch, size_t ran);
   int new_backend_seq();
   void add_sampled(const v1::SequenceSlice& slice,
-                   std::span<const float> logits, Sampler& sampler,
+                   std::span<const float> logits, Sequence& seq,
                    v1::MicroBatchResult* result);
+  // The grammar's pick for `seq`, or an error for its SampledToken.
+  absl::StatusOr<int32_t> sample_with_grammar(std::span<const float> logits,
+                                              Sequence& seq);
 
   v1::ShardInfo info_;
   std::unique_ptr<Backend> backend_;
@@ -138,6 +178,11 @@ class BackendStage final : public Stage {
   std::vector<ForwardSlice> slices_;  // [slices] of the micro-batch
   std::vector<int32_t> tokens_;       // [rows] first stage: slice after slice
   std::vector<int32_t> order_;    // [n_vocab] ids for top_logprobs
+  // Last stage: the vocabulary for grammars, shared by every sequence's
+  // matcher (null, with the reason, when the model has no tokenizer).
+  std::shared_ptr<const grammar::TokenTable> vocab_;
+  std::string vocab_error_;
+  grammar::TokenMask mask_;  // [ceil(n_vocab / 64)] reused
 };
 
 absl::Status BackendStage::check(const v1::MicroBatch& batch) {
@@ -238,6 +283,25 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
                                  slice_field(i, "sampling"), &run.sampling);
           !st.ok()) {
         return st;
+      }
+      // A bad grammar fails only its sequence (at its sampled slice).
+      if (last_ && !s.grammar().empty()) {
+        const std::string field = slice_field(i, "grammar");
+        if (s.grammar().size() > kMaxGrammarBytes) {
+          run.grammar_error = absl::InvalidArgumentError(
+              absl::StrCat(field, ": ", s.grammar().size(), " bytes exceed ", kMaxGrammarBytes));
+        } else if (vocab_ == nullptr) {
+          run.grammar_error = absl::FailedPreconditionError(absl::StrCat(
+              field, ": this stage cannot apply grammars: ", vocab_error_));
+        } else {
+          auto g = grammar::parse_gbnf(s.grammar());
+          if (g.ok()) {
+            run.grammar = *std::move(g);
+          } else {
+            run.grammar_error = absl::InvalidArgumentError(
+                absl::StrCat(field, ": ", g.status().message()));
+          }
+        }
       }
     }
     if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxTopLogprobs) {
@@ -456,6 +520,10 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
     if (run.starts) {
       seq.sampler = std::make_unique<Sampler>(run.sampling, n_vocab_);
       for (int32_t t : run.restored) seq.sampler->accept(t);
+      seq.failed = run.grammar_error;
+      seq.matcher = run.grammar == nullptr
+                        ? nullptr
+                        : std::make_unique<grammar::GrammarMatcher>(run.grammar, vocab_);
     }
     for (int32_t t : s.tokens()) seq.sampler->accept(t);
     if (s.sample()) {
@@ -463,7 +531,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                   std::span<const float>(
                       logits.data() + static_cast<size_t>(sampled) * n_vocab_,
                       static_cast<size_t>(n_vocab_)),
-                  *seq.sampler, result);
+                  seq, result);
       ++sampled;
     }
   }
@@ -577,12 +645,54 @@ void BackendStage::clear_saves(const v1::MicroBatch& batch) {
 // Samples the slice's next token; with logprobs, the log-softmax at T = 1 of
 // the raw logits (before penalties) gives its log-probability and the
 // top_logprobs most likely tokens (ties: lower id first).
+absl::StatusOr<int32_t> BackendStage::sample_with_grammar(
+    std::span<const float> logits, Sequence& seq) {
+  grammar::GrammarMatcher& m = *seq.matcher;
+  int32_t id = -1;
+  // Greedy: the argmax is the masked argmax whenever the grammar allows it
+  // (ties too: it is the lowest id of the highest logit), so one token is
+  // checked before the whole vocabulary is.
+  if (seq.sampler->params().temperature <= 0.0f) {
+    id = seq.sampler->sample(logits);
+    if (!m.allows(id)) id = -1;
+  }
+  if (id < 0) {
+    if (absl::Status st = m.fill_mask(&mask_); !st.ok()) return st;
+    id = seq.sampler->sample(logits, mask_);
+    if (id < 0) {
+      return absl::FailedPreconditionError(
+          "grammar: no token of the vocabulary can continue the output");
+    }
+  }
+  if (absl::Status st = m.accept(id); !st.ok()) return st;
+  return id;
+}
+
 void BackendStage::add_sampled(const v1::SequenceSlice& slice,
-                           std::span<const float> logits, Sampler& sampler,
+                           std::span<const float> logits, Sequence& seq,
                            v1::MicroBatchResult* result) {
   v1::SampledToken* tok = result->add_tokens();
   tok->set_seq_id(slice.seq_id());
-  const int32_t id = sampler.sample(logits);
+  int32_t id = -1;
+  if (seq.failed.ok()) {
+    if (seq.matcher != nullptr) {
+      absl::StatusOr<int32_t> picked = sample_with_grammar(logits, seq);
+      if (picked.ok()) {
+        id = *picked;
+      } else {
+        seq.failed = picked.status();
+      }
+    } else {
+      id = seq.sampler->sample(logits);
+    }
+  }
+  if (!seq.failed.ok()) {
+    tok->set_id(-1);
+    tok->set_error_code(static_cast<int>(seq.failed.code()));
+    tok->set_error_message(absl::StrCat(
+        "worker ", name_, ": sequence ", slice.seq_id(), ": ", seq.failed.message()));
+    return;
+  }
   tok->set_id(id);
   if (!slice.logprobs() && slice.top_logprobs() == 0) return;
   const float max = *std::max_element(logits.begin(), logits.end());

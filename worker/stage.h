@@ -21,6 +21,14 @@
 // another key are INVALID_ARGUMENT; a failed micro-batch empties the slots
 // it would have saved.
 //
+// Structured output (last stage): a slice that starts its sequence (start_pos 0, or restoring cached blocks) may carry a GBNF
+// grammar (docs/structured-output.md); the stage masks, at each sampled
+// slice of that sequence, the tokens the grammar does not allow before the
+// sampler's chain. A grammar that does not parse (or is over 64 KiB, or a
+// stage without a vocabulary) does NOT fail the micro-batch: that
+// sequence's SampledToken carries error_code INVALID_ARGUMENT (or
+// FAILED_PRECONDITION / RESOURCE_EXHAUSTED) naming slices[i].grammar, id -1.
+//
 // Threads: one run() at a time (the caller serialises).
 #pragma once
 

@@ -1,18 +1,16 @@
+// Chat templates rendered by the Jinja interpreter (model/jinja), with the
+// variables transformers' apply_chat_template passes.
 #include "model/chat_template/chat_template.h"
 
 #include <cstdint>
-#include <string>
-#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace strata::chat_template {
+
 namespace {
-
-constexpr std::string_view kAlternate =
-    "Conversation roles must alternate user/assistant/user/assistant/...";
-
-bool contains(std::string_view text, std::string_view needle) {
-  return text.find(needle) != std::string_view::npos;
-}
 
 // Whether code point `c` is whitespace to Python's str.isspace().
 bool is_python_space(uint32_t c) {
@@ -72,30 +70,6 @@ size_t space_before(std::string_view s, size_t end) {
   return 0;
 }
 
-absl::Status raised(std::string_view message) {
-  return absl::FailedPreconditionError(std::string(message));
-}
-
-// The ChatML template's default system text: what follows
-// "<|im_start|>system\n" (a real newline or the escape `\n`) up to
-// "<|im_end|>", when that is plain text.
-bool find_default_system(std::string_view text, std::string& out) {
-  for (std::string_view head :
-       {std::string_view("<|im_start|>system\n"),
-        std::string_view("<|im_start|>system\\n")}) {
-    const size_t at = text.find(head);
-    if (at == std::string_view::npos) continue;
-    const size_t begin = at + head.size();
-    const size_t end = text.find("<|im_end|>", begin);
-    if (end == std::string_view::npos) return false;
-    const std::string_view body = text.substr(begin, end - begin);
-    if (body.find_first_of("'\"{}\\") != std::string_view::npos) return false;
-    out = std::string(body);
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string python_strip(std::string_view text) {
@@ -115,180 +89,53 @@ std::string python_strip(std::string_view text) {
   return std::string(text.substr(begin, end - begin));
 }
 
-std::string_view family_name(Family family) {
-  switch (family) {
-    case Family::kChatMl:
-      return "chatml";
-    case Family::kGemma:
-      return "gemma";
-    case Family::kLlama3:
-      return "llama3";
-    case Family::kMistral:
-      return "mistral";
-    case Family::kPhi3:
-      return "phi3";
-  }
-  return "unknown";
-}
 
 absl::StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view text) {
-  ChatTemplate t;
-  if (contains(text, "<start_of_turn>") && contains(text, "<end_of_turn>")) {
-    t.family_ = Family::kGemma;
-    t.gemma_system_prefix_ = contains(text, "first_user_prefix");
-    if (!t.gemma_system_prefix_ &&
-        !contains(text, "System role not supported")) {
-      return absl::InvalidArgumentError(
-          "unrecognised Gemma chat template (neither the Gemma 2 nor the "
-          "Gemma 3 template)");
-    }
-    return t;
+  auto t = jinja::Template::parse(text);
+  if (!t.ok()) return t.status();
+  ChatTemplate out;
+  out.template_ = std::make_shared<const jinja::Template>(*std::move(t));
+  return out;
+}
+
+absl::StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
+                                                 const nlohmann::ordered_json& tools,
+                                                 const nlohmann::ordered_json& extra,
+                                                 const RenderOptions& options) const {
+  if (!messages.is_array()) return absl::InvalidArgumentError("messages: expected an array");
+  if (!tools.is_null() && !tools.is_array()) return absl::InvalidArgumentError("tools: expected an array");
+  if (!extra.is_null() && !extra.is_object()) {
+    return absl::InvalidArgumentError("chat_template_kwargs: expected an object");
   }
-  if (contains(text, "<|start_header_id|>") && contains(text, "<|eot_id|>")) {
-    if (contains(text, "Cutting Knowledge") || contains(text, "tools")) {
-      return absl::InvalidArgumentError(
-          "unsupported chat template: Llama 3.1+ (tools, dates); only the "
-          "Llama 3 template is rendered");
-    }
-    t.family_ = Family::kLlama3;
-    return t;
-  }
-  if (contains(text, "<|im_start|>") && contains(text, "<|im_end|>")) {
-    if (contains(text, "tools") || contains(text, "<think>")) {
-      return absl::InvalidArgumentError(
-          "unsupported chat template: ChatML with tools or reasoning "
-          "(Qwen2.5/Qwen3 style); only plain ChatML is rendered");
-    }
-    t.family_ = Family::kChatMl;
-    if (contains(text, "messages[0]['role'] != 'system'")) {
-      if (!find_default_system(text, t.default_system_)) {
+  // What apply_chat_template passes: the special tokens, then the caller's
+  // kwargs (which may override them), with messages, tools, documents and
+  // add_generation_prompt its own.
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  context["bos_token"] = options.bos_token;
+  context["eos_token"] = options.eos_token;
+  if (extra.is_object()) {
+    for (const auto& [key, value] : extra.items()) {
+      if (key == "messages" || key == "tools" || key == "add_generation_prompt") {
         return absl::InvalidArgumentError(
-            "unrecognised ChatML chat template: a default system message "
-            "that is not plain text");
+            absl::StrCat("chat_template_kwargs: '", key, "' is set by the request itself"));
       }
-      t.has_default_system_ = true;
-    }
-    return t;
-  }
-  if (contains(text, "[INST]") && contains(text, "[/INST]")) {
-    if (contains(text, "<<SYS>>") || contains(text, "system_message")) {
-      return absl::InvalidArgumentError(
-          "unsupported chat template: [INST] with a system prompt (Llama 2 "
-          "style); only the Mistral Instruct template is rendered");
-    }
-    t.family_ = Family::kMistral;
-    t.mistral_space_after_eos_ = contains(text, "eos_token + ' '");
-    return t;
-  }
-  if (contains(text, "<|user|>") && contains(text, "<|assistant|>") &&
-      contains(text, "<|end|>")) {
-    t.family_ = Family::kPhi3;
-    return t;
-  }
-  return absl::InvalidArgumentError(
-      "unknown chat template: not one of the known families (ChatML, Gemma, "
-      "Llama 3, Mistral, Phi-3)");
-}
-
-absl::StatusOr<std::string> ChatTemplate::render(
-    std::span<const Message> messages, const RenderOptions& options) const {
-  switch (family_) {
-    case Family::kChatMl:
-      return render_chatml(messages, options);
-    case Family::kGemma:
-      return render_gemma(messages, options);
-    case Family::kLlama3:
-      return render_llama3(messages, options);
-    case Family::kMistral:
-      return render_mistral(messages, options);
-    case Family::kPhi3:
-      return render_phi3(messages, options);
-  }
-  return absl::InternalError("bad chat template family");
-}
-
-absl::StatusOr<std::string> ChatTemplate::render_chatml(
-    std::span<const Message> messages, const RenderOptions& options) const {
-  std::string out;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (i == 0 && has_default_system_ && messages[0].role != "system") {
-      out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-    }
-    out += "<|im_start|>" + messages[i].role + "\n" + messages[i].content +
-           "<|im_end|>\n";
-  }
-  if (options.add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
-}
-
-absl::StatusOr<std::string> ChatTemplate::render_gemma(
-    std::span<const Message> messages, const RenderOptions& options) const {
-  if (messages.empty()) {
-    return absl::InvalidArgumentError("the Gemma template needs a message");
-  }
-  std::string out = options.bos_token;
-  std::string first_user_prefix;
-  std::span<const Message> loop = messages;
-  if (messages[0].role == "system") {
-    if (!gemma_system_prefix_) return raised("System role not supported");
-    first_user_prefix = messages[0].content + "\n\n";
-    loop = messages.subspan(1);
-  }
-  for (size_t i = 0; i < loop.size(); ++i) {
-    if ((loop[i].role == "user") != (i % 2 == 0)) return raised(kAlternate);
-    const std::string role =
-        loop[i].role == "assistant" ? std::string("model") : loop[i].role;
-    out += "<start_of_turn>" + role + "\n";
-    if (i == 0) out += first_user_prefix;
-    out += python_strip(loop[i].content) + "<end_of_turn>\n";
-  }
-  if (options.add_generation_prompt) out += "<start_of_turn>model\n";
-  return out;
-}
-
-absl::StatusOr<std::string> ChatTemplate::render_llama3(
-    std::span<const Message> messages, const RenderOptions& options) const {
-  std::string out;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (i == 0) out += options.bos_token;
-    out += "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n" +
-           python_strip(messages[i].content) + "<|eot_id|>";
-  }
-  if (options.add_generation_prompt) {
-    out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  }
-  return out;
-}
-
-absl::StatusOr<std::string> ChatTemplate::render_mistral(
-    std::span<const Message> messages, const RenderOptions& options) const {
-  std::string out = options.bos_token;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if ((messages[i].role == "user") != (i % 2 == 0)) return raised(kAlternate);
-    if (messages[i].role == "user") {
-      out += "[INST] " + messages[i].content + " [/INST]";
-    } else if (messages[i].role == "assistant") {
-      out += messages[i].content + options.eos_token;
-      if (mistral_space_after_eos_) out += " ";
-    } else {
-      return raised("Only user and assistant roles are supported!");
+      context[key] = value;
     }
   }
-  return out;
+  context["messages"] = messages;
+  context["tools"] = tools.is_array() && tools.empty() ? nlohmann::ordered_json() : tools;
+  if (!context.contains("documents")) context["documents"] = nullptr;
+  context["add_generation_prompt"] = options.add_generation_prompt;
+  jinja::RenderOptions render;
+  render.now = options.now;
+  return template_->render(context, render);
 }
 
-absl::StatusOr<std::string> ChatTemplate::render_phi3(
-    std::span<const Message> messages, const RenderOptions& options) const {
-  std::string out;
-  for (const Message& m : messages) {
-    // Other roles are left out, as the template does.
-    if (m.role == "system" || m.role == "user" || m.role == "assistant") {
-      out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
-    }
-  }
-  out += options.add_generation_prompt ? std::string("<|assistant|>\n")
-                                       : options.eos_token;
-  return out;
+absl::StatusOr<std::string> ChatTemplate::render(std::span<const Message> messages,
+                                                 const RenderOptions& options) const {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const Message& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  return render(list, nullptr, nlohmann::ordered_json::object(), options);
 }
 
 }  // namespace strata::chat_template

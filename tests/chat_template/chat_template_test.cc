@@ -1,4 +1,4 @@
-// Chat templates rendered natively against Python jinja2's rendering of the
+// Chat templates rendered by the Jinja interpreter against Python jinja2's rendering of the
 // same template text (data/expected.json, written by make_expected.py).
 #include "model/chat_template/chat_template.h"
 
@@ -61,33 +61,48 @@ TEST(ChatTemplate, MatchesJinja2) {
   EXPECT_GE(checked, 100);
 }
 
-TEST(ChatTemplate, DetectsFamilies) {
+TEST(ChatTemplate, AnyTemplateOfTheSubsetParses) {
   const nlohmann::json expected = load_expected();
-  const auto& t = expected.at("templates");
-  EXPECT_EQ(ChatTemplate::parse(t.at("smollm2").get<std::string>())->family(),
-            Family::kChatMl);
-  EXPECT_EQ(ChatTemplate::parse(t.at("chatml").get<std::string>())->family(),
-            Family::kChatMl);
-  EXPECT_EQ(ChatTemplate::parse(t.at("gemma3").get<std::string>())->family(),
-            Family::kGemma);
-  EXPECT_EQ(ChatTemplate::parse(t.at("gemma2").get<std::string>())->family(),
-            Family::kGemma);
-  EXPECT_EQ(ChatTemplate::parse(t.at("llama3").get<std::string>())->family(),
-            Family::kLlama3);
-  EXPECT_EQ(ChatTemplate::parse(t.at("mistral").get<std::string>())->family(),
-            Family::kMistral);
-  EXPECT_EQ(ChatTemplate::parse(t.at("phi3").get<std::string>())->family(),
-            Family::kPhi3);
+  for (const auto& [name, text] : expected.at("templates").items()) {
+    EXPECT_TRUE(ChatTemplate::parse(text.get<std::string>()).ok()) << name;
+  }
+  for (const char* text : {"", "{{ messages }}", "{% for m in messages %}{{ m.content }}{% endfor %}"}) {
+    EXPECT_TRUE(ChatTemplate::parse(text).ok()) << text;
+  }
 }
 
-TEST(ChatTemplate, UnknownTemplateIsRefused) {
-  for (const char* text :
-       {"", "{{ messages }}", "{% for m in messages %}{{ m.content }}{% endfor %}",
-        "<<SYS>>[INST] [/INST]"}) {
+TEST(ChatTemplate, TemplateOutsideTheSubsetIsRefusedWithItsLine) {
+  for (const char* text : {"{% if %}", "{{ x", "a\n{% include 'other' %}", "{% for x in y %}"}) {
     auto tmpl = ChatTemplate::parse(text);
     ASSERT_FALSE(tmpl.ok()) << text;
     EXPECT_EQ(tmpl.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(tmpl.status().message().substr(0, 5), "line ") << tmpl.status();
   }
+}
+
+TEST(ChatTemplate, ToolsAndToolCallsReachTheTemplate) {
+  auto tmpl = ChatTemplate::parse(
+      "{% for t in tools %}{{ t.function.name }}:{{ t.function.parameters | tojson }}\n{% endfor %}"
+      "{% for m in messages %}{{ m.role }}"
+      "{% if m.tool_calls %}{% for c in m.tool_calls %}[{{ c.function.name }}({{ c.function.arguments | tojson }})]"
+      "{% endfor %}{% else %}={{ m.content }}{% endif %}{% if m.tool_call_id %}#{{ m.tool_call_id }}{% endif %}\n"
+      "{% endfor %}{{ enable_thinking }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  auto messages = nlohmann::ordered_json::parse(R"([
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+      "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "21"}])");
+  auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  auto out = tmpl->render(messages, tools, {{"enable_thinking", false}}, RenderOptions{});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            "get_weather:{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}\n"
+            "user=weather?assistant[get_weather({\"city\": \"Paris\"})]tool=21#c1False");  // trim_blocks
+  auto reserved = tmpl->render(messages, tools, {{"messages", 1}}, RenderOptions{});
+  ASSERT_FALSE(reserved.ok());
+  EXPECT_EQ(reserved.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ChatTemplate, GemmaRolesMustAlternate) {

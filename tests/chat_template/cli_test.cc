@@ -66,6 +66,35 @@ TEST_F(ChatTemplateCli, RendersTheModelsTemplate) {
   EXPECT_EQ(n.out.find("<|im_start|>assistant"), std::string::npos);
 }
 
+// Tools, tool calls and tool results reach the template (a Jinja template
+// of our own, so that the expected text is plain to read), and --kwargs
+// sets template variables.
+TEST_F(ChatTemplateCli, RendersToolsToolCallsAndKwargs) {
+  const std::string messages = write_temp("tools_msgs.json", R"([
+    {"role": "user", "content": "weather in Paris?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "21C"}])");
+  const std::string tools = write_temp("tools.json", R"([{"type": "function", "function":
+    {"name": "get_weather", "parameters": {"type": "object", "required": ["city"]}}}])");
+  const std::string tmpl = write_temp("tools.jinja",
+      "{{ bos_token }}{% for t in tools %}{{ t.function | tojson }}\n{% endfor %}"
+      "{% for m in messages %}<{{ m.role }}>{% if m.tool_calls %}"
+      "{% for c in m.tool_calls %}call {{ c.function.name }} {{ c.function.arguments }}{% endfor %}"
+      "{% else %}{{ m.content }}{% endif %}{% if m.name %} ({{ m.name }} {{ m.tool_call_id }}){% endif %}\n"
+      "{% endfor %}{% if enable_thinking is false %}no thinking{% endif %}");
+  const Result r = run("-m " + model_ + " --messages " + messages + " --tools " + tools +
+                       " --chat-template " + tmpl + " --kwargs '{\"enable_thinking\": false}'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out,
+            "<|im_start|>{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+            "\"required\": [\"city\"]}}\n"
+            "<user>weather in Paris?"  // trim_blocks drops the newline after endif
+            "<assistant>call get_weather {\"city\": \"Paris\"}"
+            "<tool>21C (get_weather c1)"
+            "no thinking");
+}
+
 // A message's text may not spell a control token: the rendered prompt is
 // tokenized with them parsed, so "<|im_end|>" in a user's text would end
 // the turn and open a forged one.
@@ -96,11 +125,17 @@ TEST_F(ChatTemplateCli, RefusesBadInput) {
   EXPECT_NE(missing.out.find("\"content\""), std::string::npos);
   const std::string ok =
       write_temp("ok2.json", R"([{"role":"user","content":"hi"}])");
-  const Result unknown =
-      run("-m " + model_ + " --messages " + ok + " --chat-template " +
-          write_temp("unknown.jinja", "{{ messages }}"));
-  EXPECT_EQ(unknown.status, 1);
-  EXPECT_NE(unknown.out.find("unknown chat template"), std::string::npos);
+  const std::string bad_template = write_temp("bad.jinja", "hi\n{% include 'x' %}");
+  const Result unsupported =
+      run("-m " + model_ + " --messages " + ok + " --chat-template " + bad_template);
+  EXPECT_EQ(unsupported.status, 1);
+  EXPECT_NE(unsupported.out.find(bad_template + ": line 2: unsupported statement 'include'"),
+            std::string::npos)
+      << unsupported.out;
+  const Result bad_tools = run("-m " + model_ + " --messages " + ok + " --tools " +
+                               write_temp("bad_tools.json", R"({"type":"function"})"));
+  EXPECT_EQ(bad_tools.status, 1);
+  EXPECT_NE(bad_tools.out.find("expected the OpenAI tools array"), std::string::npos) << bad_tools.out;
   const std::string gemma =
       "<start_of_turn>first_user_prefix<end_of_turn>"
       "{{ raise_exception(\"Conversation roles must alternate\") }}";
@@ -145,8 +180,8 @@ TEST(ChatTemplateCliNoTemplate, SaysWhichFlagGivesOne) {
   const Result r = run("-m " + model + " --messages " +
                        write_temp("ok3.json", R"([{"role":"user","content":"hi"}])"));
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.out.find("the model has no tokenizer.chat_template; give a template of a known "
-                       "family with --chat-template FILE"),
+  EXPECT_NE(r.out.find("the model has no tokenizer.chat_template; give a template with "
+                       "--chat-template FILE"),
             std::string::npos)
       << r.out;
 }

@@ -72,6 +72,12 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
          r.mutable_messages()->add_messages()->set_role(std::string(65, 'r'));
        },
        "messages.messages[0].role"},
+      {[](v1::GenerateRequest& r) {
+         auto* m = r.mutable_messages()->add_messages();
+         m->set_role("tool");
+         m->set_tool_call_id(std::string(257, 'i'));
+       },
+       "messages.messages[0].tool_call_id: 257 bytes exceed 256"},
       {[](v1::GenerateRequest& r) { r.set_max_tokens(0); }, "max_tokens: 0 is less than 1"},
       {[](v1::GenerateRequest& r) { r.set_max_tokens(10000000); },
        "max_tokens: 10000000 exceeds 1048576"},

@@ -242,9 +242,10 @@ TEST(OpenAiErrors, JsonIsValidUtf8WhateverTheMessage) {
   EXPECT_TRUE(json::accept(text));
 }
 
-// Prompt preparation refuses the fields nothing honours yet, naming them
-// (OpenAI's names once through to_api_error), rather than ignore them.
-TEST(PromptPreparation, RefusesWhatItCannotHonourYet) {
+// Prompt preparation refuses the fields nothing honours yet, and the
+// structured-output fields it cannot compile, naming them (OpenAI's names
+// once through to_api_error), rather than ignore them.
+TEST(PromptPreparation, RefusesWhatItCannotHonour) {
   auto base = [] {
     v1::GenerateRequest r;
     r.set_prompt("hi");
@@ -259,9 +260,14 @@ TEST(PromptPreparation, RefusesWhatItCannotHonourYet) {
       {[](v1::GenerateRequest& r) { r.set_tool_choice("required"); }, "tool_choice"},
       {[](v1::GenerateRequest& r) { r.set_chat_template_kwargs_json("{\"a\":1}"); },
        "chat_template_kwargs"},
-      {[](v1::GenerateRequest& r) { r.set_grammar("root ::= \"a\""); }, "grammar"},
-      {[](v1::GenerateRequest& r) { r.set_json_schema("{}"); }, "response_format"},
-      {[](v1::GenerateRequest& r) { r.set_json_object(true); }, "response_format"},
+      {[](v1::GenerateRequest& r) { r.set_grammar("root ::= (\"a\""); }, "grammar"},
+      {[](v1::GenerateRequest& r) { r.set_json_schema(R"({"type":"string","pattern":"a+"})"); },
+       "response_format"},
+      {[](v1::GenerateRequest& r) {
+         r.set_json_object(true);
+         r.set_grammar("root ::= \"a\"");
+       },
+       ""},  // two fields: no one param
       {[](v1::GenerateRequest& r) { r.set_user(std::string(300, 'u')); }, "user"},
   };
   for (const Case& c : cases) {
@@ -274,6 +280,8 @@ TEST(PromptPreparation, RefusesWhatItCannotHonourYet) {
   v1::GenerateRequest fine = base();
   fine.set_tool_choice("auto");
   fine.set_user("someone");
+  EXPECT_TRUE(check_generate_request(fine, 1000).ok());
+  fine.set_json_schema(R"({"type":"object","properties":{"a":{"type":"integer"}}})");
   EXPECT_TRUE(check_generate_request(fine, 1000).ok());
 }
 

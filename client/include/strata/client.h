@@ -174,7 +174,8 @@ struct ModelInfo {
   int32_t n_layer = 0;
   int32_t n_vocab = 0;
   int32_t context_length = 0;        // tokens; the context served
-  std::string chat_template_family;  // "chatml", "gemma", ... or ""
+  std::string chat_template_family;  // the GGUF keys of its chat templates, e.g.
+                                     // "tokenizer.chat_template", or ""
 };
 
 enum class ServingState { kUnspecified = 0, kServing, kDegraded, kStarting };

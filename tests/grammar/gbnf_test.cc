@@ -1,0 +1,220 @@
+// GBNF parsing (errors with line and column) and the matcher on strings.
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "model/grammar/grammar.h"
+
+namespace strata::grammar {
+namespace {
+
+std::shared_ptr<const TokenTable> no_tokens() { return TokenTable::build({}, {}); }
+
+// Whether `text` is a whole sentence of `gbnf`.
+bool matches(const std::string& gbnf, const std::string& text) {
+  auto g = parse_gbnf(gbnf);
+  EXPECT_TRUE(g.ok()) << g.status();
+  if (!g.ok()) return false;
+  GrammarMatcher m(*g, no_tokens());
+  return m.accept_bytes(text) && m.complete();
+}
+
+std::string parse_error(const std::string& gbnf) {
+  auto g = parse_gbnf(gbnf);
+  return g.ok() ? "ok" : std::string(g.status().message());
+}
+
+TEST(Gbnf, ParsesLiteralsClassesAndRepetition) {
+  const std::string g = R"(
+    # a comment
+    root ::= "ab" [0-9]+ ("x" | "y")? tail{2}
+    tail ::= [^\n] # trailing comment
+  )";
+  EXPECT_TRUE(matches(g, "ab1xzz"));
+  EXPECT_TRUE(matches(g, "ab123qq"));
+  EXPECT_FALSE(matches(g, "ab1x"));
+  EXPECT_FALSE(matches(g, "abxzz"));
+  EXPECT_FALSE(matches(g, "ab1x\nz"));
+}
+
+TEST(Gbnf, BoundedRepetition) {
+  const std::string g = "root ::= \"a\"{2,4} \"b\"{0,} \"c\"{1,}";
+  EXPECT_FALSE(matches(g, "ac"));
+  EXPECT_TRUE(matches(g, "aac"));
+  EXPECT_TRUE(matches(g, "aaaabbcc"));
+  EXPECT_FALSE(matches(g, "aaaaac"));
+  EXPECT_TRUE(matches("root ::= \"ab\"* \"c\"", "ababc"));
+  EXPECT_FALSE(matches("root ::= \"ab\"* \"c\"", "abac"));
+}
+
+TEST(Gbnf, EscapesAndUtf8) {
+  EXPECT_TRUE(matches(R"(root ::= "\x41\u00e9\U0001F600\n\"\\" [\[\]])", "A\xC3\xA9\xF0\x9F\x98\x80\n\"\\]"));
+  EXPECT_TRUE(matches("root ::= [α-ω]+", "λμ"));
+  EXPECT_FALSE(matches("root ::= [α-ω]+", "λA"));
+  EXPECT_TRUE(matches("root ::= .", "€"));
+  EXPECT_FALSE(matches("root ::= .", "€€"));
+  EXPECT_TRUE(matches("root ::= [^a-z]", "é"));
+  // Overlong and surrogate encodings are not characters.
+  EXPECT_FALSE(matches("root ::= .", "\xC0\xAF"));
+  EXPECT_FALSE(matches("root ::= .", "\xE0\x80\xB0"));
+  EXPECT_FALSE(matches("root ::= .", "\xED\xA0\x80"));
+  EXPECT_FALSE(matches("root ::= [0-9]", "\xF0\x80\x80\xB0"));
+}
+
+TEST(Gbnf, MultiLineRulesAndNesting) {
+  const std::string g = R"(root ::=
+      item
+      ("," item)*
+    item ::= ( "a" | "b"
+             | ("c" "d") )
+  )";
+  EXPECT_TRUE(matches(g, "a,b,cd"));
+  EXPECT_FALSE(matches(g, "a,c"));
+}
+
+TEST(Gbnf, TailRecursionAndNullableLoops) {
+  EXPECT_TRUE(matches("root ::= \"x\" root | \"y\"", "xxxy"));
+  EXPECT_TRUE(matches("root ::= (\"a\"?)* \"b\"", "aab"));
+  EXPECT_TRUE(matches("root ::= a\na ::= b\nb ::= a | \"z\"", "z"));
+}
+
+TEST(Gbnf, ErrorsNameLineAndColumn) {
+  EXPECT_EQ(parse_error("root ::= \"abc"), "line 1 col 10: unterminated literal");
+  EXPECT_EQ(parse_error("root ::= foo"), "line 1 col 10: undefined rule 'foo'");
+  EXPECT_EQ(parse_error("a ::= \"x\""), "line 1 col 10: no rule named 'root'");
+  EXPECT_EQ(parse_error("root ::= [a-z"), "line 1 col 10: unterminated character class");
+  EXPECT_EQ(parse_error("root ::= \"a\"\n  x ::= \"b\" )"), "line 2 col 13: unexpected ')'");
+  EXPECT_EQ(parse_error("root ::= [z-a]"), "line 1 col 13: range end before its start");
+  EXPECT_EQ(parse_error("root ::= * \"a\""), "line 1 col 10: '*' follows nothing");
+  EXPECT_EQ(parse_error("root ::= \"\\q\""), "line 1 col 11: unknown escape \\q");
+  EXPECT_EQ(parse_error("root ::= (\"a\""), "line 1 col 10: expected ')'");
+  EXPECT_EQ(parse_error("root ::= \"a\"{5,2}"), "line 1 col 13: {5,2}: max below min");
+  EXPECT_EQ(parse_error("root ::= \"a\"{2000}"), "line 1 col 14: repetition count above 1000");
+  EXPECT_EQ(parse_error("root ::= \"a\"\nroot ::= \"b\""), "line 2 col 1: rule 'root' is defined twice");
+  EXPECT_EQ(parse_error("root ::= root \"x\" | \"y\""),
+            "line 1 col 1: rule 'root' is left-recursive (it can reach itself before consuming input)");
+  EXPECT_EQ(parse_error("root = \"a\""), "line 1 col 6: expected '::='");
+  EXPECT_EQ(parse_error(""), "line 1 col 1: no rule named 'root'");
+  EXPECT_EQ(parse_error("root ::= \"\xff\""), "line 1 col 11: invalid UTF-8");
+}
+
+TEST(Gbnf, HostileInputNeverCrashes) {
+  // Every prefix of a real grammar parses or errors cleanly.
+  const std::string g = json_object_gbnf();
+  for (size_t i = 0; i < g.size(); ++i) (void)parse_gbnf(g.substr(0, i));
+  std::string deep(200, '(');
+  EXPECT_NE(parse_error("root ::= " + deep), "ok");
+  // Random byte edits of it: parse errors or grammars a matcher can walk.
+  std::mt19937_64 rng(9);
+  const std::string alphabet = "\"[]()|*+?{},.:=#\\^-\n ax09\xC3\xA9\xFF";
+  auto table = TokenTable::build({"{", "\"", "a", "}", " ", "1", "\xC3", "\xA9"},
+                                 std::vector<bool>(8, false));
+  for (int i = 0; i < 2000; ++i) {
+    std::string m = g;
+    for (int k = 0; k < 3; ++k) m[rng() % m.size()] = alphabet[rng() % alphabet.size()];
+    auto parsed = parse_gbnf(m);
+    if (!parsed.ok()) continue;
+    GrammarMatcher matcher(*parsed, table);
+    TokenMask mask;
+    for (int step = 0; step < 5 && matcher.fill_mask(&mask).ok(); ++step) {
+      int32_t pick = -1;
+      for (int32_t id = 0; id < table->n_tokens(); ++id) {
+        if (allowed(mask, id)) pick = id;
+      }
+      if (pick < 0 || !matcher.accept(pick).ok()) break;
+    }
+  }
+}
+
+TEST(Matcher, TokensEndingInsideACharacter) {
+  // "é" is C3 A9: two tokens of one byte each.
+  auto table = TokenTable::build({"\xC3", "\xA9", "a", "", "}"}, {false, false, false, true, false});
+  auto g = parse_gbnf("root ::= [é-ê]+");
+  ASSERT_TRUE(g.ok());
+  GrammarMatcher m(*g, table);
+  TokenMask mask;
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  EXPECT_TRUE(allowed(mask, 0));
+  EXPECT_FALSE(allowed(mask, 1));
+  EXPECT_FALSE(allowed(mask, 2));
+  EXPECT_FALSE(allowed(mask, 3));  // EOG: not complete yet
+  ASSERT_TRUE(m.accept(0).ok());
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  EXPECT_FALSE(allowed(mask, 0));
+  EXPECT_TRUE(allowed(mask, 1));
+  EXPECT_FALSE(m.complete());
+  ASSERT_TRUE(m.accept(1).ok());
+  EXPECT_TRUE(m.complete());
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  EXPECT_TRUE(allowed(mask, 0));
+  EXPECT_TRUE(allowed(mask, 3));  // EOG once complete
+  EXPECT_FALSE(allowed(mask, 4));
+  EXPECT_FALSE(m.accept(2).ok());
+  EXPECT_TRUE(m.accept(3).ok());
+}
+
+TEST(Matcher, OnlyEndOfGenerationWhenFinished) {
+  auto table = TokenTable::build({"a", "b", "ab", ""}, {false, false, false, true});
+  auto g = parse_gbnf("root ::= \"ab\"");
+  ASSERT_TRUE(g.ok());
+  GrammarMatcher m(*g, table);
+  TokenMask mask;
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  EXPECT_TRUE(allowed(mask, 0));
+  EXPECT_FALSE(allowed(mask, 1));
+  EXPECT_TRUE(allowed(mask, 2));
+  EXPECT_FALSE(allowed(mask, 3));
+  ASSERT_TRUE(m.accept(2).ok());
+  EXPECT_TRUE(m.finished());
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  EXPECT_EQ(mask[0], uint64_t{1} << 3);
+}
+
+// fill_mask (trie, lazy DFA, memo, mask cache) against the token-by-token
+// check (allows(): the plain byte path), along random walks through a JSON
+// grammar with a vocabulary of JSON pieces, bytes and split characters.
+TEST(Matcher, MaskEqualsTokenByTokenCheck) {
+  std::vector<std::string> pieces = {"{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\"a",
+                                     "\":", "\": ", "true", "tr", "ue", "null", "0", "12", "-",
+                                     ".5", "e+", "\\", "\\u00", "e9", "\xC3", "\xA9", "\xE2\x82",
+                                     "\xAC", "\xF0\x9F\x98\x80", "ab", "\"}", "\"]", "{\"", "", "\x80",
+                                     "\xC0\xAF", "  ", "\t", "1}", "\"k\": \""};
+  std::vector<bool> eog(pieces.size(), false);
+  eog[33] = true;  // "": the end-of-generation token
+  auto table = TokenTable::build(pieces, eog);
+  auto g = parse_gbnf(json_object_gbnf());
+  ASSERT_TRUE(g.ok());
+  std::mt19937_64 rng(5);
+  for (int walk = 0; walk < 40; ++walk) {
+    GrammarMatcher m(*g, table);
+    for (int step = 0; step < 40; ++step) {
+      TokenMask mask;
+      ASSERT_TRUE(m.fill_mask(&mask).ok());
+      std::vector<int32_t> ok;
+      for (int32_t id = 0; id < table->n_tokens(); ++id) {
+        ASSERT_EQ(allowed(mask, id), m.allows(id)) << "walk " << walk << " step " << step
+                                                   << " token " << id;
+        if (allowed(mask, id)) ok.push_back(id);
+      }
+      if (ok.empty()) break;
+      const int32_t pick = ok[rng() % ok.size()];
+      ASSERT_TRUE(m.accept(pick).ok());
+      if (table->is_eog(pick)) break;
+    }
+  }
+}
+
+TEST(Matcher, RulesNestedTooDeepFailTheStepNotTheProcess) {
+  std::string g = "root ::= r0\n";
+  for (int i = 0; i < 3000; ++i) g += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + " \"x\"\n";
+  g += "r3000 ::= \"y\"\n";
+  auto parsed = parse_gbnf(g);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  GrammarMatcher m(*parsed, TokenTable::build({"y", "x"}, {false, false}));
+  TokenMask mask;
+  EXPECT_EQ(m.fill_mask(&mask).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(m.accept(0).code(), absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace strata::grammar

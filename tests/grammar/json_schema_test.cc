@@ -1,0 +1,165 @@
+// JSON Schema -> GBNF: what each keyword allows and refuses (checked with
+// the matcher on JSON texts), and the errors for unsupported keywords.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "model/grammar/grammar.h"
+
+namespace strata::grammar {
+namespace {
+
+class SchemaMatcher {
+ public:
+  explicit SchemaMatcher(std::string_view schema) {
+    auto gbnf = json_schema_text_to_gbnf(schema);
+    EXPECT_TRUE(gbnf.ok()) << gbnf.status();
+    if (!gbnf.ok()) return;
+    gbnf_ = *gbnf;
+    auto g = parse_gbnf(*gbnf);
+    EXPECT_TRUE(g.ok()) << g.status() << "\n" << *gbnf;
+    if (g.ok()) grammar_ = *g;
+  }
+  bool accepts(const std::string& json) const {
+    if (grammar_ == nullptr) return false;
+    GrammarMatcher m(grammar_, TokenTable::build({}, {}));
+    return m.accept_bytes(json) && m.complete();
+  }
+  const std::string& gbnf() const { return gbnf_; }
+
+ private:
+  std::string gbnf_;
+  std::shared_ptr<const Grammar> grammar_;
+};
+
+std::string error_of(std::string_view schema) {
+  auto g = json_schema_text_to_gbnf(schema);
+  return g.ok() ? "ok" : std::string(g.status().message());
+}
+
+TEST(JsonSchema, ObjectPropertiesInOrderRequiredFirst) {
+  SchemaMatcher m(R"({"type":"object","properties":{
+      "b":{"type":"integer"},"a":{"type":"string"},"c":{"type":"boolean"}},
+      "required":["a","c"]})");
+  EXPECT_TRUE(m.accepts(R"({"a":"x","c":true})"));
+  EXPECT_TRUE(m.accepts(R"({"a": "x", "c": false, "b": -12})"));
+  EXPECT_TRUE(m.accepts("{\n  \"a\": \"x\",\n  \"c\": true\n}"));
+  EXPECT_FALSE(m.accepts(R"({"c":true,"a":"x"})"));    // order
+  EXPECT_FALSE(m.accepts(R"({"a":"x"})"));             // c required
+  EXPECT_FALSE(m.accepts(R"({"a":"x","c":true,"d":1})"));  // no extras
+  EXPECT_FALSE(m.accepts(R"({"a":1,"c":true})"));      // type
+  EXPECT_FALSE(m.accepts(R"( {"a":"x","c":true})"));   // no leading space
+}
+
+TEST(JsonSchema, OptionalPropertiesWithoutRequired) {
+  SchemaMatcher m(R"({"type":"object","properties":{"x":{"type":"null"},"y":{"type":"null"}}})");
+  EXPECT_TRUE(m.accepts("{}"));
+  EXPECT_TRUE(m.accepts(R"({"x":null})"));
+  EXPECT_TRUE(m.accepts(R"({"y":null})"));
+  EXPECT_TRUE(m.accepts(R"({"x":null,"y":null})"));
+  EXPECT_FALSE(m.accepts(R"({,"y":null})"));
+  EXPECT_FALSE(m.accepts(R"({"y":null,"x":null})"));
+}
+
+TEST(JsonSchema, AdditionalProperties) {
+  SchemaMatcher open(R"({"type":"object","properties":{"a":{"type":"integer"}},
+                         "required":["a"],"additionalProperties":{"type":"string"}})");
+  EXPECT_TRUE(open.accepts(R"({"a":1,"k":"v","z":""})"));
+  EXPECT_FALSE(open.accepts(R"({"a":1,"k":2})"));
+  SchemaMatcher any(R"({"type":"object"})");
+  EXPECT_TRUE(any.accepts(R"({"k":[1,{"x":null}],"s":"\u00e9\n"})"));
+}
+
+TEST(JsonSchema, Strings) {
+  SchemaMatcher m(R"({"type":"string","minLength":2,"maxLength":3})");
+  EXPECT_FALSE(m.accepts(R"("a")"));
+  EXPECT_TRUE(m.accepts(R"("ab")"));
+  EXPECT_TRUE(m.accepts(R"("a\"é")"));
+  EXPECT_FALSE(m.accepts(R"("abcd")"));
+  EXPECT_FALSE(m.accepts("\"a\nb\""));  // raw control character
+  EXPECT_FALSE(m.accepts(R"("\ud800")"));  // a lone surrogate escape
+  SchemaMatcher e(R"({"enum":["red","gr\"een",3,null]})");
+  EXPECT_TRUE(e.accepts(R"("red")"));
+  EXPECT_TRUE(e.accepts(R"("gr\"een")"));
+  EXPECT_TRUE(e.accepts("3"));
+  EXPECT_TRUE(e.accepts("null"));
+  EXPECT_FALSE(e.accepts(R"("blue")"));
+  SchemaMatcher c(R"({"const":{"k":[1,2]}})");
+  EXPECT_TRUE(c.accepts(R"({"k":[1,2]})"));
+  EXPECT_FALSE(c.accepts(R"({"k":[1,3]})"));
+}
+
+TEST(JsonSchema, NumbersBooleansNull) {
+  SchemaMatcher i(R"({"type":"integer","minimum":0})");  // bounds: not enforced
+  EXPECT_TRUE(i.accepts("0"));
+  EXPECT_TRUE(i.accepts("-42"));
+  EXPECT_FALSE(i.accepts("01"));
+  EXPECT_FALSE(i.accepts("1.5"));
+  SchemaMatcher n(R"({"type":"number"})");
+  EXPECT_TRUE(n.accepts("-0.25e+10"));
+  EXPECT_TRUE(n.accepts("3"));
+  EXPECT_FALSE(n.accepts("3."));
+  EXPECT_FALSE(n.accepts(".5"));
+  SchemaMatcher b(R"({"type":["boolean","null"]})");
+  EXPECT_TRUE(b.accepts("true"));
+  EXPECT_TRUE(b.accepts("null"));
+  EXPECT_FALSE(b.accepts("0"));
+  SchemaMatcher nb(R"({"type":"integer","nullable":true})");
+  EXPECT_TRUE(nb.accepts("null"));
+  EXPECT_TRUE(nb.accepts("7"));
+}
+
+TEST(JsonSchema, Arrays) {
+  SchemaMatcher m(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})");
+  EXPECT_FALSE(m.accepts("[]"));
+  EXPECT_TRUE(m.accepts("[1]"));
+  EXPECT_TRUE(m.accepts("[1, 2,3]"));
+  EXPECT_FALSE(m.accepts("[1,2,3,4]"));
+  EXPECT_FALSE(m.accepts("[1,]"));
+  SchemaMatcher any(R"({"type":"array"})");
+  EXPECT_TRUE(any.accepts("[]"));
+  EXPECT_TRUE(any.accepts(R"([1,"a",[null]])"));
+}
+
+TEST(JsonSchema, AnyOfOneOfAndRefs) {
+  SchemaMatcher m(R"({"$defs":{"node":{"type":"object","properties":{
+        "v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},
+        "required":["v","next"]}},
+      "oneOf":[{"$ref":"#/$defs/node"},{"type":"string","maxLength":1}]})");
+  EXPECT_TRUE(m.accepts(R"({"v":1,"next":{"v":2,"next":null}})"));
+  EXPECT_TRUE(m.accepts(R"("x")"));
+  EXPECT_FALSE(m.accepts(R"({"v":1,"next":{"v":2}})"));
+  SchemaMatcher d(R"({"definitions":{"a":{"type":"boolean"}},"$ref":"#/definitions/a"})");
+  EXPECT_TRUE(d.accepts("false"));
+}
+
+TEST(JsonSchema, UnsupportedKeywordsNameKeywordAndPath) {
+  EXPECT_EQ(error_of(R"({"type":"object","properties":{"a":{"type":"string","pattern":"x+"}}})"),
+            "json_schema: #/properties/a: keyword 'pattern' is not supported");
+  EXPECT_EQ(error_of(R"({"type":"string","format":"date"})"),
+            "json_schema: #: keyword 'format' is not supported");
+  EXPECT_EQ(error_of(R"({"type":"array","items":{"multipleOf":2}})"),
+            "json_schema: #/items: keyword 'multipleOf' is not supported");
+  EXPECT_EQ(error_of(R"({"$ref":"https://example.com/s.json"})"),
+            "json_schema: #/$ref: 'https://example.com/s.json' is not a local #/$defs/ or "
+            "#/definitions/ entry");
+  EXPECT_EQ(error_of(R"({"type":"object","required":["z"],"properties":{}})"),
+            "json_schema: #/required: 'z' is not in properties");
+  EXPECT_EQ(error_of(R"({"type":"strin"})"), "json_schema: #/type: unknown type 'strin'");
+  EXPECT_EQ(error_of(R"({"type":"string","maxLength":-1})"),
+            "json_schema: #/maxLength: expected an integer in [0, 1000]");
+  EXPECT_EQ(error_of("[1"), "json_schema: not valid JSON");
+  EXPECT_EQ(error_of("3"), "json_schema: #: a schema must be an object or a boolean");
+}
+
+TEST(JsonSchema, JsonObjectGrammar) {
+  auto g = parse_gbnf(json_object_gbnf());
+  ASSERT_TRUE(g.ok()) << g.status();
+  GrammarMatcher m(*g, TokenTable::build({}, {}));
+  EXPECT_TRUE(m.accept_bytes(R"({"a": [1, 2.5e3, true, null, "s", {}]})"));
+  EXPECT_TRUE(m.complete());
+  GrammarMatcher arr(*g, TokenTable::build({}, {}));
+  EXPECT_FALSE(arr.accept_bytes("[1]"));
+}
+
+}  // namespace
+}  // namespace strata::grammar

@@ -1,0 +1,132 @@
+// The language, case by case, against jinja2: data/language_expected.json
+// holds each case's template, context and jinja2's output or error
+// (make_expected.py from data/language_cases.json); and the errors and
+// limits that are ours (line numbers, hostile templates).
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "model/jinja/jinja.h"
+#include "nlohmann/json.hpp"
+
+namespace strata::jinja {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::string> render(std::string_view source, const Json& context = Json::object()) {
+  auto t = Template::parse(source);
+  if (!t.ok()) return t.status();
+  return t->render(context, RenderOptions{1785059430});
+}
+
+TEST(Jinja, LanguageCasesMatchJinja2) {
+  Json cases = Json::parse(read(std::string(STRATA_JINJA_DATA) + "/language_expected.json"));
+  ASSERT_GT(cases.size(), 70u);
+  for (const auto& c : cases) {
+    std::string source = c["template"].get<std::string>();
+    SCOPED_TRACE(source);
+    auto got = render(source, c["context"]);
+    if (c.contains("output")) {
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(*got, c["output"].get<std::string>());
+    } else if (c.contains("raise")) {
+      ASSERT_FALSE(got.ok()) << *got;
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_EQ(got.status().message(), c["raise"].get<std::string>());
+    } else {
+      EXPECT_FALSE(got.ok()) << "jinja2: " << c["error"] << "; we rendered: " << *got;
+    }
+  }
+}
+
+TEST(Jinja, SyntaxErrorsNameTheLine) {
+  auto bad = render("a\nb\n{% if x %}\n{{ (1 + }}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().substr(0, 7), "line 4:") << bad.status();
+  auto unsupported = render("x\n{% include 'other.html' %}");
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_EQ(unsupported.status().message(), "line 2: unsupported statement 'include'");
+  auto unclosed = render("{% for x in y %}\n{{ x }}");
+  ASSERT_FALSE(unclosed.ok());
+  EXPECT_NE(unclosed.status().message().find("endfor"), std::string::npos) << unclosed.status();
+}
+
+TEST(Jinja, RuntimeErrorsNameTheLine) {
+  auto r = render("\n\n{{ x | no_such_filter }}", Json{{"x", 1}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "line 3: No filter named 'no_such_filter'.");
+  auto u = render("{{ missing.attr }}");
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(u.status().message(), "line 1: 'missing' is undefined");
+}
+
+TEST(Jinja, RaiseExceptionIsFailedPreconditionWithTheMessage) {
+  auto r = render("{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(), "Conversation roles must alternate user/assistant/user/assistant/...");
+}
+
+TEST(Jinja, HostileTemplatesFailCleanly) {
+  std::string deep(100000, '(');
+  auto r = render("{{ " + deep + " }}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  auto rec = render("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}");
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.status().code(), absl::StatusCode::kResourceExhausted) << rec.status();
+  auto big = render("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s }}{% endfor %}");
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  auto loops = render(
+      "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
+  ASSERT_FALSE(loops.ok());
+  EXPECT_EQ(loops.status().code(), absl::StatusCode::kResourceExhausted) << loops.status();
+  auto deep_value = render(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
+  ASSERT_FALSE(deep_value.ok());
+  EXPECT_EQ(deep_value.status().code(), absl::StatusCode::kResourceExhausted) << deep_value.status();
+  Json deep_context = Json::array();
+  for (int k = 0; k < 10000; ++k) deep_context = Json::array({std::move(deep_context)});
+  auto deep_input = render("{{ x }}", Json{{"x", deep_context}});
+  ASSERT_FALSE(deep_input.ok());
+  EXPECT_EQ(deep_input.status().code(), absl::StatusCode::kInvalidArgument) << deep_input.status();
+  auto quadratic = render(
+      "{% set ns = namespace(s='') %}{% for i in range(100000) %}{% for j in range(10) %}"
+      "{% set ns.s = ns.s ~ 'x' %}{% endfor %}{% endfor %}{{ ns.s|length }}");
+  ASSERT_FALSE(quadratic.ok());
+  EXPECT_EQ(quadratic.status().code(), absl::StatusCode::kResourceExhausted) << quadratic.status();
+  std::string blocks;
+  for (int k = 0; k < 10000; ++k) blocks += "{% if true %}";
+  auto nested = render(blocks);
+  ASSERT_FALSE(nested.ok());
+  EXPECT_EQ(nested.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* junk : {"{{", "{%", "{#", "{{ 'abc }}", "{% for %}", "{% set %}", "{{ a[ }}", "{{ } }}",
+                           "{% endif %}", "{{ 1 if }}", "{% macro %}", "{{ a.  }}", "{{ \"\\", "{%- -%}"}) {
+    auto j = render(junk);
+    EXPECT_FALSE(j.ok()) << junk;
+  }
+}
+
+TEST(Jinja, NlohmannJsonContextRenders) {
+  auto t = Template::parse("{{ messages[0].content }}|{{ add_generation_prompt }}");
+  ASSERT_TRUE(t.ok());
+  nlohmann::json ctx = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"add_generation_prompt", true}};
+  auto r = t->render(ctx);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "hi|True");
+}
+
+}  // namespace
+}  // namespace strata::jinja
