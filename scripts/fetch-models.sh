@@ -62,6 +62,13 @@ if [[ "$("$PY" -c 'import openai; print(openai.__version__)' 2>/dev/null)" != "$
   log "installing openai==$OPENAI_VERSION"
   "$PY" -m pip install -q --disable-pip-version-check "openai==$OPENAI_VERSION"
 fi
+# The structured-output tests' independent validator of JSON Schema
+# (tests/grammar/structured_output_test.py), pinned, checked the same way.
+JSONSCHEMA_VERSION="4.26.0"
+if [[ "$("$PY" -c 'import jsonschema; from importlib.metadata import version; print(version("jsonschema"))' 2>/dev/null)" != "$JSONSCHEMA_VERSION" ]]; then
+  log "installing jsonschema==$JSONSCHEMA_VERSION"
+  "$PY" -m pip install -q --disable-pip-version-check "jsonschema==$JSONSCHEMA_VERSION"
+fi
 
 mkdir -p "$STRATA_MODELS"
 check_sha() {  # file expected
