@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/chat_template/chat_template.h"
+#include "spdlog/spdlog.h"
 #include "worker/kv_cache.h"
 
 namespace strata::coordinator {
@@ -91,6 +92,10 @@ Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
   so.max_batch_rows = c.prefill_chunk + c.max_sequences;
   so.max_in_flight = static_cast<int>(workers_.size());
   so.trace = !c.trace.empty();
+  so.metrics = &metrics_;
+  // As vLLM: every sample names the model (dashboards filter on it).
+  metrics_.registry().set_constant_labels(
+      {{"model_name", model_->info.name()}});
   so.prefix_cache_blocks = prefix_blocks();
   so.prefix_block_tokens = kDefaultPrefixBlockTokens;
   Scheduler::DetokenizerFactory detokenizers = options_.detokenizers;
@@ -169,9 +174,9 @@ void Cluster::on_broken(const absl::Status& status) {
     problem_ = std::string(status.message());
     wake_ = true;
   }
-  std::fprintf(stderr, "strata-coordinator: pipeline down: %s\n",
-               std::string(status.message()).c_str());
+  spdlog::warn("pipeline down: {}", std::string(status.message()));
   cv_.notify_all();
+  notify_serving();
 }
 
 void Cluster::write_trace(const v1::BlockTrace& t) {
@@ -308,6 +313,7 @@ absl::Status Cluster::load_pipeline() {
     problem_.clear();
   }
   cv_.notify_all();
+  notify_serving();
   return absl::OkStatus();
 }
 
@@ -322,6 +328,9 @@ void Cluster::check_workers() {
     WorkerState& s = states_[i];
     if (h.ok()) {
       s.misses = 0;
+      s.live_sequences = h->live_sequences();
+      s.step_seconds = h->step_seconds();
+      s.steps = h->steps();
       s.last_seen = absl::Now();
       const bool has_shard = serving_ && h->shard_id() == shard_id_.load();
       if (serving_ && !has_shard) {
@@ -360,8 +369,9 @@ void Cluster::check_workers() {
       serving_ = false;
       problem_ = failure;
     }
-    std::fprintf(stderr, "strata-coordinator: %s\n", failure.c_str());
+    spdlog::warn("{}", failure);
     scheduler_->fail_all(absl::UnavailableError(failure));
+    notify_serving();
   }
 }
 
@@ -388,9 +398,8 @@ void Cluster::monitor_loop() {
     if (!serving && !permanent && all_up) {
       absl::Status st = load_pipeline();
       if (st.ok()) {
-        std::fprintf(stderr, "strata-coordinator: serving %s on %zu worker%s\n",
-                     model_->info.name().c_str(), workers_.size(),
-                     workers_.size() == 1 ? "" : "s");
+        spdlog::info("serving {} on {} worker{}", model_->info.name(),
+                     workers_.size(), workers_.size() == 1 ? "" : "s");
         reported = false;
       } else if (options_.monitor) {  // single-node: wait_serving's caller says it
         // Requests until the next try are refused naming the cause, not
@@ -400,8 +409,7 @@ void Cluster::monitor_loop() {
             "starting: shards did not load: ", st.message(), " (retrying every ",
             c.health_check_interval_ms, " ms)")));
         if (!reported) {
-          std::fprintf(stderr, "strata-coordinator: loading shards: %s\n",
-                       std::string(st.message()).c_str());
+          spdlog::warn("loading shards: {}", std::string(st.message()));
           reported = true;
         }
       }
@@ -429,6 +437,56 @@ v1::HealthResponse Cluster::health() const {
     h.set_message(problem_);
   }
   return h;
+}
+
+int Cluster::add_serving_listener(std::function<void(bool serving)> listener) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  const int id = next_listener_++;
+  listener(health().state() == v1::HealthResponse::SERVING);
+  listeners_.emplace(id, std::move(listener));
+  return id;
+}
+
+void Cluster::remove_serving_listener(int id) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(id);
+}
+
+void Cluster::notify_serving() {
+  // The state is read under listeners_mu_: of two changes told at once,
+  // the later call carries the later state.
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  if (listeners_.empty()) return;
+  const bool serving = health().state() == v1::HealthResponse::SERVING;
+  for (auto& [id, listener] : listeners_) listener(serving);
+}
+
+std::string Cluster::render_prometheus() {
+  if (!options_.monitor) {
+    // Single-node: no health checks run; the stages are in this process,
+    // so ask them now.
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      auto h = workers_[i]->health(options_.call_deadline);
+      if (!h.ok()) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      states_[i].live_sequences = h->live_sequences();
+      states_[i].step_seconds = h->step_seconds();
+      states_[i].steps = h->steps();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      const std::string& label = options_.config.workers[i].name;
+      metrics_.worker_up.with({label}).set(states_[i].state == "serving" ? 1.0
+                                                                         : 0.0);
+      metrics_.worker_live_sequences.with({label}).set(
+          states_[i].live_sequences);
+      metrics_.worker_step_seconds.with({label}).set(states_[i].step_seconds,
+                                                     states_[i].steps);
+    }
+  }
+  return metrics_.render();
 }
 
 v1::ClusterStatusResponse Cluster::status() const {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/cluster_config.h"
+#include "coordinator/metrics.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_control.h"
 #include "model/architecture/architecture.h"
@@ -111,6 +113,21 @@ class Cluster {
   v1::HealthResponse health() const;
   v1::ClusterStatusResponse status() const;
 
+  // Calls `listener` with whether the cluster serves (health() is SERVING)
+  // now, and again after every change of that state, one call at a time
+  // (so the last call always carries the latest state), on the thread that
+  // changed it. A listener must not call add/remove_serving_listener.
+  // Returns its id for remove_serving_listener, which waits for a call in
+  // progress.
+  int add_serving_listener(std::function<void(bool serving)> listener);
+  void remove_serving_listener(int id);
+
+  // The Prometheus text page of the cluster's metrics (metrics.h): the
+  // scheduler's counters and histograms, the gauges of this moment, and
+  // each worker's state at its last health check. Any thread.
+  std::string render_prometheus();
+  ServingMetrics& metrics() { return metrics_; }
+
  private:
   struct WorkerState {
     std::string state = "unknown";  // "serving", "loading", "unreachable",
@@ -120,6 +137,9 @@ class Cluster {
     std::string last_error;
     std::optional<v1::DescribeResponse> described;
     std::optional<v1::ShardInfo> shard;
+    int live_sequences = 0;   // at the last health check
+    double step_seconds = 0;  // the shard's forward passes, ditto
+    uint64_t steps = 0;
   };
 
   void monitor_loop();
@@ -131,6 +151,8 @@ class Cluster {
   void free_sequences(std::span<const uint64_t> seq_ids);
   void on_broken(const absl::Status& status);
   void write_trace(const v1::BlockTrace& trace);
+  // Tells the serving listeners (call without mu_ held).
+  void notify_serving();
   std::string worker_label(int i) const;
   // Prefix cache slots for the scheduler and every shard (config, or auto).
   int prefix_blocks() const;
@@ -156,6 +178,12 @@ class Cluster {
   std::mutex trace_mu_;
   std::ofstream trace_out_;
 
+  // Serialises the listeners' calls; never held with mu_.
+  mutable std::mutex listeners_mu_;
+  std::map<int, std::function<void(bool)>> listeners_;
+  int next_listener_ = 0;
+
+  mutable ServingMetrics metrics_;  // before scheduler_, which feeds it
   std::unique_ptr<Scheduler> scheduler_;
   std::thread monitor_;
 };

@@ -11,6 +11,7 @@
 #include "coordinator/api_key.h"
 #include "coordinator/chat_output.h"
 #include "model/chat_template/model_chat.h"
+#include "proto/grpc_ops.h"
 #include "proto/grpc_status.h"
 
 namespace strata::coordinator {
@@ -220,6 +221,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_grpc_server(
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);
+  grpc_ops::add_health_and_reflection(builder);  // proto/grpc_ops.h
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return absl::UnavailableError(

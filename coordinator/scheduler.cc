@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/metrics.h"
 #include "coordinator/structured_output.h"
 #include "worker/sampler.h"
 
@@ -169,6 +170,20 @@ void Scheduler::publish_broken(const absl::Status& status) {
 }
 
 void Scheduler::publish_counts() {
+  // The gauges first: whoever waits for these stats (wait_stats) sees them.
+  if (ServingMetrics* m = core_.options().metrics;
+      m != nullptr && core_.options().n_ctx > 0) {
+    const SchedulerOptions& o = core_.options();
+    m->requests_running.set(core_.active());
+    m->requests_waiting.set(core_.waiting());
+    m->kv_cache_usage.set(static_cast<double>(core_.kv_positions()) /
+                          (static_cast<double>(o.max_sequences) * o.n_ctx));
+    const PrefixIndex& prefix = core_.prefix_index();
+    m->prefix_cache_usage.set(
+        prefix.capacity() > 0
+            ? static_cast<double>(prefix.used()) / prefix.capacity()
+            : 0.0);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.active = core_.active();

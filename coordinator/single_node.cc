@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_info.h"
 #include "worker/in_process_link.h"
 #include "worker/stage.h"
+#include "worker/step_totals.h"
 
 namespace strata::coordinator {
 namespace {
@@ -27,8 +28,12 @@ class LockedStage final : public worker::Stage {
   absl::Status run(const v1::MicroBatch& batch, v1::MicroBatch* next,
                    v1::MicroBatchResult* result) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return stage_->run(batch, next, result);
+    const auto started = std::chrono::steady_clock::now();
+    absl::Status st = stage_->run(batch, next, result);
+    steps_.add(std::chrono::steady_clock::now() - started);
+    return st;
   }
+  const worker::StepTotals& step_totals() const { return steps_; }
   int free_sequences(const uint64_t* seq_ids, int n) override {
     std::lock_guard<std::mutex> lock(mu_);
     return stage_->free_sequences(seq_ids, n);
@@ -37,6 +42,7 @@ class LockedStage final : public worker::Stage {
  private:
   mutable std::mutex mu_;
   std::unique_ptr<worker::Stage> stage_;
+  worker::StepTotals steps_;
 };
 
 // One stage of this process as a worker.
@@ -99,6 +105,8 @@ class InProcessWorker final : public WorkerControl {
     if (stage_) {
       h.set_shard_id(stage_->shard().shard_id());
       h.set_live_sequences(stage_->live_sequences());
+      h.set_step_seconds(stage_->step_totals().seconds());
+      h.set_steps(stage_->step_totals().steps());
     }
     return h;
   }

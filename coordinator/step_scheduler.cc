@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/metrics.h"
+#include "spdlog/spdlog.h"
 
 namespace strata::coordinator {
 namespace {
@@ -13,6 +15,10 @@ using Clock = StepScheduler::Clock;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
 }
 
 bool breaks_pipeline(int code) {
@@ -50,12 +56,14 @@ struct StepScheduler::Sequence {
   int pos = 0;          // positions sent to the stages
   int in_flight = 0;    // micro-batches in flight holding a slice of it
   int decode_steps = 0;
+  int generated = 0;  // tokens sampled for it
   int cached = 0;               // prompt rows restored from the prefix cache
   int next_save = 0;            // the next prompt block to save
   std::vector<uint64_t> keys;   // of the prompt's full blocks
   Clock::time_point submitted;
   Clock::time_point first_sent;
   Clock::time_point first_token;
+  Clock::time_point last_token;
   bool sent = false;
   bool sampled = false;
 
@@ -155,6 +163,19 @@ void StepScheduler::fail_all(const absl::Status& status) {
 void StepScheduler::fail_sequence(Sequence& seq, const absl::Status& status) {
   if (seq.state == Sequence::State::kDone) return;
   seq.state = Sequence::State::kDone;
+  const bool cancelled = status.code() == absl::StatusCode::kCancelled;
+  if (options_.metrics != nullptr) options_.metrics->request_failed(cancelled);
+  if (seq.sampled) {
+    spdlog::info(
+        "request {}: {} {}: prompt {} tokens, generated {}, ttft {:.1f} ms",
+        seq.id, cancelled ? "aborted" : "failed",
+        absl::StatusCodeToString(status.code()), seq.prompt_size(),
+        seq.generated, ms_between(seq.submitted, seq.first_token));
+  } else {
+    spdlog::info("request {}: {} {}: prompt {} tokens, generated 0, ttft -",
+                 seq.id, cancelled ? "aborted" : "failed",
+                 absl::StatusCodeToString(status.code()), seq.prompt_size());
+  }
   SequenceEvent e;
   e.kind = SequenceEvent::Kind::kError;
   e.error = status;
@@ -176,6 +197,18 @@ void StepScheduler::finish(Sequence& seq) {
   t.prefill_ms = ms_between(seq.first_sent, seq.first_token);
   t.decode_ms = ms_between(seq.first_token, now);
   t.decode_steps = seq.decode_steps;
+  const char* reason = finish_reason_name(e.finish);
+  if (ServingMetrics* m = options_.metrics) {
+    m->e2e_request_latency.observe(seconds_between(seq.submitted, now));
+    m->request_prompt_tokens.observe(seq.prompt_size());
+    m->request_generation_tokens.observe(seq.generated);
+    m->request_finished(reason);
+  }
+  spdlog::info(
+      "request {}: finished {}: prompt {} tokens ({} cached), generated {}, "
+      "ttft {:.1f} ms, {:.1f} ms in all",
+      seq.id, reason, seq.prompt_size(), seq.cached, seq.generated, t.ttft_ms,
+      ms_between(seq.submitted, now));
   ++served_;
   if (hooks_.served) hooks_.served(served_);
   seq.handle->push(std::move(e));
@@ -333,6 +366,7 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
   if (batch.slices_size() == 0) return std::nullopt;
   batch.set_batch_id(next_batch_id_++);
   batch.set_trace(options_.trace);
+  record.sent = now;
   in_flight_.emplace(batch.batch_id(), std::move(record));
   return batch;
 }
@@ -342,6 +376,10 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
   if (it == in_flight_.end()) return absl::OkStatus();  // forgotten
   InFlight record = std::move(it->second);
   in_flight_.erase(it);
+  if (options_.metrics != nullptr) {
+    options_.metrics->step_seconds.observe(
+        seconds_between(record.sent, Clock::now()));
+  }
   std::vector<Sequence*> seqs;
   for (uint64_t id : record.seqs) {
     auto s = active_.find(id);
@@ -404,10 +442,23 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
 }
 
 void StepScheduler::take_token(Sequence& seq, const v1::SampledToken& token) {
+  const Clock::time_point now = Clock::now();
+  ServingMetrics* m = options_.metrics;
   if (!seq.sampled) {
     seq.sampled = true;
-    seq.first_token = Clock::now();
+    seq.first_token = now;
+    if (m != nullptr) {
+      m->time_to_first_token.observe(seconds_between(seq.submitted, now));
+      m->prompt_tokens.inc(seq.prompt_size());
+      m->prefix_cache_queries.inc(seq.prompt_size());
+      m->prefix_cache_hits.inc(seq.cached);
+    }
+  } else if (m != nullptr) {
+    m->inter_token_latency.observe(seconds_between(seq.last_token, now));
   }
+  seq.last_token = now;
+  ++seq.generated;
+  if (m != nullptr) m->generation_tokens.inc();
   const size_t kept_before = seq.output->ids().size();
   SequenceEvent delta;
   delta.text = seq.output->push(token.id());
@@ -428,6 +479,12 @@ void StepScheduler::take_token(Sequence& seq, const v1::SampledToken& token) {
   } else {
     seq.state = Sequence::State::kReady;
   }
+}
+
+int64_t StepScheduler::kv_positions() const {
+  int64_t n = 0;
+  for (const auto& [id, seq] : active_) n += seq->pos;
+  return n;
 }
 
 std::vector<uint64_t> StepScheduler::take_finished() {

@@ -67,6 +67,8 @@
 
 namespace strata::coordinator {
 
+class ServingMetrics;  // metrics.h
+
 struct SchedulerOptions {
   int max_sequences = 8;    // live sequences at once (the shards' limit)
   int max_queued = 256;     // waiting requests beyond that; more: refused
@@ -78,6 +80,10 @@ struct SchedulerOptions {
   int max_batch_rows = 0;
   int max_in_flight = 1;  // micro-batches in flight: one per stage
   bool trace = false;     // ask the stages for BlockTrace entries
+  // Fed on the driving thread (tokens, TTFT, inter-token latency, request
+  // ends, micro-batch round trips); null: none. Borrowed: must outlive the
+  // scheduler.
+  ServingMetrics* metrics = nullptr;
   // Prefix caching (prefix_index.h): slots of every stage's block store
   // (LoadShardRequest.prefix_cache_blocks; 0: off) and tokens a block.
   int prefix_cache_blocks = 0;
@@ -200,6 +206,8 @@ class StepScheduler {
   int active() const { return static_cast<int>(active_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
+  // Positions held in the stages' KV caches by the active sequences.
+  int64_t kv_positions() const;
   // Forgets the prefix index: the stages' block stores are new (the
   // shards were loaded again). `capacity` >= 0: their slots now (at most
   // the configured prefix_cache_blocks); -1: as before.
@@ -212,6 +220,7 @@ class StepScheduler {
   struct InFlight {
     std::vector<uint64_t> seqs;  // slice order
     std::vector<bool> sample;    // whether each slice samples
+    Clock::time_point sent;
     std::vector<PrefixBlock> saved;  // prefix blocks it saves
     bool restores = false;        // a slice restores cached blocks
   };

@@ -20,9 +20,11 @@
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_config.h"
 #include "coordinator/api_key.h"
+#include "coordinator/grpc_health.h"
 #include "coordinator/http/api.h"
 #include "coordinator/http/server.h"
 #include "coordinator/inference_service.h"
+#include "model/log.h"
 #include "worker/grpc_link.h"
 
 namespace {
@@ -50,15 +52,24 @@ int main(int argc, char** argv) {
                  "HOST:PORT of the HTTP API, or off (overrides `http_listen`)");
   app.add_option("--trace", trace,
                  "write block-output hashes as JSON lines (overrides `trace`)");
+  std::string log_level;
+  app.add_option("--log-level", log_level,
+                 std::string("log level: ") + strata::kLogLevels +
+                     " (STRATA_LOG_LEVEL; info)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  // Logs (one line per HTTP request) go to stderr: stdout carries the
+  // Logs (one line per request) go to stderr: stdout carries the
   // "listening on" lines that scripts read.
-  if (spdlog::get("strata") == nullptr) spdlog::set_default_logger(spdlog::stderr_logger_mt("strata"));
+  if (absl::Status st = strata::init_logging("strata-coordinator", log_level);
+      !st.ok()) {
+    std::fprintf(stderr, "strata-coordinator: %s\n",
+                 std::string(st.message()).c_str());
+    return 2;
+  }
   auto config = load_cluster_config(config_path);
   if (!config.ok()) return fail("", config.status());
   if (!model.empty()) config->model = model;
@@ -130,6 +141,7 @@ int main(int argc, char** argv) {
   int port = 0;
   auto server = start_grpc_server(service, config->listen, &port);
   if (!server.ok()) return fail("", server.status());
+  auto health = publish_cluster_health(**server, cluster);
   const std::string host = config->listen.substr(0, config->listen.rfind(':'));
   std::printf("listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);

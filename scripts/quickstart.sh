@@ -65,3 +65,20 @@ if [ "$serving" != 1 ]; then
 fi
 "$build/client/cli/strata" generate --server "$server" \
   -p "${STRATA_PROMPT:-The three primary colors are}" -n "${STRATA_N:-64}"
+# The same cluster through its OpenAI-compatible HTTP API (docs/http.md):
+# the address the coordinator printed, a chat completion in the shape any
+# OpenAI SDK sends (Python's standard library here, so no curl is needed).
+http="$(grep -m1 -o 'http listening on [0-9.:]*' "$logs/coordinator.log" | awk '{print $4}')"
+if [ -n "$http" ]; then
+  echo "quickstart: POST http://$http/v1/chat/completions"
+  python3 - "$http" <<'PY'
+import json, sys, urllib.request
+body = {"messages": [{"role": "user", "content": "Name the three primary colors."}], "max_tokens": 48}
+req = urllib.request.Request(f"http://{sys.argv[1]}/v1/chat/completions", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=300) as r:
+    reply = json.load(r)
+print(reply["choices"][0]["message"]["content"])
+print(json.dumps(reply["usage"]))
+PY
+fi

@@ -45,7 +45,9 @@ void StageRelay::process(const std::shared_ptr<OrderedResults>& upstream,
   }
   v1::MicroBatch next;
   v1::MicroBatchResult result;
+  const auto started = std::chrono::steady_clock::now();
   absl::Status st = stage_.run(batch, &next, &result);
+  steps_.add(std::chrono::steady_clock::now() - started);
   live_ = stage_.live_sequences();
   if (!st.ok()) {
     lock.unlock();

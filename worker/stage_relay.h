@@ -37,6 +37,7 @@
 #include "worker/activation_link.h"
 #include "worker/ordered_results.h"
 #include "worker/stage.h"
+#include "worker/step_totals.h"
 
 namespace strata::worker {
 
@@ -80,6 +81,8 @@ class StageRelay {
   int free_sequences(const uint64_t* seq_ids, int n);
   // Live sequences after the last run or free (no lock taken).
   int live_sequences() const { return live_.load(); }
+  // Time in Stage::run and the count of runs (no lock taken).
+  const StepTotals& step_totals() const { return steps_; }
 
   // Closes the link to the next stage (its pending micro-batches get
   // UNAVAILABLE results, delivered before close() returns); later
@@ -111,6 +114,7 @@ class StageRelay {
   std::unique_ptr<ActivationLink> link_;
   bool closed_ = false;
   std::atomic<int> live_{0};
+  StepTotals steps_;
 
   std::mutex direct_mu_;  // guards direct_ and direct_token_
   DirectSink direct_;

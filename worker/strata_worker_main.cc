@@ -20,7 +20,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "model/log.h"
 #include "model/placement.h"
+#include "proto/grpc_ops.h"
+#include "spdlog/spdlog.h"
 #include "worker/grpc_link.h"
 #include "worker/worker_config.h"
 #include "worker/worker_service.h"
@@ -54,6 +57,10 @@ int main(int argc, char** argv) {
   app.add_option("--model-dir", model_dirs,
                  "a directory models may be loaded from (repeatable)");
   app.add_option("--name", name, "worker name in messages and traces");
+  std::string log_level;
+  app.add_option("--log-level", log_level,
+                 std::string("log level: ") + strata::kLogLevels +
+                     " (STRATA_LOG_LEVEL; info)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -61,6 +68,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  if (absl::Status st = strata::init_logging("strata-worker", log_level);
+      !st.ok()) {
+    return fail_config(std::string(st.message()));
+  }
   WorkerConfig config;
   if (!config_path.empty()) {
     absl::StatusOr<WorkerConfig> loaded =
@@ -114,6 +125,7 @@ int main(int argc, char** argv) {
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
   auto service = std::make_unique<strata::worker::WorkerService>(config);
   builder.RegisterService(service.get());
+  strata::grpc_ops::add_health_and_reflection(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::cerr << "strata-worker: cannot listen on " << config.listen << "\n";
@@ -121,15 +133,21 @@ int main(int argc, char** argv) {
   }
   const std::string bound = absl::StrCat(host, ":", port);
   service->set_bound_address(bound);
+  // Serving once it answers; "strata.v1.Worker.shard" follows the shard.
+  strata::grpc_ops::set_serving(*server, true, {"strata.v1.Worker"});
+  strata::grpc_ops::set_serving(*server, "strata.v1.Worker.shard", false);
+  service->set_on_shard([s = server.get()](bool loaded) {
+    strata::grpc_ops::set_serving(*s, "strata.v1.Worker.shard", loaded);
+  });
   std::cout << "listening on " << bound << std::endl;
-  std::cerr << "strata-worker " << service->worker_id() << ": serving on "
-            << bound << ", " << config.threads << " threads, memory budget "
-            << config.memory_budget_bytes << " bytes" << std::endl;
+  spdlog::info("{}: serving on {}, {} threads, memory budget {} bytes",
+               service->worker_id(), bound, config.threads,
+               config.memory_budget_bytes);
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::cerr << "strata-worker " << service->worker_id() << ": signal " << sig
-            << ", stopping" << std::endl;
+  spdlog::info("{}: signal {}, stopping", service->worker_id(), sig);
+  strata::grpc_ops::set_serving(*server, false, {"strata.v1.Worker"});
   service->shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Wait();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/cpu_info.h"
+#include "spdlog/spdlog.h"
 #include "worker/grpc_link.h"
 #include "worker/shard_plan.h"
 
@@ -104,6 +105,22 @@ std::string WorkerService::worker_id() const {
   return worker_id_;
 }
 
+void WorkerService::set_on_shard(std::function<void(bool loaded)> on_shard) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_shard_ = std::move(on_shard);
+}
+
+void WorkerService::tell_shard() {
+  std::function<void(bool)> on_shard;
+  bool loaded = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_shard = on_shard_;
+    loaded = loaded_ != nullptr;
+  }
+  if (on_shard) on_shard(loaded);
+}
+
 void WorkerService::shutdown() {
   std::shared_ptr<Loaded> old;
   {
@@ -115,6 +132,7 @@ void WorkerService::shutdown() {
   if (old != nullptr) {
     old->relay->close(absl::StrCat("link closed: worker ", worker_id(), " is stopping"));
   }
+  tell_shard();
 }
 
 absl::Status WorkerService::no_shard(const std::string& message) const {
@@ -290,6 +308,16 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext*,
                                       v1::LoadShardResponse* response) {
   std::lock_guard<std::mutex> lock(load_mu_);
   absl::StatusOr<v1::ShardInfo> info = load(*request);
+  tell_shard();
+  if (info.ok()) {
+    spdlog::info("worker {}: loaded shard {:x}: blocks [{}, {}){}{}",
+                 worker_id(), info->shard_id(), info->first_block(),
+                 info->last_block(), info->embedding() ? ", embedding" : "",
+                 info->head() ? ", head" : "");
+  } else {
+    spdlog::warn("worker {}: LoadShard refused: {}", worker_id(),
+                 std::string(info.status().message()));
+  }
   if (!info.ok()) {
     return to_grpc_status(absl::Status(
         info.status().code(),
@@ -431,6 +459,8 @@ grpc::Status WorkerService::Health(grpc::ServerContext*,
   if (loaded != nullptr) {
     response->set_shard_id(loaded->stage->shard().shard_id());
     response->set_live_sequences(loaded->relay->live_sequences());
+    response->set_step_seconds(loaded->relay->step_totals().seconds());
+    response->set_steps(loaded->relay->step_totals().steps());
   }
   return grpc::Status::OK;
 }

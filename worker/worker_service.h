@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -77,6 +78,11 @@ class WorkerService final : public v1::Worker::Service {
   // The config's name, else the bound address.
   std::string worker_id() const;
 
+  // Called with whether a shard is loaded after every LoadShard and at
+  // shutdown (the health service's "strata.v1.Worker.shard"), one call at
+  // a time, on the gRPC thread of the call.
+  void set_on_shard(std::function<void(bool loaded)> on_shard);
+
  private:
   struct Loaded {
     std::unique_ptr<Stage> stage;
@@ -102,6 +108,9 @@ class WorkerService final : public v1::Worker::Service {
   std::string state_ = "idle";      // guarded by mu_
   bool stopping_ = false;           // guarded by mu_ (shutdown() was called)
   std::string worker_id_;           // guarded by mu_
+  std::function<void(bool)> on_shard_;  // guarded by mu_
+
+  void tell_shard();  // calls on_shard_ with whether a shard is loaded
 };
 
 }  // namespace strata::worker

@@ -5,12 +5,32 @@
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
+#include "model/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: serve and inspect LLMs from GGUF files"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata " STRATA_VERSION);
   int exit_code = 0;
+  // Logging of the commands that serve (spdlog): given before or after
+  // the command's name (`strata serve M --log-level debug`).
+  std::string log_level;
+  app.add_option("--log-level", log_level,
+                 std::string("log level: ") + strata::kLogLevels +
+                     " (else STRATA_LOG_LEVEL, else info)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return strata::is_log_level(v) ? ""
+                                           : "'" + v + "' is not a level (" +
+                                                 strata::kLogLevels + ")";
+          },
+          "LEVEL"));
+  app.fallthrough();
+  app.parse_complete_callback([&log_level] {
+    if (absl::Status st = strata::init_logging("strata", log_level); !st.ok()) {
+      throw CLI::ValidationError(std::string(st.message()));
+    }
+  });
   strata::cli::add_chat_command(app, exit_code);
   strata::cli::add_chat_template_command(app, exit_code);
   strata::cli::add_generate_command(app, exit_code);

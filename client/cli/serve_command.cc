@@ -24,6 +24,7 @@
 #include "client/cli/kernel_flags.h"
 #include "coordinator/api_key.h"
 #include "coordinator/cluster_config.h"
+#include "coordinator/grpc_health.h"
 #include "coordinator/http/api.h"
 #include "coordinator/http/server.h"
 #include "coordinator/inference_service.h"
@@ -119,6 +120,7 @@ int serve(const ServeOptions& o) {
                                 "give one with --listen HOST:PORT"));
     }
   }
+  auto health = coordinator::publish_cluster_health(*server, **cluster);
   std::printf("listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
 

@@ -1,6 +1,6 @@
-// GET /metrics for now: a Prometheus text page from the scheduler's and the
-// cluster's state, vLLM's meanings under a `strata:` prefix. A fuller
-// registry (histograms of TTFT and latencies) replaces this one function.
+// GET /metrics: the cluster's Prometheus text page (Cluster::render_prometheus,
+// coordinator/metrics.h: vLLM's meanings under a `strata:` prefix, every
+// sample labelled with model_name; docs/operations.md lists them).
 #pragma once
 
 #include <string>

@@ -104,6 +104,18 @@ std::string generate_args(const char* prompt) {
   return std::string(" -p ") + quote(prompt) + " -n 24 --json";
 }
 
+// A folder of this test's own: ctest runs this file's tests as processes
+// at once, and files named the same in TempDir() ("out", "err") were
+// overwritten by another test's (a test once read the other's stderr).
+std::filesystem::path private_dir() {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("strata_" + std::string(t->name()) + "_" +
+                                     std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 // Starts `strata serve MODEL` with `workers` stages and compares, for a few
 // prompts, `strata generate --server --json` with `strata run --json`.
 void expect_serve_matches_run(const std::filesystem::path& model, int workers) {
@@ -235,7 +247,7 @@ TEST(ServeCli, SmolLM2OverTwoStagesGivesTheIdsOfRun) {
 // flag, before the model is opened or a port bound; so is a trace path that
 // cannot be written (exit 1, before listening).
 TEST(ServeCli, BadFlagsAreRefusedNamingTheFlag) {
-  const std::filesystem::path dir = ::testing::TempDir();
+  const std::filesystem::path dir = private_dir();
   const std::string model = stories260k().string();
   for (const auto& [args, flag] :
        std::vector<std::pair<std::string, std::string>>{{"--workers 0", "--workers"},
@@ -273,7 +285,7 @@ TEST(ServeCli, WeightsThatCannotLoadExitOneAtOnce) {
   ASSERT_EQ(rows, 64u);
   rows = 32;
   std::memcpy(bytes.data() + extent1, &rows, 8);
-  const std::filesystem::path dir = ::testing::TempDir();
+  const std::filesystem::path dir = private_dir();
   const std::filesystem::path bad = dir / "attn_q_halved.gguf";
   std::ofstream(bad, std::ios::binary) << bytes;
 
@@ -300,7 +312,7 @@ TEST(ServeCli, RunNamesTheModelWhoseTokenizerIsMissing) {
   const size_t at = bytes.find(key);
   ASSERT_NE(at, std::string::npos);
   bytes[at + key.size() - 1] = 'X';  // "tokenizer.ggml.modeX": the key is gone
-  const std::filesystem::path dir = ::testing::TempDir();
+  const std::filesystem::path dir = private_dir();
   const std::filesystem::path bad = dir / "no_tokenizer_model.gguf";
   std::ofstream(bad, std::ios::binary) << bytes;
 
