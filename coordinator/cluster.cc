@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/chat_template/chat_template.h"
 #include "spdlog/spdlog.h"
 #include "worker/kv_cache.h"
 
@@ -21,6 +22,19 @@ std::string model_name(const gguf::GgufModel& model, const std::string& path) {
 }
 
 }  // namespace
+
+absl::Status set_chat_template(ServedModel& model, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("chat_template: ", path, ": cannot be read"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("chat_template: ", path, ": cannot be read"));
+  if (auto t = chat_template::ChatTemplate::parse(text); !t.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("chat_template: ", path, ": ", t.status().message()));
+  }
+  model.chat_template = std::move(text);
+  model.chat_template_source = path;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<ServedModel>> open_served_model(
     const std::string& path, int context_length, bool need_tokenizer) {

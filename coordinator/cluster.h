@@ -57,7 +57,16 @@ struct ServedModel {
   placement::ModelSizes sizes;
   v1::ModelInfo info;   // name, path, architecture, n_layer, n_vocab, n_ctx
   int n_ctx = 0;        // positions per sequence the cluster serves
+  // A chat template that overrides the GGUF's (--chat-template FILE,
+  // `chat_template:` in the config), and its file name for messages.
+  std::optional<std::string> chat_template;
+  std::string chat_template_source;
 };
+
+// Reads the chat template in `path` into model.chat_template, checked
+// against the Jinja subset: InvalidArgument "chat_template: PATH: ..." when
+// the file cannot be read or its template does not parse.
+absl::Status set_chat_template(ServedModel& model, const std::string& path);
 
 // Opens `path` and fills a ServedModel. `context_length` 0: the model's;
 // InvalidArgument naming context_length when it exceeds the model's. With

@@ -202,7 +202,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
         root, "",
         {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
          "placement", "health_check_interval_ms", "health_check_timeout_ms",
-         "health_check_failures", "trace", "workers", "http_listen", "api_key",
+         "health_check_failures", "trace", "workers", "http_listen", "api_key", "chat_template",
          "prefix_cache_blocks"});
     if (!st.ok()) return with_source(st);
     if (root["model"]) {
@@ -228,6 +228,12 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       }
       c.http_listen = *s;
       c.http_listen_given = true;
+    }
+    if (root["chat_template"]) {
+      auto s = get_string(root["chat_template"], "chat_template");
+      if (!s.ok()) return with_source(s.status());
+      if (s->empty()) return with_source(key_error("chat_template", "empty (leave the key out)"));
+      c.chat_template = expand_home(*s);
     }
     if (root["api_key"]) {
       auto s = get_string(root["api_key"], "api_key");

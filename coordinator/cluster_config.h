@@ -6,6 +6,8 @@
 //   http_listen: 127.0.0.1:8080     # the OpenAI-compatible HTTP API; "off":
 //                                   # none; when not given and 8080 is taken,
 //                                   # the next free port
+//   chat_template: /models/x.jinja  # a Jinja chat template overriding the
+//                                   # GGUF's (checked at startup)
 //   api_key: secret                 # bearer token of both APIs; default:
 //                                   # $STRATA_API_KEY, else none
 //   context_length: 4096            # positions per sequence; 0: the model's
@@ -67,6 +69,7 @@ struct ClusterConfig {
   std::string http_listen = "127.0.0.1:8080";  // "off": no HTTP API
   bool http_listen_given = false;  // from the file: no fallback to a free port
   std::string api_key;             // "": $STRATA_API_KEY, else none
+  std::string chat_template;       // "": the model's
   int context_length = 0;  // 0: the model's context_length
   int max_sequences = 8;
   // Rows of one prompt chunk; a micro-batch holds at most prefill_chunk +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/stream_decoder.h"
@@ -13,19 +14,24 @@ namespace {
 class TokenizerDetokenizer final : public Detokenizer {
  public:
   explicit TokenizerDetokenizer(const tokenizer::Tokenizer& t)
-      : tokenizer_(t), stream_(t) {}
+      : tokenizer_(t) { stream_.emplace(t); }
   std::string push(int32_t id) override {
-    absl::StatusOr<std::string> s = stream_.push(id);
+    absl::StatusOr<std::string> s = stream_->push(id);
     return s.ok() ? *s : std::string();
   }
-  std::string finish() override { return stream_.finish(); }
+  std::string finish() override { return stream_->finish(); }
+  void set_render_special(bool on) override {
+    tokenizer::DecodeOptions o;
+    o.render_special = on;
+    stream_.emplace(tokenizer_, o);
+  }
   bool is_end_of_generation(int32_t id) const override {
     return tokenizer_.is_end_of_generation(id);
   }
 
  private:
   const tokenizer::Tokenizer& tokenizer_;
-  tokenizer::StreamDecoder stream_;
+  std::optional<tokenizer::StreamDecoder> stream_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

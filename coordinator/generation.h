@@ -50,6 +50,9 @@ class Detokenizer {
   // Ends the stream: what is still held back.
   virtual std::string finish() = 0;
   virtual bool is_end_of_generation(int32_t id) const = 0;
+  // Before the first push: render control tokens as their text (a fake may
+  // ignore it).
+  virtual void set_render_special(bool) {}
 };
 
 // Borrows `tokenizer` (which must outlive the result).

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/api_key.h"
+#include "coordinator/chat_output.h"
 #include "model/chat_template/model_chat.h"
 #include "proto/grpc_ops.h"
 #include "proto/grpc_status.h"
@@ -50,12 +51,17 @@ grpc::Status InferenceService::Generate(
     grpc::ServerContext* context, const v1::GenerateRequest* request,
     grpc::ServerWriter<v1::GenerateResponse>* writer) {
   if (absl::Status st = check_auth(*context); !st.ok()) return to_grpc_status(st);
-  absl::StatusOr<SequenceRequest> prepared = prepare_prompt(cluster_.model(), *request);
+  ChatOutputSpec output_spec;
+  absl::StatusOr<SequenceRequest> prepared =
+      prepare_prompt(cluster_.model(), *request, {}, &output_spec);
   if (!prepared.ok()) return to_grpc_status(prepared.status());
   const std::vector<int32_t> prompt = prepared->prompt;
   const uint64_t seed = prepared->params.sampling.seed;
   auto handle = cluster_.scheduler().submit(*std::move(prepared));
   if (!handle.ok()) return to_grpc_status(handle.status());
+  // With tools: delta and done texts are the answer's content; the calls
+  // come in done.tool_calls_json.
+  ChatOutput output(output_spec);
 
   while (true) {
     std::optional<SequenceEvent> e = (*handle)->next(absl::Milliseconds(50));
@@ -72,7 +78,7 @@ grpc::Status InferenceService::Generate(
       case SequenceEvent::Kind::kDelta: {
         v1::TokenDelta* d = out.mutable_delta();
         for (int32_t id : e->ids) d->add_ids(id);
-        d->set_text(std::move(e->text));
+        d->set_text(output.parsing() ? output.push(e->text).content : std::move(e->text));
         for (const v1::SampledToken& t : e->tokens) {
           v1::TokenChoice* c = d->add_choices();
           c->set_id(t.id());
@@ -89,6 +95,17 @@ grpc::Status InferenceService::Generate(
       case SequenceEvent::Kind::kDone: {
         v1::GenerateDone* d = out.mutable_done();
         d->set_finish_reason(finish_reason_name(e->finish));
+        if (output.parsing()) {
+          const std::string rest = output.finish().content;
+          if (!rest.empty()) {  // held back until the end: one more delta
+            v1::GenerateResponse last;
+            last.mutable_delta()->set_text(rest);
+            writer->Write(last);
+          }
+          d->set_finish_reason(output.finish_reason(d->finish_reason()));
+          if (output.has_tool_calls()) d->set_tool_calls_json(output.tool_calls().dump());
+          e->all_text = output.content();
+        }
         d->mutable_usage()->set_prompt_tokens(static_cast<int>(prompt.size()));
         d->mutable_usage()->set_completion_tokens(
             static_cast<int>(e->all_ids.size()));

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/structured_output.h"
+#include "model/chat_template/tool_calls.h"
 #include "model/chat_template/model_chat.h"
 #include "worker/sampling_proto.h"
 
@@ -37,8 +38,12 @@ absl::Status range(absl::string_view field, T v, absl::string_view r) {
 
 // The prompt's ids: as given, `prompt` tokenized, or `messages` rendered
 // with the model's chat template and tokenized.
+// With messages, *spec receives what the output parser needs and
+// *tool_grammar the grammar a forcing tool_choice asks for.
 absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
-                                                    const v1::GenerateRequest& request) {
+                                                    const v1::GenerateRequest& request,
+                                                    ChatOutputSpec* spec,
+                                                    std::string* tool_grammar) {
   const tokenizer::Tokenizer& tok = *model.tokenizer;
   if (request.has_prompt_ids()) {
     return std::vector<int32_t>(request.prompt_ids().ids().begin(),
@@ -64,7 +69,7 @@ absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
     return st;
   }
   auto chat = chat_template::render_model_chat(model.gguf->first(), tok, *chat_request,
-                                               std::nullopt, "");
+                                               model.chat_template, model.chat_template_source);
   if (!chat.ok()) {
     // No template in the model, or one outside the Jinja subset: the served
     // model cannot take messages (FAILED_PRECONDITION, not the request's
@@ -74,6 +79,33 @@ absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
             ? absl::StatusCode::kFailedPrecondition
             : chat.status().code();
     return absl::Status(code, absl::StrCat("messages: ", chat.status().message()));
+  }
+  const std::string& choice = request.tool_choice();
+  const chat_template::ToolCallFormat format =
+      chat_template::detect_tool_call_format(chat->template_text);
+  if (chat_request->tools.is_array() && !chat_request->tools.empty() && choice != "none") {
+    // A template that writes no call format we know (nor <think> blocks):
+    // the text passes through as it would without tools.
+    spec->parse_tool_calls = format != chat_template::ToolCallFormat::kNone ||
+                             chat_template::template_uses_think_tags(chat->template_text);
+    spec->template_text = chat->template_text;
+    spec->prompt_text = chat->text;
+    spec->tools = nlohmann::json::parse(chat_request->tools.dump());
+    if (!choice.empty() && choice != "auto") {
+      // "required" or a named function (chat_request_from_wire checked it).
+      if (format == chat_template::ToolCallFormat::kNone) {
+        return bad("tool_choice", absl::StrCat("the chat template (", chat->template_name,
+                                               ") writes no tool-call format this server knows"));
+      }
+      const nlohmann::json choice_json =
+          choice == "required" ? nlohmann::json("required") : nlohmann::json::parse(choice);
+      absl::StatusOr<std::string> gbnf =
+          chat_template::tool_call_gbnf(format, spec->tools, choice_json,
+                                        !request.has_parallel_tool_calls() ||
+                                            request.parallel_tool_calls());
+      if (!gbnf.ok()) return gbnf.status();
+      *tool_grammar = *std::move(gbnf);
+    }
   }
   tokenizer::EncodeOptions e;
   e.add_special = !chat->starts_with_bos;
@@ -200,11 +232,9 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
       return bad("chat_template_kwargs_json", "only with messages");
     }
   }
-  // A tool_choice that forces a call needs a grammar of the model's call
-  // format: not yet.
-  if (!r.tool_choice().empty() && r.tool_choice() != "none" &&
-      r.tool_choice() != "auto") {
-    return bad("tool_choice", "not supported yet");
+  if (!r.tool_choice().empty() && r.tool_choice() != "auto" && r.tool_choice() != "none" &&
+      r.input_case() != v1::GenerateRequest::kMessages) {
+    return bad("tool_choice", "only with messages");
   }
   // grammar / json_schema / json_object: at most one, and it must compile
   // (the GBNF is made once more in prepare_prompt; the check is cheap).
@@ -214,7 +244,8 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
 
 absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
                                                const v1::GenerateRequest& request,
-                                               const PromptOptions& options) {
+                                               const PromptOptions& options,
+                                               ChatOutputSpec* chat_output) {
   if (absl::Status st = check_model_name(model.info, request.model()); !st.ok()) {
     return st;
   }
@@ -224,7 +255,10 @@ absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
       !st.ok()) {
     return st;
   }
-  absl::StatusOr<std::vector<int32_t>> prompt = tokenize_input(model, request);
+  ChatOutputSpec spec;
+  std::string tool_grammar;
+  absl::StatusOr<std::vector<int32_t>> prompt =
+      tokenize_input(model, request, &spec, &tool_grammar);
   if (!prompt.ok()) return prompt.status();
   if (prompt->empty()) return bad("prompt", "no tokens");
   const int64_t n_prompt = static_cast<int64_t>(prompt->size());
@@ -254,6 +288,15 @@ absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
   absl::StatusOr<std::string> grammar = structured_output_grammar(request);
   if (!grammar.ok()) return grammar.status();
   sr.grammar = *std::move(grammar);
+  if (!tool_grammar.empty()) {
+    if (!sr.grammar.empty()) {
+      return bad("tool_choice", "a forced tool call cannot be combined with "
+                                "response_format or grammar");
+    }
+    sr.grammar = std::move(tool_grammar);
+  }
+  sr.render_special = spec.parse_tool_calls;
+  if (chat_output != nullptr) *chat_output = std::move(spec);
   return sr;
 }
 

@@ -7,8 +7,8 @@
 // message.
 //
 // Errors name the field as inference.proto spells it: INVALID_ARGUMENT
-// ("max_tokens: 10000000 exceeds 1048576"; "tools_json: not supported
-// yet"), NOT_FOUND for another model, OUT_OF_RANGE with both numbers for a
+// ("max_tokens: 10000000 exceeds 1048576"; "tools_json: only with
+// messages"), NOT_FOUND for another model, OUT_OF_RANGE with both numbers for a
 // prompt longer than the context, FAILED_PRECONDITION when the served model
 // cannot take `messages` (no usable chat template).
 //
@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "coordinator/chat_output.h"
 #include "coordinator/cluster.h"
 #include "coordinator/step_scheduler.h"
 #include "strata/v1/inference.pb.h"
@@ -49,8 +50,15 @@ struct PromptOptions {
 // The request checked and tokenized: `prompt`, `params` (max_tokens, the
 // sampling parameters with a random seed when none was given, stop,
 // ignore_eos) and the logprob flags, ready for Scheduler::submit.
+// With messages, tools and tool_choice other than "none", *chat_output
+// (when given) receives what ChatOutput needs to parse the answer's tool
+// calls and the request renders control tokens as text; tool_choice
+// "required" or a named function becomes the request's grammar (the
+// template's call format: tool_call_gbnf), INVALID_ARGUMENT naming
+// tool_choice when response_format / grammar is given too or the template
+// has no call format this server parses.
 absl::StatusOr<SequenceRequest> prepare_prompt(
     const ServedModel& model, const v1::GenerateRequest& request,
-    const PromptOptions& options = {});
+    const PromptOptions& options = {}, ChatOutputSpec* chat_output = nullptr);
 
 }  // namespace strata::coordinator

@@ -132,6 +132,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
   auto model = open_served_model(o.model, o.context_length,
                                  /*need_tokenizer=*/!o.detokenizers);
   if (!model.ok()) return model.status();
+  if (!o.chat_template.empty()) {
+    if (absl::Status st = set_chat_template(**model, o.chat_template); !st.ok()) return st;
+  }
   const int n_layer = (*model)->hp.n_layer;
   if (o.workers < 1 || o.workers > n_layer) {
     return absl::InvalidArgumentError(

@@ -30,6 +30,7 @@ struct SingleNodeOptions {
   int prefill_chunk = 512;   // rows of one prompt chunk (ClusterConfig)
   GgmlType kv_type = GgmlType::kF16;
   std::string trace;         // JSON-lines file of block hashes; "": off
+  std::string chat_template; // Jinja file overriding the GGUF's template; "": none
   int prefix_cache_blocks = -1;  // ClusterConfig's; 0: --prefix-cache off
   // Explicit ranges (one per worker), or empty for auto placement.
   std::vector<placement::Range> ranges;

@@ -220,6 +220,7 @@ void StepScheduler::admit() {
     std::unique_ptr<Sequence> seq = std::move(waiting_.front());
     waiting_.pop_front();
     seq->detok = detokenizers_();
+    if (seq->request.render_special) seq->detok->set_render_special(true);
     seq->output =
         std::make_unique<GenerationOutput>(seq->request.params, *seq->detok);
     const uint64_t id = seq->id;

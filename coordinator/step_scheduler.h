@@ -101,6 +101,10 @@ struct SequenceRequest {
   // token that comes back with an error (a grammar the last stage refused)
   // ends only this sequence, with that error.
   std::string grammar;
+  // Control tokens are rendered as their text ("<tool_call>",
+  // "<|python_tag|>") for a tool-call parser; end-of-generation ids still end
+  // the sequence and are not rendered.
+  bool render_special = false;
 };
 
 struct SequenceTimings {

@@ -102,6 +102,11 @@ int main(int argc, char** argv) {
 
   auto served = open_served_model(config->model, config->context_length);
   if (!served.ok()) return fail(config->model, served.status());
+  if (!config->chat_template.empty()) {
+    if (absl::Status st = set_chat_template(**served, config->chat_template); !st.ok()) {
+      return fail(config_path, st);
+    }
+  }
 
   std::vector<std::unique_ptr<WorkerControl>> workers;
   for (const WorkerConfig& w : config->workers) {

@@ -51,6 +51,7 @@ struct ServeOptions {
   std::string api_key;
   std::string prefix_cache = "on";
   int prefix_cache_blocks = -1;
+  std::string chat_template;  // "": the model's
 };
 
 int serve_fail(const std::string& what, const absl::Status& status) {
@@ -72,6 +73,7 @@ int serve(const ServeOptions& o) {
                           " exceed the 4096 rows of a micro-batch")));
   }
   s.trace = o.trace;
+  s.chat_template = o.chat_template;
   s.prefix_cache_blocks = o.prefix_cache == "off" ? 0 : o.prefix_cache_blocks;
   s.kv_type = worker::parse_kv_type(o.kv_type).value_or(GgmlType::kF16);  // checked
   if (!o.listen.empty()) {
@@ -192,6 +194,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
             return text.empty() ? "empty: give HOST:PORT or off" : "";
           },
           "HOST:PORT|off"));
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Jinja chat template file overriding the model's");
   cmd->add_option("--api-key", o->api_key,
                   "bearer token both APIs require (default: $STRATA_API_KEY; none)");
   cmd->add_option("--trace", o->trace,

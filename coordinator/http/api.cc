@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/api_key.h"
+#include "coordinator/chat_output.h"
 #include "coordinator/http/metrics_page.h"
 #include "coordinator/http/openai.h"
 #include "coordinator/prompt.h"
@@ -89,7 +90,17 @@ struct Choice {
   size_t offset = 0;
   double ttft_ms = 0;
   int cached_tokens = 0;  // prompt tokens restored from the prefix cache
+  ChatOutput output;      // chat: content, reasoning and tool calls
 };
+
+// A chat delta as OpenAI streams it: the fields that have something.
+json chat_delta_json(const ChatOutput::Delta& d) {
+  json delta = json::object();
+  if (!d.content.empty()) delta["content"] = d.content;
+  if (!d.reasoning_content.empty()) delta["reasoning_content"] = d.reasoning_content;
+  if (!d.tool_calls.empty()) delta["tool_calls"] = d.tool_calls;
+  return delta;
+}
 
 }  // namespace
 
@@ -218,7 +229,9 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   const tokenizer::Tokenizer& tok = *model.tokenizer;
   PromptOptions popts;
   popts.default_max_tokens = 0;  // chat: the rest of the context
-  absl::StatusOr<SequenceRequest> prepared = prepare_prompt(model, parsed->generate, popts);
+  ChatOutputSpec output_spec;
+  absl::StatusOr<SequenceRequest> prepared =
+      prepare_prompt(model, parsed->generate, popts, &output_spec);
   if (!prepared.ok()) return fail(prepared.status());
   const int prompt_tokens = static_cast<int>(prepared->prompt.size());
   outcome.prompt_tokens = prompt_tokens;
@@ -234,6 +247,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
       return fail(handle.status());
     }
     choices[i].handle = *std::move(handle);
+    if (chat) choices[i].output = ChatOutput(output_spec);
   }
   auto cancel_all = [&] {
     for (Choice& c : choices) {
@@ -308,9 +322,11 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
             piece_logprobs = std::move(lp);
           }
         }
-        if (stream && (!e->text.empty() || logprobs)) {
+        ChatOutput::Delta d;
+        if (chat) d = c.output.push(e->text);
+        if (stream && ((chat ? !d.empty() : !e->text.empty()) || logprobs)) {
           json choice = chat ? json{{"index", i},
-                                    {"delta", {{"content", e->text}}},
+                                    {"delta", chat_delta_json(d)},
                                     {"logprobs", piece_logprobs},
                                     {"finish_reason", nullptr}}
                              : json{{"text", e->text},
@@ -325,11 +341,22 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
       c.done = true;
       --remaining;
       c.finish = finish_reason_name(e->finish);
+      ChatOutput::Delta last;
+      if (chat) {
+        last = c.output.finish();
+        c.finish = c.output.finish_reason(c.finish);
+      }
       c.completion_tokens = static_cast<int>(e->all_ids.size());
       c.text = std::move(e->all_text);
       c.ttft_ms = e->timings.ttft_ms;
       c.cached_tokens = e->cached_tokens;
       if (outcome.ttft_ms < 0 || c.ttft_ms < outcome.ttft_ms) outcome.ttft_ms = c.ttft_ms;
+      if (stream && chat && !last.empty()) {
+        out.event(dump_json(chunk(json::array({json{{"index", i},
+                                                    {"delta", chat_delta_json(last)},
+                                                    {"logprobs", nullptr},
+                                                    {"finish_reason", nullptr}}}))));
+      }
       if (stream) {
         json choice = chat ? json{{"index", i},
                                   {"delta", json::object()},
@@ -382,8 +409,20 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   for (int i = 0; i < parsed->n; ++i) {
     Choice& c = choices[i];
     if (chat) {
+      json message = {{"role", "assistant"}, {"content", c.text}};
+      if (c.output.parsing()) {
+        const json calls = c.output.tool_calls();
+        message["content"] = c.output.content();
+        if (!c.output.reasoning_content().empty()) {
+          message["reasoning_content"] = c.output.reasoning_content();
+        }
+        if (!calls.empty()) {
+          message["tool_calls"] = calls;
+          if (c.output.content().empty()) message["content"] = nullptr;
+        }
+      }
       list.push_back({{"index", i},
-                      {"message", {{"role", "assistant"}, {"content", c.text}}},
+                      {"message", std::move(message)},
                       {"logprobs", logprobs ? json{{"content", c.chat_logprobs}} : json(nullptr)},
                       {"finish_reason", c.finish}});
     } else {

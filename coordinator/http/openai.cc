@@ -170,18 +170,27 @@ absl::Status map_messages(const json& messages, v1::GenerateRequest* g) {
     const std::string role = role_value->get<std::string>();
     v1::ChatMessage* cm = out->add_messages();
     cm->set_role(role);
-    if (const json* content = f.get("content")) {
+    const json* content = f.get("content");
+    if (content != nullptr && !content->is_null()) {
       std::string text;
       if (absl::Status st = map_content(*content, p + ".content", &text); !st.ok()) return st;
       cm->set_content(std::move(text));
     } else if (role != "assistant") {
       return bad(p + ".content", "missing");
     }
-    // Tool-call turns need the template's tool support (not yet here).
-    if (f.get("tool_calls") != nullptr) return bad(p + ".tool_calls", "not supported yet");
-    if (f.get("tool_call_id") != nullptr) return bad(p + ".tool_call_id", "not supported yet");
-    if (const json* name = f.get("name"); name != nullptr && !name->is_string()) {
-      return wrong_type(p + ".name", "a string", *name);
+    // An assistant's calls (arguments as the JSON text OpenAI sends) and a
+    // tool result's call id: the chat template renders them.
+    if (const json* calls = f.get("tool_calls"); calls != nullptr && !calls->is_null()) {
+      if (!calls->is_array()) return wrong_type(p + ".tool_calls", "an array", *calls);
+      if (!calls->empty()) cm->set_tool_calls_json(calls->dump());
+    }
+    if (const json* id = f.get("tool_call_id"); id != nullptr && !id->is_null()) {
+      if (!id->is_string()) return wrong_type(p + ".tool_call_id", "a string", *id);
+      cm->set_tool_call_id(id->get<std::string>());
+    }
+    if (const json* name = f.get("name"); name != nullptr && !name->is_null()) {
+      if (!name->is_string()) return wrong_type(p + ".name", "a string", *name);
+      cm->set_name(name->get<std::string>());
     }
   }
   return absl::OkStatus();
@@ -283,6 +292,7 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
     if (!tools->is_array()) return wrong_type("tools", "an array", *tools);
     if (!tools->empty()) g.set_tools_json(tools->dump());
   }
+  if (auto parallel = f.boolean("parallel_tool_calls")) g.set_parallel_tool_calls(*parallel);
   if (const json* choice = f.get("tool_choice")) {
     if (choice->is_string()) g.set_tool_choice(choice->get<std::string>());
     else if (choice->is_object()) g.set_tool_choice(choice->dump());
@@ -342,6 +352,28 @@ absl::StatusOr<json> parse_json_object(std::string_view body) {
   return value;
 }
 
+namespace {
+
+// The tools and the assistants' tool_calls as the client ordered their keys:
+// templates render them with tojson, and transformers keeps that order (the
+// parse above sorts keys). The body parsed already, so it parses again.
+void keep_key_order(std::string_view body, v1::GenerateRequest* g) {
+  bool calls = false;
+  for (const v1::ChatMessage& m : g->messages().messages()) calls = calls || !m.tool_calls_json().empty();
+  if (g->tools_json().empty() && !calls) return;
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (!j.is_object()) return;
+  if (!g->tools_json().empty()) g->set_tools_json(j["tools"].dump());
+  if (!calls) return;
+  const nlohmann::ordered_json& messages = j["messages"];
+  for (int i = 0; i < g->messages().messages_size(); ++i) {
+    v1::ChatMessage* m = g->mutable_messages()->mutable_messages(i);
+    if (!m->tool_calls_json().empty()) m->set_tool_calls_json(messages[i]["tool_calls"].dump());
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::string_view body) {
   absl::StatusOr<json> parsed = parse_json_object(body);
   if (!parsed.ok()) return parsed.status();
@@ -380,6 +412,7 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
     }
   }
   if (!f.status().ok()) return f.status();
+  keep_key_order(body, &g);
   return r;
 }
 

@@ -126,6 +126,7 @@ absl::StatusOr<ModelChatPrompt> render_model_chat(
   out.starts_with_bos = !render.bos_token.empty() && prompt->rfind(render.bos_token, 0) == 0;
   out.text = *std::move(prompt);
   out.template_name = from;
+  out.template_text = std::move(text);
   return out;
 }
 
@@ -196,6 +197,15 @@ absl::StatusOr<ChatRequest> chat_request_from_wire(std::span<const WireMessage> 
       for (size_t k = 0; k < calls->size(); ++k) {
         absl::Status st = check_function((*calls)[k], where + ".tool_calls_json[" + std::to_string(k) + "]", true);
         if (!st.ok()) return st;
+        // OpenAI sends arguments as JSON text; templates index and tojson a
+        // dict (as transformers passes them), so text that is a JSON object
+        // becomes that object; other text stays a string.
+        auto& fn = (*calls)[k]["function"];
+        if (fn.contains("arguments") && fn["arguments"].is_string()) {
+          nlohmann::ordered_json args = nlohmann::ordered_json::parse(
+              fn["arguments"].get<std::string>(), nullptr, /*allow_exceptions=*/false);
+          if (!args.is_discarded() && args.is_object()) fn["arguments"] = std::move(args);
+        }
       }
       if (!calls->empty()) {
         j["tool_calls"] = *std::move(calls);

@@ -39,6 +39,8 @@ struct ModelChatPrompt {
   // Which template rendered it: the GGUF key ("tokenizer.chat_template",
   // "tokenizer.chat_template.tool_use") or the given template's source.
   std::string template_name;
+  // The template's text itself (what a tool-call parser is made from).
+  std::string template_text;
 };
 
 // Renders `request` with `template_text` when given (named `source` in
@@ -87,7 +89,9 @@ struct WireMessage {
 
 // The ChatRequest of a gRPC GenerateRequest's messages, tools_json,
 // tool_choice and chat_template_kwargs_json. An assistant message with tool
-// calls and empty content gets content null (as the OpenAI API sends it).
+// calls and empty content gets content null (as the OpenAI API sends it);
+// a call's arguments given as JSON text of an object become that object (as
+// transformers passes them: templates index them and tojson them).
 // InvalidArgument naming the field: "messages[1].tool_calls_json: ..." (not
 // JSON, not an array of {id?, type: "function", function: {name: string,
 // arguments: string|object}}), "tools_json: ..." (not an array of

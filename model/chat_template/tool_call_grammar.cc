@@ -35,7 +35,7 @@ bool valid_name(std::string_view s) {
 }  // namespace
 
 absl::StatusOr<std::string> tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools,
-                                           const nlohmann::json& tool_choice) {
+                                           const nlohmann::json& tool_choice, bool parallel) {
   if (!tools.is_array() || tools.empty()) return absl::InvalidArgumentError("tools: expected a non-empty array");
   std::vector<std::string> names;
   for (std::size_t i = 0; i < tools.size(); ++i) {
@@ -51,7 +51,7 @@ absl::StatusOr<std::string> tool_call_gbnf(ToolCallFormat format, const nlohmann
     }
     names.push_back(std::move(name));
   }
-  bool single = false;  // a named function: exactly one call of it
+  bool single = !parallel;  // a named function or no parallel calls: exactly one call
   if (tool_choice.is_object()) {
     const auto& f = tool_choice.contains("function") ? tool_choice["function"] : nlohmann::json();
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) {

@@ -249,8 +249,10 @@ std::string finish_reason(std::string_view base_reason, const ToolCallParser& pa
 // Arguments are constrained to a JSON object (not to the tool's schema).
 // InvalidArgument naming the field for a bad tools array / tool_choice or an
 // unknown function; InvalidArgument for kNone.
+// parallel false: "required" forces exactly one call too.
 absl::StatusOr<std::string> tool_call_gbnf(ToolCallFormat format, const nlohmann::json& tools,
-                                           const nlohmann::json& tool_choice);
+                                           const nlohmann::json& tool_choice,
+                                           bool parallel = true);
 
 }  // namespace strata::chat_template
 

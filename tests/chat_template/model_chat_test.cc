@@ -110,11 +110,19 @@ TEST(ChatRequestFromWire, BuildsTheOpenAiShape) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->messages.dump(),
             R"([{"role":"user","content":"weather?","name":"alice"},)"
-            R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},)"
+            // arguments: OpenAI's JSON text becomes the object templates index
+            R"({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},)"
             R"({"role":"tool","content":"21C","name":"get_weather","tool_call_id":"c1"}])");
   EXPECT_EQ(r->tools.dump(), R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])");
   EXPECT_EQ(r->extra.dump(), R"({"enable_thinking":false})");
   EXPECT_TRUE(r->add_generation_prompt);
+  // Text that is not a JSON object stays a string.
+  std::vector<WireMessage> odd = {
+      {"assistant", "", "", "",
+       R"([{"type": "function", "function": {"name": "f", "arguments": "[1, 2]"}}])"}};
+  auto kept = chat_request_from_wire(odd, "", "", "", false);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->messages[0]["tool_calls"][0]["function"]["arguments"], "[1, 2]");
   auto none = chat_request_from_wire(messages, "", "", "", false);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->tools.is_null());

@@ -78,7 +78,7 @@ def start_serve(args, workdir, name="serve", extra=(), env=None):
                        "--http", "127.0.0.1:0", *extra], workdir, env=env)
 
 
-def start_cluster(args, workdir):
+def start_cluster(args, workdir, extra_config=""):
     procs = []
     ports = [free_port() for _ in range(2)]
     for i, port in enumerate(ports):
@@ -92,7 +92,7 @@ def start_cluster(args, workdir):
         f.write(f"model: {args.model}\nlisten: 127.0.0.1:{free_port()}\n"
                 f"http_listen: 127.0.0.1:0\ncontext_length: {CTX}\nmax_sequences: 4\n"
                 "health_check_interval_ms: 300\nhealth_check_timeout_ms: 1000\n"
-                "health_check_failures: 2\nworkers:\n"
+                "health_check_failures: 2\n" + extra_config + "workers:\n"
                 + "".join(f"  - address: 127.0.0.1:{p}\n    name: w{i}\n"
                           for i, p in enumerate(ports)))
     coordinator = Proc("coordinator", [args.coordinator, "--config", cfg], workdir)
@@ -263,12 +263,20 @@ def check_api(args, f, host, grpc_address, stubs, label):
         msg = e.body.get("message", "")
         f.check(e.status_code == 400 and str(CTX) in msg and "exceed" in msg,
                 f"{label}: prompt over the context -> 400 with both numbers ({msg})")
+    # Tools: rendered and parsed (tests/http/tools_test.py covers calls);
+    # SmolLM2's own template writes no call format, so forcing a call is a
+    # 400 naming tool_choice.
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    r = client.chat.completions.create(model=model, messages=msgs, tools=tools, max_tokens=4,
+                                       temperature=0)
+    f.check(r.choices[0].finish_reason in ("stop", "length"), f"{label}: tools accepted")
     try:
-        client.chat.completions.create(model=model, messages=msgs, tools=[
-            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
-        f.check(False, f"{label}: tools refused while unsupported")
+        client.chat.completions.create(model=model, messages=msgs, tools=tools, max_tokens=4,
+                                       tool_choice="required")
+        f.check(False, f"{label}: tool_choice required refused without a call format")
     except openai.BadRequestError as e:
-        f.check(e.body.get("param") == "tools", f"{label}: tools -> 400 (not supported yet)")
+        f.check(e.body.get("param") == "tool_choice",
+                f"{label}: tool_choice required without a call format -> 400 tool_choice")
 
     # Raw HTTP: status codes and error objects.
     st, err = error_of(raw(host, "POST", "/v1/chat/completions", body="{not json"))

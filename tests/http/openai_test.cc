@@ -112,6 +112,35 @@ TEST(OpenAiMapping, ToolsAndResponseFormatGoToTheirFields) {
   EXPECT_EQ(o.generate.tool_choice(), "none");
 }
 
+TEST(OpenAiMapping, ToolCallTurnsGoToTheMessageFields) {
+  const OpenAiRequest r = chat(R"({"messages": [
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+      "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "sunny"}]})");
+  const auto& m = r.generate.messages().messages();
+  ASSERT_EQ(m.size(), 3);
+  EXPECT_EQ(m[1].role(), "assistant");
+  EXPECT_EQ(m[1].content(), "");
+  const json calls = json::parse(m[1].tool_calls_json());
+  EXPECT_EQ(calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(m[2].tool_call_id(), "call_1");
+  // Keys keep the client's order (templates render them with tojson).
+  EXPECT_EQ(m[1].tool_calls_json().substr(0, 24), R"([{"id":"call_1","type":")");
+  const OpenAiRequest t = chat(R"({"messages": [{"role": "user", "content": "x"}],
+    "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}]})");
+  EXPECT_EQ(t.generate.tools_json(),
+            R"([{"type":"function","function":{"name":"f","description":"d","parameters":{}}}])");
+  EXPECT_EQ(m[2].name(), "get_weather");
+  const Endpoint kChat = Endpoint::kChat;
+  EXPECT_EQ(param_of(kChat, R"({"messages": [{"role": "assistant", "tool_calls": {}}]})"),
+            "messages[0].tool_calls");
+  EXPECT_EQ(param_of(kChat, R"({"messages": [{"role": "tool", "content": "x", "tool_call_id": 5}]})"),
+            "messages[0].tool_call_id");
+  EXPECT_EQ(param_of(kChat, R"({"messages": [{"role": "tool", "content": null}]})"),
+            "messages[0].content");
+}
+
 TEST(OpenAiMapping, WrongTypesNameTheParam) {
   const Endpoint kChat = Endpoint::kChat;
   const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
@@ -280,9 +309,9 @@ TEST(PromptPreparation, RefusesWhatItCannotHonour) {
   v1::GenerateRequest fine = base();
   fine.set_tool_choice("auto");
   fine.set_user("someone");
-  EXPECT_TRUE(check_generate_request(fine, 1000).ok());
+  EXPECT_TRUE(check_generate_request(fine, 1000).ok()) << check_generate_request(fine, 1000);
   fine.set_json_schema(R"({"type":"object","properties":{"a":{"type":"integer"}}})");
-  EXPECT_TRUE(check_generate_request(fine, 1000).ok());
+  EXPECT_TRUE(check_generate_request(fine, 1000).ok()) << check_generate_request(fine, 1000);
 }
 
 TEST(ApiKey, BearerComparedWhole) {

@@ -595,6 +595,12 @@ TEST(ToolCallGrammar, RequiredAndNamedChoicesGiveAGrammarForEachFormat) {
   EXPECT_NE(bad.status().message().find("tools[0].function.name"), std::string::npos);
   EXPECT_FALSE(tool_call_gbnf(ToolCallFormat::kNone, tools, "required").ok());
   EXPECT_FALSE(tool_call_gbnf(ToolCallFormat::kHermes, tools, "auto").ok());
+  // parallel_tool_calls false: "required" forces exactly one call.
+  auto many = tool_call_gbnf(ToolCallFormat::kHermes, tools, "required");
+  auto one = tool_call_gbnf(ToolCallFormat::kHermes, tools, "required", /*parallel=*/false);
+  ASSERT_TRUE(many.ok() && one.ok());
+  EXPECT_NE(many->find("root ::= call ( \"\\n\" call )*"), std::string::npos) << *many;
+  EXPECT_NE(one->find("root ::= call\n"), std::string::npos) << *one;
 }
 
 }  // namespace
