@@ -354,16 +354,21 @@ absl::StatusOr<json> parse_json_object(std::string_view body) {
 
 namespace {
 
-// The tools and the assistants' tool_calls as the client ordered their keys:
-// templates render them with tojson, and transformers keeps that order (the
-// parse above sorts keys). The body parsed already, so it parses again.
+// The tools, the assistants' tool_calls and a response_format's JSON Schema
+// as the client ordered their keys: templates render the first two with
+// tojson, and transformers keeps that order; a schema's properties are
+// generated in the order given (the parse above sorts keys). The body
+// parsed already, so it parses again.
 void keep_key_order(std::string_view body, v1::GenerateRequest* g) {
   bool calls = false;
   for (const v1::ChatMessage& m : g->messages().messages()) calls = calls || !m.tool_calls_json().empty();
-  if (g->tools_json().empty() && !calls) return;
+  if (g->tools_json().empty() && !calls && g->json_schema().empty()) return;
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, false);
   if (!j.is_object()) return;
   if (!g->tools_json().empty()) g->set_tools_json(j["tools"].dump());
+  if (!g->json_schema().empty()) {
+    g->set_json_schema(j["response_format"]["json_schema"]["schema"].dump());
+  }
   if (!calls) return;
   const nlohmann::ordered_json& messages = j["messages"];
   for (int i = 0; i < g->messages().messages_size(); ++i) {

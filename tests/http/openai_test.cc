@@ -112,6 +112,18 @@ TEST(OpenAiMapping, ToolsAndResponseFormatGoToTheirFields) {
   EXPECT_EQ(o.generate.tool_choice(), "none");
 }
 
+// A schema's properties keep the client's order (they are generated in that
+// order), though the body's parse sorts keys.
+TEST(OpenAiMapping, JsonSchemaKeepsThePropertyOrder) {
+  const OpenAiRequest r = chat(R"({"messages": [{"role": "user", "content": "x"}],
+    "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema":
+      {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "string"}},
+       "required": ["zeta", "alpha"]}}}})");
+  const std::string& schema = r.generate.json_schema();
+  ASSERT_NE(schema.find("zeta"), std::string::npos) << schema;
+  EXPECT_LT(schema.find("zeta"), schema.find("alpha")) << schema;
+}
+
 TEST(OpenAiMapping, ToolCallTurnsGoToTheMessageFields) {
   const OpenAiRequest r = chat(R"({"messages": [
     {"role": "user", "content": "weather?"},
