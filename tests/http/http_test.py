@@ -278,6 +278,53 @@ def check_api(args, f, host, grpc_address, stubs, label):
         f.check(e.body.get("param") == "tool_choice",
                 f"{label}: tool_choice required without a call format -> 400 tool_choice")
 
+    # Structured output through the SDK: a JSON Schema, sampled (temperature
+    # 1, several seeds) streamed and not; every finished answer parses and
+    # validates (jsonschema when installed, else the checks below).
+    schema = {"type": "object",
+              "properties": {"name": {"type": "string", "maxLength": 12},
+                             "age": {"type": "integer"},
+                             "pets": {"type": "array", "items": {"enum": ["cat", "dog"]},
+                                      "maxItems": 3}},
+              "required": ["name", "age", "pets"], "additionalProperties": False}
+    try:
+        import jsonschema
+        valid = lambda v: jsonschema.validate(v, schema) is None  # noqa: E731
+    except ImportError:
+        def valid(v):
+            return (isinstance(v, dict) and set(v) == {"name", "age", "pets"} and
+                    isinstance(v["name"], str) and len(v["name"]) <= 12 and
+                    isinstance(v["age"], int) and not isinstance(v["age"], bool) and
+                    isinstance(v["pets"], list) and len(v["pets"]) <= 3 and
+                    all(p in ("cat", "dog") for p in v["pets"]))
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": schema}}
+    answers, finished = 0, 0
+    for seed in range(4):
+        for stream in (False, True):
+            kw = dict(model=model, messages=[{"role": "user", "content": "Describe a person."}],
+                      response_format=rf, max_tokens=96, temperature=1.0, seed=seed)
+            if stream:
+                text, finish = "", None
+                for ch in client.chat.completions.create(stream=True, **kw):
+                    if ch.choices:
+                        text += ch.choices[0].delta.content or ""
+                        finish = ch.choices[0].finish_reason or finish
+            else:
+                r = client.chat.completions.create(**kw)
+                text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+            answers += 1
+            if finish != "stop":
+                continue  # cut by max_tokens: a prefix of a valid answer
+            finished += 1
+            try:
+                ok = valid(json.loads(text))
+            except Exception:  # noqa: BLE001 - any failure to parse or validate
+                ok = False
+            f.check(ok, f"{label}: json_schema answer (seed {seed}, stream {stream}) "
+                        f"parses and validates: {text!r}")
+    f.check(finished >= answers // 2,
+            f"{label}: json_schema answers finished ({finished} of {answers})")
+
     # Raw HTTP: status codes and error objects.
     st, err = error_of(raw(host, "POST", "/v1/chat/completions", body="{not json"))
     f.check(st == 400 and "invalid JSON" in err["message"] and err["type"],
