@@ -1,5 +1,6 @@
 #include "coordinator/http/openai.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -67,8 +68,14 @@ class Fields {
                  : static_cast<int64_t>(u);
     }
     if (v->is_number_float()) {
+      // An integral value (1e3, 2.0) is taken; beyond int64 it saturates
+      // like the unsigned case (casting it would be undefined behaviour).
       const double d = v->get<double>();
-      if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+      if (std::isfinite(d) && d == std::trunc(d)) {
+        if (d >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
+        if (d < -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+        return static_cast<int64_t>(d);
+      }
     }
     return fail(wrong_type(key, "an integer", *v));
   }

@@ -97,9 +97,18 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
       "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
   ASSERT_FALSE(deep_value.ok());
   EXPECT_EQ(deep_value.status().code(), absl::StatusCode::kResourceExhausted) << deep_value.status();
+  // Deeper than Value::kMaxDepth (256). Built by moves: an initializer list
+  // copies, and nlohmann's copy recurses (10,000 levels overflowed the
+  // stack under ASan in the test itself).
   Json deep_context = Json::array();
-  for (int k = 0; k < 10000; ++k) deep_context = Json::array({std::move(deep_context)});
-  auto deep_input = render("{{ x }}", Json{{"x", deep_context}});
+  for (int k = 0; k < 1000; ++k) {
+    Json outer = Json::array();
+    outer.push_back(std::move(deep_context));
+    deep_context = std::move(outer);
+  }
+  Json deep_holder = Json::object();
+  deep_holder["x"] = std::move(deep_context);
+  auto deep_input = render("{{ x }}", deep_holder);
   ASSERT_FALSE(deep_input.ok());
   EXPECT_EQ(deep_input.status().code(), absl::StatusCode::kInvalidArgument) << deep_input.status();
   auto quadratic = render(
