@@ -40,8 +40,14 @@ absl::StatusOr<std::string> structured_output_grammar(std::string_view gbnf,
   } else if (json_object) {
     out = grammar::json_object_gbnf();
   }
+  if (gbnf.empty() && out.size() > kMaxGrammarBytes) {
+    // A schema too large for a grammar is the request's to shrink.
+    return absl::InvalidArgumentError(absl::StrCat(
+        json_object ? "json_object" : "json_schema", ": the grammar it needs is ", out.size(),
+        " bytes, over the limit of ", kMaxGrammarBytes));
+  }
   if (absl::Status st = check_grammar(out); !st.ok()) {
-    if (!gbnf.empty()) return st;
+    if (!gbnf.empty()) return st;  // the client's own grammar: "grammar: ..."
     // A generated grammar that does not parse is our bug, not the client's.
     return absl::InternalError(absl::StrCat("the grammar made for the request: ", st.message()));
   }

@@ -79,6 +79,28 @@ std::string random_id(const char* prefix, uint64_t request_id) {
 }
 
 // One choice of a generation as it runs.
+// A URL path segment with its %XX escapes decoded (RFC 3986 2.1); a
+// malformed escape is kept as written.
+std::string percent_decoded(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+      out += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
 struct Choice {
   std::shared_ptr<SequenceHandle> handle;
   bool done = false;
@@ -171,11 +193,15 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
       wrong_method("GET");
     } else if (path == "/v1/models") {
       out.send(200, kJson, dump_json({{"object", "list"}, {"data", json::array({model})}}));
-    } else if (path.substr(11) == info.name()) {
+    } else if (percent_decoded(path.substr(11)) == info.name()) {
+      // The SDK percent-encodes the id ("Smollm2 135M ..." has spaces).
       out.send(200, kJson, dump_json(model));
     } else {
-      fail(api_error(404, absl::StrCat("model '", path.substr(11), "' is not served here"),
-                     "model"));
+      ApiError e = api_error(404, absl::StrCat("model '", percent_decoded(path.substr(11)),
+                                               "' is not served here"),
+                             "model");
+      e.code = "model_not_found";
+      fail(e);
     }
   } else if (path == "/health") {
     if (!is_get) {

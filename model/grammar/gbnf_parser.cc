@@ -140,6 +140,10 @@ absl::StatusOr<uint32_t> GbnfParser::parse_char(bool in_class) {
       ++pos_;
     }
     if (v > 0x10FFFF) return error_at(start, "code point beyond U+10FFFF");
+    // A surrogate has no UTF-8 form: no output could ever match it.
+    if (v >= 0xD800 && v <= 0xDFFF) {
+      return error_at(start, "a surrogate code point (U+D800..U+DFFF) has no UTF-8 form");
+    }
     return v;
   }
   (void)in_class;

@@ -148,7 +148,7 @@ inline bool allowed(const TokenMask& m, int32_t id) {
 class GrammarMatcher {
  public:
   // The most stacks a state may hold; a grammar so ambiguous that it needs
-  // more fails the step with ResourceExhausted.
+  // more fails the step with InvalidArgument (the grammar is at fault).
   static constexpr size_t kMaxStacks = 4096;
   static constexpr int kMaxExpandDepth = 1000;
 
@@ -162,7 +162,7 @@ class GrammarMatcher {
   bool accept_bytes(std::string_view bytes);
 
   // The tokens allowed next, into `mask` (resized to the table's words).
-  // ResourceExhausted for a too ambiguous grammar.
+  // InvalidArgument for a too ambiguous grammar.
   absl::Status fill_mask(TokenMask* mask);
   // Sets the logits ([n_tokens]) of every token not allowed to -inf.
   absl::Status mask(std::span<float> logits);

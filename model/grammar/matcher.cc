@@ -363,7 +363,9 @@ absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
 }
 
 absl::Status GrammarMatcher::too_ambiguous() const {
-  return absl::ResourceExhaustedError(absl::StrCat(
+  // InvalidArgument: the request's grammar is at fault (RESOURCE_EXHAUSTED
+  // read as a full queue, 429, and clients retried it).
+  return absl::InvalidArgumentError(absl::StrCat(
       "grammar: more than ", kMaxStacks,
       " parses alive at once, or rules nested too deep (too ambiguous to follow)"));
 }

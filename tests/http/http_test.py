@@ -158,6 +158,8 @@ def check_api(args, f, host, grpc_address, stubs, label):
                            timeout=120)
     models = client.models.list().data
     f.check(len(models) == 1 and models[0].object == "model", f"{label}: models.list")
+    # The id has spaces (the GGUF's general.name): the SDK percent-encodes it.
+    f.check(client.models.retrieve(models[0].id).id == models[0].id, f"{label}: models.retrieve")
     model = models[0].id
 
     msgs = [{"role": "user", "content": "Write a short sentence about the sea."}]
