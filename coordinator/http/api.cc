@@ -135,6 +135,15 @@ struct OpenAiApi::Outcome {
   std::string note;  // the error message, for the log
 };
 
+OpenAiApi::Outcome OpenAiApi::failed(const absl::Status& status, Outcome& outcome,
+                                     Responder& out) {
+  const ApiError e = to_api_error(status);
+  out.send(e.http_status, kJson, error_json(e), retry_headers(e));
+  outcome.status = e.http_status;
+  outcome.note = e.message;
+  return outcome;
+}
+
 OpenAiApi::OpenAiApi(Cluster& cluster, ApiOptions options)
     : cluster_(cluster), options_(std::move(options)), created_(std::time(nullptr)) {}
 
@@ -241,13 +250,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   const Endpoint endpoint = static_cast<Endpoint>(endpoint_int);
   const bool chat = endpoint == Endpoint::kChat;
   Outcome outcome;
-  auto fail = [&](const absl::Status& st) {
-    const ApiError e = to_api_error(st);
-    out.send(e.http_status, kJson, error_json(e), retry_headers(e));
-    outcome.status = e.http_status;
-    outcome.note = e.message;
-    return outcome;
-  };
+  auto fail = [&](const absl::Status& st) { return failed(st, outcome, out); };
   absl::StatusOr<OpenAiRequest> parsed = parse_openai_request(endpoint, request.body);
   if (!parsed.ok()) return fail(parsed.status());
   outcome.user = parsed->generate.user();
@@ -470,13 +473,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
 
 OpenAiApi::Outcome OpenAiApi::tokenize(const Request& request, Responder& out) {
   Outcome outcome;
-  auto fail = [&](const absl::Status& st) {
-    const ApiError e = to_api_error(st);
-    out.send(e.http_status, kJson, error_json(e), retry_headers(e));
-    outcome.status = e.http_status;
-    outcome.note = e.message;
-    return outcome;
-  };
+  auto fail = [&](const absl::Status& st) { return failed(st, outcome, out); };
   absl::StatusOr<json> body = parse_json_object(request.body);
   if (!body.ok()) return fail(body.status());
   const ServedModel& model = cluster_.model();
@@ -550,13 +547,7 @@ OpenAiApi::Outcome OpenAiApi::tokenize(const Request& request, Responder& out) {
 
 OpenAiApi::Outcome OpenAiApi::detokenize(const Request& request, Responder& out) {
   Outcome outcome;
-  auto fail = [&](const absl::Status& st) {
-    const ApiError e = to_api_error(st);
-    out.send(e.http_status, kJson, error_json(e), retry_headers(e));
-    outcome.status = e.http_status;
-    outcome.note = e.message;
-    return outcome;
-  };
+  auto fail = [&](const absl::Status& st) { return failed(st, outcome, out); };
   absl::StatusOr<json> body = parse_json_object(request.body);
   if (!body.ok()) return fail(body.status());
   auto it = body->find("tokens");

@@ -46,6 +46,9 @@ class OpenAiApi {
   Outcome generate(int endpoint, const Request& request, Responder& out);
   Outcome tokenize(const Request& request, Responder& out);
   Outcome detokenize(const Request& request, Responder& out);
+  // Answers `status` as an OpenAI error object (with Retry-After where it
+  // applies) and records it in `outcome` for the request's log line.
+  static Outcome failed(const absl::Status& status, Outcome& outcome, Responder& out);
 
   Cluster& cluster_;
   const ApiOptions options_;

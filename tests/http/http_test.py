@@ -484,7 +484,9 @@ def check_auth(args, f, workdir, stubs):
         serve.kill()
 
 
-def main():
+def parse_args_or_skip():
+    """The HTTP tests' command line; exits 77 (skip, saying why) when the
+    model or the openai SDK is absent."""
     ap = argparse.ArgumentParser()
     for a in ("--strata", "--worker", "--coordinator", "--model", "--proto-dir"):
         ap.add_argument(a, required=True)
@@ -496,6 +498,11 @@ def main():
         import openai  # noqa: F401
     except ImportError:
         skip("the openai package is absent (scripts/fetch-models.sh installs it)")
+    return args
+
+
+def main():
+    args = parse_args_or_skip()
     with tempfile.TemporaryDirectory(prefix="strata-http-") as workdir:
         stubs = load_stubs(args.proto_dir, workdir)
         f = Failures()

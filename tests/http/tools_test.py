@@ -17,7 +17,6 @@ a clear message (serve).
 
 Exit status: 0 passed, 1 failed, 77 skipped (model, SDK or grpcio absent).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -28,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster"))
 from cluster_test import Failures, load_stubs, skip  # noqa: E402
-from http_test import raw, start_cluster, start_serve  # noqa: E402
+from http_test import parse_args_or_skip, raw, start_cluster, start_serve  # noqa: E402
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "jinja", "data",
                         "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
@@ -187,17 +186,7 @@ def check_grpc(f, address, stubs, label, http_calls):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--strata", "--worker", "--coordinator", "--model", "--proto-dir"):
-        ap.add_argument(a, required=True)
-    ap.add_argument("--setup", choices=["serve", "cluster"], required=True)
-    args = ap.parse_args()
-    if not os.path.exists(args.model):
-        skip(f"{args.model} absent (scripts/fetch-models.sh)")
-    try:
-        import openai  # noqa: F401
-    except ImportError:
-        skip("the openai package is absent (scripts/fetch-models.sh installs it)")
+    args = parse_args_or_skip()
     with tempfile.TemporaryDirectory(prefix="strata-tools-") as workdir:
         stubs = load_stubs(args.proto_dir, workdir)
         f = Failures()
