@@ -82,6 +82,12 @@ Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
       workers_(std::move(workers)),
       first_link_(std::move(first_link)),
       states_(workers_.size()) {
+  pool_ = options_.config.workers;
+  pool_.insert(pool_.end(), options_.config.spares.begin(), options_.config.spares.end());
+  pool_.resize(workers_.size());  // tests may bring fewer configs: unnamed
+  for (size_t i = 0; i < options_.config.workers.size() && i < workers_.size(); ++i) {
+    members_.push_back(static_cast<int>(i));
+  }
   // Shard ids: nonzero, and different from any earlier coordinator's.
   next_shard_id_ = (std::random_device{}() | 1ull) << 20;
   const ClusterConfig& c = options_.config;
@@ -90,7 +96,9 @@ Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
   so.n_ctx = model_->n_ctx;
   so.prefill_chunk = c.prefill_chunk;
   so.max_batch_rows = c.prefill_chunk + c.max_sequences;
-  so.max_in_flight = static_cast<int>(workers_.size());
+  so.max_in_flight = static_cast<int>(c.workers.size());
+  so.max_migrations = c.migration_attempts;
+  so.migration_timeout_ms = c.migration_timeout_ms;
   so.trace = !c.trace.empty();
   so.metrics = &metrics_;
   // As vLLM: every sample names the model (dashboards filter on it).
@@ -140,7 +148,15 @@ int Cluster::prefix_blocks() const {
 }
 
 std::string Cluster::worker_label(int i) const {
-  return coordinator::worker_label(options_.config.workers[i]);
+  return coordinator::worker_label(pool_[i]);
+}
+
+bool Cluster::answers(int i) const {
+  return states_[i].misses == 0 && states_[i].last_seen.has_value();
+}
+
+bool Cluster::migrating() const {
+  return options_.monitor && options_.config.migration_attempts > 0 && ever_served_;
 }
 
 absl::Status Cluster::wait_serving(absl::Duration timeout) {
@@ -156,7 +172,12 @@ absl::Status Cluster::wait_serving(absl::Duration timeout) {
 
 void Cluster::free_sequences(std::span<const uint64_t> seq_ids) {
   const uint64_t shard_id = shard_id_.load();
-  for (size_t i = 0; i < workers_.size(); ++i) {
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = members_;
+  }
+  for (int i : members) {
     auto freed = workers_[i]->free_sequences(shard_id, seq_ids,
                                              absl::Seconds(2));
     if (!freed.ok()) {
@@ -194,13 +215,18 @@ void Cluster::write_trace(const v1::BlockTrace& t) {
   trace_out_.flush();
 }
 
-absl::Status Cluster::plan() {
+absl::Status Cluster::plan(bool final_on_failure) {
   const ClusterConfig& c = options_.config;
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = members_;
+  }
   std::vector<placement::WorkerBudget> budgets;
-  for (size_t i = 0; i < workers_.size(); ++i) {
+  for (int i : members) {
     placement::WorkerBudget b;
-    b.name = c.workers[i].name;
-    b.bytes = c.workers[i].memory_budget;
+    b.name = pool_[i].name;
+    b.bytes = pool_[i].memory_budget;
     // The worker's budget (unless the config gives one) and its threads,
     // the pace placement balances (placement.h).
     auto d = workers_[i]->describe(options_.call_deadline);
@@ -219,7 +245,9 @@ absl::Status Cluster::plan() {
   kv.kv_type = c.kv_type;
   kv.prefix_positions = int64_t{prefix_blocks()} * kDefaultPrefixBlockTokens;
   absl::StatusOr<std::vector<placement::ShardPlan>> p;
-  if (c.explicit_placement) {
+  if (c.explicit_placement && members.size() == c.workers.size()) {
+    // Stage k keeps the range of the config's worker k (a spare in its
+    // place takes it).
     std::vector<placement::Range> ranges;
     for (const WorkerConfig& w : c.workers) ranges.push_back(*w.blocks);
     p = placement::check_explicit(model_->sizes, kv, budgets, ranges);
@@ -228,9 +256,11 @@ absl::Status Cluster::plan() {
   }
   if (!p.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    permanent_error_ = true;
     problem_ = std::string(p.status().message());
-    cv_.notify_all();
+    if (final_on_failure) {
+      permanent_error_ = true;
+      cv_.notify_all();
+    }
     return p.status();
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -240,15 +270,27 @@ absl::Status Cluster::plan() {
 
 absl::Status Cluster::load_pipeline() {
   if (!plan_) {
-    if (absl::Status st = plan(); !st.ok()) return st;
+    bool first;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      first = !ever_served_;
+    }
+    if (absl::Status st = plan(/*final_on_failure=*/first); !st.ok()) return st;
   }
   const ClusterConfig& c = options_.config;
   const uint64_t shard_id = ++next_shard_id_;
-  const int n = static_cast<int>(workers_.size());
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = members_;
+  }
+  const int n = static_cast<int>(members.size());
   // The last stage first, so each stage's next one is ready when the first
   // micro-batch comes.
-  for (int i = n - 1; i >= 0; --i) {
-    const placement::ShardPlan& p = (*plan_)[i];
+  for (int k = n - 1; k >= 0; --k) {
+    const int i = members[k];
+    const int next = k + 1 < n ? members[k + 1] : -1;
+    const placement::ShardPlan& p = (*plan_)[k];
     v1::LoadShardRequest req;
     req.set_shard_id(shard_id);
     req.set_model_path(model_->info.path());
@@ -260,9 +302,9 @@ absl::Status Cluster::load_pipeline() {
     req.set_max_sequences(c.max_sequences);
     req.set_max_batch_rows(c.prefill_chunk + c.max_sequences);
     req.set_kv_type(worker::kv_type_name(c.kv_type));
-    req.set_next_stage(i + 1 < n ? workers_[i + 1]->address() : "");
-    if (i + 1 < n && c.workers[i + 1].name != c.workers[i + 1].address) {
-      req.set_next_stage_name(c.workers[i + 1].name);
+    req.set_next_stage(next >= 0 ? workers_[next]->address() : "");
+    if (next >= 0 && pool_[next].name != pool_[next].address) {
+      req.set_next_stage_name(pool_[next].name);
     }
     req.set_trace(!c.trace.empty());
     req.set_prefix_cache_blocks(prefix_blocks());
@@ -277,6 +319,9 @@ absl::Status Cluster::load_pipeline() {
       states_[i].state = "failed";
       states_[i].last_error = std::string(shard.status().message());
       problem_ = std::string(shard.status().message());  // names the worker
+      // Plan again next time: the worker may have come back with another
+      // memory budget (or be replaced).
+      if (options_.monitor) plan_.reset();
       // Workers in this process (no monitor) read the same file the same
       // way on every retry: the failure is final, and wait_serving says so
       // at once instead of waiting out its timeout.
@@ -290,7 +335,7 @@ absl::Status Cluster::load_pipeline() {
     states_[i].state = "serving";
   }
   shard_id_.store(shard_id);
-  auto link = first_link_(scheduler_->result_callback(), shard_id);
+  auto link = first_link_(scheduler_->result_callback(shard_id), shard_id, members);
   if (!link.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     problem_ = absl::StrCat(worker_label(0), ": ", link.status().message());
@@ -300,14 +345,17 @@ absl::Status Cluster::load_pipeline() {
     // Every stage must hold the slots the index hands out.
     int blocks = prefix_blocks();
     std::lock_guard<std::mutex> lock(mu_);
-    for (const WorkerState& s : states_) {
+    for (int i : members) {
+      const WorkerState& s = states_[i];
       if (s.shard) blocks = std::min(blocks, s.shard->prefix_cache_blocks());
     }
     scheduler_->set_prefix_cache_blocks(blocks);
   }
+  const bool recovering = scheduler_->stats().recovering;
   scheduler_->attach(*std::move(link), shard_id);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (ever_served_ && recovering) ++migrations_;
     serving_ = true;
     ever_served_ = true;
     problem_.clear();
@@ -317,12 +365,74 @@ absl::Status Cluster::load_pipeline() {
   return absl::OkStatus();
 }
 
+bool Cluster::replace_failed_members() {
+  std::vector<int> members;
+  std::vector<int> failed;  // stage positions
+  std::vector<int> free;    // answering pool entries outside the pipeline
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = members_;
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (!answers(members[k])) failed.push_back(static_cast<int>(k));
+    }
+    for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+      if (answers(i) &&
+          std::find(members.begin(), members.end(), i) == members.end()) {
+        free.push_back(i);
+      }
+    }
+  }
+  if (failed.empty()) return false;
+  const std::vector<int> before = members;
+  if (free.size() >= failed.size()) {
+    // Spares (or replaced workers that came back) take the failed places.
+    for (size_t j = 0; j < failed.size(); ++j) members[failed[j]] = free[j];
+  } else if (!options_.config.explicit_placement) {
+    // No spare for every failed worker: the workers left, if they hold the
+    // model (the failed one may still come back; then it is a spare).
+    std::vector<int> left;
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (std::find(failed.begin(), failed.end(), static_cast<int>(k)) == failed.end()) {
+        left.push_back(members[k]);
+      }
+    }
+    left.insert(left.end(), free.begin(), free.end());
+    if (left.empty()) return false;
+    members = left;
+  } else {
+    return false;  // explicit ranges: wait for the worker or a spare
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members_ = members;
+    plan_.reset();
+  }
+  if (absl::Status st = plan(/*final_on_failure=*/false); !st.ok()) {
+    spdlog::warn("no new pipeline without the failed worker: {}", std::string(st.message()));
+    std::lock_guard<std::mutex> lock(mu_);
+    members_ = before;
+    plan_.reset();
+    return false;
+  }
+  std::string names;
+  for (int i : members) absl::StrAppend(&names, names.empty() ? "" : ", ", pool_[i].name);
+  spdlog::warn("new pipeline: {}", names);
+  return true;
+}
+
 void Cluster::check_workers() {
   const ClusterConfig& c = options_.config;
   const absl::Duration deadline =
       absl::Milliseconds(c.health_check_timeout_ms);
   std::string failure;
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = members_;
+  }
   for (size_t i = 0; i < workers_.size(); ++i) {
+    const bool member =
+        std::find(members.begin(), members.end(), static_cast<int>(i)) != members.end();
     auto h = workers_[i]->health(deadline);
     std::lock_guard<std::mutex> lock(mu_);
     WorkerState& s = states_[i];
@@ -333,7 +443,10 @@ void Cluster::check_workers() {
       s.steps = h->steps();
       s.last_seen = absl::Now();
       const bool has_shard = serving_ && h->shard_id() == shard_id_.load();
-      if (serving_ && !has_shard) {
+      if (!member) {
+        s.state = "spare";
+        s.last_error.clear();
+      } else if (serving_ && !has_shard) {
         s.state = h->state();
         s.last_error = "restarted: it lost its shard";
         if (failure.empty()) {
@@ -344,14 +457,15 @@ void Cluster::check_workers() {
         s.state = h->state() == "serving" ? "ready" : h->state();
       } else {
         s.state = "serving";
+        s.last_error.clear();
       }
       continue;
     }
     ++s.misses;
     s.last_error = std::string(h.status().message());
-    if (s.misses >= c.health_check_failures) {
+    if (s.misses >= c.health_check_failures || !member) {
       s.state = "unreachable";
-      if (serving_ && failure.empty()) {
+      if (member && serving_ && failure.empty()) {
         failure = absl::StrCat(
             worker_label(static_cast<int>(i)), " is unreachable (",
             absl::IsDeadlineExceeded(h.status()) ? "no answer within "
@@ -370,7 +484,8 @@ void Cluster::check_workers() {
       problem_ = failure;
     }
     spdlog::warn("{}", failure);
-    scheduler_->fail_all(absl::UnavailableError(failure));
+    // With migration the requests wait for the next pipeline.
+    scheduler_->suspend(absl::UnavailableError(failure));
     notify_serving();
   }
 }
@@ -384,30 +499,44 @@ void Cluster::monitor_loop() {
       if (stop_) return;
     }
     if (options_.monitor) check_workers();
-    bool serving, permanent;
+    bool serving, permanent, migrate;
     bool all_up = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
       serving = serving_;
       permanent = permanent_error_;
-      for (const WorkerState& s : states_) {
-        if (options_.monitor && s.misses > 0) all_up = false;
-        if (options_.monitor && !s.last_seen) all_up = false;
+      migrate = migrating();
+      for (int i : members_) {
+        if (options_.monitor && !answers(i)) all_up = false;
       }
+      // Every load plans again (one Describe per worker): a worker back
+      // with another memory budget, or other threads, gets a plan made for
+      // it instead of loads it refuses forever.
+      if (!serving && all_up && options_.monitor) plan_.reset();
+    }
+    if (!serving && !permanent && !all_up && migrate) {
+      all_up = replace_failed_members();
     }
     if (!serving && !permanent && all_up) {
       absl::Status st = load_pipeline();
       if (st.ok()) {
         spdlog::info("serving {} on {} worker{}", model_->info.name(),
-                     workers_.size(), workers_.size() == 1 ? "" : "s");
+                     members_.size(), members_.size() == 1 ? "" : "s");
         reported = false;
       } else if (options_.monitor) {  // single-node: wait_serving's caller says it
         // Requests until the next try are refused naming the cause, not
         // with "shards are loading" (a worker may refuse the model for
-        // good: a path outside its model_dirs, too little memory).
-        scheduler_->fail_all(absl::UnavailableError(absl::StrCat(
+        // good: a path outside its model_dirs, too little memory). With
+        // migration, requests that wait for a new pipeline keep waiting
+        // (their own timeout ends them).
+        const absl::Status why = absl::UnavailableError(absl::StrCat(
             "starting: shards did not load: ", st.message(), " (retrying every ",
-            c.health_check_interval_ms, " ms)")));
+            c.health_check_interval_ms, " ms)"));
+        if (migrate) {
+          scheduler_->suspend(why);
+        } else {
+          scheduler_->fail_all(why);
+        }
         if (!reported) {
           spdlog::warn("loading shards: {}", std::string(st.message()));
           reported = true;
@@ -477,7 +606,7 @@ std::string Cluster::render_prometheus() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < workers_.size(); ++i) {
-      const std::string& label = options_.config.workers[i].name;
+      const std::string& label = pool_[i].name;
       metrics_.worker_up.with({label}).set(states_[i].state == "serving" ? 1.0
                                                                          : 0.0);
       metrics_.worker_live_sequences.with({label}).set(
@@ -497,15 +626,26 @@ v1::ClusterStatusResponse Cluster::status() const {
   r.set_active_sequences(stats.active);
   r.set_max_sequences(options_.config.max_sequences);
   r.set_requests_served(stats.served);
+  r.set_queued_requests(stats.queued);
+  r.set_requests_migrated(stats.migrated);
   std::lock_guard<std::mutex> lock(mu_);
+  r.set_migrations(migrations_);
   const absl::Time now = absl::Now();
-  for (size_t i = 0; i < workers_.size(); ++i) {
+  // The pipeline in stage order, then the spares.
+  std::vector<int> order = members_;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
+  }
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int i = order[k];
     const WorkerState& s = states_[i];
     v1::WorkerStatus* w = r.add_workers();
     w->set_address(workers_[i]->address());
+    w->set_name(pool_[i].name);
     w->set_state(s.state);
-    if (plan_) {
-      const placement::ShardPlan& p = (*plan_)[i];
+    w->set_spare(k >= members_.size());
+    if (plan_ && k < members_.size() && k < plan_->size()) {
+      const placement::ShardPlan& p = (*plan_)[k];
       w->set_first_block(p.first);
       w->set_last_block(p.last);
       w->set_embedding(p.embedding);
@@ -513,11 +653,11 @@ v1::ClusterStatusResponse Cluster::status() const {
       w->set_weight_bytes(p.weight_bytes);
       w->set_kv_bytes(p.kv_bytes);
     }
-    if (s.shard) {
+    if (s.shard && k < members_.size()) {
       w->set_weight_bytes(s.shard->weight_bytes());
       w->set_kv_bytes(s.shard->kv_bytes());
     }
-    uint64_t budget = options_.config.workers[i].memory_budget;
+    uint64_t budget = pool_[i].memory_budget;
     if (s.described) {
       if (budget == 0) budget = s.described->memory_budget_bytes();
       w->set_device(absl::StrCat(s.described->backend(), " (",

@@ -13,6 +13,18 @@
 //     loaded afresh under a new shard id and serving resumes, without a
 //     restart of the coordinator.
 //
+// Migration (config.migration_attempts > 0, after the first load): a
+// failed worker does not fail the requests. The scheduler keeps them
+// (Scheduler::suspend) while a new pipeline is built, first of these that
+// works: a spare that answers takes the failed worker's place (its blocks,
+// when they fit its budget; else a new plan over the new set); the same
+// worker, once it answers again; a new auto placement over the workers
+// left. Its shards are loaded under a new shard id (the epoch: a fenced-off
+// worker's frames carry the old one and are refused) and the requests go on
+// where they were (StepScheduler::suspend). A link that breaks wakes the
+// monitor at once, so a killed worker is replaced within one health round.
+// A worker that was replaced becomes a spare when it answers again.
+//
 // Startup is the same path: workers that are not up yet are waited for;
 // Health says STARTING until the first load.
 //
@@ -75,12 +87,15 @@ absl::Status set_chat_template(ServedModel& model, const std::string& path);
 absl::StatusOr<std::unique_ptr<ServedModel>> open_served_model(
     const std::string& path, int context_length, bool need_tokenizer = true);
 
-// Makes the link to the first stage (worker 0) of the pipeline loaded as
-// `shard_id`, whose results go to `on_result` (the gRPC one also reads the
-// last stage's Results stream: worker/grpc_link.h).
+// Makes the link to the first stage of the pipeline loaded as `shard_id`,
+// whose results go to `on_result` (the gRPC one also reads the last stage's
+// Results stream: worker/grpc_link.h). `members` are the pipeline's workers
+// in stage order, as indices into the pool: the config's `workers`, then
+// its `spares`.
 using FirstLinkFactory =
     std::function<absl::StatusOr<std::unique_ptr<worker::ActivationLink>>(
-        worker::ActivationLink::ResultCallback on_result, uint64_t shard_id)>;
+        worker::ActivationLink::ResultCallback on_result, uint64_t shard_id,
+        const std::vector<int>& members)>;
 
 struct ClusterOptions {
   ClusterConfig config;      // model is opened by the caller (ServedModel)
@@ -93,8 +108,9 @@ struct ClusterOptions {
 
 class Cluster {
  public:
-  // workers[i] is config.workers[i]. Starts the monitor thread, which
-  // loads the shards as soon as every worker answers.
+  // The pool: workers[i] is config.workers[i] for i < workers.size(), then
+  // config.spares. Starts the monitor thread, which loads the shards as
+  // soon as every worker of the pipeline answers.
   Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
           std::vector<std::unique_ptr<WorkerControl>> workers,
           FirstLinkFactory first_link);
@@ -147,7 +163,15 @@ class Cluster {
   void check_workers();
   // Plans (once) and loads every shard, then attaches the scheduler.
   absl::Status load_pipeline();
-  absl::Status plan();
+  // Plans over members_; `final_on_failure`: a plan that cannot fit stops
+  // the cluster (at startup), else it is only reported.
+  absl::Status plan(bool final_on_failure = true);
+  // Migration: replaces members that do not answer by spares that do, or
+  // plans over the members left. True when members_ changed.
+  bool replace_failed_members();
+  bool answers(int i) const;  // under mu_
+  bool migrating() const;     // migration on and served once (under mu_)
+  const WorkerConfig& worker_config(int i) const { return pool_[i]; }
   void free_sequences(std::span<const uint64_t> seq_ids);
   void on_broken(const absl::Status& status);
   void write_trace(const v1::BlockTrace& trace);
@@ -159,7 +183,8 @@ class Cluster {
 
   const ClusterOptions options_;
   std::unique_ptr<ServedModel> model_;
-  std::vector<std::unique_ptr<WorkerControl>> workers_;
+  std::vector<std::unique_ptr<WorkerControl>> workers_;  // the pool
+  std::vector<WorkerConfig> pool_;  // config.workers, then config.spares
   FirstLinkFactory first_link_;
 
   mutable std::mutex mu_;  // guards everything below but the scheduler
@@ -170,8 +195,10 @@ class Cluster {
   bool ever_served_ = false;
   std::string problem_ = "starting: waiting for the workers";
   bool permanent_error_ = false;
-  std::vector<WorkerState> states_;
-  std::optional<std::vector<placement::ShardPlan>> plan_;
+  std::vector<WorkerState> states_;  // of the pool
+  std::vector<int> members_;  // the pipeline, in stage order (pool indices)
+  std::optional<std::vector<placement::ShardPlan>> plan_;  // of members_
+  uint64_t migrations_ = 0;  // pipelines rebuilt while requests waited
   std::atomic<uint64_t> shard_id_{0};
   uint64_t next_shard_id_ = 0;
 

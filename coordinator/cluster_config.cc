@@ -203,7 +203,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
         {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
          "placement", "health_check_interval_ms", "health_check_timeout_ms",
          "health_check_failures", "trace", "workers", "http_listen", "api_key", "chat_template",
-         "prefix_cache_blocks"});
+         "prefix_cache_blocks", "spares", "migration"});
     if (!st.ok()) return with_source(st);
     if (root["model"]) {
       auto s = get_string(root["model"], "model");
@@ -261,6 +261,24 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       if (!v.ok()) return with_source(v.status());
       *k.value = *v;
     }
+    if (const YAML::Node& m = root["migration"]; m) {
+      if (!m.IsMap()) {
+        return with_source(key_error("migration", "expected a map (attempts, timeout_ms)"));
+      }
+      if (absl::Status k = check_keys(m, "migration", {"attempts", "timeout_ms"}); !k.ok()) {
+        return with_source(k);
+      }
+      if (m["attempts"]) {
+        auto v = get_int(m["attempts"], "migration.attempts", 0, 100);
+        if (!v.ok()) return with_source(v.status());
+        c.migration_attempts = *v;
+      }
+      if (m["timeout_ms"]) {
+        auto v = get_int(m["timeout_ms"], "migration.timeout_ms", 100, 3600000);
+        if (!v.ok()) return with_source(v.status());
+        c.migration_timeout_ms = *v;
+      }
+    }
     if (c.prefill_chunk + c.max_sequences > 4096) {
       return with_source(key_error(
           "prefill_chunk", absl::StrCat(c.prefill_chunk, " rows with max_sequences ",
@@ -310,20 +328,40 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       if (w->blocks) ++with_blocks;
       c.workers.push_back(*std::move(w));
     }
+    if (const YAML::Node& spares = root["spares"]; spares) {
+      if (!spares.IsSequence()) {
+        return with_source(key_error("spares", "expected a list of workers"));
+      }
+      if (spares.size() > 256) {
+        return with_source(key_error("spares", absl::StrCat(spares.size(), " spares; at most 256")));
+      }
+      for (size_t i = 0; i < spares.size(); ++i) {
+        const std::string key = absl::StrCat("spares[", i, "]");
+        auto w = parse_worker(spares[i], key);
+        if (!w.ok()) return with_source(w.status());
+        if (w->blocks) {
+          return with_source(key_error(absl::StrCat(key, ".blocks"),
+                                       "a spare takes the blocks of the worker it replaces"));
+        }
+        c.spares.push_back(*std::move(w));
+      }
+    }
     std::set<std::string> addresses, names;
-    for (size_t i = 0; i < c.workers.size(); ++i) {
-      if (!addresses.insert(c.workers[i].address).second) {
+    for (size_t i = 0; i < c.workers.size() + c.spares.size(); ++i) {
+      const bool spare = i >= c.workers.size();
+      const WorkerConfig& w = spare ? c.spares[i - c.workers.size()] : c.workers[i];
+      const std::string key = spare ? absl::StrCat("spares[", i - c.workers.size(), "]")
+                                     : absl::StrCat("workers[", i, "]");
+      if (!addresses.insert(w.address).second) {
         return with_source(key_error(
-            absl::StrCat("workers[", i, "].address"),
-            absl::StrCat(c.workers[i].address,
-                         " appears twice; one worker per address")));
+            absl::StrCat(key, ".address"),
+            absl::StrCat(w.address, " appears twice; one worker per address")));
       }
       // Messages name workers by name: two of one name could not be told
       // apart.
-      if (!names.insert(c.workers[i].name).second) {
-        return with_source(key_error(
-            absl::StrCat("workers[", i, "].name"),
-            absl::StrCat("'", c.workers[i].name, "' names two workers")));
+      if (!names.insert(w.name).second) {
+        return with_source(key_error(absl::StrCat(key, ".name"),
+                                     absl::StrCat("'", w.name, "' names two workers")));
       }
     }
     if (placement.empty()) {

@@ -16,10 +16,17 @@
 //                                   # (1 .. 4096 - max_sequences)
 //   kv_type: f16                    # f16 or f32
 //   placement: auto                 # auto (by memory budget) or explicit
-//   health_check_interval_ms: 1000  # Health RPC to every worker this often
-//   health_check_timeout_ms: 1500   # deadline of one Health RPC
+//   health_check_interval_ms: 500   # Health RPC to every worker this often
+//   health_check_timeout_ms: 750    # deadline of one Health RPC
 //   health_check_failures: 2        # misses in a row before a worker is
 //                                   # declared unreachable
+//   migration:                      # requests of a failed pipeline move to
+//     attempts: 3                   # a new one, at most this many times
+//                                   # (0: they fail with UNAVAILABLE)
+//     timeout_ms: 60000             # waiting for a new pipeline at most
+//   spares:                         # workers that take a failed worker's
+//     - address: 127.0.0.1:50063    # place (address, name, memory_budget)
+//       name: s0
 //   trace: ""                       # JSON-lines file of block-output hashes
 //   prefix_cache_blocks: -1         # prefix cache slots of 16 tokens on every
 //                                   # worker (coordinator/prefix_index.h);
@@ -77,14 +84,19 @@ struct ClusterConfig {
   int prefill_chunk = 512;
   GgmlType kv_type = GgmlType::kF16;
   bool explicit_placement = false;
-  int health_check_interval_ms = 1000;
-  int health_check_timeout_ms = 1500;
+  int health_check_interval_ms = 500;
+  int health_check_timeout_ms = 750;
   int health_check_failures = 2;
+  int migration_attempts = 3;      // 0: no migration
+  int migration_timeout_ms = 60000;
   std::string trace;  // file; empty: off
   // Prefix cache slots (blocks of kDefaultPrefixBlockTokens) on every
   // worker; -1: context_length / 16 (one more sequence's KV), 0: off.
   int prefix_cache_blocks = -1;
   std::vector<WorkerConfig> workers;
+  // Spare workers (no blocks): when a worker fails, one that answers takes
+  // its place in the next pipeline.
+  std::vector<WorkerConfig> spares;
 };
 
 // Parses YAML text. `source` names it in messages ("cluster.yaml").

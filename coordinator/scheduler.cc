@@ -45,8 +45,10 @@ void Scheduler::set_on_broken(BrokenFn on_broken) {
   on_broken_ = std::move(on_broken);
 }
 
-worker::ActivationLink::ResultCallback Scheduler::result_callback() {
-  return [this](v1::MicroBatchResult result) {
+worker::ActivationLink::ResultCallback Scheduler::result_callback(
+    uint64_t epoch) {
+  return [this, epoch](v1::MicroBatchResult result) {
+    if (epoch != 0) result.set_shard_id(epoch);
     {
       std::lock_guard<std::mutex> lock(mu_);
       results_.push_back(std::move(result));
@@ -68,6 +70,7 @@ void Scheduler::attach(std::unique_ptr<worker::ActivationLink> link,
     new_shard_id_ = shard_id;
     have_new_link_ = true;
     stats_.attached = true;  // submissions from now on wait for the link
+    stats_.recovering = false;
     stats_.unavailable.clear();
   }
   cv_.notify_all();
@@ -100,7 +103,7 @@ absl::StatusOr<std::shared_ptr<SequenceHandle>> Scheduler::submit(
   std::shared_ptr<SequenceHandle> handle = s.handle;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stats_.attached) {
+    if (!stats_.attached && !stats_.recovering) {
       return absl::UnavailableError(stats_.unavailable);
     }
     if (stats_.queued + static_cast<int>(submitted_.size()) >=
@@ -129,10 +132,37 @@ void Scheduler::fail_all(const absl::Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_request_ = status;
     stats_.attached = false;
+    stats_.recovering = false;
     stats_.unavailable = std::string(status.message());
   }
   cv_.notify_all();
   stats_cv_.notify_all();
+}
+
+void Scheduler::suspend(const absl::Status& status) {
+  if (core_.options().max_migrations <= 0) {
+    fail_all(status);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    suspend_request_ = status;
+    if (!have_new_link_) start_recovery(status);
+  }
+  cv_.notify_all();
+  stats_cv_.notify_all();
+}
+
+void Scheduler::start_recovery(const absl::Status& status) {
+  stats_.attached = false;
+  stats_.unavailable = std::string(status.message());
+  if (!stats_.recovering) {
+    stats_.recovering = true;
+    recovering_ = status;
+    recovery_deadline_ =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(core_.options().migration_timeout_ms);
+  }
 }
 
 Scheduler::Stats Scheduler::stats() const {
@@ -162,8 +192,12 @@ void Scheduler::publish_broken(const absl::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!have_new_link_) {
-      stats_.attached = false;
-      stats_.unavailable = std::string(status.message());
+      if (core_.options().max_migrations > 0) {
+        start_recovery(status);
+      } else {
+        stats_.attached = false;
+        stats_.unavailable = std::string(status.message());
+      }
     }
   }
   stats_cv_.notify_all();
@@ -189,6 +223,7 @@ void Scheduler::publish_counts() {
     stats_.active = core_.active();
     stats_.queued = core_.waiting();
     stats_.served = core_.served();
+    stats_.migrated = core_.migrated();
   }
   stats_cv_.notify_all();
 }
@@ -204,7 +239,11 @@ void Scheduler::drop_link(const absl::Status& status) {
 
 void Scheduler::break_pipeline(const absl::Status& status) {
   publish_broken(status);
-  core_.fail_all(status);
+  if (core_.options().max_migrations > 0) {
+    core_.suspend(status, core_.options().max_migrations);
+  } else {
+    core_.fail_all(status);
+  }
   drop_link(status);
 }
 
@@ -230,6 +269,7 @@ void Scheduler::loop() {
     std::vector<uint64_t> cancelled;
     std::deque<v1::MicroBatchResult> results;
     std::optional<absl::Status> fail;
+    std::optional<absl::Status> suspend;
     std::unique_ptr<worker::ActivationLink> new_link;
     bool have_new_link = false;
     uint64_t new_shard_id = 0;
@@ -237,18 +277,32 @@ void Scheduler::loop() {
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (!again) {
-        cv_.wait(lock, [&] {
-          return stop_ || !submitted_.empty() || !cancelled_.empty() ||
-                 !results_.empty() || fail_request_.has_value() ||
-                 have_new_link_;
-        });
+      auto ready = [&] {
+        return stop_ || !submitted_.empty() || !cancelled_.empty() ||
+               !results_.empty() || fail_request_.has_value() ||
+               suspend_request_.has_value() || have_new_link_;
+      };
+      if (!again && stats_.recovering) {
+        cv_.wait_until(lock, recovery_deadline_, ready);
+        if (!ready() && stats_.recovering &&
+            std::chrono::steady_clock::now() >= recovery_deadline_) {
+          // No new pipeline in time: the requests end as without migration.
+          const absl::Status why = recovering_.value_or(
+              absl::UnavailableError("the pipeline is down"));
+          fail_request_ = absl::Status(
+              why.code(), absl::StrCat(why.message(), " (no new pipeline within ",
+                                       core_.options().migration_timeout_ms, " ms)"));
+          stats_.recovering = false;
+        }
+      } else if (!again) {
+        cv_.wait(lock, ready);
       }
       stop = stop_;
       submitted.swap(submitted_);
       cancelled.swap(cancelled_);
       results.swap(results_);
       fail.swap(fail_request_);
+      suspend.swap(suspend_request_);
       if (have_new_link_ && !fail) {
         new_link = std::move(new_link_);
         new_shard_id = new_shard_id_;
@@ -264,12 +318,36 @@ void Scheduler::loop() {
       for (Submitted& s : submitted) fail_submitted(s, status);
       BrokenFn on_broken = std::move(on_broken_);
       on_broken_ = nullptr;
-      break_pipeline(status);
+      publish_broken(status);
+      core_.fail_all(status);
+      drop_link(status);
       on_broken_ = std::move(on_broken);
       if (new_link) new_link->close(worker::kLinkClosed);
       return;
     }
-    if (fail) break_pipeline(*fail);
+    if (fail) {
+      // Every request ends: no waiting for a new pipeline (fail_all() or
+      // the migration timeout).
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        recovering_.reset();
+        stats_.recovering = false;
+        if (!have_new_link_) {
+          stats_.attached = false;
+          stats_.unavailable = std::string(fail->message());
+        }
+      }
+      stats_cv_.notify_all();
+      core_.fail_all(*fail);
+      drop_link(*fail);
+    } else if (suspend) {
+      break_pipeline(*suspend);
+    }
+    if (have_new_link) {
+      std::lock_guard<std::mutex> lock(mu_);
+      recovering_.reset();
+      stats_.recovering = false;
+    }
     if (have_new_link) {
       if (link_) link_->close(worker::kLinkClosed);
       link_ = std::move(new_link);
@@ -278,13 +356,20 @@ void Scheduler::loop() {
       core_.reset_prefix_cache(new_prefix_blocks);  // the stages' stores are new
     }
     for (v1::MicroBatchResult& r : results) {
+      // A result of an earlier link (a fenced-off pipeline) is not ours.
+      if (r.shard_id() != 0 && r.shard_id() != shard_id_) continue;
       if (absl::Status st = core_.update_from_output(std::move(r)); !st.ok()) {
         drop_link(st);  // the core published it and failed every request
       }
     }
     for (uint64_t id : cancelled) core_.cancel(id);
+    bool recovering;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      recovering = stats_.recovering;
+    }
     for (Submitted& s : submitted) {
-      if (!link_) {
+      if (!link_ && !recovering) {
         fail_submitted(s, absl::UnavailableError(unavailable_));
       } else {
         core_.add(std::move(s.handle), std::move(s.request), s.at);

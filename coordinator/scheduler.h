@@ -18,6 +18,16 @@
 // does the same from outside (the health monitor). Any other error code
 // fails only the sequences of that micro-batch.
 //
+// Migration (options.max_migrations > 0): a broken pipeline (a result as
+// above, a failed send, or suspend() from the health monitor) does not end
+// the requests: the link is dropped, on_broken is called, and the requests
+// wait (StepScheduler::suspend) — new ones are queued too — for attach() to
+// give the next pipeline, where they continue where they were. Those that
+// moved max_migrations times, and every request when no pipeline comes
+// within migration_timeout_ms, end with the status that broke it.
+// Results are stamped with the epoch (shard id) of the link they came
+// through (result_callback(epoch)); those of an earlier link are dropped.
+//
 // Threads: the scheduler runs its own thread, which alone drives the
 // StepScheduler and the link; submit(), cancel(), fail_all(), attach(),
 // stats() and wait_stats() may be called from any thread. The link's result
@@ -65,7 +75,9 @@ class Scheduler {
   void set_on_broken(BrokenFn on_broken);  // before the first attach
 
   // The callback to give the link's factory: results come back here.
-  worker::ActivationLink::ResultCallback result_callback();
+  // With `epoch` (the shard id the link will be attached with), each result
+  // is stamped with it, so that results of an older link are dropped.
+  worker::ActivationLink::ResultCallback result_callback(uint64_t epoch = 0);
 
   // Takes `link` to the first stage (its results must arrive through
   // result_callback()) and the first stage's shard id; serving resumes.
@@ -87,12 +99,18 @@ class Scheduler {
   void cancel(uint64_t seq_id);
   // Ends every request with `status` and drops the link (see above).
   void fail_all(const absl::Status& status);
+  // The pipeline is broken (`status` names the worker): drops the link and,
+  // with migration on, keeps the requests for the next attach(); without
+  // it, fail_all(status).
+  void suspend(const absl::Status& status);
 
   struct Stats {
     int active = 0;    // sequences on the workers
     int queued = 0;    // waiting for a slot
     uint64_t served = 0;  // requests that ended with kDone
     bool attached = false;
+    bool recovering = false;  // migration: waiting for a new pipeline
+    uint64_t migrated = 0;    // sequences moved to a new pipeline
     std::string unavailable;  // why, when not attached
   };
   Stats stats() const;
@@ -118,7 +136,10 @@ class Scheduler {
   void publish_counts();
   // Closes the link, remembers why, calls on_broken.
   void drop_link(const absl::Status& status);
-  void break_pipeline(const absl::Status& status);  // all three steps
+  // publish_broken, then the core fails (or suspends, with migration) its
+  // requests, then drop_link.
+  void break_pipeline(const absl::Status& status);
+  void start_recovery(const absl::Status& status);  // under mu_
   void send_scheduled();
 
   FreeFn free_sequences_;
@@ -134,6 +155,11 @@ class Scheduler {
   std::vector<uint64_t> cancelled_;
   std::deque<v1::MicroBatchResult> results_;
   std::optional<absl::Status> fail_request_;
+  std::optional<absl::Status> suspend_request_;
+  // Migration: the status that broke the pipeline, and when waiting for a
+  // new one ends.
+  std::optional<absl::Status> recovering_;
+  std::chrono::steady_clock::time_point recovery_deadline_;
   std::unique_ptr<worker::ActivationLink> new_link_;
   uint64_t new_shard_id_ = 0;
   bool have_new_link_ = false;

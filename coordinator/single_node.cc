@@ -160,6 +160,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
     if (absl::Status st = check_trace_writable(c.trace); !st.ok()) return st;
   }
   c.explicit_placement = !o.ranges.empty();
+  c.migration_attempts = 0;  // the stages live and die with this process
   options.monitor = false;
   options.detokenizers = o.detokenizers;
   std::vector<std::unique_ptr<WorkerControl>> controls;
@@ -179,7 +180,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
     controls.push_back(std::move(w));
   }
   FirstLinkFactory first_link =
-      [workers](worker::ActivationLink::ResultCallback on_result, uint64_t)
+      [workers](worker::ActivationLink::ResultCallback on_result, uint64_t,
+                const std::vector<int>&)
       -> absl::StatusOr<std::unique_ptr<worker::ActivationLink>> {
     // In one process the last stage's results already reach the callback
     // on its own thread, through function calls (no hop to save).

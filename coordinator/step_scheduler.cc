@@ -52,7 +52,7 @@ struct StepScheduler::Sequence {
   std::unique_ptr<Detokenizer> detok;
   std::unique_ptr<GenerationOutput> output;  // borrows request, detok
   State state = State::kPrefill;
-  int prompt_sent = 0;  // prompt rows sent
+  int prompt_sent = 0;  // rows of prefill_tokens() sent
   int pos = 0;          // positions sent to the stages
   int in_flight = 0;    // micro-batches in flight holding a slice of it
   int decode_steps = 0;
@@ -64,14 +64,23 @@ struct StepScheduler::Sequence {
   Clock::time_point first_sent;
   Clock::time_point first_token;
   Clock::time_point last_token;
-  bool sent = false;
+  bool sent = false;     // a slice went out (on any pipeline)
+  bool started = false;  // a slice went out on the current pipeline
   bool sampled = false;
+  // Migration: the prompt and the tokens generated before the pipeline
+  // broke, prefilled again on the new one (empty: not migrated).
+  std::vector<int32_t> resume;
+  int migrations = 0;
 
   int prompt_size() const { return static_cast<int>(request.prompt.size()); }
+  const std::vector<int32_t>& prefill_tokens() const {
+    return resume.empty() ? request.prompt : resume;
+  }
+  int prefill_size() const { return static_cast<int>(prefill_tokens().size()); }
   // Its next row is a decode step, now or once its token is back.
   bool decoding() const {
     return state == State::kReady ||
-           (state == State::kAwaitToken && prompt_sent == prompt_size());
+           (state == State::kAwaitToken && prompt_sent == prefill_size());
   }
 };
 
@@ -158,6 +167,44 @@ void StepScheduler::fail_all(const absl::Status& status) {
   active_.clear();
   waiting_.clear();
   in_flight_.clear();
+}
+
+int StepScheduler::suspend(const absl::Status& status, int max_migrations) {
+  in_flight_.clear();
+  int kept = 0;
+  for (auto it = active_.begin(); it != active_.end();) {
+    Sequence& seq = *it->second;
+    seq.in_flight = 0;
+    if (seq.state == Sequence::State::kDone) {
+      it = active_.erase(it);  // ended; its slots went with the pipeline
+      continue;
+    }
+    const std::vector<int32_t>& ids = seq.output->ids();
+    if (seq.migrations >= max_migrations ||
+        static_cast<int>(ids.size()) != seq.generated) {
+      fail_sequence(seq, status);
+      it = active_.erase(it);
+      continue;
+    }
+    ++seq.migrations;
+    ++migrated_;
+    seq.resume.clear();
+    if (seq.generated > 0) {
+      seq.resume = seq.request.prompt;
+      seq.resume.insert(seq.resume.end(), ids.begin(), ids.end());
+    }
+    seq.state = Sequence::State::kPrefill;
+    seq.started = false;
+    seq.prompt_sent = 0;
+    seq.pos = 0;
+    ++kept;
+    ++it;
+  }
+  if (kept > 0) {
+    spdlog::warn("{} request{} wait{} for a new pipeline: {}", kept,
+                 kept == 1 ? "" : "s", kept == 1 ? "s" : "", std::string(status.message()));
+  }
+  return kept;
 }
 
 void StepScheduler::fail_sequence(Sequence& seq, const absl::Status& status) {
@@ -281,6 +328,7 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     record.seqs.push_back(seq.id);
     record.sample.push_back(sample);
     ++seq.in_flight;
+    seq.started = true;
     if (!seq.sent) {
       seq.sent = true;
       seq.first_sent = now;
@@ -308,9 +356,10 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
   for (auto& [id, seq] : active_) {
     if (batch.slices_size() >= options_.max_sequences) break;
     if (seq->state != Sequence::State::kPrefill) continue;
-    const bool first = !seq->sent;
+    const bool first = !seq->started;
+    const bool resumed = !seq->resume.empty();
     std::vector<PrefixBlock> hits;
-    if (first && prefix_.capacity() > 0) {
+    if (first && !resumed && prefix_.capacity() > 0) {
       const std::span<const int32_t> prompt(seq->request.prompt);
       if (seq->keys.empty()) seq->keys = prefix_.block_keys(prompt);
       hits = prefix_.match(prompt, seq->keys,
@@ -327,9 +376,9 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     }
     const int start = first ? static_cast<int>(hits.size()) * prefix_.block_tokens()
                             : seq->prompt_sent;
-    const int chunk = std::min(options_.prefill_chunk, seq->prompt_size() - start);
+    const int chunk = std::min(options_.prefill_chunk, seq->prefill_size() - start);
     if (rows + chunk > options_.max_batch_rows) continue;
-    const bool last = start + chunk == seq->prompt_size();
+    const bool last = start + chunk == seq->prefill_size();
     v1::SequenceSlice* slice = add_slice(*seq, last);
     slice->set_start_pos(start);
     if (first) {
@@ -340,17 +389,21 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
         slice->add_restore_keys(h.key);
       }
       record.restores = record.restores || !hits.empty();
-      seq->cached = start;
-      seq->next_save = static_cast<int>(hits.size());
+      if (resumed) {
+        // Replayed into the last stage's sampler and grammar.
+        slice->set_generated_from(seq->prompt_size());
+      } else {
+        seq->cached = start;
+        seq->next_save = static_cast<int>(hits.size());
+      }
     }
-    for (int i = 0; i < chunk; ++i) {
-      slice->add_tokens(seq->request.prompt[start + i]);
-    }
+    const std::vector<int32_t>& tokens = seq->prefill_tokens();
+    for (int i = 0; i < chunk; ++i) slice->add_tokens(tokens[start + i]);
     seq->prompt_sent = start + chunk;
     seq->pos = seq->prompt_sent;
     // Save the full blocks this chunk completes that the index lacks.
     const int full = seq->prompt_sent / prefix_.block_tokens();
-    for (; prefix_.capacity() > 0 && seq->next_save < full; ++seq->next_save) {
+    for (; !resumed && prefix_.capacity() > 0 && seq->next_save < full; ++seq->next_save) {
       const int b = seq->next_save;
       if (std::optional<uint32_t> slot =
               prefix_.insert(seq->request.prompt, seq->keys, b)) {
@@ -405,7 +458,11 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
     }
     if (breaks_pipeline(result.error_code())) {
       if (hooks_.broken) hooks_.broken(status);
-      fail_all(status);
+      if (options_.max_migrations > 0) {
+        suspend(status, options_.max_migrations);
+      } else {
+        fail_all(status);
+      }
       return status;
     }
     for (Sequence* seq : seqs) {
@@ -431,6 +488,15 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
     const v1::SampledToken& token = result.tokens(k++);
     Sequence* seq = seqs[i];
     if (seq == nullptr || seq->state != Sequence::State::kAwaitToken) continue;
+    // Each position once: a token for another position (a stale or
+    // repeated answer) is never delivered; the sequence ends rather than
+    // wait for a token that will not come.
+    if (token.pos() != 0 && token.pos() != seq->pos) {
+      fail_sequence(*seq, absl::InternalError(absl::StrCat(
+                              "the last stage answered position ", token.pos(),
+                              ", expected ", seq->pos)));
+      continue;
+    }
     if (token.error_code() != 0) {
       fail_sequence(*seq, absl::Status(static_cast<absl::StatusCode>(token.error_code()),
                                        token.error_message()));

@@ -37,8 +37,9 @@
 // the index lacks (save_blocks, slots recycled LRU). A failed micro-batch
 // un-indexes the blocks it saved; one that restored clears the index.
 // A result with UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED breaks the
-// pipeline: every request (active or waiting) ends with that status and
-// update_from_output() returns it. Any other error code fails only the
+// pipeline: update_from_output() returns it, and every request (active or
+// waiting) ends with that status — or, with max_migrations > 0, the
+// requests wait for the next pipeline (suspend()). Any other error code fails only the
 // sequences of that micro-batch.
 //
 // Ownership: owns the sequences (request, Detokenizer, GenerationOutput) and
@@ -88,6 +89,11 @@ struct SchedulerOptions {
   // (LoadShardRequest.prefix_cache_blocks; 0: off) and tokens a block.
   int prefix_cache_blocks = 0;
   int prefix_block_tokens = kDefaultPrefixBlockTokens;
+  // Migration (suspend()): pipelines a request may move to after the one
+  // it ran on broke; 0: a broken pipeline fails its requests at once.
+  int max_migrations = 0;
+  // How long requests wait for a new pipeline before they fail (Scheduler).
+  int migration_timeout_ms = 60000;
 };
 
 // One generation.
@@ -191,6 +197,16 @@ class StepScheduler {
   // Ends every request with `status` and forgets the micro-batches in flight
   // (their results are ignored). Nothing is left to free.
   void fail_all(const absl::Status& status);
+  // Migration: the pipeline broke (`status`) and a new one will come. The
+  // micro-batches in flight are forgotten; every active sequence that has
+  // been through fewer than `max_migrations` pipelines keeps its prompt,
+  // its generated tokens and its sampler's seed, and starts again on the
+  // next pipeline: prompt + generated tokens prefilled in chunks, the first
+  // slice naming where the generated ones start (generated_from), so the
+  // last stage replays its sampler and grammar and the next token is the
+  // one an undisturbed run samples. The others end with `status`. Waiting
+  // requests stay queued. Returns the sequences kept.
+  int suspend(const absl::Status& status, int max_migrations);
 
   // The next micro-batch to send (batch_id set, shard_id left to the
   // caller), or nullopt. See the top of the file.
@@ -214,6 +230,7 @@ class StepScheduler {
   void reset_prefix_cache(int capacity = -1);
   const PrefixIndex& prefix_index() const { return prefix_; }
   uint64_t served() const { return served_; }  // requests that ended kDone
+  uint64_t migrated() const { return migrated_; }  // sequences suspend() kept
 
  private:
   struct Sequence;
@@ -239,6 +256,7 @@ class StepScheduler {
   std::map<uint64_t, std::unique_ptr<Sequence>> active_;  // by seq_id
   std::map<uint64_t, InFlight> in_flight_;                // by batch_id
   uint64_t served_ = 0;
+  uint64_t migrated_ = 0;
   PrefixIndex prefix_;
 };
 

@@ -108,30 +108,31 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The pool: the pipeline's workers, then the spares (cluster.h).
+  std::vector<WorkerConfig> pool = config->workers;
+  pool.insert(pool.end(), config->spares.begin(), config->spares.end());
   std::vector<std::unique_ptr<WorkerControl>> workers;
-  for (const WorkerConfig& w : config->workers) {
+  for (const WorkerConfig& w : pool) {
     workers.push_back(make_grpc_worker_control(w.address, worker_label(w)));
   }
-  const std::string first = config->workers.front().address;
-  const std::string first_name = worker_label(config->workers.front());
-  const std::string last = config->workers.back().address;
-  const std::string last_name = worker_label(config->workers.back());
-  FirstLinkFactory link = [first, first_name, last, last_name](
-                              strata::worker::ActivationLink::ResultCallback cb,
-                              uint64_t shard_id) {
+  FirstLinkFactory link = [pool](strata::worker::ActivationLink::ResultCallback cb,
+                                 uint64_t shard_id, const std::vector<int>& members)
+      -> absl::StatusOr<std::unique_ptr<strata::worker::ActivationLink>> {
+    const WorkerConfig& first = pool[members.front()];
+    const WorkerConfig& last = pool[members.back()];
     strata::worker::GrpcLinkOptions o;
-    o.peer_name = first_name;
+    o.peer_name = worker_label(first);
     // The last stage's tokens come straight back on a stream of their own
     // (one hop, not one per stage); one worker has no hop to save.
-    if (last != first) {
-      o.results_from = last;
-      o.results_peer_name = last_name;
+    if (members.size() > 1) {
+      o.results_from = last.address;
+      o.results_peer_name = worker_label(last);
       o.shard_id = shard_id;
     }
     // A micro-batch may be a 512-row prefill chunk through every stage on
     // a busy machine; hangs are caught by keepalive and the health checks.
     o.answer_timeout = std::chrono::milliseconds(120000);
-    return strata::worker::make_grpc_link(first, std::move(cb), o);
+    return strata::worker::make_grpc_link(first.address, std::move(cb), o);
   };
   ClusterOptions options;
   options.config = *config;

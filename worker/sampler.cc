@@ -42,6 +42,10 @@ void Sampler::reset() {
   rng_.seed(params_.seed);
 }
 
+void Sampler::replay_draw() {
+  if (params_.temperature > 0.0f) rng_.discard(1);
+}
+
 void Sampler::accept(int32_t token) {
   if (history_.empty() || token < 0 || token >= n_vocab_) return;
   if (history_size_ == history_.size()) {

@@ -63,6 +63,12 @@ class Sampler {
   void accept(int32_t token);
   // Forgets the history and reseeds.
   void reset();
+  // Migration (worker.proto SequenceSlice.generated_from): advances the
+  // generator past the draw sample() made for one token generated before,
+  // on another pipeline: one draw when temperature > 0 (sample() draws once
+  // per token then), none when greedy. The token itself comes in through
+  // accept(), like every position of the sequence.
+  void replay_draw();
 
   const SamplingParams& params() const { return params_; }
 

@@ -127,6 +127,12 @@ class BackendStage final : public Stage {
     // Not OK: the sequence failed here (its grammar); each sampled slice
     // answers with this error.
     absl::Status failed;
+    // Last stage: positions from here on were generated on an earlier
+    // pipeline (SequenceSlice.generated_from; 0: none, or the replay ended
+    // with the first token sampled here), and the positions the sampler
+    // has seen.
+    int generated_from = 0;
+    int length = 0;
   };
   // What run() does to one slice, decided by check().
   struct SliceRun {
@@ -277,6 +283,14 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
           absl::StrCat(slice_field(i, ""), ": start_pos ", s.start_pos(), " + ",
                        rows, " rows exceed n_ctx ", info_.n_ctx()));
     }
+    if (s.generated_from() != 0 &&
+        (!run.starts || s.generated_from() < 1 ||
+         s.generated_from() > info_.n_ctx())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          slice_field(i, "generated_from"), ": ", s.generated_from(),
+          run.starts ? absl::StrCat(" is out of range [1, n_ctx ", info_.n_ctx(), "]")
+                     : " on a slice that does not start its sequence"));
+    }
     if (run.starts) {
       if (absl::Status st =
               to_sampling_params(s.sampling(), n_vocab_,
@@ -403,6 +417,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                            v1::MicroBatchResult* result) {
   result->Clear();
   result->set_batch_id(batch.batch_id());
+  result->set_shard_id(info_.shard_id());
   if (absl::Status st = check(batch); !st.ok()) {
     clear_saves(batch);
     return st;
@@ -524,9 +539,25 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
       seq.matcher = run.grammar == nullptr
                         ? nullptr
                         : std::make_unique<grammar::GrammarMatcher>(run.grammar, vocab_);
+      seq.generated_from = s.generated_from();
+      seq.length = static_cast<int>(run.restored.size());
     }
-    for (int32_t t : s.tokens()) seq.sampler->accept(t);
+    for (int32_t t : s.tokens()) {
+      // A migrated sequence's generated tokens: the draws and the grammar
+      // steps an undisturbed run made for them.
+      if (seq.generated_from > 0 && seq.length >= seq.generated_from) {
+        seq.sampler->replay_draw();
+        if (seq.matcher != nullptr && seq.failed.ok()) {
+          if (absl::Status st = seq.matcher->accept(t); !st.ok()) seq.failed = st;
+        }
+      }
+      seq.sampler->accept(t);
+      ++seq.length;
+    }
     if (s.sample()) {
+      // The replay ends with the prefill: from here on the sampler draws
+      // (and the grammar steps) for each token as it is sampled.
+      seq.generated_from = 0;
       add_sampled(s,
                   std::span<const float>(
                       logits.data() + static_cast<size_t>(sampled) * n_vocab_,
@@ -673,6 +704,7 @@ void BackendStage::add_sampled(const v1::SequenceSlice& slice,
                            v1::MicroBatchResult* result) {
   v1::SampledToken* tok = result->add_tokens();
   tok->set_seq_id(slice.seq_id());
+  tok->set_pos(slice.start_pos() + slice.tokens_size());
   int32_t id = -1;
   if (seq.failed.ok()) {
     if (seq.matcher != nullptr) {

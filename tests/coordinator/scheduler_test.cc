@@ -3,7 +3,9 @@
 // generation loop for 1, 2 and 3 stages and uneven splits, prompts longer
 // than a chunk, seeded sampling, many sequences at once. And over a fake
 // link: a broken pipeline ends every request with UNAVAILABLE and a new
-// link serves again.
+// link serves again. With migration, requests on a pipeline that breaks
+// (twice) finish on the next ones with the tokens of an undisturbed run.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -22,6 +24,8 @@
 #include "model/gguf_reader.h"
 #include "tests/test_paths.h"
 #include "worker/backend.h"
+#include "worker/in_process_link.h"
+#include "worker/stage.h"
 
 namespace strata::coordinator {
 namespace {
@@ -508,6 +512,188 @@ TEST(Scheduler, LongPromptsFollowInChunksAndCancelFrees) {
       absl::FromChrono(kSafetyNet));
   EXPECT_EQ(st.active, 0);
   EXPECT_EQ(st.served, 0u);
+}
+
+// Migration over real stages: stories260K's pipelines loaded afresh, one
+// after the other, each under its own shard id (epoch).
+std::vector<std::unique_ptr<worker::Stage>> load_stages(
+    uint64_t shard_id, const std::vector<placement::Range>& ranges,
+    int max_sequences) {
+  std::vector<std::unique_ptr<worker::Stage>> stages;
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    v1::LoadShardRequest r;
+    r.set_shard_id(shard_id);
+    r.set_model_path(stories());
+    r.set_first_block(ranges[k].first);
+    r.set_last_block(ranges[k].last);
+    r.set_embedding(ranges[k].first == 0);
+    r.set_head(k + 1 == ranges.size());
+    r.set_n_ctx(1024);
+    r.set_max_sequences(max_sequences);
+    r.set_max_batch_rows(512 + max_sequences);
+    r.set_kv_type("f16");
+    if (k + 1 < ranges.size()) r.set_next_stage("in-process:1");
+    worker::StageOptions o;
+    o.worker_name = "stage " + std::to_string(k);
+    auto stage = worker::load_stage(r, 1, o);
+    EXPECT_TRUE(stage.ok()) << stage.status();
+    if (!stage.ok()) return {};
+    stages.push_back(*std::move(stage));
+  }
+  return stages;
+}
+
+// An in-process chain that dies: its `fail_at`-th result (1-based) is
+// replaced by UNAVAILABLE naming a worker, and the results after it still
+// reach the scheduler (a zombie pipeline's frames), which must drop them.
+class DyingLink final : public worker::ActivationLink {
+ public:
+  DyingLink(const std::vector<std::unique_ptr<worker::Stage>>& stages,
+            ResultCallback cb, int fail_at)
+      : cb_(std::move(cb)), fail_at_(fail_at) {
+    std::vector<worker::Stage*> raw;
+    for (const auto& s : stages) raw.push_back(s.get());
+    inner_ = worker::make_in_process_chain(
+        raw, [this](v1::MicroBatchResult r) { on_result(std::move(r)); });
+  }
+  ~DyingLink() override { close(worker::kLinkClosed); }
+  const std::string& peer() const override { return inner_->peer(); }
+  absl::Status send(v1::MicroBatch batch) override {
+    return inner_->send(std::move(batch));
+  }
+  bool healthy() const override { return inner_->healthy(); }
+  void close(const std::string& reason) override { inner_->close(reason); }
+
+ private:
+  void on_result(v1::MicroBatchResult r) {
+    const int n = ++results_;
+    if (n == fail_at_) {
+      v1::MicroBatchResult dead;
+      dead.set_batch_id(r.batch_id());
+      dead.set_error_code(static_cast<int>(absl::StatusCode::kUnavailable));
+      dead.set_error_message("worker w1 (in-process): connection lost");
+      cb_(std::move(dead));
+      return;
+    }
+    cb_(std::move(r));
+  }
+
+  ResultCallback cb_;
+  int fail_at_;
+  std::atomic<int> results_{0};
+  std::unique_ptr<worker::ActivationLink> inner_;
+};
+
+class MigrationTest : public SchedulerPipelineTest {};
+
+TEST_F(MigrationTest, RequestsFinishOnTheNextPipelinesWithUndisturbedTokens) {
+  Reference ref(stories());
+  struct Case {
+    std::vector<int32_t> prompt;
+    GenerationParams params;
+  };
+  std::vector<Case> cases;
+  for (int i = 0; i < 6; ++i) {
+    Case c;
+    c.prompt = random_prompt(i == 2 ? 600 : 5 + 17 * i, 100 + i);
+    c.params.max_tokens = 30 + 3 * i;
+    if (i % 2 == 0) {
+      c.params.ignore_eos = true;  // greedy
+    } else {
+      c.params.sampling.temperature = 0.8f;
+      c.params.sampling.top_k = 40;
+      c.params.sampling.top_p = 0.9f;
+      c.params.sampling.repeat_penalty = 1.15f;
+      c.params.sampling.frequency_penalty = 0.2f;
+      c.params.sampling.seed = 77 + i;
+      c.params.ignore_eos = true;
+    }
+    cases.push_back(c);
+  }
+  std::vector<GenerationResult> expected;
+  for (const Case& c : cases) expected.push_back(ref.run(c.prompt, c.params));
+
+  // Declared before the scheduler: they outlive the links it holds.
+  std::vector<std::unique_ptr<worker::Stage>> a = load_stages(101, {{0, 2}, {2, 5}}, 8);
+  std::vector<std::unique_ptr<worker::Stage>> b = load_stages(202, {{0, 4}, {4, 5}}, 8);
+  std::vector<std::unique_ptr<worker::Stage>> c = load_stages(303, {{0, 5}}, 8);
+  ASSERT_FALSE(a.empty() || b.empty() || c.empty());
+  SchedulerOptions so;
+  so.n_ctx = 1024;
+  so.max_sequences = 8;
+  so.max_in_flight = 2;
+  so.max_migrations = 3;
+  Reports reports;
+  Scheduler s(so, fake_detokenizer, reports.free_fn());
+  s.set_on_broken(reports.broken_fn());
+  s.attach(std::make_unique<DyingLink>(a, s.result_callback(101), 9), 101);
+  std::vector<std::shared_ptr<SequenceHandle>> handles;
+  for (const Case& k : cases) {
+    SequenceRequest r;
+    r.prompt = k.prompt;
+    r.params = k.params;
+    auto h = s.submit(r);
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(*h);
+  }
+  // The first pipeline dies; the requests wait (a new one is accepted
+  // meanwhile), then go on over another split, which dies in turn.
+  EXPECT_EQ(reports.wait_broken(1), 1);
+  EXPECT_TRUE(s.wait_stats([](const Scheduler::Stats& st) { return st.recovering; },
+                           absl::FromChrono(kSafetyNet)).recovering);
+  SequenceRequest late;
+  late.prompt = cases[0].prompt;
+  late.params = cases[0].params;
+  auto h_late = s.submit(late);
+  ASSERT_TRUE(h_late.ok()) << h_late.status();
+  s.attach(std::make_unique<DyingLink>(b, s.result_callback(202), 14), 202);
+  EXPECT_EQ(reports.wait_broken(2), 2);
+  s.attach(std::make_unique<DyingLink>(c, s.result_callback(303), -1), 303);
+  for (size_t i = 0; i < handles.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    Outcome o = drain(handles[i]);
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.all_ids, expected[i].ids);
+    EXPECT_EQ(o.ids, o.all_ids);  // streamed once each, in order
+    EXPECT_EQ(o.text, o.all_text);
+    EXPECT_EQ(o.all_text, expected[i].text);
+  }
+  Outcome o = drain(*h_late);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.all_ids, expected[0].ids);
+  const Scheduler::Stats st = s.wait_stats(
+      [](const Scheduler::Stats& now) { return now.active == 0; },
+      absl::FromChrono(kSafetyNet));
+  EXPECT_GE(st.migrated, 6u);  // every request moved at least once
+  EXPECT_EQ(st.served, 7u);
+}
+
+TEST_F(MigrationTest, NoPipelineInTimeEndsTheRequestsCleanly) {
+  std::vector<std::unique_ptr<worker::Stage>> a = load_stages(101, {{0, 2}, {2, 5}}, 8);
+  ASSERT_FALSE(a.empty());
+  SchedulerOptions so;
+  so.n_ctx = 1024;
+  so.max_in_flight = 2;
+  so.max_migrations = 3;
+  so.migration_timeout_ms = 300;
+  Reports reports;
+  Scheduler s(so, fake_detokenizer, reports.free_fn());
+  s.set_on_broken(reports.broken_fn());
+  s.attach(std::make_unique<DyingLink>(a, s.result_callback(101), 3), 101);
+  SequenceRequest r;
+  r.prompt = random_prompt(20, 5);
+  r.params.max_tokens = 50;
+  r.params.ignore_eos = true;
+  auto h = s.submit(r);
+  ASSERT_TRUE(h.ok()) << h.status();
+  Outcome o = drain(*h);
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(o.status.message().find("worker w1"), std::string::npos) << o.status;
+  EXPECT_NE(o.status.message().find("no new pipeline within 300 ms"), std::string::npos)
+      << o.status;
+  // Then new requests are refused at once, naming the cause.
+  auto refused = s.submit(r);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -344,6 +344,86 @@ TEST(StepScheduler, UnavailableResultFailsEveryRequest) {
   EXPECT_FALSE(c.s.schedule().has_value());
 }
 
+TEST(StepScheduler, SuspendKeepsEachSequenceAndResumesItWithItsTokens) {
+  SchedulerOptions o = options(/*max_sequences=*/3, /*prefill_chunk=*/3,
+                               /*max_batch_rows=*/4, /*max_in_flight=*/1);
+  o.max_migrations = 1;
+  Core c(o);
+  int broken = 0;
+  StepScheduler::Hooks hooks;
+  hooks.broken = [&](const absl::Status&) { ++broken; };
+  c.s.set_hooks(hooks);
+  // a decodes; b has half of its 6-row prompt in flight.
+  std::shared_ptr<SequenceHandle> a = c.add(1, {5, 6, 7});
+  v1::MicroBatch p = c.schedule();
+  ASSERT_TRUE(c.answer(p, {42}).ok());
+  v1::MicroBatch d = c.schedule();  // decode of 42 at position 3
+  ASSERT_TRUE(c.answer(d, {43}).ok());
+  std::shared_ptr<SequenceHandle> b = c.add(2, {9, 9, 9, 9, 9, 9});
+  v1::MicroBatch mixed = c.schedule();  // decode of 43 + b's first chunk
+  ASSERT_EQ(mixed.slices_size(), 2);
+  EXPECT_EQ(mixed.slices(1).tokens_size(), 3);
+  // The stage dies with that micro-batch in flight.
+  v1::MicroBatchResult dead;
+  dead.set_batch_id(mixed.batch_id());
+  dead.set_error_code(static_cast<int>(absl::StatusCode::kUnavailable));
+  dead.set_error_message("worker w1: gone");
+  EXPECT_EQ(c.s.update_from_output(dead).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(broken, 1);
+  EXPECT_EQ(c.s.active(), 2);  // kept, not failed
+  EXPECT_EQ(c.s.in_flight(), 0);
+  EXPECT_EQ(c.s.migrated(), 2u);
+  for (const SequenceEvent& e : events(*a)) {
+    EXPECT_EQ(e.kind, SequenceEvent::Kind::kDelta);  // 42, 43; no end
+  }
+  EXPECT_TRUE(events(*b).empty());
+  // The new pipeline: a starts again with its prompt and both of its
+  // tokens (generated from position 3), in chunks, with its sampling
+  // parameters on the first.
+  v1::MicroBatch r1 = c.schedule();
+  ASSERT_EQ(r1.slices_size(), 1);
+  EXPECT_EQ(r1.slices(0).seq_id(), 1u);
+  EXPECT_EQ(r1.slices(0).start_pos(), 0);
+  EXPECT_EQ(tokens(r1.slices(0)), std::vector<int32_t>({5, 6, 7}));
+  EXPECT_EQ(r1.slices(0).generated_from(), 3);
+  EXPECT_TRUE(r1.slices(0).has_sampling());
+  EXPECT_FALSE(r1.slices(0).sample());
+  ASSERT_TRUE(c.answer(r1, {}).ok());
+  v1::MicroBatch r2 = c.schedule();
+  ASSERT_EQ(r2.slices_size(), 1);
+  EXPECT_EQ(tokens(r2.slices(0)), std::vector<int32_t>({42, 43}));
+  EXPECT_EQ(r2.slices(0).start_pos(), 3);
+  EXPECT_TRUE(r2.slices(0).sample());
+  // A token for another position than the one sent (a stale answer) is
+  // never delivered: the sequence ends with an error instead.
+  v1::MicroBatchResult stale;
+  stale.set_batch_id(r2.batch_id());
+  v1::SampledToken* t = stale.add_tokens();
+  t->set_seq_id(1);
+  t->set_id(99);
+  t->set_pos(4);  // rows 3 and 4 make the token of position 5
+  ASSERT_TRUE(c.s.update_from_output(stale).ok());
+  std::vector<SequenceEvent> ea = events(*a);
+  ASSERT_EQ(ea.size(), 1u);
+  EXPECT_EQ(ea[0].kind, SequenceEvent::Kind::kError);
+  EXPECT_EQ(ea[0].error.code(), absl::StatusCode::kInternal);
+  // b starts again from its prompt (nothing generated: a plain restart).
+  v1::MicroBatch r3 = c.schedule();
+  ASSERT_EQ(r3.slices_size(), 1);
+  EXPECT_EQ(r3.slices(0).seq_id(), 2u);
+  EXPECT_EQ(r3.slices(0).start_pos(), 0);
+  EXPECT_EQ(r3.slices(0).generated_from(), 0);
+  EXPECT_EQ(tokens(r3.slices(0)), std::vector<int32_t>({9, 9, 9}));
+  // A second break: b moved once already (max_migrations 1) and ends.
+  const absl::Status gone = absl::UnavailableError("worker w2: gone");
+  EXPECT_EQ(c.s.suspend(gone, 1), 0);
+  std::vector<SequenceEvent> eb = events(*b);
+  ASSERT_EQ(eb.size(), 1u);
+  EXPECT_EQ(eb[0].kind, SequenceEvent::Kind::kError);
+  EXPECT_EQ(eb[0].error, gone);
+  EXPECT_EQ(c.s.active(), 0);
+}
+
 TEST(StepScheduler, ErrorWithAnotherCodeFailsOnlyThatMicroBatch) {
   Core c(options(8, /*prefill_chunk=*/4, /*max_batch_rows=*/4,
                  /*max_in_flight=*/2));
