@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -430,10 +431,27 @@ void Cluster::check_workers() {
     std::lock_guard<std::mutex> lock(mu_);
     members = members_;
   }
+  // The stall watchdog: micro-batches in flight and no answer for longer
+  // than a health check may take. Then one missed check fails a worker
+  // (a hung stage is noticed within interval + timeout), else it takes
+  // health_check_failures in a row.
+  // Every worker at once: one that hangs costs one deadline, not one each.
+  std::vector<std::future<absl::StatusOr<v1::WorkerHealthResponse>>> answers;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    answers.push_back(std::async(std::launch::async, [this, i, deadline] {
+      return workers_[i]->health(deadline);
+    }));
+  }
+  for (auto& a : answers) a.wait();
+  const Scheduler::Stats stats = scheduler_->stats();
+  const bool stalled =
+      stats.in_flight > 0 &&
+      std::chrono::steady_clock::now() - stats.progress >
+          std::chrono::milliseconds(c.health_check_timeout_ms) / 2;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const bool member =
         std::find(members.begin(), members.end(), static_cast<int>(i)) != members.end();
-    auto h = workers_[i]->health(deadline);
+    auto h = answers[i].get();
     std::lock_guard<std::mutex> lock(mu_);
     WorkerState& s = states_[i];
     if (h.ok()) {
@@ -463,7 +481,7 @@ void Cluster::check_workers() {
     }
     ++s.misses;
     s.last_error = std::string(h.status().message());
-    if (s.misses >= c.health_check_failures || !member) {
+    if (s.misses >= c.health_check_failures || !member || (stalled && serving_)) {
       s.state = "unreachable";
       if (member && serving_ && failure.empty()) {
         failure = absl::StrCat(

@@ -203,7 +203,7 @@ void Scheduler::publish_broken(const absl::Status& status) {
   stats_cv_.notify_all();
 }
 
-void Scheduler::publish_counts() {
+void Scheduler::publish_counts(bool answered) {
   // The gauges first: whoever waits for these stats (wait_stats) sees them.
   if (ServingMetrics* m = core_.options().metrics;
       m != nullptr && core_.options().n_ctx > 0) {
@@ -224,6 +224,10 @@ void Scheduler::publish_counts() {
     stats_.queued = core_.waiting();
     stats_.served = core_.served();
     stats_.migrated = core_.migrated();
+    stats_.in_flight = core_.in_flight();
+    if (answered || stats_.in_flight == 0) {
+      stats_.progress = std::chrono::steady_clock::now();
+    }
   }
   stats_cv_.notify_all();
 }
@@ -381,7 +385,7 @@ void Scheduler::loop() {
       if (free_sequences_) free_sequences_(to_free);
       again = core_.waiting() > 0;  // slots opened: admit at once
     }
-    publish_counts();
+    publish_counts(!results.empty());
   }
 }
 

@@ -110,6 +110,10 @@ class Scheduler {
     uint64_t served = 0;  // requests that ended with kDone
     bool attached = false;
     bool recovering = false;  // migration: waiting for a new pipeline
+    // The stall watchdog's view: micro-batches in flight, and when the
+    // pipeline last answered (or had nothing in flight).
+    int in_flight = 0;
+    std::chrono::steady_clock::time_point progress{};
     uint64_t migrated = 0;    // sequences moved to a new pipeline
     std::string unavailable;  // why, when not attached
   };
@@ -133,7 +137,7 @@ class Scheduler {
   static void fail_submitted(Submitted& s, const absl::Status& status);
   // Publishes "unavailable: <status>" unless a new link is already waiting.
   void publish_broken(const absl::Status& status);
-  void publish_counts();
+  void publish_counts(bool answered);
   // Closes the link, remembers why, calls on_broken.
   void drop_link(const absl::Status& status);
   // publish_broken, then the core fails (or suspends, with migration) its

@@ -9,12 +9,19 @@ Scenarios (one per run, --scenario):
               and `strata serve --workers 2`: greedy ids equal
               `strata run --json`'s for the same prompts.
   concurrent  8 streams at once on 2 workers: all complete and correct.
-  kill        kill -9 of a worker during a stream: the stream ends with
+  kill        kill -9 of the last worker of 2 during 8 streams (greedy and
+              seeded sampling): the requests move to a new pipeline on the
+              worker left (migration) and finish with the very ids of an
+              undisturbed run, none twice; the worker restarted becomes a
+              spare. With `migration: {attempts: 0}`: the streams end with
               UNAVAILABLE naming the worker within 10 s, the coordinator
-              stays up (DEGRADED), the worker restarted on the same address
-              is reloaded and the next request succeeds.
-  stop        kill -STOP of a worker (a silent hang): detected the same way;
-              after kill -CONT the coordinator reloads and serves again.
+              stays up (DEGRADED), and the worker back on its address is
+              reloaded.
+  stop        kill -STOP of a worker (a silent hang): noticed within 2 s and
+              migrated the same way; after kill -CONT the fenced-off worker
+              is a spare.
+  spare       kill -9 of a worker of 2 with a spare configured (explicit
+              placement): the spare takes its blocks, same ids.
   prefix      prefix caching, in `strata serve` (1 and 2 stages) and on 2
               workers: prompts sharing a system prompt report cached_tokens
               (whole 16-token blocks, never the last row), a second turn
@@ -117,24 +124,25 @@ class Cluster:
     """Workers and a coordinator on loopback, from generated config files."""
 
     def __init__(self, args, workdir, n_workers, ranges=None, ctx=512, model=None,
-                 max_sequences=8):
+                 max_sequences=8, spares=0, extra=()):
         self.args, self.workdir = args, workdir
         self.procs = []
-        self.worker_ports = [free_port() for _ in range(n_workers)]
-        self.workers = [None] * n_workers
-        for i in range(n_workers):
+        self.worker_ports = [free_port() for _ in range(n_workers + spares)]
+        self.workers = [None] * (n_workers + spares)
+        for i in range(n_workers + spares):
             self.start_worker(i)
         cfg = os.path.join(workdir, "cluster.yaml")
         lines = [f"model: {model or args.model}", f"listen: 127.0.0.1:{free_port()}",
                  f"context_length: {ctx}", f"max_sequences: {max_sequences}",
-                 "health_check_interval_ms: 500",
-                 "health_check_timeout_ms: 1000",
-                 "health_check_failures: 2", "workers:"]
+                 "workers:"]
         for i, port in enumerate(self.worker_ports):
+            if i == n_workers:
+                lines.append("spares:")
             lines.append(f"  - address: 127.0.0.1:{port}")
             lines.append(f"    name: w{i}")
-            if ranges:
+            if ranges and i < n_workers:
                 lines.append(f"    blocks: [{ranges[i][0]}, {ranges[i][1]}]")
+        lines.extend(extra)
         with open(cfg, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.coordinator = Proc("coordinator",
@@ -203,9 +211,16 @@ class Api:
             time.sleep(0.2)
         raise AssertionError(f"state {state} not reached in {timeout} s; last: {last}")
 
-    def generate(self, prompt, n, on_delta=None, timeout=600):
-        """Returns (ids, done, error) where error is (code, message) or None."""
+    def generate(self, prompt, n, on_delta=None, timeout=600, seed=None):
+        """Returns (ids, done, error) where error is (code, message) or None.
+        Greedy; with `seed`, sampled at temperature 0.8 with penalties."""
         req = self.pb.GenerateRequest(prompt=prompt, max_tokens=n, ignore_eos=True)
+        if seed is not None:
+            req.sampling.temperature = 0.8
+            req.sampling.top_k = 40
+            req.sampling.top_p = 0.95
+            req.sampling.repeat_penalty = 1.1
+            req.sampling.seed = seed
         ids, done = [], None
         try:
             for r in self.stub.Generate(req, timeout=timeout):
@@ -464,9 +479,10 @@ def scenario_prefix(args, stubs, workdir, f):
             c.close()
 
 
-def scenario_fault(args, stubs, workdir, f, how):
+def scenario_fault_no_migration(args, stubs, workdir, f, how):
+    """migration.attempts 0: a dead worker's requests end cleanly."""
     pb = stubs[0]
-    c = Cluster(args, workdir, 2)
+    c = Cluster(args, workdir, 2, extra=["migration:", "  attempts: 0"])
     try:
         api = Api(c.address, *stubs)
         api.wait_state(pb.HealthResponse.SERVING, 180)
@@ -484,24 +500,24 @@ def scenario_fault(args, stubs, workdir, f, how):
             victim.signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
 
         threading.Thread(target=fault, daemon=True).start()
-        ids, done, err = api.generate(PROMPTS[1], 100000 // 100, on_delta=on_delta,
-                                      timeout=120)
+        ids, done, err = api.generate(PROMPTS[1], 1000, on_delta=on_delta, timeout=120)
         t_end = time.time()
         grpc = stubs[2]
         f.check(err is not None and err[0] == grpc.StatusCode.UNAVAILABLE,
-                f"{how}: the stream ends with UNAVAILABLE (got {err}, {len(ids)} ids)")
+                f"{how}, no migration: the stream ends with UNAVAILABLE (got {err}, {len(ids)} ids)")
         if t_fault[0]:
             f.check(t_end - t_fault[0] <= 10,
-                    f"{how}: ended {t_end - t_fault[0]:.1f} s after the fault (<= 10 s)")
+                    f"{how}, no migration: ended {t_end - t_fault[0]:.1f} s after the fault (<= 10 s)")
         # By its configured name and address, whichever process noticed.
         f.check(err is not None and f"worker w1 (127.0.0.1:{c.worker_ports[1]})" in err[1],
-                f"{how}: the message names the worker: {err[1] if err else None!r}")
-        f.check(c.coordinator.alive(), f"{how}: the coordinator is still up")
+                f"{how}, no migration: the message names the worker: {err[1] if err else None!r}")
+        f.check(c.coordinator.alive(), f"{how}, no migration: the coordinator is still up")
         h = api.wait_state(pb.HealthResponse.DEGRADED, 15)
-        f.check(h.state == pb.HealthResponse.DEGRADED, f"{how}: Health DEGRADED ({h.message!r})")
+        f.check(h.state == pb.HealthResponse.DEGRADED,
+                f"{how}, no migration: Health DEGRADED ({h.message!r})")
         ids2, _, err2 = api.generate(PROMPTS[0], 4, timeout=30)
         f.check(err2 is not None and err2[0] == grpc.StatusCode.UNAVAILABLE,
-                f"{how}: a request while degraded gets UNAVAILABLE at once ({err2})")
+                f"{how}, no migration: a request while degraded gets UNAVAILABLE at once ({err2})")
         # Back on the same address.
         if how == "kill":
             c.start_worker(1)
@@ -511,11 +527,134 @@ def scenario_fault(args, stubs, workdir, f, how):
         want = reference_ids(args, PROMPTS[0], N_TOKENS)
         ids3, done3, err3 = api.generate(PROMPTS[0], N_TOKENS)
         f.check(err3 is None and ids3 == want,
-                f"{how}: after the worker is back: {ids3} == {want} ({err3})")
+                f"{how}, no migration: after the worker is back: {ids3} == {want} ({err3})")
         status = api.stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
         f.check(status.state == pb.HealthResponse.SERVING and
                 all(w.state == "serving" for w in status.workers),
-                f"{how}: ClusterStatus serving: {[w.state for w in status.workers]}")
+                f"{how}, no migration: ClusterStatus serving: {[w.state for w in status.workers]}")
+    finally:
+        if f.n:
+            print(c.logs())
+        c.close()
+
+
+MIGRATION_STREAMS = 8
+MIGRATION_TOKENS = 40
+
+
+def run_streams(api, prompts, on_delta=None):
+    """All prompts at once (even: greedy, odd: seeded); per stream (ids,
+    done, err, every delta's ids in order)."""
+    results = [None] * len(prompts)
+
+    def run(i):
+        deltas = []
+
+        def seen(ids):
+            deltas.append(len(ids))
+            if on_delta:
+                on_delta(i, ids)
+
+        ids, done, err = api.generate(prompts[i], MIGRATION_TOKENS, on_delta=seen,
+                                      timeout=300, seed=None if i % 2 == 0 else 1000 + i)
+        results[i] = (ids, done, err)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def scenario_migration(args, stubs, workdir, f, how):
+    """A worker fails during 8 streams; they finish with an undisturbed run's ids."""
+    pb, grpc = stubs[0], stubs[2]
+    n_layer = args.n_layer
+    if how == "spare":
+        half = n_layer // 2
+        c = Cluster(args, workdir, 2, ranges=[(0, half), (half, n_layer)], spares=1,
+                    max_sequences=MIGRATION_STREAMS)
+    else:
+        c = Cluster(args, workdir, 2, max_sequences=MIGRATION_STREAMS)
+    try:
+        api = Api(c.address, *stubs)
+        api.wait_state(pb.HealthResponse.SERVING, 180)
+        prompts = [f"Story {i}: " + PROMPTS[i % 2] for i in range(MIGRATION_STREAMS)]
+        reference = run_streams(api, prompts)
+        for i, (ids, done, err) in enumerate(reference):
+            f.check(err is None and len(ids) == MIGRATION_TOKENS,
+                    f"{how}: undisturbed stream {i}: {len(ids)} ids ({err})")
+        # Fault when every stream has a few tokens, then watch Health.
+        victim = c.workers[1]
+        ready = threading.Event()
+        counts = [0] * MIGRATION_STREAMS
+        lock = threading.Lock()
+
+        def on_delta(i, ids):
+            with lock:
+                counts[i] = len(ids)
+                if min(counts) >= 4:
+                    ready.set()
+
+        t_fault, t_noticed, t_back = [None], [None], [None]
+
+        def fault():
+            if not ready.wait(120):
+                return
+            t_fault[0] = time.time()
+            victim.signal(signal.SIGKILL if how in ("kill", "spare") else signal.SIGSTOP)
+            end = time.time() + 60
+            while time.time() < end and t_back[0] is None:
+                try:
+                    h = api.stub.Health(pb.HealthRequest(), timeout=2)
+                    if h.state != pb.HealthResponse.SERVING and t_noticed[0] is None:
+                        t_noticed[0] = time.time()
+                    if h.state == pb.HealthResponse.SERVING and t_noticed[0] is not None:
+                        t_back[0] = time.time()
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=fault, daemon=True)
+        watcher.start()
+        results = run_streams(api, prompts, on_delta=on_delta)
+        watcher.join(70)
+        f.check(t_fault[0] is not None, f"{how}: the fault came mid-stream")
+        for i, (ids, done, err) in enumerate(results):
+            f.check(err is None and ids == reference[i][0],
+                    f"{how}: stream {i} ({'seeded' if i % 2 else 'greedy'}) equals the "
+                    f"undisturbed run ({len(ids)} ids, {err})")
+        if t_fault[0] and t_noticed[0]:
+            noticed = t_noticed[0] - t_fault[0]
+            print(f"{how}: noticed {noticed:.2f} s after the fault, serving again after "
+                  f"{(t_back[0] or time.time()) - t_fault[0]:.2f} s", flush=True)
+            f.check(noticed <= (2.0 if how == "stop" else 1.0),
+                    f"{how}: noticed within {2.0 if how == 'stop' else 1.0} s ({noticed:.2f})")
+        status = api.stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+        f.check(status.migrations >= 1 and status.requests_migrated >= 1,
+                f"{how}: ClusterStatus counts {status.migrations} migration(s), "
+                f"{status.requests_migrated} requests moved")
+        serving = [w.name for w in status.workers if not w.spare]
+        f.check("w1" not in serving and all(w.state == "serving" for w in status.workers
+                                            if not w.spare),
+                f"{how}: the pipeline is {serving}, serving")
+        # The failed worker back: a spare, not a member.
+        if how == "stop":
+            victim.signal(signal.SIGCONT)
+        else:
+            c.start_worker(1)
+        end = time.time() + 30
+        state = None
+        while time.time() < end:
+            status = api.stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+            state = {w.name: (w.state, w.spare) for w in status.workers}
+            if state.get("w1") == ("spare", True):
+                break
+            time.sleep(0.2)
+        f.check(state.get("w1") == ("spare", True), f"{how}: w1 back as a spare: {state}")
+        ids, done, err = api.generate(prompts[0], MIGRATION_TOKENS)
+        f.check(err is None and ids == reference[0][0], f"{how}: serves on after it ({err})")
     finally:
         if f.n:
             print(c.logs())
@@ -562,7 +701,7 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--proto-dir", required=True)
     ap.add_argument("--scenario", required=True,
-                    choices=["splits", "concurrent", "kill", "stop", "placement",
+                    choices=["splits", "concurrent", "kill", "stop", "spare", "placement",
                              "prefix"])
     args = ap.parse_args()
     if not os.path.exists(args.model):
@@ -582,7 +721,11 @@ def main():
         elif args.scenario == "prefix":
             scenario_prefix(args, stubs, workdir, f)
         else:
-            scenario_fault(args, stubs, workdir, f, args.scenario)
+            scenario_migration(args, stubs, workdir, f, args.scenario)
+            if args.scenario in ("kill", "stop"):
+                d = os.path.join(workdir, "no-migration")
+                os.makedirs(d)
+                scenario_fault_no_migration(args, stubs, d, f, args.scenario)
         print(f"{f.passed} passed, {f.n} failed")
         return 1 if f.n else 0
 
