@@ -1,5 +1,6 @@
 #include "coordinator/scheduler.h"
 
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,8 @@ Scheduler::Scheduler(const SchedulerOptions& options,
                      DetokenizerFactory detokenizers, FreeFn free_sequences)
     : free_sequences_(std::move(free_sequences)),
       core_(options, std::move(detokenizers)) {
+  std::random_device random;
+  seq_id_key_ = (uint64_t{random()} << 32) ^ random();
   stats_.unavailable = unavailable_;
   StepScheduler::Hooks hooks;
   hooks.trace = [this](const v1::BlockTrace& t) {
@@ -112,7 +115,12 @@ absl::StatusOr<std::shared_ptr<SequenceHandle>> Scheduler::submit(
           "too many requests: ", options.max_sequences, " running and ",
           options.max_queued, " waiting"));
     }
-    handle->seq_id_ = next_seq_id_++;
+    do {
+      uint64_t z = (next_seq_id_++) ^ seq_id_key_;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      handle->seq_id_ = z ^ (z >> 31);
+    } while (handle->seq_id_ == 0);
     submitted_.push_back(std::move(s));
   }
   cv_.notify_all();

@@ -168,7 +168,11 @@ class Scheduler {
   uint64_t new_shard_id_ = 0;
   bool have_new_link_ = false;
   int new_prefix_blocks_ = -1;  // for the next link; -1: as configured
+  // Sequence ids a peer cannot guess (worker.proto names sequences by
+  // them): the splitmix64 finaliser, a bijection, of a counter xor a
+  // random key — distinct for every request, unpredictable without the key.
   uint64_t next_seq_id_ = 1;
+  uint64_t seq_id_key_ = 0;
   Stats stats_;  // published copy
 
   // The scheduler thread's own state (core_.options() is read anywhere).

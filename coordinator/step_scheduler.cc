@@ -47,6 +47,7 @@ struct StepScheduler::Sequence {
     kDone,        // ended (done, failed or cancelled); freed once idle
   };
   uint64_t id = 0;
+  uint64_t number = 0;  // in the logs: 1, 2, ... (ids are not for logs)
   std::shared_ptr<SequenceHandle> handle;
   SequenceRequest request;
   std::unique_ptr<Detokenizer> detok;
@@ -140,6 +141,7 @@ void StepScheduler::add(std::shared_ptr<SequenceHandle> handle,
                         SequenceRequest request, Clock::time_point submitted) {
   auto seq = std::make_unique<Sequence>();
   seq->id = handle->seq_id();
+  seq->number = ++added_;
   seq->handle = std::move(handle);
   seq->request = std::move(request);
   seq->submitted = submitted;
@@ -215,12 +217,12 @@ void StepScheduler::fail_sequence(Sequence& seq, const absl::Status& status) {
   if (seq.sampled) {
     spdlog::info(
         "request {}: {} {}: prompt {} tokens, generated {}, ttft {:.1f} ms",
-        seq.id, cancelled ? "aborted" : "failed",
+        seq.number, cancelled ? "aborted" : "failed",
         absl::StatusCodeToString(status.code()), seq.prompt_size(),
         seq.generated, ms_between(seq.submitted, seq.first_token));
   } else {
     spdlog::info("request {}: {} {}: prompt {} tokens, generated 0, ttft -",
-                 seq.id, cancelled ? "aborted" : "failed",
+                 seq.number, cancelled ? "aborted" : "failed",
                  absl::StatusCodeToString(status.code()), seq.prompt_size());
   }
   SequenceEvent e;
@@ -254,7 +256,7 @@ void StepScheduler::finish(Sequence& seq) {
   spdlog::info(
       "request {}: finished {}: prompt {} tokens ({} cached), generated {}, "
       "ttft {:.1f} ms, {:.1f} ms in all",
-      seq.id, reason, seq.prompt_size(), seq.cached, seq.generated, t.ttft_ms,
+      seq.number, reason, seq.prompt_size(), seq.cached, seq.generated, t.ttft_ms,
       ms_between(seq.submitted, now));
   ++served_;
   if (hooks_.served) hooks_.served(served_);

@@ -257,6 +257,7 @@ class StepScheduler {
   std::map<uint64_t, InFlight> in_flight_;                // by batch_id
   uint64_t served_ = 0;
   uint64_t migrated_ = 0;
+  uint64_t added_ = 0;
   PrefixIndex prefix_;
 };
 

@@ -22,6 +22,9 @@ Scenarios (one per run, --scenario):
               is a spare.
   spare       kill -9 of a worker of 2 with a spare configured (explicit
               placement): the spare takes its blocks, same ids.
+  return      kill -9 of a worker of 2 (explicit placement, no spare), back
+              on its address a moment later: the requests wait for it and
+              finish with the same ids.
   prefix      prefix caching, in `strata serve` (1 and 2 stages) and on 2
               workers: prompts sharing a system prompt report cached_tokens
               (whole 16-token blocks, never the last row), a second turn
@@ -211,10 +214,11 @@ class Api:
             time.sleep(0.2)
         raise AssertionError(f"state {state} not reached in {timeout} s; last: {last}")
 
-    def generate(self, prompt, n, on_delta=None, timeout=600, seed=None):
+    def generate(self, prompt, n, on_delta=None, timeout=600, seed=None, grammar=""):
         """Returns (ids, done, error) where error is (code, message) or None.
         Greedy; with `seed`, sampled at temperature 0.8 with penalties."""
-        req = self.pb.GenerateRequest(prompt=prompt, max_tokens=n, ignore_eos=True)
+        req = self.pb.GenerateRequest(prompt=prompt, max_tokens=n, ignore_eos=True,
+                                      grammar=grammar)
         if seed is not None:
             req.sampling.temperature = 0.8
             req.sampling.top_k = 40
@@ -540,6 +544,8 @@ def scenario_fault_no_migration(args, stubs, workdir, f, how):
 
 MIGRATION_STREAMS = 8
 MIGRATION_TOKENS = 40
+# The last stream follows a grammar (seeded): its state is replayed too.
+MIGRATION_GRAMMAR = 'root ::= ("yes" | "no" | " maybe" | ", " | " and")+'
 
 
 def run_streams(api, prompts, on_delta=None):
@@ -555,8 +561,10 @@ def run_streams(api, prompts, on_delta=None):
             if on_delta:
                 on_delta(i, ids)
 
-        ids, done, err = api.generate(prompts[i], MIGRATION_TOKENS, on_delta=seen,
-                                      timeout=300, seed=None if i % 2 == 0 else 1000 + i)
+        ids, done, err = api.generate(
+            prompts[i], MIGRATION_TOKENS, on_delta=seen, timeout=300,
+            seed=None if i % 2 == 0 else 1000 + i,
+            grammar=MIGRATION_GRAMMAR if i == len(prompts) - 1 else "")
         results[i] = (ids, done, err)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
@@ -571,10 +579,11 @@ def scenario_migration(args, stubs, workdir, f, how):
     """A worker fails during 8 streams; they finish with an undisturbed run's ids."""
     pb, grpc = stubs[0], stubs[2]
     n_layer = args.n_layer
-    if how == "spare":
-        half = n_layer // 2
-        c = Cluster(args, workdir, 2, ranges=[(0, half), (half, n_layer)], spares=1,
-                    max_sequences=MIGRATION_STREAMS)
+    half = n_layer // 2
+    if how in ("spare", "return"):
+        # Explicit ranges: without a spare, no other plan is tried.
+        c = Cluster(args, workdir, 2, ranges=[(0, half), (half, n_layer)],
+                    spares=1 if how == "spare" else 0, max_sequences=MIGRATION_STREAMS)
     else:
         c = Cluster(args, workdir, 2, max_sequences=MIGRATION_STREAMS)
     try:
@@ -603,13 +612,15 @@ def scenario_migration(args, stubs, workdir, f, how):
             if not ready.wait(120):
                 return
             t_fault[0] = time.time()
-            victim.signal(signal.SIGKILL if how in ("kill", "spare") else signal.SIGSTOP)
+            victim.signal(signal.SIGSTOP if how == "stop" else signal.SIGKILL)
             end = time.time() + 60
             while time.time() < end and t_back[0] is None:
                 try:
                     h = api.stub.Health(pb.HealthRequest(), timeout=2)
                     if h.state != pb.HealthResponse.SERVING and t_noticed[0] is None:
                         t_noticed[0] = time.time()
+                        if how == "return":  # the same worker comes back
+                            c.start_worker(1)
                     if h.state == pb.HealthResponse.SERVING and t_noticed[0] is not None:
                         t_back[0] = time.time()
                 except grpc.RpcError:
@@ -636,9 +647,11 @@ def scenario_migration(args, stubs, workdir, f, how):
                 f"{how}: ClusterStatus counts {status.migrations} migration(s), "
                 f"{status.requests_migrated} requests moved")
         serving = [w.name for w in status.workers if not w.spare]
-        f.check("w1" not in serving and all(w.state == "serving" for w in status.workers
-                                            if not w.spare),
+        f.check(("w1" in serving) == (how == "return") and
+                all(w.state == "serving" for w in status.workers if not w.spare),
                 f"{how}: the pipeline is {serving}, serving")
+        if how == "return":
+            return
         # The failed worker back: a spare, not a member.
         if how == "stop":
             victim.signal(signal.SIGCONT)
@@ -701,7 +714,8 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--proto-dir", required=True)
     ap.add_argument("--scenario", required=True,
-                    choices=["splits", "concurrent", "kill", "stop", "spare", "placement",
+                    choices=["splits", "concurrent", "kill", "stop", "spare", "return",
+                             "placement",
                              "prefix"])
     args = ap.parse_args()
     if not os.path.exists(args.model):

@@ -5,6 +5,7 @@
 // link: a broken pipeline ends every request with UNAVAILABLE and a new
 // link serves again. With migration, requests on a pipeline that breaks
 // (twice) finish on the next ones with the tokens of an undisturbed run.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -466,6 +467,36 @@ TEST(Scheduler, BrokenPipelineFailsEveryRequestAndANewLinkServes) {
   EXPECT_EQ(o.finish, FinishReason::kStop);
   EXPECT_TRUE(o.all_ids.empty());
   EXPECT_EQ(reports.wait_freed(1), std::vector<uint64_t>({(*c)->seq_id()}));
+}
+
+TEST(Scheduler, SequenceIdsAreDistinctAndNotACounter) {
+  // Workers name sequences by these ids: a peer must not guess another
+  // user's (worker.proto FreeSequence, restarts at start_pos 0).
+  SchedulerOptions so;
+  so.n_ctx = 64;
+  so.max_queued = 1000;
+  std::vector<uint64_t> first;
+  for (int run = 0; run < 2; ++run) {
+    Scheduler s(so, [] { return std::make_unique<CountingDetokenizer>(); }, nullptr);
+    s.attach(std::make_unique<FakeLink>(s.result_callback()), 9);
+    SequenceRequest r;
+    r.prompt = {5};
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 200; ++i) {
+      auto h = s.submit(r);
+      ASSERT_TRUE(h.ok()) << h.status();
+      ids.push_back((*h)->seq_id());
+    }
+    std::vector<uint64_t> sorted = ids;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    EXPECT_EQ(sorted.front() == 0, false);
+    int steps_of_one = 0;
+    for (size_t i = 1; i < ids.size(); ++i) steps_of_one += ids[i] - ids[i - 1] == 1;
+    EXPECT_LT(steps_of_one, 3);
+    first.push_back(ids[0]);
+  }
+  EXPECT_NE(first[0], first[1]);  // another key per scheduler
 }
 
 TEST(Scheduler, LongPromptsFollowInChunksAndCancelFrees) {
