@@ -153,11 +153,11 @@ class Cluster:
         self.procs.append(self.coordinator)
         self.address = self.coordinator.address
 
-    def start_worker(self, i):
+    def start_worker(self, i, memory_budget="8GiB"):
         cfg = os.path.join(self.workdir, f"worker-{i}.yaml")
         with open(cfg, "w") as f:
             f.write(f"listen: 127.0.0.1:{self.worker_ports[i]}\n"
-                    f"name: w{i}\nthreads: 1\nmemory_budget: 8GiB\n"
+                    f"name: w{i}\nthreads: 1\nmemory_budget: {memory_budget}\n"
                     f"model_dirs: [{model_dirs(self.args.model)}]\n"
                     "answer_timeout_ms: 120000\n")
         w = Proc(f"worker-{i}", [self.args.worker, "--config", cfg], self.workdir)
@@ -522,12 +522,22 @@ def scenario_fault_no_migration(args, stubs, workdir, f, how):
         ids2, _, err2 = api.generate(PROMPTS[0], 4, timeout=30)
         f.check(err2 is not None and err2[0] == grpc.StatusCode.UNAVAILABLE,
                 f"{how}, no migration: a request while degraded gets UNAVAILABLE at once ({err2})")
-        # Back on the same address.
+        # Back on the same address; the killed one with a budget one byte
+        # short of its old shard: it gets a new plan (fewer blocks), not
+        # the old shard refused forever.
+        before = api.stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).workers[1]
         if how == "kill":
-            c.start_worker(1)
+            c.start_worker(1, memory_budget=str(before.weight_bytes + before.kv_bytes - 1))
         else:
             victim.signal(signal.SIGCONT)
         api.wait_state(pb.HealthResponse.SERVING, 60)
+        if how == "kill":
+            after = api.stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).workers[1]
+            f.check(after.first_block > before.first_block and
+                    after.weight_bytes + after.kv_bytes <= after.memory_budget_bytes,
+                    f"kill, no migration: back with a smaller budget, w1 holds blocks "
+                    f"[{after.first_block}, {after.last_block}) (was [{before.first_block}, "
+                    f"{before.last_block}))")
         want = reference_ids(args, PROMPTS[0], N_TOKENS)
         ids3, done3, err3 = api.generate(PROMPTS[0], N_TOKENS)
         f.check(err3 is None and ids3 == want,
