@@ -129,7 +129,7 @@ class Worker:
         lines = [f"listen: {self.host}:{self.port}", f"name: {self.name}",
                  f"threads: {c.threads}", "memory_budget: 8GiB",
                  f"model_dirs: [{ct.model_dirs(c.args.model)}]", "answer_timeout_ms: 120000"]
-        lines += link_security(c.features, self.name, loopback=self.netns is None,
+        lines += link_security(c.features, self.name, loopback=c.loopback,
                                certs_dir=c.certs_dir, names=c.names)
         with open(cfg, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -173,6 +173,9 @@ class FaultCluster:
         self.args, self.workdir, self.features = args, workdir, features
         self.threads = threads
         self.use_proxy = use_proxy
+        # One link mode for every process: with a worker off loopback the
+        # coordinator needs TLS, and then every worker must speak it.
+        self.loopback = netns is None
         self.procs = []
         self.names = [f"w{i}" for i in range(n_workers)] + (["s0"] if spare else [])
         self.certs_dir = None
@@ -189,11 +192,10 @@ class FaultCluster:
                                            host=netns.inner_ip if inside else "127.0.0.1"))
             if spare:
                 self.spares.append(Worker(self, n_workers, "s0", spare=True))
-            loopback = netns is None
             lines = [f"model: {args.model}", f"listen: 127.0.0.1:{ct.free_port()}",
                      f"context_length: {ctx}", f"max_sequences: {max_sequences}"]
             lines += HEALTH + list(extra)
-            lines += link_security(features, "coordinator", loopback=loopback,
+            lines += link_security(features, "coordinator", loopback=self.loopback,
                                    certs_dir=self.certs_dir, names=self.names)
             lines.append("workers:")
             for w in self.workers:

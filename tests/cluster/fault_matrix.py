@@ -187,7 +187,7 @@ def inject(env, stage, fault, t_noticed):
 def judge(streams, reference, worker_name):
     """Counts per outcome, and the first few problems in words."""
     r = {"requests": len(streams), "ok": 0, "unavailable": 0, "unavailable_named": 0,
-         "other": 0, "hung": 0, "corrupted": 0, "problems": []}
+         "other": 0, "hung": 0, "corrupted": 0, "problems": [], "messages": {}}
     for i, (s, (ref_ids, ref_text)) in enumerate(zip(streams, reference)):
         if not s.ended.is_set() or (s.error and s.error[0] == "DEADLINE_EXCEEDED"):
             r["hung"] += 1
@@ -205,6 +205,8 @@ def judge(streams, reference, worker_name):
                     f"{next((k for k, (x, y) in enumerate(zip(s.ids, ref_ids)) if x != y), min(len(s.ids), len(ref_ids)))}"
                     f"{'' if s.done is not None else ', no done message'}")
             continue
+        key = f"{s.error[0]}: " + re.sub(r":\d+\)", ":PORT)", s.error[1])
+        r["messages"][key] = r["messages"].get(key, 0) + 1
         if not prefix:
             r["corrupted"] += 1
             r["problems"].append(f"stream {i}: failed ({s.error[0]}) after {len(s.ids)} ids that"
@@ -279,6 +281,8 @@ def run_cell(env, stage, fault, specs, reference, f):
           f" Health after the fault: {r['health']}; new requests refused while settling:"
           f" {probes_failed}",
           flush=True)
+    for m, n in sorted(r["messages"].items(), key=lambda kv: -kv[1])[:3]:
+        print(f"    {n:2} x {m}")
     for p in r["problems"][:6]:
         print(f"    {p}")
     f.check(r["hung"] == 0, f"{label}: 0 hung requests ({r['hung']})")
