@@ -139,13 +139,29 @@ def collect_reference(env, specs, timeout):
     return [(list(s.ids), s.text) for s in streams]
 
 
-def inject(env, stage, fault, t_noticed):
-    """Applies the fault to worker `stage` and heals it; returns once healed
+def worker_at(env, stage):
+    """The worker that serves pipeline stage `stage` now: after a migration
+    a spare may hold it and the worker it replaced may be the spare.
+    ClusterStatus lists the workers in pipeline order (spares flagged);
+    matched by name, or by address where the build reports no names."""
+    try:
+        st = env.stub.ClusterStatus(env.pb.ClusterStatusRequest(), timeout=5)
+        pipeline = [w for w in st.workers if not w.spare]
+        if stage < len(pipeline):
+            ws = pipeline[stage]
+            for w in env.cluster.all_workers():
+                if (ws.name and ws.name == w.name) or (not ws.name and ws.address == w.address):
+                    return w
+    except env.grpc.RpcError:
+        pass
+    return env.cluster.workers[stage]
+
+
+def inject(env, w, fault, t_noticed):
+    """Applies the fault to worker `w` and heals it; returns once healed
     (the streams keep running on their threads). `t_noticed()` is the
     detection time so far (None before)."""
     a = env.args
-    c = env.cluster
-    w = c.workers[stage]
     hold = threading.Event()   # never set: waits below are the fault's duration
 
     def wait_noticed(limit):
@@ -230,7 +246,9 @@ def run_cell(env, stage, fault, specs, reference, f):
     if env.monitor.state() != "SERVING" and not env.monitor.wait_serving(a.recover_timeout):
         print(f"  {label}: not SERVING before the cell; restarting the cluster")
         env.restart()
-    worker = env.cluster.workers[stage]
+    worker = worker_at(env, stage)
+    if worker is not env.cluster.workers[stage]:
+        print(f"  {label}: stage {stage} is served by {worker.name} now")
     streams = run_requests(env, specs, a.request_timeout)
     t0 = time.monotonic()
     # Mid-stream: every stream has 4 tokens (or has ended).
@@ -247,7 +265,7 @@ def run_cell(env, stage, fault, specs, reference, f):
                  if t is not None]
         return min(cands) if cands else None
 
-    inject(env, stage, fault, t_noticed)
+    inject(env, worker, fault, t_noticed)
     all_ended = wait_all(streams, t0 + a.request_timeout + 30)
     t_probe, probes_failed = settle(env, a.recover_timeout)
     serving = t_probe is not None
@@ -262,7 +280,7 @@ def run_cell(env, stage, fault, specs, reference, f):
     ok_streams = [s for s in streams if s.error is None]
     gap = max((s.max_gap(t_fault) for s in ok_streams), default=None)
     r = judge(streams, reference, worker.name)
-    r.update(stage=stage, fault=("netns " if env.netns else "") + fault,
+    r.update(stage=stage, worker=worker.name, fault=("netns " if env.netns else "") + fault,
              tokens_before_fault=tokens_before,
              detection_s=None if t_det is None else round(t_det - t_fault, 3),
              recovery_s=None if t_rec is None else round(t_rec - t_fault, 3),
