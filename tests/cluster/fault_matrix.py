@@ -49,6 +49,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -424,6 +425,7 @@ def main():
                 print(env.cluster.logs() if env.cluster else "")
             env.close()
         why = fc.Netns.unavailable()
+        ns = None
         if args.netns == "off":
             print("netns variant: off (--netns off)")
         elif why:
@@ -431,7 +433,16 @@ def main():
             if args.netns == "on":
                 f.check(False, f"netns variant asked for but unavailable: {why}")
         else:
-            ns = fc.Netns(os.getpid() % 1000)
+            try:
+                ns = fc.Netns(os.getpid() % 1000)
+            except subprocess.CalledProcessError as e:
+                ns = None
+                why = (f"setting up the namespace failed: {' '.join(e.cmd)}: "
+                       f"{(e.stderr or b'').decode(errors='replace').strip()}")
+                print(f"netns variant: SKIPPED ({why})")
+                if args.netns == "on":
+                    f.check(False, f"netns variant asked for but unavailable: {why}")
+        if ns is not None:
             try:
                 nenv = Env(args, stubs, workdir, features, netns=ns)
                 try:
