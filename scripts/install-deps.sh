@@ -12,6 +12,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev libssl-dev
   clang-14 libfuzzer-14-dev libclang-rt-14-dev valgrind
   python3 python3-venv python3-pip
+  iproute2 nftables   # the fault matrix's network-namespace black hole
 )
 
 missing=()
