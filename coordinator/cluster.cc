@@ -497,12 +497,14 @@ v1::ClusterStatusResponse Cluster::status() const {
   r.set_active_sequences(stats.active);
   r.set_max_sequences(options_.config.max_sequences);
   r.set_requests_served(stats.served);
+  r.set_queued_requests(stats.queued);
   std::lock_guard<std::mutex> lock(mu_);
   const absl::Time now = absl::Now();
   for (size_t i = 0; i < workers_.size(); ++i) {
     const WorkerState& s = states_[i];
     v1::WorkerStatus* w = r.add_workers();
     w->set_address(workers_[i]->address());
+    w->set_name(options_.config.workers[i].name);
     w->set_state(s.state);
     if (plan_) {
       const placement::ShardPlan& p = (*plan_)[i];
