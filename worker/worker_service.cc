@@ -445,10 +445,23 @@ grpc::Status WorkerService::Results(grpc::ServerContext* context,
       [writer](const v1::MicroBatchResult& r) { return writer->Write(r); },
       [context] { context->TryCancel(); },
       absl::StrCat("worker ", worker_id(), ": Results stream to ", context->peer()));
-  if (!out->write(v1::MicroBatchResult())) return grpc::Status::OK;  // registered
   watch(out);
+  // The first message says the sink is registered: the sink is set first,
+  // and its writes wait (on `hello`) until that message is written.
+  auto hello = std::make_shared<std::mutex>();
+  std::unique_lock<std::mutex> hello_lock(*hello);
   const uint64_t token = loaded->relay->set_direct_sink(
-      [out](const v1::MicroBatchResult& r) { return out->write(r); });
+      [out, hello](const v1::MicroBatchResult& r) {
+        std::lock_guard<std::mutex> after_hello(*hello);
+        return out->write(r);
+      });
+  const bool registered = out->write(v1::MicroBatchResult());
+  hello_lock.unlock();
+  if (!registered) {
+    loaded->relay->clear_direct_sink(token);
+    out->close();
+    return grpc::Status::OK;
+  }
   bool replaced = false;
   for (;;) {
     if (!loaded->relay->has_direct_sink(token)) {

@@ -3,11 +3,16 @@
 // in-process fake server (fake_inference.h): output, the --json shape
 // `strata run` prints, the requests they send, and one-line errors with
 // exit status 1.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -161,6 +166,39 @@ TEST_F(RemoteCliTest, UnreachableServerIsOneLineAndExitOne) {
     EXPECT_EQ(r.err.rfind("strata: 127.0.0.1:1: UNAVAILABLE: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+}
+
+// --timeout bounds every call (a server that accepts and never answers
+// does not hang the CLI); --api-key, else $STRATA_API_KEY, is sent as a
+// bearer token.
+TEST_F(RemoteCliTest, TimeoutAndApiKey) {
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(silent, 16), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  for (const char* verb : {"status", "generate -p hi"}) {
+    SCOPED_TRACE(verb);
+    const auto t0 = std::chrono::steady_clock::now();
+    const CommandResult r = strata(std::string(verb) + " --server " + address + " --timeout 0.5");
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(r.err.rfind("strata: " + address + ": DEADLINE_EXCEEDED: ", 0), 0u) << r.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  }
+  ::close(silent);
+
+  EXPECT_EQ(strata("generate " + server_flag() + " -p ok --api-key k1").status, 0);
+  EXPECT_EQ(server_.service().last_authorization(), "Bearer k1");
+  ::setenv("STRATA_API_KEY", "k2", 1);
+  EXPECT_EQ(strata("generate " + server_flag() + " -p ok").status, 0);
+  ::unsetenv("STRATA_API_KEY");
+  EXPECT_EQ(server_.service().last_authorization(), "Bearer k2");
+  EXPECT_EQ(strata("generate " + server_flag() + " -p ok").status, 0);
+  EXPECT_EQ(server_.service().last_authorization(), "");
 }
 
 TEST_F(RemoteCliTest, UsageErrorsExitTwo) {

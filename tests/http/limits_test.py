@@ -138,6 +138,11 @@ def check_limits(f, server, stubs, label, metadata=None):
     return stub
 
 
+def pb_grpc_stub(stubs, address):
+    _, pb_grpc, grpc = stubs
+    return pb_grpc.InferenceStub(grpc.insecure_channel(address))
+
+
 def check_queue(f, stub, pb, label, names):
     """8 streams on 4 slots: ClusterStatus shows the ones waiting."""
     errors = []
@@ -221,6 +226,13 @@ def main():
             else:
                 coordinator, workers = start_cluster(args, workdir)
                 procs = workers + [coordinator]
+                # The limits hold while shards load too; "still serving"
+                # needs the pipeline.
+                health = pb_grpc_stub(stubs, coordinator.address)
+                end = time.time() + 120
+                while (health.Health(pb.HealthRequest(), timeout=5).state
+                       != pb.HealthResponse.SERVING and time.time() < end):
+                    time.sleep(0.1)
                 stub = check_limits(f, coordinator, stubs, "cluster")
                 check_queue(f, stub, pb, "cluster", ["w0", "w1"])
         finally:
