@@ -78,13 +78,13 @@ void WorkerService::watch(const std::shared_ptr<StreamWriter>& writer) {
 }
 
 WorkerService::StreamStats WorkerService::stream_stats() const {
-  std::lock_guard<std::mutex> lock(writers_mu_);
-  return stats_;
+  return StreamStats{cut_.load(), max_owed_.load()};
 }
 
 void WorkerService::count_owed(size_t owed) {
-  std::lock_guard<std::mutex> lock(writers_mu_);
-  stats_.max_owed = std::max(stats_.max_owed, owed);
+  size_t seen = max_owed_.load(std::memory_order_relaxed);
+  while (owed > seen && !max_owed_.compare_exchange_weak(seen, owed)) {
+  }
 }
 
 void WorkerService::watch_writers() {
@@ -102,7 +102,7 @@ void WorkerService::watch_writers() {
         writers_.pop_back();
         continue;
       }
-      if (w->cancel_if_stalled(now, stall)) ++stats_.cut;
+      if (w->cancel_if_stalled(now, stall)) ++cut_;
       if (w->failed()) {  // cut, or its peer went away
         writers_[i] = std::move(writers_.back());
         writers_.pop_back();
@@ -391,8 +391,7 @@ grpc::Status WorkerService::Activations(
     if (owed >= kMaxOutstandingResults) {
       writer->overflow(absl::StrCat(owed, " results owed to the peer reach the bound of ",
                                     kMaxOutstandingResults));
-      std::lock_guard<std::mutex> lock(writers_mu_);
-      ++stats_.cut;
+      ++cut_;
       break;
     }
     std::shared_ptr<Loaded> loaded = current();

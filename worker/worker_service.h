@@ -139,10 +139,11 @@ class WorkerService final : public v1::Worker::Service {
   // Write has waited answer_timeout_ms for the peer to read is cut.
   void watch(const std::shared_ptr<StreamWriter>& writer);
   void watch_writers();  // the watchdog thread's loop
-  void count_owed(size_t owed);   // updates stats_.max_owed
-  mutable std::mutex writers_mu_;
+  void count_owed(size_t owed);   // updates max_owed_ (no lock: per micro-batch)
+  std::atomic<size_t> max_owed_{0};
+  std::atomic<int> cut_{0};
+  std::mutex writers_mu_;
   std::condition_variable writers_cv_;
-  StreamStats stats_;                                  // guarded by writers_mu_
   std::vector<std::weak_ptr<StreamWriter>> writers_;  // guarded by writers_mu_
   bool writers_stop_ = false;                         // guarded by writers_mu_
   std::thread watchdog_;
