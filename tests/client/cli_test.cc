@@ -319,7 +319,12 @@ TEST_F(RemoteCliTest, StatusPrintsTheWorkers) {
   const CommandResult r = strata("status " + server_flag());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("state: degraded"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("127.0.0.1:50061  serving  blocks [0, 3) +embedding"),
+  EXPECT_NE(r.out.find("  0  w0 127.0.0.1:50061  serving  blocks [0, 3) +embedding"),
+            std::string::npos)
+      << r.out;
+  // The second has no name: its address alone.
+  EXPECT_NE(r.out.find("  1  127.0.0.1:50062  unreachable"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sequences: 2 active of 16, 3 requests queued; 7 requests served"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("last error: connection refused"), std::string::npos);
@@ -337,6 +342,8 @@ TEST_F(RemoteCliTest, StatusPrintsTheWorkers) {
   EXPECT_EQ(s["workers"][1]["first_block"], 3);
   EXPECT_EQ(s["workers"][1]["head"], true);
   EXPECT_EQ(s["requests_served"], 7);
+  EXPECT_EQ(s["queued_requests"], 3);
+  EXPECT_EQ(s["workers"][0]["name"], "w0");
 }
 
 TEST_F(RemoteCliTest, TokenizeAndDetokenizeOverTheServer) {

@@ -475,6 +475,9 @@ TEST_F(ClientTest, ModelsHealthAndClusterStatus) {
   EXPECT_TRUE(status->workers[1].head);
   EXPECT_EQ(status->workers[1].last_error, "connection refused");
   EXPECT_EQ(status->requests_served, 7u);
+  EXPECT_EQ(status->queued_requests, 3);
+  EXPECT_EQ(status->workers[0].name, "w0");
+  EXPECT_EQ(status->workers[1].name, "");
 }
 
 }  // namespace

@@ -177,8 +177,10 @@ class FakeInference final : public pb::Inference::Service {
     response->set_active_sequences(2);
     response->set_max_sequences(16);
     response->set_requests_served(7);
+    response->set_queued_requests(3);
     pb::WorkerStatus* w0 = response->add_workers();
     w0->set_address("127.0.0.1:50061");
+    w0->set_name("w0");
     w0->set_state("serving");
     w0->set_first_block(0);
     w0->set_last_block(3);
