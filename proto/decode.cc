@@ -110,8 +110,29 @@ std::string describe_undecodable(const Descriptor& type, const std::string& byte
   return why;
 }
 
+namespace {
+thread_local std::string last_error;  // take_last_error()
+}  // namespace
+
+std::string take_last_error() {
+  std::string out;
+  out.swap(last_error);
+  return out;
+}
+
 grpc::Status deserialize(grpc::ByteBuffer* buffer, google::protobuf::Message* message) {
   if (buffer == nullptr) return grpc::Status(grpc::StatusCode::INTERNAL, "No payload");
+  bool parsed = false;
+  {
+    // As gRPC parses (no copy); the bytes are read again only on failure.
+    grpc::ProtoBufferReader reader(buffer);
+    if (!reader.status().ok()) return reader.status();
+    parsed = message->ParseFromZeroCopyStream(&reader);
+  }
+  if (parsed) {
+    buffer->Clear();
+    return grpc::Status::OK;
+  }
   std::vector<grpc::Slice> slices;
   if (grpc::Status st = buffer->Dump(&slices); !st.ok()) return st;
   std::string bytes;
@@ -120,11 +141,11 @@ grpc::Status deserialize(grpc::ByteBuffer* buffer, google::protobuf::Message* me
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   buffer->Clear();
-  if (message->ParseFromString(bytes)) return grpc::Status::OK;
   std::string why = describe_undecodable(*message->GetDescriptor(), bytes);
   if (why.empty()) why = "request: protobuf refused it";
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      why + " (" + message->GetDescriptor()->full_name() + ")");
+  why += " (" + message->GetDescriptor()->full_name() + ")";
+  last_error = why;
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
 }
 
 }  // namespace strata::proto_decode
@@ -162,5 +183,6 @@ STRATA_DECODE_TRAITS_DEFINE(strata::v1::ClusterStatusRequest)
 STRATA_DECODE_TRAITS_DEFINE(strata::v1::DescribeRequest)
 STRATA_DECODE_TRAITS_DEFINE(strata::v1::LoadShardRequest)
 STRATA_DECODE_TRAITS_DEFINE(strata::v1::ResultsRequest)
+STRATA_DECODE_TRAITS_DEFINE(strata::v1::MicroBatch)
 STRATA_DECODE_TRAITS_DEFINE(strata::v1::FreeSequenceRequest)
 STRATA_DECODE_TRAITS_DEFINE(strata::v1::WorkerHealthRequest)

@@ -18,13 +18,15 @@
 //   INVALID_ARGUMENT "request: not a strata.v1.GenerateRequest: field 15 of
 //   wire type 7 at byte 0 (the bytes are not protobuf)"
 //
-// The specialisations must be seen wherever gRPC instantiates the trait for
-// these types: proto/CMakeLists.txt force-includes this header in the
-// generated *.grpc.pb.cc, where the unary and server-streaming handlers
-// parse their request. The member functions are defined once, in
-// decode.cc. Not covered: the messages of a client stream (MicroBatch on
-// Activations), which the handler's own Read parses; gRPC ends such a
-// stream at a message that does not parse.
+// The specialisations must be seen wherever gRPC instantiates the trait
+// for these types (a file that sees gRPC's generic one instead makes its own
+// copy of the reading code, and the linker may keep that one), so the
+// generated *.grpc.pb.h of strata's services include this header
+// (proto/CMakeLists.txt: grpc_cpp_plugin's additional_header_includes).
+// The member functions are defined once, in decode.cc. The messages of a
+// client stream (MicroBatch on Activations) are parsed by the handler's
+// own Read, which only returns false: the handler asks take_last_error()
+// why.
 #pragma once
 
 #include <string>
@@ -43,8 +45,15 @@ std::string describe_undecodable(const google::protobuf::Descriptor& type,
                                  const std::string& bytes);
 
 // gRPC's parse of `buffer` into `message`, with the failure named
-// (INVALID_ARGUMENT) as above.
+// (INVALID_ARGUMENT) as above; the failure's message is also kept for
+// take_last_error().
 grpc::Status deserialize(grpc::ByteBuffer* buffer, google::protobuf::Message* message);
+
+// The message of this thread's last failed deserialize(), then "" until
+// the next failure. For a stream's Read, which answers only false: gRPC
+// parses a synchronous Read on the reading thread, so the handler can say
+// why its peer's message did not decode.
+std::string take_last_error();
 
 }  // namespace strata::proto_decode
 
@@ -72,5 +81,6 @@ STRATA_DECODE_TRAITS(strata::v1::ClusterStatusRequest)
 STRATA_DECODE_TRAITS(strata::v1::DescribeRequest)
 STRATA_DECODE_TRAITS(strata::v1::LoadShardRequest)
 STRATA_DECODE_TRAITS(strata::v1::ResultsRequest)
+STRATA_DECODE_TRAITS(strata::v1::MicroBatch)
 STRATA_DECODE_TRAITS(strata::v1::FreeSequenceRequest)
 STRATA_DECODE_TRAITS(strata::v1::WorkerHealthRequest)

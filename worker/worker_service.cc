@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/cpu_info.h"
+#include "proto/decode.h"  // before any Read of a MicroBatch: see decode.h
 #include "spdlog/spdlog.h"
 #include "worker/grpc_link.h"
 #include "worker/shard_plan.h"
@@ -383,7 +384,13 @@ grpc::Status WorkerService::Activations(
       [writer](v1::MicroBatchResult r) { (void)writer->write(r); });
 
   v1::MicroBatch batch;
-  while (!writer->failed() && stream->Read(&batch)) {
+  (void)proto_decode::take_last_error();
+  std::string undecodable;  // why the peer's last message did not decode
+  while (!writer->failed()) {
+    if (!stream->Read(&batch)) {
+      undecodable = proto_decode::take_last_error();
+      break;
+    }
     // A peer that sends and never reads: its results pile up behind a
     // Write that does not return (the watchdog cuts that too, later).
     const size_t owed = results->outstanding();
@@ -415,6 +422,10 @@ grpc::Status WorkerService::Activations(
   if (!st.ok()) {
     spdlog::warn("{}", std::string(st.message()));
     return to_grpc_status(st);
+  }
+  if (!undecodable.empty()) {  // the stream ends there: say why
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("worker ", worker_id(), ": ", undecodable));
   }
   return grpc::Status::OK;
 }

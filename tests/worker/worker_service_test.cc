@@ -135,6 +135,35 @@ TEST_F(WorkerServiceTest, PathsOutsideTheModelDirsGetOneAnswerWhetherTheyExistOr
             absl::StrCat("worker w0: model_path: absent.gguf does not exist in ", dirs));
 }
 
+// A micro-batch that does not decode (a string that is not UTF-8) ends
+// its stream with INVALID_ARGUMENT naming the field (gRPC's Read says only
+// "false", which read as the peer's end of stream).
+TEST_F(WorkerServiceTest, UndecodableMicroBatchEndsItsStreamNamingTheField) {
+  ServedWorker w("w0", model_dir_, 30000);
+  ASSERT_TRUE(w.load(shard_request("stories260K.gguf", 0, n_layer_, n_layer_, 32, 4, 32)).ok());
+  auto stub = w.stub();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub->Activations(&context);
+  v1::MicroBatch b;
+  b.set_shard_id(kShardId);
+  b.set_batch_id(1);
+  *b.add_slices() = slice(1, 0, stories_prompt());
+  ASSERT_TRUE(stream->Write(b));
+  v1::MicroBatchResult r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.error_code(), 0) << r.error_message();
+  b.set_batch_id(2);
+  b.mutable_slices(0)->set_grammar("root ::= \"\xff\"");  // C++ protobuf sends it (and logs)
+  (void)stream->Write(b);
+  EXPECT_FALSE(stream->Read(&r));
+  const grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message(),
+            "worker w0: slices[0].grammar: not valid UTF-8 (byte 10 of 12); a string field "
+            "must be UTF-8 (strata.v1.MicroBatch)");
+}
+
 // A peer that writes micro-batches and never reads: the worker owes it
 // results it cannot write. The stream is cut at the bound (256 results
 // owed) and the worker goes on serving another stream. Two stages in this
