@@ -20,14 +20,16 @@ constexpr int kMaxDepth = 64;
 // Walks one message's wire bytes; false with *why set at the first fault.
 // `prefix` is the path so far ("messages." inside messages); `offset` the
 // bytes' position in the whole request.
-bool walk(const Descriptor& type, const std::string& bytes, const std::string& prefix,
-          size_t offset, int depth, std::string* why) {
+bool walk(const Descriptor& type, const std::string& bytes,
+          const std::string& prefix, size_t offset, int depth,
+          std::string* why) {
   if (depth > kMaxDepth) {
     *why = prefix + ": nested deeper than " + std::to_string(kMaxDepth);
     return false;
   }
-  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                            static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t*>(bytes.data()),
+      static_cast<int>(bytes.size()));
   std::map<int, int> seen;  // field number -> elements so far (repeated)
   for (;;) {
     const size_t at = offset + static_cast<size_t>(in.CurrentPosition());
@@ -42,8 +44,10 @@ bool walk(const Descriptor& type, const std::string& bytes, const std::string& p
     const int number = WireFormatLite::GetTagFieldNumber(tag);
     const auto wire = WireFormatLite::GetTagWireType(tag);
     const FieldDescriptor* f = type.FindFieldByNumber(number);
-    std::string name = prefix + (f != nullptr ? f->name() : "field " + std::to_string(number));
-    if (f != nullptr && f->is_repeated()) name += "[" + std::to_string(seen[number]++) + "]";
+    std::string name =
+        prefix + (f != nullptr ? f->name() : "field " + std::to_string(number));
+    if (f != nullptr && f->is_repeated())
+      name += "[" + std::to_string(seen[number]++) + "]";
     const auto broken = [&](const std::string& what) {
       *why = name + ": " + what + " at byte " + std::to_string(at);
       return false;
@@ -56,47 +60,53 @@ bool walk(const Descriptor& type, const std::string& bytes, const std::string& p
       }
       case WireFormatLite::WIRETYPE_FIXED64: {
         uint64_t v;
-        if (!in.ReadLittleEndian64(&v)) return broken("a truncated 64-bit value");
+        if (!in.ReadLittleEndian64(&v))
+          return broken("a truncated 64-bit value");
         break;
       }
       case WireFormatLite::WIRETYPE_FIXED32: {
         uint32_t v;
-        if (!in.ReadLittleEndian32(&v)) return broken("a truncated 32-bit value");
+        if (!in.ReadLittleEndian32(&v))
+          return broken("a truncated 32-bit value");
         break;
       }
       case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
         uint32_t n;
         if (!in.ReadVarint32(&n)) return broken("a truncated length");
         if (static_cast<int64_t>(n) > in.BytesUntilLimit()) {
-          return broken("a length of " + std::to_string(n) + " bytes past the message's end");
+          return broken("a length of " + std::to_string(n) +
+                        " bytes past the message's end");
         }
         const size_t start = offset + static_cast<size_t>(in.CurrentPosition());
         std::string value;
-        if (!in.ReadString(&value, static_cast<int>(n))) return broken("truncated bytes");
+        if (!in.ReadString(&value, static_cast<int>(n)))
+          return broken("truncated bytes");
         if (f == nullptr) break;
         if (f->type() == FieldDescriptor::TYPE_STRING &&
-            !google::protobuf::internal::IsStructurallyValidUTF8(value.data(),
-                                                                 static_cast<int>(value.size()))) {
+            !google::protobuf::internal::IsStructurallyValidUTF8(
+                value.data(), static_cast<int>(value.size()))) {
           size_t bad = 0;  // the first byte that is not UTF-8
           while (bad < value.size() &&
-                 google::protobuf::internal::IsStructurallyValidUTF8(value.data(),
-                                                                     static_cast<int>(bad + 1))) {
+                 google::protobuf::internal::IsStructurallyValidUTF8(
+                     value.data(), static_cast<int>(bad + 1))) {
             ++bad;
           }
-          *why = name + ": not valid UTF-8 (byte " + std::to_string(bad) + " of " +
-                 std::to_string(value.size()) + "); a string field must be UTF-8";
+          *why = name + ": not valid UTF-8 (byte " + std::to_string(bad) +
+                 " of " + std::to_string(value.size()) +
+                 "); a string field must be UTF-8";
           return false;
         }
         if (f->type() == FieldDescriptor::TYPE_MESSAGE &&
-            !walk(*f->message_type(), value, name + ".", start, depth + 1, why)) {
+            !walk(*f->message_type(), value, name + ".", start, depth + 1,
+                  why)) {
           return false;
         }
         break;
       }
       default:
         *why = "request: field " + std::to_string(number) + " of wire type " +
-               std::to_string(static_cast<int>(wire)) + " at byte " + std::to_string(at) +
-               " (the bytes are not protobuf)";
+               std::to_string(static_cast<int>(wire)) + " at byte " +
+               std::to_string(at) + " (the bytes are not protobuf)";
         return false;
     }
   }
@@ -104,7 +114,8 @@ bool walk(const Descriptor& type, const std::string& bytes, const std::string& p
 
 }  // namespace
 
-std::string describe_undecodable(const Descriptor& type, const std::string& bytes) {
+std::string describe_undecodable(const Descriptor& type,
+                                 const std::string& bytes) {
   std::string why;
   walk(type, bytes, "", 0, 0, &why);
   return why;
@@ -120,8 +131,10 @@ std::string take_last_error() {
   return out;
 }
 
-grpc::Status deserialize(grpc::ByteBuffer* buffer, google::protobuf::Message* message) {
-  if (buffer == nullptr) return grpc::Status(grpc::StatusCode::INTERNAL, "No payload");
+grpc::Status deserialize(grpc::ByteBuffer* buffer,
+                         google::protobuf::Message* message) {
+  if (buffer == nullptr)
+    return grpc::Status(grpc::StatusCode::INTERNAL, "No payload");
   bool parsed = false;
   {
     // As gRPC parses (no copy); the bytes are read again only on failure.
@@ -150,28 +163,34 @@ grpc::Status deserialize(grpc::ByteBuffer* buffer, google::protobuf::Message* me
 
 }  // namespace strata::proto_decode
 
-#define STRATA_DECODE_TRAITS_DEFINE(T)                                                   \
-  grpc::Status grpc::SerializationTraits<T, void>::Serialize(                            \
-      const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb, bool* own_buffer) {  \
-    return grpc::GenericSerialize<grpc::ProtoBufferWriter, T>(msg, bb, own_buffer);      \
-  }                                                                                      \
-  grpc::Status grpc::SerializationTraits<T, void>::Deserialize(grpc::ByteBuffer* buffer, \
-                                                               T* msg) {                 \
-    return strata::proto_decode::deserialize(buffer, msg);                               \
+#define STRATA_DECODE_TRAITS_DEFINE(T)                                     \
+  grpc::Status grpc::SerializationTraits<T, void>::Serialize(              \
+      const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb,        \
+      bool* own_buffer) {                                                  \
+    return grpc::GenericSerialize<grpc::ProtoBufferWriter, T>(msg, bb,     \
+                                                              own_buffer); \
+  }                                                                        \
+  grpc::Status grpc::SerializationTraits<T, void>::Deserialize(            \
+      grpc::ByteBuffer* buffer, T* msg) {                                  \
+    return strata::proto_decode::deserialize(buffer, msg);                 \
   }
 
-grpc::Status grpc::SerializationTraits<grpc::protobuf::MessageLite, void>::Serialize(
-    const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb, bool* own_buffer) {
-  return grpc::GenericSerialize<grpc::ProtoBufferWriter, grpc::protobuf::MessageLite>(msg, bb,
-                                                                                   own_buffer);
+grpc::Status
+grpc::SerializationTraits<grpc::protobuf::MessageLite, void>::Serialize(
+    const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb,
+    bool* own_buffer) {
+  return grpc::GenericSerialize<grpc::ProtoBufferWriter,
+                                grpc::protobuf::MessageLite>(msg, bb,
+                                                             own_buffer);
 }
-grpc::Status grpc::SerializationTraits<grpc::protobuf::MessageLite, void>::Deserialize(
+grpc::Status
+grpc::SerializationTraits<grpc::protobuf::MessageLite, void>::Deserialize(
     grpc::ByteBuffer* buffer, grpc::protobuf::MessageLite* msg) {
   if (auto* full = dynamic_cast<google::protobuf::Message*>(msg)) {
     return strata::proto_decode::deserialize(buffer, full);
   }
-  return grpc::GenericDeserialize<grpc::ProtoBufferReader, grpc::protobuf::MessageLite>(buffer,
-                                                                                     msg);
+  return grpc::GenericDeserialize<grpc::ProtoBufferReader,
+                                  grpc::protobuf::MessageLite>(buffer, msg);
 }
 
 STRATA_DECODE_TRAITS_DEFINE(strata::v1::GenerateRequest)

@@ -29,9 +29,9 @@
 // why.
 #pragma once
 
-#include <string>
-
 #include <grpcpp/impl/codegen/proto_utils.h>
+
+#include <string>
 
 #include "strata/v1/inference.pb.h"
 #include "strata/v1/worker.pb.h"
@@ -47,7 +47,8 @@ std::string describe_undecodable(const google::protobuf::Descriptor& type,
 // gRPC's parse of `buffer` into `message`, with the failure named
 // (INVALID_ARGUMENT) as above; the failure's message is also kept for
 // take_last_error().
-grpc::Status deserialize(grpc::ByteBuffer* buffer, google::protobuf::Message* message);
+grpc::Status deserialize(grpc::ByteBuffer* buffer,
+                         google::protobuf::Message* message);
 
 // The message of this thread's last failed deserialize(), then "" until
 // the next failure. For a stream's Read, which answers only false: gRPC
@@ -57,13 +58,13 @@ std::string take_last_error();
 
 }  // namespace strata::proto_decode
 
-#define STRATA_DECODE_TRAITS(T)                                                       \
-  template <>                                                                         \
-  class grpc::SerializationTraits<T, void> {                                          \
-   public:                                                                            \
-    static grpc::Status Serialize(const grpc::protobuf::MessageLite& msg,             \
-                                  grpc::ByteBuffer* bb, bool* own_buffer);            \
-    static grpc::Status Deserialize(grpc::ByteBuffer* buffer, T* msg);                \
+#define STRATA_DECODE_TRAITS(T)                                            \
+  template <>                                                              \
+  class grpc::SerializationTraits<T, void> {                               \
+   public:                                                                 \
+    static grpc::Status Serialize(const grpc::protobuf::MessageLite& msg,  \
+                                  grpc::ByteBuffer* bb, bool* own_buffer); \
+    static grpc::Status Deserialize(grpc::ByteBuffer* buffer, T* msg);     \
   };
 
 // The generated unary handlers (and unary client calls) parse through the
@@ -71,7 +72,9 @@ std::string take_last_error();
 // unary request (a full protobuf Message is named by its descriptor; a
 // lite one gets gRPC's own parse).
 STRATA_DECODE_TRAITS(grpc::protobuf::MessageLite)
-// The server-streaming handlers parse through the request's own type.
+// Each request type too: the server-streaming handlers (Generate, Results)
+// and a stream's Read (MicroBatch) parse through the request's own type, and
+// so do gRPC's async and callback APIs for every method.
 STRATA_DECODE_TRAITS(strata::v1::GenerateRequest)
 STRATA_DECODE_TRAITS(strata::v1::TokenizeRequest)
 STRATA_DECODE_TRAITS(strata::v1::DetokenizeRequest)

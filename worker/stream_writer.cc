@@ -7,7 +7,9 @@
 namespace strata::worker {
 
 StreamWriter::StreamWriter(WriteFn write, CancelFn cancel, std::string label)
-    : write_(std::move(write)), cancel_(std::move(cancel)), label_(std::move(label)) {}
+    : write_(std::move(write)),
+      cancel_(std::move(cancel)),
+      label_(std::move(label)) {}
 
 bool StreamWriter::write(const v1::MicroBatchResult& result) {
   std::lock_guard<std::mutex> one_write(write_mu_);

@@ -49,7 +49,8 @@ class StreamWriter {
   bool write(const v1::MicroBatchResult& result);
   // Cuts the stream when a Write has been under way for `stall` or longer
   // at `now`; true when it did (now, not before).
-  bool cancel_if_stalled(Clock::time_point now, std::chrono::milliseconds stall);
+  bool cancel_if_stalled(Clock::time_point now,
+                         std::chrono::milliseconds stall);
   // Cuts the stream: the peer owes `what` past its bound.
   void overflow(const std::string& what);
   // Whether writes fail from now on (the peer went away, or it was cut).
@@ -57,7 +58,8 @@ class StreamWriter {
   // OK, or RESOURCE_EXHAUSTED when the stream was cut (saying why).
   absl::Status status() const;
   // Waits up to `wait` for the next write to end.
-  void wait_a_while(std::chrono::milliseconds wait = std::chrono::milliseconds(100));
+  void wait_a_while(
+      std::chrono::milliseconds wait = std::chrono::milliseconds(100));
   // No write after this returns (waits for one under way).
   void close();
 

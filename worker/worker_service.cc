@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <climits>
-#include <filesystem>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -94,7 +94,8 @@ void WorkerService::watch_writers() {
   while (!writers_stop_) {
     // A poll: a Write that blocks cannot wake anyone. A tenth of the
     // stall bound (at most 100 ms) keeps the cut within 10% of it.
-    writers_cv_.wait_for(lock, std::min(std::chrono::milliseconds(100), stall / 10 + std::chrono::milliseconds(1)));
+    writers_cv_.wait_for(lock, std::min(std::chrono::milliseconds(100),
+                                        stall / 10 + std::chrono::milliseconds(1)));
     const auto now = StreamWriter::Clock::now();
     for (size_t i = 0; i < writers_.size();) {
       std::shared_ptr<StreamWriter> w = writers_[i].lock();
@@ -240,7 +241,8 @@ absl::StatusOr<std::string> WorkerService::resolve_model_path(
     return outside;  // a symlink inside that leads out
   }
   if (!any_inside) return outside;
-  return absl::NotFoundError(absl::StrCat("model_path: ", path, " does not exist in [", dirs, "]"));
+  return absl::NotFoundError(
+      absl::StrCat("model_path: ", path, " does not exist in [", dirs, "]"));
 }
 
 absl::StatusOr<v1::ShardInfo> WorkerService::load(

@@ -3,6 +3,8 @@
 // answers every path outside the model directories alike; a peer that
 // sends micro-batches and never reads their results is cut, and the
 // worker goes on serving others.
+#include "worker/worker_service.h"
+
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -14,7 +16,6 @@
 #include "grpcpp/grpcpp.h"
 #include "strata/v1/worker.grpc.pb.h"
 #include "tests/worker/worker_test_util.h"
-#include "worker/worker_service.h"
 
 namespace strata::worker_test {
 namespace {
@@ -24,7 +25,8 @@ using Clock = std::chrono::steady_clock;
 // One WorkerService on 127.0.0.1 (any port).
 class ServedWorker {
  public:
-  ServedWorker(const std::string& name, const std::string& model_dir, int answer_timeout_ms) {
+  ServedWorker(const std::string& name, const std::string& model_dir,
+               int answer_timeout_ms) {
     worker::WorkerConfig config;
     config.name = name;
     config.model_dirs = {model_dir};
@@ -34,7 +36,8 @@ class ServedWorker {
     service_ = std::make_unique<worker::WorkerService>(config);
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     address_ = "127.0.0.1:" + std::to_string(port);
@@ -42,17 +45,20 @@ class ServedWorker {
   }
   ~ServedWorker() {
     service_->shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(5));
   }
   const std::string& address() const { return address_; }
   worker::WorkerService& service() { return *service_; }
-  std::unique_ptr<v1::Worker::Stub> stub(const grpc::ChannelArguments& args = {}) const {
-    return v1::Worker::NewStub(
-        grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args));
+  std::unique_ptr<v1::Worker::Stub> stub(
+      const grpc::ChannelArguments& args = {}) const {
+    return v1::Worker::NewStub(grpc::CreateCustomChannel(
+        address_, grpc::InsecureChannelCredentials(), args));
   }
   grpc::Status load(const v1::LoadShardRequest& r) const {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(60));
     v1::LoadShardResponse response;
     return stub()->LoadShard(&context, r, &response);
   }
@@ -76,7 +82,8 @@ bool wait_for_cuts(ServedWorker& w, int n) {
 class WorkerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!exists(stories_path())) GTEST_SKIP() << stories_path() << " absent (../shared/models)";
+    if (!exists(stories_path()))
+      GTEST_SKIP() << stories_path() << " absent (../shared/models)";
     n_layer_ = model_layers(stories_path());
     model_dir_ = std::filesystem::path(stories_path()).parent_path().string();
   }
@@ -86,17 +93,20 @@ class WorkerServiceTest : public ::testing::Test {
 
 TEST_F(WorkerServiceTest, LoadShardRefusesTheLiveShardsId) {
   ServedWorker w("w0", model_dir_, 30000);
-  v1::LoadShardRequest r = shard_request("stories260K.gguf", 0, n_layer_, n_layer_, 32, 4, 32);
+  v1::LoadShardRequest r =
+      shard_request("stories260K.gguf", 0, n_layer_, n_layer_, 32, 4, 32);
   ASSERT_TRUE(w.load(r).ok());
   // The same id again (Health shows it to anyone): refused, the live shard
   // untouched.
   grpc::Status st = w.load(r);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_EQ(st.error_message(),
-            "worker w0: shard_id: 77 is the loaded shard's; a new shard needs a new shard_id");
+            "worker w0: shard_id: 77 is the loaded shard's; a new shard needs "
+            "a new shard_id");
   grpc::ClientContext context;
   v1::WorkerHealthResponse health;
-  ASSERT_TRUE(w.stub()->Health(&context, v1::WorkerHealthRequest(), &health).ok());
+  ASSERT_TRUE(
+      w.stub()->Health(&context, v1::WorkerHealthRequest(), &health).ok());
   EXPECT_EQ(health.shard_id(), kShardId);
   EXPECT_EQ(health.state(), "serving");
   // A new id loads.
@@ -105,7 +115,8 @@ TEST_F(WorkerServiceTest, LoadShardRefusesTheLiveShardsId) {
   EXPECT_TRUE(st.ok()) << st.error_message();
 }
 
-TEST_F(WorkerServiceTest, PathsOutsideTheModelDirsGetOneAnswerWhetherTheyExistOrNot) {
+TEST_F(WorkerServiceTest,
+       PathsOutsideTheModelDirsGetOneAnswerWhetherTheyExistOrNot) {
   ServedWorker w("w0", model_dir_, 30000);
   ASSERT_TRUE(std::filesystem::exists("/etc/passwd"));
   ASSERT_FALSE(std::filesystem::exists("/etc/strata-absent"));
@@ -113,26 +124,32 @@ TEST_F(WorkerServiceTest, PathsOutsideTheModelDirsGetOneAnswerWhetherTheyExistOr
   // Pairs: a path that exists outside, one that does not.
   const std::pair<std::string, std::string> pairs[] = {
       {"/etc/passwd", "/etc/strata-absent"},
-      {"../../../../../../../etc/passwd", "../../../../../../../etc/strata-absent"},
+      {"../../../../../../../etc/passwd",
+       "../../../../../../../etc/strata-absent"},
       {"/", "/strata-absent-dir/"},
   };
   for (const auto& [there, absent] : pairs) {
-    v1::LoadShardRequest r = shard_request(there, 0, n_layer_, n_layer_, 32, 4, 32);
+    v1::LoadShardRequest r =
+        shard_request(there, 0, n_layer_, n_layer_, 32, 4, 32);
     const grpc::Status a = w.load(r);
     r.set_model_path(absent);
     const grpc::Status b = w.load(r);
     EXPECT_EQ(a.error_code(), grpc::StatusCode::PERMISSION_DENIED) << there;
     EXPECT_EQ(b.error_code(), a.error_code()) << absent;
-    EXPECT_EQ(a.error_message(), absl::StrCat("worker w0: model_path: ", there,
-                                              " is outside the model directories ", dirs));
-    EXPECT_EQ(absl::StrReplaceAll(b.error_message(), {{absent, there}}), a.error_message());
+    EXPECT_EQ(a.error_message(),
+              absl::StrCat("worker w0: model_path: ", there,
+                           " is outside the model directories ", dirs));
+    EXPECT_EQ(absl::StrReplaceAll(b.error_message(), {{absent, there}}),
+              a.error_message());
   }
   // Inside the directory, a missing file is said to be missing.
-  v1::LoadShardRequest r = shard_request("absent.gguf", 0, n_layer_, n_layer_, 32, 4, 32);
+  v1::LoadShardRequest r =
+      shard_request("absent.gguf", 0, n_layer_, n_layer_, 32, 4, 32);
   const grpc::Status st = w.load(r);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(st.error_message(),
-            absl::StrCat("worker w0: model_path: absent.gguf does not exist in ", dirs));
+            absl::StrCat(
+                "worker w0: model_path: absent.gguf does not exist in ", dirs));
 }
 
 // A micro-batch that does not decode (a string that is not UTF-8) ends
@@ -140,10 +157,13 @@ TEST_F(WorkerServiceTest, PathsOutsideTheModelDirsGetOneAnswerWhetherTheyExistOr
 // "false", which read as the peer's end of stream).
 TEST_F(WorkerServiceTest, UndecodableMicroBatchEndsItsStreamNamingTheField) {
   ServedWorker w("w0", model_dir_, 30000);
-  ASSERT_TRUE(w.load(shard_request("stories260K.gguf", 0, n_layer_, n_layer_, 32, 4, 32)).ok());
+  ASSERT_TRUE(w.load(shard_request("stories260K.gguf", 0, n_layer_, n_layer_,
+                                   32, 4, 32))
+                  .ok());
   auto stub = w.stub();
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
   auto stream = stub->Activations(&context);
   v1::MicroBatch b;
   b.set_shard_id(kShardId);
@@ -154,13 +174,15 @@ TEST_F(WorkerServiceTest, UndecodableMicroBatchEndsItsStreamNamingTheField) {
   ASSERT_TRUE(stream->Read(&r));
   EXPECT_EQ(r.error_code(), 0) << r.error_message();
   b.set_batch_id(2);
-  b.mutable_slices(0)->set_grammar("root ::= \"\xff\"");  // C++ protobuf sends it (and logs)
+  b.mutable_slices(0)->set_grammar(
+      "root ::= \"\xff\"");  // C++ protobuf sends it (and logs)
   (void)stream->Write(b);
   EXPECT_FALSE(stream->Read(&r));
   const grpc::Status st = stream->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(st.error_message(),
-            "worker w0: slices[0].grammar: not valid UTF-8 (byte 10 of 12); a string field "
+            "worker w0: slices[0].grammar: not valid UTF-8 (byte 10 of 12); a "
+            "string field "
             "must be UTF-8 (strata.v1.MicroBatch)");
 }
 
@@ -171,10 +193,14 @@ TEST_F(WorkerServiceTest, UndecodableMicroBatchEndsItsStreamNamingTheField) {
 // stream's (on which a blocked write would stop the reading too).
 TEST_F(WorkerServiceTest, PeerThatNeverReadsIsCutAtTheBound) {
   ServedWorker w1("w1", model_dir_, 600000);
-  ServedWorker w0("w0", model_dir_, 600000);  // the stall cut is not what ends it here
+  ServedWorker w0("w0", model_dir_,
+                  600000);  // the stall cut is not what ends it here
   const int cut = 2;
-  ASSERT_TRUE(w1.load(shard_request("stories260K.gguf", cut, n_layer_, n_layer_, 32, 4, 32)).ok());
-  v1::LoadShardRequest r = shard_request("stories260K.gguf", 0, cut, n_layer_, 32, 4, 32);
+  ASSERT_TRUE(w1.load(shard_request("stories260K.gguf", cut, n_layer_, n_layer_,
+                                    32, 4, 32))
+                  .ok());
+  v1::LoadShardRequest r =
+      shard_request("stories260K.gguf", 0, cut, n_layer_, 32, 4, 32);
   r.set_next_stage(w1.address());
   ASSERT_TRUE(w0.load(r).ok());
 
@@ -184,7 +210,8 @@ TEST_F(WorkerServiceTest, PeerThatNeverReadsIsCutAtTheBound) {
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   auto stub = w0.stub(args);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(120));
   auto stream = stub->Activations(&context);
   const auto began = Clock::now();
   int sent = 0;
@@ -194,7 +221,7 @@ TEST_F(WorkerServiceTest, PeerThatNeverReadsIsCutAtTheBound) {
     b.set_shard_id(kShardId);
     b.set_batch_id(static_cast<uint64_t>(sent) + 1);
     v1::SequenceSlice s = slice(1, 0, {1});  // restarts sequence 1 each time
-    s.set_top_logprobs(20);                   // ~300-byte results
+    s.set_top_logprobs(20);                  // ~300-byte results
     *b.add_slices() = s;
     if (!stream->Write(b)) break;
   }
@@ -237,7 +264,8 @@ TEST_F(WorkerServiceTest, WriteThatWaitsTooLongIsCut) {
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   auto stub = w0.stub(args);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(120));
   auto stream = stub->Activations(&context);
   const auto began = Clock::now();
   int sent = 0;
