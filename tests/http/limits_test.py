@@ -10,6 +10,7 @@ strata-coordinator with 2 workers (--setup cluster), SmolLM2 on 127.0.0.1:
   messages[0].content or in Tokenize's `text`; bytes that are not protobuf),
   sent as hand-built bytes: INVALID_ARGUMENT naming the field, not INTERNAL
   with an empty message; an HTTP body with invalid UTF-8 is a 400;
+- a client with keepalive pings every 1 s keeps its connection;
 - ClusterStatus shows the requests waiting for a slot (queued_requests) and
   each worker's name (cluster);
 - with an API key (serve), every strata.v1.Inference call but Health needs
@@ -143,6 +144,23 @@ def pb_grpc_stub(stubs, address):
     return pb_grpc.InferenceStub(grpc.insecure_channel(address))
 
 
+def check_keepalive(f, server, stubs, label):
+    """A client that pings every 1 s (strata::Client's keepalive), also
+    between calls, keeps its connection: the server allows the pings (its
+    default answered the third with GOAWAY too_many_pings, which closes the
+    connection and the calls on it)."""
+    pb, pb_grpc, grpc = stubs
+    channel = grpc.insecure_channel(server.address, options=[
+        ("grpc.keepalive_time_ms", 1000), ("grpc.keepalive_timeout_ms", 1000),
+        ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)])
+    pb_grpc.InferenceStub(channel).Health(pb.HealthRequest(), timeout=30)
+    left = threading.Event()
+    ready = grpc.ChannelConnectivity.READY
+    channel.subscribe(lambda state: left.set() if state != ready else None)
+    f.check(not left.wait(4.5), f"{label}: a client pinging every 1 s stays connected (4.5 s idle)")
+    channel.close()
+
+
 def check_queue(f, stub, pb, label, names):
     """8 streams on 4 slots: ClusterStatus shows the ones waiting."""
     errors = []
@@ -221,6 +239,7 @@ def main():
                 serve = start_serve(args, workdir)
                 procs = [serve]
                 stub = check_limits(f, serve, stubs, "serve")
+                check_keepalive(f, serve, stubs, "serve")
                 check_queue(f, stub, pb, "serve", ["stage 0"])
                 check_auth(f, args, workdir, stubs)
             else:
@@ -234,6 +253,7 @@ def main():
                        != pb.HealthResponse.SERVING and time.time() < end):
                     time.sleep(0.1)
                 stub = check_limits(f, coordinator, stubs, "cluster")
+                check_keepalive(f, coordinator, stubs, "cluster")
                 check_queue(f, stub, pb, "cluster", ["w0", "w1"])
         finally:
             for p in procs:
