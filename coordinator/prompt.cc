@@ -116,6 +116,55 @@ absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
 }  // namespace
 
 
+size_t request_text_limit(int64_t n_ctx) {
+  constexpr int64_t kBytesPerToken = 64;
+  constexpr int64_t kLeast = int64_t{1} << 20;
+  constexpr int64_t kMost = int64_t{8} << 20;
+  const int64_t by_context = n_ctx > kMost / kBytesPerToken ? kMost : n_ctx * kBytesPerToken;
+  return static_cast<size_t>(std::clamp(by_context, kLeast, kMost));
+}
+
+absl::Status check_request_size(const v1::GenerateRequest& r, int64_t n_ctx) {
+  size_t total = 0;
+  size_t largest = 0;
+  std::string largest_field;
+  const auto add = [&](size_t n, auto&& field) {
+    total += n;
+    if (n > largest) {
+      largest = n;
+      largest_field = field();
+    }
+  };
+  add(r.prompt().size(), [] { return std::string("prompt"); });
+  const auto& m = r.messages().messages();
+  for (int i = 0; i < m.size(); ++i) {
+    const auto name = [i](const char* member) {
+      return [i, member] { return absl::StrCat("messages.messages[", i, "].", member); };
+    };
+    add(m[i].role().size(), name("role"));
+    add(m[i].content().size(), name("content"));
+    add(m[i].name().size(), name("name"));
+    add(m[i].tool_call_id().size(), name("tool_call_id"));
+    add(m[i].tool_calls_json().size(), name("tool_calls_json"));
+  }
+  add(r.tools_json().size(), [] { return std::string("tools_json"); });
+  add(r.tool_choice().size(), [] { return std::string("tool_choice"); });
+  add(r.chat_template_kwargs_json().size(),
+      [] { return std::string("chat_template_kwargs_json"); });
+  add(r.grammar().size(), [] { return std::string("grammar"); });
+  add(r.json_schema().size(), [] { return std::string("json_schema"); });
+  for (int i = 0; i < r.stop_size(); ++i) {
+    add(r.stop(i).size(), [i] { return absl::StrCat("stop[", i, "]"); });
+  }
+  add(r.user().size(), [] { return std::string("user"); });
+  const size_t limit = request_text_limit(n_ctx);
+  if (total <= limit) return absl::OkStatus();
+  return bad("request", absl::StrCat(total, " bytes of text exceed ", limit,
+                                     ", the bound for a context of ", n_ctx,
+                                     " tokens (largest field: ", largest_field, ", ", largest,
+                                     " bytes)"));
+}
+
 absl::Status check_model_name(const v1::ModelInfo& served, const std::string& model) {
   if (model.empty() || model == served.name()) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat(
@@ -249,6 +298,7 @@ absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
   if (absl::Status st = check_model_name(model.info, request.model()); !st.ok()) {
     return st;
   }
+  if (absl::Status st = check_request_size(request, model.n_ctx); !st.ok()) return st;
   const tokenizer::Tokenizer& tok = *model.tokenizer;
   worker::SamplingParams sampling;
   if (absl::Status st = check_generate_request(request, tok.n_tokens(), &sampling);

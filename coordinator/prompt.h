@@ -6,6 +6,9 @@
 // call it, so both accept and refuse the same requests with the same
 // message.
 //
+// The request's total text is bounded first (check_request_size), so an
+// oversized request costs a size count, not a rendering.
+//
 // Errors name the field as inference.proto spells it: INVALID_ARGUMENT
 // ("max_tokens: 10000000 exceeds 1048576"; "tools_json: only with
 // messages"), NOT_FOUND for another model, OUT_OF_RANGE with both numbers for a
@@ -41,6 +44,21 @@ absl::Status check_model_name(const v1::ModelInfo& served,
 absl::Status check_generate_request(const v1::GenerateRequest& request,
                                     int n_vocab,
                                     worker::SamplingParams* sampling = nullptr);
+
+// The most bytes of text one request may carry in all, for a context of
+// n_ctx tokens: n_ctx x 64 bytes (a token is a few bytes of text; 64 leaves
+// room for markup the template drops), at least 1 MiB, at most 8 MiB.
+size_t request_text_limit(int64_t n_ctx);
+
+// The request's text in all — prompt; every message's role, content, name,
+// tool_call_id and tool_calls_json; tools_json, tool_choice,
+// chat_template_kwargs_json, grammar, json_schema, stop and user — against
+// request_text_limit(n_ctx), before anything is parsed, rendered or
+// tokenized (their cost grows with the size). INVALID_ARGUMENT naming the
+// largest field and both numbers:
+// "request: 15360000 bytes of text exceed 1048576, the bound for a context
+// of 2048 tokens (largest field: messages.messages[0].content, 15360000 bytes)".
+absl::Status check_request_size(const v1::GenerateRequest& request, int64_t n_ctx);
 
 struct PromptOptions {
   // max_tokens when the request has none; 0: the rest of the context.

@@ -42,8 +42,8 @@ absl::Status PrefixStore::check_restore(uint64_t id, uint64_t key,
   }
   if (s.key != key) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ": block ", id, " holds another prefix here (key ",
-                     absl::Hex(s.key), ", expected ", absl::Hex(key), ")"));
+        absl::StrCat(field, ": block ", id, " holds another prefix here (not key ",
+                     absl::Hex(key), ")"));  // the held key is another prompt's: not said
   }
   return absl::OkStatus();
 }

@@ -260,10 +260,12 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
       absl::StatusOr<int> length =
           backend_->sequence_length(it->second.backend_seq);
       if (!length.ok()) return length.status();
+      // The message does not say where the sequence ends: seq_id is the
+      // caller's claim, and the sequence may be another client's.
       if (s.start_pos() != *length) {
         return absl::InvalidArgumentError(absl::StrCat(
-            slice_field(i, "start_pos"), ": ", s.start_pos(), ", but sequence ",
-            s.seq_id(), " holds ", *length, " positions here"));
+            slice_field(i, "start_pos"), ": ", s.start_pos(),
+            " is not where sequence ", s.seq_id(), " ends here"));
       }
       run.backend_seq = it->second.backend_seq;
       run.old_length = *length;

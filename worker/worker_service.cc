@@ -2,10 +2,12 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -13,9 +15,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/cpu_info.h"
+#include "proto/decode.h"  // before any Read of a MicroBatch: see decode.h
 #include "spdlog/spdlog.h"
 #include "worker/grpc_link.h"
 #include "worker/shard_plan.h"
+#include "worker/stream_writer.h"
 
 namespace strata::worker {
 
@@ -23,6 +27,10 @@ namespace {
 
 constexpr uint32_t kProtocolVersion = 1;
 constexpr int kMaxFreeIds = 1024;
+// Results one Activations stream may owe its peer (accepted micro-batches
+// not yet answered): the coordinator keeps one micro-batch in flight per
+// stage, so this is far above any legitimate stream.
+constexpr size_t kMaxOutstandingResults = 256;
 
 std::string gib(uint64_t bytes) {
   return absl::StrFormat(
@@ -44,45 +52,6 @@ std::string real_path(const std::string& path) {
   return buf;
 }
 
-// Writes the results of one Activations stream, in order, on the thread
-// that delivers them (OrderedResults runs one sink call at a time): the
-// stage's thread for its own results, the next stage's link reader for
-// the ones coming back. No writer thread: a hand-over per micro-batch is a
-// wake-up of another thread, tens of microseconds on these VMs.
-class ResultWriter {
- public:
-  explicit ResultWriter(
-      grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream)
-      : stream_(stream) {}
-  void write(const v1::MicroBatchResult& r) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || failed_) return;
-    if (!stream_->Write(r)) failed_ = true;
-    cv_.notify_all();
-  }
-  bool failed() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return failed_;
-  }
-  // Waits up to 100 ms for the next write.
-  void wait_a_while() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(100));
-  }
-  // No write after this returns (the stream is about to end).
-  void close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-  }
-
- private:
-  grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* const stream_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool closed_ = false;
-  bool failed_ = false;
-};
-
 }  // namespace
 
 WorkerService::WorkerService(WorkerConfig config)
@@ -91,9 +60,60 @@ WorkerService::WorkerService(WorkerConfig config)
   const cpu::CpuInfo info = cpu::read_cpu_info();
   device_ = info.model.empty() ? "cpu" : info.model;
   isa_ = isa_tier(info);
+  watchdog_ = std::thread([this] { watch_writers(); });
 }
 
-WorkerService::~WorkerService() { shutdown(); }
+WorkerService::~WorkerService() {
+  shutdown();
+  {
+    std::lock_guard<std::mutex> lock(writers_mu_);
+    writers_stop_ = true;
+  }
+  writers_cv_.notify_all();
+  watchdog_.join();
+}
+
+void WorkerService::watch(const std::shared_ptr<StreamWriter>& writer) {
+  std::lock_guard<std::mutex> lock(writers_mu_);
+  writers_.push_back(writer);
+}
+
+WorkerService::StreamStats WorkerService::stream_stats() const {
+  return StreamStats{cut_.load(), max_owed_.load()};
+}
+
+void WorkerService::count_owed(size_t owed) {
+  size_t seen = max_owed_.load(std::memory_order_relaxed);
+  while (owed > seen && !max_owed_.compare_exchange_weak(seen, owed)) {
+  }
+}
+
+void WorkerService::watch_writers() {
+  const std::chrono::milliseconds stall(config_.answer_timeout_ms);
+  std::unique_lock<std::mutex> lock(writers_mu_);
+  while (!writers_stop_) {
+    // A poll: a Write that blocks cannot wake anyone. A tenth of the
+    // stall bound (at most 100 ms) keeps the cut within 10% of it.
+    writers_cv_.wait_for(lock, std::min(std::chrono::milliseconds(100),
+                                        stall / 10 + std::chrono::milliseconds(1)));
+    const auto now = StreamWriter::Clock::now();
+    for (size_t i = 0; i < writers_.size();) {
+      std::shared_ptr<StreamWriter> w = writers_[i].lock();
+      if (w == nullptr) {
+        writers_[i] = std::move(writers_.back());
+        writers_.pop_back();
+        continue;
+      }
+      if (w->cancel_if_stalled(now, stall)) ++cut_;
+      if (w->failed()) {  // cut, or its peer went away
+        writers_[i] = std::move(writers_.back());
+        writers_.pop_back();
+        continue;
+      }
+      ++i;
+    }
+  }
+}
 
 void WorkerService::set_bound_address(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -165,6 +185,7 @@ grpc::Status WorkerService::Describe(grpc::ServerContext*,
 
 absl::StatusOr<std::string> WorkerService::resolve_model_path(
     const std::string& path) const {
+  namespace fs = std::filesystem;
   std::vector<std::string> candidates;
   if (!path.empty() && path[0] == '/') {
     candidates.push_back(path);
@@ -174,8 +195,31 @@ absl::StatusOr<std::string> WorkerService::resolve_model_path(
     }
   }
   const std::string dirs = absl::StrJoin(config_.model_dirs, ", ");
-  std::string outside;
+  // Whether `p` lies under directory `dir` (both absolute and normal).
+  const auto under = [](const std::string& p, const std::string& dir) {
+    return p.size() > dir.size() && p.compare(0, dir.size(), dir) == 0 &&
+           (dir == "/" || p[dir.size()] == '/');
+  };
+  // One answer for every path outside the model directories, whether it
+  // exists or not: the worker must not tell a caller which files exist
+  // elsewhere on its disk. Outside is decided on the path's text first
+  // (nothing outside is looked up), then on where its symlinks lead.
+  const absl::Status outside = absl::PermissionDeniedError(absl::StrCat(
+      "model_path: ", path, " is outside the model directories [", dirs, "]"));
+  bool any_inside = false;
   for (const std::string& c : candidates) {
+    const std::string lexical = fs::path(c).lexically_normal().string();
+    bool inside = false;
+    for (const std::string& d : config_.model_dirs) {
+      const std::string dir = fs::path(d).lexically_normal().string();
+      const std::string real_dir = real_path(d);
+      if (lexical == dir || (!real_dir.empty() && lexical == real_dir) ||
+          under(lexical, dir) || (!real_dir.empty() && under(lexical, real_dir))) {
+        inside = true;
+      }
+    }
+    if (!inside) continue;
+    any_inside = true;
     const std::string resolved = real_path(c);
     if (resolved.empty()) continue;
     for (const std::string& d : config_.model_dirs) {
@@ -185,9 +229,7 @@ absl::StatusOr<std::string> WorkerService::resolve_model_path(
         return absl::InvalidArgumentError(absl::StrCat(
             "model_path: ", path, " is the model directory ", dir, ", not a file"));
       }
-      if (resolved.size() > dir.size() &&
-          resolved.compare(0, dir.size(), dir) == 0 &&
-          (dir == "/" || resolved[dir.size()] == '/')) {
+      if (under(resolved, dir)) {
         struct stat st {};
         if (::stat(resolved.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
           return absl::InvalidArgumentError(
@@ -196,16 +238,11 @@ absl::StatusOr<std::string> WorkerService::resolve_model_path(
         return resolved;
       }
     }
-    outside = resolved;
+    return outside;  // a symlink inside that leads out
   }
-  if (!outside.empty()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("model_path: ", path, " resolves to ", outside,
-                     ", outside the model directories [", dirs, "]"));
-  }
+  if (!any_inside) return outside;
   return absl::NotFoundError(
-      absl::StrCat("model_path: ", path, " does not exist",
-                   path[0] == '/' ? "" : absl::StrCat(" in [", dirs, "]")));
+      absl::StrCat("model_path: ", path, " does not exist in [", dirs, "]"));
 }
 
 absl::StatusOr<v1::ShardInfo> WorkerService::load(
@@ -248,6 +285,16 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
         info.n_embd(), " need micro-batches of up to ", message,
         " bytes, over max_message_bytes ", config_.max_message_bytes,
         " of worker ", worker_id()));
+  }
+
+  // A second shard under the live one's id would take micro-batches meant
+  // for it (the coordinator makes a new id for every load; Health shows
+  // the live one to anyone).
+  if (std::shared_ptr<Loaded> live = current();
+      live != nullptr && live->stage->shard().shard_id() == request.shard_id()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "shard_id: ", request.shard_id(),
+        " is the loaded shard's; a new shard needs a new shard_id"));
   }
 
   // Free the old shard before the new one takes memory.
@@ -330,12 +377,32 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext*,
 grpc::Status WorkerService::Activations(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream) {
-  auto writer = std::make_shared<ResultWriter>(stream);
+  auto writer = std::make_shared<StreamWriter>(
+      [stream](const v1::MicroBatchResult& r) { return stream->Write(r); },
+      [context] { context->TryCancel(); },
+      absl::StrCat("worker ", worker_id(), ": Activations stream from ", context->peer()));
+  watch(writer);
   auto results = std::make_shared<OrderedResults>(
-      [writer](v1::MicroBatchResult r) { writer->write(r); });
+      [writer](v1::MicroBatchResult r) { (void)writer->write(r); });
 
   v1::MicroBatch batch;
-  while (!writer->failed() && stream->Read(&batch)) {
+  (void)proto_decode::take_last_error();
+  std::string undecodable;  // why the peer's last message did not decode
+  while (!writer->failed()) {
+    if (!stream->Read(&batch)) {
+      undecodable = proto_decode::take_last_error();
+      break;
+    }
+    // A peer that sends and never reads: its results pile up behind a
+    // Write that does not return (the watchdog cuts that too, later).
+    const size_t owed = results->outstanding();
+    count_owed(owed);
+    if (owed >= kMaxOutstandingResults) {
+      writer->overflow(absl::StrCat(owed, " results owed to the peer reach the bound of ",
+                                    kMaxOutstandingResults));
+      ++cut_;
+      break;
+    }
     std::shared_ptr<Loaded> loaded = current();
     if (loaded == nullptr) {
       const absl::Status why = no_shard("no shard loaded (LoadShard first)");
@@ -348,11 +415,20 @@ grpc::Status WorkerService::Activations(
   }
   // The upstream sent its last micro-batch: write the results still owed
   // (the next stage answers or is declared dead within its timeouts),
-  // unless the upstream went away.
+  // unless the upstream went away or was cut.
   while (!context->IsCancelled() && !writer->failed() && results->outstanding() > 0) {
     writer->wait_a_while();
   }
   writer->close();
+  const absl::Status st = writer->status();
+  if (!st.ok()) {
+    spdlog::warn("{}", std::string(st.message()));
+    return to_grpc_status(st);
+  }
+  if (!undecodable.empty()) {  // the stream ends there: say why
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("worker ", worker_id(), ": ", undecodable));
+  }
   return grpc::Status::OK;
 }
 
@@ -375,31 +451,29 @@ grpc::Status WorkerService::Results(grpc::ServerContext* context,
                                      ": not the last stage (its shard has no head)"));
   }
   // The stage's thread writes each result (the sink); this thread only
-  // watches for the end: the client gone, the shard unloaded, another
-  // subscriber. `open` (under mu) says whether the sink may still write.
-  struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool open = true;
-  };
-  auto shared = std::make_shared<Shared>();
-  {
-    std::lock_guard<std::mutex> lock(shared->mu);
-    if (!writer->Write(v1::MicroBatchResult())) return grpc::Status::OK;  // registered
-  }
+  // watches for the end: the client gone or cut (StreamWriter), the shard
+  // unloaded, another subscriber.
+  auto out = std::make_shared<StreamWriter>(
+      [writer](const v1::MicroBatchResult& r) { return writer->Write(r); },
+      [context] { context->TryCancel(); },
+      absl::StrCat("worker ", worker_id(), ": Results stream to ", context->peer()));
+  watch(out);
+  // The first message says the sink is registered: the sink is set first,
+  // and its writes wait (on `hello`) until that message is written.
+  auto hello = std::make_shared<std::mutex>();
+  std::unique_lock<std::mutex> hello_lock(*hello);
   const uint64_t token = loaded->relay->set_direct_sink(
-      [shared, writer](const v1::MicroBatchResult& r) {
-        std::lock_guard<std::mutex> lock(shared->mu);
-        if (!shared->open) return false;
-        if (!writer->Write(r)) {
-          shared->open = false;
-          shared->cv.notify_all();
-          return false;
-        }
-        return true;
+      [out, hello](const v1::MicroBatchResult& r) {
+        std::lock_guard<std::mutex> after_hello(*hello);
+        return out->write(r);
       });
-  // The relay's lock is taken before shared->mu by the sink: never the
-  // other way round here.
+  const bool registered = out->write(v1::MicroBatchResult());
+  hello_lock.unlock();
+  if (!registered) {
+    loaded->relay->clear_direct_sink(token);
+    out->close();
+    return grpc::Status::OK;
+  }
   bool replaced = false;
   for (;;) {
     if (!loaded->relay->has_direct_sink(token)) {
@@ -407,15 +481,15 @@ grpc::Status WorkerService::Results(grpc::ServerContext* context,
       break;
     }
     if (current() != loaded) break;  // unloaded or replaced by LoadShard
-    std::unique_lock<std::mutex> lock(shared->mu);
-    if (!shared->open || context->IsCancelled()) break;
-    shared->cv.wait_for(lock, std::chrono::milliseconds(100));
-  }
-  {
-    std::lock_guard<std::mutex> lock(shared->mu);
-    shared->open = false;  // no write after this
+    if (out->failed() || context->IsCancelled()) break;
+    out->wait_a_while();
   }
   loaded->relay->clear_direct_sink(token);
+  out->close();  // no write after this
+  if (absl::Status st = out->status(); !st.ok()) {
+    spdlog::warn("{}", std::string(st.message()));
+    return to_grpc_status(st);
+  }
   if (replaced) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "another Results stream took over");
   }

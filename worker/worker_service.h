@@ -6,17 +6,28 @@
 //                 the loaded shard.
 //   LoadShard     model_path must resolve (realpath, symlinks followed)
 //                 under one of the model dirs (a relative path is looked up
-//                 in each); the request's checks (worker/shard_plan.h);
-//                 weights + KV cache must fit the memory budget
-//                 (RESOURCE_EXHAUSTED with the numbers); rows of a full
-//                 micro-batch must fit max_message_bytes. Then the old shard
-//                 is freed and the new one loaded; the link to next_stage is
-//                 made (and remade after the next worker restarts).
+//                 in each); a path outside them gets one answer whether it
+//                 exists or not (PERMISSION_DENIED "... is outside the model
+//                 directories [...]"); the request's checks
+//                 (worker/shard_plan.h); weights + KV cache must fit the
+//                 memory budget (RESOURCE_EXHAUSTED with the numbers); rows
+//                 of a full micro-batch must fit max_message_bytes; a
+//                 shard_id equal to the loaded shard's is ALREADY_EXISTS (a
+//                 second shard under a live id would take its micro-batches).
+//                 Then the old shard is freed and the new one loaded; the
+//                 link to next_stage is made (and remade after the next
+//                 worker restarts).
 //   Activations   each micro-batch read runs through the Stage on the
 //                 stream's thread; its result (or the next stage's, relayed
 //                 up) is written back in order, on the thread that has it.
+//                 A stream that owes its peer kMaxOutstandingResults (256)
+//                 results, or one whose Write waits answer_timeout_ms for
+//                 the peer to read, is cut (RESOURCE_EXHAUSTED; the results
+//                 still owed are dropped as they come: worker/stream_writer.h).
 //   Results       the last stage's results straight to the coordinator:
-//                 written on the stage's thread as each micro-batch ends.
+//                 written on the stage's thread as each micro-batch ends;
+//                 cut like an Activations stream when a Write waits
+//                 answer_timeout_ms (the stage's thread is then free again).
 //   FreeSequence  frees sequences of the loaded shard (not forwarded).
 //   Health        "idle", "loading" or "serving", live sequences.
 //
@@ -25,10 +36,13 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
@@ -36,6 +50,7 @@
 #include "strata/v1/worker.grpc.pb.h"
 #include "worker/stage.h"
 #include "worker/stage_relay.h"
+#include "worker/stream_writer.h"
 #include "worker/worker_config.h"
 
 namespace strata::worker {
@@ -83,6 +98,14 @@ class WorkerService final : public v1::Worker::Service {
   // a time, on the gRPC thread of the call.
   void set_on_shard(std::function<void(bool loaded)> on_shard);
 
+  // Streams cut because their peer did not read (see Activations), and the
+  // most results an Activations stream owed its peer at once.
+  struct StreamStats {
+    int cut = 0;
+    size_t max_owed = 0;
+  };
+  StreamStats stream_stats() const;
+
  private:
   struct Loaded {
     std::unique_ptr<Stage> stage;
@@ -111,6 +134,19 @@ class WorkerService final : public v1::Worker::Service {
   std::function<void(bool)> on_shard_;  // guarded by mu_
 
   void tell_shard();  // calls on_shard_ with whether a shard is loaded
+
+  // Streams whose writes the watchdog times (StreamWriter): one whose
+  // Write has waited answer_timeout_ms for the peer to read is cut.
+  void watch(const std::shared_ptr<StreamWriter>& writer);
+  void watch_writers();  // the watchdog thread's loop
+  void count_owed(size_t owed);   // updates max_owed_ (no lock: per micro-batch)
+  std::atomic<size_t> max_owed_{0};
+  std::atomic<int> cut_{0};
+  std::mutex writers_mu_;
+  std::condition_variable writers_cv_;
+  std::vector<std::weak_ptr<StreamWriter>> writers_;  // guarded by writers_mu_
+  bool writers_stop_ = false;                         // guarded by writers_mu_
+  std::thread watchdog_;
 };
 
 }  // namespace strata::worker

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 #include "model/tokenizer/unicode.h"
@@ -23,12 +24,27 @@ CLI::Option* add_server_flags(CLI::App* cmd, ServerFlags& flags,
   cmd->add_option("--deadline-ms", flags.deadline_ms,
                   "give up on the server after this many ms (0: never)")
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  cmd->add_option("--timeout", flags.timeout_s,
+                  "give up on the server after this many seconds (default: 600 for a "
+                  "generation, 30 for other calls; 0: never)")
+      ->check(CLI::Range(0.0, 2e6));
+  cmd->add_option("--api-key", flags.api_key,
+                  "the server's API key, sent as a bearer token (default: $STRATA_API_KEY)");
   return server;
 }
 
 std::unique_ptr<Client> connect_or_report(const ServerFlags& flags) {
   ClientOptions options;
   options.deadline = std::chrono::milliseconds(flags.deadline_ms);
+  if (flags.timeout_s >= 0) {
+    const auto t = std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000));
+    options.generate_timeout = t;
+    options.call_timeout = t;
+  }
+  options.api_key = flags.api_key;
+  if (options.api_key.empty()) {
+    if (const char* key = std::getenv("STRATA_API_KEY")) options.api_key = key;
+  }
   auto client = Client::connect(flags.server, options);
   if (!client.ok()) {
     report_error(flags.server, client.status());

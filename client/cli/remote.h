@@ -1,6 +1,6 @@
 // Shared by the CLI verbs that talk to a server over gRPC (`strata
-// generate`, `chat`, `status`, `tokenize --server`): the --server and
-// --deadline-ms flags, the sampling flags (named as `strata run` names
+// generate`, `chat`, `status`, `tokenize --server`): the --server,
+// --deadline-ms, --timeout and --api-key flags, the sampling flags (named as `strata run` names
 // them), and the one-line error every such verb prints before exiting 1:
 //
 //   strata: 127.0.0.1:50051: UNAVAILABLE: worker w1 (127.0.0.1:50062) died
@@ -18,11 +18,14 @@
 namespace strata::cli {
 
 struct ServerFlags {
-  std::string server;   // HOST:PORT
-  int deadline_ms = 0;  // 0: none
+  std::string server;       // HOST:PORT
+  int deadline_ms = 0;      // 0: the client's defaults (or --timeout)
+  double timeout_s = -1;    // < 0: the defaults (generate 600 s, others 30 s); 0: none
+  std::string api_key;      // --api-key, else $STRATA_API_KEY; "": none
 };
 
-// --server HOST:PORT (required when `required`) and --deadline-ms.
+// --server HOST:PORT (required when `required`), --deadline-ms, --timeout
+// and --api-key.
 CLI::Option* add_server_flags(CLI::App* cmd, ServerFlags& flags,
                               bool required = true);
 

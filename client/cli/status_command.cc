@@ -39,6 +39,7 @@ std::string status_json(const ClusterStatus& s) {
   nlohmann::json workers = nlohmann::json::array();
   for (const WorkerStatus& w : s.workers) {
     workers.push_back({{"address", w.address},
+                       {"name", w.name},
                        {"state", w.state},
                        {"first_block", w.first_block},
                        {"last_block", w.last_block},
@@ -56,7 +57,8 @@ std::string status_json(const ClusterStatus& s) {
                       {"workers", std::move(workers)},
                       {"active_sequences", s.active_sequences},
                       {"max_sequences", s.max_sequences},
-                      {"requests_served", s.requests_served}};
+                      {"requests_served", s.requests_served},
+                      {"queued_requests", s.queued_requests}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
          "\n";
 }
@@ -68,8 +70,8 @@ void print_status(const ClusterStatus& s) {
               m.name.c_str(), m.architecture.c_str(), m.n_layer, m.n_vocab,
               m.context_length, m.chat_template_family.empty() ? "" : ", chat ",
               m.chat_template_family.c_str(), m.path.c_str());
-  std::printf("sequences: %d active of %d; %llu requests served\n",
-              s.active_sequences, s.max_sequences,
+  std::printf("sequences: %d active of %d, %d requests queued; %llu requests served\n",
+              s.active_sequences, s.max_sequences, s.queued_requests,
               static_cast<unsigned long long>(s.requests_served));
   std::printf("workers (pipeline order): %zu\n", s.workers.size());
   for (size_t i = 0; i < s.workers.size(); ++i) {
@@ -80,9 +82,10 @@ void print_status(const ClusterStatus& s) {
       std::snprintf(budget, sizeof budget, "budget %.1f MiB", mib(w.memory_budget_bytes));
     }
     std::printf(
-        "  %zu  %s  %s  blocks [%d, %d)%s%s  weights %.1f MiB  KV %.1f MiB  "
+        "  %zu  %s%s  %s  blocks [%d, %d)%s%s  weights %.1f MiB  KV %.1f MiB  "
         "%s  seen %.0f ms ago  %s\n",
-        i, w.address.c_str(), w.state.c_str(), w.first_block, w.last_block,
+        i, w.name.empty() || w.name == w.address ? "" : (w.name + " ").c_str(),
+        w.address.c_str(), w.state.c_str(), w.first_block, w.last_block,
         w.embedding ? " +embedding" : "", w.head ? " +head" : "",
         mib(w.weight_bytes), mib(w.kv_bytes), budget,
         w.last_seen_ms_ago, w.device.c_str());

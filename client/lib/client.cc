@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <limits>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -185,10 +186,16 @@ struct Client::Impl {
   // Registers a call's context for cancel() for the scope's lifetime.
   class Call {
    public:
-    Call(Impl& impl, std::chrono::milliseconds deadline) : impl_(impl) {
-      const std::chrono::milliseconds d =
-          deadline.count() > 0 ? deadline : impl.options.deadline;
+    // `deadline` 0: the client's; `generate` picks the default.
+    Call(Impl& impl, std::chrono::milliseconds deadline, bool generate = false) : impl_(impl) {
+      std::chrono::milliseconds d = deadline.count() > 0 ? deadline : impl.options.deadline;
+      if (d.count() == 0) {
+        d = generate ? impl.options.generate_timeout : impl.options.call_timeout;
+      }
       if (d.count() > 0) context.set_deadline(std::chrono::system_clock::now() + d);
+      if (!impl.options.api_key.empty()) {
+        context.AddMetadata("authorization", "Bearer " + impl.options.api_key);
+      }
       std::lock_guard<std::mutex> lock(impl_.mu);
       impl_.live.insert(&context);
     }
@@ -254,6 +261,24 @@ absl::StatusOr<std::unique_ptr<Client>> Client::connect(
     return absl::InvalidArgumentError(absl::StrCat(
         "deadline: ", options.deadline.count(), " ms is negative"));
   }
+  for (const auto& [field, value] :
+       {std::pair<const char*, std::chrono::milliseconds>{"generate_timeout",
+                                                          options.generate_timeout},
+        {"call_timeout", options.call_timeout},
+        {"keepalive_time", options.keepalive_time},
+        {"keepalive_timeout", options.keepalive_timeout}}) {
+    if (value.count() < 0 || value.count() > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", value.count(), " ms is out of range [0, 2^31)"));
+    }
+  }
+  // A header value may not carry control characters (gRPC would refuse
+  // the call with an empty message).
+  for (char c : options.api_key) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError("api_key: holds a control character");
+    }
+  }
   if (options.max_receive_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_receive_bytes: ", options.max_receive_bytes, " is not positive"));
@@ -263,6 +288,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::connect(
   impl->options = options;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_bytes);
+  if (options.keepalive_time.count() > 0) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepalive_time.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                static_cast<int>(options.keepalive_timeout.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   impl->channel = grpc::CreateCustomChannel(
       address, grpc::InsecureChannelCredentials(), args);
   impl->stub = pb::Inference::NewStub(impl->channel);
@@ -294,7 +326,7 @@ absl::StatusOr<GenerateResult> Client::generate_stream(
   pb::GenerateRequest message;
   fill_request(request, message);
 
-  Impl::Call call(*impl_, request.deadline);
+  Impl::Call call(*impl_, request.deadline, /*generate=*/true);
   std::unique_ptr<grpc::ClientReader<pb::GenerateResponse>> reader =
       impl_->stub->Generate(&call.context, message);
   GenerateResult result;
@@ -433,10 +465,12 @@ absl::StatusOr<ClusterStatus> Client::cluster_status() {
   out.active_sequences = response.active_sequences();
   out.max_sequences = response.max_sequences();
   out.requests_served = response.requests_served();
+  out.queued_requests = response.queued_requests();
   out.workers.reserve(response.workers_size());
   for (const pb::WorkerStatus& w : response.workers()) {
     WorkerStatus s;
     s.address = w.address();
+    s.name = w.name();
     s.state = w.state();
     s.first_block = w.first_block();
     s.last_block = w.last_block();

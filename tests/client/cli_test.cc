@@ -3,11 +3,16 @@
 // in-process fake server (fake_inference.h): output, the --json shape
 // `strata run` prints, the requests they send, and one-line errors with
 // exit status 1.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -163,6 +168,39 @@ TEST_F(RemoteCliTest, UnreachableServerIsOneLineAndExitOne) {
   }
 }
 
+// --timeout bounds every call (a server that accepts and never answers
+// does not hang the CLI); --api-key, else $STRATA_API_KEY, is sent as a
+// bearer token.
+TEST_F(RemoteCliTest, TimeoutAndApiKey) {
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(silent, 16), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  for (const char* verb : {"status", "generate -p hi"}) {
+    SCOPED_TRACE(verb);
+    const auto t0 = std::chrono::steady_clock::now();
+    const CommandResult r = strata(std::string(verb) + " --server " + address + " --timeout 0.5");
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(r.err.rfind("strata: " + address + ": DEADLINE_EXCEEDED: ", 0), 0u) << r.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  }
+  ::close(silent);
+
+  EXPECT_EQ(strata("generate " + server_flag() + " -p ok --api-key k1").status, 0);
+  EXPECT_EQ(server_.service().last_authorization(), "Bearer k1");
+  ::setenv("STRATA_API_KEY", "k2", 1);
+  EXPECT_EQ(strata("generate " + server_flag() + " -p ok").status, 0);
+  ::unsetenv("STRATA_API_KEY");
+  EXPECT_EQ(server_.service().last_authorization(), "Bearer k2");
+  EXPECT_EQ(strata("generate " + server_flag() + " -p ok").status, 0);
+  EXPECT_EQ(server_.service().last_authorization(), "");
+}
+
 TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(strata("generate -p hi").status, 2);  // no --server
   EXPECT_EQ(strata("generate " + server_flag()).status, 2);  // no prompt
@@ -281,7 +319,12 @@ TEST_F(RemoteCliTest, StatusPrintsTheWorkers) {
   const CommandResult r = strata("status " + server_flag());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("state: degraded"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("127.0.0.1:50061  serving  blocks [0, 3) +embedding"),
+  EXPECT_NE(r.out.find("  0  w0 127.0.0.1:50061  serving  blocks [0, 3) +embedding"),
+            std::string::npos)
+      << r.out;
+  // The second has no name: its address alone.
+  EXPECT_NE(r.out.find("  1  127.0.0.1:50062  unreachable"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sequences: 2 active of 16, 3 requests queued; 7 requests served"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("last error: connection refused"), std::string::npos);
@@ -299,6 +342,8 @@ TEST_F(RemoteCliTest, StatusPrintsTheWorkers) {
   EXPECT_EQ(s["workers"][1]["first_block"], 3);
   EXPECT_EQ(s["workers"][1]["head"], true);
   EXPECT_EQ(s["requests_served"], 7);
+  EXPECT_EQ(s["queued_requests"], 3);
+  EXPECT_EQ(s["workers"][0]["name"], "w0");
 }
 
 TEST_F(RemoteCliTest, TokenizeAndDetokenizeOverTheServer) {

@@ -3,6 +3,12 @@
 // passed through, and streams that break the protocol refused with INTERNAL.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -196,6 +202,173 @@ TEST_F(ClientTest, DeadlineExceededEndsAHungStream) {
             absl::StatusCode::kDeadlineExceeded);
 }
 
+// A listening socket on 127.0.0.1 that never answers: the kernel accepts
+// the TCP connection, nothing ever speaks HTTP/2 (a black-holed server).
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentListener() { ::close(fd_); }
+  int fd() const { return fd_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// A TCP relay between a client and `target` that can freeze: from then on
+// it passes nothing either way and keeps the connections open, as a
+// SIGSTOPped server does.
+class FreezingRelay {
+ public:
+  explicit FreezingRelay(int target_port) : target_port_(target_port) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~FreezingRelay() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::string address() const { return listener_.address(); }
+  void freeze() { frozen_ = true; }
+
+ private:
+  void run() {
+    std::vector<std::pair<int, int>> pairs;  // (client, server)
+    while (!stop_) {
+      std::vector<pollfd> fds{{listener_.fd(), POLLIN, 0}};
+      if (!frozen_) {
+        for (auto [c, t] : pairs) {
+          fds.push_back({c, POLLIN, 0});
+          fds.push_back({t, POLLIN, 0});
+        }
+      }
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        const int c = ::accept(listener_.fd(), nullptr, nullptr);
+        const int t = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(target_port_));
+        if (::connect(t, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) pairs.emplace_back(c, t);
+      }
+      std::vector<bool> dead(pairs.size(), false);
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const auto [c, t] = pairs[(i - 1) / 2];
+        const int from = fds[i].fd, to = from == c ? t : c;
+        char buf[16384];
+        const ssize_t n = ::read(from, buf, sizeof buf);
+        if (n > 0) {
+          (void)!::write(to, buf, static_cast<size_t>(n));
+        } else {
+          dead[(i - 1) / 2] = true;
+        }
+      }
+      for (size_t k = pairs.size(); k-- > 0;) {
+        if (!dead[k]) continue;
+        ::close(pairs[k].first);
+        ::close(pairs[k].second);
+        pairs.erase(pairs.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
+    for (auto [c, t] : pairs) {
+      ::close(c);
+      ::close(t);
+    }
+  }
+
+  SilentListener listener_;
+  const int target_port_;
+  std::atomic<bool> frozen_{false};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(ClientOptionsTest, DefaultsBoundEveryCallAndPing) {
+  const ClientOptions o;
+  EXPECT_EQ(o.deadline, milliseconds(0));
+  EXPECT_EQ(o.generate_timeout, std::chrono::minutes(10));
+  EXPECT_EQ(o.call_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(o.keepalive_time, milliseconds(1000));
+  EXPECT_EQ(o.keepalive_timeout, milliseconds(1000));
+  ClientOptions bad;
+  bad.call_timeout = milliseconds(-5);
+  auto c = Client::connect("127.0.0.1:1", bad);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), "call_timeout: -5 ms is out of range [0, 2^31)");
+  bad = ClientOptions();
+  bad.api_key = "a\nb";
+  EXPECT_EQ(Client::connect("127.0.0.1:1", bad).status().message(),
+            "api_key: holds a control character");
+}
+
+// A server that accepts the connection and never answers: every call ends
+// by its default deadline (shortened here), none hangs.
+TEST(ClientTimeouts, ASilentServerEndsEveryCallByItsDeadline) {
+  SilentListener silent;
+  ClientOptions options;
+  options.generate_timeout = milliseconds(800);
+  options.call_timeout = milliseconds(400);
+  auto client = Client::connect(silent.address(), options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  GenerateOptions g;
+  g.prompt = "ok";
+  auto t0 = steady_clock::now();
+  auto result = (*client)->generate(g);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
+  EXPECT_GE(steady_clock::now() - t0, milliseconds(700));
+  EXPECT_LT(steady_clock::now() - t0, std::chrono::seconds(10));
+  t0 = steady_clock::now();
+  auto health = (*client)->health();
+  EXPECT_EQ(health.status().code(), absl::StatusCode::kDeadlineExceeded) << health.status();
+  EXPECT_LT(steady_clock::now() - t0, std::chrono::seconds(10));
+  t0 = steady_clock::now();
+  EXPECT_EQ((*client)->cluster_status().status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// A server that answered, then froze (SIGSTOP): a generation under the
+// default 10-minute deadline ends UNAVAILABLE once a keepalive ping goes
+// unanswered (1 s + 1 s), not after 10 minutes.
+TEST(ClientTimeouts, AFrozenServerIsNoticedByKeepalive) {
+  testing::FakeServer server;
+  ASSERT_TRUE(server.ok());
+  const int port = std::stoi(server.address().substr(server.address().rfind(':') + 1));
+  FreezingRelay relay(port);
+  auto client = Client::connect(relay.address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->health().ok());
+  relay.freeze();
+  GenerateOptions g;
+  g.prompt = "slow";
+  const auto t0 = steady_clock::now();
+  auto result = (*client)->generate(g);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+  EXPECT_LT(steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST_F(ClientTest, SendsTheApiKeyAsABearerToken) {
+  ASSERT_TRUE(client_->generate(prompt("ok")).ok());
+  EXPECT_EQ(server_.service().last_authorization(), "");
+  ClientOptions options;
+  options.api_key = "s3cret";
+  std::unique_ptr<Client> client = connect(options);
+  ASSERT_TRUE(client->generate(prompt("ok")).ok());
+  EXPECT_EQ(server_.service().last_authorization(), "Bearer s3cret");
+}
+
 TEST_F(ClientTest, ServerStatusesKeepTheirCodeAndMessage) {
   const std::pair<const char*, absl::StatusCode> cases[] = {
       {"INVALID_ARGUMENT", absl::StatusCode::kInvalidArgument},
@@ -302,6 +475,9 @@ TEST_F(ClientTest, ModelsHealthAndClusterStatus) {
   EXPECT_TRUE(status->workers[1].head);
   EXPECT_EQ(status->workers[1].last_error, "connection refused");
   EXPECT_EQ(status->requests_served, 7u);
+  EXPECT_EQ(status->queued_requests, 3);
+  EXPECT_EQ(status->workers[0].name, "w0");
+  EXPECT_EQ(status->workers[1].name, "");
 }
 
 }  // namespace

@@ -40,6 +40,10 @@ class FakeInference final : public pb::Inference::Service {
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_request_ = *request;
+      auto it = context->client_metadata().find("authorization");
+      last_authorization_ = it == context->client_metadata().end()
+                                ? ""
+                                : std::string(it->second.data(), it->second.size());
     }
     ++generate_calls_;
     if (request->has_messages()) {
@@ -173,8 +177,10 @@ class FakeInference final : public pb::Inference::Service {
     response->set_active_sequences(2);
     response->set_max_sequences(16);
     response->set_requests_served(7);
+    response->set_queued_requests(3);
     pb::WorkerStatus* w0 = response->add_workers();
     w0->set_address("127.0.0.1:50061");
+    w0->set_name("w0");
     w0->set_state("serving");
     w0->set_first_block(0);
     w0->set_last_block(3);
@@ -244,6 +250,16 @@ class FakeInference final : public pb::Inference::Service {
   pb::GenerateRequest last_request_;  // guarded by mu_
   std::atomic<bool> saw_cancel_{false};
   std::atomic<int> generate_calls_{0};
+
+ public:
+  // The last Generate call's "authorization" metadata ("" when none).
+  std::string last_authorization() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_authorization_;
+  }
+
+ private:
+  std::string last_authorization_;  // guarded by mu_
 };
 
 // The fake, serving on 127.0.0.1:<ephemeral port> until destroyed.
@@ -253,6 +269,10 @@ class FakeServer {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port_);
+    // The clients' keepalive pings (every 1 s) are welcome, as on the
+    // real servers.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
   }

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "coordinator/inference_service.h"
+#include "coordinator/prompt.h"
 #include "gtest/gtest.h"
 
 namespace strata::coordinator {
@@ -118,6 +119,43 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
     EXPECT_NE(std::string(st.message()).find(c.field), std::string::npos)
         << "want " << c.field << ", got " << st.message();
   }
+}
+
+TEST(GenerateRequest, TotalTextIsBoundedByTheContext) {
+  EXPECT_EQ(request_text_limit(2048), size_t{1} << 20);       // 128 KiB: at least 1 MiB
+  EXPECT_EQ(request_text_limit(32768), size_t{2} << 20);      // 32768 x 64
+  EXPECT_EQ(request_text_limit(1 << 20), size_t{8} << 20);    // at most 8 MiB
+  EXPECT_EQ(request_text_limit(int64_t{1} << 40), size_t{8} << 20);  // no overflow
+  // Each field is within its own bound (4 MiB), the sum is not.
+  v1::GenerateRequest r;
+  for (int i = 0; i < 3; ++i) {
+    auto* m = r.mutable_messages()->add_messages();
+    m->set_role("user");
+    m->set_content(std::string(i == 1 ? 500000 : 300000, 'a'));
+  }
+  r.set_tools_json(std::string(1000, ' '));
+  absl::Status st = check_request_size(r, 2048);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "request: 1101012 bytes of text exceed 1048576, the bound for a context of 2048 "
+            "tokens (largest field: messages.messages[1].content, 500000 bytes)");
+  // The same with a larger context passes.
+  EXPECT_TRUE(check_request_size(r, 32768).ok());
+  // Every text field counts.
+  v1::GenerateRequest g;
+  g.set_prompt("x");
+  g.set_json_schema(std::string(1 << 20, ' '));
+  st = check_request_size(g, 2048);
+  EXPECT_NE(st.message().find("(largest field: json_schema, 1048576 bytes)"), std::string::npos)
+      << st;
+  g.clear_json_schema();
+  g.set_grammar(std::string(1 << 20, ' '));
+  EXPECT_NE(check_request_size(g, 2048).message().find("largest field: grammar"),
+            std::string::npos);
+  g.clear_grammar();
+  g.set_chat_template_kwargs_json(std::string(1 << 20, ' '));
+  EXPECT_NE(check_request_size(g, 2048).message().find("chat_template_kwargs_json"),
+            std::string::npos);
 }
 
 // A port another server holds is refused, not shared with it (gRPC's

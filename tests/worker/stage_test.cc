@@ -307,7 +307,15 @@ TEST_F(StageChecks, Positions) {
                   absl::StatusCode::kNotFound, "slices[0].seq_id: sequence 99");
   expect_rejected(*first_, first_batch({slice(1, 7, {1})}),
                   absl::StatusCode::kInvalidArgument,
-                  "slices[0].start_pos: 7, but sequence 1 holds 5");
+                  "slices[0].start_pos: 7 is not where sequence 1 ends here");
+  // The message names the slice's own numbers, never the sequence's length
+  // (5): seq_id is the caller's claim and may be another client's.
+  {
+    v1::MicroBatch next;
+    v1::MicroBatchResult r;
+    const absl::Status st = first_->run(first_batch({slice(1, 7, {1})}), &next, &r);
+    EXPECT_EQ(st.message().find('5'), std::string::npos) << st;
+  }
   expect_rejected(*first_, first_batch({slice(1, -1, {1})}),
                   absl::StatusCode::kInvalidArgument,
                   "slices[0].start_pos: -1 is negative");
@@ -393,6 +401,27 @@ TEST_F(StageChecks, SamplingAndLogprobs) {
   expect_rejected(*last_, last_batch({s}, 1),
                   absl::StatusCode::kInvalidArgument,
                   "slices[0].top_logprobs: 21 is out of range [0, 20]");
+}
+
+TEST_F(StageChecks, FullSlotsRefuseNewSequencesAndKeepLiveOnes) {
+  // max_sequences 2: sequence 2 takes the last slot.
+  v1::MicroBatch next;
+  v1::MicroBatchResult r;
+  ASSERT_TRUE(first_->run(first_batch({slice(2, 0, {3, 4})}), &next, &r).ok());
+  ASSERT_EQ(first_->live_sequences(), 2);
+  // A micro-batch with a new sequence is refused as a whole, even beside a
+  // live one's decode step, and nothing of it stays.
+  absl::Status st =
+      first_->run(first_batch({slice(1, 5, {42}, false), slice(3, 0, {1})}), &next, &r);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_EQ(st.message(), "slices: 1 new sequences with 2 live exceed max_sequences 2");
+  EXPECT_EQ(first_->live_sequences(), 2);
+  st = first_->run(first_batch({slice(3, 1, {1})}), &next, &r);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  // The live ones go on where they were.
+  st = first_->run(first_batch({slice(1, 5, {42}, false), slice(2, 2, {5}, false)}), &next, &r);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(first_->live_sequences(), 2);
 }
 
 TEST_F(StageChecks, TooManySequences) {

@@ -54,9 +54,25 @@ namespace strata {
 
 // How a Client talks to its server.
 struct ClientOptions {
-  // Deadline of each call, from its start; 0: none. A Generate call counts
-  // until its last event, so a long generation needs a long deadline.
+  // Deadline of each call, from its start, in place of the defaults below;
+  // 0: the defaults. A Generate call counts until its last event, so a long
+  // generation needs a long deadline.
   std::chrono::milliseconds deadline{0};
+  // The deadlines when neither `deadline` nor the request gives one, so
+  // that a server that stops answering (frozen, or a network that drops
+  // everything) never hangs a call: Generate 10 min, the other calls 30 s.
+  // 0: none.
+  std::chrono::milliseconds generate_timeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds call_timeout{std::chrono::seconds(30)};
+  // gRPC keepalive: a ping every keepalive_time, also between calls; a
+  // connection whose ping is not answered within keepalive_timeout is
+  // closed, and its calls end UNAVAILABLE (a frozen server is noticed in
+  // about 2 s). keepalive_time 0: no pings.
+  std::chrono::milliseconds keepalive_time{1000};
+  std::chrono::milliseconds keepalive_timeout{1000};
+  // Sent with every call as "authorization: Bearer <api_key>" when not
+  // empty (the server's api_key / STRATA_API_KEY).
+  std::string api_key;
   // Largest message accepted from the server, in bytes (a GenerateDone
   // carries the prompt's ids and the whole text).
   int max_receive_bytes = 64 << 20;
@@ -101,7 +117,8 @@ struct GenerateOptions {
   bool ignore_eos = false;           // keep going past end-of-generation ids
   bool logprobs = false;             // the chosen tokens' log-probabilities
   int32_t top_logprobs = 0;          // and the n most likely ones; 0 .. 20
-  // This call's deadline; 0: ClientOptions::deadline.
+  // This call's deadline; 0: ClientOptions::deadline, else
+  // ClientOptions::generate_timeout.
   std::chrono::milliseconds deadline{0};
 };
 
@@ -190,6 +207,7 @@ struct Health {
 
 struct WorkerStatus {
   std::string address;
+  std::string name;                  // its `name:` in the cluster config
   std::string state;                 // "serving", "loading", "unreachable", ...
   int32_t first_block = 0;           // its shard: [first_block, last_block)
   int32_t last_block = 0;
@@ -210,6 +228,7 @@ struct ClusterStatus {
   int32_t active_sequences = 0;
   int32_t max_sequences = 0;
   uint64_t requests_served = 0;
+  int32_t queued_requests = 0;        // waiting for a sequence slot
 };
 
 // A connection to one server. Owns its gRPC channel; destroying the Client
