@@ -8,6 +8,7 @@
 // Prints "listening on HOST:PORT" (the port the system chose for port 0)
 // on stdout once it serves. Exit status: 0 after a signal, 2 for a bad
 // config or flag, 1 when it cannot listen.
+#include <malloc.h>
 #include <pthread.h>
 
 #include <csignal>
@@ -38,6 +39,11 @@ int fail_config(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Large buffers (KV caches, activations, scratch) are mapped and unmapped
+  // whole. glibc's default raises the mmap threshold after the first such
+  // free, so a reloaded shard's buffers came from the heap and stayed in the
+  // process: bench/soak saw RSS grow 100+ MiB a reload.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   using strata::worker::WorkerConfig;
   CLI::App app{
       "strata-worker: serves one shard of a model to a strata "
