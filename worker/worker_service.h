@@ -139,6 +139,12 @@ class WorkerService final : public v1::Worker::Service {
   // Write has waited answer_timeout_ms for the peer to read is cut.
   void watch(const std::shared_ptr<StreamWriter>& writer);
   void watch_writers();  // the watchdog thread's loop
+  // On the watchdog thread: malloc_trim once the shard ran no micro-batch
+  // for a second after it last did.
+  void trim_when_idle(std::chrono::steady_clock::time_point now);
+  uint64_t idle_steps_ = 0;
+  std::chrono::steady_clock::time_point idle_since_{};
+  bool trimmed_ = true;
   void count_owed(size_t owed);   // updates max_owed_ (no lock: per micro-batch)
   std::atomic<size_t> max_owed_{0};
   std::atomic<int> cut_{0};
