@@ -55,8 +55,6 @@ build_targets=()
 for t in "${targets[@]}"; do build_targets+=("${t}_fuzz"); done
 cmake --build "$build" -j"$jobs" --target "${build_targets[@]}" make_gguf_seeds
 
-# The libraries' own leaks at exit are not findings of a run.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 per=$(( seconds / ${#targets[@]} ))
 (( per >= 1 )) || per=1

@@ -24,6 +24,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/prompt.h"
 #include "strata/v1/inference.pb.h"
+#include "tests/fuzz/fuzz_proto.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
@@ -101,6 +102,7 @@ void detokenize(const v1::DetokenizeRequest& request) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::quiet_protobuf();
   (void)model();
   if (size < 1) return 0;
   const uint8_t* bytes = data + 1;

@@ -34,6 +34,7 @@
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "strata/v1/worker.pb.h"
+#include "tests/fuzz/fuzz_proto.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "worker/in_process_link.h"
 #include "worker/ordered_results.h"
@@ -201,6 +202,7 @@ void expect_good(World& w, bool last_alone) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::quiet_protobuf();
   World& w = world();
   if (size < 1) return 0;
   const uint8_t flags = data[0];

@@ -15,11 +15,14 @@
 // Describe and Health must agree with what is loaded.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "grpcpp/grpcpp.h"
+#include "spdlog/spdlog.h"
 #include "strata/v1/worker.pb.h"
+#include "tests/fuzz/fuzz_proto.h"
 #include "tests/fuzz/worker_service_fuzz_util.h"
 #include "worker/shard_plan.h"
 
@@ -46,7 +49,12 @@ v1::LoadShardRequest default_request() {
 }
 
 worker::WorkerService& service() {
-  static worker::WorkerService* s = new worker::WorkerService(fuzz::service_config());
+  static worker::WorkerService* s = [] {
+    // A line per LoadShard would be most of the time (STRATA_FUZZ_VERBOSE
+    // keeps them).
+    if (std::getenv("STRATA_FUZZ_VERBOSE") == nullptr) spdlog::set_level(spdlog::level::off);
+    return new worker::WorkerService(fuzz::service_config());
+  }();
   return *s;
 }
 
@@ -95,6 +103,7 @@ void check_consistent() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::quiet_protobuf();
   if (size < 1) return 0;
   ensure_default_shard();
   const uint8_t op = (data[0] & 7) % 5;
