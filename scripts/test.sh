@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's second command (and what .ci/run calls): installs everything,
 # builds, and runs the whole test suite twice (plain build, then AddressSanitizer
-# + UndefinedBehaviorSanitizer build), then fuzzes the GGUF reader for a bounded
-# time (STRATA_FUZZ_SECONDS, default 60; 0 skips it).
+# + UndefinedBehaviorSanitizer build; both replay the fuzz corpora), then
+# replays the corpora under libFuzzer and fuzzes every target of tests/fuzz/
+# for a bounded total time (STRATA_FUZZ_SECONDS, default 60, split across the
+# targets; 0 skips it).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$STRATA_ROOT/scripts/install-deps.sh"
 "$STRATA_ROOT/scripts/fetch-models.sh"
@@ -35,7 +37,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 
 fuzz_seconds="${STRATA_FUZZ_SECONDS:-60}"
 if [[ "$fuzz_seconds" != 0 ]]; then
-  log "fuzzing the GGUF reader for ${fuzz_seconds}s"
+  log "fuzzing every target of tests/fuzz/ for ${fuzz_seconds}s in all"
   "$STRATA_ROOT/scripts/fuzz.sh" "$fuzz_seconds" || status=1
 fi
 exit $status

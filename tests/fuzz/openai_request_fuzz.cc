@@ -1,0 +1,87 @@
+// libFuzzer target: the OpenAI-compatible HTTP API's request bodies
+// (coordinator/http/openai.h) as a hostile client sends them: a body of
+// /v1/chat/completions or /v1/completions becomes a GenerateRequest, which
+// then goes through prepare_prompt (coordinator/prompt.h) with the served
+// model, as the HTTP handler does; /tokenize-style bodies through
+// parse_json_object. A refusal must become an OpenAI error object that is
+// valid JSON with a 4xx status (never a 500 for the client's bytes).
+// The model: SmolLM2-135M-Instruct when fetched, else stories260K.
+//
+// Input: one byte (% 3: 0 chat, 1 completions, 2 a JSON object body), then
+// the body.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/chat_output.h"
+#include "coordinator/cluster.h"
+#include "coordinator/http/openai.h"
+#include "coordinator/prompt.h"
+#include "tests/fuzz/fuzz_util.h"
+
+namespace {
+
+using namespace strata;  // NOLINT: a test harness
+using coordinator::http::Endpoint;
+using fuzz::check;
+
+const coordinator::ServedModel& model() {
+  static const coordinator::ServedModel* m = [] {
+    const std::string path = fuzz::tokenizer_model_path();
+    auto opened = coordinator::open_served_model(path, 2048);
+    fuzz::require(opened.ok(), path + ": " + opened.status().ToString());
+    return opened->release();
+  }();
+  return *m;
+}
+
+// A refusal as the HTTP API answers it.
+void check_refusal(const absl::Status& status) {
+  check(!status.ok(), "a refusal is an error");
+  const coordinator::http::ApiError e = coordinator::http::to_api_error(status);
+  check(e.http_status >= 400 && e.http_status < 500, "the client's bytes give a 4xx");
+  const std::string body = coordinator::http::error_json(e);
+  const auto parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  check(parsed.is_object() && parsed.contains("error"), "the error body is an OpenAI error");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const coordinator::ServedModel& m = model();
+  if (size < 1) return 0;
+  const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  const int kind = data[0] % 3;
+  if (kind == 2) {
+    auto object = coordinator::http::parse_json_object(body);
+    if (object.ok()) {
+      check(object->is_object(), "parse_json_object gives an object");
+      (void)coordinator::http::dump_json(*object);
+    } else {
+      check_refusal(object.status());
+    }
+    return 0;
+  }
+  const Endpoint endpoint = kind == 0 ? Endpoint::kChat : Endpoint::kCompletion;
+  auto parsed = coordinator::http::parse_openai_request(endpoint, body);
+  if (!parsed.ok()) fuzz::note(parsed.status().ToString());
+  if (!parsed.ok()) {
+    check_refusal(parsed.status());
+    return 0;
+  }
+  check(parsed->n >= 1 && parsed->n <= coordinator::http::kMaxChoices, "n in range");
+  coordinator::ChatOutputSpec spec;
+  auto prepared = coordinator::prepare_prompt(m, parsed->generate, {}, &spec);
+  fuzz::note(prepared.ok() ? "prepared: " + std::to_string(prepared->prompt.size()) + " tokens"
+                           : prepared.status().ToString());
+  if (!prepared.ok()) {
+    check_refusal(prepared.status());
+    return 0;
+  }
+  check(!prepared->prompt.empty() && prepared->prompt.size() <= static_cast<size_t>(m.n_ctx),
+        "the prompt fits the context");
+  return 0;
+}
