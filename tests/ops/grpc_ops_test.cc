@@ -148,7 +148,7 @@ class GrpcOpsTest : public ::testing::Test {
     }
     cluster_ = std::make_unique<Cluster>(
         o, *std::move(model), std::move(workers),
-        [](worker::ActivationLink::ResultCallback cb, uint64_t)
+        [](worker::ActivationLink::ResultCallback cb, uint64_t, const std::vector<int>&)
             -> absl::StatusOr<std::unique_ptr<worker::ActivationLink>> {
           return std::make_unique<AnsweringLink>(std::move(cb));
         });
