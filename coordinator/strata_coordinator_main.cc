@@ -100,6 +100,12 @@ int main(int argc, char** argv) {
                 absl::InvalidArgumentError("model: missing (or give --model)"));
   }
 
+  // Mutual TLS to every worker (or plaintext on loopback with insecure:
+  // true): refused here, before anything starts, when neither is set.
+  if (absl::Status st = resolve_link_security(*config); !st.ok()) {
+    return fail(config_path, st);
+  }
+
   auto served = open_served_model(config->model, config->context_length);
   if (!served.ok()) return fail(config->model, served.status());
   if (!config->chat_template.empty()) {
@@ -110,17 +116,25 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<WorkerControl>> workers;
   for (const WorkerConfig& w : config->workers) {
-    workers.push_back(make_grpc_worker_control(w.address, worker_label(w)));
+    workers.push_back(
+        make_grpc_worker_control(w.address, worker_label(w), config->tls, w.name));
   }
+  const strata::grpc_tls::TlsConfig tls = config->tls;
+  const std::string first_tls_name = config->workers.front().name;
+  const std::string last_tls_name = config->workers.back().name;
   const std::string first = config->workers.front().address;
   const std::string first_name = worker_label(config->workers.front());
   const std::string last = config->workers.back().address;
   const std::string last_name = worker_label(config->workers.back());
-  FirstLinkFactory link = [first, first_name, last, last_name](
+  FirstLinkFactory link = [first, first_name, last, last_name, tls, first_tls_name,
+                           last_tls_name](
                               strata::worker::ActivationLink::ResultCallback cb,
                               uint64_t shard_id) {
     strata::worker::GrpcLinkOptions o;
     o.peer_name = first_name;
+    o.tls = tls;
+    o.tls_name = first_tls_name;
+    o.results_tls_name = last_tls_name;
     // The last stage's tokens come straight back on a stream of their own
     // (one hop, not one per stage); one worker has no hop to save.
     if (last != first) {
