@@ -1,9 +1,6 @@
 #include "proto/cluster_certs.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/err.h>
@@ -12,6 +9,8 @@
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -52,13 +51,12 @@ absl::StatusOr<Owned<EVP_PKEY>> new_p256_key() {
   return key;
 }
 
-absl::Status add_ext(X509* cert, X509V3_CTX* ctx, int nid,
-                     const char* value) {
+absl::Status add_ext(X509* cert, X509V3_CTX* ctx, int nid, const char* value) {
   Owned<X509_EXTENSION> ext(
       X509V3_EXT_conf_nid(nullptr, ctx, nid, const_cast<char*>(value)));
   if (ext == nullptr || X509_add_ext(cert, ext.get(), -1) != 1) {
-    return openssl_error(absl::StrCat("extension ", OBJ_nid2sn(nid), " ",
-                                      value));
+    return openssl_error(
+        absl::StrCat("extension ", OBJ_nid2sn(nid), " ", value));
   }
   return absl::OkStatus();
 }
@@ -106,9 +104,9 @@ absl::StatusOr<std::string> pem_of(X509* cert) {
 
 absl::StatusOr<std::string> pem_of(EVP_PKEY* key) {
   Owned<BIO> bio(BIO_new(BIO_s_mem()));
-  if (bio == nullptr || PEM_write_bio_PrivateKey(bio.get(), key, nullptr,
-                                                 nullptr, 0, nullptr,
-                                                 nullptr) != 1) {
+  if (bio == nullptr ||
+      PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr,
+                               nullptr) != 1) {
     return openssl_error("PEM_write_bio_PrivateKey");
   }
   char* data = nullptr;
@@ -208,8 +206,8 @@ absl::StatusOr<CertAndKey> make_leaf(const CertAndKey& ca,
                                     static_cast<int>(ca.cert_pem.size())));
   Owned<X509> ca_cert(
       PEM_read_bio_X509(ca_bio.get(), nullptr, nullptr, nullptr));
-  Owned<BIO> key_bio(BIO_new_mem_buf(ca.key_pem.data(),
-                                     static_cast<int>(ca.key_pem.size())));
+  Owned<BIO> key_bio(
+      BIO_new_mem_buf(ca.key_pem.data(), static_cast<int>(ca.key_pem.size())));
   Owned<EVP_PKEY> ca_key(
       PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
   if (ca_cert == nullptr || ca_key == nullptr) {

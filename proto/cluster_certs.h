@@ -23,11 +23,11 @@
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace strata::certs {
 
@@ -43,8 +43,8 @@ struct CertAndKey {
 absl::Status check_name(absl::string_view name);
 
 // A self-signed CA. `common_name` is its subject CN.
-absl::StatusOr<CertAndKey> make_ca(absl::string_view common_name =
-                                       "strata cluster CA");
+absl::StatusOr<CertAndKey> make_ca(
+    absl::string_view common_name = "strata cluster CA");
 
 // A certificate for `name` signed by `ca` (make_ca's). Errors: Internal
 // when OpenSSL fails (its message), InvalidArgument for a bad name or CA.

@@ -124,9 +124,9 @@ absl::Status parse_tls_key(const std::string& key, const YAML::Node& value,
     } else if (v == "false" || v == "no") {
       out->insecure = false;
     } else {
-      return yaml_error(source, value, key,
-                        absl::StrCat("\"", value.Scalar(),
-                                     "\" is not true or false"));
+      return yaml_error(
+          source, value, key,
+          absl::StrCat("\"", value.Scalar(), "\" is not true or false"));
     }
     return absl::OkStatus();
   }
@@ -243,10 +243,10 @@ absl::Status resolve_link_security(TlsConfig* c,
   if (c->insecure) {
     for (const std::string& a : addresses) {
       if (!is_loopback_address(a)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "insecure: refused: ", a,
-            " is not a loopback address (plaintext links only on "
-            "127.0.0.0/8, ::1 or localhost; give a tls: block)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("insecure: refused: ", a,
+                         " is not a loopback address (plaintext links only on "
+                         "127.0.0.0/8, ::1 or localhost; give a tls: block)"));
       }
     }
     spdlog::warn(
@@ -272,8 +272,7 @@ absl::Status resolve_link_security(TlsConfig* c,
   return load_tls_files(c);
 }
 
-void set_keepalive(grpc::ChannelArguments* args, int time_ms,
-                   int timeout_ms) {
+void set_keepalive(grpc::ChannelArguments* args, int time_ms, int timeout_ms) {
   args->SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, time_ms);
   args->SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, timeout_ms);
   args->SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -287,9 +286,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> make_channel(
   set_keepalive(&args, keepalive_time_ms, keepalive_timeout_ms);
   if (c.plaintext()) {
     if (!is_loopback_address(address)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "insecure: plaintext link to ", address,
-          " refused: not a loopback address"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("insecure: plaintext link to ", address,
+                       " refused: not a loopback address"));
     }
     return grpc::CreateCustomChannel(address,
                                      grpc::InsecureChannelCredentials(), args);

@@ -36,11 +36,11 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace YAML {
 class Node;
@@ -106,15 +106,15 @@ bool is_loopback_address(absl::string_view address);
 // also without calls, no limit on pings without data.
 inline constexpr int kKeepaliveTimeMs = 1000;
 inline constexpr int kKeepaliveTimeoutMs = 1000;
-void set_keepalive(grpc::ChannelArguments* args,
-                   int time_ms = kKeepaliveTimeMs,
+void set_keepalive(grpc::ChannelArguments* args, int time_ms = kKeepaliveTimeMs,
                    int timeout_ms = kKeepaliveTimeoutMs);
 
 // A channel to the cluster peer at `address` whose certificate must carry
 // `peer_name` (the worker's `name:`). `args` gets keepalive (set_keepalive
-// with the times given) and, with TLS, the target name override. Errors: InvalidArgument for an empty peer_name
-// under TLS; FailedPrecondition for plaintext to a non-loopback address or
-// a config that was not resolved (no PEM loaded).
+// with the times given) and, with TLS, the target name override. Errors:
+// InvalidArgument for an empty peer_name under TLS; FailedPrecondition for
+// plaintext to a non-loopback address or a config that was not resolved (no PEM
+// loaded).
 absl::StatusOr<std::shared_ptr<grpc::Channel>> make_channel(
     const TlsConfig& config, const std::string& address,
     const std::string& peer_name, grpc::ChannelArguments args,
@@ -136,10 +136,10 @@ std::vector<std::string> peer_names(const grpc::AuthContext& context);
 // Limits of a strata gRPC server (each mitigates a denial of service;
 // docs/security.md says which).
 struct ServerLimits {
-  int max_concurrent_streams = 16;       // per HTTP/2 connection
-  int handshake_timeout_ms = 5000;       // TLS + HTTP/2 settings exchange
-  int max_connection_idle_ms = 300000;   // no call this long: GOAWAY
-  int max_metadata_bytes = 16 << 10;     // request headers of one call
+  int max_concurrent_streams = 16;      // per HTTP/2 connection
+  int handshake_timeout_ms = 5000;      // TLS + HTTP/2 settings exchange
+  int max_connection_idle_ms = 300000;  // no call this long: GOAWAY
+  int max_metadata_bytes = 16 << 10;    // request headers of one call
 };
 
 // Sets `limits`, and lets clients ping every >= 500 ms without calls and

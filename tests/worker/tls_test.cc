@@ -43,8 +43,10 @@ namespace {
 
 ::testing::AssertionResult contains(const std::string& text,
                                     const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" lacks \"" << part << "\"";
+  if (text.find(part) != std::string::npos)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "\"" << text << "\" lacks \"" << part << "\"";
 }
 
 // ---- OpenSSL helpers for the checks -------------------------------------
@@ -63,8 +65,8 @@ X509Ptr parse_cert(const std::string& pem) {
 
 // X509_verify_cert of `leaf` against `ca` as the only trust anchor, for
 // `purpose` (X509_PURPOSE_SSL_SERVER / _CLIENT). 1 when it verifies.
-int verify(const std::string& ca_pem, const std::string& leaf_pem,
-           int purpose, int* error = nullptr) {
+int verify(const std::string& ca_pem, const std::string& leaf_pem, int purpose,
+           int* error = nullptr) {
   X509Ptr ca = parse_cert(ca_pem);
   X509Ptr leaf = parse_cert(leaf_pem);
   if (ca == nullptr || leaf == nullptr) return -1;
@@ -109,8 +111,8 @@ std::string read_file(const std::string& path) {
 }
 
 std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/" + name + "-" +
-                          std::to_string(::getpid());
+  const std::string dir =
+      ::testing::TempDir() + "/" + name + "-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   return dir;
 }
@@ -123,13 +125,11 @@ TEST(ClusterCerts, LeafVerifiesAgainstItsCaWithNameAsCnAndSan) {
   auto leaf = certs::make_leaf(*ca, "w0");
   ASSERT_TRUE(leaf.ok()) << leaf.status();
   int error = 0;
-  EXPECT_EQ(verify(ca->cert_pem, leaf->cert_pem, X509_PURPOSE_SSL_SERVER,
-                   &error),
-            1)
+  EXPECT_EQ(
+      verify(ca->cert_pem, leaf->cert_pem, X509_PURPOSE_SSL_SERVER, &error), 1)
       << X509_verify_cert_error_string(error);
-  EXPECT_EQ(verify(ca->cert_pem, leaf->cert_pem, X509_PURPOSE_SSL_CLIENT,
-                   &error),
-            1)
+  EXPECT_EQ(
+      verify(ca->cert_pem, leaf->cert_pem, X509_PURPOSE_SSL_CLIENT, &error), 1)
       << X509_verify_cert_error_string(error);
 
   X509Ptr x = parse_cert(leaf->cert_pem);
@@ -174,19 +174,18 @@ TEST(ClusterCerts, AnotherCaDoesNotVerify) {
   auto leaf = certs::make_leaf(*stranger, "coordinator");
   ASSERT_TRUE(leaf.ok());
   int error = 0;
-  EXPECT_NE(verify(ca->cert_pem, leaf->cert_pem, X509_PURPOSE_SSL_CLIENT,
-                   &error),
-            1);
+  EXPECT_NE(
+      verify(ca->cert_pem, leaf->cert_pem, X509_PURPOSE_SSL_CLIENT, &error), 1);
   EXPECT_NE(error, X509_V_OK);
 }
 
 TEST(ClusterCerts, WritesFilesKeys0600AndRefusesToOverwrite) {
   const std::string dir = fresh_dir("certs");
-  ASSERT_TRUE(certs::write_cluster_certs(dir, {"coordinator", "w0", "w1"},
-                                         false)
-                  .ok());
+  ASSERT_TRUE(
+      certs::write_cluster_certs(dir, {"coordinator", "w0", "w1"}, false).ok());
   for (const char* name : {"ca", "coordinator", "w0", "w1"}) {
-    struct stat key {}, cert {};
+    struct stat key {
+    }, cert{};
     ASSERT_EQ(::stat((dir + "/" + name + ".key").c_str(), &key), 0) << name;
     ASSERT_EQ(::stat((dir + "/" + name + ".pem").c_str(), &cert), 0) << name;
     EXPECT_EQ(key.st_mode & 0777, 0600u) << name;
@@ -231,12 +230,16 @@ TEST(LinkSecurityConfig, ParseErrorsNameTheKey) {
     const char* error;
   };
   for (const Case& c : {
-           Case{"tls:\n  cert: [a]\n", "w.yaml:2: tls.cert: expected a file path"},
-           Case{"tls:\n  crt: a\n", "tls.crt: unknown key (known: ca, cert, key, peers)"},
+           Case{"tls:\n  cert: [a]\n",
+                "w.yaml:2: tls.cert: expected a file path"},
+           Case{"tls:\n  crt: a\n",
+                "tls.crt: unknown key (known: ca, cert, key, peers)"},
            Case{"tls:\n  peers: w0\n", "tls.peers: expected a list"},
-           Case{"tls:\n  peers: [\"a b\"]\n", "tls.peers: expected a certificate name"},
+           Case{"tls:\n  peers: [\"a b\"]\n",
+                "tls.peers: expected a certificate name"},
            Case{"tls: yes\n", "w.yaml:1: tls: expected a map"},
-           Case{"insecure: maybe\n", "insecure: \"maybe\" is not true or false"},
+           Case{"insecure: maybe\n",
+                "insecure: \"maybe\" is not true or false"},
        }) {
     auto parsed = worker::parse_worker_config(c.yaml, "w.yaml");
     ASSERT_FALSE(parsed.ok()) << c.yaml;
@@ -268,7 +271,8 @@ TEST(LinkSecurityConfig, FilesAreReadAndCheckedNamingTheKey) {
             "tls.cert: " + dir + "/nope.pem: cannot be read");
   c.cert = dir + "/w1.pem";  // not w0.key's
   st = grpc_tls::resolve_link_security(&c, {"10.0.0.1:1"}, true);
-  EXPECT_TRUE(contains(std::string(st.message()), "tls.key: " + dir + "/w0.key: does not match tls.cert"));
+  EXPECT_TRUE(contains(std::string(st.message()),
+                       "tls.key: " + dir + "/w0.key: does not match tls.cert"));
   c.cert = dir + "/w0.pem";
   c.ca = dir + "/w0.key";
   st = grpc_tls::resolve_link_security(&c, {"10.0.0.1:1"}, true);
@@ -286,21 +290,25 @@ TEST(LinkSecurityConfig, FilesAreReadAndCheckedNamingTheKey) {
 
 TEST(LinkSecurityConfig, PlaintextOnlyOnLoopbackAndOnlyWhenAsked) {
   grpc_tls::TlsConfig none;
-  absl::Status st = grpc_tls::resolve_link_security(&none, {"127.0.0.1:1"}, true);
+  absl::Status st =
+      grpc_tls::resolve_link_security(&none, {"127.0.0.1:1"}, true);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(std::string(st.message()), "tls: missing"));
 
   grpc_tls::TlsConfig plain;
   plain.insecure = true;
   EXPECT_TRUE(grpc_tls::resolve_link_security(
-                  &plain, {"127.0.0.1:1", "127.3.4.5:2", "[::1]:3", "localhost:4"},
+                  &plain,
+                  {"127.0.0.1:1", "127.3.4.5:2", "[::1]:3", "localhost:4"},
                   true)
                   .ok());
   EXPECT_TRUE(plain.plaintext());
-  for (const char* address : {"0.0.0.0:1", "10.1.2.3:4", "[::]:5", "w1:6",
-                              "128.0.0.1:7"}) {
-    st = grpc_tls::resolve_link_security(&plain, {"127.0.0.1:1", address}, true);
-    EXPECT_TRUE(contains(std::string(st.message()), std::string("insecure: refused: ") + address))
+  for (const char* address :
+       {"0.0.0.0:1", "10.1.2.3:4", "[::]:5", "w1:6", "128.0.0.1:7"}) {
+    st =
+        grpc_tls::resolve_link_security(&plain, {"127.0.0.1:1", address}, true);
+    EXPECT_TRUE(contains(std::string(st.message()),
+                         std::string("insecure: refused: ") + address))
         << address;
   }
   // A channel too: plaintext to a non-loopback address is never made.
@@ -311,7 +319,9 @@ TEST(LinkSecurityConfig, PlaintextOnlyOnLoopbackAndOnlyWhenAsked) {
   grpc_tls::TlsConfig both;
   both.insecure = true;
   both.tls_given = true;
-  EXPECT_TRUE(contains(std::string(grpc_tls::resolve_link_security(&both, {}, true).message()), "both given"));
+  EXPECT_TRUE(contains(
+      std::string(grpc_tls::resolve_link_security(&both, {}, true).message()),
+      "both given"));
 }
 
 TEST(LinkSecurityConfig, CoordinatorNeedsWorkerNamesWithTls) {
@@ -324,15 +334,18 @@ TEST(LinkSecurityConfig, CoordinatorNeedsWorkerNamesWithTls) {
       "model: m\n" + tls + "workers:\n  - address: 10.0.0.1:1\n", "c.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   absl::Status st = coordinator::resolve_link_security(*c);
-  EXPECT_TRUE(contains(std::string(st.message()), "workers[0].name: required with tls"));
+  EXPECT_TRUE(contains(std::string(st.message()),
+                       "workers[0].name: required with tls"));
 
   c = coordinator::parse_cluster_config(
-      "model: m\n" + tls + "  peers: [w0]\nworkers:\n  - {address: 10.0.0.1:1, name: w0}\n"
-      "  - {address: 10.0.0.2:1, name: w7}\n",
+      "model: m\n" + tls +
+          "  peers: [w0]\nworkers:\n  - {address: 10.0.0.1:1, name: w0}\n"
+          "  - {address: 10.0.0.2:1, name: w7}\n",
       "c.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   st = coordinator::resolve_link_security(*c);
-  EXPECT_TRUE(contains(std::string(st.message()), "workers[1].name: 'w7' is not in tls.peers"));
+  EXPECT_TRUE(contains(std::string(st.message()),
+                       "workers[1].name: 'w7' is not in tls.peers"));
 
   c = coordinator::parse_cluster_config(
       "model: m\ninsecure: true\nworkers:\n  - {address: 127.0.0.1:1}\n"
@@ -340,11 +353,14 @@ TEST(LinkSecurityConfig, CoordinatorNeedsWorkerNamesWithTls) {
       "c.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   st = coordinator::resolve_link_security(*c);
-  EXPECT_TRUE(contains(std::string(st.message()), "insecure: refused: 10.0.0.2:1"));
+  EXPECT_TRUE(
+      contains(std::string(st.message()), "insecure: refused: 10.0.0.2:1"));
 
   auto bad = coordinator::parse_cluster_config(
-      "model: m\ntls:\n  key: [x]\nworkers:\n  - {address: 127.0.0.1:1}\n", "c.yaml");
-  EXPECT_TRUE(contains(std::string(bad.status().message()), "c.yaml:3: tls.key: expected a file path"));
+      "model: m\ntls:\n  key: [x]\nworkers:\n  - {address: 127.0.0.1:1}\n",
+      "c.yaml");
+  EXPECT_TRUE(contains(std::string(bad.status().message()),
+                       "c.yaml:3: tls.key: expected a file path"));
   std::filesystem::remove_all(dir);
 }
 
@@ -353,7 +369,8 @@ TEST(LinkSecurityConfig, CoordinatorNeedsWorkerNamesWithTls) {
 // Counts every call that reaches the service, and the peer names it saw.
 class CountingWorker final : public v1::Worker::Service {
  public:
-  grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeRequest*,
+  grpc::Status Describe(grpc::ServerContext* context,
+                        const v1::DescribeRequest*,
                         v1::DescribeResponse*) override {
     calls++;
     std::lock_guard<std::mutex> lock(mu);
@@ -408,10 +425,10 @@ class TlsServer : public ::testing::Test {
     auto own = certs::make_leaf(ca_, server_name);
     ASSERT_TRUE(own.ok());
     grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0",
-                       grpc_tls::server_credentials(
-                           tls_of(ca_, *own, {"coordinator", "w0"})),
-                       &port_);
+    b.AddListeningPort(
+        "127.0.0.1:0",
+        grpc_tls::server_credentials(tls_of(ca_, *own, {"coordinator", "w0"})),
+        &port_);
     grpc_tls::add_server_limits(b, grpc_tls::ServerLimits());
     b.RegisterService(service_.get());
     server_ = b.BuildAndStart();
@@ -441,10 +458,11 @@ class TlsServer : public ::testing::Test {
   grpc::Status describe(std::shared_ptr<grpc::ChannelCredentials> creds) {
     grpc::ChannelArguments args;
     args.SetSslTargetNameOverride("w1");
-    auto stub = v1::Worker::NewStub(
-        grpc::CreateCustomChannel(address(), creds, args));
+    auto stub =
+        v1::Worker::NewStub(grpc::CreateCustomChannel(address(), creds, args));
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
     v1::DescribeResponse out;
     return stub->Describe(&ctx, v1::DescribeRequest(), &out);
   }
@@ -457,7 +475,8 @@ class TlsServer : public ::testing::Test {
 
 TEST_F(TlsServer, RefusesAPlaintextClientBeforeAnyCall) {
   grpc::Status st = describe(grpc::InsecureChannelCredentials());
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << st.error_message();
   EXPECT_EQ(service_->calls.load(), 0);
 }
 
@@ -465,14 +484,16 @@ TEST_F(TlsServer, RefusesATlsClientWithoutACertificate) {
   grpc::SslCredentialsOptions o;
   o.pem_root_certs = ca_.cert_pem;  // it trusts the server; shows no cert
   grpc::Status st = describe(grpc::SslCredentials(o));
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << st.error_message();
   EXPECT_EQ(service_->calls.load(), 0);
 }
 
 TEST_F(TlsServer, RefusesACertificateFromAnotherCa) {
   // Named as an allowed peer, but signed by another CA.
   grpc::Status st = describe(client(stranger_, "coordinator"));
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << st.error_message();
   EXPECT_EQ(service_->calls.load(), 0);
 }
 
@@ -545,28 +566,35 @@ TEST_F(TlsServer, LinkChecksTheNextStagesCertificateName) {
   }
   // With TLS a link needs the peer's name; without a config, no link.
   options.tls_name = "";
-  EXPECT_EQ(worker::make_grpc_link(address(), Collect().cb(), options).status().code(),
+  EXPECT_EQ(worker::make_grpc_link(address(), Collect().cb(), options)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(worker::make_grpc_link(address(), Collect().cb(), {}).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      worker::make_grpc_link(address(), Collect().cb(), {}).status().code(),
+      absl::StatusCode::kFailedPrecondition);
 }
 
 // ---- a real strata-worker ---------------------------------------------------
 
 TEST(TlsWorkerProcess, RefusesPlaintextAndServesTheCoordinator) {
   const std::string dir = fresh_dir("worker-certs");
-  ASSERT_TRUE(certs::write_cluster_certs(dir, {"coordinator", "w0", "w9"}, false).ok());
+  ASSERT_TRUE(
+      certs::write_cluster_certs(dir, {"coordinator", "w0", "w9"}, false).ok());
   const std::string tls = "tls:\n  ca: " + dir + "/ca.pem\n  cert: " + dir +
-                          "/w0.pem\n  key: " + dir + "/w0.key\n  peers: [coordinator]\n";
+                          "/w0.pem\n  key: " + dir +
+                          "/w0.key\n  peers: [coordinator]\n";
   worker_test::WorkerProcess w("w0", ::testing::TempDir(), 0, 1, tls);
   ASSERT_TRUE(w.ok()) << w.error();
 
   auto call = [&](std::shared_ptr<grpc::ChannelCredentials> creds) {
     grpc::ChannelArguments args;
     args.SetSslTargetNameOverride("w0");
-    auto stub = v1::Worker::NewStub(grpc::CreateCustomChannel(w.address(), creds, args));
+    auto stub = v1::Worker::NewStub(
+        grpc::CreateCustomChannel(w.address(), creds, args));
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
     v1::WorkerHealthResponse out;
     return stub->Health(&ctx, v1::WorkerHealthRequest(), &out);
   };
@@ -579,7 +607,8 @@ TEST(TlsWorkerProcess, RefusesPlaintextAndServesTheCoordinator) {
   };
   EXPECT_EQ(call(grpc::InsecureChannelCredentials()).error_code(),
             grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(call(creds_of("w9")).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(call(creds_of("w9")).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   grpc::Status ok = call(creds_of("coordinator"));
   EXPECT_TRUE(ok.ok()) << ok.error_message();
   std::filesystem::remove_all(dir);
