@@ -1,5 +1,7 @@
 #include "coordinator/cluster_config.h"
 
+#include <algorithm>
+
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -203,7 +205,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
         {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
          "placement", "health_check_interval_ms", "health_check_timeout_ms",
          "health_check_failures", "trace", "workers", "http_listen", "api_key", "chat_template",
-         "prefix_cache_blocks", "spares", "migration"});
+         "prefix_cache_blocks", "spares", "migration", "insecure", "tls"});
     if (!st.ok()) return with_source(st);
     if (root["model"]) {
       auto s = get_string(root["model"], "model");
@@ -240,6 +242,13 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       if (!s.ok()) return with_source(s.status());
       if (s->empty()) return with_source(key_error("api_key", "empty (leave the key out)"));
       c.api_key = *s;
+    }
+    for (const char* k : {"insecure", "tls"}) {
+      if (!root[k]) continue;
+      if (absl::Status t = grpc_tls::parse_tls_key(k, root[k], std::string(source), &c.tls);
+          !t.ok()) {
+        return t;
+      }
     }
     struct IntKey {
       const char* key;
@@ -411,6 +420,33 @@ absl::Status check_trace_writable(const std::string& path) {
   if (!out) {
     return absl::InvalidArgumentError(
         absl::StrCat("trace: cannot write ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status resolve_link_security(ClusterConfig& c) {
+  std::vector<std::string> addresses;
+  for (const WorkerConfig& w : c.workers) addresses.push_back(w.address);
+  for (const WorkerConfig& w : c.spares) addresses.push_back(w.address);
+  if (absl::Status st = grpc_tls::resolve_link_security(
+          &c.tls, addresses, /*require_peers=*/false, "strata-coordinator");
+      !st.ok()) {
+    return st;
+  }
+  if (c.tls.plaintext()) return absl::OkStatus();
+  for (size_t i = 0; i < c.workers.size() + c.spares.size(); ++i) {
+    const bool spare = i >= c.workers.size();
+    const WorkerConfig& w = spare ? c.spares[i - c.workers.size()] : c.workers[i];
+    const std::string key = spare ? absl::StrCat("spares[", i - c.workers.size(), "].name")
+                                  : absl::StrCat("workers[", i, "].name");
+    if (w.name.empty() || w.name == w.address) {
+      return key_error(key, absl::StrCat("required with tls: the name ", w.address,
+                                         "'s certificate carries (strata certs --names)"));
+    }
+    if (!c.tls.peers.empty() &&
+        std::find(c.tls.peers.begin(), c.tls.peers.end(), w.name) == c.tls.peers.end()) {
+      return key_error(key, absl::StrCat("'", w.name, "' is not in tls.peers"));
+    }
   }
   return absl::OkStatus();
 }

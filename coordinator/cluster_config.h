@@ -32,6 +32,14 @@
 //                                   # worker (coordinator/prefix_index.h);
 //                                   # -1: one context's worth, 0: off
 //                                   # (off while `trace` is set)
+//   tls:                            # mutual TLS of the links to the workers
+//     ca: ~/certs/ca.pem            # (proto/grpc_tls.h, docs/security.md):
+//     cert: ~/certs/coordinator.pem # the cluster CA, the coordinator's own
+//     key: ~/certs/coordinator.key  # certificate and key; each worker's
+//     peers: [w0, w1]               # certificate must carry its `name:`
+//                                   # (peers, optional: the names allowed)
+//   insecure: true                  # instead of tls: plaintext links, only
+//                                   # when every worker address is loopback
 //   workers:                        # in pipeline order
 //     - address: 127.0.0.1:50061    # required
 //       name: w0                    # for messages; default: the address
@@ -56,6 +64,7 @@
 #include "absl/status/statusor.h"
 #include "model/ggml_type.h"
 #include "model/placement.h"
+#include "proto/grpc_tls.h"
 
 namespace strata::coordinator {
 
@@ -97,7 +106,17 @@ struct ClusterConfig {
   // Spare workers (no blocks): when a worker fails, one that answers takes
   // its place in the next pipeline.
   std::vector<WorkerConfig> spares;
+  // `tls:` / `insecure:`; resolve_link_security (below) checks and loads.
+  grpc_tls::TlsConfig tls;
 };
+
+// The links' security at startup (grpc_tls::resolve_link_security over
+// every worker's address): mutual TLS with the files loaded, or plaintext
+// when every worker is on loopback and `insecure: true` (a warning). With
+// TLS every worker needs a `name:` (its certificate's name), in tls.peers
+// when that is given. Errors: InvalidArgument naming the key
+// ("workers[1].name: required with tls: ...").
+absl::Status resolve_link_security(ClusterConfig& config);
 
 // Parses YAML text. `source` names it in messages ("cluster.yaml").
 absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,

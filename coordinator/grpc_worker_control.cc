@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/worker_control.h"
 #include "proto/grpc_status.h"
+#include "proto/grpc_tls.h"
 #include "strata/v1/worker.grpc.pb.h"
 
 namespace strata::coordinator {
@@ -18,15 +19,25 @@ absl::Status from_grpc(const grpc::Status& s, const std::string& label,
 
 class GrpcWorkerControl final : public WorkerControl {
  public:
-  GrpcWorkerControl(const std::string& address, const std::string& label)
+  GrpcWorkerControl(const std::string& address, const std::string& label,
+                    const grpc_tls::TlsConfig& tls,
+                    const std::string& tls_name)
       : address_(address), label_(label.empty() ? "worker " + address : label) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     args.SetMaxReceiveMessageSize(64 << 20);
-    channel_ = grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args);
+    // Keepalive and, with TLS, the worker's certificate checked for
+    // tls_name (its `name:`).
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        grpc_tls::make_channel(tls, address, tls_name, args);
+    if (!channel.ok()) {
+      refused_ = absl::Status(channel.status().code(),
+                              absl::StrCat(label_, ": ", channel.status().message()));
+      return;
+    }
+    channel_ = *std::move(channel);
     stub_ = v1::Worker::NewStub(channel_);
   }
 
@@ -34,6 +45,7 @@ class GrpcWorkerControl final : public WorkerControl {
 
   absl::StatusOr<v1::DescribeResponse> describe(
       absl::Duration deadline) override {
+    if (!refused_.ok()) return refused_;
     grpc::ClientContext ctx;
     set_deadline(&ctx, deadline);
     v1::DescribeResponse out;
@@ -44,6 +56,7 @@ class GrpcWorkerControl final : public WorkerControl {
 
   absl::StatusOr<v1::ShardInfo> load_shard(const v1::LoadShardRequest& request,
                                            absl::Duration deadline) override {
+    if (!refused_.ok()) return refused_;
     grpc::ClientContext ctx;
     set_deadline(&ctx, deadline);
     v1::LoadShardResponse out;
@@ -55,6 +68,7 @@ class GrpcWorkerControl final : public WorkerControl {
   absl::StatusOr<int> free_sequences(uint64_t shard_id,
                                      std::span<const uint64_t> seq_ids,
                                      absl::Duration deadline) override {
+    if (!refused_.ok()) return refused_;
     grpc::ClientContext ctx;
     set_deadline(&ctx, deadline);
     v1::FreeSequenceRequest req;
@@ -68,6 +82,7 @@ class GrpcWorkerControl final : public WorkerControl {
 
   absl::StatusOr<v1::WorkerHealthResponse> health(
       absl::Duration deadline) override {
+    if (!refused_.ok()) return refused_;
     grpc::ClientContext ctx;
     set_deadline(&ctx, deadline);
     v1::WorkerHealthResponse out;
@@ -86,13 +101,15 @@ class GrpcWorkerControl final : public WorkerControl {
   std::string label_;  // in messages
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Worker::Stub> stub_;
+  absl::Status refused_;  // no channel could be made: every call's answer
 };
 
 }  // namespace
 
 std::unique_ptr<WorkerControl> make_grpc_worker_control(
-    const std::string& address, const std::string& label) {
-  return std::make_unique<GrpcWorkerControl>(address, label);
+    const std::string& address, const std::string& label,
+    const grpc_tls::TlsConfig& tls, const std::string& tls_name) {
+  return std::make_unique<GrpcWorkerControl>(address, label, tls, tls_name);
 }
 
 }  // namespace strata::coordinator

@@ -13,6 +13,7 @@
 #include "model/chat_template/model_chat.h"
 #include "proto/grpc_ops.h"
 #include "proto/grpc_status.h"
+#include "proto/grpc_tls.h"
 
 namespace strata::coordinator {
 namespace {
@@ -228,6 +229,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_grpc_server(
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);
+  // Keepalive acceptance (clients may ping every 500 ms), handshake and
+  // idle timeouts, headers of at most 16 KiB, and streams per connection
+  // bounded (docs/security.md). More streams than a cluster link: one
+  // client may run many requests on one connection (the scheduler queues
+  // beyond max_sequences anyway).
+  grpc_tls::ServerLimits limits;
+  limits.max_concurrent_streams = 256;
+  grpc_tls::add_server_limits(builder, limits);
   grpc_ops::add_health_and_reflection(builder);  // proto/grpc_ops.h
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {

@@ -100,6 +100,12 @@ int main(int argc, char** argv) {
                 absl::InvalidArgumentError("model: missing (or give --model)"));
   }
 
+  // Mutual TLS to every worker (or plaintext on loopback with insecure:
+  // true): refused here, before anything starts, when neither is set.
+  if (absl::Status st = resolve_link_security(*config); !st.ok()) {
+    return fail(config_path, st);
+  }
+
   auto served = open_served_model(config->model, config->context_length);
   if (!served.ok()) return fail(config->model, served.status());
   if (!config->chat_template.empty()) {
@@ -113,15 +119,20 @@ int main(int argc, char** argv) {
   pool.insert(pool.end(), config->spares.begin(), config->spares.end());
   std::vector<std::unique_ptr<WorkerControl>> workers;
   for (const WorkerConfig& w : pool) {
-    workers.push_back(make_grpc_worker_control(w.address, worker_label(w)));
+    workers.push_back(
+        make_grpc_worker_control(w.address, worker_label(w), config->tls, w.name));
   }
-  FirstLinkFactory link = [pool](strata::worker::ActivationLink::ResultCallback cb,
-                                 uint64_t shard_id, const std::vector<int>& members)
+  const strata::grpc_tls::TlsConfig tls = config->tls;
+  FirstLinkFactory link = [pool, tls](strata::worker::ActivationLink::ResultCallback cb,
+                                      uint64_t shard_id, const std::vector<int>& members)
       -> absl::StatusOr<std::unique_ptr<strata::worker::ActivationLink>> {
     const WorkerConfig& first = pool[members.front()];
     const WorkerConfig& last = pool[members.back()];
     strata::worker::GrpcLinkOptions o;
     o.peer_name = worker_label(first);
+    o.tls = tls;
+    o.tls_name = first.name;
+    o.results_tls_name = last.name;
     // The last stage's tokens come straight back on a stream of their own
     // (one hop, not one per stage); one worker has no hop to save.
     if (members.size() > 1) {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "proto/grpc_tls.h"
 #include "strata/v1/worker.pb.h"
 
 namespace strata::coordinator {
@@ -44,9 +45,14 @@ class WorkerControl {
 
 // A client of the strata.v1.Worker service at `address` (host:port). The
 // channel reconnects quickly (backoff 100 ms .. 1 s) so a restarted worker
-// is seen within about a second. Errors name the worker as `label` ("worker
-// w1 (HOST:PORT)"; empty: "worker HOST:PORT") and the call.
+// is seen within about a second; HTTP/2 keepalive notices a stopped one.
+// Errors name the worker as `label` ("worker w1 (HOST:PORT)"; empty:
+// "worker HOST:PORT") and the call. `tls` (resolved, proto/grpc_tls.h):
+// mutual TLS, the worker's certificate must carry `tls_name` (its `name:`),
+// or plaintext on loopback; a channel that cannot be made (no TLS config,
+// plaintext to a non-loopback address) answers every call with that error.
 std::unique_ptr<WorkerControl> make_grpc_worker_control(
-    const std::string& address, const std::string& label = "");
+    const std::string& address, const std::string& label,
+    const grpc_tls::TlsConfig& tls, const std::string& tls_name);
 
 }  // namespace strata::coordinator

@@ -38,6 +38,13 @@ start() {
   exit 1
 }
 
+# The cluster's links are mutual TLS (docs/security.md): the example configs
+# read their certificates from ~/.cache/strata/certs, made here once by
+# `strata certs` (a CA and one certificate per process).
+certs="$HOME/.cache/strata/certs"  # where deploy/examples/*.yaml look
+if [ ! -e "$certs/ca.pem" ]; then
+  "$build/client/cli/strata" certs "$certs" --names coordinator,w0,w1 >/dev/null
+fi
 start worker-0 "$build/worker/strata-worker" --config "$examples/worker-0.yaml"
 start worker-1 "$build/worker/strata-worker" --config "$examples/worker-1.yaml"
 start coordinator "$build/coordinator/strata-coordinator" \

@@ -45,34 +45,21 @@ std::string ms_text(std::chrono::milliseconds ms) {
 
 class GrpcLink final : public ActivationLink {
  public:
-  GrpcLink(const std::string& address, ResultCallback on_result,
+  GrpcLink(std::shared_ptr<grpc::Channel> channel,
+           std::shared_ptr<grpc::Channel> results_channel,
+           const std::string& address, ResultCallback on_result,
            const GrpcLinkOptions& options)
       : peer_(options.peer_name.empty() ? absl::StrCat("worker ", address)
                                         : options.peer_name),
         options_(options),
         on_result_(std::move(on_result)) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
-                static_cast<int>(options.keepalive_time.count()));
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                static_cast<int>(options.keepalive_timeout.count()));
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    args.SetMaxReceiveMessageSize(options.max_message_bytes);
-    args.SetMaxSendMessageSize(options.max_message_bytes);
-    // A fresh subchannel: a link remade after the peer restarted must not
-    // inherit the reconnect backoff of the dead one.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto channel = grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args);
     stub_ = v1::Worker::NewStub(channel);
-    if (!options.results_from.empty()) {
+    if (results_channel != nullptr) {
       results_peer_ = options.results_peer_name.empty()
                           ? absl::StrCat("worker ", options.results_from)
                           : options.results_peer_name;
       join_ = std::make_unique<ResultJoin>(on_result_);
-      results_stub_ = v1::Worker::NewStub(grpc::CreateCustomChannel(
-          options.results_from, grpc::InsecureChannelCredentials(), args));
+      results_stub_ = v1::Worker::NewStub(results_channel);
       results_reader_ = std::thread([this] { results_loop(); });
     }
     writer_ = std::thread([this] { write_loop(); });
@@ -352,17 +339,31 @@ absl::StatusOr<std::unique_ptr<ActivationLink>> make_grpc_link(
     const std::string& address, ActivationLink::ResultCallback on_result,
     const GrpcLinkOptions& options) {
   if (address.empty()) return absl::InvalidArgumentError("address: empty");
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  // A fresh subchannel: a link remade after the peer restarted must not
+  // inherit the reconnect backoff of the dead one.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  const int keepalive_ms = static_cast<int>(options.keepalive_time.count());
+  const int keepalive_timeout_ms =
+      static_cast<int>(options.keepalive_timeout.count());
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      grpc_tls::make_channel(options.tls, address, options.tls_name, args,
+                             keepalive_ms, keepalive_timeout_ms);
+  if (!channel.ok()) return channel.status();
+  std::shared_ptr<grpc::Channel> results_channel;
+  if (!options.results_from.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> results =
+        grpc_tls::make_channel(options.tls, options.results_from,
+                               options.results_tls_name, args, keepalive_ms,
+                               keepalive_timeout_ms);
+    if (!results.ok()) return results.status();
+    results_channel = *std::move(results);
+  }
   return std::unique_ptr<ActivationLink>(
-      new GrpcLink(address, std::move(on_result), options));
-}
-
-void allow_link_keepalive(grpc::ServerBuilder& builder) {
-  builder.AddChannelArgument(
-      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+      new GrpcLink(*std::move(channel), std::move(results_channel), address,
+                   std::move(on_result), options));
 }
 
 }  // namespace strata::worker

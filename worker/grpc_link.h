@@ -8,7 +8,8 @@
 // ("worker 127.0.0.1:50062: ..."), when
 //   - the stream ends (the peer died, refused the connection, or closed):
 //     UNAVAILABLE;
-//   - HTTP/2 keepalive pings go unanswered for keepalive_time +
+//   - HTTP/2 keepalive pings (the server must allow them:
+//     grpc_tls::add_server_limits) go unanswered for keepalive_time +
 //     keepalive_timeout (a peer stopped with SIGSTOP, a dead host):
 //     UNAVAILABLE;
 //   - the oldest unanswered micro-batch waits answer_timeout without any
@@ -31,11 +32,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "proto/grpc_tls.h"
 #include "worker/activation_link.h"
-
-namespace grpc {
-class ServerBuilder;
-}  // namespace grpc
 
 namespace strata::worker {
 
@@ -54,18 +52,22 @@ struct GrpcLinkOptions {
   uint64_t shard_id = 0;  // the pipeline's shard id (ResultsRequest)
   std::chrono::milliseconds answer_timeout{30000};
   std::chrono::milliseconds keepalive_time{1000};
-  std::chrono::milliseconds keepalive_timeout{2000};
+  std::chrono::milliseconds keepalive_timeout{1000};
   int max_message_bytes = 64 << 20;  // both directions
+  // Link security (proto/grpc_tls.h), resolved (resolve_link_security):
+  // mutual TLS, or plaintext on loopback only. The default (neither) makes
+  // no link. tls_name / results_tls_name: the names the peers'
+  // certificates must carry (the workers' `name:`), required with TLS.
+  grpc_tls::TlsConfig tls;
+  std::string tls_name;
+  std::string results_tls_name;
 };
 
-// Errors: InvalidArgument for an empty address.
+// Errors: InvalidArgument for an empty address; the channel's errors
+// (grpc_tls::make_channel: no TLS config, no peer name with TLS,
+// plaintext to a non-loopback address).
 absl::StatusOr<std::unique_ptr<ActivationLink>> make_grpc_link(
     const std::string& address, ActivationLink::ResultCallback on_result,
     const GrpcLinkOptions& options = {});
-
-// Server arguments that let links ping as often as GrpcLinkOptions does
-// (by default a gRPC server sends GOAWAY to a client that pings more than
-// every 5 minutes without data), and that ping clients in turn.
-void allow_link_keepalive(grpc::ServerBuilder& builder);
 
 }  // namespace strata::worker

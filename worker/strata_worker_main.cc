@@ -3,7 +3,12 @@
 //
 //   strata-worker --config deploy/examples/worker-0.yaml [--listen H:P]
 //       [--threads N] [--memory-budget 4GiB] [--model-dir DIR ...]
-//       [--name NAME]
+//       [--name NAME] [--tls-ca F --tls-cert F --tls-key F
+//       --tls-peers a,b | --insecure]
+//
+// Links are mutual TLS (proto/grpc_tls.h, docs/security.md): the config's
+// `tls:` block or the --tls-* flags (which replace its keys); `insecure`
+// (plaintext) only when the listen address is loopback.
 //
 // Prints "listening on HOST:PORT" (the port the system chose for port 0)
 // on stdout once it serves. Exit status: 0 after a signal, 2 for a bad
@@ -24,6 +29,7 @@
 #include "model/log.h"
 #include "model/placement.h"
 #include "proto/grpc_ops.h"
+#include "proto/grpc_tls.h"
 #include "spdlog/spdlog.h"
 #include "worker/grpc_link.h"
 #include "worker/worker_config.h"
@@ -63,6 +69,18 @@ int main(int argc, char** argv) {
   app.add_option("--model-dir", model_dirs,
                  "a directory models may be loaded from (repeatable)");
   app.add_option("--name", name, "worker name in messages and traces");
+  std::string tls_ca, tls_cert, tls_key;
+  std::vector<std::string> tls_peers;
+  bool insecure = false;
+  app.add_option("--tls-ca", tls_ca, "cluster CA certificate (PEM; tls.ca)");
+  app.add_option("--tls-cert", tls_cert,
+                 "this worker's certificate (PEM; tls.cert)");
+  app.add_option("--tls-key", tls_key, "its private key (PEM; tls.key)");
+  app.add_option("--tls-peers", tls_peers,
+                 "certificate names allowed to call this worker (tls.peers)")
+      ->delimiter(',');
+  app.add_flag("--insecure", insecure,
+               "plaintext links, loopback listen address only (insecure)");
   std::string log_level;
   app.add_option("--log-level", log_level,
                  std::string("log level: ") + strata::kLogLevels +
@@ -104,7 +122,30 @@ int main(int argc, char** argv) {
     }
   }
   if (!name.empty()) config.name = name;
+  if (insecure) {
+    config.tls = strata::grpc_tls::TlsConfig();
+    config.tls.insecure = true;
+  }
+  if (!tls_ca.empty() || !tls_cert.empty() || !tls_key.empty() ||
+      !tls_peers.empty()) {
+    if (insecure) return fail_config("--insecure and --tls-*: choose one");
+    config.tls.insecure = false;
+    config.tls.tls_given = true;
+    if (!tls_ca.empty()) config.tls.ca = strata::worker::expand_home(tls_ca);
+    if (!tls_cert.empty()) config.tls.cert = strata::worker::expand_home(tls_cert);
+    if (!tls_key.empty()) config.tls.key = strata::worker::expand_home(tls_key);
+    if (!tls_peers.empty()) config.tls.peers = tls_peers;
+  }
   if (absl::Status st = strata::worker::validate(config); !st.ok()) {
+    return fail_config(
+        absl::StrCat(config_path.empty() ? "" : absl::StrCat(config_path, ": "),
+                     st.message()));
+  }
+
+  if (absl::Status st = strata::grpc_tls::resolve_link_security(
+          &config.tls, {config.listen}, /*require_peers=*/true,
+          "strata-worker");
+      !st.ok()) {
     return fail_config(
         absl::StrCat(config_path.empty() ? "" : absl::StrCat(config_path, ": "),
                      st.message()));
@@ -121,11 +162,22 @@ int main(int argc, char** argv) {
   int port = 0;
   // No SO_REUSEPORT: a port another server holds is refused, not shared.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
+  // Mutual TLS: a peer without a certificate from the cluster CA is
+  // refused in the handshake; a certificate name not in tls.peers gets
+  // PERMISSION_DENIED on every call, before the handler.
+  builder.AddListeningPort(config.listen,
+                           strata::grpc_tls::server_credentials(config.tls),
                            &port);
+  // Messages: the configured bound (LoadShard refuses a shard whose full
+  // micro-batch would not fit it; each frame's size is checked against its
+  // shape on receipt).
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes));
-  strata::worker::allow_link_keepalive(builder);
+  // Few streams per connection: a coordinator uses a handful (control,
+  // Results), the previous stage one (Activations).
+  strata::grpc_tls::ServerLimits limits;
+  limits.max_concurrent_streams = 16;
+  strata::grpc_tls::add_server_limits(builder, limits);
   // The service is registered before the port is bound; it learns its
   // address (its default name) right after, before the port is printed.
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
@@ -146,9 +198,10 @@ int main(int argc, char** argv) {
     strata::grpc_ops::set_serving(*s, "strata.v1.Worker.shard", loaded);
   });
   std::cout << "listening on " << bound << std::endl;
-  spdlog::info("{}: serving on {}, {} threads, memory budget {} bytes",
-               service->worker_id(), bound, config.threads,
-               config.memory_budget_bytes);
+  spdlog::info("{}: serving on {} ({}), {} threads, memory budget {} bytes",
+               service->worker_id(), bound,
+               config.tls.plaintext() ? "plaintext, insecure" : "mutual TLS",
+               config.threads, config.memory_budget_bytes);
 
   int sig = 0;
   sigwait(&signals, &sig);

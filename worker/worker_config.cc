@@ -146,11 +146,13 @@ absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
                        absl::StrCat(n, " is out of range [100, 3600000]"));
         }
         c.answer_timeout_ms = static_cast<int>(n);
+      } else if (grpc_tls::is_tls_key(key)) {
+        st = grpc_tls::parse_tls_key(key, v, source, &c.tls);
       } else {
         st = r.error(key, item.first,
                      "unknown key (known: listen, backend, threads, "
                      "memory_budget, model_dirs, name, max_message_bytes, "
-                     "answer_timeout_ms)");
+                     "answer_timeout_ms, tls, insecure)");
       }
       if (!st.ok()) return st;
     }

@@ -12,6 +12,12 @@
 //   name: w0                     # in messages and traces (default host:port)
 //   max_message_bytes: 64MiB     # largest gRPC message received or sent
 //   answer_timeout_ms: 30000     # next stage silent this long: it is hung
+//   tls:                         # mutual TLS of every link (proto/grpc_tls.h;
+//     ca: ~/certs/ca.pem         # docs/security.md): the cluster CA,
+//     cert: ~/certs/w0.pem       # this worker's certificate and key, and
+//     key: ~/certs/w0.key        # the certificate names allowed to call it
+//     peers: [coordinator, w0, w1]
+//   insecure: true               # instead of tls: plaintext, loopback only
 //
 // Sizes are bytes, or a number with B, KiB, MiB, GiB, TiB (powers of 1024)
 // or KB, MB, GB, TB (powers of 1000). A leading "~/" in a directory is the
@@ -28,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "proto/grpc_tls.h"
 
 namespace strata::worker {
 
@@ -40,6 +47,9 @@ struct WorkerConfig {
   std::string name;                     // "" -> the bound host:port
   int64_t max_message_bytes = int64_t{64} << 20;
   int answer_timeout_ms = 30000;
+  // `tls:` / `insecure:`; resolved (files loaded) by strata-worker's main
+  // with grpc_tls::resolve_link_security before the server starts.
+  grpc_tls::TlsConfig tls;
 };
 
 // Parses YAML text; `source` names it in errors (a file name). Each key's

@@ -359,6 +359,10 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
     link_options.max_message_bytes =
         static_cast<int>(config_.max_message_bytes);
     link_options.peer_name = next_label;
+    // mTLS: the next stage's certificate must carry the name the
+    // coordinator's plan gives it.
+    link_options.tls = config_.tls;
+    link_options.tls_name = request.next_stage_name();
     make_next = [next, link_options](ActivationLink::ResultCallback cb) {
       return make_grpc_link(next, std::move(cb), link_options);
     };

@@ -30,6 +30,7 @@ inline int report_failure(std::string_view command, const std::string& what,
   return 1;
 }
 
+void add_certs_command(CLI::App& app, int& exit_code);
 void add_chat_command(CLI::App& app, int& exit_code);
 void add_chat_template_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);

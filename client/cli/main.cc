@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError(std::string(st.message()));
     }
   });
+  strata::cli::add_certs_command(app, exit_code);
   strata::cli::add_chat_command(app, exit_code);
   strata::cli::add_chat_template_command(app, exit_code);
   strata::cli::add_generate_command(app, exit_code);

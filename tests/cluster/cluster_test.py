@@ -32,6 +32,10 @@ Scenarios (one per run, --scenario):
               equal those of `strata serve --prefix-cache off` and
               `strata run`.
 
+Every Cluster's links are mutual TLS with certificates made by `strata certs`
+(docs/security.md); Cluster(..., tls=False) runs them plaintext on loopback
+(`insecure: true`).
+
 Exit status: 0 passed, 1 failed, 77 skipped (model or grpcio absent).
 """
 import argparse
@@ -123,12 +127,54 @@ def model_dirs(model):
     return ", ".join(sorted(dirs))
 
 
+MAX_CERT_WORKERS = 16
+
+
+def link_security(args, workdir, own, n_workers, tls=True):
+    """The YAML of a process's link security: a tls: block for `own`
+    ("coordinator", "w0", ...) with certificates `strata certs` made under
+    WORKDIR/certs (once, for the coordinator and w0 .. w15), the peers a
+    worker accepts being the coordinator and every worker; or, with
+    tls=False, `insecure: true` (plaintext, loopback only)."""
+    if not tls:
+        return "insecure: true\n"
+    certs = os.path.join(workdir, "certs")
+    if not os.path.exists(os.path.join(certs, "ca.pem")):
+        names = ["coordinator"] + [f"w{i}" for i in range(MAX_CERT_WORKERS)]
+        subprocess.run([args.strata, "certs", certs, "--names", ",".join(names)],
+                       check=True, stdout=subprocess.DEVNULL)
+    lines = ["tls:", f"  ca: {certs}/ca.pem", f"  cert: {certs}/{own}.pem",
+             f"  key: {certs}/{own}.key"]
+    if own != "coordinator":
+        peers = ["coordinator"] + [f"w{i}" for i in range(n_workers)]
+        lines.append(f"  peers: [{', '.join(peers)}]")
+    return "\n".join(lines) + "\n"
+
+
+def worker_channel(grpc, workdir, address, name, own="coordinator"):
+    """A gRPC channel to the worker `name` at `address` of a Cluster with
+    TLS: the certificate of `own` (an allowed peer), the worker's checked
+    for its name."""
+    certs = os.path.join(workdir, "certs")
+
+    def read(n):
+        with open(os.path.join(certs, n), "rb") as f:
+            return f.read()
+    creds = grpc.ssl_channel_credentials(read("ca.pem"), read(f"{own}.key"),
+                                         read(f"{own}.pem"))
+    return grpc.secure_channel(address, creds,
+                               options=[("grpc.ssl_target_name_override", name)])
+
+
 class Cluster:
-    """Workers and a coordinator on loopback, from generated config files."""
+    """Workers and a coordinator on loopback, from generated config files;
+    links mutual TLS (tls=False: plaintext)."""
 
     def __init__(self, args, workdir, n_workers, ranges=None, ctx=512, model=None,
-                 max_sequences=8, spares=0, extra=()):
+                 max_sequences=8, spares=0, extra=(), tls=True):
         self.args, self.workdir = args, workdir
+        # Every worker (spares too) accepts calls from the others.
+        self.tls, self.n_workers = tls, n_workers + spares
         self.procs = []
         self.worker_ports = [free_port() for _ in range(n_workers + spares)]
         self.workers = [None] * (n_workers + spares)
@@ -148,6 +194,7 @@ class Cluster:
         lines.extend(extra)
         with open(cfg, "w") as f:
             f.write("\n".join(lines) + "\n")
+            f.write(link_security(args, workdir, "coordinator", n_workers, tls))
         self.coordinator = Proc("coordinator",
                                 [args.coordinator, "--config", cfg], workdir)
         self.procs.append(self.coordinator)
@@ -160,10 +207,14 @@ class Cluster:
                     f"name: w{i}\nthreads: 1\nmemory_budget: {memory_budget}\n"
                     f"model_dirs: [{model_dirs(self.args.model)}]\n"
                     "answer_timeout_ms: 120000\n")
+            f.write(self.link_security(f"w{i}"))
         w = Proc(f"worker-{i}", [self.args.worker, "--config", cfg], self.workdir)
         self.workers[i] = w
         self.procs.append(w)
         return w
+
+    def link_security(self, own):
+        return link_security(self.args, self.workdir, own, self.n_workers, self.tls)
 
     def close(self):
         for p in reversed(self.procs):

@@ -3,7 +3,8 @@
 two `strata-worker`s and a `strata-coordinator` on loopback (the helpers of
 cluster_test.py), then `strata serve`.
 
-  workers      "" and "strata.v1.Worker" SERVING once they listen;
+  workers      "" and "strata.v1.Worker" SERVING once they listen (asked
+               over mutual TLS; a plaintext probe is refused);
                "strata.v1.Worker.shard" SERVING once the coordinator loaded
                their shards.
   coordinator  "" and "strata.v1.Inference" SERVING once the cluster serves;
@@ -52,9 +53,11 @@ def load_health_stubs(proto_dir, workdir):
 
 
 class Health:
-    def __init__(self, address, pb, pb_grpc, grpc):
+    def __init__(self, address, pb, pb_grpc, grpc, channel=None):
+        """`channel`: a TLS channel to a worker (cluster links are mutual
+        TLS: a probe needs a certificate too); default plaintext."""
         self.pb, self.grpc = pb, grpc
-        self.stub = pb_grpc.HealthStub(grpc.insecure_channel(address))
+        self.stub = pb_grpc.HealthStub(channel or grpc.insecure_channel(address))
 
     def check(self, service=""):
         try:
@@ -182,7 +185,11 @@ def main():
         api_stubs = ct.load_stubs(args.proto_dir, workdir)
         c = ct.Cluster(args, workdir, 2)
         try:
-            w0 = Health(c.workers[0].address, *stubs)
+            grpc = stubs[2]
+            w0 = Health(c.workers[0].address, *stubs,
+                        channel=ct.worker_channel(grpc, workdir, c.workers[0].address, "w0"))
+            f.check(Health(c.workers[0].address, *stubs).check("") == "UNAVAILABLE",
+                    "worker: a plaintext probe is refused (mutual TLS)")
             f.check(w0.check("") == "SERVING", "worker: '' SERVING once it listens")
             f.check(w0.check("strata.v1.Worker") == "SERVING",
                     "worker: strata.v1.Worker SERVING")

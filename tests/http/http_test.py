@@ -85,14 +85,15 @@ def start_cluster(args, workdir, extra_config=""):
         cfg = os.path.join(workdir, f"worker-{i}.yaml")
         with open(cfg, "w") as f:
             f.write(f"listen: 127.0.0.1:{port}\nname: w{i}\nthreads: 1\nmemory_budget: 8GiB\n"
-                    f"model_dirs: [{model_dirs(args.model)}]\nanswer_timeout_ms: 120000\n")
+                    f"model_dirs: [{model_dirs(args.model)}]\nanswer_timeout_ms: 120000\n"
+                    "insecure: true\n")  # loopback: plaintext links
         procs.append(Proc(f"worker-{i}", [args.worker, "--config", cfg], workdir, http=False))
     cfg = os.path.join(workdir, "cluster.yaml")
     with open(cfg, "w") as f:
         f.write(f"model: {args.model}\nlisten: 127.0.0.1:{free_port()}\n"
                 f"http_listen: 127.0.0.1:0\ncontext_length: {CTX}\nmax_sequences: 4\n"
                 "health_check_interval_ms: 300\nhealth_check_timeout_ms: 1000\n"
-                "health_check_failures: 2\n" + extra_config + "workers:\n"
+                "health_check_failures: 2\ninsecure: true\n" + extra_config + "workers:\n"
                 + "".join(f"  - address: 127.0.0.1:{p}\n    name: w{i}\n"
                           for i, p in enumerate(ports)))
     coordinator = Proc("coordinator", [args.coordinator, "--config", cfg], workdir)

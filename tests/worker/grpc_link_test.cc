@@ -47,7 +47,7 @@ struct Served {
   explicit Served(bool silent) : service(silent) {
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    allow_link_keepalive(b);
+    grpc_tls::add_server_limits(b, grpc_tls::ServerLimits());
     b.RegisterService(&service);
     server = b.BuildAndStart();
   }
@@ -78,6 +78,13 @@ struct Collect {
   }
 };
 
+// Plaintext on loopback (mutual TLS: tls_test.cc).
+GrpcLinkOptions plain() {
+  GrpcLinkOptions o;
+  o.tls.insecure = true;
+  return o;
+}
+
 v1::MicroBatch batch(uint64_t id) {
   v1::MicroBatch b;
   b.set_batch_id(id);
@@ -88,7 +95,7 @@ TEST(GrpcLink, ResultsComeBackInOrder) {
   Served peer(false);
   ASSERT_NE(peer.server, nullptr);
   Collect c;
-  auto link = make_grpc_link(peer.address(), c.cb());
+  auto link = make_grpc_link(peer.address(), c.cb(), plain());
   ASSERT_TRUE(link.ok());
   for (uint64_t i = 0; i < 50; ++i) ASSERT_TRUE((*link)->send(batch(i)).ok());
   ASSERT_TRUE(c.wait(50, std::chrono::seconds(10)));
@@ -105,7 +112,7 @@ TEST(GrpcLink, ResultsComeBackInOrder) {
 TEST(GrpcLink, SilentPeerHitsTheAnswerDeadline) {
   Served peer(true);
   Collect c;
-  GrpcLinkOptions options;
+  GrpcLinkOptions options = plain();
   options.answer_timeout = std::chrono::milliseconds(500);
   auto link = make_grpc_link(peer.address(), c.cb(), options);
   ASSERT_TRUE(link.ok());
@@ -136,7 +143,7 @@ TEST(GrpcLink, UnreachablePeerFailsAtOnce) {
   }
   Collect c;
   const std::string address = "127.0.0.1:" + std::to_string(port);
-  auto link = make_grpc_link(address, c.cb());
+  auto link = make_grpc_link(address, c.cb(), plain());
   ASSERT_TRUE(link.ok());
   // The refused connection may break the link before send() runs (send then
   // fails at once) or after it (the micro-batch gets an error result). Both
@@ -157,7 +164,7 @@ TEST(GrpcLink, UnreachablePeerFailsAtOnce) {
         << sent.message();
   }
   EXPECT_FALSE((*link)->healthy());
-  EXPECT_FALSE(make_grpc_link("", c.cb()).ok());
+  EXPECT_FALSE(make_grpc_link("", c.cb(), plain()).ok());
 }
 
 }  // namespace

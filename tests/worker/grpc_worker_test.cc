@@ -66,6 +66,7 @@ std::unique_ptr<worker::ActivationLink> link_to(const std::string& address,
                                                 int max_message_bytes = 64
                                                                         << 20) {
   worker::GrpcLinkOptions options;
+  options.tls.insecure = true;  // loopback (mutual TLS: tls_test.cc)
   options.answer_timeout = std::chrono::seconds(30);
   options.max_message_bytes = max_message_bytes;
   auto link = worker::make_grpc_link(address, results.callback(), options);
@@ -263,6 +264,7 @@ TEST_F(GrpcWorker, LastStageResultsComeStraightToTheCoordinator) {
   // Through a link that holds the Results stream: the whole model's ids.
   Results results;
   worker::GrpcLinkOptions options;
+  options.tls.insecure = true;  // loopback (mutual TLS: tls_test.cc)
   options.answer_timeout = std::chrono::seconds(30);
   options.results_from = w1_->address();
   options.shard_id = kShardId;

@@ -25,10 +25,12 @@ namespace strata::worker_test {
 
 class WorkerProcess {
  public:
-  // Writes a config (model_dirs = dir, name) and starts the worker with
+  // Writes a config (model_dirs = dir, name, then `link_security`: YAML of
+  // the tls: block, or plaintext on loopback) and starts the worker with
   // --listen 127.0.0.1:PORT (0: any). Check ok() / error().
   WorkerProcess(const std::string& name, const std::string& model_dir,
-                int port = 0, int threads = 1) {
+                int port = 0, int threads = 1,
+                const std::string& link_security = "insecure: true\n") {
     config_ = ::testing::TempDir() + "/" + name + "-" +
               std::to_string(::getpid()) + ".yaml";
     {
@@ -36,7 +38,8 @@ class WorkerProcess {
       out << "listen: 127.0.0.1:" << port
           << "\nbackend: cpu\nthreads: " << threads
           << "\nmemory_budget: 1GiB\nmodel_dirs: [" << model_dir
-          << "]\nname: " << name << "\n";
+          << "]\nname: " << name << "\n"
+          << link_security;
     }
     int fds[2];
     if (::pipe(fds) != 0) {
