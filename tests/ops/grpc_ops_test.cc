@@ -135,6 +135,9 @@ class GrpcOpsTest : public ::testing::Test {
     o.config.health_check_interval_ms = 20;
     o.config.health_check_timeout_ms = 1000;
     o.config.health_check_failures = 1;
+    // Without migration the cluster stays down while a worker is: what the
+    // health service must follow (with it, w0 alone would serve again).
+    o.config.migration_attempts = 0;
     o.detokenizers = [] { return std::make_unique<FakeDetokenizer>(); };
     std::vector<std::unique_ptr<WorkerControl>> workers;
     for (int i = 0; i < 2; ++i) {
