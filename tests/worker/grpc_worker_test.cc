@@ -2,16 +2,21 @@
 // stories260K: a two-worker pipeline gives the whole model's greedy ids;
 // hostile micro-batches get error results naming the field while the
 // stream goes on; a killed or stopped next worker is reported, by name,
-// within 10 s.
+// within 10 s. Every test runs twice: plaintext links (insecure: true),
+// and mutual TLS with certificates made by strata certs' code (the same
+// errors must come back over mTLS).
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "grpcpp/grpcpp.h"
+#include "proto/cluster_certs.h"
+#include "proto/grpc_tls.h"
 #include "strata/v1/worker.grpc.pb.h"
 #include "tests/worker/worker_process.h"
 #include "tests/worker/worker_test_util.h"
@@ -21,6 +26,63 @@ namespace strata::worker_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How the test talks to its workers: plaintext or mutual TLS. The
+// certificates (coordinator, w0, w1) are made once per process.
+struct Links {
+  bool tls = false;
+  std::string dir;
+  grpc_tls::TlsConfig coordinator;  // resolved: PEM loaded
+  std::map<std::string, std::string> names;  // address -> worker name
+
+  void use(bool with_tls) {
+    tls = with_tls;
+    names.clear();
+    if (!tls || !dir.empty()) return;
+    dir = ::testing::TempDir() + "/grpc-worker-certs-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir);
+    absl::Status st = certs::write_cluster_certs(dir, {"coordinator", "w0", "w1"}, false);
+    ASSERT_TRUE(st.ok()) << st;
+    coordinator.ca = dir + "/ca.pem";
+    coordinator.cert = dir + "/coordinator.pem";
+    coordinator.key = dir + "/coordinator.key";
+    coordinator.tls_given = true;
+    st = grpc_tls::load_tls_files(&coordinator);
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  // The worker config's link security for worker `own`.
+  std::string worker_yaml(const std::string& own) const {
+    if (!tls) return "insecure: true\n";
+    return "tls:\n  ca: " + dir + "/ca.pem\n  cert: " + dir + "/" + own +
+           ".pem\n  key: " + dir + "/" + own + ".key\n  peers: [coordinator, w0, w1]\n";
+  }
+  std::shared_ptr<grpc::Channel> channel(const std::string& address) const {
+    if (!tls) return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    auto c = grpc_tls::make_channel(coordinator, address, name(address),
+                                    grpc::ChannelArguments());
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  }
+  worker::GrpcLinkOptions link_options(const std::string& address) const {
+    worker::GrpcLinkOptions o;
+    if (tls) {
+      o.tls = coordinator;
+      o.tls_name = name(address);
+    } else {
+      o.tls.insecure = true;
+    }
+    return o;
+  }
+  std::string name(const std::string& address) const {
+    auto it = names.find(address);
+    return it == names.end() ? "" : it->second;
+  }
+};
+
+Links& links() {
+  static Links l;
+  return l;
+}
 
 class Results {
  public:
@@ -51,8 +113,7 @@ class Results {
 grpc::Status load_shard(const std::string& address,
                         const v1::LoadShardRequest& request,
                         v1::LoadShardResponse* response = nullptr) {
-  auto stub = v1::Worker::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Worker::NewStub(links().channel(address));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(30));
@@ -65,8 +126,7 @@ std::unique_ptr<worker::ActivationLink> link_to(const std::string& address,
                                                 Results& results,
                                                 int max_message_bytes = 64
                                                                         << 20) {
-  worker::GrpcLinkOptions options;
-  options.tls.insecure = true;  // loopback (mutual TLS: tls_test.cc)
+  worker::GrpcLinkOptions options = links().link_options(address);
   options.answer_timeout = std::chrono::seconds(30);
   options.max_message_bytes = max_message_bytes;
   auto link = worker::make_grpc_link(address, results.callback(), options);
@@ -91,23 +151,28 @@ v1::MicroBatch micro_batch(uint64_t batch_id,
 
 constexpr int kCut = 2;  // w0: blocks [0, 2), w1: [2, 5)
 
-class GrpcWorker : public ::testing::Test {
+class GrpcWorker : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     if (!exists(stories_path())) {
       GTEST_SKIP() << stories_path() << " absent (../shared/models)";
     }
+    links().use(GetParam());
     n_layer_ = model_layers(stories_path());
     model_dir_ = std::filesystem::path(stories_path()).parent_path().string();
     start_w1(0);
-    w0_ = std::make_unique<WorkerProcess>("w0", model_dir_, 0, /*threads=*/2);
+    w0_ = std::make_unique<WorkerProcess>("w0", model_dir_, 0, /*threads=*/2,
+                                          links().worker_yaml("w0"));
     ASSERT_TRUE(w0_->ok()) << w0_->error();
+    links().names[w0_->address()] = "w0";
     load_w0();
   }
 
   void start_w1(int port) {
-    w1_ = std::make_unique<WorkerProcess>("w1", model_dir_, port);
+    w1_ = std::make_unique<WorkerProcess>("w1", model_dir_, port, 1,
+                                          links().worker_yaml("w1"));
     ASSERT_TRUE(w1_->ok()) << w1_->error();
+    links().names[w1_->address()] = "w1";
     v1::LoadShardRequest r =
         shard_request(stories_path(), kCut, n_layer_, n_layer_, 32, 4, 32);
     grpc::Status st = load_shard(w1_->address(), r);
@@ -119,6 +184,7 @@ class GrpcWorker : public ::testing::Test {
     v1::LoadShardRequest r =
         shard_request("stories260K.gguf", 0, kCut, n_layer_, 32, 4, 32);
     r.set_next_stage(w1_->address());
+    r.set_next_stage_name("w1");  // the certificate w1 must show
     v1::LoadShardResponse response;
     grpc::Status st = load_shard(w0_->address(), r, &response);
     ASSERT_TRUE(st.ok()) << st.error_message();
@@ -139,7 +205,7 @@ class GrpcWorker : public ::testing::Test {
   std::unique_ptr<WorkerProcess> w0_;
 };
 
-TEST_F(GrpcWorker, TwoWorkersGiveTheWholeModelsGreedyIds) {
+TEST_P(GrpcWorker, TwoWorkersGiveTheWholeModelsGreedyIds) {
   const std::vector<int32_t> expected =
       whole_model_greedy(stories_path(), stories_prompt(), 12);
   Results results;
@@ -173,7 +239,7 @@ TEST_F(GrpcWorker, TwoWorkersGiveTheWholeModelsGreedyIds) {
 
   // Describe and Health.
   auto stub = v1::Worker::NewStub(
-      grpc::CreateChannel(w0_->address(), grpc::InsecureChannelCredentials()));
+      links().channel(w0_->address()));
   grpc::ClientContext c1;
   v1::DescribeResponse d;
   ASSERT_TRUE(stub->Describe(&c1, v1::DescribeRequest(), &d).ok());
@@ -196,13 +262,13 @@ TEST_F(GrpcWorker, TwoWorkersGiveTheWholeModelsGreedyIds) {
   EXPECT_EQ(fr.freed(), 1);
 }
 
-TEST_F(GrpcWorker, LastStageResultsComeStraightToTheCoordinator) {
+TEST_P(GrpcWorker, LastStageResultsComeStraightToTheCoordinator) {
   const std::vector<int32_t> expected =
       whole_model_greedy(stories_path(), stories_prompt(), 12);
   auto w1 = v1::Worker::NewStub(
-      grpc::CreateChannel(w1_->address(), grpc::InsecureChannelCredentials()));
+      links().channel(w1_->address()));
   auto w0 = v1::Worker::NewStub(
-      grpc::CreateChannel(w0_->address(), grpc::InsecureChannelCredentials()));
+      links().channel(w0_->address()));
   // Refused: another shard id; a stage that is not the last.
   {
     grpc::ClientContext c;
@@ -263,8 +329,8 @@ TEST_F(GrpcWorker, LastStageResultsComeStraightToTheCoordinator) {
   }
   // Through a link that holds the Results stream: the whole model's ids.
   Results results;
-  worker::GrpcLinkOptions options;
-  options.tls.insecure = true;  // loopback (mutual TLS: tls_test.cc)
+  worker::GrpcLinkOptions options = links().link_options(w0_->address());
+  options.results_tls_name = "w1";
   options.answer_timeout = std::chrono::seconds(30);
   options.results_from = w1_->address();
   options.shard_id = kShardId;
@@ -296,7 +362,7 @@ struct Hostile {
   const char* field;
 };
 
-TEST_F(GrpcWorker, HostileMicroBatchesGetErrorsAndTheStreamGoesOn) {
+TEST_P(GrpcWorker, HostileMicroBatchesGetErrorsAndTheStreamGoesOn) {
   Results r0, r1;
   auto to_w0 = link_to(w0_->address(), r0);
   auto to_w1 = link_to(w1_->address(), r1);
@@ -383,7 +449,7 @@ TEST_F(GrpcWorker, HostileMicroBatchesGetErrorsAndTheStreamGoesOn) {
   EXPECT_TRUE(to_w1->healthy());
 }
 
-TEST_F(GrpcWorker, OversizedMessagesEndTheStreamNotTheWorker) {
+TEST_P(GrpcWorker, OversizedMessagesEndTheStreamNotTheWorker) {
   Results results;
   auto big = link_to(w1_->address(), results, 512 << 20);
   v1::MicroBatch b = micro_batch(1, {slice(1, 0, {1})});
@@ -405,7 +471,7 @@ TEST_F(GrpcWorker, OversizedMessagesEndTheStreamNotTheWorker) {
   EXPECT_EQ(ok->error_code(), 0) << ok->error_message();
 }
 
-TEST_F(GrpcWorker, LoadShardChecksPathBudgetAndFields) {
+TEST_P(GrpcWorker, LoadShardChecksPathBudgetAndFields) {
   v1::LoadShardRequest r =
       shard_request(stories_path(), kCut, n_layer_, n_layer_, 64, 4, 32);
   r.set_model_path("/etc/passwd");
@@ -467,7 +533,7 @@ TEST_F(GrpcWorker, LoadShardChecksPathBudgetAndFields) {
   EXPECT_EQ(ok->error_code(), 0) << ok->error_message();
 }
 
-TEST_F(GrpcWorker, KilledNextWorkerIsReportedByNameAndComesBack) {
+TEST_P(GrpcWorker, KilledNextWorkerIsReportedByNameAndComesBack) {
   Results results;
   auto link = link_to(w0_->address(), results);
   ASSERT_NO_FATAL_FAILURE(first_batch(*link, results));
@@ -496,7 +562,7 @@ TEST_F(GrpcWorker, KilledNextWorkerIsReportedByNameAndComesBack) {
   EXPECT_EQ(ok->tokens_size(), 1);
 }
 
-TEST_F(GrpcWorker, StoppedNextWorkerIsReportedWithin10Seconds) {
+TEST_P(GrpcWorker, StoppedNextWorkerIsReportedWithin10Seconds) {
   Results results;
   auto link = link_to(w0_->address(), results);
   ASSERT_NO_FATAL_FAILURE(first_batch(*link, results));
@@ -526,7 +592,7 @@ TEST_F(GrpcWorker, StoppedNextWorkerIsReportedWithin10Seconds) {
 // batches that still reach it so, instead of FAILED_PRECONDITION "no shard
 // loaded" (it has unloaded), and the first stage says it is the one
 // stopping rather than blaming the next stage whose link it closed.
-TEST_F(GrpcWorker, TerminatedWorkerIsReportedAsStoppingByName) {
+TEST_P(GrpcWorker, TerminatedWorkerIsReportedAsStoppingByName) {
   Results results;
   auto link = link_to(w0_->address(), results);
   ASSERT_NO_FATAL_FAILURE(first_batch(*link, results));
@@ -553,6 +619,11 @@ TEST_F(GrpcWorker, TerminatedWorkerIsReportedAsStoppingByName) {
       << r0->error_message();
   w0_->reap();
 }
+
+INSTANTIATE_TEST_SUITE_P(Links, GrpcWorker, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return std::string(p.param ? "mtls" : "plaintext");
+                         });
 
 }  // namespace
 }  // namespace strata::worker_test
