@@ -127,7 +127,10 @@ void WorkerService::watch_writers() {
 void WorkerService::trim_when_idle(std::chrono::steady_clock::time_point now) {
   uint64_t steps = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Never wait here: this thread also cuts stalled writes, and a call
+    // may hold mu_ while one waits.
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
     if (loaded_ != nullptr) steps = loaded_->relay->step_totals().steps();
   }
   if (steps != idle_steps_) {

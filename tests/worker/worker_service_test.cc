@@ -33,6 +33,7 @@ class ServedWorker {
     config.memory_budget_bytes = uint64_t{1} << 30;
     config.threads = 1;
     config.answer_timeout_ms = answer_timeout_ms;
+    config.tls.insecure = true;  // loopback: the link to the next stage is plaintext
     service_ = std::make_unique<worker::WorkerService>(config);
     grpc::ServerBuilder builder;
     int port = 0;
