@@ -320,9 +320,6 @@ absl::Status Cluster::load_pipeline() {
       states_[i].state = "failed";
       states_[i].last_error = std::string(shard.status().message());
       problem_ = std::string(shard.status().message());  // names the worker
-      // Plan again next time: the worker may have come back with another
-      // memory budget (or be replaced).
-      if (options_.monitor) plan_.reset();
       // Workers in this process (no monitor) read the same file the same
       // way on every retry: the failure is final, and wait_serving says so
       // at once instead of waiting out its timeout.
@@ -339,7 +336,7 @@ absl::Status Cluster::load_pipeline() {
   auto link = first_link_(scheduler_->result_callback(shard_id), shard_id, members);
   if (!link.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    problem_ = absl::StrCat(worker_label(0), ": ", link.status().message());
+    problem_ = absl::StrCat(worker_label(members.front()), ": ", link.status().message());
     return link.status();
   }
   {
@@ -431,10 +428,6 @@ void Cluster::check_workers() {
     std::lock_guard<std::mutex> lock(mu_);
     members = members_;
   }
-  // The stall watchdog: micro-batches in flight and no answer for longer
-  // than a health check may take. Then one missed check fails a worker
-  // (a hung stage is noticed within interval + timeout), else it takes
-  // health_check_failures in a row.
   // Every worker at once: one that hangs costs one deadline, not one each.
   std::vector<std::future<absl::StatusOr<v1::WorkerHealthResponse>>> answers;
   for (size_t i = 0; i < workers_.size(); ++i) {
@@ -443,6 +436,10 @@ void Cluster::check_workers() {
     }));
   }
   for (auto& a : answers) a.wait();
+  // The stall watchdog: micro-batches in flight and no answer for half a
+  // health check's deadline, read once the checks came back. Then one
+  // missed check fails a worker (a hung stage is noticed within interval +
+  // timeout), else it takes health_check_failures in a row.
   const Scheduler::Stats stats = scheduler_->stats();
   const bool stalled =
       stats.in_flight > 0 &&
