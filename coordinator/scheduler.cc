@@ -74,6 +74,7 @@ void Scheduler::attach(std::unique_ptr<worker::ActivationLink> link,
     have_new_link_ = true;
     stats_.attached = true;  // submissions from now on wait for the link
     stats_.recovering = false;
+    recovering_.reset();
     stats_.unavailable.clear();
   }
   cv_.notify_all();
@@ -354,11 +355,6 @@ void Scheduler::loop() {
       drop_link(*fail);
     } else if (suspend) {
       break_pipeline(*suspend);
-    }
-    if (have_new_link) {
-      std::lock_guard<std::mutex> lock(mu_);
-      recovering_.reset();
-      stats_.recovering = false;
     }
     if (have_new_link) {
       if (link_) link_->close(worker::kLinkClosed);
