@@ -219,17 +219,12 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> start_grpc_server(
   // No SO_REUSEPORT: a port another server holds is refused, not shared
   // with it (requests would alternate between the two).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Clients ping every 1 s, also between calls (strata::Client's keepalive:
-  // a frozen server is noticed in 2 s); gRPC's default answers a ping more
-  // often than every 5 min without data with GOAWAY too_many_pings, which
-  // ends the calls on that connection.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(16 << 20);
-  // Keepalive acceptance (clients may ping every 500 ms), handshake and
+  // Keepalive acceptance (clients ping every 1 s, also between calls:
+  // strata::Client notices a frozen server in 2 s; gRPC's default answers
+  // such pings with GOAWAY too_many_pings), handshake and
   // idle timeouts, headers of at most 16 KiB, and streams per connection
   // bounded (docs/security.md). More streams than a cluster link: one
   // client may run many requests on one connection (the scheduler queues

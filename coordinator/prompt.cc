@@ -81,9 +81,9 @@ absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
     return absl::Status(code, absl::StrCat("messages: ", chat.status().message()));
   }
   const std::string& choice = request.tool_choice();
-  const chat_template::ToolCallFormat format =
-      chat_template::detect_tool_call_format(chat->template_text);
   if (chat_request->tools.is_array() && !chat_request->tools.empty() && choice != "none") {
+    const chat_template::ToolCallFormat format =
+        chat_template::detect_tool_call_format(chat->template_text);
     // A template that writes no call format we know (nor <think> blocks):
     // the text passes through as it would without tools.
     spec->parse_tool_calls = format != chat_template::ToolCallFormat::kNone ||

@@ -85,11 +85,18 @@ bool walk(const Descriptor& type, const std::string& bytes,
         if (f->type() == FieldDescriptor::TYPE_STRING &&
             !google::protobuf::internal::IsStructurallyValidUTF8(
                 value.data(), static_cast<int>(value.size()))) {
-          size_t bad = 0;  // the first byte that is not UTF-8
-          while (bad < value.size() &&
-                 google::protobuf::internal::IsStructurallyValidUTF8(
-                     value.data(), static_cast<int>(bad + 1))) {
-            ++bad;
+          // The first byte that starts no valid character, one character
+          // at a time (linear; a growing prefix cut characters in two).
+          size_t bad = 0;
+          while (bad < value.size()) {
+            int k = 1;
+            while (k <= 4 && bad + k <= value.size() &&
+                   !google::protobuf::internal::IsStructurallyValidUTF8(
+                       value.data() + bad, k)) {
+              ++k;
+            }
+            if (k > 4 || bad + k > value.size()) break;
+            bad += static_cast<size_t>(k);
           }
           *why = name + ": not valid UTF-8 (byte " + std::to_string(bad) +
                  " of " + std::to_string(value.size()) +

@@ -9,7 +9,7 @@
 // answer well is the serialization trait gRPC calls to parse: this header
 // specialises grpc::SerializationTraits for every request message strata
 // serves (strata.v1.Inference and strata.v1.Worker). Serialize is gRPC's
-// own; Deserialize parses as gRPC does (from one contiguous copy of the
+// own; Deserialize parses as gRPC does (without a copy of the
 // request's bytes) and, only when that fails, walks the
 // wire bytes with the message's descriptor (describe_undecodable) to name
 // the first field at fault:

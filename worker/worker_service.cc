@@ -234,24 +234,27 @@ absl::StatusOr<std::string> WorkerService::resolve_model_path(
   // (nothing outside is looked up), then on where its symlinks lead.
   const absl::Status outside = absl::PermissionDeniedError(absl::StrCat(
       "model_path: ", path, " is outside the model directories [", dirs, "]"));
+  // Each model directory as written (normalised) and where it leads.
+  std::vector<std::pair<std::string, std::string>> model_dirs;
+  for (const std::string& d : config_.model_dirs) {
+    model_dirs.emplace_back(fs::path(d).lexically_normal().string(), real_path(d));
+  }
   bool any_inside = false;
   for (const std::string& c : candidates) {
     const std::string lexical = fs::path(c).lexically_normal().string();
     bool inside = false;
-    for (const std::string& d : config_.model_dirs) {
-      const std::string dir = fs::path(d).lexically_normal().string();
-      const std::string real_dir = real_path(d);
+    for (const auto& [dir, real_dir] : model_dirs) {
       if (lexical == dir || (!real_dir.empty() && lexical == real_dir) ||
           under(lexical, dir) || (!real_dir.empty() && under(lexical, real_dir))) {
         inside = true;
+        break;
       }
     }
     if (!inside) continue;
     any_inside = true;
     const std::string resolved = real_path(c);
     if (resolved.empty()) continue;
-    for (const std::string& d : config_.model_dirs) {
-      const std::string dir = real_path(d);
+    for (const auto& [unused, dir] : model_dirs) {
       if (dir.empty()) continue;
       if (resolved == dir) {  // ".", "" or the directory's own path
         return absl::InvalidArgumentError(absl::StrCat(
