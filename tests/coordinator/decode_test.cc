@@ -37,6 +37,10 @@ TEST(Decode, NamesTheFieldThatIsNotUtf8WithItsIndex) {
       proto_decode::describe_undecodable(
           generate(), field(2, "hi") + field(9, "x") + field(9, "\xff")),
       "stop[1]: not valid UTF-8 (byte 0 of 1); a string field must be UTF-8");
+  // After multi-byte characters, the byte that starts no character ("é" is
+  // bytes 0-1, "€" 2-4).
+  EXPECT_EQ(proto_decode::describe_undecodable(generate(), field(9, "\xc3\xa9\xe2\x82\xac\xff!")),
+            "stop[0]: not valid UTF-8 (byte 5 of 7); a string field must be UTF-8");
 }
 
 TEST(Decode, NamesWhereTheWireFormatBreaks) {
