@@ -321,6 +321,22 @@ TEST_F(StageChecks, Positions) {
                   "slices[0].start_pos: -1 is negative");
 }
 
+TEST_F(StageChecks, GeneratedFrom) {
+  // Migration's replay mark: only on the slice that starts a sequence, and
+  // within the context (n_ctx 32 here).
+  v1::MicroBatch b = last_batch({slice(1, 5, {42})}, 1);
+  b.mutable_slices(0)->set_generated_from(3);
+  expect_rejected(*last_, b, absl::StatusCode::kInvalidArgument,
+                  "slices[0].generated_from: 3 on a slice that does not start its sequence");
+  v1::MicroBatch far = last_batch({slice(2, 0, {1, 2})}, 2);
+  far.mutable_slices(0)->set_generated_from(33);
+  expect_rejected(*last_, far, absl::StatusCode::kInvalidArgument,
+                  "slices[0].generated_from: 33 is out of range [1, n_ctx 32]");
+  far.mutable_slices(0)->set_generated_from(-1);
+  expect_rejected(*last_, far, absl::StatusCode::kInvalidArgument,
+                  "slices[0].generated_from: -1");
+}
+
 TEST_F(StageChecks, BeyondTheContext) {
   // Fill sequence 1 to 29 positions, then 4 more rows pass n_ctx 32.
   v1::MicroBatch next;
