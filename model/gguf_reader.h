@@ -13,7 +13,9 @@
 //
 // Split models (gguf-split: NAME-00001-of-0000N.gguf) carry split.no,
 // split.count and split.tensors.count; GgufModel::open() opens every part
-// and presents one tensor list whose entries point into their own part.
+// and presents one tensor list whose entries point into their own part;
+// GgufModel::open_shard() opens only the parts one shard needs, and works
+// when the others are absent from the disk.
 //
 // Every rejection is an absl::InvalidArgumentError (or NotFound / an I/O error
 // for a file that cannot be opened) whose message names the field, its byte
@@ -39,6 +41,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -196,6 +199,10 @@ class GgufFile {
 // GgufModel::open then expects the split.* keys and the other N - 1 parts.
 bool is_split_part_name(std::string_view path);
 
+// Which tensors a caller will read (GgufModel::open_shard): true for a name
+// whose data it needs.
+using TensorFilter = std::function<bool(std::string_view name)>;
+
 // A model that may be split across files. For a single file it is that file.
 // Owns its parts; the TensorInfo::data pointers of tensors() point into them
 // and live as long as the GgufModel. Immutable after open: any thread may
@@ -213,15 +220,48 @@ class GgufModel {
   static absl::StatusOr<std::unique_ptr<GgufModel>> open(
       const std::string& path, const ReaderLimits& limits = {});
 
+  // Opens what one shard of the model needs (a worker's LoadShard): the
+  // first part (the model's metadata; NotFound when absent) and every other
+  // part present in the directory, checked as open() checks them. A part
+  // absent from the disk is allowed (an operator copies only the parts a
+  // machine needs) and listed in absent_parts(); its tensors are not in
+  // tensors(), and split.tensors.count is then not checked. A part present
+  // that holds no tensor `wanted` accepts is unmapped after its header is
+  // read: its tensors stay in tensors() (names, shapes, sizes) with
+  // data == nullptr and parts()[i] == nullptr. The first part stays mapped.
+  // A tensor the caller needs that is in no part present: missing_tensor().
+  // For a model of one file it is open().
+  static absl::StatusOr<std::unique_ptr<GgufModel>> open_shard(
+      const std::string& path, const TensorFilter& wanted,
+      const ReaderLimits& limits = {});
+
   // Metadata of the first part (the one that carries the model's keys).
   const GgufFile& first() const { return *parts_.front(); }
+  // One entry per part, parts()[0] the first; an entry is nullptr only in a
+  // model from open_shard(), for a part absent or not mapped.
   const std::vector<std::unique_ptr<GgufFile>>& parts() const { return parts_; }
+  // Paths of the parts open_shard() found absent (1-based part i of
+  // parts().size() is "NAME-0000i-of-0000N.gguf"); empty after open().
+  const std::vector<std::string>& absent_parts() const { return absent_; }
   // All tensors of all parts in order; TensorInfo::split_index says which.
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
 
+  // The error for a tensor `name` the caller needs and find_tensor() does
+  // not have: NotFound naming the tensor and the absent parts when parts are
+  // absent ("blk.3.attn_q.weight: in none of the parts on this disk; absent:
+  // PATH (part 2 of 3)"), else InvalidArgument "NAME: missing".
+  absl::Status missing_tensor(std::string_view name) const;
+
  private:
+  static absl::StatusOr<std::unique_ptr<GgufModel>> open_parts(
+      const std::string& path, const ReaderLimits& limits,
+      const TensorFilter* wanted);
+  // Unmaps the parts after the first that hold no tensor `wanted` accepts.
+  void unmap_unwanted(const TensorFilter& wanted);
+
   std::vector<std::unique_ptr<GgufFile>> parts_;
+  std::vector<std::string> absent_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };

@@ -112,6 +112,18 @@ bool is_split_part_name(std::string_view path) {
 
 absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open(
     const std::string& path, const ReaderLimits& limits) {
+  return open_parts(path, limits, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open_shard(
+    const std::string& path, const TensorFilter& wanted,
+    const ReaderLimits& limits) {
+  return open_parts(path, limits, &wanted);
+}
+
+absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open_parts(
+    const std::string& path, const ReaderLimits& limits,
+    const TensorFilter* wanted) {
   absl::StatusOr<std::unique_ptr<GgufFile>> opened =
       GgufFile::open(path, limits);
   if (!opened.ok()) return opened.status();
@@ -154,7 +166,21 @@ absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open(
       } else {
         absl::StatusOr<std::unique_ptr<GgufFile>> other =
             GgufFile::open(part_name, limits);
+        // A shard may do without a part other than the first (metadata).
+        if (!other.ok() && wanted != nullptr && part > 1 &&
+            absl::IsNotFound(other.status())) {
+          model->absent_.push_back(part_name);
+          model->parts_.push_back(nullptr);
+          continue;
+        }
         if (!other.ok()) {
+          if (wanted != nullptr && part == 1) {
+            return absl::Status(
+                other.status().code(),
+                text::cat("split part 1 of ", name->count,
+                          " (it holds the model's metadata): ",
+                          std::string(other.status().message())));
+          }
           return absl::Status(
               other.status().code(),
               text::cat("split part ", part, " of ", name->count, ": ",
@@ -173,6 +199,7 @@ absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open(
   // One tensor list over all parts; names unique across parts.
   uint64_t total = 0;
   for (size_t p = 0; p < model->parts_.size(); ++p) {
+    if (model->parts_[p] == nullptr) continue;  // absent
     for (const TensorInfo& tensor : model->parts_[p]->tensors()) {
       auto [it, inserted] =
           model->tensor_index_.emplace(tensor.name, model->tensors_.size());
@@ -189,7 +216,8 @@ absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open(
       ++total;
     }
   }
-  if (model->parts_.size() > 1) {
+  // The count covers every part: it cannot be checked with parts absent.
+  if (model->parts_.size() > 1 && model->absent_.empty()) {
     for (size_t p = 0; p < model->parts_.size(); ++p) {
       const std::string part_name =
           part_path(*name, static_cast<uint32_t>(p + 1));
@@ -209,7 +237,38 @@ absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open(
       }
     }
   }
+  if (wanted != nullptr) model->unmap_unwanted(*wanted);
   return model;
+}
+
+void GgufModel::unmap_unwanted(const TensorFilter& wanted) {
+  std::vector<bool> keep(parts_.size(), false);
+  keep[0] = true;  // the metadata
+  for (const TensorInfo& t : tensors_) {
+    if (wanted(t.name)) keep[t.split_index] = true;
+  }
+  for (TensorInfo& t : tensors_) {
+    if (!keep[t.split_index]) t.data = nullptr;
+  }
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    if (!keep[p]) parts_[p].reset();
+  }
+}
+
+absl::Status GgufModel::missing_tensor(std::string_view name) const {
+  if (absent_.empty()) {
+    return absl::InvalidArgumentError(text::cat(name, ": missing"));
+  }
+  std::string absent;
+  for (const std::string& path : absent_) {
+    const std::optional<SplitName> part = parse_split_name(path);
+    absent += text::cat(absent.empty() ? "" : ", ", path, " (part ",
+                        part ? part->part : 0, " of ", parts_.size(), ")");
+  }
+  return absl::NotFoundError(
+      text::cat(name, ": in none of the ", parts_.size() - absent_.size(),
+                " parts of ", parts_.size(),
+                " on this disk; absent: ", absent));
 }
 
 const TensorInfo* GgufModel::find_tensor(std::string_view name) const {

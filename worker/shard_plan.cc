@@ -43,7 +43,8 @@ bool is_host_port(absl::string_view s) {
 // Which tensors belong to the shard: its blocks' "blk.N." tensors, the
 // embedding on the first stage, the output norm and head (or the tied
 // embedding) on the last, the RoPE factors everywhere.
-bool in_shard(absl::string_view name, const v1::ShardInfo& s, bool has_output) {
+template <typename Shard>  // v1::ShardInfo or v1::LoadShardRequest
+bool in_shard(absl::string_view name, const Shard& s, bool has_output) {
   if (absl::StartsWith(name, "blk.")) {
     const int64_t block = arch::block_index(std::string_view(name.data(), name.size()));
     return block >= 0 && block >= s.first_block() && block < s.last_block();
@@ -142,7 +143,14 @@ uint64_t kv_bytes_per_position(const arch::Hyperparameters& hp, int n_blocks,
 
 absl::StatusOr<ShardPlan> plan_shard(const v1::LoadShardRequest& r) {
   if (absl::Status st = check_load_request(r); !st.ok()) return st;
-  auto opened = gguf::GgufModel::open(r.model_path());
+  // Only the parts that hold the shard's tensors (and the first, the
+  // metadata) are mapped; the others may be absent from this disk. The head
+  // keeps the embedding's part too, in case the output head is tied to it.
+  auto opened = gguf::GgufModel::open_shard(
+      r.model_path(), [&r](std::string_view name) {
+        return in_shard(absl::string_view(name.data(), name.size()), r,
+                        /*has_output=*/false);
+      });
   if (!opened.ok()) return opened.status();
   ShardPlan plan;
   plan.model = std::shared_ptr<const gguf::GgufModel>(std::move(*opened));

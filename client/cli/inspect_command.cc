@@ -57,6 +57,52 @@ void print_json(const gguf::GgufModel& model) {
             << "\n";
 }
 
+// The block number of a "blk.N." tensor, -1 for the others.
+int block_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  int block = 0;
+  size_t i = 4;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && block < 1000000; ++i) {
+    block = block * 10 + (name[i] - '0');
+  }
+  return i > 4 && i < name.size() && name[i] == '.' ? block : -1;
+}
+
+// A split model's parts: what each holds, so that an operator can copy to a
+// worker only part 1 (the metadata) and the parts its blocks live in.
+void print_parts(const gguf::GgufModel& model) {
+  struct Part {
+    size_t tensors = 0;
+    uint64_t bytes = 0;
+    int first_block = -1, last_block = -1;
+    std::string others;  // tensors outside the blocks
+  };
+  std::vector<Part> parts(model.parts().size());
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    Part& p = parts[t.split_index];
+    ++p.tensors;
+    p.bytes += t.n_bytes;
+    if (int b = block_of(t.name); b >= 0) {
+      if (p.first_block < 0 || b < p.first_block) p.first_block = b;
+      if (b > p.last_block) p.last_block = b;
+    } else {
+      p.others += (p.others.empty() ? "" : " ") + gguf::text::escape(t.name);
+    }
+  }
+  std::printf("\n%zu parts (a worker needs part 1 and the parts holding its "
+              "blocks' tensors):\n", parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& p = parts[i];
+    std::string blocks = p.first_block < 0
+                             ? std::string("no blocks")
+                             : "blocks " + std::to_string(p.first_block) + "-" +
+                                   std::to_string(p.last_block);
+    std::printf("  part %zu: %zu tensors, %.2f MiB, %s%s%s\n", i + 1, p.tensors,
+                static_cast<double>(p.bytes) / (1024.0 * 1024.0), blocks.c_str(),
+                p.others.empty() ? "" : ", ", p.others.c_str());
+  }
+}
+
 void print_text(const std::string& path, const gguf::GgufModel& model,
                 size_t max_items) {
   const gguf::GgufFile& first = model.first();
@@ -68,6 +114,7 @@ void print_text(const std::string& path, const gguf::GgufModel& model,
               first.metadata().size(), model.tensors().size(),
               static_cast<double>(total_bytes) / (1024.0 * 1024.0),
               first.alignment());
+  if (model.parts().size() > 1) print_parts(model);
   std::printf("\nmetadata:\n");
   for (const gguf::KeyValue& kv : first.metadata()) {
     // Names come from the file: escaped, as values are, so that no byte of

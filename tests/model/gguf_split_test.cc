@@ -215,5 +215,93 @@ TEST(GgufSplit, RejectsPartNumberBeyondCount) {
                  "file name says part 4 of 3");
 }
 
+// A worker's view: only the parts holding the tensors it asks for.
+bool wants_block_1(std::string_view name) {
+  return name == "blk.1.attn_q.weight";
+}
+
+TEST(GgufSplitShard, MapsOnlyTheFirstPartAndThePartsItNeeds) {
+  TempDir dir;
+  write_parts(dir, good_parts());
+  auto model = GgufModel::open_shard(part_name(dir, 1, 3), wants_block_1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto& parts = (*model)->parts();
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_NE(parts[0], nullptr);  // the metadata
+  EXPECT_NE(parts[1], nullptr);  // blk.1
+  EXPECT_EQ(parts[2], nullptr);  // read, then unmapped
+  EXPECT_TRUE((*model)->absent_parts().empty());
+  // Every tensor of the parts present is listed; those unmapped lack data.
+  ASSERT_EQ((*model)->tensors().size(), 5u);
+  EXPECT_EQ((*model)->find_tensor("blk.1.attn_q.weight")->data[0], 1);
+  EXPECT_NE((*model)->find_tensor("blk.0.attn_q.weight")->data, nullptr);
+  const TensorInfo* output = (*model)->find_tensor("output.weight");
+  ASSERT_NE(output, nullptr);
+  EXPECT_EQ(output->data, nullptr);
+  EXPECT_EQ(output->n_bytes, 16u);
+}
+
+TEST(GgufSplitShard, WorksWithoutThePartsItDoesNotNeed) {
+  TempDir dir;
+  write_parts(dir, good_parts());
+  std::filesystem::remove(part_name(dir, 3, 3));
+  for (int entry : {1, 2}) {  // the first part or the shard's own named
+    SCOPED_TRACE(entry);
+    auto model = GgufModel::open_shard(part_name(dir, entry, 3), wants_block_1);
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_EQ((*model)->absent_parts().size(), 1u);
+    EXPECT_EQ((*model)->absent_parts()[0], part_name(dir, 3, 3));
+    EXPECT_EQ((*model)->parts()[2], nullptr);
+    EXPECT_EQ((*model)->tensors().size(), 3u);  // parts 1 and 2
+    EXPECT_EQ((*model)->find_tensor("blk.1.attn_q.weight")->data[0], 1);
+    EXPECT_EQ((*model)->find_tensor("output.weight"), nullptr);
+    // A tensor needed from the absent part: the error names both.
+    absl::Status missing = (*model)->missing_tensor("blk.2.attn_q.weight");
+    EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+    EXPECT_NE(missing.message().find("blk.2.attn_q.weight: in none of the 2 "
+                                     "parts of 3 on this disk; absent: " +
+                                     part_name(dir, 3, 3) + " (part 3 of 3)"),
+              absl::string_view::npos)
+        << missing;
+  }
+  // open() still wants every part.
+  EXPECT_EQ(GgufModel::open(part_name(dir, 1, 3)).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(GgufSplitShard, NeedsTheFirstPart) {
+  TempDir dir;
+  write_parts(dir, good_parts());
+  std::filesystem::remove(part_name(dir, 1, 3));
+  auto model = GgufModel::open_shard(part_name(dir, 2, 3), wants_block_1);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound)
+      << model.status();
+  EXPECT_NE(model.status().message().find(
+                "split part 1 of 3 (it holds the model's metadata)"),
+            absl::string_view::npos)
+      << model.status();
+}
+
+TEST(GgufSplitShard, ChecksThePartsPresent) {
+  TempDir dir;
+  std::vector<PartSpec> parts = good_parts();
+  parts[1].split_no = 2;
+  write_parts(dir, parts);
+  std::filesystem::remove(part_name(dir, 3, 3));
+  expect_invalid(GgufModel::open_shard(part_name(dir, 1, 3), wants_block_1),
+                 "split.no 2 but the file is part 2 of 3");
+}
+
+TEST(GgufSplitShard, MissingTensorWithEveryPartIsInvalid) {
+  TempDir dir;
+  write_parts(dir, good_parts());
+  auto model = GgufModel::open_shard(part_name(dir, 1, 3), wants_block_1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::Status missing = (*model)->missing_tensor("blk.9.attn_q.weight");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument) << missing;
+  EXPECT_EQ(missing.message(), "blk.9.attn_q.weight: missing");
+}
+
 }  // namespace
 }  // namespace strata::gguf

@@ -27,8 +27,9 @@ class Loader {
     const gguf::TensorInfo* t = model_.find_tensor(name);
     if (t == nullptr) {
       if (optional) return WeightMatrix{};
-      return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+      return model_.missing_tensor(name);
     }
+    if (absl::Status st = mapped(*t); !st.ok()) return st;
     if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [",
@@ -45,8 +46,9 @@ class Loader {
     const gguf::TensorInfo* t = model_.find_tensor(name);
     if (t == nullptr) {
       if (optional) return nullptr;
-      return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+      return model_.missing_tensor(name);
     }
+    if (absl::Status st = mapped(*t); !st.ok()) return st;
     if (t->n_elements != static_cast<uint64_t>(n) || t->shape[0] != n) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [",
@@ -59,6 +61,14 @@ class Loader {
   }
 
  private:
+  // A split model opened for a shard unmaps the parts it does not need.
+  static absl::Status mapped(const gguf::TensorInfo& t) {
+    if (t.data != nullptr) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat(
+        t.name, ": split part ", t.split_index + 1,
+        " was not mapped (the shard's tensor filter did not ask for it)"));
+  }
+
   const gguf::GgufModel& model_;
   ShardWeights& out_;
 };
@@ -96,16 +106,23 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
 
   // The vocabulary size comes from the embedding (every GGUF has it).
   const gguf::TensorInfo* emb = model.find_tensor("token_embd.weight");
-  if (emb == nullptr) {
-    return absl::InvalidArgumentError("token_embd.weight: missing");
-  }
-  if (emb->shape.size() != 2 || emb->shape[0] != e || emb->shape[1] < 1 ||
+  const bool first = range.first == 0;
+  const bool last = range.last == hp.n_layer;
+  // A middle stage of a split model whose embedding lies in a part absent
+  // from this disk takes the vocabulary size from the metadata.
+  if (emb == nullptr && !first && !last && !model.absent_parts().empty() &&
+      hp.n_vocab > 0) {
+    w->n_vocab = hp.n_vocab;
+  } else if (emb == nullptr) {
+    return model.missing_tensor("token_embd.weight");
+  } else if (emb->shape.size() != 2 || emb->shape[0] != e || emb->shape[1] < 1 ||
       emb->shape[1] > (1 << 24)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "token_embd.weight: shape ", shape_text(emb->shape), ", expected [",
         e, ", n_vocab]"));
+  } else {
+    w->n_vocab = static_cast<int>(emb->shape[1]);
   }
-  w->n_vocab = static_cast<int>(emb->shape[1]);
   // The tokenizer's ids must be the embedding's rows, as llama.cpp requires
   // (its token_embd is created [n_embd, n_vocab] from the vocabulary):
   // otherwise the model samples ids the tokenizer cannot decode, or the
@@ -115,8 +132,6 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
         "token_embd.weight: ", w->n_vocab, " rows, but the vocabulary has ", hp.n_vocab,
         " tokens (", hp.architecture, ".vocab_size or tokenizer.ggml.tokens)"));
   }
-  const bool first = range.first == 0;
-  const bool last = range.last == hp.n_layer;
   const bool has_output = model.find_tensor("output.weight") != nullptr;
   if (first || (last && !has_output)) {
     ASSIGN_OR_RETURN_W(w->token_embd,
