@@ -3,6 +3,7 @@
 # (tests/engine/data/*.json), idempotently, under $STRATA_MODELS:
 #   requant/SmolLM2-135M-Instruct.TYPE.gguf  `strata quantize` of the default model
 #   tiny/tiny-{qwen2,qwen3,gemma2,phi3}.gguf  scripts/make_tiny_models.py (seeded)
+#   tiny/tiny-{llama3,llama-linear,qwen2-yarn}.gguf  scripts/make_tiny_rope_models.py
 # The tests check each file's SHA-256 against the one llama.cpp saw and skip,
 # saying so, on a mismatch.  Usage: make-test-models.sh STRATA_BINARY
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -19,5 +20,10 @@ done
 if [[ ! -f "$STRATA_MODELS/tiny/tiny-phi3.gguf" ]]; then
   log "making tiny random-weight models"
   "$STRATA_VENV/bin/python" "$STRATA_ROOT/scripts/make_tiny_models.py" \
+    --out "$STRATA_MODELS/tiny" --smollm2 "$src"
+fi
+if [[ ! -f "$STRATA_MODELS/tiny/tiny-qwen2-yarn.gguf" ]]; then
+  log "making tiny RoPE-scaling models"
+  "$STRATA_VENV/bin/python" "$STRATA_ROOT/scripts/make_tiny_rope_models.py" \
     --out "$STRATA_MODELS/tiny" --smollm2 "$src"
 fi

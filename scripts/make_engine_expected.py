@@ -94,6 +94,8 @@ PROMPTS = [
     ("lighthouse", LONG_TEXT),
 ]
 
+# The models of scripts/make_tiny_rope_models.py.
+ROPE_MODELS = ["llama3", "llama-linear", "qwen2-yarn"]
 REQUANT_TYPES = ["Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"]
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3 = "gemma-3-270m-q4_k_m.gguf"
@@ -225,9 +227,19 @@ def main():
         models.append((f"tiny-{arch}", os.path.join(tiny_dir, f"tiny-{arch}.gguf"),
                        PROMPTS[:4]))
 
+    # RoPE scaling (scripts/make_tiny_rope_models.py): two short prompts
+    # (with 64 generated tokens, past tiny-qwen2-yarn's original context of
+    # 32) and the long one.
+    for name in ROPE_MODELS:
+        models.append((f"tiny-{name}", os.path.join(tiny_dir, f"tiny-{name}.gguf"),
+                       [PROMPTS[3], PROMPTS[4], PROMPTS[-1]]))
+
     for key, path, prompts in models:
         if args.only and key != args.only:
             continue
+        if key[len("tiny-"):] in ROPE_MODELS and not os.path.exists(path):
+            subprocess.run([sys.executable, os.path.join(HERE, "make_tiny_rope_models.py"),
+                            "--out", tiny_dir], check=True)
         if key.startswith("smollm2-") and key != "smollm2-q4_1":
             if not os.path.exists(path):
                 if not args.strata:

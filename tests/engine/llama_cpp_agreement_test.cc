@@ -58,6 +58,10 @@ std::vector<ModelCase> model_cases() {
       {"tiny-qwen3", tiny + "qwen3.gguf", true},
       {"tiny-gemma2", tiny + "gemma2.gguf", true},
       {"tiny-phi3", tiny + "phi3.gguf", true},
+      // RoPE scaling (scripts/make_tiny_rope_models.py).
+      {"tiny-llama3", tiny + "llama3.gguf", true},
+      {"tiny-llama-linear", tiny + "llama-linear.gguf", true},
+      {"tiny-qwen2-yarn", tiny + "qwen2-yarn.gguf", true},
   };
 }
 
