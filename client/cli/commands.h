@@ -41,6 +41,7 @@ void add_run_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);
 void add_speed_command(CLI::App& app, int& exit_code);
 void add_status_command(CLI::App& app, int& exit_code);
+void add_synth_command(CLI::App& app, int& exit_code);
 void add_tokenize_commands(CLI::App& app, int& exit_code);
 
 }  // namespace strata::cli

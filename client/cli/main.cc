@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   strata::cli::add_serve_command(app, exit_code);
   strata::cli::add_speed_command(app, exit_code);
   strata::cli::add_status_command(app, exit_code);
+  strata::cli::add_synth_command(app, exit_code);
   strata::cli::add_tokenize_commands(app, exit_code);
   // A first word that names no command gets its own message (CLI11 would
   // say only that a subcommand is required).

@@ -1,0 +1,177 @@
+// `strata synth`'s writer (model/synthetic_model.h): the file opens, its
+// tensors have the named shape's names, shapes and types, the quantized
+// blocks dequantize (by the reference dequantizer) to finite weights of
+// the intended spread, and the same seed gives the same bytes.
+#include "model/synthetic_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/reference/dequantize.h"
+#include "model/architecture/architecture.h"
+#include "model/gguf_reader.h"
+#include "tests/model/gguf_test_util.h"
+
+namespace strata::synth {
+namespace {
+
+using gguf::testing::TempDir;
+
+std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+class SynthTypes : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(SynthTypes, OpensWithTheShapeAndFiniteWeightsOfTheIntendedSpread) {
+  TempDir dir;
+  SynthOptions o;
+  o.shape = "tiny-llama";
+  o.type = GetParam();
+  const std::string path = dir.file("m.gguf");
+  absl::StatusOr<SynthReport> report = write_synthetic_model(o, path);
+  ASSERT_TRUE(report.ok()) << report.status();
+  auto model = gguf::GgufModel::open(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto hp = arch::read_hyperparameters((*model)->first());
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  const Shape& shape = *find_shape("tiny-llama");
+  EXPECT_EQ(hp->n_layer, shape.n_layer);
+  EXPECT_EQ(hp->n_embd, shape.n_embd);
+  EXPECT_EQ(hp->n_ff, shape.n_ff);
+  EXPECT_EQ(hp->n_head, shape.n_head);
+  EXPECT_EQ(hp->n_head_kv, shape.n_head_kv);
+  EXPECT_EQ(hp->n_vocab, shape.n_vocab);  // the built-in vocabulary, padded
+  ASSERT_EQ((*model)->tensors().size(), report->n_tensors);
+  for (const gguf::TensorInfo& t : (*model)->tensors()) {
+    SCOPED_TRACE(t.name);
+    std::vector<float> w(t.n_elements);
+    ASSERT_TRUE(reference::dequantize_row(t.type, t.data, static_cast<int64_t>(t.n_elements),
+                                          w.data())
+                    .ok());
+    double sum = 0, sum2 = 0;
+    for (float v : w) {
+      ASSERT_TRUE(std::isfinite(v));
+      sum += v;
+      sum2 += double{v} * v;
+    }
+    const double n = static_cast<double>(w.size());
+    const double mean = sum / n;
+    const double sd = std::sqrt(sum2 / n - mean * mean);
+    if (t.shape.size() == 1) {  // norm weights: 1 +- 0.1
+      EXPECT_NEAR(mean, 1.0, 0.05);
+      continue;
+    }
+    EXPECT_EQ(t.type, o.type);
+    const double want = t.name == "token_embd.weight" ? 1.0 : 1.0 / std::sqrt(double(t.shape[0]));
+    EXPECT_GT(sd, want / 2) << ggml_type_info(t.type).name;
+    EXPECT_LT(sd, want * 2) << ggml_type_info(t.type).name;
+    EXPECT_LT(std::fabs(mean), want / 2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, SynthTypes,
+                         ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0,
+                                           GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ8_0,
+                                           GgmlType::kQ4_K, GgmlType::kQ6_K),
+                         [](const auto& param_info) {
+                           return std::string(ggml_type_info(param_info.param).name);
+                         });
+
+TEST(Synth, SameSeedSameBytesOtherSeedOtherBytes) {
+  TempDir dir;
+  SynthOptions o;
+  o.shape = "tiny-llama";
+  o.type = GgmlType::kQ4_K;
+  ASSERT_TRUE(write_synthetic_model(o, dir.file("a.gguf")).ok());
+  ASSERT_TRUE(write_synthetic_model(o, dir.file("b.gguf")).ok());
+  o.seed = 2;
+  ASSERT_TRUE(write_synthetic_model(o, dir.file("c.gguf")).ok());
+  EXPECT_EQ(file_bytes(dir.file("a.gguf")), file_bytes(dir.file("b.gguf")));
+  EXPECT_NE(file_bytes(dir.file("a.gguf")), file_bytes(dir.file("c.gguf")));
+}
+
+// The big shapes' tensors, without writing them: Llama 3 70B's published
+// shapes (config.json: hidden 8192, intermediate 28672, 64 heads, 8 KV
+// heads, vocabulary 128256).
+TEST(Synth, Llama3_70bShapes) {
+  SynthOptions o;
+  o.shape = "llama-3-70b";
+  o.type = GgmlType::kQ4_K;
+  o.blocks = 4;
+  auto plan = tensor_plan(o, 128256);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 1u + 4 * 9 + 2);
+  auto find = [&](const std::string& name) -> const TensorSpec* {
+    for (const TensorSpec& t : *plan) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  };
+  ASSERT_NE(find("blk.3.ffn_down.weight"), nullptr);
+  EXPECT_EQ(find("blk.4.attn_q.weight"), nullptr);
+  EXPECT_EQ(find("token_embd.weight")->shape, (std::vector<int64_t>{8192, 128256}));
+  EXPECT_EQ(find("output.weight")->shape, (std::vector<int64_t>{8192, 128256}));
+  EXPECT_EQ(find("blk.0.attn_q.weight")->shape, (std::vector<int64_t>{8192, 8192}));
+  EXPECT_EQ(find("blk.0.attn_k.weight")->shape, (std::vector<int64_t>{8192, 1024}));
+  EXPECT_EQ(find("blk.0.attn_v.weight")->shape, (std::vector<int64_t>{8192, 1024}));
+  EXPECT_EQ(find("blk.0.attn_output.weight")->shape, (std::vector<int64_t>{8192, 8192}));
+  EXPECT_EQ(find("blk.0.ffn_gate.weight")->shape, (std::vector<int64_t>{8192, 28672}));
+  EXPECT_EQ(find("blk.0.ffn_down.weight")->shape, (std::vector<int64_t>{28672, 8192}));
+  EXPECT_EQ(find("blk.0.ffn_down.weight")->type, GgmlType::kQ4_K);
+  EXPECT_EQ(find("blk.0.attn_norm.weight")->shape, (std::vector<int64_t>{8192}));
+}
+
+TEST(Synth, SmolLM2RowsNotAMultipleOfTheKBlockFallBackToQ8_0) {
+  SynthOptions o;
+  o.shape = "smollm2-135m";
+  o.type = GgmlType::kQ4_K;
+  auto plan = tensor_plan(o, 49152);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->size(), 1u + 30 * 9 + 1);  // tied head
+  for (const TensorSpec& t : *plan) {
+    if (t.shape.size() != 2) continue;
+    EXPECT_EQ(t.type, t.shape[0] % 256 == 0 ? GgmlType::kQ4_K : GgmlType::kQ8_0) << t.name;
+  }
+}
+
+TEST(Synth, RejectsBadOptionsNamingThem) {
+  SynthOptions o;
+  o.shape = "llama-9";
+  EXPECT_NE(tensor_plan(o, 10).status().message().find("--shape: 'llama-9' is not one of"),
+            std::string::npos);
+  o.shape = "llama-3-8b";
+  o.blocks = 33;
+  EXPECT_NE(tensor_plan(o, 10).status().message().find("--blocks: 33 is outside [0, 32]"),
+            std::string::npos);
+  o.blocks = 0;
+  o.type = GgmlType::kIQ2_XXS;
+  EXPECT_NE(tensor_plan(o, 10).status().message().find("--type: IQ2_XXS is not written"),
+            std::string::npos);
+}
+
+TEST(Synth, CopiesTheTokenizerOfAnotherGguf) {
+  TempDir dir;
+  SynthOptions o;
+  o.shape = "tiny-llama";
+  ASSERT_TRUE(write_synthetic_model(o, dir.file("a.gguf")).ok());
+  o.tokenizer_from = dir.file("a.gguf");
+  o.shape = "smollm2-135m";
+  o.blocks = 1;
+  auto report = write_synthetic_model(o, dir.file("b.gguf"));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->n_vocab, 512);  // tiny-llama's, not smollm2's 49152
+  auto model = gguf::GgufModel::open(dir.file("b.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->find_tensor("token_embd.weight")->shape,
+            (std::vector<int64_t>{576, 512}));
+}
+
+}  // namespace
+}  // namespace strata::synth
