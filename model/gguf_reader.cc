@@ -689,6 +689,20 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::open(
   return file;
 }
 
+uint64_t GgufFile::release_pages(const uint8_t* data, uint64_t n_bytes) const {
+  if (mapping_ == nullptr || data < base_ || n_bytes > size_ ||
+      static_cast<uint64_t>(data - base_) > size_ - n_bytes) {
+    return 0;
+  }
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + n_bytes) / page * page;
+  if (end <= begin) return 0;
+  // The mapping is read-only and private: nothing is lost.
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0) return 0;
+  return end - begin;
+}
+
 GgufFile::~GgufFile() {
   if (mapping_ != nullptr) ::munmap(mapping_, size_);
 }

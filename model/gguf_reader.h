@@ -164,6 +164,17 @@ class GgufFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
 
+  // Drops this process's page-table entries for the whole pages inside
+  // [data, data + n_bytes) when that range lies in this file's mapping
+  // (madvise MADV_DONTNEED on a read-only private file mapping: the bytes
+  // are unchanged, a later read faults them in again from the page cache).
+  // For a caller that has copied tensor data elsewhere (packed weights) and
+  // will not read it again, so the process's resident set holds it once.
+  // Returns the bytes released: 0 for a range outside the mapping or a
+  // file from parse(). Partial pages at either end are kept (a neighbouring
+  // tensor may share them).
+  uint64_t release_pages(const uint8_t* data, uint64_t n_bytes) const;
+
   // Typed getters: NotFound when absent, InvalidArgument naming the key when
   // the stored type differs (or the value is out of the result's range).
   absl::StatusOr<std::string> get_string(std::string_view key) const;
@@ -252,6 +263,9 @@ class GgufModel {
   // absent ("blk.3.attn_q.weight: in none of the parts on this disk; absent:
   // PATH (part 2 of 3)"), else InvalidArgument "NAME: missing".
   absl::Status missing_tensor(std::string_view name) const;
+
+  // GgufFile::release_pages on the part whose mapping holds the range.
+  uint64_t release_pages(const uint8_t* data, uint64_t n_bytes) const;
 
  private:
   static absl::StatusOr<std::unique_ptr<GgufModel>> open_parts(

@@ -271,6 +271,16 @@ absl::Status GgufModel::missing_tensor(std::string_view name) const {
                 " on this disk; absent: ", absent));
 }
 
+uint64_t GgufModel::release_pages(const uint8_t* data, uint64_t n_bytes) const {
+  for (const std::unique_ptr<GgufFile>& part : parts_) {
+    if (part == nullptr) continue;
+    if (const uint64_t released = part->release_pages(data, n_bytes); released > 0) {
+      return released;
+    }
+  }
+  return 0;
+}
+
 const TensorInfo* GgufModel::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

@@ -2,6 +2,9 @@
 // with split.no (0-based), split.count and split.tensors.count.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -301,6 +304,37 @@ TEST(GgufSplitShard, MissingTensorWithEveryPartIsInvalid) {
   absl::Status missing = (*model)->missing_tensor("blk.9.attn_q.weight");
   EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument) << missing;
   EXPECT_EQ(missing.message(), "blk.9.attn_q.weight: missing");
+}
+
+TEST(GgufPages, ReleasesWholePagesOfTheMappingAndKeepsTheBytes) {
+  TempDir dir;
+  GgufWriter writer;
+  std::vector<uint8_t> bytes(5 * 4096 + 100);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 1);
+  ASSERT_TRUE(writer.add_tensor("t", GgmlType::kI8, {static_cast<int64_t>(bytes.size())},
+                                bytes)
+                  .ok());
+  ASSERT_TRUE(writer.write(dir.file("m.gguf")).ok());
+  auto model = GgufModel::open(dir.file("m.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const TensorInfo& t = *(*model)->find_tensor("t");
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t released = (*model)->release_pages(t.data, t.n_bytes);
+  // Only whole pages inside the tensor; its data starts mid-page.
+  EXPECT_GE(released, t.n_bytes / page * page - page);
+  EXPECT_LE(released, t.n_bytes);
+  EXPECT_EQ(released % page, 0u);
+  // The bytes read back the same (faulted in again from the file).
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), t.data));
+  // Outside the mapping, or a buffer parsed in memory: nothing.
+  EXPECT_EQ((*model)->release_pages(bytes.data(), bytes.size()), 0u);
+  auto image = writer.to_bytes();
+  ASSERT_TRUE(image.ok());
+  auto parsed = GgufFile::parse(image->data(), image->size());
+  ASSERT_TRUE(parsed.ok());
+  const TensorInfo& pt = *(*parsed)->find_tensor("t");
+  EXPECT_EQ((*parsed)->release_pages(pt.data, pt.n_bytes), 0u);
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), pt.data));
 }
 
 }  // namespace

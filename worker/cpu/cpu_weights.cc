@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
     return st;
   }
   auto w = std::make_unique<ShardWeights>();
+  w->source = &model;
   Loader load(model, *w);
   const int64_t e = hp.n_embd;
   const int64_t dk = hp.head_dim_k;
@@ -216,6 +217,12 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
     }
     attached[&l] = m->get();
     l.jit = std::move(*m);
+    // A packed copy: the source's file pages are not read again.
+    const uint8_t* values = l.jit->packed().values();
+    const uint64_t n_bytes = static_cast<uint64_t>(l.w.n_out) * l.w.row_bytes;
+    if (w.source != nullptr && (values < l.w.data || values >= l.w.data + n_bytes)) {
+      w.released_bytes += w.source->release_pages(l.w.data, n_bytes);
+    }
     return absl::OkStatus();
   };
   // Rows of `parts` one after the other as one matrix with its generated
@@ -244,6 +251,12 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
     const uint8_t* values = fused.jit->packed().values();
     if (values < rows.data() || values >= rows.data() + rows.size()) {
       fused.w.data = nullptr;  // packed: the concatenated rows are not read again
+      for (const Linear* p : parts) {  // nor the parts' file pages
+        if (w.source != nullptr) {
+          w.released_bytes += w.source->release_pages(
+              p->w.data, static_cast<uint64_t>(p->w.n_out) * p->w.row_bytes);
+        }
+      }
     } else {
       w.owned_bytes.push_back(std::move(rows));  // the matmul views them
     }

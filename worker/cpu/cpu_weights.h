@@ -75,6 +75,12 @@ struct ShardWeights {
   std::deque<std::vector<float>> owned;  // storage of the vectors above
   std::deque<std::vector<uint8_t>> owned_bytes;  // fused matrices' rows
                                                  // that a JitMatmul views
+  // The model the views point into (it outlives the weights): once a
+  // generated matmul has packed its own copy of a matrix, attach_jit_kernels
+  // releases the matrix's mapped pages (GgufModel::release_pages), so the
+  // process holds each weight once. nullptr: nothing released.
+  const gguf::GgufModel* source = nullptr;
+  uint64_t released_bytes = 0;  // released so
 };
 
 // Loads and checks the weights of `range`. See make_cpu_backend for errors.
