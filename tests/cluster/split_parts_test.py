@@ -3,7 +3,8 @@
 scripts/split_gguf.py) on every path, each answer equal to `strata run` on
 the unsplit model (greedy ids):
 
-  - `strata run` and `strata inspect` on the split model;
+  - `strata run` and `strata inspect` on the split model, and llama.cpp
+    (llama-cpp-python, when installed) reading the same parts;
   - `strata serve --workers 2` on it;
   - a coordinator and one worker per block (explicit placement) where each
     worker's model directory holds only part 1 (the metadata) and the parts
@@ -89,6 +90,23 @@ def run_ids(args, model, prompt):
     return json.loads(out.stdout)["ids"]
 
 
+def llama_cpp_ids(path, prompt):
+    """llama.cpp's greedy ids for `prompt` on the model at `path`; None
+    without llama-cpp-python."""
+    try:
+        from llama_cpp import Llama
+        import numpy as np
+    except ImportError:
+        return None
+    llm = Llama(model_path=path, n_ctx=128, logits_all=True, verbose=False, n_threads=1)
+    llm.eval(llm.tokenize(prompt.encode(), add_bos=True))
+    ids = []
+    for _ in range(ct.N_TOKENS):
+        ids.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+        llm.eval([ids[-1]])
+    return ids
+
+
 def check_answers(f, stubs, c, expected, name):
     try:
         api = ct.Api(c.address, *stubs)
@@ -152,6 +170,10 @@ def main():
             got = [run_ids(args, named, p) for p in ct.PROMPTS]
             f.check(got == expected, f"strata run {os.path.basename(named)}: "
                     f"{got} == unsplit {expected}")
+        # The parts as llama.cpp reads a gguf-split model (when installed).
+        ref = llama_cpp_ids(parts[0], ct.PROMPTS[0])
+        if ref is not None:
+            f.check(ref == expected[0], f"llama.cpp on the split parts: {ref} == {expected[0]}")
         out = subprocess.run([args.strata, "inspect", parts[0]], capture_output=True,
                              text=True, timeout=60)
         f.check(out.returncode == 0 and f"{len(parts)} parts" in out.stdout,
