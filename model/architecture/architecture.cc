@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <optional>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@ constexpr FamilyName kFamilies[] = {
     {Family::kLlama, "llama"},   {Family::kQwen2, "qwen2"},
     {Family::kQwen3, "qwen3"},   {Family::kGemma2, "gemma2"},
     {Family::kGemma3, "gemma3"}, {Family::kPhi3, "phi3"},
+    {Family::kGptOss, "gpt-oss"},
 };
 
 // Reads ARCH.* keys with errors that name the key.
@@ -123,8 +125,47 @@ BlockRecipe recipe_for(Family family, int n_embd) {
       r.rope = RopeStyle::kNeox;
       r.scale_query = true;
       break;
+    case Family::kGptOss:  // llama.cpp src/models/openai-moe.cpp
+      r.qkv_bias = true;
+      r.attn_out_bias = true;
+      r.attn_sinks = true;
+      r.ffn_norm = "post_attention_norm.weight";
+      r.activation = FfnActivation::kSwigluOai;
+      r.rope = RopeStyle::kNeox;
+      break;
   }
   return r;
+}
+
+// Which layers use the sliding window, as llama.cpp's load_swa_pattern:
+// ARCH.attention.sliding_window_pattern as one bool per layer, or as a
+// period p (layer il slides unless il % p == p - 1; 0: every layer
+// slides), or `period` when the key is absent.
+absl::Status read_sliding_pattern(const gguf::GgufFile& file, const KeyReader& keys,
+                                  int period, std::vector<bool>* sliding) {
+  const std::string key = keys.key("attention.sliding_window_pattern");
+  const gguf::Value* value = file.find(key);
+  const int n_layer = static_cast<int>(sliding->size());
+  if (value != nullptr && value->type == gguf::ValueType::kArray) {
+    absl::StatusOr<const gguf::Array*> flags = file.get_array(key, gguf::ValueType::kBool);
+    if (!flags.ok()) return flags.status();
+    if (static_cast<int>((*flags)->items.size()) != n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, ": ", (*flags)->items.size(), " flags for ", n_layer, " layers"));
+    }
+    for (int il = 0; il < n_layer; ++il) {
+      (*sliding)[il] = std::get<bool>((*flags)->items[il].data);
+    }
+    return absl::OkStatus();
+  }
+  if (value != nullptr) {
+    ASSIGN_OR_RETURN_ARCH(period,
+                          keys.integer("attention.sliding_window_pattern", 0, 4096, {}));
+  }
+  for (int il = 0; il < n_layer; ++il) {
+    (*sliding)[il] = period == 0 || il % period < period - 1;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -294,6 +335,21 @@ absl::StatusOr<Hyperparameters> read_hyperparameters(
       if (hp.n_layer == 62) {  // Gemma 3 27B
         hp.attention_scale =
             1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+      }
+      break;
+    }
+    case Family::kGptOss: {
+      ASSIGN_OR_RETURN_ARCH(
+          hp.sliding_window,
+          keys.integer("attention.sliding_window", 1, 1 << 24, {}));
+      absl::Status pattern = read_sliding_pattern(file, keys, /*period=*/2, &hp.sliding);
+      if (!pattern.ok()) return pattern;
+      // The sliding layers' RoPE: their own base when the file gives one,
+      // the same scaling (llama.cpp: rope_freq_{base,scale}_train_swa).
+      float base_swa = freq_base;
+      ASSIGN_OR_RETURN_ARCH(base_swa, keys.real("rope.freq_base_swa", freq_base));
+      for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.sliding[il]) hp.rope[il].freq_base = base_swa;
       }
       break;
     }

@@ -10,6 +10,10 @@
 //   gemma3  gemma2's block + QK-norm, 5 sliding : 1 global layers with
 //           their own RoPE bases, no soft-capping
 //   phi3    fused qkv and gate|up matrices, NeoX RoPE
+//   gpt-oss q/k/v and output biases, attention sinks, sliding window on
+//           even layers, NeoX RoPE (YaRN from rope.scaling.*), the FFN norm
+//           stored as post_attention_norm, mixture-of-experts feed-forward
+//           with gpt-oss's clamped SwiGLU (llama.cpp: LLM_ARCH_OPENAI_MOE)
 //
 // Keys read, with ARCH = general.architecture (GGUF spec, "LLM" section;
 // which ones each family needs and their defaults as llama.cpp's
@@ -21,7 +25,10 @@
 //     .rope.dimension_count (= key_length), .rope.freq_base (10000),
 //     .rope.scaling.type ("none" | "linear" | "yarn"), .rope.scaling.factor,
 //     .rope.scale_linear (old name), .rope.scaling.original_context_length,
-//     .attention.sliding_window (gemma2: 4096, gemma3: required),
+//     .attention.sliding_window (gemma2: 4096, gemma3 and gpt-oss:
+//     required), .attention.sliding_window_pattern (gpt-oss: a layer
+//     period, 2 by default, whose last layer is global; or one bool per
+//     layer), .rope.freq_base_swa (gpt-oss: the sliding layers' base),
 //     .attn_logit_softcapping (gemma2: 50), .final_logit_softcapping
 //     (gemma2: 30), .vocab_size (= length of tokenizer.ggml.tokens)
 // Facts that GGUF does not carry and llama.cpp hard-codes: gemma3's
@@ -46,7 +53,7 @@
 
 namespace strata::arch {
 
-enum class Family { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3 };
+enum class Family { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3, kGptOss };
 
 // The names general.architecture uses, in Family order.
 std::vector<std::string_view> supported_architectures();
@@ -59,6 +66,9 @@ enum class RopeStyle {
 enum class FfnActivation {
   kSilu,      // SwiGLU: silu(gate) * up
   kGeluTanh,  // GeGLU: gelu_tanh(gate) * up
+  // gpt-oss: min(gate, 7) sigmoid(1.702 min(gate, 7)) (clamp(up, -7, 7) + 1)
+  // (kernels/cpu/reference/ops/swiglu_oai.h)
+  kSwigluOai,
 };
 
 // The steps a block takes besides the common ones (norm, attention,
@@ -70,6 +80,10 @@ struct BlockRecipe {
   bool post_attn_norm = false;   // RMSNorm of the attention output (gemma)
   bool post_ffn_norm = false;    // RMSNorm of the FFN output (gemma)
   bool fused_gate_up = false;    // one ffn_up matrix -> [gate | up] (phi3)
+  bool attn_out_bias = false;    // attn_output.bias (gpt-oss)
+  bool attn_sinks = false;       // attn_sinks.weight [n_head] (gpt-oss)
+  // The tensor of the norm before the feed-forward ("blk.N." + this).
+  std::string_view ffn_norm = "ffn_norm.weight";  // gpt-oss: post_attention_norm
   FfnActivation activation = FfnActivation::kSilu;
   RopeStyle rope = RopeStyle::kNormal;
   // true: q is multiplied by attention_scale before attention (gemma, phi3);

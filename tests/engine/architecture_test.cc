@@ -13,7 +13,7 @@ using gguf::testing::GgufBuilder;
 
 struct Kv {
   std::string key;
-  enum { kU32, kF32, kStr } kind;
+  enum { kU32, kF32, kStr, kBools } kind;  // kBools: str of '0'/'1', one per item
   double num = 0;
   std::string str;
 };
@@ -26,6 +26,10 @@ absl::StatusOr<Hyperparameters> read(const std::vector<Kv>& kvs,
     if (kv.kind == Kv::kU32) b.kv_u32(kv.key, static_cast<uint32_t>(kv.num));
     if (kv.kind == Kv::kF32) b.key(kv.key, gguf::ValueType::kFloat32).f32(static_cast<float>(kv.num));
     if (kv.kind == Kv::kStr) b.kv_string(kv.key, kv.str);
+    if (kv.kind == Kv::kBools) {
+      b.kv_array(kv.key, gguf::ValueType::kBool, kv.str.size());
+      for (char c : kv.str) b.u8(c == '1' ? 1 : 0);
+    }
   }
   b.pad(32);
   *storage = b.bytes();
@@ -138,6 +142,56 @@ TEST(Architecture, LinearRopeScaling) {
   auto bad = read(kvs, &s);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("rope.scaling.type"), std::string::npos);
+}
+
+// gpt-oss (llama.cpp's openai-moe): even layers slide, odd ones are
+// global; the sliding layers take rope.freq_base_swa when given; biases,
+// sinks, the FFN norm's name, NeoX RoPE and the clamped SwiGLU.
+TEST(Architecture, GptOssLayersAndRecipe) {
+  std::vector<Kv> kvs = minimal("gpt-oss");
+  kvs.push_back({"gpt-oss.rope.freq_base_swa", Kv::kF32, 5e4, ""});
+  std::vector<uint8_t> s;
+  auto hp = read(kvs, &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->family, Family::kGptOss);
+  EXPECT_EQ(hp->sliding_window, 512);
+  for (int il = 0; il < hp->n_layer; ++il) {
+    EXPECT_EQ(hp->sliding[il], il % 2 == 0) << il;
+    EXPECT_EQ(hp->rope[il].freq_base, il % 2 == 0 ? 5e4f : 1e6f) << il;
+  }
+  const BlockRecipe& r = hp->recipe;
+  EXPECT_TRUE(r.qkv_bias && r.attn_out_bias && r.attn_sinks);
+  EXPECT_FALSE(r.post_attn_norm || r.post_ffn_norm || r.qk_norm || r.scale_query);
+  EXPECT_EQ(r.ffn_norm, "post_attention_norm.weight");
+  EXPECT_EQ(r.activation, FfnActivation::kSwigluOai);
+  EXPECT_EQ(r.rope, RopeStyle::kNeox);
+
+  // The window is required; the pattern may be a period or per-layer flags.
+  std::vector<Kv> no_window = minimal("gpt-oss");
+  no_window.erase(no_window.begin() + 8);
+  auto missing = read(no_window, &s);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("gpt-oss.attention.sliding_window: missing"),
+            std::string::npos)
+      << missing.status();
+  kvs = minimal("gpt-oss");
+  kvs.push_back({"gpt-oss.attention.sliding_window_pattern", Kv::kU32, 3, ""});
+  auto period = read(kvs, &s);
+  ASSERT_TRUE(period.ok()) << period.status();
+  for (int il = 0; il < period->n_layer; ++il) EXPECT_EQ(period->sliding[il], il % 3 != 2) << il;
+  kvs.back() = {"gpt-oss.attention.sliding_window_pattern", Kv::kBools, 0, "110000000001"};
+  auto flags = read(kvs, &s);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  for (int il = 0; il < flags->n_layer; ++il) {
+    EXPECT_EQ(flags->sliding[il], il < 2 || il == 11) << il;
+  }
+  kvs.back().str = "1100";  // 4 flags for 12 layers
+  auto short_flags = read(kvs, &s);
+  ASSERT_FALSE(short_flags.ok());
+  EXPECT_NE(short_flags.status().message().find(
+                "gpt-oss.attention.sliding_window_pattern: 4 flags for 12 layers"),
+            std::string::npos)
+      << short_flags.status();
 }
 
 TEST(Architecture, BlockIndexInvertsLayerTensor) {
