@@ -17,6 +17,13 @@ Q8_0 (mixed, to exercise both), vectors F32.
           soft-cap 50, final soft-cap 30
   phi3    fused attn_qkv and fused gate|up (ffn_up), NeoX RoPE
 
+tiny-gpt-oss.gguf (make_gpt_oss, its own seed; written last so the files
+above stay byte-identical): 4 layers, n_embd 128, 8 heads / 2 KV heads of 32
+(q width 256 != n_embd), q/k/v and output biases, attention sinks, sliding
+window 8 on even layers, YaRN (factor 32 over an original context of 64, so
+every prompt passes it), 8 experts with 2 used, MXFP4 expert matrices of
+width 96 with gate/up/down biases and a biased router.
+
 Usage: make_tiny_models.py --out DIR [--smollm2 PATH]
 """
 import argparse
@@ -156,6 +163,98 @@ def make(arch, out_dir, tok, n_vocab, seed):
     print(f"wrote {path}")
 
 
+def make_gpt_oss(out_dir, tok, n_vocab, seed):
+    """gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE; tensors as
+    src/models/openai-moe.cpp loads them)."""
+    arch = "gpt-oss"
+    n_layer, n_embd, n_head, n_head_kv, head_dim = 4, 128, 8, 2, 32
+    n_ff_exp, n_expert, n_expert_used = 96, 8, 2
+    rng = np.random.default_rng(seed)
+    path = os.path.join(out_dir, f"tiny-{arch}.gguf")
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name("tiny random gpt-oss")
+    w.add_block_count(n_layer)
+    w.add_context_length(CTX)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff_exp)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(150000.0)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(32.0)
+    w.add_rope_scaling_orig_ctx_len(64)
+    w.add_sliding_window(8)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_file_type(1)
+    copy_tokenizer(w, tok)
+
+    def mat(name, n_out, n_in, scale=1.0, qtype=None):
+        a = (rng.standard_normal((n_out, n_in)) * scale / np.sqrt(n_in)).astype(np.float32)
+        if qtype == "Q8_0":
+            q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        elif qtype == "F32":
+            w.add_tensor(name, a)
+        else:
+            w.add_tensor(name, a.astype(np.float16))
+
+    def experts(name, n_out, n_in, scale):
+        # [n_expert][n_out][n_in] in numpy = ne [n_in, n_out, n_expert].
+        a = (rng.standard_normal((n_expert, n_out, n_in)) * scale / np.sqrt(n_in)
+             ).astype(np.float32)
+        q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.MXFP4)
+        w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+
+    def vec(name, shape, center=0.0, spread=0.1):
+        w.add_tensor(name, (center + spread * rng.standard_normal(shape)).astype(np.float32))
+
+    q_rows = n_head * head_dim
+    kv_rows = n_head_kv * head_dim
+    emb = rng.standard_normal((n_vocab, n_embd)).astype(np.float32)
+    w.add_tensor("token_embd.weight",
+                 gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0),
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    vec("output_norm.weight", n_embd, 1.0)
+    # Logits of spread ~8: top-2 gaps mostly well above the agreement
+    # test's tie margin of 0.5.
+    mat("output.weight", n_vocab, n_embd, scale=8.0, qtype="Q8_0")
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        qt = "Q8_0" if il % 2 == 0 else None
+        vec(p + "attn_norm.weight", n_embd, 1.0)
+        mat(p + "attn_q.weight", q_rows, n_embd, 2.0, qt)
+        mat(p + "attn_k.weight", kv_rows, n_embd, 2.0, qt)
+        mat(p + "attn_v.weight", kv_rows, n_embd, 1.0, qt)
+        vec(p + "attn_q.bias", q_rows, 0.0, 0.5)
+        vec(p + "attn_k.bias", kv_rows, 0.0, 0.5)
+        vec(p + "attn_v.bias", kv_rows, 0.0, 0.5)
+        mat(p + "attn_output.weight", n_embd, q_rows, 1.0, qt)
+        vec(p + "attn_output.bias", n_embd, 0.0, 0.2)
+        # Sink logits of the scores' size: some heads' sinks take much of
+        # the weight, others little.
+        vec(p + "attn_sinks.weight", n_head, 0.0, 1.5)
+        vec(p + "post_attention_norm.weight", n_embd, 1.0)
+        mat(p + "ffn_gate_inp.weight", n_expert, n_embd, 3.0, "F32")
+        vec(p + "ffn_gate_inp.bias", n_expert, 0.0, 0.5)
+        # gate/up outputs of spread ~4 so that the clamp at 7 bites.
+        experts(p + "ffn_gate_exps.weight", n_ff_exp, n_embd, 4.0)
+        experts(p + "ffn_up_exps.weight", n_ff_exp, n_embd, 4.0)
+        experts(p + "ffn_down_exps.weight", n_embd, n_ff_exp, 0.5)
+        vec(p + "ffn_gate_exps.bias", (n_expert, n_ff_exp), 0.0, 0.5)
+        vec(p + "ffn_up_exps.bias", (n_expert, n_ff_exp), 0.0, 0.5)
+        vec(p + "ffn_down_exps.bias", (n_expert, n_embd), 0.0, 0.2)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {path}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -167,6 +266,8 @@ def main():
     n_vocab = len(tok["tokenizer.ggml.tokens"].data)
     for i, arch in enumerate(["qwen2", "qwen3", "gemma2", "phi3"]):
         make(arch, args.out, tok, n_vocab, seed=1000 + i)
+    # Last, so that the files above keep their bytes.
+    make_gpt_oss(args.out, tok, n_vocab, seed=3030)
 
 
 if __name__ == "__main__":
