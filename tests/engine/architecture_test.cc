@@ -218,5 +218,105 @@ TEST(Architecture, BlockTensorsPastTheCountAreNamed) {
   EXPECT_EQ(st.message(), "blk.1.ffn_up.weight: block 1 but the metadata says 1 blocks");
 }
 
+
+// Mixture-of-experts keys: each family's hard-coded routing, its defaults
+// (llama.cpp's load_hparams), and errors that name the key.
+TEST(Architecture, MixtralIsLlamaWithExperts) {
+  std::vector<Kv> kvs = minimal("llama");
+  std::vector<uint8_t> s;
+  auto dense = read(kvs, &s);
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_EQ(dense->moe.n_expert, 0);
+  kvs.push_back({"llama.expert_count", Kv::kU32, 8, ""});
+  kvs.push_back({"llama.expert_used_count", Kv::kU32, 2, ""});
+  auto hp = read(kvs, &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->family, Family::kLlama);
+  EXPECT_EQ(hp->moe.n_expert, 8);
+  EXPECT_EQ(hp->moe.n_expert_used, 2);
+  EXPECT_EQ(hp->moe.n_ff_expert, 2048);  // feed_forward_length
+  EXPECT_EQ(hp->moe.n_ff_shared, 0);
+  EXPECT_EQ(hp->moe.gating, ExpertGating::kSoftmax);
+  EXPECT_TRUE(hp->moe.norm_weights);
+  EXPECT_EQ(hp->moe.weights_scale, 1.0f);
+}
+
+TEST(Architecture, MoeFamiliesRouteAsLlamaCppHardCodes) {
+  struct Want {
+    const char* arch;
+    Family family;
+    bool norm;
+    int n_ff_expert;  // feed_forward_length 2048 / 2 used, or 2048
+    int n_ff_shared;
+  };
+  for (const Want& w : {Want{"qwen2moe", Family::kQwen2Moe, false, 1024, 2048},
+                        Want{"qwen3moe", Family::kQwen3Moe, true, 1024, 0},
+                        Want{"olmoe", Family::kOlmoe, false, 2048, 0}}) {
+    std::vector<Kv> kvs = minimal(w.arch);
+    kvs.push_back({std::string(w.arch) + ".expert_count", Kv::kU32, 8, ""});
+    kvs.push_back({std::string(w.arch) + ".expert_used_count", Kv::kU32, 2, ""});
+    std::vector<uint8_t> s;
+    auto hp = read(kvs, &s);
+    ASSERT_TRUE(hp.ok()) << w.arch << ": " << hp.status();
+    EXPECT_EQ(hp->family, w.family) << w.arch;
+    EXPECT_EQ(hp->moe.norm_weights, w.norm) << w.arch;
+    EXPECT_EQ(hp->moe.n_ff_expert, w.n_ff_expert) << w.arch;
+    EXPECT_EQ(hp->moe.n_ff_shared, w.n_ff_shared) << w.arch;
+    EXPECT_EQ(hp->recipe.rope, RopeStyle::kNeox) << w.arch;
+  }
+  std::vector<Kv> kvs = minimal("qwen2moe");
+  kvs.push_back({"qwen2moe.expert_count", Kv::kU32, 60, ""});
+  kvs.push_back({"qwen2moe.expert_used_count", Kv::kU32, 4, ""});
+  kvs.push_back({"qwen2moe.expert_feed_forward_length", Kv::kU32, 1408, ""});
+  kvs.push_back({"qwen2moe.expert_shared_feed_forward_length", Kv::kU32, 5632, ""});
+  std::vector<uint8_t> s;
+  auto hp = read(kvs, &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->moe.n_ff_expert, 1408);
+  EXPECT_EQ(hp->moe.n_ff_shared, 5632);
+  EXPECT_TRUE(hp->recipe.qkv_bias);
+  auto olmoe = read(minimal("olmoe"), &s);
+  ASSERT_FALSE(olmoe.ok());
+  EXPECT_NE(olmoe.status().message().find("olmoe.expert_count: missing"), std::string::npos)
+      << olmoe.status();
+}
+
+TEST(Architecture, BadExpertCountsAreNamed) {
+  auto with = [](uint32_t count, uint32_t used) {
+    std::vector<Kv> kvs = minimal("qwen3moe");
+    kvs.push_back({"qwen3moe.expert_count", Kv::kU32, static_cast<double>(count), ""});
+    kvs.push_back({"qwen3moe.expert_used_count", Kv::kU32, static_cast<double>(used), ""});
+    return kvs;
+  };
+  std::vector<uint8_t> s;
+  auto more = read(with(4, 6), &s);
+  ASSERT_FALSE(more.ok());
+  EXPECT_NE(more.status().message().find(
+                "qwen3moe.expert_used_count: 6 is more than qwen3moe.expert_count = 4"),
+            std::string::npos)
+      << more.status();
+  auto none = read(with(4, 0), &s);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("qwen3moe.expert_used_count: 0"), std::string::npos)
+      << none.status();
+  auto huge = read(with(100000, 2), &s);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("qwen3moe.expert_count: 100000 is out of range"),
+            std::string::npos)
+      << huge.status();
+  std::vector<Kv> kvs = minimal("llama");
+  kvs.push_back({"llama.expert_used_count", Kv::kU32, 2, ""});
+  auto orphan = read(kvs, &s);
+  ASSERT_FALSE(orphan.ok());
+  EXPECT_NE(orphan.status().message().find("llama.expert_count is missing"), std::string::npos)
+      << orphan.status();
+  kvs = minimal("gemma2");
+  kvs.push_back({"gemma2.expert_count", Kv::kU32, 8, ""});
+  auto dense_family = read(kvs, &s);
+  ASSERT_FALSE(dense_family.ok());
+  EXPECT_NE(dense_family.status().message().find("gemma2.expert_count"), std::string::npos)
+      << dense_family.status();
+}
+
 }  // namespace
 }  // namespace strata::arch
