@@ -298,6 +298,11 @@ def make_moe(name, out_dir, tok, n_vocab):
             mat(p + "ffn_up_shexp.weight", n_ff_shexp, N_EMBD, 2.0, qt)
             mat(p + "ffn_down_shexp.weight", N_EMBD, n_ff_shexp, 1.0, qt)
     check_routing(name, emb, norms[0], routers)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {path}")
 
 
 def make_gpt_oss(out_dir, tok, n_vocab, seed):
