@@ -136,6 +136,7 @@ BlockRecipe recipe_for(Family family, int n_embd) {
       r.qkv_bias = true;
       r.attn_out_bias = true;
       r.attn_sinks = true;
+      r.expert_bias = true;
       r.ffn_norm = "post_attention_norm.weight";
       r.activation = FfnActivation::kSwigluOai;
       r.rope = RopeStyle::kNeox;

@@ -103,6 +103,8 @@ struct BlockRecipe {
   bool fused_gate_up = false;    // one ffn_up matrix -> [gate | up] (phi3)
   bool attn_out_bias = false;    // attn_output.bias (gpt-oss)
   bool attn_sinks = false;       // attn_sinks.weight [n_head] (gpt-oss)
+  bool expert_bias = false;      // ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias
+                                 // (gpt-oss)
   // The tensor of the norm before the feed-forward ("blk.N." + this).
   std::string_view ffn_norm = "ffn_norm.weight";  // gpt-oss: post_attention_norm
   FfnActivation activation = FfnActivation::kSilu;

@@ -144,11 +144,22 @@ TEST(Architecture, LinearRopeScaling) {
   EXPECT_NE(bad.status().message().find("rope.scaling.type"), std::string::npos);
 }
 
+// gpt-oss's keys: minimal() and its experts (expert_feed_forward_length is
+// required, as llama.cpp's openai-moe loader requires it).
+std::vector<Kv> gpt_oss() {
+  std::vector<Kv> kvs = minimal("gpt-oss");
+  kvs.push_back({"gpt-oss.expert_count", Kv::kU32, 32, ""});
+  kvs.push_back({"gpt-oss.expert_used_count", Kv::kU32, 4, ""});
+  kvs.push_back({"gpt-oss.expert_feed_forward_length", Kv::kU32, 2880, ""});
+  return kvs;
+}
+
 // gpt-oss (llama.cpp's openai-moe): even layers slide, odd ones are
 // global; the sliding layers take rope.freq_base_swa when given; biases,
-// sinks, the FFN norm's name, NeoX RoPE and the clamped SwiGLU.
+// sinks, the FFN norm's name, NeoX RoPE and the clamped SwiGLU; routing by
+// softmax over the top-k logits, not renormalised.
 TEST(Architecture, GptOssLayersAndRecipe) {
-  std::vector<Kv> kvs = minimal("gpt-oss");
+  std::vector<Kv> kvs = gpt_oss();
   kvs.push_back({"gpt-oss.rope.freq_base_swa", Kv::kF32, 5e4, ""});
   std::vector<uint8_t> s;
   auto hp = read(kvs, &s);
@@ -160,21 +171,27 @@ TEST(Architecture, GptOssLayersAndRecipe) {
     EXPECT_EQ(hp->rope[il].freq_base, il % 2 == 0 ? 5e4f : 1e6f) << il;
   }
   const BlockRecipe& r = hp->recipe;
-  EXPECT_TRUE(r.qkv_bias && r.attn_out_bias && r.attn_sinks);
+  EXPECT_TRUE(r.qkv_bias && r.attn_out_bias && r.attn_sinks && r.expert_bias);
   EXPECT_FALSE(r.post_attn_norm || r.post_ffn_norm || r.qk_norm || r.scale_query);
   EXPECT_EQ(r.ffn_norm, "post_attention_norm.weight");
   EXPECT_EQ(r.activation, FfnActivation::kSwigluOai);
   EXPECT_EQ(r.rope, RopeStyle::kNeox);
+  EXPECT_EQ(hp->moe.n_expert, 32);
+  EXPECT_EQ(hp->moe.n_expert_used, 4);
+  EXPECT_EQ(hp->moe.n_ff_expert, 2880);
+  EXPECT_EQ(hp->moe.gating, ExpertGating::kSoftmaxWeight);
+  EXPECT_FALSE(hp->moe.norm_weights);
+  EXPECT_EQ(hp->moe.weights_scale, 1.0f);
 
   // The window is required; the pattern may be a period or per-layer flags.
-  std::vector<Kv> no_window = minimal("gpt-oss");
+  std::vector<Kv> no_window = gpt_oss();
   no_window.erase(no_window.begin() + 8);
   auto missing = read(no_window, &s);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("gpt-oss.attention.sliding_window: missing"),
             std::string::npos)
       << missing.status();
-  kvs = minimal("gpt-oss");
+  kvs = gpt_oss();
   kvs.push_back({"gpt-oss.attention.sliding_window_pattern", Kv::kU32, 3, ""});
   auto period = read(kvs, &s);
   ASSERT_TRUE(period.ok()) << period.status();
@@ -192,6 +209,14 @@ TEST(Architecture, GptOssLayersAndRecipe) {
                 "gpt-oss.attention.sliding_window_pattern: 4 flags for 12 layers"),
             std::string::npos)
       << short_flags.status();
+  // Without expert_feed_forward_length: refused naming it.
+  kvs = gpt_oss();
+  kvs.pop_back();
+  auto no_ff = read(kvs, &s);
+  ASSERT_FALSE(no_ff.ok());
+  EXPECT_NE(no_ff.status().message().find("gpt-oss.expert_feed_forward_length: missing"),
+            std::string::npos)
+      << no_ff.status();
 }
 
 TEST(Architecture, BlockIndexInvertsLayerTensor) {

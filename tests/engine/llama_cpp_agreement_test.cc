@@ -62,6 +62,7 @@ std::vector<ModelCase> model_cases() {
       {"tiny-qwen2moe", tiny + "qwen2moe.gguf", true},
       {"tiny-qwen3moe", tiny + "qwen3moe.gguf", true},
       {"tiny-olmoe", tiny + "olmoe.gguf", true},
+      {"tiny-gpt-oss", tiny + "gpt-oss.gguf", true},
   };
 }
 

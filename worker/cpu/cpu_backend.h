@@ -93,10 +93,19 @@ class CpuBackend final : public Backend {
   void feed_forward_step(int layer, int n);               // xn_ -> proj_
   // moe.cc: the mixture-of-experts feed-forward (hp_.moe), xn_ -> proj_.
   void moe_step(int layer, int n);
-  // y = W_down (silu(W_gate x) * W_up x) for n rows, f the FFN width
-  // (gate_up: the fused matrix when present); uses gate_ and up_.
+  // Biases of one expert's projections (gpt-oss), null: none.
+  struct FfnBias {
+    const float* gate = nullptr;  // [f]
+    const float* up = nullptr;    // [f]
+    const float* down = nullptr;  // [n_embd]
+  };
+  // y = W_down act(W_gate x + b_gate, W_up x + b_up) + b_down for n rows,
+  // f the FFN width, act the family's (SwiGLU silu(g) u, or gpt-oss's
+  // clamped one, kernels/cpu/reference/ops/swiglu_oai.h); gate_up: the
+  // fused matrix when present. Uses gate_ and up_.
   void swiglu_ffn(const Linear& gate_up, const Linear& gate, const Linear& up,
-                  const Linear& down, int64_t f, const float* x, int n, float* y);
+                  const Linear& down, int64_t f, const float* x, int n, float* y,
+                  const FfnBias& bias);
   // Output norm and head for the rows `rows` of x_, into logits_
   // ([rows.size()][n_vocab], in that order).
   void head(std::span<const int> rows);

@@ -70,6 +70,21 @@ class Loader {
     return out;
   }
 
+  // A table [n1][n0] (GGUF ne = [n0, n1]) converted to f32: per-expert
+  // biases.
+  absl::StatusOr<const float*> table(const std::string& name, int64_t n0, int64_t n1) {
+    const gguf::TensorInfo* t = model_.find_tensor(name);
+    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+    if (t->shape.size() != 2 || t->shape[0] != n0 || t->shape[1] != n1) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", shape_text(t->shape),
+                                                     ", expected [", n0, ", ", n1, "]"));
+    }
+    std::vector<float>& v = out_.owned.emplace_back(n0 * n1);
+    absl::Status st = reference::dequantize_row(t->type, t->data, n0 * n1, v.data());
+    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", st.message()));
+    return v.data();
+  }
+
   // A vector of n elements converted to f32; nullptr when optional and
   // absent.
   absl::StatusOr<const float*> vector(const std::string& name, int64_t n,
@@ -114,6 +129,12 @@ absl::Status load_experts(Loader& load, const arch::Hyperparameters& hp, int il,
   ASSIGN_OR_RETURN_W(x.up, load.experts(name("ffn_up_exps.weight"), e, f, n_expert));
   ASSIGN_OR_RETURN_W(x.down, load.experts(name("ffn_down_exps.weight"), f, e, n_expert));
   x.gate_up.resize(x.gate.size());
+  if (hp.recipe.expert_bias) {
+    ASSIGN_OR_RETURN_W(x.router_bias, load.vector(name("ffn_gate_inp.bias"), n_expert));
+    ASSIGN_OR_RETURN_W(x.gate_bias, load.table(name("ffn_gate_exps.bias"), f, n_expert));
+    ASSIGN_OR_RETURN_W(x.up_bias, load.table(name("ffn_up_exps.bias"), f, n_expert));
+    ASSIGN_OR_RETURN_W(x.down_bias, load.table(name("ffn_down_exps.bias"), e, n_expert));
+  }
   if (hp.moe.n_ff_shared > 0) {
     const int64_t fs = hp.moe.n_ff_shared;
     // ffn_gate_inp_shexp is one row of n_embd, stored as a vector ([n_embd]).
@@ -215,11 +236,17 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
     }
     ASSIGN_OR_RETURN_W(l.wo.w, load.matrix(name("attn_output.weight"),
                                          hp.n_head * dv, e));
+    if (r.attn_out_bias) {
+      ASSIGN_OR_RETURN_W(l.bo, load.vector(name("attn_output.bias"), e));
+    }
+    if (r.attn_sinks) {
+      ASSIGN_OR_RETURN_W(l.attn_sinks, load.vector(name("attn_sinks.weight"), hp.n_head));
+    }
     if (r.post_attn_norm) {
       ASSIGN_OR_RETURN_W(l.post_attn_norm,
                          load.vector(name("post_attention_norm.weight"), e));
     }
-    ASSIGN_OR_RETURN_W(l.ffn_norm, load.vector(name("ffn_norm.weight"), e));
+    ASSIGN_OR_RETURN_W(l.ffn_norm, load.vector(arch::layer_tensor(il, r.ffn_norm), e));
     if (hp.moe.n_expert > 0) {
       absl::Status st = load_experts(load, hp, il, l.experts);
       if (!st.ok()) return st;

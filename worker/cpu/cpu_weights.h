@@ -57,6 +57,11 @@ struct ExpertWeights {
   Linear shared_up;             // [n_ff_shared][n_embd]
   Linear shared_down;           // [n_embd][n_ff_shared]
   Linear shared_gate_up;        // fused at load: [2 n_ff_shared][n_embd]
+  // Biases (gpt-oss), f32; null when the family has none.
+  const float* router_bias = nullptr;  // ffn_gate_inp.bias [n_expert]
+  const float* gate_bias = nullptr;    // ffn_gate_exps.bias [n_expert][n_ff_expert]
+  const float* up_bias = nullptr;      // ffn_up_exps.bias [n_expert][n_ff_expert]
+  const float* down_bias = nullptr;    // ffn_down_exps.bias [n_expert][n_embd]
   bool present() const { return router.present(); }
 };
 
@@ -76,6 +81,8 @@ struct LayerWeights {
   const float* q_norm = nullptr;     // [dk] (QK-norm); olmoe: [n_head * dk]
   const float* k_norm = nullptr;     // [dk]; olmoe: [n_head_kv * dk]
   Linear wo;                         // [n_embd][n_head * dv]
+  const float* bo = nullptr;         // [n_embd] attn_output.bias (gpt-oss)
+  const float* attn_sinks = nullptr; // [n_head] one logit per head (gpt-oss)
   const float* post_attn_norm = nullptr;  // [n_embd]
   const float* ffn_norm = nullptr;        // [n_embd]
   // Dense FFN (absent in a mixture-of-experts block, which has `experts`).

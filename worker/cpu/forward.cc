@@ -144,6 +144,7 @@ void CpuBackend::attention_step(int il, int n) {
   a.head_dim_v = hp_.head_dim_v;
   a.softcap = hp_.attn_softcap;
   a.sliding_window = window;
+  a.sinks = w.attn_sinks;  // gpt-oss; null otherwise
   if (r.scale_query) {
     ops::scale(q, n * q_width, hp_.attention_scale);
     a.scale = 1.0f;
@@ -189,6 +190,7 @@ void CpuBackend::attention_step(int il, int n) {
   }
   if (decode && il + 1 < range_.last) prefetch_kv(il + 1, pos0, *step_slices_[0].cache);
   matmul(w.wo, attn_.data(), n, proj_.data());
+  if (w.bo != nullptr) ops::add_bias(proj_.data(), w.bo, n, hp_.n_embd);
 }
 
 void CpuBackend::prefetch_kv(int il, int pos, const KvCache& cache) const {

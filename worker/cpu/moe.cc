@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/cpu/reference/ops/moe_routing.h"
+#include "kernels/cpu/reference/ops/swiglu_oai.h"
 #include "worker/cpu/cpu_backend.h"
 
 namespace strata::worker {
@@ -37,16 +38,21 @@ ops::MoeGating routing_gating(arch::ExpertGating g) {
 }
 }  // namespace
 
-// y = W_down (silu(W_gate x) * W_up x) for n rows of x [n][n_embd] into
-// y [n][n_embd]; f is the FFN width. gate_up: the fused [gate | up] matrix
-// when present, else gate and up. Uses gate_ and up_.
+// y = W_down act(W_gate x + b_gate, W_up x + b_up) + b_down for n rows of
+// x [n][n_embd] into y [n][n_embd]; f is the FFN width. gate_up: the fused
+// [gate | up] matrix when present, else gate and up. Uses gate_ and up_.
+// The biases are added as llama.cpp's ggml_add_id adds them, after each
+// matmul; gpt-oss's activation is ops::swiglu_oai (expf, as ggml).
 void CpuBackend::swiglu_ffn(const Linear& gate_up, const Linear& gate_w, const Linear& up_w,
-                            const Linear& down, int64_t f, const float* x, int n, float* y) {
+                            const Linear& down, int64_t f, const float* x, int n, float* y,
+                            const FfnBias& bias) {
   float* gate = gate_.data();  // [n][f] (fused: [n][2 f])
   float* up = up_.data();      // [n][f]
+  const bool oai = hp_.recipe.activation == arch::FfnActivation::kSwigluOai;
+  const bool plain = !oai && bias.gate == nullptr && bias.up == nullptr;
   if (gate_up.present()) {
     matmul(gate_up, x, n, gate);
-    if (simd_ffn_activation_) {
+    if (simd_ffn_activation_ && plain) {
       kernels::simd::swiglu_rows(gate, n, f, up, pool_, simd_isa_);
       matmul(down, up, n, y);
       return;
@@ -60,12 +66,17 @@ void CpuBackend::swiglu_ffn(const Linear& gate_up, const Linear& gate_w, const L
     matmul(gate_w, x, n, gate);
     matmul(up_w, x, n, up);
   }
-  if (simd_ffn_activation_) {
+  if (bias.gate != nullptr) ops::add_bias(gate, bias.gate, n, f);
+  if (bias.up != nullptr) ops::add_bias(up, bias.up, n, f);
+  if (oai) {
+    ops::swiglu_oai(gate, up, n * f, ops::kGptOssAlpha, ops::kGptOssLimit, gate, pool_);
+  } else if (simd_ffn_activation_) {
     kernels::simd::swiglu(gate, up, n * f, gate, pool_, simd_isa_);
   } else {
     ops::swiglu(gate, up, n * f, gate, pool_);
   }
   matmul(down, gate, n, y);
+  if (bias.down != nullptr) ops::add_bias(y, bias.down, n, hp_.n_embd);
 }
 
 // proj = Σ_j w_j · Expert_{e_j}(xn) (+ sigmoid(g · xn) · Shared(xn)).
@@ -81,6 +92,7 @@ void CpuBackend::moe_step(int il, int n) {
   // Router and routing: experts_ and weights_ [n][k], slot 0 the most
   // probable.
   matmul(x.router, xn, n, router_logits_.data());  // [n][n_expert]
+  if (x.router_bias != nullptr) ops::add_bias(router_logits_.data(), x.router_bias, n, n_expert);
   ops::MoeRouting routing;
   routing.n_expert = n_expert;
   routing.n_expert_used = k;
@@ -113,8 +125,14 @@ void CpuBackend::moe_step(int il, int n) {
     for (int i = 0; i < m; ++i) {
       std::memcpy(gathered + i * e, xn + (slots[i] / k) * e, sizeof(float) * e);
     }
+    FfnBias bias;  // gpt-oss
+    if (x.gate_bias != nullptr) {
+      bias.gate = x.gate_bias + int64_t{ex} * moe.n_ff_expert;
+      bias.up = x.up_bias + int64_t{ex} * moe.n_ff_expert;
+      bias.down = x.down_bias + int64_t{ex} * e;
+    }
     swiglu_ffn(x.gate_up[ex], x.gate[ex], x.up[ex], x.down[ex], moe.n_ff_expert, gathered, m,
-               out);
+               out, bias);
     for (int i = 0; i < m; ++i) {
       std::memcpy(expert_out_.data() + int64_t{slots[i]} * e, out + i * e, sizeof(float) * e);
     }
@@ -140,7 +158,7 @@ void CpuBackend::moe_step(int il, int n) {
   // one-row router's logit.
   float* shared = moe_y_.data();  // [n][n_embd]
   swiglu_ffn(x.shared_gate_up, x.shared_gate, x.shared_up, x.shared_down, moe.n_ff_shared, xn, n,
-             shared);
+             shared, FfnBias{});
   matmul(x.shared_router, xn, n, router_logits_.data());  // [n][1]
   for (int t = 0; t < n; ++t) {
     const float g = router_logits_[t];
