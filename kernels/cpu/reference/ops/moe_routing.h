@@ -4,7 +4,9 @@
 // expert matmuls and the weighted sum are the caller's (worker/cpu/moe.cc).
 //
 // Per token, as llama.cpp's build_moe_ffn (src/llama-graph.cpp) computes it:
-//   probs   = softmax(logits)             (kSoftmax; ggml_soft_max's sums)
+//   probs   = softmax(logits)             (kSoftmax; as ggml_soft_max in the
+//                                          AVX-512 CPU backend: expf and
+//                                          double sums, moe_routing.cc)
 //           | sigmoid(logits)             (kSigmoid)
 //           | logits                      (kSoftmaxWeight)
 //   experts = the k indices of the largest probs, largest first
