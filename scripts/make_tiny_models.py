@@ -38,7 +38,8 @@ above stay byte-identical): 4 layers, n_embd 128, 8 heads / 2 KV heads of 32
 (q width 256 != n_embd), q/k/v and output biases, attention sinks, sliding
 window 8 on even layers, YaRN (factor 32 over an original context of 64, so
 every prompt passes it), 8 experts with 2 used, MXFP4 expert matrices of
-width 96 with gate/up/down biases and a biased router.
+width 96 with gate/up/down biases and a biased router (check_routing with
+the bias).
 
 Usage: make_tiny_models.py --out DIR [--smollm2 PATH] [--only NAME ...]
 """
@@ -190,13 +191,15 @@ MOE_MODELS = {
 }
 
 
-def check_routing(name, emb, norm, routers):
+def check_routing(name, emb, norm, routers, bias=None):
     """Fails unless the first block's router, on the normed embeddings of
     the vocabulary, picks every expert for some tokens and no expert for
     most of them (a router that sends everything to one pair would leave
-    the other experts' paths untested)."""
+    the other experts' paths untested). bias: the router's (gpt-oss)."""
     x = emb / np.sqrt(np.mean(emb * emb, axis=1, keepdims=True) + 1e-6) * norm
     logits = x @ routers[0].T
+    if bias is not None:
+        logits = logits + bias
     top = np.argsort(-logits, axis=1)[:, :N_EXPERT_USED]
     share = np.bincount(top.ravel(), minlength=N_EXPERT) / top.size
     if share.min() < 0.02 or share.max() > 0.5:
@@ -344,6 +347,7 @@ def make_gpt_oss(out_dir, tok, n_vocab, seed):
             w.add_tensor(name, a)
         else:
             w.add_tensor(name, a.astype(np.float16))
+        return a
 
     def experts(name, n_out, n_in, scale):
         # [n_expert][n_out][n_in] in numpy = ne [n_in, n_out, n_expert].
@@ -353,7 +357,9 @@ def make_gpt_oss(out_dir, tok, n_vocab, seed):
         w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
 
     def vec(name, shape, center=0.0, spread=0.1):
-        w.add_tensor(name, (center + spread * rng.standard_normal(shape)).astype(np.float32))
+        v = (center + spread * rng.standard_normal(shape)).astype(np.float32)
+        w.add_tensor(name, v)
+        return v
 
     q_rows = n_head * head_dim
     kv_rows = n_head_kv * head_dim
@@ -380,9 +386,11 @@ def make_gpt_oss(out_dir, tok, n_vocab, seed):
         # Sink logits of the scores' size: some heads' sinks take much of
         # the weight, others little.
         vec(p + "attn_sinks.weight", n_head, 0.0, 1.5)
-        vec(p + "post_attention_norm.weight", n_embd, 1.0)
-        mat(p + "ffn_gate_inp.weight", n_expert, n_embd, 3.0, "F32")
-        vec(p + "ffn_gate_inp.bias", n_expert, 0.0, 0.5)
+        norm = vec(p + "post_attention_norm.weight", n_embd, 1.0)
+        router = mat(p + "ffn_gate_inp.weight", n_expert, n_embd, 3.0, "F32")
+        router_bias = vec(p + "ffn_gate_inp.bias", n_expert, 0.0, 0.5)
+        if il == 0:
+            check_routing(arch, emb, norm, [router], router_bias)
         # gate/up outputs of spread ~4 so that the clamp at 7 bites.
         experts(p + "ffn_gate_exps.weight", n_ff_exp, n_embd, 4.0)
         experts(p + "ffn_up_exps.weight", n_ff_exp, n_embd, 4.0)
