@@ -49,7 +49,8 @@ void CpuBackend::swiglu_ffn(const Linear& gate_up, const Linear& gate_w, const L
   float* gate = gate_.data();  // [n][f] (fused: [n][2 f])
   float* up = up_.data();      // [n][f]
   const bool oai = hp_.recipe.activation == arch::FfnActivation::kSwigluOai;
-  const bool plain = !oai && bias.gate == nullptr && bias.up == nullptr;
+  const bool plain =
+      !oai && bias.gate == nullptr && bias.up == nullptr && bias.down == nullptr;
   if (gate_up.present()) {
     matmul(gate_up, x, n, gate);
     if (simd_ffn_activation_ && plain) {
