@@ -276,6 +276,22 @@ absl::StatusOr<std::string> WorkerService::resolve_model_path(
       absl::StrCat("model_path: ", path, " does not exist in [", dirs, "]"));
 }
 
+void WorkerService::log_absent_parts(const ShardPlan& plan) const {
+  const std::vector<std::string>& absent = plan.model->absent_parts();
+  if (absent.empty()) return;
+  spdlog::info("worker {}: split model: {} of {} parts on this disk; absent: {}", worker_id(),
+               plan.model->parts().size() - absent.size(), plan.model->parts().size(),
+               absl::StrJoin(absent, ", "));
+  // A tensor in an absent part cannot be told from one the model lacks: a
+  // separate head there would be taken for a head tied to the embedding.
+  if (plan.info.head() && plan.model->find_tensor("output.weight") == nullptr) {
+    spdlog::warn(
+        "worker {}: no output.weight in the parts on this disk: the head is the tied "
+        "token_embd.weight; if the model has a separate output.weight, copy its part",
+        worker_id());
+  }
+}
+
 absl::StatusOr<v1::ShardInfo> WorkerService::load(
     const v1::LoadShardRequest& request) {
   if (absl::Status st = check_load_request(request); !st.ok()) return st;
@@ -285,6 +301,7 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
   resolved.set_model_path(*path);
   absl::StatusOr<ShardPlan> plan = plan_shard(resolved);
   if (!plan.ok()) return plan.status();
+  log_absent_parts(*plan);
 
   const v1::ShardInfo& info = plan->info;
   uint64_t need = 0;

@@ -55,6 +55,8 @@
 
 namespace strata::worker {
 
+struct ShardPlan;  // worker/shard_plan.h
+
 class WorkerService final : public v1::Worker::Service {
  public:
   explicit WorkerService(WorkerConfig config);
@@ -120,6 +122,8 @@ class WorkerService final : public v1::Worker::Service {
   // LoadShard's checks and load, as absl::Status.
   absl::StatusOr<v1::ShardInfo> load(const v1::LoadShardRequest& request);
   absl::StatusOr<std::string> resolve_model_path(const std::string& path) const;
+  // A split model with parts absent from this disk: which, in the log.
+  void log_absent_parts(const ShardPlan& plan) const;
 
   const WorkerConfig config_;
   std::string device_;  // CPU model

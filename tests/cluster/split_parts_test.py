@@ -210,6 +210,13 @@ def main():
             check_answers(f, stubs, PartsCluster(cluster_args, workdir, n_layer, dirs,
                                                  ranges=ranges),
                           expected, f"{n_layer} workers, each with only its parts")
+            # Each worker says which parts it did without.
+            for i in range(n_layer):
+                with open(os.path.join(workdir, f"worker-{i}.log"), errors="replace") as log:
+                    text = log.read()
+                lacks = len(parts) - len(os.listdir(dirs[i]))
+                f.check(lacks == 0 or f"{len(parts) - lacks} of {len(parts)} parts on this disk"
+                        in text, f"worker {i} logs the {lacks} parts it lacks")
             # The last worker without a part its block needs.
             last = n_layer - 1
             blk = sorted((n, p) for n, p in where.items()
