@@ -265,16 +265,16 @@ absl::Status GgufModel::missing_tensor(std::string_view name) const {
     absent += text::cat(absent.empty() ? "" : ", ", path, " (part ",
                         part ? part->part : 0, " of ", parts_.size(), ")");
   }
-  return absl::NotFoundError(
-      text::cat(name, ": in none of the ", parts_.size() - absent_.size(),
-                " parts of ", parts_.size(),
-                " on this disk; absent: ", absent));
+  return absl::NotFoundError(text::cat(
+      name, ": in none of the ", parts_.size() - absent_.size(), " parts of ",
+      parts_.size(), " on this disk; absent: ", absent));
 }
 
 uint64_t GgufModel::release_pages(const uint8_t* data, uint64_t n_bytes) const {
   for (const std::unique_ptr<GgufFile>& part : parts_) {
     if (part == nullptr) continue;
-    if (const uint64_t released = part->release_pages(data, n_bytes); released > 0) {
+    if (const uint64_t released = part->release_pages(data, n_bytes);
+        released > 0) {
       return released;
     }
   }

@@ -128,13 +128,15 @@ absl::Status copy_tokenizer(const std::string& path, gguf::GgufWriter& w,
   auto model = gguf::GgufModel::open(path);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
-                        gguf::text::cat("--tokenizer-from: ", std::string(model.status().message())));
+                        gguf::text::cat("--tokenizer-from: ",
+                                        std::string(model.status().message())));
   }
   const gguf::GgufFile& f = (*model)->first();
   auto tokens = f.get_array("tokenizer.ggml.tokens", gguf::ValueType::kString);
   if (!tokens.ok()) {
     return absl::InvalidArgumentError(gguf::text::cat(
-        "--tokenizer-from: ", path, ": tokenizer.ggml.tokens: ", std::string(tokens.status().message())));
+        "--tokenizer-from: ", path,
+        ": tokenizer.ggml.tokens: ", std::string(tokens.status().message())));
   }
   n_vocab = static_cast<int>((*tokens)->items.size());
   for (const gguf::KeyValue& kv : f.metadata()) {
@@ -169,15 +171,19 @@ absl::Status builtin_tokenizer(gguf::GgufWriter& w, int n_vocab) {
   }
   for (auto& [key, value] : std::vector<std::pair<std::string, Value>>{
            {"tokenizer.ggml.model", gguf::value_string("llama")},
-           {"tokenizer.ggml.tokens", gguf::value_array(ValueType::kString, std::move(tokens))},
-           {"tokenizer.ggml.scores", gguf::value_array(ValueType::kFloat32, std::move(scores))},
-           {"tokenizer.ggml.token_type", gguf::value_array(ValueType::kInt32, std::move(types))},
+           {"tokenizer.ggml.tokens",
+            gguf::value_array(ValueType::kString, std::move(tokens))},
+           {"tokenizer.ggml.scores",
+            gguf::value_array(ValueType::kFloat32, std::move(scores))},
+           {"tokenizer.ggml.token_type",
+            gguf::value_array(ValueType::kInt32, std::move(types))},
            {"tokenizer.ggml.unknown_token_id", gguf::value_u32(0)},
            {"tokenizer.ggml.bos_token_id", gguf::value_u32(1)},
            {"tokenizer.ggml.eos_token_id", gguf::value_u32(2)},
            {"tokenizer.ggml.add_bos_token", gguf::value_bool(true)},
        }) {
-    if (absl::Status s = w.set_metadata(key, std::move(value)); !s.ok()) return s;
+    if (absl::Status s = w.set_metadata(key, std::move(value)); !s.ok())
+      return s;
   }
   return absl::OkStatus();
 }
@@ -189,9 +195,12 @@ const std::vector<Shape>& shapes() {
   // base, rms eps, tied: the models' config.json.
   static const std::vector<Shape> kShapes = {
       {"tiny-llama", 2, 256, 512, 4, 2, 512, 2048, 10000.0f, 1e-5f, true},
-      {"smollm2-135m", 30, 576, 1536, 9, 3, 49152, 8192, 100000.0f, 1e-5f, true},
-      {"llama-3-8b", 32, 4096, 14336, 32, 8, 128256, 8192, 500000.0f, 1e-5f, false},
-      {"llama-3-70b", 80, 8192, 28672, 64, 8, 128256, 8192, 500000.0f, 1e-5f, false},
+      {"smollm2-135m", 30, 576, 1536, 9, 3, 49152, 8192, 100000.0f, 1e-5f,
+       true},
+      {"llama-3-8b", 32, 4096, 14336, 32, 8, 128256, 8192, 500000.0f, 1e-5f,
+       false},
+      {"llama-3-70b", 80, 8192, 28672, 64, 8, 128256, 8192, 500000.0f, 1e-5f,
+       false},
   };
   return kShapes;
 }
@@ -226,7 +235,8 @@ absl::StatusOr<const Shape*> checked_shape(const SynthOptions& o) {
   const Shape* shape = find_shape(o.shape);
   if (shape == nullptr) {
     std::string names;
-    for (const Shape& s : shapes()) names += gguf::text::cat(names.empty() ? "" : ", ", s.name);
+    for (const Shape& s : shapes())
+      names += gguf::text::cat(names.empty() ? "" : ", ", s.name);
     return absl::InvalidArgumentError(
         gguf::text::cat("--shape: '", o.shape, "' is not one of ", names));
   }
@@ -236,15 +246,17 @@ absl::StatusOr<const Shape*> checked_shape(const SynthOptions& o) {
         " is not written (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)"));
   }
   if (o.blocks < 0 || o.blocks > shape->n_layer) {
-    return absl::InvalidArgumentError(gguf::text::cat(
-        "--blocks: ", o.blocks, " is outside [0, ", shape->n_layer, "] (", shape->name, ")"));
+    return absl::InvalidArgumentError(
+        gguf::text::cat("--blocks: ", o.blocks, " is outside [0, ",
+                        shape->n_layer, "] (", shape->name, ")"));
   }
   return shape;
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& o, int n_vocab) {
+absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& o,
+                                                    int n_vocab) {
   absl::StatusOr<const Shape*> checked = checked_shape(o);
   if (!checked.ok()) return checked.status();
   const Shape& shape = **checked;
@@ -253,8 +265,9 @@ absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& o, int n
   std::vector<TensorSpec> plan;
   auto matrix = [&](std::string name, int64_t n_in, int64_t n_out) {
     // Rows that are not a multiple of the type's block: Q8_0 (32).
-    const GgmlType type =
-        n_in % ggml_type_info(o.type).block_size == 0 ? o.type : GgmlType::kQ8_0;
+    const GgmlType type = n_in % ggml_type_info(o.type).block_size == 0
+                              ? o.type
+                              : GgmlType::kQ8_0;
     plan.push_back({std::move(name), type, {n_in, n_out}});
   };
   auto vector = [&](std::string name, int64_t n) {
@@ -290,29 +303,41 @@ absl::StatusOr<SynthReport> write_synthetic_model(const SynthOptions& o,
 
   gguf::GgufWriter w;
   const std::string arch = "llama";
-  auto key = [&](std::string_view suffix) { return gguf::text::cat(arch, ".", suffix); };
+  auto key = [&](std::string_view suffix) {
+    return gguf::text::cat(arch, ".", suffix);
+  };
   std::vector<std::pair<std::string, gguf::Value>> meta = {
       {"general.architecture", gguf::value_string(arch)},
-      {"general.name", gguf::value_string(gguf::text::cat(
-                           "synthetic ", shape->name, " ", ggml_type_info(o.type).name,
-                           o.blocks > 0 ? gguf::text::cat(" (", o.blocks, " blocks)")
-                                        : std::string()))},
-      {key("block_count"), gguf::value_u32(static_cast<uint32_t>(report.n_layer))},
-      {key("context_length"), gguf::value_u32(static_cast<uint32_t>(shape->n_ctx))},
-      {key("embedding_length"), gguf::value_u32(static_cast<uint32_t>(shape->n_embd))},
-      {key("feed_forward_length"), gguf::value_u32(static_cast<uint32_t>(shape->n_ff))},
-      {key("attention.head_count"), gguf::value_u32(static_cast<uint32_t>(shape->n_head))},
-      {key("attention.head_count_kv"), gguf::value_u32(static_cast<uint32_t>(shape->n_head_kv))},
-      {key("attention.layer_norm_rms_epsilon"), gguf::value_f32(shape->rms_eps)},
+      {"general.name",
+       gguf::value_string(gguf::text::cat(
+           "synthetic ", shape->name, " ", ggml_type_info(o.type).name,
+           o.blocks > 0 ? gguf::text::cat(" (", o.blocks, " blocks)")
+                        : std::string()))},
+      {key("block_count"),
+       gguf::value_u32(static_cast<uint32_t>(report.n_layer))},
+      {key("context_length"),
+       gguf::value_u32(static_cast<uint32_t>(shape->n_ctx))},
+      {key("embedding_length"),
+       gguf::value_u32(static_cast<uint32_t>(shape->n_embd))},
+      {key("feed_forward_length"),
+       gguf::value_u32(static_cast<uint32_t>(shape->n_ff))},
+      {key("attention.head_count"),
+       gguf::value_u32(static_cast<uint32_t>(shape->n_head))},
+      {key("attention.head_count_kv"),
+       gguf::value_u32(static_cast<uint32_t>(shape->n_head_kv))},
+      {key("attention.layer_norm_rms_epsilon"),
+       gguf::value_f32(shape->rms_eps)},
       {key("rope.freq_base"), gguf::value_f32(shape->rope_freq_base)},
-      {key("rope.dimension_count"), gguf::value_u32(static_cast<uint32_t>(head_dim))},
+      {key("rope.dimension_count"),
+       gguf::value_u32(static_cast<uint32_t>(head_dim))},
   };
   for (auto& [k, v] : meta) {
     if (absl::Status s = w.set_metadata(k, std::move(v)); !s.ok()) return s;
   }
   int n_vocab = shape->n_vocab;
   if (!o.tokenizer_from.empty()) {
-    if (absl::Status s = copy_tokenizer(o.tokenizer_from, w, n_vocab); !s.ok()) return s;
+    if (absl::Status s = copy_tokenizer(o.tokenizer_from, w, n_vocab); !s.ok())
+      return s;
   } else if (absl::Status s = builtin_tokenizer(w, n_vocab); !s.ok()) {
     return s;
   }
@@ -322,9 +347,11 @@ absl::StatusOr<SynthReport> write_synthetic_model(const SynthOptions& o,
   if (!plan.ok()) return plan.status();
   for (const TensorSpec& t : *plan) {
     if (t.shape.size() == 2 && t.type != o.type) ++report.fallback_tensors;
-    if (absl::Status s = w.add_tensor(t.name, t.type, t.shape); !s.ok()) return s;
+    if (absl::Status s = w.add_tensor(t.name, t.type, t.shape); !s.ok())
+      return s;
   }
-  for (const gguf::TensorInfo& t : w.tensors()) report.tensor_bytes += t.n_bytes;
+  for (const gguf::TensorInfo& t : w.tensors())
+    report.tensor_bytes += t.n_bytes;
   report.n_tensors = plan->size();
 
   absl::Status written = w.write(
@@ -339,9 +366,10 @@ absl::StatusOr<SynthReport> write_synthetic_model(const SynthOptions& o,
           return absl::OkStatus();
         }
         // The embedding is read as rows (not multiplied): unit spread.
-        const float sigma = t.name == "token_embd.weight"
-                                ? 1.0f
-                                : 1.0f / std::sqrt(static_cast<float>(t.shape[0]));
+        const float sigma =
+            t.name == "token_embd.weight"
+                ? 1.0f
+                : 1.0f / std::sqrt(static_cast<float>(t.shape[0]));
         fill_matrix(t.type, sigma, rng, out);
         return absl::OkStatus();
       });

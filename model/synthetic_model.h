@@ -36,8 +36,8 @@ struct Shape {
   int n_ff = 0;
   int n_head = 0;
   int n_head_kv = 0;
-  int n_vocab = 0;        // of the built-in vocabulary (padded to it)
-  int n_ctx = 0;          // llama.context_length
+  int n_vocab = 0;  // of the built-in vocabulary (padded to it)
+  int n_ctx = 0;    // llama.context_length
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied_output = false;  // no output.weight: the head is token_embd
@@ -54,10 +54,10 @@ const Shape* find_shape(std::string_view name);
 bool can_synthesize(GgmlType type);
 
 struct SynthOptions {
-  std::string shape;                 // a name of shapes()
-  GgmlType type = GgmlType::kQ4_0;   // of the matrices (vectors are F32)
-  int blocks = 0;                    // 0: the shape's n_layer; else the first
-                                     // `blocks` (block_count says so)
+  std::string shape;                // a name of shapes()
+  GgmlType type = GgmlType::kQ4_0;  // of the matrices (vectors are F32)
+  int blocks = 0;                   // 0: the shape's n_layer; else the first
+                                    // `blocks` (block_count says so)
   uint64_t seed = 1;
   // A GGUF whose tokenizer.* keys are copied (n_vocab is then its token
   // count); "" for the built-in byte-level vocabulary (SentencePiece-style:

@@ -27,7 +27,8 @@ struct SynthCommandOptions {
 int run_synth(const SynthCommandOptions& options) {
   std::optional<GgmlType> type = ggml_type_from_name(options.type);
   if (!type) {
-    std::fprintf(stderr, "strata synth: --type: unknown type '%s'\n", options.type.c_str());
+    std::fprintf(stderr, "strata synth: --type: unknown type '%s'\n",
+                 options.type.c_str());
     return 2;
   }
   if (gguf::is_split_part_name(options.output)) {
@@ -39,7 +40,8 @@ int run_synth(const SynthCommandOptions& options) {
   }
   std::error_code ec;
   if (std::filesystem::is_directory(options.output, ec)) {
-    std::fprintf(stderr, "strata synth: -o %s is a directory; give a file name\n",
+    std::fprintf(stderr,
+                 "strata synth: -o %s is a directory; give a file name\n",
                  options.output.c_str());
     return 2;
   }
@@ -50,24 +52,28 @@ int run_synth(const SynthCommandOptions& options) {
   o.seed = options.seed;
   o.tokenizer_from = options.tokenizer_from;
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<synth::SynthReport> report = synth::write_synthetic_model(o, options.output);
+  absl::StatusOr<synth::SynthReport> report =
+      synth::write_synthetic_model(o, options.output);
   if (!report.ok()) {
-    std::fprintf(stderr, "strata synth: %s\n", std::string(report.status().message()).c_str());
+    std::fprintf(stderr, "strata synth: %s\n",
+                 std::string(report.status().message()).c_str());
     return report.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   const double mib = static_cast<double>(report->tensor_bytes) / 1048576.0;
   const std::string fallback =
       report->fallback_tensors == 0
           ? std::string()
           : " (" + std::to_string(report->fallback_tensors) +
                 " written Q8_0: rows not a multiple of the type's block)";
-  std::printf("%s: %s %s, %d blocks, %d tokens, %zu tensors%s, %.2f MiB in %.2f s "
-              "(%.0f MiB/s)\n",
-              options.output.c_str(), options.shape.c_str(), options.type.c_str(),
-              report->n_layer, report->n_vocab, report->n_tensors, fallback.c_str(), mib,
-              seconds, seconds > 0 ? mib / seconds : 0.0);
+  std::printf(
+      "%s: %s %s, %d blocks, %d tokens, %zu tensors%s, %.2f MiB in %.2f s "
+      "(%.0f MiB/s)\n",
+      options.output.c_str(), options.shape.c_str(), options.type.c_str(),
+      report->n_layer, report->n_vocab, report->n_tensors, fallback.c_str(),
+      mib, seconds, seconds > 0 ? mib / seconds : 0.0);
   return 0;
 }
 
@@ -80,16 +86,20 @@ void add_synth_command(CLI::App& app, int& exit_code) {
     shapes += (shapes.empty() ? "" : ", ") + std::string(s.name);
   }
   CLI::App* cmd = app.add_subcommand(
-      "synth", "Write a random-weight GGUF of a named model shape (tests, benchmarks)");
-  cmd->add_option("--shape", options->shape, "model shape: " + shapes)->required();
+      "synth",
+      "Write a random-weight GGUF of a named model shape (tests, benchmarks)");
+  cmd->add_option("--shape", options->shape, "model shape: " + shapes)
+      ->required();
   cmd->add_option("--type", options->type,
-                  "ggml type of the matrices: F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K")
+                  "ggml type of the matrices: F32, F16, Q4_0, Q4_1, Q5_0, "
+                  "Q8_0, Q4_K, Q6_K")
       ->capture_default_str();
   cmd->add_option("-o,--output", options->output, "GGUF to write")->required();
   cmd->add_option("--blocks", options->blocks,
                   "write only the first N blocks (block_count N); 0: all")
       ->capture_default_str();
-  cmd->add_option("--seed", options->seed, "random seed (same seed, same bytes)")
+  cmd->add_option("--seed", options->seed,
+                  "random seed (same seed, same bytes)")
       ->capture_default_str();
   cmd->add_option("--tokenizer-from", options->tokenizer_from,
                   "copy the tokenizer.* keys of this GGUF (default: a built-in "

@@ -52,7 +52,8 @@ TEST_P(SynthTypes, OpensWithTheShapeAndFiniteWeightsOfTheIntendedSpread) {
   for (const gguf::TensorInfo& t : (*model)->tensors()) {
     SCOPED_TRACE(t.name);
     std::vector<float> w(t.n_elements);
-    ASSERT_TRUE(reference::dequantize_row(t.type, t.data, static_cast<int64_t>(t.n_elements),
+    ASSERT_TRUE(reference::dequantize_row(t.type, t.data,
+                                          static_cast<int64_t>(t.n_elements),
                                           w.data())
                     .ok());
     double sum = 0, sum2 = 0;
@@ -69,7 +70,9 @@ TEST_P(SynthTypes, OpensWithTheShapeAndFiniteWeightsOfTheIntendedSpread) {
       continue;
     }
     EXPECT_EQ(t.type, o.type);
-    const double want = t.name == "token_embd.weight" ? 1.0 : 1.0 / std::sqrt(double(t.shape[0]));
+    const double want = t.name == "token_embd.weight"
+                            ? 1.0
+                            : 1.0 / std::sqrt(double(t.shape[0]));
     EXPECT_GT(sd, want / 2) << ggml_type_info(t.type).name;
     EXPECT_LT(sd, want * 2) << ggml_type_info(t.type).name;
     EXPECT_LT(std::fabs(mean), want / 2);
@@ -77,11 +80,13 @@ TEST_P(SynthTypes, OpensWithTheShapeAndFiniteWeightsOfTheIntendedSpread) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, SynthTypes,
-                         ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0,
-                                           GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ8_0,
+                         ::testing::Values(GgmlType::kF32, GgmlType::kF16,
+                                           GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                           GgmlType::kQ5_0, GgmlType::kQ8_0,
                                            GgmlType::kQ4_K, GgmlType::kQ6_K),
                          [](const auto& param_info) {
-                           return std::string(ggml_type_info(param_info.param).name);
+                           return std::string(
+                               ggml_type_info(param_info.param).name);
                          });
 
 TEST(Synth, SameSeedSameBytesOtherSeedOtherBytes) {
@@ -116,16 +121,24 @@ TEST(Synth, Llama3_70bShapes) {
   };
   ASSERT_NE(find("blk.3.ffn_down.weight"), nullptr);
   EXPECT_EQ(find("blk.4.attn_q.weight"), nullptr);
-  EXPECT_EQ(find("token_embd.weight")->shape, (std::vector<int64_t>{8192, 128256}));
+  EXPECT_EQ(find("token_embd.weight")->shape,
+            (std::vector<int64_t>{8192, 128256}));
   EXPECT_EQ(find("output.weight")->shape, (std::vector<int64_t>{8192, 128256}));
-  EXPECT_EQ(find("blk.0.attn_q.weight")->shape, (std::vector<int64_t>{8192, 8192}));
-  EXPECT_EQ(find("blk.0.attn_k.weight")->shape, (std::vector<int64_t>{8192, 1024}));
-  EXPECT_EQ(find("blk.0.attn_v.weight")->shape, (std::vector<int64_t>{8192, 1024}));
-  EXPECT_EQ(find("blk.0.attn_output.weight")->shape, (std::vector<int64_t>{8192, 8192}));
-  EXPECT_EQ(find("blk.0.ffn_gate.weight")->shape, (std::vector<int64_t>{8192, 28672}));
-  EXPECT_EQ(find("blk.0.ffn_down.weight")->shape, (std::vector<int64_t>{28672, 8192}));
+  EXPECT_EQ(find("blk.0.attn_q.weight")->shape,
+            (std::vector<int64_t>{8192, 8192}));
+  EXPECT_EQ(find("blk.0.attn_k.weight")->shape,
+            (std::vector<int64_t>{8192, 1024}));
+  EXPECT_EQ(find("blk.0.attn_v.weight")->shape,
+            (std::vector<int64_t>{8192, 1024}));
+  EXPECT_EQ(find("blk.0.attn_output.weight")->shape,
+            (std::vector<int64_t>{8192, 8192}));
+  EXPECT_EQ(find("blk.0.ffn_gate.weight")->shape,
+            (std::vector<int64_t>{8192, 28672}));
+  EXPECT_EQ(find("blk.0.ffn_down.weight")->shape,
+            (std::vector<int64_t>{28672, 8192}));
   EXPECT_EQ(find("blk.0.ffn_down.weight")->type, GgmlType::kQ4_K);
-  EXPECT_EQ(find("blk.0.attn_norm.weight")->shape, (std::vector<int64_t>{8192}));
+  EXPECT_EQ(find("blk.0.attn_norm.weight")->shape,
+            (std::vector<int64_t>{8192}));
 }
 
 TEST(Synth, SmolLM2RowsNotAMultipleOfTheKBlockFallBackToQ8_0) {
@@ -137,22 +150,26 @@ TEST(Synth, SmolLM2RowsNotAMultipleOfTheKBlockFallBackToQ8_0) {
   EXPECT_EQ(plan->size(), 1u + 30 * 9 + 1);  // tied head
   for (const TensorSpec& t : *plan) {
     if (t.shape.size() != 2) continue;
-    EXPECT_EQ(t.type, t.shape[0] % 256 == 0 ? GgmlType::kQ4_K : GgmlType::kQ8_0) << t.name;
+    EXPECT_EQ(t.type, t.shape[0] % 256 == 0 ? GgmlType::kQ4_K : GgmlType::kQ8_0)
+        << t.name;
   }
 }
 
 TEST(Synth, RejectsBadOptionsNamingThem) {
   SynthOptions o;
   o.shape = "llama-9";
-  EXPECT_NE(tensor_plan(o, 10).status().message().find("--shape: 'llama-9' is not one of"),
+  EXPECT_NE(tensor_plan(o, 10).status().message().find(
+                "--shape: 'llama-9' is not one of"),
             std::string::npos);
   o.shape = "llama-3-8b";
   o.blocks = 33;
-  EXPECT_NE(tensor_plan(o, 10).status().message().find("--blocks: 33 is outside [0, 32]"),
+  EXPECT_NE(tensor_plan(o, 10).status().message().find(
+                "--blocks: 33 is outside [0, 32]"),
             std::string::npos);
   o.blocks = 0;
   o.type = GgmlType::kIQ2_XXS;
-  EXPECT_NE(tensor_plan(o, 10).status().message().find("--type: IQ2_XXS is not written"),
+  EXPECT_NE(tensor_plan(o, 10).status().message().find(
+                "--type: IQ2_XXS is not written"),
             std::string::npos);
 }
 
