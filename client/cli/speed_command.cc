@@ -18,7 +18,8 @@
 //    "kernels": "generated, avx2" | "reference (STRATA_JIT=0)" | ...,
 //    "tuned": false with --no-tune or STRATA_NO_TUNE, reference kernels or
 //             more threads than CPUs (the tuner keeps defaults then),
-//    "decode_weight_bytes": bytes of weights one decode step reads,
+//    "decode_weight_bytes": bytes of weights one decode step reads (of an
+//             MoE block's experts, the k used of n),
 //    "sessions": S,
 //    "pp": {"tokens": p, "tok_s": median, "best_tok_s": X, "runs_tok_s": [..]},
 //    "tg": {"tokens": n, "tok_s": median, "best_tok_s": Y, "runs_tok_s": [..]}}
@@ -86,12 +87,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // Bytes of weights one decode step reads: every tensor, except that the
 // token embedding is only looked up (one row) unless it doubles as the
-// output head (no output.weight: tied embeddings).
-uint64_t decode_weight_bytes(const gguf::GgufModel& model) {
+// output head (no output.weight: tied embeddings), and that of a
+// mixture-of-experts block's expert tensors (blk.N.ffn_*_exps) a token
+// reads n_expert_used / n_expert (its k experts' slices).
+uint64_t decode_weight_bytes(const gguf::GgufModel& model, const arch::Hyperparameters& hp) {
   const bool tied = model.find_tensor("output.weight") == nullptr;
   uint64_t bytes = 0;
   for (const gguf::TensorInfo& t : model.tensors()) {
     if (t.name == "token_embd.weight" && !tied) continue;
+    if (hp.moe.n_expert > 0 && t.name.find("_exps.") != std::string::npos) {
+      bytes += t.n_bytes / static_cast<uint64_t>(hp.moe.n_expert) *
+               static_cast<uint64_t>(hp.moe.n_expert_used);
+      continue;
+    }
     bytes += t.n_bytes;
   }
   return bytes;
@@ -234,7 +242,7 @@ int run(const SpeedOptions& o) {
     j["backend"] = std::string((*backend)->name());
     j["kernels"] = kernels_text;
     j["tuned"] = tuned;
-    j["decode_weight_bytes"] = decode_weight_bytes(*model);
+    j["decode_weight_bytes"] = decode_weight_bytes(*model, *hp);
     j["sessions"] = o.sessions;
     j["pp"] = test_json(pp_done);
     j["tg"] = test_json(tg_done);

@@ -185,26 +185,28 @@ absl::StatusOr<MoeParams> read_moe(const KeyReader& keys, Family family, int n_f
   const bool moe_family = family == Family::kQwen2Moe || family == Family::kQwen3Moe ||
                           family == Family::kOlmoe || family == Family::kGptOss;
   MoeParams moe;
-  if (!moe_family && !keys.has("expert_count")) {
-    if (keys.has("expert_used_count")) {
-      absl::StatusOr<int> used = keys.integer("expert_used_count", 0, kMaxExperts, 0);
-      if (!used.ok()) return used.status();
-      if (*used != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            keys.key("expert_used_count"), ": ", *used, " but ", keys.key("expert_count"),
-            " is missing (a dense model routes to no expert)"));
-      }
+  // A dense model (no expert_count, or 0): an expert_used_count other than
+  // 0 contradicts it.
+  auto dense = [&](const char* count) -> absl::StatusOr<MoeParams> {
+    absl::StatusOr<int> used = keys.integer("expert_used_count", 0, kMaxExperts, 0);
+    if (!used.ok()) return used.status();
+    if (*used != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.key("expert_used_count"), ": ", *used, " but ", keys.key("expert_count"), " ",
+          count, " (a dense model routes to no expert)"));
     }
-    return moe;
-  }
-  if (family != Family::kLlama && !moe_family) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        keys.key("expert_count"), ": this architecture has no mixture-of-experts form"));
-  }
+    return MoeParams{};
+  };
+  if (!moe_family && !keys.has("expert_count")) return dense("is missing");
   ASSIGN_OR_RETURN_ARCH(moe.n_expert,
                         keys.integer("expert_count", moe_family ? 1 : 0, kMaxExperts,
                                      moe_family ? std::nullopt : std::optional<int>(0)));
-  if (moe.n_expert == 0) return moe;  // llama with expert_count 0: dense
+  if (moe.n_expert == 0) return dense("is 0");
+  if (family != Family::kLlama && !moe_family) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.key("expert_count"), ": ", moe.n_expert,
+        ", but this architecture has no mixture-of-experts form"));
+  }
   ASSIGN_OR_RETURN_ARCH(moe.n_expert_used,
                         keys.integer("expert_used_count", 0, kMaxExperts, {}));
   if (moe.n_expert_used == 0) {

@@ -335,8 +335,19 @@ TEST(Architecture, BadExpertCountsAreNamed) {
   ASSERT_FALSE(orphan.ok());
   EXPECT_NE(orphan.status().message().find("llama.expert_count is missing"), std::string::npos)
       << orphan.status();
+  kvs.push_back({"llama.expert_count", Kv::kU32, 0, ""});
+  auto zero = read(kvs, &s);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find(
+                "llama.expert_used_count: 2 but llama.expert_count is 0"),
+            std::string::npos)
+      << zero.status();
   kvs = minimal("gemma2");
-  kvs.push_back({"gemma2.expert_count", Kv::kU32, 8, ""});
+  kvs.push_back({"gemma2.expert_count", Kv::kU32, 0, ""});
+  auto zero_dense = read(kvs, &s);  // a converter's explicit 0 on a dense family
+  ASSERT_TRUE(zero_dense.ok()) << zero_dense.status();
+  EXPECT_EQ(zero_dense->moe.n_expert, 0);
+  kvs.back().num = 8;
   auto dense_family = read(kvs, &s);
   ASSERT_FALSE(dense_family.ok());
   EXPECT_NE(dense_family.status().message().find("gemma2.expert_count"), std::string::npos)

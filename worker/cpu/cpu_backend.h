@@ -2,12 +2,13 @@
 // (kernels/cpu/jit, over weights repacked at load) for every linear layer and
 // the head whose type a generator serves, reference ops
 // (kernels/cpu/reference/ops) for the rest, over weights mapped from the
-// GGUF. Block recipes are in forward.cc; sequences and the step in
-// cpu_backend.cc. Environment: STRATA_JIT=0 runs the reference matmul
-// everywhere; STRATA_ISA=avx2|avx512|avx512vnni forces the ISA tier
-// (kernels/cpu/isa.h); STRATA_NO_TUNE=1 keeps the kernels' default
-// parameters instead of tuned ones (kernels/cpu/jit/tuner.h); STRATA_PIN=1
-// pins the pool's workers to CPUs of the affinity mask (thread_pool.h).
+// GGUF. Block recipes are in forward.cc (the mixture-of-experts
+// feed-forward in moe.cc); sequences and the step in cpu_backend.cc.
+// Environment: STRATA_JIT=0 runs the reference matmul everywhere;
+// STRATA_ISA=avx2|avx512|avx512vnni forces the ISA tier (kernels/cpu/isa.h);
+// STRATA_NO_TUNE=1 keeps the kernels' default parameters instead of tuned
+// ones (kernels/cpu/jit/tuner.h); STRATA_PIN=1 pins the pool's workers to
+// CPUs of the affinity mask (thread_pool.h).
 //
 // Buffers are sized at creation for max_batch rows (and the attention
 // scratch at add_sequence for the longest context), so a decode step does
