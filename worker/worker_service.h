@@ -90,6 +90,12 @@ class WorkerService final : public v1::Worker::Service {
   // Where the server listens (its port resolved): the worker's name when
   // the config gives none. Call once, right after the server started.
   void set_bound_address(const std::string& address);
+  // The machine's measured read bandwidth (bytes/s) and FLOP rate (FLOP/s)
+  // that Describe reports (kernels/cpu/machine_rates.h); 0: unknown.
+  void set_machine_rates(double read_bytes_per_s, double flops_per_s) {
+    read_bytes_per_s_ = read_bytes_per_s;
+    flops_per_s_ = flops_per_s;
+  }
   // The config's name, else the bound address.
   std::string worker_id() const;
 
@@ -122,6 +128,10 @@ class WorkerService final : public v1::Worker::Service {
   absl::StatusOr<std::string> resolve_model_path(const std::string& path) const;
 
   const WorkerConfig config_;
+  // Read bandwidth (bytes/s) and FLOP rate (FLOP/s) reported by Describe;
+  // 0: unknown. Set before serving (set_machine_rates).
+  std::atomic<double> read_bytes_per_s_{0};
+  std::atomic<double> flops_per_s_{0};
   std::string device_;  // CPU model
   std::string isa_;     // "avx512vnni", "avx512", "avx2", "baseline"
 

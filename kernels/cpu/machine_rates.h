@@ -1,0 +1,49 @@
+// What a worker's machine does per second, for `strata plan` and the
+// coordinator's placement (worker.proto DescribeResponse fields 10, 11):
+//
+//   read bandwidth  bytes/s that T threads read from memory, STREAM's
+//                   `read` op (memory_bandwidth.h) over arrays 4x the
+//                   last-level cache (at most 256 MiB each), best of 4
+//                   passes: the bound of decode, which reads every
+//                   weight of a stage once a token.
+//   FLOP rate       FLOP/s of the generated Q4_K matmul (kernels/cpu/jit) at
+//                   64 activation rows on T threads, 2 FLOPs per weight and
+//                   row: the bound of prefill. 0 when the engine runs no
+//                   generated kernels (STRATA_JIT=0, no AVX2).
+//
+// Measuring takes about a second (the arrays are a few hundred MiB), so the
+// figures are cached as the tuner caches its winners (kernels/cpu/jit/
+// tuner.h): one file per CPU signature, ISA tier, generator version and
+// thread count under the tune-cache folder,
+//   $HOME/.cache/strata/tune-cache/rates-<cpu signature>-<tier>-g<N>-t<T>.txt
+// holding "read_bandwidth <bytes/s>" and "flop_rate <FLOP/s>" lines; a file
+// that does not parse is measured again and replaced.
+//
+// Thread-safety: plain functions; measuring uses the pool it is given (no
+// other work on it meanwhile).
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/base/thread_pool.h"
+
+namespace strata::cpu {
+
+struct MachineRates {
+  double read_bytes_per_s = 0;  // 0: unknown
+  double flops_per_s = 0;       // 0: unknown
+  bool from_cache = false;      // read from the cache file, not measured now
+  std::string cache_path;       // the file read or written ("" : none)
+};
+
+// Measures both rates with `pool`'s threads.
+MachineRates measure_machine_rates(ThreadPool& pool);
+
+// The cached rates for pool.size() threads on this CPU, or measured and
+// cached (a cache that cannot be written is only logged by the caller:
+// cache_path stays set, the rates are still returned). `cache_dir` empty:
+// $HOME/.cache/strata/tune-cache.
+MachineRates cached_machine_rates(ThreadPool& pool, const std::string& cache_dir = "");
+
+}  // namespace strata::cpu
