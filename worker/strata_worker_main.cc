@@ -189,8 +189,10 @@ int main(int argc, char** argv) {
     strata::ThreadPool pool(config.threads);
     const strata::cpu::MachineRates rates = strata::cpu::cached_machine_rates(pool);
     service->set_machine_rates(rates.read_bytes_per_s, rates.flops_per_s);
-    spdlog::info("machine rates: read {:.1f} GB/s, {:.1f} GFLOP/s ({} {})",
-                 rates.read_bytes_per_s / 1e9, rates.flops_per_s / 1e9,
+    spdlog::info("machine rates: decode reads {:.1f} GB/s (STREAM read {:.1f} GB/s), "
+                 "{:.1f} GFLOP/s ({} {})",
+                 rates.read_bytes_per_s / 1e9, rates.stream_read_bytes_per_s / 1e9,
+                 rates.flops_per_s / 1e9,
                  rates.from_cache ? "from" : "measured, cached in", rates.cache_path);
   }
   builder.RegisterService(service.get());

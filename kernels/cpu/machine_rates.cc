@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -24,12 +25,15 @@ namespace strata::cpu {
 namespace {
 
 constexpr int kBandwidthPasses = 4;
-constexpr int64_t kMaxStreamElements = int64_t{32} << 20;  // doubles: 256 MiB
+constexpr int64_t kMaxStreamElements = int64_t{16} << 20;  // doubles: 128 MiB
 // The FLOP-rate matmul: a 2048 x 2048 Q4_K matrix (2.25 MiB) times 64
 // activation rows, as a prefill chunk multiplies a block's matrices.
 constexpr int64_t kFlopN = 2048;
 constexpr int64_t kFlopRows = 64;
 constexpr int kFlopRuns = 8;
+constexpr int64_t kDecodeRows = 8192;  // 2048 x 8192 Q4_K: 9 MiB a matrix
+constexpr int kDecodeMatrices = 14;    // 126 MiB
+constexpr int kDecodePasses = 4;
 
 std::string sanitize(const std::string& s) {
   std::string out;
@@ -43,7 +47,7 @@ std::string sanitize(const std::string& s) {
 
 double measure_read_bandwidth(ThreadPool& pool) {
   const CpuInfo info = read_cpu_info();
-  // At most 256 MiB an array (768 MiB for the moment of the measurement):
+  // At most 128 MiB an array (384 MiB for the moment of the measurement):
   // a worker with a tight budget starts too.
   const int64_t n = std::min<int64_t>(default_stream_elements(info.last_level_cache_bytes()),
                                       kMaxStreamElements);
@@ -52,22 +56,26 @@ double measure_read_bandwidth(ThreadPool& pool) {
   return measure_bandwidth(StreamOp::kRead, **arrays, pool, kBandwidthPasses).best_gb_s * 1e9;
 }
 
+// Q4_K blocks (ggml block_q4_K: f16 d, f16 dmin, 12 bytes of scales, 128
+// of 4-bit values) of `bytes` (filled with 0x11): d = dmin = 2^-4, finite
+// numbers whatever the kernel does with them.
+void fill_q4_k_scales(std::vector<uint8_t>& bytes) {
+  const size_t block = static_cast<size_t>(ggml_type_info(GgmlType::kQ4_K).type_size);
+  for (size_t at = 0; at + block <= bytes.size(); at += block) {
+    const uint16_t sixteenth = 0x2C00;  // f16 0.0625
+    std::memcpy(&bytes[at], &sixteenth, 2);
+    std::memcpy(&bytes[at + 2], &sixteenth, 2);
+  }
+}
+
 // Best of kFlopRuns runs of the generated Q4_K matmul; 0 without one.
 double measure_flop_rate(ThreadPool& pool, const std::optional<kernels::IsaTier>& tier) {
   if (!tier) return 0;
   const GgmlType type = GgmlType::kQ4_K;
   const std::optional<int64_t> row_bytes = ggml_row_bytes(type, kFlopN);
   if (!row_bytes) return 0;
-  // Q4_K blocks (ggml block_q4_K: f16 d, f16 dmin, 12 bytes of scales, 128
-  // of 4-bit values): d = dmin = 2^-4 and every other byte 0x11, finite
-  // numbers whatever the kernel does with them.
   std::vector<uint8_t> bytes(static_cast<size_t>(*row_bytes * kFlopN), 0x11);
-  const int64_t block = ggml_type_info(type).type_size;
-  for (size_t at = 0; at + block <= bytes.size(); at += static_cast<size_t>(block)) {
-    const uint16_t sixteenth = 0x2C00;  // f16 0.0625
-    std::memcpy(&bytes[at], &sixteenth, 2);
-    std::memcpy(&bytes[at + 2], &sixteenth, 2);
-  }
+  fill_q4_k_scales(bytes);
   kernels::WeightMatrix w{type, bytes.data(), kFlopN, kFlopN, *row_bytes};
   auto mm = kernels::jit::JitMatmul::create(w, *tier, kernels::jit::default_params(type, *tier),
                                             nullptr, pool);
@@ -87,6 +95,44 @@ double measure_flop_rate(ThreadPool& pool, const std::optional<kernels::IsaTier>
   return 2.0 * kFlopRows * kFlopN * kFlopN / best;
 }
 
+// The rate at which the generated decode matmul reads Q4_K weights: one
+// activation row through kDecodeMatrices matrices of kDecodeRows x kFlopN
+// (about 128 MiB together, each matrix once a pass, as a decode step runs a
+// block's matmuls one after another), best of kDecodePasses passes. 0
+// without generated kernels.
+double measure_decode_bandwidth(ThreadPool& pool, const std::optional<kernels::IsaTier>& tier) {
+  if (!tier) return 0;
+  const GgmlType type = GgmlType::kQ4_K;
+  const std::optional<int64_t> row_bytes = ggml_row_bytes(type, kFlopN);
+  if (!row_bytes) return 0;
+  const int64_t matrix_bytes = *row_bytes * kDecodeRows;
+  std::vector<uint8_t> bytes(static_cast<size_t>(matrix_bytes * kDecodeMatrices), 0x11);
+  fill_q4_k_scales(bytes);
+  kernels::jit::KernelCache cache;
+  std::vector<std::unique_ptr<kernels::jit::JitMatmul>> mms;
+  for (int m = 0; m < kDecodeMatrices; ++m) {
+    kernels::WeightMatrix w{type, bytes.data() + m * matrix_bytes, kFlopN, kDecodeRows,
+                            *row_bytes};
+    auto mm = kernels::jit::JitMatmul::create(w, *tier, kernels::jit::default_params(type, *tier),
+                                              &cache, pool);
+    if (!mm.ok()) return 0;
+    mms.push_back(*std::move(mm));
+  }
+  for (int m = 0; m + 1 < kDecodeMatrices; ++m) mms[m]->set_decode_successor(mms[m + 1].get());
+  std::vector<uint8_t>().swap(bytes);  // packed copies hold the weights now
+  kernels::jit::JitScratch scratch(1, kFlopN);
+  std::vector<float> x(static_cast<size_t>(kFlopN), 0.5f);
+  std::vector<float> y(static_cast<size_t>(kDecodeRows));
+  double best = 1e30;
+  for (int pass = 0; pass <= kDecodePasses; ++pass) {  // pass 0 warms
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& mm : mms) mm->run(x.data(), 1, y.data(), scratch, pool);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (pass > 0) best = std::min(best, s);
+  }
+  return static_cast<double>(matrix_bytes * kDecodeMatrices) / best;
+}
+
 std::optional<kernels::IsaTier> tier_or_none() {
   absl::StatusOr<std::optional<kernels::IsaTier>> tier = kernels::engine_isa();
   return tier.ok() ? *tier : std::nullopt;
@@ -96,8 +142,12 @@ std::optional<kernels::IsaTier> tier_or_none() {
 
 MachineRates measure_machine_rates(ThreadPool& pool) {
   MachineRates r;
-  r.read_bytes_per_s = measure_read_bandwidth(pool);
-  r.flops_per_s = measure_flop_rate(pool, tier_or_none());
+  const std::optional<kernels::IsaTier> tier = tier_or_none();
+  r.stream_read_bytes_per_s = measure_read_bandwidth(pool);
+  r.decode_read_bytes_per_s = measure_decode_bandwidth(pool, tier);
+  r.read_bytes_per_s = r.decode_read_bytes_per_s > 0 ? r.decode_read_bytes_per_s
+                                                    : r.stream_read_bytes_per_s;
+  r.flops_per_s = measure_flop_rate(pool, tier);
   return r;
 }
 
@@ -117,17 +167,13 @@ MachineRates cached_machine_rates(ThreadPool& pool, const std::string& cache_dir
     std::string key;
     double value = 0;
     MachineRates r;
-    bool bw = false, flops = false;
     while (in >> key >> value) {
-      if (key == "read_bandwidth" && value > 0) {
-        r.read_bytes_per_s = value;
-        bw = true;
-      } else if (key == "flop_rate" && value >= 0) {
-        r.flops_per_s = value;
-        flops = true;
-      }
+      if (key == "read_bandwidth" && value > 0) r.read_bytes_per_s = value;
+      if (key == "decode_read_bandwidth" && value >= 0) r.decode_read_bytes_per_s = value;
+      if (key == "stream_read_bandwidth" && value > 0) r.stream_read_bytes_per_s = value;
+      if (key == "flop_rate" && value >= 0) r.flops_per_s = value;
     }
-    if (bw && flops) {
+    if (r.read_bytes_per_s > 0 && r.stream_read_bytes_per_s > 0) {
       r.from_cache = true;
       r.cache_path = path;
       return r;
@@ -144,7 +190,9 @@ MachineRates cached_machine_rates(ThreadPool& pool, const std::string& cache_dir
   {
     std::ofstream out(tmp);
     out.precision(17);
-    out << "read_bandwidth " << r.read_bytes_per_s << "\nflop_rate " << r.flops_per_s << "\n";
+    out << "read_bandwidth " << r.read_bytes_per_s << "\ndecode_read_bandwidth "
+        << r.decode_read_bytes_per_s << "\nstream_read_bandwidth " << r.stream_read_bytes_per_s
+        << "\nflop_rate " << r.flops_per_s << "\n";
     if (!out) {
       std::filesystem::remove(tmp, ec);
       return r;

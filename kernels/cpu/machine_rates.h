@@ -1,11 +1,16 @@
 // What a worker's machine does per second, for `strata plan` and the
 // coordinator's placement (worker.proto DescribeResponse fields 10, 11):
 //
-//   read bandwidth  bytes/s that T threads read from memory, STREAM's
-//                   `read` op (memory_bandwidth.h) over arrays 4x the
-//                   last-level cache (at most 256 MiB each), best of 4
-//                   passes: the bound of decode, which reads every
-//                   weight of a stage once a token.
+//   read bandwidth  bytes/s at which decode reads weights: the generated
+//                   Q4_K matmul (kernels/cpu/jit) on one activation row
+//                   over 14 matrices of 2048 x 8192 (126 MiB), one after
+//                   another as a decode step runs a block's matmuls, on T
+//                   threads, best of 4 passes (the kernel's own efficiency
+//                   and its hand-offs between matmuls included). Without
+//                   generated kernels: STREAM's `read` op
+//                   (memory_bandwidth.h) over arrays 4x the last-level
+//                   cache (at most 128 MiB each), which is measured either
+//                   way as the machine's bound.
 //   FLOP rate       FLOP/s of the generated Q4_K matmul (kernels/cpu/jit) at
 //                   64 activation rows on T threads, 2 FLOPs per weight and
 //                   row: the bound of prefill. 0 when the engine runs no
@@ -16,8 +21,9 @@
 // tuner.h): one file per CPU signature, ISA tier, generator version and
 // thread count under the tune-cache folder,
 //   $HOME/.cache/strata/tune-cache/rates-<cpu signature>-<tier>-g<N>-t<T>.txt
-// holding "read_bandwidth <bytes/s>" and "flop_rate <FLOP/s>" lines; a file
-// that does not parse is measured again and replaced.
+// holding "read_bandwidth", "decode_read_bandwidth", "stream_read_bandwidth"
+// (bytes/s) and "flop_rate" (FLOP/s) lines; a file that lacks them is
+// measured again and replaced.
 //
 // Thread-safety: plain functions; measuring uses the pool it is given (no
 // other work on it meanwhile).
@@ -31,7 +37,9 @@
 namespace strata::cpu {
 
 struct MachineRates {
-  double read_bytes_per_s = 0;  // 0: unknown
+  double read_bytes_per_s = 0;  // decode's, else STREAM's; 0: unknown
+  double decode_read_bytes_per_s = 0;  // the generated decode matmul's
+  double stream_read_bytes_per_s = 0;  // STREAM read
   double flops_per_s = 0;       // 0: unknown
   bool from_cache = false;      // read from the cache file, not measured now
   std::string cache_path;       // the file read or written ("" : none)
