@@ -133,16 +133,16 @@ void print_text(const std::string& model_path, const coordinator::ClusterPlan& p
     }
   }
   if (p.decode_tok_s > 0) {
-    std::printf("decode:   %.1f tok/s for one stream (%.2f ms a token: each stage's weight reads "
+    std::printf("decode:   %s tok/s for one stream (%.2f ms a token: each stage's weight reads "
                 "/ its read bandwidth, summed)\n",
-                p.decode_tok_s, 1e3 / p.decode_tok_s);
+                fixed(p.decode_tok_s, p.decode_tok_s < 10 ? 2 : 1).c_str(), 1e3 / p.decode_tok_s);
   } else {
     std::printf("decode:   unknown (a worker's read bandwidth is unknown)\n");
   }
   if (p.prefill_tok_s > 0) {
-    std::printf("prefill:  %.1f tok/s for a long prompt (the slowest stage: 2 FLOPs a weight / "
+    std::printf("prefill:  %s tok/s for a long prompt (the slowest stage: 2 FLOPs a weight / "
                 "its FLOP rate)\n",
-                p.prefill_tok_s);
+                fixed(p.prefill_tok_s, p.prefill_tok_s < 10 ? 2 : 1).c_str());
   } else {
     std::printf("prefill:  unknown (a worker's FLOP rate is unknown)\n");
   }
