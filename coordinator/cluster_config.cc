@@ -486,14 +486,14 @@ absl::Status check_workers_running(const ClusterConfig& c) {
   return absl::OkStatus();
 }
 
-absl::Status resolve_link_security(ClusterConfig& c) {
+absl::Status resolve_link_security(ClusterConfig& c, const std::string& program) {
   std::vector<std::string> addresses;
   for (const WorkerConfig& w : c.workers) {
     if (!w.declared) addresses.push_back(w.address);
   }
   for (const WorkerConfig& w : c.spares) addresses.push_back(w.address);
   if (absl::Status st = grpc_tls::resolve_link_security(
-          &c.tls, addresses, /*require_peers=*/false, "strata-coordinator");
+          &c.tls, addresses, /*require_peers=*/false, program);
       !st.ok()) {
     return st;
   }

@@ -135,8 +135,10 @@ struct ClusterConfig {
 // when every worker is on loopback and `insecure: true` (a warning). With
 // TLS every worker needs a `name:` (its certificate's name), in tls.peers
 // when that is given. Errors: InvalidArgument naming the key
-// ("workers[1].name: required with tls: ...").
-absl::Status resolve_link_security(ClusterConfig& config);
+// ("workers[1].name: required with tls: ..."). Declared workers (no link)
+// are left out. `program` names the process in the plaintext warning.
+absl::Status resolve_link_security(ClusterConfig& config,
+                                   const std::string& program = "strata-coordinator");
 
 // Parses YAML text. `source` names it in messages ("cluster.yaml").
 absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,

@@ -56,7 +56,7 @@ absl::StatusOr<std::vector<WorkerFigures>> gather_figures(coordinator::ClusterCo
   bool any_running = false;
   for (const coordinator::WorkerConfig& w : config.workers) any_running |= !w.declared;
   if (any_running) {
-    if (absl::Status st = coordinator::resolve_link_security(config); !st.ok()) return st;
+    if (absl::Status st = coordinator::resolve_link_security(config, "strata plan"); !st.ok()) return st;
   }
   std::vector<WorkerFigures> out;
   for (const coordinator::WorkerConfig& w : config.workers) {

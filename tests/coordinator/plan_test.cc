@@ -9,10 +9,12 @@
 // over every cut, and tok/s from the declared rates.
 #include "coordinator/cluster_plan.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -21,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/cluster_config.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "model/placement.h"
@@ -456,6 +459,67 @@ workers:
   EXPECT_EQ(plan->stages[1].params_per_token,
             static_cast<uint64_t>(14 * block_params + 2880.0 * 201088));
   EXPECT_NEAR(plan->prefill_tok_s, 2e12 / (2 * 22 * block_params), 1e-6);
+}
+
+// Runs `strata plan --config FILE --json`; its exit status and stdout.
+std::pair<int, std::string> run_plan_json(const std::string& config_path) {
+  const std::string command = absl::StrCat(STRATA_CLI, " plan --config ", config_path,
+                                           " --json 2>/dev/null");
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST_F(Plan, CommandLineJsonAndExitStatus) {
+  const std::string file = path("Mixtral-cli.gguf");
+  ASSERT_TRUE(
+      strata::testing::write_sparse_gguf(file, strata::testing::mixtral_8x22b_q4_k_m()).ok());
+  const std::string fits = path("fits.yaml");
+  std::ofstream(fits) << "model: " << file << R"(
+context_length: 16384
+max_sequences: 4
+prefix_cache_blocks: 0
+workers:
+  - {name: a, declared: true, memory_budget: 48GiB, read_bandwidth: 40GB/s}
+  - {name: b, declared: true, memory_budget: 48GiB, read_bandwidth: 40GB/s}
+)";
+  auto [rc, out] = run_plan_json(fits);
+  ASSERT_EQ(rc, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_EQ(j["n_expert"], 8);
+  EXPECT_EQ(j["workers"][0]["last"], 28);
+  EXPECT_EQ(j["workers"][1]["first"], 28);
+  EXPECT_EQ(j["workers"][0]["kv_bytes"].get<uint64_t>(), 7 * kGiB);
+  uint64_t b = 0;
+  for (int i = 28; i < 56; ++i) b += kMixtralDense + mixtral_experts(i);
+  EXPECT_EQ(j["workers"][1]["weight_bytes"].get<uint64_t>(), b + kMixtralHead);
+  EXPECT_NEAR(j["decode_tok_s"].get<double>(), 1.663, 0.001);
+
+  // 79.7 GiB of weights and 14 GiB of KV on 2 x 40 GiB: refused, exit 1.
+  const std::string small = path("small.yaml");
+  std::ofstream(small) << "model: " << file << R"(
+context_length: 16384
+max_sequences: 4
+prefix_cache_blocks: 0
+workers:
+  - {name: a, declared: true, memory_budget: 40GiB}
+  - {name: b, declared: true, memory_budget: 40GiB}
+)";
+  auto [refused_rc, refused] = run_plan_json(small);
+  EXPECT_EQ(refused_rc, 1);
+  const nlohmann::json r = nlohmann::json::parse(refused);
+  EXPECT_FALSE(r["fits"].get<bool>());
+  EXPECT_NE(r["error"].get<std::string>().find(
+                "the model needs 93.7 GiB (weights 79.7 GiB + KV 14.0 GiB for 4 sequences x 16384 "
+                "positions), the budgets hold 80.0 GiB"),
+            std::string::npos)
+      << r.dump();
 }
 
 TEST(PlanConfig, DeclaredWorkers) {
