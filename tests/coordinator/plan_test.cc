@@ -522,6 +522,18 @@ workers:
       << r.dump();
 }
 
+TEST(PlanConfig, SpeedIsBandwidthWhenEveryWorkerHasOne) {
+  const std::vector<WorkerFigures> all = {{"a", false, 0, 4, 20e9, 0}, {"b", false, 0, 2, 12e9, 0}};
+  std::vector<placement::WorkerBudget> b = worker_budgets(all);
+  EXPECT_DOUBLE_EQ(b[0].speed, 20e9);
+  EXPECT_DOUBLE_EQ(b[1].speed, 12e9);
+  // One without a bandwidth (an older worker): threads for all, in one unit.
+  const std::vector<WorkerFigures> mixed = {{"a", false, 0, 4, 20e9, 0}, {"b", false, 0, 2, 0, 0}};
+  b = worker_budgets(mixed);
+  EXPECT_DOUBLE_EQ(b[0].speed, 4);
+  EXPECT_DOUBLE_EQ(b[1].speed, 2);
+}
+
 TEST(PlanConfig, DeclaredWorkers) {
   auto c = parse_cluster_config(R"(
 model: m.gguf
