@@ -10,15 +10,27 @@
 
 namespace strata::coordinator {
 
+namespace {
+
+// A rate from a worker's Describe or a config: NaN, infinities, zero,
+// negatives and absurd values (past 1e18 a second) are unknown (0).
+double known_rate(double rate) {
+  return std::isfinite(rate) && rate > 0 && rate <= 1e18 ? rate : 0;
+}
+
+}  // namespace
+
 std::vector<placement::WorkerBudget> worker_budgets(std::span<const WorkerFigures> workers) {
   bool all_bandwidth = !workers.empty();
-  for (const WorkerFigures& w : workers) all_bandwidth = all_bandwidth && w.read_bytes_per_s > 0;
+  for (const WorkerFigures& w : workers) {
+    all_bandwidth = all_bandwidth && known_rate(w.read_bytes_per_s) > 0;
+  }
   std::vector<placement::WorkerBudget> out;
   for (const WorkerFigures& w : workers) {
     placement::WorkerBudget b;
     b.name = w.name;
     b.bytes = w.memory_budget;
-    b.speed = all_bandwidth ? w.read_bytes_per_s : w.threads;
+    b.speed = all_bandwidth ? w.read_bytes_per_s : std::max(w.threads, 0);
     out.push_back(b);
   }
   return out;
@@ -115,6 +127,8 @@ absl::StatusOr<ClusterPlan> plan_cluster(const ClusterConfig& config,
     StagePlan s;
     s.shard = (*shards)[i];
     s.worker = workers[i];
+    s.worker.read_bytes_per_s = known_rate(s.worker.read_bytes_per_s);
+    s.worker.flops_per_s = known_rate(s.worker.flops_per_s);
     s.scratch_bytes = scratch_bytes(hp, s.shard, n_vocab, plan.max_batch_rows,
                                     config.max_sequences, plan.kv.n_ctx, s.worker.threads);
     s.read_bytes_per_token = placement::stage_work(*sizes, s.shard.first, s.shard.last);

@@ -57,7 +57,8 @@ struct WorkerFigures {
 
 // Placement budgets in worker order. Speed: the read bandwidth when every
 // worker has one (decode reads weights: bandwidth is its pace), else the
-// threads (as before measured rates existed), else unknown (equal).
+// threads (as before measured rates existed), else unknown (equal). A rate
+// that is not finite, not positive or past 1e18/s counts as unknown.
 std::vector<placement::WorkerBudget> worker_budgets(std::span<const WorkerFigures> workers);
 
 struct StagePlan {
@@ -88,7 +89,8 @@ uint64_t scratch_bytes(const arch::Hyperparameters& hp, const placement::ShardPl
                        int n_vocab, int max_batch_rows, int max_sequences, int n_ctx,
                        int threads);
 
-// Plans `config`'s workers (figures in config order) for `model`.
+// Plans `config`'s workers (figures in config order) for `model`. Rates
+// that are not finite, not positive or past 1e18/s count as unknown.
 // Errors: the model's (sizes, context_length past the model's), and
 // placement's: InvalidArgument for malformed explicit ranges,
 // ResourceExhausted with the numbers when no split fits the budgets.

@@ -61,7 +61,9 @@ absl::StatusOr<std::vector<WorkerFigures>> gather_figures(coordinator::ClusterCo
   std::vector<WorkerFigures> out;
   for (const coordinator::WorkerConfig& w : config.workers) {
     WorkerFigures f;
-    f.name = coordinator::worker_label(w).substr(7);  // without "worker "
+    // "w1 (10.0.0.5:50061)", "10.0.0.5:50061" (no name), "w2" (declared).
+    f.name = w.address.empty() || w.name == w.address ? w.name
+                                                      : absl::StrCat(w.name, " (", w.address, ")");
     f.declared = w.declared;
     f.memory_budget = w.memory_budget;
     if (w.declared) {

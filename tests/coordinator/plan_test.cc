@@ -532,6 +532,13 @@ TEST(PlanConfig, SpeedIsBandwidthWhenEveryWorkerHasOne) {
   b = worker_budgets(mixed);
   EXPECT_DOUBLE_EQ(b[0].speed, 4);
   EXPECT_DOUBLE_EQ(b[1].speed, 2);
+  // What a broken or hostile worker might report counts as unknown.
+  for (double bad : {std::nan(""), -1.0, HUGE_VAL, 1e30}) {
+    const std::vector<WorkerFigures> odd = {{"a", false, 0, 4, 20e9, 0},
+                                            {"b", false, 0, 2, bad, bad}};
+    b = worker_budgets(odd);
+    EXPECT_DOUBLE_EQ(b[1].speed, 2) << bad;
+  }
 }
 
 TEST(PlanConfig, DeclaredWorkers) {
