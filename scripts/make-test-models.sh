@@ -2,7 +2,8 @@
 # Makes the models the engine tests hold to llama.cpp's committed outputs
 # (tests/engine/data/*.json), idempotently, under $STRATA_MODELS:
 #   requant/SmolLM2-135M-Instruct.TYPE.gguf  `strata quantize` of the default model
-#   tiny/tiny-{qwen2,qwen3,gemma2,phi3}.gguf  scripts/make_tiny_models.py (seeded)
+#   tiny/tiny-{qwen2,qwen3,gemma2,phi3,mixtral,qwen2moe,qwen3moe,olmoe,gpt-oss}.gguf
+#                                            scripts/make_tiny_models.py (seeded)
 # The tests check each file's SHA-256 against the one llama.cpp saw and skip,
 # saying so, on a mismatch.  Usage: make-test-models.sh STRATA_BINARY
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -16,7 +17,11 @@ for type in Q8_0 Q4_0 Q4_K Q5_K Q6_K; do
     "$strata" quantize "$src" "$out" "$type" >/dev/null
   fi
 done
-if [[ ! -f "$STRATA_MODELS/tiny/tiny-phi3.gguf" ]]; then
+missing=0
+for name in qwen2 qwen3 gemma2 phi3 mixtral qwen2moe qwen3moe olmoe gpt-oss; do
+  [[ -f "$STRATA_MODELS/tiny/tiny-$name.gguf" ]] || missing=1
+done
+if [[ $missing == 1 ]]; then
   log "making tiny random-weight models"
   "$STRATA_VENV/bin/python" "$STRATA_ROOT/scripts/make_tiny_models.py" \
     --out "$STRATA_MODELS/tiny" --smollm2 "$src"

@@ -221,7 +221,8 @@ def main():
                                     f"SmolLM2-135M-Instruct.{t}.gguf"),
                        PROMPTS[:4]))
     tiny_dir = os.path.join(MODELS_DIR, "tiny")
-    for arch in ["qwen2", "qwen3", "gemma2", "phi3"]:
+    for arch in ["qwen2", "qwen3", "gemma2", "phi3",
+                 "mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss"]:
         models.append((f"tiny-{arch}", os.path.join(tiny_dir, f"tiny-{arch}.gguf"),
                        PROMPTS[:4]))
 

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <optional>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,8 @@ constexpr FamilyName kFamilies[] = {
     {Family::kLlama, "llama"},   {Family::kQwen2, "qwen2"},
     {Family::kQwen3, "qwen3"},   {Family::kGemma2, "gemma2"},
     {Family::kGemma3, "gemma3"}, {Family::kPhi3, "phi3"},
+    {Family::kQwen2Moe, "qwen2moe"}, {Family::kQwen3Moe, "qwen3moe"},
+    {Family::kOlmoe, "olmoe"},       {Family::kGptOss, "gpt-oss"},
 };
 
 // Reads ARCH.* keys with errors that name the key.
@@ -100,11 +103,17 @@ BlockRecipe recipe_for(Family family, int n_embd) {
     case Family::kLlama:
       break;
     case Family::kQwen2:
+    case Family::kQwen2Moe:
       r.qkv_bias = true;
       r.rope = RopeStyle::kNeox;
       break;
     case Family::kQwen3:
+    case Family::kQwen3Moe:
       r.qk_norm = true;
+      r.rope = RopeStyle::kNeox;
+      break;
+    case Family::kOlmoe:
+      r.qk_norm_full = true;
       r.rope = RopeStyle::kNeox;
       break;
     case Family::kGemma2:
@@ -123,8 +132,117 @@ BlockRecipe recipe_for(Family family, int n_embd) {
       r.rope = RopeStyle::kNeox;
       r.scale_query = true;
       break;
+    case Family::kGptOss:  // llama.cpp src/models/openai-moe.cpp
+      r.qkv_bias = true;
+      r.attn_out_bias = true;
+      r.attn_sinks = true;
+      r.expert_bias = true;
+      r.ffn_norm = "post_attention_norm.weight";
+      r.activation = FfnActivation::kSwigluOai;
+      r.rope = RopeStyle::kNeox;
+      break;
   }
   return r;
+}
+
+// Which layers use the sliding window, as llama.cpp's load_swa_pattern:
+// ARCH.attention.sliding_window_pattern as one bool per layer, or as a
+// period p (layer il slides unless il % p == p - 1; 0: every layer
+// slides), or `period` when the key is absent.
+absl::Status read_sliding_pattern(const gguf::GgufFile& file, const KeyReader& keys,
+                                  int period, std::vector<bool>* sliding) {
+  const std::string key = keys.key("attention.sliding_window_pattern");
+  const gguf::Value* value = file.find(key);
+  const int n_layer = static_cast<int>(sliding->size());
+  if (value != nullptr && value->type == gguf::ValueType::kArray) {
+    absl::StatusOr<const gguf::Array*> flags = file.get_array(key, gguf::ValueType::kBool);
+    if (!flags.ok()) return flags.status();
+    if (static_cast<int>((*flags)->items.size()) != n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, ": ", (*flags)->items.size(), " flags for ", n_layer, " layers"));
+    }
+    for (int il = 0; il < n_layer; ++il) {
+      (*sliding)[il] = std::get<bool>((*flags)->items[il].data);
+    }
+    return absl::OkStatus();
+  }
+  if (value != nullptr) {
+    ASSIGN_OR_RETURN_ARCH(period,
+                          keys.integer("attention.sliding_window_pattern", 0, 4096, {}));
+  }
+  for (int il = 0; il < n_layer; ++il) {
+    (*sliding)[il] = period == 0 || il % period < period - 1;
+  }
+  return absl::OkStatus();
+}
+
+// The mixture-of-experts keys (see the header); llama.cpp's load_hparams
+// (src/llama-model.cpp and src/models/<family>.cpp) for the defaults and
+// the facts each family hard-codes.
+absl::StatusOr<MoeParams> read_moe(const KeyReader& keys, Family family, int n_ff) {
+  constexpr int kMaxExperts = 256;  // llama.cpp's LLAMA_MAX_EXPERTS (512) is
+                                    // looser; no model here routes more
+  const bool moe_family = family == Family::kQwen2Moe || family == Family::kQwen3Moe ||
+                          family == Family::kOlmoe || family == Family::kGptOss;
+  MoeParams moe;
+  if (!moe_family && !keys.has("expert_count")) {
+    if (keys.has("expert_used_count")) {
+      absl::StatusOr<int> used = keys.integer("expert_used_count", 0, kMaxExperts, 0);
+      if (!used.ok()) return used.status();
+      if (*used != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            keys.key("expert_used_count"), ": ", *used, " but ", keys.key("expert_count"),
+            " is missing (a dense model routes to no expert)"));
+      }
+    }
+    return moe;
+  }
+  if (family != Family::kLlama && !moe_family) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.key("expert_count"), ": this architecture has no mixture-of-experts form"));
+  }
+  ASSIGN_OR_RETURN_ARCH(moe.n_expert,
+                        keys.integer("expert_count", moe_family ? 1 : 0, kMaxExperts,
+                                     moe_family ? std::nullopt : std::optional<int>(0)));
+  if (moe.n_expert == 0) return moe;  // llama with expert_count 0: dense
+  ASSIGN_OR_RETURN_ARCH(moe.n_expert_used,
+                        keys.integer("expert_used_count", 0, kMaxExperts, {}));
+  if (moe.n_expert_used == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.key("expert_used_count"), ": 0, but ", keys.key("expert_count"), " = ",
+        moe.n_expert, " (a token must use at least one expert)"));
+  }
+  if (moe.n_expert_used > moe.n_expert) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        keys.key("expert_used_count"), ": ", moe.n_expert_used, " is more than ",
+        keys.key("expert_count"), " = ", moe.n_expert));
+  }
+  constexpr int kMaxDim = 1 << 20;
+  moe.n_ff_expert = n_ff;
+  if (family == Family::kQwen2Moe || family == Family::kQwen3Moe) {
+    ASSIGN_OR_RETURN_ARCH(moe.n_ff_expert,
+                          keys.integer("expert_feed_forward_length", 1, kMaxDim,
+                                       n_ff / moe.n_expert_used));
+    if (moe.n_ff_expert == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          keys.key("expert_feed_forward_length"), ": missing, and the default ",
+          keys.key("feed_forward_length"), " / ", keys.key("expert_used_count"), " is 0"));
+    }
+  }
+  if (family == Family::kGptOss) {  // required (llama.cpp's openai-moe loader)
+    ASSIGN_OR_RETURN_ARCH(moe.n_ff_expert,
+                          keys.integer("expert_feed_forward_length", 1, kMaxDim, {}));
+  }
+  if (family == Family::kQwen2Moe) {
+    ASSIGN_OR_RETURN_ARCH(moe.n_ff_shared,
+                          keys.integer("expert_shared_feed_forward_length", 1, kMaxDim, n_ff));
+  }
+  // gpt-oss: top-k of the (biased) router logits, softmax over the k
+  // (LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT in its graph).
+  moe.gating = family == Family::kGptOss ? ExpertGating::kSoftmaxWeight : ExpertGating::kSoftmax;
+  moe.norm_weights = family == Family::kLlama || family == Family::kQwen3Moe;
+  moe.weights_scale = 1.0f;
+  return moe;
 }
 
 }  // namespace
@@ -262,6 +380,7 @@ absl::StatusOr<Hyperparameters> read_hyperparameters(
   if (scaling && *scaling == "yarn") hp.yarn_ext_factor = 1.0f;
 
   hp.recipe = recipe_for(hp.family, hp.n_embd);
+  ASSIGN_OR_RETURN_ARCH(hp.moe, read_moe(keys, hp.family, hp.n_ff));
   hp.attention_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim_k));
   hp.sliding.assign(hp.n_layer, false);
   hp.rope.assign(hp.n_layer, LayerRope{freq_base, freq_scale});
@@ -294,6 +413,21 @@ absl::StatusOr<Hyperparameters> read_hyperparameters(
       if (hp.n_layer == 62) {  // Gemma 3 27B
         hp.attention_scale =
             1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
+      }
+      break;
+    }
+    case Family::kGptOss: {
+      ASSIGN_OR_RETURN_ARCH(
+          hp.sliding_window,
+          keys.integer("attention.sliding_window", 1, 1 << 24, {}));
+      absl::Status pattern = read_sliding_pattern(file, keys, /*period=*/2, &hp.sliding);
+      if (!pattern.ok()) return pattern;
+      // The sliding layers' RoPE: their own base when the file gives one,
+      // the same scaling (llama.cpp: rope_freq_{base,scale}_train_swa).
+      float base_swa = freq_base;
+      ASSIGN_OR_RETURN_ARCH(base_swa, keys.real("rope.freq_base_swa", freq_base));
+      for (int il = 0; il < hp.n_layer; ++il) {
+        if (hp.sliding[il]) hp.rope[il].freq_base = base_swa;
       }
       break;
     }

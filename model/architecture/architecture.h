@@ -10,6 +10,19 @@
 //   gemma3  gemma2's block + QK-norm, 5 sliding : 1 global layers with
 //           their own RoPE bases, no soft-capping
 //   phi3    fused qkv and gate|up matrices, NeoX RoPE
+//   llama with ARCH.expert_count > 0: Mixtral (mixture-of-experts FFN,
+//           softmax routing, top-k weights renormalised)
+//   qwen2moe   qwen2's block (q/k/v biases, NeoX RoPE) with an MoE FFN
+//           (weights not renormalised) plus a shared expert scaled by
+//           sigmoid(ffn_gate_inp_shexp · x)
+//   qwen3moe   qwen3's block (per-head QK-norm) with an MoE FFN (weights
+//           renormalised)
+//   olmoe   NeoX RoPE, RMSNorm of the whole q and k rows (not per head),
+//           MoE FFN (weights not renormalised)
+//   gpt-oss q/k/v and output biases, attention sinks, sliding window on
+//           even layers, NeoX RoPE (YaRN from rope.scaling.*), the FFN norm
+//           stored as post_attention_norm, mixture-of-experts feed-forward
+//           with gpt-oss's clamped SwiGLU (llama.cpp: LLM_ARCH_OPENAI_MOE)
 //
 // Keys read, with ARCH = general.architecture (GGUF spec, "LLM" section;
 // which ones each family needs and their defaults as llama.cpp's
@@ -21,9 +34,20 @@
 //     .rope.dimension_count (= key_length), .rope.freq_base (10000),
 //     .rope.scaling.type ("none" | "linear" | "yarn"), .rope.scaling.factor,
 //     .rope.scale_linear (old name), .rope.scaling.original_context_length,
-//     .attention.sliding_window (gemma2: 4096, gemma3: required),
+//     .attention.sliding_window (gemma2: 4096, gemma3 and gpt-oss:
+//     required), .attention.sliding_window_pattern (gpt-oss: a layer
+//     period, 2 by default, whose last layer is global; or one bool per
+//     layer), .rope.freq_base_swa (gpt-oss: the sliding layers' base),
 //     .attn_logit_softcapping (gemma2: 50), .final_logit_softcapping
 //     (gemma2: 30), .vocab_size (= length of tokenizer.ggml.tokens)
+//   mixture-of-experts (llama optional, the MoE families required):
+//     .expert_count, .expert_used_count (1 <= used <= count <= 256),
+//     .expert_feed_forward_length (qwen2moe / qwen3moe; default
+//     feed_forward_length / expert_used_count; llama and olmoe use
+//     feed_forward_length), .expert_shared_feed_forward_length (qwen2moe;
+//     default feed_forward_length). For these families llama.cpp
+//     hard-codes the gating (softmax) and whether the top-k weights are
+//     renormalised, and reads no .expert_weights_scale (so the scale is 1).
 // Facts that GGUF does not carry and llama.cpp hard-codes: gemma3's
 // sliding-window pattern (5 of every 6 layers) and local RoPE base 10000,
 // gemma2's pattern (even layers), the query scale of gemma 27B models.
@@ -46,7 +70,9 @@
 
 namespace strata::arch {
 
-enum class Family { kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3 };
+enum class Family {
+  kLlama, kQwen2, kQwen3, kGemma2, kGemma3, kPhi3, kQwen2Moe, kQwen3Moe, kOlmoe, kGptOss
+};
 
 // The names general.architecture uses, in Family order.
 std::vector<std::string_view> supported_architectures();
@@ -59,6 +85,9 @@ enum class RopeStyle {
 enum class FfnActivation {
   kSilu,      // SwiGLU: silu(gate) * up
   kGeluTanh,  // GeGLU: gelu_tanh(gate) * up
+  // gpt-oss: min(gate, 7) sigmoid(1.702 min(gate, 7)) (clamp(up, -7, 7) + 1)
+  // (kernels/cpu/reference/ops/swiglu_oai.h)
+  kSwigluOai,
 };
 
 // The steps a block takes besides the common ones (norm, attention,
@@ -67,9 +96,17 @@ struct BlockRecipe {
   bool fused_qkv = false;        // one attn_qkv matrix -> [q | k | v] (phi3)
   bool qkv_bias = false;         // attn_{q,k,v}.bias (qwen2)
   bool qk_norm = false;          // RMSNorm per head on q and k (qwen3, gemma3)
+  bool qk_norm_full = false;     // RMSNorm of each whole q and k row
+                                 // (olmoe: weights [n_head dk], [n_head_kv dk])
   bool post_attn_norm = false;   // RMSNorm of the attention output (gemma)
   bool post_ffn_norm = false;    // RMSNorm of the FFN output (gemma)
   bool fused_gate_up = false;    // one ffn_up matrix -> [gate | up] (phi3)
+  bool attn_out_bias = false;    // attn_output.bias (gpt-oss)
+  bool attn_sinks = false;       // attn_sinks.weight [n_head] (gpt-oss)
+  bool expert_bias = false;      // ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias
+                                 // (gpt-oss)
+  // The tensor of the norm before the feed-forward ("blk.N." + this).
+  std::string_view ffn_norm = "ffn_norm.weight";  // gpt-oss: post_attention_norm
   FfnActivation activation = FfnActivation::kSilu;
   RopeStyle rope = RopeStyle::kNormal;
   // true: q is multiplied by attention_scale before attention (gemma, phi3);
@@ -82,6 +119,28 @@ struct BlockRecipe {
 struct LayerRope {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;  // 1 / linear scaling factor
+};
+
+// How the router's logits become the experts' probabilities
+// (llama.cpp's llama_expert_gating_func_type).
+enum class ExpertGating {
+  kSoftmax,        // softmax over all experts, then top-k
+  kSigmoid,        // sigmoid of each logit, then top-k
+  kSoftmaxWeight,  // top-k of the logits, then softmax over the k (gpt-oss)
+};
+
+// The mixture-of-experts feed-forward (Shazeer et al. 2017; Mixtral, Jiang
+// et al. 2024): a router picks n_expert_used of n_expert SwiGLU FFNs per
+// token and sums their outputs weighted by the gating probabilities.
+// n_expert 0: a dense FFN.
+struct MoeParams {
+  int n_expert = 0;           // ARCH.expert_count
+  int n_expert_used = 0;      // ARCH.expert_used_count (top-k)
+  int n_ff_expert = 0;        // FFN width of one expert
+  int n_ff_shared = 0;        // shared expert's width (qwen2moe), 0: none
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool norm_weights = false;  // renormalise the top-k weights to sum 1
+  float weights_scale = 1.0f; // the weights times this
 };
 
 struct Hyperparameters {
@@ -112,6 +171,7 @@ struct Hyperparameters {
   std::vector<bool> sliding;       // [n_layer]
   std::vector<LayerRope> rope;     // [n_layer]
   BlockRecipe recipe;
+  MoeParams moe;
 };
 
 // Reads and checks the hyperparameters of `file`'s architecture.

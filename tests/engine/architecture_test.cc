@@ -13,7 +13,7 @@ using gguf::testing::GgufBuilder;
 
 struct Kv {
   std::string key;
-  enum { kU32, kF32, kStr } kind;
+  enum { kU32, kF32, kStr, kBools } kind;  // kBools: str of '0'/'1', one per item
   double num = 0;
   std::string str;
 };
@@ -26,6 +26,10 @@ absl::StatusOr<Hyperparameters> read(const std::vector<Kv>& kvs,
     if (kv.kind == Kv::kU32) b.kv_u32(kv.key, static_cast<uint32_t>(kv.num));
     if (kv.kind == Kv::kF32) b.key(kv.key, gguf::ValueType::kFloat32).f32(static_cast<float>(kv.num));
     if (kv.kind == Kv::kStr) b.kv_string(kv.key, kv.str);
+    if (kv.kind == Kv::kBools) {
+      b.kv_array(kv.key, gguf::ValueType::kBool, kv.str.size());
+      for (char c : kv.str) b.u8(c == '1' ? 1 : 0);
+    }
   }
   b.pad(32);
   *storage = b.bytes();
@@ -140,6 +144,81 @@ TEST(Architecture, LinearRopeScaling) {
   EXPECT_NE(bad.status().message().find("rope.scaling.type"), std::string::npos);
 }
 
+// gpt-oss's keys: minimal() and its experts (expert_feed_forward_length is
+// required, as llama.cpp's openai-moe loader requires it).
+std::vector<Kv> gpt_oss() {
+  std::vector<Kv> kvs = minimal("gpt-oss");
+  kvs.push_back({"gpt-oss.expert_count", Kv::kU32, 32, ""});
+  kvs.push_back({"gpt-oss.expert_used_count", Kv::kU32, 4, ""});
+  kvs.push_back({"gpt-oss.expert_feed_forward_length", Kv::kU32, 2880, ""});
+  return kvs;
+}
+
+// gpt-oss (llama.cpp's openai-moe): even layers slide, odd ones are
+// global; the sliding layers take rope.freq_base_swa when given; biases,
+// sinks, the FFN norm's name, NeoX RoPE and the clamped SwiGLU; routing by
+// softmax over the top-k logits, not renormalised.
+TEST(Architecture, GptOssLayersAndRecipe) {
+  std::vector<Kv> kvs = gpt_oss();
+  kvs.push_back({"gpt-oss.rope.freq_base_swa", Kv::kF32, 5e4, ""});
+  std::vector<uint8_t> s;
+  auto hp = read(kvs, &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->family, Family::kGptOss);
+  EXPECT_EQ(hp->sliding_window, 512);
+  for (int il = 0; il < hp->n_layer; ++il) {
+    EXPECT_EQ(hp->sliding[il], il % 2 == 0) << il;
+    EXPECT_EQ(hp->rope[il].freq_base, il % 2 == 0 ? 5e4f : 1e6f) << il;
+  }
+  const BlockRecipe& r = hp->recipe;
+  EXPECT_TRUE(r.qkv_bias && r.attn_out_bias && r.attn_sinks && r.expert_bias);
+  EXPECT_FALSE(r.post_attn_norm || r.post_ffn_norm || r.qk_norm || r.scale_query);
+  EXPECT_EQ(r.ffn_norm, "post_attention_norm.weight");
+  EXPECT_EQ(r.activation, FfnActivation::kSwigluOai);
+  EXPECT_EQ(r.rope, RopeStyle::kNeox);
+  EXPECT_EQ(hp->moe.n_expert, 32);
+  EXPECT_EQ(hp->moe.n_expert_used, 4);
+  EXPECT_EQ(hp->moe.n_ff_expert, 2880);
+  EXPECT_EQ(hp->moe.gating, ExpertGating::kSoftmaxWeight);
+  EXPECT_FALSE(hp->moe.norm_weights);
+  EXPECT_EQ(hp->moe.weights_scale, 1.0f);
+
+  // The window is required; the pattern may be a period or per-layer flags.
+  std::vector<Kv> no_window = gpt_oss();
+  no_window.erase(no_window.begin() + 8);
+  auto missing = read(no_window, &s);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("gpt-oss.attention.sliding_window: missing"),
+            std::string::npos)
+      << missing.status();
+  kvs = gpt_oss();
+  kvs.push_back({"gpt-oss.attention.sliding_window_pattern", Kv::kU32, 3, ""});
+  auto period = read(kvs, &s);
+  ASSERT_TRUE(period.ok()) << period.status();
+  for (int il = 0; il < period->n_layer; ++il) EXPECT_EQ(period->sliding[il], il % 3 != 2) << il;
+  kvs.back() = {"gpt-oss.attention.sliding_window_pattern", Kv::kBools, 0, "110000000001"};
+  auto flags = read(kvs, &s);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  for (int il = 0; il < flags->n_layer; ++il) {
+    EXPECT_EQ(flags->sliding[il], il < 2 || il == 11) << il;
+  }
+  kvs.back().str = "1100";  // 4 flags for 12 layers
+  auto short_flags = read(kvs, &s);
+  ASSERT_FALSE(short_flags.ok());
+  EXPECT_NE(short_flags.status().message().find(
+                "gpt-oss.attention.sliding_window_pattern: 4 flags for 12 layers"),
+            std::string::npos)
+      << short_flags.status();
+  // Without expert_feed_forward_length: refused naming it.
+  kvs = gpt_oss();
+  kvs.pop_back();
+  auto no_ff = read(kvs, &s);
+  ASSERT_FALSE(no_ff.ok());
+  EXPECT_NE(no_ff.status().message().find("gpt-oss.expert_feed_forward_length: missing"),
+            std::string::npos)
+      << no_ff.status();
+}
+
 TEST(Architecture, BlockIndexInvertsLayerTensor) {
   EXPECT_EQ(block_index(layer_tensor(12, "attn_q.weight")), 12);
   EXPECT_EQ(block_index("blk.0.ffn_up.weight"), 0);
@@ -162,6 +241,106 @@ TEST(Architecture, BlockTensorsPastTheCountAreNamed) {
   const absl::Status st = check_block_tensors(tensors, 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), "blk.1.ffn_up.weight: block 1 but the metadata says 1 blocks");
+}
+
+
+// Mixture-of-experts keys: each family's hard-coded routing, its defaults
+// (llama.cpp's load_hparams), and errors that name the key.
+TEST(Architecture, MixtralIsLlamaWithExperts) {
+  std::vector<Kv> kvs = minimal("llama");
+  std::vector<uint8_t> s;
+  auto dense = read(kvs, &s);
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_EQ(dense->moe.n_expert, 0);
+  kvs.push_back({"llama.expert_count", Kv::kU32, 8, ""});
+  kvs.push_back({"llama.expert_used_count", Kv::kU32, 2, ""});
+  auto hp = read(kvs, &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->family, Family::kLlama);
+  EXPECT_EQ(hp->moe.n_expert, 8);
+  EXPECT_EQ(hp->moe.n_expert_used, 2);
+  EXPECT_EQ(hp->moe.n_ff_expert, 2048);  // feed_forward_length
+  EXPECT_EQ(hp->moe.n_ff_shared, 0);
+  EXPECT_EQ(hp->moe.gating, ExpertGating::kSoftmax);
+  EXPECT_TRUE(hp->moe.norm_weights);
+  EXPECT_EQ(hp->moe.weights_scale, 1.0f);
+}
+
+TEST(Architecture, MoeFamiliesRouteAsLlamaCppHardCodes) {
+  struct Want {
+    const char* arch;
+    Family family;
+    bool norm;
+    int n_ff_expert;  // feed_forward_length 2048 / 2 used, or 2048
+    int n_ff_shared;
+  };
+  for (const Want& w : {Want{"qwen2moe", Family::kQwen2Moe, false, 1024, 2048},
+                        Want{"qwen3moe", Family::kQwen3Moe, true, 1024, 0},
+                        Want{"olmoe", Family::kOlmoe, false, 2048, 0}}) {
+    std::vector<Kv> kvs = minimal(w.arch);
+    kvs.push_back({std::string(w.arch) + ".expert_count", Kv::kU32, 8, ""});
+    kvs.push_back({std::string(w.arch) + ".expert_used_count", Kv::kU32, 2, ""});
+    std::vector<uint8_t> s;
+    auto hp = read(kvs, &s);
+    ASSERT_TRUE(hp.ok()) << w.arch << ": " << hp.status();
+    EXPECT_EQ(hp->family, w.family) << w.arch;
+    EXPECT_EQ(hp->moe.norm_weights, w.norm) << w.arch;
+    EXPECT_EQ(hp->moe.n_ff_expert, w.n_ff_expert) << w.arch;
+    EXPECT_EQ(hp->moe.n_ff_shared, w.n_ff_shared) << w.arch;
+    EXPECT_EQ(hp->recipe.rope, RopeStyle::kNeox) << w.arch;
+  }
+  std::vector<Kv> kvs = minimal("qwen2moe");
+  kvs.push_back({"qwen2moe.expert_count", Kv::kU32, 60, ""});
+  kvs.push_back({"qwen2moe.expert_used_count", Kv::kU32, 4, ""});
+  kvs.push_back({"qwen2moe.expert_feed_forward_length", Kv::kU32, 1408, ""});
+  kvs.push_back({"qwen2moe.expert_shared_feed_forward_length", Kv::kU32, 5632, ""});
+  std::vector<uint8_t> s;
+  auto hp = read(kvs, &s);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->moe.n_ff_expert, 1408);
+  EXPECT_EQ(hp->moe.n_ff_shared, 5632);
+  EXPECT_TRUE(hp->recipe.qkv_bias);
+  auto olmoe = read(minimal("olmoe"), &s);
+  ASSERT_FALSE(olmoe.ok());
+  EXPECT_NE(olmoe.status().message().find("olmoe.expert_count: missing"), std::string::npos)
+      << olmoe.status();
+}
+
+TEST(Architecture, BadExpertCountsAreNamed) {
+  auto with = [](uint32_t count, uint32_t used) {
+    std::vector<Kv> kvs = minimal("qwen3moe");
+    kvs.push_back({"qwen3moe.expert_count", Kv::kU32, static_cast<double>(count), ""});
+    kvs.push_back({"qwen3moe.expert_used_count", Kv::kU32, static_cast<double>(used), ""});
+    return kvs;
+  };
+  std::vector<uint8_t> s;
+  auto more = read(with(4, 6), &s);
+  ASSERT_FALSE(more.ok());
+  EXPECT_NE(more.status().message().find(
+                "qwen3moe.expert_used_count: 6 is more than qwen3moe.expert_count = 4"),
+            std::string::npos)
+      << more.status();
+  auto none = read(with(4, 0), &s);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("qwen3moe.expert_used_count: 0"), std::string::npos)
+      << none.status();
+  auto huge = read(with(100000, 2), &s);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("qwen3moe.expert_count: 100000 is out of range"),
+            std::string::npos)
+      << huge.status();
+  std::vector<Kv> kvs = minimal("llama");
+  kvs.push_back({"llama.expert_used_count", Kv::kU32, 2, ""});
+  auto orphan = read(kvs, &s);
+  ASSERT_FALSE(orphan.ok());
+  EXPECT_NE(orphan.status().message().find("llama.expert_count is missing"), std::string::npos)
+      << orphan.status();
+  kvs = minimal("gemma2");
+  kvs.push_back({"gemma2.expert_count", Kv::kU32, 8, ""});
+  auto dense_family = read(kvs, &s);
+  ASSERT_FALSE(dense_family.ok());
+  EXPECT_NE(dense_family.status().message().find("gemma2.expert_count"), std::string::npos)
+      << dense_family.status();
 }
 
 }  // namespace

@@ -58,6 +58,11 @@ std::vector<ModelCase> model_cases() {
       {"tiny-qwen3", tiny + "qwen3.gguf", true},
       {"tiny-gemma2", tiny + "gemma2.gguf", true},
       {"tiny-phi3", tiny + "phi3.gguf", true},
+      {"tiny-mixtral", tiny + "mixtral.gguf", true},
+      {"tiny-qwen2moe", tiny + "qwen2moe.gguf", true},
+      {"tiny-qwen3moe", tiny + "qwen3moe.gguf", true},
+      {"tiny-olmoe", tiny + "olmoe.gguf", true},
+      {"tiny-gpt-oss", tiny + "gpt-oss.gguf", true},
   };
 }
 

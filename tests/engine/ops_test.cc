@@ -11,6 +11,7 @@
 #include "kernels/cpu/reference/ops/attention.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
 #include "kernels/cpu/reference/ops/matmul.h"
+#include "kernels/cpu/reference/ops/swiglu_oai.h"
 #include "kernels/cpu/reference/quantize.h"
 
 namespace strata::reference::ops {
@@ -193,6 +194,64 @@ TEST(Attention, MatchesNaiveWithMasksAndGqa) {
   }
 }
 
+// Attention sinks (gpt-oss): head h's softmax gets sinks[h] in its
+// denominator, p_j = e^(s_j - m) / (sum_k e^(s_k - m) + e^(sink - m)) with
+// m = max(s, sink), the sink unscaled; with and without a sliding window,
+// sinks both above and below the scores. Against a direct evaluation.
+TEST(Attention, SinksJoinTheSoftmaxDenominator) {
+  ThreadPool pool(2);
+  AttentionParams p;
+  p.n_head = 6;
+  p.n_head_kv = 2;
+  p.head_dim_k = 8;
+  p.head_dim_v = 5;
+  p.scale = 0.4f;
+  const std::vector<float> sinks = {-3.0f, 0.0f, 1.5f, 9.0f, -0.5f, 4.0f};
+  p.sinks = sinks.data();
+  const int n_ctx = 13, n_tokens = 5, pos0 = 8;
+  const std::vector<float> k = randn(n_ctx * p.n_head_kv * p.head_dim_k, 18);
+  const std::vector<float> v = randn(n_ctx * p.n_head_kv * p.head_dim_v, 19);
+  const std::vector<float> q = randn(n_tokens * p.n_head * p.head_dim_k, 20);
+  std::vector<int32_t> pos(n_tokens);
+  for (int t = 0; t < n_tokens; ++t) pos[t] = pos0 + t;
+  for (int window : {0, 4}) {
+    p.sliding_window = window;
+    AttentionScratch scratch(n_ctx, p, pool.size());
+    std::vector<float> out(n_tokens * p.n_head * p.head_dim_v);
+    attention(q.data(), pos.data(), n_tokens, KvView{GgmlType::kF32, k.data(), v.data(), n_ctx},
+              p, out.data(), scratch, pool);
+    for (int t = 0; t < n_tokens; ++t) {
+      for (int h = 0; h < p.n_head; ++h) {
+        const int g = h / (p.n_head / p.n_head_kv);
+        std::vector<double> s;
+        std::vector<int> keys;
+        for (int j = 0; j <= pos[t]; ++j) {
+          if (window > 0 && pos[t] - j >= window) continue;
+          double d = 0;
+          for (int i = 0; i < p.head_dim_k; ++i) {
+            d += double(q[(t * p.n_head + h) * p.head_dim_k + i]) *
+                 k[(j * p.n_head_kv + g) * p.head_dim_k + i];
+          }
+          s.push_back(d * p.scale);
+          keys.push_back(j);
+        }
+        double mx = sinks[h];
+        for (double e : s) mx = std::max(mx, e);
+        double sum = std::exp(sinks[h] - mx);
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (int dv = 0; dv < p.head_dim_v; ++dv) {
+          double ref = 0;
+          for (size_t i = 0; i < keys.size(); ++i) {
+            ref += s[i] / sum * v[(keys[i] * p.n_head_kv + g) * p.head_dim_v + dv];
+          }
+          EXPECT_NEAR(out[(t * p.n_head + h) * p.head_dim_v + dv], ref, 1e-5)
+              << "window " << window << " token " << t << " head " << h;
+        }
+      }
+    }
+  }
+}
+
 TEST(Activations, SwiGluAndGeGlu) {
   ThreadPool pool(2);
   const std::vector<float> g = {-12.0f, -1.5f, 0.0f, 0.7f, 3.0f, 11.0f};
@@ -208,6 +267,31 @@ TEST(Activations, SwiGluAndGeGlu) {
     const double gelu = 0.5 * x * (1 + std::tanh(0.7978845608 * (x + 0.044715 * x * x * x)));
     EXPECT_NEAR(y[i], gelu * u[i], 2e-3 * (1 + std::fabs(gelu * u[i])));  // f16 table
   }
+}
+
+// gpt-oss's clamped SwiGLU against the formula in f64: gate clamped from
+// above at the limit, up on both sides, then x sigmoid(alpha x) (up + 1).
+TEST(Activations, SwiGluOaiClampsAndShifts) {
+  ThreadPool pool(2);
+  const std::vector<float> g = {-30.0f, -7.5f, -1.0f, 0.0f, 0.3f, 2.0f, 6.99f, 7.0f, 12.0f, 90.0f};
+  const std::vector<float> u = {0.5f, 20.0f, -20.0f, 3.0f, -1.0f, -7.0f, 7.5f, 0.0f, -2.0f, 1.0f};
+  std::vector<float> y(g.size());
+  swiglu_oai(g.data(), u.data(), g.size(), kGptOssAlpha, kGptOssLimit, y.data(), pool);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double x = std::min<double>(g[i], 7.0);
+    const double up = std::clamp<double>(u[i], -7.0, 7.0);
+    const double want = x / (1.0 + std::exp(-1.702 * x)) * (up + 1.0);
+    EXPECT_NEAR(y[i], want, 1e-6 * (1.0 + std::fabs(want))) << "gate " << g[i] << " up " << u[i];
+  }
+  // Above the limit the gate is the limit: 12 and 90 give 7's value.
+  EXPECT_EQ(swiglu_oai_one(12.0f, 1.0f, kGptOssAlpha, kGptOssLimit),
+            swiglu_oai_one(7.0f, 1.0f, kGptOssAlpha, kGptOssLimit));
+  // up + 1 = 0 at up = -1: the output is exactly 0 whatever the gate.
+  EXPECT_EQ(swiglu_oai_one(3.0f, -1.0f, kGptOssAlpha, kGptOssLimit), 0.0f);
+  // In place (out aliasing gate).
+  std::vector<float> inplace = g;
+  swiglu_oai(inplace.data(), u.data(), g.size(), kGptOssAlpha, kGptOssLimit, inplace.data(), pool);
+  EXPECT_EQ(inplace, y);
 }
 
 TEST(SoftCap, BoundsValues) {

@@ -8,7 +8,8 @@
 // sequences into one forward(), rotating their order from step to step.
 //
 // Models: stories260K and its quantized files (../shared: F32, F16 and
-// Q8_0 matrices), the tiny random-weight models of four families and the
+// Q8_0 matrices), the tiny random-weight models of four dense and five
+// mixture-of-experts families and the
 // real SmolLM2 and Gemma 3 files (scripts/make-test-models.sh,
 // fetch-models.sh); absent files skip, saying so.
 #include <algorithm>
@@ -203,6 +204,22 @@ TEST(BatchInvariance, TinyModelsOfFourFamilies) {
     expect_invariant(
         (testing::models_dir() / "tiny" / (std::string("tiny-") + family + ".gguf")).string(),
         2);
+  }
+}
+
+// Mixture-of-experts: the rows routed to an expert go through it as one
+// matmul whatever else shares the step (worker/cpu/moe.cc), so a row's
+// expert matmuls have other rows beside them in the batched runs and not
+// alone; each family's routing path (renormalised or not, shared expert;
+// gpt-oss: softmax over the top-k, expert biases and MXFP4 experts, with
+// attention sinks on sliding-window and global layers).
+TEST(BatchInvariance, TinyMixtureOfExpertsModels) {
+  for (const char* family : {"mixtral", "qwen2moe", "qwen3moe", "olmoe", "gpt-oss"}) {
+    for (int threads : {1, 2}) {
+      expect_invariant(
+          (testing::models_dir() / "tiny" / (std::string("tiny-") + family + ".gguf")).string(),
+          threads);
+    }
   }
 }
 

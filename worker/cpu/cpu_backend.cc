@@ -18,6 +18,13 @@ namespace strata::worker {
 namespace ops = reference::ops;
 
 namespace {
+// The widest input of any matmul: n_embd, the attention output, an FFN's
+// (dense, expert or shared) hidden width.
+int64_t max_matmul_in(const arch::Hyperparameters& hp) {
+  return std::max({int64_t{hp.n_embd}, int64_t{hp.n_head} * hp.head_dim_v, int64_t{hp.n_ff},
+                   int64_t{hp.moe.n_ff_expert}, int64_t{hp.moe.n_ff_shared}});
+}
+
 // STRATA_PIN=1 pins the pool's workers to CPUs (thread_pool.h).
 ThreadPool::Pinning pinning_from_env() {
   return kernels::env_switch("STRATA_PIN") == true ? ThreadPool::Pinning::kWorkers
@@ -100,15 +107,8 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
       options_(options),
       w_(std::move(weights)),
       pool_(options.n_threads, pinning_from_env()),
-      matmul_scratch_(options.max_batch,
-                      std::max({int64_t{hp.n_embd},
-                                int64_t{hp.n_head} * hp.head_dim_v,
-                                int64_t{hp.n_ff}}),
-                      options.n_threads),
-      jit_scratch_(options.max_batch,
-                   std::max({int64_t{hp.n_embd},
-                             int64_t{hp.n_head} * hp.head_dim_v,
-                             int64_t{hp.n_ff}})) {
+      matmul_scratch_(options.max_batch, max_matmul_in(hp), options.n_threads),
+      jit_scratch_(options.max_batch, max_matmul_in(hp)) {
   const size_t b = static_cast<size_t>(options.max_batch);
   const size_t e = hp.n_embd;
   const size_t q_width = static_cast<size_t>(hp.n_head) * hp.head_dim_k;
@@ -125,8 +125,24 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
   qkv_.resize(b * (q_width + k_width + v_width));
   attn_.resize(b * static_cast<size_t>(hp.n_head) * hp.head_dim_v);
   proj_.resize(b * e);
-  gate_.resize(b * hp.n_ff * 2);
-  up_.resize(b * hp.n_ff);
+  const size_t ff = static_cast<size_t>(
+      std::max({hp.n_ff, hp.moe.n_ff_expert, hp.moe.n_ff_shared}));
+  gate_.resize(b * ff * 2);
+  up_.resize(b * ff);
+  if (hp.moe.n_expert > 0) {
+    const size_t n_expert = static_cast<size_t>(hp.moe.n_expert);
+    const size_t k = static_cast<size_t>(hp.moe.n_expert_used);
+    router_logits_.resize(b * n_expert);
+    route_experts_.resize(b * k);
+    route_weights_.resize(b * k);
+    route_scratch_.resize(2 * n_expert);
+    expert_begin_.resize(n_expert + 1);
+    expert_fill_.resize(n_expert);
+    expert_slots_.resize(b * k);
+    moe_x_.resize(b * e);
+    moe_y_.resize(b * e);
+    expert_out_.resize(b * k * e);
+  }
   for (RopeTable& t : rope_tables_) t.cs.resize(b * static_cast<size_t>(hp.n_rot));
   step_slices_.reserve(b);
   head_rows_.reserve(b);

@@ -91,6 +91,21 @@ class CpuBackend final : public Backend {
   // step at position pos (from the first key its window keeps).
   void prefetch_kv(int il, int pos, const KvCache& cache) const;
   void feed_forward_step(int layer, int n);               // xn_ -> proj_
+  // moe.cc: the mixture-of-experts feed-forward (hp_.moe), xn_ -> proj_.
+  void moe_step(int layer, int n);
+  // Biases of one expert's projections (gpt-oss), null: none.
+  struct FfnBias {
+    const float* gate = nullptr;  // [f]
+    const float* up = nullptr;    // [f]
+    const float* down = nullptr;  // [n_embd]
+  };
+  // y = W_down act(W_gate x + b_gate, W_up x + b_up) + b_down for n rows,
+  // f the FFN width, act the family's (SwiGLU silu(g) u, or gpt-oss's
+  // clamped one, kernels/cpu/reference/ops/swiglu_oai.h); gate_up: the
+  // fused matrix when present. Uses gate_ and up_.
+  void swiglu_ffn(const Linear& gate_up, const Linear& gate, const Linear& up,
+                  const Linear& down, int64_t f, const float* x, int n, float* y,
+                  const FfnBias& bias);
   // Output norm and head for the rows `rows` of x_, into logits_
   // ([rows.size()][n_vocab], in that order).
   void head(std::span<const int> rows);
@@ -163,8 +178,22 @@ class CpuBackend final : public Backend {
                                     // (fused projections only)
   std::vector<float> attn_;         // [B][n_head][dv]
   std::vector<float> proj_;         // [B][n_embd] sublayer output
-  std::vector<float> gate_;         // [B][n_ff] (fused: [B][2 n_ff])
-  std::vector<float> up_;           // [B][n_ff]
+  std::vector<float> gate_;         // [B][ff] (fused: [B][2 ff]), ff the
+                                    // widest of n_ff, n_ff_expert, n_ff_shared
+  std::vector<float> up_;           // [B][ff]
+  // Mixture-of-experts buffers (moe.cc; empty for a dense model), k =
+  // n_expert_used.
+  std::vector<float> router_logits_;   // [B][n_expert]
+  std::vector<int32_t> route_experts_; // [B][k] expert of each slot
+  std::vector<float> route_weights_;   // [B][k] its weight
+  std::vector<float> route_scratch_;   // [2 n_expert]
+  std::vector<int32_t> expert_begin_;  // [n_expert + 1] first slot of each expert
+  std::vector<int32_t> expert_fill_;   // [n_expert] (grouping cursor)
+  std::vector<int32_t> expert_slots_;  // [B k] slots (t k + j) grouped by expert
+  std::vector<float> moe_x_;           // [B][n_embd] one expert's gathered rows
+  std::vector<float> moe_y_;           // [B][n_embd] their outputs (then the
+                                       // shared expert's)
+  std::vector<float> expert_out_;      // [B][k][n_embd] output of each slot
   std::vector<float> logits_;       // [rows][n_vocab], grown on demand
   std::vector<StepSlice> step_slices_;  // [slices] of the current step
   std::vector<int> head_rows_;          // [rows] that get logits

@@ -22,20 +22,67 @@ class Loader {
 
   // A matrix of n_out rows of n_in; `optional` tensors may be absent
   // (returns an empty view).
+  // `one_row_as_vector`: a matrix of one row that the GGUF stores as a
+  // vector [n_in] (or as [n_in, 1]).
   absl::StatusOr<WeightMatrix> matrix(const std::string& name, int64_t n_in,
-                                      int64_t n_out, bool optional = false) {
+                                      int64_t n_out, bool optional = false,
+                                      bool one_row_as_vector = false) {
     const gguf::TensorInfo* t = model_.find_tensor(name);
     if (t == nullptr) {
       if (optional) return WeightMatrix{};
       return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
     }
-    if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out) {
+    const bool as_vector = one_row_as_vector && n_out == 1 && t->shape.size() == 1 &&
+                           t->shape[0] == n_in;
+    if (!as_vector &&
+        (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out)) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [",
                        n_in, ", ", n_out, "]"));
     }
     return reference::ops::make_weight_matrix(name.c_str(), t->type, t->data,
                                               n_in, n_out, t->n_bytes);
+  }
+
+  // The n_expert matrices of a 3-D expert tensor (ne = [n_in, n_out,
+  // n_expert]): expert e's is the view of slice e.
+  absl::StatusOr<std::vector<Linear>> experts(const std::string& name, int64_t n_in,
+                                              int64_t n_out, int64_t n_expert) {
+    const gguf::TensorInfo* t = model_.find_tensor(name);
+    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+    if (t->shape.size() != 3 || t->shape[0] != n_in || t->shape[1] != n_out ||
+        t->shape[2] != n_expert) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [", n_in, ", ",
+                       n_out, ", ", n_expert, "] (n_in, n_out, n_expert)"));
+    }
+    // The reader checked n_bytes against the shape and type; each slice is
+    // an equal share of whole rows.
+    const uint64_t slice = t->n_bytes / static_cast<uint64_t>(n_expert);
+    std::vector<Linear> out(static_cast<size_t>(n_expert));
+    for (int64_t e = 0; e < n_expert; ++e) {
+      const std::string expert = absl::StrCat(name, " expert ", e);
+      absl::StatusOr<WeightMatrix> m = reference::ops::make_weight_matrix(
+          expert.c_str(), t->type, t->data + e * slice, n_in, n_out, slice);
+      if (!m.ok()) return m.status();
+      out[static_cast<size_t>(e)].w = *m;
+    }
+    return out;
+  }
+
+  // A table [n1][n0] (GGUF ne = [n0, n1]) converted to f32: per-expert
+  // biases.
+  absl::StatusOr<const float*> table(const std::string& name, int64_t n0, int64_t n1) {
+    const gguf::TensorInfo* t = model_.find_tensor(name);
+    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
+    if (t->shape.size() != 2 || t->shape[0] != n0 || t->shape[1] != n1) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", shape_text(t->shape),
+                                                     ", expected [", n0, ", ", n1, "]"));
+    }
+    std::vector<float>& v = out_.owned.emplace_back(n0 * n1);
+    absl::Status st = reference::dequantize_row(t->type, t->data, n0 * n1, v.data());
+    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", st.message()));
+    return v.data();
   }
 
   // A vector of n elements converted to f32; nullptr when optional and
@@ -69,6 +116,36 @@ class Loader {
     if (!value_or.ok()) return value_or.status();  \
     lhs = *value_or;                               \
   } while (0)
+
+// The router, the experts and (qwen2moe) the shared expert of block il.
+absl::Status load_experts(Loader& load, const arch::Hyperparameters& hp, int il,
+                          ExpertWeights& x) {
+  auto name = [&](const char* suffix) { return arch::layer_tensor(il, suffix); };
+  const int64_t e = hp.n_embd;
+  const int64_t n_expert = hp.moe.n_expert;
+  const int64_t f = hp.moe.n_ff_expert;
+  ASSIGN_OR_RETURN_W(x.router.w, load.matrix(name("ffn_gate_inp.weight"), e, n_expert));
+  ASSIGN_OR_RETURN_W(x.gate, load.experts(name("ffn_gate_exps.weight"), e, f, n_expert));
+  ASSIGN_OR_RETURN_W(x.up, load.experts(name("ffn_up_exps.weight"), e, f, n_expert));
+  ASSIGN_OR_RETURN_W(x.down, load.experts(name("ffn_down_exps.weight"), f, e, n_expert));
+  x.gate_up.resize(x.gate.size());
+  if (hp.recipe.expert_bias) {
+    ASSIGN_OR_RETURN_W(x.router_bias, load.vector(name("ffn_gate_inp.bias"), n_expert));
+    ASSIGN_OR_RETURN_W(x.gate_bias, load.table(name("ffn_gate_exps.bias"), f, n_expert));
+    ASSIGN_OR_RETURN_W(x.up_bias, load.table(name("ffn_up_exps.bias"), f, n_expert));
+    ASSIGN_OR_RETURN_W(x.down_bias, load.table(name("ffn_down_exps.bias"), e, n_expert));
+  }
+  if (hp.moe.n_ff_shared > 0) {
+    const int64_t fs = hp.moe.n_ff_shared;
+    // ffn_gate_inp_shexp is one row of n_embd, stored as a vector ([n_embd]).
+    ASSIGN_OR_RETURN_W(x.shared_router.w,
+                       load.matrix(name("ffn_gate_inp_shexp.weight"), e, 1, false, true));
+    ASSIGN_OR_RETURN_W(x.shared_gate.w, load.matrix(name("ffn_gate_shexp.weight"), e, fs));
+    ASSIGN_OR_RETURN_W(x.shared_up.w, load.matrix(name("ffn_up_shexp.weight"), e, fs));
+    ASSIGN_OR_RETURN_W(x.shared_down.w, load.matrix(name("ffn_down_shexp.weight"), fs, e));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -153,21 +230,36 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
       ASSIGN_OR_RETURN_W(l.q_norm, load.vector(name("attn_q_norm.weight"), dk));
       ASSIGN_OR_RETURN_W(l.k_norm, load.vector(name("attn_k_norm.weight"), dk));
     }
+    if (r.qk_norm_full) {
+      ASSIGN_OR_RETURN_W(l.q_norm, load.vector(name("attn_q_norm.weight"), q_rows));
+      ASSIGN_OR_RETURN_W(l.k_norm, load.vector(name("attn_k_norm.weight"), k_rows));
+    }
     ASSIGN_OR_RETURN_W(l.wo.w, load.matrix(name("attn_output.weight"),
                                          hp.n_head * dv, e));
+    if (r.attn_out_bias) {
+      ASSIGN_OR_RETURN_W(l.bo, load.vector(name("attn_output.bias"), e));
+    }
+    if (r.attn_sinks) {
+      ASSIGN_OR_RETURN_W(l.attn_sinks, load.vector(name("attn_sinks.weight"), hp.n_head));
+    }
     if (r.post_attn_norm) {
       ASSIGN_OR_RETURN_W(l.post_attn_norm,
                          load.vector(name("post_attention_norm.weight"), e));
     }
-    ASSIGN_OR_RETURN_W(l.ffn_norm, load.vector(name("ffn_norm.weight"), e));
-    if (r.fused_gate_up) {
+    ASSIGN_OR_RETURN_W(l.ffn_norm, load.vector(arch::layer_tensor(il, r.ffn_norm), e));
+    if (hp.moe.n_expert > 0) {
+      absl::Status st = load_experts(load, hp, il, l.experts);
+      if (!st.ok()) return st;
+    } else if (r.fused_gate_up) {
       ASSIGN_OR_RETURN_W(l.w_up.w, load.matrix(name("ffn_up.weight"), e,
                                              2 * int64_t{hp.n_ff}));
     } else {
       ASSIGN_OR_RETURN_W(l.w_gate.w, load.matrix(name("ffn_gate.weight"), e, hp.n_ff));
       ASSIGN_OR_RETURN_W(l.w_up.w, load.matrix(name("ffn_up.weight"), e, hp.n_ff));
     }
-    ASSIGN_OR_RETURN_W(l.w_down.w, load.matrix(name("ffn_down.weight"), hp.n_ff, e));
+    if (hp.moe.n_expert == 0) {
+      ASSIGN_OR_RETURN_W(l.w_down.w, load.matrix(name("ffn_down.weight"), hp.n_ff, e));
+    }
     if (r.post_ffn_norm) {
       ASSIGN_OR_RETURN_W(l.post_ffn_norm,
                          load.vector(name("post_ffw_norm.weight"), e));
@@ -255,6 +347,35 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
       absl::Status st = attach(*lin, absl::StrCat(layer, name, ".weight"));
       if (!st.ok()) return st;
     }
+    // Experts: each its own matmul (gate and up fused), the tuner sharing
+    // one measurement per shape. The router and the shared expert as the
+    // dense matrices.
+    ExpertWeights& x = l.experts;
+    if (!x.present()) continue;
+    for (size_t e = 0; e < x.gate.size(); ++e) {
+      const std::string expert = absl::StrCat(layer, "expert ", e, ": ");
+      fused = fuse({&x.gate[e], &x.up[e]}, x.gate_up[e], expert + "ffn_gate|up_exps");
+      if (!fused.ok()) return fused;
+      if (x.gate_up[e].jit != nullptr) x.gate[e] = x.up[e] = Linear{};
+      for (auto [lin, name] : {std::pair{&x.gate[e], "ffn_gate_exps"}, {&x.up[e], "ffn_up_exps"},
+                               {&x.down[e], "ffn_down_exps"}}) {
+        absl::Status st = attach(*lin, absl::StrCat(expert, name, ".weight"));
+        if (!st.ok()) return st;
+      }
+    }
+    if (x.shared_gate.present()) {
+      fused = fuse({&x.shared_gate, &x.shared_up}, x.shared_gate_up,
+                   layer + "ffn_gate|up_shexp");
+      if (!fused.ok()) return fused;
+      if (x.shared_gate_up.jit != nullptr) x.shared_gate = x.shared_up = Linear{};
+    }
+    // (ffn_gate_inp_shexp, one row, keeps the reference matmul.)
+    for (auto [lin, name] : {std::pair{&x.router, "ffn_gate_inp"},
+                             {&x.shared_gate, "ffn_gate_shexp"}, {&x.shared_up, "ffn_up_shexp"},
+                             {&x.shared_down, "ffn_down_shexp"}}) {
+      absl::Status st = attach(*lin, absl::StrCat(layer, name, ".weight"));
+      if (!st.ok()) return st;
+    }
   }
   absl::Status st = attach(w.output, "output");
   if (!st.ok()) return st;
@@ -268,8 +389,12 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
     }
   };
   for (const LayerWeights& l : w.layers) {
+    // (An MoE block's experts depend on the routing: only the router and
+    // the shared expert are in the chain.)
+    const ExpertWeights& x = l.experts;
     for (const Linear* lin : {&l.wqkv, &l.wqk, &l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate_up,
-                              &l.w_gate, &l.w_up, &l.w_down}) {
+                              &l.w_gate, &l.w_up, &l.w_down, &x.router, &x.shared_gate_up,
+                              &x.shared_gate, &x.shared_up, &x.shared_down}) {
       add(*lin);
     }
   }

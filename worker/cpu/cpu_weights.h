@@ -38,6 +38,33 @@ struct Linear {
   bool present() const { return w.data != nullptr || jit != nullptr; }
 };
 
+// The mixture-of-experts feed-forward of one block (arch::MoeParams). The
+// GGUF holds each projection of all experts as one 3-D tensor
+// ("blk.N.ffn_gate_exps.weight", ne = [n_embd, n_ff_expert, n_expert]);
+// expert e's matrix is the view of its ne0 x ne1 slice (data + e x the
+// slice's bytes), with its own generated matmul.
+struct ExpertWeights {
+  Linear router;                // ffn_gate_inp: [n_expert][n_embd]
+  std::vector<Linear> gate;     // [n_expert] x [n_ff_expert][n_embd]
+  std::vector<Linear> up;       // [n_expert] x [n_ff_expert][n_embd]
+  std::vector<Linear> down;     // [n_expert] x [n_embd][n_ff_expert]
+  std::vector<Linear> gate_up;  // [n_expert] x [2 n_ff_expert][n_embd], fused
+                                // at load (gate rows then up rows)
+  // The shared expert (qwen2moe), run on every token and scaled by
+  // sigmoid(shared_router · x); absent (empty) otherwise.
+  Linear shared_router;         // ffn_gate_inp_shexp: [1][n_embd]
+  Linear shared_gate;           // [n_ff_shared][n_embd]
+  Linear shared_up;             // [n_ff_shared][n_embd]
+  Linear shared_down;           // [n_embd][n_ff_shared]
+  Linear shared_gate_up;        // fused at load: [2 n_ff_shared][n_embd]
+  // Biases (gpt-oss), f32; null when the family has none.
+  const float* router_bias = nullptr;  // ffn_gate_inp.bias [n_expert]
+  const float* gate_bias = nullptr;    // ffn_gate_exps.bias [n_expert][n_ff_expert]
+  const float* up_bias = nullptr;      // ffn_up_exps.bias [n_expert][n_ff_expert]
+  const float* down_bias = nullptr;    // ffn_down_exps.bias [n_expert][n_embd]
+  bool present() const { return router.present(); }
+};
+
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [n_embd]
   Linear wq;                         // [n_head * dk][n_embd]
@@ -51,17 +78,21 @@ struct LayerWeights {
   const float* bq = nullptr;         // [n_head * dk], optional
   const float* bk = nullptr;         // [n_head_kv * dk], optional
   const float* bv = nullptr;         // [n_head_kv * dv], optional
-  const float* q_norm = nullptr;     // [dk] (QK-norm)
-  const float* k_norm = nullptr;     // [dk]
+  const float* q_norm = nullptr;     // [dk] (QK-norm); olmoe: [n_head * dk]
+  const float* k_norm = nullptr;     // [dk]; olmoe: [n_head_kv * dk]
   Linear wo;                         // [n_embd][n_head * dv]
+  const float* bo = nullptr;         // [n_embd] attn_output.bias (gpt-oss)
+  const float* attn_sinks = nullptr; // [n_head] one logit per head (gpt-oss)
   const float* post_attn_norm = nullptr;  // [n_embd]
   const float* ffn_norm = nullptr;        // [n_embd]
+  // Dense FFN (absent in a mixture-of-experts block, which has `experts`).
   Linear w_gate;                     // [n_ff][n_embd]
   Linear w_up;                       // [n_ff][n_embd]; fused: [2 n_ff][n_embd]
   Linear w_down;                     // [n_embd][n_ff]
   Linear w_gate_up;                  // fused at load: [2 n_ff][n_embd],
                                      // gate rows then up rows
   const float* post_ffn_norm = nullptr;   // [n_embd]
+  ExpertWeights experts;             // mixture-of-experts FFN (hp.moe.n_expert > 0)
 };
 
 struct ShardWeights {

@@ -16,9 +16,12 @@ namespace ops = reference::ops;
 constexpr int64_t kDecodeKvPrefetchBytes = 192 * 1024;
 
 // Llama (Touvron et al. 2023) and the families that share its block:
-// qwen2 (q/k/v biases), qwen3 (QK-norm), phi3 (fused projections).
+// qwen2 (q/k/v biases), qwen3 (QK-norm), phi3 (fused projections), and
+// the mixture-of-experts ones (Mixtral, qwen2moe, qwen3moe, olmoe), whose
+// FFN is moe_step.
 //   x = x + Attention(RMSNorm(x))
 //   x = x + FFN(RMSNorm(x)),  FFN(h) = W_down (silu(W_gate h) * W_up h)
+//                             or Σ_j w_j FFN_{e_j}(h) (moe.cc)
 void CpuBackend::llama_block(int il, int n) {
   const LayerWeights& w = w_->layers[il - range_.first];
   const int64_t e = hp_.n_embd;
@@ -28,7 +31,11 @@ void CpuBackend::llama_block(int il, int n) {
   attention_step(il, n);  // proj = Attention(xn)
   residual_add(proj_.data(), n, w.ffn_norm);  // x += proj; xn = RMSNorm(x)
 
-  feed_forward_step(il, n);  // proj = FFN(xn)
+  if (hp_.moe.n_expert > 0) {
+    moe_step(il, n);  // proj = MoE(xn) (moe.cc)
+  } else {
+    feed_forward_step(il, n);  // proj = FFN(xn)
+  }
   residual_add(proj_.data(), n, nullptr);
 }
 
@@ -106,6 +113,10 @@ void CpuBackend::attention_step(int il, int n) {
     rms_norm(q, w.q_norm, int64_t{n} * hp_.n_head, dk, q);
     rms_norm(k, w.k_norm, int64_t{n} * hp_.n_head_kv, dk, k);
   }
+  if (r.qk_norm_full) {  // olmoe: over each whole row
+    rms_norm(q, w.q_norm, n, q_width, q);
+    rms_norm(k, w.k_norm, n, k_width, k);
+  }
 
   kernels::RopeParams rope;
   rope.order = r.rope == arch::RopeStyle::kNeox ? kernels::RopeOrder::kNeox
@@ -133,6 +144,7 @@ void CpuBackend::attention_step(int il, int n) {
   a.head_dim_v = hp_.head_dim_v;
   a.softcap = hp_.attn_softcap;
   a.sliding_window = window;
+  a.sinks = w.attn_sinks;  // gpt-oss; null otherwise
   if (r.scale_query) {
     ops::scale(q, n * q_width, hp_.attention_scale);
     a.scale = 1.0f;
@@ -178,6 +190,7 @@ void CpuBackend::attention_step(int il, int n) {
   }
   if (decode && il + 1 < range_.last) prefetch_kv(il + 1, pos0, *step_slices_[0].cache);
   matmul(w.wo, attn_.data(), n, proj_.data());
+  if (w.bo != nullptr) ops::add_bias(proj_.data(), w.bo, n, hp_.n_embd);
 }
 
 void CpuBackend::prefetch_kv(int il, int pos, const KvCache& cache) const {

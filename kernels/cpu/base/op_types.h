@@ -45,6 +45,10 @@ struct AttentionParams {
   float scale = 1.0f;          // multiplies the (capped) scores
   float softcap = 0.0f;        // 0: off
   int32_t sliding_window = 0;  // 0: full causal attention
+  // Attention sinks (gpt-oss): one learned logit per query head, [n_head],
+  // that joins each softmax's denominator and weighs no value; nullptr:
+  // none. Not scaled or capped (llama.cpp's ggml_soft_max_add_sinks).
+  const float* sinks = nullptr;
 };
 
 // Pairing of the rotated dimensions (Su et al. 2021, RoFormer).

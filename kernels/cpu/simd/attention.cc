@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd/attention_tiles.h"
@@ -91,10 +92,12 @@ STRATA_AVX2 void normalize(const Item& it, const AttentionParams& p, int group, 
     if (cap > 0.0f) {
       for (int64_t i = 0; i < n; ++i) sc[i] = std::tanh(sc[i] * (1.0f / cap)) * cap;
     }
+    const float sink =
+        it.sinks != nullptr ? it.sinks[hh] : -std::numeric_limits<float>::infinity();
     if (wide) {
-      softmax_wide(scores + hh * stride, off, n, p.scale, kF16);
+      softmax_wide(scores + hh * stride, off, n, p.scale, kF16, sink);
     } else {
-      softmax(scores + hh * stride, off, n, p.scale, kF16);
+      softmax(scores + hh * stride, off, n, p.scale, kF16, sink);
     }
   }
 }
@@ -190,6 +193,7 @@ Item make_item(const float* q, float* out, const KvView& kv, const AttentionPara
   it.v = static_cast<const char*>(kv.v) + g * p.head_dim_v * elem;
   it.j_begin = r.begin;
   it.j_end = r.end;
+  if (p.sinks != nullptr) it.sinks = p.sinks + h0;
   return it;
 }
 

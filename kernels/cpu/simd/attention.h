@@ -1,7 +1,7 @@
 // Grouped-query attention vectorised for AVX2 + FMA + F16C: the same op as
 // reference::ops::attention (kernels/cpu/reference/ops/attention.h — the
 // formula, the layouts of q, the KV cache and out, causal and sliding-window
-// masks, soft-capping, and llama.cpp's non-flash-attention numerics with an
+// masks, soft-capping, attention sinks, and llama.cpp's non-flash-attention numerics with an
 // f16 cache: q rounded to f16 before q·k, probabilities rounded to f16 before
 // they weigh V, softmax summed as ggml_vec_soft_max_f32 sums), computed with
 // 8-lane vectors:
@@ -15,7 +15,9 @@
 //            whatever the tile (reduce8 for 8 pairs, hsum for one), so a
 //            score does not depend on the tiling;
 //   softmax  ggml_v_expf's polynomial on 8 lanes (bit for bit the
-//            reference's exp_ggml), the sum grouped exactly as the reference;
+//            reference's exp_ggml), the sum grouped exactly as the reference
+//            (a sink's logit, when params.sinks is set, joins the maximum
+//            and adds expf(sink - max) after the keys, as the reference);
 //   values   out_h += p_j * v_j with FMA from zero, j increasing, in tiles
 //            of up to 4 heads x a few chunks of 8 of head_dim_v (1 x 8,
 //            2 x 6, 3 x 4, 4 x 2: accumulators and p_j broadcasts fit the

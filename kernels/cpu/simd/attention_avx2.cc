@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -13,7 +14,8 @@
 
 namespace strata::kernels::simd::attention_internal {
 
-STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, float scale, bool round_f16) {
+STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, float scale, bool round_f16,
+                         float sink) {
   const int64_t end = (off + n + 7) / 8 * 8;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   // Scale and max in one pass; four maxima, so no chain of dependent maxes.
@@ -43,6 +45,7 @@ STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, float scale, bool ro
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3])));
   for (float l : lanes) max = std::max(max, l);
+  max = std::max(max, sink);
   // Pads hold max so that exp gives 1 there (no slow lanes); zeroed after.
   for (int64_t p = 0; p < off; ++p) sc[p] = max;
   for (int64_t p = off + n; p < end; ++p) sc[p] = max;
@@ -70,6 +73,7 @@ STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, float scale, bool ro
     for (float h : lanes) sum += static_cast<double>(h);
   }
   for (; c < end; c += 8) sum += static_cast<double>(hsum(chunk(c)));
+  if (sink != kNegInf) sum += static_cast<double>(std::exp(sink - max));
   const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
   for (int64_t k = 0; k < end; k += 8) {
     __m256 v = _mm256_mul_ps(_mm256_loadu_ps(sc + k), inv);

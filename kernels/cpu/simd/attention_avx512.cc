@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -22,7 +23,7 @@ namespace strata::kernels::simd::attention_internal {
 // (each 8-key chunk's in hsum()'s order, added in double chunk by chunk) and
 // roundings, so the probabilities equal softmax()'s bit for bit.
 STRATA_AVX512 void softmax_wide(float* sc, int64_t off, int64_t n, float scale,
-                                bool round_f16) {
+                                bool round_f16, float sink) {
   const int64_t end = (off + n + 7) / 8 * 8;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float* x = sc + off;
@@ -43,7 +44,7 @@ STRATA_AVX512 void softmax_wide(float* sc, int64_t off, int64_t n, float scale,
     _mm512_mask_storeu_ps(x + i, k, a);
     m0 = _mm512_mask_max_ps(m0, k, m0, a);
   }
-  const float max = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+  const float max = std::max(_mm512_reduce_max_ps(_mm512_max_ps(m0, m1)), sink);
   // Pads hold max so that exp gives 1 there (no slow lanes); zeroed after.
   for (int64_t p = 0; p < off; ++p) sc[p] = max;
   for (int64_t p = off + n; p < end; ++p) sc[p] = max;
@@ -81,6 +82,7 @@ STRATA_AVX512 void softmax_wide(float* sc, int64_t off, int64_t n, float scale,
     sum += static_cast<double>(hsum(_mm512_extractf32x8_ps(z, 1)));
   }
   if (c < end) sum += static_cast<double>(hsum(_mm512_castps512_ps256(chunk(c, 0x00FF))));
+  if (sink != kNegInf) sum += static_cast<double>(std::exp(sink - max));
   const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
   auto weigh = [&](__m512 v) STRATA_AVX512 {
     v = _mm512_mul_ps(v, inv);

@@ -43,6 +43,9 @@ struct Item {
   // b at kt + b * dk * 16, [dk][16 keys 16b..16b+15]; null when the step
   // has none (the scores then load the cache rows).
   const float* kt = nullptr;
+  // The attention sinks of the item's heads ([heads], AttentionParams::
+  // sinks from the item's first head); null: none.
+  const float* sinks = nullptr;
 };
 
 // 8 values of a cache row starting at `src` (f16 or f32) as f32.
@@ -201,7 +204,11 @@ constexpr int kLaneKeys = 16;
 // rest of sc[0, round8(off + n)) zeroed; summed as the reference's
 // softmax_keys (8-lane chunks from key 0, each in hsum()'s order, added in
 // double chunk by chunk); then rounded to f16 when the cache is f16.
-STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, float scale, bool round_f16);
+// `sink`: an attention sink's logit, which joins the maximum and, as expf
+// of its difference, the sum after the keys' (the reference's order);
+// -inf: none.
+STRATA_AVX2 void softmax(float* sc, int64_t off, int64_t n, float scale, bool round_f16,
+                         float sink);
 
 // Scores of m (1..4) query heads (rows of qr, dk apart) for the item's keys
 // [it.j_begin, it.j_end): sc[h * sc_stride + j - it.j_begin].
@@ -223,7 +230,7 @@ STRATA_AVX2 void value_group(const Item& it, const float* p, int64_t p_stride, f
 // (each 8-key chunk's in hsum()'s order, added in double chunk by chunk) and
 // roundings, so the probabilities equal softmax()'s bit for bit.
 STRATA_AVX512 void softmax_wide(float* sc, int64_t off, int64_t n, float scale,
-                                bool round_f16);
+                                bool round_f16, float sink);
 
 // score_group on 512-bit tiles of up to 4 heads x 8 keys, then pairs, then one.
 template <bool kF16>

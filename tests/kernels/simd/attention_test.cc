@@ -1,8 +1,9 @@
 // kernels/cpu/simd attention against reference::ops::attention on random
 // queries and caches: f16 and f32 caches, GQA groups of 1..4, head sizes
 // that are and are not multiples of 64, prefill and decode positions,
-// sliding windows, soft-capping, 1..3 threads; groups of 2..8 heads and
-// ragged key counts for the kernel's head x key and head x value tiles; and
+// sliding windows, soft-capping, attention sinks, 1..3 threads; groups of
+// 2..8 heads and ragged key counts for the kernel's head x key and head x
+// value tiles; and
 // that a token's output does not depend on the tiling (a prefill's
 // whole-group tiles against one-head decode steps, bit for bit).
 #include "kernels/cpu/simd/attention.h"
@@ -28,13 +29,23 @@ struct Shape {
   int window;
   float softcap;
   int threads;
+  bool sinks = false;  // attention sinks (gpt-oss)
 };
+
+// Sink logits for up to 16 heads, of the scores' size, so that some heads'
+// sinks outweigh every key and others weigh little.
+const float* sink_logits() {
+  static const std::vector<float> s = {0.5f, -2.0f, 3.5f, 1.25f, -0.75f, 6.0f, 0.0f, 2.5f,
+                                       -4.0f, 1.0f, 4.5f, -1.5f, 2.0f, 0.25f, -3.0f, 5.0f};
+  return s.data();
+}
 
 std::string name(const Shape& s) {
   return "h" + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " dk" +
          std::to_string(s.dk) + " dv" + std::to_string(s.dv) + " kv" + std::to_string(s.n_kv) +
          " t" + std::to_string(s.n_tokens) + " w" + std::to_string(s.window) + " cap" +
-         std::to_string(s.softcap) + " threads" + std::to_string(s.threads);
+         std::to_string(s.softcap) + " threads" + std::to_string(s.threads) +
+         (s.sinks ? " sinks" : "");
 }
 
 AttentionParams params_of(const Shape& s) {
@@ -46,6 +57,7 @@ AttentionParams params_of(const Shape& s) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
   p.softcap = s.softcap;
   p.sliding_window = s.window;
+  if (s.sinks) p.sinks = sink_logits();
   return p;
 }
 
@@ -131,6 +143,15 @@ const std::vector<Shape>& shapes() {
       {12, 2, 48, 72, 33, 7, 0, 30.0f, 2},
       {7, 1, 64, 64, 45, 13, 9, 0.0f, 2},
       {16, 2, 256, 256, 31, 6, 0, 0.0f, 2},
+      // Attention sinks (gpt-oss: 64-wide heads, GQA 8, alternate
+      // sliding-window layers): prefill and decode, with and without a
+      // window, 1..3 threads; head tiles of 4 + 4 and 3 + 3.
+      {8, 1, 64, 64, 37, 37, 0, 0.0f, 2, true},
+      {8, 1, 64, 64, 37, 37, 9, 0.0f, 2, true},
+      {8, 1, 64, 64, 300, 1, 0, 0.0f, 2, true},
+      {8, 1, 64, 64, 300, 1, 16, 0.0f, 3, true},
+      {6, 2, 48, 72, 29, 29, 5, 0.0f, 1, true},
+      {16, 2, 64, 64, 70, 20, 0, 0.0f, 3, true},
   };
   return s;
 }

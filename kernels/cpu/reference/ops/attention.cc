@@ -46,9 +46,10 @@ float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 // Softmax of the scores of keys [first, first + n) in place, summed as
 // ggml_vec_soft_max_f32 sums a row that starts at key 0 (masked keys are
 // zeros in it): lanes of 8 aligned to key 0, added pairwise in f32, the
-// lane sums in double.
-void softmax_keys(float* x, int64_t n, int64_t first) {
-  float max = -std::numeric_limits<float>::infinity();
+// lane sums in double. `sink`: a logit that joins the maximum and the
+// denominator (attention sinks); -inf: none (it then changes nothing).
+void softmax_keys(float* x, int64_t n, int64_t first, float sink) {
+  float max = sink;
   for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
   for (int64_t i = 0; i < n; ++i) x[i] = exp_ggml(x[i] - max);
   double sum = 0.0;
@@ -61,6 +62,9 @@ void softmax_keys(float* x, int64_t n, int64_t first) {
     const float a0 = v[0] + v[4], a1 = v[1] + v[5], a2 = v[2] + v[6],
                 a3 = v[3] + v[7];
     sum += static_cast<double>((a0 + a2) + (a1 + a3));
+  }
+  if (sink != -std::numeric_limits<float>::infinity()) {
+    sum += static_cast<double>(std::exp(sink - max));  // expf, as ggml
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
@@ -126,7 +130,10 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
       // Probabilities, then the weighted sum of values.
       for (int hh = 0; hh < group; ++hh) {
         float* sh = scores + hh * scratch.max_kv_;
-        softmax_keys(sh, n, j_begin);
+        const int h = g * group + hh;
+        softmax_keys(sh, n, j_begin,
+                     p.sinks != nullptr ? p.sinks[h]
+                                        : -std::numeric_limits<float>::infinity());
         if (f16) {
           for (int64_t j = 0; j < n; ++j) sh[j] = round_f16(sh[j]);
         }

@@ -9,6 +9,16 @@
 //                                                  or pos[t] - j >= window
 //   out[t][h] = sum_j p[h][j] * v[j][h / group]
 //
+// With attention sinks (params.sinks, gpt-oss; Xiao et al. 2023, "Efficient
+// Streaming Language Models with Attention Sinks"), head h's softmax has one
+// more logit, sinks[h], in its denominator only:
+//
+//   m = max(max_j s'[j], sinks[h]),  s' = s * scale + mask
+//   p[h][j] = e^(s'[j] - m) / (sum_j e^(s'[j] - m) + e^(sinks[h] - m))
+//
+// (ggml-cpu's soft_max with a sinks operand: the sink's term is expf of
+// the f32 difference, added to the double sum after the keys').
+//
 // Layouts (row-major):
 //   q    [n_tokens][n_head][head_dim_k]     f32
 //   K    [n_ctx][n_head_kv][head_dim_k]     f16 or f32 (KvView); position j
