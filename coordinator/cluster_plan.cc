@@ -46,14 +46,25 @@ uint64_t scratch_bytes(const arch::Hyperparameters& hp, const placement::ShardPl
   const uint64_t q_width = static_cast<uint64_t>(hp.n_head) * hp.head_dim_k;
   const uint64_t k_width = static_cast<uint64_t>(hp.n_head_kv) * hp.head_dim_k;
   const uint64_t v_width = static_cast<uint64_t>(hp.n_head_kv) * hp.head_dim_v;
-  const uint64_t ff = static_cast<uint64_t>(hp.n_ff);
+  // The widest FFN: dense, one expert's, the shared expert's.
+  const uint64_t ff = static_cast<uint64_t>(
+      std::max({hp.n_ff, hp.moe.n_ff_expert, hp.moe.n_ff_shared}));
   const uint64_t max_in =
       std::max({e, static_cast<uint64_t>(hp.n_head) * hp.head_dim_v, ff});
   uint64_t floats = b * (3 * e)                              // x_, xn_, proj_
                     + 2 * b * (q_width + k_width + v_width)  // q_ k_ v_, qkv_
                     + b * static_cast<uint64_t>(hp.n_head) * hp.head_dim_v  // attn_
-                    + 3 * b * ff                             // gate_ (2 n_ff), up_
+                    + 3 * b * ff                             // gate_ (2 ff), up_
                     + 2 * b * static_cast<uint64_t>(hp.n_rot);  // RoPE tables
+  if (hp.moe.n_expert > 0) {
+    // Routing and the grouped expert step (4-byte elements): router
+    // logits, the top-k experts, weights and slots of each row, the
+    // per-expert counts, the gathered rows in and out, each expert's output.
+    const uint64_t n_expert = static_cast<uint64_t>(hp.moe.n_expert);
+    const uint64_t k = static_cast<uint64_t>(std::max(hp.moe.n_expert_used, 0));
+    floats += b * n_expert + 3 * b * k + 2 * n_expert + (2 * n_expert + 1) + 2 * b * e +
+              b * k * e;
+  }
   uint64_t bytes = floats * 4 + b * 4;                       // + positions_
   // Activation scratch of the matmuls: the reference one (int8 + f32 per
   // element) and the generated one's (int8, scales, f32 per element):

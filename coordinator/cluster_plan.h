@@ -23,7 +23,8 @@
 // Scratch: the cpu backend's step buffers for max_batch_rows rows
 // (worker/cpu/cpu_backend.cc: residual, normed input, q/k/v, fused qkv,
 // attention output, projection, gate|up, RoPE tables, matmul activation
-// scratch) and attention scratch per thread for n_ctx keys
+// scratch; on a mixture-of-experts model the routing and grouped expert
+// buffers) and attention scratch per thread for n_ctx keys
 // (kernels/cpu/simd/attention.cc), plus the logits of max_sequences rows on
 // the last stage. It is reported beside the shard, not counted against the
 // budget (the worker's LoadShard check counts weights + KV, as placement).

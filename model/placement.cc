@@ -65,18 +65,6 @@ bool greedy_fits(const ModelSizes& sizes, const KvShape& kv,
 
 namespace {
 
-// ARCH.KEY as an int >= 0; 0 when absent. InvalidArgument naming the key
-// for another type or a value past int.
-absl::StatusOr<int> optional_count(const gguf::GgufFile& file, const std::string& key) {
-  if (file.find(key) == nullptr) return 0;
-  absl::StatusOr<uint32_t> v = file.get_u32(key);
-  if (!v.ok()) return v.status();
-  if (*v > (1u << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(key, ": ", *v, " is out of range [0, 1048576]"));
-  }
-  return static_cast<int>(*v);
-}
-
 // "blk.N.ffn_gate_exps.weight", ".._up_exps.", ".._down_exps." (and their
 // biases): the tensors that hold every expert, the experts along the last
 // dimension (llama.cpp's LLM_TENSOR_FFN_*_EXPS names).
@@ -100,14 +88,12 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
   if (absl::Status st = arch::check_block_tensors(model.tensors(), hp.n_layer); !st.ok()) {
     return st;
   }
+  // The architecture reads ARCH.expert_count / ARCH.expert_used_count
+  // into hp.moe (checked there, llama.cpp's load_hparams keys).
   const std::string count_key = absl::StrCat(hp.architecture, ".expert_count");
   const std::string used_key = absl::StrCat(hp.architecture, ".expert_used_count");
-  absl::StatusOr<int> n_expert = optional_count(model.first(), count_key);
-  if (!n_expert.ok()) return n_expert.status();
-  absl::StatusOr<int> n_used = optional_count(model.first(), used_key);
-  if (!n_used.ok()) return n_used.status();
-  s.n_expert = *n_expert;
-  s.n_expert_used = *n_used;
+  s.n_expert = hp.moe.n_expert;
+  s.n_expert_used = hp.moe.n_expert_used;
   // Weights of a matmul: 2-D and 3-D tensors, not biases (gpt-oss's expert
   // biases are 2-D).
   const auto matrix = [](const gguf::TensorInfo& t) {

@@ -12,8 +12,8 @@
 // block (3-D expert tensors blk.N.ffn_{gate,up,down}_exps.*, the experts
 // along the last dimension) only n_expert_used of the n_expert experts, plus
 // the router (ffn_gate_inp) and any shared expert (ffn_*_shexp) in full.
-// n_expert and n_expert_used come from the GGUF keys ARCH.expert_count and
-// ARCH.expert_used_count (as llama.cpp's load_hparams reads them).
+// n_expert and n_expert_used are the architecture's (hp.moe: the GGUF keys
+// ARCH.expert_count and ARCH.expert_used_count).
 //
 // Usage:
 //   ASSIGN_OR_RETURN(ModelSizes sizes, model_sizes(*model, hp));
@@ -67,9 +67,9 @@ struct ModelSizes {
 
 // Sizes from the GGUF's tensor table. InvalidArgument when a tensor name
 // blk.N.* has N outside [0, n_layer) or token_embd is missing; for expert
-// tensors, when ARCH.expert_count / ARCH.expert_used_count are missing or
-// out of range (1 <= used <= count), or an expert tensor's last dimension
-// is not expert_count.
+// tensors, when hp.moe says the model is dense (ARCH.expert_count missing)
+// or its counts are out of range (1 <= used <= count), or an expert
+// tensor's last dimension is not expert_count.
 absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
                                        const arch::Hyperparameters& hp);
 

@@ -397,28 +397,12 @@ workers:
 TEST_F(Plan, GptOss120bReadsFourOf128Experts) {
   const std::string file = path("gpt-oss-120b-mxfp4.gguf");
   ASSERT_TRUE(strata::testing::write_sparse_gguf(file, strata::testing::gpt_oss_120b_mxfp4()).ok());
-  auto model = gguf::GgufModel::open(file);
-  ASSERT_TRUE(model.ok()) << model.status();
-  arch::Hyperparameters hp;
-  auto read = arch::read_hyperparameters((*model)->first());
-  if (read.ok()) {
-    hp = *read;
-  } else {
-    // Until gpt-oss is a supported architecture (issue 30's gpt-oss work):
-    // the fields placement reads, from the keys written above.
-    ASSERT_NE(read.status().message().find("unknown architecture 'gpt-oss'"), std::string::npos)
-        << read.status();
-    hp.architecture = "gpt-oss";
-    hp.n_layer = 36;
-    hp.n_embd = 2880;
-    hp.n_ff = 2880;
-    hp.n_head = 64;
-    hp.n_head_kv = 8;
-    hp.head_dim_k = hp.head_dim_v = hp.n_rot = 64;
-    hp.n_ctx_train = 131072;
-    hp.n_vocab = 201088;
-  }
-  auto sizes = placement::model_sizes(**model, hp);
+  Opened o = open(file);
+  ASSERT_NE(o.model, nullptr);
+  const gguf::GgufModel* model = o.model.get();
+  const arch::Hyperparameters& hp = o.hp;
+  EXPECT_EQ(hp.moe.n_expert, 128);
+  auto sizes = placement::model_sizes(*model, hp);
   ASSERT_TRUE(sizes.ok()) << sizes.status();
   EXPECT_EQ(sizes->n_expert, 128);
   EXPECT_EQ(sizes->n_expert_used, 4);
@@ -436,7 +420,7 @@ workers:
   - {name: a, declared: true, memory_budget: 40GiB, read_bandwidth: 50GB/s, flop_rate: 2TFLOP/s}
   - {name: b, declared: true, memory_budget: 40GiB, read_bandwidth: 50GB/s, flop_rate: 2TFLOP/s}
 )");
-  auto plan = plan_cluster(c, **model, hp, declared(c));
+  auto plan = plan_cluster(c, *model, hp, declared(c));
   ASSERT_TRUE(plan.ok()) << plan.status();
   const uint64_t active = kOssDense + kOssExperts / 32;
   // The head (201088 x 2880 Q8_0, 0.6 GB) outweighs 12 blocks' reads (51 MB
