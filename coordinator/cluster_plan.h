@@ -48,10 +48,10 @@ namespace strata::coordinator {
 // One worker as planning sees it: from its Describe, or declared in the
 // config (`declared: true`).
 struct WorkerFigures {
-  std::string name;            // worker_label() of its config entry
+  std::string name;  // worker_label() of its config entry
   bool declared = false;
-  uint64_t memory_budget = 0;  // bytes; 0: unknown (no limit)
-  int threads = 0;             // 0: unknown
+  uint64_t memory_budget = 0;   // bytes; 0: unknown (no limit)
+  int threads = 0;              // 0: unknown
   double read_bytes_per_s = 0;  // 0: unknown
   double flops_per_s = 0;       // 0: unknown
 };
@@ -60,7 +60,8 @@ struct WorkerFigures {
 // worker has one (decode reads weights: bandwidth is its pace), else the
 // threads (as before measured rates existed), else unknown (equal). A rate
 // that is not finite, not positive or past 1e18/s counts as unknown.
-std::vector<placement::WorkerBudget> worker_budgets(std::span<const WorkerFigures> workers);
+std::vector<placement::WorkerBudget> worker_budgets(
+    std::span<const WorkerFigures> workers);
 
 struct StagePlan {
   placement::ShardPlan shard;
@@ -86,8 +87,9 @@ struct ClusterPlan {
 };
 
 // Bytes of the cpu backend's scratch for a stage (see above).
-uint64_t scratch_bytes(const arch::Hyperparameters& hp, const placement::ShardPlan& shard,
-                       int n_vocab, int max_batch_rows, int max_sequences, int n_ctx,
+uint64_t scratch_bytes(const arch::Hyperparameters& hp,
+                       const placement::ShardPlan& shard, int n_vocab,
+                       int max_batch_rows, int max_sequences, int n_ctx,
                        int threads);
 
 // Plans `config`'s workers (figures in config order) for `model`. Rates
@@ -95,9 +97,8 @@ uint64_t scratch_bytes(const arch::Hyperparameters& hp, const placement::ShardPl
 // Errors: the model's (sizes, context_length past the model's), and
 // placement's: InvalidArgument for malformed explicit ranges,
 // ResourceExhausted with the numbers when no split fits the budgets.
-absl::StatusOr<ClusterPlan> plan_cluster(const ClusterConfig& config,
-                                         const gguf::GgufModel& model,
-                                         const arch::Hyperparameters& hp,
-                                         std::span<const WorkerFigures> workers);
+absl::StatusOr<ClusterPlan> plan_cluster(
+    const ClusterConfig& config, const gguf::GgufModel& model,
+    const arch::Hyperparameters& hp, std::span<const WorkerFigures> workers);
 
 }  // namespace strata::coordinator

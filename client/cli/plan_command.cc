@@ -52,18 +52,24 @@ using coordinator::WorkerFigures;
 
 // Figures of every worker of `config`: declared ones from the config, the
 // others from their Describe.
-absl::StatusOr<std::vector<WorkerFigures>> gather_figures(coordinator::ClusterConfig& config) {
+absl::StatusOr<std::vector<WorkerFigures>> gather_figures(
+    coordinator::ClusterConfig& config) {
   bool any_running = false;
-  for (const coordinator::WorkerConfig& w : config.workers) any_running |= !w.declared;
+  for (const coordinator::WorkerConfig& w : config.workers)
+    any_running |= !w.declared;
   if (any_running) {
-    if (absl::Status st = coordinator::resolve_link_security(config, "strata plan"); !st.ok()) return st;
+    if (absl::Status st =
+            coordinator::resolve_link_security(config, "strata plan");
+        !st.ok())
+      return st;
   }
   std::vector<WorkerFigures> out;
   for (const coordinator::WorkerConfig& w : config.workers) {
     WorkerFigures f;
     // "w1 (10.0.0.5:50061)", "10.0.0.5:50061" (no name), "w2" (declared).
-    f.name = w.address.empty() || w.name == w.address ? w.name
-                                                      : absl::StrCat(w.name, " (", w.address, ")");
+    f.name = w.address.empty() || w.name == w.address
+                 ? w.name
+                 : absl::StrCat(w.name, " (", w.address, ")");
     f.declared = w.declared;
     f.memory_budget = w.memory_budget;
     if (w.declared) {
@@ -71,14 +77,17 @@ absl::StatusOr<std::vector<WorkerFigures>> gather_figures(coordinator::ClusterCo
       f.read_bytes_per_s = w.read_bandwidth;
       f.flops_per_s = w.flop_rate;
     } else {
-      std::unique_ptr<coordinator::WorkerControl> control = coordinator::make_grpc_worker_control(
-          w.address, coordinator::worker_label(w), config.tls, w.name);
-      absl::StatusOr<v1::DescribeResponse> d = control->describe(absl::Seconds(5));
+      std::unique_ptr<coordinator::WorkerControl> control =
+          coordinator::make_grpc_worker_control(
+              w.address, coordinator::worker_label(w), config.tls, w.name);
+      absl::StatusOr<v1::DescribeResponse> d =
+          control->describe(absl::Seconds(5));
       if (!d.ok()) {
-        return absl::Status(d.status().code(),
-                            absl::StrCat(d.status().message(),
-                                         " (a machine not yet running can be planned with "
-                                         "`declared: true` and its figures)"));
+        return absl::Status(
+            d.status().code(),
+            absl::StrCat(d.status().message(),
+                         " (a machine not yet running can be planned with "
+                         "`declared: true` and its figures)"));
       }
       if (f.memory_budget == 0) f.memory_budget = d->memory_budget_bytes();
       f.threads = d->threads();
@@ -90,7 +99,9 @@ absl::StatusOr<std::vector<WorkerFigures>> gather_figures(coordinator::ClusterCo
   return out;
 }
 
-std::string or_unknown(double v, const std::string& text) { return v > 0 ? text : "?"; }
+std::string or_unknown(double v, const std::string& text) {
+  return v > 0 ? text : "?";
+}
 
 std::string fixed(double v, int digits) {
   char buf[32];
@@ -98,60 +109,86 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-void print_text(const std::string& model_path, const coordinator::ClusterPlan& p) {
+void print_text(const std::string& model_path,
+                const coordinator::ClusterPlan& p) {
   std::printf("model:    %s (%s, %d blocks, %s of weights", model_path.c_str(),
-              p.architecture.c_str(), p.n_layer, placement::format_bytes(p.model_weight_bytes).c_str());
-  if (p.n_expert > 0) std::printf("; %d of %d experts a token", p.n_expert_used, p.n_expert);
+              p.architecture.c_str(), p.n_layer,
+              placement::format_bytes(p.model_weight_bytes).c_str());
+  if (p.n_expert > 0)
+    std::printf("; %d of %d experts a token", p.n_expert_used, p.n_expert);
   std::printf(")\n");
-  std::printf("KV cache: %d positions x %d sequences + %lld prefix cache positions, %s; "
-              "micro-batch %d rows\n",
-              p.kv.n_ctx, p.kv.max_sequences, static_cast<long long>(p.kv.prefix_positions),
-              p.kv.kv_type == GgmlType::kF32 ? "f32" : "f16", p.max_batch_rows);
-  std::printf("\n%-22s %-11s %10s %10s %10s %10s %10s %11s %14s %10s %10s\n", "worker", "blocks",
-              "weights", "KV", "scratch", "total", "budget", "read", "FLOP rate", "ms/token",
-              "prefill");
+  std::printf(
+      "KV cache: %d positions x %d sequences + %lld prefix cache positions, "
+      "%s; "
+      "micro-batch %d rows\n",
+      p.kv.n_ctx, p.kv.max_sequences,
+      static_cast<long long>(p.kv.prefix_positions),
+      p.kv.kv_type == GgmlType::kF32 ? "f32" : "f16", p.max_batch_rows);
+  std::printf("\n%-22s %-11s %10s %10s %10s %10s %10s %11s %14s %10s %10s\n",
+              "worker", "blocks", "weights", "KV", "scratch", "total", "budget",
+              "read", "FLOP rate", "ms/token", "prefill");
   for (const coordinator::StagePlan& s : p.stages) {
-    const std::string name = s.worker.name + (s.worker.declared ? " (declared)" : "");
-    const std::string blocks = absl::StrCat("[", s.shard.first, ", ", s.shard.last, ")");
-    std::printf("%-22s %-11s %10s %10s %10s %10s %10s %11s %14s %10s %10s\n", name.c_str(),
-                blocks.c_str(), placement::format_bytes(s.shard.weight_bytes).c_str(),
-                placement::format_bytes(s.shard.kv_bytes).c_str(),
-                placement::format_bytes(s.scratch_bytes).c_str(),
-                placement::format_bytes(s.shard.total() + s.scratch_bytes).c_str(),
-                s.worker.memory_budget > 0 ? placement::format_bytes(s.worker.memory_budget).c_str()
-                                           : "?",
-                or_unknown(s.worker.read_bytes_per_s, placement::format_rate(s.worker.read_bytes_per_s)).c_str(),
-                or_unknown(s.worker.flops_per_s, placement::format_flop_rate(s.worker.flops_per_s)).c_str(),
-                or_unknown(s.decode_s_per_token, fixed(s.decode_s_per_token * 1e3, 2)).c_str(),
-                or_unknown(s.prefill_tok_s, fixed(s.prefill_tok_s, 1)).c_str());
+    const std::string name =
+        s.worker.name + (s.worker.declared ? " (declared)" : "");
+    const std::string blocks =
+        absl::StrCat("[", s.shard.first, ", ", s.shard.last, ")");
+    std::printf(
+        "%-22s %-11s %10s %10s %10s %10s %10s %11s %14s %10s %10s\n",
+        name.c_str(), blocks.c_str(),
+        placement::format_bytes(s.shard.weight_bytes).c_str(),
+        placement::format_bytes(s.shard.kv_bytes).c_str(),
+        placement::format_bytes(s.scratch_bytes).c_str(),
+        placement::format_bytes(s.shard.total() + s.scratch_bytes).c_str(),
+        s.worker.memory_budget > 0
+            ? placement::format_bytes(s.worker.memory_budget).c_str()
+            : "?",
+        or_unknown(s.worker.read_bytes_per_s,
+                   placement::format_rate(s.worker.read_bytes_per_s))
+            .c_str(),
+        or_unknown(s.worker.flops_per_s,
+                   placement::format_flop_rate(s.worker.flops_per_s))
+            .c_str(),
+        or_unknown(s.decode_s_per_token, fixed(s.decode_s_per_token * 1e3, 2))
+            .c_str(),
+        or_unknown(s.prefill_tok_s, fixed(s.prefill_tok_s, 1)).c_str());
   }
   std::printf("\n");
   for (const coordinator::StagePlan& s : p.stages) {
-    if (s.worker.memory_budget > 0 && s.shard.total() + s.scratch_bytes > s.worker.memory_budget) {
-      std::printf("note: %s: weights + KV fit its budget, with the scratch they pass it by %s\n",
-                  s.worker.name.c_str(),
-                  placement::format_bytes(s.shard.total() + s.scratch_bytes - s.worker.memory_budget)
-                      .c_str());
+    if (s.worker.memory_budget > 0 &&
+        s.shard.total() + s.scratch_bytes > s.worker.memory_budget) {
+      std::printf(
+          "note: %s: weights + KV fit its budget, with the scratch they pass "
+          "it by %s\n",
+          s.worker.name.c_str(),
+          placement::format_bytes(s.shard.total() + s.scratch_bytes -
+                                  s.worker.memory_budget)
+              .c_str());
     }
   }
   if (p.decode_tok_s > 0) {
-    std::printf("decode:   %s tok/s for one stream (%.2f ms a token: each stage's weight reads "
-                "/ its read bandwidth, summed)\n",
-                fixed(p.decode_tok_s, p.decode_tok_s < 10 ? 2 : 1).c_str(), 1e3 / p.decode_tok_s);
+    std::printf(
+        "decode:   %s tok/s for one stream (%.2f ms a token: each stage's "
+        "weight reads "
+        "/ its read bandwidth, summed)\n",
+        fixed(p.decode_tok_s, p.decode_tok_s < 10 ? 2 : 1).c_str(),
+        1e3 / p.decode_tok_s);
   } else {
     std::printf("decode:   unknown (a worker's read bandwidth is unknown)\n");
   }
   if (p.prefill_tok_s > 0) {
-    std::printf("prefill:  %s tok/s for a long prompt (the slowest stage: 2 FLOPs a weight / "
-                "its FLOP rate)\n",
-                fixed(p.prefill_tok_s, p.prefill_tok_s < 10 ? 2 : 1).c_str());
+    std::printf(
+        "prefill:  %s tok/s for a long prompt (the slowest stage: 2 FLOPs a "
+        "weight / "
+        "its FLOP rate)\n",
+        fixed(p.prefill_tok_s, p.prefill_tok_s < 10 ? 2 : 1).c_str());
   } else {
     std::printf("prefill:  unknown (a worker's FLOP rate is unknown)\n");
   }
   std::printf("fits:     every worker's weights + KV within its budget\n");
 }
 
-nlohmann::json to_json(const std::string& model_path, const coordinator::ClusterPlan& p) {
+nlohmann::json to_json(const std::string& model_path,
+                       const coordinator::ClusterPlan& p) {
   nlohmann::json j;
   j["model"] = model_path;
   j["architecture"] = p.architecture;
@@ -192,18 +229,22 @@ nlohmann::json to_json(const std::string& model_path, const coordinator::Cluster
 }
 
 int run(const PlanOptions& o) {
-  absl::StatusOr<coordinator::ClusterConfig> config = coordinator::load_cluster_config(o.config);
+  absl::StatusOr<coordinator::ClusterConfig> config =
+      coordinator::load_cluster_config(o.config);
   if (!config.ok()) return report_failure("plan", "", config.status());
   if (!o.model.empty()) config->model = o.model;
   if (config->model.empty()) {
-    std::fprintf(stderr, "strata plan: %s: model: missing (or give --model)\n", o.config.c_str());
+    std::fprintf(stderr, "strata plan: %s: model: missing (or give --model)\n",
+                 o.config.c_str());
     return 1;
   }
   // Headers only: the reader maps the files and decodes metadata and tensor
   // infos; no tensor data is read.
-  absl::StatusOr<std::unique_ptr<gguf::GgufModel>> model = gguf::GgufModel::open(config->model);
+  absl::StatusOr<std::unique_ptr<gguf::GgufModel>> model =
+      gguf::GgufModel::open(config->model);
   if (!model.ok()) return report_failure("plan", config->model, model.status());
-  absl::StatusOr<arch::Hyperparameters> hp = arch::read_hyperparameters((*model)->first());
+  absl::StatusOr<arch::Hyperparameters> hp =
+      arch::read_hyperparameters((*model)->first());
   if (!hp.ok()) return report_failure("plan", config->model, hp.status());
   absl::StatusOr<std::vector<WorkerFigures>> figures = gather_figures(*config);
   if (!figures.ok()) return report_failure("plan", o.config, figures.status());
@@ -211,10 +252,12 @@ int run(const PlanOptions& o) {
       coordinator::plan_cluster(*config, **model, *hp, *figures);
   if (!plan.ok()) {
     if (o.json) {
-      nlohmann::json j = {{"fits", false}, {"error", std::string(plan.status().message())}};
+      nlohmann::json j = {{"fits", false},
+                          {"error", std::string(plan.status().message())}};
       std::cout << j.dump(2) << "\n";
     }
-    const bool refused = plan.status().code() == absl::StatusCode::kResourceExhausted;
+    const bool refused =
+        plan.status().code() == absl::StatusCode::kResourceExhausted;
     return report_failure("plan", refused ? "does not fit" : "", plan.status());
   }
   if (o.json) {
@@ -231,11 +274,14 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand(
       "plan",
-      "Plan a cluster before loading anything: blocks, memory and predicted tok/s per worker "
+      "Plan a cluster before loading anything: blocks, memory and predicted "
+      "tok/s per worker "
       "(reads GGUF headers and each worker's Describe, or declared figures)");
-  cmd->add_option("--config", o->config, "cluster config (YAML, as strata-coordinator's)")
+  cmd->add_option("--config", o->config,
+                  "cluster config (YAML, as strata-coordinator's)")
       ->required();
-  cmd->add_option("--model", o->model, "GGUF model (default: the config's `model`)");
+  cmd->add_option("--model", o->model,
+                  "GGUF model (default: the config's `model`)");
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }

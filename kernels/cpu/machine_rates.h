@@ -37,12 +37,12 @@
 namespace strata::cpu {
 
 struct MachineRates {
-  double read_bytes_per_s = 0;  // decode's, else STREAM's; 0: unknown
+  double read_bytes_per_s = 0;         // decode's, else STREAM's; 0: unknown
   double decode_read_bytes_per_s = 0;  // the generated decode matmul's
   double stream_read_bytes_per_s = 0;  // STREAM read
-  double flops_per_s = 0;       // 0: unknown
-  bool from_cache = false;      // read from the cache file, not measured now
-  std::string cache_path;       // the file read or written ("" : none)
+  double flops_per_s = 0;              // 0: unknown
+  bool from_cache = false;  // read from the cache file, not measured now
+  std::string cache_path;   // the file read or written ("" : none)
 };
 
 // Measures both rates with `pool`'s threads.
@@ -52,6 +52,7 @@ MachineRates measure_machine_rates(ThreadPool& pool);
 // cached (a cache that cannot be written is only logged by the caller:
 // cache_path stays set, the rates are still returned). `cache_dir` empty:
 // $HOME/.cache/strata/tune-cache.
-MachineRates cached_machine_rates(ThreadPool& pool, const std::string& cache_dir = "");
+MachineRates cached_machine_rates(ThreadPool& pool,
+                                  const std::string& cache_dir = "");
 
 }  // namespace strata::cpu

@@ -7,26 +7,25 @@
 // bytes from n_head_kv x (head_dim_k + head_dim_v) x 2 (f16) per block and
 // position, the split that the slowest stage's work decides by a brute force
 // over every cut, and tok/s from the declared rates.
-#include "coordinator/cluster_plan.h"
-
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/cluster_config.h"
+#include "coordinator/cluster_plan.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "model/placement.h"
+#include "nlohmann/json.hpp"
 #include "tests/model/big_shapes.h"
 
 namespace strata::coordinator {
@@ -53,12 +52,14 @@ constexpr uint64_t f32(uint64_t n) { return n * 4; }
 uint64_t llama_block(int i) {
   const bool more = use_more_bits(i, 80);
   return 2 * q4_k(8192 * 8192) + q4_k(8192 * 1024) +
-         (more ? q6_k(8192 * 1024) : q5_k(8192 * 1024)) + 2 * q4_k(8192ull * 28672) +
+         (more ? q6_k(8192 * 1024) : q5_k(8192 * 1024)) +
+         2 * q4_k(8192ull * 28672) +
          (more ? q6_k(8192ull * 28672) : q4_k(8192ull * 28672)) + f32(2 * 8192);
 }
-constexpr uint64_t kLlamaEmbd = q4_k(8192ull * 128256);              // token_embd
-constexpr uint64_t kLlamaHead = q6_k(8192ull * 128256) + f32(8192);  // output + norm
-constexpr uint64_t kLlamaShared = f32(64);                            // rope_freqs
+constexpr uint64_t kLlamaEmbd = q4_k(8192ull * 128256);  // token_embd
+constexpr uint64_t kLlamaHead =
+    q6_k(8192ull * 128256) + f32(8192);     // output + norm
+constexpr uint64_t kLlamaShared = f32(64);  // rope_freqs
 // KV: 8 heads x (128 + 128) x 2 bytes a position and block.
 constexpr uint64_t kLlamaKvPerPosition = 8 * 256 * 2;
 
@@ -68,9 +69,10 @@ constexpr uint64_t kLlamaKvPerPosition = 8 * 256 * 2;
 uint64_t qwen_block(int i) {
   const bool more = use_more_bits(i, 80);
   return 2 * q4_k(8192 * 8192) + q4_k(8192 * 1024) +
-         (more ? q6_k(8192 * 1024) : q5_k(8192 * 1024)) + 2 * q4_k(8192ull * 29568) +
-         (more ? q8_0(8192ull * 29568) : q5_0(8192ull * 29568)) + f32(2 * 8192) +
-         f32(8192 + 1024 + 1024);
+         (more ? q6_k(8192 * 1024) : q5_k(8192 * 1024)) +
+         2 * q4_k(8192ull * 29568) +
+         (more ? q8_0(8192ull * 29568) : q5_0(8192ull * 29568)) +
+         f32(2 * 8192) + f32(8192 + 1024 + 1024);
 }
 constexpr uint64_t kQwenEmbd = q4_k(8192ull * 152064);
 constexpr uint64_t kQwenHead = q6_k(8192ull * 152064) + f32(8192);
@@ -79,11 +81,13 @@ constexpr uint64_t kQwenHead = q6_k(8192ull * 152064) + f32(8192);
 // Dense: attn_q 6144 x 6144 Q4_K, attn_k / attn_v 6144 x 1024 Q8_0 (8
 // experts), attn_output 6144 x 6144 Q5_K, two norms, the router 6144 x 8 F32.
 // Experts: gate, up 6144 x 16384 x 8 Q4_K; down Q6_K (more bits) or Q4_K.
-constexpr uint64_t kMixtralDense =
-    q4_k(6144 * 6144) + 2 * q8_0(6144 * 1024) + q5_k(6144 * 6144) + f32(2 * 6144) + f32(6144 * 8);
+constexpr uint64_t kMixtralDense = q4_k(6144 * 6144) + 2 * q8_0(6144 * 1024) +
+                                   q5_k(6144 * 6144) + f32(2 * 6144) +
+                                   f32(6144 * 8);
 uint64_t mixtral_experts(int i) {
-  return 2 * q4_k(6144ull * 16384 * 8) +
-         (use_more_bits(i, 56) ? q6_k(16384ull * 6144 * 8) : q4_k(16384ull * 6144 * 8));
+  return 2 * q4_k(6144ull * 16384 * 8) + (use_more_bits(i, 56)
+                                              ? q6_k(16384ull * 6144 * 8)
+                                              : q4_k(16384ull * 6144 * 8));
 }
 constexpr uint64_t kMixtralEmbd = q4_k(6144 * 32768);
 constexpr uint64_t kMixtralHead = q6_k(6144 * 32768) + f32(6144);
@@ -93,10 +97,12 @@ constexpr uint64_t kMixtralHead = q6_k(6144 * 32768) + f32(6144);
 // 4096 x 2880 Q8_0; q/k/v/o biases, two norms, 64 sinks, the router
 // 2880 x 128 and its bias, F32. Experts: gate, up, down 2880 x 2880 x 128
 // MXFP4 and their biases 2880 x 128 F32.
-constexpr uint64_t kOssDense = q8_0(2880 * 4096) + 2 * q8_0(2880 * 512) + q8_0(4096 * 2880) +
-                               f32(4096 + 512 + 512 + 2880) + f32(2 * 2880) + f32(64) +
-                               f32(2880 * 128) + f32(128);
-constexpr uint64_t kOssExperts = 3 * mxfp4(2880ull * 2880 * 128) + 3 * f32(2880 * 128);
+constexpr uint64_t kOssDense = q8_0(2880 * 4096) + 2 * q8_0(2880 * 512) +
+                               q8_0(4096 * 2880) +
+                               f32(4096 + 512 + 512 + 2880) + f32(2 * 2880) +
+                               f32(64) + f32(2880 * 128) + f32(128);
+constexpr uint64_t kOssExperts =
+    3 * mxfp4(2880ull * 2880 * 128) + 3 * f32(2880 * 128);
 constexpr uint64_t kOssEmbd = q8_0(2880ull * 201088);
 constexpr uint64_t kOssHead = q8_0(2880ull * 201088) + f32(2880);
 // KV: 8 heads x (64 + 64) x 2 bytes.
@@ -120,7 +126,9 @@ class Plan : public ::testing::Test {
     delete dir_;
   }
 
-  static std::string path(const std::string& name) { return (*dir_ / name).string(); }
+  static std::string path(const std::string& name) {
+    return (*dir_ / name).string();
+  }
 
   // Opens a sparse model as `strata plan` does (GgufModel::open, then the
   // architecture's hyperparameters).
@@ -145,7 +153,8 @@ class Plan : public ::testing::Test {
   static std::vector<WorkerFigures> declared(const ClusterConfig& c) {
     std::vector<WorkerFigures> out;
     for (const WorkerConfig& w : c.workers) {
-      out.push_back({w.name, true, w.memory_budget, w.threads, w.read_bandwidth, w.flop_rate});
+      out.push_back({w.name, true, w.memory_budget, w.threads, w.read_bandwidth,
+                     w.flop_rate});
     }
     return out;
   }
@@ -176,10 +185,12 @@ int best_cut(const std::vector<uint64_t>& work, uint64_t head) {
 }
 
 TEST_F(Plan, Llama70bSplitFilesExplicitRanges) {
-  auto first = strata::testing::write_sparse_split(path("Llama-3.3-70B-Instruct-Q4_K_M"),
-                                                   strata::testing::llama33_70b_q4_k_m(), 2);
+  auto first = strata::testing::write_sparse_split(
+      path("Llama-3.3-70B-Instruct-Q4_K_M"),
+      strata::testing::llama33_70b_q4_k_m(), 2);
   ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(fs::path(*first).filename(), "Llama-3.3-70B-Instruct-Q4_K_M-00001-of-00002.gguf");
+  EXPECT_EQ(fs::path(*first).filename(),
+            "Llama-3.3-70B-Instruct-Q4_K_M-00001-of-00002.gguf");
   Opened o = open(*first);
   ASSERT_NE(o.model, nullptr);
   ASSERT_EQ(o.model->parts().size(), 2u);
@@ -228,14 +239,16 @@ workers:
   // 3 x 28672) weights; b: as many, and the 8192 x 128256 head.
   const double block_params = 8192.0 * (2 * 8192 + 2 * 1024 + 3 * 28672);
   EXPECT_EQ(a.params_per_token, static_cast<uint64_t>(40 * block_params));
-  EXPECT_EQ(b.params_per_token, static_cast<uint64_t>(40 * block_params + 8192.0 * 128256));
-  EXPECT_NEAR(plan->prefill_tok_s, 500e9 / (2 * (40 * block_params + 8192.0 * 128256)), 1e-6);
+  EXPECT_EQ(b.params_per_token,
+            static_cast<uint64_t>(40 * block_params + 8192.0 * 128256));
+  EXPECT_NEAR(plan->prefill_tok_s,
+              500e9 / (2 * (40 * block_params + 8192.0 * 128256)), 1e-6);
   EXPECT_GT(a.scratch_bytes, 0u);
 }
 
 TEST_F(Plan, Llama70bAutoSplitFollowsTheSlowestStage) {
-  auto first = strata::testing::write_sparse_split(path("Llama-auto"),
-                                                   strata::testing::llama33_70b_q4_k_m(), 2);
+  auto first = strata::testing::write_sparse_split(
+      path("Llama-auto"), strata::testing::llama33_70b_q4_k_m(), 2);
   ASSERT_TRUE(first.ok()) << first.status();
   Opened o = open(*first);
   ASSERT_NE(o.model, nullptr);
@@ -257,7 +270,8 @@ workers:
   EXPECT_EQ(plan->stages[1].shard.first, k);
   // Prefix cache on by default: one context's worth (8192 positions) more.
   EXPECT_EQ(plan->kv.prefix_positions, 8192);
-  EXPECT_EQ(plan->stages[1].shard.kv_bytes, 39ull * (8192 + 8192) * kLlamaKvPerPosition);
+  EXPECT_EQ(plan->stages[1].shard.kv_bytes,
+            39ull * (8192 + 8192) * kLlamaKvPerPosition);
   // Speed from threads when a worker has no bandwidth: placement's rule.
   ClusterConfig t = config(R"(
 model: m.gguf
@@ -269,13 +283,14 @@ workers:
 )");
   auto by_threads = plan_cluster(t, *o.model, o.hp, declared(t));
   ASSERT_TRUE(by_threads.ok()) << by_threads.status();
-  EXPECT_GT(by_threads->stages[0].shard.last, 55);  // about 3/4 of the work on a
-  EXPECT_EQ(by_threads->decode_tok_s, 0);           // no bandwidth: unknown
+  EXPECT_GT(by_threads->stages[0].shard.last,
+            55);                           // about 3/4 of the work on a
+  EXPECT_EQ(by_threads->decode_tok_s, 0);  // no bandwidth: unknown
 }
 
 TEST_F(Plan, Llama70bRefusedWithTheNumbers) {
-  auto first = strata::testing::write_sparse_split(path("Llama-small"),
-                                                   strata::testing::llama33_70b_q4_k_m(), 2);
+  auto first = strata::testing::write_sparse_split(
+      path("Llama-small"), strata::testing::llama33_70b_q4_k_m(), 2);
   ASSERT_TRUE(first.ok()) << first.status();
   Opened o = open(*first);
   ASSERT_NE(o.model, nullptr);
@@ -294,7 +309,8 @@ workers:
   // Weights 42512531712 bytes = 39.6 GiB; KV 80 x 8192 x 4 KiB = 2.5 GiB;
   // 42.1 GiB in all against 40 GiB of budgets.
   const std::string m(plan.status().message());
-  EXPECT_NE(m.find("the model needs 42.1 GiB (weights 39.6 GiB + KV 2.5 GiB for 1 sequences x "
+  EXPECT_NE(m.find("the model needs 42.1 GiB (weights 39.6 GiB + KV 2.5 GiB "
+                   "for 1 sequences x "
                    "8192 positions), the budgets hold 40.0 GiB"),
             std::string::npos)
       << m;
@@ -302,7 +318,9 @@ workers:
 
 TEST_F(Plan, Qwen72bOnThreeWorkers) {
   const std::string file = path("Qwen2.5-72B-Instruct-Q4_K_M.gguf");
-  ASSERT_TRUE(strata::testing::write_sparse_gguf(file, strata::testing::qwen25_72b_q4_k_m()).ok());
+  ASSERT_TRUE(strata::testing::write_sparse_gguf(
+                  file, strata::testing::qwen25_72b_q4_k_m())
+                  .ok());
   Opened o = open(file);
   ASSERT_NE(o.model, nullptr);
   uint64_t blocks = 0;
@@ -337,14 +355,16 @@ workers:
   auto refused = plan_cluster(c, *o.model, o.hp, declared(c));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(refused.status().message().find("worker a: blocks [0, 30) need"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("worker a: blocks [0, 30) need"),
+            std::string::npos)
       << refused.status();
 }
 
 TEST_F(Plan, Mixtral8x22bReadsTwoOfEightExperts) {
   const std::string file = path("Mixtral-8x22B-Instruct-v0.1-Q4_K_M.gguf");
-  ASSERT_TRUE(
-      strata::testing::write_sparse_gguf(file, strata::testing::mixtral_8x22b_q4_k_m()).ok());
+  ASSERT_TRUE(strata::testing::write_sparse_gguf(
+                  file, strata::testing::mixtral_8x22b_q4_k_m())
+                  .ok());
   Opened o = open(file);
   ASSERT_NE(o.model, nullptr);
   auto sizes = placement::model_sizes(*o.model, o.hp);
@@ -355,14 +375,16 @@ TEST_F(Plan, Mixtral8x22bReadsTwoOfEightExperts) {
   std::vector<uint64_t> active;
   for (int i = 0; i < 56; ++i) {
     EXPECT_EQ(sizes->block_bytes[i], kMixtralDense + mixtral_experts(i)) << i;
-    EXPECT_EQ(sizes->active_bytes[i], kMixtralDense + mixtral_experts(i) / 8 * 2) << i;
+    EXPECT_EQ(sizes->active_bytes[i],
+              kMixtralDense + mixtral_experts(i) / 8 * 2)
+        << i;
     active.push_back(kMixtralDense + mixtral_experts(i) / 4);
     total += kMixtralDense + mixtral_experts(i);
   }
   EXPECT_EQ(total, 85598035968ull);  // 85.6 GB, the published GGUF's size
   // Params a token multiplies: dense matrices + 2 of 8 experts'.
-  EXPECT_EQ(sizes->active_params[0],
-            6144ull * 6144 * 2 + 6144ull * 1024 * 2 + 6144 * 8 + 3 * 6144ull * 16384 * 2);
+  EXPECT_EQ(sizes->active_params[0], 6144ull * 6144 * 2 + 6144ull * 1024 * 2 +
+                                         6144 * 8 + 3 * 6144ull * 16384 * 2);
 
   ClusterConfig c = config(R"(
 model: m.gguf
@@ -389,14 +411,17 @@ workers:
   EXPECT_EQ(plan->stages[0].shard.kv_bytes, 7 * kGiB);
   EXPECT_EQ(plan->stages[0].read_bytes_per_token, a_active);
   EXPECT_EQ(plan->stages[1].read_bytes_per_token, b_active + kMixtralHead);
-  EXPECT_NEAR(plan->decode_tok_s, 40e9 / static_cast<double>(a_active + b_active + kMixtralHead),
+  EXPECT_NEAR(plan->decode_tok_s,
+              40e9 / static_cast<double>(a_active + b_active + kMixtralHead),
               1e-9);
   EXPECT_NEAR(plan->decode_tok_s, 1.663, 0.001);  // 24.0 GB a token at 40 GB/s
 }
 
 TEST_F(Plan, GptOss120bReadsFourOf128Experts) {
   const std::string file = path("gpt-oss-120b-mxfp4.gguf");
-  ASSERT_TRUE(strata::testing::write_sparse_gguf(file, strata::testing::gpt_oss_120b_mxfp4()).ok());
+  ASSERT_TRUE(strata::testing::write_sparse_gguf(
+                  file, strata::testing::gpt_oss_120b_mxfp4())
+                  .ok());
   Opened o = open(file);
   ASSERT_NE(o.model, nullptr);
   const gguf::GgufModel* model = o.model.get();
@@ -409,7 +434,8 @@ TEST_F(Plan, GptOss120bReadsFourOf128Experts) {
   EXPECT_EQ(sizes->block_bytes[0], kOssDense + kOssExperts);
   EXPECT_EQ(sizes->active_bytes[0], kOssDense + kOssExperts / 128 * 4);
   // 63.4 GB, the published GGUF's size.
-  EXPECT_EQ(36 * (kOssDense + kOssExperts) + kOssEmbd + kOssHead, 63374323968ull);
+  EXPECT_EQ(36 * (kOssDense + kOssExperts) + kOssEmbd + kOssHead,
+            63374323968ull);
 
   ClusterConfig c = config(R"(
 model: m.gguf
@@ -428,10 +454,14 @@ workers:
   const int k = best_cut(std::vector<uint64_t>(36, active), kOssHead);
   EXPECT_EQ(k, 22);
   EXPECT_EQ(plan->stages[0].shard.last, 22);
-  EXPECT_EQ(plan->stages[0].shard.weight_bytes, 22 * (kOssDense + kOssExperts) + kOssEmbd);
-  EXPECT_EQ(plan->stages[1].shard.weight_bytes, 14 * (kOssDense + kOssExperts) + kOssHead);
-  EXPECT_EQ(plan->stages[0].shard.kv_bytes, 22ull * 8192 * kOssKvPerPosition);  // 352 MiB
-  EXPECT_NEAR(plan->decode_tok_s, 50e9 / static_cast<double>(36 * active + kOssHead), 1e-9);
+  EXPECT_EQ(plan->stages[0].shard.weight_bytes,
+            22 * (kOssDense + kOssExperts) + kOssEmbd);
+  EXPECT_EQ(plan->stages[1].shard.weight_bytes,
+            14 * (kOssDense + kOssExperts) + kOssHead);
+  EXPECT_EQ(plan->stages[0].shard.kv_bytes,
+            22ull * 8192 * kOssKvPerPosition);  // 352 MiB
+  EXPECT_NEAR(plan->decode_tok_s,
+              50e9 / static_cast<double>(36 * active + kOssHead), 1e-9);
   EXPECT_NEAR(plan->decode_tok_s, 13.91, 0.01);  // 3.6 GB a token at 50 GB/s
   // Prefill: blocks of 2880 x (4096 + 512 + 512 + 128) + 4096 x 2880 dense
   // weights and 4 experts of 3 x 2880 x 2880 (126.4 M weights); a's 22
@@ -439,7 +469,8 @@ workers:
   // against 2.35 G): a is the slower stage.
   const double block_params =
       2880.0 * (4096 + 512 + 512 + 128) + 4096.0 * 2880 + 4 * 3 * 2880.0 * 2880;
-  EXPECT_EQ(plan->stages[0].params_per_token, static_cast<uint64_t>(22 * block_params));
+  EXPECT_EQ(plan->stages[0].params_per_token,
+            static_cast<uint64_t>(22 * block_params));
   EXPECT_EQ(plan->stages[1].params_per_token,
             static_cast<uint64_t>(14 * block_params + 2880.0 * 201088));
   EXPECT_NEAR(plan->prefill_tok_s, 2e12 / (2 * 22 * block_params), 1e-6);
@@ -447,8 +478,8 @@ workers:
 
 // Runs `strata plan --config FILE --json`; its exit status and stdout.
 std::pair<int, std::string> run_plan_json(const std::string& config_path) {
-  const std::string command = absl::StrCat(STRATA_CLI, " plan --config ", config_path,
-                                           " --json 2>/dev/null");
+  const std::string command = absl::StrCat(STRATA_CLI, " plan --config ",
+                                           config_path, " --json 2>/dev/null");
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return {-1, ""};
   std::string out;
@@ -461,8 +492,9 @@ std::pair<int, std::string> run_plan_json(const std::string& config_path) {
 
 TEST_F(Plan, CommandLineJsonAndExitStatus) {
   const std::string file = path("Mixtral-cli.gguf");
-  ASSERT_TRUE(
-      strata::testing::write_sparse_gguf(file, strata::testing::mixtral_8x22b_q4_k_m()).ok());
+  ASSERT_TRUE(strata::testing::write_sparse_gguf(
+                  file, strata::testing::mixtral_8x22b_q4_k_m())
+                  .ok());
   const std::string fits = path("fits.yaml");
   std::ofstream(fits) << "model: " << file << R"(
 context_length: 16384
@@ -500,19 +532,22 @@ workers:
   const nlohmann::json r = nlohmann::json::parse(refused);
   EXPECT_FALSE(r["fits"].get<bool>());
   EXPECT_NE(r["error"].get<std::string>().find(
-                "the model needs 93.7 GiB (weights 79.7 GiB + KV 14.0 GiB for 4 sequences x 16384 "
+                "the model needs 93.7 GiB (weights 79.7 GiB + KV 14.0 GiB for "
+                "4 sequences x 16384 "
                 "positions), the budgets hold 80.0 GiB"),
             std::string::npos)
       << r.dump();
 }
 
 TEST(PlanConfig, SpeedIsBandwidthWhenEveryWorkerHasOne) {
-  const std::vector<WorkerFigures> all = {{"a", false, 0, 4, 20e9, 0}, {"b", false, 0, 2, 12e9, 0}};
+  const std::vector<WorkerFigures> all = {{"a", false, 0, 4, 20e9, 0},
+                                          {"b", false, 0, 2, 12e9, 0}};
   std::vector<placement::WorkerBudget> b = worker_budgets(all);
   EXPECT_DOUBLE_EQ(b[0].speed, 20e9);
   EXPECT_DOUBLE_EQ(b[1].speed, 12e9);
   // One without a bandwidth (an older worker): threads for all, in one unit.
-  const std::vector<WorkerFigures> mixed = {{"a", false, 0, 4, 20e9, 0}, {"b", false, 0, 2, 0, 0}};
+  const std::vector<WorkerFigures> mixed = {{"a", false, 0, 4, 20e9, 0},
+                                            {"b", false, 0, 2, 0, 0}};
   b = worker_budgets(mixed);
   EXPECT_DOUBLE_EQ(b[0].speed, 4);
   EXPECT_DOUBLE_EQ(b[1].speed, 2);
@@ -544,27 +579,35 @@ workers:
   EXPECT_EQ(worker_label(c->workers[1]), "worker big");
   absl::Status running = check_workers_running(*c);
   EXPECT_EQ(running.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(running.message().find("workers[1]: worker big is declared"), std::string::npos)
+  EXPECT_NE(running.message().find("workers[1]: worker big is declared"),
+            std::string::npos)
       << running;
 
   const auto error = [](const std::string& workers) {
-    auto r = parse_cluster_config("model: m.gguf\nworkers:\n" + workers, "c.yaml");
+    auto r =
+        parse_cluster_config("model: m.gguf\nworkers:\n" + workers, "c.yaml");
     return r.ok() ? std::string("accepted") : std::string(r.status().message());
   };
-  EXPECT_NE(error("  - {name: x, declared: true}\n").find("workers[0].memory_budget: missing"),
+  EXPECT_NE(error("  - {name: x, declared: true}\n")
+                .find("workers[0].memory_budget: missing"),
             std::string::npos);
-  EXPECT_NE(error("  - {declared: true, memory_budget: 1GiB}\n").find("workers[0].name: missing"),
+  EXPECT_NE(error("  - {declared: true, memory_budget: 1GiB}\n")
+                .find("workers[0].name: missing"),
             std::string::npos);
   EXPECT_NE(error("  - {address: '127.0.0.1:6001', read_bandwidth: 1GB/s}\n")
                 .find("workers[0].read_bandwidth: only for a declared worker"),
             std::string::npos);
-  EXPECT_NE(error("  - {name: x, declared: true, memory_budget: 1GiB, read_bandwidth: 20GB}\n")
+  EXPECT_NE(error("  - {name: x, declared: true, memory_budget: 1GiB, "
+                  "read_bandwidth: 20GB}\n")
                 .find("workers[0].read_bandwidth: \"20GB\" is not a rate"),
             std::string::npos);
-  EXPECT_NE(error("  - {name: x, declared: true, memory_budget: 1GiB, flop_rate: 2T}\n")
-                .find("workers[0].flop_rate: \"2T\" is not a FLOP rate"),
+  EXPECT_NE(
+      error(
+          "  - {name: x, declared: true, memory_budget: 1GiB, flop_rate: 2T}\n")
+          .find("workers[0].flop_rate: \"2T\" is not a FLOP rate"),
+      std::string::npos);
+  EXPECT_NE(error("  - {name: x}\n").find("workers[0].address: missing"),
             std::string::npos);
-  EXPECT_NE(error("  - {name: x}\n").find("workers[0].address: missing"), std::string::npos);
 }
 
 }  // namespace

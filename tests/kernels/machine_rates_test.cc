@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 class MachineRatesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "strata_rates_XXXXXX").string();
+    std::string pattern =
+        (fs::path(::testing::TempDir()) / "strata_rates_XXXXXX").string();
     ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }
@@ -39,14 +40,17 @@ TEST_F(MachineRatesTest, MeasuredOnceThenReadFromTheCache) {
   EXPECT_GT(first.stream_read_bytes_per_s, 0);
   EXPECT_GE(first.flops_per_s, 0);  // 0 without generated kernels
   ASSERT_TRUE(fs::exists(first.cache_path)) << first.cache_path;
-  EXPECT_NE(first.cache_path.find("-t1.txt"), std::string::npos) << first.cache_path;
+  EXPECT_NE(first.cache_path.find("-t1.txt"), std::string::npos)
+      << first.cache_path;
 
   const MachineRates again = cached_machine_rates(pool, dir_);
   EXPECT_TRUE(again.from_cache);
   EXPECT_EQ(again.cache_path, first.cache_path);
   EXPECT_DOUBLE_EQ(again.read_bytes_per_s, first.read_bytes_per_s);
-  EXPECT_DOUBLE_EQ(again.stream_read_bytes_per_s, first.stream_read_bytes_per_s);
-  EXPECT_DOUBLE_EQ(again.decode_read_bytes_per_s, first.decode_read_bytes_per_s);
+  EXPECT_DOUBLE_EQ(again.stream_read_bytes_per_s,
+                   first.stream_read_bytes_per_s);
+  EXPECT_DOUBLE_EQ(again.decode_read_bytes_per_s,
+                   first.decode_read_bytes_per_s);
   EXPECT_DOUBLE_EQ(again.flops_per_s, first.flops_per_s);
 
   // A file without the figures is measured again and replaced.

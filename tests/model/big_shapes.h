@@ -52,21 +52,23 @@ struct SparseModel {
 };
 
 // Writes `model` as one GGUF (alignment 32) at `path`, its data a hole.
-absl::Status write_sparse_gguf(const std::string& path, const SparseModel& model);
+absl::Status write_sparse_gguf(const std::string& path,
+                               const SparseModel& model);
 
 // Writes `model` as gguf-split parts PREFIX-0000i-of-0000N.gguf (N = parts):
 // the tensors cut into N runs of about equal count, the first part with
 // every key, each part with split.no / split.count / split.tensors.count.
 // Returns the first part's path.
 absl::StatusOr<std::string> write_sparse_split(const std::string& prefix,
-                                               const SparseModel& model, int parts);
+                                               const SparseModel& model,
+                                               int parts);
 
 // llama.cpp's "use more bits" layers of Q4_K_M / Q5_K_M.
 bool use_more_bits(int layer, int n_layer);
 
-SparseModel llama33_70b_q4_k_m();      // llama, 80 blocks
-SparseModel qwen25_72b_q4_k_m();       // qwen2, 80 blocks
-SparseModel mixtral_8x22b_q4_k_m();    // llama with 8 experts, top 2, 56 blocks
-SparseModel gpt_oss_120b_mxfp4();      // gpt-oss, 128 experts, top 4, 36 blocks
+SparseModel llama33_70b_q4_k_m();    // llama, 80 blocks
+SparseModel qwen25_72b_q4_k_m();     // qwen2, 80 blocks
+SparseModel mixtral_8x22b_q4_k_m();  // llama with 8 experts, top 2, 56 blocks
+SparseModel gpt_oss_120b_mxfp4();    // gpt-oss, 128 experts, top 4, 36 blocks
 
 }  // namespace strata::testing
