@@ -240,6 +240,7 @@ absl::Status Cluster::plan(bool final_on_failure) {
       f.threads = d->threads();
       f.read_bytes_per_s = d->read_bandwidth_bytes_per_s();
       f.flops_per_s = d->flops_per_s();
+      f.matmul_overhead_s = d->matmul_overhead_s();
       std::lock_guard<std::mutex> lock(mu_);
       states_[i].described = *d;
     }

@@ -150,16 +150,23 @@ absl::StatusOr<ClusterPlan> plan_cluster(
     s.worker = workers[i];
     s.worker.read_bytes_per_s = known_rate(s.worker.read_bytes_per_s);
     s.worker.flops_per_s = known_rate(s.worker.flops_per_s);
+    // A hand-off past a second is not one: unknown.
+    if (!(s.worker.matmul_overhead_s > 0 && s.worker.matmul_overhead_s < 1)) {
+      s.worker.matmul_overhead_s = 0;
+    }
     s.scratch_bytes =
         scratch_bytes(hp, s.shard, n_vocab, plan.max_batch_rows,
                       config.max_sequences, plan.kv.n_ctx, s.worker.threads);
     s.read_bytes_per_token =
         placement::stage_work(*sizes, s.shard.first, s.shard.last);
+    s.matmuls_per_token =
+        placement::stage_matmuls(*sizes, s.shard.first, s.shard.last);
     s.params_per_token =
         placement::stage_params(*sizes, s.shard.first, s.shard.last);
     if (s.worker.read_bytes_per_s > 0) {
       s.decode_s_per_token = static_cast<double>(s.read_bytes_per_token) /
-                             s.worker.read_bytes_per_s;
+                                 s.worker.read_bytes_per_s +
+                             s.matmuls_per_token * s.worker.matmul_overhead_s;
       decode_s += s.decode_s_per_token;
     } else {
       decode_known = false;

@@ -9,9 +9,11 @@
 //   decode   a token reads every weight of a stage once (placement::
 //            stage_work: the blocks' active bytes, and the output head on
 //            the last stage), so a stage takes stage_work / read bandwidth
-//            per token; one stream passes the stages one after another, so
-//            its rate is 1 / sum over stages. KV reads and per-layer
-//            overheads (norms, attention, thread hand-offs) are left out:
+//            per token, plus the worker's fixed cost of a decode matmul
+//            (its thread hand-offs) for each matrix the token multiplies
+//            (placement::stage_matmuls); one stream passes the stages one
+//            after another, so its rate is 1 / sum over stages. KV reads
+//            and the vector work (norms, RoPE, attention) are left out:
 //            the figure is an upper bound, close for models whose weights
 //            dwarf their KV.
 //   prefill  2 FLOPs per weight a token multiplies (placement::
@@ -54,6 +56,9 @@ struct WorkerFigures {
   int threads = 0;              // 0: unknown
   double read_bytes_per_s = 0;  // 0: unknown
   double flops_per_s = 0;       // 0: unknown
+  // Seconds one decode matmul costs besides its weight reads; 0: unknown
+  // (left out).
+  double matmul_overhead_s = 0;
 };
 
 // Placement budgets in worker order. Speed: the read bandwidth when every
@@ -69,6 +74,7 @@ struct StagePlan {
   uint64_t scratch_bytes = 0;
   uint64_t read_bytes_per_token = 0;  // placement::stage_work
   uint64_t params_per_token = 0;      // placement::stage_params
+  int matmuls_per_token = 0;          // placement::stage_matmuls
   double decode_s_per_token = 0;      // 0: unknown
   double prefill_tok_s = 0;           // 0: unknown
 };

@@ -81,6 +81,7 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
   s.block_bytes.assign(hp.n_layer, 0);
   s.active_bytes.assign(hp.n_layer, 0);
   s.active_params.assign(hp.n_layer, 0);
+  s.active_matmuls.assign(hp.n_layer, 0);
   uint64_t shared = 0;  // tensors every stage needs (rope_freqs ...)
   const gguf::TensorInfo* embd = nullptr;
   const gguf::TensorInfo* output = nullptr;
@@ -105,7 +106,10 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
       s.block_bytes[b] += t.n_bytes;
       if (!is_expert_tensor(t.name)) {
         s.active_bytes[b] += t.n_bytes;
-        if (matrix(t)) s.active_params[b] += t.n_elements;
+        if (matrix(t)) {
+          s.active_params[b] += t.n_elements;
+          ++s.active_matmuls[b];
+        }
         continue;
       }
       if (s.n_expert == 0) {
@@ -124,7 +128,10 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
       }
       // Each expert is an equal slice of the tensor (whole rows of blocks).
       s.active_bytes[b] += t.n_bytes / s.n_expert * s.n_expert_used;
-      if (matrix(t)) s.active_params[b] += t.n_elements / s.n_expert * s.n_expert_used;
+      if (matrix(t)) {
+        s.active_params[b] += t.n_elements / s.n_expert * s.n_expert_used;
+        s.active_matmuls[b] += s.n_expert_used;
+      }
     } else if (t.name == "token_embd.weight") {
       embd = &t;
     } else if (t.name == "output.weight") {
@@ -282,6 +289,16 @@ uint64_t stage_params(const ModelSizes& sizes, int first, int last) {
   }
   if (last == sizes.n_layer) params += sizes.head_params;
   return params;
+}
+
+int stage_matmuls(const ModelSizes& sizes, int first, int last) {
+  int matmuls = 0;
+  for (int b = std::max(first, 0);
+       b < std::min(last, static_cast<int>(sizes.active_matmuls.size())); ++b) {
+    matmuls += sizes.active_matmuls[b];
+  }
+  if (last == sizes.n_layer) ++matmuls;
+  return matmuls;
 }
 
 namespace {

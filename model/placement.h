@@ -61,6 +61,9 @@ struct ModelSizes {
   // per weight and row.
   std::vector<uint64_t> active_params;
   uint64_t head_params = 0;  // elements of the output matrix (last stage)
+  // [n_layer] matrices one token multiplies: each dense weight matrix once,
+  // each expert tensor n_expert_used times (the output head: one more).
+  std::vector<int> active_matmuls;
   int n_expert = 0;          // 0: dense
   int n_expert_used = 0;
 };
@@ -115,6 +118,10 @@ uint64_t stage_work(const ModelSizes& sizes, int first, int last);
 // Weights a token multiplies on a stage of blocks [first, last): the
 // blocks' active_params, and the output matrix on the last stage.
 uint64_t stage_params(const ModelSizes& sizes, int first, int last);
+
+// Matrices a token multiplies on a stage: the blocks' active_matmuls, and
+// the head on the last stage.
+int stage_matmuls(const ModelSizes& sizes, int first, int last);
 
 // The plan of blocks [first, last) for a pipeline of n_layer blocks.
 ShardPlan shard_plan(const ModelSizes& sizes, const KvShape& kv, int first,

@@ -188,11 +188,12 @@ int main(int argc, char** argv) {
     // first start (about a second), then read from the tune cache.
     strata::ThreadPool pool(config.threads);
     const strata::cpu::MachineRates rates = strata::cpu::cached_machine_rates(pool);
-    service->set_machine_rates(rates.read_bytes_per_s, rates.flops_per_s);
+    service->set_machine_rates(rates.read_bytes_per_s, rates.flops_per_s,
+                               rates.matmul_overhead_s);
     spdlog::info("machine rates: decode reads {:.1f} GB/s (STREAM read {:.1f} GB/s), "
-                 "{:.1f} GFLOP/s ({} {})",
+                 "{:.1f} GFLOP/s, {:.1f} us a decode matmul besides its reads ({} {})",
                  rates.read_bytes_per_s / 1e9, rates.stream_read_bytes_per_s / 1e9,
-                 rates.flops_per_s / 1e9,
+                 rates.flops_per_s / 1e9, rates.matmul_overhead_s * 1e6,
                  rates.from_cache ? "from" : "measured, cached in", rates.cache_path);
   }
   builder.RegisterService(service.get());

@@ -20,6 +20,7 @@
 //                 "weight_bytes", "kv_bytes", "scratch_bytes",
 //                 "budget_bytes", "threads", "read_bytes_per_s",
 //                 "flops_per_s", "read_bytes_per_token", "params_per_token",
+//                 "matmuls_per_token", "matmul_overhead_s",
 //                 "decode_ms_per_token", "prefill_tok_s"}],
 //    "decode_tok_s", "prefill_tok_s"}   (0: unknown)
 #include <cstdio>
@@ -93,6 +94,7 @@ absl::StatusOr<std::vector<WorkerFigures>> gather_figures(
       f.threads = d->threads();
       f.read_bytes_per_s = d->read_bandwidth_bytes_per_s();
       f.flops_per_s = d->flops_per_s();
+      f.matmul_overhead_s = d->matmul_overhead_s();
     }
     out.push_back(f);
   }
@@ -219,6 +221,8 @@ nlohmann::json to_json(const std::string& model_path,
                        {"flops_per_s", s.worker.flops_per_s},
                        {"read_bytes_per_token", s.read_bytes_per_token},
                        {"params_per_token", s.params_per_token},
+                       {"matmuls_per_token", s.matmuls_per_token},
+                       {"matmul_overhead_s", s.worker.matmul_overhead_s},
                        {"decode_ms_per_token", s.decode_s_per_token * 1e3},
                        {"prefill_tok_s", s.prefill_tok_s}});
   }

@@ -34,6 +34,11 @@ constexpr int kFlopRuns = 8;
 constexpr int64_t kDecodeRows = 8192;  // 2048 x 8192 Q4_K: 9 MiB a matrix
 constexpr int kDecodeMatrices = 14;    // 126 MiB
 constexpr int kDecodePasses = 4;
+// The fixed cost of one decode matmul: a 256 x 64 Q4_K matrix (9 KiB, in
+// cache), one row, the median of kOverheadRuns runs.
+constexpr int64_t kOverheadIn = 256;
+constexpr int64_t kOverheadRows = 64;
+constexpr int kOverheadRuns = 400;
 
 std::string sanitize(const std::string& s) {
   std::string out;
@@ -146,6 +151,41 @@ double measure_decode_bandwidth(ThreadPool& pool,
   return static_cast<double>(matrix_bytes * kDecodeMatrices) / best;
 }
 
+// Seconds one decode matmul costs besides its weight reads: the pool's
+// hand-off to its threads and back, the activation's quantization, on a
+// matrix so small that its bytes come from the cache. 0 without generated
+// kernels.
+double measure_matmul_overhead(ThreadPool& pool,
+                               const std::optional<kernels::IsaTier>& tier) {
+  if (!tier) return 0;
+  const GgmlType type = GgmlType::kQ4_K;
+  const std::optional<int64_t> row_bytes = ggml_row_bytes(type, kOverheadIn);
+  if (!row_bytes) return 0;
+  std::vector<uint8_t> bytes(static_cast<size_t>(*row_bytes * kOverheadRows),
+                             0x11);
+  fill_q4_k_scales(bytes);
+  kernels::WeightMatrix w{type, bytes.data(), kOverheadIn, kOverheadRows,
+                          *row_bytes};
+  auto mm = kernels::jit::JitMatmul::create(
+      w, *tier, kernels::jit::default_params(type, *tier), nullptr, pool);
+  if (!mm.ok()) return 0;
+  kernels::jit::JitScratch scratch(1, kOverheadIn);
+  std::vector<float> x(static_cast<size_t>(kOverheadIn), 0.5f);
+  std::vector<float> y(static_cast<size_t>(kOverheadRows));
+  std::vector<double> times;
+  for (int run = 0; run < kOverheadRuns + 10; ++run) {  // 10 warm-up runs
+    const auto t0 = std::chrono::steady_clock::now();
+    (*mm)->run(x.data(), 1, y.data(), scratch, pool);
+    const double s = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count();
+    if (run >= 10) times.push_back(s);
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2,
+                   times.end());
+  return times[times.size() / 2];
+}
+
 std::optional<kernels::IsaTier> tier_or_none() {
   absl::StatusOr<std::optional<kernels::IsaTier>> tier = kernels::engine_isa();
   return tier.ok() ? *tier : std::nullopt;
@@ -162,6 +202,7 @@ MachineRates measure_machine_rates(ThreadPool& pool) {
                            ? r.decode_read_bytes_per_s
                            : r.stream_read_bytes_per_s;
   r.flops_per_s = measure_flop_rate(pool, tier);
+  r.matmul_overhead_s = measure_matmul_overhead(pool, tier);
   return r;
 }
 
@@ -180,6 +221,7 @@ MachineRates cached_machine_rates(ThreadPool& pool,
       kernels::jit::kGeneratorVersion, "-t", pool.size(), ".txt");
   {
     std::ifstream in(path);
+    bool overhead = false;
     std::string key;
     double value = 0;
     MachineRates r;
@@ -190,8 +232,12 @@ MachineRates cached_machine_rates(ThreadPool& pool,
       if (key == "stream_read_bandwidth" && value > 0)
         r.stream_read_bytes_per_s = value;
       if (key == "flop_rate" && value >= 0) r.flops_per_s = value;
+      if (key == "matmul_overhead" && value >= 0) {
+        r.matmul_overhead_s = value;
+        overhead = true;
+      }
     }
-    if (r.read_bytes_per_s > 0 && r.stream_read_bytes_per_s > 0) {
+    if (r.read_bytes_per_s > 0 && r.stream_read_bytes_per_s > 0 && overhead) {
       r.from_cache = true;
       r.cache_path = path;
       return r;
@@ -210,7 +256,8 @@ MachineRates cached_machine_rates(ThreadPool& pool,
     out.precision(17);
     out << "read_bandwidth " << r.read_bytes_per_s << "\ndecode_read_bandwidth "
         << r.decode_read_bytes_per_s << "\nstream_read_bandwidth "
-        << r.stream_read_bytes_per_s << "\nflop_rate " << r.flops_per_s << "\n";
+        << r.stream_read_bytes_per_s << "\nflop_rate " << r.flops_per_s
+        << "\nmatmul_overhead " << r.matmul_overhead_s << "\n";
     if (!out) {
       std::filesystem::remove(tmp, ec);
       return r;

@@ -11,6 +11,11 @@
 //                   (memory_bandwidth.h) over arrays 4x the last-level
 //                   cache (at most 128 MiB each), which is measured either
 //                   way as the machine's bound.
+//   matmul overhead seconds one decode matmul costs besides its weight
+//                   reads: a 256 x 64 Q4_K matrix (in cache) on one row,
+//                   the median of 400 runs on T threads. A decode token
+//                   pays it once per matrix it multiplies, which on small
+//                   models (SmolLM2: 210 matmuls a token) is a large share.
 //   FLOP rate       FLOP/s of the generated Q4_K matmul (kernels/cpu/jit) at
 //                   64 activation rows on T threads, 2 FLOPs per weight and
 //                   row: the bound of prefill. 0 when the engine runs no
@@ -22,7 +27,7 @@
 // thread count under the tune-cache folder,
 //   $HOME/.cache/strata/tune-cache/rates-<cpu signature>-<tier>-g<N>-t<T>.txt
 // holding "read_bandwidth", "decode_read_bandwidth", "stream_read_bandwidth"
-// (bytes/s) and "flop_rate" (FLOP/s) lines; a file that lacks them is
+// (bytes/s), "flop_rate" (FLOP/s) and "matmul_overhead" (s) lines; a file that lacks them is
 // measured again and replaced.
 //
 // Thread-safety: plain functions; measuring uses the pool it is given (no
@@ -41,6 +46,9 @@ struct MachineRates {
   double decode_read_bytes_per_s = 0;  // the generated decode matmul's
   double stream_read_bytes_per_s = 0;  // STREAM read
   double flops_per_s = 0;              // 0: unknown
+  // Seconds a decode matmul costs besides reading its weights (the pool's
+  // hand-offs, the activation's quantization); 0: unknown.
+  double matmul_overhead_s = 0;
   bool from_cache = false;  // read from the cache file, not measured now
   std::string cache_path;   // the file read or written ("" : none)
 };
