@@ -1,4 +1,5 @@
 #include "coordinator/cluster.h"
+#include "coordinator/cluster_plan.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -223,23 +224,29 @@ absl::Status Cluster::plan(bool final_on_failure) {
     std::lock_guard<std::mutex> lock(mu_);
     members = members_;
   }
-  std::vector<placement::WorkerBudget> budgets;
+  std::vector<WorkerFigures> figures;
   for (int i : members) {
-    placement::WorkerBudget b;
-    b.name = pool_[i].name;
-    b.bytes = pool_[i].memory_budget;
-    // The worker's budget (unless the config gives one) and its threads,
-    // the pace placement balances (placement.h).
+    WorkerFigures f;
+    f.name = pool_[i].name;
+    f.memory_budget = pool_[i].memory_budget;
+    // The worker's budget (unless the config gives one), and its measured
+    // read bandwidth or its threads: the pace placement balances
+    // (placement.h, worker_budgets in cluster_plan.h; `strata plan` plans
+    // the same way).
     auto d = workers_[i]->describe(options_.call_deadline);
     if (!d.ok() && options_.monitor) return d.status();
     if (d.ok()) {
-      if (b.bytes == 0 && options_.monitor) b.bytes = d->memory_budget_bytes();
-      b.speed = d->threads();
+      if (f.memory_budget == 0 && options_.monitor) f.memory_budget = d->memory_budget_bytes();
+      f.threads = d->threads();
+      f.read_bytes_per_s = d->read_bandwidth_bytes_per_s();
+      f.flops_per_s = d->flops_per_s();
+      f.matmul_overhead_s = d->matmul_overhead_s();
       std::lock_guard<std::mutex> lock(mu_);
       states_[i].described = *d;
     }
-    budgets.push_back(b);
+    figures.push_back(f);
   }
+  const std::vector<placement::WorkerBudget> budgets = worker_budgets(figures);
   placement::KvShape kv;
   kv.n_ctx = model_->n_ctx;
   kv.max_sequences = c.max_sequences;

@@ -83,24 +83,41 @@ absl::StatusOr<int> get_int(const YAML::Node& node, absl::string_view key,
 }
 
 absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
-                                          const std::string& where) {
+                                          const std::string& where, bool spare) {
   if (!node.IsMap()) {
     return key_error(where, "expected a map with `address`");
   }
   if (absl::Status st = check_keys(node, where,
                                    {"address", "name", "memory_budget",
-                                    "blocks"});
+                                    "blocks", "declared", "read_bandwidth",
+                                    "flop_rate", "threads"});
       !st.ok()) {
     return st;
   }
   WorkerConfig w;
-  if (!node["address"]) return key_error(where + ".address", "missing");
-  auto address = get_string(node["address"], where + ".address");
-  if (!address.ok()) return address.status();
-  if (absl::Status st = check_address(*address); !st.ok()) {
-    return key_error(where + ".address", st.message());
+  if (node["declared"]) {
+    if (!node["declared"].IsScalar()) return key_error(where + ".declared", "expected true or false");
+    const std::string text = node["declared"].as<std::string>();
+    if (text == "true") {
+      w.declared = true;
+    } else if (text != "false") {
+      return key_error(where + ".declared", absl::StrCat("'", text, "' is not true or false"));
+    }
+    if (w.declared && spare) {
+      return key_error(where + ".declared", "a spare must be a running worker");
+    }
   }
-  w.address = *address;
+  if (node["address"]) {
+    auto address = get_string(node["address"], where + ".address");
+    if (!address.ok()) return address.status();
+    if (absl::Status st = check_address(*address); !st.ok()) {
+      return key_error(where + ".address", st.message());
+    }
+    w.address = *address;
+  } else if (!w.declared) {
+    return key_error(where + ".address",
+                     "missing (or `declared: true` for a machine not yet running)");
+  }
   w.name = w.address;
   if (node["name"]) {
     auto name = get_string(node["name"], where + ".name");
@@ -109,6 +126,8 @@ absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
       return key_error(where + ".name", "expected 1 to 128 characters");
     }
     w.name = *name;
+  } else if (w.address.empty()) {
+    return key_error(where + ".name", "missing (a declared worker without address needs a name)");
   }
   if (node["memory_budget"]) {
     auto text = get_string(node["memory_budget"], where + ".memory_budget");
@@ -118,6 +137,36 @@ absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
       return key_error(where + ".memory_budget", bytes.status().message());
     }
     w.memory_budget = *bytes;
+  }
+  if (w.declared && w.memory_budget == 0) {
+    return key_error(where + ".memory_budget",
+                     "missing (a declared worker says how much memory it will have)");
+  }
+  for (const char* key : {"read_bandwidth", "flop_rate", "threads"}) {
+    if (node[key] && !w.declared) {
+      return key_error(absl::StrCat(where, ".", key),
+                       "only for a declared worker (declared: true); a running worker "
+                       "measures its own and reports it in Describe");
+    }
+  }
+  if (node["read_bandwidth"]) {
+    auto text = get_string(node["read_bandwidth"], where + ".read_bandwidth");
+    if (!text.ok()) return text.status();
+    auto rate = placement::parse_byte_rate(*text);
+    if (!rate.ok()) return key_error(where + ".read_bandwidth", rate.status().message());
+    w.read_bandwidth = *rate;
+  }
+  if (node["flop_rate"]) {
+    auto text = get_string(node["flop_rate"], where + ".flop_rate");
+    if (!text.ok()) return text.status();
+    auto rate = placement::parse_flop_rate(*text);
+    if (!rate.ok()) return key_error(where + ".flop_rate", rate.status().message());
+    w.flop_rate = *rate;
+  }
+  if (node["threads"]) {
+    auto threads = get_int(node["threads"], where + ".threads", 1, 4096);
+    if (!threads.ok()) return threads.status();
+    w.threads = *threads;
   }
   if (node["blocks"]) {
     const YAML::Node& b = node["blocks"];
@@ -142,6 +191,7 @@ absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
 }  // namespace
 
 std::string worker_label(const WorkerConfig& w) {
+  if (w.address.empty()) return absl::StrCat("worker ", w.name);
   if (w.name == w.address) return absl::StrCat("worker ", w.address);
   return absl::StrCat("worker ", w.name, " (", w.address, ")");
 }
@@ -332,7 +382,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
     }
     int with_blocks = 0;
     for (size_t i = 0; i < workers.size(); ++i) {
-      auto w = parse_worker(workers[i], absl::StrCat("workers[", i, "]"));
+      auto w = parse_worker(workers[i], absl::StrCat("workers[", i, "]"), /*spare=*/false);
       if (!w.ok()) return with_source(w.status());
       if (w->blocks) ++with_blocks;
       c.workers.push_back(*std::move(w));
@@ -346,7 +396,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       }
       for (size_t i = 0; i < spares.size(); ++i) {
         const std::string key = absl::StrCat("spares[", i, "]");
-        auto w = parse_worker(spares[i], key);
+        auto w = parse_worker(spares[i], key, /*spare=*/true);
         if (!w.ok()) return with_source(w.status());
         if (w->blocks) {
           return with_source(key_error(absl::StrCat(key, ".blocks"),
@@ -361,7 +411,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       const WorkerConfig& w = spare ? c.spares[i - c.workers.size()] : c.workers[i];
       const std::string key = spare ? absl::StrCat("spares[", i - c.workers.size(), "]")
                                      : absl::StrCat("workers[", i, "]");
-      if (!addresses.insert(w.address).second) {
+      if (!w.address.empty() && !addresses.insert(w.address).second) {
         return with_source(key_error(
             absl::StrCat(key, ".address"),
             absl::StrCat(w.address, " appears twice; one worker per address")));
@@ -424,12 +474,26 @@ absl::Status check_trace_writable(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status resolve_link_security(ClusterConfig& c) {
+absl::Status check_workers_running(const ClusterConfig& c) {
+  for (size_t i = 0; i < c.workers.size(); ++i) {
+    if (c.workers[i].declared) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "workers[", i, "]: ", worker_label(c.workers[i]),
+          " is declared (declared: true: a machine not yet running, for `strata plan`); "
+          "a coordinator needs every worker running at its address"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status resolve_link_security(ClusterConfig& c, const std::string& program) {
   std::vector<std::string> addresses;
-  for (const WorkerConfig& w : c.workers) addresses.push_back(w.address);
+  for (const WorkerConfig& w : c.workers) {
+    if (!w.declared) addresses.push_back(w.address);
+  }
   for (const WorkerConfig& w : c.spares) addresses.push_back(w.address);
   if (absl::Status st = grpc_tls::resolve_link_security(
-          &c.tls, addresses, /*require_peers=*/false, "strata-coordinator");
+          &c.tls, addresses, /*require_peers=*/false, program);
       !st.ok()) {
     return st;
   }
@@ -437,6 +501,7 @@ absl::Status resolve_link_security(ClusterConfig& c) {
   for (size_t i = 0; i < c.workers.size() + c.spares.size(); ++i) {
     const bool spare = i >= c.workers.size();
     const WorkerConfig& w = spare ? c.spares[i - c.workers.size()] : c.workers[i];
+    if (w.declared) continue;  // no link to it
     const std::string key = spare ? absl::StrCat("spares[", i - c.workers.size(), "].name")
                                   : absl::StrCat("workers[", i, "].name");
     if (w.name.empty() || w.name == w.address) {

@@ -45,7 +45,20 @@
 //       name: w0                    # for messages; default: the address
 //       memory_budget: 2GiB         # default: what the worker reports
 //       blocks: [0, 15]             # explicit placement: blocks [0, 15)
+//     - name: w2                    # a machine not yet running, for
+//       declared: true              # `strata plan` only (docs/cluster.md,
+//       memory_budget: 48GiB        # "Planning a cluster"): no address
+//       read_bandwidth: 20GB/s      # needed; memory_budget required;
+//       flop_rate: 1.2TFLOP/s       # read_bandwidth (a size per second),
+//       threads: 16                 # flop_rate and threads optional
 //
+// A declared worker (`declared: true`) stands for a machine that is not
+// running yet: `strata plan` takes its figures from the config instead of
+// its Describe; strata-coordinator refuses a config with one
+// (check_workers_running). read_bandwidth, flop_rate and threads are only
+// for declared workers (a running worker measures and reports its own);
+// a declared worker needs a `name:` when it has no address, and a
+// memory_budget. Spares cannot be declared.
 // A leading "~/" in `model` and `trace` is the home directory.
 // With `placement: explicit` every worker must give `blocks`; with `auto`
 // none may. Unknown keys are refused (a typo would otherwise be silently
@@ -73,10 +86,17 @@ struct WorkerConfig {
   std::string name;     // defaults to the address
   uint64_t memory_budget = 0;  // 0: as the worker's Describe reports
   std::optional<placement::Range> blocks;  // explicit placement
+  // `declared: true`: not running; the figures below stand for its
+  // Describe (strata plan). address may then be empty.
+  bool declared = false;
+  double read_bandwidth = 0;  // bytes/s; 0: not declared
+  double flop_rate = 0;       // FLOP/s; 0: not declared
+  int threads = 0;            // 0: not declared
 };
 
 // How messages name a worker: "worker NAME (ADDRESS)", or "worker ADDRESS"
-// when the name is the address (no `name:` given).
+// when the name is the address (no `name:` given), "worker NAME" when it
+// has no address (declared).
 std::string worker_label(const WorkerConfig& w);
 
 struct ClusterConfig {
@@ -115,8 +135,10 @@ struct ClusterConfig {
 // when every worker is on loopback and `insecure: true` (a warning). With
 // TLS every worker needs a `name:` (its certificate's name), in tls.peers
 // when that is given. Errors: InvalidArgument naming the key
-// ("workers[1].name: required with tls: ...").
-absl::Status resolve_link_security(ClusterConfig& config);
+// ("workers[1].name: required with tls: ..."). Declared workers (no link)
+// are left out. `program` names the process in the plaintext warning.
+absl::Status resolve_link_security(ClusterConfig& config,
+                                   const std::string& program = "strata-coordinator");
 
 // Parses YAML text. `source` names it in messages ("cluster.yaml").
 absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
@@ -128,6 +150,10 @@ absl::StatusOr<ClusterConfig> load_cluster_config(const std::string& path);
 // `port_zero_ok`, for listen addresses; [v6]:port allowed).
 absl::Status check_address(absl::string_view address,
                            bool port_zero_ok = false);
+
+// OK when no worker is declared (`declared: true`); else
+// FailedPrecondition naming it: a coordinator serves running workers only.
+absl::Status check_workers_running(const ClusterConfig& config);
 
 // Opens `path` for writing (creating it, or emptying it) and closes it:
 // ClusterConfig::trace is checked so before a cluster starts, so that an

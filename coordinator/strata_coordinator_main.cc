@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   }
   auto config = load_cluster_config(config_path);
   if (!config.ok()) return fail("", config.status());
+  if (absl::Status st = check_workers_running(*config); !st.ok()) return fail(config_path, st);
   if (!model.empty()) config->model = model;
   if (!listen.empty()) {
     if (absl::Status st = check_address(listen, true); !st.ok()) {

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -62,11 +63,25 @@ bool greedy_fits(const ModelSizes& sizes, const KvShape& kv,
 
 }  // namespace
 
+namespace {
+
+// "blk.N.ffn_gate_exps.weight", ".._up_exps.", ".._down_exps." (and their
+// biases): the tensors that hold every expert, the experts along the last
+// dimension (llama.cpp's LLM_TENSOR_FFN_*_EXPS names).
+bool is_expert_tensor(std::string_view name) {
+  return name.find("_exps.") != std::string_view::npos;
+}
+
+}  // namespace
+
 absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
                                        const arch::Hyperparameters& hp) {
   ModelSizes s;
   s.n_layer = hp.n_layer;
   s.block_bytes.assign(hp.n_layer, 0);
+  s.active_bytes.assign(hp.n_layer, 0);
+  s.active_params.assign(hp.n_layer, 0);
+  s.active_matmuls.assign(hp.n_layer, 0);
   uint64_t shared = 0;  // tensors every stage needs (rope_freqs ...)
   const gguf::TensorInfo* embd = nullptr;
   const gguf::TensorInfo* output = nullptr;
@@ -74,10 +89,49 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
   if (absl::Status st = arch::check_block_tensors(model.tensors(), hp.n_layer); !st.ok()) {
     return st;
   }
+  // The architecture reads ARCH.expert_count / ARCH.expert_used_count
+  // into hp.moe (checked there, llama.cpp's load_hparams keys).
+  const std::string count_key = absl::StrCat(hp.architecture, ".expert_count");
+  const std::string used_key = absl::StrCat(hp.architecture, ".expert_used_count");
+  s.n_expert = hp.moe.n_expert;
+  s.n_expert_used = hp.moe.n_expert_used;
+  // Weights of a matmul: 2-D and 3-D tensors, not biases (gpt-oss's expert
+  // biases are 2-D).
+  const auto matrix = [](const gguf::TensorInfo& t) {
+    return t.shape.size() >= 2 && !absl::EndsWith(t.name, ".bias");
+  };
   for (const gguf::TensorInfo& t : model.tensors()) {
     const int64_t b = arch::block_index(t.name);
     if (b >= 0) {
       s.block_bytes[b] += t.n_bytes;
+      if (!is_expert_tensor(t.name)) {
+        s.active_bytes[b] += t.n_bytes;
+        if (matrix(t)) {
+          s.active_params[b] += t.n_elements;
+          ++s.active_matmuls[b];
+        }
+        continue;
+      }
+      if (s.n_expert == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            count_key, ": missing (tensor ", t.name, " holds experts)"));
+      }
+      if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            used_key, ": ", s.n_expert_used, " is out of range [1, ", s.n_expert,
+            "] (", count_key, " ", s.n_expert, ")"));
+      }
+      if (t.shape.back() != s.n_expert) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", t.name, ": ", t.shape.back(), " experts in its last dimension, ",
+            count_key, " says ", s.n_expert));
+      }
+      // Each expert is an equal slice of the tensor (whole rows of blocks).
+      s.active_bytes[b] += t.n_bytes / s.n_expert * s.n_expert_used;
+      if (matrix(t)) {
+        s.active_params[b] += t.n_elements / s.n_expert * s.n_expert_used;
+        s.active_matmuls[b] += s.n_expert_used;
+      }
     } else if (t.name == "token_embd.weight") {
       embd = &t;
     } else if (t.name == "output.weight") {
@@ -95,6 +149,7 @@ absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
   s.embedding_bytes = embd->n_bytes;
   s.head_bytes = (output != nullptr ? output->n_bytes : embd->n_bytes) +
                  (output_norm != nullptr ? output_norm->n_bytes : 0);
+  s.head_params = output != nullptr ? output->n_elements : embd->n_elements;
   s.kv_elements_per_position =
       static_cast<uint64_t>(hp.n_head_kv) *
       static_cast<uint64_t>(hp.head_dim_k + hp.head_dim_v);
@@ -214,12 +269,36 @@ absl::StatusOr<std::vector<ShardPlan>> memory_balanced(
 }  // namespace
 
 uint64_t stage_work(const ModelSizes& sizes, int first, int last) {
+  // Sizes built by hand (tests) may leave active_bytes empty: all dense.
+  const std::vector<uint64_t>& bytes =
+      sizes.active_bytes.size() == sizes.block_bytes.size() ? sizes.active_bytes
+                                                            : sizes.block_bytes;
   uint64_t work = 0;
   for (int b = std::max(first, 0); b < std::min(last, sizes.n_layer); ++b) {
-    work += sizes.block_bytes[b];
+    work += bytes[b];
   }
   if (last == sizes.n_layer) work += sizes.head_bytes;
   return work;
+}
+
+uint64_t stage_params(const ModelSizes& sizes, int first, int last) {
+  uint64_t params = 0;
+  for (int b = std::max(first, 0);
+       b < std::min(last, static_cast<int>(sizes.active_params.size())); ++b) {
+    params += sizes.active_params[b];
+  }
+  if (last == sizes.n_layer) params += sizes.head_params;
+  return params;
+}
+
+int stage_matmuls(const ModelSizes& sizes, int first, int last) {
+  int matmuls = 0;
+  for (int b = std::max(first, 0);
+       b < std::min(last, static_cast<int>(sizes.active_matmuls.size())); ++b) {
+    matmuls += sizes.active_matmuls[b];
+  }
+  if (last == sizes.n_layer) ++matmuls;
+  return matmuls;
 }
 
 namespace {
@@ -409,6 +488,60 @@ absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "\"", original, "\" is not a size (bytes, or e.g. 4GiB, 512MiB, 2GB)"));
+}
+
+absl::StatusOr<double> parse_byte_rate(std::string_view text) {
+  const absl::string_view t = absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size()));
+  if (!absl::EndsWith(t, "/s")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", t, "\" is not a rate (a size per second, e.g. 20GB/s or 18.6GiB/s)"));
+  }
+  const absl::string_view size = t.substr(0, t.size() - 2);
+  absl::StatusOr<uint64_t> bytes = parse_byte_size(std::string_view(size.data(), size.size()));
+  if (!bytes.ok() || *bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", t, "\" is not a rate (a size per second, e.g. 20GB/s or 18.6GiB/s)"));
+  }
+  return static_cast<double>(*bytes);
+}
+
+absl::StatusOr<double> parse_flop_rate(std::string_view text) {
+  const absl::string_view t = absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size()));
+  const absl::Status bad = absl::InvalidArgumentError(absl::StrCat(
+      "\"", t, "\" is not a FLOP rate (e.g. 800GFLOP/s or 1.2TFLOP/s)"));
+  if (!absl::EndsWith(t, "FLOP/s")) return bad;
+  absl::string_view number = absl::StripAsciiWhitespace(t.substr(0, t.size() - 6));
+  double factor = 1;
+  if (!number.empty()) {
+    switch (number.back()) {
+      case 'k': factor = 1e3; break;
+      case 'M': factor = 1e6; break;
+      case 'G': factor = 1e9; break;
+      case 'T': factor = 1e12; break;
+      case 'P': factor = 1e15; break;
+      default: break;
+    }
+    if (factor != 1) number = absl::StripAsciiWhitespace(number.substr(0, number.size() - 1));
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(number, &value) || !(value > 0) || !(value * factor < 1e21)) return bad;
+  return value * factor;
+}
+
+std::string format_rate(double bytes_per_s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GB/s", bytes_per_s / 1e9);
+  return buf;
+}
+
+std::string format_flop_rate(double flops_per_s) {
+  char buf[32];
+  if (flops_per_s >= 1e12) {
+    std::snprintf(buf, sizeof buf, "%.2f TFLOP/s", flops_per_s / 1e12);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", flops_per_s / 1e9);
+  }
+  return buf;
 }
 
 }  // namespace strata::placement

@@ -8,6 +8,13 @@
 // cache: per block and position, n_head_kv x (head_dim_k + head_dim_v)
 // elements of the KV type, for n_ctx positions of max_sequences sequences.
 //
+// What a token reads: on a dense block every tensor; on a mixture-of-experts
+// block (3-D expert tensors blk.N.ffn_{gate,up,down}_exps.*, the experts
+// along the last dimension) only n_expert_used of the n_expert experts, plus
+// the router (ffn_gate_inp) and any shared expert (ffn_*_shexp) in full.
+// n_expert and n_expert_used are the architecture's (hp.moe: the GGUF keys
+// ARCH.expert_count and ARCH.expert_used_count).
+//
 // Usage:
 //   ASSIGN_OR_RETURN(ModelSizes sizes, model_sizes(*model, hp));
 //   KvShape kv{.n_ctx = 4096, .max_sequences = 8, .kv_type = GgmlType::kF16};
@@ -45,10 +52,27 @@ struct ModelSizes {
   // KV elements per block per position for one sequence:
   // n_head_kv x (head_dim_k + head_dim_v).
   uint64_t kv_elements_per_position = 0;
+  // [n_layer] bytes of blk.N.* one token reads: block_bytes on a dense
+  // block; the dense tensors + n_expert_used / n_expert of the expert
+  // tensors on a mixture-of-experts block.
+  std::vector<uint64_t> active_bytes;
+  // [n_layer] weights (elements of the 2-D and 3-D tensors, expert ones at
+  // n_expert_used / n_expert) one token multiplies: a matmul costs 2 FLOPs
+  // per weight and row.
+  std::vector<uint64_t> active_params;
+  uint64_t head_params = 0;  // elements of the output matrix (last stage)
+  // [n_layer] matrices one token multiplies: each dense weight matrix once,
+  // each expert tensor n_expert_used times (the output head: one more).
+  std::vector<int> active_matmuls;
+  int n_expert = 0;          // 0: dense
+  int n_expert_used = 0;
 };
 
 // Sizes from the GGUF's tensor table. InvalidArgument when a tensor name
-// blk.N.* has N outside [0, n_layer) or token_embd is missing.
+// blk.N.* has N outside [0, n_layer) or token_embd is missing; for expert
+// tensors, when hp.moe says the model is dense (ARCH.expert_count missing)
+// or its counts are out of range (1 <= used <= count), or an expert
+// tensor's last dimension is not expert_count.
 absl::StatusOr<ModelSizes> model_sizes(const gguf::GgufModel& model,
                                        const arch::Hyperparameters& hp);
 
@@ -70,8 +94,10 @@ uint64_t kv_bytes(const ModelSizes& sizes, const KvShape& kv, int first,
 struct WorkerBudget {
   std::string name;      // for messages: "w1" or "127.0.0.1:50062"
   uint64_t bytes = 0;    // weights + KV it may hold; 0: unknown (no limit)
-  // Relative rate of work (its compute threads); 0: unknown (the mean of
-  // the known ones, or all equal).
+  // Relative rate of work, in one unit for all workers (the coordinator:
+  // measured read bandwidth in bytes/s when every worker reports one, else
+  // compute threads); 0: unknown (the mean of the known ones, or all
+  // equal).
   double speed = 0;
 };
 
@@ -86,8 +112,16 @@ struct ShardPlan {
 };
 
 // Bytes of weights a token reads on a stage of blocks [first, last): the
-// blocks' tensors, and the output head on the last stage.
+// blocks' active_bytes, and the output head on the last stage.
 uint64_t stage_work(const ModelSizes& sizes, int first, int last);
+
+// Weights a token multiplies on a stage of blocks [first, last): the
+// blocks' active_params, and the output matrix on the last stage.
+uint64_t stage_params(const ModelSizes& sizes, int first, int last);
+
+// Matrices a token multiplies on a stage: the blocks' active_matmuls, and
+// the head on the last stage.
+int stage_matmuls(const ModelSizes& sizes, int first, int last);
 
 // The plan of blocks [first, last) for a pipeline of n_layer blocks.
 ShardPlan shard_plan(const ModelSizes& sizes, const KvShape& kv, int first,
@@ -131,5 +165,19 @@ std::string format_bytes(uint64_t bytes);
 // (say GiB or GB), as are negatives, overflow and anything else:
 // InvalidArgument quoting the text.
 absl::StatusOr<uint64_t> parse_byte_size(std::string_view text);
+
+// A read bandwidth in a config file: a size (parse_byte_size's units)
+// followed by "/s": "20GB/s" (2e10 bytes/s), "18.6GiB/s", "500MB/s".
+// InvalidArgument quoting the text for anything else (no "/s", zero).
+absl::StatusOr<double> parse_byte_rate(std::string_view text);
+
+// A FLOP rate in a config file: a number, an optional SI prefix (k, M, G,
+// T, P: powers of 1000) and "FLOP/s": "800GFLOP/s", "1.2TFLOP/s", "5e11FLOP/s".
+// InvalidArgument quoting the text for anything else (zero, negative).
+absl::StatusOr<double> parse_flop_rate(std::string_view text);
+
+// "20.5 GB/s" (1e9 bytes), "1.23 TFLOP/s" / "812.0 GFLOP/s".
+std::string format_rate(double bytes_per_s);
+std::string format_flop_rate(double flops_per_s);
 
 }  // namespace strata::placement

@@ -26,6 +26,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/cpu/machine_rates.h"
 #include "model/log.h"
 #include "model/placement.h"
 #include "proto/grpc_ops.h"
@@ -182,6 +183,19 @@ int main(int argc, char** argv) {
   // address (its default name) right after, before the port is printed.
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
   auto service = std::make_unique<strata::worker::WorkerService>(config);
+  {
+    // Read bandwidth and FLOP rate for Describe (planning): measured on the
+    // first start (about a second), then read from the tune cache.
+    strata::ThreadPool pool(config.threads);
+    const strata::cpu::MachineRates rates = strata::cpu::cached_machine_rates(pool);
+    service->set_machine_rates(rates.read_bytes_per_s, rates.flops_per_s,
+                               rates.matmul_overhead_s);
+    spdlog::info("machine rates: decode reads {:.1f} GB/s (STREAM read {:.1f} GB/s), "
+                 "{:.1f} GFLOP/s, {:.1f} us a decode matmul besides its reads ({} {})",
+                 rates.read_bytes_per_s / 1e9, rates.stream_read_bytes_per_s / 1e9,
+                 rates.flops_per_s / 1e9, rates.matmul_overhead_s * 1e6,
+                 rates.from_cache ? "from" : "measured, cached in", rates.cache_path);
+  }
   builder.RegisterService(service.get());
   strata::grpc_ops::add_health_and_reflection(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -205,6 +205,9 @@ grpc::Status WorkerService::Describe(grpc::ServerContext*,
   response->set_memory_budget_bytes(config_.memory_budget_bytes);
   for (const std::string& d : config_.model_dirs) response->add_model_dirs(d);
   response->set_protocol_version(kProtocolVersion);
+  response->set_read_bandwidth_bytes_per_s(read_bytes_per_s_.load());
+  response->set_flops_per_s(flops_per_s_.load());
+  response->set_matmul_overhead_s(matmul_overhead_s_.load());
   if (std::shared_ptr<Loaded> loaded = current()) {
     *response->mutable_shard() = loaded->stage->shard();
   }

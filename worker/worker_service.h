@@ -92,6 +92,14 @@ class WorkerService final : public v1::Worker::Service {
   // Where the server listens (its port resolved): the worker's name when
   // the config gives none. Call once, right after the server started.
   void set_bound_address(const std::string& address);
+  // The machine's measured read bandwidth (bytes/s) and FLOP rate (FLOP/s)
+  // that Describe reports (kernels/cpu/machine_rates.h); 0: unknown.
+  void set_machine_rates(double read_bytes_per_s, double flops_per_s,
+                         double matmul_overhead_s = 0) {
+    read_bytes_per_s_ = read_bytes_per_s;
+    flops_per_s_ = flops_per_s;
+    matmul_overhead_s_ = matmul_overhead_s;
+  }
   // The config's name, else the bound address.
   std::string worker_id() const;
 
@@ -126,6 +134,11 @@ class WorkerService final : public v1::Worker::Service {
   void log_absent_parts(const ShardPlan& plan) const;
 
   const WorkerConfig config_;
+  // Read bandwidth (bytes/s) and FLOP rate (FLOP/s) reported by Describe;
+  // 0: unknown. Set before serving (set_machine_rates).
+  std::atomic<double> read_bytes_per_s_{0};
+  std::atomic<double> flops_per_s_{0};
+  std::atomic<double> matmul_overhead_s_{0};
   std::string device_;  // CPU model
   std::string isa_;     // "avx512vnni", "avx512", "avx2", "baseline"
 

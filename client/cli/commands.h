@@ -36,6 +36,7 @@ void add_chat_template_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_hardware_command(CLI::App& app, int& exit_code);
 void add_inspect_command(CLI::App& app, int& exit_code);
+void add_plan_command(CLI::App& app, int& exit_code);
 void add_quantize_command(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);

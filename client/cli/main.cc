@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   strata::cli::add_generate_command(app, exit_code);
   strata::cli::add_hardware_command(app, exit_code);
   strata::cli::add_inspect_command(app, exit_code);
+  strata::cli::add_plan_command(app, exit_code);
   strata::cli::add_quantize_command(app, exit_code);
   strata::cli::add_run_command(app, exit_code);
   strata::cli::add_serve_command(app, exit_code);

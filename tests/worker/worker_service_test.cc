@@ -92,6 +92,27 @@ class WorkerServiceTest : public ::testing::Test {
   std::string model_dir_;
 };
 
+// The measured rates (strata-worker sets them at startup from
+// kernels/cpu/machine_rates.h) come back in Describe for planning; none
+// set: 0, unknown.
+TEST_F(WorkerServiceTest, DescribeReportsTheMachineRates) {
+  ServedWorker w("w0", model_dir_, 30000);
+  const auto describe = [&w] {
+    grpc::ClientContext context;
+    v1::DescribeResponse d;
+    EXPECT_TRUE(w.stub()->Describe(&context, v1::DescribeRequest(), &d).ok());
+    return d;
+  };
+  EXPECT_EQ(describe().read_bandwidth_bytes_per_s(), 0);
+  EXPECT_EQ(describe().flops_per_s(), 0);
+  w.service().set_machine_rates(12.5e9, 3.5e11);
+  const v1::DescribeResponse d = describe();
+  EXPECT_DOUBLE_EQ(d.read_bandwidth_bytes_per_s(), 12.5e9);
+  EXPECT_DOUBLE_EQ(d.flops_per_s(), 3.5e11);
+  EXPECT_EQ(d.threads(), 1);
+  EXPECT_EQ(d.memory_budget_bytes(), uint64_t{1} << 30);
+}
+
 TEST_F(WorkerServiceTest, LoadShardRefusesTheLiveShardsId) {
   ServedWorker w("w0", model_dir_, 30000);
   v1::LoadShardRequest r =
