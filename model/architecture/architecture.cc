@@ -379,7 +379,21 @@ absl::StatusOr<Hyperparameters> read_hyperparameters(
   ASSIGN_OR_RETURN_ARCH(hp.n_ctx_orig,
                         keys.integer("rope.scaling.original_context_length", 1,
                                      1 << 24, hp.n_ctx_train));
-  if (scaling && *scaling == "yarn") hp.yarn_ext_factor = 1.0f;
+  if (scaling && *scaling == "yarn") {
+    hp.yarn_ext_factor = 1.0f;
+    // The attention factor llama.cpp's context derives for YaRN:
+    // mscale(s) = 0.1 ln s + 1 for s > 1 (Peng et al. 2023, sec. 3.4),
+    // divided by the 1 + 0.1 ln s that the rotation itself multiplies in
+    // again (ggml's rope_yarn), so that the product is mscale(s) once.
+    const float s = 1.0f / freq_scale;
+    const float mscale = s <= 1.0f ? 1.0f : 0.1f * std::log(s) + 1.0f;
+    hp.yarn_attn_factor = mscale * (1.0f / (1.0f + 0.1f * std::log(s)));
+  }
+  // rope.scaling.attn_factor multiplies the rotated q and k of every
+  // layer (cos and sin scaled alike), with or without YaRN.
+  float attn_factor = 1.0f;
+  ASSIGN_OR_RETURN_ARCH(attn_factor, keys.real("rope.scaling.attn_factor", 1.0f));
+  hp.yarn_attn_factor *= attn_factor;
 
   hp.recipe = recipe_for(hp.family, hp.n_embd);
   ASSIGN_OR_RETURN_ARCH(hp.moe, read_moe(keys, hp.family, hp.n_ff));

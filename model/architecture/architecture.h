@@ -34,6 +34,7 @@
 //     .rope.dimension_count (= key_length), .rope.freq_base (10000),
 //     .rope.scaling.type ("none" | "linear" | "yarn"), .rope.scaling.factor,
 //     .rope.scale_linear (old name), .rope.scaling.original_context_length,
+//     .rope.scaling.attn_factor (1; times YaRN's own factor),
 //     .attention.sliding_window (gemma2: 4096, gemma3 and gpt-oss:
 //     required), .attention.sliding_window_pattern (gpt-oss: a layer
 //     period, 2 by default, whose last layer is global; or one bool per
@@ -163,7 +164,8 @@ struct Hyperparameters {
   int sliding_window = 0;          // 0: no sliding-window layers
   // YaRN (rope.scaling.type = yarn); ext_factor 0 otherwise.
   float yarn_ext_factor = 0.0f;
-  float yarn_attn_factor = 1.0f;
+  float yarn_attn_factor = 1.0f;  // scales rotated q and k: YaRN's factor x
+                                   // rope.scaling.attn_factor
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
   int n_ctx_orig = 0;

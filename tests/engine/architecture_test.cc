@@ -1,5 +1,6 @@
 // Hyperparameters from GGUF metadata: errors name the key or the
 // architecture; the families' hard-coded facts are applied.
+#include <cmath>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -142,6 +143,39 @@ TEST(Architecture, LinearRopeScaling) {
   auto bad = read(kvs, &s);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("rope.scaling.type"), std::string::npos);
+}
+
+// The factor q and k are rotated with: llama.cpp's YaRN attention factor
+// (mscale(s) / (1 + 0.1 ln s), mscale(s) = 0.1 ln s + 1) times
+// rope.scaling.attn_factor; the latter alone without YaRN.
+TEST(Architecture, RopeAttentionFactor) {
+  std::vector<uint8_t> s;
+  std::vector<Kv> kvs = minimal("llama");
+  auto plain = read(kvs, &s);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->yarn_attn_factor, 1.0f);
+
+  kvs.push_back({"llama.rope.scaling.type", Kv::kStr, 0, "linear"});
+  kvs.push_back({"llama.rope.scaling.factor", Kv::kF32, 4.0, ""});
+  kvs.push_back({"llama.rope.scaling.attn_factor", Kv::kF32, 0.5, ""});
+  auto linear = read(kvs, &s);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ(linear->yarn_attn_factor, 0.5f);
+  EXPECT_EQ(linear->yarn_ext_factor, 0.0f);
+
+  kvs[kvs.size() - 3] = {"llama.rope.scaling.type", Kv::kStr, 0, "yarn"};
+  kvs[kvs.size() - 2] = {"llama.rope.scaling.factor", Kv::kF32, 40.0, ""};
+  auto yarn = read(kvs, &s);
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  const double ln40 = std::log(40.0);
+  EXPECT_NEAR(yarn->yarn_attn_factor, 0.5 * (0.1 * ln40 + 1) / (1 + 0.1 * ln40), 1e-6);
+  EXPECT_EQ(yarn->yarn_ext_factor, 1.0f);
+
+  kvs.back() = {"llama.rope.scaling.attn_factor", Kv::kF32, -1.0, ""};
+  auto bad = read(kvs, &s);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("llama.rope.scaling.attn_factor"), std::string::npos)
+      << bad.status();
 }
 
 // gpt-oss's keys: minimal() and its experts (expert_feed_forward_length is
