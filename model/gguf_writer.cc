@@ -379,7 +379,8 @@ absl::Status GgufWriter::write_to(const Emit& emit, const FillFn& fill) const {
       } catch (const std::exception&) {
         return absl::ResourceExhaustedError(
             text::cat("tensor '", t.name, "': its ", t.n_bytes,
-                      " bytes do not fit in memory (the writer holds one tensor at a time)"));
+                      " bytes do not fit in memory (the writer holds one "
+                      "tensor at a time)"));
       }
       if (absl::Status s = fill(i, t, std::span<uint8_t>(buffer)); !s.ok()) {
         return s;

@@ -74,7 +74,8 @@ class KeyReader {
 
   // A string key; nullopt when absent, an error naming the key when it
   // holds another type (a UINT32 rope.scaling.type must not read as absent).
-  absl::StatusOr<std::optional<std::string>> text(std::string_view suffix) const {
+  absl::StatusOr<std::optional<std::string>> text(
+      std::string_view suffix) const {
     const std::string k = key(suffix);
     if (file_.find(k) == nullptr) return std::optional<std::string>();
     absl::StatusOr<std::string> v = file_.get_string(k);

@@ -114,7 +114,7 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {"workers: [{address: 'h:1', memory_budget: 2XB}]",
        "t: workers[0].memory_budget: \"2XB\" is not a size"},
       {"workers: [{name: a, declared: true, memory_budget: 0}]",
-       "t: workers[0].memory_budget: 0 (a declared worker needs a budget above 0)"},
+       "t: workers[0].memory_budget: 0 (a declared worker needs a budget"},
       {"workers: [{name: a, declared: true}]",
        "t: workers[0].memory_budget: missing (a declared worker"},
       {"workers: [{address: 'h:1'}, {address: 'h:1'}]",

@@ -154,7 +154,8 @@ TEST(Architecture, RopeScalingTypeOfTheWrongTypeIsRefused) {
   std::vector<uint8_t> s;
   auto hp = read(kvs, &s);
   ASSERT_FALSE(hp.ok()) << "freq_scale " << hp->rope[0].freq_scale;
-  EXPECT_NE(hp.status().message().find("llama.rope.scaling.type"), std::string::npos)
+  EXPECT_NE(hp.status().message().find("llama.rope.scaling.type"),
+            std::string::npos)
       << hp.status();
 }
 

@@ -303,10 +303,14 @@ TEST(GgufRoundTrip, TensorTooBigForMemoryIsAnError) {
   TempDir dir;
   const std::string path = dir.file("model.gguf");
   GgufWriter writer;
-  ASSERT_TRUE(writer.add_tensor("huge", GgmlType::kF32, {int64_t{1} << 40, int64_t{1} << 20})
+  ASSERT_TRUE(writer
+                  .add_tensor("huge", GgmlType::kF32,
+                              {int64_t{1} << 40, int64_t{1} << 20})
                   .ok());
-  absl::Status s = writer.write(
-      path, [](size_t, const TensorInfo&, std::span<uint8_t>) { return absl::OkStatus(); });
+  absl::Status s =
+      writer.write(path, [](size_t, const TensorInfo&, std::span<uint8_t>) {
+        return absl::OkStatus();
+      });
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("'huge'"), std::string::npos) << s;
   EXPECT_FALSE(std::filesystem::exists(path));
