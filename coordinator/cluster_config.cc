@@ -139,8 +139,11 @@ absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
     w.memory_budget = *bytes;
   }
   if (w.declared && w.memory_budget == 0) {
-    return key_error(where + ".memory_budget",
-                     "missing (a declared worker says how much memory it will have)");
+    return key_error(
+        where + ".memory_budget",
+        node["memory_budget"]
+            ? "0 (a declared worker needs a budget above 0)"
+            : "missing (a declared worker says how much memory it will have)");
   }
   for (const char* key : {"read_bandwidth", "flop_rate", "threads"}) {
     if (node[key] && !w.declared) {

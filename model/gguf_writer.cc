@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -370,7 +371,17 @@ absl::Status GgufWriter::write_to(const Emit& emit, const FillFn& fill) const {
     }
     const uint8_t* bytes = owned_data_[i].data();
     if (!has_data_[i]) {
-      buffer.resize(t.n_bytes);
+      // One tensor in memory: a shape too big for it (strata synth with a
+      // wide shape and a large --tokenizer-from vocabulary) is an error,
+      // not an uncaught std::bad_alloc.
+      try {
+        buffer.resize(t.n_bytes);
+      } catch (const std::exception&) {
+        return absl::ResourceExhaustedError(
+            text::cat("tensor '", t.name, "': its ", t.n_bytes,
+                      " bytes do not fit in memory (the writer holds one "
+                      "tensor at a time)"));
+      }
       if (absl::Status s = fill(i, t, std::span<uint8_t>(buffer)); !s.ok()) {
         return s;
       }

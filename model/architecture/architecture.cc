@@ -72,10 +72,15 @@ class KeyReader {
     return *v;
   }
 
-  std::optional<std::string> text(std::string_view suffix) const {
-    absl::StatusOr<std::string> v = file_.get_string(key(suffix));
-    if (!v.ok()) return std::nullopt;
-    return *v;
+  // A string key; nullopt when absent, an error naming the key when it
+  // holds another type (a UINT32 rope.scaling.type must not read as absent).
+  absl::StatusOr<std::optional<std::string>> text(
+      std::string_view suffix) const {
+    const std::string k = key(suffix);
+    if (file_.find(k) == nullptr) return std::optional<std::string>();
+    absl::StatusOr<std::string> v = file_.get_string(k);
+    if (!v.ok()) return v.status();
+    return std::optional<std::string>(*v);
   }
 
  private:
@@ -361,7 +366,8 @@ absl::StatusOr<Hyperparameters> read_hyperparameters(
   float freq_base = 0.0f;
   ASSIGN_OR_RETURN_ARCH(freq_base, keys.real("rope.freq_base", 10000.0f));
   float freq_scale = 1.0f;
-  const std::optional<std::string> scaling = keys.text("rope.scaling.type");
+  std::optional<std::string> scaling;
+  ASSIGN_OR_RETURN_ARCH(scaling, keys.text("rope.scaling.type"));
   if (scaling && *scaling != "none" && *scaling != "linear" &&
       *scaling != "yarn") {
     return absl::InvalidArgumentError(absl::StrCat(

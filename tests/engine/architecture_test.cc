@@ -145,6 +145,20 @@ TEST(Architecture, LinearRopeScaling) {
   EXPECT_NE(bad.status().message().find("rope.scaling.type"), std::string::npos);
 }
 
+// A rope.scaling.type of another type than STRING is refused naming the
+// key, not read as absent (which would apply the factor as linear scaling).
+TEST(Architecture, RopeScalingTypeOfTheWrongTypeIsRefused) {
+  std::vector<Kv> kvs = minimal("llama");
+  kvs.push_back({"llama.rope.scaling.type", Kv::kU32, 3, ""});
+  kvs.push_back({"llama.rope.scaling.factor", Kv::kF32, 4.0, ""});
+  std::vector<uint8_t> s;
+  auto hp = read(kvs, &s);
+  ASSERT_FALSE(hp.ok()) << "freq_scale " << hp->rope[0].freq_scale;
+  EXPECT_NE(hp.status().message().find("llama.rope.scaling.type"),
+            std::string::npos)
+      << hp.status();
+}
+
 // The factor q and k are rotated with: llama.cpp's YaRN attention factor
 // (mscale(s) / (1 + 0.1 ln s), mscale(s) = 0.1 ln s + 1) times
 // rope.scaling.attn_factor; the latter alone without YaRN.

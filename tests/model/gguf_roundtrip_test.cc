@@ -290,6 +290,33 @@ TEST(GgufRoundTrip, FailedFillLeavesNoFile) {
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
+// A tensor too big to hold in memory fails the write with an error naming
+// it (not an uncaught std::bad_alloc), and leaves no file.
+TEST(GgufRoundTrip, TensorTooBigForMemoryIsAnError) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan aborts on an allocation this size instead of throwing";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "ASan aborts on an allocation this size instead of throwing";
+#endif
+#endif
+  TempDir dir;
+  const std::string path = dir.file("model.gguf");
+  GgufWriter writer;
+  ASSERT_TRUE(writer
+                  .add_tensor("huge", GgmlType::kF32,
+                              {int64_t{1} << 40, int64_t{1} << 20})
+                  .ok());
+  absl::Status s =
+      writer.write(path, [](size_t, const TensorInfo&, std::span<uint8_t>) {
+        return absl::OkStatus();
+      });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("'huge'"), std::string::npos) << s;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
 TEST(GgufRoundTrip, TensorsWithOwnedData) {
   GgufWriter writer;
   std::vector<uint8_t> data = pattern(0, 16);
