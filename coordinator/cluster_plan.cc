@@ -65,8 +65,12 @@ uint64_t scratch_bytes(const arch::Hyperparameters& hp,
     // per-expert counts, the gathered rows in and out, each expert's output.
     const uint64_t n_expert = static_cast<uint64_t>(hp.moe.n_expert);
     const uint64_t k = static_cast<uint64_t>(std::max(hp.moe.n_expert_used, 0));
+    // Each slot's output for a block of rows: all B unless B x k passes
+    // 8192 slots (worker/cpu/cpu_backend.h, moe_block_rows).
+    const uint64_t block_rows =
+        std::max<uint64_t>(1, std::min<uint64_t>(b, 8192 / std::max<uint64_t>(k, 1)));
     floats += b * n_expert + 3 * b * k + 2 * n_expert + (2 * n_expert + 1) +
-              2 * b * e + b * k * e;
+              2 * b * e + block_rows * k * e;
   }
   uint64_t bytes = floats * 4 + b * 4;  // + positions_
   // Activation scratch of the matmuls: the reference one (int8 + f32 per

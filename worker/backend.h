@@ -199,6 +199,12 @@ struct CpuBackendOptions {
   // True: the kernels' default parameters, no tuning (reproducible runs);
   // false tunes unless STRATA_NO_TUNE=1.
   bool no_tune = false;
+  // Slots (row x used expert) the mixture-of-experts step runs at once: a
+  // step with more rows x n_expert_used runs its experts over blocks of
+  // rows, so its buffer of slot outputs stays moe_max_slots x n_embd
+  // floats (worker/cpu/cpu_backend.h, moe_block_rows). Results do not
+  // depend on it.
+  int moe_max_slots = 8192;
 };
 
 // Loads the shard's weights (views into the GGUF mapping; small vectors are

@@ -1,7 +1,10 @@
 // Mixture-of-experts weights at load: a one-block qwen3moe GGUF written
 // here (F32, 4 experts of 2) loads and runs, and a 3-D expert tensor of the
-// wrong shape or a missing router is refused naming the tensor.
+// wrong shape or a missing router is refused naming the tensor; the tiny
+// MoE models give the same bits when the step runs its experts over
+// blocks of rows (CpuBackendOptions::moe_max_slots).
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -129,6 +132,55 @@ TEST(MoeWeights, MissingRouterIsNamed) {
   ASSERT_FALSE(l.ok());
   EXPECT_NE(l.status().message().find("blk.0.ffn_gate_inp.weight: missing"), std::string::npos)
       << l.status();
+}
+
+
+// Every row's logits of a 40-token prompt, with the experts of the step run
+// over all 40 rows at once (the default) or over blocks of 1 and 3 rows:
+// bit for bit the same (a row's arithmetic does not depend on the rows
+// that share its expert matmuls).
+std::vector<float> all_logits(const std::string& path, int max_slots) {
+  auto model = gguf::GgufModel::open(path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  std::shared_ptr<const gguf::GgufModel> shared(std::move(*model));
+  auto hp = arch::read_hyperparameters(shared->first());
+  EXPECT_TRUE(hp.ok()) << hp.status();
+  if (!hp.ok()) return {};
+  worker::CpuBackendOptions options;
+  options.n_threads = 2;
+  options.max_batch = 64;
+  options.moe_max_slots = max_slots;
+  auto backend = worker::make_cpu_backend(shared, *hp, {0, hp->n_layer}, options);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return {};
+  EXPECT_TRUE((*backend)->add_sequence(1, 64).ok());
+  std::vector<int32_t> tokens(40);
+  for (int i = 0; i < 40; ++i) tokens[i] = (i * 37 + 11) % 400;
+  const std::vector<worker::ForwardSlice> slices = {{1, 40, worker::Logits::kAll}};
+  worker::ForwardRequest req;
+  req.slices = slices;
+  req.tokens = tokens;
+  worker::ForwardResult result;
+  absl::Status st = (*backend)->forward(req, &result);
+  EXPECT_TRUE(st.ok()) << st;
+  return std::vector<float>(result.logits.begin(), result.logits.end());
+}
+
+TEST(MoeWeights, BlocksOfRowsGiveTheSameBits) {
+  for (const char* family : {"qwen3moe", "qwen2moe", "gpt-oss"}) {
+    const std::string path = real_model(std::string("tiny/tiny-") + family + ".gguf");
+    if (!exists(path)) GTEST_SKIP() << path << " is absent (scripts/make-test-models.sh)";
+    // k = 2 slots a row: all 40 rows at once, then 1 and 3 rows a block.
+    const std::vector<float> whole = all_logits(path, 8192);
+    ASSERT_FALSE(whole.empty());
+    for (int slots : {2, 6}) {
+      const std::vector<float> blocked = all_logits(path, slots);
+      ASSERT_EQ(blocked.size(), whole.size()) << family;
+      EXPECT_EQ(std::memcmp(blocked.data(), whole.data(), whole.size() * sizeof(float)), 0)
+          << family << ": " << slots << " slots a block";
+    }
+  }
 }
 
 }  // namespace

@@ -141,7 +141,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const gguf::GgufModel> model,
     expert_slots_.resize(b * k);
     moe_x_.resize(b * e);
     moe_y_.resize(b * e);
-    expert_out_.resize(b * k * e);
+    expert_out_.resize(static_cast<size_t>(moe_block_rows(options.max_batch, hp.moe.n_expert_used, options.moe_max_slots)) * k * e);
   }
   for (RopeTable& t : rope_tables_) t.cs.resize(b * static_cast<size_t>(hp.n_rot));
   step_slices_.reserve(b);

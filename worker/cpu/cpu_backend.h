@@ -15,6 +15,7 @@
 // not allocate.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <span>
@@ -36,6 +37,18 @@
 #include "worker/kv_cache.h"
 
 namespace strata::worker {
+
+// Rows of a step whose experts run together in the mixture-of-experts
+// step: all of a step's rows (at most max_batch), unless rows x
+// n_expert_used slots would pass max_slots (CpuBackendOptions::
+// moe_max_slots); then fewer, so that the buffer of every slot's output
+// ([rows][k][n_embd] floats) stays max_slots x n_embd however many experts
+// a file asks each token to use. An expert's weights are read once per
+// block of rows (realistic k of 2-8 keep a whole 512-row chunk in one
+// block). A row's outputs do not depend on the blocking.
+inline int moe_block_rows(int max_batch, int n_expert_used, int max_slots) {
+  return std::max(1, std::min(max_batch, max_slots / std::max(n_expert_used, 1)));
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -94,6 +107,8 @@ class CpuBackend final : public Backend {
   void feed_forward_step(int layer, int n);               // xn_ -> proj_
   // moe.cc: the mixture-of-experts feed-forward (hp_.moe), xn_ -> proj_.
   void moe_step(int layer, int n);
+  void moe_experts(const ExpertWeights& x, const float* xn, int n,
+                   const int32_t* route_experts, const float* route_weights, float* proj);
   // Biases of one expert's projections (gpt-oss), null: none.
   struct FfnBias {
     const float* gate = nullptr;  // [f]
@@ -194,7 +209,8 @@ class CpuBackend final : public Backend {
   std::vector<float> moe_x_;           // [B][n_embd] one expert's gathered rows
   std::vector<float> moe_y_;           // [B][n_embd] their outputs (then the
                                        // shared expert's)
-  std::vector<float> expert_out_;      // [B][k][n_embd] output of each slot
+  std::vector<float> expert_out_;      // [R][k][n_embd] output of each slot of
+                                       // R = moe_block_rows(B, k) rows
   std::vector<float> logits_;       // [rows][n_vocab], grown on demand
   std::vector<StepSlice> step_slices_;  // [slices] of the current step
   std::vector<int> head_rows_;          // [rows] that get logits

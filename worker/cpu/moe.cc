@@ -80,38 +80,24 @@ void CpuBackend::swiglu_ffn(const Linear& gate_up, const Linear& gate_w, const L
   if (bias.down != nullptr) ops::add_bias(y, bias.down, n, hp_.n_embd);
 }
 
-// proj = Σ_j w_j · Expert_{e_j}(xn) (+ sigmoid(g · xn) · Shared(xn)).
-void CpuBackend::moe_step(int il, int n) {
-  const ExpertWeights& x = w_->layers[il - range_.first].experts;
+// The routed experts of n rows (xn [n][n_embd], their slots' experts and
+// weights [n][k]) into proj [n][n_embd].
+void CpuBackend::moe_experts(const ExpertWeights& x, const float* xn, int n,
+                             const int32_t* route_experts, const float* route_weights,
+                             float* proj) {
   const arch::MoeParams& moe = hp_.moe;
   const int64_t e = hp_.n_embd;
   const int k = moe.n_expert_used;
   const int n_expert = moe.n_expert;
-  const float* xn = xn_.data();  // [n][n_embd]
-  float* proj = proj_.data();    // [n][n_embd]
-
-  // Router and routing: experts_ and weights_ [n][k], slot 0 the most
-  // probable.
-  matmul(x.router, xn, n, router_logits_.data());  // [n][n_expert]
-  if (x.router_bias != nullptr) ops::add_bias(router_logits_.data(), x.router_bias, n, n_expert);
-  ops::MoeRouting routing;
-  routing.n_expert = n_expert;
-  routing.n_expert_used = k;
-  routing.gating = routing_gating(moe.gating);
-  routing.norm_weights = moe.norm_weights;
-  routing.weights_scale = moe.weights_scale;
-  ops::moe_route(router_logits_.data(), n, routing, route_experts_.data(),
-                 route_weights_.data(), route_scratch_.data());
-
   // Group the n·k slots by expert (counting sort, tokens ascending within
   // an expert): expert_slots_[expert_begin_[ex] .. expert_begin_[ex + 1]).
   std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
   const int64_t n_slots = int64_t{n} * k;
-  for (int64_t s = 0; s < n_slots; ++s) ++expert_begin_[route_experts_[s] + 1];
+  for (int64_t s = 0; s < n_slots; ++s) ++expert_begin_[route_experts[s] + 1];
   for (int ex = 0; ex < n_expert; ++ex) expert_begin_[ex + 1] += expert_begin_[ex];
   std::copy(expert_begin_.begin(), expert_begin_.end() - 1, expert_fill_.begin());
   for (int64_t s = 0; s < n_slots; ++s) {
-    expert_slots_[expert_fill_[route_experts_[s]]++] = static_cast<int32_t>(s);
+    expert_slots_[expert_fill_[route_experts[s]]++] = static_cast<int32_t>(s);
   }
 
   // Each used expert once over its rows: gather, FFN, scatter to the slots
@@ -144,7 +130,7 @@ void CpuBackend::moe_step(int il, int n) {
   pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       float* y = proj + t * e;
-      const float* w = route_weights_.data() + t * k;
+      const float* w = route_weights + t * k;
       const float* o = expert_out_.data() + t * k * e;
       for (int64_t c = 0; c < e; ++c) y[c] = o[c] * w[0];
       for (int j = 1; j < k; ++j) {
@@ -153,6 +139,39 @@ void CpuBackend::moe_step(int il, int n) {
       }
     }
   }, std::max<int64_t>(1, 16384 / e));
+}
+
+// proj = Σ_j w_j · Expert_{e_j}(xn) (+ sigmoid(g · xn) · Shared(xn)).
+void CpuBackend::moe_step(int il, int n) {
+  const ExpertWeights& x = w_->layers[il - range_.first].experts;
+  const arch::MoeParams& moe = hp_.moe;
+  const int64_t e = hp_.n_embd;
+  const int k = moe.n_expert_used;
+  const int n_expert = moe.n_expert;
+  const float* xn = xn_.data();  // [n][n_embd]
+  float* proj = proj_.data();    // [n][n_embd]
+
+  // Router and routing: experts_ and weights_ [n][k], slot 0 the most
+  // probable.
+  matmul(x.router, xn, n, router_logits_.data());  // [n][n_expert]
+  if (x.router_bias != nullptr) ops::add_bias(router_logits_.data(), x.router_bias, n, n_expert);
+  ops::MoeRouting routing;
+  routing.n_expert = n_expert;
+  routing.n_expert_used = k;
+  routing.gating = routing_gating(moe.gating);
+  routing.norm_weights = moe.norm_weights;
+  routing.weights_scale = moe.weights_scale;
+  ops::moe_route(router_logits_.data(), n, routing, route_experts_.data(),
+                 route_weights_.data(), route_scratch_.data());
+
+  // Rows in blocks of moe_block_rows (all n for realistic k), each block's
+  // experts once over their rows.
+  const int block = moe_block_rows(options_.max_batch, k, options_.moe_max_slots);
+  for (int r0 = 0; r0 < n; r0 += block) {
+    moe_experts(x, xn + int64_t{r0} * e, std::min(block, n - r0),
+                route_experts_.data() + int64_t{r0} * k, route_weights_.data() + int64_t{r0} * k,
+                proj + int64_t{r0} * e);
+  }
 
   if (!x.shared_down.present()) return;
   // The shared expert on every row, scaled by sigmoid(g), g the
