@@ -89,7 +89,10 @@ struct WorkerConfig {
   // `declared: true`: not running; the figures below stand for its
   // Describe (strata plan). address may then be empty.
   bool declared = false;
-  double read_bandwidth = 0;  // bytes/s; 0: not declared
+  // bytes/s over a large working set (weights streamed from memory, as a
+  // running worker's 126 MiB figure): the planner uses it at every stage
+  // size; 0: not declared.
+  double read_bandwidth = 0;
   double flop_rate = 0;       // FLOP/s; 0: not declared
   int threads = 0;            // 0: not declared
 };

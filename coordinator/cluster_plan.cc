@@ -20,6 +20,28 @@ double known_rate(double rate) {
 
 }  // namespace
 
+double read_rate_at(const WorkerFigures& w, uint64_t bytes) {
+  std::vector<WorkerFigures::ReadPoint> points;
+  for (const WorkerFigures::ReadPoint& p : w.read_points) {
+    if (p.bytes > 0 && known_rate(p.bytes_per_s) > 0) points.push_back(p);
+  }
+  if (points.empty()) return known_rate(w.read_bytes_per_s);
+  std::sort(points.begin(), points.end(),
+            [](const WorkerFigures::ReadPoint& a,
+               const WorkerFigures::ReadPoint& b) { return a.bytes < b.bytes; });
+  if (bytes <= points.front().bytes) return points.front().bytes_per_s;
+  for (size_t i = 1; i < points.size(); ++i) {
+    const WorkerFigures::ReadPoint& lo = points[i - 1];
+    const WorkerFigures::ReadPoint& hi = points[i];
+    if (bytes > hi.bytes) continue;
+    if (hi.bytes == lo.bytes) return hi.bytes_per_s;
+    const double t = std::log(static_cast<double>(bytes) / lo.bytes) /
+                     std::log(static_cast<double>(hi.bytes) / lo.bytes);
+    return lo.bytes_per_s + t * (hi.bytes_per_s - lo.bytes_per_s);
+  }
+  return points.back().bytes_per_s;
+}
+
 std::vector<placement::WorkerBudget> worker_budgets(
     std::span<const WorkerFigures> workers) {
   bool all_bandwidth = !workers.empty();
@@ -167,9 +189,10 @@ absl::StatusOr<ClusterPlan> plan_cluster(
         placement::stage_matmuls(*sizes, s.shard.first, s.shard.last);
     s.params_per_token =
         placement::stage_params(*sizes, s.shard.first, s.shard.last);
-    if (s.worker.read_bytes_per_s > 0) {
+    s.read_bytes_per_s = read_rate_at(s.worker, s.read_bytes_per_token);
+    if (s.read_bytes_per_s > 0) {
       s.decode_s_per_token = static_cast<double>(s.read_bytes_per_token) /
-                                 s.worker.read_bytes_per_s +
+                                 s.read_bytes_per_s +
                              s.matmuls_per_token * s.worker.matmul_overhead_s;
       decode_s += s.decode_s_per_token;
     } else {

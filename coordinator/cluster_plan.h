@@ -54,12 +54,28 @@ struct WorkerFigures {
   bool declared = false;
   uint64_t memory_budget = 0;   // bytes; 0: unknown (no limit)
   int threads = 0;              // 0: unknown
-  double read_bytes_per_s = 0;  // 0: unknown
-  double flops_per_s = 0;       // 0: unknown
+  // The large-working-set read rate (a declared figure is this one);
+  // 0: unknown.
+  double read_bytes_per_s = 0;
+  double flops_per_s = 0;  // 0: unknown
   // Seconds one decode matmul costs besides its weight reads; 0: unknown
   // (left out).
   double matmul_overhead_s = 0;
+  // The decode matmul's read rate by working-set size (Describe's
+  // read_rates); empty: read_bytes_per_s at every size.
+  struct ReadPoint {
+    uint64_t bytes = 0;
+    double bytes_per_s = 0;
+  };
+  std::vector<ReadPoint> read_points;
 };
+
+// The read rate of `w` over `bytes` of weights a token: between two points
+// interpolated linearly in log(bytes); below the smallest point its rate,
+// past the largest the largest's. Points with a rate that is not known
+// (see plan_cluster) or no bytes are skipped; none left: read_bytes_per_s
+// (itself 0 when not known). Points need not be sorted.
+double read_rate_at(const WorkerFigures& w, uint64_t bytes);
 
 // Placement budgets in worker order. Speed: the read bandwidth when every
 // worker has one (decode reads weights: bandwidth is its pace), else the
@@ -75,6 +91,9 @@ struct StagePlan {
   uint64_t read_bytes_per_token = 0;  // placement::stage_work
   uint64_t params_per_token = 0;      // placement::stage_params
   int matmuls_per_token = 0;          // placement::stage_matmuls
+  // read_rate_at(worker, read_bytes_per_token): the rate decode_s_per_token
+  // uses; 0: unknown.
+  double read_bytes_per_s = 0;
   double decode_s_per_token = 0;      // 0: unknown
   double prefill_tok_s = 0;           // 0: unknown
 };

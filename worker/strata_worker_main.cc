@@ -190,6 +190,18 @@ int main(int argc, char** argv) {
     const strata::cpu::MachineRates rates = strata::cpu::cached_machine_rates(pool);
     service->set_machine_rates(rates.read_bytes_per_s, rates.flops_per_s,
                                rates.matmul_overhead_s);
+    std::vector<strata::v1::ReadRate> read_rates;
+    std::string points;
+    for (const strata::cpu::ReadPoint& p : rates.read_points) {
+      strata::v1::ReadRate r;
+      r.set_working_set_bytes(static_cast<uint64_t>(p.bytes));
+      r.set_bytes_per_s(p.bytes_per_s);
+      read_rates.push_back(r);
+      absl::StrAppend(&points, points.empty() ? "" : ", ", p.bytes >> 20,
+                      " MiB ", absl::SixDigits(p.bytes_per_s / 1e9), " GB/s");
+    }
+    service->set_read_rates(std::move(read_rates));
+    if (!points.empty()) spdlog::info("decode read rate by working set: {}", points);
     spdlog::info("machine rates: decode reads {:.1f} GB/s (STREAM read {:.1f} GB/s), "
                  "{:.1f} GFLOP/s, {:.1f} us a decode matmul besides its reads ({} {})",
                  rates.read_bytes_per_s / 1e9, rates.stream_read_bytes_per_s / 1e9,

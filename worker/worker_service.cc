@@ -208,6 +208,10 @@ grpc::Status WorkerService::Describe(grpc::ServerContext*,
   response->set_read_bandwidth_bytes_per_s(read_bytes_per_s_.load());
   response->set_flops_per_s(flops_per_s_.load());
   response->set_matmul_overhead_s(matmul_overhead_s_.load());
+  {
+    std::lock_guard<std::mutex> lock(read_rates_mu_);
+    for (const v1::ReadRate& r : read_rates_) *response->add_read_rates() = r;
+  }
   if (std::shared_ptr<Loaded> loaded = current()) {
     *response->mutable_shard() = loaded->stage->shard();
   }

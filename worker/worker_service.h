@@ -100,6 +100,12 @@ class WorkerService final : public v1::Worker::Service {
     flops_per_s_ = flops_per_s;
     matmul_overhead_s_ = matmul_overhead_s;
   }
+  // The decode matmul's read rate by working-set size that Describe reports
+  // (read_rates, smallest first). Call before serving.
+  void set_read_rates(std::vector<v1::ReadRate> rates) {
+    std::lock_guard<std::mutex> lock(read_rates_mu_);
+    read_rates_ = std::move(rates);
+  }
   // The config's name, else the bound address.
   std::string worker_id() const;
 
@@ -139,6 +145,8 @@ class WorkerService final : public v1::Worker::Service {
   std::atomic<double> read_bytes_per_s_{0};
   std::atomic<double> flops_per_s_{0};
   std::atomic<double> matmul_overhead_s_{0};
+  std::mutex read_rates_mu_;
+  std::vector<v1::ReadRate> read_rates_;  // guarded by read_rates_mu_
   std::string device_;  // CPU model
   std::string isa_;     // "avx512vnni", "avx512", "avx2", "baseline"
 

@@ -5,7 +5,7 @@ For each model and round: a fresh strata-worker (HOME in a temporary folder,
 so it measures its read bandwidth and FLOP rate instead of reading the
 cache) on a free loopback port, `strata plan --json` over a one-worker
 config pointing at it (its decode_tok_s: the weights a token reads / the
-worker's measured read bandwidth), the worker stopped, then `strata speed
+worker's measured read rate at that working-set size, "read GB/s" below), the worker stopped, then `strata speed
 -p 0 -n 128 -r 3 --json` on the same model and threads (its median tg
 tok/s). Rounds interleave the two so a machine shared with other work
 disturbs both alike; the load average is printed beside each round. Both
@@ -76,7 +76,7 @@ def main():
             best = speed["tg"]["best_tok_s"]
             ratios.append(predicted / measured)
             best_ratios.append(predicted / best)
-            print(f"{model:36} {r:>5} {plan['workers'][0]['read_bytes_per_s'] / 1e9:9.1f} "
+            print(f"{model:36} {r:>5} {plan['workers'][0].get('stage_read_bytes_per_s', plan['workers'][0]['read_bytes_per_s']) / 1e9:9.1f} "
                   f"{predicted:9.1f} {measured:9.1f} {predicted / measured:6.2f} "
                   f"{best:9.1f} {predicted / best:6.2f} {os.getloadavg()[0]:5.1f}", flush=True)
         print(f"{model:36} median of predicted / median tg: {statistics.median(ratios):.2f}, "

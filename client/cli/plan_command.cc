@@ -18,7 +18,9 @@
 //    "max_batch_rows", "model_weight_bytes", "fits": true,
 //    "workers": [{"name", "declared", "first", "last", "embedding", "head",
 //                 "weight_bytes", "kv_bytes", "scratch_bytes",
-//                 "budget_bytes", "threads", "read_bytes_per_s",
+//                 "budget_bytes", "threads", "read_bytes_per_s" (the
+//                 large-working-set rate), "stage_read_bytes_per_s" (the
+//                 rate at the stage's bytes a token, which decode uses),
 //                 "flops_per_s", "read_bytes_per_token", "params_per_token",
 //                 "matmuls_per_token", "matmul_overhead_s",
 //                 "decode_ms_per_token", "prefill_tok_s"}],
@@ -95,6 +97,9 @@ absl::StatusOr<std::vector<WorkerFigures>> gather_figures(
       f.read_bytes_per_s = d->read_bandwidth_bytes_per_s();
       f.flops_per_s = d->flops_per_s();
       f.matmul_overhead_s = d->matmul_overhead_s();
+      for (const v1::ReadRate& r : d->read_rates()) {
+        f.read_points.push_back({r.working_set_bytes(), r.bytes_per_s()});
+      }
     }
     out.push_back(f);
   }
@@ -144,8 +149,8 @@ void print_text(const std::string& model_path,
         s.worker.memory_budget > 0
             ? placement::format_bytes(s.worker.memory_budget).c_str()
             : "?",
-        or_unknown(s.worker.read_bytes_per_s,
-                   placement::format_rate(s.worker.read_bytes_per_s))
+        or_unknown(s.read_bytes_per_s,
+                   placement::format_rate(s.read_bytes_per_s))
             .c_str(),
         or_unknown(s.worker.flops_per_s,
                    placement::format_flop_rate(s.worker.flops_per_s))
@@ -218,6 +223,7 @@ nlohmann::json to_json(const std::string& model_path,
                        {"budget_bytes", s.worker.memory_budget},
                        {"threads", s.worker.threads},
                        {"read_bytes_per_s", s.worker.read_bytes_per_s},
+                       {"stage_read_bytes_per_s", s.read_bytes_per_s},
                        {"flops_per_s", s.worker.flops_per_s},
                        {"read_bytes_per_token", s.read_bytes_per_token},
                        {"params_per_token", s.params_per_token},

@@ -24,6 +24,8 @@
 namespace strata::cpu {
 namespace {
 
+// The cache file's format: 2 added the read_point lines.
+constexpr int kRatesFormat = 2;
 constexpr int kBandwidthPasses = 4;
 constexpr int64_t kMaxStreamElements = int64_t{16} << 20;  // doubles: 128 MiB
 // The FLOP-rate matmul: a 2048 x 2048 Q4_K matrix (2.25 MiB) times 64
@@ -108,47 +110,71 @@ double measure_flop_rate(ThreadPool& pool,
   return 2.0 * kFlopRows * kFlopN * kFlopN / best;
 }
 
+// The working-set sizes measured, in matrices of kDecodeRows x kFlopN
+// (9 MiB each): up to 126 MiB, and 252 MiB when the last-level cache is
+// large enough that 126 MiB may stay in it.
+std::vector<int> decode_point_matrices() {
+  std::vector<int> counts = {2, 4, 7, kDecodeMatrices};
+  if (read_cpu_info().last_level_cache_bytes() > (int64_t{64} << 20)) {
+    counts.push_back(2 * kDecodeMatrices);
+  }
+  return counts;
+}
+
 // The rate at which the generated decode matmul reads Q4_K weights: one
-// activation row through kDecodeMatrices matrices of kDecodeRows x kFlopN
-// (about 128 MiB together, each matrix once a pass, as a decode step runs a
-// block's matmuls one after another), best of kDecodePasses passes. 0
-// without generated kernels.
-double measure_decode_bandwidth(ThreadPool& pool,
-                                const std::optional<kernels::IsaTier>& tier) {
-  if (!tier) return 0;
+// activation row through the first k of a set of kDecodeRows x kFlopN
+// matrices (each once a pass, as a decode step runs a block's matmuls one
+// after another), best of several passes, for each k of
+// decode_point_matrices(). Empty without generated kernels.
+std::vector<ReadPoint> measure_decode_bandwidth(
+    ThreadPool& pool, const std::optional<kernels::IsaTier>& tier) {
+  if (!tier) return {};
   const GgmlType type = GgmlType::kQ4_K;
   const std::optional<int64_t> row_bytes = ggml_row_bytes(type, kFlopN);
-  if (!row_bytes) return 0;
+  if (!row_bytes) return {};
+  const std::vector<int> counts = decode_point_matrices();
+  const int n_matrices = *std::max_element(counts.begin(), counts.end());
   const int64_t matrix_bytes = *row_bytes * kDecodeRows;
-  std::vector<uint8_t> bytes(
-      static_cast<size_t>(matrix_bytes * kDecodeMatrices), 0x11);
+  // One source matrix: each matmul packs its own copy of it, so the
+  // matrices lie apart in memory as a model's do.
+  std::vector<uint8_t> bytes(static_cast<size_t>(matrix_bytes), 0x11);
   fill_q4_k_scales(bytes);
   kernels::jit::KernelCache cache;
   std::vector<std::unique_ptr<kernels::jit::JitMatmul>> mms;
-  for (int m = 0; m < kDecodeMatrices; ++m) {
-    kernels::WeightMatrix w{type, bytes.data() + m * matrix_bytes, kFlopN,
-                            kDecodeRows, *row_bytes};
+  for (int m = 0; m < n_matrices; ++m) {
+    kernels::WeightMatrix w{type, bytes.data(), kFlopN, kDecodeRows,
+                            *row_bytes};
     auto mm = kernels::jit::JitMatmul::create(
         w, *tier, kernels::jit::default_params(type, *tier), &cache, pool);
-    if (!mm.ok()) return 0;
+    if (!mm.ok()) return {};
     mms.push_back(*std::move(mm));
   }
-  for (int m = 0; m + 1 < kDecodeMatrices; ++m)
-    mms[m]->set_decode_successor(mms[m + 1].get());
   std::vector<uint8_t>().swap(bytes);  // packed copies hold the weights now
   kernels::jit::JitScratch scratch(1, kFlopN);
   std::vector<float> x(static_cast<size_t>(kFlopN), 0.5f);
   std::vector<float> y(static_cast<size_t>(kDecodeRows));
-  double best = 1e30;
-  for (int pass = 0; pass <= kDecodePasses; ++pass) {  // pass 0 warms
-    const auto t0 = std::chrono::steady_clock::now();
-    for (const auto& mm : mms) mm->run(x.data(), 1, y.data(), scratch, pool);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-            .count();
-    if (pass > 0) best = std::min(best, s);
+  std::vector<ReadPoint> points;
+  for (const int k : counts) {
+    for (int m = 0; m < n_matrices; ++m) {
+      mms[m]->set_decode_successor(m + 1 < k ? mms[m + 1].get() : nullptr);
+    }
+    // Small sets pass quickly: more passes, about the same time each size.
+    const int passes = std::max(kDecodePasses, 4 * kDecodeMatrices / k);
+    double best = 1e30;
+    for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int m = 0; m < k; ++m) {
+        mms[m]->run(x.data(), 1, y.data(), scratch, pool);
+      }
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+      if (pass > 0) best = std::min(best, s);
+    }
+    points.push_back({matrix_bytes * k, static_cast<double>(matrix_bytes * k) /
+                                            best});
   }
-  return static_cast<double>(matrix_bytes * kDecodeMatrices) / best;
+  return points;
 }
 
 // Seconds one decode matmul costs besides its weight reads: the pool's
@@ -197,7 +223,12 @@ MachineRates measure_machine_rates(ThreadPool& pool) {
   MachineRates r;
   const std::optional<kernels::IsaTier> tier = tier_or_none();
   r.stream_read_bytes_per_s = measure_read_bandwidth(pool);
-  r.decode_read_bytes_per_s = measure_decode_bandwidth(pool, tier);
+  r.read_points = measure_decode_bandwidth(pool, tier);
+  // The large-working-set figure: the kDecodeMatrices point (126 MiB), the
+  // figure older planners know.
+  if (r.read_points.size() >= 4) {
+    r.decode_read_bytes_per_s = r.read_points[3].bytes_per_s;
+  }
   r.read_bytes_per_s = r.decode_read_bytes_per_s > 0
                            ? r.decode_read_bytes_per_s
                            : r.stream_read_bytes_per_s;
@@ -222,10 +253,15 @@ MachineRates cached_machine_rates(ThreadPool& pool,
   {
     std::ifstream in(path);
     bool overhead = false;
-    std::string key;
-    double value = 0;
+    int format = 0;
     MachineRates r;
-    while (in >> key >> value) {
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string key;
+      double value = 0;
+      if (!(fields >> key >> value)) continue;
+      if (key == "format") format = static_cast<int>(value);
       if (key == "read_bandwidth" && value > 0) r.read_bytes_per_s = value;
       if (key == "decode_read_bandwidth" && value >= 0)
         r.decode_read_bytes_per_s = value;
@@ -236,8 +272,20 @@ MachineRates cached_machine_rates(ThreadPool& pool,
         r.matmul_overhead_s = value;
         overhead = true;
       }
+      double rate = 0;
+      if (key == "read_point" && value > 0 && fields >> rate && rate > 0) {
+        r.read_points.push_back({static_cast<int64_t>(value), rate});
+      }
     }
-    if (r.read_bytes_per_s > 0 && r.stream_read_bytes_per_s > 0 && overhead) {
+    std::sort(r.read_points.begin(), r.read_points.end(),
+              [](const ReadPoint& a, const ReadPoint& b) {
+                return a.bytes < b.bytes;
+              });
+    // Points whenever the decode matmul was measured.
+    const bool points_ok =
+        r.decode_read_bytes_per_s <= 0 || !r.read_points.empty();
+    if (format == kRatesFormat && r.read_bytes_per_s > 0 &&
+        r.stream_read_bytes_per_s > 0 && overhead && points_ok) {
       r.from_cache = true;
       r.cache_path = path;
       return r;
@@ -254,6 +302,10 @@ MachineRates cached_machine_rates(ThreadPool& pool,
   {
     std::ofstream out(tmp);
     out.precision(17);
+    out << "format " << kRatesFormat << "\n";
+    for (const ReadPoint& p : r.read_points) {
+      out << "read_point " << p.bytes << " " << p.bytes_per_s << "\n";
+    }
     out << "read_bandwidth " << r.read_bytes_per_s << "\ndecode_read_bandwidth "
         << r.decode_read_bytes_per_s << "\nstream_read_bandwidth "
         << r.stream_read_bytes_per_s << "\nflop_rate " << r.flops_per_s

@@ -3,14 +3,20 @@
 //
 //   read bandwidth  bytes/s at which decode reads weights: the generated
 //                   Q4_K matmul (kernels/cpu/jit) on one activation row
-//                   over 14 matrices of 2048 x 8192 (126 MiB), one after
+//                   over matrices of 2048 x 8192 (9 MiB), one after
 //                   another as a decode step runs a block's matmuls, on T
-//                   threads, best of 4 passes (the kernel's own efficiency
-//                   and its hand-offs between matmuls included). Without
+//                   threads, best of several passes (the kernel's own
+//                   efficiency and its hand-offs between matmuls included),
+//                   at a few working-set sizes (read_points): 2, 4, 7, 14
+//                   matrices (18 to 126 MiB), and 28 (252 MiB) when the
+//                   last-level cache reported is past 64 MiB. A model that
+//                   fits the cache is read faster between tokens than one
+//                   that streams from memory. read_bytes_per_s is the 126
+//                   MiB point, the large-working-set figure. Without
 //                   generated kernels: STREAM's `read` op
 //                   (memory_bandwidth.h) over arrays 4x the last-level
 //                   cache (at most 128 MiB each), which is measured either
-//                   way as the machine's bound.
+//                   way as the machine's bound; no points then.
 //   matmul overhead seconds one decode matmul costs besides its weight
 //                   reads: a 256 x 64 Q4_K matrix (in cache) on one row,
 //                   the median of 400 runs on T threads. A decode token
@@ -26,25 +32,38 @@
 // tuner.h): one file per CPU signature, ISA tier, generator version and
 // thread count under the tune-cache folder,
 //   $HOME/.cache/strata/tune-cache/rates-<cpu signature>-<tier>-g<N>-t<T>.txt
-// holding "read_bandwidth", "decode_read_bandwidth", "stream_read_bandwidth"
-// (bytes/s), "flop_rate" (FLOP/s) and "matmul_overhead" (s) lines; a file that lacks them is
-// measured again and replaced.
+// holding a "format 2" line, "read_bandwidth", "decode_read_bandwidth",
+// "stream_read_bandwidth" (bytes/s), "flop_rate" (FLOP/s) and
+// "matmul_overhead" (s) lines, and one "read_point <bytes> <bytes/s>" line a
+// point; a file that lacks them (format 1 files had no points) is measured
+// again and replaced.
 //
 // Thread-safety: plain functions; measuring uses the pool it is given (no
 // other work on it meanwhile).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/cpu/base/thread_pool.h"
 
 namespace strata::cpu {
 
+// The decode matmul's read rate over `bytes` of weights.
+struct ReadPoint {
+  int64_t bytes = 0;
+  double bytes_per_s = 0;
+};
+
 struct MachineRates {
   double read_bytes_per_s = 0;         // decode's, else STREAM's; 0: unknown
   double decode_read_bytes_per_s = 0;  // the generated decode matmul's
   double stream_read_bytes_per_s = 0;  // STREAM read
+  // The decode matmul's rate by working-set size, smallest first; empty
+  // without generated kernels.
+  std::vector<ReadPoint> read_points;
   double flops_per_s = 0;              // 0: unknown
   // Seconds a decode matmul costs besides reading its weights (the pool's
   // hand-offs, the activation's quantization); 0: unknown.

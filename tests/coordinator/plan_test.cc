@@ -154,7 +154,7 @@ class Plan : public ::testing::Test {
     std::vector<WorkerFigures> out;
     for (const WorkerConfig& w : c.workers) {
       out.push_back({w.name, true, w.memory_budget, w.threads, w.read_bandwidth,
-                     w.flop_rate});
+                     w.flop_rate, 0, {}});
     }
     return out;
   }
@@ -476,6 +476,48 @@ workers:
   EXPECT_NEAR(plan->prefill_tok_s, 2e12 / (2 * 22 * block_params), 1e-6);
 }
 
+// A worker that reports its read rate by working-set size (Describe's
+// read_rates): each stage's decode time uses the rate at its own bytes a
+// token; placement still balances the large-working-set figure.
+TEST_F(Plan, ReadRatesByWorkingSetSize) {
+  const std::string file = path("gpt-oss-120b-points.gguf");
+  ASSERT_TRUE(strata::testing::write_sparse_gguf(
+                  file, strata::testing::gpt_oss_120b_mxfp4())
+                  .ok());
+  Opened o = open(file);
+  ASSERT_NE(o.model, nullptr);
+  ClusterConfig c = config(R"(
+model: m.gguf
+context_length: 8192
+max_sequences: 1
+prefix_cache_blocks: 0
+workers:
+  - {name: a, declared: true, memory_budget: 40GiB, read_bandwidth: 50GB/s}
+  - {name: b, declared: true, memory_budget: 40GiB, read_bandwidth: 50GB/s}
+)");
+  std::vector<WorkerFigures> figures = declared(c);
+  auto flat = plan_cluster(c, *o.model, o.hp, figures);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  ASSERT_EQ(flat->stages.size(), 2u);
+  const uint64_t bytes_a = flat->stages[0].read_bytes_per_token;
+  const uint64_t bytes_b = flat->stages[1].read_bytes_per_token;
+  EXPECT_DOUBLE_EQ(flat->stages[0].read_bytes_per_s, 50e9);
+
+  // a's stage lies on its smallest point, b's on its largest.
+  figures[0].read_points = {{bytes_a, 80e9}, {4 * bytes_a, 40e9}};
+  figures[1].read_points = {{bytes_b / 4, 90e9}, {bytes_b, 60e9}};
+  auto plan = plan_cluster(c, *o.model, o.hp, figures);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->stages[0].shard.last, flat->stages[0].shard.last);
+  EXPECT_DOUBLE_EQ(plan->stages[0].read_bytes_per_s, 80e9);
+  EXPECT_DOUBLE_EQ(plan->stages[1].read_bytes_per_s, 60e9);
+  EXPECT_NEAR(plan->decode_tok_s,
+              1.0 / (static_cast<double>(bytes_a) / 80e9 +
+                     static_cast<double>(bytes_b) / 60e9),
+              1e-9);
+  EXPECT_GT(plan->decode_tok_s, flat->decode_tok_s);
+}
+
 // Runs `strata plan --config FILE --json`; its exit status and stdout.
 std::pair<int, std::string> run_plan_json(const std::string& config_path) {
   const std::string command = absl::StrCat(STRATA_CLI, " plan --config ",
@@ -540,24 +582,56 @@ workers:
 }
 
 TEST(PlanConfig, SpeedIsBandwidthWhenEveryWorkerHasOne) {
-  const std::vector<WorkerFigures> all = {{"a", false, 0, 4, 20e9, 0},
-                                          {"b", false, 0, 2, 12e9, 0}};
+  const std::vector<WorkerFigures> all = {{"a", false, 0, 4, 20e9, 0, 0, {}},
+                                          {"b", false, 0, 2, 12e9, 0, 0, {}}};
   std::vector<placement::WorkerBudget> b = worker_budgets(all);
   EXPECT_DOUBLE_EQ(b[0].speed, 20e9);
   EXPECT_DOUBLE_EQ(b[1].speed, 12e9);
   // One without a bandwidth (an older worker): threads for all, in one unit.
-  const std::vector<WorkerFigures> mixed = {{"a", false, 0, 4, 20e9, 0},
-                                            {"b", false, 0, 2, 0, 0}};
+  const std::vector<WorkerFigures> mixed = {{"a", false, 0, 4, 20e9, 0, 0, {}},
+                                            {"b", false, 0, 2, 0, 0, 0, {}}};
   b = worker_budgets(mixed);
   EXPECT_DOUBLE_EQ(b[0].speed, 4);
   EXPECT_DOUBLE_EQ(b[1].speed, 2);
   // What a broken or hostile worker might report counts as unknown.
   for (double bad : {std::nan(""), -1.0, HUGE_VAL, 1e30}) {
-    const std::vector<WorkerFigures> odd = {{"a", false, 0, 4, 20e9, 0},
-                                            {"b", false, 0, 2, bad, bad}};
+    const std::vector<WorkerFigures> odd = {{"a", false, 0, 4, 20e9, 0, 0, {}},
+                                            {"b", false, 0, 2, bad, bad, 0, {}}};
     b = worker_budgets(odd);
     EXPECT_DOUBLE_EQ(b[1].speed, 2) << bad;
   }
+}
+
+TEST(PlanConfig, ReadRateAtInterpolatesInLogSize) {
+  constexpr uint64_t kMiB = 1 << 20;
+  WorkerFigures w;
+  w.read_bytes_per_s = 20e9;
+  // No points: the single figure at every size.
+  EXPECT_DOUBLE_EQ(read_rate_at(w, 16 * kMiB), 20e9);
+  // Given out of order.
+  w.read_points = {{256 * kMiB, 20e9}, {16 * kMiB, 40e9}, {64 * kMiB, 30e9}};
+  EXPECT_DOUBLE_EQ(read_rate_at(w, 16 * kMiB), 40e9);
+  EXPECT_DOUBLE_EQ(read_rate_at(w, 64 * kMiB), 30e9);
+  // 32 MiB lies halfway between 16 and 64 MiB in log size; 128 between
+  // 64 and 256.
+  EXPECT_NEAR(read_rate_at(w, 32 * kMiB), 35e9, 1);
+  EXPECT_NEAR(read_rate_at(w, 128 * kMiB), 25e9, 1);
+  // A quarter of the way from 16 to 64 MiB in log size: 16 * 2^0.5 MiB.
+  EXPECT_NEAR(read_rate_at(w, static_cast<uint64_t>(16 * kMiB * std::sqrt(2.0))),
+              37.5e9, 1e3);
+  // Below the smallest point its rate; past the largest the largest's.
+  EXPECT_DOUBLE_EQ(read_rate_at(w, 1 * kMiB), 40e9);
+  EXPECT_DOUBLE_EQ(read_rate_at(w, 0), 40e9);
+  EXPECT_DOUBLE_EQ(read_rate_at(w, 4096 * kMiB), 20e9);
+  // Points a broken worker might report are skipped.
+  w.read_points.push_back({32 * kMiB, std::nan("")});
+  w.read_points.push_back({0, 90e9});
+  w.read_points.push_back({512 * kMiB, -1});
+  EXPECT_NEAR(read_rate_at(w, 32 * kMiB), 35e9, 1);
+  EXPECT_DOUBLE_EQ(read_rate_at(w, 4096 * kMiB), 20e9);
+  // Only broken points: the single figure.
+  w.read_points = {{16 * kMiB, HUGE_VAL}};
+  EXPECT_DOUBLE_EQ(read_rate_at(w, 16 * kMiB), 20e9);
 }
 
 TEST(PlanConfig, DeclaredWorkers) {

@@ -1,4 +1,5 @@
-// kernels/cpu/machine_rates.h: a worker's read bandwidth and FLOP rate,
+// kernels/cpu/machine_rates.h: a worker's read bandwidth (by working-set
+// size) and FLOP rate,
 // measured once and cached per CPU, ISA tier, generator version and thread
 // count. The figures depend on the machine; the tests hold the shape
 // (positive, the cache read back equal, another thread count measured
@@ -58,6 +59,64 @@ TEST_F(MachineRatesTest, MeasuredOnceThenReadFromTheCache) {
   const MachineRates remeasured = cached_machine_rates(pool, dir_);
   EXPECT_FALSE(remeasured.from_cache);
   EXPECT_TRUE(cached_machine_rates(pool, dir_).from_cache);
+}
+
+TEST_F(MachineRatesTest, ReadPointsRoundTripThroughTheCache) {
+  ThreadPool pool(1);
+  const MachineRates first = cached_machine_rates(pool, dir_);
+  ASSERT_FALSE(first.from_cache);
+  if (first.decode_read_bytes_per_s > 0) {
+    // Measured at growing working sets; the large-working-set figure is
+    // the 126 MiB one.
+    ASSERT_GE(first.read_points.size(), 4u);
+    for (size_t i = 0; i < first.read_points.size(); ++i) {
+      EXPECT_GT(first.read_points[i].bytes_per_s, 0) << i;
+      if (i > 0) {
+        EXPECT_GT(first.read_points[i].bytes, first.read_points[i - 1].bytes);
+      }
+    }
+    EXPECT_EQ(first.read_points[3].bytes, int64_t{126} << 20);
+    EXPECT_DOUBLE_EQ(first.decode_read_bytes_per_s,
+                     first.read_points[3].bytes_per_s);
+  }
+  const MachineRates again = cached_machine_rates(pool, dir_);
+  ASSERT_TRUE(again.from_cache);
+  ASSERT_EQ(again.read_points.size(), first.read_points.size());
+  for (size_t i = 0; i < first.read_points.size(); ++i) {
+    EXPECT_EQ(again.read_points[i].bytes, first.read_points[i].bytes);
+    EXPECT_DOUBLE_EQ(again.read_points[i].bytes_per_s,
+                     first.read_points[i].bytes_per_s);
+  }
+
+  // A file written by hand: points in any order come back sorted.
+  std::ofstream(first.cache_path)
+      << "format 2\nread_point 67108864 3e10\nread_point 16777216 4e10\n"
+         "read_bandwidth 2.5e10\ndecode_read_bandwidth 2.5e10\n"
+         "stream_read_bandwidth 2e10\nflop_rate 1e11\n"
+         "matmul_overhead 5e-06\n";
+  const MachineRates hand = cached_machine_rates(pool, dir_);
+  ASSERT_TRUE(hand.from_cache);
+  ASSERT_EQ(hand.read_points.size(), 2u);
+  EXPECT_EQ(hand.read_points[0].bytes, 16777216);
+  EXPECT_DOUBLE_EQ(hand.read_points[0].bytes_per_s, 4e10);
+  EXPECT_EQ(hand.read_points[1].bytes, 67108864);
+  EXPECT_DOUBLE_EQ(hand.read_points[1].bytes_per_s, 3e10);
+  EXPECT_DOUBLE_EQ(hand.read_bytes_per_s, 2.5e10);
+  EXPECT_DOUBLE_EQ(hand.matmul_overhead_s, 5e-6);
+
+  // A format 1 file (no format line, no points) is measured again.
+  std::ofstream(first.cache_path)
+      << "read_bandwidth 2.5e10\ndecode_read_bandwidth 2.5e10\n"
+         "stream_read_bandwidth 2e10\nflop_rate 1e11\n"
+         "matmul_overhead 5e-06\n";
+  EXPECT_FALSE(cached_machine_rates(pool, dir_).from_cache);
+  // As is a format 2 file that measured the decode matmul but lost its
+  // points.
+  std::ofstream(first.cache_path)
+      << "format 2\nread_bandwidth 2.5e10\ndecode_read_bandwidth 2.5e10\n"
+         "stream_read_bandwidth 2e10\nflop_rate 1e11\n"
+         "matmul_overhead 5e-06\n";
+  EXPECT_FALSE(cached_machine_rates(pool, dir_).from_cache);
 }
 
 TEST_F(MachineRatesTest, EachThreadCountHasItsOwnFile) {

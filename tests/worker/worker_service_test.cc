@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -111,6 +112,19 @@ TEST_F(WorkerServiceTest, DescribeReportsTheMachineRates) {
   EXPECT_DOUBLE_EQ(d.flops_per_s(), 3.5e11);
   EXPECT_EQ(d.threads(), 1);
   EXPECT_EQ(d.memory_budget_bytes(), uint64_t{1} << 30);
+  EXPECT_EQ(d.read_rates_size(), 0);
+  std::vector<v1::ReadRate> rates(2);
+  rates[0].set_working_set_bytes(uint64_t{18} << 20);
+  rates[0].set_bytes_per_s(40e9);
+  rates[1].set_working_set_bytes(uint64_t{126} << 20);
+  rates[1].set_bytes_per_s(32e9);
+  w.service().set_read_rates(rates);
+  const v1::DescribeResponse p = describe();
+  ASSERT_EQ(p.read_rates_size(), 2);
+  EXPECT_EQ(p.read_rates(0).working_set_bytes(), uint64_t{18} << 20);
+  EXPECT_DOUBLE_EQ(p.read_rates(0).bytes_per_s(), 40e9);
+  EXPECT_EQ(p.read_rates(1).working_set_bytes(), uint64_t{126} << 20);
+  EXPECT_DOUBLE_EQ(p.read_rates(1).bytes_per_s(), 32e9);
 }
 
 TEST_F(WorkerServiceTest, LoadShardRefusesTheLiveShardsId) {
