@@ -132,6 +132,11 @@ absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::open_parts(
   const std::optional<SplitName> name = parse_split_name(path);
   const std::optional<int64_t> split_count =
       split_key(**opened, kSplitCountKey);
+  if (split_count.has_value() && *split_count < 1) {
+    return key_error(path, *(*opened)->find_entry(kSplitCountKey),
+                     text::cat("split.count ", *split_count,
+                               " is not a number of parts (1 or more)"));
+  }
   const bool single = name.has_value()
                           ? name->count == 1 && split_count.value_or(1) == 1
                           : split_count.value_or(1) == 1;

@@ -202,6 +202,20 @@ TEST(GgufSplit, RejectsSplitCountWithoutSplitFileName) {
                  "does not follow NAME-00001-of-0000N.gguf");
 }
 
+// split.count 0 names no parts at all: refused as such, in a file named as
+// a part or not (it used to be blamed on the file name).
+TEST(GgufSplit, RejectsSplitCountZero) {
+  TempDir dir;
+  PartSpec zero = good_parts()[0];
+  zero.split_count = 0;
+  write_part(dir.file("model.gguf"), zero, true);
+  expect_invalid(GgufModel::open(dir.file("model.gguf")),
+                 "split.count 0 is not a number of parts");
+  write_part(part_name(dir, 1, 3), zero, true);
+  expect_invalid(GgufModel::open(part_name(dir, 1, 3)),
+                 "split.count 0 is not a number of parts");
+}
+
 TEST(GgufSplit, RejectsSplitFileNameWithoutSplitKeys) {
   TempDir dir;
   GgufWriter writer;
