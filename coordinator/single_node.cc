@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_info.h"
+#include "kernels/cpu/isa.h"
 #include "worker/in_process_link.h"
 #include "worker/stage.h"
 #include "worker/step_totals.h"
@@ -64,7 +66,11 @@ class InProcessWorker final : public WorkerControl {
     v1::DescribeResponse d;
     d.set_worker_id(name_);
     d.set_backend("cpu");
-    d.set_device("this process");
+    // As a worker process reports itself (its CPU, the tier its kernels
+    // run on), with "this process" saying where the stage lives.
+    d.set_device(absl::StrCat(kernels::cpu_model_name(), ", this process"));
+    absl::StatusOr<std::optional<kernels::IsaTier>> isa = kernels::engine_isa();
+    d.set_isa(!isa.ok() ? "unknown" : isa->has_value() ? kernels::isa_name(**isa) : "reference");
     d.set_threads(n_threads_);
     d.set_protocol_version(1);
     std::lock_guard<std::mutex> lock(mu_);

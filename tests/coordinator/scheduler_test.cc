@@ -21,6 +21,7 @@
 #include "coordinator/scheduler.h"
 #include "coordinator/single_node.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "tests/test_paths.h"
@@ -289,6 +290,30 @@ TEST_F(SchedulerPipelineTest, ContextEndIsLength) {
   ASSERT_TRUE(out.status.ok()) << out.status;
   EXPECT_EQ(out.finish, FinishReason::kLength);
   EXPECT_EQ(out.all_ids.size(), 7u);  // positions 10 .. 15, then one more
+}
+
+// `strata status` of `strata serve`: each in-process stage reports the
+// CPU and the tier its kernels run on, as a worker process does
+// (it said "cpu (this process, , 1 threads)").
+TEST_F(SchedulerPipelineTest, InProcessStagesReportTheirCpuAndTier) {
+  SingleNodeOptions o;
+  o.model = stories();
+  o.workers = 2;
+  o.detokenizers = fake_detokenizer;
+  auto cluster = make_single_node(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_TRUE((*cluster)->wait_serving(absl::Seconds(60)).ok());
+  absl::StatusOr<std::optional<kernels::IsaTier>> isa = kernels::engine_isa();
+  ASSERT_TRUE(isa.ok()) << isa.status();
+  const std::string tier = isa->has_value() ? kernels::isa_name(**isa) : "reference";
+  const v1::ClusterStatusResponse status = (*cluster)->status();
+  ASSERT_EQ(status.workers_size(), 2);
+  for (const auto& w : status.workers()) {
+    EXPECT_NE(w.device().find(absl::StrCat(kernels::cpu_model_name(), ", this process, ",
+                                           tier, ", ")),
+              std::string::npos)
+        << w.device();
+  }
 }
 
 // A link whose micro-batches are answered by the test.
