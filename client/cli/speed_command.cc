@@ -41,6 +41,7 @@
 #include "kernels/cpu/isa.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
+#include "model/placement.h"
 #include "nlohmann/json.hpp"
 #include "worker/backend.h"
 
@@ -85,24 +86,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
-// Bytes of weights one decode step reads: every tensor, except that the
-// token embedding is only looked up (one row) unless it doubles as the
-// output head (no output.weight: tied embeddings), and that of a
-// mixture-of-experts block's expert tensors (blk.N.ffn_*_exps) a token
-// reads n_expert_used / n_expert (its k experts' slices).
+// Bytes of weights one decode step reads: placement's rule (the one
+// `strata plan` predicts with): every block's active bytes (of an MoE
+// block's expert tensors, the k used of n), the output head (token_embd
+// when tied; the embedding itself is only looked up), and the tensors
+// every stage holds (rope_freqs). 0 when the tensor table is refused.
 uint64_t decode_weight_bytes(const gguf::GgufModel& model, const arch::Hyperparameters& hp) {
-  const bool tied = model.find_tensor("output.weight") == nullptr;
-  uint64_t bytes = 0;
-  for (const gguf::TensorInfo& t : model.tensors()) {
-    if (t.name == "token_embd.weight" && !tied) continue;
-    if (hp.moe.n_expert > 0 && t.name.find("_exps.") != std::string::npos) {
-      bytes += t.n_bytes / static_cast<uint64_t>(hp.moe.n_expert) *
-               static_cast<uint64_t>(hp.moe.n_expert_used);
-      continue;
-    }
-    bytes += t.n_bytes;
-  }
-  return bytes;
+  absl::StatusOr<placement::ModelSizes> sizes = placement::model_sizes(model, hp);
+  if (!sizes.ok()) return 0;
+  return placement::stage_work(*sizes, 0, sizes->n_layer) + sizes->shared_bytes;
 }
 
 // One timed pass of each test on a fresh sequence (id 0, removed after).
