@@ -200,12 +200,16 @@ class Cluster:
         self.procs.append(self.coordinator)
         self.address = self.coordinator.address
 
+    def worker_model_dirs(self, i):
+        """The folders worker i may load models from (its config's model_dirs)."""
+        return model_dirs(self.args.model)
+
     def start_worker(self, i, memory_budget="8GiB"):
         cfg = os.path.join(self.workdir, f"worker-{i}.yaml")
         with open(cfg, "w") as f:
             f.write(f"listen: 127.0.0.1:{self.worker_ports[i]}\n"
                     f"name: w{i}\nthreads: 1\nmemory_budget: {memory_budget}\n"
-                    f"model_dirs: [{model_dirs(self.args.model)}]\n"
+                    f"model_dirs: [{self.worker_model_dirs(i)}]\n"
                     "answer_timeout_ms: 120000\n")
             f.write(self.link_security(f"w{i}"))
         w = Proc(f"worker-{i}", [self.args.worker, "--config", cfg], self.workdir)

@@ -37,18 +37,8 @@ class PartsCluster(ct.Cluster):
         self.worker_dirs = worker_dirs
         super().__init__(args, workdir, n_workers, **kw)
 
-    def start_worker(self, i, memory_budget="8GiB"):
-        cfg = os.path.join(self.workdir, f"worker-{i}.yaml")
-        with open(cfg, "w") as f:
-            f.write(f"listen: 127.0.0.1:{self.worker_ports[i]}\n"
-                    f"name: w{i}\nthreads: 1\nmemory_budget: {memory_budget}\n"
-                    f"model_dirs: [{self.worker_dirs[i]}]\n"
-                    "answer_timeout_ms: 120000\n")
-            f.write(self.link_security(f"w{i}"))
-        w = ct.Proc(f"worker-{i}", [self.args.worker, "--config", cfg], self.workdir)
-        self.workers[i] = w
-        self.procs.append(w)
-        return w
+    def worker_model_dirs(self, i):
+        return self.worker_dirs[i]
 
 
 def tensors_by_part(parts):
