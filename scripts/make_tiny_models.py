@@ -67,6 +67,15 @@ def tokenizer_fields(path):
     return out
 
 
+def write_file(w, path):
+    """Writes a GGUFWriter's header, metadata and tensors, and closes it."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {path}")
+
+
 def copy_tokenizer(w, fields):
     for k, f in fields.items():
         if k == "tokenizer.chat_template":
@@ -173,11 +182,7 @@ def make(arch, out_dir, tok, n_vocab, seed):
         mat(p + "ffn_down.weight", N_EMBD, N_FF, 1.0, qt)
         if arch == "gemma2":
             vec(p + "post_ffw_norm.weight", N_EMBD)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"wrote {path}")
+    write_file(w, path)
 
 
 N_EXPERT = 8
@@ -301,11 +306,7 @@ def make_moe(name, out_dir, tok, n_vocab):
             mat(p + "ffn_up_shexp.weight", n_ff_shexp, N_EMBD, 2.0, qt)
             mat(p + "ffn_down_shexp.weight", N_EMBD, n_ff_shexp, 1.0, qt)
     check_routing(name, emb, norms[0], routers)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"wrote {path}")
+    write_file(w, path)
 
 
 def make_gpt_oss(out_dir, tok, n_vocab, seed):
@@ -398,11 +399,7 @@ def make_gpt_oss(out_dir, tok, n_vocab, seed):
         vec(p + "ffn_gate_exps.bias", (n_expert, n_ff_exp), 0.0, 0.5)
         vec(p + "ffn_up_exps.bias", (n_expert, n_ff_exp), 0.0, 0.5)
         vec(p + "ffn_down_exps.bias", (n_expert, n_embd), 0.0, 0.2)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"wrote {path}")
+    write_file(w, path)
 
 
 def main():

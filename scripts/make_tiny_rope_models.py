@@ -34,7 +34,7 @@ import numpy as np
 import gguf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_tiny_models import copy_tokenizer, tokenizer_fields  # noqa: E402
+from make_tiny_models import copy_tokenizer, tokenizer_fields, write_file  # noqa: E402
 
 N_LAYER = 3
 N_EMBD = 128
@@ -143,11 +143,7 @@ def make(name, out_dir, tok, n_vocab):
         mat(p + "ffn_gate.weight", N_FF, N_EMBD, 2.0, qt)
         mat(p + "ffn_up.weight", N_FF, N_EMBD, 2.0, qt)
         mat(p + "ffn_down.weight", N_EMBD, N_FF, 1.0, qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"wrote {path}")
+    write_file(w, path)
 
 
 def main():
