@@ -137,6 +137,47 @@ TEST(Rope, NormalAndNeoxPairsMatchFormula) {
   }
 }
 
+// Attention by the formula of attention.h, in double, for f32 q [n][n_head]
+// [dk], k [pos][n_head_kv][dk], v [pos][n_head_kv][dv]: causal, p's sliding
+// window, soft-cap, scale and sinks (head h's sink joins its softmax
+// denominator unscaled). Out: [n][n_head][dv].
+std::vector<double> direct_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                     const std::vector<float>& v,
+                                     const std::vector<int32_t>& pos, const AttentionParams& p) {
+  const int n_tokens = static_cast<int>(pos.size());
+  std::vector<double> out(static_cast<size_t>(n_tokens) * p.n_head * p.head_dim_v);
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int h = 0; h < p.n_head; ++h) {
+      const int g = h / (p.n_head / p.n_head_kv);
+      std::vector<double> s;
+      std::vector<int> keys;
+      for (int j = 0; j <= pos[t]; ++j) {
+        if (p.sliding_window > 0 && pos[t] - j >= p.sliding_window) continue;
+        double d = 0;
+        for (int i = 0; i < p.head_dim_k; ++i) {
+          d += double(q[(t * p.n_head + h) * p.head_dim_k + i]) *
+               k[(j * p.n_head_kv + g) * p.head_dim_k + i];
+        }
+        if (p.softcap > 0) d = p.softcap * std::tanh(d / p.softcap);
+        s.push_back(d * p.scale);
+        keys.push_back(j);
+      }
+      double mx = p.sinks != nullptr ? p.sinks[h] : -1e30;
+      for (double e : s) mx = std::max(mx, e);
+      double sum = p.sinks != nullptr ? std::exp(p.sinks[h] - mx) : 0.0;
+      for (double& e : s) sum += (e = std::exp(e - mx));
+      for (int dv = 0; dv < p.head_dim_v; ++dv) {
+        double ref = 0;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          ref += s[i] / sum * v[(keys[i] * p.n_head_kv + g) * p.head_dim_v + dv];
+        }
+        out[(t * p.n_head + h) * p.head_dim_v + dv] = ref;
+      }
+    }
+  }
+  return out;
+}
+
 // Attention with GQA, causal and sliding-window masks, soft-capping, f32
 // cache: against a direct evaluation of the formula in attention.h.
 TEST(Attention, MatchesNaiveWithMasksAndGqa) {
@@ -161,34 +202,9 @@ TEST(Attention, MatchesNaiveWithMasksAndGqa) {
       std::vector<float> out(n_tokens * p.n_head * p.head_dim_v);
       attention(q.data(), pos.data(), n_tokens, KvView{GgmlType::kF32, k.data(), v.data(), n_ctx},
                 p, out.data(), scratch, pool);
-      for (int t = 0; t < n_tokens; ++t) {
-        for (int h = 0; h < p.n_head; ++h) {
-          const int g = h / (p.n_head / p.n_head_kv);
-          std::vector<double> s;
-          std::vector<int> keys;
-          for (int j = 0; j <= pos[t]; ++j) {
-            if (window > 0 && pos[t] - j >= window) continue;
-            double d = 0;
-            for (int i = 0; i < p.head_dim_k; ++i) {
-              d += double(q[(t * p.n_head + h) * p.head_dim_k + i]) *
-                   k[(j * p.n_head_kv + g) * p.head_dim_k + i];
-            }
-            if (cap > 0) d = cap * std::tanh(d / cap);
-            s.push_back(d * p.scale);
-            keys.push_back(j);
-          }
-          double mx = -1e30, sum = 0;
-          for (double e : s) mx = std::max(mx, e);
-          for (double& e : s) sum += (e = std::exp(e - mx));
-          for (int dv = 0; dv < p.head_dim_v; ++dv) {
-            double ref = 0;
-            for (size_t i = 0; i < keys.size(); ++i) {
-              ref += s[i] / sum * v[(keys[i] * p.n_head_kv + g) * p.head_dim_v + dv];
-            }
-            EXPECT_NEAR(out[(t * p.n_head + h) * p.head_dim_v + dv], ref, 1e-4)
-                << "window " << window << " cap " << cap;
-          }
-        }
+      const std::vector<double> want = direct_attention(q, k, v, pos, p);
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(out[i], want[i], 1e-4) << "window " << window << " cap " << cap;
       }
     }
   }
@@ -220,34 +236,10 @@ TEST(Attention, SinksJoinTheSoftmaxDenominator) {
     std::vector<float> out(n_tokens * p.n_head * p.head_dim_v);
     attention(q.data(), pos.data(), n_tokens, KvView{GgmlType::kF32, k.data(), v.data(), n_ctx},
               p, out.data(), scratch, pool);
-    for (int t = 0; t < n_tokens; ++t) {
-      for (int h = 0; h < p.n_head; ++h) {
-        const int g = h / (p.n_head / p.n_head_kv);
-        std::vector<double> s;
-        std::vector<int> keys;
-        for (int j = 0; j <= pos[t]; ++j) {
-          if (window > 0 && pos[t] - j >= window) continue;
-          double d = 0;
-          for (int i = 0; i < p.head_dim_k; ++i) {
-            d += double(q[(t * p.n_head + h) * p.head_dim_k + i]) *
-                 k[(j * p.n_head_kv + g) * p.head_dim_k + i];
-          }
-          s.push_back(d * p.scale);
-          keys.push_back(j);
-        }
-        double mx = sinks[h];
-        for (double e : s) mx = std::max(mx, e);
-        double sum = std::exp(sinks[h] - mx);
-        for (double& e : s) sum += (e = std::exp(e - mx));
-        for (int dv = 0; dv < p.head_dim_v; ++dv) {
-          double ref = 0;
-          for (size_t i = 0; i < keys.size(); ++i) {
-            ref += s[i] / sum * v[(keys[i] * p.n_head_kv + g) * p.head_dim_v + dv];
-          }
-          EXPECT_NEAR(out[(t * p.n_head + h) * p.head_dim_v + dv], ref, 1e-5)
-              << "window " << window << " token " << t << " head " << h;
-        }
-      }
+    const std::vector<double> want = direct_attention(q, k, v, pos, p);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const size_t t = i / (p.n_head * p.head_dim_v), h = i / p.head_dim_v % p.n_head;
+      EXPECT_NEAR(out[i], want[i], 1e-5) << "window " << window << " token " << t << " head " << h;
     }
   }
 }
