@@ -1,5 +1,7 @@
 #include "model/gguf_writer.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -310,16 +312,7 @@ void GgufWriter::assign_offsets() {
   }
 }
 
-absl::Status GgufWriter::write_to(const Emit& emit, const FillFn& fill) const {
-  if (!fill) {
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      if (!has_data_[i]) {
-        return absl::FailedPreconditionError(
-            text::cat("tensor '", tensors_[i].name,
-                      "' has no data and no fill callback"));
-      }
-    }
-  }
+absl::StatusOr<std::vector<uint8_t>> GgufWriter::head_bytes() const {
   // Per-token arrays must match the vocabulary (the reader refuses others).
   const KeyValue* tokens = nullptr;
   for (const KeyValue& kv : kv_) {
@@ -356,11 +349,23 @@ absl::Status GgufWriter::write_to(const Emit& emit, const FillFn& fill) const {
     head.put<uint64_t>(t.offset);
   }
   head.pad_to(alignment_);
-  const uint64_t data_start = head.bytes().size();
-  if (absl::Status s = emit(head.bytes().data(), head.bytes().size());
-      !s.ok()) {
-    return s;
+  return head.bytes();
+}
+
+absl::Status GgufWriter::write_to(const Emit& emit, const FillFn& fill) const {
+  if (!fill) {
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (!has_data_[i]) {
+        return absl::FailedPreconditionError(
+            text::cat("tensor '", tensors_[i].name,
+                      "' has no data and no fill callback"));
+      }
+    }
   }
+  absl::StatusOr<std::vector<uint8_t>> head = head_bytes();
+  if (!head.ok()) return head.status();
+  const uint64_t data_start = head->size();
+  if (absl::Status s = emit(head->data(), head->size()); !s.ok()) return s;
 
   uint64_t written = data_start;
   std::vector<uint8_t> buffer;  // reused: holds one tensor at a time
@@ -416,6 +421,41 @@ absl::Status GgufWriter::write(const std::string& path,
       fill);
   if (std::fflush(file) != 0 && s.ok()) {
     s = absl::ErrnoToStatus(errno, text::cat("write ", tmp));
+  }
+  if (std::fclose(file) != 0 && s.ok()) {
+    s = absl::ErrnoToStatus(errno, text::cat("close ", tmp));
+  }
+  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = absl::ErrnoToStatus(errno, text::cat("rename ", tmp, " to ", path));
+  }
+  if (!s.ok()) std::remove(tmp.c_str());
+  return s;
+}
+
+absl::Status GgufWriter::write_sparse(const std::string& path) const {
+  absl::StatusOr<std::vector<uint8_t>> head = head_bytes();
+  if (!head.ok()) return head.status();
+  uint64_t size = head->size();
+  if (!tensors_.empty()) {
+    const TensorInfo& last = tensors_.back();
+    size += align_up(last.offset + last.n_bytes, alignment_);
+  }
+  const std::string tmp = path + ".tmp";
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::ErrnoToStatus(errno, text::cat("create ", tmp));
+  }
+  absl::Status s;
+  if (!head->empty() &&
+      std::fwrite(head->data(), 1, head->size(), file) != head->size()) {
+    s = absl::ErrnoToStatus(errno, text::cat("write ", tmp));
+  }
+  if (s.ok() && std::fflush(file) != 0) {
+    s = absl::ErrnoToStatus(errno, text::cat("write ", tmp));
+  }
+  if (s.ok() && ::ftruncate(::fileno(file), static_cast<off_t>(size)) != 0) {
+    s = absl::ErrnoToStatus(errno,
+                            text::cat("extend ", tmp, " to ", size, " bytes"));
   }
   if (std::fclose(file) != 0 && s.ok()) {
     s = absl::ErrnoToStatus(errno, text::cat("close ", tmp));

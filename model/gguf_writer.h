@@ -118,6 +118,13 @@ class GgufWriter {
   // tokenizer.ggml.tokens.
   absl::Status write(const std::string& path, const FillFn& fill = {}) const;
 
+  // Writes the header, metadata and tensor infos as write() does, then
+  // extends the file to the size its tensors' data would take without
+  // writing the data: a sparse ("header-only") file whose data section is a
+  // hole of zeros taking no disk blocks. Readers accept it (sizes and
+  // offsets agree); for planning and placement on models whose weights are
+  // not needed (`strata synth --sparse`). Errors as write().
+  absl::Status write_sparse(const std::string& path) const;
   // The same bytes in memory (tests, fuzz seeds).
   absl::StatusOr<std::vector<uint8_t>> to_bytes(const FillFn& fill = {}) const;
 
@@ -125,6 +132,8 @@ class GgufWriter {
   // Receives the file's bytes in order.
   using Emit = std::function<absl::Status(const uint8_t* bytes, size_t n)>;
   absl::Status write_to(const Emit& emit, const FillFn& fill) const;
+  // Header, metadata, tensor infos and the padding to the data section.
+  absl::StatusOr<std::vector<uint8_t>> head_bytes() const;
   absl::Status add_tensor_impl(std::string name, GgmlType type,
                                std::vector<int64_t> shape,
                                std::vector<uint8_t> data, bool has_data);

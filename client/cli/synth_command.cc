@@ -2,6 +2,11 @@
 // [--seed S] [--tokenizer-from GGUF]`: a random-weight GGUF of a named model
 // shape (model/synthetic_model.h; docs/synth.md), for tests and benchmarks
 // that need a big model's bytes and layout, not its answers.
+//
+// `strata synth --sparse --shape PUBLISHED -o FILE.gguf`: the header-only
+// GGUF of a published model (model/published_models.h: the real tensor
+// table and per-tensor types of e.g. Llama 3.3 70B Q4_K_M), its data a hole
+// taking no disk: for `strata plan` and the deployment checks.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +15,7 @@
 
 #include "client/cli/commands.h"
 #include "model/gguf_reader.h"
+#include "model/published_models.h"
 #include "model/synthetic_model.h"
 
 namespace strata::cli {
@@ -22,15 +28,48 @@ struct SynthCommandOptions {
   int blocks = 0;
   uint64_t seed = 1;
   std::string tokenizer_from;
+  bool sparse = false;
+  bool random_options_given =
+      false;  // --type, --blocks, --seed, --tokenizer-from
 };
 
-int run_synth(const SynthCommandOptions& options) {
-  std::optional<GgmlType> type = ggml_type_from_name(options.type);
-  if (!type) {
-    std::fprintf(stderr, "strata synth: --type: unknown type '%s'\n",
-                 options.type.c_str());
+int run_sparse(const SynthCommandOptions& options) {
+  absl::StatusOr<synth::PublishedModel> model =
+      synth::published_model(options.shape);
+  if (!model.ok()) {
+    std::fprintf(stderr, "strata synth: --shape: %s\n",
+                 std::string(model.status().message()).c_str());
     return 2;
   }
+  if (options.random_options_given) {
+    std::fprintf(stderr,
+                 "strata synth: --sparse writes the published tensor types "
+                 "and every block: --type, --blocks, --seed and "
+                 "--tokenizer-from do not apply\n");
+    return 2;
+  }
+  if (absl::Status s = synth::write_header_only(*model, options.output);
+      !s.ok()) {
+    std::fprintf(stderr, "strata synth: %s\n",
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  uint64_t bytes = 0;
+  for (const synth::TensorSpec& t : model->tensors) {
+    uint64_t rows = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d)
+      rows *= static_cast<uint64_t>(t.shape[d]);
+    bytes += static_cast<uint64_t>(*ggml_row_bytes(t.type, t.shape[0])) * rows;
+  }
+  std::printf(
+      "%s: %s, %zu tensors, %.2f GB of tensor data (a hole: "
+      "header only)\n",
+      options.output.c_str(), model->name.c_str(), model->tensors.size(),
+      static_cast<double>(bytes) / 1e9);
+  return 0;
+}
+
+int run_synth(const SynthCommandOptions& options) {
   if (gguf::is_split_part_name(options.output)) {
     std::fprintf(stderr,
                  "strata synth: -o %s is named as one part of a split model "
@@ -43,6 +82,21 @@ int run_synth(const SynthCommandOptions& options) {
     std::fprintf(stderr,
                  "strata synth: -o %s is a directory; give a file name\n",
                  options.output.c_str());
+    return 2;
+  }
+  if (options.sparse) return run_sparse(options);
+  if (synth::published_model(options.shape).ok()) {
+    std::fprintf(stderr,
+                 "strata synth: --shape %s is a published model's layout "
+                 "(mixed tensor types): it is written header-only, with "
+                 "--sparse\n",
+                 options.shape.c_str());
+    return 2;
+  }
+  std::optional<GgmlType> type = ggml_type_from_name(options.type);
+  if (!type) {
+    std::fprintf(stderr, "strata synth: --type: unknown type '%s'\n",
+                 options.type.c_str());
     return 2;
   }
   synth::SynthOptions o;
@@ -85,26 +139,44 @@ void add_synth_command(CLI::App& app, int& exit_code) {
   for (const synth::Shape& s : synth::shapes()) {
     shapes += (shapes.empty() ? "" : ", ") + std::string(s.name);
   }
+  std::string published;
+  for (const std::string& name : synth::published_model_names()) {
+    published += (published.empty() ? "" : ", ") + name;
+  }
   CLI::App* cmd = app.add_subcommand(
       "synth",
       "Write a random-weight GGUF of a named model shape (tests, benchmarks)");
-  cmd->add_option("--shape", options->shape, "model shape: " + shapes)
+  cmd->add_option("--shape", options->shape,
+                  "model shape: " + shapes + "; with --sparse: " + published)
       ->required();
-  cmd->add_option("--type", options->type,
-                  "ggml type of the matrices: F32, F16, Q4_0, Q4_1, Q5_0, "
-                  "Q8_0, Q4_K, Q6_K")
-      ->capture_default_str();
+  cmd->add_flag("--sparse", options->sparse,
+                "header-only GGUF of a published model (its data a hole): "
+                "for strata plan");
+  CLI::Option* type_option =
+      cmd->add_option("--type", options->type,
+                      "ggml type of the matrices: F32, F16, Q4_0, Q4_1, Q5_0, "
+                      "Q8_0, Q4_K, Q6_K")
+          ->capture_default_str();
   cmd->add_option("-o,--output", options->output, "GGUF to write")->required();
-  cmd->add_option("--blocks", options->blocks,
-                  "write only the first N blocks (block_count N); 0: all")
-      ->capture_default_str();
-  cmd->add_option("--seed", options->seed,
-                  "random seed (same seed, same bytes)")
-      ->capture_default_str();
-  cmd->add_option("--tokenizer-from", options->tokenizer_from,
-                  "copy the tokenizer.* keys of this GGUF (default: a built-in "
-                  "byte-level vocabulary padded to the shape's size)");
-  cmd->callback([options, &exit_code] { exit_code = run_synth(*options); });
+  CLI::Option* blocks_option =
+      cmd->add_option("--blocks", options->blocks,
+                      "write only the first N blocks (block_count N); 0: all")
+          ->capture_default_str();
+  CLI::Option* seed_option =
+      cmd->add_option("--seed", options->seed,
+                      "random seed (same seed, same bytes)")
+          ->capture_default_str();
+  CLI::Option* tokenizer_option = cmd->add_option(
+      "--tokenizer-from", options->tokenizer_from,
+      "copy the tokenizer.* keys of this GGUF (default: a built-in "
+      "byte-level vocabulary padded to the shape's size)");
+  cmd->callback([=, &exit_code] {
+    options->random_options_given =
+        type_option->count() + blocks_option->count() + seed_option->count() +
+            tokenizer_option->count() >
+        0;
+    exit_code = run_synth(*options);
+  });
 }
 
 }  // namespace strata::cli

@@ -32,7 +32,7 @@ namespace strata::coordinator {
 namespace {
 
 namespace fs = std::filesystem;
-using strata::testing::use_more_bits;
+using strata::synth::use_more_bits;
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
@@ -187,7 +187,7 @@ int best_cut(const std::vector<uint64_t>& work, uint64_t head) {
 TEST_F(Plan, Llama70bSplitFilesExplicitRanges) {
   auto first = strata::testing::write_sparse_split(
       path("Llama-3.3-70B-Instruct-Q4_K_M"),
-      strata::testing::llama33_70b_q4_k_m(), 2);
+      strata::synth::llama33_70b_q4_k_m(), 2);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(fs::path(*first).filename(),
             "Llama-3.3-70B-Instruct-Q4_K_M-00001-of-00002.gguf");
@@ -248,7 +248,7 @@ workers:
 
 TEST_F(Plan, Llama70bAutoSplitFollowsTheSlowestStage) {
   auto first = strata::testing::write_sparse_split(
-      path("Llama-auto"), strata::testing::llama33_70b_q4_k_m(), 2);
+      path("Llama-auto"), strata::synth::llama33_70b_q4_k_m(), 2);
   ASSERT_TRUE(first.ok()) << first.status();
   Opened o = open(*first);
   ASSERT_NE(o.model, nullptr);
@@ -290,7 +290,7 @@ workers:
 
 TEST_F(Plan, Llama70bRefusedWithTheNumbers) {
   auto first = strata::testing::write_sparse_split(
-      path("Llama-small"), strata::testing::llama33_70b_q4_k_m(), 2);
+      path("Llama-small"), strata::synth::llama33_70b_q4_k_m(), 2);
   ASSERT_TRUE(first.ok()) << first.status();
   Opened o = open(*first);
   ASSERT_NE(o.model, nullptr);
@@ -318,8 +318,7 @@ workers:
 
 TEST_F(Plan, Qwen72bOnThreeWorkers) {
   const std::string file = path("Qwen2.5-72B-Instruct-Q4_K_M.gguf");
-  ASSERT_TRUE(strata::testing::write_sparse_gguf(
-                  file, strata::testing::qwen25_72b_q4_k_m())
+  ASSERT_TRUE(strata::synth::write_header_only(strata::synth::qwen25_72b_q4_k_m(), file)
                   .ok());
   Opened o = open(file);
   ASSERT_NE(o.model, nullptr);
@@ -362,8 +361,7 @@ workers:
 
 TEST_F(Plan, Mixtral8x22bReadsTwoOfEightExperts) {
   const std::string file = path("Mixtral-8x22B-Instruct-v0.1-Q4_K_M.gguf");
-  ASSERT_TRUE(strata::testing::write_sparse_gguf(
-                  file, strata::testing::mixtral_8x22b_q4_k_m())
+  ASSERT_TRUE(strata::synth::write_header_only(strata::synth::mixtral_8x22b_q4_k_m(), file)
                   .ok());
   Opened o = open(file);
   ASSERT_NE(o.model, nullptr);
@@ -419,8 +417,7 @@ workers:
 
 TEST_F(Plan, GptOss120bReadsFourOf128Experts) {
   const std::string file = path("gpt-oss-120b-mxfp4.gguf");
-  ASSERT_TRUE(strata::testing::write_sparse_gguf(
-                  file, strata::testing::gpt_oss_120b_mxfp4())
+  ASSERT_TRUE(strata::synth::write_header_only(strata::synth::gpt_oss_120b_mxfp4(), file)
                   .ok());
   Opened o = open(file);
   ASSERT_NE(o.model, nullptr);
@@ -481,8 +478,7 @@ workers:
 // token; placement still balances the large-working-set figure.
 TEST_F(Plan, ReadRatesByWorkingSetSize) {
   const std::string file = path("gpt-oss-120b-points.gguf");
-  ASSERT_TRUE(strata::testing::write_sparse_gguf(
-                  file, strata::testing::gpt_oss_120b_mxfp4())
+  ASSERT_TRUE(strata::synth::write_header_only(strata::synth::gpt_oss_120b_mxfp4(), file)
                   .ok());
   Opened o = open(file);
   ASSERT_NE(o.model, nullptr);
@@ -534,8 +530,7 @@ std::pair<int, std::string> run_plan_json(const std::string& config_path) {
 
 TEST_F(Plan, CommandLineJsonAndExitStatus) {
   const std::string file = path("Mixtral-cli.gguf");
-  ASSERT_TRUE(strata::testing::write_sparse_gguf(
-                  file, strata::testing::mixtral_8x22b_q4_k_m())
+  ASSERT_TRUE(strata::synth::write_header_only(strata::synth::mixtral_8x22b_q4_k_m(), file)
                   .ok());
   const std::string fits = path("fits.yaml");
   std::ofstream(fits) << "model: " << file << R"(

@@ -1,11 +1,15 @@
 // Writer -> reader round trips: every value type, nested arrays, tensors of
 // several ggml types and shapes, alignments, v2 and v3, streaming writes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -465,6 +469,46 @@ TEST(GgufFileOpen, ReportsMissingEmptyAndNonRegularFiles) {
   auto folder = GgufFile::open(dir.path().string());
   EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument)
       << folder.status();
+}
+
+// write_sparse writes what write() writes with zero-filled tensors, without
+// writing the data: the same bytes, the data section a hole.
+TEST(GgufWriterSparse, SameBytesAsZeroFilledDataAndNoDataBlocks) {
+  GgufWriter writer;
+  ASSERT_TRUE(
+      writer.set_metadata("general.architecture", value_string("llama")).ok());
+  ASSERT_TRUE(writer.add_tensor("a", GgmlType::kQ4_K, {512, 300}).ok());
+  ASSERT_TRUE(writer.add_tensor("b", GgmlType::kF32, {7}).ok());
+  ASSERT_TRUE(writer.add_tensor("c", GgmlType::kQ8_0, {4096, 1024}).ok());
+  const std::filesystem::path dir = ::testing::TempDir();
+  const std::string full = (dir / "full.gguf").string();
+  const std::string sparse = (dir / "sparse.gguf").string();
+  ASSERT_TRUE(writer
+                  .write(full,
+                         [](size_t, const TensorInfo&, std::span<uint8_t> out) {
+                           std::fill(out.begin(), out.end(), uint8_t{0});
+                           return absl::OkStatus();
+                         })
+                  .ok());
+  ASSERT_TRUE(writer.write_sparse(sparse).ok());
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::vector<char> a = read(full), b = read(sparse);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(a == b);
+  struct stat st {};
+  ASSERT_EQ(::stat(sparse.c_str(), &st), 0);
+  // 4.3 MB of data; the header is a few hundred bytes: at most a few
+  // blocks on disk (a filesystem without holes would hold them all).
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, uint64_t{1} << 20)
+      << "the data section was written, not left a hole";
+  std::unique_ptr<GgufFile> file =
+      parse_ok(std::vector<uint8_t>(b.begin(), b.end()));
+  ASSERT_NE(file, nullptr);
+  ASSERT_NE(file->find_tensor("c"), nullptr);
+  EXPECT_FALSE(std::filesystem::exists(sparse + ".tmp"));
 }
 
 }  // namespace

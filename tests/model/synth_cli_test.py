@@ -88,8 +88,52 @@ def main():
                 print(f"FAIL {name}: strata run {ids} != llama.cpp {ref} at token {first} "
                       f"(gap {gaps[first]:.3f})")
                 failed += 1
-    print(f"{len(CASES) - failed} passed, {failed} failed")
+        failed += check_sparse(args.strata, d)
+    print(f"{len(CASES) + len(SPARSE) + 1 - failed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+# `synth --sparse`: the published models' header-only files, at their
+# published sizes (the GGUFs on Hugging Face: bartowski's Llama 3.3 70B and
+# Qwen2.5 72B Q4_K_M, ggml-org's gpt-oss-120b), each 0.2 % or closer, with
+# almost nothing on disk; `strata inspect` reads them.
+SPARSE = [("llama-3.3-70b-q4_k_m", 42.5e9), ("qwen2.5-72b-q4_k_m", 47.4e9),
+          ("gpt-oss-120b-mxfp4", 63.4e9)]
+
+
+def check_sparse(strata, d):
+    failed = 0
+    for shape, size in SPARSE:
+        path = os.path.join(d, f"{shape}.gguf")
+        out = subprocess.run([strata, "synth", "--sparse", "--shape", shape, "-o", path],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"FAIL sparse {shape}: {out.stderr}")
+            failed += 1
+            continue
+        st = os.stat(path)
+        insp = subprocess.run([strata, "inspect", path], capture_output=True, text=True)
+        if abs(st.st_size - size) > 0.002 * size or st.st_blocks * 512 > (1 << 22) \
+                or insp.returncode != 0:
+            print(f"FAIL sparse {shape}: {st.st_size} bytes (published {size:.3g}), "
+                  f"{st.st_blocks * 512} on disk, inspect rc {insp.returncode}")
+            failed += 1
+            continue
+        print(f"ok   sparse {shape}: {st.st_size / 1e9:.2f} GB, {st.st_blocks * 512} B on disk")
+    # Refused: a published layout without --sparse (mixed types), --sparse on a
+    # random shape, --type with --sparse.
+    bad = [["--shape", "llama-3.3-70b-q4_k_m"], ["--sparse", "--shape", "tiny-llama"],
+           ["--sparse", "--shape", "gpt-oss-120b-mxfp4", "--type", "Q8_0"]]
+    refused = True
+    for argv in bad:
+        out = subprocess.run([strata, "synth", *argv, "-o", os.path.join(d, "bad.gguf")],
+                             capture_output=True, text=True)
+        if out.returncode != 2 or os.path.exists(os.path.join(d, "bad.gguf")):
+            print(f"FAIL synth {' '.join(argv)}: rc {out.returncode} (expected 2), {out.stderr}")
+            refused = False
+    if refused:
+        print("ok   sparse refusals")
+    return failed + (0 if refused else 1)
 
 
 if __name__ == "__main__":
