@@ -67,12 +67,12 @@ def free_port():
 class Proc:
     """A child process that prints "listening on HOST:PORT" when ready."""
 
-    def __init__(self, name, argv, workdir):
+    def __init__(self, name, argv, workdir, env=None):
         self.name = name
         self.argv = argv
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "ab")
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, env=env)
         self.address = None
         line = self._readline(timeout=180)
         if not line or not line.startswith("listening on "):
