@@ -515,6 +515,7 @@ void Cluster::check_workers() {
 void Cluster::monitor_loop() {
   const ClusterConfig& c = options_.config;
   bool reported = false;
+  std::string waiting_reported;  // the workers last named as not answering
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -523,13 +524,23 @@ void Cluster::monitor_loop() {
     if (options_.monitor) check_workers();
     bool serving, permanent, migrate;
     bool all_up = true;
+    std::string waiting;        // members that do not answer yet
+    std::string waiting_why;    // and their last errors
+    bool served_before = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      served_before = ever_served_;
       serving = serving_;
       permanent = permanent_error_;
       migrate = migrating();
       for (int i : members_) {
-        if (options_.monitor && !answers(i)) all_up = false;
+        if (options_.monitor && !answers(i)) {
+          all_up = false;
+          absl::StrAppend(&waiting, waiting.empty() ? "" : ", ", worker_label(i));
+          absl::StrAppend(&waiting_why, "; ",
+                          states_[i].last_error.empty() ? worker_label(i)
+                                                        : states_[i].last_error);
+        }
       }
       // Every load plans again (one Describe per worker): a worker back
       // with another memory budget, or other threads, gets a plan made for
@@ -538,6 +549,14 @@ void Cluster::monitor_loop() {
     }
     if (!serving && !permanent && !all_up && migrate) {
       all_up = replace_failed_members();
+    }
+    // Starting with workers not up yet (their names may not resolve yet, a
+    // pod not scheduled): say which and why, once for each change, and
+    // keep trying.
+    if (!serving && !served_before && !all_up && waiting != waiting_reported) {
+      spdlog::warn("waiting for {} to answer (retrying every {} ms){}", waiting,
+                   c.health_check_interval_ms, waiting_why);
+      waiting_reported = waiting;
     }
     if (!serving && !permanent && all_up) {
       absl::Status st = load_pipeline();

@@ -21,6 +21,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/numbers.h"
 #include "worker/kv_cache.h"
 
 namespace strata::coordinator {
@@ -80,6 +82,111 @@ absl::StatusOr<int> get_int(const YAML::Node& node, absl::string_view key,
                                        "]"));
   }
   return static_cast<int>(v);
+}
+
+// `workers: {from: lws, ...}` / `{from: dns, ...}`: the list of workers it
+// stands for, as the YAML list a config would give (each item then checked
+// by parse_worker like a written one).
+absl::StatusOr<YAML::Node> worker_group(const YAML::Node& node,
+                                        const config::EnvLookup& env) {
+  auto from = node["from"] ? get_string(node["from"], "workers.from")
+                           : absl::StatusOr<std::string>(key_error(
+                                 "workers.from", "missing (lws or dns)"));
+  if (!from.ok()) return from.status();
+  std::string name_pattern = "w{index}";
+  if (node["name"]) {
+    auto n = get_string(node["name"], "workers.name");
+    if (!n.ok()) return n.status();
+    if (n->find("{index}") == std::string::npos) {
+      return key_error("workers.name",
+                       absl::StrCat("\"", *n, "\" has no {index}: every worker "
+                                    "would get the same name"));
+    }
+    name_pattern = *n;
+  }
+  std::string address_pattern;
+  int first = 0, count = 0;
+  if (*from == "lws") {
+    if (absl::Status st = check_keys(node, "workers",
+                                     {"from", "port", "name", "memory_budget"});
+        !st.ok())
+      return st;
+    if (!node["port"]) return key_error("workers.port", "missing");
+    auto port = get_int(node["port"], "workers.port", 1, 65535);
+    if (!port.ok()) return port.status();
+    // LeaderWorkerSet: the leader is <lws>-<group>.<service>.<namespace>;
+    // worker i of its group is <lws>-<group>-<i>.<service>.<namespace>
+    // (a StatefulSet's stable DNS names behind the headless service).
+    const std::optional<std::string> leader = env("LWS_LEADER_ADDRESS");
+    const std::optional<std::string> size_text = env("LWS_GROUP_SIZE");
+    if (!leader || leader->empty()) {
+      return key_error("workers.from",
+                       "lws: LWS_LEADER_ADDRESS is not set (the "
+                       "LeaderWorkerSet controller sets it in every pod)");
+    }
+    const size_t dot = leader->find('.');
+    const std::string host = leader->substr(0, dot);
+    const bool all_digits =
+        leader->find_first_not_of("0123456789.") == std::string::npos;
+    if (dot == std::string::npos || dot == 0 || all_digits ||
+        leader->find(':') != std::string::npos) {
+      return key_error(
+          "workers.from",
+          absl::StrCat("lws: LWS_LEADER_ADDRESS \"", *leader,
+                       "\" is not a DNS name <lws>-<group>.<service>.<namespace>"));
+    }
+    int size = 0;
+    if (!size_text || !absl::SimpleAtoi(*size_text, &size) || size < 2 ||
+        size > 257) {
+      return key_error(
+          "workers.from",
+          absl::StrCat("lws: LWS_GROUP_SIZE \"", size_text.value_or(""),
+                       "\" is not a group size in [2, 257] (a leader and 1 to "
+                       "256 workers)"));
+    }
+    address_pattern =
+        absl::StrCat(host, "-{index}", leader->substr(dot), ":", *port);
+    first = 1;
+    count = size - 1;
+  } else if (*from == "dns") {
+    if (absl::Status st = check_keys(
+            node, "workers",
+            {"from", "address", "count", "first", "name", "memory_budget"});
+        !st.ok())
+      return st;
+    if (!node["address"]) return key_error("workers.address", "missing");
+    auto a = get_string(node["address"], "workers.address");
+    if (!a.ok()) return a.status();
+    if (a->find("{index}") == std::string::npos) {
+      return key_error("workers.address",
+                       absl::StrCat("\"", *a,
+                                    "\" has no {index} (e.g. "
+                                    "strata-worker-{index}.strata:50061)"));
+    }
+    address_pattern = *a;
+    if (!node["count"]) return key_error("workers.count", "missing");
+    auto n = get_int(node["count"], "workers.count", 1, 256);
+    if (!n.ok()) return n.status();
+    count = *n;
+    if (node["first"]) {
+      auto f = get_int(node["first"], "workers.first", 0, 1000000);
+      if (!f.ok()) return f.status();
+      first = *f;
+    }
+  } else {
+    return key_error("workers.from",
+                     absl::StrCat("\"", *from, "\" is not lws or dns"));
+  }
+  YAML::Node list(YAML::NodeType::Sequence);
+  for (int i = first; i < first + count; ++i) {
+    const std::string index = std::to_string(i);
+    YAML::Node w(YAML::NodeType::Map);
+    w["address"] = absl::StrReplaceAll(address_pattern, {{"{index}", index}});
+    w["name"] = absl::StrReplaceAll(name_pattern, {{"{index}", index}});
+    if (node["memory_budget"]) w["memory_budget"] = node["memory_budget"];
+    list.push_back(w);
+  }
+  return list;
 }
 
 absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
@@ -237,6 +344,12 @@ absl::Status check_address(absl::string_view address, bool port_zero_ok) {
 
 absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
                                                    absl::string_view source) {
+  return parse_cluster_config(text, source, config::process_env());
+}
+
+absl::StatusOr<ClusterConfig> parse_cluster_config(
+    absl::string_view text, absl::string_view source,
+    const config::EnvLookup& env) {
   auto with_source = [&](const absl::Status& st) {
     return absl::Status(st.code(), absl::StrCat(source, ": ", st.message()));
   };
@@ -250,6 +363,9 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": expected a map of settings (model, workers, ...)"));
+  }
+  if (absl::Status st = config::expand_env_in_yaml(root, env); !st.ok()) {
+    return with_source(st);
   }
   ClusterConfig c;
   try {
@@ -373,10 +489,17 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
       c.trace = expand_home(*s);
     }
     if (!root["workers"]) return with_source(key_error("workers", "missing"));
-    const YAML::Node& workers = root["workers"];
+    YAML::Node workers = root["workers"];
+    if (workers.IsMap()) {  // {from: lws | dns, ...}
+      auto group = worker_group(workers, env);
+      if (!group.ok()) return with_source(group.status());
+      workers = *group;
+    }
     if (!workers.IsSequence() || workers.size() == 0) {
       return with_source(
-          key_error("workers", "expected a list of at least one worker"));
+          key_error("workers", "expected a list of at least one worker, or "
+                               "{from: lws, port: P} or {from: dns, address: "
+                               "A, count: N}"));
     }
     if (workers.size() > 256) {
       return with_source(

@@ -75,6 +75,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/config_env.h"
 #include "model/ggml_type.h"
 #include "model/placement.h"
 #include "proto/grpc_tls.h"
@@ -144,8 +145,13 @@ absl::Status resolve_link_security(ClusterConfig& config,
                                    const std::string& program = "strata-coordinator");
 
 // Parses YAML text. `source` names it in messages ("cluster.yaml").
+// Values may use ${VAR} and ${VAR:-default} (model/config_env.h), expanded
+// from the process's environment, or from `env`.
 absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
                                                    absl::string_view source);
+absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
+                                                   absl::string_view source,
+                                                   const config::EnvLookup& env);
 // Reads and parses a file. NotFound when it cannot be read.
 absl::StatusOr<ClusterConfig> load_cluster_config(const std::string& path);
 

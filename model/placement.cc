@@ -1,7 +1,9 @@
 #include "model/placement.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -443,24 +445,88 @@ struct Unit {
   const char* suffix;
   uint64_t factor;
 };
+// Longest suffix first, so that "GiB" is not read as "B" nor "Gi".
+constexpr uint64_t kKi = uint64_t{1} << 10;
+constexpr uint64_t kK = 1000;
 constexpr Unit kUnits[] = {
-    {"TiB", uint64_t{1} << 40},
-    {"GiB", uint64_t{1} << 30},
-    {"MiB", uint64_t{1} << 20},
-    {"KiB", uint64_t{1} << 10},
-    {"TB", 1000000000000ull},
-    {"GB", 1000000000ull},
-    {"MB", 1000000ull},
-    {"KB", 1000ull},
-    {"kB", 1000ull},
+    {"KiB", kKi},
+    {"MiB", kKi * kKi},
+    {"GiB", kKi * kKi * kKi},
+    {"TiB", kKi * kKi * kKi * kKi},
+    // Kubernetes quantities (binary SI): Ki .. Ei.
+    {"Ki", kKi},
+    {"Mi", kKi * kKi},
+    {"Gi", kKi * kKi * kKi},
+    {"Ti", kKi * kKi * kKi * kKi},
+    {"Pi", kKi * kKi * kKi * kKi * kKi},
+    {"Ei", kKi * kKi * kKi * kKi * kKi * kKi},
+    {"KB", kK},
+    {"kB", kK},
+    {"MB", kK * kK},
+    {"GB", kK * kK * kK},
+    {"TB", kK * kK * kK * kK},
+    // Kubernetes quantities (decimal SI): k, M, G, T, P, E.
+    {"k", kK},
+    {"M", kK * kK},
+    {"G", kK * kK * kK},
+    {"T", kK * kK * kK * kK},
+    {"P", kK * kK * kK * kK * kK},
+    {"E", kK * kK * kK * kK * kK * kK},
     {"B", 1},
 };
+
+absl::Status not_a_size(absl::string_view original) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"", original,
+                   "\" is not a size (bytes, or e.g. 4GiB, 4Gi, 512MiB, 2GB, "
+                   "2G, 2e9)"));
+}
+
+// "2e9", "1.5E3": a decimal exponent (Kubernetes' form) of a whole number
+// of bytes. nullopt when `t` is not of that form.
+std::optional<absl::StatusOr<uint64_t>> parse_exponent(
+    absl::string_view t, absl::string_view original) {
+  const size_t e = t.find_first_of("eE");
+  if (e == absl::string_view::npos || e == 0 || e + 1 >= t.size()) {
+    return std::nullopt;
+  }
+  double mantissa = 0;
+  int exponent = 0;
+  absl::string_view exp_text = t.substr(e + 1);
+  if (!exp_text.empty() && exp_text.front() == '+') exp_text.remove_prefix(1);
+  if (!absl::SimpleAtod(t.substr(0, e), &mantissa) ||
+      !absl::SimpleAtoi(exp_text, &exponent) || mantissa < 0 ||
+      t.substr(0, e).find_first_not_of("0123456789.") !=
+          absl::string_view::npos) {
+    return std::nullopt;
+  }
+  if (exponent < 0 || exponent > 19) {
+    return absl::StatusOr<uint64_t>(absl::InvalidArgumentError(
+        absl::StrCat("\"", original,
+                     "\" is not a whole number of bytes in range")));
+  }
+  const double bytes = mantissa * std::pow(10.0, exponent);
+  if (!(bytes < 1.8e19)) {
+    return absl::StatusOr<uint64_t>(absl::InvalidArgumentError(
+        absl::StrCat("\"", original, "\" is too large")));
+  }
+  return absl::StatusOr<uint64_t>(static_cast<uint64_t>(bytes));
+}
 
 }  // namespace
 
 absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
   const absl::string_view original(text.data(), text.size());
   absl::string_view t = absl::StripAsciiWhitespace(original);
+  if (t.empty()) return not_a_size(original);
+  if (t.back() == 'm') {
+    // Kubernetes' milli suffix: a CPU quantity, or a thousandth of a byte.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", original,
+        "\" is not a size: m is milli (a thousandth of a byte); for "
+        "mebibytes say Mi or MiB, for megabytes M or MB"));
+  }
+  if (auto exp = parse_exponent(t, original)) return *std::move(exp);
   uint64_t factor = 1;
   for (const Unit& u : kUnits) {
     absl::string_view suffix(u.suffix);
@@ -473,7 +539,8 @@ absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
   }
   uint64_t value = 0;
   double fraction = 0;
-  if (absl::SimpleAtoi(t, &value)) {
+  if (absl::SimpleAtoi(t, &value) && !absl::StartsWith(t, "-") &&
+      !absl::StartsWith(t, "+")) {
     uint64_t bytes = 0;
     if (__builtin_mul_overflow(value, factor, &bytes)) {
       return absl::InvalidArgumentError(
@@ -482,12 +549,16 @@ absl::StatusOr<uint64_t> parse_byte_size(std::string_view text) {
     return bytes;
   }
   // "1.5GiB": a fraction of a unit, rounded down to a byte.
-  if (factor > 1 && absl::SimpleAtod(t, &fraction) && fraction >= 0 &&
-      fraction * static_cast<double>(factor) < 1.8e19) {
+  if (factor > 1 && !t.empty() &&
+      t.find_first_not_of("0123456789.") == absl::string_view::npos &&
+      absl::SimpleAtod(t, &fraction) && fraction >= 0) {
+    if (!(fraction * static_cast<double>(factor) < 1.8e19)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", original, "\" is too large"));
+    }
     return static_cast<uint64_t>(fraction * static_cast<double>(factor));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "\"", original, "\" is not a size (bytes, or e.g. 4GiB, 512MiB, 2GB)"));
+  return not_a_size(original);
 }
 
 absl::StatusOr<double> parse_byte_rate(std::string_view text) {

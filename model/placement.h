@@ -160,10 +160,13 @@ absl::StatusOr<std::vector<ShardPlan>> check_explicit(
 std::string format_bytes(uint64_t bytes);
 
 // A size in a config file or flag: bytes ("1000"), or a number with KiB,
-// MiB, GiB, TiB (powers of 1024), KB/kB, MB, GB, TB (powers of 1000) or B,
-// fractions allowed ("1.5GiB", rounded down to a byte). "2G" is refused
-// (say GiB or GB), as are negatives, overflow and anything else:
-// InvalidArgument quoting the text.
+// MiB, GiB, TiB (powers of 1024), KB/kB, MB, GB, TB (powers of 1000) or B;
+// or a Kubernetes quantity (k8s.io/apimachinery resource.Quantity's
+// suffixes): Ki, Mi, Gi, Ti, Pi, Ei (powers of 1024), k, M, G, T, P, E
+// (powers of 1000), or a decimal exponent ("2e9", "1.5E3"). Fractions are
+// allowed ("1.5GiB", "0.5Gi"; rounded down to a byte). Refused, with
+// InvalidArgument quoting the text: "500m" (milli: a thousandth of a
+// byte), negatives, overflow and anything else.
 absl::StatusOr<uint64_t> parse_byte_size(std::string_view text);
 
 // A read bandwidth in a config file: a size (parse_byte_size's units)

@@ -20,12 +20,14 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/cpu/cpu_info.h"
 #include "kernels/cpu/machine_rates.h"
 #include "model/log.h"
 #include "model/placement.h"
@@ -63,7 +65,9 @@ int main(int argc, char** argv) {
   std::string name;
   app.add_option("--config", config_path, "YAML config file");
   app.add_option("--listen", listen, "host:port to serve on (port 0: any)");
-  app.add_option("--threads", threads, "threads of the forward pass")
+  app.add_option("--threads", threads,
+                 "threads of the forward pass (default: the CPUs this "
+                 "process may use: affinity and cgroup CPU limit)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--memory-budget", memory_budget,
                  "weights + KV cache this worker may hold (4GiB, 512MiB)");
@@ -141,6 +145,13 @@ int main(int argc, char** argv) {
     return fail_config(
         absl::StrCat(config_path.empty() ? "" : absl::StrCat(config_path, ": "),
                      st.message()));
+  }
+  if (config.threads == 0) {  // absent or auto: what this process may use
+    config.threads = strata::cpu::usable_threads();
+    const std::optional<double> limit = strata::cpu::cgroup_cpu_limit();
+    spdlog::info("threads: {} (the CPUs this process may use: affinity {}{})",
+                 config.threads, strata::cpu::read_cpu_info().allowed_cpus,
+                 limit ? absl::StrCat(", cgroup CPU limit ", *limit) : "");
   }
 
   if (absl::Status st = strata::grpc_tls::resolve_link_security(

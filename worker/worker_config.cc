@@ -1,5 +1,6 @@
 #include "worker/worker_config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -68,6 +70,42 @@ class Reader {
 
 }  // namespace
 
+absl::StatusOr<int> parse_thread_count(std::string_view text_view) {
+  const absl::string_view text =
+      absl::StripAsciiWhitespace(absl::string_view(text_view.data(), text_view.size()));
+  if (text == "auto") return 0;
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", text,
+        "\" is not a thread count (an integer in [1, 1024], a CPU quantity "
+        "such as 3500m or 1.5, or auto)"));
+  };
+  int64_t n = 0;
+  double cpus = 0;
+  if (absl::SimpleAtoi(text, &n)) {
+    if (n < 1 || n > 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(n, " is out of range [1, 1024]"));
+    }
+    return static_cast<int>(n);
+  }
+  // Kubernetes CPU quantities: "3500m" (millicores), "1.5" (cores): the
+  // whole CPUs they give, at least one.
+  if (absl::EndsWith(text, "m")) {
+    if (!absl::SimpleAtoi(text.substr(0, text.size() - 1), &n) || n < 1) return bad();
+    cpus = static_cast<double>(n) / 1000.0;
+  } else if (text.find_first_not_of("0123456789.") == absl::string_view::npos &&
+             absl::SimpleAtod(text, &cpus) && cpus > 0) {
+  } else {
+    return bad();
+  }
+  if (!(cpus <= 1024)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", text, "\" is more than 1024 CPUs"));
+  }
+  return std::max(1, static_cast<int>(cpus));
+}
+
 std::string expand_home(std::string_view path) {
   if (path == "~" || path.substr(0, 2) == "~/") {
     const char* home = std::getenv("HOME");
@@ -77,7 +115,13 @@ std::string expand_home(std::string_view path) {
 }
 
 absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
-                                                 std::string_view source_view) {
+                                                 std::string_view source) {
+  return parse_worker_config(yaml, source, config::process_env());
+}
+
+absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
+                                                 std::string_view source_view,
+                                                 const config::EnvLookup& env) {
   const std::string source(source_view);
   YAML::Node root;
   try {
@@ -91,6 +135,9 @@ absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
   if (!root.IsMap()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": expected a map of keys (listen: ..., ...)"));
+  }
+  if (absl::Status st = config::expand_env_in_yaml(root, env); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
   }
   Reader r(source);
   std::set<std::string> seen;
@@ -107,11 +154,16 @@ absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
       } else if (key == "backend") {
         st = r.scalar(key, v, &c.backend);
       } else if (key == "threads") {
-        st = r.integer(key, v, &n);
-        if (st.ok() && (n < 1 || n > 1024)) {
-          st = r.error(key, v, absl::StrCat(n, " is out of range [1, 1024]"));
+        std::string text;
+        st = r.scalar(key, v, &text);
+        if (st.ok()) {
+          absl::StatusOr<int> t = parse_thread_count(text);
+          if (t.ok()) {
+            c.threads = *t;
+          } else {
+            st = r.error(key, v, t.status().message());
+          }
         }
-        c.threads = static_cast<int>(n);
       } else if (key == "memory_budget") {
         st = r.size(key, v, &c.memory_budget_bytes);
       } else if (key == "model_dirs") {
@@ -198,9 +250,9 @@ absl::Status validate(const WorkerConfig& c) {
                                        "\" is not supported (\"cpu\", or \"fake\" to "
                                        "measure the pipeline without a model's work)"));
   }
-  if (c.threads < 1 || c.threads > 1024) {
+  if (c.threads < 0 || c.threads > 1024) {
     return bad("threads",
-               absl::StrCat(c.threads, " is out of range [1, 1024]"));
+               absl::StrCat(c.threads, " is out of range [1, 1024] (0: auto)"));
   }
   if (c.memory_budget_bytes == 0) return bad("memory_budget", "zero");
   if (c.model_dirs.empty()) {

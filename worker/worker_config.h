@@ -6,7 +6,11 @@
 //   backend: cpu                 # cpu; or fake: no weights, rows hashed
 //                                # (worker/fake_backend.h), to measure what
 //                                # the pipeline costs around a backend
-//   threads: 1                   # threads of the forward pass
+//   threads: 4                   # threads of the forward pass: an integer,
+//                                # a CPU quantity (3500m -> 3, 1.5 -> 1) or
+//                                # auto; absent or auto: the CPUs this
+//                                # process may use (cpu::usable_threads():
+//                                # affinity and cgroup CPU limit)
 //   memory_budget: 4GiB          # weights + KV cache this worker may hold
 //   model_dirs: [~/.cache/strata/models]  # where LoadShard may load from
 //   name: w0                     # in messages and traces (default host:port)
@@ -20,7 +24,9 @@
 //   insecure: true               # instead of tls: plaintext, loopback only
 //
 // Sizes are bytes, or a number with B, KiB, MiB, GiB, TiB (powers of 1024)
-// or KB, MB, GB, TB (powers of 1000). A leading "~/" in a directory is the
+// or KB, MB, GB, TB (powers of 1000), or a Kubernetes quantity (2Gi, 2G,
+// 2e9; placement::parse_byte_size). Any value may use ${VAR} or
+// ${VAR:-default} (model/config_env.h): `name: w${LWS_WORKER_INDEX}`. A leading "~/" in a directory is the
 // home directory. Unknown keys are errors (a typo must not pass silently).
 //
 // Errors name the source and the key: "worker-0.yaml: threads: -2 is out
@@ -34,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/config_env.h"
 #include "proto/grpc_tls.h"
 
 namespace strata::worker {
@@ -41,7 +48,7 @@ namespace strata::worker {
 struct WorkerConfig {
   std::string listen = "127.0.0.1:50061";
   std::string backend = "cpu";
-  int threads = 1;
+  int threads = 0;  // 0: auto (cpu::usable_threads(), resolved at start)
   uint64_t memory_budget_bytes = uint64_t{4} << 30;
   std::vector<std::string> model_dirs;  // "~/" expanded
   std::string name;                     // "" -> the bound host:port
@@ -55,14 +62,24 @@ struct WorkerConfig {
 // Parses YAML text; `source` names it in errors (a file name). Each key's
 // value is checked; the whole (model_dirs given, ...) is validate()'s job,
 // after flags have overridden keys.
+// Values may use ${VAR} and ${VAR:-default} (model/config_env.h), expanded
+// from the process's environment, or from `env`.
 absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
                                                  std::string_view source);
+absl::StatusOr<WorkerConfig> parse_worker_config(std::string_view yaml,
+                                                 std::string_view source,
+                                                 const config::EnvLookup& env);
 // Reads and parses a file (NotFound naming it when it cannot be read).
 absl::StatusOr<WorkerConfig> load_worker_config(const std::string& path);
 
 // Checks the values (whether they came from a file or from flags):
 // InvalidArgument naming the key.
 absl::Status validate(const WorkerConfig& config);
+
+// A `threads:` value: "auto" -> 0; an integer in [1, 1024]; a Kubernetes
+// CPU quantity ("3500m", "1.5"): its whole CPUs, at least 1.
+// InvalidArgument quoting the text otherwise.
+absl::StatusOr<int> parse_thread_count(std::string_view text);
 
 // "~/x" -> "$HOME/x"; anything else unchanged.
 std::string expand_home(std::string_view path);

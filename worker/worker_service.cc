@@ -56,8 +56,16 @@ std::string real_path(const std::string& path) {
 
 }  // namespace
 
+namespace {
+// threads 0 (auto): the CPUs this process may use.
+WorkerConfig with_threads(WorkerConfig config) {
+  if (config.threads == 0) config.threads = cpu::usable_threads();
+  return config;
+}
+}  // namespace
+
 WorkerService::WorkerService(WorkerConfig config)
-    : config_(std::move(config)),
+    : config_(with_threads(std::move(config))),
       worker_id_(config_.name.empty() ? config_.listen : config_.name) {
   const cpu::CpuInfo info = cpu::read_cpu_info();
   device_ = info.model.empty() ? "cpu" : info.model;

@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -293,9 +295,132 @@ std::string format_cache_size(int64_t bytes) {
 }
 
 int usable_threads() {
-  const int allowed = affinity_cpus();
-  if (allowed > 0) return allowed;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int n = affinity_cpus();
+  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+  if (const std::optional<double> limit = cgroup_cpu_limit()) {
+    n = std::min(n, static_cast<int>(*limit));
+  }
+  return std::max(1, n);
+}
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string_view trim(std::string_view t) {
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+  while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+  return t;
+}
+
+std::optional<long long> to_int(std::string_view t) {
+  t = trim(t);
+  if (t.empty() || t.size() > 18) return std::nullopt;
+  long long v = 0;
+  bool negative = false;
+  size_t i = 0;
+  if (t[0] == '-') {
+    negative = true;
+    i = 1;
+  }
+  if (i == t.size()) return std::nullopt;
+  for (; i < t.size(); ++i) {
+    if (t[i] < '0' || t[i] > '9') return std::nullopt;
+    v = v * 10 + (t[i] - '0');
+  }
+  return negative ? -v : v;
+}
+
+std::optional<double> smaller(std::optional<double> a, std::optional<double> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
+}  // namespace
+
+std::optional<double> parse_cgroup2_cpu_max(std::string_view text) {
+  text = trim(text);
+  const size_t space = text.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  const std::string_view quota = text.substr(0, space);
+  const std::optional<long long> period = to_int(text.substr(space + 1));
+  if (!period || *period <= 0) return std::nullopt;
+  if (quota == "max") return std::nullopt;
+  const std::optional<long long> q = to_int(quota);
+  if (!q || *q <= 0) return std::nullopt;
+  return static_cast<double>(*q) / static_cast<double>(*period);
+}
+
+std::optional<double> parse_cgroup1_cpu_quota(std::string_view quota_us,
+                                              std::string_view period_us) {
+  const std::optional<long long> q = to_int(quota_us);
+  const std::optional<long long> p = to_int(period_us);
+  if (!q || !p || *q <= 0 || *p <= 0) return std::nullopt;  // -1: unlimited
+  return static_cast<double>(*q) / static_cast<double>(*p);
+}
+
+std::string cgroup2_path(std::string_view proc_self_cgroup) {
+  std::istringstream in{std::string(proc_self_cgroup)};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return "";
+}
+
+std::string cgroup1_cpu_path(std::string_view proc_self_cgroup) {
+  std::istringstream in{std::string(proc_self_cgroup)};
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    std::stringstream controllers(line.substr(a + 1, b - a - 1));
+    std::string c;
+    while (std::getline(controllers, c, ',')) {
+      if (c == "cpu") return line.substr(b + 1);
+    }
+  }
+  return "";
+}
+
+std::optional<double> cgroup_cpu_limit() {
+  const std::string self = read_file("/proc/self/cgroup");
+  std::optional<double> limit;
+  // cgroup v2: this cgroup and every parent up to the root (a container
+  // sees its own cgroup as the root of /sys/fs/cgroup).
+  if (std::string path = cgroup2_path(self); !path.empty() ||
+      !read_line("/sys/fs/cgroup/cpu.max").empty()) {
+    while (true) {
+      limit = smaller(limit, parse_cgroup2_cpu_max(
+                                 read_line("/sys/fs/cgroup" + path + "/cpu.max")));
+      if (path.empty() || path == "/") break;
+      const size_t slash = path.rfind('/');
+      path = slash == std::string::npos ? "" : path.substr(0, slash);
+    }
+    limit = smaller(limit, parse_cgroup2_cpu_max(read_line("/sys/fs/cgroup/cpu.max")));
+  }
+  // cgroup v1: the cpu controller's hierarchy.
+  for (const std::string& root : {std::string("/sys/fs/cgroup/cpu,cpuacct"),
+                                  std::string("/sys/fs/cgroup/cpu")}) {
+    std::string path = cgroup1_cpu_path(self);
+    for (int depth = 0; depth < 64; ++depth) {
+      const std::string dir = root + (path == "/" ? "" : path);
+      limit = smaller(limit, parse_cgroup1_cpu_quota(
+                                 read_line(dir + "/cpu.cfs_quota_us"),
+                                 read_line(dir + "/cpu.cfs_period_us")));
+      if (path.empty() || path == "/") break;
+      const size_t slash = path.rfind('/');
+      path = slash == std::string::npos || slash == 0 ? "" : path.substr(0, slash);
+    }
+  }
+  return limit;
 }
 
 }  // namespace strata::cpu

@@ -18,7 +18,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace strata::cpu {
@@ -52,10 +54,32 @@ struct CpuInfo {
 // Reads everything above. Never fails: what cannot be read stays empty.
 CpuInfo read_cpu_info();
 
-// Hardware threads this process may run on (its affinity mask, as
-// CpuInfo::allowed_cpus), else the machine's; at least 1. What a thread
-// count of 0 ("all cores") means to every command.
+// Hardware threads this process may run on: its affinity mask (as
+// CpuInfo::allowed_cpus), else the machine's, and no more than its cgroup
+// CPU limit rounded down (a container's `resources.limits.cpu`, a systemd
+// unit's CPUQuota); at least 1. What a thread count of 0 ("all cores",
+// `threads: auto`) means to every command. More threads than the quota
+// would be throttled in turn and leave the pipeline waiting for the
+// slowest.
 int usable_threads();
+
+// The CPU limit of this process's cgroup in CPUs (1.5 for a quota of
+// 150000 us per 100000 us), the smallest over its cgroup and their parents
+// (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`, found
+// through /proc/self/cgroup); nullopt when unlimited or unknown.
+std::optional<double> cgroup_cpu_limit();
+
+// The parsers behind it, on a file's text: cgroup v2 `cpu.max` ("max
+// 100000" -> nullopt, "150000 100000" -> 1.5); v1 quota and period ("-1"
+// -> nullopt). nullopt for malformed text.
+std::optional<double> parse_cgroup2_cpu_max(std::string_view text);
+std::optional<double> parse_cgroup1_cpu_quota(std::string_view quota_us,
+                                              std::string_view period_us);
+// The cgroup paths of /proc/self/cgroup's text: the v2 path ("0::/a/b"),
+// and the v1 path of the `cpu` controller ("4:cpu,cpuacct:/a"); "" when
+// absent.
+std::string cgroup2_path(std::string_view proc_self_cgroup);
+std::string cgroup1_cpu_path(std::string_view proc_self_cgroup);
 
 // "32 KiB", "512 KiB", "32 MiB": sizes as caches are usually written.
 std::string format_cache_size(int64_t bytes);

@@ -3,8 +3,12 @@
 #include "model/placement.h"
 
 #include <cstdio>
+#include <string_view>
+#include <optional>
+#include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace strata::coordinator {
@@ -182,10 +186,219 @@ TEST(ClusterConfig, ByteSizes) {
   EXPECT_EQ(*parse_byte_size("1000"), 1000u);
   EXPECT_EQ(*parse_byte_size("512MiB"), 512ull << 20);
   EXPECT_EQ(*parse_byte_size("1.5 GiB"), 3ull << 29);
-  EXPECT_FALSE(parse_byte_size("2G").ok());  // GiB or GB?
   EXPECT_FALSE(parse_byte_size("").ok());
   EXPECT_FALSE(parse_byte_size("GiB").ok());
   EXPECT_FALSE(parse_byte_size("1e30 TiB").ok());
+}
+
+// Kubernetes quantities (resource.Quantity): what a pod's limits say can
+// be pasted into a config.
+TEST(ClusterConfig, KubernetesQuantities) {
+  EXPECT_EQ(*parse_byte_size("2Gi"), 2ull << 30);
+  EXPECT_EQ(*parse_byte_size("512Mi"), 512ull << 20);
+  EXPECT_EQ(*parse_byte_size("64Ki"), 64ull << 10);
+  EXPECT_EQ(*parse_byte_size("1Ti"), 1ull << 40);
+  EXPECT_EQ(*parse_byte_size("1Pi"), 1ull << 50);
+  EXPECT_EQ(*parse_byte_size("2Ei"), 2ull << 60);
+  EXPECT_EQ(*parse_byte_size("0.5Gi"), 1ull << 29);
+  EXPECT_EQ(*parse_byte_size("2G"), 2000000000ull);
+  EXPECT_EQ(*parse_byte_size("129M"), 129000000ull);
+  EXPECT_EQ(*parse_byte_size("3k"), 3000ull);
+  EXPECT_EQ(*parse_byte_size("1T"), 1000000000000ull);
+  EXPECT_EQ(*parse_byte_size("1P"), 1000000000000000ull);
+  EXPECT_EQ(*parse_byte_size("2E"), 2000000000000000000ull);
+  EXPECT_EQ(*parse_byte_size("2e9"), 2000000000ull);
+  EXPECT_EQ(*parse_byte_size("1.5E3"), 1500ull);
+  EXPECT_EQ(*parse_byte_size("128974848"), 128974848ull);
+  EXPECT_EQ(*parse_byte_size("60Gi"), 60ull << 30);
+  // A thousandth of a byte is a CPU's unit, not memory's.
+  const absl::Status milli = parse_byte_size("500m").status();
+  EXPECT_EQ(milli.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(milli.message().find("m is milli"), std::string::npos) << milli;
+  EXPECT_FALSE(parse_byte_size("1e30").ok());   // past 2^64
+  EXPECT_FALSE(parse_byte_size("16Ei").ok());   // 2^64: overflow
+  EXPECT_FALSE(parse_byte_size("2K").ok());     // k8s says k
+  EXPECT_FALSE(parse_byte_size("2g").ok());
+  EXPECT_FALSE(parse_byte_size("-2Gi").ok());
+  EXPECT_FALSE(parse_byte_size("+2Gi").ok());
+  EXPECT_FALSE(parse_byte_size("Gi").ok());
+  EXPECT_FALSE(parse_byte_size("2e-3").ok());
+  EXPECT_FALSE(parse_byte_size("e9").ok());
+  // In a config: a worker's memory_budget from a pod's limit.
+  auto c = parse_cluster_config(
+      "model: m.gguf\ninsecure: true\nworkers:\n"
+      "  - {address: 127.0.0.1:1, memory_budget: 28Gi}\n",
+      "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->workers[0].memory_budget, 28ull << 30);
+}
+
+config::EnvLookup fake_env(std::map<std::string, std::string> vars) {
+  return [vars](std::string_view name) -> std::optional<std::string> {
+    auto it = vars.find(std::string(name));
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(ConfigEnv, ExpandsTheShellsTwoForms) {
+  const config::EnvLookup env = fake_env({{"A", "x"}, {"EMPTY", ""}, {"N", "3"}});
+  auto ex = [&](std::string_view text) {
+    absl::StatusOr<std::string> r = config::expand_env(text, env, "k");
+    return r.ok() ? *r : std::string("ERROR ") + std::string(r.status().message());
+  };
+  EXPECT_EQ(ex("plain"), "plain");
+  EXPECT_EQ(ex("${A}"), "x");
+  EXPECT_EQ(ex("a${A}b${A}c"), "axbxc");
+  EXPECT_EQ(ex("${B:-dflt}"), "dflt");
+  EXPECT_EQ(ex("${EMPTY:-dflt}"), "dflt");
+  EXPECT_EQ(ex("${A:-dflt}"), "x");
+  EXPECT_EQ(ex("${B:-}"), "");
+  EXPECT_EQ(ex("${B:-a:b/c}"), "a:b/c");
+  EXPECT_EQ(ex("$$"), "$");
+  EXPECT_EQ(ex("$${A}"), "${A}");
+  EXPECT_EQ(ex("cost $5 $x $"), "cost $5 $x $");
+  EXPECT_EQ(ex("${EMPTY}"), "");
+  EXPECT_EQ(ex("${B}"), "ERROR k: ${B} is not set");
+  EXPECT_EQ(ex("${A"), "ERROR k: \"${A\" has an unclosed ${");
+  EXPECT_EQ(ex("${}"), "ERROR k: \"${}\" has ${}: expected ${NAME} or ${NAME:-default}");
+  EXPECT_EQ(ex("${1A}"), "ERROR k: \"${1A}\" has ${1A}: expected ${NAME} or ${NAME:-default}");
+  EXPECT_EQ(ex("${A-x}"), "ERROR k: \"${A-x}\" has ${A-x}: expected ${NAME} or ${NAME:-default}");
+  // A value is expanded once: a variable holding ${...} stays as it is.
+  EXPECT_EQ(config::expand_env("${V}", fake_env({{"V", "${A}"}}), "k").value(), "${A}");
+}
+
+// Only values are expanded, never keys, and a value stays one scalar: a
+// variable holding YAML cannot add keys or workers.
+TEST(ClusterConfig, ExpandsVariablesInValuesOnly) {
+  const config::EnvLookup env = fake_env(
+      {{"MODEL", "/models/m.gguf"}, {"KEY", "s3cret"}, {"INJECT", "x\nworkers: []"}});
+  auto c = parse_cluster_config(R"(
+model: ${MODEL}
+api_key: ${KEY}
+listen: ${LISTEN:-0.0.0.0:50051}
+insecure: true
+workers:
+  - {address: "127.0.0.1:50061", name: "${INJECT}"}
+)",
+                                "c.yaml", env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model, "/models/m.gguf");
+  EXPECT_EQ(c->api_key, "s3cret");
+  EXPECT_EQ(c->listen, "0.0.0.0:50051");
+  ASSERT_EQ(c->workers.size(), 1u);
+  EXPECT_EQ(c->workers[0].name, "x\nworkers: []");
+  auto keyed = parse_cluster_config("model: m\n${K}: 1\ninsecure: true\nworkers: [{address: 127.0.0.1:1}]\n",
+                                    "c.yaml", fake_env({{"K", "listen"}}));
+  ASSERT_FALSE(keyed.ok());
+  EXPECT_NE(keyed.status().message().find("${K}: unknown key"), std::string::npos)
+      << keyed.status();
+  auto unset = parse_cluster_config(
+      "model: m\ninsecure: true\nworkers:\n  - {address: 127.0.0.1:1}\n  - {address: \"${W1}\"}\n",
+      "c.yaml", fake_env({}));
+  ASSERT_FALSE(unset.ok());
+  EXPECT_EQ(unset.status().message(), "c.yaml: workers[1].address: ${W1} is not set");
+}
+
+// workers: {from: lws}: the LeaderWorkerSet's stable DNS names of the
+// group's workers (index 0 is the leader, the coordinator itself).
+TEST(ClusterConfig, WorkersFromTheLeaderWorkerSet) {
+  const char* yaml = R"(
+model: m.gguf
+tls: {ca: a, cert: b, key: c}
+workers: {from: lws, port: 50061, memory_budget: 28Gi}
+)";
+  auto c = parse_cluster_config(
+      yaml, "c.yaml",
+      fake_env({{"LWS_LEADER_ADDRESS", "strata-0.strata.llm"}, {"LWS_GROUP_SIZE", "4"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->workers.size(), 3u);
+  for (int i = 1; i <= 3; ++i) {
+    const WorkerConfig& w = c->workers[i - 1];
+    EXPECT_EQ(w.address, absl::StrCat("strata-0-", i, ".strata.llm:50061"));
+    EXPECT_EQ(w.name, absl::StrCat("w", i));
+    EXPECT_EQ(w.memory_budget, 28ull << 30);
+  }
+  // The second group of the same LeaderWorkerSet.
+  c = parse_cluster_config(
+      yaml, "c.yaml",
+      fake_env({{"LWS_LEADER_ADDRESS", "big-7.big.default.svc.cluster.local"},
+                {"LWS_GROUP_SIZE", "2"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->workers.size(), 1u);
+  EXPECT_EQ(c->workers[0].address, "big-7-1.big.default.svc.cluster.local:50061");
+
+  auto error = [&](std::map<std::string, std::string> vars, const char* text = nullptr) {
+    auto r = parse_cluster_config(text ? text : yaml, "c.yaml", fake_env(vars));
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  EXPECT_NE(error({{"LWS_GROUP_SIZE", "3"}}).find("LWS_LEADER_ADDRESS is not set"),
+            std::string::npos);
+  EXPECT_NE(error({{"LWS_LEADER_ADDRESS", "a-0.a.ns"}}).find("LWS_GROUP_SIZE \"\""),
+            std::string::npos);
+  EXPECT_NE(error({{"LWS_LEADER_ADDRESS", "a-0.a.ns"}, {"LWS_GROUP_SIZE", "1"}})
+                .find("is not a group size in [2, 257]"),
+            std::string::npos);
+  EXPECT_NE(error({{"LWS_LEADER_ADDRESS", "a-0.a.ns"}, {"LWS_GROUP_SIZE", "x"}})
+                .find("is not a group size"),
+            std::string::npos);
+  EXPECT_NE(error({{"LWS_LEADER_ADDRESS", "10.0.0.5"}, {"LWS_GROUP_SIZE", "3"}})
+                .find("is not a DNS name"),
+            std::string::npos);
+  EXPECT_NE(error({{"LWS_LEADER_ADDRESS", "leader"}, {"LWS_GROUP_SIZE", "3"}})
+                .find("is not a DNS name"),
+            std::string::npos);
+  EXPECT_NE(error({}, "model: m\ninsecure: true\nworkers: {from: lws}\n").find("workers.port: missing"),
+            std::string::npos);
+  EXPECT_NE(error({}, "model: m\ninsecure: true\nworkers: {from: k8s, port: 1}\n")
+                .find("workers.from: \"k8s\" is not lws or dns"),
+            std::string::npos);
+  EXPECT_NE(error({}, "model: m\ninsecure: true\nworkers: {from: lws, port: 1, count: 2}\n")
+                .find("workers.count: unknown key"),
+            std::string::npos);
+}
+
+// workers: {from: dns}: a name pattern with {index} and a count (a
+// StatefulSet's pods behind a headless Service, or numbered machines).
+TEST(ClusterConfig, WorkersFromADnsPattern) {
+  auto c = parse_cluster_config(R"(
+model: m.gguf
+tls: {ca: a, cert: b, key: c}
+workers: {from: dns, address: "strata-worker-{index}.strata-worker.llm.svc:50061", count: "${N}", name: "node{index}"}
+)",
+                                "c.yaml", fake_env({{"N", "3"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->workers.size(), 3u);
+  EXPECT_EQ(c->workers[0].address, "strata-worker-0.strata-worker.llm.svc:50061");
+  EXPECT_EQ(c->workers[2].address, "strata-worker-2.strata-worker.llm.svc:50061");
+  EXPECT_EQ(c->workers[2].name, "node2");
+  c = parse_cluster_config(
+      "model: m\ninsecure: true\nworkers: {from: dns, address: \"127.0.0.{index}:5000\", "
+      "first: 2, count: 2}\n",
+      "c.yaml", fake_env({}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->workers.size(), 2u);
+  EXPECT_EQ(c->workers[0].address, "127.0.0.2:5000");
+  EXPECT_EQ(c->workers[1].name, "w3");
+  auto error = [](const char* text) {
+    auto r = parse_cluster_config(text, "c.yaml", fake_env({}));
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  EXPECT_NE(error("model: m\ninsecure: true\nworkers: {from: dns, address: \"w:1\", count: 2}\n")
+                .find("has no {index}"),
+            std::string::npos);
+  EXPECT_NE(error("model: m\ninsecure: true\nworkers: {from: dns, address: \"w{index}:1\", count: 0}\n")
+                .find("workers.count: 0 is out of range [1, 256]"),
+            std::string::npos);
+  EXPECT_NE(error("model: m\ninsecure: true\nworkers: {from: dns, address: \"w{index}:1\"}\n")
+                .find("workers.count: missing"),
+            std::string::npos);
+  EXPECT_NE(error("model: m\ninsecure: true\nworkers: {from: dns, address: \"w{index}\", count: 1}\n")
+                .find("workers[0].address"),
+            std::string::npos);
+  EXPECT_NE(error("model: m\ninsecure: true\nworkers: {from: dns, address: \"w{index}:1\", count: 2, name: same}\n")
+                .find("has no {index}"),
+            std::string::npos);
 }
 
 // An unwritable trace path stops a cluster's start; a writable one is

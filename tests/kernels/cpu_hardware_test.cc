@@ -89,7 +89,33 @@ TEST(CpuInfo, UsableThreadsFollowTheAffinityMask) {
   const int pinned = cpu::usable_threads();
   ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
   EXPECT_EQ(pinned, 1);
-  EXPECT_EQ(cpu::usable_threads(), CPU_COUNT(&saved));
+  int expected = CPU_COUNT(&saved);
+  if (const std::optional<double> limit = cpu::cgroup_cpu_limit()) {
+    expected = std::max(1, std::min(expected, static_cast<int>(*limit)));
+  }
+  EXPECT_EQ(cpu::usable_threads(), expected);
+}
+
+// The cgroup files' text, as the kernel writes them (cgroup v2
+// Documentation/admin-guide/cgroup-v2.rst "cpu.max"; v1 CFS bandwidth
+// control: cpu.cfs_quota_us of -1 is no limit).
+TEST(CpuInfo, ParsesCgroupCpuLimits) {
+  EXPECT_EQ(cpu::parse_cgroup2_cpu_max("max 100000\n"), std::nullopt);
+  EXPECT_EQ(cpu::parse_cgroup2_cpu_max("150000 100000\n"), 1.5);
+  EXPECT_EQ(cpu::parse_cgroup2_cpu_max("400000 100000"), 4.0);
+  EXPECT_EQ(cpu::parse_cgroup2_cpu_max("50000 100000"), 0.5);
+  EXPECT_EQ(cpu::parse_cgroup2_cpu_max(""), std::nullopt);
+  EXPECT_EQ(cpu::parse_cgroup2_cpu_max("150000"), std::nullopt);
+  EXPECT_EQ(cpu::parse_cgroup2_cpu_max("x 100000"), std::nullopt);
+  EXPECT_EQ(cpu::parse_cgroup2_cpu_max("100000 0"), std::nullopt);
+  EXPECT_EQ(cpu::parse_cgroup1_cpu_quota("-1\n", "100000\n"), std::nullopt);
+  EXPECT_EQ(cpu::parse_cgroup1_cpu_quota("200000\n", "100000\n"), 2.0);
+  EXPECT_EQ(cpu::parse_cgroup1_cpu_quota("", ""), std::nullopt);
+  EXPECT_EQ(cpu::cgroup2_path("0::/kubepods/pod1/c1\n"), "/kubepods/pod1/c1");
+  EXPECT_EQ(cpu::cgroup2_path("12:memory:/a\n"), "");
+  EXPECT_EQ(cpu::cgroup1_cpu_path("12:memory:/a\n4:cpu,cpuacct:/docker/abc\n0::/\n"),
+            "/docker/abc");
+  EXPECT_EQ(cpu::cgroup1_cpu_path("0::/x\n"), "");
 }
 
 TEST(CpuInfo, FormatsCacheSizes) {

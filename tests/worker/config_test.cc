@@ -1,5 +1,8 @@
 // WorkerConfig: YAML keys, sizes, errors that name the key.
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "gtest/gtest.h"
 #include "model/placement.h"
@@ -54,7 +57,7 @@ TEST(WorkerConfig, ErrorsNameTheKeyAndLine) {
             std::string::npos);
   EXPECT_NE(bad("threads: [1, 2]\n").find("threads: expected a single value"),
             std::string::npos);
-  EXPECT_NE(bad("threads: two\n").find("threads: \"two\" is not an integer"),
+  EXPECT_NE(bad("threads: two\n").find("threads: \"two\" is not a thread count"),
             std::string::npos);
   EXPECT_NE(bad("listen: [\n").find("w.yaml:"), std::string::npos);
   EXPECT_NE(bad("- a\n- b\n").find("expected a map"), std::string::npos);
@@ -85,13 +88,82 @@ TEST(WorkerConfig, ValidateNamesTheKey) {
   EXPECT_TRUE(validate(c).ok());
 }
 
+// threads: an integer, a Kubernetes CPU quantity (its whole CPUs), auto
+// (0, resolved to cpu::usable_threads() at start); absent is auto.
+TEST(WorkerConfig, ThreadsTakeCpuQuantitiesAndAuto) {
+  EXPECT_EQ(*parse_thread_count("4"), 4);
+  EXPECT_EQ(*parse_thread_count("auto"), 0);
+  EXPECT_EQ(*parse_thread_count("3500m"), 3);
+  EXPECT_EQ(*parse_thread_count("500m"), 1);
+  EXPECT_EQ(*parse_thread_count("1.5"), 1);
+  EXPECT_EQ(*parse_thread_count("16000m"), 16);
+  EXPECT_FALSE(parse_thread_count("0").ok());
+  EXPECT_FALSE(parse_thread_count("-1").ok());
+  EXPECT_FALSE(parse_thread_count("2000").ok());
+  EXPECT_FALSE(parse_thread_count("2000000m").ok());
+  EXPECT_FALSE(parse_thread_count("0m").ok());
+  EXPECT_FALSE(parse_thread_count("m").ok());
+  EXPECT_FALSE(parse_thread_count("2Gi").ok());
+  auto c = parse_worker_config("listen: 127.0.0.1:1\n", "w.yaml");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->threads, 0);
+  c = parse_worker_config("threads: 2500m\n", "w.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->threads, 2);
+}
+
+// ${VAR} in values, from the given environment: one file for every pod of
+// a LeaderWorkerSet group.
+TEST(WorkerConfig, ExpandsEnvironmentVariablesInValues) {
+  const config::EnvLookup env =
+      [](std::string_view name) -> std::optional<std::string> {
+    if (name == "LWS_WORKER_INDEX") return "2";
+    if (name == "CERTS") return "/etc/strata/certs";
+    if (name == "EMPTY") return "";
+    return std::nullopt;
+  };
+  auto c = parse_worker_config(R"(
+listen: 0.0.0.0:50061
+name: w${LWS_WORKER_INDEX}
+memory_budget: ${BUDGET:-28Gi}
+threads: ${THREADS:-3500m}
+model_dirs: ["/models/$${LWS_WORKER_INDEX}", "${EMPTY:-/spare}"]
+tls:
+  ca: ${CERTS}/ca.pem
+  cert: ${CERTS}/w${LWS_WORKER_INDEX}.pem
+  key: ${CERTS}/w${LWS_WORKER_INDEX}.key
+  peers: [coordinator, "w${LWS_WORKER_INDEX}"]
+)",
+                               "w.yaml", env);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "w2");
+  EXPECT_EQ(c->memory_budget_bytes, uint64_t{28} << 30);
+  EXPECT_EQ(c->threads, 3);
+  ASSERT_EQ(c->model_dirs.size(), 2u);
+  EXPECT_EQ(c->model_dirs[0], "/models/${LWS_WORKER_INDEX}");  // $$ is one $
+  EXPECT_EQ(c->model_dirs[1], "/spare");  // empty: the default
+  EXPECT_EQ(c->tls.cert, "/etc/strata/certs/w2.pem");
+  ASSERT_EQ(c->tls.peers.size(), 2u);
+  EXPECT_EQ(c->tls.peers[1], "w2");
+
+  auto unset = parse_worker_config("name: w${NOPE}\n", "w.yaml", env);
+  ASSERT_FALSE(unset.ok());
+  EXPECT_EQ(unset.status().message(), "w.yaml: name: ${NOPE} is not set");
+  auto nested = parse_worker_config("tls:\n  cert: ${CERTS\n", "w.yaml", env);
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("tls.cert: \"${CERTS\" has an unclosed ${"),
+            std::string::npos)
+      << nested.status();
+}
+
 TEST(WorkerConfig, ByteSizes) {
   EXPECT_EQ(*parse_byte_size("1000"), 1000u);
   EXPECT_EQ(*parse_byte_size("2GiB"), uint64_t{2} << 30);
   EXPECT_EQ(*parse_byte_size("512 MiB"), uint64_t{512} << 20);
   EXPECT_EQ(*parse_byte_size("1.5GiB"), uint64_t{3} << 29);
   EXPECT_EQ(*parse_byte_size("2GB"), 2000000000u);
-  EXPECT_FALSE(parse_byte_size("2G").ok());
+  EXPECT_EQ(*parse_byte_size("2G"), 2000000000u);  // a Kubernetes quantity
+  EXPECT_EQ(*parse_byte_size("4Gi"), uint64_t{4} << 30);
   EXPECT_FALSE(parse_byte_size("-1").ok());
   EXPECT_FALSE(parse_byte_size("99999999999TiB").ok());
   EXPECT_FALSE(parse_byte_size("").ok());
