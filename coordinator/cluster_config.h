@@ -51,6 +51,16 @@
 //       read_bandwidth: 20GB/s      # needed; memory_budget required;
 //       flop_rate: 1.2TFLOP/s       # read_bandwidth (a size per second),
 //       threads: 16                 # flop_rate and threads optional
+//   workers: {from: lws, port: 50061}   # or a group instead of a list: the
+//                                   # LeaderWorkerSet's workers 1 .. size-1
+//                                   # (LWS_LEADER_ADDRESS <lws>-<g>.<svc>.<ns>,
+//                                   # LWS_GROUP_SIZE) at <lws>-<g>-<i>.<svc>.<ns>
+//   workers: {from: dns, address: "w-{index}.svc:50061", count: 4, first: 0}
+//                                   # both: optional name ("w{index}") and
+//                                   # memory_budget for every worker
+//
+// Any value may use ${VAR} or ${VAR:-default} (model/config_env.h); sizes
+// take Kubernetes quantities (28Gi, 2G; placement::parse_byte_size).
 //
 // A declared worker (`declared: true`) stands for a machine that is not
 // running yet: `strata plan` takes its figures from the config instead of
