@@ -295,26 +295,8 @@ def run(args, binaries, docs, work, size, leader_spec, worker_spec, lws_name, na
     base_env = {"LWS_LEADER_ADDRESS": leader_address, "LWS_GROUP_SIZE": str(size),
                 "LWS_NAME": lws_name, "LWS_GROUP_INDEX": "0"}
 
-    # Workers.
-    worker_addresses = []
-    for index in range(1, size):
-        env = dict(base_env, LWS_WORKER_INDEX=str(index))
-        pod = Pod(f"worker-{index}", worker_spec, docs, work, secrets, model_dir, env)
-        run_init_containers(pod, worker_spec, secret_values, binaries)
-        container = worker_spec["containers"][0]
-        argv = pod.argv(container)
-        port = free_port()
-
-        def change(c, port=port):
-            if "listen" not in c:
-                fail("the worker config has no listen:")
-            c["listen"] = f"127.0.0.1:{port}"
-        cfg = config_file(pod, container, argv)
-        new_cfg = rewrite_config(pod, container, cfg, change)
-        argv = [new_cfg if a == cfg else a.replace(cfg, new_cfg) for a in argv]
-        procs.append(Proc(f"worker-{index}", run_binary(argv, binaries), work,
-                          env=pod.environment(container, secret_values)))
-        worker_addresses.append((f"w{index}", f"127.0.0.1:{port}"))
+    worker_ports = [free_port() for _ in range(1, size)]
+    worker_addresses = [(f"w{i}", f"127.0.0.1:{p}") for i, p in enumerate(worker_ports, 1)]
 
     # The leader.
     pod = Pod("leader", leader_spec, docs, work, secrets, model_dir,
@@ -327,15 +309,41 @@ def run(args, binaries, docs, work, size, leader_spec, worker_spec, lws_name, na
     def change_leader(c):
         c["listen"] = f"127.0.0.1:{grpc_port}"
         c["http_listen"] = f"127.0.0.1:{http_port}"
-        c["workers"] = [{"address": a, "name": n} for n, a in worker_addresses]
+        group = c.get("workers")
+        extra = {}
+        if isinstance(group, dict) and "memory_budget" in group:
+            extra["memory_budget"] = group["memory_budget"]
+        c["workers"] = [dict({"address": a, "name": n}, **extra) for n, a in worker_addresses]
     cfg = config_file(pod, container, argv)
     new_cfg = rewrite_config(pod, container, cfg, change_leader)
     argv = [new_cfg if a == cfg else a for a in argv]
     leader_env = pod.environment(container, secret_values)
-    procs.append(Proc("leader", run_binary(argv, binaries), work, env=leader_env))
+    leader = Proc("leader", run_binary(argv, binaries), work, env=leader_env)
+    procs.append(leader)
+    leader_container = container
+
+    # The workers, after the leader: the coordinator must wait for workers
+    # that are not up yet (a LeaderWorkerSet starts the group's pods at once).
+    for index in range(1, size):
+        env = dict(base_env, LWS_WORKER_INDEX=str(index))
+        pod = Pod(f"worker-{index}", worker_spec, docs, work, secrets, model_dir, env)
+        run_init_containers(pod, worker_spec, secret_values, binaries)
+        container = worker_spec["containers"][0]
+        argv = pod.argv(container)
+        port = worker_ports[index - 1]
+
+        def change(c, port=port):
+            if "listen" not in c:
+                fail("the worker config has no listen:")
+            c["listen"] = f"127.0.0.1:{port}"
+        cfg = config_file(pod, container, argv)
+        new_cfg = rewrite_config(pod, container, cfg, change)
+        argv = [new_cfg if a == cfg else a.replace(cfg, new_cfg) for a in argv]
+        procs.append(Proc(f"worker-{index}", run_binary(argv, binaries), work,
+                          env=pod.environment(container, secret_values)))
 
     # Readiness as the kubelet asks it: the leader's probe.
-    probe = container.get("readinessProbe")
+    probe = leader_container.get("readinessProbe")
     if not probe or "httpGet" not in probe:
         fail(f"the leader has no HTTP readiness probe: {probe}")
     path = probe["httpGet"].get("path", "/")
@@ -349,7 +357,7 @@ def run(args, binaries, docs, work, size, leader_spec, worker_spec, lws_name, na
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline or any(not p.alive() for p in procs):
-            fail(f"readiness probe {url} never answered 200; leader log:\n{procs[-1].tail()}")
+            fail(f"readiness probe {url} never answered 200; leader log:\n{leader.tail()}")
         time.sleep(0.2)  # polling, with a deadline: not a wait that must suffice
     print(f"ok   readiness probe {path} answers 200 (cluster of {len(worker_addresses)} workers)")
 
