@@ -2,6 +2,8 @@
 // [--trace FILE]`: serves strata.v1.Inference for a cluster of
 // `strata-worker` processes described by a YAML config
 // (coordinator/cluster_config.h; deploy/examples/cluster.yaml).
+// `strata-coordinator --version` prints "strata-coordinator 0.1.0 (git
+// 1a2b3c4)" (cmake/version.cmake).
 //
 // Prints "listening on HOST:PORT" (stdout) once the API is up, then "http
 // listening on HOST:PORT" for the OpenAI-compatible HTTP API (`http_listen`,
@@ -25,6 +27,7 @@
 #include "coordinator/http/server.h"
 #include "coordinator/inference_service.h"
 #include "model/log.h"
+#include "strata_version.h"
 #include "worker/grpc_link.h"
 
 namespace {
@@ -44,6 +47,8 @@ int main(int argc, char** argv) {
   using namespace strata::coordinator;
   CLI::App app{"strata-coordinator: serves a model split over strata-worker "
                "processes"};
+  app.set_version_flag("--version",
+                       strata::version_line("strata-coordinator"));
   std::string config_path, model, listen, trace, http_listen;
   app.add_option("--config", config_path, "cluster config (YAML)")->required();
   app.add_option("--model", model, "GGUF path (overrides `model`)");

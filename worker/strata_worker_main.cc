@@ -5,6 +5,7 @@
 //       [--threads N] [--memory-budget 4GiB] [--model-dir DIR ...]
 //       [--name NAME] [--tls-ca F --tls-cert F --tls-key F
 //       --tls-peers a,b | --insecure]
+//   strata-worker --version    # "strata-worker 0.1.0 (git 1a2b3c4)"
 //
 // Links are mutual TLS (proto/grpc_tls.h, docs/security.md): the config's
 // `tls:` block or the --tls-* flags (which replace its keys); `insecure`
@@ -32,6 +33,7 @@
 #include "proto/grpc_ops.h"
 #include "proto/grpc_tls.h"
 #include "spdlog/spdlog.h"
+#include "strata_version.h"
 #include "worker/grpc_link.h"
 #include "worker/worker_config.h"
 #include "worker/worker_service.h"
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "strata-worker: serves one shard of a model to a strata "
       "cluster (docs/worker.md)"};
+  app.set_version_flag("--version", strata::version_line("strata-worker"));
   std::string config_path;
   std::string listen;
   int threads = 0;

@@ -6,11 +6,12 @@
 
 #include "client/cli/commands.h"
 #include "model/log.h"
+#include "strata_version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: serve and inspect LLMs from GGUF files"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "strata " STRATA_VERSION);
+  app.set_version_flag("--version", strata::version_line("strata"));
   int exit_code = 0;
   // Logging of the commands that serve (spdlog): given before or after
   // the command's name (`strata serve M --log-level debug`).
