@@ -15,6 +15,8 @@ cluster_test.py), then `strata serve`.
                "starting"; a worker killed: degraded, then serving on the
                worker left with the killed one unreachable), 0 again once
                the worker is back (a spare), 1 with nothing listening.
+               That coordinator logs JSON lines (STRATA_LOG_FORMAT=json);
+               --log-format xml is refused.
   serve        SERVING once it listens; after two requests its GET /metrics
                page parses with prometheus_client and counts them exactly.
 
@@ -23,6 +25,7 @@ deadlines. Health stubs are generated from proto/grpc/health/v1 at test time.
 Exit status: 0 passed, 1 failed, 77 skipped (model or grpcio absent).
 """
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -165,7 +168,12 @@ def check_status_starting(args, workdir, f):
         out.write(f"model: {args.model}\nlisten: 127.0.0.1:{ct.free_port()}\n"
                   "http_listen: 'off'\ncontext_length: 256\ninsecure: true\n"
                   f"workers:\n  - address: 127.0.0.1:{ct.free_port()}\n    name: w0\n")
-    coord = ct.Proc("starting-coordinator", [args.coordinator, "--config", cfg], workdir)
+    # Its log as JSON lines (STRATA_LOG_FORMAT, as a container would set it).
+    os.environ["STRATA_LOG_FORMAT"] = "json"
+    try:
+        coord = ct.Proc("starting-coordinator", [args.coordinator, "--config", cfg], workdir)
+    finally:
+        del os.environ["STRATA_LOG_FORMAT"]
     try:
         rc, out = strata_status(args, coord.address)
         f.check(rc == 3 and "state: starting" in out,
@@ -173,6 +181,28 @@ def check_status_starting(args, workdir, f):
         f.check(coord.alive(), "the coordinator waits for its worker")
     finally:
         coord.kill()
+    # gRPC's own lines (not spdlog's) may share stderr: the JSON ones are
+    # those that start with "{".
+    records = []
+    with open(coord.log_path, errors="replace") as log:
+        for line in log:
+            if line.startswith("{"):
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    records.append({"unparsed": line})
+    fields = {"time", "level", "logger", "message"}
+    f.check(records and all(set(r) == fields and r["logger"] == "strata-coordinator"
+                            for r in records),
+            f"coordinator log: JSON lines with {sorted(fields)} ({records[:3]})")
+    # Logged before it listens: there whatever the timing.
+    f.check(any(r.get("level") == "warning" and "insecure: true" in r.get("message", "")
+                for r in records),
+            f"coordinator log: the plaintext-links warning as JSON ({records[:3]})")
+    rc = subprocess.run([args.coordinator, "--config", cfg, "--log-format", "xml"],
+                        capture_output=True, text=True, timeout=60)
+    f.check(rc.returncode == 2 and "--log-format: 'xml' is not a format" in rc.stderr,
+            f"coordinator: --log-format xml refused, exit 2 ({rc.returncode}: {rc.stderr})")
     rc, out = strata_status(args, f"127.0.0.1:{ct.free_port()}")
     f.check(rc == 1 and "UNAVAILABLE" in out,
             f"strata status: exit 1 with nothing listening ({rc}: {out})")
