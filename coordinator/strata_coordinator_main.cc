@@ -2,29 +2,31 @@
 // [--trace FILE]`: serves strata.v1.Inference for a cluster of
 // `strata-worker` processes described by a YAML config
 // (coordinator/cluster_config.h; deploy/examples/cluster.yaml).
+// `strata-coordinator --version` prints "strata-coordinator 0.1.0 (git
+// 1a2b3c4)" (cmake/version.cmake).
 //
 // Prints "listening on HOST:PORT" (stdout) once the API is up, then "http
 // listening on HOST:PORT" for the OpenAI-compatible HTTP API (`http_listen`,
 // default 127.0.0.1:8080 or the next free port; --http overrides, "off"
 // disables); the shards load in the background (Health says STARTING until
 // they have; /health answers 503). Stops on SIGINT / SIGTERM.
-#include <csignal>
-#include <cstdio>
-#include <string>
-
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <string>
 
+#include "coordinator/api_key.h"
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_config.h"
-#include "coordinator/api_key.h"
 #include "coordinator/grpc_health.h"
 #include "coordinator/http/api.h"
 #include "coordinator/http/server.h"
 #include "coordinator/inference_service.h"
 #include "model/log.h"
+#include "strata_version.h"
 #include "worker/grpc_link.h"
 
 namespace {
@@ -42,8 +44,10 @@ int fail(const std::string& what, const absl::Status& st) {
 
 int main(int argc, char** argv) {
   using namespace strata::coordinator;
-  CLI::App app{"strata-coordinator: serves a model split over strata-worker "
-               "processes"};
+  CLI::App app{
+      "strata-coordinator: serves a model split over strata-worker "
+      "processes"};
+  app.set_version_flag("--version", strata::version_line("strata-coordinator"));
   std::string config_path, model, listen, trace, http_listen;
   app.add_option("--config", config_path, "cluster config (YAML)")->required();
   app.add_option("--model", model, "GGUF path (overrides `model`)");
@@ -56,6 +60,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level,
                  std::string("log level: ") + strata::kLogLevels +
                      " (STRATA_LOG_LEVEL; info)");
+  std::string log_format;
+  app.add_option("--log-format", log_format,
+                 std::string("log lines: ") + strata::kLogFormats +
+                     " (STRATA_LOG_FORMAT; text)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -64,7 +72,8 @@ int main(int argc, char** argv) {
 
   // Logs (one line per request) go to stderr: stdout carries the
   // "listening on" lines that scripts read.
-  if (absl::Status st = strata::init_logging("strata-coordinator", log_level);
+  if (absl::Status st =
+          strata::init_logging("strata-coordinator", log_level, log_format);
       !st.ok()) {
     std::fprintf(stderr, "strata-coordinator: %s\n",
                  std::string(st.message()).c_str());
@@ -72,7 +81,8 @@ int main(int argc, char** argv) {
   }
   auto config = load_cluster_config(config_path);
   if (!config.ok()) return fail("", config.status());
-  if (absl::Status st = check_workers_running(*config); !st.ok()) return fail(config_path, st);
+  if (absl::Status st = check_workers_running(*config); !st.ok())
+    return fail(config_path, st);
   if (!model.empty()) config->model = model;
   if (!listen.empty()) {
     if (absl::Status st = check_address(listen, true); !st.ok()) {
@@ -110,7 +120,8 @@ int main(int argc, char** argv) {
   auto served = open_served_model(config->model, config->context_length);
   if (!served.ok()) return fail(config->model, served.status());
   if (!config->chat_template.empty()) {
-    if (absl::Status st = set_chat_template(**served, config->chat_template); !st.ok()) {
+    if (absl::Status st = set_chat_template(**served, config->chat_template);
+        !st.ok()) {
       return fail(config_path, st);
     }
   }
@@ -120,12 +131,13 @@ int main(int argc, char** argv) {
   pool.insert(pool.end(), config->spares.begin(), config->spares.end());
   std::vector<std::unique_ptr<WorkerControl>> workers;
   for (const WorkerConfig& w : pool) {
-    workers.push_back(
-        make_grpc_worker_control(w.address, worker_label(w), config->tls, w.name));
+    workers.push_back(make_grpc_worker_control(w.address, worker_label(w),
+                                               config->tls, w.name));
   }
   const strata::grpc_tls::TlsConfig tls = config->tls;
-  FirstLinkFactory link = [pool, tls](strata::worker::ActivationLink::ResultCallback cb,
-                                      uint64_t shard_id, const std::vector<int>& members)
+  FirstLinkFactory link =
+      [pool, tls](strata::worker::ActivationLink::ResultCallback cb,
+                  uint64_t shard_id, const std::vector<int>& members)
       -> absl::StatusOr<std::unique_ptr<strata::worker::ActivationLink>> {
     const WorkerConfig& first = pool[members.front()];
     const WorkerConfig& last = pool[members.back()];
@@ -189,13 +201,12 @@ int main(int argc, char** argv) {
     // rather than answer "starting" forever.
     const absl::Status ready = cluster.wait_serving(absl::ZeroDuration());
     if (absl::IsFailedPrecondition(ready)) {
-      std::fprintf(stderr, "strata-coordinator: cannot serve: %s\n",
-                   std::string(ready.message()).c_str());
+      spdlog::error("cannot serve: {}", std::string(ready.message()));
       status = 1;
       break;
     }
   }
-  std::fprintf(stderr, "strata-coordinator: stopping\n");
+  spdlog::info("stopping");
   if (http) http->stop();
   (*server)->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));

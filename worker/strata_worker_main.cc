@@ -5,6 +5,7 @@
 //       [--threads N] [--memory-budget 4GiB] [--model-dir DIR ...]
 //       [--name NAME] [--tls-ca F --tls-cert F --tls-key F
 //       --tls-peers a,b | --insecure]
+//   strata-worker --version    # "strata-worker 0.1.0 (git 1a2b3c4)"
 //
 // Links are mutual TLS (proto/grpc_tls.h, docs/security.md): the config's
 // `tls:` block or the --tls-* flags (which replace its keys); `insecure`
@@ -34,6 +35,7 @@
 #include "proto/grpc_ops.h"
 #include "proto/grpc_tls.h"
 #include "spdlog/spdlog.h"
+#include "strata_version.h"
 #include "worker/grpc_link.h"
 #include "worker/worker_config.h"
 #include "worker/worker_service.h"
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "strata-worker: serves one shard of a model to a strata "
       "cluster (docs/worker.md)"};
+  app.set_version_flag("--version", strata::version_line("strata-worker"));
   std::string config_path;
   std::string listen;
   int threads = 0;
@@ -90,6 +93,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level,
                  std::string("log level: ") + strata::kLogLevels +
                      " (STRATA_LOG_LEVEL; info)");
+  std::string log_format;
+  app.add_option("--log-format", log_format,
+                 std::string("log lines: ") + strata::kLogFormats +
+                     " (STRATA_LOG_FORMAT; text)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -97,7 +104,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  if (absl::Status st = strata::init_logging("strata-worker", log_level);
+  if (absl::Status st =
+          strata::init_logging("strata-worker", log_level, log_format);
       !st.ok()) {
     return fail_config(std::string(st.message()));
   }
@@ -137,7 +145,8 @@ int main(int argc, char** argv) {
     config.tls.insecure = false;
     config.tls.tls_given = true;
     if (!tls_ca.empty()) config.tls.ca = strata::worker::expand_home(tls_ca);
-    if (!tls_cert.empty()) config.tls.cert = strata::worker::expand_home(tls_cert);
+    if (!tls_cert.empty())
+      config.tls.cert = strata::worker::expand_home(tls_cert);
     if (!tls_key.empty()) config.tls.key = strata::worker::expand_home(tls_key);
     if (!tls_peers.empty()) config.tls.peers = tls_peers;
   }
@@ -177,9 +186,8 @@ int main(int argc, char** argv) {
   // Mutual TLS: a peer without a certificate from the cluster CA is
   // refused in the handshake; a certificate name not in tls.peers gets
   // PERMISSION_DENIED on every call, before the handler.
-  builder.AddListeningPort(config.listen,
-                           strata::grpc_tls::server_credentials(config.tls),
-                           &port);
+  builder.AddListeningPort(
+      config.listen, strata::grpc_tls::server_credentials(config.tls), &port);
   // Messages: the configured bound (LoadShard refuses a shard whose full
   // micro-batch would not fit it; each frame's size is checked against its
   // shape on receipt).
@@ -198,7 +206,8 @@ int main(int argc, char** argv) {
     // Read bandwidth and FLOP rate for Describe (planning): measured on the
     // first start (about a second), then read from the tune cache.
     strata::ThreadPool pool(config.threads);
-    const strata::cpu::MachineRates rates = strata::cpu::cached_machine_rates(pool);
+    const strata::cpu::MachineRates rates =
+        strata::cpu::cached_machine_rates(pool);
     service->set_machine_rates(rates.read_bytes_per_s, rates.flops_per_s,
                                rates.matmul_overhead_s);
     std::vector<strata::v1::ReadRate> read_rates;
@@ -212,12 +221,14 @@ int main(int argc, char** argv) {
                       " MiB ", absl::SixDigits(p.bytes_per_s / 1e9), " GB/s");
     }
     service->set_read_rates(std::move(read_rates));
-    if (!points.empty()) spdlog::info("decode read rate by working set: {}", points);
-    spdlog::info("machine rates: decode reads {:.1f} GB/s (STREAM read {:.1f} GB/s), "
-                 "{:.1f} GFLOP/s, {:.1f} us a decode matmul besides its reads ({} {})",
-                 rates.read_bytes_per_s / 1e9, rates.stream_read_bytes_per_s / 1e9,
-                 rates.flops_per_s / 1e9, rates.matmul_overhead_s * 1e6,
-                 rates.from_cache ? "from" : "measured, cached in", rates.cache_path);
+    if (!points.empty())
+      spdlog::info("decode read rate by working set: {}", points);
+    spdlog::info(
+        "machine rates: decode reads {:.1f} GB/s (STREAM read {:.1f} GB/s), "
+        "{:.1f} GFLOP/s, {:.1f} us a decode matmul besides its reads ({} {})",
+        rates.read_bytes_per_s / 1e9, rates.stream_read_bytes_per_s / 1e9,
+        rates.flops_per_s / 1e9, rates.matmul_overhead_s * 1e6,
+        rates.from_cache ? "from" : "measured, cached in", rates.cache_path);
   }
   builder.RegisterService(service.get());
   strata::grpc_ops::add_health_and_reflection(builder);

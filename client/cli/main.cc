@@ -1,16 +1,16 @@
 // `strata`: the command line. Sub-commands live in *_command.cc.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include "client/cli/commands.h"
 #include "model/log.h"
+#include "strata_version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: serve and inspect LLMs from GGUF files"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "strata " STRATA_VERSION);
+  app.set_version_flag("--version", strata::version_line("strata"));
   int exit_code = 0;
   // Logging of the commands that serve (spdlog): given before or after
   // the command's name (`strata serve M --log-level debug`).
@@ -25,9 +25,21 @@ int main(int argc, char** argv) {
                                                  strata::kLogLevels + ")";
           },
           "LEVEL"));
+  std::string log_format;
+  app.add_option("--log-format", log_format,
+                 std::string("log lines: ") + strata::kLogFormats +
+                     " (else STRATA_LOG_FORMAT, else text)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return strata::is_log_format(v) ? ""
+                                            : "'" + v + "' is not a format (" +
+                                                  strata::kLogFormats + ")";
+          },
+          "FORMAT"));
   app.fallthrough();
-  app.parse_complete_callback([&log_level] {
-    if (absl::Status st = strata::init_logging("strata", log_level); !st.ok()) {
+  app.parse_complete_callback([&log_level, &log_format] {
+    if (absl::Status st = strata::init_logging("strata", log_level, log_format);
+        !st.ok()) {
       throw CLI::ValidationError(std::string(st.message()));
     }
   });
@@ -57,11 +69,14 @@ int main(int argc, char** argv) {
   }
   if (!known) {
     std::string names;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (const CLI::App* sub :
+         app.get_subcommands([](CLI::App*) { return true; })) {
       names += (names.empty() ? "" : ", ") + sub->get_name();
     }
-    std::fprintf(stderr, "strata: unknown command '%s' (commands: %s; see strata --help)\n",
-                 argv[1], names.c_str());
+    std::fprintf(
+        stderr,
+        "strata: unknown command '%s' (commands: %s; see strata --help)\n",
+        argv[1], names.c_str());
     return 2;
   }
   try {

@@ -4,8 +4,17 @@
 // --json prints one object with the proto's field names; the state is
 // "serving", "degraded", "starting" or "unspecified".
 //
-// Exit status: 0 printed (whatever the state); 1 the server could not be
-// asked (one line naming the server and the gRPC status); 2 usage.
+// Exit status (so that it can be a probe; docs/client.md):
+//   0  the cluster is serving and every worker it lists is serving or a
+//      reachable spare;
+//   3  it answered but is not serving: starting (shards loading), degraded
+//      (a pipeline worker down), or serving without a worker it lists (a
+//      worker unreachable, loading, or restarted; the pipeline may have
+//      moved to the workers left); the status is printed all the same, and
+//      one line on stderr says why ("strata status: not serving: ...");
+//   1  the server could not be asked (one line naming the server and the
+//      gRPC status: unreachable, refused, a deadline, a bad API key);
+//   2  usage.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -70,16 +79,18 @@ void print_status(const ClusterStatus& s) {
               m.name.c_str(), m.architecture.c_str(), m.n_layer, m.n_vocab,
               m.context_length, m.chat_template_family.empty() ? "" : ", chat ",
               m.chat_template_family.c_str(), m.path.c_str());
-  std::printf("sequences: %d active of %d, %d requests queued; %llu requests served\n",
-              s.active_sequences, s.max_sequences, s.queued_requests,
-              static_cast<unsigned long long>(s.requests_served));
+  std::printf(
+      "sequences: %d active of %d, %d requests queued; %llu requests served\n",
+      s.active_sequences, s.max_sequences, s.queued_requests,
+      static_cast<unsigned long long>(s.requests_served));
   std::printf("workers (pipeline order): %zu\n", s.workers.size());
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerStatus& w = s.workers[i];
     // 0: no budget (a worker in the server's own process).
     char budget[64] = "no budget";
     if (w.memory_budget_bytes != 0) {
-      std::snprintf(budget, sizeof budget, "budget %.1f MiB", mib(w.memory_budget_bytes));
+      std::snprintf(budget, sizeof budget, "budget %.1f MiB",
+                    mib(w.memory_budget_bytes));
     }
     std::printf(
         "  %zu  %s%s  %s  blocks [%d, %d)%s%s  weights %.1f MiB  KV %.1f MiB  "
@@ -87,12 +98,32 @@ void print_status(const ClusterStatus& s) {
         i, w.name.empty() || w.name == w.address ? "" : (w.name + " ").c_str(),
         w.address.c_str(), w.state.c_str(), w.first_block, w.last_block,
         w.embedding ? " +embedding" : "", w.head ? " +head" : "",
-        mib(w.weight_bytes), mib(w.kv_bytes), budget,
-        w.last_seen_ms_ago, w.device.c_str());
+        mib(w.weight_bytes), mib(w.kv_bytes), budget, w.last_seen_ms_ago,
+        w.device.c_str());
     if (!w.last_error.empty()) {
       std::printf("     last error: %s\n", w.last_error.c_str());
     }
   }
+}
+
+constexpr int kServingExit = 0;
+constexpr int kNotServingExit = 3;
+
+// Why an answered ClusterStatus is not serving: "" when it serves and each
+// worker is "serving" or "spare" (a reachable worker outside the pipeline);
+// else the state, or the first worker in another state.
+std::string not_serving_reason(const ClusterStatus& s) {
+  if (s.state != ServingState::kServing) {
+    return std::string("state ") + serving_state_name(s.state);
+  }
+  for (const WorkerStatus& w : s.workers) {
+    if (w.state == "serving" || w.state == "spare") continue;
+    std::string who = w.name.empty() || w.name == w.address
+                          ? w.address
+                          : w.name + " (" + w.address + ")";
+    return "worker " + who + " is " + w.state;
+  }
+  return "";
 }
 
 int run_status(const StatusFlags& f) {
@@ -105,7 +136,10 @@ int run_status(const StatusFlags& f) {
   } else {
     print_status(*status);
   }
-  return 0;
+  const std::string why = not_serving_reason(*status);
+  if (why.empty()) return kServingExit;
+  std::fprintf(stderr, "strata status: not serving: %s\n", why.c_str());
+  return kNotServingExit;
 }
 
 }  // namespace
@@ -113,7 +147,12 @@ int run_status(const StatusFlags& f) {
 void add_status_command(CLI::App& app, int& exit_code) {
   auto f = std::make_shared<StatusFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "status", "Show a strata cluster: state, model, workers and their shards");
+      "status",
+      "Show a strata cluster: state, model, workers and their shards.\n"
+      "Exit status: 0 serving, every worker up; 3 answered but not serving "
+      "(starting, degraded, a worker down); 1 the server cannot be reached or "
+      "the call "
+      "failed; 2 usage");
   add_server_flags(cmd, f->server);
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] { exit_code = run_status(*f); });

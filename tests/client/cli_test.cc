@@ -316,8 +316,10 @@ TEST_F(RemoteCliTest, ChatKeepsTheHistory) {
 }
 
 TEST_F(RemoteCliTest, StatusPrintsTheWorkers) {
+  // The fake answers DEGRADED: printed all the same, exit 3 (not serving).
   const CommandResult r = strata("status " + server_flag());
-  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(r.err, "strata status: not serving: state degraded\n");
   EXPECT_NE(r.out.find("state: degraded"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  0  w0 127.0.0.1:50061  serving  blocks [0, 3) +embedding"),
             std::string::npos)
@@ -333,7 +335,7 @@ TEST_F(RemoteCliTest, StatusPrintsTheWorkers) {
   EXPECT_NE(r.out.find("KV 0.0 MiB  no budget"), std::string::npos) << r.out;
 
   const CommandResult j = strata("status " + server_flag() + " --json");
-  ASSERT_EQ(j.status, 0) << j.err;
+  ASSERT_EQ(j.status, 3) << j.err;
   const nlohmann::json s = nlohmann::json::parse(j.out);
   EXPECT_EQ(s["state"], "degraded");
   EXPECT_EQ(s["model"]["name"], "stories260K");

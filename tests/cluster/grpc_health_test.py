@@ -10,6 +10,13 @@ cluster_test.py), then `strata serve`.
   coordinator  "" and "strata.v1.Inference" SERVING once the cluster serves;
                kill -9 of a worker: NOT_SERVING; the worker restarted on its
                address: SERVING again. One info line per request in its log.
+  strata status  exit 0 while the cluster serves, 3 while it answers but
+               does not (a coordinator whose worker is not there yet:
+               "starting"; a worker killed: degraded, then serving on the
+               worker left with the killed one unreachable), 0 again once
+               the worker is back (a spare), 1 with nothing listening.
+               That coordinator logs JSON lines (STRATA_LOG_FORMAT=json);
+               --log-format xml is refused.
   serve        SERVING once it listens; after two requests its GET /metrics
                page parses with prometheus_client and counts them exactly.
 
@@ -18,12 +25,14 @@ deadlines. Health stubs are generated from proto/grpc/health/v1 at test time.
 Exit status: 0 passed, 1 failed, 77 skipped (model or grpcio absent).
 """
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -132,6 +141,73 @@ def scrape(http):
     return out
 
 
+def strata_status(args, address):
+    """(exit status, stdout) of `strata status --server ADDRESS`."""
+    r = subprocess.run([args.strata, "status", "--server", address, "--timeout", "30"],
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def status_until(args, address, want, deadline_s=60):
+    """Runs `strata status` until it exits `want` (the coordinator's state
+    follows its health checks, so a change shows after one of them) or the
+    deadline passes; (last exit status, its output)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        rc, out = strata_status(args, address)
+        if rc == want or time.monotonic() > end:
+            return rc, out
+        time.sleep(0.2)
+
+
+def check_status_starting(args, workdir, f):
+    """A coordinator whose only worker is not running answers `strata
+    status` with state starting and exit 3; with nothing listening, exit 1."""
+    cfg = os.path.join(workdir, "starting.yaml")
+    with open(cfg, "w") as out:
+        out.write(f"model: {args.model}\nlisten: 127.0.0.1:{ct.free_port()}\n"
+                  "http_listen: 'off'\ncontext_length: 256\ninsecure: true\n"
+                  f"workers:\n  - address: 127.0.0.1:{ct.free_port()}\n    name: w0\n")
+    # Its log as JSON lines (STRATA_LOG_FORMAT, as a container would set it).
+    os.environ["STRATA_LOG_FORMAT"] = "json"
+    try:
+        coord = ct.Proc("starting-coordinator", [args.coordinator, "--config", cfg], workdir)
+    finally:
+        del os.environ["STRATA_LOG_FORMAT"]
+    try:
+        rc, out = strata_status(args, coord.address)
+        f.check(rc == 3 and "state: starting" in out,
+                f"strata status: exit 3, state starting, while the worker is absent ({rc}: {out})")
+        f.check(coord.alive(), "the coordinator waits for its worker")
+    finally:
+        coord.kill()
+    # gRPC's own lines (not spdlog's) may share stderr: the JSON ones are
+    # those that start with "{".
+    records = []
+    with open(coord.log_path, errors="replace") as log:
+        for line in log:
+            if line.startswith("{"):
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    records.append({"unparsed": line})
+    fields = {"time", "level", "logger", "message"}
+    f.check(records and all(set(r) == fields and r["logger"] == "strata-coordinator"
+                            for r in records),
+            f"coordinator log: JSON lines with {sorted(fields)} ({records[:3]})")
+    # Logged before it listens: there whatever the timing.
+    f.check(any(r.get("level") == "warning" and "insecure: true" in r.get("message", "")
+                for r in records),
+            f"coordinator log: the plaintext-links warning as JSON ({records[:3]})")
+    rc = subprocess.run([args.coordinator, "--config", cfg, "--log-format", "xml"],
+                        capture_output=True, text=True, timeout=60)
+    f.check(rc.returncode == 2 and "--log-format: 'xml' is not a format" in rc.stderr,
+            f"coordinator: --log-format xml refused, exit 2 ({rc.returncode}: {rc.stderr})")
+    rc, out = strata_status(args, f"127.0.0.1:{ct.free_port()}")
+    f.check(rc == 1 and "UNAVAILABLE" in out,
+            f"strata status: exit 1 with nothing listening ({rc}: {out})")
+
+
 def check_serve_metrics(args, workdir, stubs, api_stubs, f):
     s = ServeHttp(args, workdir)
     try:
@@ -139,6 +215,8 @@ def check_serve_metrics(args, workdir, stubs, api_stubs, f):
         f.check(h.check("") == "SERVING", "serve: SERVING once it listens")
         f.check(h.check("strata.v1.Inference") == "SERVING",
                 "serve: strata.v1.Inference SERVING")
+        rc, out = strata_status(args, s.address)
+        f.check(rc == 0, f"serve: strata status exits 0 ({rc}: {out})")
         api = ct.Api(s.address, *api_stubs)
         prompt_tokens = 0
         for p in ct.PROMPTS:
@@ -204,6 +282,9 @@ def main():
                     "coordinator: strata.v1.Inference SERVING")
             f.check(coord.check("no.such.Service") == "NOT_FOUND",
                     "coordinator: an unknown service is NOT_FOUND")
+            rc, out = status_until(args, c.address, 0)
+            f.check(rc == 0 and "state: serving" in out,
+                    f"strata status: exit 0 while serving ({rc}: {out})")
 
             api = ct.Api(c.address, *api_stubs)
             ids, done, err = api.generate(ct.PROMPTS[0], 4, timeout=120)
@@ -215,10 +296,15 @@ def main():
             f.check(coord.check("strata.v1.Inference") == "NOT_SERVING",
                     "coordinator: strata.v1.Inference NOT_SERVING")
             f.check(c.coordinator.alive(), "the coordinator is still up")
+            rc, out = status_until(args, c.address, 3)
+            f.check(rc == 3 and "strata status: not serving: " in out,
+                    f"strata status: exit 3 with a worker killed ({rc}: {out})")
 
             c.start_worker(1)
             got = coord.until(stream, "SERVING")
             f.check(got == "SERVING", f"coordinator: SERVING again once the worker is back ({got})")
+            rc, out = status_until(args, c.address, 0)
+            f.check(rc == 0, f"strata status: exit 0 again once the worker is back ({rc}: {out})")
             stream.cancel()
 
             log = open(c.coordinator.log_path, errors="replace").read()
@@ -230,6 +316,7 @@ def main():
                 print(c.logs())
             c.close()
 
+        check_status_starting(args, workdir, f)
         check_serve_metrics(args, workdir, stubs, api_stubs, f)
     print(f"{f.passed} passed, {f.n} failed")
     return 1 if f.n else 0
