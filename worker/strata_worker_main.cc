@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
     // first start (about a second), then read from the tune cache.
     strata::ThreadPool pool(config.threads);
     const strata::cpu::MachineRates rates =
-        strata::cpu::cached_machine_rates(pool);
+        strata::cpu::cached_machine_rates(pool, "", &progress);
     service->set_machine_rates(rates.read_bytes_per_s, rates.flops_per_s,
                                rates.matmul_overhead_s);
     std::vector<strata::v1::ReadRate> read_rates;
