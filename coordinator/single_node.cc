@@ -50,10 +50,11 @@ class LockedStage final : public worker::Stage {
 // One stage of this process as a worker.
 class InProcessWorker final : public WorkerControl {
  public:
-  InProcessWorker(int index, int n_threads)
+  InProcessWorker(int index, int n_threads, Progress* progress)
       : address_(absl::StrCat("in-process ", index)),
         name_(absl::StrCat("stage ", index)),
-        n_threads_(n_threads) {
+        n_threads_(n_threads),
+        progress_(progress) {
     WorkerConfig named;
     named.address = address_;
     named.name = name_;
@@ -85,6 +86,7 @@ class InProcessWorker final : public WorkerControl {
     if (!r.head()) r.set_next_stage("in-process:1");
     worker::StageOptions options;
     options.worker_name = name_;
+    options.progress = progress_;  // the Cluster loads stages one at a time
     auto stage = worker::load_stage(r, n_threads_, options);
     if (!stage.ok()) {  // named, as WorkerControl's errors are
       return absl::Status(stage.status().code(),
@@ -127,6 +129,7 @@ class InProcessWorker final : public WorkerControl {
   std::string name_;
   std::string label_;  // in messages: worker_label()
   int n_threads_;
+  Progress* progress_;  // the weight repack's; may be null; not owned
   std::mutex mu_;
   std::unique_ptr<LockedStage> stage_;
 };
@@ -176,7 +179,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
     // more while the remainder lasts.
     const int threads =
         std::max(1, total / o.workers + (i < total % o.workers ? 1 : 0));
-    auto w = std::make_unique<InProcessWorker>(i, threads);
+    auto w = std::make_unique<InProcessWorker>(i, threads, o.progress);
     workers.push_back(w.get());
     WorkerConfig wc;
     wc.address = w->address();

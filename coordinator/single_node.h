@@ -19,6 +19,10 @@
 #include "coordinator/cluster.h"
 #include "model/ggml_type.h"
 
+namespace strata {
+class Progress;  // model/progress.h
+}  // namespace strata
+
 namespace strata::coordinator {
 
 struct SingleNodeOptions {
@@ -34,6 +38,9 @@ struct SingleNodeOptions {
   int prefix_cache_blocks = -1;  // ClusterConfig's; 0: --prefix-cache off
   // Explicit ranges (one per worker), or empty for auto placement.
   std::vector<placement::Range> ranges;
+  // Where each stage's weight repack reports progress (model/progress.h);
+  // null: silent. Not owned; must outlive the Cluster.
+  Progress* progress = nullptr;
   // Tests: fake detokenizers (the model's tokenizer is then optional).
   Scheduler::DetokenizerFactory detokenizers;
 };

@@ -53,7 +53,8 @@ void Progress::begin(std::string_view phase, int64_t total) {
   if (out_.terminal()) {
     draw_locked(/*force=*/true);
   } else {
-    out_.log(total_ > 0 ? absl::StrCat(phase_, ": started (", total_, " steps)")
+    out_.log(total_ > 0 ? absl::StrCat(phase_, ": started (", total_,
+                                       total_ == 1 ? " step)" : " steps)")
                         : absl::StrCat(phase_, ": started"));
   }
 }
@@ -89,8 +90,8 @@ void Progress::end_locked() {
     out_.write(
         absl::StrCat("\r", render(phase_, done_, total_, seconds), "\x1b[K\n"));
   } else {
-    out_.log(absl::StrFormat("%s: done, %d steps in %.2f s", phase_, done_,
-                             seconds));
+    out_.log(absl::StrFormat("%s: done, %d %s in %.2f s", phase_, done_,
+                             done_ == 1 ? "step" : "steps", seconds));
   }
   phase_.clear();
 }

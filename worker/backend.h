@@ -49,6 +49,10 @@
 #include "model/ggml_type.h"
 #include "model/gguf_reader.h"
 
+namespace strata {
+class Progress;  // model/progress.h
+}  // namespace strata
+
 namespace strata::worker {
 
 // Blocks [first, last) of a model with n_layer blocks.
@@ -205,6 +209,10 @@ struct CpuBackendOptions {
   // floats (worker/cpu/cpu_backend.h, moe_block_rows). Results do not
   // depend on it.
   int moe_max_slots = 8192;
+  // Where the weight repack (and the tuner's first run) reports progress,
+  // one step a layer (model/progress.h); null: silent. Not owned; must
+  // outlive make_cpu_backend.
+  Progress* progress = nullptr;
 };
 
 // Loads the shard's weights (views into the GGUF mapping; small vectors are

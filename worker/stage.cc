@@ -782,6 +782,7 @@ absl::StatusOr<std::unique_ptr<Stage>> load_planned_stage(
   backend_options.n_threads = n_threads;
   backend_options.kv_type = plan.kv_type;
   backend_options.max_batch = plan.info.max_batch_rows();
+  backend_options.progress = options.progress;
   auto backend = make_cpu_backend(
       plan.model, plan.hp,
       BlockRange{plan.info.first_block(), plan.info.last_block()},

@@ -44,6 +44,9 @@ namespace strata::worker {
 
 struct StageOptions {
   std::string worker_name;  // in error messages and traces
+  // The weight repack's progress (CpuBackendOptions::progress); null:
+  // silent. Not owned.
+  Progress* progress = nullptr;
 };
 
 class Stage {

@@ -32,6 +32,7 @@
 #include "kernels/cpu/machine_rates.h"
 #include "model/log.h"
 #include "model/placement.h"
+#include "model/progress.h"
 #include "proto/grpc_ops.h"
 #include "proto/grpc_tls.h"
 #include "spdlog/spdlog.h"
@@ -202,12 +203,17 @@ int main(int argc, char** argv) {
   // address (its default name) right after, before the port is printed.
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
   auto service = std::make_unique<strata::worker::WorkerService>(config);
+  // A shard's weight repack in place on a terminal, else a log line at
+  // its start and end (model/progress.h).
+  strata::StderrProgress progress_output;
+  strata::Progress progress(progress_output);
+  service->set_progress(&progress);
   {
     // Read bandwidth and FLOP rate for Describe (planning): measured on the
     // first start (about a second), then read from the tune cache.
     strata::ThreadPool pool(config.threads);
     const strata::cpu::MachineRates rates =
-        strata::cpu::cached_machine_rates(pool);
+        strata::cpu::cached_machine_rates(pool, "", &progress);
     service->set_machine_rates(rates.read_bytes_per_s, rates.flops_per_s,
                                rates.matmul_overhead_s);
     std::vector<strata::v1::ReadRate> read_rates;

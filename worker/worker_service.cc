@@ -376,6 +376,7 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
   }
   StageOptions options;
   options.worker_name = worker_id();
+  options.progress = progress_;
   const bool head = info.head();
   const std::string next = info.next_stage();
   const std::string next_label =

@@ -89,6 +89,10 @@ class WorkerService final : public v1::Worker::Service {
   // FAILED_PRECONDITION "no shard loaded". For the process's own stop.
   void shutdown();
 
+  // Where a LoadShard's weight repack reports progress (model/progress.h);
+  // null (the default): silent. Not owned; set before serving.
+  void set_progress(Progress* progress) { progress_ = progress; }
+
   // Where the server listens (its port resolved): the worker's name when
   // the config gives none. Call once, right after the server started.
   void set_bound_address(const std::string& address);
@@ -140,6 +144,7 @@ class WorkerService final : public v1::Worker::Service {
   void log_absent_parts(const ShardPlan& plan) const;
 
   const WorkerConfig config_;
+  Progress* progress_ = nullptr;  // set_progress
   // Read bandwidth (bytes/s) and FLOP rate (FLOP/s) reported by Describe;
   // 0: unknown. Set before serving (set_machine_rates).
   std::atomic<double> read_bytes_per_s_{0};

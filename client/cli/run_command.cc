@@ -20,6 +20,7 @@
 #include "coordinator/generation.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
+#include "model/progress.h"
 #include "model/tokenizer/tokenizer.h"
 #include "worker/backend.h"
 #include "worker/kv_cache.h"
@@ -114,6 +115,11 @@ int run(const RunOptions& o) {
   options.no_tune = o.no_tune;
   options.n_threads = resolve_threads(o.threads);
   options.kv_type = worker::parse_kv_type(o.kv_type).value_or(GgmlType::kF16);  // checked
+  // The weight repack (and the tuner's first run): in place on a
+  // terminal, else a line at its start and end (model/progress.h).
+  StderrProgress progress_output;
+  Progress progress(progress_output);
+  options.progress = &progress;
   auto backend =
       worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
   if (!backend.ok()) return fail(o.model, backend.status());

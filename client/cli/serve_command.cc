@@ -29,6 +29,7 @@
 #include "coordinator/http/server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/single_node.h"
+#include "model/progress.h"
 #include "worker/kv_cache.h"
 
 namespace strata::cli {
@@ -59,7 +60,12 @@ int serve_fail(const std::string& what, const absl::Status& status) {
 }
 
 int serve(const ServeOptions& o) {
+  // The stages' weight repack: in place on a terminal, else a log line at
+  // each start and end (model/progress.h). Outlives the cluster below.
+  StderrProgress progress_output;
+  Progress progress(progress_output);
   coordinator::SingleNodeOptions s;
+  s.progress = &progress;
   s.model = o.model;
   s.workers = o.workers;
   s.threads = o.threads;

@@ -20,6 +20,7 @@
 #include "kernels/cpu/jit/jit_matmul.h"
 #include "kernels/cpu/memory_bandwidth.h"
 #include "model/ggml_type.h"
+#include "model/progress.h"
 
 namespace strata::cpu {
 namespace {
@@ -219,11 +220,14 @@ std::optional<kernels::IsaTier> tier_or_none() {
 
 }  // namespace
 
-MachineRates measure_machine_rates(ThreadPool& pool) {
+MachineRates measure_machine_rates(ThreadPool& pool, Progress* progress) {
+  ProgressPhase phase(progress, "probing machine rates", 4);
   MachineRates r;
   const std::optional<kernels::IsaTier> tier = tier_or_none();
   r.stream_read_bytes_per_s = measure_read_bandwidth(pool);
+  phase.advance();
   r.read_points = measure_decode_bandwidth(pool, tier);
+  phase.advance();
   // The large-working-set figure: the kDecodeMatrices point (126 MiB), the
   // figure older planners know.
   if (r.read_points.size() >= 4) {
@@ -233,12 +237,15 @@ MachineRates measure_machine_rates(ThreadPool& pool) {
                            ? r.decode_read_bytes_per_s
                            : r.stream_read_bytes_per_s;
   r.flops_per_s = measure_flop_rate(pool, tier);
+  phase.advance();
   r.matmul_overhead_s = measure_matmul_overhead(pool, tier);
+  phase.advance();
   return r;
 }
 
 MachineRates cached_machine_rates(ThreadPool& pool,
-                                  const std::string& cache_dir) {
+                                  const std::string& cache_dir,
+                                  Progress* progress) {
   std::string dir = cache_dir;
   if (dir.empty()) {
     const char* home = std::getenv("HOME");
@@ -291,7 +298,7 @@ MachineRates cached_machine_rates(ThreadPool& pool,
       return r;
     }
   }
-  MachineRates r = measure_machine_rates(pool);
+  MachineRates r = measure_machine_rates(pool, progress);
   r.cache_path = path;
   if (r.read_bytes_per_s <= 0) return r;
   std::error_code ec;

@@ -49,6 +49,10 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/base/thread_pool.h"
 
+namespace strata {
+class Progress;  // model/progress.h
+}  // namespace strata
+
 namespace strata::cpu {
 
 // The decode matmul's read rate over `bytes` of weights.
@@ -72,14 +76,19 @@ struct MachineRates {
   std::string cache_path;   // the file read or written ("" : none)
 };
 
-// Measures both rates with `pool`'s threads.
-MachineRates measure_machine_rates(ThreadPool& pool);
+// Measures both rates with `pool`'s threads. `progress` (may be null): one
+// phase, "probing machine rates", of 4 steps (STREAM read, decode reads by
+// working set, FLOP rate, matmul overhead).
+MachineRates measure_machine_rates(ThreadPool& pool,
+                                   Progress* progress = nullptr);
 
 // The cached rates for pool.size() threads on this CPU, or measured and
 // cached (a cache that cannot be written is only logged by the caller:
 // cache_path stays set, the rates are still returned). `cache_dir` empty:
-// $HOME/.cache/strata/tune-cache.
+// $HOME/.cache/strata/tune-cache. `progress`: that of a measurement (none
+// when read from the cache).
 MachineRates cached_machine_rates(ThreadPool& pool,
-                                  const std::string& cache_dir = "");
+                                  const std::string& cache_dir = "",
+                                  Progress* progress = nullptr);
 
 }  // namespace strata::cpu

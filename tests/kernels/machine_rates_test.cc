@@ -12,6 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/progress.h"
 
 namespace strata::cpu {
 namespace {
@@ -32,6 +36,33 @@ class MachineRatesTest : public ::testing::Test {
   }
   std::string dir_;
 };
+
+// Progress of a measurement: a start and an end line when not a terminal;
+// nothing when read from the cache.
+class RecordedProgress final : public ProgressOutput {
+ public:
+  bool terminal() const override { return false; }
+  void write(std::string_view text) override { written += text; }
+  void log(std::string_view line) override { lines.emplace_back(line); }
+  std::string written;
+  std::vector<std::string> lines;
+};
+
+TEST_F(MachineRatesTest, AMeasurementReportsItsProgressACacheReadDoesNot) {
+  ThreadPool pool(1);
+  RecordedProgress out;
+  double now = 0;
+  Progress progress(out, [&] { return now += 0.5; });
+  EXPECT_FALSE(cached_machine_rates(pool, dir_, &progress).from_cache);
+  ASSERT_EQ(out.lines.size(), 2u);
+  EXPECT_EQ(out.lines[0], "probing machine rates: started (4 steps)");
+  // The fake clock: begin at 0.5, end at 1.0 (advance reads no clock when
+  // not on a terminal).
+  EXPECT_EQ(out.lines[1], "probing machine rates: done, 4 steps in 0.50 s");
+  EXPECT_TRUE(out.written.empty());
+  EXPECT_TRUE(cached_machine_rates(pool, dir_, &progress).from_cache);
+  EXPECT_EQ(out.lines.size(), 2u);
+}
 
 TEST_F(MachineRatesTest, MeasuredOnceThenReadFromTheCache) {
   ThreadPool pool(1);

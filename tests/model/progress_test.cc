@@ -43,6 +43,9 @@ TEST(Progress, NotATerminalLogsOneLineAtStartAndOneAtEndOfEachPhase) {
   p.advance(5);  // clamped to the total
   p.end();
   p.end();  // nothing open: nothing
+  p.begin("loading", 1);
+  p.advance();
+  p.end();
 
   EXPECT_EQ(out.written, "");
   const std::vector<std::string> want = {
@@ -51,7 +54,9 @@ TEST(Progress, NotATerminalLogsOneLineAtStartAndOneAtEndOfEachPhase) {
       "tuning kernels: started",
       "tuning kernels: done, 4 steps in 1.50 s",
       "probing bandwidth: started (3 steps)",
-      "probing bandwidth: done, 3 steps in 0.50 s"};
+      "probing bandwidth: done, 3 steps in 0.50 s",
+      "loading: started (1 step)",
+      "loading: done, 1 step in 0.00 s"};
   EXPECT_EQ(out.lines, want);
   for (const std::string& line : out.lines) {
     EXPECT_EQ(line.find('\r'), std::string::npos) << line;

@@ -73,11 +73,11 @@ absl::Status CpuBackend::attach_kernels(kernels::IsaTier tier) {
   simd_norm_rope_ = kernels::simd::norm_rope_supported();
   if (options_.no_tune || kernels::jit::tuning_disabled_by_env()) {
     return attach_jit_kernels(*w_, tier, kernel_cache_, nullptr, jit_scratch_,
-                              pool_);
+                              pool_, options_.progress);
   }
   kernels::jit::Tuner tuner(tier, options_.n_threads, {});
   absl::Status st = attach_jit_kernels(*w_, tier, kernel_cache_, &tuner,
-                                       jit_scratch_, pool_);
+                                       jit_scratch_, pool_, options_.progress);
   if (!st.ok()) return st;
   if (tuner.measured() > 0) {
     std::fprintf(stderr, "[strata] %s\n", tuner.summary().c_str());

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/reference/dequantize.h"
 #include "kernels/cpu/reference/ops/matmul.h"
+#include "model/progress.h"
 
 namespace strata::worker {
 namespace {
@@ -290,7 +291,11 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
                                 kernels::jit::KernelCache& cache,
                                 kernels::jit::Tuner* tuner,
                                 kernels::jit::JitScratch& scratch,
-                                ThreadPool& pool) {
+                                ThreadPool& pool, Progress* progress) {
+  ProgressPhase phase(progress,
+                      tuner != nullptr ? "repacking and tuning weights"
+                                       : "repacking weights",
+                      static_cast<int64_t>(w.layers.size()));
   // The matmul each Linear got, writable (Linear holds it const).
   std::map<const Linear*, kernels::jit::JitMatmul*> attached;
   auto attach = [&](Linear& l, const std::string& name) -> absl::Status {
@@ -381,7 +386,10 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
     // one measurement per shape. The router and the shared expert as the
     // dense matrices.
     ExpertWeights& x = l.experts;
-    if (!x.present()) continue;
+    if (!x.present()) {
+      phase.advance();
+      continue;
+    }
     for (size_t e = 0; e < x.gate.size(); ++e) {
       const std::string expert = absl::StrCat(layer, "expert ", e, ": ");
       fused = fuse({&x.gate[e], &x.up[e]}, x.gate_up[e], expert + "ffn_gate|up_exps");
@@ -406,6 +414,7 @@ absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
       absl::Status st = attach(*lin, absl::StrCat(layer, name, ".weight"));
       if (!st.ok()) return st;
     }
+    phase.advance();
   }
   absl::Status st = attach(w.output, "output");
   if (!st.ok()) return st;

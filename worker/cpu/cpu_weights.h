@@ -130,12 +130,14 @@ absl::StatusOr<std::unique_ptr<ShardWeights>> load_shard_weights(
 // width agree are fused into one matrix (wqkv, w_gate_up: rows
 // concatenated in that order, packed once; per-row results are those of
 // the separate matrices bit for bit).
+// `progress` (may be null): one phase, "repacking weights" (or "repacking
+// and tuning weights" with a tuner), one step a layer.
 // Errors: those of JitMatmul::create other than Unimplemented, naming the
 // tensor ("layer 3 of the shard: ffn_up.weight: ...").
 absl::Status attach_jit_kernels(ShardWeights& w, kernels::IsaTier tier,
                                 kernels::jit::KernelCache& cache,
                                 kernels::jit::Tuner* tuner,
                                 kernels::jit::JitScratch& scratch,
-                                ThreadPool& pool);
+                                ThreadPool& pool, Progress* progress = nullptr);
 
 }  // namespace strata::worker
