@@ -128,7 +128,9 @@ class Pod:
                          f"has the operator create ({sorted(secrets)})")
                 shutil.copytree(secrets[name], path)
             elif "persistentVolumeClaim" in v or "hostPath" in v:
-                os.symlink(model_dir, path)
+                # One volume shared by every pod, as a ReadOnlyMany claim
+                # is: the coordinator's model path is the workers'.
+                path = model_dir
             elif "emptyDir" in v:
                 os.makedirs(path)
             else:
@@ -147,10 +149,13 @@ class Pod:
 
     def remap(self, container, text):
         """Mount paths in `text` (a path, an argument, a config file) become
-        this test's folders."""
-        for mount, local in self.mounts(container):
-            text = re.sub(re.escape(mount) + r"(?![\w.-])", local, text)
-        return text
+        this test's folders, in one pass (a folder of this test may itself
+        start with a mount path, such as /tmp)."""
+        mounts = dict(self.mounts(container))
+        if not mounts:
+            return text
+        pattern = "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
+        return re.sub(f"(?:{pattern})(?![\\w.-])", lambda m: mounts[m.group(0)], text)
 
     def environment(self, container, secret_values):
         env = dict(os.environ)
@@ -289,7 +294,13 @@ def run(args, binaries, docs, work, size, leader_spec, worker_spec, lws_name, na
         fail("no `model:` in the ConfigMap's configs")
     model_dir = os.path.join(work, "models")
     os.makedirs(model_dir)
-    os.symlink(os.path.realpath(args.model), os.path.join(model_dir, os.path.basename(model_path)))
+    # A copy (a hard link where the filesystem allows): a worker resolves
+    # links before it checks a path against its model_dirs.
+    target = os.path.join(model_dir, os.path.basename(model_path))
+    try:
+        os.link(os.path.realpath(args.model), target)
+    except OSError:
+        shutil.copyfile(args.model, target)
 
     leader_address = f"{lws_name}-0.{lws_name}.{namespace}"
     base_env = {"LWS_LEADER_ADDRESS": leader_address, "LWS_GROUP_SIZE": str(size),
@@ -401,16 +412,16 @@ def check_init_refuses_a_changed_model(pod, init, argv, env):
     """Every init container that reads the model volume must fail when the
     GGUF differs by one byte (the SHA-256 check)."""
     model_mounts = [(m, l) for m, l in pod.mounts(init)
-                    if os.path.islink(l) or any(f.endswith(".gguf") for f in os.listdir(l))]
+                    if os.path.isdir(l) and any(f.endswith(".gguf") for f in os.listdir(l))]
     for mount, local in model_mounts:
         for name in os.listdir(local):
             if not name.endswith(".gguf"):
                 continue
             target = os.path.join(local, name)
             real = os.path.realpath(target)
-            bad_dir = tempfile.mkdtemp(dir=os.path.dirname(pod.root))
+            bad_dir = tempfile.mkdtemp(dir=pod.root)
             bad = os.path.join(bad_dir, name)
-            shutil.copyfile(real, bad)
+            shutil.copyfile(real, bad)  # a copy: the shared file stays intact
             with open(bad, "r+b") as f:
                 f.seek(os.path.getsize(bad) // 2)
                 b = f.read(1)
