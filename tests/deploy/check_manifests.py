@@ -31,6 +31,7 @@ Exit 0: all passed; 1: a check failed; 77: a required tool is missing.
 """
 import argparse
 import copy
+import functools
 import json
 import os
 import re
@@ -529,6 +530,7 @@ def dockerfile_packages(path):
 BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1", "zlib1g"}  # debian:12-slim
 
 
+@functools.lru_cache(maxsize=None)
 def package_of(lib):
     for path in (lib, os.path.realpath(lib),
                  re.sub(r"^/usr/lib/", "/lib/", os.path.realpath(lib))):
