@@ -402,6 +402,24 @@ absl::Status GgufWriter::write_to(const Emit& emit, const FillFn& fill) const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Closes `file` (written as `tmp`) and, when all went well (`s` OK), renames
+// it to `path`; on any failure removes `tmp`. Returns the first error.
+absl::Status close_and_rename(std::FILE* file, absl::Status s,
+                              const std::string& tmp, const std::string& path) {
+  if (std::fclose(file) != 0 && s.ok()) {
+    s = absl::ErrnoToStatus(errno, text::cat("close ", tmp));
+  }
+  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = absl::ErrnoToStatus(errno, text::cat("rename ", tmp, " to ", path));
+  }
+  if (!s.ok()) std::remove(tmp.c_str());
+  return s;
+}
+
+}  // namespace
+
 absl::Status GgufWriter::write(const std::string& path,
                                const FillFn& fill) const {
   const std::string tmp = path + ".tmp";
@@ -422,14 +440,7 @@ absl::Status GgufWriter::write(const std::string& path,
   if (std::fflush(file) != 0 && s.ok()) {
     s = absl::ErrnoToStatus(errno, text::cat("write ", tmp));
   }
-  if (std::fclose(file) != 0 && s.ok()) {
-    s = absl::ErrnoToStatus(errno, text::cat("close ", tmp));
-  }
-  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = absl::ErrnoToStatus(errno, text::cat("rename ", tmp, " to ", path));
-  }
-  if (!s.ok()) std::remove(tmp.c_str());
-  return s;
+  return close_and_rename(file, std::move(s), tmp, path);
 }
 
 absl::Status GgufWriter::write_sparse(const std::string& path) const {
@@ -457,14 +468,7 @@ absl::Status GgufWriter::write_sparse(const std::string& path) const {
     s = absl::ErrnoToStatus(errno,
                             text::cat("extend ", tmp, " to ", size, " bytes"));
   }
-  if (std::fclose(file) != 0 && s.ok()) {
-    s = absl::ErrnoToStatus(errno, text::cat("close ", tmp));
-  }
-  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = absl::ErrnoToStatus(errno, text::cat("rename ", tmp, " to ", path));
-  }
-  if (!s.ok()) std::remove(tmp.c_str());
-  return s;
+  return close_and_rename(file, std::move(s), tmp, path);
 }
 
 absl::StatusOr<std::vector<uint8_t>> GgufWriter::to_bytes(
