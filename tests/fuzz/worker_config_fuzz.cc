@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const absl::Status valid = strata::worker::validate(*config);
   if (valid.ok()) {
-    check(config->threads >= 1, "threads positive");
+    // 0 is auto (cpu::usable_threads() at start), else 1 .. 1024.
+    check(config->threads >= 0 && config->threads <= 1024, "threads 0 (auto) or in [1, 1024]");
     check(config->max_message_bytes > 0, "max_message_bytes positive");
     check(!config->model_dirs.empty(), "a valid config has model_dirs");
   }
