@@ -250,8 +250,8 @@ absl::StatusOr<PublishedModel> published_model(std::string_view name) {
       "' (known: ", absl::StrJoin(published_model_names(), ", "), ")"));
 }
 
-absl::Status write_header_only(const PublishedModel& model,
-                               const std::string& path) {
+absl::StatusOr<uint64_t> write_header_only(const PublishedModel& model,
+                                           const std::string& path) {
   gguf::GgufWriter writer;
   for (const gguf::KeyValue& k : model.metadata) {
     if (absl::Status s = writer.set_metadata(k.key, k.value); !s.ok()) return s;
@@ -260,7 +260,10 @@ absl::Status write_header_only(const PublishedModel& model,
     if (absl::Status s = writer.add_tensor(t.name, t.type, t.shape); !s.ok())
       return s;
   }
-  return writer.write_sparse(path);
+  if (absl::Status s = writer.write_sparse(path); !s.ok()) return s;
+  uint64_t bytes = 0;
+  for (const gguf::TensorInfo& t : writer.tensors()) bytes += t.n_bytes;
+  return bytes;
 }
 
 }  // namespace strata::synth

@@ -33,6 +33,7 @@
 // Thread-safety: plain functions and data.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,9 +66,10 @@ std::vector<std::string> published_model_names();
 absl::StatusOr<PublishedModel> published_model(std::string_view name);
 
 // Writes `model` as one header-only GGUF (alignment 32) at `path` (through
-// PATH.tmp). Errors: the writer's (a malformed well-known key) and I/O
-// errors with their errno code.
-absl::Status write_header_only(const PublishedModel& model,
-                               const std::string& path);
+// PATH.tmp); returns the bytes its tensors' data would take (the hole).
+// Errors: the writer's (a malformed well-known key) and I/O errors with
+// their errno code.
+absl::StatusOr<uint64_t> write_header_only(const PublishedModel& model,
+                                           const std::string& path);
 
 }  // namespace strata::synth

@@ -48,24 +48,18 @@ int run_sparse(const SynthCommandOptions& options) {
                  "--tokenizer-from do not apply\n");
     return 2;
   }
-  if (absl::Status s = synth::write_header_only(*model, options.output);
-      !s.ok()) {
+  absl::StatusOr<uint64_t> bytes =
+      synth::write_header_only(*model, options.output);
+  if (!bytes.ok()) {
     std::fprintf(stderr, "strata synth: %s\n",
-                 std::string(s.message()).c_str());
+                 std::string(bytes.status().message()).c_str());
     return 1;
-  }
-  uint64_t bytes = 0;
-  for (const synth::TensorSpec& t : model->tensors) {
-    uint64_t rows = 1;
-    for (size_t d = 1; d < t.shape.size(); ++d)
-      rows *= static_cast<uint64_t>(t.shape[d]);
-    bytes += static_cast<uint64_t>(*ggml_row_bytes(t.type, t.shape[0])) * rows;
   }
   std::printf(
       "%s: %s, %zu tensors, %.2f GB of tensor data (a hole: "
       "header only)\n",
       options.output.c_str(), model->name.c_str(), model->tensors.size(),
-      static_cast<double>(bytes) / 1e9);
+      static_cast<double>(*bytes) / 1e9);
   return 0;
 }
 
