@@ -16,6 +16,7 @@ log "plain build"
 # CI time (2 cores, the suite within 30 minutes): the engine's agreement
 # test runs the first two prompts per real model; STRATA_TEST_ALL=1 runs all 8.
 if [[ "${STRATA_TEST_ALL:-0}" == 1 ]]; then export STRATA_ENGINE_ALL_CASES=1; fi
+rm -f "$STRATA_ROOT/build/Testing/Temporary/LastTestsFailed.log"
 ctest --test-dir "$STRATA_ROOT/build" --output-on-failure -j "$STRATA_JOBS" || status=1
 
 # Tests labelled "heavy" (whole real models through Python) and the engine's
@@ -31,6 +32,7 @@ log "sanitizer build (ASan + UBSan, clang)"
 "$STRATA_ROOT/scripts/build.sh" "$STRATA_ROOT/build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+rm -f "$STRATA_ROOT/build-asan/Testing/Temporary/LastTestsFailed.log"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$STRATA_ROOT/build-asan" --output-on-failure -j "$STRATA_JOBS" -LE heavy \
   -E 'AgreementTest.*(smollm2|gemma3)' || status=1
@@ -40,4 +42,13 @@ if [[ "$fuzz_seconds" != 0 ]]; then
   log "fuzzing every target of tests/fuzz/ for ${fuzz_seconds}s in all"
   "$STRATA_ROOT/scripts/fuzz.sh" "$fuzz_seconds" || status=1
 fi
+# The failures again at the end, so the tail of a long CI log names them.
+for dir in build build-asan; do
+  failed="$STRATA_ROOT/$dir/Testing/Temporary/LastTestsFailed.log"
+  if [[ -s "$failed" ]]; then
+    log "failed in $dir:"
+    sed 's/^/[strata]   /' "$failed" >&2
+  fi
+done
+if [[ $status != 0 ]]; then log "FAILED (see the tests named above)"; else log "all passed"; fi
 exit $status
