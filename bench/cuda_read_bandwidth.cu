@@ -48,9 +48,12 @@ int main(int argc, char** argv) {
   int passes = 10;
   int device = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--gib") == 0) gib = std::atof(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--passes") == 0) passes = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--device") == 0) device = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--gib") == 0)
+      gib = std::atof(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--passes") == 0)
+      passes = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--device") == 0)
+      device = std::atoi(argv[i + 1]);
   }
   if (gib <= 0 || passes < 1) {
     std::printf("{\"error\": \"--gib must be > 0 and --passes >= 1\"}\n");
@@ -63,7 +66,8 @@ int main(int argc, char** argv) {
     std::printf("{\"error\": \"device %d of %d\"}\n", device, count);
     return 1;
   }
-  if ((e = cudaSetDevice(device)) != cudaSuccess) return fail("cudaSetDevice", e);
+  if ((e = cudaSetDevice(device)) != cudaSuccess)
+    return fail("cudaSetDevice", e);
   cudaDeviceProp prop{};
   if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
     return fail("cudaGetDeviceProperties", e);
@@ -72,10 +76,13 @@ int main(int argc, char** argv) {
   const size_t n = bytes / sizeof(uint4);
   uint4* data = nullptr;
   unsigned* sink = nullptr;
-  if ((e = cudaMalloc(&data, bytes)) != cudaSuccess) return fail("cudaMalloc", e);
-  if ((e = cudaMalloc(&sink, sizeof(unsigned))) != cudaSuccess) return fail("cudaMalloc", e);
+  if ((e = cudaMalloc(&data, bytes)) != cudaSuccess)
+    return fail("cudaMalloc", e);
+  if ((e = cudaMalloc(&sink, sizeof(unsigned))) != cudaSuccess)
+    return fail("cudaMalloc", e);
   // Any bytes will do; 0x5a everywhere makes acc 0, never the sink value.
-  if ((e = cudaMemset(data, 0x5a, bytes)) != cudaSuccess) return fail("cudaMemset", e);
+  if ((e = cudaMemset(data, 0x5a, bytes)) != cudaSuccess)
+    return fail("cudaMemset", e);
 
   const int threads = 512;
   const int blocks = prop.multiProcessorCount * 8;  // enough to fill each SM

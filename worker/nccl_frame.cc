@@ -59,17 +59,18 @@ absl::StatusOr<FrameHeader> decode_frame_header(
   }
   const uint8_t* p = bytes.data();
   if (const uint32_t magic = get<uint32_t>(p, 0); magic != kFrameMagic) {
-    return bad(absl::StrCat("magic: expected 0x4c434e53, got 0x",
-                            absl::Hex(magic)));
+    return bad(
+        absl::StrCat("magic: expected 0x4c434e53, got 0x", absl::Hex(magic)));
   }
   if (const uint16_t v = get<uint16_t>(p, 4); v != kFrameVersion) {
     return bad(absl::StrCat("version: expected ", kFrameVersion, ", got ", v));
   }
   const uint16_t kind = get<uint16_t>(p, 6);
   if (kind < 1 || kind > 3) {
-    return bad(absl::StrCat("kind: expected 1 (micro-batch), 2 (result) or "
-                            "3 (close), got ",
-                            kind));
+    return bad(
+        absl::StrCat("kind: expected 1 (micro-batch), 2 (result) or "
+                     "3 (close), got ",
+                     kind));
   }
   FrameHeader h;
   h.kind = static_cast<FrameKind>(kind);
@@ -80,8 +81,8 @@ absl::StatusOr<FrameHeader> decode_frame_header(
   h.cols = get<uint32_t>(p, 32);
   for (size_t i = 36; i < kFrameHeaderBytes; ++i) {
     if (p[i] != 0) {
-      return bad(absl::StrCat("reserved byte ", i, " is ", static_cast<int>(p[i]),
-                              ", expected 0"));
+      return bad(absl::StrCat("reserved byte ", i, " is ",
+                              static_cast<int>(p[i]), ", expected 0"));
     }
   }
   if (h.meta_bytes > kMaxFrameMetaBytes) {
@@ -89,25 +90,25 @@ absl::StatusOr<FrameHeader> decode_frame_header(
                             kMaxFrameMetaBytes));
   }
   if (h.rows > kMaxFrameRows) {
-    return bad(absl::StrCat("rows ", h.rows, " over the limit ",
-                            kMaxFrameRows));
+    return bad(
+        absl::StrCat("rows ", h.rows, " over the limit ", kMaxFrameRows));
   }
   if (h.cols > kMaxFrameCols) {
-    return bad(absl::StrCat("cols ", h.cols, " over the limit ",
-                            kMaxFrameCols));
+    return bad(
+        absl::StrCat("cols ", h.cols, " over the limit ", kMaxFrameCols));
   }
   if ((h.rows == 0) != (h.cols == 0)) {
     return bad(absl::StrCat("rows ", h.rows, " and cols ", h.cols,
                             ": both zero (no payload) or neither"));
   }
   if (h.kind != FrameKind::kMicroBatch && h.rows != 0) {
-    return bad(absl::StrCat("a ", h.kind == FrameKind::kResult ? "result" : "close",
-                            " frame carries no payload, got ", h.rows, " x ",
-                            h.cols));
+    return bad(
+        absl::StrCat("a ", h.kind == FrameKind::kResult ? "result" : "close",
+                     " frame carries no payload, got ", h.rows, " x ", h.cols));
   }
   if (h.kind == FrameKind::kClose && h.meta_bytes != 0) {
-    return bad(absl::StrCat("a close frame carries no meta, got ",
-                            h.meta_bytes, " bytes"));
+    return bad(absl::StrCat("a close frame carries no meta, got ", h.meta_bytes,
+                            " bytes"));
   }
   return h;
 }
@@ -127,8 +128,8 @@ absl::StatusOr<Frame> frame_micro_batch(v1::MicroBatch batch, uint32_t cols) {
     const size_t row_bytes = size_t{cols} * sizeof(float);
     if (hidden.size() % row_bytes != 0) {
       return bad(absl::StrCat("hidden: ", hidden.size(),
-                              " bytes is not a whole number of rows of ",
-                              cols, " f32"));
+                              " bytes is not a whole number of rows of ", cols,
+                              " f32"));
     }
     const uint64_t rows = hidden.size() / row_bytes;
     if (rows > kMaxFrameRows) {
@@ -144,7 +145,8 @@ absl::StatusOr<Frame> frame_micro_batch(v1::MicroBatch batch, uint32_t cols) {
     f.payload.resize(f.header.payload_floats());
     std::memcpy(f.payload.data(), hidden.data(), hidden.size());
   }
-  if (!batch.SerializeToString(&f.meta)) return bad("meta: serialisation failed");
+  if (!batch.SerializeToString(&f.meta))
+    return bad("meta: serialisation failed");
   if (f.meta.size() > kMaxFrameMetaBytes) {
     return bad(absl::StrCat("meta: ", f.meta.size(), " bytes over the limit ",
                             kMaxFrameMetaBytes));
@@ -165,17 +167,20 @@ absl::StatusOr<v1::MicroBatch> unframe_micro_batch(
                             header.meta_bytes));
   }
   if (payload.size() != header.payload_floats()) {
-    return bad(absl::StrCat("payload: ", payload.size(), " floats, header says ",
-                            header.rows, " x ", header.cols));
+    return bad(absl::StrCat("payload: ", payload.size(),
+                            " floats, header says ", header.rows, " x ",
+                            header.cols));
   }
   v1::MicroBatch batch;
   if (!batch.ParseFromArray(meta.data(), static_cast<int>(meta.size()))) {
     return bad("meta: not a strata.v1.MicroBatch");
   }
   if (!batch.hidden().empty()) {
-    return bad("meta: carries hidden itself (activations travel as the payload)");
+    return bad(
+        "meta: carries hidden itself (activations travel as the payload)");
   }
-  if (batch.batch_id() != header.batch_id || batch.shard_id() != header.shard_id) {
+  if (batch.batch_id() != header.batch_id ||
+      batch.shard_id() != header.shard_id) {
     return bad(absl::StrCat("meta: batch_id ", batch.batch_id(), " shard_id ",
                             batch.shard_id(), ", header says ", header.batch_id,
                             " and ", header.shard_id));
@@ -185,8 +190,8 @@ absl::StatusOr<v1::MicroBatch> unframe_micro_batch(
                             " tokens, the payload ", header.rows, " rows"));
   }
   if (!payload.empty()) {
-    batch.mutable_hidden()->assign(reinterpret_cast<const char*>(payload.data()),
-                                   payload.size_bytes());
+    batch.mutable_hidden()->assign(
+        reinterpret_cast<const char*>(payload.data()), payload.size_bytes());
   }
   return batch;
 }
@@ -196,7 +201,8 @@ absl::StatusOr<Frame> frame_result(const v1::MicroBatchResult& result) {
   f.header.kind = FrameKind::kResult;
   f.header.batch_id = result.batch_id();
   f.header.shard_id = result.shard_id();
-  if (!result.SerializeToString(&f.meta)) return bad("meta: serialisation failed");
+  if (!result.SerializeToString(&f.meta))
+    return bad("meta: serialisation failed");
   if (f.meta.size() > kMaxFrameMetaBytes) {
     return bad(absl::StrCat("result: ", f.meta.size(), " bytes over the limit ",
                             kMaxFrameMetaBytes));

@@ -23,7 +23,8 @@ v1::MicroBatch batch_with_rows(int rows, uint32_t cols) {
   for (int i = 0; i < rows; ++i) s->add_tokens(100 + i);
   s->set_sample(true);
   std::vector<float> hidden(static_cast<size_t>(rows) * cols);
-  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = 0.25f * static_cast<float>(i) - 3.0f;
+  for (size_t i = 0; i < hidden.size(); ++i)
+    hidden[i] = 0.25f * static_cast<float>(i) - 3.0f;
   b.set_hidden(std::string(reinterpret_cast<const char*>(hidden.data()),
                            hidden.size() * sizeof(float)));
   return b;
@@ -64,9 +65,11 @@ TEST(NcclFrame, MicroBatchRoundTripsThroughMetaAndPayload) {
   EXPECT_EQ(f->header.meta_bytes, f->meta.size());
   // The activations travel as the payload, not inside the meta.
   EXPECT_LT(f->meta.size(), 5u * 64u * sizeof(float));
-  absl::StatusOr<FrameHeader> h = decode_frame_header(encode_frame_header(f->header));
+  absl::StatusOr<FrameHeader> h =
+      decode_frame_header(encode_frame_header(f->header));
   ASSERT_TRUE(h.ok()) << h.status();
-  absl::StatusOr<v1::MicroBatch> back = unframe_micro_batch(*h, f->meta, f->payload);
+  absl::StatusOr<v1::MicroBatch> back =
+      unframe_micro_batch(*h, f->meta, f->payload);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->SerializeAsString(), original.SerializeAsString());
 }
@@ -79,7 +82,8 @@ TEST(NcclFrame, FirstStageMicroBatchHasNoPayload) {
   EXPECT_EQ(f->header.rows, 0u);
   EXPECT_EQ(f->header.cols, 0u);
   EXPECT_TRUE(f->payload.empty());
-  absl::StatusOr<v1::MicroBatch> back = unframe_micro_batch(f->header, f->meta, {});
+  absl::StatusOr<v1::MicroBatch> back =
+      unframe_micro_batch(f->header, f->meta, {});
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->slices(0).tokens_size(), 3);
 }
@@ -96,7 +100,8 @@ TEST(NcclFrame, ResultRoundTrips) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->header.kind, FrameKind::kResult);
   EXPECT_TRUE(f->payload.empty());
-  absl::StatusOr<FrameHeader> h = decode_frame_header(encode_frame_header(f->header));
+  absl::StatusOr<FrameHeader> h =
+      decode_frame_header(encode_frame_header(f->header));
   ASSERT_TRUE(h.ok()) << h.status();
   absl::StatusOr<v1::MicroBatchResult> back = unframe_result(*h, f->meta);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -105,7 +110,8 @@ TEST(NcclFrame, ResultRoundTrips) {
 
 TEST(NcclFrame, CloseFrameDecodes) {
   const Frame f = close_frame();
-  absl::StatusOr<FrameHeader> h = decode_frame_header(encode_frame_header(f.header));
+  absl::StatusOr<FrameHeader> h =
+      decode_frame_header(encode_frame_header(f.header));
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->kind, FrameKind::kClose);
 }
@@ -122,7 +128,8 @@ TEST(NcclFrame, RejectsMalformedHeaders) {
     change(bytes);
     return decode_frame_header(bytes);
   };
-  auto expect_refused = [](const absl::StatusOr<FrameHeader>& r, const char* word) {
+  auto expect_refused = [](const absl::StatusOr<FrameHeader>& r,
+                           const char* word) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(std::string(r.status().message()).find(word), std::string::npos)
@@ -134,10 +141,15 @@ TEST(NcclFrame, RejectsMalformedHeaders) {
   expect_refused(mutate([](auto& b) { b[4] = 2; }), "version");
   expect_refused(mutate([](auto& b) { b[6] = 9; }), "kind");
   expect_refused(mutate([](auto& b) { b[40] = 1; }), "reserved");
-  auto put32 = [](auto& b, size_t off, uint32_t v) { std::memcpy(b.data() + off, &v, 4); };
-  expect_refused(mutate([&](auto& b) { put32(b, 24, kMaxFrameMetaBytes + 1); }), "meta_bytes");
-  expect_refused(mutate([&](auto& b) { put32(b, 28, kMaxFrameRows + 1); }), "rows");
-  expect_refused(mutate([&](auto& b) { put32(b, 32, kMaxFrameCols + 1); }), "cols");
+  auto put32 = [](auto& b, size_t off, uint32_t v) {
+    std::memcpy(b.data() + off, &v, 4);
+  };
+  expect_refused(mutate([&](auto& b) { put32(b, 24, kMaxFrameMetaBytes + 1); }),
+                 "meta_bytes");
+  expect_refused(mutate([&](auto& b) { put32(b, 28, kMaxFrameRows + 1); }),
+                 "rows");
+  expect_refused(mutate([&](auto& b) { put32(b, 32, kMaxFrameCols + 1); }),
+                 "cols");
   expect_refused(mutate([&](auto& b) { put32(b, 32, 0); }), "neither");
   expect_refused(mutate([](auto& b) { b[6] = 2; }), "no payload");
   FrameHeader close = close_frame().header;
@@ -158,7 +170,8 @@ TEST(NcclFrame, RejectsHiddenThatIsNotWholeRows) {
   c.mutable_slices(0)->add_tokens(5);
   f = frame_micro_batch(c, 8);
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(std::string(f.status().message()).find("3 tokens"), std::string::npos)
+  EXPECT_NE(std::string(f.status().message()).find("3 tokens"),
+            std::string::npos)
       << f.status();
 }
 
@@ -184,7 +197,8 @@ TEST(NcclFrame, RejectsMetaThatDisagreesWithTheHeader) {
   m.meta_bytes = static_cast<uint32_t>(meta.size());
   absl::StatusOr<v1::MicroBatch> r = unframe_micro_batch(m, meta, f->payload);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(std::string(r.status().message()).find("hidden"), std::string::npos);
+  EXPECT_NE(std::string(r.status().message()).find("hidden"),
+            std::string::npos);
   // A result frame is not a micro-batch.
   FrameHeader k = f->header;
   k.kind = FrameKind::kResult;
