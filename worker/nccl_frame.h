@@ -43,6 +43,9 @@
 namespace strata::worker {
 
 inline constexpr size_t kFrameHeaderBytes = 64;
+// An ncclUniqueId's bytes (NCCL_UNIQUE_ID_BYTES): LoadShardRequest's
+// NcclLinkSetup ids, checked here without nccl.h.
+inline constexpr size_t kNcclIdBytes = 128;
 inline constexpr uint32_t kFrameMagic = 0x4C434E53;  // "SNCL" little-endian
 inline constexpr uint16_t kFrameVersion = 1;
 // Bounds: a micro-batch has at most 4096 rows (LoadShardRequest

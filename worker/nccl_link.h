@@ -47,9 +47,8 @@
 
 namespace strata::worker {
 
-// ncclUniqueId's bytes (NCCL_UNIQUE_ID_BYTES), kept out of headers so that
-// callers do not need nccl.h.
-inline constexpr size_t kNcclIdBytes = 128;
+// An ncclUniqueId's bytes (kNcclIdBytes, nccl_frame.h), kept out of
+// headers so that callers do not need nccl.h.
 using NcclId = std::array<uint8_t, kNcclIdBytes>;
 
 // ncclGetUniqueId: starts NCCL's bootstrap listener in this process, which

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/shard_plan.h"
 
 namespace strata::worker {
 namespace {
@@ -203,6 +204,45 @@ TEST(NcclFrame, RejectsMetaThatDisagreesWithTheHeader) {
   FrameHeader k = f->header;
   k.kind = FrameKind::kResult;
   EXPECT_FALSE(unframe_micro_batch(k, f->meta, f->payload).ok());
+}
+
+// LoadShardRequest's NCCL setup: ids of exactly 128 bytes, a stage on the
+// far side, and (until the service makes NCCL links) a refusal naming the
+// field rather than a silent gRPC link.
+TEST(NcclFrame, LoadShardChecksTheNcclSetup) {
+  v1::LoadShardRequest r;
+  r.set_shard_id(1);
+  r.set_model_path("m.gguf");
+  r.set_first_block(0);
+  r.set_last_block(2);
+  r.set_embedding(true);
+  r.set_n_ctx(64);
+  r.set_max_sequences(1);
+  r.set_max_batch_rows(16);
+  r.set_next_stage("127.0.0.1:5");
+  ASSERT_TRUE(check_load_request(r).ok()) << check_load_request(r);
+  auto message = [&] { return std::string(check_load_request(r).message()); };
+
+  r.mutable_nccl_next()->set_forward_id(std::string(100, 'x'));
+  r.mutable_nccl_next()->set_results_id(std::string(kNcclIdBytes, 'y'));
+  EXPECT_EQ(check_load_request(r).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message().find("nccl_next.forward_id: 100 bytes, expected 128"),
+            std::string::npos)
+      << message();
+  r.mutable_nccl_next()->set_forward_id(std::string(kNcclIdBytes, 'x'));
+  r.mutable_nccl_next()->set_results_id("");
+  EXPECT_NE(message().find("nccl_next.results_id"), std::string::npos)
+      << message();
+  r.mutable_nccl_next()->set_results_id(std::string(kNcclIdBytes, 'y'));
+  EXPECT_EQ(check_load_request(r).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message().find("no NCCL links yet"), std::string::npos)
+      << message();
+
+  r.clear_nccl_next();
+  *r.mutable_nccl_previous() = v1::NcclLinkSetup();
+  EXPECT_NE(message().find("nccl_previous: set on the first stage"),
+            std::string::npos)
+      << message();
 }
 
 }  // namespace
