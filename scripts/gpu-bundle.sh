@@ -2,8 +2,9 @@
 # Builds strata for the GPU machine and gathers what runs there into one
 # folder (default gpu-bundle/ in the clone, git-ignored), under 60 MiB:
 #
-#   bin/      strata, strata-worker, strata-coordinator, strata_cuda_tests
-#             (when the CUDA tests exist), cuda-read-bandwidth (bench/
+#   bin/      strata, strata-worker, strata-coordinator; strata_cuda_tests
+#             (when the CUDA kernel tests exist), strata_nccl_tests (when
+#             CUDA and NCCL are found), cuda-read-bandwidth (bench/
 #             cuda_read_bandwidth.cu, when nvcc exists); all stripped
 #   lib/      every shared library they load that a bare Ubuntu 24.04 +
 #             CUDA 13 + NCCL image lacks (gRPC, protobuf, abseil, yaml-cpp,
@@ -51,16 +52,15 @@ cmake -S "$STRATA_ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "${launcher[@]}" "${cuda_args[@]}" >"$BUILD/configure.log" 2>&1 || {
   cat "$BUILD/configure.log" >&2; exit 1; }
 targets=(strata strata_worker_main strata-coordinator)
-have_cuda_tests=0
-if cmake --build "$BUILD" --target help | grep -q '^strata_cuda_tests:'; then
-  targets+=(strata_cuda_tests)
-  have_cuda_tests=1
-fi
-cuda_on=0
-grep -q '^STRATA_HAVE_CUDA:[A-Z]*=\(1\|ON\|TRUE\)' "$BUILD/CMakeCache.txt" && cuda_on=1
-nccl_on=0
-grep -q '^STRATA_HAVE_NCCL:[A-Z]*=\(1\|ON\|TRUE\)' "$BUILD/CMakeCache.txt" && nccl_on=1
-log "building ${targets[*]} in $BUILD (CUDA backend: $cuda_on, NCCL: $nccl_on)"
+# The test binaries that exist in this tree and configuration: the CUDA
+# kernel tests (tests/cuda/, with the CUDA backend) and the NCCL link's
+# (with CUDA and NCCL).
+test_targets=()
+for t in strata_cuda_tests strata_nccl_tests; do
+  if cmake --build "$BUILD" --target help | grep -q "^$t:"; then test_targets+=("$t"); fi
+done
+targets+=("${test_targets[@]}")
+log "building ${targets[*]} in $BUILD"
 cmake --build "$BUILD" -j "$STRATA_JOBS" --target "${targets[@]}"
 
 # --- binaries -----------------------------------------------------------------
@@ -68,11 +68,11 @@ rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/models" "$OUT/py"
 binaries=("$BUILD/client/cli/strata" "$BUILD/worker/strata-worker"
           "$BUILD/coordinator/strata-coordinator")
-if [[ $have_cuda_tests == 1 ]]; then
-  t="$(find "$BUILD" -name strata_cuda_tests -type f -perm -u+x | head -1)"
-  [[ -n "$t" ]] || { log "strata_cuda_tests built but not found under $BUILD"; exit 1; }
-  binaries+=("$t")
-fi
+for t in "${test_targets[@]}"; do
+  path="$(find "$BUILD" -name "$t" -type f -perm -u+x | head -1)"
+  [[ -n "$path" ]] || { log "$t built but not found under $BUILD"; exit 1; }
+  binaries+=("$path")
+done
 for b in "${binaries[@]}"; do
   strip --strip-unneeded -o "$OUT/bin/$(basename "$b")" "$b"
 done
@@ -181,13 +181,21 @@ chmod +x "$OUT/gpu-check.sh"
 # --- manifest and size ------------------------------------------------------------
 version="$(LD_LIBRARY_PATH="$OUT/lib" "$OUT/bin/strata" --version 2>&1 | head -1 || true)"
 json_list() { local s="" x; for x in "$@"; do s+="${s:+, }\"$x\""; done; printf '[%s]' "$s"; }
+# What this build has, read off the binaries: the CUDA backend (strata run
+# takes --backend) and the NCCL link (its tests were built).
+cuda_on=0
+LD_LIBRARY_PATH="$OUT/lib" "$OUT/bin/strata" run --help 2>&1 | grep -q -- '--backend' && cuda_on=1
+nccl_on=0
+[[ -x "$OUT/bin/strata_nccl_tests" ]] && nccl_on=1
+have_cuda_tests=0
+[[ -x "$OUT/bin/strata_cuda_tests" ]] && have_cuda_tests=1
 cat >"$OUT/bundle.json" <<EOF
 {"version": "$version",
  "commit": "$(git -C "$STRATA_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)",
  "built_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
  "nvcc": $([[ -n "$NVCC" ]] && echo "\"$("$NVCC" --version | grep -o 'release [0-9.]*' | head -1)\"" || echo null),
  "cuda_backend": $([[ $cuda_on == 1 ]] && echo true || echo false),
- "nccl": $([[ $nccl_on == 1 ]] && echo true || echo false),
+ "nccl_link": $([[ $nccl_on == 1 ]] && echo true || echo false),
  "cuda_tests": $([[ $have_cuda_tests == 1 ]] && echo true || echo false),
  "binaries": $(cd "$OUT/bin" && json_list *),
  "libraries": $(cd "$OUT/lib" && json_list *)}

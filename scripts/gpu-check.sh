@@ -15,6 +15,8 @@
 #                       numpy and yaml); their SHA-256 against models/tiny.sha256
 #   cuda_tests          bin/strata_cuda_tests (every kernel against the CPU
 #                       reference; gtest's JSON report summarised)
+#   nccl_tests          bin/strata_nccl_tests (the NCCL link: one rank sending
+#                       frames to itself; two ranks skip on one GPU)
 #   greedy_cpu          strata run --temp 0 on stories260K and each tiny model:
 #                       the reference ids
 #   greedy_cuda         the same with --backend cuda: ids equal to greedy_cpu's
@@ -41,6 +43,10 @@
 # Environment: STRATA_CHECK_WORK (scratch for models and logs, default
 # /tmp/strata-gpu-check: the 8B model takes ~4.3 GiB there), PYTHON
 # (default python3), STRATA_CHECK_BUDGET_S.
+# STRATA_CHECK_SELFTEST=1 checks this script on a machine without CUDA: the
+# "CUDA" steps run on the CPU backend (no --backend flag, workers
+# `backend: cpu`, the 8B model cut to 1 block, one timed run each) and
+# results.json says "selftest": true. Its figures mean nothing.
 set -uo pipefail
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RESULTS="${1:-$PWD/check-results}"
@@ -146,7 +152,17 @@ if timeout 20 "$STRATA" run --help 2>&1 | grep -q -- '--backend'; then
 else
   cuda_reason="this build has no CUDA backend (strata run has no --backend)"
 fi
+SELFTEST="${STRATA_CHECK_SELFTEST:-0}"
+BACKEND_ARGS=(--backend cuda)   # strata run / speed on the GPU
+WORKER_BACKEND=cuda:0           # worker 0 of the mixed cluster
+SYNTH_ARGS=()                   # the whole 8B
+RUNS=3
+if [[ $SELFTEST == 1 ]]; then
+  log "SELFTEST: the CUDA steps run on the CPU backend; their figures mean nothing"
+  BACKEND_ARGS=() WORKER_BACKEND=cpu SYNTH_ARGS=(--blocks 1) RUNS=1
+fi
 cuda_skip_reason() {  # empty when the CUDA steps can run
+  [[ ${SELFTEST:-0} == 1 ]] && return
   if [[ $cuda_backend != true ]]; then echo "$cuda_reason"
   elif [[ $gpu_present != true ]]; then echo "$gpu_reason"
   fi
@@ -183,30 +199,42 @@ if [[ $tiny_ok == true ]]; then
   for m in "$WORK"/models/tiny/tiny-*.gguf; do models+=("$m"); done
 fi
 
-# --- kernel tests ---------------------------------------------------------------------
-t0=$SECONDS
-if [[ ! -x "$BUNDLE/bin/strata_cuda_tests" ]]; then
-  record cuda_tests skip "bin/strata_cuda_tests not in the bundle (no CUDA tests in this build)" 0
-elif [[ $gpu_present != true ]]; then
-  record cuda_tests skip "$gpu_reason" 0
-else
-  timeout "$(bound 180)" "$BUNDLE/bin/strata_cuda_tests" --gtest_output="json:$WORK/cuda-tests.json" \
-    >"$LOGS/cuda-tests.log" 2>&1
+# --- kernel and link tests -------------------------------------------------------------
+# gtest_step NAME BINARY WHAT BOUND: runs a gtest binary of the bundle, its
+# JSON report summarised. Without a GPU it still runs (its device tests
+# skip, saying why; its host checks must pass) and the step is a skip.
+gtest_step() {
+  local name="$1" bin="$BUNDLE/bin/$2" what="$3" t0=$SECONDS rc
+  if [[ ! -x "$bin" ]]; then
+    record "$name" skip "bin/$2 not in the bundle ($what not in this build)" 0
+    return
+  fi
+  rm -f "$WORK/$name.json"
+  timeout "$(bound "$4")" "$bin" --gtest_output="json:$WORK/$name.json" >"$LOGS/$name.log" 2>&1
   rc=$?
-  n_tests="$(json_num "$WORK/cuda-tests.json" tests)"; n_fail="$(json_num "$WORK/cuda-tests.json" failures)"
-  n_skip="$(grep -c '"result": *"SKIPPED"' "$WORK/cuda-tests.json" 2>/dev/null)"
-  failed="$(grep '^\[  FAILED  \]' "$LOGS/cuda-tests.log" | sed 's/^\[  FAILED  \] //' | sort -u | head -40 | tr '\n' ';')"
+  local n_tests n_fail n_skip failed extra
+  n_tests="$(json_num "$WORK/$name.json" tests)"; n_fail="$(json_num "$WORK/$name.json" failures)"
+  n_skip="$(grep -c '"result": *"SKIPPED"' "$WORK/$name.json" 2>/dev/null)"
+  failed="$(grep '^\[  FAILED  \]' "$LOGS/$name.log" | sed 's/^\[  FAILED  \] //' | sort -u | head -40 | tr '\n' ';')"
   extra=", \"tests\": ${n_tests:-null}, \"failures\": ${n_fail:-null}, \"skipped\": ${n_skip:-0}, \"failed\": $(json_str "$failed")"
   if [[ $rc == 124 ]]; then
-    record cuda_tests fail "timed out" $((SECONDS - t0)) "$extra"
+    record "$name" fail "timed out" $((SECONDS - t0)) "$extra"
   elif [[ $rc != 0 ]]; then
-    record cuda_tests fail "exit $rc" $((SECONDS - t0)) "$extra"
+    record "$name" fail "exit $rc: $(tail -c 300 "$LOGS/$name.log")" $((SECONDS - t0)) "$extra"
+  elif [[ $gpu_present != true ]]; then
+    record "$name" skip "$gpu_reason (the binary ran: ${n_tests:-?} tests, ${n_skip:-0} skipped, none failed)" \
+      $((SECONDS - t0)) "$extra"
   elif [[ -n "$n_tests" && "$n_tests" == "${n_skip:-0}" ]]; then
-    record cuda_tests fail "every test skipped on a machine with a GPU: $(grep -m1 -i skip "$LOGS/cuda-tests.log")" $((SECONDS - t0)) "$extra"
+    record "$name" fail "every test skipped on a machine with a GPU: $(grep -m1 -A1 'Skipped' "$LOGS/$name.log" | tail -1)" \
+      $((SECONDS - t0)) "$extra"
   else
-    record cuda_tests pass "" $((SECONDS - t0)) "$extra"
+    record "$name" pass "" $((SECONDS - t0)) "$extra"
   fi
-fi
+}
+gtest_step cuda_tests strata_cuda_tests "the CUDA kernel tests are" 180
+# One rank sending to itself passes on one GPU; the two-rank test skips
+# there (NCCL refuses two ranks on one GPU), saying so.
+gtest_step nccl_tests strata_nccl_tests "the NCCL link is" 60
 
 # --- greedy ids: one process -----------------------------------------------------------
 PROMPT="Once upon a time"
@@ -247,7 +275,7 @@ else
     name="$(basename "$m" .gguf)"
     if over_budget; then fails+="$name: out of time; "; continue; fi
     [[ -n "${cpu_ids[$name]:-}" ]] || { fails+="$name: no CPU ids to compare; "; continue; }
-    if greedy_run "$m" cuda "$WORK/run-cuda-$name.json" --backend cuda; then
+    if greedy_run "$m" cuda "$WORK/run-cuda-$name.json" "${BACKEND_ARGS[@]}"; then
       ids="$(json_ids "$WORK/run-cuda-$name.json")"
       d="$(first_diff "${cpu_ids[$name]}" "$ids")"
       per+="${per:+, }$(json_str "$name"): {\"first_difference\": $d, \"ids\": \"$ids\"}"
@@ -363,7 +391,7 @@ skip="$(cuda_skip_reason)"
 if [[ -n "$skip" ]]; then
   record cluster_cuda_cpu skip "$skip" 0
 else
-  check_cluster cluster_cuda_cpu cuda:0
+  check_cluster cluster_cuda_cpu "$WORKER_BACKEND"
 fi
 
 # --- speed -------------------------------------------------------------------------------
@@ -377,16 +405,16 @@ else
 fi
 
 skip="$(cuda_skip_reason)"
-if [[ -z "$skip" ]] && ! timeout 20 "$STRATA" speed --help 2>&1 | grep -q -- '--backend'; then
+if [[ -z "$skip" && $SELFTEST != 1 ]] && ! timeout 20 "$STRATA" speed --help 2>&1 | grep -q -- '--backend'; then
   skip="strata speed has no --backend in this build"
 fi
-m8b="$WORK/models/llama-3-8b-Q4_K.gguf"
+m8b="$WORK/models/llama-3-8b-Q4_K${SYNTH_ARGS[*]:+-selftest}.gguf"
 t0=$SECONDS
 if [[ -n "$skip" ]]; then
   record synth_8b skip "$skip (nothing to measure it with)" 0
 elif [[ -f "$m8b" ]]; then
   record synth_8b pass "already there" 0
-elif timeout "$(bound 120)" "$STRATA" synth --shape llama-3-8b --type Q4_K -o "$m8b" \
+elif timeout "$(bound 120)" "$STRATA" synth --shape llama-3-8b --type Q4_K -o "$m8b" "${SYNTH_ARGS[@]}" \
     >"$LOGS/synth-8b.log" 2>&1; then
   record synth_8b pass "" $((SECONDS - t0)) ", \"report\": $(json_str "$(tail -1 "$LOGS/synth-8b.log")")"
 else
@@ -400,9 +428,9 @@ if [[ -n "$skip" ]]; then
   record speed_cuda skip "$skip" 0
 else
   ok=true
-  timeout "$(bound 150)" "$STRATA" speed -m "$m8b" --backend cuda -p 512 -n 128 -r 3 --json \
+  timeout "$(bound 150)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 512 -n 128 -r "$RUNS" --json \
     >"$WORK/speed-1.json" 2>"$LOGS/speed-cuda-1.log" || ok=false
-  timeout "$(bound 90)" "$STRATA" speed -m "$m8b" --backend cuda -p 0 -n 64 -r 3 --sessions 16 --json \
+  timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 64 -r "$RUNS" --sessions 16 --json \
     >"$WORK/speed-16.json" 2>"$LOGS/speed-cuda-16.log" || ok=false
   pp="$(speed_field "$WORK/speed-1.json" pp)"; tg1="$(speed_field "$WORK/speed-1.json" tg)"
   tg16="$(speed_field "$WORK/speed-16.json" tg)"
@@ -437,6 +465,7 @@ n_skip="$(grep -c '"status": "skip"' "$STEPS")"
   printf '{"schema": 1, "started_at": "%s", "finished_at": "%s", "seconds": %d,\n' \
     "$started_at" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$SECONDS"
   printf ' "host": %s, "bundle": %s,\n' "$(json_str "$(uname -nrm)")" "$bundle_json"
+  printf ' "selftest": %s,\n' "$([[ $SELFTEST == 1 ]] && echo true || echo false)"
   printf ' "gpu_present": %s, "gpu_reason": %s, "cuda_backend": %s,\n' "$gpu_present" \
     "$(json_str "$([[ $gpu_present == true ]] || echo "$gpu_reason")")" "$cuda_backend"
   printf ' "summary": {"pass": %d, "fail": %d, "skip": %d},\n "steps": [\n' "$n_pass" "$n_fail" "$n_skip"
