@@ -24,7 +24,7 @@
 #                       `insecure: true`) on stories260K: ids equal to greedy_cpu's
 #   cluster_cuda_cpu    the same with worker 0 `backend: cuda:0`
 #   speed_cpu_smoke     strata speed on stories260K (the table's plumbing)
-#   synth_8b            strata synth --shape llama-3-8b --type Q4_K (random
+#   synth_8b            strata synth --shape llama-3-8b --type Q4_K_M (random
 #                       weights, built-in byte-level tokenizer) on local disk
 #   speed_cuda          strata speed --backend cuda on it: decode tok/s of one
 #                       stream and of 16, pp512; as fractions of the measured
@@ -41,7 +41,7 @@
 # Exit status: 0 when no step failed, 1 otherwise.
 #
 # Environment: STRATA_CHECK_WORK (scratch for models and logs, default
-# /tmp/strata-gpu-check: the 8B model takes ~4.3 GiB there), PYTHON
+# /tmp/strata-gpu-check: the 8B model takes 4.58 GiB there), PYTHON
 # (default python3), STRATA_CHECK_BUDGET_S.
 # STRATA_CHECK_SELFTEST=1 checks this script on a machine without CUDA: the
 # "CUDA" steps run on the CPU backend (no --backend flag, workers
@@ -408,13 +408,13 @@ skip="$(cuda_skip_reason)"
 if [[ -z "$skip" && $SELFTEST != 1 ]] && ! timeout 20 "$STRATA" speed --help 2>&1 | grep -q -- '--backend'; then
   skip="strata speed has no --backend in this build"
 fi
-m8b="$WORK/models/llama-3-8b-Q4_K${SYNTH_ARGS[*]:+-selftest}.gguf"
+m8b="$WORK/models/llama-3-8b-Q4_K_M${SYNTH_ARGS[*]:+-selftest}.gguf"
 t0=$SECONDS
 if [[ -n "$skip" ]]; then
   record synth_8b skip "$skip (nothing to measure it with)" 0
 elif [[ -f "$m8b" ]]; then
   record synth_8b pass "already there" 0
-elif timeout "$(bound 120)" "$STRATA" synth --shape llama-3-8b --type Q4_K -o "$m8b" "${SYNTH_ARGS[@]}" \
+elif timeout "$(bound 120)" "$STRATA" synth --shape llama-3-8b --type Q4_K_M -o "$m8b" "${SYNTH_ARGS[@]}" \
     >"$LOGS/synth-8b.log" 2>&1; then
   record synth_8b pass "" $((SECONDS - t0)) ", \"report\": $(json_str "$(tail -1 "$LOGS/synth-8b.log")")"
 else
