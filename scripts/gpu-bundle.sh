@@ -178,13 +178,36 @@ cp "$STRATA_ROOT/scripts/make_tiny_models.py" "$STRATA_ROOT/scripts/make_tiny_ro
 cp "$STRATA_ROOT/scripts/gpu-check.sh" "$OUT/gpu-check.sh"
 chmod +x "$OUT/gpu-check.sh"
 
+# --- smoke test from the bundle alone -----------------------------------------------
+# The binaries run here with nothing but lib/ (and the system set): a clean
+# environment, --version and a one-process greedy run on stories260K. A CUDA
+# build that links the driver (libcuda.so.1) cannot start on a machine
+# without one: it gets CUDA's stub here, for these probes only (never
+# bundled; the GPU machine has the real one).
+probe_path="$OUT/lib"
+if ! ldconfig -p | grep -q 'libcuda\.so\.1 ' && [[ -n "$NVCC" ]]; then
+  stub="$(dirname "$(dirname "$NVCC")")/lib64/stubs/libcuda.so"
+  if [[ -f "$stub" ]]; then
+    stub_dir="$BUILD/driver-stub"
+    mkdir -p "$stub_dir"
+    ln -sf "$stub" "$stub_dir/libcuda.so.1"
+    probe_path="$OUT/lib:$stub_dir"
+  fi
+fi
+in_bundle() { env -i PATH=/usr/bin:/bin HOME="$BUILD" LD_LIBRARY_PATH="$probe_path" "$@"; }
+version="$(in_bundle "$OUT/bin/strata" --version 2>&1 | head -1)" || true
+if ! in_bundle "$OUT/bin/strata" run -m "$OUT/models/stories260K.gguf" -p "Once upon a time" \
+    -n 8 --temp 0 --json >"$BUILD/bundle-smoke.json" 2>"$BUILD/bundle-smoke.err"; then
+  log "strata run from the bundle alone failed:"; cat "$BUILD/bundle-smoke.err" >&2; exit 1
+fi
+log "from the bundle alone: $version; strata run on stories260K: $(grep -o '"text":"[^"]*"' "$BUILD/bundle-smoke.json")"
+
 # --- manifest and size ------------------------------------------------------------
-version="$(LD_LIBRARY_PATH="$OUT/lib" "$OUT/bin/strata" --version 2>&1 | head -1 || true)"
 json_list() { local s="" x; for x in "$@"; do s+="${s:+, }\"$x\""; done; printf '[%s]' "$s"; }
 # What this build has, read off the binaries: the CUDA backend (strata run
 # takes --backend) and the NCCL link (its tests were built).
 cuda_on=0
-LD_LIBRARY_PATH="$OUT/lib" "$OUT/bin/strata" run --help 2>&1 | grep -q -- '--backend' && cuda_on=1
+in_bundle "$OUT/bin/strata" run --help 2>&1 | grep -q -- '--backend' && cuda_on=1
 nccl_on=0
 [[ -x "$OUT/bin/strata_nccl_tests" ]] && nccl_on=1
 have_cuda_tests=0
