@@ -60,7 +60,10 @@ RESULTS="$(cd "$RESULTS" && pwd)"
 LOGS="$WORK/logs"
 STEPS="$WORK/steps.jsonl"
 : >"$STEPS"
-export LD_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The bundle's libraries first; then CUDA's and the driver's where images
+# keep them (the GPU machine's driver is a mount under /usr/local/nvidia).
+export LD_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
+export PATH="$PATH:/usr/local/nvidia/bin:/usr/local/cuda/bin"
 export HOME="${HOME:-$WORK}"  # the tune caches go under $HOME/.cache/strata
 STRATA="$BUNDLE/bin/strata"
 started_at="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
