@@ -111,6 +111,7 @@ if command -v nvidia-smi >/dev/null; then
       --format=csv,noheader >"$LOGS/nvidia-smi.txt" 2>&1 && [[ -s "$LOGS/nvidia-smi.txt" ]]; then
     gpu_present=true
     record device pass "" $((SECONDS - t0)) ", \"nvidia_smi\": $(json_str "$(cat "$LOGS/nvidia-smi.txt")")"
+    log "device: $(head -1 "$LOGS/nvidia-smi.txt")"
   else
     gpu_reason="nvidia-smi lists no GPU: $(head -c 300 "$LOGS/nvidia-smi.txt")"
     record device skip "$gpu_reason" $((SECONDS - t0))
@@ -130,6 +131,7 @@ if [[ -x "$BUNDLE/bin/cuda-read-bandwidth" ]]; then
     gpu_present=true
     bw_gb_s="$(json_num "$LOGS/read-bandwidth.json" median_gb_s)"
     record read_bandwidth pass "" $((SECONDS - t0)) ", \"result\": $(head -1 "$LOGS/read-bandwidth.json")"
+    log "read bandwidth: $bw_gb_s GB/s (median of 10 passes over 4 GiB; best $(json_num "$LOGS/read-bandwidth.json" best_gb_s))"
   elif [[ $gpu_present == true ]]; then
     record read_bandwidth fail "exit $rc: $(head -c 300 "$LOGS/read-bandwidth.json")" $((SECONDS - t0))
   else
@@ -464,6 +466,7 @@ else
       printf "\"prefill_tflops\": %.1f, ", pp * f / 1e12;
       printf "\"prefill_fraction_of_f16_peak\": %.3f", pp * f / 1e12 / peak }')"
   extra=", \"decode_tok_s\": ${tg1:-null}, \"decode16_tok_s\": ${tg16:-null}, \"pp512_tok_s\": ${pp:-null}, \"decode_weight_bytes\": ${bytes:-null}, \"read_bandwidth_gb_s\": ${bw_gb_s:-null}, $ratios, \"targets\": {\"decode_fraction_of_read_bandwidth\": 0.75, \"sixteen_over_one\": 8, \"prefill_fraction_of_peak\": 0.5}"
+  log "speed (Llama-3-8B Q4_K_M): decode ${tg1:-?} tok/s, 16 streams ${tg16:-?} tok/s, pp512 ${pp:-?} tok/s; ${ratios//\"/}"
   if [[ $ok == true && -n "$tg1" && -n "$pp" && -n "$tg16" ]]; then
     # The table is a measurement: pass means measured; the targets beside it.
     record speed_cuda pass "measured (targets in \"targets\")" $((SECONDS - t0)) "$extra"
