@@ -12,6 +12,7 @@
 #include "model/gguf_reader.h"
 #include "model/gguf_text.h"
 #include "model/gguf_writer.h"
+#include "model/published_models.h"
 
 namespace strata::synth {
 namespace {
@@ -245,6 +246,19 @@ absl::StatusOr<const Shape*> checked_shape(const SynthOptions& o) {
         "--type: ", ggml_type_info(o.type).name,
         " is not written (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)"));
   }
+  if (o.mix == SynthOptions::Mix::kQ4_K_M) {
+    if (o.type != GgmlType::kQ4_K) {
+      return absl::InvalidArgumentError(gguf::text::cat(
+          "--type: the Q4_K_M mix is made of Q4_K and Q6_K, not ",
+          ggml_type_info(o.type).name));
+    }
+    if (shape->n_layer >= 80) {
+      return absl::InvalidArgumentError(gguf::text::cat(
+          "--type: Q4_K_M of ", shape->name,
+          " (a 70B-class model) needs Q5_K attn_v, which synth does not "
+          "write; use Q4_K"));
+    }
+  }
   if (o.blocks < 0 || o.blocks > shape->n_layer) {
     return absl::InvalidArgumentError(
         gguf::text::cat("--blocks: ", o.blocks, " is outside [0, ",
@@ -254,6 +268,23 @@ absl::StatusOr<const Shape*> checked_shape(const SynthOptions& o) {
 }
 
 }  // namespace
+
+GgmlType intended_type(const SynthOptions& o, std::string_view name,
+                       int n_layer) {
+  if (o.mix != SynthOptions::Mix::kQ4_K_M) return o.type;
+  if (name == "output.weight") return GgmlType::kQ6_K;
+  // "blk.N.attn_v.weight" / "blk.N.ffn_down.weight": Q6_K on the layers
+  // llama.cpp gives more bits.
+  const bool v = name.ends_with(".attn_v.weight");
+  const bool down = name.ends_with(".ffn_down.weight");
+  if ((v || down) && name.starts_with("blk.")) {
+    int layer = 0;
+    for (size_t i = 4; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i)
+      layer = layer * 10 + (name[i] - '0');
+    if (use_more_bits(layer, n_layer)) return GgmlType::kQ6_K;
+  }
+  return o.type;
+}
 
 absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& o,
                                                     int n_vocab) {
@@ -265,9 +296,9 @@ absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& o,
   std::vector<TensorSpec> plan;
   auto matrix = [&](std::string name, int64_t n_in, int64_t n_out) {
     // Rows that are not a multiple of the type's block: Q8_0 (32).
-    const GgmlType type = n_in % ggml_type_info(o.type).block_size == 0
-                              ? o.type
-                              : GgmlType::kQ8_0;
+    const GgmlType want = intended_type(o, name, n_layer);
+    const GgmlType type =
+        n_in % ggml_type_info(want).block_size == 0 ? want : GgmlType::kQ8_0;
     plan.push_back({std::move(name), type, {n_in, n_out}});
   };
   auto vector = [&](std::string name, int64_t n) {
@@ -310,7 +341,10 @@ absl::StatusOr<SynthReport> write_synthetic_model(const SynthOptions& o,
       {"general.architecture", gguf::value_string(arch)},
       {"general.name",
        gguf::value_string(gguf::text::cat(
-           "synthetic ", shape->name, " ", ggml_type_info(o.type).name,
+           "synthetic ", shape->name, " ",
+           o.mix == SynthOptions::Mix::kQ4_K_M
+               ? std::string("Q4_K_M")
+               : std::string(ggml_type_info(o.type).name),
            o.blocks > 0 ? gguf::text::cat(" (", o.blocks, " blocks)")
                         : std::string()))},
       {key("block_count"),
@@ -346,7 +380,9 @@ absl::StatusOr<SynthReport> write_synthetic_model(const SynthOptions& o,
   absl::StatusOr<std::vector<TensorSpec>> plan = tensor_plan(o, n_vocab);
   if (!plan.ok()) return plan.status();
   for (const TensorSpec& t : *plan) {
-    if (t.shape.size() == 2 && t.type != o.type) ++report.fallback_tensors;
+    if (t.shape.size() == 2 &&
+        t.type != intended_type(o, t.name, report.n_layer))
+      ++report.fallback_tensors;
     if (absl::Status s = w.add_tensor(t.name, t.type, t.shape); !s.ok())
       return s;
   }

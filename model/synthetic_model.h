@@ -56,8 +56,15 @@ bool can_synthesize(GgmlType type);
 struct SynthOptions {
   std::string shape;                // a name of shapes()
   GgmlType type = GgmlType::kQ4_0;  // of the matrices (vectors are F32)
-  int blocks = 0;                   // 0: the shape's n_layer; else the first
-                                    // `blocks` (block_count says so)
+  // kQ4_K_M: llama.cpp's Q4_K_M choice per tensor instead of `type` for all
+  // (llama_tensor_get_type, model/published_models.h): Q4_K, with
+  // output.weight Q6_K and attn_v / ffn_down Q6_K on the "more bits" layers
+  // (use_more_bits). `type` must then be Q4_K. Not for llama-3-70b (its
+  // other attn_v are Q5_K, which is not written).
+  enum class Mix { kUniform, kQ4_K_M };
+  Mix mix = Mix::kUniform;
+  int blocks = 0;  // 0: the shape's n_layer; else the first
+                   // `blocks` (block_count says so)
   uint64_t seed = 1;
   // A GGUF whose tokenizer.* keys are copied (n_vocab is then its token
   // count); "" for the built-in byte-level vocabulary (SentencePiece-style:
@@ -80,6 +87,12 @@ struct TensorSpec {
 // write_synthetic_model() for bad options.
 absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& options,
                                                     int n_vocab);
+
+// The matrix type `options` asks for tensor `name` (e.g.
+// "blk.6.ffn_down.weight") of a model of n_layer blocks, before the
+// row-length fallback below.
+GgmlType intended_type(const SynthOptions& options, std::string_view name,
+                       int n_layer);
 
 // What was written: tensors and bytes (of tensor data).
 struct SynthReport {

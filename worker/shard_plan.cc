@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "worker/kv_cache.h"
+#include "worker/nccl_frame.h"
 
 namespace strata::worker {
 
@@ -128,6 +129,35 @@ absl::Status check_load_request(const v1::LoadShardRequest& r) {
   if (!r.next_stage().empty() && !is_host_port(r.next_stage())) {
     return bad("next_stage",
                absl::StrCat("\"", r.next_stage(), "\" is not host:port"));
+  }
+  // The NCCL link's setup: each id exactly an ncclUniqueId's bytes, and a
+  // stage on the far side.
+  auto check_nccl = [&](const char* field, const v1::NcclLinkSetup& setup,
+                        bool has_peer, const char* no_peer) -> absl::Status {
+    if (!has_peer) return bad(field, no_peer);
+    if (setup.forward_id().size() != kNcclIdBytes) {
+      return bad(absl::StrCat(field, ".forward_id"),
+                 absl::StrCat(setup.forward_id().size(), " bytes, expected ",
+                              kNcclIdBytes));
+    }
+    if (setup.results_id().size() != kNcclIdBytes) {
+      return bad(absl::StrCat(field, ".results_id"),
+                 absl::StrCat(setup.results_id().size(), " bytes, expected ",
+                              kNcclIdBytes));
+    }
+    // worker/nccl_link.h exists (built with CUDA and NCCL), but the service
+    // does not make its links yet: refuse rather than fall back silently.
+    return bad(field,
+               "this worker makes no NCCL links yet (the NCCL link is not "
+               "wired into the worker service): leave it unset for gRPC");
+  };
+  if (r.has_nccl_next()) {
+    return check_nccl("nccl_next", r.nccl_next(), !r.head(),
+                      "set on the last stage (head): there is no next stage");
+  }
+  if (r.has_nccl_previous()) {
+    return check_nccl("nccl_previous", r.nccl_previous(), !r.embedding(),
+                      "set on the first stage: there is no previous stage");
   }
   return absl::OkStatus();
 }

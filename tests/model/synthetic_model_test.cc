@@ -155,6 +155,48 @@ TEST(Synth, SmolLM2RowsNotAMultipleOfTheKBlockFallBackToQ8_0) {
   }
 }
 
+// --type Q4_K_M: llama.cpp's mix on the Llama-3-8B shape (32 blocks: the
+// "more bits" layers are 0-3, 28-31 and every third from 6), and its size:
+// a Llama-3-8B Q4_K_M GGUF holds 4.58 GiB (../shared/FACTS.md, the GPU
+// machine's reference model).
+TEST(Synth, Llama3_8bQ4_K_MMixesQ4_KAndQ6_K) {
+  SynthOptions o;
+  o.shape = "llama-3-8b";
+  o.type = GgmlType::kQ4_K;
+  o.mix = SynthOptions::Mix::kQ4_K_M;
+  auto plan = tensor_plan(o, 128256);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  uint64_t bytes = 0;
+  int q6 = 0;
+  for (const TensorSpec& t : *plan) {
+    uint64_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    const GgmlTypeInfo& info = ggml_type_info(t.type);
+    bytes += n / info.block_size * info.type_size;
+    if (t.type == GgmlType::kQ6_K) ++q6;
+    if (t.shape.size() != 2) continue;
+    const bool v = t.name.ends_with("attn_v.weight");
+    const bool down = t.name.ends_with("ffn_down.weight");
+    const int layer =
+        t.name.starts_with("blk.") ? std::stoi(t.name.substr(4)) : -1;
+    const bool more =
+        layer >= 0 && (layer < 4 || layer >= 28 || (layer - 4) % 3 == 2);
+    const GgmlType want = t.name == "output.weight" || ((v || down) && more)
+                              ? GgmlType::kQ6_K
+                              : GgmlType::kQ4_K;
+    EXPECT_EQ(t.type, want) << t.name;
+  }
+  EXPECT_EQ(q6, 1 + 2 * 16);  // the head; attn_v and ffn_down of 16 layers
+  EXPECT_NEAR(static_cast<double>(bytes) / (1u << 30), 4.58, 0.01);
+  // The mix is of Q4_K only, and not of the 70B shape.
+  o.type = GgmlType::kQ4_0;
+  EXPECT_FALSE(tensor_plan(o, 10).ok());
+  o.type = GgmlType::kQ4_K;
+  o.shape = "llama-3-70b";
+  EXPECT_NE(tensor_plan(o, 10).status().message().find("Q5_K"),
+            std::string::npos);
+}
+
 TEST(Synth, RejectsBadOptionsNamingThem) {
   SynthOptions o;
   o.shape = "llama-9";
