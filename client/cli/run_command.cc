@@ -200,7 +200,7 @@ int run(const RunOptions& o) {
 void add_run_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "Generate text from a prompt with a GGUF model on the CPU");
+      "run", "Generate text from a prompt with a GGUF model (on the CPU; --backend)");
   cmd->add_option("-m,--model", o->model, "GGUF model")->required();
   cmd->add_option("-p,--prompt", o->prompt, "prompt text");
   cmd->add_option("--prompt-ids", o->prompt_ids,
