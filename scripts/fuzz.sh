@@ -45,9 +45,10 @@ shared=${STRATA_SHARED_DIR:-$root/../shared}
 jobs=${STRATA_JOBS:-2}
 corpora=$root/tests/fuzz/corpus
 
-# The same flags as scripts/test.sh's sanitizer build (its compiler cache).
+# The same flags as scripts/test.sh's sanitizer build (its compiler cache),
+# CUDA off as there.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DSTRATA_CUDA=OFF \
   -DSTRATA_FUZZ=ON -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   -DSTRATA_MODELS_DIR="$models" -DSTRATA_SHARED_DIR="$shared" "${launcher[@]}" >/dev/null

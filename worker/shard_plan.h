@@ -48,7 +48,9 @@ absl::Status check_load_request(const v1::LoadShardRequest& request);
 // reader (NOT_FOUND for a missing file).
 absl::StatusOr<ShardPlan> plan_shard(const v1::LoadShardRequest& request);
 
-// Loads the planned shard onto a cpu backend with n_threads threads, or,
+// Loads the planned shard onto a cpu backend with n_threads threads; with
+// backend "cuda" / "cuda:N" onto GPU N (make_cuda_backend's errors: a build
+// without CUDA, no such device, and for now its unwritten forward pass); or,
 // with backend "fake", onto a FakeBackend of the shard's shape (no weights
 // are read).
 absl::StatusOr<std::unique_ptr<Stage>> load_planned_stage(

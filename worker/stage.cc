@@ -21,6 +21,7 @@
 #include "model/grammar/grammar.h"
 #include "model/grammar/vocabulary_table.h"
 #include "model/tokenizer/tokenizer.h"
+#include "worker/cuda/cuda_backend.h"
 #include "worker/fake_backend.h"
 #include "worker/finite_scan.h"
 #include "worker/prefix_store.h"
@@ -777,6 +778,17 @@ absl::StatusOr<std::unique_ptr<Stage>> load_planned_stage(
     fake.range = BlockRange{plan.info.first_block(), plan.info.last_block()};
     fake.max_batch = plan.info.max_batch_rows();
     return make_stage(std::move(plan), std::make_unique<FakeBackend>(fake), options);
+  }
+  absl::StatusOr<BackendChoice> choice = parse_backend_choice(backend_name);
+  if (!choice.ok()) return choice.status();
+  if (choice->kind == BackendChoice::Kind::kCuda) {
+    CudaBackendOptions cuda;
+    cuda.device = choice->device;
+    cuda.max_batch = plan.info.max_batch_rows();
+    auto backend = make_cuda_backend(
+        plan.model, plan.hp, BlockRange{plan.info.first_block(), plan.info.last_block()}, cuda);
+    if (!backend.ok()) return backend.status();
+    return make_stage(std::move(plan), std::move(*backend), options);
   }
   CpuBackendOptions backend_options;
   backend_options.n_threads = n_threads;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/placement.h"
+#include "worker/cuda/cuda_backend.h"
 #include "yaml-cpp/yaml.h"
 
 namespace strata::worker {
@@ -245,10 +246,11 @@ absl::Status validate(const WorkerConfig& c) {
     return bad("listen", absl::StrCat("\"", c.listen,
                                       "\" is not host:port (port 0: any)"));
   }
-  if (c.backend != "cpu" && c.backend != "fake") {
+  if (c.backend != "fake" && !parse_backend_choice(c.backend).ok()) {
     return bad("backend", absl::StrCat("\"", c.backend,
-                                       "\" is not supported (\"cpu\", or \"fake\" to "
-                                       "measure the pipeline without a model's work)"));
+                                       "\" is not supported (\"cpu\", \"cuda\" or \"cuda:N\" "
+                                       "with N a device ordinal, or \"fake\" to measure the "
+                                       "pipeline without a model's work)"));
   }
   if (c.threads < 0 || c.threads > 1024) {
     return bad("threads",

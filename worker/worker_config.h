@@ -3,7 +3,10 @@
 //
 //   listen: 127.0.0.1:50061      # host:port to serve strata.v1.Worker on
 //                                # (port 0: the system picks one)
-//   backend: cpu                 # cpu; or fake: no weights, rows hashed
+//   backend: cpu                 # cpu; cuda:N (GPU N; cuda = cuda:0;
+//                                # worker/cuda/cuda_backend.h, issue 32:
+//                                # its forward pass is not written yet);
+//                                # or fake: no weights, rows hashed
 //                                # (worker/fake_backend.h), to measure what
 //                                # the pipeline costs around a backend
 //   threads: 4                   # threads of the forward pass: an integer,

@@ -23,6 +23,7 @@
 #include "model/progress.h"
 #include "model/tokenizer/tokenizer.h"
 #include "worker/backend.h"
+#include "worker/cuda/cuda_backend.h"
 #include "worker/kv_cache.h"
 
 namespace strata::cli {
@@ -41,6 +42,7 @@ struct RunOptions {
   std::string kv_type = "f16";
   std::string isa;       // empty: STRATA_ISA, else CPUID
   bool no_tune = false;
+  std::string backend = "cpu";  // cpu, cuda, cuda:N (worker::parse_backend_choice)
 };
 
 int fail(const std::string& what, const absl::Status& status) {
@@ -63,6 +65,12 @@ int run(const RunOptions& o) {
     return 2;
   }
   if (int rc = check_engine_isa("run", o.isa); rc != 0) return rc;
+  absl::StatusOr<worker::BackendChoice> choice = worker::parse_backend_choice(o.backend);
+  if (!choice.ok()) {
+    std::fprintf(stderr, "strata run: --backend: %s\n",
+                 std::string(choice.status().message()).c_str());
+    return 2;
+  }
   auto opened = gguf::GgufModel::open(o.model);
   if (!opened.ok()) return fail(o.model, opened.status());
   std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
@@ -120,8 +128,15 @@ int run(const RunOptions& o) {
   StderrProgress progress_output;
   Progress progress(progress_output);
   options.progress = &progress;
-  auto backend =
-      worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
+  absl::StatusOr<std::unique_ptr<worker::Backend>> backend;
+  if (choice->kind == worker::BackendChoice::Kind::kCuda) {
+    worker::CudaBackendOptions cuda;
+    cuda.device = choice->device;
+    backend = worker::make_cuda_backend(model, *hp, {0, hp->n_layer}, cuda);
+    if (!backend.ok()) return fail("--backend " + o.backend, backend.status());
+  } else {
+    backend = worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
+  }
   if (!backend.ok()) return fail(o.model, backend.status());
   const int n_ctx = o.ctx > 0 ? o.ctx : hp->n_ctx_train;
   if (absl::Status st = (*backend)->add_sequence(0, n_ctx); !st.ok()) {
@@ -185,7 +200,7 @@ int run(const RunOptions& o) {
 void add_run_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "Generate text from a prompt with a GGUF model on the CPU");
+      "run", "Generate text from a prompt with a GGUF model (on the CPU; --backend)");
   cmd->add_option("-m,--model", o->model, "GGUF model")->required();
   cmd->add_option("-p,--prompt", o->prompt, "prompt text");
   cmd->add_option("--prompt-ids", o->prompt_ids,
@@ -202,6 +217,8 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 1 << 24));  // as serve's
   add_kv_type_flag(cmd, &o->kv_type);
   add_kernel_flags(cmd, &o->isa, &o->no_tune);
+  cmd->add_option("--backend", o->backend,
+                  "where the model runs: cpu, cuda (device 0) or cuda:N (cpu)");
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

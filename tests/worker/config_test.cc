@@ -7,6 +7,8 @@
 #include "gtest/gtest.h"
 #include "model/placement.h"
 #include "worker/worker_config.h"
+#include "absl/strings/str_cat.h"
+#include "worker/cuda/cuda_backend.h"
 
 namespace strata::worker {
 namespace {
@@ -81,11 +83,58 @@ TEST(WorkerConfig, ValidateNamesTheKey) {
   EXPECT_NE(validate(c).message().find("listen: \"nohost\""),
             std::string::npos);
   c.listen = "127.0.0.1:0";
-  c.backend = "cuda:0";
-  EXPECT_NE(validate(c).message().find("backend: \"cuda:0\""),
+  c.backend = "cuda:x";
+  EXPECT_NE(validate(c).message().find("backend: \"cuda:x\""),
             std::string::npos);
   c.backend = "fake";
   EXPECT_TRUE(validate(c).ok());
+}
+
+// backend: cpu, cuda (= cuda:0), cuda:N; other forms are refused naming the
+// key. Whether cuda can run is the backend's to say (below).
+TEST(WorkerConfig, BackendTakesCpuCudaAndCudaN) {
+  for (const char* ok : {"cpu", "cuda", "cuda:0", "cuda:7", "fake"}) {
+    auto c = parse_worker_config(absl::StrCat("model_dirs: [/m]\nbackend: ", ok, "\n"),
+                                 "w.yaml");
+    ASSERT_TRUE(c.ok()) << ok << ": " << c.status();
+    EXPECT_EQ(c->backend, ok);
+    EXPECT_TRUE(validate(*c).ok()) << ok << ": " << validate(*c);
+  }
+  for (const char* bad : {"cuda:x", "cuda:-1", "cuda:", "cuda:+1", "cuda:99999", "gpu", "CUDA"}) {
+    WorkerConfig c;
+    c.model_dirs = {"/m"};
+    c.backend = bad;
+    const absl::Status st = validate(c);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(st.message().rfind(absl::StrCat("backend: \"", bad, "\" is not supported"), 0), 0u)
+        << st;
+  }
+  auto cuda = parse_backend_choice("cuda");
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_EQ(cuda->kind, BackendChoice::Kind::kCuda);
+  EXPECT_EQ(cuda->device, 0);
+  EXPECT_EQ(parse_backend_choice("cuda:3")->device, 3);
+  EXPECT_EQ(parse_backend_choice("cpu")->kind, BackendChoice::Kind::kCpu);
+}
+
+// Choosing cuda on a machine or build that cannot run it: the one error that
+// applies, never a backend that computes nothing.
+TEST(WorkerConfig, CudaBackendSaysWhyItCannotRun) {
+  CudaBackendOptions options;
+  options.device = 0;
+  auto backend = make_cuda_backend(nullptr, arch::Hyperparameters{}, BlockRange{0, 1}, options);
+  ASSERT_FALSE(backend.ok());
+  const std::string msg(backend.status().message());
+#if defined(STRATA_HAVE_CUDA)
+  const bool no_device = backend.status().code() == absl::StatusCode::kFailedPrecondition &&
+                         msg.rfind("cuda:0: no CUDA device: ", 0) == 0;
+  const bool unwritten = backend.status().code() == absl::StatusCode::kUnimplemented &&
+                         msg == "the cuda backend's forward pass is not written yet (issue 32)";
+  EXPECT_TRUE(no_device || unwritten) << backend.status();
+#else
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(msg, "strata was built without CUDA (STRATA_CUDA=OFF or no nvcc found)");
+#endif
 }
 
 // threads: an integer, a Kubernetes CPU quantity (its whole CPUs), auto

@@ -8,6 +8,7 @@
 
 #include "tests/worker/worker_test_util.h"
 #include "worker/in_process_link.h"
+#include "worker/shard_plan.h"
 
 namespace strata::worker_test {
 namespace {
@@ -530,6 +531,29 @@ TEST(InProcessChain, ErrorsOfLaterStagesNameThem) {
             static_cast<int>(absl::StatusCode::kNotFound));
   EXPECT_NE(c.results[0].error_message().find("stage 1: "), std::string::npos)
       << c.results[0].error_message();
+}
+
+}  // namespace
+}  // namespace strata::worker_test
+
+namespace strata::worker_test {
+namespace {
+
+// A worker configured with `backend: cuda` loads its shard through
+// make_cuda_backend, which says why it cannot run (a build without CUDA, no
+// device, or its unwritten forward pass; issue 32): no Stage is made.
+TEST(StageLoad, CudaBackendFailsSayingWhy) {
+  SKIP_WITHOUT_STORIES();
+  const int n_layer = model_layers(stories_path());
+  auto plan = worker::plan_shard(shard_request(stories_path(), 0, n_layer, n_layer, 256, 8));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto stage = worker::load_planned_stage(std::move(*plan), 1, worker::StageOptions{}, "cuda:0");
+  ASSERT_FALSE(stage.ok());
+  const std::string msg(stage.status().message());
+  EXPECT_TRUE(msg.find("strata was built without CUDA") == 0 ||
+              msg.find("cuda:0: no CUDA device: ") == 0 ||
+              msg.find("the cuda backend's forward pass is not written yet") == 0)
+      << stage.status();
 }
 
 }  // namespace
