@@ -16,8 +16,9 @@ TEST(CudaDevice, ListsDevicesWithNameCapabilityAndMemory) {
   auto devices = list_cuda_devices();
   ASSERT_TRUE(devices.ok());
   for (const CudaDevice& d : *devices) {
-    std::printf("cuda:%d %s sm_%d%d %.1f GiB %d SMs\n", d.ordinal, d.name.c_str(),
-                d.cc_major, d.cc_minor, static_cast<double>(d.total_memory_bytes) / (1 << 30),
+    std::printf("cuda:%d %s sm_%d%d %.1f GiB %d SMs\n", d.ordinal,
+                d.name.c_str(), d.cc_major, d.cc_minor,
+                static_cast<double>(d.total_memory_bytes) / (1 << 30),
                 d.multiprocessors);
     EXPECT_FALSE(d.name.empty());
     EXPECT_GE(d.cc_major, 5);
@@ -33,7 +34,8 @@ TEST(CudaDevice, AbsentOrdinalIsFailedPreconditionNamingIt) {
   auto d = cuda_device(1000);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(d.status().message().find("cuda:1000: no such device"), std::string::npos)
+  EXPECT_NE(d.status().message().find("cuda:1000: no such device"),
+            std::string::npos)
       << d.status();
 }
 
@@ -42,15 +44,18 @@ TEST(CudaDevice, AbsentOrdinalIsFailedPreconditionNamingIt) {
 TEST(CudaDevice, NoDeviceErrorSaysWhy) {
   int n = 0;
   if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
-    GTEST_SKIP() << "this machine has a CUDA device; the no-device error is not reachable";
+    GTEST_SKIP() << "this machine has a CUDA device; the no-device error is "
+                    "not reachable";
   }
   auto devices = list_cuda_devices();
   ASSERT_FALSE(devices.ok());
   EXPECT_EQ(devices.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(devices.status().message().rfind("no CUDA device: ", 0), 0u) << devices.status();
+  EXPECT_EQ(devices.status().message().rfind("no CUDA device: ", 0), 0u)
+      << devices.status();
   CudaBackendOptions options;
   options.device = 2;
-  auto backend = make_cuda_backend(nullptr, arch::Hyperparameters{}, BlockRange{0, 1}, options);
+  auto backend = make_cuda_backend(nullptr, arch::Hyperparameters{},
+                                   BlockRange{0, 1}, options);
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(backend.status().message().rfind("cuda:2: no CUDA device: ", 0), 0u)
@@ -62,10 +67,12 @@ TEST(CudaBackend, SaysItsForwardPassIsNotWritten) {
   STRATA_REQUIRE_CUDA_DEVICE(first);
   CudaBackendOptions options;
   options.device = first.ordinal;
-  auto backend = make_cuda_backend(nullptr, arch::Hyperparameters{}, BlockRange{0, 1}, options);
+  auto backend = make_cuda_backend(nullptr, arch::Hyperparameters{},
+                                   BlockRange{0, 1}, options);
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(backend.status().message().find("not written yet"), std::string::npos);
+  EXPECT_NE(backend.status().message().find("not written yet"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -21,26 +21,29 @@
 namespace strata::worker {
 namespace {
 
-#define CUDA_OK(expr)                                                         \
-  do {                                                                        \
-    const cudaError_t e_ = (expr);                                            \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);    \
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    const cudaError_t e_ = (expr);                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 TEST(CudaKernel, RmsNormMatchesCpuReference) {
   STRATA_REQUIRE_CUDA_DEVICE(device);
   CUDA_OK(cudaSetDevice(device.ordinal));
   NvrtcCompiler compiler({.cache_dir = "-"});
-  NvrtcTarget target{.device_name = device.name, .cc_major = device.cc_major,
-                     .cc_minor = device.cc_minor, .driver_version = cuda_driver_version()};
+  NvrtcTarget target{.device_name = device.name,
+                     .cc_major = device.cc_major,
+                     .cc_minor = device.cc_minor,
+                     .driver_version = cuda_driver_version()};
   const std::vector<std::string> options = {
       "-DTHREADS=" + std::to_string(cuda_kernels::kRmsNormThreads)};
-  auto ptx = compiler.compile(target, "rms_norm.cu", cuda_kernels::kRmsNormSource, options);
+  auto ptx = compiler.compile(target, "rms_norm.cu",
+                              cuda_kernels::kRmsNormSource, options);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
 
   cudaLibrary_t library = nullptr;
-  CUDA_OK(cudaLibraryLoadData(&library, ptx->ptx.data(), nullptr, nullptr, 0, nullptr,
-                              nullptr, 0));
+  CUDA_OK(cudaLibraryLoadData(&library, ptx->ptx.data(), nullptr, nullptr, 0,
+                              nullptr, nullptr, 0));
   cudaKernel_t kernel = nullptr;
   CUDA_OK(cudaLibraryGetKernel(&kernel, library, cuda_kernels::kRmsNormEntry));
 
@@ -55,21 +58,26 @@ TEST(CudaKernel, RmsNormMatchesCpuReference) {
     for (float& v : x) v = normal(rng);
     for (float& v : w) v = normal(rng);
     std::vector<float> want(x.size()), got(x.size());
-    reference::ops::rms_norm(x.data(), w.data(), rows, dim, eps, want.data(), pool);
+    reference::ops::rms_norm(x.data(), w.data(), rows, dim, eps, want.data(),
+                             pool);
 
     float *dx = nullptr, *dw = nullptr, *dy = nullptr;
     CUDA_OK(cudaMalloc(&dx, x.size() * sizeof(float)));
     CUDA_OK(cudaMalloc(&dw, w.size() * sizeof(float)));
     CUDA_OK(cudaMalloc(&dy, x.size() * sizeof(float)));
-    CUDA_OK(cudaMemcpy(dx, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dw, w.data(), w.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dx, x.data(), x.size() * sizeof(float),
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dw, w.data(), w.size() * sizeof(float),
+                       cudaMemcpyHostToDevice));
     int dim_arg = dim;
     float eps_arg = eps;
     void* args[] = {&dx, &dw, &dy, &dim_arg, &eps_arg};
     CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(rows),
-                             dim3(cuda_kernels::kRmsNormThreads), args, 0, nullptr));
+                             dim3(cuda_kernels::kRmsNormThreads), args, 0,
+                             nullptr));
     CUDA_OK(cudaGetLastError());
-    CUDA_OK(cudaMemcpy(got.data(), dy, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got.data(), dy, got.size() * sizeof(float),
+                       cudaMemcpyDeviceToHost));
     CUDA_OK(cudaFree(dx));
     CUDA_OK(cudaFree(dw));
     CUDA_OK(cudaFree(dy));

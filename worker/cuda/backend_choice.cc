@@ -17,8 +17,9 @@ absl::StatusOr<BackendChoice> parse_backend_choice(std::string_view text) {
   if (text.substr(0, kPrefix.size()) == kPrefix) {
     const std::string_view n = text.substr(kPrefix.size());
     // Decimal digits only (no sign, no spaces), at most 4 of them.
-    const bool digits = !n.empty() && n.size() <= 4 &&
-                        n.find_first_not_of("0123456789") == std::string_view::npos;
+    const bool digits =
+        !n.empty() && n.size() <= 4 &&
+        n.find_first_not_of("0123456789") == std::string_view::npos;
     if (digits) {
       c.device = 0;
       for (char ch : n) c.device = c.device * 10 + (ch - '0');
@@ -26,8 +27,9 @@ absl::StatusOr<BackendChoice> parse_backend_choice(std::string_view text) {
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("\"", std::string(text), "\" is not a backend (cpu, cuda, or cuda:N with N a device "
-                               "ordinal 0..1023)"));
+      absl::StrCat("\"", std::string(text),
+                   "\" is not a backend (cpu, cuda, or cuda:N with N a device "
+                   "ordinal 0..1023)"));
 }
 
 }  // namespace strata::worker

@@ -8,8 +8,9 @@
 namespace strata::worker {
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
-    std::shared_ptr<const gguf::GgufModel> model, const arch::Hyperparameters& hp,
-    BlockRange range, const CudaBackendOptions& options) {
+    std::shared_ptr<const gguf::GgufModel> model,
+    const arch::Hyperparameters& hp, BlockRange range,
+    const CudaBackendOptions& options) {
   (void)model, (void)hp, (void)range;
   absl::StatusOr<CudaDevice> device = cuda_device(options.device);
   if (!device.ok()) return device.status();

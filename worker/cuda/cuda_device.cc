@@ -16,11 +16,12 @@ absl::StatusOr<std::vector<CudaDevice>> list_cuda_devices() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no CUDA device: cudaGetDeviceCount: ", cudaGetErrorString(e)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: cudaGetDeviceCount: ", cudaGetErrorString(e)));
   }
   if (n <= 0) {
-    return absl::FailedPreconditionError("no CUDA device: cudaGetDeviceCount found 0");
+    return absl::FailedPreconditionError(
+        "no CUDA device: cudaGetDeviceCount found 0");
   }
   std::vector<CudaDevice> devices;
   devices.reserve(static_cast<size_t>(n));

@@ -14,8 +14,8 @@ namespace strata::worker {
 
 struct CudaDevice {
   int ordinal = 0;
-  std::string name;                // "NVIDIA H200"
-  int cc_major = 0;                // compute capability 9.0: 9, 0
+  std::string name;  // "NVIDIA H200"
+  int cc_major = 0;  // compute capability 9.0: 9, 0
   int cc_minor = 0;
   uint64_t total_memory_bytes = 0;
   int multiprocessors = 0;

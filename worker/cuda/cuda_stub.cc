@@ -19,7 +19,9 @@ std::string CudaDevice::compute_arch() const {
   return "compute_" + std::to_string(cc_major * 10 + cc_minor);
 }
 
-absl::StatusOr<std::vector<CudaDevice>> list_cuda_devices() { return without_cuda(); }
+absl::StatusOr<std::vector<CudaDevice>> list_cuda_devices() {
+  return without_cuda();
+}
 
 absl::StatusOr<CudaDevice> cuda_device(int ordinal) {
   (void)ordinal;
@@ -29,8 +31,9 @@ absl::StatusOr<CudaDevice> cuda_device(int ordinal) {
 int cuda_driver_version() { return 0; }
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
-    std::shared_ptr<const gguf::GgufModel> model, const arch::Hyperparameters& hp,
-    BlockRange range, const CudaBackendOptions& options) {
+    std::shared_ptr<const gguf::GgufModel> model,
+    const arch::Hyperparameters& hp, BlockRange range,
+    const CudaBackendOptions& options) {
   (void)model, (void)hp, (void)range, (void)options;
   return without_cuda();
 }

@@ -42,7 +42,8 @@ class KeyHash {
 
 std::string default_cache_dir() {
   const char* home = std::getenv("HOME");
-  return absl::StrCat(home != nullptr ? home : ".", "/.cache/strata/cuda-kernels");
+  return absl::StrCat(home != nullptr ? home : ".",
+                      "/.cache/strata/cuda-kernels");
 }
 
 std::string arch_option(const NvrtcTarget& t) {
@@ -66,7 +67,8 @@ void write_file_atomically(const std::string& dir, const std::string& path,
   if (ec) return;
   // Unique per process and call: writers of the same key never share a file.
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = absl::StrCat(path, ".tmp", getpid(), "-", counter.fetch_add(1));
+  const std::string tmp =
+      absl::StrCat(path, ".tmp", getpid(), "-", counter.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return;
@@ -99,10 +101,12 @@ int nvrtc_version() {
 
 NvrtcCompiler::NvrtcCompiler(NvrtcCompilerOptions options) {
   if (options.cache_dir == "-") return;
-  cache_dir_ = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
+  cache_dir_ =
+      options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
 }
 
-std::string NvrtcCompiler::cache_key(const NvrtcTarget& target, std::string_view name,
+std::string NvrtcCompiler::cache_key(const NvrtcTarget& target,
+                                     std::string_view name,
                                      std::string_view source,
                                      std::span<const std::string> options) {
   KeyHash h;
@@ -118,14 +122,13 @@ std::string NvrtcCompiler::cache_key(const NvrtcTarget& target, std::string_view
   return absl::StrFormat("%016x", h.value());
 }
 
-absl::StatusOr<NvrtcOutput> NvrtcCompiler::compile(const NvrtcTarget& target,
-                                                   std::string_view name,
-                                                   std::string_view source,
-                                                   std::span<const std::string> options) {
+absl::StatusOr<NvrtcOutput> NvrtcCompiler::compile(
+    const NvrtcTarget& target, std::string_view name, std::string_view source,
+    std::span<const std::string> options) {
   NvrtcOutput out;
   if (!cache_dir_.empty()) {
-    out.cache_path =
-        absl::StrCat(cache_dir_, "/", cache_key(target, name, source, options), ".ptx");
+    out.cache_path = absl::StrCat(
+        cache_dir_, "/", cache_key(target, name, source, options), ".ptx");
     if (read_file(out.cache_path, &out.ptx)) {
       out.from_cache = true;
       return out;
@@ -136,8 +139,8 @@ absl::StatusOr<NvrtcOutput> NvrtcCompiler::compile(const NvrtcTarget& target,
   const std::string source_z(source);  // NVRTC wants NUL-terminated text
   const std::string name_z(name);
   ProgramGuard prog;
-  nvrtcResult r =
-      nvrtcCreateProgram(&prog.p, source_z.c_str(), name_z.c_str(), 0, nullptr, nullptr);
+  nvrtcResult r = nvrtcCreateProgram(&prog.p, source_z.c_str(), name_z.c_str(),
+                                     0, nullptr, nullptr);
   if (r != NVRTC_SUCCESS) {
     return absl::InternalError(
         absl::StrCat(name_z, ": nvrtcCreateProgram: ", nvrtcGetErrorString(r)));
@@ -151,20 +154,24 @@ absl::StatusOr<NvrtcOutput> NvrtcCompiler::compile(const NvrtcTarget& target,
       nvrtcCompileProgram(prog.p, static_cast<int>(argv.size()), argv.data());
 
   size_t log_size = 0;
-  if (nvrtcGetProgramLogSize(prog.p, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+  if (nvrtcGetProgramLogSize(prog.p, &log_size) == NVRTC_SUCCESS &&
+      log_size > 1) {
     out.log.resize(log_size);
-    if (nvrtcGetProgramLog(prog.p, out.log.data()) != NVRTC_SUCCESS) out.log.clear();
-    while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) {
+    if (nvrtcGetProgramLog(prog.p, out.log.data()) != NVRTC_SUCCESS)
+      out.log.clear();
+    while (!out.log.empty() &&
+           (out.log.back() == '\0' || out.log.back() == '\n')) {
       out.log.pop_back();
     }
   }
   if (compiled == NVRTC_ERROR_COMPILATION) {
-    return absl::InvalidArgumentError(absl::StrCat(name_z, ": NVRTC compile failed for ",
-                                                   arch.substr(6), ":\n", out.log));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_z, ": NVRTC compile failed for ", arch.substr(6), ":\n", out.log));
   }
   if (compiled != NVRTC_SUCCESS) {
-    return absl::InternalError(absl::StrCat(name_z, ": nvrtcCompileProgram (", arch, "): ",
-                                            nvrtcGetErrorString(compiled), "\n", out.log));
+    return absl::InternalError(
+        absl::StrCat(name_z, ": nvrtcCompileProgram (", arch,
+                     "): ", nvrtcGetErrorString(compiled), "\n", out.log));
   }
   size_t ptx_size = 0;
   r = nvrtcGetPTXSize(prog.p, &ptx_size);
@@ -173,10 +180,12 @@ absl::StatusOr<NvrtcOutput> NvrtcCompiler::compile(const NvrtcTarget& target,
     r = nvrtcGetPTX(prog.p, out.ptx.data());
   }
   if (r != NVRTC_SUCCESS || out.ptx.empty()) {
-    return absl::InternalError(absl::StrCat(name_z, ": nvrtcGetPTX: ", nvrtcGetErrorString(r)));
+    return absl::InternalError(
+        absl::StrCat(name_z, ": nvrtcGetPTX: ", nvrtcGetErrorString(r)));
   }
   if (out.ptx.back() != '\0') out.ptx.push_back('\0');
-  if (!cache_dir_.empty()) write_file_atomically(cache_dir_, out.cache_path, out.ptx);
+  if (!cache_dir_.empty())
+    write_file_atomically(cache_dir_, out.cache_path, out.ptx);
   return out;
 }
 

@@ -14,9 +14,11 @@
 //
 // Usage:
 //   NvrtcCompiler compiler({.cache_dir = dir});
-//   NvrtcTarget target{.device_name = "NVIDIA H200", .cc_major = 9, .cc_minor = 0,
+//   NvrtcTarget target{.device_name = "NVIDIA H200", .cc_major = 9, .cc_minor =
+//   0,
 //                      .driver_version = cuda_driver_version()};
-//   absl::StatusOr<NvrtcOutput> out = compiler.compile(target, "rms_norm.cu", source, {});
+//   absl::StatusOr<NvrtcOutput> out = compiler.compile(target, "rms_norm.cu",
+//   source, {});
 //   // out->ptx: the module's PTX text (NUL-terminated inside the string).
 //
 // Threads: one call at a time per NvrtcCompiler (several compilers may share
@@ -36,14 +38,14 @@ struct NvrtcTarget {
   std::string device_name;  // part of the cache key only
   int cc_major = 9;         // -arch=compute_<major><minor>
   int cc_minor = 0;
-  int driver_version = 0;   // cuda_driver_version(); part of the cache key only
+  int driver_version = 0;  // cuda_driver_version(); part of the cache key only
 };
 
 struct NvrtcOutput {
-  std::string ptx;           // ends with a NUL (what module loaders expect)
-  std::string log;           // NVRTC's log (warnings); empty from the cache
+  std::string ptx;  // ends with a NUL (what module loaders expect)
+  std::string log;  // NVRTC's log (warnings); empty from the cache
   bool from_cache = false;
-  std::string cache_path;    // the file of this key ("" without a cache)
+  std::string cache_path;  // the file of this key ("" without a cache)
 };
 
 struct NvrtcCompilerOptions {
@@ -61,7 +63,8 @@ class NvrtcCompiler {
   // Errors: InvalidArgument "<name>: NVRTC compile failed for compute_90:
   // <NVRTC's log>" when the source does not compile; Internal for other
   // NVRTC failures, with nvrtcGetErrorString.
-  absl::StatusOr<NvrtcOutput> compile(const NvrtcTarget& target, std::string_view name,
+  absl::StatusOr<NvrtcOutput> compile(const NvrtcTarget& target,
+                                      std::string_view name,
                                       std::string_view source,
                                       std::span<const std::string> options);
 
