@@ -21,9 +21,9 @@
 #include "model/grammar/grammar.h"
 #include "model/grammar/vocabulary_table.h"
 #include "model/tokenizer/tokenizer.h"
-#include "worker/cuda/cuda_backend.h"
 #include "worker/fake_backend.h"
 #include "worker/finite_scan.h"
+#include "worker/make_backend.h"
 #include "worker/prefix_store.h"
 #include "worker/sampler.h"
 #include "worker/sampling_proto.h"
@@ -781,22 +781,13 @@ absl::StatusOr<std::unique_ptr<Stage>> load_planned_stage(
   }
   absl::StatusOr<BackendChoice> choice = parse_backend_choice(backend_name);
   if (!choice.ok()) return choice.status();
-  if (choice->kind == BackendChoice::Kind::kCuda) {
-    CudaBackendOptions cuda;
-    cuda.device = choice->device;
-    cuda.max_batch = plan.info.max_batch_rows();
-    auto backend = make_cuda_backend(
-        plan.model, plan.hp, BlockRange{plan.info.first_block(), plan.info.last_block()}, cuda);
-    if (!backend.ok()) return backend.status();
-    return make_stage(std::move(plan), std::move(*backend), options);
-  }
   CpuBackendOptions backend_options;
   backend_options.n_threads = n_threads;
   backend_options.kv_type = plan.kv_type;
   backend_options.max_batch = plan.info.max_batch_rows();
   backend_options.progress = options.progress;
-  auto backend = make_cpu_backend(
-      plan.model, plan.hp,
+  auto backend = make_backend(
+      *choice, plan.model, plan.hp,
       BlockRange{plan.info.first_block(), plan.info.last_block()},
       backend_options);
   if (!backend.ok()) return backend.status();

@@ -24,6 +24,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "worker/backend.h"
 #include "worker/cuda/cuda_backend.h"
+#include "worker/make_backend.h"
 #include "worker/kv_cache.h"
 
 namespace strata::cli {
@@ -128,16 +129,11 @@ int run(const RunOptions& o) {
   StderrProgress progress_output;
   Progress progress(progress_output);
   options.progress = &progress;
-  absl::StatusOr<std::unique_ptr<worker::Backend>> backend;
-  if (choice->kind == worker::BackendChoice::Kind::kCuda) {
-    worker::CudaBackendOptions cuda;
-    cuda.device = choice->device;
-    backend = worker::make_cuda_backend(model, *hp, {0, hp->n_layer}, cuda);
-    if (!backend.ok()) return fail("--backend " + o.backend, backend.status());
-  } else {
-    backend = worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
+  auto backend = worker::make_backend(*choice, model, *hp, {0, hp->n_layer}, options);
+  if (!backend.ok()) {
+    const bool cuda = choice->kind == worker::BackendChoice::Kind::kCuda;
+    return fail(cuda ? "--backend " + o.backend : o.model, backend.status());
   }
-  if (!backend.ok()) return fail(o.model, backend.status());
   const int n_ctx = o.ctx > 0 ? o.ctx : hp->n_ctx_train;
   if (absl::Status st = (*backend)->add_sequence(0, n_ctx); !st.ok()) {
     return fail("context of " + std::to_string(n_ctx) + " positions", st);

@@ -45,6 +45,7 @@
 #include "nlohmann/json.hpp"
 #include "worker/backend.h"
 #include "worker/cuda/cuda_backend.h"
+#include "worker/make_backend.h"
 
 namespace strata::cli {
 namespace {
@@ -198,18 +199,13 @@ int run(const SpeedOptions& o) {
   options.isa = o.isa;
   options.no_tune = o.no_tune;
   options.n_threads = resolve_threads(o.threads);
-  absl::StatusOr<std::unique_ptr<worker::Backend>> backend;
-  if (choice->kind == worker::BackendChoice::Kind::kCuda) {
-    // Until the cuda backend exists this is its error (issue 32); the
-    // report's kernel and thread fields then need a cuda form.
-    worker::CudaBackendOptions cuda;
-    cuda.device = choice->device;
-    backend = worker::make_cuda_backend(model, *hp, {0, hp->n_layer}, cuda);
-    if (!backend.ok()) return fail("--backend " + o.backend, backend.status());
-  } else {
-    backend = worker::make_cpu_backend(model, *hp, {0, hp->n_layer}, options);
+  // A cuda backend fails today (issue 32); once it runs, the report's
+  // kernel and thread fields need a cuda form.
+  auto backend = worker::make_backend(*choice, model, *hp, {0, hp->n_layer}, options);
+  if (!backend.ok()) {
+    const bool cuda = choice->kind == worker::BackendChoice::Kind::kCuda;
+    return fail(cuda ? "--backend " + o.backend : o.model, backend.status());
   }
-  if (!backend.ok()) return fail(o.model, backend.status());
   SpeedRunner runner(**backend, o.seed);
   // What the backend runs, decided as make_cpu_backend decided it.
   const std::string kernels_text = kernels::engine_kernels_text(o.isa);
