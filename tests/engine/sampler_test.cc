@@ -1,4 +1,6 @@
 // The sampler: greedy limits, seeds, penalties, parameter checks.
+#include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -34,6 +36,37 @@ TEST(Sampler, GreedyLimitsGiveTheArgmax) {
     for (uint32_t seed = 0; seed < 20; ++seed) {
       const std::vector<float> l = logits(1000, seed);
       EXPECT_EQ(s.sample(l), argmax(l));
+    }
+  }
+}
+
+// Greedy sampling of raw logits (no mask, no penalty) takes a vectorised
+// path: it must give the first id of the highest logit at every length
+// (tails of 1..15 past the 16-lane blocks), with many ties, -inf and NaN
+// logits (a NaN is never the highest).
+TEST(Sampler, GreedyIsTheFirstHighestLogitWithTiesAndTails) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> level(-4, 4);
+  std::uniform_int_distribution<int> odd(0, 99);
+  for (int n : {1, 2, 3, 4, 5, 15, 16, 17, 31, 33, 1000, 49152, 49155}) {
+    Sampler s(SamplingParams{}, n);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> l(static_cast<size_t>(n));
+      for (float& x : l) {
+        const int r = odd(rng);
+        x = r == 0 ? -std::numeric_limits<float>::infinity()
+            : r == 1 ? std::numeric_limits<float>::quiet_NaN()
+                     : static_cast<float>(level(rng));  // few levels: ties
+      }
+      if (trial == 1) l.back() = 100.0f;  // the highest last
+      if (trial == 2) l.front() = std::numeric_limits<float>::quiet_NaN();
+      int32_t want = -1;  // the first of the highest non-NaN, by a plain scan
+      for (int i = 0; i < n; ++i) {
+        if (std::isnan(l[i])) continue;
+        if (want < 0 || l[i] > l[want]) want = i;
+      }
+      if (want < 0) continue;  // all NaN: not this path's case
+      EXPECT_EQ(s.sample(l), want) << "n " << n << " trial " << trial;
     }
   }
 }
