@@ -122,6 +122,24 @@ grpc::Status load_shard(const std::string& address,
                          response != nullptr ? response : &unused);
 }
 
+// Waits (up to 60 s) until the worker at `address` has taken in a SIGTERM:
+// its Health says "serving" no more (shutdown() dropped the shard) or it
+// answers no new call (its server is shutting down). An event, not a
+// sleep: a loaded machine only makes it take longer.
+bool wait_until_stopping(const std::string& address) {
+  auto stub = v1::Worker::NewStub(links().channel(address));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < give_up) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::WorkerHealthResponse health;
+    const grpc::Status st = stub->Health(&context, v1::WorkerHealthRequest(), &health);
+    if (!st.ok() || health.state() != "serving") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // poll interval
+  }
+  return false;
+}
+
 std::unique_ptr<worker::ActivationLink> link_to(const std::string& address,
                                                 Results& results,
                                                 int max_message_bytes = 64
@@ -598,7 +616,7 @@ TEST_P(GrpcWorker, TerminatedWorkerIsReportedAsStoppingByName) {
   ASSERT_NO_FATAL_FAILURE(first_batch(*link, results));
 
   w1_->kill(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it unloads
+  ASSERT_TRUE(wait_until_stopping(w1_->address())) << "w1 still serving 60 s after SIGTERM";
   ASSERT_TRUE(link->send(micro_batch(2, {slice(1, 5, {42})})).ok());
   auto r = results.next(std::chrono::seconds(10));
   ASSERT_TRUE(r.has_value()) << "no result within 10 s";
@@ -608,7 +626,7 @@ TEST_P(GrpcWorker, TerminatedWorkerIsReportedAsStoppingByName) {
   w1_->reap();
 
   w0_->kill(SIGTERM);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(wait_until_stopping(w0_->address())) << "w0 still serving 60 s after SIGTERM";
   // w0 gives in-flight streams 2 s before it cancels them: this one is up.
   ASSERT_TRUE(link->send(micro_batch(3, {slice(1, 5, {42})})).ok());
   auto r0 = results.next(std::chrono::seconds(10));
