@@ -10,11 +10,17 @@
 //                               [--kv-type f16] [--ms 300] [--no-decode]
 //                               [--isa avx2|avx512|avx512vnni]
 // --isa picks the tiles' vectors (8 or 16 lanes; default: the best this CPU
-// runs, as the cpu backend picks).
+// runs, as the cpu backend picks). --caches N runs each decode step over N
+// caches of their own in turn and reports the time per cache: with N
+// sequences x layers, as a batched decode step visits them, the caches do
+// not fit the chip's caches and come from memory (-t 1: one thread a
+// cache, as the cpu backend runs a batch's decode rows).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <sys/mman.h>
 #include <optional>
 #include <random>
 #include <string>
@@ -58,6 +64,7 @@ int main(int argc, char** argv) {
   std::vector<int> ctx = {64, 512, 2048};
   std::string kv_type = "f16";
   std::string isa_flag;
+  int n_caches = 1;
   app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(1, 256));
   app.add_option("--tokens", tokens, "prefill query rows (0: no prefill)")
       ->check(CLI::Range(0, 16384));
@@ -71,6 +78,8 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", head_dim, "head_dim (a multiple of 8)")->check(CLI::Range(8, 1024));
   app.add_option("--kv-type", kv_type, "cache type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--ms", ms, "time per measurement (best of calls)");
+  app.add_option("--caches", n_caches, "decode over this many caches in turn (1)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--isa", isa_flag, "ISA tier: avx2, avx512 or avx512vnni (default: the CPU's best)");
   if (const std::optional<int> code = strata::bench::parse_flags(app, argc, argv)) return *code;
 
@@ -103,6 +112,28 @@ int main(int argc, char** argv) {
   kv.type = f16 ? GgmlType::kF16 : GgmlType::kF32;
   kv.k = f16 ? static_cast<const void*>(k16.data()) : k.data();
   kv.v = f16 ? static_cast<const void*>(v16.data()) : v.data();
+  // Decode caches 1..n_caches-1: copies of the first, each its own memory.
+  const size_t cache_bytes = f16 ? k16.size() * 2 : k.size() * 4;
+  std::vector<std::vector<char>> more(static_cast<size_t>(n_caches - 1) * 2);
+  std::vector<KvView> caches = {kv};
+  for (int c = 1; c < n_caches; ++c) {
+    std::vector<char>& kc = more[2 * (c - 1)];
+    std::vector<char>& vc = more[2 * (c - 1) + 1];
+    kc.resize(cache_bytes);
+    vc.resize(cache_bytes);
+    if (getenv("THPX")) {
+      for (auto* b : {&kc, &vc}) {
+        uintptr_t a = (reinterpret_cast<uintptr_t>(b->data()) + 4095) & ~uintptr_t{4095};
+        madvise(reinterpret_cast<void*>(a), cache_bytes - 8192, MADV_HUGEPAGE);
+      }
+    }
+    std::memcpy(kc.data(), kv.k, cache_bytes);
+    std::memcpy(vc.data(), kv.v, cache_bytes);
+    KvView x = kv;
+    x.k = kc.data();
+    x.v = vc.data();
+    caches.push_back(x);
+  }
 
   ThreadPool pool(threads);
   kernels::simd::AttentionBuffers buffers(max_kv, p, threads, *isa);
@@ -130,7 +161,20 @@ int main(int argc, char** argv) {
   for (int c : no_decode ? std::vector<int>{} : ctx) {
     pos[0] = c - 1;
     kv.n_kv = c;
-    report("decode", 1, c, c);
+    if (n_caches == 1) {
+      report("decode", 1, c, c);
+      continue;
+    }
+    for (KvView& x : caches) x.n_kv = c;
+    const double t = best_ms(ms, [&] {
+                       for (const KvView& x : caches) {
+                         kernels::simd::attention(q.data(), pos.data(), 1, x, p, out.data(),
+                                                  buffers, pool);
+                       }
+                     }) /
+                     n_caches;
+    std::printf("%-8s %7d %7d %3d %10.4f %8.2f  (per cache, %d caches)\n", "decode", 1, c,
+                threads, t, double(c) * heads * 2 * head_dim / (t * 1e6), n_caches);
   }
   return 0;
 }

@@ -191,6 +191,7 @@ Item make_item(const float* q, float* out, const KvView& kv, const AttentionPara
   it.v_stride = int64_t{p.n_head_kv} * p.head_dim_v * elem;
   it.k = static_cast<const char*>(kv.k) + g * p.head_dim_k * elem;
   it.v = static_cast<const char*>(kv.v) + g * p.head_dim_v * elem;
+  it.v_bytes = int64_t{p.head_dim_v} * elem;
   it.j_begin = r.begin;
   it.j_end = r.end;
   if (p.sinks != nullptr) it.sinks = p.sinks + h0;
@@ -416,6 +417,7 @@ void attention(const float* q, const int32_t* positions, int64_t n_tokens,
       const int64_t h0 = int64_t{g} * group + item % per_kv * heads;  // first head
       Item it = make_item(q, out, kv, p, t, g, h0, keys_of(positions, t, p), elem);
       if (kt != nullptr) it.kt = kt + g * kt_head_stride;
+      it.prefetch = n_tokens == 1;  // a decode row: its cache is off the chip
       if (f16) {
         run_item<true>(it, p, heads, scores, stride, qr, buffers.wide());
       } else {

@@ -89,8 +89,11 @@ template <bool kF16, int M>
 STRATA_AVX2 void score_heads(const Item& it, const float* qr, int dk, float* sc,
                              int64_t sc_stride) {
   constexpr int N = M == 1 ? 8 : M == 4 ? 2 : 4;
+  constexpr int64_t kElem = kF16 ? 2 : 4;
   int64_t j = it.j_begin;
+  if (it.prefetch) prefetch_ahead(it, dk * kElem, j, j + kPrefetchRows);
   for (; j + N <= it.j_end; j += N) {
+    if (it.prefetch) prefetch_ahead(it, dk * kElem, j + kPrefetchRows, j + kPrefetchRows + N);
     score_tile<kF16, M, N>(qr, dk, it.k + j * it.k_stride, it.k_stride, sc + (j - it.j_begin),
                            sc_stride);
   }

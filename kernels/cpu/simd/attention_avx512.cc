@@ -159,8 +159,11 @@ STRATA_AVX512 inline void score_tile_wide(const float* qr, int dk, const char* k
 template <bool kF16, int M>
 STRATA_AVX512 void score_heads_wide(const Item& it, const float* qr, int dk, float* sc,
                                     int64_t sc_stride) {
+  constexpr int64_t kElem = kF16 ? 2 : 4;
   int64_t j = it.j_begin;
+  if (it.prefetch) prefetch_ahead(it, dk * kElem, j, j + kPrefetchRows);
   for (; j + 8 <= it.j_end; j += 8) {
+    if (it.prefetch) prefetch_ahead(it, dk * kElem, j + kPrefetchRows, j + kPrefetchRows + 8);
     score_tile_wide<kF16, M, 8>(qr, dk, it.k + j * it.k_stride, it.k_stride,
                                 sc + (j - it.j_begin), sc_stride);
   }
