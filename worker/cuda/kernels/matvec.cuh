@@ -1,0 +1,188 @@
+// The quantized matrix x few-columns kernels: see matvec_source.h (the
+// formulas, launch and bounds). CUDA C++ for NVRTC; with CUDA's keywords
+// defined away it also compiles as host C++ (tests/cuda/
+// matvec_emulation_test.cc runs it one lane a thread).
+#ifndef THREADS
+#define THREADS 128
+#endif
+#ifndef NCOLS
+#define NCOLS 1
+#endif
+
+typedef unsigned char u8;
+
+// `#pragma unroll` for NVRTC; nothing for a host compiler (the emulation).
+#if defined(__CUDA_ARCH__)
+#define STRATA_UNROLL _Pragma("unroll")
+#else
+#define STRATA_UNROLL
+#endif
+
+__device__ __forceinline__ float f16_bits(const u8* p) {
+  const unsigned short h = (unsigned short)(p[0] | (p[1] << 8));
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  return strata_host_f16_to_f32(h);  // the emulation's
+#endif
+}
+
+// Each format fills v[0..31] with unit u of a row (w: the row's bytes).
+
+struct F32 {
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* p = w + (long long)u * 32 * 4;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) {
+      const unsigned int b = (unsigned int)p[4 * l] | ((unsigned int)p[4 * l + 1] << 8) |
+                             ((unsigned int)p[4 * l + 2] << 16) |
+                             ((unsigned int)p[4 * l + 3] << 24);
+      v[l] = __uint_as_float(b);
+    }
+  }
+};
+
+struct F16 {
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* p = w + (long long)u * 32 * 2;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) v[l] = f16_bits(p + 2 * l);
+  }
+};
+
+// Q4_0: {f16 d; u8 qs[16]}: value l < 16 = ((qs[l] & 15) - 8) d, value
+// l + 16 = ((qs[l] >> 4) - 8) d.
+struct Q4_0 {
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* b = w + (long long)u * 18;
+    const float d = f16_bits(b);
+STRATA_UNROLL
+    for (int l = 0; l < 16; ++l) {
+      v[l] = (float)((int)(b[2 + l] & 15) - 8) * d;
+      v[l + 16] = (float)((int)(b[2 + l] >> 4) - 8) * d;
+    }
+  }
+};
+
+// Q4_1: {f16 d; f16 m; u8 qs[16]}: value = q d + m, the nibbles as Q4_0.
+struct Q4_1 {
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* b = w + (long long)u * 20;
+    const float d = f16_bits(b), m = f16_bits(b + 2);
+STRATA_UNROLL
+    for (int l = 0; l < 16; ++l) {
+      v[l] = (float)(b[4 + l] & 15) * d + m;
+      v[l + 16] = (float)(b[4 + l] >> 4) * d + m;
+    }
+  }
+};
+
+// Q8_0: {f16 d; i8 qs[32]}: value = q d.
+struct Q8_0 {
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* b = w + (long long)u * 34;
+    const float d = f16_bits(b);
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) v[l] = (float)(signed char)b[2 + l] * d;
+  }
+};
+
+// Q4_K: 256 values in 144 bytes {f16 d; f16 dmin; u8 scales[12]; u8
+// qs[128]}; sub-block s (32 values) has a 6-bit scale and min (ggml's
+// get_scale_min_k4) and takes the low (s even) or high (s odd) nibbles of
+// qs[32 (s / 2) .. + 32): value = d sc q - dmin m.
+struct Q4_K {
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* b = w + (long long)(u >> 3) * 144;
+    const int s = u & 7;
+    const float d = f16_bits(b), dmin = f16_bits(b + 2);
+    const u8* sc = b + 4;
+    int scale, min;
+    if (s < 4) {
+      scale = sc[s] & 63;
+      min = sc[s + 4] & 63;
+    } else {
+      scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+      min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const float d1 = d * (float)scale, m1 = dmin * (float)min;
+    const u8* q = b + 16 + 32 * (s >> 1);
+    const int shift = (s & 1) * 4;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) v[l] = d1 * (float)((q[l] >> shift) & 15) - m1;
+  }
+};
+
+// Q6_K: 256 values in 210 bytes {u8 ql[128]; u8 qh[64]; i8 scales[16];
+// f16 d}. Sub-block s: half h = s / 4 (128 values), quarter k = s % 4;
+// value l of it: 4 low bits from ql[64 h + 32 (k & 1) + l] (the low nibble
+// for k < 2, the high one else), 2 high bits (qh[32 h + l] >> 2k) & 3,
+// minus 32, times d and scales[8 h + 2 k + l / 16].
+struct Q6_K {
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* b = w + (long long)(u >> 3) * 210;
+    const int s = u & 7, h = s >> 2, k = s & 3;
+    const u8* ql = b + 64 * h + 32 * (k & 1);
+    const u8* qh = b + 128 + 32 * h;
+    const signed char* scales = (const signed char*)(b + 192) + 8 * h + 2 * k;
+    const float d = f16_bits(b + 208);
+    const int low_shift = k < 2 ? 0 : 4;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) {
+      const int q = (((ql[l] >> low_shift) & 15) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+      v[l] = d * (float)scales[l >> 4] * (float)q;
+    }
+  }
+};
+
+template <typename Format>
+__device__ __forceinline__ void matvec(const u8* __restrict__ w, const float* __restrict__ x,
+                                       float* __restrict__ y, int n_rows, int n_cols,
+                                       long long row_bytes) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
+  if (row >= n_rows) return;  // a whole warp leaves together
+  const u8* wr = w + (long long)row * row_bytes;
+  float acc[NCOLS];
+STRATA_UNROLL
+  for (int c = 0; c < NCOLS; ++c) acc[c] = 0.0f;
+  const int units = n_cols / 32;
+  for (int u = lane; u < units; u += 32) {
+    float v[32];
+    Format::unit(wr, u, v);
+STRATA_UNROLL
+    for (int c = 0; c < NCOLS; ++c) {
+      const float* xc = x + (long long)c * n_cols + 32 * u;
+      float s = 0.0f;
+STRATA_UNROLL
+      for (int l = 0; l < 32; ++l) s = fmaf(v[l], xc[l], s);
+      acc[c] += s;
+    }
+  }
+STRATA_UNROLL
+  for (int c = 0; c < NCOLS; ++c) {
+    float s = acc[c];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) y[(long long)c * n_rows + row] = s;
+  }
+}
+
+// An entry point (the emulation defines STRATA_KERNEL as a plain function).
+#ifndef STRATA_KERNEL
+#define STRATA_KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
+#endif
+#define STRATA_MATVEC(name, Format)                                                         \
+  STRATA_KERNEL name(const u8* w, const float* x, float* y, int n_rows, int n_cols,       \
+                     long long row_bytes) {                                                \
+    matvec<Format>(w, x, y, n_rows, n_cols, row_bytes);                                   \
+  }
+
+STRATA_MATVEC(strata_matvec_f32, F32)
+STRATA_MATVEC(strata_matvec_f16, F16)
+STRATA_MATVEC(strata_matvec_q4_0, Q4_0)
+STRATA_MATVEC(strata_matvec_q4_1, Q4_1)
+STRATA_MATVEC(strata_matvec_q8_0, Q8_0)
+STRATA_MATVEC(strata_matvec_q4_k, Q4_K)
+STRATA_MATVEC(strata_matvec_q6_k, Q6_K)

@@ -1,0 +1,60 @@
+// NVRTC source of the quantized matrix x few-columns kernels (decode and
+// batched decode, issue 32): for a row-major GGUF matrix W [n_rows][n_cols]
+// of one type and NCOLS f32 activation rows x [NCOLS][n_cols],
+//
+//   y[c][r] = sum_i dequant(W[r][i]) * x[c][i]       (y [NCOLS][n_rows], f32)
+//
+// with dequant the type's GGUF block formula (ggml's; the CPU reference is
+// kernels/cpu/reference/dequantize.cc). One warp a row; the lanes take the
+// row's 32-value units in turn (a block of Q4_0 / Q4_1 / Q8_0, a 32-value
+// sub-block of Q4_K / Q6_K, 32 values of F16 / F32), dequantize a unit to
+// registers and multiply it by every column, summing in float; the warp
+// then sums its lanes (xor shuffles). So the weights are read once for all
+// NCOLS columns. Bound against the reference's double sum: float rounding
+// of n_cols products, |gpu - cpu| <= 1e-5 * sum |w x| + 1e-6.
+//
+// This is the plain, first form (byte loads of the blocks, no activation
+// quantization, no split-K): what the tuner will start from, and the
+// oracle its faster variants are checked against on the device.
+//
+// Launch: grid (ceil(n_rows / (THREADS / 32))), block (THREADS); arguments
+// (const unsigned char* w, const float* x, float* y, int n_rows,
+//  int n_cols, long long row_bytes). n_cols must be a multiple of 32 (of
+// 256 for Q4_K and Q6_K), as GGUF rows of those types are; row_bytes is
+// ggml_row_bytes(type, n_cols). Options: -DTHREADS (a multiple of 32, 128
+// by default), -DNCOLS (1..16, 1 by default).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "model/ggml_type.h"
+
+namespace strata::worker::cuda_kernels {
+
+inline constexpr int kMatvecThreads = 128;
+inline constexpr int kMatvecMaxColumns = 16;
+
+// The entry point of `type`'s kernel, or "" when there is none (the types
+// above only).
+inline std::string_view matvec_entry(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return "strata_matvec_f32";
+    case GgmlType::kF16: return "strata_matvec_f16";
+    case GgmlType::kQ4_0: return "strata_matvec_q4_0";
+    case GgmlType::kQ4_1: return "strata_matvec_q4_1";
+    case GgmlType::kQ8_0: return "strata_matvec_q8_0";
+    case GgmlType::kQ4_K: return "strata_matvec_q4_k";
+    case GgmlType::kQ6_K: return "strata_matvec_q6_k";
+    default: return "";
+  }
+}
+
+// The kernels' source: worker/cuda/kernels/matvec.cuh, embedded at build
+// time as a raw string (cmake/embed_source.cmake), so that the same file is
+// also compiled for the CPU by tests/cuda/matvec_emulation_test.cc.
+inline constexpr const char* kMatvecSource =
+#include "worker/cuda/kernels/matvec.cuh.inc"
+    ;
+
+}  // namespace strata::worker::cuda_kernels
