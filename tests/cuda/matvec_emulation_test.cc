@@ -1,84 +1,29 @@
 // The matvec kernels' CUDA source (worker/cuda/kernels/matvec.cuh) compiled
-// for the CPU and run here, without a GPU: each CUDA lane of a warp is a
-// std::thread, the warp's xor shuffles meet at a barrier, warps and blocks
-// run in turn (the kernels share nothing across warps). The formats' bit
+// for the CPU and run here, without a GPU (tests/cuda/cuda_emulator.h: a
+// thread a CUDA thread, barriers for the warps' shuffles). The formats' bit
 // unpacking, the units' indexing and the lanes' reduction are checked
 // against the CPU reference (quantize_row -> dequantize_row, dot products
 // in double) with the device test's bound, |y - ref| <= 1e-5 sum|w x| +
 // 1e-6, at 1 and 3 columns. What only the device shows (PTX, launch limits,
 // the f16 conversion instruction) is CudaKernel.MatvecMatchesCpuReference
 // ForEveryType.
-#include <barrier>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/reference/dequantize.h"
-#include "kernels/cpu/reference/fp16.h"
 #include "kernels/cpu/reference/quantize.h"
 #include "model/ggml_type.h"
 
+#include "tests/cuda/cuda_emulator.h"
+
 namespace strata::worker::emulation {
 
-// What the source needs of CUDA, on the host.
-struct Index {
-  unsigned x = 0, y = 0, z = 0;
-};
-thread_local Index threadIdx, blockIdx;
-
-struct Warp {
-  std::barrier<> meet{32};
-  float slots[32] = {};
-};
-thread_local Warp* this_warp = nullptr;
-
-inline float __shfl_xor_sync(unsigned /*mask*/, float v, int lane_mask) {
-  const unsigned lane = threadIdx.x & 31;
-  this_warp->slots[lane] = v;
-  this_warp->meet.arrive_and_wait();
-  const float other = this_warp->slots[lane ^ static_cast<unsigned>(lane_mask)];
-  this_warp->meet.arrive_and_wait();  // every lane read before the next write
-  return other;
-}
-inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline float strata_host_f16_to_f32(unsigned short h) { return reference::f16_to_f32(h); }
-
-using Kernel = void (*)(const unsigned char*, const float*, float*, int, int, long long);
-
-// Runs `kernel` as a launch of `grid` blocks of `threads` threads would.
-void launch(Kernel kernel, int grid, int threads, const unsigned char* w, const float* x,
-            float* y, int n_rows, int n_cols, long long row_bytes) {
-  for (int b = 0; b < grid; ++b) {
-    for (int first = 0; first < threads; first += 32) {
-      Warp warp;
-      std::vector<std::thread> lanes;
-      for (int l = 0; l < 32; ++l) {
-        lanes.emplace_back([&, l] {
-          blockIdx.x = static_cast<unsigned>(b);
-          threadIdx.x = static_cast<unsigned>(first + l);
-          this_warp = &warp;
-          kernel(w, x, y, n_rows, n_cols, row_bytes);
-        });
-      }
-      for (std::thread& t : lanes) t.join();
-    }
-  }
-}
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define STRATA_KERNEL inline void
 #define THREADS 128
 namespace one_column {
+using namespace strata::cuda_emulation;
 #define NCOLS 1
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
@@ -86,10 +31,13 @@ namespace one_column {
 #undef STRATA_MATVEC
 }  // namespace one_column
 namespace three_columns {
+using namespace strata::cuda_emulation;
 #define NCOLS 3
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 }  // namespace three_columns
+
+using Kernel = void (*)(const unsigned char*, const float*, float*, int, int, long long);
 
 namespace {
 
@@ -135,8 +83,10 @@ TEST(CudaMatvecEmulated, EveryTypeMatchesTheCpuReference) {
           for (float& v : x) v = normal(rng);
           std::vector<float> y(static_cast<size_t>(columns) * n_rows, std::nanf(""));
           const int per_block = THREADS / 32;
-          launch(columns == 1 ? c.one : c.three, (n_rows + per_block - 1) / per_block, THREADS,
-                 w.data(), x.data(), y.data(), n_rows, n_cols, row_bytes);
+          const Kernel kernel = columns == 1 ? c.one : c.three;
+          cuda_emulation::launch((n_rows + per_block - 1) / per_block, THREADS, [&] {
+            kernel(w.data(), x.data(), y.data(), n_rows, n_cols, row_bytes);
+          });
           for (int col = 0; col < columns; ++col) {
             for (int r = 0; r < n_rows; ++r) {
               double want = 0.0, magnitude = 0.0;
