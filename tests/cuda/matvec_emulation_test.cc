@@ -41,19 +41,29 @@ using Kernel = void (*)(const unsigned char*, const float*, float*, int, int, lo
 
 namespace {
 
+using RowsKernel = void (*)(const unsigned char*, const int*, float*, int, int, long long);
+
 struct Case {
   GgmlType type;
   Kernel one, three;
+  RowsKernel rows;
 };
 
 const Case kCases[] = {
-    {GgmlType::kF32, one_column::strata_matvec_f32, three_columns::strata_matvec_f32},
-    {GgmlType::kF16, one_column::strata_matvec_f16, three_columns::strata_matvec_f16},
-    {GgmlType::kQ4_0, one_column::strata_matvec_q4_0, three_columns::strata_matvec_q4_0},
-    {GgmlType::kQ4_1, one_column::strata_matvec_q4_1, three_columns::strata_matvec_q4_1},
-    {GgmlType::kQ8_0, one_column::strata_matvec_q8_0, three_columns::strata_matvec_q8_0},
-    {GgmlType::kQ4_K, one_column::strata_matvec_q4_k, three_columns::strata_matvec_q4_k},
-    {GgmlType::kQ6_K, one_column::strata_matvec_q6_k, three_columns::strata_matvec_q6_k},
+    {GgmlType::kF32, one_column::strata_matvec_f32, three_columns::strata_matvec_f32,
+     one_column::strata_get_rows_f32},
+    {GgmlType::kF16, one_column::strata_matvec_f16, three_columns::strata_matvec_f16,
+     one_column::strata_get_rows_f16},
+    {GgmlType::kQ4_0, one_column::strata_matvec_q4_0, three_columns::strata_matvec_q4_0,
+     one_column::strata_get_rows_q4_0},
+    {GgmlType::kQ4_1, one_column::strata_matvec_q4_1, three_columns::strata_matvec_q4_1,
+     one_column::strata_get_rows_q4_1},
+    {GgmlType::kQ8_0, one_column::strata_matvec_q8_0, three_columns::strata_matvec_q8_0,
+     one_column::strata_get_rows_q8_0},
+    {GgmlType::kQ4_K, one_column::strata_matvec_q4_k, three_columns::strata_matvec_q4_k,
+     one_column::strata_get_rows_q4_k},
+    {GgmlType::kQ6_K, one_column::strata_matvec_q6_k, three_columns::strata_matvec_q6_k,
+     one_column::strata_get_rows_q6_k},
 };
 
 TEST(CudaMatvecEmulated, EveryTypeMatchesTheCpuReference) {
@@ -102,6 +112,42 @@ TEST(CudaMatvecEmulated, EveryTypeMatchesTheCpuReference) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// get_rows (the token embedding): each id's row dequantized, exactly the
+// reference's values (the same formulas, no sums); ids repeat and come in
+// any order.
+TEST(CudaMatvecEmulated, GetRowsDequantizesTheRowsOfTheIds) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int n_rows = 6, n_cols = 512;
+  const std::vector<int> ids = {5, 0, 5, 2, 3};
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(std::string(ggml_type_info(c.type).name));
+    const int64_t row_bytes = *ggml_row_bytes(c.type, n_cols);
+    std::vector<unsigned char> table(static_cast<size_t>(row_bytes) * n_rows);
+    std::vector<float> rows(static_cast<size_t>(n_rows) * n_cols);
+    for (int r = 0; r < n_rows; ++r) {
+      std::vector<float> row(static_cast<size_t>(n_cols));
+      for (float& v : row) v = normal(rng);
+      unsigned char* bytes = table.data() + static_cast<size_t>(r) * row_bytes;
+      ASSERT_TRUE(reference::quantize_row(c.type, row.data(), n_cols, bytes).ok());
+      ASSERT_TRUE(reference::dequantize_row(c.type, bytes, n_cols,
+                                            rows.data() + static_cast<size_t>(r) * n_cols)
+                      .ok());
+    }
+    std::vector<float> got(ids.size() * n_cols, std::nanf(""));
+    cuda_emulation::launch(2, 64, [&] {
+      c.rows(table.data(), ids.data(), got.data(), static_cast<int>(ids.size()), n_cols,
+             row_bytes);
+    });
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int col = 0; col < n_cols; ++col) {
+        ASSERT_EQ(got[i * n_cols + col], rows[static_cast<size_t>(ids[i]) * n_cols + col])
+            << "id " << ids[i] << ", column " << col;
       }
     }
   }

@@ -169,6 +169,27 @@ STRATA_UNROLL
   }
 }
 
+// Rows of a table by id, dequantized (the token embedding): out [n_ids]
+// [n_cols] = dequant(table row ids[i]). A grid-stride loop over the ids'
+// 32-value units: any launch of at most THREADS threads a block.
+template <typename Format>
+__device__ __forceinline__ void get_rows(const u8* __restrict__ table, const int* __restrict__ ids,
+                                         float* __restrict__ out, int n_ids, int n_cols,
+                                         long long row_bytes) {
+  const int units = n_cols / 32;
+  const long long total = (long long)n_ids * units;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+       t += (long long)gridDim.x * blockDim.x) {
+    const long long r = t / units;
+    const int u = (int)(t % units);
+    float v[32];
+    Format::unit(table + (long long)ids[r] * row_bytes, u, v);
+    float* o = out + r * n_cols + 32 * u;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) o[l] = v[l];
+  }
+}
+
 // An entry point (the emulation defines STRATA_KERNEL as a plain function).
 #ifndef STRATA_KERNEL
 #define STRATA_KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
@@ -186,3 +207,17 @@ STRATA_MATVEC(strata_matvec_q4_1, Q4_1)
 STRATA_MATVEC(strata_matvec_q8_0, Q8_0)
 STRATA_MATVEC(strata_matvec_q4_k, Q4_K)
 STRATA_MATVEC(strata_matvec_q6_k, Q6_K)
+
+#define STRATA_GET_ROWS(name, Format)                                                        \
+  STRATA_KERNEL name(const u8* table, const int* ids, float* out, int n_ids, int n_cols,   \
+                     long long row_bytes) {                                                \
+    get_rows<Format>(table, ids, out, n_ids, n_cols, row_bytes);                           \
+  }
+
+STRATA_GET_ROWS(strata_get_rows_f32, F32)
+STRATA_GET_ROWS(strata_get_rows_f16, F16)
+STRATA_GET_ROWS(strata_get_rows_q4_0, Q4_0)
+STRATA_GET_ROWS(strata_get_rows_q4_1, Q4_1)
+STRATA_GET_ROWS(strata_get_rows_q8_0, Q8_0)
+STRATA_GET_ROWS(strata_get_rows_q4_k, Q4_K)
+STRATA_GET_ROWS(strata_get_rows_q6_k, Q6_K)

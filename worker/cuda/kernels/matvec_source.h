@@ -50,6 +50,17 @@ inline std::string_view matvec_entry(GgmlType type) {
   }
 }
 
+// The entry point of `type`'s embedding kernel (get_rows: out [n_ids]
+// [n_cols] = the table's rows ids[i], dequantized; arguments (const
+// unsigned char* table, const int* ids, float* out, int n_ids, int n_cols,
+// long long row_bytes); any grid, at most THREADS threads a block), or ""
+// for a type matvec_entry has none for.
+inline std::string get_rows_entry(GgmlType type) {
+  const std::string_view m = matvec_entry(type);
+  if (m.empty()) return "";
+  return "strata_get_rows_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
+}
+
 // The kernels' source: worker/cuda/kernels/matvec.cuh, embedded at build
 // time as a raw string (cmake/embed_source.cmake), so that the same file is
 // also compiled for the CPU by tests/cuda/matvec_emulation_test.cc.

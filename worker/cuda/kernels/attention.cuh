@@ -1,0 +1,114 @@
+// Decode attention over an f16 KV cache (issue 32): one query token of one
+// sequence against the cache rows [window_begin, n_kv), every query head,
+// CUDA C++ for NVRTC (embedded by cmake/embed_source.cmake;
+// sources.h names the entry); tests/cuda/kernels_emulation_test.cc
+// runs it on the CPU against reference::ops::attention.
+//
+//   strata_attention_decode(const float* q, const unsigned short* k_cache,
+//       const unsigned short* v_cache, float* out, float* scores, int n_kv,
+//       int window_begin, int n_head, int n_head_kv, int dk, int dv,
+//       float scale, float softcap)
+//   q [n_head][dk] f32; k_cache [n_ctx][n_head_kv][dk], v_cache
+//   [n_ctx][n_head_kv][dv] f16 bits (worker/kv_cache.h's layout); out
+//   [n_head][dv]; scores [n_head][n_kv] f32 scratch. Head h reads KV head
+//   h / (n_head / n_head_kv). softcap 0: off.
+//
+// The numerics of the reference with an f16 cache (llama.cpp's CPU path
+// without flash attention): q rounded to f16 before q.k, s = softcap ?
+// cap tanh(s / cap) : s, p = softmax(s scale), p rounded to f16 before it
+// weighs V. Sums in float (the reference sums the softmax in double).
+//
+// Launch: grid (n_head), block (THREADS, a multiple of 32 up to 1024).
+// Not here yet: attention sinks (gpt-oss), prefill (several query rows).
+#ifndef THREADS
+#define THREADS 128
+#endif
+#ifndef STRATA_KERNEL
+#define STRATA_KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
+#endif
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+__device__ __forceinline__ float strata_f16(unsigned short h) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  return strata_host_f16_to_f32(h);
+#endif
+}
+
+__device__ __forceinline__ float strata_round_f16(float f) {
+#if defined(__CUDA_ARCH__)
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return strata_f16(h);
+#else
+  return strata_host_f16_to_f32(strata_host_f32_to_f16(f));
+#endif
+}
+
+// The block's maximum (max 1) or sum (max 0) of every thread's v, on every
+// thread.
+__device__ __forceinline__ float strata_block_reduce(float v, int max) {
+  __shared__ float warps[32];
+  __shared__ float total;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = max ? fmaxf(v, other) : v + other;
+  }
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int n = (THREADS + 31) / 32;
+    float w = (int)threadIdx.x < n ? warps[threadIdx.x] : (max ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, w, o);
+      w = max ? fmaxf(w, other) : w + other;
+    }
+    if (threadIdx.x == 0) total = w;
+  }
+  __syncthreads();
+  const float result = total;
+  __syncthreads();  // `total` and `warps` are free for the next reduction
+  return result;
+}
+
+STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
+                                      const unsigned short* __restrict__ k_cache,
+                                      const unsigned short* __restrict__ v_cache,
+                                      float* __restrict__ out, float* __restrict__ scores,
+                                      int n_kv, int window_begin, int n_head, int n_head_kv,
+                                      int dk, int dv, float scale, float softcap) {
+  const int h = blockIdx.x;
+  const int g = h / (n_head / n_head_kv);
+  const float* qh = q + (long long)h * dk;
+  float* sc = scores + (long long)h * n_kv;
+  float m = -INFINITY;
+  for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
+    const unsigned short* kr = k_cache + ((long long)j * n_head_kv + g) * dk;
+    float s = 0.0f;
+    for (int d = 0; d < dk; ++d) s += strata_round_f16(qh[d]) * strata_f16(kr[d]);
+    if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+    s *= scale;
+    sc[j] = s;
+    m = fmaxf(m, s);
+  }
+  m = strata_block_reduce(m, 1);
+  float sum = 0.0f;
+  for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
+    const float e = expf(sc[j] - m);
+    sc[j] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / strata_block_reduce(sum, 0);  // its barriers order sc's writes
+  for (int d = threadIdx.x; d < dv; d += THREADS) {
+    float o = 0.0f;
+    for (int j = window_begin; j < n_kv; ++j) {
+      o += strata_round_f16(sc[j] * inv) * strata_f16(v_cache[((long long)j * n_head_kv + g) * dv + d]);
+    }
+    out[(long long)h * dv + d] = o;
+  }
+}

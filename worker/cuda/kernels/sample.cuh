@@ -1,0 +1,64 @@
+// Sampling on the device (issue 32): the greedy pick, CUDA C++ for NVRTC
+// (embedded by cmake/embed_source.cmake; sources.h names the entry);
+// tests/cuda/kernels_emulation_test.cc runs it on the CPU against a plain
+// scan.
+//
+//   strata_argmax(const float* logits, int n, int* id)
+//   *id = the first index of the largest logit (NaN never the largest; -1
+//   when all are NaN), as worker/sampler.cc's greedy pick.
+//
+// Launch: grid (1), block (THREADS, a multiple of 32 up to 1024).
+#ifndef THREADS
+#define THREADS 256
+#endif
+#ifndef STRATA_KERNEL
+#define STRATA_KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
+#endif
+
+// Whether (v, i) comes before (best, at): larger, or as large and earlier.
+__device__ __forceinline__ bool strata_better(float v, int i, float best, int at) {
+  if (i < 0) return false;
+  if (at < 0) return true;
+  return v > best || (v == best && i < at);
+}
+
+STRATA_KERNEL strata_argmax(const float* __restrict__ logits, int n, int* id) {
+  float best = 0.0f;
+  int at = -1;
+  for (int i = threadIdx.x; i < n; i += THREADS) {
+    const float v = logits[i];
+    if (v == v && strata_better(v, i, best, at)) {  // v == v: not NaN
+      best = v;
+      at = i;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+    if (strata_better(ov, oi, best, at)) {
+      best = ov;
+      at = oi;
+    }
+  }
+  __shared__ float warp_best[32];
+  __shared__ int warp_at[32];
+  if ((threadIdx.x & 31) == 0) {
+    warp_best[threadIdx.x >> 5] = best;
+    warp_at[threadIdx.x >> 5] = at;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int warps = (THREADS + 31) / 32;
+    best = (int)threadIdx.x < warps ? warp_best[threadIdx.x] : 0.0f;
+    at = (int)threadIdx.x < warps ? warp_at[threadIdx.x] : -1;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+      if (strata_better(ov, oi, best, at)) {
+        best = ov;
+        at = oi;
+      }
+    }
+    if (threadIdx.x == 0) *id = at;
+  }
+}

@@ -1,0 +1,33 @@
+// NVRTC sources of the step kernels (worker/cuda/kernels/*.cuh, embedded at
+// build time by cmake/embed_source.cmake) and their entry points. Each
+// .cuh documents its kernels' arguments, launch and numerics; the matvec
+// and RMSNorm sources have headers of their own (matvec_source.h,
+// rms_norm_source.h).
+#pragma once
+
+namespace strata::worker::cuda_kernels {
+
+// rope_rotate, swiglu, add, store_kv: grid-stride loops (any launch).
+inline constexpr const char* kElementwiseSource =
+#include "worker/cuda/kernels/elementwise.cuh.inc"
+    ;
+inline constexpr const char* kRopeRotateEntry = "strata_rope_rotate";
+inline constexpr const char* kSwigluEntry = "strata_swiglu";
+inline constexpr const char* kAddEntry = "strata_add";
+inline constexpr const char* kStoreKvEntry = "strata_store_kv";
+
+// attention_decode: grid (n_head), block (-DTHREADS, 128 by default).
+inline constexpr const char* kAttentionSource =
+#include "worker/cuda/kernels/attention.cuh.inc"
+    ;
+inline constexpr const char* kAttentionDecodeEntry = "strata_attention_decode";
+inline constexpr int kAttentionThreads = 128;
+
+// argmax: grid (1), block (-DTHREADS, 256 by default).
+inline constexpr const char* kSampleSource =
+#include "worker/cuda/kernels/sample.cuh.inc"
+    ;
+inline constexpr const char* kArgmaxEntry = "strata_argmax";
+inline constexpr int kArgmaxThreads = 256;
+
+}  // namespace strata::worker::cuda_kernels
