@@ -4,6 +4,7 @@
 #include "absl/status/status.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_device.h"
+#include "worker/cuda/device_api.h"
 
 namespace strata::worker {
 namespace {
@@ -29,6 +30,12 @@ absl::StatusOr<CudaDevice> cuda_device(int ordinal) {
 }
 
 int cuda_driver_version() { return 0; }
+
+absl::StatusOr<std::unique_ptr<DeviceApi>> make_cuda_device_api(int ordinal,
+                                                                std::string kernel_cache_dir) {
+  (void)ordinal, (void)kernel_cache_dir;
+  return without_cuda();
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
     std::shared_ptr<const gguf::GgufModel> model,

@@ -1,0 +1,93 @@
+// EmulatedDeviceApi: the DeviceApi seam (worker/cuda/device_api.h) on the
+// CPU, for tests without a GPU. "Device" memory is host memory; a launch
+// runs the entry's host build (a kernel source compiled for the CPU with
+// tests/cuda/cuda_emulator.h) on emulated blocks and threads. The host
+// builds are registered by (source name, options, entry): a source
+// compiled with other options (-DNCOLS=3) is another kernel, as on a
+// device. A launch of an unregistered kernel is InvalidArgument, as a
+// missing entry is on a device.
+//
+// Usage:
+//   EmulatedDeviceApi api;
+//   api.add(matvec_source, "strata_matvec_q4_0", adapt(one_column::strata_matvec_q4_0));
+//   ... then the same calls as on make_cuda_device_api's device.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/cuda/cuda_emulator.h"
+#include "worker/cuda/device_api.h"
+
+namespace strata::worker::testing {
+
+// A host entry taking cudaLaunchKernel's argument array.
+using HostEntry = std::function<void(void** args)>;
+
+template <typename... A, size_t... I>
+void call_with(void (*f)(A...), void** args, std::index_sequence<I...>) {
+  f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(args[I])...);
+}
+
+// `f` (a kernel's host build) as a HostEntry.
+template <typename... A>
+HostEntry adapt(void (*f)(A...)) {
+  return [f](void** args) { call_with(f, args, std::index_sequence_for<A...>{}); };
+}
+
+class EmulatedDeviceApi : public DeviceApi {
+ public:
+  void add(const KernelSource& source, const std::string& entry, HostEntry fn) {
+    entries_[key(source, entry)] = std::move(fn);
+  }
+
+  std::string describe() const override { return "emulated (CPU threads)"; }
+
+  absl::StatusOr<void*> alloc(size_t bytes) override {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    if (p == nullptr) return absl::ResourceExhaustedError("emulated device: out of memory");
+    return p;
+  }
+  void free(void* device) override { std::free(device); }
+  absl::Status upload(void* device, const void* host, size_t bytes) override {
+    std::memcpy(device, host, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status download(void* host, const void* device, size_t bytes) override {
+    std::memcpy(host, device, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status fill(void* device, int value, size_t bytes) override {
+    std::memset(device, value, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block,
+                      void** args) override {
+    auto it = entries_.find(key(*kernel.source, kernel.entry));
+    if (it == entries_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kernel.source->name, " (", absl::StrJoin(kernel.source->options, " "),
+          ") has no emulated entry ", kernel.entry));
+    }
+    const HostEntry& fn = it->second;
+    cuda_emulation::launch(grid, block, [&] { fn(args); });
+    return absl::OkStatus();
+  }
+
+ private:
+  static std::string key(const KernelSource& source, const std::string& entry) {
+    return absl::StrCat(source.name, "\n", absl::StrJoin(source.options, "\n"), "\n", entry);
+  }
+  std::map<std::string, HostEntry> entries_;
+};
+
+}  // namespace strata::worker::testing

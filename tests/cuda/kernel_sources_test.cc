@@ -1,0 +1,80 @@
+// The kernel sources of worker/cuda/kernels compile with NVRTC for sm_80
+// and sm_90 (NVRTC needs no GPU: these run here) and their PTX holds every
+// entry point the backend launches. What the kernels compute is
+// tests/cuda/kernels_test.cc.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/ggml_type.h"
+#include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/sources.h"
+#include "worker/cuda/nvrtc_compiler.h"
+
+namespace strata::worker {
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kQ4_0, GgmlType::kQ4_1,
+                           GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+
+std::vector<std::string> options(int columns) {
+  return {"-DTHREADS=" + std::to_string(cuda_kernels::kMatvecThreads),
+          "-DNCOLS=" + std::to_string(columns), "--std=c++17"};
+}
+
+TEST(CudaMatvecSource, CompilesForSm80AndSm90AtEveryColumnCount) {
+  NvrtcCompiler compiler({.cache_dir = "-"});
+  for (const int cc : {80, 90}) {
+    for (const int columns : {1, 8, cuda_kernels::kMatvecMaxColumns}) {
+      SCOPED_TRACE("compute_" + std::to_string(cc) + ", NCOLS " + std::to_string(columns));
+      const NvrtcTarget target{.device_name = "any", .cc_major = cc / 10, .cc_minor = cc % 10};
+      auto out = compiler.compile(target, "matvec.cu", cuda_kernels::kMatvecSource,
+                                  options(columns));
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_NE(out->ptx.find(".target sm_" + std::to_string(cc)), std::string::npos);
+      for (const GgmlType type : kTypes) {
+        const std::string entry(cuda_kernels::matvec_entry(type));
+        ASSERT_FALSE(entry.empty()) << ggml_type_info(type).name;
+        EXPECT_NE(out->ptx.find(".entry " + entry + "("), std::string::npos) << entry;
+        const std::string rows = cuda_kernels::get_rows_entry(type);
+        EXPECT_NE(out->ptx.find(".entry " + rows + "("), std::string::npos) << rows;
+      }
+    }
+  }
+  EXPECT_TRUE(cuda_kernels::matvec_entry(GgmlType::kQ5_K).empty());
+  EXPECT_TRUE(cuda_kernels::get_rows_entry(GgmlType::kQ5_K).empty());
+}
+
+// The step kernels' sources (worker/cuda/kernels/sources.h) compile for
+// sm_80 and sm_90 and hold their entry points.
+TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
+  NvrtcCompiler compiler({.cache_dir = "-"});
+  struct Source {
+    const char* name;
+    const char* text;
+    std::vector<const char*> entries;
+  };
+  const Source sources[] = {
+      {"elementwise.cu", cuda_kernels::kElementwiseSource,
+       {cuda_kernels::kRopeRotateEntry, cuda_kernels::kSwigluEntry, cuda_kernels::kAddEntry,
+        cuda_kernels::kStoreKvEntry}},
+      {"attention.cu", cuda_kernels::kAttentionSource, {cuda_kernels::kAttentionDecodeEntry}},
+      {"sample.cu", cuda_kernels::kSampleSource, {cuda_kernels::kArgmaxEntry}},
+  };
+  for (const int cc : {80, 90}) {
+    for (const Source& s : sources) {
+      SCOPED_TRACE(std::string(s.name) + " for compute_" + std::to_string(cc));
+      const NvrtcTarget target{.device_name = "any", .cc_major = cc / 10, .cc_minor = cc % 10};
+      const std::vector<std::string> opts = {"--std=c++17"};
+      auto out = compiler.compile(target, s.name, s.text, opts);
+      ASSERT_TRUE(out.ok()) << out.status();
+      for (const char* entry : s.entries) {
+        EXPECT_NE(out->ptx.find(".entry " + std::string(entry) + "("), std::string::npos)
+            << entry;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::worker

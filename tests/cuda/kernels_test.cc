@@ -1,0 +1,494 @@
+// The kernels of worker/cuda/kernels through the DeviceApi seam
+// (worker/cuda/device_api.h), every case twice: on the CPU emulation
+// (tests/cuda/emulated_device_api.h: the same sources compiled for the
+// host, a thread a CUDA thread), which runs everywhere, and on the GPU
+// (make_cuda_device_api(0): NVRTC, cudart), which skips, saying "no CUDA
+// device: ...", without one. Each against kernels/cpu/reference, with the
+// bound its comment gives.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
+#include "kernels/cpu/reference/dequantize.h"
+#include "kernels/cpu/reference/fp16.h"
+#include "kernels/cpu/reference/ops/attention.h"
+#include "kernels/cpu/reference/ops/elementwise.h"
+#include "kernels/cpu/reference/quantize.h"
+#include "model/ggml_type.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/emulated_device_api.h"
+#include "worker/cuda/device_api.h"
+#include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/rms_norm_source.h"
+#include "worker/cuda/kernels/sources.h"
+
+// The host builds, with the options of the sources below.
+namespace strata::worker::host {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
+namespace matvec1 {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define NCOLS 1
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef STRATA_UNROLL
+#undef STRATA_MATVEC
+#undef STRATA_GET_ROWS
+}  // namespace matvec1
+namespace matvec3 {
+using namespace strata::cuda_emulation;
+#define NCOLS 3
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef STRATA_UNROLL
+#undef THREADS
+}  // namespace matvec3
+namespace rms {
+using namespace strata::cuda_emulation;
+#define THREADS 256
+#include "worker/cuda/kernels/rms_norm.cuh"
+#undef THREADS
+}  // namespace rms
+namespace elementwise {
+using namespace strata::cuda_emulation;
+#include "worker/cuda/kernels/elementwise.cuh"
+}  // namespace elementwise
+namespace attention {
+using namespace strata::cuda_emulation;
+#define THREADS 64
+#include "worker/cuda/kernels/attention.cuh"
+#undef THREADS
+}  // namespace attention
+namespace sample {
+using namespace strata::cuda_emulation;
+#define THREADS 96
+#include "worker/cuda/kernels/sample.cuh"
+#undef THREADS
+}  // namespace sample
+#pragma GCC diagnostic pop
+}  // namespace strata::worker::host
+
+namespace strata::worker {
+namespace {
+
+using testing::adapt;
+using testing::EmulatedDeviceApi;
+
+constexpr unsigned kMatvecThreads = 128, kRmsThreads = 256, kAttentionThreads = 64,
+                   kArgmaxThreads = 96;
+
+const KernelSource kMatvec1{"matvec.cu", cuda_kernels::kMatvecSource,
+                            {"-DTHREADS=128", "-DNCOLS=1", "--std=c++17"}};
+const KernelSource kMatvec3{"matvec.cu", cuda_kernels::kMatvecSource,
+                            {"-DTHREADS=128", "-DNCOLS=3", "--std=c++17"}};
+const KernelSource kRms{"rms_norm.cu", cuda_kernels::kRmsNormSource, {"-DTHREADS=256"}};
+const KernelSource kElementwise{"elementwise.cu", cuda_kernels::kElementwiseSource, {}};
+const KernelSource kAttention{"attention.cu", cuda_kernels::kAttentionSource, {"-DTHREADS=64"}};
+const KernelSource kSample{"sample.cu", cuda_kernels::kSampleSource, {"-DTHREADS=96"}};
+
+struct TypeCase {
+  GgmlType type;
+  testing::HostEntry matvec1, matvec3, rows;
+};
+
+std::vector<TypeCase> type_cases() {
+  using namespace host;
+  return {
+      {GgmlType::kF32, adapt(matvec1::strata_matvec_f32), adapt(matvec3::strata_matvec_f32),
+       adapt(matvec1::strata_get_rows_f32)},
+      {GgmlType::kF16, adapt(matvec1::strata_matvec_f16), adapt(matvec3::strata_matvec_f16),
+       adapt(matvec1::strata_get_rows_f16)},
+      {GgmlType::kQ4_0, adapt(matvec1::strata_matvec_q4_0), adapt(matvec3::strata_matvec_q4_0),
+       adapt(matvec1::strata_get_rows_q4_0)},
+      {GgmlType::kQ4_1, adapt(matvec1::strata_matvec_q4_1), adapt(matvec3::strata_matvec_q4_1),
+       adapt(matvec1::strata_get_rows_q4_1)},
+      {GgmlType::kQ8_0, adapt(matvec1::strata_matvec_q8_0), adapt(matvec3::strata_matvec_q8_0),
+       adapt(matvec1::strata_get_rows_q8_0)},
+      {GgmlType::kQ4_K, adapt(matvec1::strata_matvec_q4_k), adapt(matvec3::strata_matvec_q4_k),
+       adapt(matvec1::strata_get_rows_q4_k)},
+      {GgmlType::kQ6_K, adapt(matvec1::strata_matvec_q6_k), adapt(matvec3::strata_matvec_q6_k),
+       adapt(matvec1::strata_get_rows_q6_k)},
+  };
+}
+
+std::unique_ptr<DeviceApi> emulated_device() {
+  auto api = std::make_unique<EmulatedDeviceApi>();
+  for (const TypeCase& c : type_cases()) {
+    api->add(kMatvec1, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec1);
+    api->add(kMatvec3, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec3);
+    api->add(kMatvec1, cuda_kernels::get_rows_entry(c.type), c.rows);
+  }
+  api->add(kRms, cuda_kernels::kRmsNormEntry, adapt(host::rms::strata_rms_norm));
+  api->add(kElementwise, cuda_kernels::kRopeRotateEntry,
+           adapt(host::elementwise::strata_rope_rotate));
+  api->add(kElementwise, cuda_kernels::kSwigluEntry, adapt(host::elementwise::strata_swiglu));
+  api->add(kElementwise, cuda_kernels::kAddEntry, adapt(host::elementwise::strata_add));
+  api->add(kElementwise, cuda_kernels::kStoreKvEntry, adapt(host::elementwise::strata_store_kv));
+  api->add(kAttention, cuda_kernels::kAttentionDecodeEntry,
+           adapt(host::attention::strata_attention_decode));
+  api->add(kSample, cuda_kernels::kArgmaxEntry, adapt(host::sample::strata_argmax));
+  return api;
+}
+
+std::vector<float> normal_values(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+class Kernels : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "emulated") {
+      api_ = emulated_device();
+      return;
+    }
+    STRATA_REQUIRE_CUDA_DEVICE(device);
+    auto api = make_cuda_device_api(device.ordinal, "-");
+    ASSERT_TRUE(api.ok()) << api.status();
+    api_ = *std::move(api);
+  }
+
+  // A device copy of `v`.
+  template <typename T>
+  DeviceBuffer put(const std::vector<T>& v) {
+    auto b = DeviceBuffer::make(api_.get(), v.size() * sizeof(T));
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(api_->upload(b->get(), v.data(), v.size() * sizeof(T)).ok());
+    return *std::move(b);
+  }
+  // `n` elements of device memory, every byte `fill_byte`.
+  DeviceBuffer space(size_t bytes, int fill_byte = 0xFF) {
+    auto b = DeviceBuffer::make(api_.get(), bytes);
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(api_->fill(b->get(), fill_byte, bytes).ok());
+    return *std::move(b);
+  }
+  template <typename T>
+  std::vector<T> get(const DeviceBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_TRUE(api_->download(v.data(), b.get(), n * sizeof(T)).ok());
+    return v;
+  }
+  // Launches `entry` of `source` with `args` (each of the parameter's exact
+  // type).
+  template <typename... T>
+  absl::Status run(const KernelSource& source, const std::string& entry, unsigned grid,
+                   unsigned block, T... args) {
+    std::tuple<T...> held(args...);
+    return std::apply(
+        [&](auto&... v) {
+          void* a[] = {static_cast<void*>(&v)...};
+          return api_->launch(KernelRef{&source, entry}, grid, block, a);
+        },
+        held);
+  }
+
+  std::unique_ptr<DeviceApi> api_;
+};
+
+// Quantized matrix x 1 and 3 columns, every type, fewer and more units than
+// a warp's lanes. Float sums against the reference's double:
+// |y - ref| <= 1e-5 sum|w x| + 1e-6.
+TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const TypeCase& c : type_cases()) {
+    for (const int columns : {1, 3}) {
+      for (const int n_cols : {256, 2304}) {
+        const int n_rows = 9;
+        SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(columns) +
+                     " columns, " + std::to_string(n_rows) + " x " + std::to_string(n_cols));
+        const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
+        std::vector<unsigned char> w(static_cast<size_t>(row_bytes) * n_rows);
+        std::vector<float> dequant(static_cast<size_t>(n_rows) * n_cols);
+        for (int r = 0; r < n_rows; ++r) {
+          std::vector<float> row(static_cast<size_t>(n_cols));
+          for (float& v : row) v = normal(rng);
+          unsigned char* bytes = w.data() + static_cast<size_t>(r) * row_bytes;
+          ASSERT_TRUE(reference::quantize_row(c.type, row.data(), n_cols, bytes).ok());
+          ASSERT_TRUE(reference::dequantize_row(c.type, bytes, n_cols,
+                                                dequant.data() + static_cast<size_t>(r) * n_cols)
+                          .ok());
+        }
+        const std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, 11);
+        DeviceBuffer dw = put(w), dx = put(x);
+        DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
+        const unsigned per_block = kMatvecThreads / 32;
+        ASSERT_TRUE(run(columns == 1 ? kMatvec1 : kMatvec3,
+                        std::string(cuda_kernels::matvec_entry(c.type)),
+                        (n_rows + per_block - 1) / per_block, kMatvecThreads,
+                        dw.as<const unsigned char>(), dx.as<const float>(), dy.as<float>(), n_rows,
+                        n_cols, row_bytes)
+                        .ok());
+        const std::vector<float> y = get<float>(dy, static_cast<size_t>(columns) * n_rows);
+        for (int col = 0; col < columns; ++col) {
+          for (int r = 0; r < n_rows; ++r) {
+            double want = 0.0, magnitude = 0.0;
+            for (int i = 0; i < n_cols; ++i) {
+              const double p = static_cast<double>(dequant[static_cast<size_t>(r) * n_cols + i]) *
+                               x[static_cast<size_t>(col) * n_cols + i];
+              want += p;
+              magnitude += std::fabs(p);
+            }
+            ASSERT_NEAR(y[static_cast<size_t>(col) * n_rows + r], want, 1e-5 * magnitude + 1e-6)
+                << "column " << col << ", row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// get_rows (the token embedding): the rows of the ids, exactly the
+// reference's values (the same formulas, no sums); ids repeat, any order.
+TEST_P(Kernels, GetRowsDequantizesTheRowsOfTheIds) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int n_rows = 6, n_cols = 512;
+  const std::vector<int> ids = {5, 0, 5, 2, 3};
+  for (const TypeCase& c : type_cases()) {
+    SCOPED_TRACE(std::string(ggml_type_info(c.type).name));
+    const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
+    std::vector<unsigned char> table(static_cast<size_t>(row_bytes) * n_rows);
+    std::vector<float> rows(static_cast<size_t>(n_rows) * n_cols);
+    for (int r = 0; r < n_rows; ++r) {
+      std::vector<float> row(static_cast<size_t>(n_cols));
+      for (float& v : row) v = normal(rng);
+      unsigned char* bytes = table.data() + static_cast<size_t>(r) * row_bytes;
+      ASSERT_TRUE(reference::quantize_row(c.type, row.data(), n_cols, bytes).ok());
+      ASSERT_TRUE(reference::dequantize_row(c.type, bytes, n_cols,
+                                            rows.data() + static_cast<size_t>(r) * n_cols)
+                      .ok());
+    }
+    DeviceBuffer dt = put(table), di = put(ids);
+    DeviceBuffer dout = space(ids.size() * n_cols * sizeof(float));
+    ASSERT_TRUE(run(kMatvec1, cuda_kernels::get_rows_entry(c.type), 2, 64,
+                    dt.as<const unsigned char>(), di.as<const int>(), dout.as<float>(),
+                    static_cast<int>(ids.size()), n_cols, row_bytes)
+                    .ok());
+    const std::vector<float> got = get<float>(dout, ids.size() * n_cols);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int col = 0; col < n_cols; ++col) {
+        ASSERT_EQ(got[i * n_cols + col], rows[static_cast<size_t>(ids[i]) * n_cols + col])
+            << "id " << ids[i] << ", column " << col;
+      }
+    }
+  }
+}
+
+// RMSNorm, widths below, at and past the block: 2e-6 relative (float sums
+// of squares against the reference's double, rsqrtf's 2 ulp).
+TEST_P(Kernels, RmsNormMatchesTheReference) {
+  ThreadPool pool(1);
+  for (const bool weighted : {true, false}) {
+    for (const int dim : {1, 31, 255, 576, 1000}) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + (weighted ? ", weighted" : ""));
+      const int rows = 3;
+      const float eps = 1e-5f;
+      const std::vector<float> x = normal_values(static_cast<size_t>(rows) * dim, 3, 2.0f);
+      std::vector<float> w(static_cast<size_t>(dim), 1.0f);
+      if (weighted) w = normal_values(static_cast<size_t>(dim), 4);
+      std::vector<float> want(x.size());
+      reference::ops::rms_norm(x.data(), w.data(), rows, dim, eps, want.data(), pool);
+      DeviceBuffer dx = put(x), dw = put(w), dy = space(x.size() * sizeof(float));
+      ASSERT_TRUE(run(kRms, cuda_kernels::kRmsNormEntry, rows, kRmsThreads, dx.as<const float>(),
+                      weighted ? dw.as<const float>() : nullptr, dy.as<float>(), dim, eps)
+                      .ok());
+      const std::vector<float> got = get<float>(dy, x.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 2e-6f * std::max(1.0f, std::fabs(want[i]))) << i;
+      }
+    }
+  }
+}
+
+// Both pair orders, a partial rotation, positions far apart; the
+// reference's arithmetic on the same (cos, sin) table: 2e-6 relative
+// covers a device's fused multiply-adds.
+TEST_P(Kernels, RopeRotateMatchesTheReference) {
+  ThreadPool pool(1);
+  for (const kernels::RopeOrder order : {kernels::RopeOrder::kNormal, kernels::RopeOrder::kNeox}) {
+    for (const int n_rot : {64, 32}) {
+      SCOPED_TRACE(std::string(order == kernels::RopeOrder::kNeox ? "neox" : "normal") +
+                   ", n_rot " + std::to_string(n_rot));
+      const int n_tokens = 3, n_heads = 5, head_dim = 64;
+      const std::vector<int32_t> positions = {0, 17, 4000};
+      kernels::RopeParams params;
+      params.order = order;
+      params.n_rot = n_rot;
+      std::vector<float> cs(static_cast<size_t>(n_tokens) * n_rot);
+      reference::ops::rope_angles(positions.data(), n_tokens, params, cs.data(), pool);
+      std::vector<float> want = normal_values(static_cast<size_t>(n_tokens) * n_heads * head_dim, 1);
+      DeviceBuffer dx = put(want), dcs = put(cs);
+      reference::ops::rope_rotate(want.data(), n_tokens, n_heads, head_dim, order, n_rot,
+                                  cs.data(), pool);
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kRopeRotateEntry, 2, 64, dx.as<float>(),
+                      dcs.as<const float>(), n_tokens, n_heads, head_dim, n_rot,
+                      order == kernels::RopeOrder::kNeox ? 1 : 0)
+                      .ok());
+      const std::vector<float> got = get<float>(dx, want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 2e-6f * std::max(1.0f, std::fabs(want[i]))) << i;
+      }
+    }
+  }
+}
+
+// SwiGLU: expf against the reference's exp_ggml, 1e-5 relative; the
+// residual add: exact.
+TEST_P(Kernels, SwigluAndAddMatchTheReference) {
+  ThreadPool pool(1);
+  const long long n = 1537;
+  const std::vector<float> gate = normal_values(n, 2, 4.0f), up = normal_values(n, 3);
+  std::vector<float> want(n);
+  reference::ops::swiglu(gate.data(), up.data(), n, want.data(), pool);
+  DeviceBuffer dg = put(gate), du = put(up), dout = space(n * sizeof(float));
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kSwigluEntry, 3, 128, dg.as<const float>(),
+                  du.as<const float>(), dout.as<float>(), n)
+                  .ok());
+  std::vector<float> got = get<float>(dout, n);
+  for (long long i = 0; i < n; ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.0f, std::fabs(want[i]))) << i;
+  }
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kAddEntry, 1, 32, dg.as<const float>(),
+                  du.as<const float>(), dout.as<float>(), n)
+                  .ok());
+  got = get<float>(dout, n);
+  for (long long i = 0; i < n; ++i) ASSERT_EQ(got[i], gate[i] + up[i]) << i;
+}
+
+// f16 rounding to nearest even as the reference's f32_to_f16: exact; the
+// rows outside [pos, pos + n) untouched.
+TEST_P(Kernels, StoreKvRoundsToF16AtItsRows) {
+  const int n_ctx = 9, pos = 4, n = 3, k_width = 48, v_width = 40;
+  const std::vector<float> k = normal_values(static_cast<size_t>(n) * k_width, 4, 100.0f);
+  const std::vector<float> v = normal_values(static_cast<size_t>(n) * v_width, 5, 1e-3f);
+  DeviceBuffer dk = put(k), dv = put(v);
+  DeviceBuffer kc = space(static_cast<size_t>(n_ctx) * k_width * 2, 0x5A);
+  DeviceBuffer vc = space(static_cast<size_t>(n_ctx) * v_width * 2, 0x5A);
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kStoreKvEntry, 2, 32, dk.as<const float>(),
+                  dv.as<const float>(), kc.as<unsigned short>(), vc.as<unsigned short>(), pos, n,
+                  k_width, v_width)
+                  .ok());
+  const std::vector<uint16_t> kg = get<uint16_t>(kc, static_cast<size_t>(n_ctx) * k_width);
+  const std::vector<uint16_t> vg = get<uint16_t>(vc, static_cast<size_t>(n_ctx) * v_width);
+  for (int r = 0; r < n_ctx; ++r) {
+    const bool stored = r >= pos && r < pos + n;
+    for (int i = 0; i < k_width; ++i) {
+      const uint16_t want =
+          stored ? reference::f32_to_f16(k[static_cast<size_t>(r - pos) * k_width + i]) : 0x5A5A;
+      ASSERT_EQ(kg[static_cast<size_t>(r) * k_width + i], want) << "k row " << r << " " << i;
+    }
+    for (int i = 0; i < v_width; ++i) {
+      const uint16_t want =
+          stored ? reference::f32_to_f16(v[static_cast<size_t>(r - pos) * v_width + i]) : 0x5A5A;
+      ASSERT_EQ(vg[static_cast<size_t>(r) * v_width + i], want) << "v row " << r << " " << i;
+    }
+  }
+}
+
+// Decode attention: grouped heads, a soft cap, a sliding window, contexts
+// below, at and past the block's threads. Both round q and the
+// probabilities to f16; the reference sums the softmax in double, the
+// kernel in float, which can move a probability across an f16 rounding
+// boundary: 2e-3 absolute on outputs of magnitude ~1.
+TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
+  ThreadPool pool(1);
+  struct Shape {
+    int n_head, n_head_kv, dk, dv, n_kv, window;
+    float softcap;
+  };
+  for (const Shape s : {Shape{9, 3, 64, 64, 1, 0, 0.0f}, Shape{9, 3, 64, 64, 64, 0, 0.0f},
+                        Shape{8, 2, 32, 48, 200, 0, 30.0f}, Shape{4, 4, 64, 64, 150, 40, 0.0f}}) {
+    SCOPED_TRACE(std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " heads, n_kv " +
+                 std::to_string(s.n_kv) + ", window " + std::to_string(s.window) + ", softcap " +
+                 std::to_string(s.softcap));
+    const std::vector<float> q = normal_values(static_cast<size_t>(s.n_head) * s.dk, 6);
+    const std::vector<float> k = normal_values(static_cast<size_t>(s.n_kv) * s.n_head_kv * s.dk, 7);
+    const std::vector<float> v = normal_values(static_cast<size_t>(s.n_kv) * s.n_head_kv * s.dv, 8);
+    std::vector<uint16_t> k16(k.size()), v16(v.size());
+    for (size_t i = 0; i < k.size(); ++i) k16[i] = reference::f32_to_f16(k[i]);
+    for (size_t i = 0; i < v.size(); ++i) v16[i] = reference::f32_to_f16(v[i]);
+    kernels::AttentionParams p;
+    p.n_head = s.n_head;
+    p.n_head_kv = s.n_head_kv;
+    p.head_dim_k = s.dk;
+    p.head_dim_v = s.dv;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
+    p.softcap = s.softcap;
+    p.sliding_window = s.window;
+    kernels::KvView kv;
+    kv.type = GgmlType::kF16;
+    kv.k = k16.data();
+    kv.v = v16.data();
+    kv.n_kv = s.n_kv;
+    const int32_t pos = s.n_kv - 1;
+    std::vector<float> want(static_cast<size_t>(s.n_head) * s.dv);
+    reference::ops::AttentionScratch scratch(s.n_kv, p, 1);
+    reference::ops::attention(q.data(), &pos, 1, kv, p, want.data(), scratch, pool);
+
+    const int window_begin = s.window > 0 ? std::max(0, pos - s.window + 1) : 0;
+    DeviceBuffer dq = put(q), dk = put(k16), dv = put(v16);
+    DeviceBuffer dout = space(want.size() * sizeof(float));
+    DeviceBuffer scores = space(static_cast<size_t>(s.n_head) * s.n_kv * sizeof(float));
+    ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionDecodeEntry, s.n_head, kAttentionThreads,
+                    dq.as<const float>(), dk.as<const unsigned short>(),
+                    dv.as<const unsigned short>(), dout.as<float>(), scores.as<float>(), s.n_kv,
+                    window_begin, s.n_head, s.n_head_kv, s.dk, s.dv, p.scale, s.softcap)
+                    .ok());
+    const std::vector<float> got = get<float>(dout, want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-3f) << i;
+  }
+}
+
+// Greedy: the first of the largest, NaN never the largest, -1 when all are
+// NaN (worker/sampler.cc's pick).
+TEST_P(Kernels, ArgmaxIsTheFirstOfTheLargest) {
+  std::mt19937 rng(10);
+  std::uniform_int_distribution<int> level(-3, 3), odd(0, 20);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int n : {1, 5, 95, 96, 97, 1000, 49152}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = odd(rng) == 0 ? nan : static_cast<float>(level(rng));
+      if (trial == 3) std::fill(x.begin(), x.end(), nan);
+      int want = -1;
+      for (int i = 0; i < n; ++i) {
+        if (!std::isnan(x[i]) && (want < 0 || x[i] > x[want])) want = i;
+      }
+      DeviceBuffer dx = put(x), did = space(sizeof(int));
+      ASSERT_TRUE(run(kSample, cuda_kernels::kArgmaxEntry, 1, kArgmaxThreads,
+                      dx.as<const float>(), n, did.as<int>())
+                      .ok());
+      ASSERT_EQ(get<int>(did, 1)[0], want) << "n " << n << " trial " << trial;
+    }
+  }
+}
+
+// A launch of a kernel the source does not have: InvalidArgument naming it.
+TEST_P(Kernels, AMissingEntryIsInvalidArgument) {
+  const std::vector<float> x(4, 1.0f);
+  DeviceBuffer dx = put(x), did = space(sizeof(int));
+  const absl::Status st =
+      run(kSample, "strata_no_such_kernel", 1, 32, dx.as<const float>(), 4, did.as<int>());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("strata_no_such_kernel"), std::string::npos) << st;
+}
+
+INSTANTIATE_TEST_SUITE_P(On, Kernels, ::testing::Values("emulated", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace strata::worker

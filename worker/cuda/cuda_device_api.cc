@@ -1,0 +1,142 @@
+// make_cuda_device_api (worker/cuda/device_api.h): cudart memory and copies
+// on one device, kernels compiled by NVRTC at their first launch (PTX,
+// cached on disk by NvrtcCompiler), loaded with cudaLibraryLoadData (CUDA
+// 12+, no libcuda link) and kept per (source, options) and entry.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/cuda/cuda_device.h"
+#include "worker/cuda/device_api.h"
+#include "worker/cuda/nvrtc_compiler.h"
+
+namespace strata::worker {
+namespace {
+
+absl::Status cuda_error(const char* what, cudaError_t e) {
+  const absl::StatusCode code = e == cudaErrorMemoryAllocation
+                                    ? absl::StatusCode::kResourceExhausted
+                                    : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+class CudaDeviceApi : public DeviceApi {
+ public:
+  CudaDeviceApi(CudaDevice device, std::string cache_dir)
+      : device_(std::move(device)), compiler_({.cache_dir = std::move(cache_dir)}) {}
+
+  ~CudaDeviceApi() override {
+    for (auto& [key, library] : libraries_) cudaLibraryUnload(library);
+  }
+
+  std::string describe() const override {
+    return absl::StrCat("cuda:", device_.ordinal, " (", device_.name, ", compute ",
+                        device_.cc_major, ".", device_.cc_minor, ")");
+  }
+
+  absl::StatusOr<void*> alloc(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes); e != cudaSuccess) {
+      return cuda_error(absl::StrCat("cudaMalloc of ", bytes, " bytes").c_str(), e);
+    }
+    return p;
+  }
+
+  void free(void* device) override {
+    if (device != nullptr) cudaFree(device);
+  }
+
+  absl::Status upload(void* device, const void* host, size_t bytes) override {
+    if (cudaError_t e = cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
+        e != cudaSuccess) {
+      return cuda_error("cudaMemcpy to the device", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status download(void* host, const void* device, size_t bytes) override {
+    if (cudaError_t e = cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost);
+        e != cudaSuccess) {
+      return cuda_error("cudaMemcpy from the device", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status fill(void* device, int value, size_t bytes) override {
+    if (cudaError_t e = cudaMemset(device, value, bytes); e != cudaSuccess) {
+      return cuda_error("cudaMemset", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block,
+                      void** args) override {
+    absl::StatusOr<cudaKernel_t> k = find(kernel);
+    if (!k.ok()) return k.status();
+    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(*k), dim3(grid),
+                                         dim3(block), args, 0, nullptr);
+        e != cudaSuccess) {
+      return cuda_error(absl::StrCat("launch of ", kernel.entry).c_str(), e);
+    }
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      return cuda_error(absl::StrCat("launch of ", kernel.entry).c_str(), e);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // The loaded entry, compiling and loading its source at first use.
+  absl::StatusOr<cudaKernel_t> find(const KernelRef& kernel) {
+    const KernelSource& src = *kernel.source;
+    const std::string key = absl::StrCat(src.name, "\n", absl::StrJoin(src.options, "\n"));
+    auto entry_key = std::make_pair(key, kernel.entry);
+    if (auto it = kernels_.find(entry_key); it != kernels_.end()) return it->second;
+    auto lib = libraries_.find(key);
+    if (lib == libraries_.end()) {
+      const NvrtcTarget target{.device_name = device_.name,
+                               .cc_major = device_.cc_major,
+                               .cc_minor = device_.cc_minor,
+                               .driver_version = cuda_driver_version()};
+      absl::StatusOr<NvrtcOutput> ptx = compiler_.compile(target, src.name, src.text, src.options);
+      if (!ptx.ok()) return ptx.status();
+      cudaLibrary_t library = nullptr;
+      if (cudaError_t e = cudaLibraryLoadData(&library, ptx->ptx.data(), nullptr, nullptr, 0,
+                                              nullptr, nullptr, 0);
+          e != cudaSuccess) {
+        return cuda_error(absl::StrCat("loading ", src.name).c_str(), e);
+      }
+      lib = libraries_.emplace(key, library).first;
+    }
+    cudaKernel_t k = nullptr;
+    if (cudaError_t e = cudaLibraryGetKernel(&k, lib->second, kernel.entry.c_str());
+        e != cudaSuccess) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(src.name, " has no entry ", kernel.entry, ": ", cudaGetErrorString(e)));
+    }
+    kernels_.emplace(std::move(entry_key), k);
+    return k;
+  }
+
+  CudaDevice device_;
+  NvrtcCompiler compiler_;
+  std::map<std::string, cudaLibrary_t> libraries_;
+  std::map<std::pair<std::string, std::string>, cudaKernel_t> kernels_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceApi>> make_cuda_device_api(int ordinal,
+                                                                std::string kernel_cache_dir) {
+  absl::StatusOr<CudaDevice> device = cuda_device(ordinal);
+  if (!device.ok()) return device.status();
+  if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) {
+    return cuda_error(absl::StrCat("cudaSetDevice(", ordinal, ")").c_str(), e);
+  }
+  return std::make_unique<CudaDeviceApi>(*std::move(device), std::move(kernel_cache_dir));
+}
+
+}  // namespace strata::worker

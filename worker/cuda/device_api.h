@@ -1,0 +1,122 @@
+// DeviceApi: what the cuda backend asks of a device — memory, copies, and
+// launches of the kernels of worker/cuda/kernels — behind one seam with two
+// implementations:
+//   - the GPU: make_cuda_device_api (cudart, the kernels compiled by NVRTC
+//     at their first launch and cached in memory and on disk);
+//   - the CPU emulation for tests (tests/cuda/emulated_device_api.h), which
+//     runs the same kernel sources on host threads, so that a kernel test
+//     or a forward pass written against this seam runs here without a GPU
+//     and unchanged on the GPU machine.
+//
+// A kernel is named by its source (program name, text and compile options:
+// -DNCOLS=8 makes another kernel than -DNCOLS=1) and its entry point.
+// Arguments are passed as cudaLaunchKernel takes them: an array of
+// pointers to each argument's value, in the entry's parameter order.
+//
+// Device memory is opaque to the host: only upload/download touch it.
+// Threads: one thread at a time per DeviceApi. Launches run in order;
+// download waits for every launch before it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace strata::worker {
+
+struct KernelSource {
+  std::string name;                  // program name: "matvec.cu"
+  const char* text = nullptr;        // CUDA C++ (worker/cuda/kernels/*.cuh)
+  std::vector<std::string> options;  // "-DNCOLS=8", ...
+};
+
+struct KernelRef {
+  const KernelSource* source = nullptr;  // outlives every launch of it
+  std::string entry;                     // "strata_matvec_q4_0"
+};
+
+class DeviceApi {
+ public:
+  virtual ~DeviceApi() = default;
+
+  // "cuda:0 (NVIDIA H200, compute 9.0)", "emulated (CPU threads)".
+  virtual std::string describe() const = 0;
+
+  // `bytes` of device memory (uninitialised); ResourceExhausted when the
+  // device has too little.
+  virtual absl::StatusOr<void*> alloc(size_t bytes) = 0;
+  // Frees what alloc returned (nullptr: no-op).
+  virtual void free(void* device) = 0;
+  // Host -> device and device -> host copies of `bytes`.
+  virtual absl::Status upload(void* device, const void* host, size_t bytes) = 0;
+  virtual absl::Status download(void* host, const void* device, size_t bytes) = 0;
+  // Sets `bytes` of device memory to `value`.
+  virtual absl::Status fill(void* device, int value, size_t bytes) = 0;
+
+  // Runs `kernel` on grid x 1 x 1 blocks of `block` x 1 x 1 threads.
+  // Errors: InvalidArgument when the source does not compile or has no
+  // such entry (naming both); the device's error otherwise.
+  virtual absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block,
+                              void** args) = 0;
+};
+
+// A device allocation that frees itself.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceApi* api, void* p, size_t bytes) : api_(api), p_(p), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      api_ = o.api_;
+      p_ = o.p_;
+      bytes_ = o.bytes_;
+      o.api_ = nullptr;
+      o.p_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+
+  // `bytes` of `api`'s memory.
+  static absl::StatusOr<DeviceBuffer> make(DeviceApi* api, size_t bytes) {
+    absl::StatusOr<void*> p = api->alloc(bytes);
+    if (!p.ok()) return p.status();
+    return DeviceBuffer(api, *p, bytes);
+  }
+
+  void* get() const { return p_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void reset() {
+    if (api_ != nullptr) api_->free(p_);
+    api_ = nullptr;
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  DeviceApi* api_ = nullptr;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Device `ordinal` through cudart, with an NVRTC compiler whose disk cache
+// is `kernel_cache_dir` ("" : ~/.cache/strata/cuda-kernels; "-": none).
+// FailedPrecondition when there is no such device (cuda_device's message);
+// Unimplemented in a build without CUDA.
+absl::StatusOr<std::unique_ptr<DeviceApi>> make_cuda_device_api(int ordinal,
+                                                                std::string kernel_cache_dir);
+
+}  // namespace strata::worker
