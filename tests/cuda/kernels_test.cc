@@ -41,8 +41,7 @@ using namespace strata::cuda_emulation;
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef STRATA_UNROLL
-#undef STRATA_MATVEC
-#undef STRATA_GET_ROWS
+#undef STRATA_ENTRIES
 }  // namespace matvec1
 namespace matvec3 {
 using namespace strata::cuda_emulation;

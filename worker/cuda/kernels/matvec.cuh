@@ -194,30 +194,21 @@ STRATA_UNROLL
 #ifndef STRATA_KERNEL
 #define STRATA_KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
 #endif
-#define STRATA_MATVEC(name, Format)                                                         \
-  STRATA_KERNEL name(const u8* w, const float* x, float* y, int n_rows, int n_cols,       \
-                     long long row_bytes) {                                                \
+// Every format's two entries: strata_matvec_<type> and strata_get_rows_<type>.
+#define STRATA_ENTRIES(type, Format)                                                      \
+  STRATA_KERNEL strata_matvec_##type(const u8* w, const float* x, float* y, int n_rows,   \
+                                     int n_cols, long long row_bytes) {                   \
     matvec<Format>(w, x, y, n_rows, n_cols, row_bytes);                                   \
+  }                                                                                       \
+  STRATA_KERNEL strata_get_rows_##type(const u8* table, const int* ids, float* out,       \
+                                       int n_ids, int n_cols, long long row_bytes) {      \
+    get_rows<Format>(table, ids, out, n_ids, n_cols, row_bytes);                          \
   }
 
-STRATA_MATVEC(strata_matvec_f32, F32)
-STRATA_MATVEC(strata_matvec_f16, F16)
-STRATA_MATVEC(strata_matvec_q4_0, Q4_0)
-STRATA_MATVEC(strata_matvec_q4_1, Q4_1)
-STRATA_MATVEC(strata_matvec_q8_0, Q8_0)
-STRATA_MATVEC(strata_matvec_q4_k, Q4_K)
-STRATA_MATVEC(strata_matvec_q6_k, Q6_K)
-
-#define STRATA_GET_ROWS(name, Format)                                                        \
-  STRATA_KERNEL name(const u8* table, const int* ids, float* out, int n_ids, int n_cols,   \
-                     long long row_bytes) {                                                \
-    get_rows<Format>(table, ids, out, n_ids, n_cols, row_bytes);                           \
-  }
-
-STRATA_GET_ROWS(strata_get_rows_f32, F32)
-STRATA_GET_ROWS(strata_get_rows_f16, F16)
-STRATA_GET_ROWS(strata_get_rows_q4_0, Q4_0)
-STRATA_GET_ROWS(strata_get_rows_q4_1, Q4_1)
-STRATA_GET_ROWS(strata_get_rows_q8_0, Q8_0)
-STRATA_GET_ROWS(strata_get_rows_q4_k, Q4_K)
-STRATA_GET_ROWS(strata_get_rows_q6_k, Q6_K)
+STRATA_ENTRIES(f32, F32)
+STRATA_ENTRIES(f16, F16)
+STRATA_ENTRIES(q4_0, Q4_0)
+STRATA_ENTRIES(q4_1, Q4_1)
+STRATA_ENTRIES(q8_0, Q8_0)
+STRATA_ENTRIES(q4_k, Q4_K)
+STRATA_ENTRIES(q6_k, Q6_K)

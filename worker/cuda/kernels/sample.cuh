@@ -22,6 +22,18 @@ __device__ __forceinline__ bool strata_better(float v, int i, float best, int at
   return v > best || (v == best && i < at);
 }
 
+// The warp's best (value, index) pair, on every lane.
+__device__ __forceinline__ void strata_warp_best(float* best, int* at) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, *best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, *at, o);
+    if (strata_better(ov, oi, *best, *at)) {
+      *best = ov;
+      *at = oi;
+    }
+  }
+}
+
 STRATA_KERNEL strata_argmax(const float* __restrict__ logits, int n, int* id) {
   float best = 0.0f;
   int at = -1;
@@ -32,14 +44,7 @@ STRATA_KERNEL strata_argmax(const float* __restrict__ logits, int n, int* id) {
       at = i;
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, at, o);
-    if (strata_better(ov, oi, best, at)) {
-      best = ov;
-      at = oi;
-    }
-  }
+  strata_warp_best(&best, &at);
   __shared__ float warp_best[32];
   __shared__ int warp_at[32];
   if ((threadIdx.x & 31) == 0) {
@@ -51,14 +56,7 @@ STRATA_KERNEL strata_argmax(const float* __restrict__ logits, int n, int* id) {
     const int warps = (THREADS + 31) / 32;
     best = (int)threadIdx.x < warps ? warp_best[threadIdx.x] : 0.0f;
     at = (int)threadIdx.x < warps ? warp_at[threadIdx.x] : -1;
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, at, o);
-      if (strata_better(ov, oi, best, at)) {
-        best = ov;
-        at = oi;
-      }
-    }
+    strata_warp_best(&best, &at);
     if (threadIdx.x == 0) *id = at;
   }
 }
