@@ -1,7 +1,7 @@
 // The kernels of worker/cuda/kernels through the DeviceApi seam
 // (worker/cuda/device_api.h), every case twice: on the CPU emulation
 // (tests/cuda/emulated_device_api.h: the same sources compiled for the
-// host, a thread a CUDA thread), which runs everywhere, and on the GPU
+// host, a coroutine a CUDA thread), which runs everywhere, and on the GPU
 // (make_cuda_device_api(0): NVRTC, cudart), which skips, saying "no CUDA
 // device: ...", without one. Each against kernels/cpu/reference, with the
 // bound its comment gives.
