@@ -167,7 +167,7 @@ class Kernels : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(api_->upload(b->get(), v.data(), v.size() * sizeof(T)).ok());
     return *std::move(b);
   }
-  // `n` elements of device memory, every byte `fill_byte`.
+  // `bytes` of device memory, every byte `fill_byte`.
   DeviceBuffer space(size_t bytes, int fill_byte = 0xFF) {
     auto b = DeviceBuffer::make(api_.get(), bytes);
     EXPECT_TRUE(b.ok()) << b.status();
