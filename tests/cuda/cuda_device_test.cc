@@ -62,17 +62,18 @@ TEST(CudaDevice, NoDeviceErrorSaysWhy) {
       << backend.status();
 }
 
-// With a device: the backend says plainly that its forward pass is missing.
-TEST(CudaBackend, SaysItsForwardPassIsNotWritten) {
+// With a device: past the device check, the backend's own checks (a
+// model is required). Its forward pass on the device: device_backend_test.cc.
+TEST(CudaBackend, PassesTheDeviceCheckThenNeedsAModel) {
   STRATA_REQUIRE_CUDA_DEVICE(first);
   CudaBackendOptions options;
   options.device = first.ordinal;
   auto backend = make_cuda_backend(nullptr, arch::Hyperparameters{},
                                    BlockRange{0, 1}, options);
   ASSERT_FALSE(backend.ok());
-  EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(backend.status().message().find("not written yet"),
-            std::string::npos);
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(backend.status().message().find("no model"), std::string::npos)
+      << backend.status();
 }
 
 }  // namespace

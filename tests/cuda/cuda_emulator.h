@@ -60,19 +60,61 @@ struct Barrier {
   }
 };
 
+// Switching between coroutines. On x86-64 a few instructions that save the
+// callee-saved registers and swap stacks (no system call: glibc's
+// swapcontext also saves the signal mask, a system call each switch, which
+// made a small model's step cost seconds); elsewhere, and under
+// AddressSanitizer (which must be told of stack switches), ucontext.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define STRATA_EMULATOR_FAST_SWITCH 1
+// strata_emulator_switch(void** save, void* load): pushes rbp, rbx, r12-r15,
+// stores rsp in *save, loads `load` as rsp, pops them and returns there.
+// Weak: each translation unit that includes this header defines it.
+asm(R"(
+  .text
+  .weak strata_emulator_switch
+  .type strata_emulator_switch, @function
+strata_emulator_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size strata_emulator_switch, .-strata_emulator_switch
+)");
+extern "C" void strata_emulator_switch(void** save, void* load);
+struct Context {
+  void* sp = nullptr;
+};
+#else
+struct Context {
+  ucontext_t uc;
+};
+#endif
+
 // One block being run.
 struct BlockRun {
   static constexpr size_t kStackBytes = 64 * 1024;
   struct Thread {
-    ucontext_t context;
-    std::unique_ptr<char[]> stack;
+    Context context;
+    char* stack = nullptr;  // kStackBytes, from stacks()
     bool done = false;
   };
   struct Warp {
     Barrier meet;
     uint64_t slots[32] = {};
   };
-  ucontext_t scheduler;
+  Context scheduler;
   std::vector<Thread> threads;
   std::vector<Warp> warps;
   Barrier block;
@@ -80,14 +122,30 @@ struct BlockRun {
   const std::function<void()>* kernel = nullptr;
 };
 
+// Coroutine stacks, kept for the next block and launch (at most 1024
+// threads a block).
+inline std::vector<std::unique_ptr<char[]>>& stacks() {
+  static std::vector<std::unique_ptr<char[]>> s;
+  return s;
+}
+
 inline Index threadIdx, blockIdx;
 inline Index blockDim, gridDim;  // set by launch, read-only while it runs
 inline BlockRun* this_block = nullptr;
 
+// Saves the running context in `from` and runs `to`.
+inline void switch_to(Context& from, Context& to) {
+#if defined(STRATA_EMULATOR_FAST_SWITCH)
+  strata_emulator_switch(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
+
 // Back to the scheduler until it resumes this thread.
 inline void yield() {
   BlockRun& b = *this_block;
-  swapcontext(&b.threads[b.current].context, &b.scheduler);
+  switch_to(b.threads[b.current].context, b.scheduler);
 }
 
 inline void wait_at(Barrier& barrier) {
@@ -134,18 +192,38 @@ inline void run_thread() {
   BlockRun::Warp& w = b.warps[t / 32];
   --w.meet.alive;
   w.meet.release_if_complete();
-}  // returns to uc_link: the scheduler
+#if defined(STRATA_EMULATOR_FAST_SWITCH)
+  // Back to the scheduler for good (it never resumes a finished thread).
+  Context dead;
+  switch_to(dead, b.scheduler);
+#endif
+}  // ucontext: returns to uc_link, the scheduler
 
-// A coroutine that starts in run_thread and returns to `scheduler`. Apart
-// from launch: getcontext returns twice, which GCC warns about for the
-// caller's locals.
-[[gnu::noinline]] inline void make_thread(BlockRun::Thread& t, ucontext_t* scheduler) {
-  t.stack.reset(new char[BlockRun::kStackBytes]);
-  getcontext(&t.context);
-  t.context.uc_stack.ss_sp = t.stack.get();
-  t.context.uc_stack.ss_size = BlockRun::kStackBytes;
-  t.context.uc_link = scheduler;
-  makecontext(&t.context, run_thread, 0);
+// A coroutine on `stack` that starts in run_thread and ends in `scheduler`.
+// Apart from launch: getcontext returns twice, which GCC warns about for
+// the caller's locals.
+[[gnu::noinline]] inline void make_thread(BlockRun::Thread& t, char* stack,
+                                          Context* scheduler) {
+  t.stack = stack;
+#if defined(STRATA_EMULATOR_FAST_SWITCH)
+  (void)scheduler;
+  // The stack as strata_emulator_switch leaves it: six registers (zero),
+  // then run_thread as the return address, then a slot for run_thread's
+  // own (never used) return address, so that run_thread starts with rsp =
+  // 8 mod 16 as after a call.
+  auto top = reinterpret_cast<uintptr_t>(stack + BlockRun::kStackBytes) & ~uintptr_t{15};
+  auto* sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;
+  *--sp = reinterpret_cast<void*>(&run_thread);
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;
+  t.context.sp = sp;
+#else
+  getcontext(&t.context.uc);
+  t.context.uc.uc_stack.ss_sp = stack;
+  t.context.uc.uc_stack.ss_size = BlockRun::kStackBytes;
+  t.context.uc.uc_link = &scheduler->uc;
+  makecontext(&t.context.uc, run_thread, 0);
+#endif
 }
 
 // Runs `kernel` (a call of one entry point with its arguments) as a launch
@@ -163,7 +241,10 @@ inline void launch(unsigned grid, unsigned threads, const std::function<void()>&
     for (size_t w = 0; w < run.warps.size(); ++w) {
       run.warps[w].meet.alive = static_cast<int>(std::min<size_t>(32, threads - 32 * w));
     }
-    for (BlockRun::Thread& t : run.threads) make_thread(t, &run.scheduler);
+    while (stacks().size() < threads) stacks().emplace_back(new char[BlockRun::kStackBytes]);
+    for (unsigned t = 0; t < threads; ++t) {
+      make_thread(run.threads[t], stacks()[t].get(), &run.scheduler);
+    }
     blockIdx = {b, 0, 0};
     this_block = &run;
     for (int live = static_cast<int>(threads); live > 0;) {
@@ -172,7 +253,7 @@ inline void launch(unsigned grid, unsigned threads, const std::function<void()>&
         if (run.threads[t].done) continue;
         run.current = t;
         threadIdx = {t, 0, 0};
-        swapcontext(&run.scheduler, &run.threads[t].context);
+        switch_to(run.scheduler, run.threads[t].context);
         if (run.threads[t].done) --live;
       }
       if (live > 0 && progress == before) {  // every live thread waits for good

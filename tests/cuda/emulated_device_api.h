@@ -21,6 +21,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -49,7 +50,8 @@ class EmulatedDeviceApi : public DeviceApi {
     entries_[key(source, entry)] = std::move(fn);
   }
 
-  std::string describe() const override { return "emulated (CPU threads)"; }
+  std::string describe() const override { return "emulated (CPU coroutines)"; }
+  int multiprocessors() const override { return 1; }
 
   absl::StatusOr<void*> alloc(size_t bytes) override {
     void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
@@ -70,24 +72,45 @@ class EmulatedDeviceApi : public DeviceApi {
     return absl::OkStatus();
   }
 
-  absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block,
-                      void** args) override {
-    auto it = entries_.find(key(*kernel.source, kernel.entry));
+  using DeviceApi::launch;
+
+  absl::StatusOr<KernelHandle> load(const KernelRef& kernel) override {
+    const std::string k = key(*kernel.source, kernel.entry);
+    if (auto it = handles_.find(k); it != handles_.end()) return it->second;
+    auto it = entries_.find(k);
     if (it == entries_.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           kernel.source->name, " (", absl::StrJoin(kernel.source->options, " "),
           ") has no emulated entry ", kernel.entry));
     }
-    const HostEntry& fn = it->second;
+    const KernelHandle h{static_cast<int>(loaded_.size())};
+    loaded_.push_back(&it->second);
+    handles_.emplace(k, h);
+    return h;
+  }
+
+  absl::Status launch(KernelHandle kernel, unsigned grid, unsigned block,
+                      void** args) override {
+    if (kernel.id < 0 || kernel.id >= static_cast<int>(loaded_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("no loaded kernel ", kernel.id));
+    }
+    const HostEntry& fn = *loaded_[static_cast<size_t>(kernel.id)];
+    ++launches_;
     cuda_emulation::launch(grid, block, [&] { fn(args); });
     return absl::OkStatus();
   }
+
+  // Kernel launches so far.
+  int64_t launches() const { return launches_; }
 
  private:
   static std::string key(const KernelSource& source, const std::string& entry) {
     return absl::StrCat(source.name, "\n", absl::StrJoin(source.options, "\n"), "\n", entry);
   }
-  std::map<std::string, HostEntry> entries_;
+  std::map<std::string, HostEntry> entries_;  // add()ed; node-stable
+  std::map<std::string, KernelHandle> handles_;
+  std::vector<const HostEntry*> loaded_;  // [KernelHandle::id]
+  int64_t launches_ = 0;
 };
 
 }  // namespace strata::worker::testing

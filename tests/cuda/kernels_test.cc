@@ -131,6 +131,7 @@ std::unique_ptr<DeviceApi> emulated_device() {
            adapt(host::elementwise::strata_rope_rotate));
   api->add(kElementwise, cuda_kernels::kSwigluEntry, adapt(host::elementwise::strata_swiglu));
   api->add(kElementwise, cuda_kernels::kAddEntry, adapt(host::elementwise::strata_add));
+  api->add(kElementwise, cuda_kernels::kAddBiasEntry, adapt(host::elementwise::strata_add_bias));
   api->add(kElementwise, cuda_kernels::kStoreKvEntry, adapt(host::elementwise::strata_store_kv));
   api->add(kAttention, cuda_kernels::kAttentionDecodeEntry,
            adapt(host::attention::strata_attention_decode));
@@ -205,7 +206,11 @@ TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const TypeCase& c : type_cases()) {
     for (const int columns : {1, 3}) {
-      for (const int n_cols : {256, 2304}) {
+      for (const int n_cols : {256, 2304, 172, 20}) {
+        // Rows with a part unit (172 = 5 x 32 + 12; 20 < 32): the float
+        // formats only, a block format's rows being whole blocks.
+        const bool float_format = c.type == GgmlType::kF32 || c.type == GgmlType::kF16;
+        if (n_cols % 32 != 0 && !float_format) continue;
         const int n_rows = 9;
         SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(columns) +
                      " columns, " + std::to_string(n_rows) + " x " + std::to_string(n_cols));
@@ -255,10 +260,12 @@ TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
 TEST_P(Kernels, GetRowsDequantizesTheRowsOfTheIds) {
   std::mt19937 rng(12);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int n_rows = 6, n_cols = 512;
+  const int n_rows = 6;
   const std::vector<int> ids = {5, 0, 5, 2, 3};
-  for (const TypeCase& c : type_cases()) {
-    SCOPED_TRACE(std::string(ggml_type_info(c.type).name));
+  for (const TypeCase& c : type_cases())
+  for (const int n_cols : {512, 172}) {  // 172: a part unit, float formats only
+    if (n_cols % 32 != 0 && c.type != GgmlType::kF32 && c.type != GgmlType::kF16) continue;
+    SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + " x " + std::to_string(n_cols));
     const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
     std::vector<unsigned char> table(static_cast<size_t>(row_bytes) * n_rows);
     std::vector<float> rows(static_cast<size_t>(n_rows) * n_cols);
@@ -366,6 +373,22 @@ TEST_P(Kernels, SwigluAndAddMatchTheReference) {
                   .ok());
   got = get<float>(dout, n);
   for (long long i = 0; i < n; ++i) ASSERT_EQ(got[i], gate[i] + up[i]) << i;
+}
+
+// The bias of each column added to every row (5 rows of 96), in place:
+// exact, reference::ops::add_bias's sums.
+TEST_P(Kernels, AddBiasAddsTheBiasToEveryRow) {
+  const long long rows = 5;
+  const int width = 96;
+  std::vector<float> x = normal_values(rows * width, 6), want = x;
+  const std::vector<float> bias = normal_values(width, 7);
+  reference::ops::add_bias(want.data(), bias.data(), rows, width);
+  DeviceBuffer dx = put(x), db = put(bias);
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kAddBiasEntry, 2, 64, dx.as<float>(),
+                  db.as<const float>(), rows, width)
+                  .ok());
+  const std::vector<float> got = get<float>(dx, rows * width);
+  for (long long i = 0; i < rows * width; ++i) ASSERT_EQ(got[i], want[i]) << i;
 }
 
 // f16 rounding to nearest even as the reference's f32_to_f16: exact; the

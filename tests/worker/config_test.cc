@@ -118,7 +118,7 @@ TEST(WorkerConfig, BackendTakesCpuCudaAndCudaN) {
 }
 
 // Choosing cuda on a machine or build that cannot run it: the one error that
-// applies, never a backend that computes nothing.
+// applies (here, without a model: past the device check, the missing model).
 TEST(WorkerConfig, CudaBackendSaysWhyItCannotRun) {
   CudaBackendOptions options;
   options.device = 0;
@@ -128,9 +128,10 @@ TEST(WorkerConfig, CudaBackendSaysWhyItCannotRun) {
 #if defined(STRATA_HAVE_CUDA)
   const bool no_device = backend.status().code() == absl::StatusCode::kFailedPrecondition &&
                          msg.rfind("cuda:0: no CUDA device: ", 0) == 0;
-  const bool unwritten = backend.status().code() == absl::StatusCode::kUnimplemented &&
-                         msg == "the cuda backend's forward pass is not written yet (issue 32)";
-  EXPECT_TRUE(no_device || unwritten) << backend.status();
+  // With a device: past its check, the backend needs a model.
+  const bool no_model = backend.status().code() == absl::StatusCode::kInvalidArgument &&
+                        msg == "make_device_backend: no model";
+  EXPECT_TRUE(no_device || no_model) << backend.status();
 #else
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(msg, "strata was built without CUDA (STRATA_CUDA=OFF or no nvcc found)");

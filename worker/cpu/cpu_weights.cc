@@ -8,13 +8,10 @@
 #include "kernels/cpu/reference/dequantize.h"
 #include "kernels/cpu/reference/ops/matmul.h"
 #include "model/progress.h"
+#include "worker/shard_tensors.h"
 
 namespace strata::worker {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 
 class Loader {
  public:
@@ -28,22 +25,7 @@ class Loader {
   absl::StatusOr<WeightMatrix> matrix(const std::string& name, int64_t n_in,
                                       int64_t n_out, bool optional = false,
                                       bool one_row_as_vector = false) {
-    const gguf::TensorInfo* t = model_.find_tensor(name);
-    if (t == nullptr) {
-      if (optional) return WeightMatrix{};
-      return model_.missing_tensor(name);
-    }
-    if (absl::Status st = mapped(*t); !st.ok()) return st;
-    const bool as_vector = one_row_as_vector && n_out == 1 && t->shape.size() == 1 &&
-                           t->shape[0] == n_in;
-    if (!as_vector &&
-        (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [",
-                       n_in, ", ", n_out, "]"));
-    }
-    return reference::ops::make_weight_matrix(name.c_str(), t->type, t->data,
-                                              n_in, n_out, t->n_bytes);
+    return shard_matrix(model_, name, n_in, n_out, optional, one_row_as_vector);
   }
 
   // The n_expert matrices of a 3-D expert tensor (ne = [n_in, n_out,
@@ -93,31 +75,14 @@ class Loader {
   // absent.
   absl::StatusOr<const float*> vector(const std::string& name, int64_t n,
                                       bool optional = false) {
-    const gguf::TensorInfo* t = model_.find_tensor(name);
-    if (t == nullptr) {
-      if (optional) return nullptr;
-      return model_.missing_tensor(name);
-    }
-    if (absl::Status st = mapped(*t); !st.ok()) return st;
-    if (t->n_elements != static_cast<uint64_t>(n) || t->shape[0] != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [",
-                       n, "]"));
-    }
-    std::vector<float>& v = out_.owned.emplace_back(n);
-    absl::Status st = reference::dequantize_row(t->type, t->data, n, v.data());
-    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", st.message()));
-    return v.data();
+    absl::StatusOr<std::vector<float>> v = shard_vector(model_, name, n, optional);
+    if (!v.ok()) return v.status();
+    if (v->empty()) return nullptr;
+    return out_.owned.emplace_back(*std::move(v)).data();
   }
 
  private:
-  // A split model opened for a shard unmaps the parts it does not need.
-  static absl::Status mapped(const gguf::TensorInfo& t) {
-    if (t.data != nullptr) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat(
-        t.name, ": split part ", t.split_index + 1,
-        " was not mapped (the shard's tensor filter did not ask for it)"));
-  }
+  static absl::Status mapped(const gguf::TensorInfo& t) { return check_mapped(t); }
 
   const gguf::GgufModel& model_;
   ShardWeights& out_;

@@ -1,9 +1,12 @@
-// make_cuda_backend with CUDA built (worker/cuda/cuda_backend.h): the device
-// check, and an honest error until the forward pass exists.
+// make_cuda_backend (worker/cuda/cuda_backend.h): the forward pass on the
+// DeviceApi seam (device_backend.h) over device `options.device` through
+// cudart (make_cuda_device_api; in a build without CUDA its error says so).
 #include "worker/cuda/cuda_backend.h"
 
-#include "absl/status/status.h"
-#include "worker/cuda/cuda_device.h"
+#include <utility>
+
+#include "worker/cuda/device_api.h"
+#include "worker/cuda/device_backend.h"
 
 namespace strata::worker {
 
@@ -11,11 +14,12 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
     std::shared_ptr<const gguf::GgufModel> model,
     const arch::Hyperparameters& hp, BlockRange range,
     const CudaBackendOptions& options) {
-  (void)model, (void)hp, (void)range;
-  absl::StatusOr<CudaDevice> device = cuda_device(options.device);
-  if (!device.ok()) return device.status();
-  return absl::UnimplementedError(
-      "the cuda backend's forward pass is not written yet (issue 32)");
+  absl::StatusOr<std::unique_ptr<DeviceApi>> api =
+      make_cuda_device_api(options.device, options.kernel_cache_dir);
+  if (!api.ok()) return api.status();
+  DeviceBackendOptions device;
+  device.max_batch = options.max_batch;
+  return make_device_backend(std::move(model), hp, range, device, *std::move(api));
 }
 
 }  // namespace strata::worker

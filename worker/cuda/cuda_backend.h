@@ -1,14 +1,11 @@
 // The cuda implementation of Backend (worker/backend.h), issue 32: one
 // shard of a model on one GPU, its weights and KV caches in device memory,
-// its kernels NVRTC sources compiled at load for the model's shapes and the
-// device (worker/cuda/nvrtc_compiler.h).
-//
-// State today: the device check and the kernel compiler exist; the forward
-// pass does not. make_cuda_backend checks that the device exists and then
-// returns Unimplemented, saying so, rather than a backend that computes
-// nothing. Built without CUDA (STRATA_CUDA=OFF, or AUTO without nvcc,
-// cmake/cuda.cmake), it returns Unimplemented saying that, so callers compile
-// and link either way.
+// its kernels NVRTC sources compiled at load for the device
+// (worker/cuda/nvrtc_compiler.h, cached on disk). The forward pass is
+// make_device_backend's (device_backend.h: what it runs and refuses) on
+// cudart's DeviceApi (make_cuda_device_api). Built without CUDA
+// (STRATA_CUDA=OFF, or AUTO without nvcc, cmake/cuda.cmake), it returns
+// Unimplemented saying that, so callers compile and link either way.
 #pragma once
 
 #include <memory>
@@ -32,9 +29,8 @@ struct CudaBackendOptions {
 // Errors: Unimplemented "strata was built without CUDA (STRATA_CUDA=OFF or no
 // nvcc found)" in a build without CUDA; FailedPrecondition naming the device
 // and cudart's error when device `options.device` cannot be used ("cuda:1:
-// no CUDA device: ..."); then, until the forward pass is written,
-// Unimplemented "the cuda backend's forward pass is not written yet (issue
-// 32)".
+// no CUDA device: ..."); then make_device_backend's (a family, recipe step
+// or matrix type the kernels do not run yet: Unimplemented naming it).
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
     std::shared_ptr<const gguf::GgufModel> model,
     const arch::Hyperparameters& hp, BlockRange range,

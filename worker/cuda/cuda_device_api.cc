@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -37,6 +38,8 @@ class CudaDeviceApi : public DeviceApi {
     return absl::StrCat("cuda:", device_.ordinal, " (", device_.name, ", compute ",
                         device_.cc_major, ".", device_.cc_minor, ")");
   }
+
+  int multiprocessors() const override { return device_.multiprocessors; }
 
   absl::StatusOr<void*> alloc(size_t bytes) override {
     void* p = nullptr;
@@ -73,28 +76,13 @@ class CudaDeviceApi : public DeviceApi {
     return absl::OkStatus();
   }
 
-  absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block,
-                      void** args) override {
-    absl::StatusOr<cudaKernel_t> k = find(kernel);
-    if (!k.ok()) return k.status();
-    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(*k), dim3(grid),
-                                         dim3(block), args, 0, nullptr);
-        e != cudaSuccess) {
-      return cuda_error(absl::StrCat("launch of ", kernel.entry).c_str(), e);
-    }
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-      return cuda_error(absl::StrCat("launch of ", kernel.entry).c_str(), e);
-    }
-    return absl::OkStatus();
-  }
+  using DeviceApi::launch;
 
- private:
-  // The loaded entry, compiling and loading its source at first use.
-  absl::StatusOr<cudaKernel_t> find(const KernelRef& kernel) {
+  absl::StatusOr<KernelHandle> load(const KernelRef& kernel) override {
     const KernelSource& src = *kernel.source;
     const std::string key = absl::StrCat(src.name, "\n", absl::StrJoin(src.options, "\n"));
     auto entry_key = std::make_pair(key, kernel.entry);
-    if (auto it = kernels_.find(entry_key); it != kernels_.end()) return it->second;
+    if (auto it = handles_.find(entry_key); it != handles_.end()) return it->second;
     auto lib = libraries_.find(key);
     if (lib == libraries_.end()) {
       const NvrtcTarget target{.device_name = device_.name,
@@ -117,14 +105,37 @@ class CudaDeviceApi : public DeviceApi {
       return absl::InvalidArgumentError(
           absl::StrCat(src.name, " has no entry ", kernel.entry, ": ", cudaGetErrorString(e)));
     }
-    kernels_.emplace(std::move(entry_key), k);
-    return k;
+    const KernelHandle h{static_cast<int>(kernels_.size())};
+    kernels_.push_back(Loaded{k, kernel.entry});
+    handles_.emplace(std::move(entry_key), h);
+    return h;
   }
+
+  absl::Status launch(KernelHandle kernel, unsigned grid, unsigned block,
+                      void** args) override {
+    if (kernel.id < 0 || kernel.id >= static_cast<int>(kernels_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("no loaded kernel ", kernel.id));
+    }
+    const Loaded& k = kernels_[static_cast<size_t>(kernel.id)];
+    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(grid),
+                                         dim3(block), args, 0, nullptr);
+        e != cudaSuccess) {
+      return cuda_error(absl::StrCat("launch of ", k.entry).c_str(), e);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Loaded {
+    cudaKernel_t kernel = nullptr;
+    std::string entry;
+  };
 
   CudaDevice device_;
   NvrtcCompiler compiler_;
   std::map<std::string, cudaLibrary_t> libraries_;
-  std::map<std::pair<std::string, std::string>, cudaKernel_t> kernels_;
+  std::map<std::pair<std::string, std::string>, KernelHandle> handles_;
+  std::vector<Loaded> kernels_;  // [KernelHandle::id]
 };
 
 }  // namespace

@@ -2,7 +2,6 @@
 // cmake/cuda.cmake): the functions of worker/cuda/ say so, so that callers
 // compile and link unconditionally.
 #include "absl/status/status.h"
-#include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/device_api.h"
 
@@ -34,14 +33,6 @@ int cuda_driver_version() { return 0; }
 absl::StatusOr<std::unique_ptr<DeviceApi>> make_cuda_device_api(int ordinal,
                                                                 std::string kernel_cache_dir) {
   (void)ordinal, (void)kernel_cache_dir;
-  return without_cuda();
-}
-
-absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
-    std::shared_ptr<const gguf::GgufModel> model,
-    const arch::Hyperparameters& hp, BlockRange range,
-    const CudaBackendOptions& options) {
-  (void)model, (void)hp, (void)range, (void)options;
   return without_cuda();
 }
 

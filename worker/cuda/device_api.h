@@ -10,8 +10,11 @@
 //
 // A kernel is named by its source (program name, text and compile options:
 // -DNCOLS=8 makes another kernel than -DNCOLS=1) and its entry point.
-// Arguments are passed as cudaLaunchKernel takes them: an array of
-// pointers to each argument's value, in the entry's parameter order.
+// load() compiles and loads it once (a backend loads every kernel it will
+// launch when it loads the model: "kernels generated at load") and gives a
+// handle whose launches cost no lookup. Arguments are passed as
+// cudaLaunchKernel takes them: an array of pointers to each argument's
+// value, in the entry's parameter order, of exactly the entry's types.
 //
 // Device memory is opaque to the host: only upload/download touch it.
 // Threads: one thread at a time per DeviceApi. Launches run in order;
@@ -39,12 +42,20 @@ struct KernelRef {
   std::string entry;                     // "strata_matvec_q4_0"
 };
 
+// A loaded kernel of one DeviceApi (its index there); -1: none.
+struct KernelHandle {
+  int id = -1;
+};
+
 class DeviceApi {
  public:
   virtual ~DeviceApi() = default;
 
-  // "cuda:0 (NVIDIA H200, compute 9.0)", "emulated (CPU threads)".
+  // "cuda:0 (NVIDIA H200, compute 9.0)", "emulated (CPU coroutines)".
   virtual std::string describe() const = 0;
+  // Blocks that run at once, about (streaming multiprocessors; 1 for the
+  // emulation): what grid-stride kernels size their grids by.
+  virtual int multiprocessors() const = 0;
 
   // `bytes` of device memory (uninitialised); ResourceExhausted when the
   // device has too little.
@@ -57,11 +68,24 @@ class DeviceApi {
   // Sets `bytes` of device memory to `value`.
   virtual absl::Status fill(void* device, int value, size_t bytes) = 0;
 
-  // Runs `kernel` on grid x 1 x 1 blocks of `block` x 1 x 1 threads.
-  // Errors: InvalidArgument when the source does not compile or has no
-  // such entry (naming both); the device's error otherwise.
-  virtual absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block,
+  // Compiles (or finds compiled) and loads `kernel`; the same handle for
+  // the same (source name, options, entry). Errors: InvalidArgument when
+  // the source does not compile or has no such entry (naming both); the
+  // device's error otherwise.
+  virtual absl::StatusOr<KernelHandle> load(const KernelRef& kernel) = 0;
+
+  // Runs a loaded kernel on grid x 1 x 1 blocks of `block` x 1 x 1
+  // threads. InvalidArgument for a handle this api did not give; the
+  // device's error otherwise.
+  virtual absl::Status launch(KernelHandle kernel, unsigned grid, unsigned block,
                               void** args) = 0;
+
+  // load() then launch() (tests; a backend keeps its handles).
+  absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block, void** args) {
+    absl::StatusOr<KernelHandle> h = load(kernel);
+    if (!h.ok()) return h.status();
+    return launch(*h, grid, block, args);
+  }
 };
 
 // A device allocation that frees itself.

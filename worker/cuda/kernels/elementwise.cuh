@@ -15,6 +15,8 @@
 //     out = gate / (1 + e^-gate) * up; out may alias either input.
 //   strata_add(const float* a, const float* b, float* y, long long n)
 //     y = a + b (the residual); y may alias either input.
+//   strata_add_bias(float* x, const float* bias, long long n, int width)
+//     x [n][width] += bias [width] (every row; q/k/v biases of qwen2).
 //   strata_store_kv(const float* k, const float* v, unsigned short* k_cache,
 //                   unsigned short* v_cache, int pos, int n, int k_width,
 //                   int v_width)
@@ -69,6 +71,11 @@ STRATA_KERNEL strata_swiglu(const float* gate, const float* up, float* out, long
 
 STRATA_KERNEL strata_add(const float* a, const float* b, float* y, long long n) {
   for (long long i = strata_first(); i < n; i += strata_stride()) y[i] = a[i] + b[i];
+}
+
+STRATA_KERNEL strata_add_bias(float* x, const float* bias, long long n, int width) {
+  const long long total = n * width;
+  for (long long i = strata_first(); i < total; i += strata_stride()) x[i] += bias[i % width];
 }
 
 STRATA_KERNEL strata_store_kv(const float* k, const float* v, unsigned short* k_cache,

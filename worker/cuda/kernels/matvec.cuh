@@ -30,8 +30,17 @@ __device__ __forceinline__ float f16_bits(const u8* p) {
 }
 
 // Each format fills v[0..31] with unit u of a row (w: the row's bytes).
+// The float formats' rows may end in a part unit (stories260K's 172-wide
+// ffn_down): `value` gives element i alone, and kTail says a row may have
+// such a tail; a block format's rows are whole blocks.
 
 struct F32 {
+  static constexpr bool kTail = true;
+  static __device__ __forceinline__ float value(const u8* w, int i) {
+    const u8* p = w + (long long)i * 4;
+    return __uint_as_float((unsigned int)p[0] | ((unsigned int)p[1] << 8) |
+                           ((unsigned int)p[2] << 16) | ((unsigned int)p[3] << 24));
+  }
   static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
     const u8* p = w + (long long)u * 32 * 4;
 STRATA_UNROLL
@@ -45,6 +54,10 @@ STRATA_UNROLL
 };
 
 struct F16 {
+  static constexpr bool kTail = true;
+  static __device__ __forceinline__ float value(const u8* w, int i) {
+    return f16_bits(w + (long long)i * 2);
+  }
   static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
     const u8* p = w + (long long)u * 32 * 2;
 STRATA_UNROLL
@@ -55,6 +68,8 @@ STRATA_UNROLL
 // Q4_0: {f16 d; u8 qs[16]}: value l < 16 = ((qs[l] & 15) - 8) d, value
 // l + 16 = ((qs[l] >> 4) - 8) d.
 struct Q4_0 {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
     const u8* b = w + (long long)u * 18;
     const float d = f16_bits(b);
@@ -68,6 +83,8 @@ STRATA_UNROLL
 
 // Q4_1: {f16 d; f16 m; u8 qs[16]}: value = q d + m, the nibbles as Q4_0.
 struct Q4_1 {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
     const u8* b = w + (long long)u * 20;
     const float d = f16_bits(b), m = f16_bits(b + 2);
@@ -81,6 +98,8 @@ STRATA_UNROLL
 
 // Q8_0: {f16 d; i8 qs[32]}: value = q d.
 struct Q8_0 {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
     const u8* b = w + (long long)u * 34;
     const float d = f16_bits(b);
@@ -94,6 +113,8 @@ STRATA_UNROLL
 // get_scale_min_k4) and takes the low (s even) or high (s odd) nibbles of
 // qs[32 (s / 2) .. + 32): value = d sc q - dmin m.
 struct Q4_K {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
     const u8* b = w + (long long)(u >> 3) * 144;
     const int s = u & 7;
@@ -121,6 +142,8 @@ STRATA_UNROLL
 // for k < 2, the high one else), 2 high bits (qh[32 h + l] >> 2k) & 3,
 // minus 32, times d and scales[8 h + 2 k + l / 16].
 struct Q6_K {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
     const u8* b = w + (long long)(u >> 3) * 210;
     const int s = u & 7, h = s >> 2, k = s & 3;
@@ -161,6 +184,13 @@ STRATA_UNROLL
       acc[c] += s;
     }
   }
+  if (Format::kTail) {  // the elements after the last whole unit, a lane each
+    for (int i = units * 32 + lane; i < n_cols; i += 32) {
+      const float v = Format::value(wr, i);
+STRATA_UNROLL
+      for (int c = 0; c < NCOLS; ++c) acc[c] = fmaf(v, x[(long long)c * n_cols + i], acc[c]);
+    }
+  }
 STRATA_UNROLL
   for (int c = 0; c < NCOLS; ++c) {
     float s = acc[c];
@@ -176,15 +206,20 @@ template <typename Format>
 __device__ __forceinline__ void get_rows(const u8* __restrict__ table, const int* __restrict__ ids,
                                          float* __restrict__ out, int n_ids, int n_cols,
                                          long long row_bytes) {
-  const int units = n_cols / 32;
+  const int units = (n_cols + 31) / 32;  // the last one part of a unit for F32/F16
   const long long total = (long long)n_ids * units;
   for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
        t += (long long)gridDim.x * blockDim.x) {
     const long long r = t / units;
     const int u = (int)(t % units);
-    float v[32];
-    Format::unit(table + (long long)ids[r] * row_bytes, u, v);
+    const u8* row = table + (long long)ids[r] * row_bytes;
     float* o = out + r * n_cols + 32 * u;
+    if (32 * (u + 1) > n_cols) {  // a float format's tail
+      for (int i = 32 * u; i < n_cols; ++i) out[r * n_cols + i] = Format::value(row, i);
+      continue;
+    }
+    float v[32];
+    Format::unit(row, u, v);
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) o[l] = v[l];
   }

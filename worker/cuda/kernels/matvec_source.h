@@ -19,9 +19,10 @@
 //
 // Launch: grid (ceil(n_rows / (THREADS / 32))), block (THREADS); arguments
 // (const unsigned char* w, const float* x, float* y, int n_rows,
-//  int n_cols, long long row_bytes). n_cols must be a multiple of 32 (of
-// 256 for Q4_K and Q6_K), as GGUF rows of those types are; row_bytes is
-// ggml_row_bytes(type, n_cols). Options: -DTHREADS (a multiple of 32, 128
+//  int n_cols, long long row_bytes). n_cols: whole blocks of the type (32
+// values, 256 for Q4_K and Q6_K), as GGUF rows of those types are; any
+// length for F32 and F16 (a part unit at the end, an element a lane);
+// row_bytes is ggml_row_bytes(type, n_cols). Options: -DTHREADS (a multiple of 32, 128
 // by default), -DNCOLS (1..16, 1 by default).
 #pragma once
 

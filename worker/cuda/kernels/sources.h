@@ -7,13 +7,14 @@
 
 namespace strata::worker::cuda_kernels {
 
-// rope_rotate, swiglu, add, store_kv: grid-stride loops (any launch).
+// rope_rotate, swiglu, add, add_bias, store_kv: grid-stride loops (any launch).
 inline constexpr const char* kElementwiseSource =
 #include "worker/cuda/kernels/elementwise.cuh.inc"
     ;
 inline constexpr const char* kRopeRotateEntry = "strata_rope_rotate";
 inline constexpr const char* kSwigluEntry = "strata_swiglu";
 inline constexpr const char* kAddEntry = "strata_add";
+inline constexpr const char* kAddBiasEntry = "strata_add_bias";
 inline constexpr const char* kStoreKvEntry = "strata_store_kv";
 
 // attention_decode: grid (n_head), block (-DTHREADS, 128 by default).

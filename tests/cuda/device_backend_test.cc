@@ -1,0 +1,487 @@
+// The device backend (worker/cuda/device_backend.h), every case twice: on
+// the CPU emulation of the device (tests/cuda/emulated_step_kernels.h: the
+// kernel sources compiled for the host), which runs everywhere, and on a
+// GPU (make_cuda_device_api(0): NVRTC, cudart), which skips, saying "no
+// CUDA device: ...", without one. Against the cpu backend: the same logits within
+// the activations' rounding, the same greedy ids where the top two logits
+// are not a near-tie, bit-identical results however a step is batched or
+// the model split across device backends, the KV rows of the prefix cache,
+// and the refusals of what the kernels do not run.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/architecture/architecture.h"
+#include "kernels/cpu/reference/dequantize.h"
+#include "model/gguf_reader.h"
+#include "model/gguf_writer.h"
+#include "model/synthetic_model.h"
+#include "tests/cuda/emulated_step_kernels.h"
+#include "tests/model/gguf_test_util.h"
+#include "tests/test_paths.h"
+#include "worker/backend.h"
+#include "worker/cuda/cuda_device.h"
+#include "worker/cuda/device_api.h"
+#include "worker/cuda/device_backend.h"
+
+namespace strata::worker {
+namespace {
+
+struct Loaded {
+  std::shared_ptr<const gguf::GgufModel> model;
+  arch::Hyperparameters hp;
+};
+
+Loaded open_model(const std::string& path) {
+  auto opened = gguf::GgufModel::open(path);
+  EXPECT_TRUE(opened.ok()) << opened.status();
+  if (!opened.ok()) return {};
+  Loaded l;
+  l.model = std::shared_ptr<const gguf::GgufModel>(std::move(*opened));
+  auto hp = arch::read_hyperparameters(l.model->first());
+  EXPECT_TRUE(hp.ok()) << hp.status();
+  if (hp.ok()) l.hp = *hp;
+  return l;
+}
+
+// "emulated" or "cuda": the device the backends of a test run on.
+std::string device_kind;
+
+// A DeviceApi of device_kind (the test has checked a GPU exists for "cuda").
+std::unique_ptr<DeviceApi> new_api() {
+  if (device_kind == "emulated") return testing::emulated_step_device();
+  auto api = make_cuda_device_api(0, "");
+  EXPECT_TRUE(api.ok()) << api.status();
+  return api.ok() ? *std::move(api) : nullptr;
+}
+
+// Sets device_kind; on "cuda" without a device, skips saying why.
+#define STRATA_ON_DEVICE(kind)                                                \
+  do {                                                                        \
+    device_kind = (kind);                                                     \
+    if (device_kind == "cuda") {                                              \
+      auto devices_ = list_cuda_devices();                                    \
+      if (!devices_.ok()) GTEST_SKIP() << devices_.status().message();        \
+    }                                                                         \
+  } while (0)
+
+std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range, int max_batch = 32) {
+  DeviceBackendOptions o;
+  o.max_batch = max_batch;
+  auto b = make_device_backend(m.model, m.hp, range, o, new_api());
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_batch = 32) {
+  CpuBackendOptions o;
+  o.max_batch = max_batch;
+  o.no_tune = true;
+  auto b = make_cpu_backend(m.model, m.hp, range, o);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+std::string stories_path() {
+  return (strata::testing::shared_dir() / "models" / "stories260K.gguf").string();
+}
+
+class DeviceBackend : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { STRATA_ON_DEVICE(GetParam()); }
+};
+
+int argmax(std::span<const float> v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// The gap between the largest and the second largest of v.
+float top_gap(std::span<const float> v) {
+  std::vector<float> s(v.begin(), v.end());
+  std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
+  return s[0] - s[1];
+}
+
+// Teacher-forced greedy decoding: the prompt, then `steps` tokens, each the
+// cpu backend's pick, through both backends. At every step the logits agree
+// within `tolerance` (absolute, after the largest magnitude is 1) and the
+// picks agree unless the cpu's top two are within 2 x tolerance (a
+// near-tie: both picks are right to that rounding). Returns the steps whose
+// picks were decided (no near-tie), so a test can ask that most were.
+int compare_greedy(Backend& cpu, Backend& device, std::vector<int32_t> prompt, int steps,
+                   float tolerance) {
+  EXPECT_TRUE(cpu.add_sequence(0, 128).ok());
+  EXPECT_TRUE(device.add_sequence(0, 128).ok());
+  int decided = 0;
+  std::vector<int32_t> tokens = std::move(prompt);
+  for (int step = 0; step < steps; ++step) {
+    ForwardRequest req;
+    req.tokens = tokens;
+    ForwardResult a, b;
+    absl::Status sa = cpu.forward(req, &a);
+    absl::Status sb = device.forward(req, &b);
+    EXPECT_TRUE(sa.ok()) << sa;
+    EXPECT_TRUE(sb.ok()) << sb;
+    if (!sa.ok() || !sb.ok()) return decided;
+    EXPECT_EQ(a.logits.size(), b.logits.size());
+    float scale = 0.0f;
+    for (float v : a.logits) scale = std::max(scale, std::fabs(v));
+    float worst = 0.0f;
+    for (size_t i = 0; i < a.logits.size(); ++i) {
+      worst = std::max(worst, std::fabs(a.logits[i] - b.logits[i]) / scale);
+    }
+    EXPECT_LE(worst, tolerance) << "step " << step << ": logits differ by " << worst
+                                << " of the largest";
+    const int pick = argmax(a.logits);
+    if (top_gap(a.logits) / scale > 2 * tolerance) {
+      ++decided;
+      EXPECT_EQ(argmax(b.logits), pick) << "step " << step;
+    }
+    tokens = {pick};
+  }
+  return decided;
+}
+
+// stories260K (F32 matrices, 172-wide feed-forward rows): both backends
+// sum F32 products in float, in other orders, and round K and V to f16;
+// the logits agree to ~4e-4 of the largest over 24 steps.
+TEST_P(DeviceBackend, GreedyAgreesWithTheCpuBackendOnStories260K) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto cpu = cpu_backend(m, {0, m.hp.n_layer});
+  auto device = device_backend(m, {0, m.hp.n_layer});
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(device, nullptr);
+  EXPECT_EQ(device->name(), "cuda");
+  EXPECT_EQ(device->n_vocab(), cpu->n_vocab());
+  const int decided = compare_greedy(*cpu, *device, {1, 403, 407, 261, 378}, 24, 1e-3f);
+  EXPECT_GE(decided, 20);
+}
+
+// Random-weight tiny llama models (model/synthetic_model.h) of each
+// matrix type the kernels read, and Q4_K_M's mix of Q4_K and Q6_K. The cpu
+// backend quantizes activations to 8 bits for quantized weights (as
+// llama.cpp's CPU path), the device does not: logits agree to ~1 %.
+class DeviceBackendTypes
+    : public ::testing::TestWithParam<std::tuple<std::string, GgmlType>> {};
+
+TEST_P(DeviceBackendTypes, GreedyAgreesWithTheCpuBackendOnATinyLlama) {
+  STRATA_ON_DEVICE(std::get<0>(GetParam()));
+  gguf::testing::TempDir dir;
+  synth::SynthOptions o;
+  o.shape = "tiny-llama";
+  o.type = std::get<1>(GetParam());
+  if (o.type == GgmlType::kQ4_K) o.mix = synth::SynthOptions::Mix::kQ4_K_M;
+  const std::string path = dir.file("m.gguf");
+  auto report = synth::write_synthetic_model(o, path);
+  ASSERT_TRUE(report.ok()) << report.status();
+  Loaded m = open_model(path);
+  ASSERT_NE(m.model, nullptr);
+  auto cpu = cpu_backend(m, {0, m.hp.n_layer});
+  auto device = device_backend(m, {0, m.hp.n_layer});
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(device, nullptr);
+  const float tolerance = o.type == GgmlType::kF32 ? 1e-4f : 3e-2f;
+  const int decided = compare_greedy(*cpu, *device, {1, 300, 301, 302, 303, 40}, 8, tolerance);
+  EXPECT_GE(decided, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, DeviceBackendTypes,
+    ::testing::Combine(::testing::Values("emulated", "cuda"),
+                       ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0,
+                                         GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K)),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, GgmlType>>& p) {
+      return std::get<0>(p.param) + "_" + std::string(ggml_type_info(std::get<1>(p.param)).name);
+    });
+
+// A copy of the GGUF at `in` with every quantized tensor as F32 (the same
+// values: dequantization is exact in f32), so that both backends multiply
+// f32 activations by the same f32 weights.
+absl::Status write_f32_copy(const std::string& in, const std::string& out) {
+  auto model = gguf::GgufFile::open(in);
+  if (!model.ok()) return model.status();
+  const gguf::GgufFile& f = **model;
+  gguf::GgufWriter w;
+  for (const gguf::KeyValue& kv : f.metadata()) {
+    if (kv.key == "general.alignment") continue;
+    if (absl::Status st = w.set_metadata(kv.key, kv.value); !st.ok()) return st;
+  }
+  std::vector<bool> to_f32;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const bool convert = t.type != GgmlType::kF32 && reference::can_dequantize(t.type);
+    to_f32.push_back(convert);
+    if (absl::Status st = w.add_tensor(t.name, convert ? GgmlType::kF32 : t.type, t.shape);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return w.write(out, [&](size_t i, const gguf::TensorInfo&, std::span<uint8_t> bytes) {
+    const gguf::TensorInfo& t = f.tensors()[i];
+    if (!to_f32[i]) {
+      std::memcpy(bytes.data(), t.data, bytes.size());
+      return absl::OkStatus();
+    }
+    return reference::dequantize_row(t.type, t.data, static_cast<int64_t>(t.n_elements),
+                                     reinterpret_cast<float*>(bytes.data()));
+  });
+}
+
+// The tiny models of scripts/make-test-models.sh whose families the device
+// runs: qwen2's q/k/v biases, qwen3's QK-norm, llama3's RoPE frequency
+// factors, linear RoPE scaling and qwen2's YaRN. Their Q8_0 matrices
+// copied as F32: with quantized weights the cpu backend rounds the
+// activations to 8 bits and the device does not, which on these
+// random-weight models moves logits by up to ~9 % of the largest (measured);
+// with F32 both sum f32 products and agree to ~2e-4.
+class DeviceBackendTinyModels
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(DeviceBackendTinyModels, GreedyAgreesWithTheCpuBackend) {
+  STRATA_ON_DEVICE(std::get<0>(GetParam()));
+  const std::string path = (strata::testing::models_dir() / "tiny" /
+                            ("tiny-" + std::get<1>(GetParam()) + ".gguf"))
+                               .string();
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
+  }
+  gguf::testing::TempDir dir;
+  const std::string f32 = dir.file("f32.gguf");
+  ASSERT_TRUE(write_f32_copy(path, f32).ok());
+  Loaded m = open_model(f32);
+  ASSERT_NE(m.model, nullptr);
+  auto cpu = cpu_backend(m, {0, m.hp.n_layer});
+  auto device = device_backend(m, {0, m.hp.n_layer});
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(device, nullptr);
+  const int decided = compare_greedy(*cpu, *device, {1, 300, 301, 302, 303, 40}, 6, 1e-3f);
+  EXPECT_GE(decided, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tiny, DeviceBackendTinyModels,
+    ::testing::Combine(::testing::Values("emulated", "cuda"),
+                       ::testing::Values("qwen2", "qwen3", "llama3", "llama-linear",
+                                         "qwen2-yarn")),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& p) {
+      std::string name = std::get<0>(p.param) + "_" + std::get<1>(p.param);
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+// Runs `prompt` then `steps` greedy tokens for one sequence alone;
+// returns every step's logits.
+std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<int32_t> prompt,
+                                             const std::vector<int32_t>& next) {
+  std::vector<std::vector<float>> out;
+  EXPECT_TRUE(b.add_sequence(seq, 64).ok());
+  ForwardRequest req;
+  req.seq = seq;
+  req.tokens = prompt;
+  ForwardResult r;
+  EXPECT_TRUE(b.forward(req, &r).ok());
+  out.emplace_back(r.logits.begin(), r.logits.end());
+  for (int32_t t : next) {
+    const int32_t one[] = {t};
+    req.tokens = one;
+    EXPECT_TRUE(b.forward(req, &r).ok());
+    out.emplace_back(r.logits.begin(), r.logits.end());
+  }
+  return out;
+}
+
+// Batch invariance on the device: three sequences' prompts (3, 1 and 5
+// rows) in one step and then their decode rows in steps of three give each
+// sequence's logits bit for bit as running alone.
+TEST_P(DeviceBackend, ABatchedStepGivesEachSequenceItsLogitsAlone) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 403, 407}, {1}, {1, 261, 378, 403, 40}};
+  const std::vector<std::vector<int32_t>> next = {{300, 301}, {5, 6}, {100, 7}};
+  std::vector<std::vector<std::vector<float>>> alone;
+  for (int s = 0; s < 3; ++s) {
+    auto b = device_backend(m, {0, m.hp.n_layer});
+    alone.push_back(logits_alone(*b, s, prompts[s], next[s]));
+  }
+  auto b = device_backend(m, {0, m.hp.n_layer});
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(b->add_sequence(s, 64).ok());
+  std::vector<int32_t> tokens;
+  std::vector<ForwardSlice> slices;
+  for (int s = 0; s < 3; ++s) {
+    tokens.insert(tokens.end(), prompts[s].begin(), prompts[s].end());
+    slices.push_back({.seq = s, .rows = static_cast<int>(prompts[s].size())});
+  }
+  const size_t v = static_cast<size_t>(b->n_vocab());
+  for (int step = 0; step < 3; ++step) {
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.slices = slices;
+    ForwardResult r;
+    ASSERT_TRUE(b->forward(req, &r).ok());
+    ASSERT_EQ(r.logits.size(), 3 * v);
+    for (int s = 0; s < 3; ++s) {
+      const std::vector<float> got(r.logits.begin() + s * v, r.logits.begin() + (s + 1) * v);
+      EXPECT_EQ(got, alone[s][static_cast<size_t>(step)]) << "sequence " << s << ", step " << step;
+    }
+    if (step == 2) break;
+    tokens.clear();
+    slices.clear();
+    for (int s = 0; s < 3; ++s) {
+      tokens.push_back(next[s][static_cast<size_t>(step)]);
+      slices.push_back({.seq = s, .rows = 1});
+    }
+  }
+}
+
+// A model split over two device backends (blocks [0, 2) and [2, 5)), the
+// hidden rows handed on, gives the whole device backend's logits bit for
+// bit; and a cpu stage then a device stage agrees with the cpu whole.
+TEST_P(DeviceBackend, SplitsGiveTheWholeModelsLogits) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  const int n = m.hp.n_layer;
+  auto whole = device_backend(m, {0, n});
+  auto first = device_backend(m, {0, 2});
+  auto second = device_backend(m, {2, n});
+  auto cpu_whole = cpu_backend(m, {0, n});
+  auto cpu_first = cpu_backend(m, {0, 2});
+  auto mixed_second = device_backend(m, {2, n});
+  for (Backend* b : {whole.get(), first.get(), second.get(), cpu_whole.get(), cpu_first.get(),
+                     mixed_second.get()}) {
+    ASSERT_NE(b, nullptr);
+    ASSERT_TRUE(b->add_sequence(0, 64).ok());
+  }
+  EXPECT_EQ(first->n_vocab(), whole->n_vocab());
+  std::vector<int32_t> tokens = {1, 403, 407, 261, 378};
+  for (int step = 0; step < 6; ++step) {
+    ForwardRequest req;
+    req.tokens = tokens;
+    ForwardResult w, a, b, cw, ca, cb;
+    ASSERT_TRUE(whole->forward(req, &w).ok());
+    ASSERT_TRUE(first->forward(req, &a).ok());
+    ASSERT_TRUE(cpu_whole->forward(req, &cw).ok());
+    ASSERT_TRUE(cpu_first->forward(req, &ca).ok());
+    EXPECT_TRUE(a.logits.empty());
+    ASSERT_EQ(a.hidden.size(), tokens.size() * m.hp.n_embd);
+    ForwardRequest next;
+    next.hidden = a.hidden;
+    ASSERT_TRUE(second->forward(next, &b).ok());
+    EXPECT_EQ(std::vector<float>(b.logits.begin(), b.logits.end()),
+              std::vector<float>(w.logits.begin(), w.logits.end()))
+        << "step " << step;
+    next.hidden = ca.hidden;
+    ASSERT_TRUE(mixed_second->forward(next, &cb).ok());
+    float scale = 0.0f, worst = 0.0f;
+    for (float v : cw.logits) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < cw.logits.size(); ++i) {
+      worst = std::max(worst, std::fabs(cw.logits[i] - cb.logits[i]) / scale);
+    }
+    EXPECT_LE(worst, 1e-4f) << "step " << step;
+    EXPECT_EQ(argmax(cb.logits), argmax(cw.logits)) << "step " << step;
+    tokens = {argmax(w.logits)};
+  }
+}
+
+// The prefix cache's rows: a sequence's KV rows read and appended to a new
+// sequence continue it exactly as the original (bit-identical logits).
+TEST_P(DeviceBackend, KvRowsCopiedToANewSequenceContinueItExactly) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto b = device_backend(m, {0, m.hp.n_layer});
+  ASSERT_TRUE(b->add_sequence(0, 64).ok());
+  ASSERT_TRUE(b->add_sequence(1, 64).ok());
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+  ForwardRequest req;
+  req.tokens = prompt;
+  ForwardResult r;
+  ASSERT_TRUE(b->forward(req, &r).ok());
+  ASSERT_GT(b->kv_row_bytes(), 0);
+  std::vector<uint8_t> rows(static_cast<size_t>(b->kv_row_bytes()) * 4);
+  ASSERT_TRUE(b->read_kv(0, 0, 4, rows.data()).ok());
+  EXPECT_EQ(b->read_kv(0, 3, 3, rows.data()).code(), absl::StatusCode::kOutOfRange);
+  ASSERT_TRUE(b->append_kv(1, 4, rows.data()).ok());
+  EXPECT_EQ(*b->sequence_length(1), 4);
+  // Both continue from position 4 with the prompt's last token, then one more.
+  ASSERT_TRUE(b->truncate_sequence(0, 4).ok());
+  for (const int32_t t : {378, 300}) {
+    const int32_t one[] = {t};
+    ForwardRequest a;
+    a.seq = 0;
+    a.tokens = one;
+    ForwardResult ra;
+    ASSERT_TRUE(b->forward(a, &ra).ok());
+    const std::vector<float> want(ra.logits.begin(), ra.logits.end());
+    a.seq = 1;
+    ASSERT_TRUE(b->forward(a, &ra).ok());
+    EXPECT_EQ(std::vector<float>(ra.logits.begin(), ra.logits.end()), want) << "token " << t;
+  }
+}
+
+// Steps the backend checks (check_forward) fail before anything changes;
+// sequences are counted; the context is enforced.
+TEST_P(DeviceBackend, BadStepsAndSequencesAreRefusedAndChangeNothing) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto b = device_backend(m, {0, m.hp.n_layer}, 8);
+  EXPECT_EQ(b->add_sequence(0, 0).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(b->add_sequence(0, 6).ok());
+  EXPECT_EQ(b->add_sequence(0, 6).code(), absl::StatusCode::kAlreadyExists);
+  ForwardRequest req;
+  ForwardResult r;
+  const std::vector<int32_t> nine(9, 1), bad_id = {1, 512}, seven(7, 1);
+  req.tokens = nine;  // past max_batch 8
+  EXPECT_EQ(b->forward(req, &r).code(), absl::StatusCode::kInvalidArgument);
+  req.tokens = bad_id;  // outside the 512-token vocabulary
+  EXPECT_EQ(b->forward(req, &r).code(), absl::StatusCode::kInvalidArgument);
+  req.tokens = seven;  // past the context of 6
+  EXPECT_EQ(b->forward(req, &r).code(), absl::StatusCode::kOutOfRange);
+  req.seq = 3;
+  req.tokens = bad_id;
+  EXPECT_EQ(b->forward(req, &r).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*b->sequence_length(0), 0);
+  EXPECT_EQ(b->remove_sequence(3).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(b->remove_sequence(0).ok());
+}
+
+// What the kernels do not run is refused at load, by name.
+TEST_P(DeviceBackend, RefusesFamiliesAndTypesItCannotRunByName) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  arch::Hyperparameters gemma = m.hp;
+  gemma.family = arch::Family::kGemma2;
+  gemma.architecture = "gemma2";
+  auto b = make_device_backend(m.model, gemma, {0, gemma.n_layer}, {},
+                               new_api());
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(b.status().message().find("gemma2"), std::string::npos) << b.status();
+
+  Loaded q5 = open_model(
+      (strata::testing::shared_dir() / "models" / "stories260K-Q5_0.gguf").string());
+  ASSERT_NE(q5.model, nullptr);
+  b = make_device_backend(q5.model, q5.hp, {0, q5.hp.n_layer}, {},
+                          new_api());
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(b.status().message().find("Q5_0 has no cuda kernel yet"), std::string::npos)
+      << b.status();
+
+  b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer + 1}, {},
+                          new_api());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, {}, nullptr);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(On, DeviceBackend, ::testing::Values("emulated", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+}  // namespace
+}  // namespace strata::worker

@@ -1,0 +1,141 @@
+#include "tests/cuda/emulated_step_kernels.h"
+
+#include <string>
+
+#include "model/ggml_type.h"
+#include "tests/cuda/cuda_emulator.h"
+#include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/rms_norm_source.h"
+#include "worker/cuda/kernels/sources.h"
+#include "worker/cuda/step_kernels.h"
+
+// The host builds, with step_sources()'s options (THREADS and NCOLS).
+namespace strata::worker::step_host {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define THREADS 128
+namespace matvec1 {
+using namespace strata::cuda_emulation;
+#define NCOLS 1
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec1
+namespace matvec2 {
+using namespace strata::cuda_emulation;
+#define NCOLS 2
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec2
+namespace matvec4 {
+using namespace strata::cuda_emulation;
+#define NCOLS 4
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec4
+namespace matvec8 {
+using namespace strata::cuda_emulation;
+#define NCOLS 8
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec8
+namespace matvec16 {
+using namespace strata::cuda_emulation;
+#define NCOLS 16
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec16
+#undef THREADS
+namespace rms {
+using namespace strata::cuda_emulation;
+#define THREADS 256
+#include "worker/cuda/kernels/rms_norm.cuh"
+#undef THREADS
+}  // namespace rms
+namespace elementwise {
+using namespace strata::cuda_emulation;
+#include "worker/cuda/kernels/elementwise.cuh"
+}  // namespace elementwise
+namespace attention {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#include "worker/cuda/kernels/attention.cuh"
+#undef THREADS
+}  // namespace attention
+namespace sample {
+using namespace strata::cuda_emulation;
+#define THREADS 256
+#include "worker/cuda/kernels/sample.cuh"
+#undef THREADS
+}  // namespace sample
+#pragma GCC diagnostic pop
+}  // namespace strata::worker::step_host
+
+namespace strata::worker::testing {
+namespace {
+
+static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepRmsNormThreads == 256 &&
+                  cuda_kernels::kStepAttentionThreads == 128 &&
+                  cuda_kernels::kStepArgmaxThreads == 256,
+              "the host builds above use step_sources()'s THREADS");
+
+// One NCOLS build's entries of every type.
+#define STRATA_ADD_MATVEC(ns)                                                                 \
+  [](EmulatedDeviceApi& to, const KernelSource& source) {                                      \
+    using namespace step_host::ns;                                                             \
+    const auto add = [&](GgmlType type, HostEntry matvec, HostEntry rows) {                    \
+      to.add(source, std::string(cuda_kernels::matvec_entry(type)), std::move(matvec));       \
+      to.add(source, cuda_kernels::get_rows_entry(type), std::move(rows));                    \
+    };                                                                                         \
+    add(GgmlType::kF32, adapt(strata_matvec_f32), adapt(strata_get_rows_f32));                \
+    add(GgmlType::kF16, adapt(strata_matvec_f16), adapt(strata_get_rows_f16));                \
+    add(GgmlType::kQ4_0, adapt(strata_matvec_q4_0), adapt(strata_get_rows_q4_0));             \
+    add(GgmlType::kQ4_1, adapt(strata_matvec_q4_1), adapt(strata_get_rows_q4_1));             \
+    add(GgmlType::kQ8_0, adapt(strata_matvec_q8_0), adapt(strata_get_rows_q8_0));             \
+    add(GgmlType::kQ4_K, adapt(strata_matvec_q4_k), adapt(strata_get_rows_q4_k));             \
+    add(GgmlType::kQ6_K, adapt(strata_matvec_q6_k), adapt(strata_get_rows_q6_k));             \
+  }
+
+}  // namespace
+
+void add_step_kernels(EmulatedDeviceApi& api) {
+  const cuda_kernels::StepSources& s = cuda_kernels::step_sources();
+  static_assert(cuda_kernels::kStepMatvecColumns[0] == 1 &&
+                cuda_kernels::kStepMatvecColumns[1] == 2 &&
+                cuda_kernels::kStepMatvecColumns[2] == 4 &&
+                cuda_kernels::kStepMatvecColumns[3] == 8 &&
+                cuda_kernels::kStepMatvecColumns[4] == 16);
+  STRATA_ADD_MATVEC(matvec1)(api, s.matvec[0]);
+  STRATA_ADD_MATVEC(matvec2)(api, s.matvec[1]);
+  STRATA_ADD_MATVEC(matvec4)(api, s.matvec[2]);
+  STRATA_ADD_MATVEC(matvec8)(api, s.matvec[3]);
+  STRATA_ADD_MATVEC(matvec16)(api, s.matvec[4]);
+  api.add(s.rms_norm, cuda_kernels::kRmsNormEntry, adapt(step_host::rms::strata_rms_norm));
+  namespace ew = step_host::elementwise;
+  api.add(s.elementwise, cuda_kernels::kRopeRotateEntry, adapt(ew::strata_rope_rotate));
+  api.add(s.elementwise, cuda_kernels::kSwigluEntry, adapt(ew::strata_swiglu));
+  api.add(s.elementwise, cuda_kernels::kAddEntry, adapt(ew::strata_add));
+  api.add(s.elementwise, cuda_kernels::kAddBiasEntry, adapt(ew::strata_add_bias));
+  api.add(s.elementwise, cuda_kernels::kStoreKvEntry, adapt(ew::strata_store_kv));
+  api.add(s.attention, cuda_kernels::kAttentionDecodeEntry,
+          adapt(step_host::attention::strata_attention_decode));
+  api.add(s.sample, cuda_kernels::kArgmaxEntry, adapt(step_host::sample::strata_argmax));
+}
+
+std::unique_ptr<EmulatedDeviceApi> emulated_step_device() {
+  auto api = std::make_unique<EmulatedDeviceApi>();
+  add_step_kernels(*api);
+  return api;
+}
+
+}  // namespace strata::worker::testing

@@ -1,0 +1,19 @@
+// The device backend's kernels (worker/cuda/step_kernels.h) on the CPU
+// emulation: every source of step_sources() compiled for the host with the
+// same options (tests/cuda/cuda_emulator.h) and registered in an
+// EmulatedDeviceApi, so that make_device_backend runs on it unchanged.
+#pragma once
+
+#include <memory>
+
+#include "tests/cuda/emulated_device_api.h"
+
+namespace strata::worker::testing {
+
+// Registers every entry of every step source in `api`.
+void add_step_kernels(EmulatedDeviceApi& api);
+
+// A new EmulatedDeviceApi with the step kernels registered.
+std::unique_ptr<EmulatedDeviceApi> emulated_step_device();
+
+}  // namespace strata::worker::testing

@@ -1,0 +1,57 @@
+// The forward pass of one shard on a device, written once against the
+// DeviceApi seam (device_api.h): the cuda backend is this on cudart's api
+// (make_cuda_backend, cuda_backend.h), and the tests run it unchanged on the
+// CPU emulation (tests/cuda/emulated_device_api.h) against the cpu backend.
+//
+// Weights are uploaded as their GGUF bytes (the kernels dequantize as they
+// read); each sequence has an f16 K and V cache per layer of the shard on
+// the device, [n_ctx][n_head_kv][head_dim] as worker/kv_cache.h's. A step
+// (Backend::forward) is: the embedding rows (first stage) or the previous
+// stage's hidden rows uploaded; per block RMSNorm, the q/k/v matrices over
+// the step's rows (worker/cuda/step_kernels.h: chunks of up to 16 columns,
+// each weight read once a chunk), biases, QK-norm, RoPE on an angle table
+// made on the host (reference::ops::rope_angles, shared by q and k), the
+// K/V rows stored at each slice's positions, attention of each row to its
+// sequence's cache, the output matrix and the residual add, RMSNorm,
+// gate/up, SwiGLU, down, add; the last stage's output norm and head for
+// the rows that want logits, downloaded. The host sees only activations at
+// the shard's edges and the logits.
+//
+// Runs the dense llama block (llama, qwen2, qwen3) with F32, F16, Q4_0,
+// Q4_1, Q8_0, Q4_K and Q6_K matrices; any other family, recipe step or
+// matrix type is refused at load, by name (Unimplemented), never run wrong.
+//
+// Numerics: float sums everywhere, the f16 roundings of llama.cpp's
+// attention (worker/cuda/kernels/attention.cuh); the activations are not
+// quantized (the cpu backend's generated matmuls quantize them to 8 bits as
+// llama.cpp's CPU path does), so logits differ from the cpu backend's by
+// about that rounding, and greedy ids agree but for near-ties.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/architecture/architecture.h"
+#include "model/gguf_reader.h"
+#include "worker/backend.h"
+#include "worker/cuda/device_api.h"
+
+namespace strata::worker {
+
+struct DeviceBackendOptions {
+  int max_batch = 512;  // rows per forward(), 1 .. 65536
+};
+
+// Loads the shard's weights onto `api`'s device and loads every kernel the
+// step launches (compiling them at first use). Errors: InvalidArgument for
+// a null model or api, a bad range or max_batch, or the tensor checks of
+// worker/shard_tensors.h ("blk.3.attn_q.weight: missing"); Unimplemented
+// for what the device kernels do not run yet ("the cuda backend runs the
+// llama, qwen2 and qwen3 blocks; this model is gemma3", "blk.0.ffn_down
+// .weight: Q5_K has no cuda kernel yet (...)"); the device's errors
+// (ResourceExhausted when its memory is short).
+absl::StatusOr<std::unique_ptr<Backend>> make_device_backend(
+    std::shared_ptr<const gguf::GgufModel> model, const arch::Hyperparameters& hp,
+    BlockRange range, const DeviceBackendOptions& options, std::unique_ptr<DeviceApi> api);
+
+}  // namespace strata::worker

@@ -1,0 +1,32 @@
+#include "worker/cuda/step_kernels.h"
+
+#include <string>
+
+#include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/rms_norm_source.h"
+#include "worker/cuda/kernels/sources.h"
+
+namespace strata::worker::cuda_kernels {
+
+const StepSources& step_sources() {
+  static const StepSources* sources = [] {
+    auto* s = new StepSources;
+    const std::string threads = "-DTHREADS=" + std::to_string(kStepMatvecThreads);
+    for (size_t i = 0; i < kStepMatvecColumns.size(); ++i) {
+      s->matvec[i] = KernelSource{"matvec.cu", kMatvecSource,
+                                  {threads, "-DNCOLS=" + std::to_string(kStepMatvecColumns[i]),
+                                   "--std=c++17"}};
+    }
+    s->rms_norm = KernelSource{"rms_norm.cu", kRmsNormSource,
+                               {"-DTHREADS=" + std::to_string(kStepRmsNormThreads)}};
+    s->elementwise = KernelSource{"elementwise.cu", kElementwiseSource, {}};
+    s->attention = KernelSource{"attention.cu", kAttentionSource,
+                                {"-DTHREADS=" + std::to_string(kStepAttentionThreads)}};
+    s->sample = KernelSource{"sample.cu", kSampleSource,
+                             {"-DTHREADS=" + std::to_string(kStepArgmaxThreads)}};
+    return s;
+  }();
+  return *sources;
+}
+
+}  // namespace strata::worker::cuda_kernels

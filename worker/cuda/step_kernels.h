@@ -1,0 +1,36 @@
+// The kernels the device backend (device_backend.h) launches: each source of
+// worker/cuda/kernels with the compile options it is built with, and the
+// thread counts its launches use. One list, so that the emulation
+// (tests/cuda/emulated_step_kernels.h) registers exactly these builds.
+//
+// The matrix x columns kernel is built for 1, 2, 4, 8 and 16 columns: a step
+// of n rows runs as chunks of 16, then one chunk of each power of two in
+// what is left (n = 21: 16 + 4 + 1), so every weight is read
+// ceil(n / 16) + popcount(n % 16) times.
+#pragma once
+
+#include <array>
+
+#include "worker/cuda/device_api.h"
+
+namespace strata::worker::cuda_kernels {
+
+inline constexpr std::array<int, 5> kStepMatvecColumns = {1, 2, 4, 8, 16};
+inline constexpr int kStepMatvecThreads = 128;
+inline constexpr int kStepRmsNormThreads = 256;
+inline constexpr int kStepAttentionThreads = 128;
+inline constexpr int kStepArgmaxThreads = 256;
+inline constexpr int kStepElementwiseThreads = 256;
+
+struct StepSources {
+  std::array<KernelSource, 5> matvec;  // NCOLS = kStepMatvecColumns[i]
+  KernelSource rms_norm;
+  KernelSource elementwise;
+  KernelSource attention;
+  KernelSource sample;
+};
+
+// The sources with their options (built once, alive for the process).
+const StepSources& step_sources();
+
+}  // namespace strata::worker::cuda_kernels
