@@ -177,6 +177,7 @@ cuda_skip_reason() {  # empty when the CUDA steps can run
 
 # --- tiny models --------------------------------------------------------------------
 cp "$BUNDLE/models/stories260K.gguf" "$WORK/models/"
+cp "$BUNDLE/models/stories260K-Q5_0.gguf" "$WORK/models/" 2>/dev/null
 t0=$SECONDS
 tiny_ok=false
 if ! command -v "$PYTHON" >/dev/null; then
@@ -244,7 +245,10 @@ gtest_step() {
     record "$name" pass "" $((SECONDS - t0)) "$extra"
   fi
 }
-gtest_step cuda_tests strata_cuda_tests "the CUDA kernel tests are" 150
+# The device backend's tests find stories260K under $STRATA_SHARED_DIR/models
+# and the tiny models under $STRATA_MODELS_DIR/tiny (tests/test_paths.h).
+STRATA_SHARED_DIR="$WORK" STRATA_MODELS_DIR="$WORK/models" \
+  gtest_step cuda_tests strata_cuda_tests "the CUDA kernel and backend tests are" 200
 # One rank sending to itself passes on one GPU; the two-rank test skips
 # there (NCCL refuses two ranks on one GPU), saying so.
 gtest_step nccl_tests strata_nccl_tests "the NCCL link is" 60
