@@ -101,7 +101,11 @@ static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepRmsN
     add(GgmlType::kF16, adapt(strata_matvec_f16), adapt(strata_get_rows_f16));                \
     add(GgmlType::kQ4_0, adapt(strata_matvec_q4_0), adapt(strata_get_rows_q4_0));             \
     add(GgmlType::kQ4_1, adapt(strata_matvec_q4_1), adapt(strata_get_rows_q4_1));             \
+    add(GgmlType::kQ5_0, adapt(strata_matvec_q5_0), adapt(strata_get_rows_q5_0));             \
+    add(GgmlType::kQ5_1, adapt(strata_matvec_q5_1), adapt(strata_get_rows_q5_1));             \
     add(GgmlType::kQ8_0, adapt(strata_matvec_q8_0), adapt(strata_get_rows_q8_0));             \
+    add(GgmlType::kMXFP4, adapt(strata_matvec_mxfp4), adapt(strata_get_rows_mxfp4));          \
+    add(GgmlType::kQ5_K, adapt(strata_matvec_q5_k), adapt(strata_get_rows_q5_k));             \
     add(GgmlType::kQ4_K, adapt(strata_matvec_q4_k), adapt(strata_get_rows_q4_k));             \
     add(GgmlType::kQ6_K, adapt(strata_matvec_q6_k), adapt(strata_get_rows_q6_k));             \
   }

@@ -86,9 +86,9 @@ constexpr unsigned kMatvecThreads = 128, kRmsThreads = 256, kAttentionThreads = 
                    kArgmaxThreads = 96;
 
 const KernelSource kMatvec1{"matvec.cu", cuda_kernels::kMatvecSource,
-                            {"-DTHREADS=128", "-DNCOLS=1", "--std=c++17"}};
+                            {"-DTHREADS=128", "-DNCOLS=1", "--std=c++17", "--fmad=false"}};
 const KernelSource kMatvec3{"matvec.cu", cuda_kernels::kMatvecSource,
-                            {"-DTHREADS=128", "-DNCOLS=3", "--std=c++17"}};
+                            {"-DTHREADS=128", "-DNCOLS=3", "--std=c++17", "--fmad=false"}};
 const KernelSource kRms{"rms_norm.cu", cuda_kernels::kRmsNormSource, {"-DTHREADS=256"}};
 const KernelSource kElementwise{"elementwise.cu", cuda_kernels::kElementwiseSource, {}};
 const KernelSource kAttention{"attention.cu", cuda_kernels::kAttentionSource, {"-DTHREADS=64"}};
@@ -110,10 +110,18 @@ std::vector<TypeCase> type_cases() {
        adapt(matvec1::strata_get_rows_q4_0)},
       {GgmlType::kQ4_1, adapt(matvec1::strata_matvec_q4_1), adapt(matvec3::strata_matvec_q4_1),
        adapt(matvec1::strata_get_rows_q4_1)},
+      {GgmlType::kQ5_0, adapt(matvec1::strata_matvec_q5_0), adapt(matvec3::strata_matvec_q5_0),
+       adapt(matvec1::strata_get_rows_q5_0)},
+      {GgmlType::kQ5_1, adapt(matvec1::strata_matvec_q5_1), adapt(matvec3::strata_matvec_q5_1),
+       adapt(matvec1::strata_get_rows_q5_1)},
       {GgmlType::kQ8_0, adapt(matvec1::strata_matvec_q8_0), adapt(matvec3::strata_matvec_q8_0),
        adapt(matvec1::strata_get_rows_q8_0)},
+      {GgmlType::kMXFP4, adapt(matvec1::strata_matvec_mxfp4), adapt(matvec3::strata_matvec_mxfp4),
+       adapt(matvec1::strata_get_rows_mxfp4)},
       {GgmlType::kQ4_K, adapt(matvec1::strata_matvec_q4_k), adapt(matvec3::strata_matvec_q4_k),
        adapt(matvec1::strata_get_rows_q4_k)},
+      {GgmlType::kQ5_K, adapt(matvec1::strata_matvec_q5_k), adapt(matvec3::strata_matvec_q5_k),
+       adapt(matvec1::strata_get_rows_q5_k)},
       {GgmlType::kQ6_K, adapt(matvec1::strata_matvec_q6_k), adapt(matvec3::strata_matvec_q6_k),
        adapt(matvec1::strata_get_rows_q6_k)},
   };

@@ -74,7 +74,8 @@ struct Sequence {
 std::string matvec_types() {
   std::vector<std::string> names;
   for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                     GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+                     GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kMXFP4,
+                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     names.emplace_back(ggml_type_info(t).name);
   }
   return absl::StrJoin(names, ", ");

@@ -15,7 +15,7 @@ const StepSources& step_sources() {
     for (size_t i = 0; i < kStepMatvecColumns.size(); ++i) {
       s->matvec[i] = KernelSource{"matvec.cu", kMatvecSource,
                                   {threads, "-DNCOLS=" + std::to_string(kStepMatvecColumns[i]),
-                                   "--std=c++17"}};
+                                   "--std=c++17", "--fmad=false"}};
     }
     s->rms_norm = KernelSource{"rms_norm.cu", kRmsNormSource,
                                {"-DTHREADS=" + std::to_string(kStepRmsNormThreads)}};

@@ -96,6 +96,63 @@ STRATA_UNROLL
   }
 };
 
+// Q5_0: {f16 d; u8 qh[4]; u8 qs[16]}: the nibbles as Q4_0 with a fifth bit,
+// bit l of the little-endian u32 qh for value l: value = (q - 16) d.
+struct Q5_0 {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* b = w + (long long)u * 22;
+    const float d = f16_bits(b);
+    const unsigned int qh = (unsigned int)b[2] | ((unsigned int)b[3] << 8) |
+                            ((unsigned int)b[4] << 16) | ((unsigned int)b[5] << 24);
+STRATA_UNROLL
+    for (int l = 0; l < 16; ++l) {
+      v[l] = (float)((int)((b[6 + l] & 15) | (((qh >> l) & 1) << 4)) - 16) * d;
+      v[l + 16] = (float)((int)((b[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16) * d;
+    }
+  }
+};
+
+// Q5_1: {f16 d; f16 m; u8 qh[4]; u8 qs[16]}: the bits of Q5_0, unsigned:
+// value = q d + m.
+struct Q5_1 {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* b = w + (long long)u * 24;
+    const float d = f16_bits(b), m = f16_bits(b + 2);
+    const unsigned int qh = (unsigned int)b[4] | ((unsigned int)b[5] << 8) |
+                            ((unsigned int)b[6] << 16) | ((unsigned int)b[7] << 24);
+STRATA_UNROLL
+    for (int l = 0; l < 16; ++l) {
+      v[l] = (float)((b[8 + l] & 15) | (((qh >> l) & 1) << 4)) * d + m;
+      v[l + 16] = (float)((b[8 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) * d + m;
+    }
+  }
+};
+
+// MXFP4: {u8 e (E8M0); u8 qs[16]}: value l < 16 = table[qs[l] & 15] d, value
+// l + 16 = table[qs[l] >> 4] d; the table holds the E2M1 values doubled
+// (ggml's kvalues_mxfp4), d = 2^(e - 128) (e8m0_to_f32_half).
+struct MXFP4 {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
+  static __device__ __forceinline__ float e8m0_half(unsigned int e) {
+    return __uint_as_float(e < 2 ? (0x00200000u << e) : (e - 1) << 23);
+  }
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const signed char table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const u8* b = w + (long long)u * 17;
+    const float d = e8m0_half(b[0]);
+STRATA_UNROLL
+    for (int l = 0; l < 16; ++l) {
+      v[l] = (float)table[b[1 + l] & 15] * d;
+      v[l + 16] = (float)table[b[1 + l] >> 4] * d;
+    }
+  }
+};
+
 // Q8_0: {f16 d; i8 qs[32]}: value = q d.
 struct Q8_0 {
   static constexpr bool kTail = false;
@@ -133,6 +190,36 @@ struct Q4_K {
     const int shift = (s & 1) * 4;
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = d1 * (float)((q[l] >> shift) & 15) - m1;
+  }
+};
+
+// Q5_K: 256 values in 176 bytes {f16 d; f16 dmin; u8 scales[12]; u8
+// qh[32]; u8 qs[128]}: Q4_K's nibbles, scales and mins, and a fifth bit,
+// bit s of qh[l] for value l of sub-block s: value = d sc q - dmin m.
+struct Q5_K {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
+  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+    const u8* b = w + (long long)(u >> 3) * 176;
+    const int s = u & 7;
+    const float d = f16_bits(b), dmin = f16_bits(b + 2);
+    const u8* sc = b + 4;
+    int scale, min;
+    if (s < 4) {
+      scale = sc[s] & 63;
+      min = sc[s + 4] & 63;
+    } else {
+      scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+      min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+    const float d1 = d * (float)scale, m1 = dmin * (float)min;
+    const u8* qh = b + 16;
+    const u8* q = b + 48 + 32 * (s >> 1);
+    const int shift = (s & 1) * 4;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) {
+      v[l] = d1 * (float)(((q[l] >> shift) & 15) | (((qh[l] >> s) & 1) << 4)) - m1;
+    }
   }
 };
 
@@ -244,6 +331,10 @@ STRATA_ENTRIES(f32, F32)
 STRATA_ENTRIES(f16, F16)
 STRATA_ENTRIES(q4_0, Q4_0)
 STRATA_ENTRIES(q4_1, Q4_1)
+STRATA_ENTRIES(q5_0, Q5_0)
+STRATA_ENTRIES(q5_1, Q5_1)
 STRATA_ENTRIES(q8_0, Q8_0)
+STRATA_ENTRIES(mxfp4, MXFP4)
 STRATA_ENTRIES(q4_k, Q4_K)
+STRATA_ENTRIES(q5_k, Q5_K)
 STRATA_ENTRIES(q6_k, Q6_K)

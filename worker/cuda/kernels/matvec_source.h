@@ -6,11 +6,14 @@
 //
 // with dequant the type's GGUF block formula (ggml's; the CPU reference is
 // kernels/cpu/reference/dequantize.cc). One warp a row; the lanes take the
-// row's 32-value units in turn (a block of Q4_0 / Q4_1 / Q8_0, a 32-value
-// sub-block of Q4_K / Q6_K, 32 values of F16 / F32), dequantize a unit to
+// row's 32-value units in turn (a block of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
+// / MXFP4, a 32-value sub-block of Q4_K / Q5_K / Q6_K, 32 values of F16 /
+// F32), dequantize a unit to
 // registers and multiply it by every column, summing in float; the warp
 // then sums its lanes (xor shuffles). So the weights are read once for all
-// NCOLS columns. Bound against the reference's double sum: float rounding
+// NCOLS columns. Built with --fmad=false (worker/cuda/step_kernels.cc): the
+// dequantizing formulas are the reference's products and sums, not fused
+// multiply-adds, so get_rows gives the reference's values exactly. Bound against the reference's double sum: float rounding
 // of n_cols products, |gpu - cpu| <= 1e-5 * sum |w x| + 1e-6.
 //
 // This is the plain, first form (byte loads of the blocks, no activation
@@ -44,6 +47,10 @@ inline std::string_view matvec_entry(GgmlType type) {
     case GgmlType::kF16: return "strata_matvec_f16";
     case GgmlType::kQ4_0: return "strata_matvec_q4_0";
     case GgmlType::kQ4_1: return "strata_matvec_q4_1";
+    case GgmlType::kQ5_0: return "strata_matvec_q5_0";
+    case GgmlType::kQ5_1: return "strata_matvec_q5_1";
+    case GgmlType::kMXFP4: return "strata_matvec_mxfp4";
+    case GgmlType::kQ5_K: return "strata_matvec_q5_k";
     case GgmlType::kQ8_0: return "strata_matvec_q8_0";
     case GgmlType::kQ4_K: return "strata_matvec_q4_k";
     case GgmlType::kQ6_K: return "strata_matvec_q6_k";
