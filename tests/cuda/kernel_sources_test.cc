@@ -14,12 +14,13 @@
 namespace strata::worker {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kQ4_0, GgmlType::kQ4_1,
-                           GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,   GgmlType::kQ4_0, GgmlType::kQ4_1,
+                           GgmlType::kQ5_0, GgmlType::kQ5_1,  GgmlType::kQ8_0, GgmlType::kMXFP4,
+                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 std::vector<std::string> options(int columns) {
   return {"-DTHREADS=" + std::to_string(cuda_kernels::kMatvecThreads),
-          "-DNCOLS=" + std::to_string(columns), "--std=c++17"};
+          "-DNCOLS=" + std::to_string(columns), "--std=c++17", "--fmad=false"};
 }
 
 TEST(CudaMatvecSource, CompilesForSm80AndSm90AtEveryColumnCount) {
@@ -41,8 +42,9 @@ TEST(CudaMatvecSource, CompilesForSm80AndSm90AtEveryColumnCount) {
       }
     }
   }
-  EXPECT_TRUE(cuda_kernels::matvec_entry(GgmlType::kQ5_K).empty());
-  EXPECT_TRUE(cuda_kernels::get_rows_entry(GgmlType::kQ5_K).empty());
+  // Types without a kernel have no entry.
+  EXPECT_TRUE(cuda_kernels::matvec_entry(GgmlType::kQ3_K).empty());
+  EXPECT_TRUE(cuda_kernels::get_rows_entry(GgmlType::kBF16).empty());
 }
 
 // The step kernels' sources (worker/cuda/kernels/sources.h) compile for
