@@ -38,6 +38,49 @@ absl::StatusOr<kernels::WeightMatrix> shard_matrix(const gguf::GgufModel& model,
                                             t->n_bytes);
 }
 
+absl::StatusOr<std::vector<kernels::WeightMatrix>> shard_experts(const gguf::GgufModel& model,
+                                                                 const std::string& name,
+                                                                 int64_t n_in, int64_t n_out,
+                                                                 int64_t n_expert) {
+  const gguf::TensorInfo* t = model.find_tensor(name);
+  if (t == nullptr) return model.missing_tensor(name);
+  if (absl::Status st = check_mapped(*t); !st.ok()) return st;
+  if (t->shape.size() != 3 || t->shape[0] != n_in || t->shape[1] != n_out ||
+      t->shape[2] != n_expert) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", shape_text(t->shape),
+                                                   ", expected [", n_in, ", ", n_out, ", ",
+                                                   n_expert, "] (n_in, n_out, n_expert)"));
+  }
+  // The reader checked n_bytes against the shape and type; each slice is an
+  // equal share of whole rows.
+  const uint64_t slice = t->n_bytes / static_cast<uint64_t>(n_expert);
+  std::vector<kernels::WeightMatrix> out;
+  out.reserve(static_cast<size_t>(n_expert));
+  for (int64_t e = 0; e < n_expert; ++e) {
+    const std::string expert = absl::StrCat(name, " expert ", e);
+    absl::StatusOr<kernels::WeightMatrix> m = reference::ops::make_weight_matrix(
+        expert.c_str(), t->type, t->data + e * slice, n_in, n_out, slice);
+    if (!m.ok()) return m.status();
+    out.push_back(*m);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> shard_table(const gguf::GgufModel& model,
+                                               const std::string& name, int64_t n0, int64_t n1) {
+  const gguf::TensorInfo* t = model.find_tensor(name);
+  if (t == nullptr) return model.missing_tensor(name);
+  if (absl::Status st = check_mapped(*t); !st.ok()) return st;
+  if (t->shape.size() != 2 || t->shape[0] != n0 || t->shape[1] != n1) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", shape_text(t->shape),
+                                                   ", expected [", n0, ", ", n1, "]"));
+  }
+  std::vector<float> v(static_cast<size_t>(n0 * n1));
+  absl::Status st = reference::dequantize_row(t->type, t->data, n0 * n1, v.data());
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", st.message()));
+  return v;
+}
+
 absl::StatusOr<std::vector<float>> shard_vector(const gguf::GgufModel& model,
                                                 const std::string& name, int64_t n,
                                                 bool optional) {

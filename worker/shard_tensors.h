@@ -37,6 +37,18 @@ absl::StatusOr<kernels::WeightMatrix> shard_matrix(const gguf::GgufModel& model,
                                                    int64_t n_out, bool optional = false,
                                                    bool one_row_as_vector = false);
 
+// The n_expert matrices [n_in, n_out] of the 3-D expert tensor `name`
+// (ne = [n_in, n_out, n_expert]): expert e's is the view of slice e. The
+// slices are contiguous: expert e's data is the first's plus e slices.
+absl::StatusOr<std::vector<kernels::WeightMatrix>> shard_experts(const gguf::GgufModel& model,
+                                                                 const std::string& name,
+                                                                 int64_t n_in, int64_t n_out,
+                                                                 int64_t n_expert);
+
+// Table `name` [n0, n1] (n1 rows of n0) as f32: per-expert biases.
+absl::StatusOr<std::vector<float>> shard_table(const gguf::GgufModel& model,
+                                               const std::string& name, int64_t n0, int64_t n1);
+
 // Vector `name` of n elements as f32 (dequantized from its type). Empty
 // when `optional` and absent.
 absl::StatusOr<std::vector<float>> shard_vector(const gguf::GgufModel& model,

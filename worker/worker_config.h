@@ -4,8 +4,8 @@
 //   listen: 127.0.0.1:50061      # host:port to serve strata.v1.Worker on
 //                                # (port 0: the system picks one)
 //   backend: cpu                 # cpu; cuda:N (GPU N; cuda = cuda:0;
-//                                # worker/cuda/cuda_backend.h: the llama,
-//                                # qwen2 and qwen3 blocks, issue 32);
+//                                # worker/cuda/cuda_backend.h: every
+//                                # family, issue 32);
 //                                # or fake: no weights, rows hashed
 //                                # (worker/fake_backend.h), to measure what
 //                                # the pipeline costs around a backend

@@ -131,6 +131,16 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.elementwise, cuda_kernels::kAddEntry, adapt(ew::strata_add));
   api.add(s.elementwise, cuda_kernels::kAddBiasEntry, adapt(ew::strata_add_bias));
   api.add(s.elementwise, cuda_kernels::kStoreKvEntry, adapt(ew::strata_store_kv));
+  api.add(s.elementwise, cuda_kernels::kScaleEntry, adapt(ew::strata_scale));
+  api.add(s.elementwise, cuda_kernels::kSoftCapEntry, adapt(ew::strata_soft_cap));
+  api.add(s.elementwise, cuda_kernels::kGegluEntry, adapt(ew::strata_geglu));
+  api.add(s.elementwise, cuda_kernels::kSwigluOaiEntry, adapt(ew::strata_swiglu_oai));
+  api.add(s.elementwise, cuda_kernels::kCopyColsEntry, adapt(ew::strata_copy_cols));
+  api.add(s.elementwise, cuda_kernels::kGatherRowsEntry, adapt(ew::strata_gather_rows));
+  api.add(s.elementwise, cuda_kernels::kScatterRowsEntry, adapt(ew::strata_scatter_rows));
+  api.add(s.elementwise, cuda_kernels::kMoeSumEntry, adapt(ew::strata_moe_sum));
+  api.add(s.elementwise, cuda_kernels::kAddSharedExpertEntry,
+          adapt(ew::strata_add_shared_expert));
   api.add(s.attention, cuda_kernels::kAttentionDecodeEntry,
           adapt(step_host::attention::strata_attention_decode));
   api.add(s.sample, cuda_kernels::kArgmaxEntry, adapt(step_host::sample::strata_argmax));

@@ -21,6 +21,7 @@
 #include "kernels/cpu/reference/fp16.h"
 #include "kernels/cpu/reference/ops/attention.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
+#include "kernels/cpu/reference/ops/swiglu_oai.h"
 #include "kernels/cpu/reference/quantize.h"
 #include "model/ggml_type.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -140,6 +141,19 @@ std::unique_ptr<DeviceApi> emulated_device() {
   api->add(kElementwise, cuda_kernels::kSwigluEntry, adapt(host::elementwise::strata_swiglu));
   api->add(kElementwise, cuda_kernels::kAddEntry, adapt(host::elementwise::strata_add));
   api->add(kElementwise, cuda_kernels::kAddBiasEntry, adapt(host::elementwise::strata_add_bias));
+  {
+    namespace ew = host::elementwise;
+    api->add(kElementwise, cuda_kernels::kScaleEntry, adapt(ew::strata_scale));
+    api->add(kElementwise, cuda_kernels::kSoftCapEntry, adapt(ew::strata_soft_cap));
+    api->add(kElementwise, cuda_kernels::kGegluEntry, adapt(ew::strata_geglu));
+    api->add(kElementwise, cuda_kernels::kSwigluOaiEntry, adapt(ew::strata_swiglu_oai));
+    api->add(kElementwise, cuda_kernels::kCopyColsEntry, adapt(ew::strata_copy_cols));
+    api->add(kElementwise, cuda_kernels::kGatherRowsEntry, adapt(ew::strata_gather_rows));
+    api->add(kElementwise, cuda_kernels::kScatterRowsEntry, adapt(ew::strata_scatter_rows));
+    api->add(kElementwise, cuda_kernels::kMoeSumEntry, adapt(ew::strata_moe_sum));
+    api->add(kElementwise, cuda_kernels::kAddSharedExpertEntry,
+             adapt(ew::strata_add_shared_expert));
+  }
   api->add(kElementwise, cuda_kernels::kStoreKvEntry, adapt(host::elementwise::strata_store_kv));
   api->add(kAttention, cuda_kernels::kAttentionDecodeEntry,
            adapt(host::attention::strata_attention_decode));
@@ -399,6 +413,114 @@ TEST_P(Kernels, AddBiasAddsTheBiasToEveryRow) {
   for (long long i = 0; i < rows * width; ++i) ASSERT_EQ(got[i], want[i]) << i;
 }
 
+// The activations and the soft cap against the reference ops: GeGLU with
+// its f16 roundings (exact but for tanh's last bits: one f16 step where the
+// rounding is a tie), gpt-oss's clamped SwiGLU and the cap (expf / tanhf:
+// 2e-6 relative), the scale (exact).
+TEST_P(Kernels, ActivationsAndCapsMatchTheReference) {
+  ThreadPool pool(1);
+  const long long n = 3001;
+  std::vector<float> gate = normal_values(n, 20, 5.0f), up = normal_values(n, 21, 3.0f);
+  gate[0] = -12.0f, gate[1] = 11.0f, gate[2] = 7.5f, gate[3] = -10.0f;  // the branches
+  auto near = [](float got, float want, float rel) {
+    return std::fabs(got - want) <= rel * std::max(1.0f, std::fabs(want));
+  };
+  DeviceBuffer dg = put(gate), du = put(up), dout = space(n * sizeof(float));
+  std::vector<float> want(n);
+  reference::ops::geglu(gate.data(), up.data(), n, want.data(), pool);
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kGegluEntry, 3, 128, dg.as<const float>(),
+                  du.as<const float>(), dout.as<float>(), n)
+                  .ok());
+  std::vector<float> got = get<float>(dout, n);
+  for (long long i = 0; i < n; ++i) {
+    ASSERT_TRUE(near(got[i], want[i], 1e-3f)) << i << ": " << got[i] << " vs " << want[i];
+  }
+  reference::ops::swiglu_oai(gate.data(), up.data(), n, reference::ops::kGptOssAlpha,
+                             reference::ops::kGptOssLimit, want.data(), pool);
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kSwigluOaiEntry, 2, 64, dg.as<const float>(),
+                  du.as<const float>(), dout.as<float>(), n, reference::ops::kGptOssAlpha,
+                  reference::ops::kGptOssLimit)
+                  .ok());
+  got = get<float>(dout, n);
+  for (long long i = 0; i < n; ++i) ASSERT_TRUE(near(got[i], want[i], 2e-6f)) << i;
+  want = gate;
+  reference::ops::soft_cap(want.data(), n, 30.0f);
+  DeviceBuffer dx = put(gate);
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kSoftCapEntry, 2, 64, dx.as<float>(), 30.0f, n).ok());
+  got = get<float>(dx, n);
+  for (long long i = 0; i < n; ++i) ASSERT_TRUE(near(got[i], want[i], 2e-6f)) << i;
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kScaleEntry, 1, 32, dx.as<float>(), 0.125f, n).ok());
+  const std::vector<float> scaled = get<float>(dx, n);
+  for (long long i = 0; i < n; ++i) ASSERT_EQ(scaled[i], got[i] * 0.125f) << i;
+}
+
+// The data movement of fused projections and of the mixture-of-experts step:
+// columns out of rows, rows gathered and scattered by index, the weighted
+// sum of each row's slots in slot order, qwen2moe's shared expert added with
+// its sigmoid gate: each against a plain loop.
+TEST_P(Kernels, RowsColumnsAndExpertSumsMoveTheRightValues) {
+  const int rows = 5, width = 40, k = 3;
+  const std::vector<float> src = normal_values(rows * width, 22);
+  DeviceBuffer dsrc = put(src);
+  DeviceBuffer dcols = space(rows * 16 * sizeof(float));
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kCopyColsEntry, 2, 32, dsrc.as<const float>(), width,
+                  7, dcols.as<float>(), 16, static_cast<long long>(rows))
+                  .ok());
+  const std::vector<float> cols = get<float>(dcols, rows * 16);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < 16; ++c) ASSERT_EQ(cols[r * 16 + c], src[r * width + 7 + c]);
+  }
+  const std::vector<int> ids = {4, 0, 4, 2};
+  DeviceBuffer dids = put(ids), dgathered = space(ids.size() * width * sizeof(float));
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kGatherRowsEntry, 2, 64, dsrc.as<const float>(),
+                  dids.as<const int>(), dgathered.as<float>(), static_cast<int>(ids.size()), width)
+                  .ok());
+  const std::vector<float> gathered = get<float>(dgathered, ids.size() * width);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int c = 0; c < width; ++c) ASSERT_EQ(gathered[i * width + c], src[ids[i] * width + c]);
+  }
+  const std::vector<int> to = {3, 1};  // rows 0 and 1 of src into rows 3 and 1
+  DeviceBuffer dto = put(to), dscattered = space(rows * width * sizeof(float), 0);
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kScatterRowsEntry, 1, 64, dsrc.as<const float>(),
+                  dto.as<const int>(), dscattered.as<float>(), 2, width)
+                  .ok());
+  const std::vector<float> scattered = get<float>(dscattered, rows * width);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < width; ++c) {
+      const float want = r == 3 ? src[c] : r == 1 ? src[width + c] : 0.0f;
+      ASSERT_EQ(scattered[r * width + c], want) << r << "," << c;
+    }
+  }
+  const std::vector<float> slots = normal_values(rows * k * width, 23);
+  const std::vector<float> weights = normal_values(rows * k, 24);
+  DeviceBuffer dslots = put(slots), dweights = put(weights), dy = space(rows * width * sizeof(float));
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kMoeSumEntry, 2, 64, dslots.as<const float>(),
+                  dweights.as<const float>(), dy.as<float>(), rows, k, width)
+                  .ok());
+  std::vector<float> y = get<float>(dy, rows * width);
+  for (int t = 0; t < rows; ++t) {
+    for (int c = 0; c < width; ++c) {
+      float want = slots[(t * k) * width + c] * weights[t * k];
+      for (int j = 1; j < k; ++j) want += slots[(t * k + j) * width + c] * weights[t * k + j];
+      ASSERT_EQ(y[t * width + c], want) << t << "," << c;
+    }
+  }
+  const std::vector<float> g = normal_values(rows, 25);
+  DeviceBuffer dg = put(g);
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kAddSharedExpertEntry, 2, 64, dy.as<float>(),
+                  dsrc.as<const float>(), dg.as<const float>(), rows, width)
+                  .ok());
+  const std::vector<float> before = y;
+  y = get<float>(dy, rows * width);
+  for (int t = 0; t < rows; ++t) {
+    const float gate = g[t] / (1.0f + std::exp(-g[t])) / g[t];
+    for (int c = 0; c < width; ++c) {
+      const float want = before[t * width + c] + src[t * width + c] * gate;
+      ASSERT_NEAR(y[t * width + c], want, 1e-6f * std::max(1.0f, std::fabs(want)));
+    }
+  }
+}
+
 // f16 rounding to nearest even as the reference's f32_to_f16: exact; the
 // rows outside [pos, pos + n) untouched.
 TEST_P(Kernels, StoreKvRoundsToF16AtItsRows) {
@@ -439,12 +561,17 @@ TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
   struct Shape {
     int n_head, n_head_kv, dk, dv, n_kv, window;
     float softcap;
+    bool sinks;
   };
-  for (const Shape s : {Shape{9, 3, 64, 64, 1, 0, 0.0f}, Shape{9, 3, 64, 64, 64, 0, 0.0f},
-                        Shape{8, 2, 32, 48, 200, 0, 30.0f}, Shape{4, 4, 64, 64, 150, 40, 0.0f}}) {
+  for (const Shape s :
+       {Shape{9, 3, 64, 64, 1, 0, 0.0f, false}, Shape{9, 3, 64, 64, 64, 0, 0.0f, false},
+        Shape{8, 2, 32, 48, 200, 0, 30.0f, false}, Shape{4, 4, 64, 64, 150, 40, 0.0f, false},
+        Shape{8, 2, 64, 64, 1, 0, 0.0f, true}, Shape{8, 2, 64, 64, 90, 32, 0.0f, true}}) {
     SCOPED_TRACE(std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " heads, n_kv " +
                  std::to_string(s.n_kv) + ", window " + std::to_string(s.window) + ", softcap " +
-                 std::to_string(s.softcap));
+                 std::to_string(s.softcap) + (s.sinks ? ", sinks" : ""));
+    // Sinks around the scores' size, one per head (gpt-oss).
+    const std::vector<float> sinks = normal_values(static_cast<size_t>(s.n_head), 9, 2.0f);
     const std::vector<float> q = normal_values(static_cast<size_t>(s.n_head) * s.dk, 6);
     const std::vector<float> k = normal_values(static_cast<size_t>(s.n_kv) * s.n_head_kv * s.dk, 7);
     const std::vector<float> v = normal_values(static_cast<size_t>(s.n_kv) * s.n_head_kv * s.dv, 8);
@@ -459,6 +586,7 @@ TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
     p.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
     p.softcap = s.softcap;
     p.sliding_window = s.window;
+    p.sinks = s.sinks ? sinks.data() : nullptr;
     kernels::KvView kv;
     kv.type = GgmlType::kF16;
     kv.k = k16.data();
@@ -473,10 +601,12 @@ TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
     DeviceBuffer dq = put(q), dk = put(k16), dv = put(v16);
     DeviceBuffer dout = space(want.size() * sizeof(float));
     DeviceBuffer scores = space(static_cast<size_t>(s.n_head) * s.n_kv * sizeof(float));
+    DeviceBuffer dsinks = put(sinks);
     ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionDecodeEntry, s.n_head, kAttentionThreads,
                     dq.as<const float>(), dk.as<const unsigned short>(),
                     dv.as<const unsigned short>(), dout.as<float>(), scores.as<float>(), s.n_kv,
-                    window_begin, s.n_head, s.n_head_kv, s.dk, s.dv, p.scale, s.softcap)
+                    window_begin, s.n_head, s.n_head_kv, s.dk, s.dv, p.scale, s.softcap,
+                    s.sinks ? dsinks.as<const float>() : static_cast<const float*>(nullptr))
                     .ok());
     const std::vector<float> got = get<float>(dout, want.size());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-3f) << i;

@@ -32,43 +32,20 @@ class Loader {
   // n_expert]): expert e's is the view of slice e.
   absl::StatusOr<std::vector<Linear>> experts(const std::string& name, int64_t n_in,
                                               int64_t n_out, int64_t n_expert) {
-    const gguf::TensorInfo* t = model_.find_tensor(name);
-    if (t == nullptr) return model_.missing_tensor(name);
-    if (absl::Status st = mapped(*t); !st.ok()) return st;
-    if (t->shape.size() != 3 || t->shape[0] != n_in || t->shape[1] != n_out ||
-        t->shape[2] != n_expert) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": shape ", shape_text(t->shape), ", expected [", n_in, ", ",
-                       n_out, ", ", n_expert, "] (n_in, n_out, n_expert)"));
-    }
-    // The reader checked n_bytes against the shape and type; each slice is
-    // an equal share of whole rows.
-    const uint64_t slice = t->n_bytes / static_cast<uint64_t>(n_expert);
-    std::vector<Linear> out(static_cast<size_t>(n_expert));
-    for (int64_t e = 0; e < n_expert; ++e) {
-      const std::string expert = absl::StrCat(name, " expert ", e);
-      absl::StatusOr<WeightMatrix> m = reference::ops::make_weight_matrix(
-          expert.c_str(), t->type, t->data + e * slice, n_in, n_out, slice);
-      if (!m.ok()) return m.status();
-      out[static_cast<size_t>(e)].w = *m;
-    }
+    absl::StatusOr<std::vector<WeightMatrix>> views =
+        shard_experts(model_, name, n_in, n_out, n_expert);
+    if (!views.ok()) return views.status();
+    std::vector<Linear> out(views->size());
+    for (size_t e = 0; e < out.size(); ++e) out[e].w = (*views)[e];
     return out;
   }
 
   // A table [n1][n0] (GGUF ne = [n0, n1]) converted to f32: per-expert
   // biases.
   absl::StatusOr<const float*> table(const std::string& name, int64_t n0, int64_t n1) {
-    const gguf::TensorInfo* t = model_.find_tensor(name);
-    if (t == nullptr) return model_.missing_tensor(name);
-    if (absl::Status st = mapped(*t); !st.ok()) return st;
-    if (t->shape.size() != 2 || t->shape[0] != n0 || t->shape[1] != n1) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", shape_text(t->shape),
-                                                     ", expected [", n0, ", ", n1, "]"));
-    }
-    std::vector<float>& v = out_.owned.emplace_back(n0 * n1);
-    absl::Status st = reference::dequantize_row(t->type, t->data, n0 * n1, v.data());
-    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", st.message()));
-    return v.data();
+    absl::StatusOr<std::vector<float>> v = shard_table(model_, name, n0, n1);
+    if (!v.ok()) return v.status();
+    return out_.owned.emplace_back(*std::move(v)).data();
   }
 
   // A vector of n elements converted to f32; nullptr when optional and
@@ -82,8 +59,6 @@ class Loader {
   }
 
  private:
-  static absl::Status mapped(const gguf::TensorInfo& t) { return check_mapped(t); }
-
   const gguf::GgufModel& model_;
   ShardWeights& out_;
 };

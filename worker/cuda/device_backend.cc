@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -15,6 +17,8 @@
 #include "kernels/cpu/base/op_types.h"
 #include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
+#include "kernels/cpu/reference/ops/moe_routing.h"
+#include "kernels/cpu/reference/ops/swiglu_oai.h"
 #include "model/ggml_type.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
@@ -43,23 +47,43 @@ namespace ck = cuda_kernels;
     lhs = *std::move(_value_or);                      \
   } while (0)
 
-// A weight matrix on the device: its GGUF rows, and the kernels that read
-// them (matrix x 1, 2, 4, 8, 16 columns; the embedding's get_rows).
+// A weight matrix on the device: its GGUF rows (in a buffer of
+// DeviceBackend::weights_), and the kernels that read them (matrix x 1, 2,
+// 4, 8, 16 columns; the embedding's get_rows). Empty (data null) when an
+// optional tensor is absent.
 struct DeviceMatrix {
-  DeviceBuffer bytes;
+  const unsigned char* data = nullptr;
   GgmlType type = GgmlType::kF32;
   int n_in = 0;   // elements per row
   int n_out = 0;  // rows
   long long row_bytes = 0;
   std::array<KernelHandle, ck::kStepMatvecColumns.size()> matvec;
   KernelHandle get_rows;
+  bool present() const { return data != nullptr; }
+};
+
+// The mixture-of-experts feed-forward of a block (arch::MoeParams; as
+// worker/cpu/cpu_weights.h's ExpertWeights).
+struct DeviceExperts {
+  DeviceMatrix router;                      // [n_expert][n_embd]
+  DeviceBuffer router_bias;                 // [n_expert] (gpt-oss)
+  std::vector<DeviceMatrix> gate, up, down; // [n_expert] views of one buffer each
+  DeviceBuffer gate_bias, up_bias;          // [n_expert][n_ff_expert] (gpt-oss)
+  DeviceBuffer down_bias;                   // [n_expert][n_embd] (gpt-oss)
+  DeviceMatrix shared_router;               // [1][n_embd] (qwen2moe)
+  DeviceMatrix shared_gate, shared_up, shared_down;
+  bool present() const { return router.present(); }
 };
 
 struct DeviceLayer {
-  DeviceBuffer attn_norm, ffn_norm;  // [n_embd] f32
-  DeviceBuffer bq, bk, bv;           // biases (qwen2), empty when absent
-  DeviceBuffer q_norm, k_norm;       // [dk] (qwen3), empty when absent
-  DeviceMatrix wq, wk, wv, wo, gate, up, down;
+  DeviceBuffer attn_norm, ffn_norm;            // [n_embd] f32
+  DeviceBuffer post_attn_norm, post_ffn_norm;  // gemma; empty when absent
+  DeviceBuffer bq, bk, bv, bo;                 // biases, empty when absent
+  DeviceBuffer q_norm, k_norm;                 // [dk] (qwen3, gemma3) or whole rows (olmoe)
+  DeviceBuffer sinks;                          // [n_head] (gpt-oss)
+  DeviceMatrix wq, wk, wv, wqkv, wo;           // wqkv: phi3's fused [q | k | v]
+  DeviceMatrix gate, up, down;                 // up: [gate | up] when fused (phi3)
+  DeviceExperts moe;
 };
 
 // One sequence: its length and its caches, one buffer: per layer of the
@@ -81,27 +105,22 @@ std::string matvec_types() {
   return absl::StrJoin(names, ", ");
 }
 
-// What of `hp` the device step does not run yet; "" when it runs it all.
+// What of `hp` the device step does not run; "" when it runs it all.
 std::string unsupported(const arch::Hyperparameters& hp) {
-  const arch::BlockRecipe& r = hp.recipe;
-  if (hp.family != arch::Family::kLlama && hp.family != arch::Family::kQwen2 &&
-      hp.family != arch::Family::kQwen3) {
-    return absl::StrCat("the cuda backend runs the llama, qwen2 and qwen3 blocks; this model is ",
-                        hp.architecture);
+  if (hp.head_dim_k % 2 != 0 || hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0) {
+    return "this RoPE shape";
   }
-  if (hp.moe.n_expert > 0) return "mixture-of-experts feed-forward";
-  if (r.fused_qkv) return "a fused q/k/v matrix";
-  if (r.fused_gate_up) return "a fused gate/up matrix";
-  if (r.qk_norm_full) return "QK-norm over whole rows";
-  if (r.post_attn_norm || r.post_ffn_norm) return "post-sublayer norms";
-  if (r.attn_out_bias) return "an attention output bias";
-  if (r.attn_sinks) return "attention sinks";
-  if (r.activation != arch::FfnActivation::kSilu) return "a feed-forward activation other than SwiGLU";
-  if (r.scale_query) return "scaling the query before attention";
-  if (r.embedding_scale != 1.0f) return "scaled embeddings";
-  if (hp.final_softcap > 0.0f) return "a soft cap on the logits";
-  if (hp.head_dim_k % 2 != 0 || hp.n_rot > hp.head_dim_k) return "this RoPE shape";
+  if (hp.moe.n_expert > 512) return "more than 512 experts";
   return "";
+}
+
+reference::ops::MoeGating moe_gating(arch::ExpertGating g) {
+  switch (g) {
+    case arch::ExpertGating::kSoftmax: return reference::ops::MoeGating::kSoftmax;
+    case arch::ExpertGating::kSigmoid: return reference::ops::MoeGating::kSigmoid;
+    case arch::ExpertGating::kSoftmaxWeight: return reference::ops::MoeGating::kSoftmaxWeight;
+  }
+  return reference::ops::MoeGating::kSoftmax;
 }
 
 class DeviceBackend final : public Backend {
@@ -110,7 +129,7 @@ class DeviceBackend final : public Backend {
                 BlockRange range, const DeviceBackendOptions& options,
                 std::unique_ptr<DeviceApi> api)
       : model_(std::move(model)), hp_(hp), range_(range), options_(options),
-        api_(std::move(api)), rope_pool_(1) {}
+        api_(std::move(api)), host_pool_(1) {}
 
   absl::Status load();
 
@@ -134,8 +153,20 @@ class DeviceBackend final : public Backend {
   bool is_first() const { return range_.first == 0; }
   bool is_last() const { return range_.last == hp_.n_layer; }
   int n_layers() const { return range_.last - range_.first; }
+  int64_t q_width() const { return int64_t{hp_.n_head} * hp_.head_dim_k; }
   int64_t k_width() const { return int64_t{hp_.n_head_kv} * hp_.head_dim_k; }
   int64_t v_width() const { return int64_t{hp_.n_head_kv} * hp_.head_dim_v; }
+  // The widest feed-forward: of the dense FFN, an expert, the shared expert.
+  int64_t ff_width() const {
+    return std::max<int64_t>({hp_.n_ff, hp_.moe.n_ff_expert, hp_.moe.n_ff_shared, 1});
+  }
+  // Rows whose experts run together (as the cpu backend's moe_block_rows:
+  // expert_out_ stays 8192 slots x n_embd however many experts a file asks
+  // each token to use).
+  int moe_rows() const {
+    const int k = std::max(hp_.moe.n_expert_used, 1);
+    return std::max(1, std::min(options_.max_batch, 8192 / k));
+  }
   // Layer `layer` (of the shard) of a sequence's K and V caches.
   uint16_t* k_cache(const Sequence& s, int layer) const {
     return s.kv.as<uint16_t>() + int64_t{layer} * s.n_ctx * (k_width() + v_width());
@@ -147,8 +178,19 @@ class DeviceBackend final : public Backend {
   absl::StatusOr<DeviceBuffer> upload(const void* host, size_t bytes);
   absl::StatusOr<DeviceBuffer> upload_vector(const std::string& name, int64_t n,
                                              bool optional = false);
+  absl::StatusOr<DeviceBuffer> upload_table(const std::string& name, int64_t n0, int64_t n1);
+  // The matrix `name` [n_in, n_out] on the device with its kernels; empty
+  // when `optional` and absent.
   absl::StatusOr<DeviceMatrix> upload_matrix(const std::string& name, int64_t n_in,
-                                             int64_t n_out);
+                                             int64_t n_out, bool optional = false,
+                                             bool one_row_as_vector = false);
+  // The n_expert matrices of the expert tensor `name`, one upload.
+  absl::StatusOr<std::vector<DeviceMatrix>> upload_experts(const std::string& name,
+                                                           int64_t n_in, int64_t n_out);
+  // `view`'s bytes (`bytes` of them from its data) uploaded, kernels loaded.
+  absl::StatusOr<DeviceMatrix> device_matrix(const std::string& name,
+                                             const kernels::WeightMatrix& view, size_t bytes);
+  absl::Status load_layer(int il, DeviceLayer& l);
   absl::StatusOr<KernelHandle> kernel(const KernelSource& source, std::string_view entry);
   absl::StatusOr<DeviceBuffer> space(size_t bytes);
 
@@ -158,11 +200,13 @@ class DeviceBackend final : public Backend {
     void* p[] = {static_cast<void*>(&args)...};
     return api_->launch(k, grid, block, p);
   }
-  // Blocks for a grid-stride kernel over `total` items, `block` threads a block.
-  unsigned grid_for(int64_t total, unsigned block) const {
+  // A grid-stride elementwise kernel over `total` items.
+  template <typename... A>
+  absl::Status run_over(KernelHandle k, int64_t total, A... args) {
+    constexpr unsigned t = ck::kStepElementwiseThreads;
     const int64_t most = int64_t{8} * std::max(api_->multiprocessors(), 1);
-    return static_cast<unsigned>(
-        std::clamp<int64_t>((total + block - 1) / block, 1, most));
+    const auto grid = static_cast<unsigned>(std::clamp<int64_t>((total + t - 1) / t, 1, most));
+    return run(k, grid, t, args...);
   }
 
   // y [n][m.n_out] = x [n][m.n_in] · mᵀ, in chunks of the built column counts.
@@ -170,26 +214,41 @@ class DeviceBackend final : public Backend {
   // y [rows][dim] = RMSNorm(x) * weight.
   absl::Status rms_norm(const float* x, const DeviceBuffer& weight, int rows, int dim, float* y);
   absl::Status add(const float* a, const float* b, float* y, int64_t n);
+  absl::Status add_bias(float* x, const DeviceBuffer& bias, int rows, int64_t width,
+                        int64_t offset = 0);
+  // Columns [col0, col0 + width) of src [n][src_width] into dst [n][width].
+  absl::Status copy_cols(const float* src, int64_t src_width, int64_t col0, float* dst,
+                         int64_t width, int n);
   absl::Status block(int il, int n);
   absl::Status attention(int il, int n);
-  absl::Status head(int n);
+  // y [n][n_embd] = W_down act(W_gate x + b_gate, W_up x + b_up) + b_down, f
+  // wide (the bias buffers' rows `bias_row`; empty buffers: none). Uses
+  // gate_ and up_ (and fused_ for a fused gate|up matrix).
+  absl::Status ffn(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                   int64_t f, const float* x, int n, float* y, const DeviceBuffer* gate_bias,
+                   const DeviceBuffer* up_bias, const DeviceBuffer* down_bias, int bias_row);
+  absl::Status moe(int il, int n);
+  absl::Status head();
 
   std::shared_ptr<const gguf::GgufModel> model_;
   arch::Hyperparameters hp_;
   BlockRange range_;
   DeviceBackendOptions options_;
   std::unique_ptr<DeviceApi> api_;
-  ThreadPool rope_pool_;  // rope_angles on the host
+  ThreadPool host_pool_;  // rope_angles on the host
 
   int n_vocab_ = 0;
-  DeviceMatrix token_embd_;  // first stage, or the last's tied head
+  std::deque<DeviceBuffer> weights_;  // every matrix's bytes
+  DeviceMatrix token_embd_;           // first stage, or the last's tied head
   DeviceBuffer output_norm_;
   DeviceMatrix output_;
   bool tied_output_ = false;
   std::vector<float> rope_freqs_;  // [n_rot / 2] (llama3), empty when absent
   std::vector<DeviceLayer> layers_;
 
-  KernelHandle k_rms_, k_rope_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_, k_attention_;
+  KernelHandle k_rms_, k_rope_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_, k_attention_,
+      k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_copy_cols_, k_gather_, k_scatter_,
+      k_moe_sum_, k_add_shared_;
 
   std::map<int, Sequence> sequences_;
   int max_ctx_ = 0;  // the longest context added: sizes scores_
@@ -203,11 +262,31 @@ class DeviceBackend final : public Backend {
   DeviceBuffer v_;       // [B][n_head_kv][dv]
   DeviceBuffer attn_;    // [B][n_head][dv]
   DeviceBuffer proj_;    // [B][n_embd]
-  DeviceBuffer gate_;    // [B][n_ff]
-  DeviceBuffer up_;      // [B][n_ff]
-  DeviceBuffer cs_;      // [B][n_rot / 2][2] RoPE angles of the step
+  DeviceBuffer gate_;    // [B][ff_width()]
+  DeviceBuffer up_;      // [B][ff_width()]
+  DeviceBuffer fused_;   // [B][fused width] a fused projection's rows (phi3)
   DeviceBuffer scores_;  // [n_head][max_ctx] attention scratch
   DeviceBuffer logits_;  // [rows][n_vocab], grown on demand
+  // Mixture of experts (empty for a dense model), R = moe_rows(), k =
+  // n_expert_used.
+  DeviceBuffer router_logits_;  // [B][n_expert]
+  DeviceBuffer slot_rows_;      // [R k] int: the row of each grouped slot
+  DeviceBuffer slot_ids_;       // [R k] int: the slot (t k + j) of each
+  DeviceBuffer slot_weights_;   // [R][k]
+  DeviceBuffer moe_x_;          // [B][n_embd] an expert's gathered rows
+  DeviceBuffer moe_y_;          // [B][n_embd] their outputs, the shared expert's
+  DeviceBuffer expert_out_;     // [R k][n_embd] each slot's output
+  DeviceBuffer shared_gate_;    // [B] the shared expert's gate logits
+  // RoPE angle tables of the step: two, for families whose layers have two
+  // RoPE settings (gemma3's local and global layers).
+  struct RopeTable {
+    DeviceBuffer cs;  // [B][n_rot / 2][2]
+    float base = 0.0f, scale = 0.0f;
+    uint64_t step = 0;  // 0: never made
+  };
+  RopeTable rope_tables_[2];
+  int rope_next_ = 0;
+  uint64_t step_ = 0;
 
   // The current step (forward()).
   struct StepSlice {
@@ -220,13 +299,18 @@ class DeviceBackend final : public Backend {
   std::vector<StepSlice> slices_;
   std::vector<int32_t> positions_;  // [B]
   std::vector<float> cs_host_;      // [B][n_rot / 2][2]
-  // The RoPE table on the device: the (base, scale) it was made with.
-  float cs_base_ = 0.0f, cs_scale_ = 0.0f;
-  bool cs_valid_ = false;
   std::vector<int> head_rows_;
   std::vector<float> hidden_host_;  // [B][n_embd]
   std::vector<float> logits_host_;
-  std::vector<uint64_t>* block_hashes_ = nullptr;
+  // Routing on the host (moe()).
+  std::vector<float> router_host_;       // [B][n_expert]
+  std::vector<int32_t> route_experts_;   // [B][k]
+  std::vector<float> route_weights_;     // [B][k]
+  std::vector<float> route_scratch_;     // [2 n_expert]
+  std::vector<int32_t> expert_begin_;    // [n_expert + 1]
+  std::vector<int32_t> expert_fill_;     // [n_expert]
+  std::vector<int32_t> grouped_rows_;    // [R k]
+  std::vector<int32_t> grouped_slots_;   // [R k]
 };
 
 absl::StatusOr<DeviceBuffer> DeviceBackend::space(size_t bytes) {
@@ -248,47 +332,151 @@ absl::StatusOr<DeviceBuffer> DeviceBackend::upload_vector(const std::string& nam
   return upload(v->data(), v->size() * sizeof(float));
 }
 
+absl::StatusOr<DeviceBuffer> DeviceBackend::upload_table(const std::string& name, int64_t n0,
+                                                         int64_t n1) {
+  absl::StatusOr<std::vector<float>> v = shard_table(*model_, name, n0, n1);
+  if (!v.ok()) return v.status();
+  return upload(v->data(), v->size() * sizeof(float));
+}
+
 absl::StatusOr<KernelHandle> DeviceBackend::kernel(const KernelSource& source,
                                                    std::string_view entry) {
   return api_->load(KernelRef{&source, std::string(entry)});
 }
 
-absl::StatusOr<DeviceMatrix> DeviceBackend::upload_matrix(const std::string& name,
-                                                          int64_t n_in, int64_t n_out) {
-  absl::StatusOr<kernels::WeightMatrix> w = shard_matrix(*model_, name, n_in, n_out);
-  if (!w.ok()) return w.status();
-  const std::string_view entry = ck::matvec_entry(w->type);
+absl::StatusOr<DeviceMatrix> DeviceBackend::device_matrix(const std::string& name,
+                                                          const kernels::WeightMatrix& view,
+                                                          size_t bytes) {
+  const std::string_view entry = ck::matvec_entry(view.type);
   if (entry.empty()) {
-    return absl::UnimplementedError(absl::StrCat(name, ": ", std::string(ggml_type_info(w->type).name),
+    return absl::UnimplementedError(absl::StrCat(name, ": ",
+                                                 std::string(ggml_type_info(view.type).name),
                                                  " has no cuda kernel yet (", matvec_types(),
                                                  ")"));
   }
   DeviceMatrix m;
-  m.type = w->type;
-  m.n_in = static_cast<int>(w->n_in);
-  m.n_out = static_cast<int>(w->n_out);
-  m.row_bytes = w->row_bytes;
-  STRATA_ASSIGN_OR_RETURN(m.bytes, upload(w->data, static_cast<size_t>(w->n_out * w->row_bytes)));
+  m.type = view.type;
+  m.n_in = static_cast<int>(view.n_in);
+  m.n_out = static_cast<int>(view.n_out);
+  m.row_bytes = view.row_bytes;
+  DeviceBuffer bytes_on_device;
+  STRATA_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
+  m.data = weights_.emplace_back(std::move(bytes_on_device)).as<unsigned char>();
   const ck::StepSources& src = ck::step_sources();
   for (size_t i = 0; i < m.matvec.size(); ++i) {
     STRATA_ASSIGN_OR_RETURN(m.matvec[i], kernel(src.matvec[i], entry));
   }
-  STRATA_ASSIGN_OR_RETURN(m.get_rows, kernel(src.matvec[0], ck::get_rows_entry(w->type)));
+  STRATA_ASSIGN_OR_RETURN(m.get_rows, kernel(src.matvec[0], ck::get_rows_entry(view.type)));
   return m;
+}
+
+absl::StatusOr<DeviceMatrix> DeviceBackend::upload_matrix(const std::string& name,
+                                                          int64_t n_in, int64_t n_out,
+                                                          bool optional,
+                                                          bool one_row_as_vector) {
+  absl::StatusOr<kernels::WeightMatrix> w =
+      shard_matrix(*model_, name, n_in, n_out, optional, one_row_as_vector);
+  if (!w.ok()) return w.status();
+  if (w->data == nullptr) return DeviceMatrix{};
+  return device_matrix(name, *w, static_cast<size_t>(w->n_out * w->row_bytes));
+}
+
+absl::StatusOr<std::vector<DeviceMatrix>> DeviceBackend::upload_experts(const std::string& name,
+                                                                        int64_t n_in,
+                                                                        int64_t n_out) {
+  absl::StatusOr<std::vector<kernels::WeightMatrix>> views =
+      shard_experts(*model_, name, n_in, n_out, hp_.moe.n_expert);
+  if (!views.ok()) return views.status();
+  // One upload of the whole tensor; expert e's rows follow e slices in.
+  const kernels::WeightMatrix& first = views->front();
+  const size_t slice = static_cast<size_t>(first.n_out * first.row_bytes);
+  absl::StatusOr<DeviceMatrix> all = device_matrix(name, first, slice * views->size());
+  if (!all.ok()) return all.status();
+  std::vector<DeviceMatrix> out(views->size(), *all);
+  for (size_t e = 0; e < out.size(); ++e) out[e].data = all->data + e * slice;
+  return out;
+}
+
+absl::Status DeviceBackend::load_layer(int il, DeviceLayer& l) {
+  auto name = [&](std::string_view suffix) { return arch::layer_tensor(il, suffix); };
+  const arch::BlockRecipe& r = hp_.recipe;
+  const int64_t e = hp_.n_embd;
+  const int64_t dk = hp_.head_dim_k;
+  const int64_t qw = q_width(), kw = k_width(), vw = v_width();
+  STRATA_ASSIGN_OR_RETURN(l.attn_norm, upload_vector(name("attn_norm.weight"), e));
+  if (r.fused_qkv && model_->find_tensor(name("attn_qkv.weight")) != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(l.wqkv, upload_matrix(name("attn_qkv.weight"), e, qw + kw + vw));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(l.wq, upload_matrix(name("attn_q.weight"), e, qw));
+    STRATA_ASSIGN_OR_RETURN(l.wk, upload_matrix(name("attn_k.weight"), e, kw));
+    STRATA_ASSIGN_OR_RETURN(l.wv, upload_matrix(name("attn_v.weight"), e, vw));
+  }
+  // Biases: required by qwen2's recipe, taken when present otherwise.
+  STRATA_ASSIGN_OR_RETURN(l.bq, upload_vector(name("attn_q.bias"), qw, !r.qkv_bias));
+  STRATA_ASSIGN_OR_RETURN(l.bk, upload_vector(name("attn_k.bias"), kw, !r.qkv_bias));
+  STRATA_ASSIGN_OR_RETURN(l.bv, upload_vector(name("attn_v.bias"), vw, !r.qkv_bias));
+  if (r.qk_norm) {
+    STRATA_ASSIGN_OR_RETURN(l.q_norm, upload_vector(name("attn_q_norm.weight"), dk));
+    STRATA_ASSIGN_OR_RETURN(l.k_norm, upload_vector(name("attn_k_norm.weight"), dk));
+  }
+  if (r.qk_norm_full) {
+    STRATA_ASSIGN_OR_RETURN(l.q_norm, upload_vector(name("attn_q_norm.weight"), qw));
+    STRATA_ASSIGN_OR_RETURN(l.k_norm, upload_vector(name("attn_k_norm.weight"), kw));
+  }
+  STRATA_ASSIGN_OR_RETURN(l.wo, upload_matrix(name("attn_output.weight"),
+                                              int64_t{hp_.n_head} * hp_.head_dim_v, e));
+  if (r.attn_out_bias) STRATA_ASSIGN_OR_RETURN(l.bo, upload_vector(name("attn_output.bias"), e));
+  if (r.attn_sinks) {
+    STRATA_ASSIGN_OR_RETURN(l.sinks, upload_vector(name("attn_sinks.weight"), hp_.n_head));
+  }
+  if (r.post_attn_norm) {
+    STRATA_ASSIGN_OR_RETURN(l.post_attn_norm,
+                            upload_vector(name("post_attention_norm.weight"), e));
+  }
+  STRATA_ASSIGN_OR_RETURN(l.ffn_norm, upload_vector(name(r.ffn_norm), e));
+  if (hp_.moe.n_expert > 0) {
+    DeviceExperts& x = l.moe;
+    const int64_t n_expert = hp_.moe.n_expert, f = hp_.moe.n_ff_expert;
+    STRATA_ASSIGN_OR_RETURN(x.router, upload_matrix(name("ffn_gate_inp.weight"), e, n_expert));
+    STRATA_ASSIGN_OR_RETURN(x.gate, upload_experts(name("ffn_gate_exps.weight"), e, f));
+    STRATA_ASSIGN_OR_RETURN(x.up, upload_experts(name("ffn_up_exps.weight"), e, f));
+    STRATA_ASSIGN_OR_RETURN(x.down, upload_experts(name("ffn_down_exps.weight"), f, e));
+    if (r.expert_bias) {
+      STRATA_ASSIGN_OR_RETURN(x.router_bias, upload_vector(name("ffn_gate_inp.bias"), n_expert));
+      STRATA_ASSIGN_OR_RETURN(x.gate_bias, upload_table(name("ffn_gate_exps.bias"), f, n_expert));
+      STRATA_ASSIGN_OR_RETURN(x.up_bias, upload_table(name("ffn_up_exps.bias"), f, n_expert));
+      STRATA_ASSIGN_OR_RETURN(x.down_bias, upload_table(name("ffn_down_exps.bias"), e, n_expert));
+    }
+    if (hp_.moe.n_ff_shared > 0) {
+      const int64_t fs = hp_.moe.n_ff_shared;
+      // ffn_gate_inp_shexp is one row of n_embd, stored as a vector.
+      STRATA_ASSIGN_OR_RETURN(x.shared_router,
+                              upload_matrix(name("ffn_gate_inp_shexp.weight"), e, 1, false, true));
+      STRATA_ASSIGN_OR_RETURN(x.shared_gate, upload_matrix(name("ffn_gate_shexp.weight"), e, fs));
+      STRATA_ASSIGN_OR_RETURN(x.shared_up, upload_matrix(name("ffn_up_shexp.weight"), e, fs));
+      STRATA_ASSIGN_OR_RETURN(x.shared_down, upload_matrix(name("ffn_down_shexp.weight"), fs, e));
+    }
+  } else if (r.fused_gate_up) {
+    STRATA_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, 2 * int64_t{hp_.n_ff}));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(l.gate, upload_matrix(name("ffn_gate.weight"), e, hp_.n_ff));
+    STRATA_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, hp_.n_ff));
+  }
+  if (hp_.moe.n_expert == 0) {
+    STRATA_ASSIGN_OR_RETURN(l.down, upload_matrix(name("ffn_down.weight"), hp_.n_ff, e));
+  }
+  if (r.post_ffn_norm) {
+    STRATA_ASSIGN_OR_RETURN(l.post_ffn_norm, upload_vector(name("post_ffw_norm.weight"), e));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DeviceBackend::load() {
   if (const std::string what = unsupported(hp_); !what.empty()) {
-    return absl::UnimplementedError(what.find("cuda backend") != std::string::npos
-                                        ? what
-                                        : absl::StrCat("the cuda backend does not run ", what,
-                                                       " yet (", hp_.architecture, ")"));
+    return absl::UnimplementedError(
+        absl::StrCat("the cuda backend does not run ", what, " yet (", hp_.architecture, ")"));
   }
   const int64_t e = hp_.n_embd;
-  const int64_t dk = hp_.head_dim_k, dv = hp_.head_dim_v;
-  const int64_t q_rows = int64_t{hp_.n_head} * dk;
-  const int64_t kv_k = k_width(), kv_v = v_width();
-  const arch::BlockRecipe& r = hp_.recipe;
 
   // The vocabulary: the embedding's rows (as the cpu backend's loader), or
   // the metadata for a middle stage whose part holding it is absent.
@@ -323,52 +511,67 @@ absl::Status DeviceBackend::load() {
   }
   STRATA_ASSIGN_OR_RETURN(rope_freqs_,
                           shard_vector(*model_, "rope_freqs.weight", hp_.n_rot / 2, true));
-
   for (int il = range_.first; il < range_.last; ++il) {
-    auto name = [&](std::string_view suffix) { return arch::layer_tensor(il, suffix); };
-    DeviceLayer& l = layers_.emplace_back();
-    STRATA_ASSIGN_OR_RETURN(l.attn_norm, upload_vector(name("attn_norm.weight"), e));
-    STRATA_ASSIGN_OR_RETURN(l.wq, upload_matrix(name("attn_q.weight"), e, q_rows));
-    STRATA_ASSIGN_OR_RETURN(l.wk, upload_matrix(name("attn_k.weight"), e, kv_k));
-    STRATA_ASSIGN_OR_RETURN(l.wv, upload_matrix(name("attn_v.weight"), e, kv_v));
-    // Biases: required by qwen2's recipe, taken when present otherwise.
-    STRATA_ASSIGN_OR_RETURN(l.bq, upload_vector(name("attn_q.bias"), q_rows, !r.qkv_bias));
-    STRATA_ASSIGN_OR_RETURN(l.bk, upload_vector(name("attn_k.bias"), kv_k, !r.qkv_bias));
-    STRATA_ASSIGN_OR_RETURN(l.bv, upload_vector(name("attn_v.bias"), kv_v, !r.qkv_bias));
-    if (r.qk_norm) {
-      STRATA_ASSIGN_OR_RETURN(l.q_norm, upload_vector(name("attn_q_norm.weight"), dk));
-      STRATA_ASSIGN_OR_RETURN(l.k_norm, upload_vector(name("attn_k_norm.weight"), dk));
-    }
-    STRATA_ASSIGN_OR_RETURN(l.wo, upload_matrix(name("attn_output.weight"),
-                                                int64_t{hp_.n_head} * dv, e));
-    STRATA_ASSIGN_OR_RETURN(l.ffn_norm, upload_vector(name(r.ffn_norm), e));
-    STRATA_ASSIGN_OR_RETURN(l.gate, upload_matrix(name("ffn_gate.weight"), e, hp_.n_ff));
-    STRATA_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, hp_.n_ff));
-    STRATA_ASSIGN_OR_RETURN(l.down, upload_matrix(name("ffn_down.weight"), hp_.n_ff, e));
+    STRATA_RETURN_IF_ERROR(load_layer(il, layers_.emplace_back()));
   }
 
   const ck::StepSources& src = ck::step_sources();
   STRATA_ASSIGN_OR_RETURN(k_rms_, kernel(src.rms_norm, ck::kRmsNormEntry));
-  STRATA_ASSIGN_OR_RETURN(k_rope_, kernel(src.elementwise, ck::kRopeRotateEntry));
-  STRATA_ASSIGN_OR_RETURN(k_swiglu_, kernel(src.elementwise, ck::kSwigluEntry));
-  STRATA_ASSIGN_OR_RETURN(k_add_, kernel(src.elementwise, ck::kAddEntry));
-  STRATA_ASSIGN_OR_RETURN(k_add_bias_, kernel(src.elementwise, ck::kAddBiasEntry));
-  STRATA_ASSIGN_OR_RETURN(k_store_kv_, kernel(src.elementwise, ck::kStoreKvEntry));
   STRATA_ASSIGN_OR_RETURN(k_attention_, kernel(src.attention, ck::kAttentionDecodeEntry));
+  struct Elementwise {
+    KernelHandle* handle;
+    const char* entry;
+  };
+  for (const Elementwise& k : std::initializer_list<Elementwise>{
+           {&k_rope_, ck::kRopeRotateEntry},     {&k_swiglu_, ck::kSwigluEntry},
+           {&k_add_, ck::kAddEntry},             {&k_add_bias_, ck::kAddBiasEntry},
+           {&k_store_kv_, ck::kStoreKvEntry},    {&k_scale_, ck::kScaleEntry},
+           {&k_soft_cap_, ck::kSoftCapEntry},    {&k_geglu_, ck::kGegluEntry},
+           {&k_swiglu_oai_, ck::kSwigluOaiEntry}, {&k_copy_cols_, ck::kCopyColsEntry},
+           {&k_gather_, ck::kGatherRowsEntry},   {&k_scatter_, ck::kScatterRowsEntry},
+           {&k_moe_sum_, ck::kMoeSumEntry},      {&k_add_shared_, ck::kAddSharedExpertEntry}}) {
+    STRATA_ASSIGN_OR_RETURN(*k.handle, kernel(src.elementwise, k.entry));
+  }
 
   const size_t b = static_cast<size_t>(options_.max_batch);
   const size_t f = sizeof(float);
   STRATA_ASSIGN_OR_RETURN(ids_, space(b * sizeof(int32_t)));
   STRATA_ASSIGN_OR_RETURN(x_, space(b * e * f));
   STRATA_ASSIGN_OR_RETURN(xn_, space(b * e * f));
-  STRATA_ASSIGN_OR_RETURN(q_, space(b * q_rows * f));
-  STRATA_ASSIGN_OR_RETURN(k_, space(b * kv_k * f));
-  STRATA_ASSIGN_OR_RETURN(v_, space(b * kv_v * f));
-  STRATA_ASSIGN_OR_RETURN(attn_, space(b * hp_.n_head * dv * f));
+  STRATA_ASSIGN_OR_RETURN(q_, space(b * q_width() * f));
+  STRATA_ASSIGN_OR_RETURN(k_, space(b * k_width() * f));
+  STRATA_ASSIGN_OR_RETURN(v_, space(b * v_width() * f));
+  STRATA_ASSIGN_OR_RETURN(attn_, space(b * hp_.n_head * hp_.head_dim_v * f));
   STRATA_ASSIGN_OR_RETURN(proj_, space(b * e * f));
-  STRATA_ASSIGN_OR_RETURN(gate_, space(b * hp_.n_ff * f));
-  STRATA_ASSIGN_OR_RETURN(up_, space(b * hp_.n_ff * f));
-  STRATA_ASSIGN_OR_RETURN(cs_, space(b * (hp_.n_rot / 2) * 2 * f));
+  STRATA_ASSIGN_OR_RETURN(gate_, space(b * ff_width() * f));
+  STRATA_ASSIGN_OR_RETURN(up_, space(b * ff_width() * f));
+  if (hp_.recipe.fused_qkv || hp_.recipe.fused_gate_up) {
+    const int64_t fused = std::max(q_width() + k_width() + v_width(), 2 * int64_t{hp_.n_ff});
+    STRATA_ASSIGN_OR_RETURN(fused_, space(b * fused * f));
+  }
+  for (RopeTable& t : rope_tables_) {
+    STRATA_ASSIGN_OR_RETURN(t.cs, space(b * (hp_.n_rot / 2) * 2 * f));
+  }
+  if (hp_.moe.n_expert > 0) {
+    const size_t n_expert = static_cast<size_t>(hp_.moe.n_expert);
+    const size_t slots = static_cast<size_t>(moe_rows()) * hp_.moe.n_expert_used;
+    STRATA_ASSIGN_OR_RETURN(router_logits_, space(b * n_expert * f));
+    STRATA_ASSIGN_OR_RETURN(slot_rows_, space(slots * sizeof(int32_t)));
+    STRATA_ASSIGN_OR_RETURN(slot_ids_, space(slots * sizeof(int32_t)));
+    STRATA_ASSIGN_OR_RETURN(slot_weights_, space(slots * f));
+    STRATA_ASSIGN_OR_RETURN(moe_x_, space(b * e * f));
+    STRATA_ASSIGN_OR_RETURN(moe_y_, space(b * e * f));
+    STRATA_ASSIGN_OR_RETURN(expert_out_, space(slots * e * f));
+    STRATA_ASSIGN_OR_RETURN(shared_gate_, space(b * f));
+    router_host_.resize(b * n_expert);
+    route_experts_.resize(b * hp_.moe.n_expert_used);
+    route_weights_.resize(b * hp_.moe.n_expert_used);
+    route_scratch_.resize(2 * n_expert);
+    expert_begin_.resize(n_expert + 1);
+    expert_fill_.resize(n_expert);
+    grouped_rows_.resize(slots);
+    grouped_slots_.resize(slots);
+  }
   positions_.resize(b);
   cs_host_.resize(b * (hp_.n_rot / 2) * 2);
   return absl::OkStatus();
@@ -492,12 +695,10 @@ absl::Status DeviceBackend::matvec(const DeviceMatrix& m, const float* x, int n,
     // The widest build that fits what is left.
     size_t i = ck::kStepMatvecColumns.size() - 1;
     while (ck::kStepMatvecColumns[i] > n - done) --i;
-    const int cols = ck::kStepMatvecColumns[i];
-    STRATA_RETURN_IF_ERROR(run(m.matvec[i], grid, ck::kStepMatvecThreads,
-                               static_cast<const unsigned char*>(m.bytes.as<unsigned char>()),
+    STRATA_RETURN_IF_ERROR(run(m.matvec[i], grid, ck::kStepMatvecThreads, m.data,
                                x + int64_t{done} * m.n_in, y + int64_t{done} * m.n_out, m.n_out,
                                m.n_in, m.row_bytes));
-    done += cols;
+    done += ck::kStepMatvecColumns[i];
   }
   return absl::OkStatus();
 }
@@ -509,45 +710,73 @@ absl::Status DeviceBackend::rms_norm(const float* x, const DeviceBuffer& weight,
 }
 
 absl::Status DeviceBackend::add(const float* a, const float* b, float* y, int64_t n) {
-  return run(k_add_, grid_for(n, ck::kStepElementwiseThreads), ck::kStepElementwiseThreads, a, b,
-             y, static_cast<long long>(n));
+  return run_over(k_add_, n, a, b, y, static_cast<long long>(n));
 }
 
-// proj = W_o · Attention(q, k, v) of xn: the llama block's attention
-// (as worker/cpu/forward.cc's attention_step for these recipes).
+absl::Status DeviceBackend::add_bias(float* x, const DeviceBuffer& bias, int rows, int64_t width,
+                                     int64_t offset) {
+  if (bias.get() == nullptr) return absl::OkStatus();
+  return run_over(k_add_bias_, int64_t{rows} * width, x,
+                  static_cast<const float*>(bias.as<float>() + offset),
+                  static_cast<long long>(rows), static_cast<int>(width));
+}
+
+absl::Status DeviceBackend::copy_cols(const float* src, int64_t src_width, int64_t col0,
+                                      float* dst, int64_t width, int n) {
+  return run_over(k_copy_cols_, int64_t{n} * width, src, static_cast<int>(src_width),
+                  static_cast<int>(col0), dst, static_cast<int>(width),
+                  static_cast<long long>(n));
+}
+
+// proj = W_o · Attention(q, k, v) of xn (+ b_o), q = W_q xn (+ b_q), etc.,
+// with QK-norm and RoPE on q and k; as worker/cpu/forward.cc's
+// attention_step.
 absl::Status DeviceBackend::attention(int il, int n) {
   const DeviceLayer& w = layers_[static_cast<size_t>(il - range_.first)];
+  const arch::BlockRecipe& r = hp_.recipe;
   const int layer = il - range_.first;
   const int dk = hp_.head_dim_k, dv = hp_.head_dim_v;
-  const int64_t q_width = int64_t{hp_.n_head} * dk;
+  const int64_t qw = q_width(), kw = k_width(), vw = v_width();
   float* q = q_.as<float>();
   float* k = k_.as<float>();
   float* v = v_.as<float>();
   const float* xn = xn_.as<float>();
-  STRATA_RETURN_IF_ERROR(matvec(w.wq, xn, n, q));
-  STRATA_RETURN_IF_ERROR(matvec(w.wk, xn, n, k));
-  STRATA_RETURN_IF_ERROR(matvec(w.wv, xn, n, v));
-  const unsigned t = ck::kStepElementwiseThreads;
-  auto bias = [&](float* x, const DeviceBuffer& b, int64_t width) -> absl::Status {
-    if (b.get() == nullptr) return absl::OkStatus();
-    return run(k_add_bias_, grid_for(n * width, t), t, x, static_cast<const float*>(b.as<float>()),
-               static_cast<long long>(n), static_cast<int>(width));
-  };
-  STRATA_RETURN_IF_ERROR(bias(q, w.bq, q_width));
-  STRATA_RETURN_IF_ERROR(bias(k, w.bk, k_width()));
-  STRATA_RETURN_IF_ERROR(bias(v, w.bv, v_width()));
-  if (hp_.recipe.qk_norm) {
+  if (w.wqkv.present()) {  // phi3: [q | k | v] per row
+    float* fused = fused_.as<float>();
+    STRATA_RETURN_IF_ERROR(matvec(w.wqkv, xn, n, fused));
+    STRATA_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, 0, q, qw, n));
+    STRATA_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, qw, k, kw, n));
+    STRATA_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, qw + kw, v, vw, n));
+  } else {
+    STRATA_RETURN_IF_ERROR(matvec(w.wq, xn, n, q));
+    STRATA_RETURN_IF_ERROR(matvec(w.wk, xn, n, k));
+    STRATA_RETURN_IF_ERROR(matvec(w.wv, xn, n, v));
+  }
+  STRATA_RETURN_IF_ERROR(add_bias(q, w.bq, n, qw));
+  STRATA_RETURN_IF_ERROR(add_bias(k, w.bk, n, kw));
+  STRATA_RETURN_IF_ERROR(add_bias(v, w.bv, n, vw));
+  if (r.qk_norm) {
     STRATA_RETURN_IF_ERROR(rms_norm(q, w.q_norm, n * hp_.n_head, dk, q));
     STRATA_RETURN_IF_ERROR(rms_norm(k, w.k_norm, n * hp_.n_head_kv, dk, k));
   }
+  if (r.qk_norm_full) {  // olmoe: over each whole row
+    STRATA_RETURN_IF_ERROR(rms_norm(q, w.q_norm, n, static_cast<int>(qw), q));
+    STRATA_RETURN_IF_ERROR(rms_norm(k, w.k_norm, n, static_cast<int>(kw), k));
+  }
 
   // RoPE: the angles of this layer's (base, scale) for the step's
-  // positions, made on the host once per step and (base, scale).
+  // positions, made on the host once per step and setting.
   const arch::LayerRope& lr = hp_.rope[static_cast<size_t>(il)];
-  if (!cs_valid_ || lr.freq_base != cs_base_ || lr.freq_scale != cs_scale_) {
+  RopeTable* table = nullptr;
+  for (RopeTable& t : rope_tables_) {
+    if (t.step == step_ && t.base == lr.freq_base && t.scale == lr.freq_scale) table = &t;
+  }
+  if (table == nullptr) {
+    table = &rope_tables_[rope_next_];
+    rope_next_ = (rope_next_ + 1) % 2;
     kernels::RopeParams rope;
-    rope.order = hp_.recipe.rope == arch::RopeStyle::kNeox ? kernels::RopeOrder::kNeox
-                                                           : kernels::RopeOrder::kNormal;
+    rope.order = r.rope == arch::RopeStyle::kNeox ? kernels::RopeOrder::kNeox
+                                                  : kernels::RopeOrder::kNormal;
     rope.n_rot = hp_.n_rot;
     rope.freq_base = lr.freq_base;
     rope.freq_scale = lr.freq_scale;
@@ -557,53 +786,185 @@ absl::Status DeviceBackend::attention(int il, int n) {
     rope.beta_fast = hp_.yarn_beta_fast;
     rope.beta_slow = hp_.yarn_beta_slow;
     rope.n_ctx_orig = hp_.n_ctx_orig;
-    reference::ops::rope_angles(positions_.data(), n, rope, cs_host_.data(), rope_pool_);
-    STRATA_RETURN_IF_ERROR(api_->upload(cs_.get(), cs_host_.data(),
+    reference::ops::rope_angles(positions_.data(), n, rope, cs_host_.data(), host_pool_);
+    STRATA_RETURN_IF_ERROR(api_->upload(table->cs.get(), cs_host_.data(),
                                         static_cast<size_t>(n) * (hp_.n_rot / 2) * 2 *
                                             sizeof(float)));
-    cs_base_ = lr.freq_base;
-    cs_scale_ = lr.freq_scale;
-    cs_valid_ = true;
+    table->base = lr.freq_base;
+    table->scale = lr.freq_scale;
+    table->step = step_;
   }
-  const int neox = hp_.recipe.rope == arch::RopeStyle::kNeox ? 1 : 0;
-  const float* cs = cs_.as<float>();
-  STRATA_RETURN_IF_ERROR(run(k_rope_, grid_for(int64_t{n} * hp_.n_head * (hp_.n_rot / 2), t), t,
-                             q, cs, n, hp_.n_head, dk, hp_.n_rot, neox));
-  STRATA_RETURN_IF_ERROR(run(k_rope_, grid_for(int64_t{n} * hp_.n_head_kv * (hp_.n_rot / 2), t),
-                             t, k, cs, n, hp_.n_head_kv, dk, hp_.n_rot, neox));
+  const int neox = r.rope == arch::RopeStyle::kNeox ? 1 : 0;
+  const float* cs = table->cs.as<float>();
+  const int half = hp_.n_rot / 2;
+  STRATA_RETURN_IF_ERROR(run_over(k_rope_, int64_t{n} * hp_.n_head * half, q, cs, n, hp_.n_head,
+                                  dk, hp_.n_rot, neox));
+  STRATA_RETURN_IF_ERROR(run_over(k_rope_, int64_t{n} * hp_.n_head_kv * half, k, cs, n,
+                                  hp_.n_head_kv, dk, hp_.n_rot, neox));
 
-  const int kw = static_cast<int>(k_width()), vw = static_cast<int>(v_width());
   for (const StepSlice& s : slices_) {
-    STRATA_RETURN_IF_ERROR(run(k_store_kv_, grid_for(int64_t{s.rows} * std::max(kw, vw), t), t,
-                               static_cast<const float*>(k + int64_t{s.row0} * kw),
-                               static_cast<const float*>(v + int64_t{s.row0} * vw),
-                               k_cache(*s.seq, layer), v_cache(*s.seq, layer), s.pos0, s.rows,
-                               kw, vw));
+    STRATA_RETURN_IF_ERROR(run_over(
+        k_store_kv_, int64_t{s.rows} * std::max(kw, vw),
+        static_cast<const float*>(k + int64_t{s.row0} * kw),
+        static_cast<const float*>(v + int64_t{s.row0} * vw), k_cache(*s.seq, layer),
+        v_cache(*s.seq, layer), s.pos0, s.rows, static_cast<int>(kw), static_cast<int>(vw)));
+  }
+  float scale = hp_.attention_scale;
+  if (r.scale_query) {  // gemma, phi3: q scaled before attention
+    STRATA_RETURN_IF_ERROR(run_over(k_scale_, n * qw, q, hp_.attention_scale,
+                                    static_cast<long long>(n * qw)));
+    scale = 1.0f;
   }
   // Each row attends to its sequence's positions up to its own (within
   // the window on sliding-window layers).
   const int window = hp_.sliding[static_cast<size_t>(il)] ? hp_.sliding_window : 0;
   const int64_t attn_width = int64_t{hp_.n_head} * dv;
+  const float* sinks = w.sinks.get() != nullptr ? w.sinks.as<float>() : nullptr;
   for (const StepSlice& s : slices_) {
-    for (int r = 0; r < s.rows; ++r) {
-      const int row = s.row0 + r;
-      const int pos = s.pos0 + r;
-      const int n_kv = pos + 1;
+    for (int t = 0; t < s.rows; ++t) {
+      const int row = s.row0 + t;
+      const int n_kv = s.pos0 + t + 1;
       const int begin = window > 0 ? std::max(0, n_kv - window) : 0;
       STRATA_RETURN_IF_ERROR(run(
           k_attention_, static_cast<unsigned>(hp_.n_head), ck::kStepAttentionThreads,
-          static_cast<const float*>(q + row * q_width),
+          static_cast<const float*>(q + row * qw),
           static_cast<const unsigned short*>(k_cache(*s.seq, layer)),
           static_cast<const unsigned short*>(v_cache(*s.seq, layer)),
           attn_.as<float>() + row * attn_width, scores_.as<float>(), n_kv, begin, hp_.n_head,
-          hp_.n_head_kv, dk, dv, hp_.attention_scale, hp_.attn_softcap));
+          hp_.n_head_kv, dk, dv, scale, hp_.attn_softcap, sinks));
     }
   }
-  return matvec(w.wo, attn_.as<float>(), n, proj_.as<float>());
+  STRATA_RETURN_IF_ERROR(matvec(w.wo, attn_.as<float>(), n, proj_.as<float>()));
+  return add_bias(proj_.as<float>(), w.bo, n, hp_.n_embd);
 }
 
-// The llama block (worker/cpu/forward.cc's llama_block):
-//   x = x + Attention(RMSNorm(x)); x = x + W_down (silu(W_gate h) * W_up h), h = RMSNorm(x)
+absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& up_m,
+                                const DeviceMatrix& down_m, int64_t f, const float* x, int n,
+                                float* y, const DeviceBuffer* gate_bias,
+                                const DeviceBuffer* up_bias, const DeviceBuffer* down_bias,
+                                int bias_row) {
+  float* gate = gate_.as<float>();  // [n][f]
+  float* up = up_.as<float>();      // [n][f]
+  if (!gate_m.present()) {  // one [gate | up] matrix (phi3)
+    float* fused = fused_.as<float>();
+    STRATA_RETURN_IF_ERROR(matvec(up_m, x, n, fused));
+    STRATA_RETURN_IF_ERROR(copy_cols(fused, 2 * f, 0, gate, f, n));
+    STRATA_RETURN_IF_ERROR(copy_cols(fused, 2 * f, f, up, f, n));
+  } else {
+    STRATA_RETURN_IF_ERROR(matvec(gate_m, x, n, gate));
+    STRATA_RETURN_IF_ERROR(matvec(up_m, x, n, up));
+  }
+  if (gate_bias != nullptr) STRATA_RETURN_IF_ERROR(add_bias(gate, *gate_bias, n, f, bias_row * f));
+  if (up_bias != nullptr) STRATA_RETURN_IF_ERROR(add_bias(up, *up_bias, n, f, bias_row * f));
+  const int64_t nf = int64_t{n} * f;
+  switch (hp_.recipe.activation) {
+    case arch::FfnActivation::kSilu:
+      STRATA_RETURN_IF_ERROR(run_over(k_swiglu_, nf, static_cast<const float*>(gate),
+                                      static_cast<const float*>(up), gate,
+                                      static_cast<long long>(nf)));
+      break;
+    case arch::FfnActivation::kGeluTanh:
+      STRATA_RETURN_IF_ERROR(run_over(k_geglu_, nf, static_cast<const float*>(gate),
+                                      static_cast<const float*>(up), gate,
+                                      static_cast<long long>(nf)));
+      break;
+    case arch::FfnActivation::kSwigluOai:
+      STRATA_RETURN_IF_ERROR(run_over(k_swiglu_oai_, nf, static_cast<const float*>(gate),
+                                      static_cast<const float*>(up), gate,
+                                      static_cast<long long>(nf), reference::ops::kGptOssAlpha,
+                                      reference::ops::kGptOssLimit));
+      break;
+  }
+  STRATA_RETURN_IF_ERROR(matvec(down_m, gate, n, y));
+  if (down_bias != nullptr) {
+    STRATA_RETURN_IF_ERROR(add_bias(y, *down_bias, n, hp_.n_embd, int64_t{bias_row} * hp_.n_embd));
+  }
+  return absl::OkStatus();
+}
+
+// proj = Σ_j w_j · Expert_{e_j}(xn) (+ sigmoid(g · xn) · Shared(xn)), as
+// worker/cpu/moe.cc: the router on the device, the routing on the host
+// (reference::ops::moe_route on the downloaded logits), each used expert
+// once over its gathered rows, the slots' weighted sum in slot order.
+absl::Status DeviceBackend::moe(int il, int n) {
+  const DeviceExperts& x = layers_[static_cast<size_t>(il - range_.first)].moe;
+  const arch::MoeParams& p = hp_.moe;
+  const int64_t e = hp_.n_embd;
+  const int k = p.n_expert_used;
+  const float* xn = xn_.as<float>();
+  float* proj = proj_.as<float>();
+
+  STRATA_RETURN_IF_ERROR(matvec(x.router, xn, n, router_logits_.as<float>()));
+  STRATA_RETURN_IF_ERROR(add_bias(router_logits_.as<float>(), x.router_bias, n, p.n_expert));
+  STRATA_RETURN_IF_ERROR(api_->download(router_host_.data(), router_logits_.get(),
+                                        static_cast<size_t>(n) * p.n_expert * sizeof(float)));
+  reference::ops::MoeRouting routing;
+  routing.n_expert = p.n_expert;
+  routing.n_expert_used = k;
+  routing.gating = moe_gating(p.gating);
+  routing.norm_weights = p.norm_weights;
+  routing.weights_scale = p.weights_scale;
+  reference::ops::moe_route(router_host_.data(), n, routing, route_experts_.data(),
+                            route_weights_.data(), route_scratch_.data());
+
+  const bool biased = x.gate_bias.get() != nullptr;
+  for (int r0 = 0; r0 < n; r0 += moe_rows()) {
+    const int rows = std::min(moe_rows(), n - r0);
+    const int n_slots = rows * k;
+    const int32_t* experts = route_experts_.data() + int64_t{r0} * k;
+    // Group the slots by expert (counting sort, rows ascending within one).
+    std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
+    for (int s = 0; s < n_slots; ++s) ++expert_begin_[static_cast<size_t>(experts[s]) + 1];
+    for (int ex = 0; ex < p.n_expert; ++ex) expert_begin_[ex + 1] += expert_begin_[ex];
+    std::copy(expert_begin_.begin(), expert_begin_.end() - 1, expert_fill_.begin());
+    for (int s = 0; s < n_slots; ++s) {
+      const int32_t at = expert_fill_[static_cast<size_t>(experts[s])]++;
+      grouped_slots_[static_cast<size_t>(at)] = s;
+      grouped_rows_[static_cast<size_t>(at)] = r0 + s / k;
+    }
+    const size_t ints = static_cast<size_t>(n_slots) * sizeof(int32_t);
+    STRATA_RETURN_IF_ERROR(api_->upload(slot_rows_.get(), grouped_rows_.data(), ints));
+    STRATA_RETURN_IF_ERROR(api_->upload(slot_ids_.get(), grouped_slots_.data(), ints));
+    STRATA_RETURN_IF_ERROR(api_->upload(slot_weights_.get(),
+                                        route_weights_.data() + int64_t{r0} * k,
+                                        static_cast<size_t>(n_slots) * sizeof(float)));
+    for (int ex = 0; ex < p.n_expert; ++ex) {
+      const int begin = expert_begin_[static_cast<size_t>(ex)];
+      const int m = expert_begin_[static_cast<size_t>(ex) + 1] - begin;
+      if (m == 0) continue;
+      STRATA_RETURN_IF_ERROR(run_over(k_gather_, int64_t{m} * e, xn,
+                                      static_cast<const int*>(slot_rows_.as<int>() + begin),
+                                      moe_x_.as<float>(), m, static_cast<int>(e)));
+      const size_t i = static_cast<size_t>(ex);
+      STRATA_RETURN_IF_ERROR(ffn(x.gate[i], x.up[i], x.down[i], p.n_ff_expert,
+                                 moe_x_.as<float>(), m, moe_y_.as<float>(),
+                                 biased ? &x.gate_bias : nullptr, biased ? &x.up_bias : nullptr,
+                                 biased ? &x.down_bias : nullptr, ex));
+      STRATA_RETURN_IF_ERROR(run_over(k_scatter_, int64_t{m} * e,
+                                      static_cast<const float*>(moe_y_.as<float>()),
+                                      static_cast<const int*>(slot_ids_.as<int>() + begin),
+                                      expert_out_.as<float>(), m, static_cast<int>(e)));
+    }
+    STRATA_RETURN_IF_ERROR(run_over(k_moe_sum_, int64_t{rows} * e,
+                                    static_cast<const float*>(expert_out_.as<float>()),
+                                    static_cast<const float*>(slot_weights_.as<float>()),
+                                    proj + int64_t{r0} * e, rows, k, static_cast<int>(e)));
+  }
+  if (!x.shared_down.present()) return absl::OkStatus();
+  // The shared expert on every row, scaled by sigmoid(g), g the one-row
+  // router's logit.
+  STRATA_RETURN_IF_ERROR(ffn(x.shared_gate, x.shared_up, x.shared_down, p.n_ff_shared, xn, n,
+                             moe_y_.as<float>(), nullptr, nullptr, nullptr, 0));
+  STRATA_RETURN_IF_ERROR(matvec(x.shared_router, xn, n, shared_gate_.as<float>()));
+  return run_over(k_add_shared_, int64_t{n} * e, proj,
+                  static_cast<const float*>(moe_y_.as<float>()),
+                  static_cast<const float*>(shared_gate_.as<float>()), n, static_cast<int>(e));
+}
+
+// One block (worker/cpu/forward.cc's llama_block and gemma_block):
+//   x = x + Post(Attention(RMSNorm(x)));  x = x + Post(FFN(RMSNorm(x)))
+// with Post the gemma families' RMSNorm of a sublayer's output (none for
+// the others) and FFN dense or the mixture of experts.
 absl::Status DeviceBackend::block(int il, int n) {
   const DeviceLayer& w = layers_[static_cast<size_t>(il - range_.first)];
   const int e = hp_.n_embd;
@@ -612,24 +973,26 @@ absl::Status DeviceBackend::block(int il, int n) {
   float* proj = proj_.as<float>();
   STRATA_RETURN_IF_ERROR(rms_norm(x, w.attn_norm, n, e, xn));
   STRATA_RETURN_IF_ERROR(attention(il, n));
+  if (w.post_attn_norm.get() != nullptr) {
+    STRATA_RETURN_IF_ERROR(rms_norm(proj, w.post_attn_norm, n, e, proj));
+  }
   STRATA_RETURN_IF_ERROR(add(x, proj, x, int64_t{n} * e));
   STRATA_RETURN_IF_ERROR(rms_norm(x, w.ffn_norm, n, e, xn));
-  float* gate = gate_.as<float>();
-  STRATA_RETURN_IF_ERROR(matvec(w.gate, xn, n, gate));
-  STRATA_RETURN_IF_ERROR(matvec(w.up, xn, n, up_.as<float>()));
-  const int64_t nf = int64_t{n} * hp_.n_ff;
-  const unsigned t = ck::kStepElementwiseThreads;
-  STRATA_RETURN_IF_ERROR(run(k_swiglu_, grid_for(nf, t), t, static_cast<const float*>(gate),
-                             static_cast<const float*>(up_.as<float>()), gate,
-                             static_cast<long long>(nf)));
-  STRATA_RETURN_IF_ERROR(matvec(w.down, gate, n, proj));
+  if (w.moe.present()) {
+    STRATA_RETURN_IF_ERROR(moe(il, n));
+  } else {
+    STRATA_RETURN_IF_ERROR(
+        ffn(w.gate, w.up, w.down, hp_.n_ff, xn, n, proj, nullptr, nullptr, nullptr, 0));
+  }
+  if (w.post_ffn_norm.get() != nullptr) {
+    STRATA_RETURN_IF_ERROR(rms_norm(proj, w.post_ffn_norm, n, e, proj));
+  }
   return add(x, proj, x, int64_t{n} * e);
 }
 
 // logits of head_rows_: RMSNorm with output_norm (into xn_, rows in order),
-// then the head, downloaded into logits_host_.
-absl::Status DeviceBackend::head(int n) {
-  (void)n;
+// the head, the final soft cap (gemma2), downloaded into logits_host_.
+absl::Status DeviceBackend::head() {
   const int e = hp_.n_embd;
   const int rows = static_cast<int>(head_rows_.size());
   float* x = x_.as<float>();
@@ -642,11 +1005,16 @@ absl::Status DeviceBackend::head(int n) {
                                     xn + int64_t{i} * e));
     i = j;
   }
-  const size_t need = static_cast<size_t>(rows) * n_vocab_ * sizeof(float);
+  const int64_t n_logits = int64_t{rows} * n_vocab_;
+  const size_t need = static_cast<size_t>(n_logits) * sizeof(float);
   if (logits_.bytes() < need) STRATA_ASSIGN_OR_RETURN(logits_, space(need));
   const DeviceMatrix& out = tied_output_ ? token_embd_ : output_;
   STRATA_RETURN_IF_ERROR(matvec(out, xn, rows, logits_.as<float>()));
-  logits_host_.resize(static_cast<size_t>(rows) * n_vocab_);
+  if (hp_.final_softcap > 0.0f) {
+    STRATA_RETURN_IF_ERROR(run_over(k_soft_cap_, n_logits, logits_.as<float>(),
+                                    hp_.final_softcap, static_cast<long long>(n_logits)));
+  }
+  logits_host_.resize(static_cast<size_t>(n_logits));
   return api_->download(logits_host_.data(), logits_.get(), need);
 }
 
@@ -671,18 +1039,24 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     for (int t = 0; t < s.rows; ++t) positions_[static_cast<size_t>(row + t)] = seq.length + t;
     row += s.rows;
   }
-  cs_valid_ = false;  // new positions
+  ++step_;  // new positions: the RoPE tables of the last step are stale
 
   float* x = x_.as<float>();
   if (is_first()) {
     STRATA_RETURN_IF_ERROR(api_->upload(ids_.get(), req.tokens.data(),
                                         static_cast<size_t>(n) * sizeof(int32_t)));
     const int64_t units = int64_t{n} * ((e + 31) / 32);
-    STRATA_RETURN_IF_ERROR(run(token_embd_.get_rows, grid_for(units, ck::kStepMatvecThreads),
-                               ck::kStepMatvecThreads,
-                               static_cast<const unsigned char*>(token_embd_.bytes.as<unsigned char>()),
-                               static_cast<const int*>(ids_.as<int>()), x, n,
+    const int64_t most = int64_t{8} * std::max(api_->multiprocessors(), 1);
+    const auto grid = static_cast<unsigned>(
+        std::clamp<int64_t>((units + ck::kStepMatvecThreads - 1) / ck::kStepMatvecThreads, 1,
+                            most));
+    STRATA_RETURN_IF_ERROR(run(token_embd_.get_rows, grid, ck::kStepMatvecThreads,
+                               token_embd_.data, static_cast<const int*>(ids_.as<int>()), x, n,
                                static_cast<int>(e), token_embd_.row_bytes));
+    if (hp_.recipe.embedding_scale != 1.0f) {  // gemma
+      STRATA_RETURN_IF_ERROR(run_over(k_scale_, n * e, x, hp_.recipe.embedding_scale,
+                                      static_cast<long long>(n * e)));
+    }
   } else {
     STRATA_RETURN_IF_ERROR(api_->upload(x, req.hidden.data(), req.hidden.size() * sizeof(float)));
   }
@@ -690,7 +1064,8 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     STRATA_RETURN_IF_ERROR(block(il, n));
     if (req.block_hashes != nullptr) {
       hidden_host_.resize(static_cast<size_t>(n * e));
-      STRATA_RETURN_IF_ERROR(api_->download(hidden_host_.data(), x, hidden_host_.size() * sizeof(float)));
+      STRATA_RETURN_IF_ERROR(
+          api_->download(hidden_host_.data(), x, hidden_host_.size() * sizeof(float)));
       append_row_hashes(hidden_host_.data(), n, e, req.block_hashes);
     }
   }
@@ -722,7 +1097,7 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     }
   }
   if (!head_rows_.empty()) {
-    STRATA_RETURN_IF_ERROR(head(n));
+    STRATA_RETURN_IF_ERROR(head());
     const int64_t n_logits = static_cast<int64_t>(logits_host_.size());
     if (const int64_t i = first_not_finite(logits_host_.data(), n_logits); i < n_logits) {
       return absl::InternalError(absl::StrCat(

@@ -12,20 +12,27 @@
 // each weight read once a chunk), biases, QK-norm, RoPE on an angle table
 // made on the host (reference::ops::rope_angles, shared by q and k), the
 // K/V rows stored at each slice's positions, attention of each row to its
-// sequence's cache, the output matrix and the residual add, RMSNorm,
-// gate/up, SwiGLU, down, add; the last stage's output norm and head for
-// the rows that want logits, downloaded. The host sees only activations at
-// the shard's edges and the logits.
+// sequence's cache, the output matrix and the residual add, RMSNorm, the
+// feed-forward, add; the last stage's output norm and head for the rows
+// that want logits, downloaded. The host sees only activations at the
+// shard's edges, the logits, and a mixture-of-experts block's router
+// logits (the routing runs on the host, reference::ops::moe_route).
 //
-// Runs the dense llama block (llama, qwen2, qwen3) with F32, F16, Q4_0,
-// Q4_1, Q8_0, Q4_K and Q6_K matrices; any other family, recipe step or
-// matrix type is refused at load, by name (Unimplemented), never run wrong.
+// Runs every family of model/architecture: the llama block (llama, qwen2's
+// biases, qwen3's QK-norm, phi3's fused projections), gemma2/gemma3 (post
+// norms, GeGLU, soft caps, sliding windows, two RoPE settings) and the
+// mixtures of experts (mixtral, qwen2moe's shared expert, qwen3moe, olmoe,
+// gpt-oss's sinks, biases and clamped SwiGLU), with F32, F16, Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K matrices; another matrix type
+// is refused at load, by name (Unimplemented), never run wrong.
 //
 // Numerics: float sums everywhere, the f16 roundings of llama.cpp's
-// attention (worker/cuda/kernels/attention.cuh); the activations are not
-// quantized (the cpu backend's generated matmuls quantize them to 8 bits as
-// llama.cpp's CPU path does), so logits differ from the cpu backend's by
-// about that rounding, and greedy ids agree but for near-ties.
+// attention and GeGLU (worker/cuda/kernels/*.cuh); the activations are not
+// quantized (the cpu backend's matmuls round them to 8 bits for quantized
+// weights, as llama.cpp's CPU path does), so logits differ from the cpu
+// backend's by about that rounding, and greedy ids agree but for
+// near-ties. With F32 weights both agree to ~1e-4 of the largest logit
+// (tests/cuda/device_backend_test.cc).
 #pragma once
 
 #include <memory>
@@ -46,10 +53,9 @@ struct DeviceBackendOptions {
 // step launches (compiling them at first use). Errors: InvalidArgument for
 // a null model or api, a bad range or max_batch, or the tensor checks of
 // worker/shard_tensors.h ("blk.3.attn_q.weight: missing"); Unimplemented
-// for what the device kernels do not run yet ("the cuda backend runs the
-// llama, qwen2 and qwen3 blocks; this model is gemma3", "blk.0.ffn_down
-// .weight: Q5_K has no cuda kernel yet (...)"); the device's errors
-// (ResourceExhausted when its memory is short).
+// for a matrix type the kernels do not read ("blk.0.ffn_down.weight: Q3_K
+// has no cuda kernel yet (...)"); the device's errors (ResourceExhausted
+// when its memory is short).
 absl::StatusOr<std::unique_ptr<Backend>> make_device_backend(
     std::shared_ptr<const gguf::GgufModel> model, const arch::Hyperparameters& hp,
     BlockRange range, const DeviceBackendOptions& options, std::unique_ptr<DeviceApi> api);

@@ -7,11 +7,13 @@
 //   strata_attention_decode(const float* q, const unsigned short* k_cache,
 //       const unsigned short* v_cache, float* out, float* scores, int n_kv,
 //       int window_begin, int n_head, int n_head_kv, int dk, int dv,
-//       float scale, float softcap)
+//       float scale, float softcap, const float* sinks)
 //   q [n_head][dk] f32; k_cache [n_ctx][n_head_kv][dk], v_cache
 //   [n_ctx][n_head_kv][dv] f16 bits (worker/kv_cache.h's layout); out
 //   [n_head][dv]; scores [n_head][n_kv] f32 scratch. Head h reads KV head
-//   h / (n_head / n_head_kv). softcap 0: off.
+//   h / (n_head / n_head_kv). softcap 0: off. sinks [n_head] or null: head
+//   h's sink logit joins the maximum and the softmax's denominator
+//   (gpt-oss's attention sinks, as reference::ops::attention).
 //
 // The numerics of the reference with an f16 cache (llama.cpp's CPU path
 // without flash attention): q rounded to f16 before q.k, s = softcap ?
@@ -19,7 +21,7 @@
 // weighs V. Sums in float (the reference sums the softmax in double).
 //
 // Launch: grid (n_head), block (THREADS, a multiple of 32 up to 1024).
-// Not here yet: attention sinks (gpt-oss), prefill (several query rows).
+// Not here yet: prefill (several query rows in one launch).
 #ifndef THREADS
 #define THREADS 128
 #endif
@@ -81,12 +83,14 @@ STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
                                       const unsigned short* __restrict__ v_cache,
                                       float* __restrict__ out, float* __restrict__ scores,
                                       int n_kv, int window_begin, int n_head, int n_head_kv,
-                                      int dk, int dv, float scale, float softcap) {
+                                      int dk, int dv, float scale, float softcap,
+                                      const float* __restrict__ sinks) {
   const int h = blockIdx.x;
   const int g = h / (n_head / n_head_kv);
   const float* qh = q + (long long)h * dk;
   float* sc = scores + (long long)h * n_kv;
-  float m = -INFINITY;
+  const float sink = sinks != nullptr ? sinks[h] : -INFINITY;
+  float m = sink;
   for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
     const unsigned short* kr = k_cache + ((long long)j * n_head_kv + g) * dk;
     float s = 0.0f;
@@ -103,7 +107,9 @@ STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
     sc[j] = e;
     sum += e;
   }
-  const float inv = 1.0f / strata_block_reduce(sum, 0);  // its barriers order sc's writes
+  float total = strata_block_reduce(sum, 0);  // its barriers order sc's writes
+  if (sinks != nullptr) total += expf(sink - m);
+  const float inv = 1.0f / total;
   for (int d = threadIdx.x; d < dv; d += THREADS) {
     float o = 0.0f;
     for (int j = window_begin; j < n_kv; ++j) {

@@ -17,6 +17,31 @@
 //     y = a + b (the residual); y may alias either input.
 //   strata_add_bias(float* x, const float* bias, long long n, int width)
 //     x [n][width] += bias [width] (every row; q/k/v biases of qwen2).
+//   strata_scale(float* x, float s, long long n)            x *= s
+//   strata_soft_cap(float* x, float cap, long long n)       x = tanh(x / cap) cap
+//     (x times 1/cap, as reference::ops::soft_cap)
+//   strata_geglu(const float* gate, const float* up, float* out, long long n)
+//     out = gelu_tanh(gate) * up with reference::ops::geglu's f16 roundings
+//     of the gate and of gelu (ggml's table), 0 below -10, gate above 10
+//   strata_swiglu_oai(const float* gate, const float* up, float* out,
+//                     long long n, float alpha, float limit)
+//     gpt-oss: x = min(gate, limit), y = clamp(up, -limit, limit),
+//     out = x / (1 + e^(alpha (-x))) (y + 1) (reference::ops::swiglu_oai)
+//   strata_copy_cols(const float* src, int src_width, int col0, float* dst,
+//                    int width, long long n_rows)
+//     dst [n_rows][width] = columns [col0, col0 + width) of src
+//     [n_rows][src_width] (a fused projection's parts)
+//   strata_gather_rows(const float* src, const int* rows, float* dst, int n,
+//                      int width)            dst[i] = src[rows[i]], i < n
+//   strata_scatter_rows(const float* src, const int* rows, float* dst, int n,
+//                       int width)           dst[rows[i]] = src[i], i < n
+//   strata_moe_sum(const float* slots, const float* weights, float* y, int n,
+//                  int k, int width)
+//     y[t] = slots[t][0] w[t][0] + slots[t][1] w[t][1] + ... in slot order
+//     (slots [n][k][width], weights [n][k]: llama.cpp's build_moe_ffn sum)
+//   strata_add_shared_expert(float* y, const float* shared, const float* g,
+//                            int n, int width)
+//     y[t] += shared[t] silu(g[t]) / g[t] (qwen2moe's sigmoid gate, as ggml)
 //   strata_store_kv(const float* k, const float* v, unsigned short* k_cache,
 //                   unsigned short* v_cache, int pos, int n, int k_width,
 //                   int v_width)
@@ -76,6 +101,105 @@ STRATA_KERNEL strata_add(const float* a, const float* b, float* y, long long n) 
 STRATA_KERNEL strata_add_bias(float* x, const float* bias, long long n, int width) {
   const long long total = n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) x[i] += bias[i % width];
+}
+
+__device__ __forceinline__ float strata_from_f16(unsigned short h) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  return strata_host_f16_to_f32(h);
+#endif
+}
+
+STRATA_KERNEL strata_scale(float* x, float s, long long n) {
+  for (long long i = strata_first(); i < n; i += strata_stride()) x[i] *= s;
+}
+
+STRATA_KERNEL strata_soft_cap(float* x, float cap, long long n) {
+  const float inv = 1.0f / cap;
+  for (long long i = strata_first(); i < n; i += strata_stride()) x[i] = tanhf(x[i] * inv) * cap;
+}
+
+STRATA_KERNEL strata_geglu(const float* gate, const float* up, float* out, long long n) {
+  const float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  const float kCoefA = 0.044715f;
+  for (long long i = strata_first(); i < n; i += strata_stride()) {
+    const float g = gate[i];
+    float gelu;
+    if (g <= -10.0f) {
+      gelu = 0.0f;
+    } else if (g >= 10.0f) {
+      gelu = g;
+    } else {
+      const float g16 = strata_from_f16(strata_to_f16(g));
+      const float t = 0.5f * g16 * (1.0f + tanhf(kSqrt2OverPi * g16 * (1.0f + kCoefA * g16 * g16)));
+      gelu = strata_from_f16(strata_to_f16(t));
+    }
+    out[i] = gelu * up[i];
+  }
+}
+
+STRATA_KERNEL strata_swiglu_oai(const float* gate, const float* up, float* out, long long n,
+                                float alpha, float limit) {
+  for (long long i = strata_first(); i < n; i += strata_stride()) {
+    const float x = fminf(gate[i], limit);
+    const float y = fminf(fmaxf(up[i], -limit), limit);
+    const float glu = x / (1.0f + expf(alpha * (-x)));
+    out[i] = glu * (y + 1.0f);
+  }
+}
+
+STRATA_KERNEL strata_copy_cols(const float* src, int src_width, int col0, float* dst, int width,
+                               long long n_rows) {
+  const long long total = n_rows * width;
+  for (long long i = strata_first(); i < total; i += strata_stride()) {
+    const long long r = i / width;
+    dst[i] = src[r * src_width + col0 + (i - r * width)];
+  }
+}
+
+STRATA_KERNEL strata_gather_rows(const float* src, const int* rows, float* dst, int n,
+                                 int width) {
+  const long long total = (long long)n * width;
+  for (long long i = strata_first(); i < total; i += strata_stride()) {
+    const long long r = i / width;
+    dst[i] = src[(long long)rows[r] * width + (i - r * width)];
+  }
+}
+
+STRATA_KERNEL strata_scatter_rows(const float* src, const int* rows, float* dst, int n,
+                                  int width) {
+  const long long total = (long long)n * width;
+  for (long long i = strata_first(); i < total; i += strata_stride()) {
+    const long long r = i / width;
+    dst[(long long)rows[r] * width + (i - r * width)] = src[i];
+  }
+}
+
+STRATA_KERNEL strata_moe_sum(const float* slots, const float* weights, float* y, int n, int k,
+                             int width) {
+  const long long total = (long long)n * width;
+  for (long long i = strata_first(); i < total; i += strata_stride()) {
+    const long long t = i / width;
+    const long long c = i - t * width;
+    const float* o = slots + t * k * width + c;
+    const float* w = weights + t * k;
+    float sum = o[0] * w[0];
+    for (int j = 1; j < k; ++j) sum += o[(long long)j * width] * w[j];
+    y[i] = sum;
+  }
+}
+
+STRATA_KERNEL strata_add_shared_expert(float* y, const float* shared, const float* g, int n,
+                                       int width) {
+  const long long total = (long long)n * width;
+  for (long long i = strata_first(); i < total; i += strata_stride()) {
+    const float gt = g[i / width];
+    const float gate = gt / (1.0f + expf(-gt)) / gt;
+    y[i] += shared[i] * gate;
+  }
 }
 
 STRATA_KERNEL strata_store_kv(const float* k, const float* v, unsigned short* k_cache,

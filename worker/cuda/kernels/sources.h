@@ -7,7 +7,7 @@
 
 namespace strata::worker::cuda_kernels {
 
-// rope_rotate, swiglu, add, add_bias, store_kv: grid-stride loops (any launch).
+// rope_rotate, swiglu, add, add_bias, store_kv and the rest of elementwise.cuh: grid-stride loops (any launch).
 inline constexpr const char* kElementwiseSource =
 #include "worker/cuda/kernels/elementwise.cuh.inc"
     ;
@@ -15,6 +15,15 @@ inline constexpr const char* kRopeRotateEntry = "strata_rope_rotate";
 inline constexpr const char* kSwigluEntry = "strata_swiglu";
 inline constexpr const char* kAddEntry = "strata_add";
 inline constexpr const char* kAddBiasEntry = "strata_add_bias";
+inline constexpr const char* kScaleEntry = "strata_scale";
+inline constexpr const char* kSoftCapEntry = "strata_soft_cap";
+inline constexpr const char* kGegluEntry = "strata_geglu";
+inline constexpr const char* kSwigluOaiEntry = "strata_swiglu_oai";
+inline constexpr const char* kCopyColsEntry = "strata_copy_cols";
+inline constexpr const char* kGatherRowsEntry = "strata_gather_rows";
+inline constexpr const char* kScatterRowsEntry = "strata_scatter_rows";
+inline constexpr const char* kMoeSumEntry = "strata_moe_sum";
+inline constexpr const char* kAddSharedExpertEntry = "strata_add_shared_expert";
 inline constexpr const char* kStoreKvEntry = "strata_store_kv";
 
 // attention_decode: grid (n_head), block (-DTHREADS, 128 by default).
