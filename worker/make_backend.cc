@@ -12,6 +12,7 @@ absl::StatusOr<std::unique_ptr<Backend>> make_backend(
     CudaBackendOptions cuda;
     cuda.device = choice.device;
     cuda.max_batch = options.max_batch;
+    cuda.no_tune = options.no_tune;
     return make_cuda_backend(std::move(model), hp, range, cuda);
   }
   return make_cpu_backend(std::move(model), hp, range, options);

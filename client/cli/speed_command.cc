@@ -15,7 +15,7 @@
 // --no-warmup, then r times. Prints the median and the best tok/s of the r
 // runs. -p 0 or -n 0 skips that test. --json prints one object:
 //   {"model": PATH, "threads": T, "backend": "cpu",
-//    "kernels": "generated, avx2" | "reference (STRATA_JIT=0)" | ...,
+//    "kernels": "generated, avx2" | "reference (STRATA_JIT=0)" | "cuda: ..." | ...,
 //    "tuned": false with --no-tune or STRATA_NO_TUNE, reference kernels or
 //             more threads than CPUs (the tuner keeps defaults then),
 //    "decode_weight_bytes": bytes of weights one decode step reads (of an
@@ -199,17 +199,18 @@ int run(const SpeedOptions& o) {
   options.isa = o.isa;
   options.no_tune = o.no_tune;
   options.n_threads = resolve_threads(o.threads);
-  // A cuda backend fails today (issue 32); once it runs, the report's
-  // kernel and thread fields need a cuda form.
+  const bool cuda = choice->kind == worker::BackendChoice::Kind::kCuda;
   auto backend = worker::make_backend(*choice, model, *hp, {0, hp->n_layer}, options);
   if (!backend.ok()) {
-    const bool cuda = choice->kind == worker::BackendChoice::Kind::kCuda;
     return fail(cuda ? "--backend " + o.backend : o.model, backend.status());
   }
   SpeedRunner runner(**backend, o.seed);
-  // What the backend runs, decided as make_cpu_backend decided it.
-  const std::string kernels_text = kernels::engine_kernels_text(o.isa);
-  const bool tuned = tunes(o.isa, o.no_tune, options.n_threads);
+  // What the backend runs: the cpu backend's kernels, decided as
+  // make_cpu_backend decided them; the cuda backend's NVRTC kernels (not
+  // tuned yet, issue 32).
+  const std::string kernels_text =
+      cuda ? "cuda: NVRTC step kernels (worker/cuda/kernels)" : kernels::engine_kernels_text(o.isa);
+  const bool tuned = !cuda && tunes(o.isa, o.no_tune, options.n_threads);
 
   TestResult pp{o.n_prompt, {}};
   TestResult tg{o.n_gen, {}};

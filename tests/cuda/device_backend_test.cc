@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <memory>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "model/architecture/architecture.h"
 #include "kernels/cpu/reference/dequantize.h"
 #include "kernels/cpu/reference/quantize.h"
@@ -75,9 +77,12 @@ std::unique_ptr<DeviceApi> new_api() {
     }                                                                         \
   } while (0)
 
-std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range, int max_batch = 32) {
+std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range, int max_batch = 32,
+                                        int row_warps = 0) {
   DeviceBackendOptions o;
   o.max_batch = max_batch;
+  o.tune = false;  // one warp a row, or row_warps for every matrix
+  o.row_warps = row_warps;
   auto b = make_device_backend(m.model, m.hp, range, o, new_api());
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *std::move(b) : nullptr;
@@ -504,6 +509,77 @@ TEST_P(DeviceBackend, RefusesTypesItCannotRunByName) {
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, {}, nullptr);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Split-K (2 and 4 warps a row, worker/cuda/kernels/matvec_source.h) sums
+// in another order: the logits still agree with the cpu backend's, and a
+// batched step still gives each sequence its logits alone, bit for bit.
+TEST_P(DeviceBackend, SplitKChoicesAgreeAndStayBatchInvariant) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  for (const int w : {2, 4}) {
+    SCOPED_TRACE(std::to_string(w) + " warps a row");
+    auto cpu = cpu_backend(m, {0, m.hp.n_layer});
+    auto device = device_backend(m, {0, m.hp.n_layer}, 32, w);
+    ASSERT_NE(device, nullptr);
+    EXPECT_GE(compare_greedy(*cpu, *device, {1, 403, 407, 261, 378}, 10, 1e-3f), 8);
+    auto alone = device_backend(m, {0, m.hp.n_layer}, 32, w);
+    auto batched = device_backend(m, {0, m.hp.n_layer}, 32, w);
+    const std::vector<int32_t> a = {1, 403, 407}, b = {1, 261, 378, 40};
+    const auto want = logits_alone(*alone, 7, b, {});
+    ASSERT_TRUE(batched->add_sequence(0, 64).ok());
+    ASSERT_TRUE(batched->add_sequence(7, 64).ok());
+    std::vector<int32_t> tokens = a;
+    tokens.insert(tokens.end(), b.begin(), b.end());
+    const ForwardSlice slices[] = {{.seq = 0, .rows = 3}, {.seq = 7, .rows = 4}};
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.slices = slices;
+    ForwardResult r;
+    ASSERT_TRUE(batched->forward(req, &r).ok());
+    const size_t v = static_cast<size_t>(batched->n_vocab());
+    EXPECT_EQ(std::vector<float>(r.logits.begin() + v, r.logits.begin() + 2 * v), want[0]);
+  }
+}
+
+// The tuner at load: with no file, every matrix shape is measured (three
+// split-K choices) and written, under the device's key; with a file, its
+// choices are what the step runs (a file saying 4 warps a row gives the
+// logits of a backend forced to 4, bit for bit).
+TEST_P(DeviceBackend, TunerMeasuresOnceAndItsFileDecidesTheSplit) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  gguf::testing::TempDir dir;
+  const std::string path = dir.file("tuner.json");
+  DeviceBackendOptions o;
+  o.max_batch = 8;
+  o.tuner_path = path;
+  auto tuned = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api());
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path << " was not written";
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_NE(j["key"].get<std::string>().find("matvec.cuh"), std::string::npos) << j["key"];
+  // stories260K's shapes: q/o 64x64, k/v 64x32, gate/up 64x172, down
+  // 172x64, the embedding and head 64x512.
+  for (const char* shape : {"F32 64x64", "F32 64x32", "F32 64x172", "F32 172x64", "F32 64x512"}) {
+    ASSERT_TRUE(j["matvec"].contains(shape)) << shape << " in " << j.dump();
+    EXPECT_EQ(j["matvec"][shape]["ms"].size(), 3u) << shape;
+  }
+  // Every shape 4 warps a row, then a load that reads it.
+  for (auto& [shape, entry] : j["matvec"].items()) entry["row_warps"] = 4;
+  std::ofstream(path) << j.dump();
+  auto from_file = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api());
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  auto forced = device_backend(m, {0, m.hp.n_layer}, 8, 4);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261};
+  EXPECT_EQ(logits_alone(**from_file, 0, prompt, {300}), logits_alone(*forced, 0, prompt, {300}));
+  // A malformed file is an empty tuner: the load measures again.
+  std::ofstream(path) << "{not json";
+  auto after_garbage = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api());
+  ASSERT_TRUE(after_garbage.ok()) << after_garbage.status();
+  std::ifstream again(path);
+  EXPECT_TRUE(nlohmann::json::parse(again, nullptr, false).contains("matvec"));
 }
 
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackend, ::testing::Values("emulated", "cuda"),

@@ -13,6 +13,8 @@
 //   ... then the same calls as on make_cuda_device_api's device.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -52,6 +54,23 @@ class EmulatedDeviceApi : public DeviceApi {
 
   std::string describe() const override { return "emulated (CPU coroutines)"; }
   int multiprocessors() const override { return 1; }
+  std::string tuning_key() const override { return "emulated"; }
+
+  // Wall-clock time of the emulation (what a tuner test can order by).
+  absl::StatusOr<double> time_ms(const std::function<absl::Status()>& work,
+                                 int repeats) override {
+    if (absl::Status st = work(); !st.ok()) return st;
+    std::vector<double> ms;
+    for (int r = 0; r < repeats; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (absl::Status st = work(); !st.ok()) return st;
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                       .count());
+    }
+    if (ms.empty()) return 0.0;
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
 
   absl::StatusOr<void*> alloc(size_t bytes) override {
     void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);

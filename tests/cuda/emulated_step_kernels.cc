@@ -15,46 +15,156 @@ namespace strata::worker::step_host {
 #pragma GCC diagnostic ignored "-Wsign-compare"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #define THREADS 128
-namespace matvec1 {
+namespace matvec_w1_c1 {
 using namespace strata::cuda_emulation;
 #define NCOLS 1
+#define ROW_WARPS 1
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
+#undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
-}  // namespace matvec1
-namespace matvec2 {
+}  // namespace matvec_w1_c1
+namespace matvec_w1_c2 {
 using namespace strata::cuda_emulation;
 #define NCOLS 2
+#define ROW_WARPS 1
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
+#undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
-}  // namespace matvec2
-namespace matvec4 {
+}  // namespace matvec_w1_c2
+namespace matvec_w1_c4 {
 using namespace strata::cuda_emulation;
 #define NCOLS 4
+#define ROW_WARPS 1
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
+#undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
-}  // namespace matvec4
-namespace matvec8 {
+}  // namespace matvec_w1_c4
+namespace matvec_w1_c8 {
 using namespace strata::cuda_emulation;
 #define NCOLS 8
+#define ROW_WARPS 1
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
+#undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
-}  // namespace matvec8
-namespace matvec16 {
+}  // namespace matvec_w1_c8
+namespace matvec_w1_c16 {
 using namespace strata::cuda_emulation;
 #define NCOLS 16
+#define ROW_WARPS 1
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
+#undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
-}  // namespace matvec16
+}  // namespace matvec_w1_c16
+namespace matvec_w2_c1 {
+using namespace strata::cuda_emulation;
+#define NCOLS 1
+#define ROW_WARPS 2
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w2_c1
+namespace matvec_w2_c2 {
+using namespace strata::cuda_emulation;
+#define NCOLS 2
+#define ROW_WARPS 2
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w2_c2
+namespace matvec_w2_c4 {
+using namespace strata::cuda_emulation;
+#define NCOLS 4
+#define ROW_WARPS 2
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w2_c4
+namespace matvec_w2_c8 {
+using namespace strata::cuda_emulation;
+#define NCOLS 8
+#define ROW_WARPS 2
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w2_c8
+namespace matvec_w2_c16 {
+using namespace strata::cuda_emulation;
+#define NCOLS 16
+#define ROW_WARPS 2
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w2_c16
+namespace matvec_w4_c1 {
+using namespace strata::cuda_emulation;
+#define NCOLS 1
+#define ROW_WARPS 4
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w4_c1
+namespace matvec_w4_c2 {
+using namespace strata::cuda_emulation;
+#define NCOLS 2
+#define ROW_WARPS 4
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w4_c2
+namespace matvec_w4_c4 {
+using namespace strata::cuda_emulation;
+#define NCOLS 4
+#define ROW_WARPS 4
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w4_c4
+namespace matvec_w4_c8 {
+using namespace strata::cuda_emulation;
+#define NCOLS 8
+#define ROW_WARPS 4
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w4_c8
+namespace matvec_w4_c16 {
+using namespace strata::cuda_emulation;
+#define NCOLS 16
+#define ROW_WARPS 4
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec_w4_c16
 #undef THREADS
 namespace rms {
 using namespace strata::cuda_emulation;
@@ -119,11 +229,23 @@ void add_step_kernels(EmulatedDeviceApi& api) {
                 cuda_kernels::kStepMatvecColumns[2] == 4 &&
                 cuda_kernels::kStepMatvecColumns[3] == 8 &&
                 cuda_kernels::kStepMatvecColumns[4] == 16);
-  STRATA_ADD_MATVEC(matvec1)(api, s.matvec[0]);
-  STRATA_ADD_MATVEC(matvec2)(api, s.matvec[1]);
-  STRATA_ADD_MATVEC(matvec4)(api, s.matvec[2]);
-  STRATA_ADD_MATVEC(matvec8)(api, s.matvec[3]);
-  STRATA_ADD_MATVEC(matvec16)(api, s.matvec[4]);
+  static_assert(cuda_kernels::kStepRowWarps[0] == 1 && cuda_kernels::kStepRowWarps[1] == 2 &&
+                cuda_kernels::kStepRowWarps[2] == 4);
+  STRATA_ADD_MATVEC(matvec_w1_c1)(api, s.matvec[0][0]);
+  STRATA_ADD_MATVEC(matvec_w1_c2)(api, s.matvec[0][1]);
+  STRATA_ADD_MATVEC(matvec_w1_c4)(api, s.matvec[0][2]);
+  STRATA_ADD_MATVEC(matvec_w1_c8)(api, s.matvec[0][3]);
+  STRATA_ADD_MATVEC(matvec_w1_c16)(api, s.matvec[0][4]);
+  STRATA_ADD_MATVEC(matvec_w2_c1)(api, s.matvec[1][0]);
+  STRATA_ADD_MATVEC(matvec_w2_c2)(api, s.matvec[1][1]);
+  STRATA_ADD_MATVEC(matvec_w2_c4)(api, s.matvec[1][2]);
+  STRATA_ADD_MATVEC(matvec_w2_c8)(api, s.matvec[1][3]);
+  STRATA_ADD_MATVEC(matvec_w2_c16)(api, s.matvec[1][4]);
+  STRATA_ADD_MATVEC(matvec_w4_c1)(api, s.matvec[2][0]);
+  STRATA_ADD_MATVEC(matvec_w4_c2)(api, s.matvec[2][1]);
+  STRATA_ADD_MATVEC(matvec_w4_c4)(api, s.matvec[2][2]);
+  STRATA_ADD_MATVEC(matvec_w4_c8)(api, s.matvec[2][3]);
+  STRATA_ADD_MATVEC(matvec_w4_c16)(api, s.matvec[2][4]);
   api.add(s.rms_norm, cuda_kernels::kRmsNormEntry, adapt(step_host::rms::strata_rms_norm));
   namespace ew = step_host::elementwise;
   api.add(s.elementwise, cuda_kernels::kRopeRotateEntry, adapt(ew::strata_rope_rotate));

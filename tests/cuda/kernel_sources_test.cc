@@ -18,9 +18,11 @@ const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,   GgmlType::kQ4_0, G
                            GgmlType::kQ5_0, GgmlType::kQ5_1,  GgmlType::kQ8_0, GgmlType::kMXFP4,
                            GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
+// 8 columns with split-K (4 warps a row: the shared-memory sum of warps).
 std::vector<std::string> options(int columns) {
   return {"-DTHREADS=" + std::to_string(cuda_kernels::kMatvecThreads),
-          "-DNCOLS=" + std::to_string(columns), "--std=c++17", "--fmad=false"};
+          "-DNCOLS=" + std::to_string(columns), columns == 8 ? "-DROW_WARPS=4" : "-DROW_WARPS=1",
+          "--std=c++17", "--fmad=false"};
 }
 
 TEST(CudaMatvecSource, CompilesForSm80AndSm90AtEveryColumnCount) {

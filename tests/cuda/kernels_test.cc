@@ -41,14 +41,17 @@ using namespace strata::cuda_emulation;
 #define NCOLS 1
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
+#undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 }  // namespace matvec1
-namespace matvec3 {
+namespace matvec3 {  // split-K: 4 warps a row
 using namespace strata::cuda_emulation;
 #define NCOLS 3
+#define ROW_WARPS 4
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
+#undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef THREADS
 }  // namespace matvec3
@@ -89,7 +92,8 @@ constexpr unsigned kMatvecThreads = 128, kRmsThreads = 256, kAttentionThreads = 
 const KernelSource kMatvec1{"matvec.cu", cuda_kernels::kMatvecSource,
                             {"-DTHREADS=128", "-DNCOLS=1", "--std=c++17", "--fmad=false"}};
 const KernelSource kMatvec3{"matvec.cu", cuda_kernels::kMatvecSource,
-                            {"-DTHREADS=128", "-DNCOLS=3", "--std=c++17", "--fmad=false"}};
+                            {"-DTHREADS=128", "-DNCOLS=3", "-DROW_WARPS=4", "--std=c++17",
+                             "--fmad=false"}};
 const KernelSource kRms{"rms_norm.cu", cuda_kernels::kRmsNormSource, {"-DTHREADS=256"}};
 const KernelSource kElementwise{"elementwise.cu", cuda_kernels::kElementwiseSource, {}};
 const KernelSource kAttention{"attention.cu", cuda_kernels::kAttentionSource, {"-DTHREADS=64"}};
@@ -220,7 +224,7 @@ class Kernels : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<DeviceApi> api_;
 };
 
-// Quantized matrix x 1 and 3 columns, every type, fewer and more units than
+// Quantized matrix x 1 and 3 columns (the latter split-K, 4 warps a row), every type, fewer and more units than
 // a warp's lanes. Float sums against the reference's double:
 // |y - ref| <= 1e-5 sum|w x| + 1e-6.
 TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
@@ -251,7 +255,9 @@ TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
         const std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, 11);
         DeviceBuffer dw = put(w), dx = put(x);
         DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
-        const unsigned per_block = kMatvecThreads / 32;
+        // 1 column: a warp a row, 4 rows a block; 3 columns: split-K, the
+        // block's 4 warps share one row.
+        const unsigned per_block = columns == 1 ? kMatvecThreads / 32 : 1;
         ASSERT_TRUE(run(columns == 1 ? kMatvec1 : kMatvec3,
                         std::string(cuda_kernels::matvec_entry(c.type)),
                         (n_rows + per_block - 1) / per_block, kMatvecThreads,

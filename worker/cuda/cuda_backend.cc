@@ -3,6 +3,8 @@
 // cudart (make_cuda_device_api; in a build without CUDA its error says so).
 #include "worker/cuda/cuda_backend.h"
 
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "worker/cuda/device_api.h"
@@ -19,6 +21,8 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   if (!api.ok()) return api.status();
   DeviceBackendOptions device;
   device.max_batch = options.max_batch;
+  const char* no_tune = std::getenv("STRATA_NO_TUNE");
+  device.tune = !options.no_tune && !(no_tune != nullptr && std::string(no_tune) == "1");
   return make_device_backend(std::move(model), hp, range, device, *std::move(api));
 }
 

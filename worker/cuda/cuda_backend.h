@@ -24,6 +24,10 @@ struct CudaBackendOptions {
   // Where compiled kernels (PTX) are cached; empty:
   // $HOME/.cache/strata/cuda-kernels (NvrtcCompiler).
   std::string kernel_cache_dir;
+  // True: the matrix kernels' defaults, no tuning (as the cpu backend's
+  // no_tune); false tunes (worker/cuda/kernel_tuner.h) unless
+  // STRATA_NO_TUNE=1.
+  bool no_tune = false;
 };
 
 // Errors: Unimplemented "strata was built without CUDA (STRATA_CUDA=OFF or no

@@ -4,6 +4,7 @@
 // 12+, no libcuda link) and kept per (source, options) and entry.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -40,6 +41,42 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   int multiprocessors() const override { return device_.multiprocessors; }
+
+  std::string tuning_key() const override {
+    return absl::StrCat(device_.name, " compute ", device_.cc_major, ".", device_.cc_minor,
+                        " driver ", cuda_driver_version());
+  }
+
+  absl::StatusOr<double> time_ms(const std::function<absl::Status()>& work,
+                                 int repeats) override {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    if (cudaError_t e = cudaEventCreate(&start); e != cudaSuccess) {
+      return cuda_error("cudaEventCreate", e);
+    }
+    if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+      cudaEventDestroy(start);
+      return cuda_error("cudaEventCreate", e);
+    }
+    absl::Status st = work();  // untimed: first-use costs
+    std::vector<double> ms;
+    for (int r = 0; r < repeats && st.ok(); ++r) {
+      cudaEventRecord(start, nullptr);
+      st = work();
+      cudaEventRecord(stop, nullptr);
+      if (cudaError_t e = cudaEventSynchronize(stop); e != cudaSuccess && st.ok()) {
+        st = cuda_error("cudaEventSynchronize", e);
+      }
+      float t = 0.0f;
+      cudaEventElapsedTime(&t, start, stop);
+      ms.push_back(t);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    if (!st.ok()) return st;
+    if (ms.empty()) return 0.0;
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
 
   absl::StatusOr<void*> alloc(size_t bytes) override {
     void* p = nullptr;

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ class DeviceApi {
 
   // "cuda:0 (NVIDIA H200, compute 9.0)", "emulated (CPU coroutines)".
   virtual std::string describe() const = 0;
+  // What a tuning measurement is valid for: the device model, its compute
+  // capability and the driver ("NVIDIA H200 compute 9.0 driver 13000").
+  virtual std::string tuning_key() const = 0;
   // Blocks that run at once, about (streaming multiprocessors; 1 for the
   // emulation): what grid-stride kernels size their grids by.
   virtual int multiprocessors() const = 0;
@@ -79,6 +83,11 @@ class DeviceApi {
   // device's error otherwise.
   virtual absl::Status launch(KernelHandle kernel, unsigned grid, unsigned block,
                               void** args) = 0;
+
+  // Milliseconds `work` (launches) takes on the device: the median of
+  // `repeats` timed runs after one untimed.
+  virtual absl::StatusOr<double> time_ms(const std::function<absl::Status()>& work,
+                                         int repeats) = 0;
 
   // load() then launch() (tests; a backend keeps its handles).
   absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block, void** args) {

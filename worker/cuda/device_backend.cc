@@ -7,6 +7,7 @@
 #include <deque>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "kernels/cpu/reference/ops/moe_routing.h"
 #include "kernels/cpu/reference/ops/swiglu_oai.h"
 #include "model/ggml_type.h"
+#include "worker/cuda/kernel_tuner.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
@@ -57,7 +59,10 @@ struct DeviceMatrix {
   int n_in = 0;   // elements per row
   int n_out = 0;  // rows
   long long row_bytes = 0;
-  std::array<KernelHandle, ck::kStepMatvecColumns.size()> matvec;
+  // [w][i]: ROW_WARPS kStepRowWarps[w], NCOLS kStepMatvecColumns[i].
+  std::array<std::array<KernelHandle, ck::kStepMatvecColumns.size()>, ck::kStepRowWarps.size()>
+      matvec;
+  int split = 0;  // the w the step launches (the tuner's choice)
   KernelHandle get_rows;
   bool present() const { return data != nullptr; }
 };
@@ -191,6 +196,9 @@ class DeviceBackend final : public Backend {
   absl::StatusOr<DeviceMatrix> device_matrix(const std::string& name,
                                              const kernels::WeightMatrix& view, size_t bytes);
   absl::Status load_layer(int il, DeviceLayer& l);
+  // Every matrix's split-K choice: forced (options_.row_warps), measured
+  // or read by the tuner (options_.tune), or 1 warp a row.
+  absl::Status choose_splits();
   absl::StatusOr<KernelHandle> kernel(const KernelSource& source, std::string_view entry);
   absl::StatusOr<DeviceBuffer> space(size_t bytes);
 
@@ -238,6 +246,7 @@ class DeviceBackend final : public Backend {
   ThreadPool host_pool_;  // rope_angles on the host
 
   int n_vocab_ = 0;
+  int measured_shapes_ = 0;  // matrix shapes the tuner timed at load
   std::deque<DeviceBuffer> weights_;  // every matrix's bytes
   DeviceMatrix token_embd_;           // first stage, or the last's tied head
   DeviceBuffer output_norm_;
@@ -363,10 +372,12 @@ absl::StatusOr<DeviceMatrix> DeviceBackend::device_matrix(const std::string& nam
   STRATA_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
   m.data = weights_.emplace_back(std::move(bytes_on_device)).as<unsigned char>();
   const ck::StepSources& src = ck::step_sources();
-  for (size_t i = 0; i < m.matvec.size(); ++i) {
-    STRATA_ASSIGN_OR_RETURN(m.matvec[i], kernel(src.matvec[i], entry));
+  for (size_t w = 0; w < ck::kStepRowWarps.size(); ++w) {
+    for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
+      STRATA_ASSIGN_OR_RETURN(m.matvec[w][i], kernel(src.matvec[w][i], entry));
+    }
   }
-  STRATA_ASSIGN_OR_RETURN(m.get_rows, kernel(src.matvec[0], ck::get_rows_entry(view.type)));
+  STRATA_ASSIGN_OR_RETURN(m.get_rows, kernel(src.matvec[0][0], ck::get_rows_entry(view.type)));
   return m;
 }
 
@@ -574,6 +585,75 @@ absl::Status DeviceBackend::load() {
   }
   positions_.resize(b);
   cs_host_.resize(b * (hp_.n_rot / 2) * 2);
+  return choose_splits();
+}
+
+absl::Status DeviceBackend::choose_splits() {
+  std::vector<DeviceMatrix*> all;
+  auto take = [&](DeviceMatrix& m) {
+    if (m.present()) all.push_back(&m);
+  };
+  take(token_embd_);
+  take(output_);
+  for (DeviceLayer& l : layers_) {
+    for (DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.gate, &l.up, &l.down,
+                            &l.moe.router, &l.moe.shared_router, &l.moe.shared_gate,
+                            &l.moe.shared_up, &l.moe.shared_down}) {
+      take(*m);
+    }
+    for (auto* experts : {&l.moe.gate, &l.moe.up, &l.moe.down}) {
+      for (DeviceMatrix& m : *experts) take(m);
+    }
+  }
+  if (options_.row_warps != 0) {
+    size_t w = 0;
+    while (w < ck::kStepRowWarps.size() && ck::kStepRowWarps[w] != options_.row_warps) ++w;
+    if (w == ck::kStepRowWarps.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row_warps must be 0 (tuned), 1, 2 or 4, got ", options_.row_warps));
+    }
+    for (DeviceMatrix* m : all) m->split = static_cast<int>(w);
+    return absl::OkStatus();
+  }
+  if (!options_.tune) return absl::OkStatus();  // one warp a row
+  const std::string path = options_.tuner_path.empty() ? default_tuner_path()
+                           : options_.tuner_path == "-" ? ""
+                                                        : options_.tuner_path;
+  MatvecTuner tuner(path, tuning_key(api_->tuning_key()));
+  tuner.load();
+  // Scratch for the measurements: zero activations of the widest row, the
+  // longest output.
+  int widest = 1, longest = 1;
+  for (const DeviceMatrix* m : all) {
+    widest = std::max(widest, m->n_in);
+    longest = std::max(longest, m->n_out);
+  }
+  DeviceBuffer x, y;
+  STRATA_ASSIGN_OR_RETURN(x, space(static_cast<size_t>(widest) * sizeof(float)));
+  STRATA_ASSIGN_OR_RETURN(y, space(static_cast<size_t>(longest) * sizeof(float)));
+  STRATA_RETURN_IF_ERROR(api_->fill(x.get(), 0, static_cast<size_t>(widest) * sizeof(float)));
+  for (DeviceMatrix* m : all) {
+    const MatvecShape shape{m->type, m->n_in, m->n_out};
+    std::optional<int> w = tuner.find(shape);
+    if (!w) {
+      std::vector<double> ms;
+      for (size_t s = 0; s < ck::kStepRowWarps.size(); ++s) {
+        m->split = static_cast<int>(s);
+        absl::StatusOr<double> t = api_->time_ms(
+            [&] { return matvec(*m, x.as<float>(), 1, y.as<float>()); }, 5);
+        if (!t.ok()) return t.status();
+        ms.push_back(*t);
+      }
+      w = tuner.record(shape, ms);
+    }
+    size_t s = 0;
+    while (ck::kStepRowWarps[s] != *w) ++s;
+    m->split = static_cast<int>(s);
+  }
+  // A tuner file that cannot be written costs the next load a measurement,
+  // not this load.
+  if (tuner.measured() > 0) tuner.save().IgnoreError();
+  measured_shapes_ = tuner.measured();
   return absl::OkStatus();
 }
 
@@ -688,14 +768,15 @@ absl::Status DeviceBackend::append_kv(int seq, int n, const uint8_t* in) {
 // --- the step -----------------------------------------------------------------
 
 absl::Status DeviceBackend::matvec(const DeviceMatrix& m, const float* x, int n, float* y) {
-  constexpr unsigned kRowsPerBlock = ck::kStepMatvecThreads / 32;
-  const unsigned grid = static_cast<unsigned>((m.n_out + kRowsPerBlock - 1) / kRowsPerBlock);
+  const int rows_per_block =
+      ck::kStepMatvecThreads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
+  const unsigned grid = static_cast<unsigned>((m.n_out + rows_per_block - 1) / rows_per_block);
   int done = 0;
   while (done < n) {
     // The widest build that fits what is left.
     size_t i = ck::kStepMatvecColumns.size() - 1;
     while (ck::kStepMatvecColumns[i] > n - done) --i;
-    STRATA_RETURN_IF_ERROR(run(m.matvec[i], grid, ck::kStepMatvecThreads, m.data,
+    STRATA_RETURN_IF_ERROR(run(m.matvec[static_cast<size_t>(m.split)][i], grid, ck::kStepMatvecThreads, m.data,
                                x + int64_t{done} * m.n_in, y + int64_t{done} * m.n_out, m.n_out,
                                m.n_in, m.row_bytes));
     done += ck::kStepMatvecColumns[i];

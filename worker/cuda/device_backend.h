@@ -36,6 +36,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "model/architecture/architecture.h"
@@ -47,6 +48,14 @@ namespace strata::worker {
 
 struct DeviceBackendOptions {
   int max_batch = 512;  // rows per forward(), 1 .. 65536
+  // The matrix kernel's split-K (worker/cuda/kernel_tuner.h): tune = true
+  // measures each matrix shape's choice at load unless `tuner_path` (""
+  // : default_tuner_path(); "-": none kept) already holds it; false: one
+  // warp a row. row_warps 1, 2 or 4 forces that choice on every matrix
+  // (tests); 0: as above.
+  bool tune = true;
+  std::string tuner_path;
+  int row_warps = 0;
 };
 
 // Loads the shard's weights onto `api`'s device and loads every kernel the

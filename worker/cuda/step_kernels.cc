@@ -12,10 +12,14 @@ const StepSources& step_sources() {
   static const StepSources* sources = [] {
     auto* s = new StepSources;
     const std::string threads = "-DTHREADS=" + std::to_string(kStepMatvecThreads);
-    for (size_t i = 0; i < kStepMatvecColumns.size(); ++i) {
-      s->matvec[i] = KernelSource{"matvec.cu", kMatvecSource,
-                                  {threads, "-DNCOLS=" + std::to_string(kStepMatvecColumns[i]),
-                                   "--std=c++17", "--fmad=false"}};
+    for (size_t w = 0; w < kStepRowWarps.size(); ++w) {
+      for (size_t i = 0; i < kStepMatvecColumns.size(); ++i) {
+        s->matvec[w][i] =
+            KernelSource{"matvec.cu", kMatvecSource,
+                         {threads, "-DNCOLS=" + std::to_string(kStepMatvecColumns[i]),
+                          "-DROW_WARPS=" + std::to_string(kStepRowWarps[w]), "--std=c++17",
+                          "--fmad=false"}};
+      }
     }
     s->rms_norm = KernelSource{"rms_norm.cu", kRmsNormSource,
                                {"-DTHREADS=" + std::to_string(kStepRmsNormThreads)}};

@@ -6,7 +6,9 @@
 // The matrix x columns kernel is built for 1, 2, 4, 8 and 16 columns: a step
 // of n rows runs as chunks of 16, then one chunk of each power of two in
 // what is left (n = 21: 16 + 4 + 1), so every weight is read
-// ceil(n / 16) + popcount(n % 16) times.
+// ceil(n / 16) + popcount(n % 16) times. Each is built for 1, 2 and 4 warps
+// a row (split-K, matvec_source.h); the tuner (kernel_tuner.h) picks one
+// per matrix.
 #pragma once
 
 #include <array>
@@ -16,6 +18,7 @@
 namespace strata::worker::cuda_kernels {
 
 inline constexpr std::array<int, 5> kStepMatvecColumns = {1, 2, 4, 8, 16};
+inline constexpr std::array<int, 3> kStepRowWarps = {1, 2, 4};
 inline constexpr int kStepMatvecThreads = 128;
 inline constexpr int kStepRmsNormThreads = 256;
 inline constexpr int kStepAttentionThreads = 128;
@@ -23,7 +26,8 @@ inline constexpr int kStepArgmaxThreads = 256;
 inline constexpr int kStepElementwiseThreads = 256;
 
 struct StepSources {
-  std::array<KernelSource, 5> matvec;  // NCOLS = kStepMatvecColumns[i]
+  // [w][i]: ROW_WARPS = kStepRowWarps[w], NCOLS = kStepMatvecColumns[i].
+  std::array<std::array<KernelSource, kStepMatvecColumns.size()>, kStepRowWarps.size()> matvec;
   KernelSource rms_norm;
   KernelSource elementwise;
   KernelSource attention;

@@ -8,6 +8,9 @@
 #ifndef NCOLS
 #define NCOLS 1
 #endif
+#ifndef ROW_WARPS
+#define ROW_WARPS 1
+#endif
 
 typedef unsigned char u8;
 
@@ -247,19 +250,26 @@ STRATA_UNROLL
   }
 };
 
+// ROW_WARPS warps share a row (split-K: the row's units dealt over
+// 32 ROW_WARPS lanes); each warp sums its lanes, then the row's first warp
+// adds the warps' sums in warp order. ROW_WARPS 1: one warp a row.
 template <typename Format>
 __device__ __forceinline__ void matvec(const u8* __restrict__ w, const float* __restrict__ x,
                                        float* __restrict__ y, int n_rows, int n_cols,
                                        long long row_bytes) {
   const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
-  if (row >= n_rows) return;  // a whole warp leaves together
-  const u8* wr = w + (long long)row * row_bytes;
+  const int warp = threadIdx.x >> 5;
+  const int part = warp % ROW_WARPS;  // this warp's share of the row
+  const int row = blockIdx.x * (THREADS / 32 / ROW_WARPS) + warp / ROW_WARPS;
+  const bool live = row < n_rows;  // no early return: the block meets at a barrier
+  const int first = part * 32 + lane;
+  const int step = 32 * ROW_WARPS;
+  const u8* wr = w + (long long)(live ? row : 0) * row_bytes;
   float acc[NCOLS];
 STRATA_UNROLL
   for (int c = 0; c < NCOLS; ++c) acc[c] = 0.0f;
-  const int units = n_cols / 32;
-  for (int u = lane; u < units; u += 32) {
+  const int units = live ? n_cols / 32 : 0;
+  for (int u = first; u < units; u += step) {
     float v[32];
     Format::unit(wr, u, v);
 STRATA_UNROLL
@@ -271,8 +281,8 @@ STRATA_UNROLL
       acc[c] += s;
     }
   }
-  if (Format::kTail) {  // the elements after the last whole unit, a lane each
-    for (int i = units * 32 + lane; i < n_cols; i += 32) {
+  if (Format::kTail && live) {  // the elements after the last whole unit, a lane each
+    for (int i = units * 32 + first; i < n_cols; i += step) {
       const float v = Format::value(wr, i);
 STRATA_UNROLL
       for (int c = 0; c < NCOLS; ++c) acc[c] = fmaf(v, x[(long long)c * n_cols + i], acc[c]);
@@ -282,8 +292,29 @@ STRATA_UNROLL
   for (int c = 0; c < NCOLS; ++c) {
     float s = acc[c];
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) y[(long long)c * n_rows + row] = s;
+    acc[c] = s;
   }
+#if ROW_WARPS > 1
+  __shared__ float partial[THREADS / 32][NCOLS];
+  if (lane == 0) {
+STRATA_UNROLL
+    for (int c = 0; c < NCOLS; ++c) partial[warp][c] = acc[c];
+  }
+  __syncthreads();
+  if (part == 0 && lane == 0 && live) {
+STRATA_UNROLL
+    for (int c = 0; c < NCOLS; ++c) {
+      float s = partial[warp][c];
+      for (int p = 1; p < ROW_WARPS; ++p) s += partial[warp + p][c];
+      y[(long long)c * n_rows + row] = s;
+    }
+  }
+#else
+  if (lane == 0 && live) {
+STRATA_UNROLL
+    for (int c = 0; c < NCOLS; ++c) y[(long long)c * n_rows + row] = acc[c];
+  }
+#endif
 }
 
 // Rows of a table by id, dequantized (the token embedding): out [n_ids]

@@ -20,13 +20,19 @@
 // quantization, no split-K): what the tuner will start from, and the
 // oracle its faster variants are checked against on the device.
 //
-// Launch: grid (ceil(n_rows / (THREADS / 32))), block (THREADS); arguments
+// Split-K: with -DROW_WARPS=R (1, 2 or 4; R divides THREADS / 32) R warps
+// share a row, each taking every R-th of its lanes' units, and the row's
+// first warp adds the R warp sums in order: more warps in flight for
+// matrices of few rows (decode's k and v), another summation order (so a
+// matrix keeps one R for every column count: batch invariance).
+//
+// Launch: grid (ceil(n_rows / (THREADS / 32 / ROW_WARPS))), block (THREADS); arguments
 // (const unsigned char* w, const float* x, float* y, int n_rows,
 //  int n_cols, long long row_bytes). n_cols: whole blocks of the type (32
 // values, 256 for Q4_K and Q6_K), as GGUF rows of those types are; any
 // length for F32 and F16 (a part unit at the end, an element a lane);
 // row_bytes is ggml_row_bytes(type, n_cols). Options: -DTHREADS (a multiple of 32, 128
-// by default), -DNCOLS (1..16, 1 by default).
+// by default), -DNCOLS (1..16, 1 by default), -DROW_WARPS (1 by default).
 #pragma once
 
 #include <string>
