@@ -265,6 +265,8 @@ void add_step_kernels(EmulatedDeviceApi& api) {
           adapt(ew::strata_add_shared_expert));
   api.add(s.attention, cuda_kernels::kAttentionDecodeEntry,
           adapt(step_host::attention::strata_attention_decode));
+  api.add(s.attention, cuda_kernels::kAttentionRowsEntry,
+          adapt(step_host::attention::strata_attention_rows));
   api.add(s.sample, cuda_kernels::kArgmaxEntry, adapt(step_host::sample::strata_argmax));
 }
 

@@ -161,6 +161,8 @@ std::unique_ptr<DeviceApi> emulated_device() {
   api->add(kElementwise, cuda_kernels::kStoreKvEntry, adapt(host::elementwise::strata_store_kv));
   api->add(kAttention, cuda_kernels::kAttentionDecodeEntry,
            adapt(host::attention::strata_attention_decode));
+  api->add(kAttention, cuda_kernels::kAttentionRowsEntry,
+           adapt(host::attention::strata_attention_rows));
   api->add(kSample, cuda_kernels::kArgmaxEntry, adapt(host::sample::strata_argmax));
   return api;
 }
@@ -616,6 +618,55 @@ TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
                     .ok());
     const std::vector<float> got = get<float>(dout, want.size());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-3f) << i;
+  }
+}
+
+// A prompt chunk's rows in one launch (strata_attention_rows): each row's
+// output is the decode entry's for that row, bit for bit (the same device
+// function), with and without a window and sinks.
+TEST_P(Kernels, AttentionRowsEqualsOneDecodeLaunchPerRow) {
+  const int n_head = 8, n_head_kv = 2, dk = 32, dv = 32, pos0 = 5, rows = 7;
+  const int n_ctx = pos0 + rows, stride = n_ctx + 3;
+  const std::vector<float> q = normal_values(static_cast<size_t>(rows) * n_head * dk, 30);
+  const std::vector<float> k = normal_values(static_cast<size_t>(n_ctx) * n_head_kv * dk, 31);
+  const std::vector<float> v = normal_values(static_cast<size_t>(n_ctx) * n_head_kv * dv, 32);
+  const std::vector<float> sinks = normal_values(n_head, 33);
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (size_t i = 0; i < k.size(); ++i) k16[i] = reference::f32_to_f16(k[i]);
+  for (size_t i = 0; i < v.size(); ++i) v16[i] = reference::f32_to_f16(v[i]);
+  DeviceBuffer dq = put(q), dk16 = put(k16), dv16 = put(v16), dsinks = put(sinks);
+  const float scale = 0.17f;
+  for (const int window : {0, 4}) {
+    for (const bool with_sinks : {false, true}) {
+      SCOPED_TRACE("window " + std::to_string(window) + (with_sinks ? ", sinks" : ""));
+      const float* sp = with_sinks ? dsinks.as<const float>() : nullptr;
+      const size_t out_n = static_cast<size_t>(rows) * n_head * dv;
+      DeviceBuffer out = space(out_n * sizeof(float));
+      DeviceBuffer scores = space(static_cast<size_t>(rows) * n_head * stride * sizeof(float));
+      ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionRowsEntry, n_head * rows,
+                      kAttentionThreads, dq.as<const float>(), dk16.as<const unsigned short>(),
+                      dv16.as<const unsigned short>(), out.as<float>(), scores.as<float>(), stride,
+                      pos0, window, n_head, n_head_kv, dk, dv, scale, 0.0f, sp)
+                      .ok());
+      const std::vector<float> got = get<float>(out, out_n);
+      for (int r = 0; r < rows; ++r) {
+        const int n_kv = pos0 + r + 1;
+        const int begin = window > 0 ? std::max(0, n_kv - window) : 0;
+        DeviceBuffer one = space(static_cast<size_t>(n_head) * dv * sizeof(float));
+        DeviceBuffer sc = space(static_cast<size_t>(n_head) * n_kv * sizeof(float));
+        ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionDecodeEntry, n_head, kAttentionThreads,
+                        dq.as<const float>() + static_cast<size_t>(r) * n_head * dk,
+                        dk16.as<const unsigned short>(), dv16.as<const unsigned short>(),
+                        one.as<float>(), sc.as<float>(), n_kv, begin, n_head, n_head_kv, dk, dv,
+                        scale, 0.0f, sp)
+                        .ok());
+        const std::vector<float> want = get<float>(one, static_cast<size_t>(n_head) * dv);
+        for (int i = 0; i < n_head * dv; ++i) {
+          ASSERT_EQ(got[static_cast<size_t>(r) * n_head * dv + i], want[static_cast<size_t>(i)])
+              << "row " << r << ", value " << i;
+        }
+      }
+    }
   }
 }
 

@@ -255,12 +255,14 @@ class DeviceBackend final : public Backend {
   std::vector<float> rope_freqs_;  // [n_rot / 2] (llama3), empty when absent
   std::vector<DeviceLayer> layers_;
 
+  KernelHandle k_attention_rows_;
   KernelHandle k_rms_, k_rope_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_, k_attention_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_copy_cols_, k_gather_, k_scatter_,
       k_moe_sum_, k_add_shared_;
 
   std::map<int, Sequence> sequences_;
-  int max_ctx_ = 0;  // the longest context added: sizes scores_
+  int max_ctx_ = 0;         // the longest context added: sizes scores_
+  int attention_rows_ = 1;  // prompt rows a launch of attention takes
 
   // Step buffers on the device, B = max_batch rows.
   DeviceBuffer ids_;     // [B] int32
@@ -274,7 +276,7 @@ class DeviceBackend final : public Backend {
   DeviceBuffer gate_;    // [B][ff_width()]
   DeviceBuffer up_;      // [B][ff_width()]
   DeviceBuffer fused_;   // [B][fused width] a fused projection's rows (phi3)
-  DeviceBuffer scores_;  // [n_head][max_ctx] attention scratch
+  DeviceBuffer scores_;  // [attention_rows_][n_head][max_ctx] attention scratch
   DeviceBuffer logits_;  // [rows][n_vocab], grown on demand
   // Mixture of experts (empty for a dense model), R = moe_rows(), k =
   // n_expert_used.
@@ -529,6 +531,7 @@ absl::Status DeviceBackend::load() {
   const ck::StepSources& src = ck::step_sources();
   STRATA_ASSIGN_OR_RETURN(k_rms_, kernel(src.rms_norm, ck::kRmsNormEntry));
   STRATA_ASSIGN_OR_RETURN(k_attention_, kernel(src.attention, ck::kAttentionDecodeEntry));
+  STRATA_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
   struct Elementwise {
     KernelHandle* handle;
     const char* entry;
@@ -672,9 +675,15 @@ absl::Status DeviceBackend::add_sequence(int seq, int n_ctx) {
   s.n_ctx = n_ctx;
   STRATA_ASSIGN_OR_RETURN(s.kv, space(bytes));
   if (n_ctx > max_ctx_) {
-    STRATA_ASSIGN_OR_RETURN(scores_, space(size_t{static_cast<size_t>(hp_.n_head)} *
-                                           static_cast<size_t>(n_ctx) * sizeof(float)));
+    // Prompt rows in one attention launch: as many as 64 MiB of scores
+    // hold at the longest context (at least one).
+    const size_t per_row = static_cast<size_t>(hp_.n_head) * static_cast<size_t>(n_ctx) *
+                           sizeof(float);
+    const int rows = static_cast<int>(
+        std::clamp<size_t>((size_t{64} << 20) / per_row, 1, static_cast<size_t>(options_.max_batch)));
+    STRATA_ASSIGN_OR_RETURN(scores_, space(per_row * static_cast<size_t>(rows)));
     max_ctx_ = n_ctx;
+    attention_rows_ = rows;
   }
   sequences_.emplace(seq, std::move(s));
   return absl::OkStatus();
@@ -902,17 +911,28 @@ absl::Status DeviceBackend::attention(int il, int n) {
   const int64_t attn_width = int64_t{hp_.n_head} * dv;
   const float* sinks = w.sinks.get() != nullptr ? w.sinks.as<float>() : nullptr;
   for (const StepSlice& s : slices_) {
-    for (int t = 0; t < s.rows; ++t) {
-      const int row = s.row0 + t;
-      const int n_kv = s.pos0 + t + 1;
+    const auto* kc = static_cast<const unsigned short*>(k_cache(*s.seq, layer));
+    const auto* vc = static_cast<const unsigned short*>(v_cache(*s.seq, layer));
+    if (s.rows == 1) {  // a decode row
+      const int n_kv = s.pos0 + 1;
       const int begin = window > 0 ? std::max(0, n_kv - window) : 0;
+      STRATA_RETURN_IF_ERROR(run(k_attention_, static_cast<unsigned>(hp_.n_head),
+                                 ck::kStepAttentionThreads,
+                                 static_cast<const float*>(q + s.row0 * qw), kc, vc,
+                                 attn_.as<float>() + s.row0 * attn_width, scores_.as<float>(),
+                                 n_kv, begin, hp_.n_head, hp_.n_head_kv, dk, dv, scale,
+                                 hp_.attn_softcap, sinks));
+      continue;
+    }
+    // A prompt chunk: attention_rows_ rows a launch, the same numbers.
+    for (int t0 = 0; t0 < s.rows; t0 += attention_rows_) {
+      const int rows = std::min(attention_rows_, s.rows - t0);
+      const int row = s.row0 + t0;
       STRATA_RETURN_IF_ERROR(run(
-          k_attention_, static_cast<unsigned>(hp_.n_head), ck::kStepAttentionThreads,
-          static_cast<const float*>(q + row * qw),
-          static_cast<const unsigned short*>(k_cache(*s.seq, layer)),
-          static_cast<const unsigned short*>(v_cache(*s.seq, layer)),
-          attn_.as<float>() + row * attn_width, scores_.as<float>(), n_kv, begin, hp_.n_head,
-          hp_.n_head_kv, dk, dv, scale, hp_.attn_softcap, sinks));
+          k_attention_rows_, static_cast<unsigned>(hp_.n_head * rows), ck::kStepAttentionThreads,
+          static_cast<const float*>(q + row * qw), kc, vc, attn_.as<float>() + row * attn_width,
+          scores_.as<float>(), max_ctx_, s.pos0 + t0, window, hp_.n_head, hp_.n_head_kv, dk, dv,
+          scale, hp_.attn_softcap, sinks));
     }
   }
   STRATA_RETURN_IF_ERROR(matvec(w.wo, attn_.as<float>(), n, proj_.as<float>()));

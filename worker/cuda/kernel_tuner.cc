@@ -85,13 +85,20 @@ absl::Status MatvecTuner::save() const {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
   const std::string tmp = path_ + ".tmp";
+  bool written = false;
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << j.dump(1) << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+    out.flush();
+    written = static_cast<bool>(out);
   }
-  std::filesystem::rename(tmp, path_, ec);
-  if (ec) return absl::InternalError(absl::StrCat("renaming ", tmp, ": ", ec.message()));
+  if (written) std::filesystem::rename(tmp, path_, ec);
+  if (!written || ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);  // no temporary left behind
+    return absl::InternalError(written ? absl::StrCat("renaming ", tmp, ": ", ec.message())
+                                       : absl::StrCat("writing ", tmp, " failed"));
+  }
   return absl::OkStatus();
 }
 

@@ -21,6 +21,13 @@
 // weighs V. Sums in float (the reference sums the softmax in double).
 //
 // Launch: grid (n_head), block (THREADS, a multiple of 32 up to 1024).
+//
+//   strata_attention_rows(q, k_cache, v_cache, out, scores, int scores_stride,
+//       int pos0, int window, n_head, n_head_kv, dk, dv, scale, softcap, sinks)
+//   n_rows consecutive rows of one sequence (a prompt chunk) in one launch:
+//   grid (n_head x n_rows), block r x n_head + h; q [n_rows][n_head][dk],
+//   out [n_rows][n_head][dv], scores [n_rows][n_head][scores_stride]
+//   (scores_stride >= pos0 + n_rows).
 // Not here yet: prefill (several query rows in one launch).
 #ifndef THREADS
 #define THREADS 128
@@ -78,18 +85,13 @@ __device__ __forceinline__ float strata_block_reduce(float v, int max) {
   return result;
 }
 
-STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
-                                      const unsigned short* __restrict__ k_cache,
-                                      const unsigned short* __restrict__ v_cache,
-                                      float* __restrict__ out, float* __restrict__ scores,
-                                      int n_kv, int window_begin, int n_head, int n_head_kv,
-                                      int dk, int dv, float scale, float softcap,
-                                      const float* __restrict__ sinks) {
-  const int h = blockIdx.x;
-  const int g = h / (n_head / n_head_kv);
-  const float* qh = q + (long long)h * dk;
-  float* sc = scores + (long long)h * n_kv;
-  const float sink = sinks != nullptr ? sinks[h] : -INFINITY;
+// Head h of one query row: qh [dk], its keys and values [window_begin,
+// n_kv) of KV head g, scores sc [n_kv] scratch, out oh [dv].
+__device__ __forceinline__ void strata_attend_head(
+    const float* __restrict__ qh, const unsigned short* __restrict__ k_cache,
+    const unsigned short* __restrict__ v_cache, float* __restrict__ oh, float* __restrict__ sc,
+    int n_kv, int window_begin, int g, int n_head_kv, int dk, int dv, float scale,
+    float softcap, float sink, int has_sink) {
   float m = sink;
   for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
     const unsigned short* kr = k_cache + ((long long)j * n_head_kv + g) * dk;
@@ -108,13 +110,48 @@ STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
     sum += e;
   }
   float total = strata_block_reduce(sum, 0);  // its barriers order sc's writes
-  if (sinks != nullptr) total += expf(sink - m);
+  if (has_sink) total += expf(sink - m);
   const float inv = 1.0f / total;
   for (int d = threadIdx.x; d < dv; d += THREADS) {
     float o = 0.0f;
     for (int j = window_begin; j < n_kv; ++j) {
       o += strata_round_f16(sc[j] * inv) * strata_f16(v_cache[((long long)j * n_head_kv + g) * dv + d]);
     }
-    out[(long long)h * dv + d] = o;
+    oh[d] = o;
   }
+}
+
+STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
+                                      const unsigned short* __restrict__ k_cache,
+                                      const unsigned short* __restrict__ v_cache,
+                                      float* __restrict__ out, float* __restrict__ scores,
+                                      int n_kv, int window_begin, int n_head, int n_head_kv,
+                                      int dk, int dv, float scale, float softcap,
+                                      const float* __restrict__ sinks) {
+  const int h = blockIdx.x;
+  strata_attend_head(q + (long long)h * dk, k_cache, v_cache, out + (long long)h * dv,
+                     scores + (long long)h * n_kv, n_kv, window_begin, h / (n_head / n_head_kv),
+                     n_head_kv, dk, dv, scale, softcap, sinks != nullptr ? sinks[h] : -INFINITY,
+                     sinks != nullptr);
+}
+
+// Rows [0, n_rows) of one sequence's prompt chunk at positions pos0 ..: row
+// r attends to keys [begin, pos0 + r + 1), begin pos0 + r + 1 - window when
+// window > 0 (else 0); the same numbers as strata_attention_decode per row.
+STRATA_KERNEL strata_attention_rows(const float* __restrict__ q,
+                                    const unsigned short* __restrict__ k_cache,
+                                    const unsigned short* __restrict__ v_cache,
+                                    float* __restrict__ out, float* __restrict__ scores,
+                                    int scores_stride, int pos0, int window, int n_head,
+                                    int n_head_kv, int dk, int dv, float scale, float softcap,
+                                    const float* __restrict__ sinks) {
+  const int h = blockIdx.x % n_head;
+  const int r = blockIdx.x / n_head;
+  const int n_kv = pos0 + r + 1;
+  const int begin = window > 0 && n_kv > window ? n_kv - window : 0;
+  strata_attend_head(q + ((long long)r * n_head + h) * dk, k_cache, v_cache,
+                     out + ((long long)r * n_head + h) * dv,
+                     scores + ((long long)r * n_head + h) * scores_stride, n_kv, begin,
+                     h / (n_head / n_head_kv), n_head_kv, dk, dv, scale, softcap,
+                     sinks != nullptr ? sinks[h] : -INFINITY, sinks != nullptr);
 }

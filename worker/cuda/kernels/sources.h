@@ -31,6 +31,7 @@ inline constexpr const char* kAttentionSource =
 #include "worker/cuda/kernels/attention.cuh.inc"
     ;
 inline constexpr const char* kAttentionDecodeEntry = "strata_attention_decode";
+inline constexpr const char* kAttentionRowsEntry = "strata_attention_rows";
 inline constexpr int kAttentionThreads = 128;
 
 // argmax: grid (1), block (-DTHREADS, 256 by default).
