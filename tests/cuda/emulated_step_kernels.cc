@@ -199,11 +199,13 @@ static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepRmsN
                   cuda_kernels::kStepArgmaxThreads == 256,
               "the host builds above use step_sources()'s THREADS");
 
-// One NCOLS build's entries of every type.
+// One (ROW_WARPS w, NCOLS i) host build (all types) registered as each
+// type's own source [t][w][i].
 #define STRATA_ADD_MATVEC(ns)                                                                 \
-  [](EmulatedDeviceApi& to, const KernelSource& source) {                                      \
+  [](EmulatedDeviceApi& to, const cuda_kernels::StepSources& sources, size_t w, size_t i) {    \
     using namespace step_host::ns;                                                             \
     const auto add = [&](GgmlType type, HostEntry matvec, HostEntry rows) {                    \
+      const auto& source = sources.matvec[cuda_kernels::step_matvec_type_index(type)][w][i];   \
       to.add(source, std::string(cuda_kernels::matvec_entry(type)), std::move(matvec));       \
       to.add(source, cuda_kernels::get_rows_entry(type), std::move(rows));                    \
     };                                                                                         \
@@ -215,8 +217,8 @@ static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepRmsN
     add(GgmlType::kQ5_1, adapt(strata_matvec_q5_1), adapt(strata_get_rows_q5_1));             \
     add(GgmlType::kQ8_0, adapt(strata_matvec_q8_0), adapt(strata_get_rows_q8_0));             \
     add(GgmlType::kMXFP4, adapt(strata_matvec_mxfp4), adapt(strata_get_rows_mxfp4));          \
-    add(GgmlType::kQ5_K, adapt(strata_matvec_q5_k), adapt(strata_get_rows_q5_k));             \
     add(GgmlType::kQ4_K, adapt(strata_matvec_q4_k), adapt(strata_get_rows_q4_k));             \
+    add(GgmlType::kQ5_K, adapt(strata_matvec_q5_k), adapt(strata_get_rows_q5_k));             \
     add(GgmlType::kQ6_K, adapt(strata_matvec_q6_k), adapt(strata_get_rows_q6_k));             \
   }
 
@@ -231,21 +233,21 @@ void add_step_kernels(EmulatedDeviceApi& api) {
                 cuda_kernels::kStepMatvecColumns[4] == 16);
   static_assert(cuda_kernels::kStepRowWarps[0] == 1 && cuda_kernels::kStepRowWarps[1] == 2 &&
                 cuda_kernels::kStepRowWarps[2] == 4);
-  STRATA_ADD_MATVEC(matvec_w1_c1)(api, s.matvec[0][0]);
-  STRATA_ADD_MATVEC(matvec_w1_c2)(api, s.matvec[0][1]);
-  STRATA_ADD_MATVEC(matvec_w1_c4)(api, s.matvec[0][2]);
-  STRATA_ADD_MATVEC(matvec_w1_c8)(api, s.matvec[0][3]);
-  STRATA_ADD_MATVEC(matvec_w1_c16)(api, s.matvec[0][4]);
-  STRATA_ADD_MATVEC(matvec_w2_c1)(api, s.matvec[1][0]);
-  STRATA_ADD_MATVEC(matvec_w2_c2)(api, s.matvec[1][1]);
-  STRATA_ADD_MATVEC(matvec_w2_c4)(api, s.matvec[1][2]);
-  STRATA_ADD_MATVEC(matvec_w2_c8)(api, s.matvec[1][3]);
-  STRATA_ADD_MATVEC(matvec_w2_c16)(api, s.matvec[1][4]);
-  STRATA_ADD_MATVEC(matvec_w4_c1)(api, s.matvec[2][0]);
-  STRATA_ADD_MATVEC(matvec_w4_c2)(api, s.matvec[2][1]);
-  STRATA_ADD_MATVEC(matvec_w4_c4)(api, s.matvec[2][2]);
-  STRATA_ADD_MATVEC(matvec_w4_c8)(api, s.matvec[2][3]);
-  STRATA_ADD_MATVEC(matvec_w4_c16)(api, s.matvec[2][4]);
+  STRATA_ADD_MATVEC(matvec_w1_c1)(api, s, 0, 0);
+  STRATA_ADD_MATVEC(matvec_w1_c2)(api, s, 0, 1);
+  STRATA_ADD_MATVEC(matvec_w1_c4)(api, s, 0, 2);
+  STRATA_ADD_MATVEC(matvec_w1_c8)(api, s, 0, 3);
+  STRATA_ADD_MATVEC(matvec_w1_c16)(api, s, 0, 4);
+  STRATA_ADD_MATVEC(matvec_w2_c1)(api, s, 1, 0);
+  STRATA_ADD_MATVEC(matvec_w2_c2)(api, s, 1, 1);
+  STRATA_ADD_MATVEC(matvec_w2_c4)(api, s, 1, 2);
+  STRATA_ADD_MATVEC(matvec_w2_c8)(api, s, 1, 3);
+  STRATA_ADD_MATVEC(matvec_w2_c16)(api, s, 1, 4);
+  STRATA_ADD_MATVEC(matvec_w4_c1)(api, s, 2, 0);
+  STRATA_ADD_MATVEC(matvec_w4_c2)(api, s, 2, 1);
+  STRATA_ADD_MATVEC(matvec_w4_c4)(api, s, 2, 2);
+  STRATA_ADD_MATVEC(matvec_w4_c8)(api, s, 2, 3);
+  STRATA_ADD_MATVEC(matvec_w4_c16)(api, s, 2, 4);
   api.add(s.rms_norm, cuda_kernels::kRmsNormEntry, adapt(step_host::rms::strata_rms_norm));
   namespace ew = step_host::elementwise;
   api.add(s.elementwise, cuda_kernels::kRopeRotateEntry, adapt(ew::strata_rope_rotate));

@@ -9,6 +9,7 @@
 #include "model/ggml_type.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/sources.h"
+#include "worker/cuda/step_kernels.h"
 #include "worker/cuda/nvrtc_compiler.h"
 
 namespace strata::worker {
@@ -61,8 +62,13 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
   const Source sources[] = {
       {"elementwise.cu", cuda_kernels::kElementwiseSource,
        {cuda_kernels::kRopeRotateEntry, cuda_kernels::kSwigluEntry, cuda_kernels::kAddEntry,
-        cuda_kernels::kStoreKvEntry}},
-      {"attention.cu", cuda_kernels::kAttentionSource, {cuda_kernels::kAttentionDecodeEntry}},
+        cuda_kernels::kAddBiasEntry, cuda_kernels::kStoreKvEntry, cuda_kernels::kScaleEntry,
+        cuda_kernels::kSoftCapEntry, cuda_kernels::kGegluEntry, cuda_kernels::kSwigluOaiEntry,
+        cuda_kernels::kCopyColsEntry, cuda_kernels::kGatherRowsEntry,
+        cuda_kernels::kScatterRowsEntry, cuda_kernels::kMoeSumEntry,
+        cuda_kernels::kAddSharedExpertEntry}},
+      {"attention.cu", cuda_kernels::kAttentionSource,
+       {cuda_kernels::kAttentionDecodeEntry, cuda_kernels::kAttentionRowsEntry}},
       {"sample.cu", cuda_kernels::kSampleSource, {cuda_kernels::kArgmaxEntry}},
   };
   for (const int cc : {80, 90}) {
@@ -78,6 +84,32 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
       }
     }
   }
+}
+
+// The backend's one-type builds (worker/cuda/step_kernels.h): each holds its
+// type's two entries and no other type's.
+TEST(CudaKernelSources, StepMatvecBuildsHoldOnlyTheirType) {
+  NvrtcCompiler compiler({.cache_dir = "-"});
+  const cuda_kernels::StepSources& s = cuda_kernels::step_sources();
+  const NvrtcTarget target{.device_name = "any", .cc_major = 9, .cc_minor = 0};
+  for (const GgmlType type : {GgmlType::kF32, GgmlType::kQ4_K, GgmlType::kMXFP4}) {
+    const size_t t = cuda_kernels::step_matvec_type_index(type);
+    ASSERT_LT(t, cuda_kernels::kStepMatvecTypes.size());
+    const KernelSource& src = s.matvec[t][2][4];  // 4 warps a row, 16 columns
+    SCOPED_TRACE(std::string(ggml_type_info(type).name));
+    auto out = compiler.compile(target, src.name, src.text, src.options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (const GgmlType other : cuda_kernels::kStepMatvecTypes) {
+      const std::string entry(cuda_kernels::matvec_entry(other));
+      EXPECT_EQ(out->ptx.find(".entry " + entry + "(") != std::string::npos, other == type)
+          << entry;
+      const std::string rows = cuda_kernels::get_rows_entry(other);
+      EXPECT_EQ(out->ptx.find(".entry " + rows + "(") != std::string::npos, other == type)
+          << rows;
+    }
+  }
+  EXPECT_EQ(cuda_kernels::step_matvec_type_index(GgmlType::kQ3_K),
+            cuda_kernels::kStepMatvecTypes.size());
 }
 
 }  // namespace

@@ -59,8 +59,11 @@ struct DeviceMatrix {
   int n_in = 0;   // elements per row
   int n_out = 0;  // rows
   long long row_bytes = 0;
-  // [w][i]: ROW_WARPS kStepRowWarps[w], NCOLS kStepMatvecColumns[i].
-  std::array<std::array<KernelHandle, ck::kStepMatvecColumns.size()>, ck::kStepRowWarps.size()>
+  // [w][i]: ROW_WARPS kStepRowWarps[w], NCOLS kStepMatvecColumns[i];
+  // loaded when first needed (DeviceBackend::kernel_of): the tuner's
+  // measurements, then the chosen split's, at load.
+  mutable std::array<std::array<KernelHandle, ck::kStepMatvecColumns.size()>,
+                     ck::kStepRowWarps.size()>
       matvec;
   int split = 0;  // the w the step launches (the tuner's choice)
   KernelHandle get_rows;
@@ -102,9 +105,7 @@ struct Sequence {
 // The types the matrix kernels read.
 std::string matvec_types() {
   std::vector<std::string> names;
-  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                     GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kMXFP4,
-                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  for (GgmlType t : ck::kStepMatvecTypes) {
     names.emplace_back(ggml_type_info(t).name);
   }
   return absl::StrJoin(names, ", ");
@@ -196,9 +197,12 @@ class DeviceBackend final : public Backend {
   absl::StatusOr<DeviceMatrix> device_matrix(const std::string& name,
                                              const kernels::WeightMatrix& view, size_t bytes);
   absl::Status load_layer(int il, DeviceLayer& l);
+  // m's matrix kernel [w][i], loaded (compiled) at its first use.
+  absl::StatusOr<KernelHandle> kernel_of(const DeviceMatrix& m, size_t w, size_t i);
   // Every matrix's split-K choice: forced (options_.row_warps), measured
   // or read by the tuner (options_.tune), or 1 warp a row.
   absl::Status choose_splits();
+  absl::Status load_chosen(const std::vector<DeviceMatrix*>& all);
   absl::StatusOr<KernelHandle> kernel(const KernelSource& source, std::string_view entry);
   absl::StatusOr<DeviceBuffer> space(size_t bytes);
 
@@ -373,13 +377,8 @@ absl::StatusOr<DeviceMatrix> DeviceBackend::device_matrix(const std::string& nam
   DeviceBuffer bytes_on_device;
   STRATA_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
   m.data = weights_.emplace_back(std::move(bytes_on_device)).as<unsigned char>();
-  const ck::StepSources& src = ck::step_sources();
-  for (size_t w = 0; w < ck::kStepRowWarps.size(); ++w) {
-    for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
-      STRATA_ASSIGN_OR_RETURN(m.matvec[w][i], kernel(src.matvec[w][i], entry));
-    }
-  }
-  STRATA_ASSIGN_OR_RETURN(m.get_rows, kernel(src.matvec[0][0], ck::get_rows_entry(view.type)));
+  const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(view.type)];
+  STRATA_ASSIGN_OR_RETURN(m.get_rows, kernel(src[0][0], ck::get_rows_entry(view.type)));
   return m;
 }
 
@@ -616,9 +615,9 @@ absl::Status DeviceBackend::choose_splits() {
           absl::StrCat("row_warps must be 0 (tuned), 1, 2 or 4, got ", options_.row_warps));
     }
     for (DeviceMatrix* m : all) m->split = static_cast<int>(w);
-    return absl::OkStatus();
+    return load_chosen(all);
   }
-  if (!options_.tune) return absl::OkStatus();  // one warp a row
+  if (!options_.tune) return load_chosen(all);  // one warp a row
   const std::string path = options_.tuner_path.empty() ? default_tuner_path()
                            : options_.tuner_path == "-" ? ""
                                                         : options_.tuner_path;
@@ -657,6 +656,18 @@ absl::Status DeviceBackend::choose_splits() {
   // not this load.
   if (tuner.measured() > 0) tuner.save().IgnoreError();
   measured_shapes_ = tuner.measured();
+  return load_chosen(all);
+}
+
+// Every column count of each matrix's chosen split, compiled now (at
+// load), not at the first step that needs it.
+absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all) {
+  for (const DeviceMatrix* m : all) {
+    for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
+      absl::StatusOr<KernelHandle> k = kernel_of(*m, static_cast<size_t>(m->split), i);
+      if (!k.ok()) return k.status();
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -776,6 +787,15 @@ absl::Status DeviceBackend::append_kv(int seq, int n, const uint8_t* in) {
 
 // --- the step -----------------------------------------------------------------
 
+absl::StatusOr<KernelHandle> DeviceBackend::kernel_of(const DeviceMatrix& m, size_t w, size_t i) {
+  KernelHandle& h = m.matvec[w][i];
+  if (h.id < 0) {
+    const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(m.type)];
+    STRATA_ASSIGN_OR_RETURN(h, kernel(src[w][i], ck::matvec_entry(m.type)));
+  }
+  return h;
+}
+
 absl::Status DeviceBackend::matvec(const DeviceMatrix& m, const float* x, int n, float* y) {
   const int rows_per_block =
       ck::kStepMatvecThreads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
@@ -785,7 +805,9 @@ absl::Status DeviceBackend::matvec(const DeviceMatrix& m, const float* x, int n,
     // The widest build that fits what is left.
     size_t i = ck::kStepMatvecColumns.size() - 1;
     while (ck::kStepMatvecColumns[i] > n - done) --i;
-    STRATA_RETURN_IF_ERROR(run(m.matvec[static_cast<size_t>(m.split)][i], grid, ck::kStepMatvecThreads, m.data,
+    absl::StatusOr<KernelHandle> k = kernel_of(m, static_cast<size_t>(m.split), i);
+    if (!k.ok()) return k.status();
+    STRATA_RETURN_IF_ERROR(run(*k, grid, ck::kStepMatvecThreads, m.data,
                                x + int64_t{done} * m.n_in, y + int64_t{done} * m.n_out, m.n_out,
                                m.n_in, m.row_bytes));
     done += ck::kStepMatvecColumns[i];

@@ -1,6 +1,7 @@
 #include "worker/cuda/step_kernels.h"
 
 #include <string>
+#include <string_view>
 
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
@@ -8,17 +9,29 @@
 
 namespace strata::worker::cuda_kernels {
 
+size_t step_matvec_type_index(GgmlType type) {
+  size_t t = 0;
+  while (t < kStepMatvecTypes.size() && kStepMatvecTypes[t] != type) ++t;
+  return t;
+}
+
 const StepSources& step_sources() {
   static const StepSources* sources = [] {
     auto* s = new StepSources;
     const std::string threads = "-DTHREADS=" + std::to_string(kStepMatvecThreads);
-    for (size_t w = 0; w < kStepRowWarps.size(); ++w) {
-      for (size_t i = 0; i < kStepMatvecColumns.size(); ++i) {
-        s->matvec[w][i] =
-            KernelSource{"matvec.cu", kMatvecSource,
-                         {threads, "-DNCOLS=" + std::to_string(kStepMatvecColumns[i]),
-                          "-DROW_WARPS=" + std::to_string(kStepRowWarps[w]), "--std=c++17",
-                          "--fmad=false"}};
+    for (size_t t = 0; t < kStepMatvecTypes.size(); ++t) {
+      // "strata_matvec_q4_k" -> -DSTRATA_TYPE_q4_k
+      const std::string type(
+          matvec_entry(kStepMatvecTypes[t]).substr(std::string_view("strata_matvec_").size()));
+      for (size_t w = 0; w < kStepRowWarps.size(); ++w) {
+        for (size_t i = 0; i < kStepMatvecColumns.size(); ++i) {
+          s->matvec[t][w][i] = KernelSource{
+              "matvec.cu",
+              kMatvecSource,
+              {threads, "-DNCOLS=" + std::to_string(kStepMatvecColumns[i]),
+               "-DROW_WARPS=" + std::to_string(kStepRowWarps[w]), "-DSTRATA_ONE_TYPE",
+               "-DSTRATA_TYPE_" + type, "--std=c++17", "--fmad=false"}};
+        }
       }
     }
     s->rms_norm = KernelSource{"rms_norm.cu", kRmsNormSource,

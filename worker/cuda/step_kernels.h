@@ -13,12 +13,21 @@
 
 #include <array>
 
+#include "model/ggml_type.h"
 #include "worker/cuda/device_api.h"
 
 namespace strata::worker::cuda_kernels {
 
 inline constexpr std::array<int, 5> kStepMatvecColumns = {1, 2, 4, 8, 16};
 inline constexpr std::array<int, 3> kStepRowWarps = {1, 2, 4};
+// The matrix types, each built alone (-DSTRATA_ONE_TYPE: NVRTC compiles
+// only what a model uses).
+inline constexpr std::array<GgmlType, 11> kStepMatvecTypes = {
+    GgmlType::kF32,  GgmlType::kF16,   GgmlType::kQ4_0, GgmlType::kQ4_1,
+    GgmlType::kQ5_0, GgmlType::kQ5_1,  GgmlType::kQ8_0, GgmlType::kMXFP4,
+    GgmlType::kQ4_K, GgmlType::kQ5_K,  GgmlType::kQ6_K};
+// The index of `type` in kStepMatvecTypes, or kStepMatvecTypes.size().
+size_t step_matvec_type_index(GgmlType type);
 inline constexpr int kStepMatvecThreads = 128;
 inline constexpr int kStepRmsNormThreads = 256;
 inline constexpr int kStepAttentionThreads = 128;
@@ -26,8 +35,12 @@ inline constexpr int kStepArgmaxThreads = 256;
 inline constexpr int kStepElementwiseThreads = 256;
 
 struct StepSources {
-  // [w][i]: ROW_WARPS = kStepRowWarps[w], NCOLS = kStepMatvecColumns[i].
-  std::array<std::array<KernelSource, kStepMatvecColumns.size()>, kStepRowWarps.size()> matvec;
+  // [t][w][i]: the type kStepMatvecTypes[t] alone, ROW_WARPS =
+  // kStepRowWarps[w], NCOLS = kStepMatvecColumns[i]; get_rows is in [t][0][0].
+  std::array<std::array<std::array<KernelSource, kStepMatvecColumns.size()>,
+                        kStepRowWarps.size()>,
+             kStepMatvecTypes.size()>
+      matvec;
   KernelSource rms_norm;
   KernelSource elementwise;
   KernelSource attention;

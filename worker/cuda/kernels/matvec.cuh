@@ -347,7 +347,9 @@ STRATA_UNROLL
 #ifndef STRATA_KERNEL
 #define STRATA_KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
 #endif
-// Every format's two entries: strata_matvec_<type> and strata_get_rows_<type>.
+// Every format's two entries: strata_matvec_<type> and strata_get_rows_<type>;
+// with -DSTRATA_ONE_TYPE -DSTRATA_TYPE_<type> only that type's (a build the
+// backend compiles in a fraction of the time of all of them).
 #define STRATA_ENTRIES(type, Format)                                                      \
   STRATA_KERNEL strata_matvec_##type(const u8* w, const float* x, float* y, int n_rows,   \
                                      int n_cols, long long row_bytes) {                   \
@@ -358,14 +360,36 @@ STRATA_UNROLL
     get_rows<Format>(table, ids, out, n_ids, n_cols, row_bytes);                          \
   }
 
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_f32)
 STRATA_ENTRIES(f32, F32)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_f16)
 STRATA_ENTRIES(f16, F16)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_0)
 STRATA_ENTRIES(q4_0, Q4_0)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_1)
 STRATA_ENTRIES(q4_1, Q4_1)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_0)
 STRATA_ENTRIES(q5_0, Q5_0)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_1)
 STRATA_ENTRIES(q5_1, Q5_1)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q8_0)
 STRATA_ENTRIES(q8_0, Q8_0)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_mxfp4)
 STRATA_ENTRIES(mxfp4, MXFP4)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_k)
 STRATA_ENTRIES(q4_k, Q4_K)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_k)
 STRATA_ENTRIES(q5_k, Q5_K)
+#endif
+#if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q6_k)
 STRATA_ENTRIES(q6_k, Q6_K)
+#endif
