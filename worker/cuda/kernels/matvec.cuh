@@ -168,6 +168,18 @@ STRATA_UNROLL
   }
 };
 
+// Sub-block s's 6-bit scale and min of Q4_K and Q5_K (ggml's
+// get_scale_min_k4) from the 12 bytes of scales.
+__device__ __forceinline__ void k4_scale_min(const u8* sc, int s, int* scale, int* min) {
+  if (s < 4) {
+    *scale = sc[s] & 63;
+    *min = sc[s + 4] & 63;
+  } else {
+    *scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  }
+}
+
 // Q4_K: 256 values in 144 bytes {f16 d; f16 dmin; u8 scales[12]; u8
 // qs[128]}; sub-block s (32 values) has a 6-bit scale and min (ggml's
 // get_scale_min_k4) and takes the low (s even) or high (s odd) nibbles of
@@ -179,15 +191,8 @@ struct Q4_K {
     const u8* b = w + (long long)(u >> 3) * 144;
     const int s = u & 7;
     const float d = f16_bits(b), dmin = f16_bits(b + 2);
-    const u8* sc = b + 4;
     int scale, min;
-    if (s < 4) {
-      scale = sc[s] & 63;
-      min = sc[s + 4] & 63;
-    } else {
-      scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
-      min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-    }
+    k4_scale_min(b + 4, s, &scale, &min);
     const float d1 = d * (float)scale, m1 = dmin * (float)min;
     const u8* q = b + 16 + 32 * (s >> 1);
     const int shift = (s & 1) * 4;
@@ -206,15 +211,8 @@ struct Q5_K {
     const u8* b = w + (long long)(u >> 3) * 176;
     const int s = u & 7;
     const float d = f16_bits(b), dmin = f16_bits(b + 2);
-    const u8* sc = b + 4;
     int scale, min;
-    if (s < 4) {
-      scale = sc[s] & 63;
-      min = sc[s + 4] & 63;
-    } else {
-      scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
-      min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-    }
+    k4_scale_min(b + 4, s, &scale, &min);
     const float d1 = d * (float)scale, m1 = dmin * (float)min;
     const u8* qh = b + 16;
     const u8* q = b + 48 + 32 * (s >> 1);
