@@ -1,0 +1,335 @@
+// The device backend's class and its pieces (private to worker/cuda/): the
+// public entry is make_device_backend (device_backend.h). Loading (weights
+// uploaded, kernels loaded, the tuner's choices) is in device_weights.cc;
+// sequences and the factory in device_backend.cc; the step in
+// device_forward.cc. Shapes are per row unless said; B = max_batch rows.
+#pragma once
+
+#include "worker/cuda/device_backend.h"
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
+#include "kernels/cpu/reference/ops/elementwise.h"
+#include "kernels/cpu/reference/ops/moe_routing.h"
+#include "kernels/cpu/reference/ops/swiglu_oai.h"
+#include "model/ggml_type.h"
+#include "worker/cuda/kernel_tuner.h"
+#include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/rms_norm_source.h"
+#include "worker/cuda/kernels/sources.h"
+#include "worker/cuda/step_kernels.h"
+#include "worker/finite_scan.h"
+#include "worker/shard_tensors.h"
+#include "worker/trace.h"
+
+namespace strata::worker::device {
+
+namespace ck = cuda_kernels;
+
+#define STRATA_DEVICE_RETURN_IF_ERROR(expr)      \
+  do {                                            \
+    if (absl::Status _st = (expr); !_st.ok()) {   \
+      return _st;                                 \
+    }                                             \
+  } while (0)
+
+#define STRATA_DEVICE_ASSIGN_OR_RETURN(lhs, expr)     \
+  do {                                                \
+    auto _value_or = (expr);                          \
+    if (!_value_or.ok()) return _value_or.status();   \
+    lhs = *std::move(_value_or);                      \
+  } while (0)
+
+// A weight matrix on the device: its GGUF rows (in a buffer of
+// DeviceBackend::weights_), and the kernels that read them (matrix x 1, 2,
+// 4, 8, 16 columns; the embedding's get_rows). Empty (data null) when an
+// optional tensor is absent.
+struct DeviceMatrix {
+  const unsigned char* data = nullptr;
+  GgmlType type = GgmlType::kF32;
+  int n_in = 0;   // elements per row
+  int n_out = 0;  // rows
+  long long row_bytes = 0;
+  // [w][i]: ROW_WARPS kStepRowWarps[w], NCOLS kStepMatvecColumns[i];
+  // loaded when first needed (DeviceBackend::kernel_of): the tuner's
+  // measurements, then the chosen split's, at load.
+  mutable std::array<std::array<KernelHandle, ck::kStepMatvecColumns.size()>,
+                     ck::kStepRowWarps.size()>
+      matvec;
+  int split = 0;  // the w the step launches (the tuner's choice)
+  KernelHandle get_rows;
+  bool present() const { return data != nullptr; }
+};
+
+// The mixture-of-experts feed-forward of a block (arch::MoeParams; as
+// worker/cpu/cpu_weights.h's ExpertWeights).
+struct DeviceExperts {
+  DeviceMatrix router;                      // [n_expert][n_embd]
+  DeviceBuffer router_bias;                 // [n_expert] (gpt-oss)
+  std::vector<DeviceMatrix> gate, up, down; // [n_expert] views of one buffer each
+  DeviceBuffer gate_bias, up_bias;          // [n_expert][n_ff_expert] (gpt-oss)
+  DeviceBuffer down_bias;                   // [n_expert][n_embd] (gpt-oss)
+  DeviceMatrix shared_router;               // [1][n_embd] (qwen2moe)
+  DeviceMatrix shared_gate, shared_up, shared_down;
+  bool present() const { return router.present(); }
+};
+
+struct DeviceLayer {
+  DeviceBuffer attn_norm, ffn_norm;            // [n_embd] f32
+  DeviceBuffer post_attn_norm, post_ffn_norm;  // gemma; empty when absent
+  DeviceBuffer bq, bk, bv, bo;                 // biases, empty when absent
+  DeviceBuffer q_norm, k_norm;                 // [dk] (qwen3, gemma3) or whole rows (olmoe)
+  DeviceBuffer sinks;                          // [n_head] (gpt-oss)
+  DeviceMatrix wq, wk, wv, wqkv, wo;           // wqkv: phi3's fused [q | k | v]
+  DeviceMatrix gate, up, down;                 // up: [gate | up] when fused (phi3)
+  DeviceExperts moe;
+};
+
+// One sequence: its length and its caches, one buffer: per layer of the
+// shard K [n_ctx][k_width] then V [n_ctx][v_width], f16.
+struct Sequence {
+  int n_ctx = 0;
+  int length = 0;
+  DeviceBuffer kv;
+};
+
+// The types the matrix kernels read.
+inline std::string matvec_types() {
+  std::vector<std::string> names;
+  for (GgmlType t : ck::kStepMatvecTypes) {
+    names.emplace_back(ggml_type_info(t).name);
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+// What of `hp` the device step does not run; "" when it runs it all.
+inline std::string unsupported(const arch::Hyperparameters& hp) {
+  if (hp.head_dim_k % 2 != 0 || hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0) {
+    return "this RoPE shape";
+  }
+  if (hp.moe.n_expert > 512) return "more than 512 experts";
+  return "";
+}
+
+inline reference::ops::MoeGating moe_gating(arch::ExpertGating g) {
+  switch (g) {
+    case arch::ExpertGating::kSoftmax: return reference::ops::MoeGating::kSoftmax;
+    case arch::ExpertGating::kSigmoid: return reference::ops::MoeGating::kSigmoid;
+    case arch::ExpertGating::kSoftmaxWeight: return reference::ops::MoeGating::kSoftmaxWeight;
+  }
+  return reference::ops::MoeGating::kSoftmax;
+}
+
+class DeviceBackend final : public Backend {
+ public:
+  DeviceBackend(std::shared_ptr<const gguf::GgufModel> model, const arch::Hyperparameters& hp,
+                BlockRange range, const DeviceBackendOptions& options,
+                std::unique_ptr<DeviceApi> api)
+      : model_(std::move(model)), hp_(hp), range_(range), options_(options),
+        api_(std::move(api)), host_pool_(1) {}
+
+  absl::Status load();
+
+  std::string_view name() const override { return "cuda"; }
+  const arch::Hyperparameters& hyperparameters() const override { return hp_; }
+  BlockRange range() const override { return range_; }
+  int n_vocab() const override { return n_vocab_; }
+  int max_batch() const override { return options_.max_batch; }
+
+  absl::Status add_sequence(int seq, int n_ctx) override;
+  absl::Status remove_sequence(int seq) override;
+  absl::StatusOr<int> sequence_length(int seq) const override;
+  absl::StatusOr<int> sequence_context(int seq) const override;
+  absl::Status truncate_sequence(int seq, int n) override;
+  int64_t kv_row_bytes() const override;
+  absl::Status read_kv(int seq, int pos, int n, uint8_t* out) const override;
+  absl::Status append_kv(int seq, int n, const uint8_t* in) override;
+  absl::Status forward(const ForwardRequest& request, ForwardResult* result) override;
+
+ private:
+  bool is_first() const { return range_.first == 0; }
+  bool is_last() const { return range_.last == hp_.n_layer; }
+  int n_layers() const { return range_.last - range_.first; }
+  int64_t q_width() const { return int64_t{hp_.n_head} * hp_.head_dim_k; }
+  int64_t k_width() const { return int64_t{hp_.n_head_kv} * hp_.head_dim_k; }
+  int64_t v_width() const { return int64_t{hp_.n_head_kv} * hp_.head_dim_v; }
+  // The widest feed-forward: of the dense FFN, an expert, the shared expert.
+  int64_t ff_width() const {
+    return std::max<int64_t>({hp_.n_ff, hp_.moe.n_ff_expert, hp_.moe.n_ff_shared, 1});
+  }
+  // Rows whose experts run together (as the cpu backend's moe_block_rows:
+  // expert_out_ stays 8192 slots x n_embd however many experts a file asks
+  // each token to use).
+  int moe_rows() const {
+    const int k = std::max(hp_.moe.n_expert_used, 1);
+    return std::max(1, std::min(options_.max_batch, 8192 / k));
+  }
+  // Layer `layer` (of the shard) of a sequence's K and V caches.
+  uint16_t* k_cache(const Sequence& s, int layer) const {
+    return s.kv.as<uint16_t>() + int64_t{layer} * s.n_ctx * (k_width() + v_width());
+  }
+  uint16_t* v_cache(const Sequence& s, int layer) const {
+    return k_cache(s, layer) + int64_t{s.n_ctx} * k_width();
+  }
+
+  absl::StatusOr<DeviceBuffer> upload(const void* host, size_t bytes);
+  absl::StatusOr<DeviceBuffer> upload_vector(const std::string& name, int64_t n,
+                                             bool optional = false);
+  absl::StatusOr<DeviceBuffer> upload_table(const std::string& name, int64_t n0, int64_t n1);
+  // The matrix `name` [n_in, n_out] on the device with its kernels; empty
+  // when `optional` and absent.
+  absl::StatusOr<DeviceMatrix> upload_matrix(const std::string& name, int64_t n_in,
+                                             int64_t n_out, bool optional = false,
+                                             bool one_row_as_vector = false);
+  // The n_expert matrices of the expert tensor `name`, one upload.
+  absl::StatusOr<std::vector<DeviceMatrix>> upload_experts(const std::string& name,
+                                                           int64_t n_in, int64_t n_out);
+  // `view`'s bytes (`bytes` of them from its data) uploaded, kernels loaded.
+  absl::StatusOr<DeviceMatrix> device_matrix(const std::string& name,
+                                             const kernels::WeightMatrix& view, size_t bytes);
+  absl::Status load_layer(int il, DeviceLayer& l);
+  // m's matrix kernel [w][i], loaded (compiled) at its first use.
+  absl::StatusOr<KernelHandle> kernel_of(const DeviceMatrix& m, size_t w, size_t i);
+  // Every matrix's split-K choice: forced (options_.row_warps), measured
+  // or read by the tuner (options_.tune), or 1 warp a row.
+  absl::Status choose_splits();
+  absl::Status load_chosen(const std::vector<DeviceMatrix*>& all);
+  absl::StatusOr<KernelHandle> kernel(const KernelSource& source, std::string_view entry);
+  absl::StatusOr<DeviceBuffer> space(size_t bytes);
+
+  // Launches `k` with `args` (each of the entry's parameter's exact type).
+  template <typename... A>
+  absl::Status run(KernelHandle k, unsigned grid, unsigned block, A... args) {
+    void* p[] = {static_cast<void*>(&args)...};
+    return api_->launch(k, grid, block, p);
+  }
+  // A grid-stride elementwise kernel over `total` items.
+  template <typename... A>
+  absl::Status run_over(KernelHandle k, int64_t total, A... args) {
+    constexpr unsigned t = ck::kStepElementwiseThreads;
+    const int64_t most = int64_t{8} * std::max(api_->multiprocessors(), 1);
+    const auto grid = static_cast<unsigned>(std::clamp<int64_t>((total + t - 1) / t, 1, most));
+    return run(k, grid, t, args...);
+  }
+
+  // y [n][m.n_out] = x [n][m.n_in] · mᵀ, in chunks of the built column counts.
+  absl::Status matvec(const DeviceMatrix& m, const float* x, int n, float* y);
+  // y [rows][dim] = RMSNorm(x) * weight.
+  absl::Status rms_norm(const float* x, const DeviceBuffer& weight, int rows, int dim, float* y);
+  absl::Status add(const float* a, const float* b, float* y, int64_t n);
+  absl::Status add_bias(float* x, const DeviceBuffer& bias, int rows, int64_t width,
+                        int64_t offset = 0);
+  // Columns [col0, col0 + width) of src [n][src_width] into dst [n][width].
+  absl::Status copy_cols(const float* src, int64_t src_width, int64_t col0, float* dst,
+                         int64_t width, int n);
+  absl::Status block(int il, int n);
+  absl::Status attention(int il, int n);
+  // y [n][n_embd] = W_down act(W_gate x + b_gate, W_up x + b_up) + b_down, f
+  // wide (the bias buffers' rows `bias_row`; empty buffers: none). Uses
+  // gate_ and up_ (and fused_ for a fused gate|up matrix).
+  absl::Status ffn(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                   int64_t f, const float* x, int n, float* y, const DeviceBuffer* gate_bias,
+                   const DeviceBuffer* up_bias, const DeviceBuffer* down_bias, int bias_row);
+  absl::Status moe(int il, int n);
+  absl::Status head();
+
+  std::shared_ptr<const gguf::GgufModel> model_;
+  arch::Hyperparameters hp_;
+  BlockRange range_;
+  DeviceBackendOptions options_;
+  std::unique_ptr<DeviceApi> api_;
+  ThreadPool host_pool_;  // rope_angles on the host
+
+  int n_vocab_ = 0;
+  int measured_shapes_ = 0;  // matrix shapes the tuner timed at load
+  std::deque<DeviceBuffer> weights_;  // every matrix's bytes
+  DeviceMatrix token_embd_;           // first stage, or the last's tied head
+  DeviceBuffer output_norm_;
+  DeviceMatrix output_;
+  bool tied_output_ = false;
+  std::vector<float> rope_freqs_;  // [n_rot / 2] (llama3), empty when absent
+  std::vector<DeviceLayer> layers_;
+
+  KernelHandle k_attention_rows_;
+  KernelHandle k_rms_, k_rope_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_, k_attention_,
+      k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_copy_cols_, k_gather_, k_scatter_,
+      k_moe_sum_, k_add_shared_;
+
+  std::map<int, Sequence> sequences_;
+  int max_ctx_ = 0;         // the longest context added: sizes scores_
+  int attention_rows_ = 1;  // prompt rows a launch of attention takes
+
+  // Step buffers on the device, B = max_batch rows.
+  DeviceBuffer ids_;     // [B] int32
+  DeviceBuffer x_;       // [B][n_embd] residual stream
+  DeviceBuffer xn_;      // [B][n_embd] normed input of a sublayer
+  DeviceBuffer q_;       // [B][n_head][dk]
+  DeviceBuffer k_;       // [B][n_head_kv][dk]
+  DeviceBuffer v_;       // [B][n_head_kv][dv]
+  DeviceBuffer attn_;    // [B][n_head][dv]
+  DeviceBuffer proj_;    // [B][n_embd]
+  DeviceBuffer gate_;    // [B][ff_width()]
+  DeviceBuffer up_;      // [B][ff_width()]
+  DeviceBuffer fused_;   // [B][fused width] a fused projection's rows (phi3)
+  DeviceBuffer scores_;  // [attention_rows_][n_head][max_ctx] attention scratch
+  DeviceBuffer logits_;  // [rows][n_vocab], grown on demand
+  // Mixture of experts (empty for a dense model), R = moe_rows(), k =
+  // n_expert_used.
+  DeviceBuffer router_logits_;  // [B][n_expert]
+  DeviceBuffer slot_rows_;      // [R k] int: the row of each grouped slot
+  DeviceBuffer slot_ids_;       // [R k] int: the slot (t k + j) of each
+  DeviceBuffer slot_weights_;   // [R][k]
+  DeviceBuffer moe_x_;          // [B][n_embd] an expert's gathered rows
+  DeviceBuffer moe_y_;          // [B][n_embd] their outputs, the shared expert's
+  DeviceBuffer expert_out_;     // [R k][n_embd] each slot's output
+  DeviceBuffer shared_gate_;    // [B] the shared expert's gate logits
+  // RoPE angle tables of the step: two, for families whose layers have two
+  // RoPE settings (gemma3's local and global layers).
+  struct RopeTable {
+    DeviceBuffer cs;  // [B][n_rot / 2][2]
+    float base = 0.0f, scale = 0.0f;
+    uint64_t step = 0;  // 0: never made
+  };
+  RopeTable rope_tables_[2];
+  int rope_next_ = 0;
+  uint64_t step_ = 0;
+
+  // The current step (forward()).
+  struct StepSlice {
+    Sequence* seq = nullptr;
+    int row0 = 0;
+    int rows = 0;
+    int pos0 = 0;
+    Logits logits = Logits::kNone;
+  };
+  std::vector<StepSlice> slices_;
+  std::vector<int32_t> positions_;  // [B]
+  std::vector<float> cs_host_;      // [B][n_rot / 2][2]
+  std::vector<int> head_rows_;
+  std::vector<float> hidden_host_;  // [B][n_embd]
+  std::vector<float> logits_host_;
+  // Routing on the host (moe()).
+  std::vector<float> router_host_;       // [B][n_expert]
+  std::vector<int32_t> route_experts_;   // [B][k]
+  std::vector<float> route_weights_;     // [B][k]
+  std::vector<float> route_scratch_;     // [2 n_expert]
+  std::vector<int32_t> expert_begin_;    // [n_expert + 1]
+  std::vector<int32_t> expert_fill_;     // [n_expert]
+  std::vector<int32_t> grouped_rows_;    // [R k]
+  std::vector<int32_t> grouped_slots_;   // [R k]
+};
+
+}  // namespace strata::worker::device

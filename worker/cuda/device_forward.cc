@@ -1,0 +1,456 @@
+// The step of the device backend (device_backend_impl.h): the recipes of
+// worker/cpu/forward.cc and moe.cc as launches of worker/cuda/kernels.
+#include "worker/cuda/device_backend_impl.h"
+
+namespace strata::worker::device {
+
+// --- the step -----------------------------------------------------------------
+
+absl::StatusOr<KernelHandle> DeviceBackend::kernel_of(const DeviceMatrix& m, size_t w, size_t i) {
+  KernelHandle& h = m.matvec[w][i];
+  if (h.id < 0) {
+    const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(m.type)];
+    STRATA_DEVICE_ASSIGN_OR_RETURN(h, kernel(src[w][i], ck::matvec_entry(m.type)));
+  }
+  return h;
+}
+
+absl::Status DeviceBackend::matvec(const DeviceMatrix& m, const float* x, int n, float* y) {
+  const int rows_per_block =
+      ck::kStepMatvecThreads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
+  const unsigned grid = static_cast<unsigned>((m.n_out + rows_per_block - 1) / rows_per_block);
+  int done = 0;
+  while (done < n) {
+    // The widest build that fits what is left.
+    size_t i = ck::kStepMatvecColumns.size() - 1;
+    while (ck::kStepMatvecColumns[i] > n - done) --i;
+    absl::StatusOr<KernelHandle> k = kernel_of(m, static_cast<size_t>(m.split), i);
+    if (!k.ok()) return k.status();
+    STRATA_DEVICE_RETURN_IF_ERROR(run(*k, grid, ck::kStepMatvecThreads, m.data,
+                               x + int64_t{done} * m.n_in, y + int64_t{done} * m.n_out, m.n_out,
+                               m.n_in, m.row_bytes));
+    done += ck::kStepMatvecColumns[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceBackend::rms_norm(const float* x, const DeviceBuffer& weight, int rows,
+                                     int dim, float* y) {
+  return run(k_rms_, static_cast<unsigned>(rows), ck::kStepRmsNormThreads, x,
+             static_cast<const float*>(weight.as<float>()), y, dim, hp_.rms_eps);
+}
+
+absl::Status DeviceBackend::add(const float* a, const float* b, float* y, int64_t n) {
+  return run_over(k_add_, n, a, b, y, static_cast<long long>(n));
+}
+
+absl::Status DeviceBackend::add_bias(float* x, const DeviceBuffer& bias, int rows, int64_t width,
+                                     int64_t offset) {
+  if (bias.get() == nullptr) return absl::OkStatus();
+  return run_over(k_add_bias_, int64_t{rows} * width, x,
+                  static_cast<const float*>(bias.as<float>() + offset),
+                  static_cast<long long>(rows), static_cast<int>(width));
+}
+
+absl::Status DeviceBackend::copy_cols(const float* src, int64_t src_width, int64_t col0,
+                                      float* dst, int64_t width, int n) {
+  return run_over(k_copy_cols_, int64_t{n} * width, src, static_cast<int>(src_width),
+                  static_cast<int>(col0), dst, static_cast<int>(width),
+                  static_cast<long long>(n));
+}
+
+// proj = W_o · Attention(q, k, v) of xn (+ b_o), q = W_q xn (+ b_q), etc.,
+// with QK-norm and RoPE on q and k; as worker/cpu/forward.cc's
+// attention_step.
+absl::Status DeviceBackend::attention(int il, int n) {
+  const DeviceLayer& w = layers_[static_cast<size_t>(il - range_.first)];
+  const arch::BlockRecipe& r = hp_.recipe;
+  const int layer = il - range_.first;
+  const int dk = hp_.head_dim_k, dv = hp_.head_dim_v;
+  const int64_t qw = q_width(), kw = k_width(), vw = v_width();
+  float* q = q_.as<float>();
+  float* k = k_.as<float>();
+  float* v = v_.as<float>();
+  const float* xn = xn_.as<float>();
+  if (w.wqkv.present()) {  // phi3: [q | k | v] per row
+    float* fused = fused_.as<float>();
+    STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wqkv, xn, n, fused));
+    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, 0, q, qw, n));
+    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, qw, k, kw, n));
+    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, qw + kw, v, vw, n));
+  } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wq, xn, n, q));
+    STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wk, xn, n, k));
+    STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wv, xn, n, v));
+  }
+  STRATA_DEVICE_RETURN_IF_ERROR(add_bias(q, w.bq, n, qw));
+  STRATA_DEVICE_RETURN_IF_ERROR(add_bias(k, w.bk, n, kw));
+  STRATA_DEVICE_RETURN_IF_ERROR(add_bias(v, w.bv, n, vw));
+  if (r.qk_norm) {
+    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(q, w.q_norm, n * hp_.n_head, dk, q));
+    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(k, w.k_norm, n * hp_.n_head_kv, dk, k));
+  }
+  if (r.qk_norm_full) {  // olmoe: over each whole row
+    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(q, w.q_norm, n, static_cast<int>(qw), q));
+    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(k, w.k_norm, n, static_cast<int>(kw), k));
+  }
+
+  // RoPE: the angles of this layer's (base, scale) for the step's
+  // positions, made on the host once per step and setting.
+  const arch::LayerRope& lr = hp_.rope[static_cast<size_t>(il)];
+  RopeTable* table = nullptr;
+  for (RopeTable& t : rope_tables_) {
+    if (t.step == step_ && t.base == lr.freq_base && t.scale == lr.freq_scale) table = &t;
+  }
+  if (table == nullptr) {
+    table = &rope_tables_[rope_next_];
+    rope_next_ = (rope_next_ + 1) % 2;
+    kernels::RopeParams rope;
+    rope.order = r.rope == arch::RopeStyle::kNeox ? kernels::RopeOrder::kNeox
+                                                  : kernels::RopeOrder::kNormal;
+    rope.n_rot = hp_.n_rot;
+    rope.freq_base = lr.freq_base;
+    rope.freq_scale = lr.freq_scale;
+    rope.freq_factors = rope_freqs_.empty() ? nullptr : rope_freqs_.data();
+    rope.ext_factor = hp_.yarn_ext_factor;
+    rope.attn_factor = hp_.yarn_attn_factor;
+    rope.beta_fast = hp_.yarn_beta_fast;
+    rope.beta_slow = hp_.yarn_beta_slow;
+    rope.n_ctx_orig = hp_.n_ctx_orig;
+    reference::ops::rope_angles(positions_.data(), n, rope, cs_host_.data(), host_pool_);
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(table->cs.get(), cs_host_.data(),
+                                        static_cast<size_t>(n) * (hp_.n_rot / 2) * 2 *
+                                            sizeof(float)));
+    table->base = lr.freq_base;
+    table->scale = lr.freq_scale;
+    table->step = step_;
+  }
+  const int neox = r.rope == arch::RopeStyle::kNeox ? 1 : 0;
+  const float* cs = table->cs.as<float>();
+  const int half = hp_.n_rot / 2;
+  STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_, int64_t{n} * hp_.n_head * half, q, cs, n, hp_.n_head,
+                                  dk, hp_.n_rot, neox));
+  STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_, int64_t{n} * hp_.n_head_kv * half, k, cs, n,
+                                  hp_.n_head_kv, dk, hp_.n_rot, neox));
+
+  for (const StepSlice& s : slices_) {
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(
+        k_store_kv_, int64_t{s.rows} * std::max(kw, vw),
+        static_cast<const float*>(k + int64_t{s.row0} * kw),
+        static_cast<const float*>(v + int64_t{s.row0} * vw), k_cache(*s.seq, layer),
+        v_cache(*s.seq, layer), s.pos0, s.rows, static_cast<int>(kw), static_cast<int>(vw)));
+  }
+  float scale = hp_.attention_scale;
+  if (r.scale_query) {  // gemma, phi3: q scaled before attention
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scale_, n * qw, q, hp_.attention_scale,
+                                    static_cast<long long>(n * qw)));
+    scale = 1.0f;
+  }
+  // Each row attends to its sequence's positions up to its own (within
+  // the window on sliding-window layers).
+  const int window = hp_.sliding[static_cast<size_t>(il)] ? hp_.sliding_window : 0;
+  const int64_t attn_width = int64_t{hp_.n_head} * dv;
+  const float* sinks = w.sinks.get() != nullptr ? w.sinks.as<float>() : nullptr;
+  for (const StepSlice& s : slices_) {
+    const auto* kc = static_cast<const unsigned short*>(k_cache(*s.seq, layer));
+    const auto* vc = static_cast<const unsigned short*>(v_cache(*s.seq, layer));
+    if (s.rows == 1) {  // a decode row
+      const int n_kv = s.pos0 + 1;
+      const int begin = window > 0 ? std::max(0, n_kv - window) : 0;
+      STRATA_DEVICE_RETURN_IF_ERROR(run(k_attention_, static_cast<unsigned>(hp_.n_head),
+                                 ck::kStepAttentionThreads,
+                                 static_cast<const float*>(q + s.row0 * qw), kc, vc,
+                                 attn_.as<float>() + s.row0 * attn_width, scores_.as<float>(),
+                                 n_kv, begin, hp_.n_head, hp_.n_head_kv, dk, dv, scale,
+                                 hp_.attn_softcap, sinks));
+      continue;
+    }
+    // A prompt chunk: attention_rows_ rows a launch, the same numbers.
+    for (int t0 = 0; t0 < s.rows; t0 += attention_rows_) {
+      const int rows = std::min(attention_rows_, s.rows - t0);
+      const int row = s.row0 + t0;
+      STRATA_DEVICE_RETURN_IF_ERROR(run(
+          k_attention_rows_, static_cast<unsigned>(hp_.n_head * rows), ck::kStepAttentionThreads,
+          static_cast<const float*>(q + row * qw), kc, vc, attn_.as<float>() + row * attn_width,
+          scores_.as<float>(), max_ctx_, s.pos0 + t0, window, hp_.n_head, hp_.n_head_kv, dk, dv,
+          scale, hp_.attn_softcap, sinks));
+    }
+  }
+  STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wo, attn_.as<float>(), n, proj_.as<float>()));
+  return add_bias(proj_.as<float>(), w.bo, n, hp_.n_embd);
+}
+
+absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& up_m,
+                                const DeviceMatrix& down_m, int64_t f, const float* x, int n,
+                                float* y, const DeviceBuffer* gate_bias,
+                                const DeviceBuffer* up_bias, const DeviceBuffer* down_bias,
+                                int bias_row) {
+  float* gate = gate_.as<float>();  // [n][f]
+  float* up = up_.as<float>();      // [n][f]
+  if (!gate_m.present()) {  // one [gate | up] matrix (phi3)
+    float* fused = fused_.as<float>();
+    STRATA_DEVICE_RETURN_IF_ERROR(matvec(up_m, x, n, fused));
+    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, 2 * f, 0, gate, f, n));
+    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, 2 * f, f, up, f, n));
+  } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(matvec(gate_m, x, n, gate));
+    STRATA_DEVICE_RETURN_IF_ERROR(matvec(up_m, x, n, up));
+  }
+  if (gate_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(gate, *gate_bias, n, f, bias_row * f));
+  if (up_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(up, *up_bias, n, f, bias_row * f));
+  const int64_t nf = int64_t{n} * f;
+  switch (hp_.recipe.activation) {
+    case arch::FfnActivation::kSilu:
+      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_swiglu_, nf, static_cast<const float*>(gate),
+                                      static_cast<const float*>(up), gate,
+                                      static_cast<long long>(nf)));
+      break;
+    case arch::FfnActivation::kGeluTanh:
+      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_geglu_, nf, static_cast<const float*>(gate),
+                                      static_cast<const float*>(up), gate,
+                                      static_cast<long long>(nf)));
+      break;
+    case arch::FfnActivation::kSwigluOai:
+      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_swiglu_oai_, nf, static_cast<const float*>(gate),
+                                      static_cast<const float*>(up), gate,
+                                      static_cast<long long>(nf), reference::ops::kGptOssAlpha,
+                                      reference::ops::kGptOssLimit));
+      break;
+  }
+  STRATA_DEVICE_RETURN_IF_ERROR(matvec(down_m, gate, n, y));
+  if (down_bias != nullptr) {
+    STRATA_DEVICE_RETURN_IF_ERROR(add_bias(y, *down_bias, n, hp_.n_embd, int64_t{bias_row} * hp_.n_embd));
+  }
+  return absl::OkStatus();
+}
+
+// proj = Σ_j w_j · Expert_{e_j}(xn) (+ sigmoid(g · xn) · Shared(xn)), as
+// worker/cpu/moe.cc: the router on the device, the routing on the host
+// (reference::ops::moe_route on the downloaded logits), each used expert
+// once over its gathered rows, the slots' weighted sum in slot order.
+absl::Status DeviceBackend::moe(int il, int n) {
+  const DeviceExperts& x = layers_[static_cast<size_t>(il - range_.first)].moe;
+  const arch::MoeParams& p = hp_.moe;
+  const int64_t e = hp_.n_embd;
+  const int k = p.n_expert_used;
+  const float* xn = xn_.as<float>();
+  float* proj = proj_.as<float>();
+
+  STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.router, xn, n, router_logits_.as<float>()));
+  STRATA_DEVICE_RETURN_IF_ERROR(add_bias(router_logits_.as<float>(), x.router_bias, n, p.n_expert));
+  STRATA_DEVICE_RETURN_IF_ERROR(api_->download(router_host_.data(), router_logits_.get(),
+                                        static_cast<size_t>(n) * p.n_expert * sizeof(float)));
+  reference::ops::MoeRouting routing;
+  routing.n_expert = p.n_expert;
+  routing.n_expert_used = k;
+  routing.gating = moe_gating(p.gating);
+  routing.norm_weights = p.norm_weights;
+  routing.weights_scale = p.weights_scale;
+  reference::ops::moe_route(router_host_.data(), n, routing, route_experts_.data(),
+                            route_weights_.data(), route_scratch_.data());
+
+  const bool biased = x.gate_bias.get() != nullptr;
+  for (int r0 = 0; r0 < n; r0 += moe_rows()) {
+    const int rows = std::min(moe_rows(), n - r0);
+    const int n_slots = rows * k;
+    const int32_t* experts = route_experts_.data() + int64_t{r0} * k;
+    // Group the slots by expert (counting sort, rows ascending within one).
+    std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
+    for (int s = 0; s < n_slots; ++s) ++expert_begin_[static_cast<size_t>(experts[s]) + 1];
+    for (int ex = 0; ex < p.n_expert; ++ex) expert_begin_[ex + 1] += expert_begin_[ex];
+    std::copy(expert_begin_.begin(), expert_begin_.end() - 1, expert_fill_.begin());
+    for (int s = 0; s < n_slots; ++s) {
+      const int32_t at = expert_fill_[static_cast<size_t>(experts[s])]++;
+      grouped_slots_[static_cast<size_t>(at)] = s;
+      grouped_rows_[static_cast<size_t>(at)] = r0 + s / k;
+    }
+    const size_t ints = static_cast<size_t>(n_slots) * sizeof(int32_t);
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_rows_.get(), grouped_rows_.data(), ints));
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_ids_.get(), grouped_slots_.data(), ints));
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_weights_.get(),
+                                        route_weights_.data() + int64_t{r0} * k,
+                                        static_cast<size_t>(n_slots) * sizeof(float)));
+    for (int ex = 0; ex < p.n_expert; ++ex) {
+      const int begin = expert_begin_[static_cast<size_t>(ex)];
+      const int m = expert_begin_[static_cast<size_t>(ex) + 1] - begin;
+      if (m == 0) continue;
+      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_gather_, int64_t{m} * e, xn,
+                                      static_cast<const int*>(slot_rows_.as<int>() + begin),
+                                      moe_x_.as<float>(), m, static_cast<int>(e)));
+      const size_t i = static_cast<size_t>(ex);
+      STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.gate[i], x.up[i], x.down[i], p.n_ff_expert,
+                                 moe_x_.as<float>(), m, moe_y_.as<float>(),
+                                 biased ? &x.gate_bias : nullptr, biased ? &x.up_bias : nullptr,
+                                 biased ? &x.down_bias : nullptr, ex));
+      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scatter_, int64_t{m} * e,
+                                      static_cast<const float*>(moe_y_.as<float>()),
+                                      static_cast<const int*>(slot_ids_.as<int>() + begin),
+                                      expert_out_.as<float>(), m, static_cast<int>(e)));
+    }
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_moe_sum_, int64_t{rows} * e,
+                                    static_cast<const float*>(expert_out_.as<float>()),
+                                    static_cast<const float*>(slot_weights_.as<float>()),
+                                    proj + int64_t{r0} * e, rows, k, static_cast<int>(e)));
+  }
+  if (!x.shared_down.present()) return absl::OkStatus();
+  // The shared expert on every row, scaled by sigmoid(g), g the one-row
+  // router's logit.
+  STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.shared_gate, x.shared_up, x.shared_down, p.n_ff_shared, xn, n,
+                             moe_y_.as<float>(), nullptr, nullptr, nullptr, 0));
+  STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.shared_router, xn, n, shared_gate_.as<float>()));
+  return run_over(k_add_shared_, int64_t{n} * e, proj,
+                  static_cast<const float*>(moe_y_.as<float>()),
+                  static_cast<const float*>(shared_gate_.as<float>()), n, static_cast<int>(e));
+}
+
+// One block (worker/cpu/forward.cc's llama_block and gemma_block):
+//   x = x + Post(Attention(RMSNorm(x)));  x = x + Post(FFN(RMSNorm(x)))
+// with Post the gemma families' RMSNorm of a sublayer's output (none for
+// the others) and FFN dense or the mixture of experts.
+absl::Status DeviceBackend::block(int il, int n) {
+  const DeviceLayer& w = layers_[static_cast<size_t>(il - range_.first)];
+  const int e = hp_.n_embd;
+  float* x = x_.as<float>();
+  float* xn = xn_.as<float>();
+  float* proj = proj_.as<float>();
+  STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(x, w.attn_norm, n, e, xn));
+  STRATA_DEVICE_RETURN_IF_ERROR(attention(il, n));
+  if (w.post_attn_norm.get() != nullptr) {
+    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(proj, w.post_attn_norm, n, e, proj));
+  }
+  STRATA_DEVICE_RETURN_IF_ERROR(add(x, proj, x, int64_t{n} * e));
+  STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(x, w.ffn_norm, n, e, xn));
+  if (w.moe.present()) {
+    STRATA_DEVICE_RETURN_IF_ERROR(moe(il, n));
+  } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(
+        ffn(w.gate, w.up, w.down, hp_.n_ff, xn, n, proj, nullptr, nullptr, nullptr, 0));
+  }
+  if (w.post_ffn_norm.get() != nullptr) {
+    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(proj, w.post_ffn_norm, n, e, proj));
+  }
+  return add(x, proj, x, int64_t{n} * e);
+}
+
+// logits of head_rows_: RMSNorm with output_norm (into xn_, rows in order),
+// the head, the final soft cap (gemma2), downloaded into logits_host_.
+absl::Status DeviceBackend::head() {
+  const int e = hp_.n_embd;
+  const int rows = static_cast<int>(head_rows_.size());
+  float* x = x_.as<float>();
+  float* xn = xn_.as<float>();
+  // Runs of consecutive rows in one launch each.
+  for (int i = 0; i < rows;) {
+    int j = i + 1;
+    while (j < rows && head_rows_[j] == head_rows_[j - 1] + 1) ++j;
+    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(x + int64_t{head_rows_[i]} * e, output_norm_, j - i, e,
+                                    xn + int64_t{i} * e));
+    i = j;
+  }
+  const int64_t n_logits = int64_t{rows} * n_vocab_;
+  const size_t need = static_cast<size_t>(n_logits) * sizeof(float);
+  if (logits_.bytes() < need) STRATA_DEVICE_ASSIGN_OR_RETURN(logits_, space(need));
+  const DeviceMatrix& out = tied_output_ ? token_embd_ : output_;
+  STRATA_DEVICE_RETURN_IF_ERROR(matvec(out, xn, rows, logits_.as<float>()));
+  if (hp_.final_softcap > 0.0f) {
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_soft_cap_, n_logits, logits_.as<float>(),
+                                    hp_.final_softcap, static_cast<long long>(n_logits)));
+  }
+  logits_host_.resize(static_cast<size_t>(n_logits));
+  return api_->download(logits_host_.data(), logits_.get(), need);
+}
+
+absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* result) {
+  ForwardSlice single;
+  const absl::StatusOr<CheckedStep> step = check_forward(
+      req, StepShape{is_first(), hp_.n_embd, options_.max_batch, n_vocab_},
+      [this](int seq) -> absl::StatusOr<std::pair<int, int>> {
+        auto it = sequences_.find(seq);
+        if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+        return std::make_pair(it->second.length, it->second.n_ctx);
+      },
+      &single);
+  if (!step.ok()) return step.status();
+  const int n = static_cast<int>(step->rows);
+  const int64_t e = hp_.n_embd;
+  slices_.clear();
+  int row = 0;
+  for (const ForwardSlice& s : step->slices) {
+    Sequence& seq = sequences_.find(s.seq)->second;
+    slices_.push_back(StepSlice{&seq, row, s.rows, seq.length, s.logits});
+    for (int t = 0; t < s.rows; ++t) positions_[static_cast<size_t>(row + t)] = seq.length + t;
+    row += s.rows;
+  }
+  ++step_;  // new positions: the RoPE tables of the last step are stale
+
+  float* x = x_.as<float>();
+  if (is_first()) {
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(ids_.get(), req.tokens.data(),
+                                        static_cast<size_t>(n) * sizeof(int32_t)));
+    const int64_t units = int64_t{n} * ((e + 31) / 32);
+    const int64_t most = int64_t{8} * std::max(api_->multiprocessors(), 1);
+    const auto grid = static_cast<unsigned>(
+        std::clamp<int64_t>((units + ck::kStepMatvecThreads - 1) / ck::kStepMatvecThreads, 1,
+                            most));
+    STRATA_DEVICE_RETURN_IF_ERROR(run(token_embd_.get_rows, grid, ck::kStepMatvecThreads,
+                               token_embd_.data, static_cast<const int*>(ids_.as<int>()), x, n,
+                               static_cast<int>(e), token_embd_.row_bytes));
+    if (hp_.recipe.embedding_scale != 1.0f) {  // gemma
+      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scale_, n * e, x, hp_.recipe.embedding_scale,
+                                      static_cast<long long>(n * e)));
+    }
+  } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(x, req.hidden.data(), req.hidden.size() * sizeof(float)));
+  }
+  for (int il = range_.first; il < range_.last; ++il) {
+    STRATA_DEVICE_RETURN_IF_ERROR(block(il, n));
+    if (req.block_hashes != nullptr) {
+      hidden_host_.resize(static_cast<size_t>(n * e));
+      STRATA_DEVICE_RETURN_IF_ERROR(
+          api_->download(hidden_host_.data(), x, hidden_host_.size() * sizeof(float)));
+      append_row_hashes(hidden_host_.data(), n, e, req.block_hashes);
+    }
+  }
+
+  result->n_rows = n;
+  result->hidden = {};
+  result->logits = {};
+  if (!is_last()) {
+    hidden_host_.resize(static_cast<size_t>(n * e));
+    STRATA_DEVICE_RETURN_IF_ERROR(
+        api_->download(hidden_host_.data(), x, hidden_host_.size() * sizeof(float)));
+    // As the cpu backend: a NaN or Inf is not passed on (nothing changed).
+    if (const int64_t i = first_not_finite(hidden_host_.data(), n * e); i < n * e) {
+      return absl::InternalError(absl::StrCat(
+          "blocks [", range_.first, ", ", range_.last, "): hidden row ", i / e, " column ", i % e,
+          " is not finite (", hidden_host_[static_cast<size_t>(i)],
+          "): the model's weights hold a NaN or Inf, or its activations overflow"));
+    }
+    for (const StepSlice& s : slices_) s.seq->length += s.rows;
+    result->hidden = std::span<const float>(hidden_host_.data(), static_cast<size_t>(n * e));
+    return absl::OkStatus();
+  }
+  head_rows_.clear();
+  for (const StepSlice& s : slices_) {
+    if (s.logits == Logits::kAll) {
+      for (int t = 0; t < s.rows; ++t) head_rows_.push_back(s.row0 + t);
+    } else if (s.logits == Logits::kLast) {
+      head_rows_.push_back(s.row0 + s.rows - 1);
+    }
+  }
+  if (!head_rows_.empty()) {
+    STRATA_DEVICE_RETURN_IF_ERROR(head());
+    const int64_t n_logits = static_cast<int64_t>(logits_host_.size());
+    if (const int64_t i = first_not_finite(logits_host_.data(), n_logits); i < n_logits) {
+      return absl::InternalError(absl::StrCat(
+          "blocks [", range_.first, ", ", range_.last, ") and the head: logit row ", i / n_vocab_,
+          " token ", i % n_vocab_, " is not finite (", logits_host_[static_cast<size_t>(i)],
+          "): the weights hold a NaN or Inf, or the activations overflow"));
+    }
+    result->logits = std::span<const float>(logits_host_.data(), logits_host_.size());
+  }
+  for (const StepSlice& s : slices_) s.seq->length += s.rows;
+  return absl::OkStatus();
+}
+
+}  // namespace strata::worker::device

@@ -1,0 +1,351 @@
+// Loading the device backend (device_backend_impl.h): the shard's tensors
+// checked and uploaded, the step's kernels loaded (compiled at first use),
+// the step buffers, each matrix's split-K choice (the tuner).
+#include "worker/cuda/device_backend_impl.h"
+
+namespace strata::worker::device {
+
+absl::StatusOr<DeviceBuffer> DeviceBackend::space(size_t bytes) {
+  return DeviceBuffer::make(api_.get(), std::max<size_t>(bytes, 4));
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBackend::upload(const void* host, size_t bytes) {
+  absl::StatusOr<DeviceBuffer> b = space(bytes);
+  if (!b.ok()) return b.status();
+  STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(b->get(), host, bytes));
+  return b;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBackend::upload_vector(const std::string& name, int64_t n,
+                                                          bool optional) {
+  absl::StatusOr<std::vector<float>> v = shard_vector(*model_, name, n, optional);
+  if (!v.ok()) return v.status();
+  if (v->empty()) return DeviceBuffer{};
+  return upload(v->data(), v->size() * sizeof(float));
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBackend::upload_table(const std::string& name, int64_t n0,
+                                                         int64_t n1) {
+  absl::StatusOr<std::vector<float>> v = shard_table(*model_, name, n0, n1);
+  if (!v.ok()) return v.status();
+  return upload(v->data(), v->size() * sizeof(float));
+}
+
+absl::StatusOr<KernelHandle> DeviceBackend::kernel(const KernelSource& source,
+                                                   std::string_view entry) {
+  return api_->load(KernelRef{&source, std::string(entry)});
+}
+
+absl::StatusOr<DeviceMatrix> DeviceBackend::device_matrix(const std::string& name,
+                                                          const kernels::WeightMatrix& view,
+                                                          size_t bytes) {
+  const std::string_view entry = ck::matvec_entry(view.type);
+  if (entry.empty()) {
+    return absl::UnimplementedError(absl::StrCat(name, ": ",
+                                                 std::string(ggml_type_info(view.type).name),
+                                                 " has no cuda kernel yet (", matvec_types(),
+                                                 ")"));
+  }
+  DeviceMatrix m;
+  m.type = view.type;
+  m.n_in = static_cast<int>(view.n_in);
+  m.n_out = static_cast<int>(view.n_out);
+  m.row_bytes = view.row_bytes;
+  DeviceBuffer bytes_on_device;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
+  m.data = weights_.emplace_back(std::move(bytes_on_device)).as<unsigned char>();
+  const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(view.type)];
+  STRATA_DEVICE_ASSIGN_OR_RETURN(m.get_rows, kernel(src[0][0], ck::get_rows_entry(view.type)));
+  return m;
+}
+
+absl::StatusOr<DeviceMatrix> DeviceBackend::upload_matrix(const std::string& name,
+                                                          int64_t n_in, int64_t n_out,
+                                                          bool optional,
+                                                          bool one_row_as_vector) {
+  absl::StatusOr<kernels::WeightMatrix> w =
+      shard_matrix(*model_, name, n_in, n_out, optional, one_row_as_vector);
+  if (!w.ok()) return w.status();
+  if (w->data == nullptr) return DeviceMatrix{};
+  return device_matrix(name, *w, static_cast<size_t>(w->n_out * w->row_bytes));
+}
+
+absl::StatusOr<std::vector<DeviceMatrix>> DeviceBackend::upload_experts(const std::string& name,
+                                                                        int64_t n_in,
+                                                                        int64_t n_out) {
+  absl::StatusOr<std::vector<kernels::WeightMatrix>> views =
+      shard_experts(*model_, name, n_in, n_out, hp_.moe.n_expert);
+  if (!views.ok()) return views.status();
+  // One upload of the whole tensor; expert e's rows follow e slices in.
+  const kernels::WeightMatrix& first = views->front();
+  const size_t slice = static_cast<size_t>(first.n_out * first.row_bytes);
+  absl::StatusOr<DeviceMatrix> all = device_matrix(name, first, slice * views->size());
+  if (!all.ok()) return all.status();
+  std::vector<DeviceMatrix> out(views->size(), *all);
+  for (size_t e = 0; e < out.size(); ++e) out[e].data = all->data + e * slice;
+  return out;
+}
+
+absl::Status DeviceBackend::load_layer(int il, DeviceLayer& l) {
+  auto name = [&](std::string_view suffix) { return arch::layer_tensor(il, suffix); };
+  const arch::BlockRecipe& r = hp_.recipe;
+  const int64_t e = hp_.n_embd;
+  const int64_t dk = hp_.head_dim_k;
+  const int64_t qw = q_width(), kw = k_width(), vw = v_width();
+  STRATA_DEVICE_ASSIGN_OR_RETURN(l.attn_norm, upload_vector(name("attn_norm.weight"), e));
+  if (r.fused_qkv && model_->find_tensor(name("attn_qkv.weight")) != nullptr) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.wqkv, upload_matrix(name("attn_qkv.weight"), e, qw + kw + vw));
+  } else {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.wq, upload_matrix(name("attn_q.weight"), e, qw));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.wk, upload_matrix(name("attn_k.weight"), e, kw));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.wv, upload_matrix(name("attn_v.weight"), e, vw));
+  }
+  // Biases: required by qwen2's recipe, taken when present otherwise.
+  STRATA_DEVICE_ASSIGN_OR_RETURN(l.bq, upload_vector(name("attn_q.bias"), qw, !r.qkv_bias));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(l.bk, upload_vector(name("attn_k.bias"), kw, !r.qkv_bias));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(l.bv, upload_vector(name("attn_v.bias"), vw, !r.qkv_bias));
+  if (r.qk_norm) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.q_norm, upload_vector(name("attn_q_norm.weight"), dk));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.k_norm, upload_vector(name("attn_k_norm.weight"), dk));
+  }
+  if (r.qk_norm_full) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.q_norm, upload_vector(name("attn_q_norm.weight"), qw));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.k_norm, upload_vector(name("attn_k_norm.weight"), kw));
+  }
+  STRATA_DEVICE_ASSIGN_OR_RETURN(l.wo, upload_matrix(name("attn_output.weight"),
+                                              int64_t{hp_.n_head} * hp_.head_dim_v, e));
+  if (r.attn_out_bias) STRATA_DEVICE_ASSIGN_OR_RETURN(l.bo, upload_vector(name("attn_output.bias"), e));
+  if (r.attn_sinks) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.sinks, upload_vector(name("attn_sinks.weight"), hp_.n_head));
+  }
+  if (r.post_attn_norm) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.post_attn_norm,
+                            upload_vector(name("post_attention_norm.weight"), e));
+  }
+  STRATA_DEVICE_ASSIGN_OR_RETURN(l.ffn_norm, upload_vector(name(r.ffn_norm), e));
+  if (hp_.moe.n_expert > 0) {
+    DeviceExperts& x = l.moe;
+    const int64_t n_expert = hp_.moe.n_expert, f = hp_.moe.n_ff_expert;
+    STRATA_DEVICE_ASSIGN_OR_RETURN(x.router, upload_matrix(name("ffn_gate_inp.weight"), e, n_expert));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(x.gate, upload_experts(name("ffn_gate_exps.weight"), e, f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(x.up, upload_experts(name("ffn_up_exps.weight"), e, f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(x.down, upload_experts(name("ffn_down_exps.weight"), f, e));
+    if (r.expert_bias) {
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x.router_bias, upload_vector(name("ffn_gate_inp.bias"), n_expert));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x.gate_bias, upload_table(name("ffn_gate_exps.bias"), f, n_expert));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x.up_bias, upload_table(name("ffn_up_exps.bias"), f, n_expert));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x.down_bias, upload_table(name("ffn_down_exps.bias"), e, n_expert));
+    }
+    if (hp_.moe.n_ff_shared > 0) {
+      const int64_t fs = hp_.moe.n_ff_shared;
+      // ffn_gate_inp_shexp is one row of n_embd, stored as a vector.
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x.shared_router,
+                              upload_matrix(name("ffn_gate_inp_shexp.weight"), e, 1, false, true));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x.shared_gate, upload_matrix(name("ffn_gate_shexp.weight"), e, fs));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x.shared_up, upload_matrix(name("ffn_up_shexp.weight"), e, fs));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x.shared_down, upload_matrix(name("ffn_down_shexp.weight"), fs, e));
+    }
+  } else if (r.fused_gate_up) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, 2 * int64_t{hp_.n_ff}));
+  } else {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.gate, upload_matrix(name("ffn_gate.weight"), e, hp_.n_ff));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, hp_.n_ff));
+  }
+  if (hp_.moe.n_expert == 0) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.down, upload_matrix(name("ffn_down.weight"), hp_.n_ff, e));
+  }
+  if (r.post_ffn_norm) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.post_ffn_norm, upload_vector(name("post_ffw_norm.weight"), e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceBackend::load() {
+  if (const std::string what = unsupported(hp_); !what.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat("the cuda backend does not run ", what, " yet (", hp_.architecture, ")"));
+  }
+  const int64_t e = hp_.n_embd;
+
+  // The vocabulary: the embedding's rows (as the cpu backend's loader), or
+  // the metadata for a middle stage whose part holding it is absent.
+  const gguf::TensorInfo* emb = model_->find_tensor("token_embd.weight");
+  if (emb == nullptr && !is_first() && !is_last() && hp_.n_vocab > 0) {
+    n_vocab_ = hp_.n_vocab;
+  } else if (emb == nullptr) {
+    return model_->missing_tensor("token_embd.weight");
+  } else if (emb->shape.size() != 2 || emb->shape[0] != e || emb->shape[1] < 1 ||
+             emb->shape[1] > (1 << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("token_embd.weight: shape ",
+                                                   shape_text(emb->shape), ", expected [", e,
+                                                   ", n_vocab]"));
+  } else {
+    n_vocab_ = static_cast<int>(emb->shape[1]);
+  }
+  if (hp_.n_vocab > 0 && hp_.n_vocab != n_vocab_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token_embd.weight: ", n_vocab_, " rows, but the vocabulary has ", hp_.n_vocab,
+        " tokens (", hp_.architecture, ".vocab_size or tokenizer.ggml.tokens)"));
+  }
+  const bool has_output = model_->find_tensor("output.weight") != nullptr;
+  tied_output_ = is_last() && !has_output;
+  if (is_first() || tied_output_) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(token_embd_, upload_matrix("token_embd.weight", e, n_vocab_));
+  }
+  if (is_last()) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(output_norm_, upload_vector("output_norm.weight", e));
+    if (has_output) {
+      STRATA_DEVICE_ASSIGN_OR_RETURN(output_, upload_matrix("output.weight", e, n_vocab_));
+    }
+  }
+  STRATA_DEVICE_ASSIGN_OR_RETURN(rope_freqs_,
+                          shard_vector(*model_, "rope_freqs.weight", hp_.n_rot / 2, true));
+  for (int il = range_.first; il < range_.last; ++il) {
+    STRATA_DEVICE_RETURN_IF_ERROR(load_layer(il, layers_.emplace_back()));
+  }
+
+  const ck::StepSources& src = ck::step_sources();
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_rms_, kernel(src.rms_norm, ck::kRmsNormEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_, kernel(src.attention, ck::kAttentionDecodeEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
+  struct Elementwise {
+    KernelHandle* handle;
+    const char* entry;
+  };
+  for (const Elementwise& k : std::initializer_list<Elementwise>{
+           {&k_rope_, ck::kRopeRotateEntry},     {&k_swiglu_, ck::kSwigluEntry},
+           {&k_add_, ck::kAddEntry},             {&k_add_bias_, ck::kAddBiasEntry},
+           {&k_store_kv_, ck::kStoreKvEntry},    {&k_scale_, ck::kScaleEntry},
+           {&k_soft_cap_, ck::kSoftCapEntry},    {&k_geglu_, ck::kGegluEntry},
+           {&k_swiglu_oai_, ck::kSwigluOaiEntry}, {&k_copy_cols_, ck::kCopyColsEntry},
+           {&k_gather_, ck::kGatherRowsEntry},   {&k_scatter_, ck::kScatterRowsEntry},
+           {&k_moe_sum_, ck::kMoeSumEntry},      {&k_add_shared_, ck::kAddSharedExpertEntry}}) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(*k.handle, kernel(src.elementwise, k.entry));
+  }
+
+  const size_t b = static_cast<size_t>(options_.max_batch);
+  const size_t f = sizeof(float);
+  STRATA_DEVICE_ASSIGN_OR_RETURN(ids_, space(b * sizeof(int32_t)));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(x_, space(b * e * f));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(xn_, space(b * e * f));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(q_, space(b * q_width() * f));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_, space(b * k_width() * f));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(v_, space(b * v_width() * f));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(attn_, space(b * hp_.n_head * hp_.head_dim_v * f));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(proj_, space(b * e * f));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(gate_, space(b * ff_width() * f));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(up_, space(b * ff_width() * f));
+  if (hp_.recipe.fused_qkv || hp_.recipe.fused_gate_up) {
+    const int64_t fused = std::max(q_width() + k_width() + v_width(), 2 * int64_t{hp_.n_ff});
+    STRATA_DEVICE_ASSIGN_OR_RETURN(fused_, space(b * fused * f));
+  }
+  for (RopeTable& t : rope_tables_) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(t.cs, space(b * (hp_.n_rot / 2) * 2 * f));
+  }
+  if (hp_.moe.n_expert > 0) {
+    const size_t n_expert = static_cast<size_t>(hp_.moe.n_expert);
+    const size_t slots = static_cast<size_t>(moe_rows()) * hp_.moe.n_expert_used;
+    STRATA_DEVICE_ASSIGN_OR_RETURN(router_logits_, space(b * n_expert * f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(slot_rows_, space(slots * sizeof(int32_t)));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(slot_ids_, space(slots * sizeof(int32_t)));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(slot_weights_, space(slots * f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(moe_x_, space(b * e * f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(moe_y_, space(b * e * f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(expert_out_, space(slots * e * f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(shared_gate_, space(b * f));
+    router_host_.resize(b * n_expert);
+    route_experts_.resize(b * hp_.moe.n_expert_used);
+    route_weights_.resize(b * hp_.moe.n_expert_used);
+    route_scratch_.resize(2 * n_expert);
+    expert_begin_.resize(n_expert + 1);
+    expert_fill_.resize(n_expert);
+    grouped_rows_.resize(slots);
+    grouped_slots_.resize(slots);
+  }
+  positions_.resize(b);
+  cs_host_.resize(b * (hp_.n_rot / 2) * 2);
+  return choose_splits();
+}
+
+absl::Status DeviceBackend::choose_splits() {
+  std::vector<DeviceMatrix*> all;
+  auto take = [&](DeviceMatrix& m) {
+    if (m.present()) all.push_back(&m);
+  };
+  take(token_embd_);
+  take(output_);
+  for (DeviceLayer& l : layers_) {
+    for (DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.gate, &l.up, &l.down,
+                            &l.moe.router, &l.moe.shared_router, &l.moe.shared_gate,
+                            &l.moe.shared_up, &l.moe.shared_down}) {
+      take(*m);
+    }
+    for (auto* experts : {&l.moe.gate, &l.moe.up, &l.moe.down}) {
+      for (DeviceMatrix& m : *experts) take(m);
+    }
+  }
+  if (options_.row_warps != 0) {
+    size_t w = 0;
+    while (w < ck::kStepRowWarps.size() && ck::kStepRowWarps[w] != options_.row_warps) ++w;
+    if (w == ck::kStepRowWarps.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row_warps must be 0 (tuned), 1, 2 or 4, got ", options_.row_warps));
+    }
+    for (DeviceMatrix* m : all) m->split = static_cast<int>(w);
+    return load_chosen(all);
+  }
+  if (!options_.tune) return load_chosen(all);  // one warp a row
+  const std::string path = options_.tuner_path.empty() ? default_tuner_path()
+                           : options_.tuner_path == "-" ? ""
+                                                        : options_.tuner_path;
+  MatvecTuner tuner(path, tuning_key(api_->tuning_key()));
+  tuner.load();
+  // Scratch for the measurements: zero activations of the widest row, the
+  // longest output.
+  int widest = 1, longest = 1;
+  for (const DeviceMatrix* m : all) {
+    widest = std::max(widest, m->n_in);
+    longest = std::max(longest, m->n_out);
+  }
+  DeviceBuffer x, y;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(x, space(static_cast<size_t>(widest) * sizeof(float)));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(y, space(static_cast<size_t>(longest) * sizeof(float)));
+  STRATA_DEVICE_RETURN_IF_ERROR(api_->fill(x.get(), 0, static_cast<size_t>(widest) * sizeof(float)));
+  for (DeviceMatrix* m : all) {
+    const MatvecShape shape{m->type, m->n_in, m->n_out};
+    std::optional<int> w = tuner.find(shape);
+    if (!w) {
+      std::vector<double> ms;
+      for (size_t s = 0; s < ck::kStepRowWarps.size(); ++s) {
+        m->split = static_cast<int>(s);
+        absl::StatusOr<double> t = api_->time_ms(
+            [&] { return matvec(*m, x.as<float>(), 1, y.as<float>()); }, 5);
+        if (!t.ok()) return t.status();
+        ms.push_back(*t);
+      }
+      w = tuner.record(shape, ms);
+    }
+    size_t s = 0;
+    while (ck::kStepRowWarps[s] != *w) ++s;
+    m->split = static_cast<int>(s);
+  }
+  // A tuner file that cannot be written costs the next load a measurement,
+  // not this load.
+  if (tuner.measured() > 0) tuner.save().IgnoreError();
+  measured_shapes_ = tuner.measured();
+  return load_chosen(all);
+}
+
+// Every column count of each matrix's chosen split, compiled now (at
+// load), not at the first step that needs it.
+absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all) {
+  for (const DeviceMatrix* m : all) {
+    for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
+      absl::StatusOr<KernelHandle> k = kernel_of(*m, static_cast<size_t>(m->split), i);
+      if (!k.ok()) return k.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::worker::device
