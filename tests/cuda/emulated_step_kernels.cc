@@ -269,6 +269,9 @@ void add_step_kernels(EmulatedDeviceApi& api) {
           adapt(step_host::attention::strata_attention_decode));
   api.add(s.attention, cuda_kernels::kAttentionRowsEntry,
           adapt(step_host::attention::strata_attention_rows));
+  api.add(s.attention, cuda_kernels::kAttentionBatchEntry,
+          adapt(step_host::attention::strata_attention_batch));
+  api.add(s.elementwise, cuda_kernels::kStoreKvBatchEntry, adapt(ew::strata_store_kv_batch));
   api.add(s.sample, cuda_kernels::kArgmaxEntry, adapt(step_host::sample::strata_argmax));
 }
 

@@ -163,6 +163,10 @@ std::unique_ptr<DeviceApi> emulated_device() {
            adapt(host::attention::strata_attention_decode));
   api->add(kAttention, cuda_kernels::kAttentionRowsEntry,
            adapt(host::attention::strata_attention_rows));
+  api->add(kAttention, cuda_kernels::kAttentionBatchEntry,
+           adapt(host::attention::strata_attention_batch));
+  api->add(kElementwise, cuda_kernels::kStoreKvBatchEntry,
+           adapt(host::elementwise::strata_store_kv_batch));
   api->add(kSample, cuda_kernels::kArgmaxEntry, adapt(host::sample::strata_argmax));
   return api;
 }
@@ -665,6 +669,87 @@ TEST_P(Kernels, AttentionRowsEqualsOneDecodeLaunchPerRow) {
           ASSERT_EQ(got[static_cast<size_t>(r) * n_head * dv + i], want[static_cast<size_t>(i)])
               << "row " << r << ", value " << i;
         }
+      }
+    }
+  }
+}
+
+// The decode rows of a step in one launch each (strata_store_kv_batch,
+// strata_attention_batch): three sequences of their own contexts, their
+// caches two layers deep, the rows out of order in q. The stores land at
+// each row's position of layer 1, rounded to f16 as strata_store_kv; each
+// row's attention is the decode entry's on its own cache, bit for bit.
+TEST_P(Kernels, DecodeRowsOfSeveralSequencesInOneLaunch) {
+  const int n_head = 4, n_head_kv = 2, dk = 32, dv = 32, layers = 2, layer = 1;
+  const int kw = n_head_kv * dk, vw = n_head_kv * dv;
+  const std::vector<int> n_ctx = {9, 5, 12}, pos = {6, 0, 11}, row_of = {2, 0, 1};
+  const int rows = 3;
+  const std::vector<float> q = normal_values(static_cast<size_t>(rows) * n_head * dk, 40);
+  const std::vector<float> k = normal_values(static_cast<size_t>(rows) * kw, 41);
+  const std::vector<float> v = normal_values(static_cast<size_t>(rows) * vw, 42);
+  const std::vector<float> sinks = normal_values(n_head, 43);
+  std::vector<DeviceBuffer> caches;
+  std::vector<unsigned long long> base;
+  for (int r = 0; r < rows; ++r) {
+    // Earlier positions hold random f16 keys and values already.
+    const std::vector<float> fill = normal_values(
+        static_cast<size_t>(layers) * n_ctx[r] * (kw + vw), 50 + static_cast<uint32_t>(r));
+    std::vector<uint16_t> f16(fill.size());
+    for (size_t i = 0; i < fill.size(); ++i) f16[i] = reference::f32_to_f16(fill[i]);
+    caches.push_back(put(f16));
+    base.push_back(reinterpret_cast<unsigned long long>(caches.back().get()));
+  }
+  DeviceBuffer dq = put(q), dkeys = put(k), dvalues = put(v), dbase = put(base), dctx = put(n_ctx),
+               dpos = put(pos), drow = put(row_of), dsinks = put(sinks);
+  ASSERT_TRUE(run(kElementwise, cuda_kernels::kStoreKvBatchEntry, 2, 64, dkeys.as<const float>(),
+                  dvalues.as<const float>(), dbase.as<const unsigned long long>(), dctx.as<const int>(),
+                  dpos.as<const int>(), drow.as<const int>(), layer, rows, kw, vw)
+                  .ok());
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<uint16_t> c =
+        get<uint16_t>(caches[static_cast<size_t>(r)], static_cast<size_t>(layers) * n_ctx[r] * (kw + vw));
+    const size_t l1 = static_cast<size_t>(layer) * n_ctx[r] * (kw + vw);
+    for (int i = 0; i < kw; ++i) {
+      ASSERT_EQ(c[l1 + static_cast<size_t>(pos[r]) * kw + i],
+                reference::f32_to_f16(k[static_cast<size_t>(row_of[r]) * kw + i]))
+          << "row " << r << " key " << i;
+    }
+    for (int i = 0; i < vw; ++i) {
+      ASSERT_EQ(c[l1 + static_cast<size_t>(n_ctx[r]) * kw + static_cast<size_t>(pos[r]) * vw + i],
+                reference::f32_to_f16(v[static_cast<size_t>(row_of[r]) * vw + i]))
+          << "row " << r << " value " << i;
+    }
+  }
+  const std::vector<int> n_kv = {pos[0] + 1, pos[1] + 1, pos[2] + 1};
+  DeviceBuffer dkv = put(n_kv);
+  for (const int window : {0, 3}) {
+    const int stride = 12;
+    DeviceBuffer out = space(static_cast<size_t>(rows) * n_head * dv * sizeof(float));
+    DeviceBuffer scores = space(static_cast<size_t>(rows) * n_head * stride * sizeof(float));
+    ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionBatchEntry, n_head * rows,
+                    kAttentionThreads, dq.as<const float>(), dbase.as<const unsigned long long>(),
+                    dctx.as<const int>(), dkv.as<const int>(), drow.as<const int>(),
+                    out.as<float>(), scores.as<float>(), stride, layer, window, n_head, n_head_kv,
+                    dk, dv, 0.2f, 0.0f, dsinks.as<const float>())
+                    .ok());
+    const std::vector<float> got = get<float>(out, static_cast<size_t>(rows) * n_head * dv);
+    for (int r = 0; r < rows; ++r) {
+      const size_t l1 = static_cast<size_t>(layer) * n_ctx[r] * (kw + vw) * 2;  // bytes
+      const auto* kc = reinterpret_cast<const unsigned short*>(
+          static_cast<const char*>(caches[static_cast<size_t>(r)].get()) + l1);
+      const unsigned short* vc = kc + static_cast<size_t>(n_ctx[r]) * kw;
+      const int begin = window > 0 ? std::max(0, n_kv[r] - window) : 0;
+      DeviceBuffer one = space(static_cast<size_t>(n_head) * dv * sizeof(float));
+      DeviceBuffer sc = space(static_cast<size_t>(n_head) * n_kv[r] * sizeof(float));
+      ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionDecodeEntry, n_head, kAttentionThreads,
+                      dq.as<const float>() + static_cast<size_t>(row_of[r]) * n_head * dk, kc, vc,
+                      one.as<float>(), sc.as<float>(), n_kv[r], begin, n_head, n_head_kv, dk, dv,
+                      0.2f, 0.0f, dsinks.as<const float>())
+                      .ok());
+      const std::vector<float> want = get<float>(one, static_cast<size_t>(n_head) * dv);
+      for (int i = 0; i < n_head * dv; ++i) {
+        ASSERT_EQ(got[static_cast<size_t>(row_of[r]) * n_head * dv + i], want[static_cast<size_t>(i)])
+            << "window " << window << ", row " << r << ", value " << i;
       }
     }
   }

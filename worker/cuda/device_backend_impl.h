@@ -245,6 +245,8 @@ class DeviceBackend final : public Backend {
                    const DeviceBuffer* up_bias, const DeviceBuffer* down_bias, int bias_row);
   absl::Status moe(int il, int n);
   absl::Status head();
+  // Fills and uploads the decode table (decode_, n_decode_) of the step.
+  absl::Status upload_decode_table();
 
   std::shared_ptr<const gguf::GgufModel> model_;
   arch::Hyperparameters hp_;
@@ -263,8 +265,8 @@ class DeviceBackend final : public Backend {
   std::vector<float> rope_freqs_;  // [n_rot / 2] (llama3), empty when absent
   std::vector<DeviceLayer> layers_;
 
-  KernelHandle k_attention_rows_;
-  KernelHandle k_rms_, k_rope_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_, k_attention_,
+  KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_;
+  KernelHandle k_rms_, k_rope_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_copy_cols_, k_gather_, k_scatter_,
       k_moe_sum_, k_add_shared_;
 
@@ -316,6 +318,20 @@ class DeviceBackend final : public Backend {
     Logits logits = Logits::kNone;
   };
   std::vector<StepSlice> slices_;
+  // The step's decode rows (one-row slices) on the device: their
+  // sequences' cache buffers, contexts, positions, keys to attend, rows;
+  // pointers into decode_table_ ([B] each).
+  struct DecodeTable {
+    const unsigned long long* base = nullptr;
+    const int* n_ctx = nullptr;
+    const int* pos = nullptr;
+    const int* n_kv = nullptr;
+    const int* row = nullptr;
+  };
+  DeviceBuffer decode_table_;
+  DecodeTable decode_;
+  std::vector<uint8_t> decode_host_;
+  int n_decode_ = 0;
   std::vector<int32_t> positions_;  // [B]
   std::vector<float> cs_host_;      // [B][n_rot / 2][2]
   std::vector<int> head_rows_;

@@ -133,7 +133,16 @@ absl::Status DeviceBackend::attention(int il, int n) {
   STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_, int64_t{n} * hp_.n_head_kv * half, k, cs, n,
                                   hp_.n_head_kv, dk, hp_.n_rot, neox));
 
+  // The decode rows' K and V in one launch (their sequences' caches through
+  // the step's table, forward()); a prompt chunk's in one launch each.
+  if (n_decode_ > 0) {
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(
+        k_store_kv_batch_, int64_t{n_decode_} * (kw + vw), static_cast<const float*>(k),
+        static_cast<const float*>(v), decode_.base, decode_.n_ctx, decode_.pos, decode_.row,
+        layer, n_decode_, static_cast<int>(kw), static_cast<int>(vw)));
+  }
   for (const StepSlice& s : slices_) {
+    if (s.rows == 1) continue;  // stored above
     STRATA_DEVICE_RETURN_IF_ERROR(run_over(
         k_store_kv_, int64_t{s.rows} * std::max(kw, vw),
         static_cast<const float*>(k + int64_t{s.row0} * kw),
@@ -151,20 +160,19 @@ absl::Status DeviceBackend::attention(int il, int n) {
   const int window = hp_.sliding[static_cast<size_t>(il)] ? hp_.sliding_window : 0;
   const int64_t attn_width = int64_t{hp_.n_head} * dv;
   const float* sinks = w.sinks.get() != nullptr ? w.sinks.as<float>() : nullptr;
+  // The decode rows of every sequence: attention_rows_ of them a launch.
+  for (int d0 = 0; d0 < n_decode_; d0 += attention_rows_) {
+    const int rows = std::min(attention_rows_, n_decode_ - d0);
+    STRATA_DEVICE_RETURN_IF_ERROR(run(
+        k_attention_batch_, static_cast<unsigned>(hp_.n_head * rows), ck::kStepAttentionThreads,
+        static_cast<const float*>(q), decode_.base + d0, decode_.n_ctx + d0, decode_.n_kv + d0,
+        decode_.row + d0, attn_.as<float>(), scores_.as<float>(), max_ctx_, layer, window,
+        hp_.n_head, hp_.n_head_kv, dk, dv, scale, hp_.attn_softcap, sinks));
+  }
   for (const StepSlice& s : slices_) {
+    if (s.rows == 1) continue;  // attended above
     const auto* kc = static_cast<const unsigned short*>(k_cache(*s.seq, layer));
     const auto* vc = static_cast<const unsigned short*>(v_cache(*s.seq, layer));
-    if (s.rows == 1) {  // a decode row
-      const int n_kv = s.pos0 + 1;
-      const int begin = window > 0 ? std::max(0, n_kv - window) : 0;
-      STRATA_DEVICE_RETURN_IF_ERROR(run(k_attention_, static_cast<unsigned>(hp_.n_head),
-                                 ck::kStepAttentionThreads,
-                                 static_cast<const float*>(q + s.row0 * qw), kc, vc,
-                                 attn_.as<float>() + s.row0 * attn_width, scores_.as<float>(),
-                                 n_kv, begin, hp_.n_head, hp_.n_head_kv, dk, dv, scale,
-                                 hp_.attn_softcap, sinks));
-      continue;
-    }
     // A prompt chunk: attention_rows_ rows a launch, the same numbers.
     for (int t0 = 0; t0 < s.rows; t0 += attention_rows_) {
       const int rows = std::min(attention_rows_, s.rows - t0);
@@ -360,6 +368,28 @@ absl::Status DeviceBackend::head() {
   return api_->download(logits_host_.data(), logits_.get(), need);
 }
 
+// The step's decode rows (one-row slices), as strata_attention_batch and
+// strata_store_kv_batch read them: [base | n_ctx | pos | n_kv | row] in one
+// upload.
+absl::Status DeviceBackend::upload_decode_table() {
+  n_decode_ = 0;
+  const size_t b = static_cast<size_t>(options_.max_batch);
+  uint8_t* table = decode_host_.data();
+  auto* base = reinterpret_cast<unsigned long long*>(table);
+  auto* ints = reinterpret_cast<int*>(table + b * sizeof(unsigned long long));
+  for (const StepSlice& s : slices_) {
+    if (s.rows != 1) continue;
+    const size_t d = static_cast<size_t>(n_decode_++);
+    base[d] = reinterpret_cast<unsigned long long>(s.seq->kv.get());
+    ints[d] = s.seq->n_ctx;
+    ints[b + d] = s.pos0;
+    ints[2 * b + d] = s.pos0 + 1;
+    ints[3 * b + d] = s.row0;
+  }
+  if (n_decode_ == 0) return absl::OkStatus();
+  return api_->upload(decode_table_.get(), table, decode_host_.size());
+}
+
 absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* result) {
   ForwardSlice single;
   const absl::StatusOr<CheckedStep> step = check_forward(
@@ -382,6 +412,7 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     row += s.rows;
   }
   ++step_;  // new positions: the RoPE tables of the last step are stale
+  STRATA_DEVICE_RETURN_IF_ERROR(upload_decode_table());
 
   float* x = x_.as<float>();
   if (is_first()) {

@@ -206,8 +206,11 @@ absl::Status DeviceBackend::load() {
 
   const ck::StepSources& src = ck::step_sources();
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_rms_, kernel(src.rms_norm, ck::kRmsNormEntry));
-  STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_, kernel(src.attention, ck::kAttentionDecodeEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_batch_,
+                                 kernel(src.attention, ck::kAttentionBatchEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_store_kv_batch_,
+                                 kernel(src.elementwise, ck::kStoreKvBatchEntry));
   struct Elementwise {
     KernelHandle* handle;
     const char* entry;
@@ -264,6 +267,17 @@ absl::Status DeviceBackend::load() {
   }
   positions_.resize(b);
   cs_host_.resize(b * (hp_.n_rot / 2) * 2);
+  decode_host_.resize(b * (sizeof(unsigned long long) + 4 * sizeof(int)));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(decode_table_, space(decode_host_.size()));
+  {
+    const auto* t = decode_table_.as<uint8_t>();
+    decode_.base = reinterpret_cast<const unsigned long long*>(t);
+    const auto* ints = reinterpret_cast<const int*>(t + b * sizeof(unsigned long long));
+    decode_.n_ctx = ints;
+    decode_.pos = ints + b;
+    decode_.n_kv = ints + 2 * b;
+    decode_.row = ints + 3 * b;
+  }
   return choose_splits();
 }
 

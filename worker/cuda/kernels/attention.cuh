@@ -135,6 +135,36 @@ STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
                      sinks != nullptr);
 }
 
+// The decode rows of a step, each of its own sequence, in one launch: block
+// r x n_head + h is row r's head h. Row r is row row_of[r] of q [.][n_head]
+// [dk] and out [.][n_head][dv]; its sequence's caches start at kv_base[r]
+// (f16, per layer K [n_ctx[r]][n_head_kv][dk] then V [n_ctx[r]][n_head_kv]
+// [dv], worker/cuda/device_backend_impl.h's layout), of which it reads
+// layer `layer`'s keys [begin, n_kv[r]) (begin n_kv[r] - window when window
+// > 0); scores [rows][n_head][scores_stride]. The same numbers as
+// strata_attention_decode per row.
+STRATA_KERNEL strata_attention_batch(const float* __restrict__ q,
+                                     const unsigned long long* __restrict__ kv_base,
+                                     const int* __restrict__ n_ctx, const int* __restrict__ n_kv,
+                                     const int* __restrict__ row_of, float* __restrict__ out,
+                                     float* __restrict__ scores, int scores_stride, int layer,
+                                     int window, int n_head, int n_head_kv, int dk, int dv,
+                                     float scale, float softcap, const float* __restrict__ sinks) {
+  const int h = blockIdx.x % n_head;
+  const int r = blockIdx.x / n_head;
+  const long long kw = (long long)n_head_kv * dk, vw = (long long)n_head_kv * dv;
+  const unsigned short* k =
+      (const unsigned short*)kv_base[r] + (long long)layer * n_ctx[r] * (kw + vw);
+  const unsigned short* v = k + (long long)n_ctx[r] * kw;
+  const int nk = n_kv[r];
+  const int begin = window > 0 && nk > window ? nk - window : 0;
+  const long long row = row_of[r];
+  strata_attend_head(q + (row * n_head + h) * dk, k, v, out + (row * n_head + h) * dv,
+                     scores + ((long long)r * n_head + h) * scores_stride, nk, begin,
+                     h / (n_head / n_head_kv), n_head_kv, dk, dv, scale, softcap,
+                     sinks != nullptr ? sinks[h] : -INFINITY, sinks != nullptr);
+}
+
 // Rows [0, n_rows) of one sequence's prompt chunk at positions pos0 ..: row
 // r attends to keys [begin, pos0 + r + 1), begin pos0 + r + 1 - window when
 // window > 0 (else 0); the same numbers as strata_attention_decode per row.

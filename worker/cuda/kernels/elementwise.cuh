@@ -42,6 +42,13 @@
 //   strata_add_shared_expert(float* y, const float* shared, const float* g,
 //                            int n, int width)
 //     y[t] += shared[t] silu(g[t]) / g[t] (qwen2moe's sigmoid gate, as ggml)
+//   strata_store_kv_batch(const float* k, const float* v,
+//       const unsigned long long* kv_base, const int* n_ctx, const int* pos,
+//       const int* row_of, int layer, int n, int k_width, int v_width)
+//     the decode rows of a step, each of its own sequence: row row_of[r] of
+//     k [.][k_width] and v [.][v_width] into position pos[r] of layer
+//     `layer` of the caches at kv_base[r] (per layer K [n_ctx[r]][k_width]
+//     then V [n_ctx[r]][v_width], f16), r < n
 //   strata_store_kv(const float* k, const float* v, unsigned short* k_cache,
 //                   unsigned short* v_cache, int pos, int n, int k_width,
 //                   int v_width)
@@ -199,6 +206,26 @@ STRATA_KERNEL strata_add_shared_expert(float* y, const float* shared, const floa
     const float gt = g[i / width];
     const float gate = gt / (1.0f + expf(-gt)) / gt;
     y[i] += shared[i] * gate;
+  }
+}
+
+STRATA_KERNEL strata_store_kv_batch(const float* k, const float* v,
+                                    const unsigned long long* kv_base, const int* n_ctx,
+                                    const int* pos, const int* row_of, int layer, int n,
+                                    int k_width, int v_width) {
+  const long long width = (long long)k_width + v_width;
+  const long long total = (long long)n * width;
+  for (long long i = strata_first(); i < total; i += strata_stride()) {
+    const int r = (int)(i / width);
+    const long long c = i - (long long)r * width;
+    unsigned short* base = (unsigned short*)kv_base[r] + (long long)layer * n_ctx[r] * width;
+    if (c < k_width) {
+      base[(long long)pos[r] * k_width + c] = strata_to_f16(k[(long long)row_of[r] * k_width + c]);
+    } else {
+      const long long cv = c - k_width;
+      base[(long long)n_ctx[r] * k_width + (long long)pos[r] * v_width + cv] =
+          strata_to_f16(v[(long long)row_of[r] * v_width + cv]);
+    }
   }
 }
 

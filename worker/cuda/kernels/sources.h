@@ -25,6 +25,7 @@ inline constexpr const char* kScatterRowsEntry = "strata_scatter_rows";
 inline constexpr const char* kMoeSumEntry = "strata_moe_sum";
 inline constexpr const char* kAddSharedExpertEntry = "strata_add_shared_expert";
 inline constexpr const char* kStoreKvEntry = "strata_store_kv";
+inline constexpr const char* kStoreKvBatchEntry = "strata_store_kv_batch";
 
 // attention_decode: grid (n_head), block (-DTHREADS, 128 by default).
 inline constexpr const char* kAttentionSource =
@@ -32,6 +33,7 @@ inline constexpr const char* kAttentionSource =
     ;
 inline constexpr const char* kAttentionDecodeEntry = "strata_attention_decode";
 inline constexpr const char* kAttentionRowsEntry = "strata_attention_rows";
+inline constexpr const char* kAttentionBatchEntry = "strata_attention_batch";
 inline constexpr int kAttentionThreads = 128;
 
 // argmax: grid (1), block (-DTHREADS, 256 by default).
