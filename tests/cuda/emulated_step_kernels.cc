@@ -249,6 +249,7 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   STRATA_ADD_MATVEC(matvec_w4_c8)(api, s, 2, 3);
   STRATA_ADD_MATVEC(matvec_w4_c16)(api, s, 2, 4);
   api.add(s.rms_norm, cuda_kernels::kRmsNormEntry, adapt(step_host::rms::strata_rms_norm));
+  api.add(s.rms_norm, cuda_kernels::kAddRmsNormEntry, adapt(step_host::rms::strata_add_rms_norm));
   namespace ew = step_host::elementwise;
   api.add(s.elementwise, cuda_kernels::kRopeRotateEntry, adapt(ew::strata_rope_rotate));
   api.add(s.elementwise, cuda_kernels::kSwigluEntry, adapt(ew::strata_swiglu));

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "model/ggml_type.h"
 #include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
 #include "worker/cuda/step_kernels.h"
 #include "worker/cuda/nvrtc_compiler.h"
@@ -62,13 +63,17 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
   const Source sources[] = {
       {"elementwise.cu", cuda_kernels::kElementwiseSource,
        {cuda_kernels::kRopeRotateEntry, cuda_kernels::kSwigluEntry, cuda_kernels::kAddEntry,
-        cuda_kernels::kAddBiasEntry, cuda_kernels::kStoreKvEntry, cuda_kernels::kScaleEntry,
+        cuda_kernels::kAddBiasEntry, cuda_kernels::kStoreKvEntry,
+        cuda_kernels::kStoreKvBatchEntry, cuda_kernels::kScaleEntry,
         cuda_kernels::kSoftCapEntry, cuda_kernels::kGegluEntry, cuda_kernels::kSwigluOaiEntry,
         cuda_kernels::kCopyColsEntry, cuda_kernels::kGatherRowsEntry,
         cuda_kernels::kScatterRowsEntry, cuda_kernels::kMoeSumEntry,
         cuda_kernels::kAddSharedExpertEntry}},
       {"attention.cu", cuda_kernels::kAttentionSource,
-       {cuda_kernels::kAttentionDecodeEntry, cuda_kernels::kAttentionRowsEntry}},
+       {cuda_kernels::kAttentionDecodeEntry, cuda_kernels::kAttentionRowsEntry,
+        cuda_kernels::kAttentionBatchEntry}},
+      {"rms_norm.cu", cuda_kernels::kRmsNormSource,
+       {cuda_kernels::kRmsNormEntry, cuda_kernels::kAddRmsNormEntry}},
       {"sample.cu", cuda_kernels::kSampleSource, {cuda_kernels::kArgmaxEntry}},
   };
   for (const int cc : {80, 90}) {

@@ -140,6 +140,7 @@ std::unique_ptr<DeviceApi> emulated_device() {
     api->add(kMatvec1, cuda_kernels::get_rows_entry(c.type), c.rows);
   }
   api->add(kRms, cuda_kernels::kRmsNormEntry, adapt(host::rms::strata_rms_norm));
+  api->add(kRms, cuda_kernels::kAddRmsNormEntry, adapt(host::rms::strata_add_rms_norm));
   api->add(kElementwise, cuda_kernels::kRopeRotateEntry,
            adapt(host::elementwise::strata_rope_rotate));
   api->add(kElementwise, cuda_kernels::kSwigluEntry, adapt(host::elementwise::strata_swiglu));
@@ -351,6 +352,31 @@ TEST_P(Kernels, RmsNormMatchesTheReference) {
         ASSERT_NEAR(got[i], want[i], 2e-6f * std::max(1.0f, std::fabs(want[i]))) << i;
       }
     }
+  }
+}
+
+// The fused residual add and RMSNorm: x afterwards holds x + delta and y
+// the norm of it, bit for bit what strata_add then strata_rms_norm give.
+TEST_P(Kernels, AddRmsNormIsAddThenRmsNorm) {
+  for (const int dim : {31, 576, 1000}) {
+    SCOPED_TRACE("dim " + std::to_string(dim));
+    const int rows = 3;
+    const long long n = static_cast<long long>(rows) * dim;
+    const std::vector<float> x = normal_values(n, 60), delta = normal_values(n, 61, 0.5f);
+    const std::vector<float> w = normal_values(dim, 62);
+    DeviceBuffer a = put(x), b = put(x), d = put(delta), dw = put(w);
+    DeviceBuffer ya = space(n * sizeof(float)), yb = space(n * sizeof(float));
+    ASSERT_TRUE(run(kElementwise, cuda_kernels::kAddEntry, 1, 64, a.as<const float>(),
+                    d.as<const float>(), a.as<float>(), n)
+                    .ok());
+    ASSERT_TRUE(run(kRms, cuda_kernels::kRmsNormEntry, rows, kRmsThreads, a.as<const float>(),
+                    dw.as<const float>(), ya.as<float>(), dim, 1e-6f)
+                    .ok());
+    ASSERT_TRUE(run(kRms, cuda_kernels::kAddRmsNormEntry, rows, kRmsThreads, b.as<float>(),
+                    d.as<const float>(), dw.as<const float>(), yb.as<float>(), dim, 1e-6f)
+                    .ok());
+    EXPECT_EQ(get<float>(b, n), get<float>(a, n));
+    EXPECT_EQ(get<float>(yb, n), get<float>(ya, n));
   }
 }
 

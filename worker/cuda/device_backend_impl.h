@@ -230,6 +230,9 @@ class DeviceBackend final : public Backend {
   // y [rows][dim] = RMSNorm(x) * weight.
   absl::Status rms_norm(const float* x, const DeviceBuffer& weight, int rows, int dim, float* y);
   absl::Status add(const float* a, const float* b, float* y, int64_t n);
+  // x += delta, then y = RMSNorm(x) * weight, one launch (the same bits).
+  absl::Status add_rms_norm(float* x, const float* delta, const DeviceBuffer& weight, int rows,
+                            int dim, float* y);
   absl::Status add_bias(float* x, const DeviceBuffer& bias, int rows, int64_t width,
                         int64_t offset = 0);
   // Columns [col0, col0 + width) of src [n][src_width] into dst [n][width].
@@ -265,7 +268,7 @@ class DeviceBackend final : public Backend {
   std::vector<float> rope_freqs_;  // [n_rot / 2] (llama3), empty when absent
   std::vector<DeviceLayer> layers_;
 
-  KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_;
+  KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_;
   KernelHandle k_rms_, k_rope_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_copy_cols_, k_gather_, k_scatter_,
       k_moe_sum_, k_add_shared_;
@@ -318,6 +321,8 @@ class DeviceBackend final : public Backend {
     Logits logits = Logits::kNone;
   };
   std::vector<StepSlice> slices_;
+  bool fuse_residual_ = true;      // blocks leave their last add to the next
+  bool residual_pending_ = false;  // x += proj_ still to do
   // The step's decode rows (one-row slices) on the device: their
   // sequences' cache buffers, contexts, positions, keys to attend, rows;
   // pointers into decode_table_ ([B] each).

@@ -40,6 +40,12 @@ absl::Status DeviceBackend::rms_norm(const float* x, const DeviceBuffer& weight,
              static_cast<const float*>(weight.as<float>()), y, dim, hp_.rms_eps);
 }
 
+absl::Status DeviceBackend::add_rms_norm(float* x, const float* delta, const DeviceBuffer& weight,
+                                         int rows, int dim, float* y) {
+  return run(k_add_rms_, static_cast<unsigned>(rows), ck::kStepRmsNormThreads, x, delta,
+             static_cast<const float*>(weight.as<float>()), y, dim, hp_.rms_eps);
+}
+
 absl::Status DeviceBackend::add(const float* a, const float* b, float* y, int64_t n) {
   return run_over(k_add_, n, a, b, y, static_cast<long long>(n));
 }
@@ -321,13 +327,18 @@ absl::Status DeviceBackend::block(int il, int n) {
   float* x = x_.as<float>();
   float* xn = xn_.as<float>();
   float* proj = proj_.as<float>();
-  STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(x, w.attn_norm, n, e, xn));
+  // The previous block's last residual add, when it left it for this norm.
+  if (residual_pending_) {
+    STRATA_DEVICE_RETURN_IF_ERROR(add_rms_norm(x, proj, w.attn_norm, n, e, xn));
+    residual_pending_ = false;
+  } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(x, w.attn_norm, n, e, xn));
+  }
   STRATA_DEVICE_RETURN_IF_ERROR(attention(il, n));
   if (w.post_attn_norm.get() != nullptr) {
     STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(proj, w.post_attn_norm, n, e, proj));
   }
-  STRATA_DEVICE_RETURN_IF_ERROR(add(x, proj, x, int64_t{n} * e));
-  STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(x, w.ffn_norm, n, e, xn));
+  STRATA_DEVICE_RETURN_IF_ERROR(add_rms_norm(x, proj, w.ffn_norm, n, e, xn));
   if (w.moe.present()) {
     STRATA_DEVICE_RETURN_IF_ERROR(moe(il, n));
   } else {
@@ -336,6 +347,12 @@ absl::Status DeviceBackend::block(int il, int n) {
   }
   if (w.post_ffn_norm.get() != nullptr) {
     STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(proj, w.post_ffn_norm, n, e, proj));
+  }
+  // x += proj: with the next block's first norm when one follows in this
+  // step (forward() says), else now.
+  if (il + 1 < range_.last && fuse_residual_) {
+    residual_pending_ = true;
+    return absl::OkStatus();
   }
   return add(x, proj, x, int64_t{n} * e);
 }
@@ -433,6 +450,10 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   } else {
     STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(x, req.hidden.data(), req.hidden.size() * sizeof(float)));
   }
+  // Each block's last residual add goes with the next block's first norm,
+  // unless every block's output is wanted (the trace's hashes).
+  fuse_residual_ = req.block_hashes == nullptr;
+  residual_pending_ = false;
   for (int il = range_.first; il < range_.last; ++il) {
     STRATA_DEVICE_RETURN_IF_ERROR(block(il, n));
     if (req.block_hashes != nullptr) {

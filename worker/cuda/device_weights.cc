@@ -206,6 +206,7 @@ absl::Status DeviceBackend::load() {
 
   const ck::StepSources& src = ck::step_sources();
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_rms_, kernel(src.rms_norm, ck::kRmsNormEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_add_rms_, kernel(src.rms_norm, ck::kAddRmsNormEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_batch_,
                                  kernel(src.attention, ck::kAttentionBatchEntry));

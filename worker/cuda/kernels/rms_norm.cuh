@@ -6,6 +6,37 @@
 #ifndef STRATA_KERNEL
 #define STRATA_KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
 #endif
+// The residual add and the next RMSNorm in one pass: x += delta, then y =
+// RMSNorm(x) * weight; the sums and products of strata_add then
+// strata_rms_norm, in the same order (so the same bits).
+STRATA_KERNEL strata_add_rms_norm(float* __restrict__ x, const float* __restrict__ delta,
+                                  const float* __restrict__ weight, float* __restrict__ y,
+                                  int dim, float eps) {
+  float* xr = x + (long long)blockIdx.x * dim;
+  const float* dr = delta + (long long)blockIdx.x * dim;
+  float* yr = y + (long long)blockIdx.x * dim;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += THREADS) {
+    const float v = xr[i] + dr[i];
+    xr[i] = v;
+    sum += v * v;
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  __shared__ float warp_sums[THREADS / 32];
+  __shared__ float scale;
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float s = threadIdx.x < THREADS / 32 ? warp_sums[threadIdx.x] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) scale = rsqrtf(s / (float)dim + eps);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < dim; i += THREADS) {
+    yr[i] = xr[i] * scale * (weight != nullptr ? weight[i] : 1.0f);
+  }
+}
+
 STRATA_KERNEL strata_rms_norm(const float* __restrict__ x, const float* __restrict__ weight,
                 float* y, int dim, float eps) {
   const float* xr = x + (long long)blockIdx.x * dim;

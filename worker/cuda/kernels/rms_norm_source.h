@@ -12,6 +12,10 @@
 namespace strata::worker::cuda_kernels {
 
 inline constexpr const char* kRmsNormEntry = "strata_rms_norm";
+// x += delta, then y = RMSNorm(x) * weight (arguments (float* x, const
+// float* delta, const float* weight, float* y, int dim, float eps)): the
+// bits of strata_add then strata_rms_norm, one pass.
+inline constexpr const char* kAddRmsNormEntry = "strata_add_rms_norm";
 inline constexpr int kRmsNormThreads = 256;  // -DTHREADS, a multiple of 32
 
 // The source: worker/cuda/kernels/rms_norm.cuh, embedded at build time
