@@ -252,6 +252,7 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.rms_norm, cuda_kernels::kAddRmsNormEntry, adapt(step_host::rms::strata_add_rms_norm));
   namespace ew = step_host::elementwise;
   api.add(s.elementwise, cuda_kernels::kRopeRotateEntry, adapt(ew::strata_rope_rotate));
+  api.add(s.elementwise, cuda_kernels::kRopeRotateQkEntry, adapt(ew::strata_rope_rotate_qk));
   api.add(s.elementwise, cuda_kernels::kSwigluEntry, adapt(ew::strata_swiglu));
   api.add(s.elementwise, cuda_kernels::kAddEntry, adapt(ew::strata_add));
   api.add(s.elementwise, cuda_kernels::kAddBiasEntry, adapt(ew::strata_add_bias));

@@ -143,6 +143,8 @@ std::unique_ptr<DeviceApi> emulated_device() {
   api->add(kRms, cuda_kernels::kAddRmsNormEntry, adapt(host::rms::strata_add_rms_norm));
   api->add(kElementwise, cuda_kernels::kRopeRotateEntry,
            adapt(host::elementwise::strata_rope_rotate));
+  api->add(kElementwise, cuda_kernels::kRopeRotateQkEntry,
+           adapt(host::elementwise::strata_rope_rotate_qk));
   api->add(kElementwise, cuda_kernels::kSwigluEntry, adapt(host::elementwise::strata_swiglu));
   api->add(kElementwise, cuda_kernels::kAddEntry, adapt(host::elementwise::strata_add));
   api->add(kElementwise, cuda_kernels::kAddBiasEntry, adapt(host::elementwise::strata_add_bias));
@@ -408,6 +410,23 @@ TEST_P(Kernels, RopeRotateMatchesTheReference) {
       for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_NEAR(got[i], want[i], 2e-6f * std::max(1.0f, std::fabs(want[i]))) << i;
       }
+      // q and k (2 heads) in one launch: each the one-tensor entry's bits.
+      const std::vector<float> q0 = normal_values(static_cast<size_t>(n_tokens) * n_heads * head_dim, 2);
+      const std::vector<float> k0 = normal_values(static_cast<size_t>(n_tokens) * 2 * head_dim, 3);
+      DeviceBuffer dq = put(q0), dk = put(k0), dq1 = put(q0), dk1 = put(k0);
+      const int neox = order == kernels::RopeOrder::kNeox ? 1 : 0;
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kRopeRotateQkEntry, 3, 32, dq.as<float>(),
+                      dk.as<float>(), dcs.as<const float>(), n_tokens, n_heads, 2, head_dim, n_rot,
+                      neox)
+                      .ok());
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kRopeRotateEntry, 1, 64, dq1.as<float>(),
+                      dcs.as<const float>(), n_tokens, n_heads, head_dim, n_rot, neox)
+                      .ok());
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kRopeRotateEntry, 1, 64, dk1.as<float>(),
+                      dcs.as<const float>(), n_tokens, 2, head_dim, n_rot, neox)
+                      .ok());
+      EXPECT_EQ(get<float>(dq, q0.size()), get<float>(dq1, q0.size()));
+      EXPECT_EQ(get<float>(dk, k0.size()), get<float>(dk1, k0.size()));
     }
   }
 }

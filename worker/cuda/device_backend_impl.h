@@ -268,8 +268,8 @@ class DeviceBackend final : public Backend {
   std::vector<float> rope_freqs_;  // [n_rot / 2] (llama3), empty when absent
   std::vector<DeviceLayer> layers_;
 
-  KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_;
-  KernelHandle k_rms_, k_rope_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
+  KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
+  KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_copy_cols_, k_gather_, k_scatter_,
       k_moe_sum_, k_add_shared_;
 

@@ -134,10 +134,9 @@ absl::Status DeviceBackend::attention(int il, int n) {
   const int neox = r.rope == arch::RopeStyle::kNeox ? 1 : 0;
   const float* cs = table->cs.as<float>();
   const int half = hp_.n_rot / 2;
-  STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_, int64_t{n} * hp_.n_head * half, q, cs, n, hp_.n_head,
-                                  dk, hp_.n_rot, neox));
-  STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_, int64_t{n} * hp_.n_head_kv * half, k, cs, n,
-                                  hp_.n_head_kv, dk, hp_.n_rot, neox));
+  STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_qk_,
+                                         int64_t{n} * (hp_.n_head + hp_.n_head_kv) * half, q, k,
+                                         cs, n, hp_.n_head, hp_.n_head_kv, dk, hp_.n_rot, neox));
 
   // The decode rows' K and V in one launch (their sequences' caches through
   // the step's table, forward()); a prompt chunk's in one launch each.

@@ -217,7 +217,7 @@ absl::Status DeviceBackend::load() {
     const char* entry;
   };
   for (const Elementwise& k : std::initializer_list<Elementwise>{
-           {&k_rope_, ck::kRopeRotateEntry},     {&k_swiglu_, ck::kSwigluEntry},
+           {&k_rope_qk_, ck::kRopeRotateQkEntry}, {&k_swiglu_, ck::kSwigluEntry},
            {&k_add_, ck::kAddEntry},             {&k_add_bias_, ck::kAddBiasEntry},
            {&k_store_kv_, ck::kStoreKvEntry},    {&k_scale_, ck::kScaleEntry},
            {&k_soft_cap_, ck::kSoftCapEntry},    {&k_geglu_, ck::kGegluEntry},

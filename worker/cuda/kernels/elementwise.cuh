@@ -11,6 +11,11 @@
 //     (made on the host, shared by q, k and every layer of a step): pair i
 //     is (x[2i], x[2i+1]) (neox 0, llama) or (x[i], x[i + n_rot/2]) (neox
 //     1), (a, b) -> (a c - b s, a s + b c). Dimensions >= n_rot untouched.
+//   strata_rope_rotate_qk(float* q, float* k, const float* cs, int n_tokens,
+//                         int n_head, int n_head_kv, int head_dim, int n_rot,
+//                         int neox)
+//     strata_rope_rotate of q [n_tokens][n_head][head_dim] and of k
+//     [n_tokens][n_head_kv][head_dim] in one launch
 //   strata_swiglu(const float* gate, const float* up, float* out, long long n)
 //     out = gate / (1 + e^-gate) * up; out may alias either input.
 //   strata_add(const float* a, const float* b, float* y, long long n)
@@ -75,22 +80,43 @@ __device__ __forceinline__ unsigned short strata_to_f16(float f) {
 #endif
 }
 
+// Pair i of head `head` of token t of x (x [n_tokens][n_heads][head_dim]).
+__device__ __forceinline__ void strata_rope_pair(float* x, const float* cs, long long p, int half,
+                                                 int n_heads, int head_dim, int neox) {
+  const int i = (int)(p % half);
+  const long long th = p / half;  // token * n_heads + head
+  const int t = (int)(th / n_heads);
+  float* row = x + th * head_dim;
+  const int a = neox ? i : 2 * i;
+  const int b = neox ? i + half : 2 * i + 1;
+  const float c = cs[((long long)t * half + i) * 2];
+  const float s = cs[((long long)t * half + i) * 2 + 1];
+  const float xa = row[a], xb = row[b];
+  row[a] = xa * c - xb * s;
+  row[b] = xa * s + xb * c;
+}
+
 STRATA_KERNEL strata_rope_rotate(float* x, const float* cs, int n_tokens, int n_heads,
                                  int head_dim, int n_rot, int neox) {
   const int half = n_rot / 2;
   const long long pairs = (long long)n_tokens * n_heads * half;
   for (long long p = strata_first(); p < pairs; p += strata_stride()) {
-    const int i = (int)(p % half);
-    const long long th = p / half;  // token * n_heads + head
-    const int t = (int)(th / n_heads);
-    float* row = x + th * head_dim;
-    const int a = neox ? i : 2 * i;
-    const int b = neox ? i + half : 2 * i + 1;
-    const float c = cs[((long long)t * half + i) * 2];
-    const float s = cs[((long long)t * half + i) * 2 + 1];
-    const float xa = row[a], xb = row[b];
-    row[a] = xa * c - xb * s;
-    row[b] = xa * s + xb * c;
+    strata_rope_pair(x, cs, p, half, n_heads, head_dim, neox);
+  }
+}
+
+STRATA_KERNEL strata_rope_rotate_qk(float* q, float* k, const float* cs, int n_tokens,
+                                    int n_head, int n_head_kv, int head_dim, int n_rot,
+                                    int neox) {
+  const int half = n_rot / 2;
+  const long long q_pairs = (long long)n_tokens * n_head * half;
+  const long long pairs = q_pairs + (long long)n_tokens * n_head_kv * half;
+  for (long long p = strata_first(); p < pairs; p += strata_stride()) {
+    if (p < q_pairs) {
+      strata_rope_pair(q, cs, p, half, n_head, head_dim, neox);
+    } else {
+      strata_rope_pair(k, cs, p - q_pairs, half, n_head_kv, head_dim, neox);
+    }
   }
 }
 

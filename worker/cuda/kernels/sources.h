@@ -12,6 +12,7 @@ inline constexpr const char* kElementwiseSource =
 #include "worker/cuda/kernels/elementwise.cuh.inc"
     ;
 inline constexpr const char* kRopeRotateEntry = "strata_rope_rotate";
+inline constexpr const char* kRopeRotateQkEntry = "strata_rope_rotate_qk";
 inline constexpr const char* kSwigluEntry = "strata_swiglu";
 inline constexpr const char* kAddEntry = "strata_add";
 inline constexpr const char* kAddBiasEntry = "strata_add_bias";
