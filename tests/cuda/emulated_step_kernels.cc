@@ -204,22 +204,23 @@ static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepRmsN
 #define STRATA_ADD_MATVEC(ns)                                                                 \
   [](EmulatedDeviceApi& to, const cuda_kernels::StepSources& sources, size_t w, size_t i) {    \
     using namespace step_host::ns;                                                             \
-    const auto add = [&](GgmlType type, HostEntry matvec, HostEntry rows) {                    \
+    const auto add = [&](GgmlType type, HostEntry matvec, HostEntry matvec3, HostEntry rows) { \
       const auto& source = sources.matvec[cuda_kernels::step_matvec_type_index(type)][w][i];   \
       to.add(source, std::string(cuda_kernels::matvec_entry(type)), std::move(matvec));       \
+      to.add(source, cuda_kernels::matvec3_entry(type), std::move(matvec3));                  \
       to.add(source, cuda_kernels::get_rows_entry(type), std::move(rows));                    \
     };                                                                                         \
-    add(GgmlType::kF32, adapt(strata_matvec_f32), adapt(strata_get_rows_f32));                \
-    add(GgmlType::kF16, adapt(strata_matvec_f16), adapt(strata_get_rows_f16));                \
-    add(GgmlType::kQ4_0, adapt(strata_matvec_q4_0), adapt(strata_get_rows_q4_0));             \
-    add(GgmlType::kQ4_1, adapt(strata_matvec_q4_1), adapt(strata_get_rows_q4_1));             \
-    add(GgmlType::kQ5_0, adapt(strata_matvec_q5_0), adapt(strata_get_rows_q5_0));             \
-    add(GgmlType::kQ5_1, adapt(strata_matvec_q5_1), adapt(strata_get_rows_q5_1));             \
-    add(GgmlType::kQ8_0, adapt(strata_matvec_q8_0), adapt(strata_get_rows_q8_0));             \
-    add(GgmlType::kMXFP4, adapt(strata_matvec_mxfp4), adapt(strata_get_rows_mxfp4));          \
-    add(GgmlType::kQ4_K, adapt(strata_matvec_q4_k), adapt(strata_get_rows_q4_k));             \
-    add(GgmlType::kQ5_K, adapt(strata_matvec_q5_k), adapt(strata_get_rows_q5_k));             \
-    add(GgmlType::kQ6_K, adapt(strata_matvec_q6_k), adapt(strata_get_rows_q6_k));             \
+    add(GgmlType::kF32, adapt(strata_matvec_f32), adapt(strata_matvec3_f32), adapt(strata_get_rows_f32));                \
+    add(GgmlType::kF16, adapt(strata_matvec_f16), adapt(strata_matvec3_f16), adapt(strata_get_rows_f16));                \
+    add(GgmlType::kQ4_0, adapt(strata_matvec_q4_0), adapt(strata_matvec3_q4_0), adapt(strata_get_rows_q4_0));             \
+    add(GgmlType::kQ4_1, adapt(strata_matvec_q4_1), adapt(strata_matvec3_q4_1), adapt(strata_get_rows_q4_1));             \
+    add(GgmlType::kQ5_0, adapt(strata_matvec_q5_0), adapt(strata_matvec3_q5_0), adapt(strata_get_rows_q5_0));             \
+    add(GgmlType::kQ5_1, adapt(strata_matvec_q5_1), adapt(strata_matvec3_q5_1), adapt(strata_get_rows_q5_1));             \
+    add(GgmlType::kQ8_0, adapt(strata_matvec_q8_0), adapt(strata_matvec3_q8_0), adapt(strata_get_rows_q8_0));             \
+    add(GgmlType::kMXFP4, adapt(strata_matvec_mxfp4), adapt(strata_matvec3_mxfp4), adapt(strata_get_rows_mxfp4));          \
+    add(GgmlType::kQ4_K, adapt(strata_matvec_q4_k), adapt(strata_matvec3_q4_k), adapt(strata_get_rows_q4_k));             \
+    add(GgmlType::kQ5_K, adapt(strata_matvec_q5_k), adapt(strata_matvec3_q5_k), adapt(strata_get_rows_q5_k));             \
+    add(GgmlType::kQ6_K, adapt(strata_matvec_q6_k), adapt(strata_matvec3_q6_k), adapt(strata_get_rows_q6_k));             \
   }
 
 }  // namespace

@@ -101,34 +101,34 @@ const KernelSource kSample{"sample.cu", cuda_kernels::kSampleSource, {"-DTHREADS
 
 struct TypeCase {
   GgmlType type;
-  testing::HostEntry matvec1, matvec3, rows;
+  testing::HostEntry matvec1, matvec3, rows, joined;
 };
 
 std::vector<TypeCase> type_cases() {
   using namespace host;
   return {
       {GgmlType::kF32, adapt(matvec1::strata_matvec_f32), adapt(matvec3::strata_matvec_f32),
-       adapt(matvec1::strata_get_rows_f32)},
+       adapt(matvec1::strata_get_rows_f32), adapt(matvec1::strata_matvec3_f32)},
       {GgmlType::kF16, adapt(matvec1::strata_matvec_f16), adapt(matvec3::strata_matvec_f16),
-       adapt(matvec1::strata_get_rows_f16)},
+       adapt(matvec1::strata_get_rows_f16), adapt(matvec1::strata_matvec3_f16)},
       {GgmlType::kQ4_0, adapt(matvec1::strata_matvec_q4_0), adapt(matvec3::strata_matvec_q4_0),
-       adapt(matvec1::strata_get_rows_q4_0)},
+       adapt(matvec1::strata_get_rows_q4_0), adapt(matvec1::strata_matvec3_q4_0)},
       {GgmlType::kQ4_1, adapt(matvec1::strata_matvec_q4_1), adapt(matvec3::strata_matvec_q4_1),
-       adapt(matvec1::strata_get_rows_q4_1)},
+       adapt(matvec1::strata_get_rows_q4_1), adapt(matvec1::strata_matvec3_q4_1)},
       {GgmlType::kQ5_0, adapt(matvec1::strata_matvec_q5_0), adapt(matvec3::strata_matvec_q5_0),
-       adapt(matvec1::strata_get_rows_q5_0)},
+       adapt(matvec1::strata_get_rows_q5_0), adapt(matvec1::strata_matvec3_q5_0)},
       {GgmlType::kQ5_1, adapt(matvec1::strata_matvec_q5_1), adapt(matvec3::strata_matvec_q5_1),
-       adapt(matvec1::strata_get_rows_q5_1)},
+       adapt(matvec1::strata_get_rows_q5_1), adapt(matvec1::strata_matvec3_q5_1)},
       {GgmlType::kQ8_0, adapt(matvec1::strata_matvec_q8_0), adapt(matvec3::strata_matvec_q8_0),
-       adapt(matvec1::strata_get_rows_q8_0)},
+       adapt(matvec1::strata_get_rows_q8_0), adapt(matvec1::strata_matvec3_q8_0)},
       {GgmlType::kMXFP4, adapt(matvec1::strata_matvec_mxfp4), adapt(matvec3::strata_matvec_mxfp4),
-       adapt(matvec1::strata_get_rows_mxfp4)},
+       adapt(matvec1::strata_get_rows_mxfp4), adapt(matvec1::strata_matvec3_mxfp4)},
       {GgmlType::kQ4_K, adapt(matvec1::strata_matvec_q4_k), adapt(matvec3::strata_matvec_q4_k),
-       adapt(matvec1::strata_get_rows_q4_k)},
+       adapt(matvec1::strata_get_rows_q4_k), adapt(matvec1::strata_matvec3_q4_k)},
       {GgmlType::kQ5_K, adapt(matvec1::strata_matvec_q5_k), adapt(matvec3::strata_matvec_q5_k),
-       adapt(matvec1::strata_get_rows_q5_k)},
+       adapt(matvec1::strata_get_rows_q5_k), adapt(matvec1::strata_matvec3_q5_k)},
       {GgmlType::kQ6_K, adapt(matvec1::strata_matvec_q6_k), adapt(matvec3::strata_matvec_q6_k),
-       adapt(matvec1::strata_get_rows_q6_k)},
+       adapt(matvec1::strata_get_rows_q6_k), adapt(matvec1::strata_matvec3_q6_k)},
   };
 }
 
@@ -138,6 +138,7 @@ std::unique_ptr<DeviceApi> emulated_device() {
     api->add(kMatvec1, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec1);
     api->add(kMatvec3, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec3);
     api->add(kMatvec1, cuda_kernels::get_rows_entry(c.type), c.rows);
+    api->add(kMatvec1, cuda_kernels::matvec3_entry(c.type), c.joined);
   }
   api->add(kRms, cuda_kernels::kRmsNormEntry, adapt(host::rms::strata_rms_norm));
   api->add(kRms, cuda_kernels::kAddRmsNormEntry, adapt(host::rms::strata_add_rms_norm));
@@ -288,6 +289,48 @@ TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
           }
         }
       }
+    }
+  }
+}
+
+// The three-output form (a block's q, k and v held as one matrix): rows
+// [0, n0) to y0, [n0, n0 + n1) to y1, the rest to y2, each value the
+// one-output kernel's, bit for bit; and two outputs (gate | up).
+TEST_P(Kernels, Matvec3SendsEachPartToItsOutput) {
+  for (const TypeCase& c : type_cases()) {
+    SCOPED_TRACE(std::string(ggml_type_info(c.type).name));
+    const int n_cols = 256, n_rows = 11, n0 = 5, n1 = 4;
+    const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
+    std::vector<unsigned char> w(static_cast<size_t>(row_bytes) * n_rows);
+    const std::vector<float> values = normal_values(static_cast<size_t>(n_rows) * n_cols, 70);
+    for (int r = 0; r < n_rows; ++r) {
+      ASSERT_TRUE(reference::quantize_row(c.type, values.data() + static_cast<size_t>(r) * n_cols,
+                                          n_cols, w.data() + static_cast<size_t>(r) * row_bytes)
+                      .ok());
+    }
+    const std::vector<float> x = normal_values(n_cols, 71);
+    DeviceBuffer dw = put(w), dx = put(x), dy = space(n_rows * sizeof(float));
+    ASSERT_TRUE(run(kMatvec1, std::string(cuda_kernels::matvec_entry(c.type)), 3, kMatvecThreads,
+                    dw.as<const unsigned char>(), dx.as<const float>(), dy.as<float>(), n_rows,
+                    n_cols, row_bytes)
+                    .ok());
+    const std::vector<float> want = get<float>(dy, n_rows);
+    for (const int parts : {3, 2}) {
+      const int m1 = parts == 3 ? n1 : n_rows - n0;
+      DeviceBuffer y0 = space(n0 * sizeof(float)), y1 = space(m1 * sizeof(float)),
+                   y2 = space((n_rows - n0 - m1 + 1) * sizeof(float));
+      ASSERT_TRUE(run(kMatvec1, cuda_kernels::matvec3_entry(c.type), 3, kMatvecThreads,
+                      dw.as<const unsigned char>(), dx.as<const float>(), y0.as<float>(),
+                      y1.as<float>(), y2.as<float>(), n0, m1, n_rows, n_cols, row_bytes)
+                      .ok());
+      std::vector<float> got = get<float>(y0, n0);
+      const std::vector<float> g1 = get<float>(y1, m1);
+      got.insert(got.end(), g1.begin(), g1.end());
+      if (parts == 3) {
+        const std::vector<float> g2 = get<float>(y2, n_rows - n0 - m1);
+        got.insert(got.end(), g2.begin(), g2.end());
+      }
+      EXPECT_EQ(got, want) << parts << " parts";
     }
   }
 }

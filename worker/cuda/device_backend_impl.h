@@ -69,6 +69,12 @@ struct DeviceMatrix {
   mutable std::array<std::array<KernelHandle, ck::kStepMatvecColumns.size()>,
                      ck::kStepRowWarps.size()>
       matvec;
+  // The three-output form (ck::matvec3_entry), for a matrix that holds
+  // several (q|k|v, gate|up: `parts` > 1).
+  mutable std::array<std::array<KernelHandle, ck::kStepMatvecColumns.size()>,
+                     ck::kStepRowWarps.size()>
+      matvec3;
+  int parts = 1;
   int split = 0;  // the w the step launches (the tuner's choice)
   KernelHandle get_rows;
   bool present() const { return data != nullptr; }
@@ -93,8 +99,12 @@ struct DeviceLayer {
   DeviceBuffer bq, bk, bv, bo;                 // biases, empty when absent
   DeviceBuffer q_norm, k_norm;                 // [dk] (qwen3, gemma3) or whole rows (olmoe)
   DeviceBuffer sinks;                          // [n_head] (gpt-oss)
-  DeviceMatrix wq, wk, wv, wqkv, wo;           // wqkv: phi3's fused [q | k | v]
-  DeviceMatrix gate, up, down;                 // up: [gate | up] when fused (phi3)
+  // wqkv: [q | k | v] rows, phi3's fused matrix or q, k and v of one type
+  // joined at load (parts 3; then wq, wk, wv are empty).
+  DeviceMatrix wq, wk, wv, wqkv, wo;
+  // up: [gate | up] when fused (phi3); gate: [gate | up] joined at load when
+  // of one type (parts 2; up empty then).
+  DeviceMatrix gate, up, down;
   DeviceExperts moe;
 };
 
@@ -201,8 +211,14 @@ class DeviceBackend final : public Backend {
   absl::StatusOr<DeviceMatrix> device_matrix(const std::string& name,
                                              const kernels::WeightMatrix& view, size_t bytes);
   absl::Status load_layer(int il, DeviceLayer& l);
-  // m's matrix kernel [w][i], loaded (compiled) at its first use.
-  absl::StatusOr<KernelHandle> kernel_of(const DeviceMatrix& m, size_t w, size_t i);
+  // m's matrix kernel [w][i] (three: its three-output form), loaded
+  // (compiled) at its first use.
+  absl::StatusOr<KernelHandle> kernel_of(const DeviceMatrix& m, size_t w, size_t i,
+                                         bool three = false);
+  // The matrices `names` ([n_in, n_out_i] of one type) joined as one [q | k
+  // | v]-style matrix on the device; empty when their types differ.
+  absl::StatusOr<DeviceMatrix> upload_joined(const std::vector<std::string>& names, int64_t n_in,
+                                             const std::vector<int64_t>& n_outs);
   // Every matrix's split-K choice: forced (options_.row_warps), measured
   // or read by the tuner (options_.tune), or 1 warp a row.
   absl::Status choose_splits();
@@ -227,6 +243,10 @@ class DeviceBackend final : public Backend {
 
   // y [n][m.n_out] = x [n][m.n_in] · mᵀ, in chunks of the built column counts.
   absl::Status matvec(const DeviceMatrix& m, const float* x, int n, float* y);
+  // A joined matrix's rows [0, n0) into y0 [n][n0], [n0, n0 + n1) into y1
+  // [n][n1], the rest into y2 [n][n_out - n0 - n1]: one launch a chunk.
+  absl::Status matvec3(const DeviceMatrix& m, const float* x, int n, float* y0, float* y1,
+                       float* y2, int n0, int n1);
   // y [rows][dim] = RMSNorm(x) * weight.
   absl::Status rms_norm(const float* x, const DeviceBuffer& weight, int rows, int dim, float* y);
   absl::Status add(const float* a, const float* b, float* y, int64_t n);

@@ -70,6 +70,31 @@ absl::StatusOr<DeviceMatrix> DeviceBackend::upload_matrix(const std::string& nam
   return device_matrix(name, *w, static_cast<size_t>(w->n_out * w->row_bytes));
 }
 
+absl::StatusOr<DeviceMatrix> DeviceBackend::upload_joined(const std::vector<std::string>& names,
+                                                          int64_t n_in,
+                                                          const std::vector<int64_t>& n_outs) {
+  std::vector<kernels::WeightMatrix> views;
+  for (size_t i = 0; i < names.size(); ++i) {
+    absl::StatusOr<kernels::WeightMatrix> w = shard_matrix(*model_, names[i], n_in, n_outs[i]);
+    if (!w.ok()) return w.status();
+    if (!views.empty() && w->type != views.front().type) return DeviceMatrix{};
+    views.push_back(*w);
+  }
+  kernels::WeightMatrix joined = views.front();
+  joined.n_out = 0;
+  std::vector<uint8_t> bytes;
+  for (const kernels::WeightMatrix& v : views) {
+    const size_t n = static_cast<size_t>(v.n_out * v.row_bytes);
+    bytes.insert(bytes.end(), v.data, v.data + n);
+    joined.n_out += v.n_out;
+  }
+  joined.data = bytes.data();
+  DeviceMatrix m;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(m, device_matrix(names.front(), joined, bytes.size()));
+  m.parts = static_cast<int>(views.size());
+  return m;
+}
+
 absl::StatusOr<std::vector<DeviceMatrix>> DeviceBackend::upload_experts(const std::string& name,
                                                                         int64_t n_in,
                                                                         int64_t n_out) {
@@ -96,9 +121,17 @@ absl::Status DeviceBackend::load_layer(int il, DeviceLayer& l) {
   if (r.fused_qkv && model_->find_tensor(name("attn_qkv.weight")) != nullptr) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(l.wqkv, upload_matrix(name("attn_qkv.weight"), e, qw + kw + vw));
   } else {
-    STRATA_DEVICE_ASSIGN_OR_RETURN(l.wq, upload_matrix(name("attn_q.weight"), e, qw));
-    STRATA_DEVICE_ASSIGN_OR_RETURN(l.wk, upload_matrix(name("attn_k.weight"), e, kw));
-    STRATA_DEVICE_ASSIGN_OR_RETURN(l.wv, upload_matrix(name("attn_v.weight"), e, vw));
+    // One matrix, one launch, when q, k and v share a type (Q4_K_M files
+    // give some layers' v another).
+    STRATA_DEVICE_ASSIGN_OR_RETURN(
+        l.wqkv, upload_joined({name("attn_q.weight"), name("attn_k.weight"),
+                               name("attn_v.weight")},
+                              e, {qw, kw, vw}));
+    if (!l.wqkv.present()) {
+      STRATA_DEVICE_ASSIGN_OR_RETURN(l.wq, upload_matrix(name("attn_q.weight"), e, qw));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(l.wk, upload_matrix(name("attn_k.weight"), e, kw));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(l.wv, upload_matrix(name("attn_v.weight"), e, vw));
+    }
   }
   // Biases: required by qwen2's recipe, taken when present otherwise.
   STRATA_DEVICE_ASSIGN_OR_RETURN(l.bq, upload_vector(name("attn_q.bias"), qw, !r.qkv_bias));
@@ -148,8 +181,13 @@ absl::Status DeviceBackend::load_layer(int il, DeviceLayer& l) {
   } else if (r.fused_gate_up) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, 2 * int64_t{hp_.n_ff}));
   } else {
-    STRATA_DEVICE_ASSIGN_OR_RETURN(l.gate, upload_matrix(name("ffn_gate.weight"), e, hp_.n_ff));
-    STRATA_DEVICE_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, hp_.n_ff));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(
+        l.gate, upload_joined({name("ffn_gate.weight"), name("ffn_up.weight")}, e,
+                              {hp_.n_ff, hp_.n_ff}));
+    if (!l.gate.present()) {
+      STRATA_DEVICE_ASSIGN_OR_RETURN(l.gate, upload_matrix(name("ffn_gate.weight"), e, hp_.n_ff));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, hp_.n_ff));
+    }
   }
   if (hp_.moe.n_expert == 0) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(l.down, upload_matrix(name("ffn_down.weight"), hp_.n_ff, e));
@@ -356,7 +394,8 @@ absl::Status DeviceBackend::choose_splits() {
 absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all) {
   for (const DeviceMatrix* m : all) {
     for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
-      absl::StatusOr<KernelHandle> k = kernel_of(*m, static_cast<size_t>(m->split), i);
+      absl::StatusOr<KernelHandle> k =
+          kernel_of(*m, static_cast<size_t>(m->split), i, /*three=*/m->parts > 1);
       if (!k.ok()) return k.status();
     }
   }

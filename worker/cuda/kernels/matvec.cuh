@@ -251,10 +251,24 @@ STRATA_UNROLL
 // ROW_WARPS warps share a row (split-K: the row's units dealt over
 // 32 ROW_WARPS lanes); each warp sums its lanes, then the row's first warp
 // adds the warps' sums in warp order. ROW_WARPS 1: one warp a row.
+// Row `row`'s result for column c: rows [0, n0) go to y0 [NCOLS][n0],
+// [n0, n0 + n1) to y1 [NCOLS][n1], the rest to y2 [NCOLS][n_rows - n0 - n1]
+// (one matrix of q, k and v rows, or gate and up rows, three or two outputs).
+__device__ __forceinline__ void strata_put(float* y0, float* y1, float* y2, int n0, int n1,
+                                           int n_rows, int row, int c, float v) {
+  if (row < n0) {
+    y0[(long long)c * n0 + row] = v;
+  } else if (row < n0 + n1) {
+    y1[(long long)c * n1 + (row - n0)] = v;
+  } else {
+    y2[(long long)c * (n_rows - n0 - n1) + (row - n0 - n1)] = v;
+  }
+}
+
 template <typename Format>
 __device__ __forceinline__ void matvec(const u8* __restrict__ w, const float* __restrict__ x,
-                                       float* __restrict__ y, int n_rows, int n_cols,
-                                       long long row_bytes) {
+                                       float* y0, float* y1, float* y2, int n0, int n1,
+                                       int n_rows, int n_cols, long long row_bytes) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int part = warp % ROW_WARPS;  // this warp's share of the row
@@ -304,13 +318,13 @@ STRATA_UNROLL
     for (int c = 0; c < NCOLS; ++c) {
       float s = partial[warp][c];
       for (int p = 1; p < ROW_WARPS; ++p) s += partial[warp + p][c];
-      y[(long long)c * n_rows + row] = s;
+      strata_put(y0, y1, y2, n0, n1, n_rows, row, c, s);
     }
   }
 #else
   if (lane == 0 && live) {
 STRATA_UNROLL
-    for (int c = 0; c < NCOLS; ++c) y[(long long)c * n_rows + row] = acc[c];
+    for (int c = 0; c < NCOLS; ++c) strata_put(y0, y1, y2, n0, n1, n_rows, row, c, acc[c]);
   }
 #endif
 }
@@ -351,7 +365,12 @@ STRATA_UNROLL
 #define STRATA_ENTRIES(type, Format)                                                      \
   STRATA_KERNEL strata_matvec_##type(const u8* w, const float* x, float* y, int n_rows,   \
                                      int n_cols, long long row_bytes) {                   \
-    matvec<Format>(w, x, y, n_rows, n_cols, row_bytes);                                   \
+    matvec<Format>(w, x, y, y, y, n_rows, 0, n_rows, n_cols, row_bytes);                  \
+  }                                                                                       \
+  STRATA_KERNEL strata_matvec3_##type(const u8* w, const float* x, float* y0, float* y1,  \
+                                      float* y2, int n0, int n1, int n_rows, int n_cols,  \
+                                      long long row_bytes) {                              \
+    matvec<Format>(w, x, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes);                  \
   }                                                                                       \
   STRATA_KERNEL strata_get_rows_##type(const u8* table, const int* ids, float* out,       \
                                        int n_ids, int n_cols, long long row_bytes) {      \

@@ -64,6 +64,19 @@ inline std::string_view matvec_entry(GgmlType type) {
   }
 }
 
+// The three-output form of `type`'s kernel ("strata_matvec3_q4_k"; "" as
+// matvec_entry): arguments (const unsigned char* w, const float* x, float*
+// y0, float* y1, float* y2, int n0, int n1, int n_rows, int n_cols, long
+// long row_bytes); rows [0, n0) of W go to y0 [NCOLS][n0], [n0, n0 + n1) to
+// y1 [NCOLS][n1], the rest to y2 (one launch for a block's q, k and v
+// matrices held as one, or gate and up with n1 = n_rows - n0). Each row's
+// sums are matvec_entry's.
+inline std::string matvec3_entry(GgmlType type) {
+  const std::string_view m = matvec_entry(type);
+  if (m.empty()) return "";
+  return "strata_matvec3_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
+}
+
 // The entry point of `type`'s embedding kernel (get_rows: out [n_ids]
 // [n_cols] = the table's rows ids[i], dequantized; arguments (const
 // unsigned char* table, const int* ids, float* out, int n_ids, int n_cols,
