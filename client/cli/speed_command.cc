@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -206,11 +207,13 @@ int run(const SpeedOptions& o) {
   }
   SpeedRunner runner(**backend, o.seed);
   // What the backend runs: the cpu backend's kernels, decided as
-  // make_cpu_backend decided them; the cuda backend's NVRTC kernels (not
-  // tuned yet, issue 32).
+  // make_cpu_backend decided them; the cuda backend's NVRTC kernels, their
+  // split-K tuned unless --no-tune or STRATA_NO_TUNE=1 (make_cuda_backend).
   const std::string kernels_text =
       cuda ? "cuda: NVRTC step kernels (worker/cuda/kernels)" : kernels::engine_kernels_text(o.isa);
-  const bool tuned = !cuda && tunes(o.isa, o.no_tune, options.n_threads);
+  const char* no_tune_env = std::getenv("STRATA_NO_TUNE");
+  const bool tuned = cuda ? !o.no_tune && !(no_tune_env != nullptr && std::string(no_tune_env) == "1")
+                          : tunes(o.isa, o.no_tune, options.n_threads);
 
   TestResult pp{o.n_prompt, {}};
   TestResult tg{o.n_gen, {}};
