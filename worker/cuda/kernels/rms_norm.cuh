@@ -6,6 +6,25 @@
 #ifndef STRATA_KERNEL
 #define STRATA_KERNEL extern "C" __global__ void __launch_bounds__(THREADS)
 #endif
+
+// 1 / sqrt(mean of squares + eps) of a row from each thread's sum of
+// squares (`sum`): warp sums, then the first warp sums the warps'. On every
+// thread.
+__device__ __forceinline__ float strata_rms_scale(float sum, int dim, float eps) {
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  __shared__ float warp_sums[THREADS / 32];
+  __shared__ float scale;
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float s = threadIdx.x < THREADS / 32 ? warp_sums[threadIdx.x] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) scale = rsqrtf(s / (float)dim + eps);
+  }
+  __syncthreads();
+  return scale;
+}
+
 // The residual add and the next RMSNorm in one pass: x += delta, then y =
 // RMSNorm(x) * weight; the sums and products of strata_add then
 // strata_rms_norm, in the same order (so the same bits).
@@ -21,17 +40,7 @@ STRATA_KERNEL strata_add_rms_norm(float* __restrict__ x, const float* __restrict
     xr[i] = v;
     sum += v * v;
   }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  __shared__ float warp_sums[THREADS / 32];
-  __shared__ float scale;
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float s = threadIdx.x < THREADS / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x == 0) scale = rsqrtf(s / (float)dim + eps);
-  }
-  __syncthreads();
+  const float scale = strata_rms_scale(sum, dim, eps);
   for (int i = threadIdx.x; i < dim; i += THREADS) {
     yr[i] = xr[i] * scale * (weight != nullptr ? weight[i] : 1.0f);
   }
@@ -43,18 +52,7 @@ STRATA_KERNEL strata_rms_norm(const float* __restrict__ x, const float* __restri
   float* yr = y + (long long)blockIdx.x * dim;
   float sum = 0.0f;
   for (int i = threadIdx.x; i < dim; i += THREADS) sum += xr[i] * xr[i];
-  // Warp sums, then the first warp sums the warps'.
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  __shared__ float warp_sums[THREADS / 32];
-  __shared__ float scale;
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float s = threadIdx.x < THREADS / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x == 0) scale = rsqrtf(s / (float)dim + eps);
-  }
-  __syncthreads();
+  const float scale = strata_rms_scale(sum, dim, eps);
   for (int i = threadIdx.x; i < dim; i += THREADS) {
     yr[i] = xr[i] * scale * (weight != nullptr ? weight[i] : 1.0f);
   }
