@@ -9,7 +9,7 @@
 #   lib/      every shared library they load that a bare Ubuntu 24.04 +
 #             CUDA 13 + NCCL image lacks (gRPC, protobuf, abseil, yaml-cpp,
 #             OpenSSL, ...: Debian 12's, as built against)
-#   models/   stories260K.gguf (and its Q5_0 copy); smollm2-tokenizer.gguf (the tokenizer.* keys
+#   models/   stories260K.gguf; smollm2-tokenizer.gguf (the tokenizer.* keys
 #             of SmolLM2-135M, 1.7 MB) and tiny.sha256
 #   py/       gguf (the Python package), make_tiny_models.py,
 #             make_tiny_rope_models.py: gpu-check.sh makes the twelve tiny
@@ -151,8 +151,6 @@ shared="${STRATA_SHARED_DIR:-$(dirname "$STRATA_ROOT")/shared}"
 stories="$shared/models/stories260K.gguf"
 [[ -f "$stories" ]] || { log "$stories not found (STRATA_SHARED_DIR)"; exit 1; }
 cp "$stories" "$OUT/models/stories260K.gguf"
-# A Q5_0 copy: the cuda tests check that a type without a kernel is refused.
-cp "$shared/models/stories260K-Q5_0.gguf" "$OUT/models/stories260K-Q5_0.gguf"
 smollm2="$STRATA_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
 [[ -f "$smollm2" ]] || { log "$smollm2 missing: run scripts/fetch-models.sh"; exit 1; }
 "$STRATA_VENV/bin/python" - "$STRATA_ROOT/scripts" "$smollm2" "$OUT/models/smollm2-tokenizer.gguf" <<'PY' >/dev/null

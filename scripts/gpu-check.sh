@@ -177,7 +177,6 @@ cuda_skip_reason() {  # empty when the CUDA steps can run
 
 # --- tiny models --------------------------------------------------------------------
 cp "$BUNDLE/models/stories260K.gguf" "$WORK/models/"
-cp "$BUNDLE/models/stories260K-Q5_0.gguf" "$WORK/models/" 2>/dev/null
 t0=$SECONDS
 tiny_ok=false
 if ! command -v "$PYTHON" >/dev/null; then
