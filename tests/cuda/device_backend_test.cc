@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <memory>
 #include <string>
@@ -482,6 +483,36 @@ TEST_P(DeviceBackend, BadStepsAndSequencesAreRefusedAndChangeNothing) {
   EXPECT_EQ(*b->sequence_length(0), 0);
   EXPECT_EQ(b->remove_sequence(3).code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(b->remove_sequence(0).ok());
+}
+
+// What the device cannot hold or should not pass on: a context too large
+// for its memory is ResourceExhausted and adds nothing (the backend goes
+// on); a previous stage's NaN rows are refused (Internal) without advancing
+// the sequence, on a middle stage and on the last.
+TEST_P(DeviceBackend, TooLargeContextsAndNonFiniteRowsAreRefusedAndChangeNothing) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto last = device_backend(m, {2, m.hp.n_layer});
+  auto middle = device_backend(m, {1, 3});
+  // 2^30 positions x 3 layers x (32 + 32) f16: 412 GB of KV cache.
+  const absl::Status huge = last->add_sequence(0, 1 << 30);
+  EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted) << huge;
+  EXPECT_EQ(last->sequence_length(0).status().code(), absl::StatusCode::kNotFound);
+  for (Backend* b : {last.get(), middle.get()}) {
+    ASSERT_TRUE(b->add_sequence(0, 16).ok());
+    std::vector<float> rows(2 * static_cast<size_t>(m.hp.n_embd), 0.5f);
+    rows[7] = std::numeric_limits<float>::quiet_NaN();
+    ForwardRequest req;
+    req.hidden = rows;
+    ForwardResult r;
+    const absl::Status st = b->forward(req, &r);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+    EXPECT_NE(st.message().find("not finite"), std::string::npos) << st;
+    EXPECT_EQ(*b->sequence_length(0), 0);
+    std::fill(rows.begin(), rows.end(), 0.5f);
+    EXPECT_TRUE(b->forward(req, &r).ok());  // and the next step runs
+    EXPECT_EQ(*b->sequence_length(0), 2);
+  }
 }
 
 // A matrix type without a kernel is refused at load, by name; bad ranges

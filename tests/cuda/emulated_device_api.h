@@ -72,12 +72,33 @@ class EmulatedDeviceApi : public DeviceApi {
     return ms[ms.size() / 2];
   }
 
+  // Device memory, as a device has a fixed amount: kCapacityBytes in all
+  // (host memory underneath), so an allocation past it fails however the
+  // host overcommits.
+  static constexpr size_t kCapacityBytes = size_t{8} << 30;
+
   absl::StatusOr<void*> alloc(size_t bytes) override {
-    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    const size_t rounded = (bytes + 255) / 256 * 256 + 256;
+    if (rounded > kCapacityBytes - allocated_) {
+      return absl::ResourceExhaustedError(absl::StrCat("emulated device: out of memory (", bytes,
+                                                       " bytes asked, ",
+                                                       kCapacityBytes - allocated_, " free)"));
+    }
+    void* p = std::aligned_alloc(256, rounded);
     if (p == nullptr) return absl::ResourceExhaustedError("emulated device: out of memory");
+    allocated_ += rounded;
+    sizes_[p] = rounded;
     return p;
   }
-  void free(void* device) override { std::free(device); }
+  void free(void* device) override {
+    if (device == nullptr) return;
+    auto it = sizes_.find(device);
+    if (it != sizes_.end()) {
+      allocated_ -= it->second;
+      sizes_.erase(it);
+    }
+    std::free(device);
+  }
   absl::Status upload(void* device, const void* host, size_t bytes) override {
     std::memcpy(device, host, bytes);
     return absl::OkStatus();
@@ -127,6 +148,8 @@ class EmulatedDeviceApi : public DeviceApi {
     return absl::StrCat(source.name, "\n", absl::StrJoin(source.options, "\n"), "\n", entry);
   }
   std::map<std::string, HostEntry> entries_;  // add()ed; node-stable
+  std::map<void*, size_t> sizes_;             // allocations and their bytes
+  size_t allocated_ = 0;
   std::map<std::string, KernelHandle> handles_;
   std::vector<const HostEntry*> loaded_;  // [KernelHandle::id]
   int64_t launches_ = 0;
