@@ -182,12 +182,6 @@ using namespace strata::cuda_emulation;
 #include "worker/cuda/kernels/attention.cuh"
 #undef THREADS
 }  // namespace attention
-namespace sample {
-using namespace strata::cuda_emulation;
-#define THREADS 256
-#include "worker/cuda/kernels/sample.cuh"
-#undef THREADS
-}  // namespace sample
 #pragma GCC diagnostic pop
 }  // namespace strata::worker::step_host
 
@@ -195,8 +189,7 @@ namespace strata::worker::testing {
 namespace {
 
 static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepRmsNormThreads == 256 &&
-                  cuda_kernels::kStepAttentionThreads == 128 &&
-                  cuda_kernels::kStepArgmaxThreads == 256,
+                  cuda_kernels::kStepAttentionThreads == 128,
               "the host builds above use step_sources()'s THREADS");
 
 // One (ROW_WARPS w, NCOLS i) host build (all types) registered as each
@@ -262,7 +255,6 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.elementwise, cuda_kernels::kSoftCapEntry, adapt(ew::strata_soft_cap));
   api.add(s.elementwise, cuda_kernels::kGegluEntry, adapt(ew::strata_geglu));
   api.add(s.elementwise, cuda_kernels::kSwigluOaiEntry, adapt(ew::strata_swiglu_oai));
-  api.add(s.elementwise, cuda_kernels::kCopyColsEntry, adapt(ew::strata_copy_cols));
   api.add(s.elementwise, cuda_kernels::kGatherRowsEntry, adapt(ew::strata_gather_rows));
   api.add(s.elementwise, cuda_kernels::kScatterRowsEntry, adapt(ew::strata_scatter_rows));
   api.add(s.elementwise, cuda_kernels::kMoeSumEntry, adapt(ew::strata_moe_sum));
@@ -275,7 +267,6 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.attention, cuda_kernels::kAttentionBatchEntry,
           adapt(step_host::attention::strata_attention_batch));
   api.add(s.elementwise, cuda_kernels::kStoreKvBatchEntry, adapt(ew::strata_store_kv_batch));
-  api.add(s.sample, cuda_kernels::kArgmaxEntry, adapt(step_host::sample::strata_argmax));
 }
 
 std::unique_ptr<EmulatedDeviceApi> emulated_step_device() {

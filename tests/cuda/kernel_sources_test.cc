@@ -66,7 +66,7 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
         cuda_kernels::kAddBiasEntry, cuda_kernels::kStoreKvEntry,
         cuda_kernels::kStoreKvBatchEntry, cuda_kernels::kScaleEntry,
         cuda_kernels::kSoftCapEntry, cuda_kernels::kGegluEntry, cuda_kernels::kSwigluOaiEntry,
-        cuda_kernels::kCopyColsEntry, cuda_kernels::kGatherRowsEntry,
+        cuda_kernels::kGatherRowsEntry,
         cuda_kernels::kScatterRowsEntry, cuda_kernels::kMoeSumEntry,
         cuda_kernels::kAddSharedExpertEntry}},
       {"attention.cu", cuda_kernels::kAttentionSource,

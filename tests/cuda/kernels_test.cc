@@ -155,7 +155,6 @@ std::unique_ptr<DeviceApi> emulated_device() {
     api->add(kElementwise, cuda_kernels::kSoftCapEntry, adapt(ew::strata_soft_cap));
     api->add(kElementwise, cuda_kernels::kGegluEntry, adapt(ew::strata_geglu));
     api->add(kElementwise, cuda_kernels::kSwigluOaiEntry, adapt(ew::strata_swiglu_oai));
-    api->add(kElementwise, cuda_kernels::kCopyColsEntry, adapt(ew::strata_copy_cols));
     api->add(kElementwise, cuda_kernels::kGatherRowsEntry, adapt(ew::strata_gather_rows));
     api->add(kElementwise, cuda_kernels::kScatterRowsEntry, adapt(ew::strata_scatter_rows));
     api->add(kElementwise, cuda_kernels::kMoeSumEntry, adapt(ew::strata_moe_sum));
@@ -554,22 +553,14 @@ TEST_P(Kernels, ActivationsAndCapsMatchTheReference) {
   for (long long i = 0; i < n; ++i) ASSERT_EQ(scaled[i], got[i] * 0.125f) << i;
 }
 
-// The data movement of fused projections and of the mixture-of-experts step:
-// columns out of rows, rows gathered and scattered by index, the weighted
+// The data movement of the mixture-of-experts step: rows gathered and
+// scattered by index, the weighted
 // sum of each row's slots in slot order, qwen2moe's shared expert added with
 // its sigmoid gate: each against a plain loop.
-TEST_P(Kernels, RowsColumnsAndExpertSumsMoveTheRightValues) {
+TEST_P(Kernels, RowsAndExpertSumsMoveTheRightValues) {
   const int rows = 5, width = 40, k = 3;
   const std::vector<float> src = normal_values(rows * width, 22);
   DeviceBuffer dsrc = put(src);
-  DeviceBuffer dcols = space(rows * 16 * sizeof(float));
-  ASSERT_TRUE(run(kElementwise, cuda_kernels::kCopyColsEntry, 2, 32, dsrc.as<const float>(), width,
-                  7, dcols.as<float>(), 16, static_cast<long long>(rows))
-                  .ok());
-  const std::vector<float> cols = get<float>(dcols, rows * 16);
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < 16; ++c) ASSERT_EQ(cols[r * 16 + c], src[r * width + 7 + c]);
-  }
   const std::vector<int> ids = {4, 0, 4, 2};
   DeviceBuffer dids = put(ids), dgathered = space(ids.size() * width * sizeof(float));
   ASSERT_TRUE(run(kElementwise, cuda_kernels::kGatherRowsEntry, 2, 64, dsrc.as<const float>(),

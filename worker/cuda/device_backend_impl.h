@@ -63,17 +63,15 @@ struct DeviceMatrix {
   int n_in = 0;   // elements per row
   int n_out = 0;  // rows
   long long row_bytes = 0;
-  // [w][i]: ROW_WARPS kStepRowWarps[w], NCOLS kStepMatvecColumns[i];
-  // loaded when first needed (DeviceBackend::kernel_of): the tuner's
-  // measurements, then the chosen split's, at load.
+  // [w][i]: the kernel (its multi-output form, ck::matvec3_entry, which
+  // serves every matrix) built for ROW_WARPS kStepRowWarps[w] and NCOLS
+  // kStepMatvecColumns[i]; loaded when first needed (DeviceBackend::
+  // kernel_of): the tuner's measurements, then the chosen split's, at load.
   mutable std::array<std::array<KernelHandle, ck::kStepMatvecColumns.size()>,
                      ck::kStepRowWarps.size()>
       matvec;
-  // The three-output form (ck::matvec3_entry), for a matrix that holds
-  // several (q|k|v, gate|up: `parts` > 1).
-  mutable std::array<std::array<KernelHandle, ck::kStepMatvecColumns.size()>,
-                     ck::kStepRowWarps.size()>
-      matvec3;
+  // Matrices held as one: 3 for [q | k | v] rows, 2 for [gate | up] (phi3's
+  // fused tensors, or the separate ones of one type joined at load).
   int parts = 1;
   int split = 0;  // the w the step launches (the tuner's choice)
   KernelHandle get_rows;
@@ -99,11 +97,11 @@ struct DeviceLayer {
   DeviceBuffer bq, bk, bv, bo;                 // biases, empty when absent
   DeviceBuffer q_norm, k_norm;                 // [dk] (qwen3, gemma3) or whole rows (olmoe)
   DeviceBuffer sinks;                          // [n_head] (gpt-oss)
-  // wqkv: [q | k | v] rows, phi3's fused matrix or q, k and v of one type
-  // joined at load (parts 3; then wq, wk, wv are empty).
+  // wqkv: [q | k | v] rows (parts 3), phi3's fused tensor or q, k and v of
+  // one type joined at load; then wq, wk, wv are empty.
   DeviceMatrix wq, wk, wv, wqkv, wo;
-  // up: [gate | up] when fused (phi3); gate: [gate | up] joined at load when
-  // of one type (parts 2; up empty then).
+  // gate: [gate | up] rows (parts 2), phi3's fused ffn_up or gate and up of
+  // one type joined at load; then up is empty.
   DeviceMatrix gate, up, down;
   DeviceExperts moe;
 };
@@ -115,24 +113,6 @@ struct Sequence {
   int length = 0;
   DeviceBuffer kv;
 };
-
-// The types the matrix kernels read.
-inline std::string matvec_types() {
-  std::vector<std::string> names;
-  for (GgmlType t : ck::kStepMatvecTypes) {
-    names.emplace_back(ggml_type_info(t).name);
-  }
-  return absl::StrJoin(names, ", ");
-}
-
-// What of `hp` the device step does not run; "" when it runs it all.
-inline std::string unsupported(const arch::Hyperparameters& hp) {
-  if (hp.head_dim_k % 2 != 0 || hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0) {
-    return "this RoPE shape";
-  }
-  if (hp.moe.n_expert > 512) return "more than 512 experts";
-  return "";
-}
 
 inline reference::ops::MoeGating moe_gating(arch::ExpertGating g) {
   switch (g) {
@@ -211,10 +191,8 @@ class DeviceBackend final : public Backend {
   absl::StatusOr<DeviceMatrix> device_matrix(const std::string& name,
                                              const kernels::WeightMatrix& view, size_t bytes);
   absl::Status load_layer(int il, DeviceLayer& l);
-  // m's matrix kernel [w][i] (three: its three-output form), loaded
-  // (compiled) at its first use.
-  absl::StatusOr<KernelHandle> kernel_of(const DeviceMatrix& m, size_t w, size_t i,
-                                         bool three = false);
+  // m's matrix kernel [w][i], loaded (compiled) at its first use.
+  absl::StatusOr<KernelHandle> kernel_of(const DeviceMatrix& m, size_t w, size_t i);
   // The matrices `names` ([n_in, n_out_i] of one type) joined as one [q | k
   // | v]-style matrix on the device; empty when their types differ.
   absl::StatusOr<DeviceMatrix> upload_joined(const std::vector<std::string>& names, int64_t n_in,
@@ -242,9 +220,12 @@ class DeviceBackend final : public Backend {
   }
 
   // y [n][m.n_out] = x [n][m.n_in] · mᵀ, in chunks of the built column counts.
-  absl::Status matvec(const DeviceMatrix& m, const float* x, int n, float* y);
-  // A joined matrix's rows [0, n0) into y0 [n][n0], [n0, n0 + n1) into y1
-  // [n][n1], the rest into y2 [n][n_out - n0 - n1]: one launch a chunk.
+  absl::Status matvec(const DeviceMatrix& m, const float* x, int n, float* y) {
+    return matvec3(m, x, n, y, y, y, m.n_out, 0);
+  }
+  // The same with the product's columns [0, n0) into y0 [n][n0], [n0, n0 +
+  // n1) into y1 [n][n1], the rest into y2 [n][n_out - n0 - n1] (a matrix of
+  // several parts): one launch a chunk.
   absl::Status matvec3(const DeviceMatrix& m, const float* x, int n, float* y0, float* y1,
                        float* y2, int n0, int n1);
   // y [rows][dim] = RMSNorm(x) * weight.
@@ -255,14 +236,11 @@ class DeviceBackend final : public Backend {
                             int dim, float* y);
   absl::Status add_bias(float* x, const DeviceBuffer& bias, int rows, int64_t width,
                         int64_t offset = 0);
-  // Columns [col0, col0 + width) of src [n][src_width] into dst [n][width].
-  absl::Status copy_cols(const float* src, int64_t src_width, int64_t col0, float* dst,
-                         int64_t width, int n);
   absl::Status block(int il, int n);
   absl::Status attention(int il, int n);
   // y [n][n_embd] = W_down act(W_gate x + b_gate, W_up x + b_up) + b_down, f
   // wide (the bias buffers' rows `bias_row`; empty buffers: none). Uses
-  // gate_ and up_ (and fused_ for a fused gate|up matrix).
+  // gate_ and up_.
   absl::Status ffn(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                    int64_t f, const float* x, int n, float* y, const DeviceBuffer* gate_bias,
                    const DeviceBuffer* up_bias, const DeviceBuffer* down_bias, int bias_row);
@@ -279,7 +257,6 @@ class DeviceBackend final : public Backend {
   ThreadPool host_pool_;  // rope_angles on the host
 
   int n_vocab_ = 0;
-  int measured_shapes_ = 0;  // matrix shapes the tuner timed at load
   std::deque<DeviceBuffer> weights_;  // every matrix's bytes
   DeviceMatrix token_embd_;           // first stage, or the last's tied head
   DeviceBuffer output_norm_;
@@ -290,7 +267,7 @@ class DeviceBackend final : public Backend {
 
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
-      k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_copy_cols_, k_gather_, k_scatter_,
+      k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_gather_, k_scatter_,
       k_moe_sum_, k_add_shared_;
 
   std::map<int, Sequence> sequences_;
@@ -308,7 +285,6 @@ class DeviceBackend final : public Backend {
   DeviceBuffer proj_;    // [B][n_embd]
   DeviceBuffer gate_;    // [B][ff_width()]
   DeviceBuffer up_;      // [B][ff_width()]
-  DeviceBuffer fused_;   // [B][fused width] a fused projection's rows (phi3)
   DeviceBuffer scores_;  // [attention_rows_][n_head][max_ctx] attention scratch
   DeviceBuffer logits_;  // [rows][n_vocab], grown on demand
   // Mixture of experts (empty for a dense model), R = moe_rows(), k =

@@ -6,13 +6,11 @@ namespace strata::worker::device {
 
 // --- the step -----------------------------------------------------------------
 
-absl::StatusOr<KernelHandle> DeviceBackend::kernel_of(const DeviceMatrix& m, size_t w, size_t i,
-                                                      bool three) {
-  KernelHandle& h = three ? m.matvec3[w][i] : m.matvec[w][i];
+absl::StatusOr<KernelHandle> DeviceBackend::kernel_of(const DeviceMatrix& m, size_t w, size_t i) {
+  KernelHandle& h = m.matvec[w][i];
   if (h.id < 0) {
     const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(m.type)];
-    STRATA_DEVICE_ASSIGN_OR_RETURN(
-        h, kernel(src[w][i], three ? ck::matvec3_entry(m.type) : std::string(ck::matvec_entry(m.type))));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(h, kernel(src[w][i], ck::matvec3_entry(m.type)));
   }
   return h;
 }
@@ -25,33 +23,15 @@ absl::Status DeviceBackend::matvec3(const DeviceMatrix& m, const float* x, int n
   const int n2 = m.n_out - n0 - n1;
   int done = 0;
   while (done < n) {
-    size_t i = ck::kStepMatvecColumns.size() - 1;
-    while (ck::kStepMatvecColumns[i] > n - done) --i;
-    absl::StatusOr<KernelHandle> k = kernel_of(m, static_cast<size_t>(m.split), i, true);
-    if (!k.ok()) return k.status();
-    STRATA_DEVICE_RETURN_IF_ERROR(run(*k, grid, ck::kStepMatvecThreads, m.data,
-                                      x + int64_t{done} * m.n_in, y0 + int64_t{done} * n0,
-                                      y1 + int64_t{done} * n1, y2 + int64_t{done} * n2, n0, n1,
-                                      m.n_out, m.n_in, m.row_bytes));
-    done += ck::kStepMatvecColumns[i];
-  }
-  return absl::OkStatus();
-}
-
-absl::Status DeviceBackend::matvec(const DeviceMatrix& m, const float* x, int n, float* y) {
-  const int rows_per_block =
-      ck::kStepMatvecThreads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
-  const unsigned grid = static_cast<unsigned>((m.n_out + rows_per_block - 1) / rows_per_block);
-  int done = 0;
-  while (done < n) {
     // The widest build that fits what is left.
     size_t i = ck::kStepMatvecColumns.size() - 1;
     while (ck::kStepMatvecColumns[i] > n - done) --i;
     absl::StatusOr<KernelHandle> k = kernel_of(m, static_cast<size_t>(m.split), i);
     if (!k.ok()) return k.status();
     STRATA_DEVICE_RETURN_IF_ERROR(run(*k, grid, ck::kStepMatvecThreads, m.data,
-                               x + int64_t{done} * m.n_in, y + int64_t{done} * m.n_out, m.n_out,
-                               m.n_in, m.row_bytes));
+                                      x + int64_t{done} * m.n_in, y0 + int64_t{done} * n0,
+                                      y1 + int64_t{done} * n1, y2 + int64_t{done} * n2, n0, n1,
+                                      m.n_out, m.n_in, m.row_bytes));
     done += ck::kStepMatvecColumns[i];
   }
   return absl::OkStatus();
@@ -81,13 +61,6 @@ absl::Status DeviceBackend::add_bias(float* x, const DeviceBuffer& bias, int row
                   static_cast<long long>(rows), static_cast<int>(width));
 }
 
-absl::Status DeviceBackend::copy_cols(const float* src, int64_t src_width, int64_t col0,
-                                      float* dst, int64_t width, int n) {
-  return run_over(k_copy_cols_, int64_t{n} * width, src, static_cast<int>(src_width),
-                  static_cast<int>(col0), dst, static_cast<int>(width),
-                  static_cast<long long>(n));
-}
-
 // proj = W_o · Attention(q, k, v) of xn (+ b_o), q = W_q xn (+ b_q), etc.,
 // with QK-norm and RoPE on q and k; as worker/cpu/forward.cc's
 // attention_step.
@@ -101,15 +74,9 @@ absl::Status DeviceBackend::attention(int il, int n) {
   float* k = k_.as<float>();
   float* v = v_.as<float>();
   const float* xn = xn_.as<float>();
-  if (w.wqkv.parts == 3) {  // q, k and v joined at load: one launch
+  if (w.wqkv.present()) {  // [q | k | v] rows: one launch
     STRATA_DEVICE_RETURN_IF_ERROR(
         matvec3(w.wqkv, xn, n, q, k, v, static_cast<int>(qw), static_cast<int>(kw)));
-  } else if (w.wqkv.present()) {  // phi3: [q | k | v] per row
-    float* fused = fused_.as<float>();
-    STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wqkv, xn, n, fused));
-    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, 0, q, qw, n));
-    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, qw, k, kw, n));
-    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, qw + kw + vw, qw + kw, v, vw, n));
   } else {
     STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wq, xn, n, q));
     STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wk, xn, n, k));
@@ -226,14 +193,9 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
                                 int bias_row) {
   float* gate = gate_.as<float>();  // [n][f]
   float* up = up_.as<float>();      // [n][f]
-  if (gate_m.parts == 2) {  // gate and up joined at load: one launch
+  if (gate_m.parts == 2) {  // [gate | up] rows: one launch
     STRATA_DEVICE_RETURN_IF_ERROR(matvec3(gate_m, x, n, gate, up, up, static_cast<int>(f),
                                           static_cast<int>(f)));
-  } else if (!gate_m.present()) {  // one [gate | up] matrix (phi3)
-    float* fused = fused_.as<float>();
-    STRATA_DEVICE_RETURN_IF_ERROR(matvec(up_m, x, n, fused));
-    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, 2 * f, 0, gate, f, n));
-    STRATA_DEVICE_RETURN_IF_ERROR(copy_cols(fused, 2 * f, f, up, f, n));
   } else {
     STRATA_DEVICE_RETURN_IF_ERROR(matvec(gate_m, x, n, gate));
     STRATA_DEVICE_RETURN_IF_ERROR(matvec(up_m, x, n, up));

@@ -4,6 +4,27 @@
 #include "worker/cuda/device_backend_impl.h"
 
 namespace strata::worker::device {
+namespace {
+
+// The types the matrix kernels read.
+std::string matvec_types() {
+  std::vector<std::string> names;
+  for (GgmlType t : ck::kStepMatvecTypes) {
+    names.emplace_back(ggml_type_info(t).name);
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+// What of `hp` the device step does not run; "" when it runs it all.
+std::string unsupported(const arch::Hyperparameters& hp) {
+  if (hp.head_dim_k % 2 != 0 || hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0) {
+    return "this RoPE shape";
+  }
+  if (hp.moe.n_expert > 512) return "more than 512 experts";
+  return "";
+}
+
+}  // namespace
 
 absl::StatusOr<DeviceBuffer> DeviceBackend::space(size_t bytes) {
   return DeviceBuffer::make(api_.get(), std::max<size_t>(bytes, 4));
@@ -120,6 +141,7 @@ absl::Status DeviceBackend::load_layer(int il, DeviceLayer& l) {
   STRATA_DEVICE_ASSIGN_OR_RETURN(l.attn_norm, upload_vector(name("attn_norm.weight"), e));
   if (r.fused_qkv && model_->find_tensor(name("attn_qkv.weight")) != nullptr) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(l.wqkv, upload_matrix(name("attn_qkv.weight"), e, qw + kw + vw));
+    l.wqkv.parts = 3;
   } else {
     // One matrix, one launch, when q, k and v share a type (Q4_K_M files
     // give some layers' v another).
@@ -179,7 +201,10 @@ absl::Status DeviceBackend::load_layer(int il, DeviceLayer& l) {
       STRATA_DEVICE_ASSIGN_OR_RETURN(x.shared_down, upload_matrix(name("ffn_down_shexp.weight"), fs, e));
     }
   } else if (r.fused_gate_up) {
-    STRATA_DEVICE_ASSIGN_OR_RETURN(l.up, upload_matrix(name("ffn_up.weight"), e, 2 * int64_t{hp_.n_ff}));
+    // phi3's ffn_up: [gate | up] rows.
+    STRATA_DEVICE_ASSIGN_OR_RETURN(l.gate,
+                                   upload_matrix(name("ffn_up.weight"), e, 2 * int64_t{hp_.n_ff}));
+    l.gate.parts = 2;
   } else {
     STRATA_DEVICE_ASSIGN_OR_RETURN(
         l.gate, upload_joined({name("ffn_gate.weight"), name("ffn_up.weight")}, e,
@@ -259,7 +284,7 @@ absl::Status DeviceBackend::load() {
            {&k_add_, ck::kAddEntry},             {&k_add_bias_, ck::kAddBiasEntry},
            {&k_store_kv_, ck::kStoreKvEntry},    {&k_scale_, ck::kScaleEntry},
            {&k_soft_cap_, ck::kSoftCapEntry},    {&k_geglu_, ck::kGegluEntry},
-           {&k_swiglu_oai_, ck::kSwigluOaiEntry}, {&k_copy_cols_, ck::kCopyColsEntry},
+           {&k_swiglu_oai_, ck::kSwigluOaiEntry},
            {&k_gather_, ck::kGatherRowsEntry},   {&k_scatter_, ck::kScatterRowsEntry},
            {&k_moe_sum_, ck::kMoeSumEntry},      {&k_add_shared_, ck::kAddSharedExpertEntry}}) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(*k.handle, kernel(src.elementwise, k.entry));
@@ -277,10 +302,6 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(proj_, space(b * e * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(gate_, space(b * ff_width() * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(up_, space(b * ff_width() * f));
-  if (hp_.recipe.fused_qkv || hp_.recipe.fused_gate_up) {
-    const int64_t fused = std::max(q_width() + k_width() + v_width(), 2 * int64_t{hp_.n_ff});
-    STRATA_DEVICE_ASSIGN_OR_RETURN(fused_, space(b * fused * f));
-  }
   for (RopeTable& t : rope_tables_) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(t.cs, space(b * (hp_.n_rot / 2) * 2 * f));
   }
@@ -385,7 +406,6 @@ absl::Status DeviceBackend::choose_splits() {
   // A tuner file that cannot be written costs the next load a measurement,
   // not this load.
   if (tuner.measured() > 0) tuner.save().IgnoreError();
-  measured_shapes_ = tuner.measured();
   return load_chosen(all);
 }
 
@@ -394,8 +414,7 @@ absl::Status DeviceBackend::choose_splits() {
 absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all) {
   for (const DeviceMatrix* m : all) {
     for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
-      absl::StatusOr<KernelHandle> k =
-          kernel_of(*m, static_cast<size_t>(m->split), i, /*three=*/m->parts > 1);
+      absl::StatusOr<KernelHandle> k = kernel_of(*m, static_cast<size_t>(m->split), i);
       if (!k.ok()) return k.status();
     }
   }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,21 +11,9 @@
 #include "nlohmann/json.hpp"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/step_kernels.h"
+#include "worker/trace.h"
 
 namespace strata::worker {
-namespace {
-
-// FNV-1a 64 of the kernel source: a changed kernel is tuned anew.
-uint64_t source_hash(const char* text) {
-  uint64_t h = 14695981039346656037ull;
-  for (const char* p = text; *p != '\0'; ++p) {
-    h ^= static_cast<unsigned char>(*p);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-}  // namespace
 
 std::string matvec_shape_text(const MatvecShape& s) {
   return absl::StrCat(std::string(ggml_type_info(s.type).name), " ", s.n_in, "x", s.n_out);
@@ -32,8 +21,9 @@ std::string matvec_shape_text(const MatvecShape& s) {
 
 std::string tuning_key(const std::string& device) {
   char hash[17];
+  const char* source = cuda_kernels::kMatvecSource;
   std::snprintf(hash, sizeof hash, "%016llx",
-                static_cast<unsigned long long>(source_hash(cuda_kernels::kMatvecSource)));
+                static_cast<unsigned long long>(fnv1a64(source, std::strlen(source))));
   return absl::StrCat(device, "; matvec.cuh ", hash);
 }
 

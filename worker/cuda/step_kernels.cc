@@ -39,8 +39,6 @@ const StepSources& step_sources() {
     s->elementwise = KernelSource{"elementwise.cu", kElementwiseSource, {}};
     s->attention = KernelSource{"attention.cu", kAttentionSource,
                                 {"-DTHREADS=" + std::to_string(kStepAttentionThreads)}};
-    s->sample = KernelSource{"sample.cu", kSampleSource,
-                             {"-DTHREADS=" + std::to_string(kStepArgmaxThreads)}};
     return s;
   }();
   return *sources;

@@ -31,7 +31,6 @@ size_t step_matvec_type_index(GgmlType type);
 inline constexpr int kStepMatvecThreads = 128;
 inline constexpr int kStepRmsNormThreads = 256;
 inline constexpr int kStepAttentionThreads = 128;
-inline constexpr int kStepArgmaxThreads = 256;
 inline constexpr int kStepElementwiseThreads = 256;
 
 struct StepSources {
@@ -44,7 +43,6 @@ struct StepSources {
   KernelSource rms_norm;
   KernelSource elementwise;
   KernelSource attention;
-  KernelSource sample;
 };
 
 // The sources with their options (built once, alive for the process).

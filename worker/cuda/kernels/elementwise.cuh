@@ -32,10 +32,6 @@
 //                     long long n, float alpha, float limit)
 //     gpt-oss: x = min(gate, limit), y = clamp(up, -limit, limit),
 //     out = x / (1 + e^(alpha (-x))) (y + 1) (reference::ops::swiglu_oai)
-//   strata_copy_cols(const float* src, int src_width, int col0, float* dst,
-//                    int width, long long n_rows)
-//     dst [n_rows][width] = columns [col0, col0 + width) of src
-//     [n_rows][src_width] (a fused projection's parts)
 //   strata_gather_rows(const float* src, const int* rows, float* dst, int n,
 //                      int width)            dst[i] = src[rows[i]], i < n
 //   strata_scatter_rows(const float* src, const int* rows, float* dst, int n,
@@ -181,15 +177,6 @@ STRATA_KERNEL strata_swiglu_oai(const float* gate, const float* up, float* out, 
     const float y = fminf(fmaxf(up[i], -limit), limit);
     const float glu = x / (1.0f + expf(alpha * (-x)));
     out[i] = glu * (y + 1.0f);
-  }
-}
-
-STRATA_KERNEL strata_copy_cols(const float* src, int src_width, int col0, float* dst, int width,
-                               long long n_rows) {
-  const long long total = n_rows * width;
-  for (long long i = strata_first(); i < total; i += strata_stride()) {
-    const long long r = i / width;
-    dst[i] = src[r * src_width + col0 + (i - r * width)];
   }
 }
 

@@ -20,7 +20,6 @@ inline constexpr const char* kScaleEntry = "strata_scale";
 inline constexpr const char* kSoftCapEntry = "strata_soft_cap";
 inline constexpr const char* kGegluEntry = "strata_geglu";
 inline constexpr const char* kSwigluOaiEntry = "strata_swiglu_oai";
-inline constexpr const char* kCopyColsEntry = "strata_copy_cols";
 inline constexpr const char* kGatherRowsEntry = "strata_gather_rows";
 inline constexpr const char* kScatterRowsEntry = "strata_scatter_rows";
 inline constexpr const char* kMoeSumEntry = "strata_moe_sum";
