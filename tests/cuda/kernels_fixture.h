@@ -1,0 +1,239 @@
+// The fixture of the kernel tests (kernels_matrix_test.cc: the matrix
+// kernels; kernels_test.cc: the rest): the kernels of worker/cuda/kernels
+// through the DeviceApi seam (worker/cuda/device_api.h), every case twice:
+// on the CPU emulation (tests/cuda/emulated_device_api.h: the same sources
+// compiled for the host, a coroutine a CUDA thread), which runs everywhere,
+// and on the GPU (make_cuda_device_api(0): NVRTC, cudart), which skips,
+// saying "no CUDA device: ...", without one (kernels_test.cc instantiates
+// both). Each against kernels/cpu/reference, with the bound its comment
+// gives.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/base/op_types.h"
+#include "kernels/cpu/base/thread_pool.h"
+#include "kernels/cpu/reference/dequantize.h"
+#include "kernels/cpu/reference/fp16.h"
+#include "kernels/cpu/reference/ops/attention.h"
+#include "kernels/cpu/reference/ops/elementwise.h"
+#include "kernels/cpu/reference/ops/swiglu_oai.h"
+#include "kernels/cpu/reference/quantize.h"
+#include "model/ggml_type.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/emulated_device_api.h"
+#include "worker/cuda/device_api.h"
+#include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/rms_norm_source.h"
+#include "worker/cuda/kernels/sources.h"
+
+// The host builds, with the options of the sources below.
+namespace strata::worker::host {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
+namespace matvec1 {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define NCOLS 1
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace matvec1
+namespace matvec3 {  // split-K: 4 warps a row
+using namespace strata::cuda_emulation;
+#define NCOLS 3
+#define ROW_WARPS 4
+#include "worker/cuda/kernels/matvec.cuh"
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef THREADS
+}  // namespace matvec3
+namespace rms {
+using namespace strata::cuda_emulation;
+#define THREADS 256
+#include "worker/cuda/kernels/rms_norm.cuh"
+#undef THREADS
+}  // namespace rms
+namespace elementwise {
+using namespace strata::cuda_emulation;
+#include "worker/cuda/kernels/elementwise.cuh"
+}  // namespace elementwise
+namespace attention {
+using namespace strata::cuda_emulation;
+#define THREADS 64
+#include "worker/cuda/kernels/attention.cuh"
+#undef THREADS
+}  // namespace attention
+namespace sample {
+using namespace strata::cuda_emulation;
+#define THREADS 96
+#include "worker/cuda/kernels/sample.cuh"
+#undef THREADS
+}  // namespace sample
+#pragma GCC diagnostic pop
+}  // namespace strata::worker::host
+
+namespace strata::worker::kernels_test {
+
+using testing::adapt;
+using testing::EmulatedDeviceApi;
+
+inline constexpr unsigned kMatvecThreads = 128, kRmsThreads = 256, kAttentionThreads = 64,
+                   kArgmaxThreads = 96;
+
+inline const KernelSource kMatvec1{"matvec.cu", cuda_kernels::kMatvecSource,
+                            {"-DTHREADS=128", "-DNCOLS=1", "--std=c++17", "--fmad=false"}};
+inline const KernelSource kMatvec3{"matvec.cu", cuda_kernels::kMatvecSource,
+                            {"-DTHREADS=128", "-DNCOLS=3", "-DROW_WARPS=4", "--std=c++17",
+                             "--fmad=false"}};
+inline const KernelSource kRms{"rms_norm.cu", cuda_kernels::kRmsNormSource, {"-DTHREADS=256"}};
+inline const KernelSource kElementwise{"elementwise.cu", cuda_kernels::kElementwiseSource, {}};
+inline const KernelSource kAttention{"attention.cu", cuda_kernels::kAttentionSource, {"-DTHREADS=64"}};
+inline const KernelSource kSample{"sample.cu", cuda_kernels::kSampleSource, {"-DTHREADS=96"}};
+
+struct TypeCase {
+  GgmlType type;
+  testing::HostEntry matvec1, matvec3, rows, joined;
+};
+
+inline std::vector<TypeCase> type_cases() {
+  using namespace host;
+  return {
+      {GgmlType::kF32, adapt(matvec1::strata_matvec_f32), adapt(matvec3::strata_matvec_f32),
+       adapt(matvec1::strata_get_rows_f32), adapt(matvec1::strata_matvec3_f32)},
+      {GgmlType::kF16, adapt(matvec1::strata_matvec_f16), adapt(matvec3::strata_matvec_f16),
+       adapt(matvec1::strata_get_rows_f16), adapt(matvec1::strata_matvec3_f16)},
+      {GgmlType::kQ4_0, adapt(matvec1::strata_matvec_q4_0), adapt(matvec3::strata_matvec_q4_0),
+       adapt(matvec1::strata_get_rows_q4_0), adapt(matvec1::strata_matvec3_q4_0)},
+      {GgmlType::kQ4_1, adapt(matvec1::strata_matvec_q4_1), adapt(matvec3::strata_matvec_q4_1),
+       adapt(matvec1::strata_get_rows_q4_1), adapt(matvec1::strata_matvec3_q4_1)},
+      {GgmlType::kQ5_0, adapt(matvec1::strata_matvec_q5_0), adapt(matvec3::strata_matvec_q5_0),
+       adapt(matvec1::strata_get_rows_q5_0), adapt(matvec1::strata_matvec3_q5_0)},
+      {GgmlType::kQ5_1, adapt(matvec1::strata_matvec_q5_1), adapt(matvec3::strata_matvec_q5_1),
+       adapt(matvec1::strata_get_rows_q5_1), adapt(matvec1::strata_matvec3_q5_1)},
+      {GgmlType::kQ8_0, adapt(matvec1::strata_matvec_q8_0), adapt(matvec3::strata_matvec_q8_0),
+       adapt(matvec1::strata_get_rows_q8_0), adapt(matvec1::strata_matvec3_q8_0)},
+      {GgmlType::kMXFP4, adapt(matvec1::strata_matvec_mxfp4), adapt(matvec3::strata_matvec_mxfp4),
+       adapt(matvec1::strata_get_rows_mxfp4), adapt(matvec1::strata_matvec3_mxfp4)},
+      {GgmlType::kQ4_K, adapt(matvec1::strata_matvec_q4_k), adapt(matvec3::strata_matvec_q4_k),
+       adapt(matvec1::strata_get_rows_q4_k), adapt(matvec1::strata_matvec3_q4_k)},
+      {GgmlType::kQ5_K, adapt(matvec1::strata_matvec_q5_k), adapt(matvec3::strata_matvec_q5_k),
+       adapt(matvec1::strata_get_rows_q5_k), adapt(matvec1::strata_matvec3_q5_k)},
+      {GgmlType::kQ6_K, adapt(matvec1::strata_matvec_q6_k), adapt(matvec3::strata_matvec_q6_k),
+       adapt(matvec1::strata_get_rows_q6_k), adapt(matvec1::strata_matvec3_q6_k)},
+  };
+}
+
+inline std::unique_ptr<DeviceApi> emulated_device() {
+  auto api = std::make_unique<EmulatedDeviceApi>();
+  for (const TypeCase& c : type_cases()) {
+    api->add(kMatvec1, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec1);
+    api->add(kMatvec3, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec3);
+    api->add(kMatvec1, cuda_kernels::get_rows_entry(c.type), c.rows);
+    api->add(kMatvec1, cuda_kernels::matvec3_entry(c.type), c.joined);
+  }
+  api->add(kRms, cuda_kernels::kRmsNormEntry, adapt(host::rms::strata_rms_norm));
+  api->add(kRms, cuda_kernels::kAddRmsNormEntry, adapt(host::rms::strata_add_rms_norm));
+  api->add(kElementwise, cuda_kernels::kRopeRotateEntry,
+           adapt(host::elementwise::strata_rope_rotate));
+  api->add(kElementwise, cuda_kernels::kRopeRotateQkEntry,
+           adapt(host::elementwise::strata_rope_rotate_qk));
+  api->add(kElementwise, cuda_kernels::kSwigluEntry, adapt(host::elementwise::strata_swiglu));
+  api->add(kElementwise, cuda_kernels::kAddEntry, adapt(host::elementwise::strata_add));
+  api->add(kElementwise, cuda_kernels::kAddBiasEntry, adapt(host::elementwise::strata_add_bias));
+  {
+    namespace ew = host::elementwise;
+    api->add(kElementwise, cuda_kernels::kScaleEntry, adapt(ew::strata_scale));
+    api->add(kElementwise, cuda_kernels::kSoftCapEntry, adapt(ew::strata_soft_cap));
+    api->add(kElementwise, cuda_kernels::kGegluEntry, adapt(ew::strata_geglu));
+    api->add(kElementwise, cuda_kernels::kSwigluOaiEntry, adapt(ew::strata_swiglu_oai));
+    api->add(kElementwise, cuda_kernels::kGatherRowsEntry, adapt(ew::strata_gather_rows));
+    api->add(kElementwise, cuda_kernels::kScatterRowsEntry, adapt(ew::strata_scatter_rows));
+    api->add(kElementwise, cuda_kernels::kMoeSumEntry, adapt(ew::strata_moe_sum));
+    api->add(kElementwise, cuda_kernels::kAddSharedExpertEntry,
+             adapt(ew::strata_add_shared_expert));
+  }
+  api->add(kElementwise, cuda_kernels::kStoreKvEntry, adapt(host::elementwise::strata_store_kv));
+  api->add(kAttention, cuda_kernels::kAttentionDecodeEntry,
+           adapt(host::attention::strata_attention_decode));
+  api->add(kAttention, cuda_kernels::kAttentionRowsEntry,
+           adapt(host::attention::strata_attention_rows));
+  api->add(kAttention, cuda_kernels::kAttentionBatchEntry,
+           adapt(host::attention::strata_attention_batch));
+  api->add(kElementwise, cuda_kernels::kStoreKvBatchEntry,
+           adapt(host::elementwise::strata_store_kv_batch));
+  api->add(kSample, cuda_kernels::kArgmaxEntry, adapt(host::sample::strata_argmax));
+  return api;
+}
+
+inline std::vector<float> normal_values(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+class Kernels : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "emulated") {
+      api_ = emulated_device();
+      return;
+    }
+    STRATA_REQUIRE_CUDA_DEVICE(device);
+    auto api = make_cuda_device_api(device.ordinal, "-");
+    ASSERT_TRUE(api.ok()) << api.status();
+    api_ = *std::move(api);
+  }
+
+  // A device copy of `v`.
+  template <typename T>
+  DeviceBuffer put(const std::vector<T>& v) {
+    auto b = DeviceBuffer::make(api_.get(), v.size() * sizeof(T));
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(api_->upload(b->get(), v.data(), v.size() * sizeof(T)).ok());
+    return *std::move(b);
+  }
+  // `bytes` of device memory, every byte `fill_byte`.
+  DeviceBuffer space(size_t bytes, int fill_byte = 0xFF) {
+    auto b = DeviceBuffer::make(api_.get(), bytes);
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(api_->fill(b->get(), fill_byte, bytes).ok());
+    return *std::move(b);
+  }
+  template <typename T>
+  std::vector<T> get(const DeviceBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_TRUE(api_->download(v.data(), b.get(), n * sizeof(T)).ok());
+    return v;
+  }
+  // Launches `entry` of `source` with `args` (each of the parameter's exact
+  // type).
+  template <typename... T>
+  absl::Status run(const KernelSource& source, const std::string& entry, unsigned grid,
+                   unsigned block, T... args) {
+    std::tuple<T...> held(args...);
+    return std::apply(
+        [&](auto&... v) {
+          void* a[] = {static_cast<void*>(&v)...};
+          return api_->launch(KernelRef{&source, entry}, grid, block, a);
+        },
+        held);
+  }
+
+  std::unique_ptr<DeviceApi> api_;
+};
+
+}  // namespace strata::worker::kernels_test

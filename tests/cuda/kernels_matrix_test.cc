@@ -1,0 +1,158 @@
+// The matrix kernels (worker/cuda/kernels/matvec.cuh) on both devices:
+// matrix x columns in each type, split-K, the multi-output form, get_rows
+// (the fixture: kernels_fixture.h; instantiated in kernels_test.cc).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/cuda/kernels_fixture.h"
+
+namespace strata::worker::kernels_test {
+namespace {
+
+// Quantized matrix x 1 and 3 columns (the latter split-K, 4 warps a row), every type, fewer and more units than
+// a warp's lanes. Float sums against the reference's double:
+// |y - ref| <= 1e-5 sum|w x| + 1e-6.
+TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const TypeCase& c : type_cases()) {
+    for (const int columns : {1, 3}) {
+      for (const int n_cols : {256, 2304, 172, 20}) {
+        // Rows with a part unit (172 = 5 x 32 + 12; 20 < 32): the float
+        // formats only, a block format's rows being whole blocks.
+        const bool float_format = c.type == GgmlType::kF32 || c.type == GgmlType::kF16;
+        if (n_cols % 32 != 0 && !float_format) continue;
+        const int n_rows = 9;
+        SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(columns) +
+                     " columns, " + std::to_string(n_rows) + " x " + std::to_string(n_cols));
+        const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
+        std::vector<unsigned char> w(static_cast<size_t>(row_bytes) * n_rows);
+        std::vector<float> dequant(static_cast<size_t>(n_rows) * n_cols);
+        for (int r = 0; r < n_rows; ++r) {
+          std::vector<float> row(static_cast<size_t>(n_cols));
+          for (float& v : row) v = normal(rng);
+          unsigned char* bytes = w.data() + static_cast<size_t>(r) * row_bytes;
+          ASSERT_TRUE(reference::quantize_row(c.type, row.data(), n_cols, bytes).ok());
+          ASSERT_TRUE(reference::dequantize_row(c.type, bytes, n_cols,
+                                                dequant.data() + static_cast<size_t>(r) * n_cols)
+                          .ok());
+        }
+        const std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, 11);
+        DeviceBuffer dw = put(w), dx = put(x);
+        DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
+        // 1 column: a warp a row, 4 rows a block; 3 columns: split-K, the
+        // block's 4 warps share one row.
+        const unsigned per_block = columns == 1 ? kMatvecThreads / 32 : 1;
+        ASSERT_TRUE(run(columns == 1 ? kMatvec1 : kMatvec3,
+                        std::string(cuda_kernels::matvec_entry(c.type)),
+                        (n_rows + per_block - 1) / per_block, kMatvecThreads,
+                        dw.as<const unsigned char>(), dx.as<const float>(), dy.as<float>(), n_rows,
+                        n_cols, row_bytes)
+                        .ok());
+        const std::vector<float> y = get<float>(dy, static_cast<size_t>(columns) * n_rows);
+        for (int col = 0; col < columns; ++col) {
+          for (int r = 0; r < n_rows; ++r) {
+            double want = 0.0, magnitude = 0.0;
+            for (int i = 0; i < n_cols; ++i) {
+              const double p = static_cast<double>(dequant[static_cast<size_t>(r) * n_cols + i]) *
+                               x[static_cast<size_t>(col) * n_cols + i];
+              want += p;
+              magnitude += std::fabs(p);
+            }
+            ASSERT_NEAR(y[static_cast<size_t>(col) * n_rows + r], want, 1e-5 * magnitude + 1e-6)
+                << "column " << col << ", row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The three-output form (a block's q, k and v held as one matrix): rows
+// [0, n0) to y0, [n0, n0 + n1) to y1, the rest to y2, each value the
+// one-output kernel's, bit for bit; and two outputs (gate | up).
+TEST_P(Kernels, Matvec3SendsEachPartToItsOutput) {
+  for (const TypeCase& c : type_cases()) {
+    SCOPED_TRACE(std::string(ggml_type_info(c.type).name));
+    const int n_cols = 256, n_rows = 11, n0 = 5, n1 = 4;
+    const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
+    std::vector<unsigned char> w(static_cast<size_t>(row_bytes) * n_rows);
+    const std::vector<float> values = normal_values(static_cast<size_t>(n_rows) * n_cols, 70);
+    for (int r = 0; r < n_rows; ++r) {
+      ASSERT_TRUE(reference::quantize_row(c.type, values.data() + static_cast<size_t>(r) * n_cols,
+                                          n_cols, w.data() + static_cast<size_t>(r) * row_bytes)
+                      .ok());
+    }
+    const std::vector<float> x = normal_values(n_cols, 71);
+    DeviceBuffer dw = put(w), dx = put(x), dy = space(n_rows * sizeof(float));
+    ASSERT_TRUE(run(kMatvec1, std::string(cuda_kernels::matvec_entry(c.type)), 3, kMatvecThreads,
+                    dw.as<const unsigned char>(), dx.as<const float>(), dy.as<float>(), n_rows,
+                    n_cols, row_bytes)
+                    .ok());
+    const std::vector<float> want = get<float>(dy, n_rows);
+    for (const int parts : {3, 2}) {
+      const int m1 = parts == 3 ? n1 : n_rows - n0;
+      DeviceBuffer y0 = space(n0 * sizeof(float)), y1 = space(m1 * sizeof(float)),
+                   y2 = space((n_rows - n0 - m1 + 1) * sizeof(float));
+      ASSERT_TRUE(run(kMatvec1, cuda_kernels::matvec3_entry(c.type), 3, kMatvecThreads,
+                      dw.as<const unsigned char>(), dx.as<const float>(), y0.as<float>(),
+                      y1.as<float>(), y2.as<float>(), n0, m1, n_rows, n_cols, row_bytes)
+                      .ok());
+      std::vector<float> got = get<float>(y0, n0);
+      const std::vector<float> g1 = get<float>(y1, m1);
+      got.insert(got.end(), g1.begin(), g1.end());
+      if (parts == 3) {
+        const std::vector<float> g2 = get<float>(y2, n_rows - n0 - m1);
+        got.insert(got.end(), g2.begin(), g2.end());
+      }
+      EXPECT_EQ(got, want) << parts << " parts";
+    }
+  }
+}
+
+// get_rows (the token embedding): the rows of the ids, exactly the
+// reference's values (the same formulas, no sums); ids repeat, any order.
+TEST_P(Kernels, GetRowsDequantizesTheRowsOfTheIds) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int n_rows = 6;
+  const std::vector<int> ids = {5, 0, 5, 2, 3};
+  for (const TypeCase& c : type_cases())
+  for (const int n_cols : {512, 172}) {  // 172: a part unit, float formats only
+    if (n_cols % 32 != 0 && c.type != GgmlType::kF32 && c.type != GgmlType::kF16) continue;
+    SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + " x " + std::to_string(n_cols));
+    const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
+    std::vector<unsigned char> table(static_cast<size_t>(row_bytes) * n_rows);
+    std::vector<float> rows(static_cast<size_t>(n_rows) * n_cols);
+    for (int r = 0; r < n_rows; ++r) {
+      std::vector<float> row(static_cast<size_t>(n_cols));
+      for (float& v : row) v = normal(rng);
+      unsigned char* bytes = table.data() + static_cast<size_t>(r) * row_bytes;
+      ASSERT_TRUE(reference::quantize_row(c.type, row.data(), n_cols, bytes).ok());
+      ASSERT_TRUE(reference::dequantize_row(c.type, bytes, n_cols,
+                                            rows.data() + static_cast<size_t>(r) * n_cols)
+                      .ok());
+    }
+    DeviceBuffer dt = put(table), di = put(ids);
+    DeviceBuffer dout = space(ids.size() * n_cols * sizeof(float));
+    ASSERT_TRUE(run(kMatvec1, cuda_kernels::get_rows_entry(c.type), 2, 64,
+                    dt.as<const unsigned char>(), di.as<const int>(), dout.as<float>(),
+                    static_cast<int>(ids.size()), n_cols, row_bytes)
+                    .ok());
+    const std::vector<float> got = get<float>(dout, ids.size() * n_cols);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int col = 0; col < n_cols; ++col) {
+        ASSERT_EQ(got[i * n_cols + col], rows[static_cast<size_t>(ids[i]) * n_cols + col])
+            << "id " << ids[i] << ", column " << col;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::worker::kernels_test
