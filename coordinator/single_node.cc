@@ -9,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_info.h"
 #include "kernels/cpu/isa.h"
+#include "worker/cuda/cuda_backend.h"
 #include "worker/in_process_link.h"
+#include "worker/shard_plan.h"
 #include "worker/stage.h"
 #include "worker/step_totals.h"
 
@@ -50,10 +52,11 @@ class LockedStage final : public worker::Stage {
 // One stage of this process as a worker.
 class InProcessWorker final : public WorkerControl {
  public:
-  InProcessWorker(int index, int n_threads, Progress* progress)
+  InProcessWorker(int index, int n_threads, std::string backend, Progress* progress)
       : address_(absl::StrCat("in-process ", index)),
         name_(absl::StrCat("stage ", index)),
         n_threads_(n_threads),
+        backend_(std::move(backend)),
         progress_(progress) {
     WorkerConfig named;
     named.address = address_;
@@ -66,7 +69,7 @@ class InProcessWorker final : public WorkerControl {
   absl::StatusOr<v1::DescribeResponse> describe(absl::Duration) override {
     v1::DescribeResponse d;
     d.set_worker_id(name_);
-    d.set_backend("cpu");
+    d.set_backend(backend_);
     // As a worker process reports itself (its CPU, the tier its kernels
     // run on), with "this process" saying where the stage lives.
     d.set_device(absl::StrCat(kernels::cpu_model_name(), ", this process"));
@@ -87,7 +90,10 @@ class InProcessWorker final : public WorkerControl {
     worker::StageOptions options;
     options.worker_name = name_;
     options.progress = progress_;  // the Cluster loads stages one at a time
-    auto stage = worker::load_stage(r, n_threads_, options);
+    absl::StatusOr<worker::ShardPlan> plan = worker::plan_shard(r);
+    absl::StatusOr<std::unique_ptr<worker::Stage>> stage =
+        plan.ok() ? worker::load_planned_stage(*std::move(plan), n_threads_, options, backend_)
+                  : absl::StatusOr<std::unique_ptr<worker::Stage>>(plan.status());
     if (!stage.ok()) {  // named, as WorkerControl's errors are
       return absl::Status(stage.status().code(),
                           absl::StrCat(label_, ": ", stage.status().message()));
@@ -129,6 +135,7 @@ class InProcessWorker final : public WorkerControl {
   std::string name_;
   std::string label_;  // in messages: worker_label()
   int n_threads_;
+  std::string backend_;  // "cpu", "cuda", "cuda:N"
   Progress* progress_;  // the weight repack's; may be null; not owned
   std::mutex mu_;
   std::unique_ptr<LockedStage> stage_;
@@ -143,6 +150,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
   if (!model.ok()) return model.status();
   if (!o.chat_template.empty()) {
     if (absl::Status st = set_chat_template(**model, o.chat_template); !st.ok()) return st;
+  }
+  if (absl::StatusOr<worker::BackendChoice> choice = worker::parse_backend_choice(o.backend);
+      !choice.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--backend: ", choice.status().message()));
   }
   const int n_layer = (*model)->hp.n_layer;
   if (o.workers < 1 || o.workers > n_layer) {
@@ -179,7 +190,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
     // more while the remainder lasts.
     const int threads =
         std::max(1, total / o.workers + (i < total % o.workers ? 1 : 0));
-    auto w = std::make_unique<InProcessWorker>(i, threads, o.progress);
+    auto w = std::make_unique<InProcessWorker>(i, threads, o.backend, o.progress);
     workers.push_back(w.get());
     WorkerConfig wc;
     wc.address = w->address();

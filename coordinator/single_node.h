@@ -33,6 +33,9 @@ struct SingleNodeOptions {
   int max_sequences = 8;
   int prefill_chunk = 512;   // rows of one prompt chunk (ClusterConfig)
   GgmlType kv_type = GgmlType::kF16;
+  // Where every stage runs: "cpu", "cuda" or "cuda:N" (worker::
+  // parse_backend_choice; a cuda stage: worker/cuda/cuda_backend.h).
+  std::string backend = "cpu";
   std::string trace;         // JSON-lines file of block hashes; "": off
   std::string chat_template; // Jinja file overriding the GGUF's template; "": none
   int prefix_cache_blocks = -1;  // ClusterConfig's; 0: --prefix-cache off
@@ -48,7 +51,8 @@ struct SingleNodeOptions {
 // Opens the model, makes the stages' controls and the link chain; the
 // Cluster loads the shards on its own thread (wait_serving()).
 // Errors: the model's (open, tokenizer, context_length), InvalidArgument
-// for a bad worker count.
+// for a bad worker count or backend name (a backend that cannot run here
+// fails the stages' loads, which wait_serving() reports).
 absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
     const SingleNodeOptions& options);
 

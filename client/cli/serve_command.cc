@@ -1,5 +1,5 @@
 // `strata serve MODEL.gguf [--workers N] [--listen HOST:PORT] [-t THREADS]
-// [-c CTX] [--max-sequences S] [--kv-type f16|f32] [--trace FILE]
+// [-c CTX] [--max-sequences S] [--kv-type f16|f32] [--backend cpu|cuda[:N]] [--trace FILE]
 // [--http HOST:PORT|off] [--api-key KEY]`:
 // single-node mode. The coordinator and N pipeline stages run in this
 // process, chained in-process, serving the strata.v1.Inference API — the
@@ -30,6 +30,7 @@
 #include "coordinator/inference_service.h"
 #include "coordinator/single_node.h"
 #include "model/progress.h"
+#include "worker/cuda/cuda_backend.h"
 #include "worker/kv_cache.h"
 
 namespace strata::cli {
@@ -53,6 +54,7 @@ struct ServeOptions {
   std::string prefix_cache = "on";
   int prefix_cache_blocks = -1;
   std::string chat_template;  // "": the model's
+  std::string backend = "cpu";  // every stage's: cpu, cuda, cuda:N
 };
 
 int serve_fail(const std::string& what, const absl::Status& status) {
@@ -78,6 +80,11 @@ int serve(const ServeOptions& o) {
                           o.prefill_chunk, " rows with --max-sequences ", o.max_sequences,
                           " exceed the 4096 rows of a micro-batch")));
   }
+  if (absl::StatusOr<worker::BackendChoice> choice = worker::parse_backend_choice(o.backend);
+      !choice.ok()) {
+    return serve_fail("--backend", choice.status());
+  }
+  s.backend = o.backend;
   s.trace = o.trace;
   s.chat_template = o.chat_template;
   s.prefix_cache_blocks = o.prefix_cache == "off" ? 0 : o.prefix_cache_blocks;
@@ -192,6 +199,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "rows of one prompt chunk in a micro-batch, beside the decode rows (512)")
       ->check(CLI::Range(1, 4096));
   add_kv_type_flag(cmd, &o->kv_type);
+  cmd->add_option("--backend", o->backend,
+                  "where every stage runs: cpu, cuda (device 0) or cuda:N (cpu)");
   cmd->add_option("--http", o->http,
                   "HOST:PORT of the OpenAI-compatible HTTP API, or off (127.0.0.1:8080 "
                   "or the next free port)")
