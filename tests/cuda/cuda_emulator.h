@@ -3,7 +3,8 @@
 // (ucontext, a stack each) that the calling OS thread runs in turn, each
 // until it waits at a barrier or returns: __syncthreads() is a barrier of
 // the block's threads, a warp's __shfl_xor_sync() a barrier of its lanes
-// (a write, a barrier, a read, a barrier). `__shared__` variables are
+// (a write, a barrier, a read, a barrier), and a warp's mma.sync
+// (strata_host_mma_m16n8k16) the same over its fragments. `__shared__` variables are
 // function statics (blocks run one after another, so a block has them to
 // itself). Deterministic, and cheap enough for a whole model's launches (a
 // switch costs about a microsecond; an OS thread per CUDA thread cost ~20 us
@@ -113,6 +114,8 @@ struct BlockRun {
   struct Warp {
     Barrier meet;
     uint64_t slots[32] = {};
+    uint32_t mma_a[32][4] = {};  // strata_host_mma_m16n8k16's fragments
+    uint32_t mma_b[32][2] = {};
   };
   Context scheduler;
   std::vector<Thread> threads;
@@ -169,6 +172,37 @@ T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask) {
   std::memcpy(&other, &w.slots[lane ^ static_cast<unsigned>(lane_mask)], sizeof(T));
   wait_at(w.meet);  // every lane has read before any writes again
   return other;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 for the warp: every
+// lane gives its A and B fragments, then computes its four D elements from
+// the whole tiles, by the fragment layout PTX documents (g = lane / 4, t =
+// lane % 4): A[row][k] is in lane 4 (row % 8) + (k % 8) / 2, register
+// (row >= 8) + 2 (k >= 8), half k % 2; B[k][col] in lane 4 col + (k % 8) /
+// 2, register k >= 8, half k % 2; d[i] is D[g + 8 (i >= 2)][2t + i % 2].
+// The products (exact in float) are summed in k order onto d.
+inline float strata_emulated_half(uint32_t reg, int half) {
+  return reference::f16_to_f32(static_cast<unsigned short>(half ? reg >> 16 : reg & 0xffff));
+}
+inline void strata_host_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b) {
+  const unsigned lane = threadIdx.x & 31;
+  BlockRun::Warp& w = this_block->warps[threadIdx.x / 32];
+  std::memcpy(w.mma_a[lane], a, sizeof w.mma_a[lane]);
+  std::memcpy(w.mma_b[lane], b, sizeof w.mma_b[lane]);
+  wait_at(w.meet);
+  const int g = static_cast<int>(lane >> 2), t = static_cast<int>(lane & 3);
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float sum = d[i];
+    for (int k = 0; k < 16; ++k) {
+      const float av = strata_emulated_half(
+          w.mma_a[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+      const float bv = strata_emulated_half(w.mma_b[4 * col + (k % 8) / 2][k >= 8], k % 2);
+      sum += av * bv;
+    }
+    d[i] = sum;
+  }
+  wait_at(w.meet);  // every lane has read before any writes again
 }
 
 inline float __uint_as_float(unsigned u) {

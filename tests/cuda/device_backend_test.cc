@@ -78,15 +78,29 @@ std::unique_ptr<DeviceApi> new_api() {
     }                                                                         \
   } while (0)
 
-std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range, int max_batch = 32,
-                                        int row_warps = 0) {
+// The options of the tests: one warp a row (or row_warps for every
+// matrix), no tuning; slices of mma_min_rows rows or more on the tensor
+// cores.
+DeviceBackendOptions test_options(int max_batch = 32, int row_warps = 0,
+                                  int mma_min_rows = 64) {
   DeviceBackendOptions o;
   o.max_batch = max_batch;
-  o.tune = false;  // one warp a row, or row_warps for every matrix
+  o.tune = false;
   o.row_warps = row_warps;
+  o.mma_min_rows = mma_min_rows;
+  return o;
+}
+
+std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range,
+                                        const DeviceBackendOptions& o) {
   auto b = make_device_backend(m.model, m.hp, range, o, new_api());
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *std::move(b) : nullptr;
+}
+
+std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range, int max_batch = 32,
+                                        int row_warps = 0) {
+  return device_backend(m, range, test_options(max_batch, row_warps));
 }
 
 std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_batch = 32) {
@@ -216,18 +230,11 @@ TEST_P(DeviceBackend, GreedyAgreesWithTheCpuBackendOnStories260K) {
   EXPECT_GE(decided, 20);
 }
 
-// Random-weight tiny llama models (model/synthetic_model.h, 256 wide) with
-// their matrices in each type the kernels read (the F32 model's matrices
-// converted; Q4_K_M: the synthesizer's mix of Q4_K and Q6_K). The cpu
-// backend rounds activations to 8 bits for quantized weights (as llama.cpp's
-// CPU path), the device does not: logits agree to ~1-3 %.
-class DeviceBackendTypes
-    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
-
-TEST_P(DeviceBackendTypes, GreedyAgreesWithTheCpuBackendOnATinyLlama) {
-  STRATA_ON_DEVICE(std::get<0>(GetParam()));
-  const std::string type_name = std::get<1>(GetParam());
-  gguf::testing::TempDir dir;
+// A random-weight tiny llama (model/synthetic_model.h, 256 wide) written in
+// `dir` with its matrices in `type_name` ("F32", "Q4_K_M": the
+// synthesizer's mix of Q4_K and Q6_K, or a type the F32 matrices are
+// converted to); its path.
+std::string tiny_llama(gguf::testing::TempDir& dir, const std::string& type_name) {
   synth::SynthOptions o;
   o.shape = "tiny-llama";
   o.type = GgmlType::kF32;
@@ -235,20 +242,34 @@ TEST_P(DeviceBackendTypes, GreedyAgreesWithTheCpuBackendOnATinyLlama) {
     o.type = GgmlType::kQ4_K;
     o.mix = synth::SynthOptions::Mix::kQ4_K_M;
   }
-  std::string path = dir.file("m.gguf");
+  const std::string path = dir.file("m.gguf");
   auto report = synth::write_synthetic_model(o, path);
-  ASSERT_TRUE(report.ok()) << report.status();
-  if (type_name != "F32" && type_name != "Q4_K_M") {
-    const std::optional<GgmlType> type = ggml_type_from_name(type_name);
-    ASSERT_TRUE(type.has_value()) << type_name;
-    const std::string converted = dir.file("converted.gguf");
-    ASSERT_TRUE(write_converted_copy(path, converted, matrices_as(*type)).ok());
-    path = converted;
-  }
-  Loaded m = open_model(path);
+  EXPECT_TRUE(report.ok()) << report.status();
+  if (type_name == "F32" || type_name == "Q4_K_M") return path;
+  const std::optional<GgmlType> type = ggml_type_from_name(type_name);
+  EXPECT_TRUE(type.has_value()) << type_name;
+  const std::string converted = dir.file("converted.gguf");
+  EXPECT_TRUE(write_converted_copy(path, converted, matrices_as(*type)).ok());
+  return converted;
+}
+
+// The tiny llama with its matrices in each type the kernels read, its
+// 6-row prompt on the tensor cores (mma_min_rows 2; F32 and F16 matrices
+// stay on the matvec kernel) and its decode rows on the matvec kernel. The
+// cpu backend rounds activations to 8 bits for quantized weights (as
+// llama.cpp's CPU path), the device to f16 on the tensor cores and not at
+// all in the matvec kernel: logits agree to ~1-3 %.
+class DeviceBackendTypes
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(DeviceBackendTypes, GreedyAgreesWithTheCpuBackendOnATinyLlama) {
+  STRATA_ON_DEVICE(std::get<0>(GetParam()));
+  const std::string type_name = std::get<1>(GetParam());
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(tiny_llama(dir, type_name));
   ASSERT_NE(m.model, nullptr);
   auto cpu = cpu_backend(m, {0, m.hp.n_layer});
-  auto device = device_backend(m, {0, m.hp.n_layer});
+  auto device = device_backend(m, {0, m.hp.n_layer}, test_options(32, 0, /*mma_min_rows=*/2));
   ASSERT_NE(cpu, nullptr);
   ASSERT_NE(device, nullptr);
   const float tolerance = type_name == "F32" ? 1e-3f : 3e-2f;
@@ -332,20 +353,20 @@ std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<in
   return out;
 }
 
-// Batch invariance on the device: three sequences' prompts (3, 1 and 5
-// rows) in one step and then their decode rows in steps of three give each
+// Three sequences' prompts (3, 1 and 5 rows) in one step and then their
+// decode rows in steps of three, on backends of options `o`: each
 // sequence's logits bit for bit as running alone.
-TEST_P(DeviceBackend, ABatchedStepGivesEachSequenceItsLogitsAlone) {
-  Loaded m = open_model(stories_path());
-  ASSERT_NE(m.model, nullptr);
+void expect_batch_invariant(const Loaded& m, const DeviceBackendOptions& o) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 403, 407}, {1}, {1, 261, 378, 403, 40}};
   const std::vector<std::vector<int32_t>> next = {{300, 301}, {5, 6}, {100, 7}};
   std::vector<std::vector<std::vector<float>>> alone;
   for (int s = 0; s < 3; ++s) {
-    auto b = device_backend(m, {0, m.hp.n_layer});
+    auto b = device_backend(m, {0, m.hp.n_layer}, o);
+    ASSERT_NE(b, nullptr);
     alone.push_back(logits_alone(*b, s, prompts[s], next[s]));
   }
-  auto b = device_backend(m, {0, m.hp.n_layer});
+  auto b = device_backend(m, {0, m.hp.n_layer}, o);
+  ASSERT_NE(b, nullptr);
   for (int s = 0; s < 3; ++s) ASSERT_TRUE(b->add_sequence(s, 64).ok());
   std::vector<int32_t> tokens;
   std::vector<ForwardSlice> slices;
@@ -373,6 +394,25 @@ TEST_P(DeviceBackend, ABatchedStepGivesEachSequenceItsLogitsAlone) {
       slices.push_back({.seq = s, .rows = 1});
     }
   }
+}
+
+// Batch invariance on the device (stories260K: F32, every row on the
+// matvec kernel).
+TEST_P(DeviceBackend, ABatchedStepGivesEachSequenceItsLogitsAlone) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  expect_batch_invariant(m, test_options());
+}
+
+// The same with the tensor cores: a Q4_K_M tiny llama whose slices of 3
+// rows or more run on the tensor-core kernel (the 3- and 5-row prompts;
+// the 1-row prompt and the decode rows on the matvec kernel, beside them
+// in one step).
+TEST_P(DeviceBackend, TensorCoreSlicesStayBatchInvariant) {
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(tiny_llama(dir, "Q4_K_M"));
+  ASSERT_NE(m.model, nullptr);
+  expect_batch_invariant(m, test_options(32, 0, /*mma_min_rows=*/3));
 }
 
 // A model split over two device backends (blocks [0, 2) and [2, 5)), the

@@ -5,6 +5,7 @@
 #include "model/ggml_type.h"
 #include "tests/cuda/cuda_emulator.h"
 #include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
 #include "worker/cuda/step_kernels.h"
@@ -165,6 +166,19 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 }  // namespace matvec_w4_c16
+namespace mma {
+using namespace strata::cuda_emulation;
+#define NCOLS 1
+#define ROW_WARPS 1
+#define STRATA_MATVEC_NO_ENTRIES
+#include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma.cuh"
+#undef STRATA_MATVEC_NO_ENTRIES
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+}  // namespace mma
 #undef THREADS
 namespace rms {
 using namespace strata::cuda_emulation;
@@ -188,7 +202,8 @@ using namespace strata::cuda_emulation;
 namespace strata::worker::testing {
 namespace {
 
-static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepRmsNormThreads == 256 &&
+static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepMmaThreads == 128 &&
+                  cuda_kernels::kStepRmsNormThreads == 256 &&
                   cuda_kernels::kStepAttentionThreads == 128,
               "the host builds above use step_sources()'s THREADS");
 
@@ -242,6 +257,22 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   STRATA_ADD_MATVEC(matvec_w4_c4)(api, s, 2, 2);
   STRATA_ADD_MATVEC(matvec_w4_c8)(api, s, 2, 3);
   STRATA_ADD_MATVEC(matvec_w4_c16)(api, s, 2, 4);
+  {
+    namespace mm = step_host::mma;
+    const auto add = [&](GgmlType type, HostEntry fn) {
+      api.add(s.mma[cuda_kernels::step_matvec_type_index(type)], cuda_kernels::mma3_entry(type),
+              std::move(fn));
+    };
+    add(GgmlType::kQ4_0, adapt(mm::strata_mma3_q4_0));
+    add(GgmlType::kQ4_1, adapt(mm::strata_mma3_q4_1));
+    add(GgmlType::kQ5_0, adapt(mm::strata_mma3_q5_0));
+    add(GgmlType::kQ5_1, adapt(mm::strata_mma3_q5_1));
+    add(GgmlType::kQ8_0, adapt(mm::strata_mma3_q8_0));
+    add(GgmlType::kMXFP4, adapt(mm::strata_mma3_mxfp4));
+    add(GgmlType::kQ4_K, adapt(mm::strata_mma3_q4_k));
+    add(GgmlType::kQ5_K, adapt(mm::strata_mma3_q5_k));
+    add(GgmlType::kQ6_K, adapt(mm::strata_mma3_q6_k));
+  }
   api.add(s.rms_norm, cuda_kernels::kRmsNormEntry, adapt(step_host::rms::strata_rms_norm));
   api.add(s.rms_norm, cuda_kernels::kAddRmsNormEntry, adapt(step_host::rms::strata_add_rms_norm));
   namespace ew = step_host::elementwise;

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "model/ggml_type.h"
 #include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
 #include "worker/cuda/step_kernels.h"
@@ -115,6 +116,37 @@ TEST(CudaKernelSources, StepMatvecBuildsHoldOnlyTheirType) {
   }
   EXPECT_EQ(cuda_kernels::step_matvec_type_index(GgmlType::kQ3_K),
             cuda_kernels::kStepMatvecTypes.size());
+}
+
+// The tensor-core kernel's one-type builds (step_sources().mma) compile for
+// sm_80 and sm_90 with the mma.sync instruction in their PTX, each holding
+// only its type's entry and no matvec entry; F32 and F16 have none.
+TEST(CudaKernelSources, StepMmaBuildsCompileForSm80AndSm90) {
+  NvrtcCompiler compiler({.cache_dir = "-"});
+  const cuda_kernels::StepSources& s = cuda_kernels::step_sources();
+  EXPECT_TRUE(cuda_kernels::mma3_entry(GgmlType::kF32).empty());
+  EXPECT_TRUE(cuda_kernels::mma3_entry(GgmlType::kF16).empty());
+  EXPECT_TRUE(cuda_kernels::mma3_entry(GgmlType::kQ3_K).empty());
+  for (const int cc : {80, 90}) {
+    for (const GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
+      SCOPED_TRACE(std::string(ggml_type_info(type).name) + " for compute_" + std::to_string(cc));
+      const KernelSource& src = s.mma[cuda_kernels::step_matvec_type_index(type)];
+      const NvrtcTarget target{.device_name = "any", .cc_major = cc / 10, .cc_minor = cc % 10};
+      auto out = compiler.compile(target, src.name, src.text, src.options);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_NE(out->ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
+                std::string::npos);
+      for (const GgmlType other : cuda_kernels::kStepMatvecTypes) {
+        const std::string entry = cuda_kernels::mma3_entry(other);
+        if (!entry.empty()) {
+          EXPECT_EQ(out->ptx.find(".entry " + entry + "(") != std::string::npos, other == type)
+              << entry;
+        }
+        const std::string matvec(cuda_kernels::matvec_entry(other));
+        EXPECT_EQ(out->ptx.find(".entry " + matvec + "("), std::string::npos) << matvec;
+      }
+    }
+  }
 }
 
 }  // namespace

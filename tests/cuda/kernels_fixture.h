@@ -32,6 +32,7 @@
 #include "tests/cuda/emulated_device_api.h"
 #include "worker/cuda/device_api.h"
 #include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
 
@@ -59,6 +60,19 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef THREADS
 }  // namespace matvec3
+namespace mma {  // the formats, then the tensor-core kernel
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define STRATA_MATVEC_NO_ENTRIES
+#include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma.cuh"
+#undef STRATA_MATVEC_NO_ENTRIES
+#undef NCOLS
+#undef ROW_WARPS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+#undef THREADS
+}  // namespace mma
 namespace rms {
 using namespace strata::cuda_emulation;
 #define THREADS 256
@@ -97,6 +111,9 @@ inline const KernelSource kMatvec1{"matvec.cu", cuda_kernels::kMatvecSource,
 inline const KernelSource kMatvec3{"matvec.cu", cuda_kernels::kMatvecSource,
                             {"-DTHREADS=128", "-DNCOLS=3", "-DROW_WARPS=4", "--std=c++17",
                              "--fmad=false"}};
+inline const KernelSource kMma{"mma.cu", cuda_kernels::mma_program(),
+                         {"-DTHREADS=128", "-DSTRATA_MATVEC_NO_ENTRIES", "--std=c++17",
+                          "--fmad=false"}};
 inline const KernelSource kRms{"rms_norm.cu", cuda_kernels::kRmsNormSource, {"-DTHREADS=256"}};
 inline const KernelSource kElementwise{"elementwise.cu", cuda_kernels::kElementwiseSource, {}};
 inline const KernelSource kAttention{"attention.cu", cuda_kernels::kAttentionSource, {"-DTHREADS=64"}};
@@ -142,6 +159,21 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
     api->add(kMatvec3, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec3);
     api->add(kMatvec1, cuda_kernels::get_rows_entry(c.type), c.rows);
     api->add(kMatvec1, cuda_kernels::matvec3_entry(c.type), c.joined);
+  }
+  {
+    namespace mm = host::mma;
+    const auto add = [&](GgmlType type, testing::HostEntry fn) {
+      api->add(kMma, cuda_kernels::mma3_entry(type), std::move(fn));
+    };
+    add(GgmlType::kQ4_0, adapt(mm::strata_mma3_q4_0));
+    add(GgmlType::kQ4_1, adapt(mm::strata_mma3_q4_1));
+    add(GgmlType::kQ5_0, adapt(mm::strata_mma3_q5_0));
+    add(GgmlType::kQ5_1, adapt(mm::strata_mma3_q5_1));
+    add(GgmlType::kQ8_0, adapt(mm::strata_mma3_q8_0));
+    add(GgmlType::kMXFP4, adapt(mm::strata_mma3_mxfp4));
+    add(GgmlType::kQ4_K, adapt(mm::strata_mma3_q4_k));
+    add(GgmlType::kQ5_K, adapt(mm::strata_mma3_q5_k));
+    add(GgmlType::kQ6_K, adapt(mm::strata_mma3_q6_k));
   }
   api->add(kRms, cuda_kernels::kRmsNormEntry, adapt(host::rms::strata_rms_norm));
   api->add(kRms, cuda_kernels::kAddRmsNormEntry, adapt(host::rms::strata_add_rms_norm));

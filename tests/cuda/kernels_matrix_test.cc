@@ -1,6 +1,7 @@
-// The matrix kernels (worker/cuda/kernels/matvec.cuh) on both devices:
-// matrix x columns in each type, split-K, the multi-output form, get_rows
-// (the fixture: kernels_fixture.h; instantiated in kernels_test.cc).
+// The matrix kernels (worker/cuda/kernels/matvec.cuh, mma.cuh) on both
+// devices: matrix x columns in each type, split-K, the multi-output form,
+// get_rows, the tensor-core kernel (the fixture: kernels_fixture.h;
+// instantiated in kernels_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -149,6 +150,118 @@ TEST_P(Kernels, GetRowsDequantizesTheRowsOfTheIds) {
       for (int col = 0; col < n_cols; ++col) {
         ASSERT_EQ(got[i * n_cols + col], rows[static_cast<size_t>(ids[i]) * n_cols + col])
             << "id " << ids[i] << ", column " << col;
+      }
+    }
+  }
+}
+
+// A quantized matrix [n_rows][n_cols] of `type` from normal values, and
+// its dequantized values.
+struct Quantized {
+  std::vector<unsigned char> bytes;
+  std::vector<float> values;
+  long long row_bytes = 0;
+};
+Quantized quantized(GgmlType type, int n_rows, int n_cols, uint32_t seed) {
+  Quantized q;
+  q.row_bytes = *ggml_row_bytes(type, n_cols);
+  q.bytes.resize(static_cast<size_t>(q.row_bytes) * n_rows);
+  q.values.resize(static_cast<size_t>(n_rows) * n_cols);
+  const std::vector<float> v = normal_values(q.values.size(), seed);
+  for (int r = 0; r < n_rows; ++r) {
+    const size_t at = static_cast<size_t>(r) * n_cols;
+    unsigned char* b = q.bytes.data() + static_cast<size_t>(r) * q.row_bytes;
+    EXPECT_TRUE(reference::quantize_row(type, v.data() + at, n_cols, b).ok());
+    EXPECT_TRUE(reference::dequantize_row(type, b, n_cols, q.values.data() + at).ok());
+  }
+  return q;
+}
+
+float f16_round(float v) { return reference::f16_to_f32(reference::f32_to_f16(v)); }
+
+// The tensor-core kernel, every type it takes: Y = X W^T with the weights
+// and activations rounded to f16 (saturating: one activation is 1e5, past
+// f16's 65504), against the double sum of the rounded products:
+// |y - ref| <= 1e-4 sum |w x| + 1e-6 (mma_source.h). 70 rows and 67 tokens:
+// two tiles each way, the second part full; 96 columns: a step of one
+// unit and a zero half.
+TEST_P(Kernels, MmaMatchesTheReferenceForEveryBlockType) {
+  const int n_rows = 70, n_tok = 67;
+  for (const TypeCase& c : type_cases()) {
+    const std::string entry = cuda_kernels::mma3_entry(c.type);
+    if (entry.empty()) continue;
+    const bool k_quant = c.type == GgmlType::kQ4_K || c.type == GgmlType::kQ5_K ||
+                         c.type == GgmlType::kQ6_K;
+    for (const int n_cols : {256, 96}) {
+      if (k_quant && n_cols % 256 != 0) continue;
+      SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(n_cols) +
+                   " columns");
+      const Quantized w = quantized(c.type, n_rows, n_cols, 31);
+      std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 32);
+      x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
+      DeviceBuffer dw = put(w.bytes), dx = put(x);
+      DeviceBuffer dy = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
+      ASSERT_TRUE(run(kMma, entry, 2 * 2, cuda_kernels::kMmaThreads,
+                      dw.as<const unsigned char>(), dx.as<const float>(), dy.as<float>(),
+                      dy.as<float>(), dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes,
+                      n_tok)
+                      .ok());
+      const std::vector<float> y = get<float>(dy, static_cast<size_t>(n_tok) * n_rows);
+      for (int t = 0; t < n_tok; ++t) {
+        for (int r = 0; r < n_rows; ++r) {
+          double want = 0.0, magnitude = 0.0;
+          for (int i = 0; i < n_cols; ++i) {
+            const float xv = std::min(x[static_cast<size_t>(t) * n_cols + i], 65504.0f);
+            const double p =
+                static_cast<double>(f16_round(w.values[static_cast<size_t>(r) * n_cols + i])) *
+                f16_round(xv);
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want, 1e-4 * magnitude + 1e-6)
+              << "token " << t << ", row " << r;
+        }
+      }
+    }
+  }
+}
+
+// Batch invariance: a token's results are the same bits however many
+// tokens run with it and wherever its tile puts it (5 tokens from the
+// middle of 67 alone); the three-output form puts each part's rows in its
+// own output with the one-output values.
+TEST_P(Kernels, MmaTokensDoNotDependOnTheOthers) {
+  const int n_rows = 70, n_tok = 67, n_cols = 256, first = 37, few = 5, n0 = 20, n1 = 30;
+  for (const GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(ggml_type_info(type).name);
+    const std::string entry = cuda_kernels::mma3_entry(type);
+    const Quantized w = quantized(type, n_rows, n_cols, 41);
+    const std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 42);
+    DeviceBuffer dw = put(w.bytes), dx = put(x);
+    DeviceBuffer all = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
+    ASSERT_TRUE(run(kMma, entry, 4, cuda_kernels::kMmaThreads, dw.as<const unsigned char>(),
+                    dx.as<const float>(), all.as<float>(), all.as<float>(), all.as<float>(),
+                    n_rows, 0, n_rows, n_cols, w.row_bytes, n_tok)
+                    .ok());
+    const std::vector<float> whole = get<float>(all, static_cast<size_t>(n_tok) * n_rows);
+    DeviceBuffer y0 = space(static_cast<size_t>(few) * n0 * sizeof(float)),
+                 y1 = space(static_cast<size_t>(few) * n1 * sizeof(float)),
+                 y2 = space(static_cast<size_t>(few) * (n_rows - n0 - n1) * sizeof(float));
+    ASSERT_TRUE(run(kMma, entry, 2, cuda_kernels::kMmaThreads, dw.as<const unsigned char>(),
+                    dx.as<const float>() + static_cast<size_t>(first) * n_cols, y0.as<float>(),
+                    y1.as<float>(), y2.as<float>(), n0, n1, n_rows, n_cols, w.row_bytes, few)
+                    .ok());
+    const std::vector<float> g0 = get<float>(y0, static_cast<size_t>(few) * n0),
+                             g1 = get<float>(y1, static_cast<size_t>(few) * n1),
+                             g2 = get<float>(y2, static_cast<size_t>(few) * (n_rows - n0 - n1));
+    for (int t = 0; t < few; ++t) {
+      for (int r = 0; r < n_rows; ++r) {
+        const float got = r < n0        ? g0[static_cast<size_t>(t) * n0 + r]
+                          : r < n0 + n1 ? g1[static_cast<size_t>(t) * n1 + r - n0]
+                                        : g2[static_cast<size_t>(t) * (n_rows - n0 - n1) + r -
+                                             n0 - n1];
+        ASSERT_EQ(got, whole[static_cast<size_t>(first + t) * n_rows + r])
+            << "token " << first + t << ", row " << r;
       }
     }
   }

@@ -138,6 +138,10 @@ absl::StatusOr<std::unique_ptr<Backend>> make_device_backend(
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch must be 1 to 65536, got ", options.max_batch));
   }
+  if (options.mma_min_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mma_min_rows must be 0 (never) or more, got ", options.mma_min_rows));
+  }
   auto backend = std::make_unique<device::DeviceBackend>(std::move(model), hp, range, options,
                                                          std::move(api));
   if (absl::Status st = backend->load(); !st.ok()) return st;

@@ -9,7 +9,8 @@
 // (Backend::forward) is: the embedding rows (first stage) or the previous
 // stage's hidden rows uploaded; per block RMSNorm, the q/k/v matrices over
 // the step's rows (worker/cuda/step_kernels.h: chunks of up to 16 columns,
-// each weight read once a chunk), biases, QK-norm, RoPE on an angle table
+// each weight read once a chunk; a prompt chunk's rows on the tensor cores,
+// DeviceBackendOptions::mma_min_rows), biases, QK-norm, RoPE on an angle table
 // made on the host (reference::ops::rope_angles, shared by q and k), the
 // K/V rows stored at each slice's positions, attention of each row to its
 // sequence's cache, the output matrix and the residual add, RMSNorm, the
@@ -26,7 +27,8 @@
 // Q5_0, Q5_1, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K matrices; another matrix type
 // is refused at load, by name (Unimplemented), never run wrong.
 //
-// Numerics: float sums everywhere, the f16 roundings of llama.cpp's
+// Numerics: float sums everywhere (a prompt chunk's matrices: f16 products
+// on the tensor cores, summed in f32), the f16 roundings of llama.cpp's
 // attention and GeGLU (worker/cuda/kernels/*.cuh); the activations are not
 // quantized (the cpu backend's matmuls round them to 8 bits for quantized
 // weights, as llama.cpp's CPU path does), so logits differ from the cpu
@@ -56,6 +58,14 @@ struct DeviceBackendOptions {
   bool tune = true;
   std::string tuner_path;
   int row_warps = 0;
+  // A slice of at least this many rows (a prompt chunk) runs its block
+  // matrices on the tensor-core kernel (worker/cuda/kernels/mma_source.h:
+  // activations rounded to f16); smaller ones, the experts of a mixture and
+  // the head on the matvec kernel. By the slice's own rows, so a
+  // sequence's numbers never depend on what else is in the step. 0: never
+  // (every row on the matvec kernel). F32 and F16 matrices always take the
+  // matvec kernel.
+  int mma_min_rows = 64;
 };
 
 // Loads the shard's weights onto `api`'s device and loads every kernel the

@@ -28,6 +28,7 @@
 #include "model/ggml_type.h"
 #include "worker/cuda/kernel_tuner.h"
 #include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
 #include "worker/cuda/step_kernels.h"
@@ -74,6 +75,9 @@ struct DeviceMatrix {
   // fused tensors, or the separate ones of one type joined at load).
   int parts = 1;
   int split = 0;  // the w the step launches (the tuner's choice)
+  // The tensor-core kernel (prompt chunks), loaded at load when the backend
+  // uses it; none for F32 and F16 (id -1).
+  KernelHandle mma;
   KernelHandle get_rows;
   bool present() const { return data != nullptr; }
 };
@@ -228,6 +232,14 @@ class DeviceBackend final : public Backend {
   // several parts): one launch a chunk.
   absl::Status matvec3(const DeviceMatrix& m, const float* x, int n, float* y0, float* y1,
                        float* y2, int n0, int n1);
+  // matvec3 over the step's rows (x [n][n_in] in the step's row order):
+  // each run of slices of at least options_.mma_min_rows rows on m's
+  // tensor-core kernel (when it has one), the others on matvec3.
+  absl::Status step_matvec3(const DeviceMatrix& m, const float* x, float* y0, float* y1,
+                            float* y2, int n0, int n1);
+  absl::Status step_matvec(const DeviceMatrix& m, const float* x, float* y) {
+    return step_matvec3(m, x, y, y, y, m.n_out, 0);
+  }
   // y [rows][dim] = RMSNorm(x) * weight.
   absl::Status rms_norm(const float* x, const DeviceBuffer& weight, int rows, int dim, float* y);
   absl::Status add(const float* a, const float* b, float* y, int64_t n);
@@ -240,10 +252,12 @@ class DeviceBackend final : public Backend {
   absl::Status attention(int il, int n);
   // y [n][n_embd] = W_down act(W_gate x + b_gate, W_up x + b_up) + b_down, f
   // wide (the bias buffers' rows `bias_row`; empty buffers: none). Uses
-  // gate_ and up_.
+  // gate_ and up_. step_rows: x is the step's rows (step_matvec3), else
+  // gathered rows (an expert's: matvec3).
   absl::Status ffn(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
                    int64_t f, const float* x, int n, float* y, const DeviceBuffer* gate_bias,
-                   const DeviceBuffer* up_bias, const DeviceBuffer* down_bias, int bias_row);
+                   const DeviceBuffer* up_bias, const DeviceBuffer* down_bias, int bias_row,
+                   bool step_rows);
   absl::Status moe(int il, int n);
   absl::Status head();
   // Fills and uploads the decode table (decode_, n_decode_) of the step.
@@ -317,6 +331,14 @@ class DeviceBackend final : public Backend {
     Logits logits = Logits::kNone;
   };
   std::vector<StepSlice> slices_;
+  // The step's rows in runs of consecutive slices on one kernel: tensor
+  // (slices of at least mma_min_rows rows) or matvec.
+  struct RowRun {
+    int row0 = 0;
+    int rows = 0;
+    bool tensor = false;
+  };
+  std::vector<RowRun> runs_;
   bool fuse_residual_ = true;      // blocks leave their last add to the next
   bool residual_pending_ = false;  // x += proj_ still to do
   // The step's decode rows (one-row slices) on the device: their

@@ -37,6 +37,27 @@ absl::Status DeviceBackend::matvec3(const DeviceMatrix& m, const float* x, int n
   return absl::OkStatus();
 }
 
+absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, const float* x, float* y0,
+                                         float* y1, float* y2, int n0, int n1) {
+  const int n2 = m.n_out - n0 - n1;
+  for (const RowRun& r : runs_) {
+    const float* xr = x + int64_t{r.row0} * m.n_in;
+    float* a = y0 + int64_t{r.row0} * n0;
+    float* b = y1 + int64_t{r.row0} * n1;
+    float* c = y2 + int64_t{r.row0} * n2;
+    if (!r.tensor || m.mma.id < 0) {
+      STRATA_DEVICE_RETURN_IF_ERROR(matvec3(m, xr, r.rows, a, b, c, n0, n1));
+      continue;
+    }
+    const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
+    const int64_t tok_tiles = (r.rows + ck::kMmaTokensPerBlock - 1) / ck::kMmaTokensPerBlock;
+    STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma, static_cast<unsigned>(row_tiles * tok_tiles),
+                                      ck::kStepMmaThreads, m.data, xr, a, b, c, n0, n1, m.n_out,
+                                      m.n_in, m.row_bytes, r.rows));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DeviceBackend::rms_norm(const float* x, const DeviceBuffer& weight, int rows,
                                      int dim, float* y) {
   return run(k_rms_, static_cast<unsigned>(rows), ck::kStepRmsNormThreads, x,
@@ -76,11 +97,11 @@ absl::Status DeviceBackend::attention(int il, int n) {
   const float* xn = xn_.as<float>();
   if (w.wqkv.present()) {  // [q | k | v] rows: one launch
     STRATA_DEVICE_RETURN_IF_ERROR(
-        matvec3(w.wqkv, xn, n, q, k, v, static_cast<int>(qw), static_cast<int>(kw)));
+        step_matvec3(w.wqkv, xn, q, k, v, static_cast<int>(qw), static_cast<int>(kw)));
   } else {
-    STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wq, xn, n, q));
-    STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wk, xn, n, k));
-    STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wv, xn, n, v));
+    STRATA_DEVICE_RETURN_IF_ERROR(step_matvec(w.wq, xn, q));
+    STRATA_DEVICE_RETURN_IF_ERROR(step_matvec(w.wk, xn, k));
+    STRATA_DEVICE_RETURN_IF_ERROR(step_matvec(w.wv, xn, v));
   }
   STRATA_DEVICE_RETURN_IF_ERROR(add_bias(q, w.bq, n, qw));
   STRATA_DEVICE_RETURN_IF_ERROR(add_bias(k, w.bk, n, kw));
@@ -182,7 +203,7 @@ absl::Status DeviceBackend::attention(int il, int n) {
           scale, hp_.attn_softcap, sinks));
     }
   }
-  STRATA_DEVICE_RETURN_IF_ERROR(matvec(w.wo, attn_.as<float>(), n, proj_.as<float>()));
+  STRATA_DEVICE_RETURN_IF_ERROR(step_matvec(w.wo, attn_.as<float>(), proj_.as<float>()));
   return add_bias(proj_.as<float>(), w.bo, n, hp_.n_embd);
 }
 
@@ -190,15 +211,20 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
                                 const DeviceMatrix& down_m, int64_t f, const float* x, int n,
                                 float* y, const DeviceBuffer* gate_bias,
                                 const DeviceBuffer* up_bias, const DeviceBuffer* down_bias,
-                                int bias_row) {
+                                int bias_row, bool step_rows) {
   float* gate = gate_.as<float>();  // [n][f]
   float* up = up_.as<float>();      // [n][f]
+  const auto product = [&](const DeviceMatrix& m, const float* in, float* y0, float* y1,
+                           float* y2, int n0, int n1) {
+    return step_rows ? step_matvec3(m, in, y0, y1, y2, n0, n1)
+                     : matvec3(m, in, n, y0, y1, y2, n0, n1);
+  };
   if (gate_m.parts == 2) {  // [gate | up] rows: one launch
-    STRATA_DEVICE_RETURN_IF_ERROR(matvec3(gate_m, x, n, gate, up, up, static_cast<int>(f),
-                                          static_cast<int>(f)));
+    STRATA_DEVICE_RETURN_IF_ERROR(
+        product(gate_m, x, gate, up, up, static_cast<int>(f), static_cast<int>(f)));
   } else {
-    STRATA_DEVICE_RETURN_IF_ERROR(matvec(gate_m, x, n, gate));
-    STRATA_DEVICE_RETURN_IF_ERROR(matvec(up_m, x, n, up));
+    STRATA_DEVICE_RETURN_IF_ERROR(product(gate_m, x, gate, gate, gate, gate_m.n_out, 0));
+    STRATA_DEVICE_RETURN_IF_ERROR(product(up_m, x, up, up, up, up_m.n_out, 0));
   }
   if (gate_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(gate, *gate_bias, n, f, bias_row * f));
   if (up_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(up, *up_bias, n, f, bias_row * f));
@@ -221,7 +247,7 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
                                       reference::ops::kGptOssLimit));
       break;
   }
-  STRATA_DEVICE_RETURN_IF_ERROR(matvec(down_m, gate, n, y));
+  STRATA_DEVICE_RETURN_IF_ERROR(product(down_m, gate, y, y, y, down_m.n_out, 0));
   if (down_bias != nullptr) {
     STRATA_DEVICE_RETURN_IF_ERROR(add_bias(y, *down_bias, n, hp_.n_embd, int64_t{bias_row} * hp_.n_embd));
   }
@@ -285,7 +311,7 @@ absl::Status DeviceBackend::moe(int il, int n) {
       STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.gate[i], x.up[i], x.down[i], p.n_ff_expert,
                                  moe_x_.as<float>(), m, moe_y_.as<float>(),
                                  biased ? &x.gate_bias : nullptr, biased ? &x.up_bias : nullptr,
-                                 biased ? &x.down_bias : nullptr, ex));
+                                 biased ? &x.down_bias : nullptr, ex, /*step_rows=*/false));
       STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scatter_, int64_t{m} * e,
                                       static_cast<const float*>(moe_y_.as<float>()),
                                       static_cast<const int*>(slot_ids_.as<int>() + begin),
@@ -300,7 +326,8 @@ absl::Status DeviceBackend::moe(int il, int n) {
   // The shared expert on every row, scaled by sigmoid(g), g the one-row
   // router's logit.
   STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.shared_gate, x.shared_up, x.shared_down, p.n_ff_shared, xn, n,
-                             moe_y_.as<float>(), nullptr, nullptr, nullptr, 0));
+                             moe_y_.as<float>(), nullptr, nullptr, nullptr, 0,
+                             /*step_rows=*/true));
   STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.shared_router, xn, n, shared_gate_.as<float>()));
   return run_over(k_add_shared_, int64_t{n} * e, proj,
                   static_cast<const float*>(moe_y_.as<float>()),
@@ -333,7 +360,8 @@ absl::Status DeviceBackend::block(int il, int n) {
     STRATA_DEVICE_RETURN_IF_ERROR(moe(il, n));
   } else {
     STRATA_DEVICE_RETURN_IF_ERROR(
-        ffn(w.gate, w.up, w.down, hp_.n_ff, xn, n, proj, nullptr, nullptr, nullptr, 0));
+        ffn(w.gate, w.up, w.down, hp_.n_ff, xn, n, proj, nullptr, nullptr, nullptr, 0,
+            /*step_rows=*/true));
   }
   if (w.post_ffn_norm.get() != nullptr) {
     STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(proj, w.post_ffn_norm, n, e, proj));
@@ -411,12 +439,19 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   const int n = static_cast<int>(step->rows);
   const int64_t e = hp_.n_embd;
   slices_.clear();
+  runs_.clear();
   int row = 0;
   for (const ForwardSlice& s : step->slices) {
     Sequence& seq = sequences_.find(s.seq)->second;
     slices_.push_back(StepSlice{&seq, row, s.rows, seq.length, s.logits});
     for (int t = 0; t < s.rows; ++t) positions_[static_cast<size_t>(row + t)] = seq.length + t;
     row += s.rows;
+    const bool tensor = options_.mma_min_rows > 0 && s.rows >= options_.mma_min_rows;
+    if (!runs_.empty() && runs_.back().tensor == tensor) {
+      runs_.back().rows += s.rows;
+    } else {
+      runs_.push_back(RowRun{row - s.rows, s.rows, tensor});
+    }
   }
   ++step_;  // new positions: the RoPE tables of the last step are stale
   STRATA_DEVICE_RETURN_IF_ERROR(upload_decode_table());

@@ -409,13 +409,20 @@ absl::Status DeviceBackend::choose_splits() {
   return load_chosen(all);
 }
 
-// Every column count of each matrix's chosen split, compiled now (at
-// load), not at the first step that needs it.
+// Every column count of each matrix's chosen split, and its type's
+// tensor-core kernel, compiled now (at load), not at the first step that
+// needs it.
 absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all) {
-  for (const DeviceMatrix* m : all) {
+  for (DeviceMatrix* m : all) {
     for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
       absl::StatusOr<KernelHandle> k = kernel_of(*m, static_cast<size_t>(m->split), i);
       if (!k.ok()) return k.status();
+    }
+    // The tensor-core kernel of its type (one build a type, shared).
+    const std::string mma = ck::mma3_entry(m->type);
+    if (options_.mma_min_rows > 0 && !mma.empty()) {
+      STRATA_DEVICE_ASSIGN_OR_RETURN(
+          m->mma, kernel(ck::step_sources().mma[ck::step_matvec_type_index(m->type)], mma));
     }
   }
   return absl::OkStatus();

@@ -4,10 +4,13 @@
 #include <string_view>
 
 #include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
 
 namespace strata::worker::cuda_kernels {
+
+static_assert(kStepMmaThreads == kMmaThreads, "mma.cuh is written for 4 warps a block");
 
 size_t step_matvec_type_index(GgmlType type) {
   size_t t = 0;
@@ -33,6 +36,16 @@ const StepSources& step_sources() {
                "-DSTRATA_TYPE_" + type, "--std=c++17", "--fmad=false"}};
         }
       }
+    }
+    for (size_t t = 0; t < kStepMatvecTypes.size(); ++t) {
+      if (mma3_entry(kStepMatvecTypes[t]).empty()) continue;
+      const std::string type(
+          matvec_entry(kStepMatvecTypes[t]).substr(std::string_view("strata_matvec_").size()));
+      s->mma[t] = KernelSource{"mma.cu",
+                               mma_program(),
+                               {"-DTHREADS=" + std::to_string(kStepMmaThreads),
+                                "-DSTRATA_MATVEC_NO_ENTRIES", "-DSTRATA_ONE_TYPE",
+                                "-DSTRATA_TYPE_" + type, "--std=c++17", "--fmad=false"}};
     }
     s->rms_norm = KernelSource{"rms_norm.cu", kRmsNormSource,
                                {"-DTHREADS=" + std::to_string(kStepRmsNormThreads)}};

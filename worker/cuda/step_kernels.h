@@ -30,6 +30,7 @@ inline constexpr std::array<GgmlType, 11> kStepMatvecTypes = {
 size_t step_matvec_type_index(GgmlType type);
 inline constexpr int kStepMatvecThreads = 128;
 inline constexpr int kStepRmsNormThreads = 256;
+inline constexpr int kStepMmaThreads = 128;
 inline constexpr int kStepAttentionThreads = 128;
 inline constexpr int kStepElementwiseThreads = 256;
 
@@ -40,6 +41,9 @@ struct StepSources {
                         kStepRowWarps.size()>,
              kStepMatvecTypes.size()>
       matvec;
+  // [t]: the tensor-core kernel of kStepMatvecTypes[t] alone (mma_source.h;
+  // empty for F32 and F16, which have none).
+  std::array<KernelSource, kStepMatvecTypes.size()> mma;
   KernelSource rms_norm;
   KernelSource elementwise;
   KernelSource attention;

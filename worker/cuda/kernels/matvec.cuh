@@ -377,6 +377,9 @@ STRATA_UNROLL
     get_rows<Format>(table, ids, out, n_ids, n_cols, row_bytes);                          \
   }
 
+// -DSTRATA_MATVEC_NO_ENTRIES: the formats alone (the tensor-core program,
+// mma_source.h, compiles this file before mma.cuh).
+#if !defined(STRATA_MATVEC_NO_ENTRIES)
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_f32)
 STRATA_ENTRIES(f32, F32)
 #endif
@@ -410,3 +413,4 @@ STRATA_ENTRIES(q5_k, Q5_K)
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q6_k)
 STRATA_ENTRIES(q6_k, Q6_K)
 #endif
+#endif  // !STRATA_MATVEC_NO_ENTRIES
