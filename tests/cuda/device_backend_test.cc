@@ -295,7 +295,12 @@ INSTANTIATE_TEST_SUITE_P(
 // matrices copied as F32: with quantized weights the cpu backend rounds the
 // activations to 8 bits and the device does not, which on these
 // random-weight models moves logits by up to ~9 % of the largest (measured);
-// with F32 both sum f32 products and agree to ~2e-4.
+// with F32 both sum f32 products and agree to ~2e-4 when every row runs the
+// matvec and attention.cuh kernels. Here the 6-row prompt takes the
+// tensor-core path (mma_min_rows 2: its attention is flash attention, its
+// F32 matrices stay on the matvec kernel), whose f16 rounding of the
+// unnormalised probabilities moved phi3's logits by 1.05e-3 of the largest
+// (measured): 2e-3.
 class DeviceBackendTinyModels
     : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
@@ -313,10 +318,10 @@ TEST_P(DeviceBackendTinyModels, GreedyAgreesWithTheCpuBackend) {
   Loaded m = open_model(f32);
   ASSERT_NE(m.model, nullptr);
   auto cpu = cpu_backend(m, {0, m.hp.n_layer});
-  auto device = device_backend(m, {0, m.hp.n_layer});
+  auto device = device_backend(m, {0, m.hp.n_layer}, test_options(32, 0, /*mma_min_rows=*/2));
   ASSERT_NE(cpu, nullptr);
   ASSERT_NE(device, nullptr);
-  const int decided = compare_greedy(*cpu, *device, {1, 300, 301, 302, 303, 40}, 6, 1e-3f);
+  const int decided = compare_greedy(*cpu, *device, {1, 300, 301, 302, 303, 40}, 6, 2e-3f);
   EXPECT_GE(decided, 4);
 }
 

@@ -4,6 +4,7 @@
 
 #include "model/ggml_type.h"
 #include "tests/cuda/cuda_emulator.h"
+#include "worker/cuda/kernels/flash_attention_source.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
@@ -172,6 +173,7 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 1
 #define STRATA_MATVEC_NO_ENTRIES
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
 #include "worker/cuda/kernels/mma.cuh"
 #undef STRATA_MATVEC_NO_ENTRIES
 #undef NCOLS
@@ -180,6 +182,60 @@ using namespace strata::cuda_emulation;
 #undef STRATA_ENTRIES
 }  // namespace mma
 #undef THREADS
+namespace flash32 {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define HEAD_DIM 32
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/flash_attention.cuh"
+#undef HEAD_DIM
+#undef THREADS
+}  // namespace flash32
+namespace flash64 {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define HEAD_DIM 64
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/flash_attention.cuh"
+#undef HEAD_DIM
+#undef THREADS
+}  // namespace flash64
+namespace flash80 {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define HEAD_DIM 80
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/flash_attention.cuh"
+#undef HEAD_DIM
+#undef THREADS
+}  // namespace flash80
+namespace flash96 {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define HEAD_DIM 96
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/flash_attention.cuh"
+#undef HEAD_DIM
+#undef THREADS
+}  // namespace flash96
+namespace flash128 {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define HEAD_DIM 128
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/flash_attention.cuh"
+#undef HEAD_DIM
+#undef THREADS
+}  // namespace flash128
+namespace flash256 {
+using namespace strata::cuda_emulation;
+#define THREADS 128
+#define HEAD_DIM 256
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/flash_attention.cuh"
+#undef HEAD_DIM
+#undef THREADS
+}  // namespace flash256
 namespace rms {
 using namespace strata::cuda_emulation;
 #define THREADS 256
@@ -273,6 +329,20 @@ void add_step_kernels(EmulatedDeviceApi& api) {
     add(GgmlType::kQ5_K, adapt(mm::strata_mma3_q5_k));
     add(GgmlType::kQ6_K, adapt(mm::strata_mma3_q6_k));
   }
+  static_assert(cuda_kernels::kStepFlashHeadDims ==
+                std::array<int, 6>{32, 64, 80, 96, 128, 256});
+  api.add(s.flash[0], cuda_kernels::kFlashAttentionEntry,
+          adapt(step_host::flash32::strata_flash_attention_rows));
+  api.add(s.flash[1], cuda_kernels::kFlashAttentionEntry,
+          adapt(step_host::flash64::strata_flash_attention_rows));
+  api.add(s.flash[2], cuda_kernels::kFlashAttentionEntry,
+          adapt(step_host::flash80::strata_flash_attention_rows));
+  api.add(s.flash[3], cuda_kernels::kFlashAttentionEntry,
+          adapt(step_host::flash96::strata_flash_attention_rows));
+  api.add(s.flash[4], cuda_kernels::kFlashAttentionEntry,
+          adapt(step_host::flash128::strata_flash_attention_rows));
+  api.add(s.flash[5], cuda_kernels::kFlashAttentionEntry,
+          adapt(step_host::flash256::strata_flash_attention_rows));
   api.add(s.rms_norm, cuda_kernels::kRmsNormEntry, adapt(step_host::rms::strata_rms_norm));
   api.add(s.rms_norm, cuda_kernels::kAddRmsNormEntry, adapt(step_host::rms::strata_add_rms_norm));
   namespace ew = step_host::elementwise;

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "model/ggml_type.h"
+#include "worker/cuda/kernels/flash_attention_source.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
@@ -147,6 +148,28 @@ TEST(CudaKernelSources, StepMmaBuildsCompileForSm80AndSm90) {
       }
     }
   }
+}
+
+// The flash-attention builds (step_sources().flash, one a head size)
+// compile for sm_80 and sm_90 with mma.sync in their PTX.
+TEST(CudaKernelSources, StepFlashAttentionBuildsCompileForSm80AndSm90) {
+  NvrtcCompiler compiler({.cache_dir = "-"});
+  const cuda_kernels::StepSources& s = cuda_kernels::step_sources();
+  for (const int cc : {80, 90}) {
+    for (size_t i = 0; i < cuda_kernels::kStepFlashHeadDims.size(); ++i) {
+      SCOPED_TRACE("HEAD_DIM " + std::to_string(cuda_kernels::kStepFlashHeadDims[i]) +
+                   " for compute_" + std::to_string(cc));
+      const KernelSource& src = s.flash[i];
+      const NvrtcTarget target{.device_name = "any", .cc_major = cc / 10, .cc_minor = cc % 10};
+      auto out = compiler.compile(target, src.name, src.text, src.options);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_NE(out->ptx.find(".entry " + std::string(cuda_kernels::kFlashAttentionEntry) + "("),
+                std::string::npos);
+      EXPECT_NE(out->ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
+                std::string::npos);
+    }
+  }
+  EXPECT_EQ(cuda_kernels::step_flash_index(48), cuda_kernels::kStepFlashHeadDims.size());
 }
 
 }  // namespace

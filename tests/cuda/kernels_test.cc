@@ -346,6 +346,74 @@ TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
   }
 }
 
+// Flash attention of a prompt chunk (strata_flash_attention_rows, on the
+// tensor cores) against reference::ops::attention of the same rows:
+// grouped heads, chunks that start at 0 and later in the cache, more rows
+// than a block takes, a sliding window, a soft cap, sinks, head sizes 32,
+// 64 and 256 (keys in steps of 64 and 32). The kernel rounds exp(s - m) to
+// f16 before normalising, the reference the normalised p
+// (flash_attention_source.h): 3e-3 absolute on outputs of magnitude ~1
+// (measured: at most 7.6e-4 over these cases).
+TEST_P(Kernels, FlashAttentionMatchesTheReference) {
+  ThreadPool pool(1);
+  struct Shape {
+    int n_head, n_head_kv, dim, pos0, rows, window;
+    float softcap;
+    bool sinks;
+  };
+  for (const Shape s : {Shape{4, 2, 32, 0, 70, 0, 0.0f, false},
+                        Shape{8, 2, 64, 37, 20, 16, 30.0f, true},
+                        Shape{4, 4, 64, 100, 3, 0, 0.0f, true},
+                        Shape{2, 1, 256, 5, 40, 0, 0.0f, false}}) {
+    SCOPED_TRACE(std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " heads of " +
+                 std::to_string(s.dim) + ", rows " + std::to_string(s.rows) + " at " +
+                 std::to_string(s.pos0) + ", window " + std::to_string(s.window) + ", softcap " +
+                 std::to_string(s.softcap) + (s.sinks ? ", sinks" : ""));
+    const int n_kv = s.pos0 + s.rows;
+    const std::vector<float> sinks = normal_values(static_cast<size_t>(s.n_head), 19, 2.0f);
+    const std::vector<float> q = normal_values(static_cast<size_t>(s.rows) * s.n_head * s.dim, 16);
+    const std::vector<float> k = normal_values(static_cast<size_t>(n_kv) * s.n_head_kv * s.dim, 17);
+    const std::vector<float> v = normal_values(static_cast<size_t>(n_kv) * s.n_head_kv * s.dim, 18);
+    std::vector<uint16_t> k16(k.size()), v16(v.size());
+    for (size_t i = 0; i < k.size(); ++i) k16[i] = reference::f32_to_f16(k[i]);
+    for (size_t i = 0; i < v.size(); ++i) v16[i] = reference::f32_to_f16(v[i]);
+    kernels::AttentionParams p;
+    p.n_head = s.n_head;
+    p.n_head_kv = s.n_head_kv;
+    p.head_dim_k = s.dim;
+    p.head_dim_v = s.dim;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
+    p.softcap = s.softcap;
+    p.sliding_window = s.window;
+    p.sinks = s.sinks ? sinks.data() : nullptr;
+    kernels::KvView kv;
+    kv.type = GgmlType::kF16;
+    kv.k = k16.data();
+    kv.v = v16.data();
+    kv.n_kv = n_kv;
+    std::vector<int32_t> positions(static_cast<size_t>(s.rows));
+    for (int r = 0; r < s.rows; ++r) positions[static_cast<size_t>(r)] = s.pos0 + r;
+    std::vector<float> want(static_cast<size_t>(s.rows) * s.n_head * s.dim);
+    reference::ops::AttentionScratch scratch(n_kv, p, 1);
+    reference::ops::attention(q.data(), positions.data(), s.rows, kv, p, want.data(), scratch,
+                              pool);
+
+    DeviceBuffer dq = put(q), dk = put(k16), dv = put(v16), dsinks = put(sinks);
+    DeviceBuffer dout = space(want.size() * sizeof(float));
+    const KernelSource& source = s.dim == 32 ? kFlash32 : s.dim == 64 ? kFlash64 : kFlash256;
+    const int tiles = (s.rows + cuda_kernels::kFlashAttentionRowsPerBlock - 1) /
+                      cuda_kernels::kFlashAttentionRowsPerBlock;
+    ASSERT_TRUE(run(source, cuda_kernels::kFlashAttentionEntry, s.n_head * tiles,
+                    cuda_kernels::kFlashAttentionThreads, dq.as<const float>(),
+                    dk.as<const unsigned short>(), dv.as<const unsigned short>(), dout.as<float>(),
+                    s.pos0, s.rows, s.window, s.n_head, s.n_head_kv, p.scale, s.softcap,
+                    s.sinks ? dsinks.as<const float>() : static_cast<const float*>(nullptr))
+                    .ok());
+    const std::vector<float> got = get<float>(dout, want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 3e-3f) << i;
+  }
+}
+
 // A prompt chunk's rows in one launch (strata_attention_rows): each row's
 // output is the decode entry's for that row, bit for bit (the same device
 // function), with and without a window and sinks.

@@ -60,8 +60,9 @@ struct DeviceBackendOptions {
   int row_warps = 0;
   // A slice of at least this many rows (a prompt chunk) runs its block
   // matrices on the tensor-core kernel (worker/cuda/kernels/mma_source.h:
-  // activations rounded to f16); smaller ones, the experts of a mixture and
-  // the head on the matvec kernel. By the slice's own rows, so a
+  // activations rounded to f16) and attends with flash attention
+  // (flash_attention_source.h; for head sizes it is built for); smaller
+  // ones, the experts of a mixture and the head on the matvec kernel. By the slice's own rows, so a
   // sequence's numbers never depend on what else is in the step. 0: never
   // (every row on the matvec kernel). F32 and F16 matrices always take the
   // matvec kernel.

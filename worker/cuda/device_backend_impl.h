@@ -27,6 +27,7 @@
 #include "kernels/cpu/reference/ops/swiglu_oai.h"
 #include "model/ggml_type.h"
 #include "worker/cuda/kernel_tuner.h"
+#include "worker/cuda/kernels/flash_attention_source.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
@@ -279,6 +280,10 @@ class DeviceBackend final : public Backend {
   std::vector<float> rope_freqs_;  // [n_rot / 2] (llama3), empty when absent
   std::vector<DeviceLayer> layers_;
 
+  // Flash attention of tensor-core slices (prompt chunks of mma_min_rows
+  // rows or more); id -1 when the head size has no build (dk != dv, or not
+  // in ck::kStepFlashHeadDims) or the tensor cores are off.
+  KernelHandle k_flash_;
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_gather_, k_scatter_,

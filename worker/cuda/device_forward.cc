@@ -192,6 +192,18 @@ absl::Status DeviceBackend::attention(int il, int n) {
     if (s.rows == 1) continue;  // attended above
     const auto* kc = static_cast<const unsigned short*>(k_cache(*s.seq, layer));
     const auto* vc = static_cast<const unsigned short*>(v_cache(*s.seq, layer));
+    // A tensor-core slice (its matrices ran on mma.cuh too): flash
+    // attention, every row in one launch.
+    if (k_flash_.id >= 0 && s.rows >= options_.mma_min_rows) {
+      const int tiles = (s.rows + ck::kFlashAttentionRowsPerBlock - 1) /
+                        ck::kFlashAttentionRowsPerBlock;
+      STRATA_DEVICE_RETURN_IF_ERROR(run(
+          k_flash_, static_cast<unsigned>(hp_.n_head * tiles), ck::kFlashAttentionThreads,
+          static_cast<const float*>(q + s.row0 * qw), kc, vc,
+          attn_.as<float>() + s.row0 * attn_width, s.pos0, s.rows, window, hp_.n_head,
+          hp_.n_head_kv, scale, hp_.attn_softcap, sinks));
+      continue;
+    }
     // A prompt chunk: attention_rows_ rows a launch, the same numbers.
     for (int t0 = 0; t0 < s.rows; t0 += attention_rows_) {
       const int rows = std::min(attention_rows_, s.rows - t0);

@@ -271,6 +271,11 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_rms_, kernel(src.rms_norm, ck::kRmsNormEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_add_rms_, kernel(src.rms_norm, ck::kAddRmsNormEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
+  if (const size_t f = ck::step_flash_index(hp_.head_dim_k);
+      options_.mma_min_rows > 0 && hp_.head_dim_k == hp_.head_dim_v &&
+      f < ck::kStepFlashHeadDims.size()) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(k_flash_, kernel(src.flash[f], ck::kFlashAttentionEntry));
+  }
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_batch_,
                                  kernel(src.attention, ck::kAttentionBatchEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_store_kv_batch_,

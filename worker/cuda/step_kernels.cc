@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 
+#include "worker/cuda/kernels/flash_attention_source.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
@@ -16,6 +17,12 @@ size_t step_matvec_type_index(GgmlType type) {
   size_t t = 0;
   while (t < kStepMatvecTypes.size() && kStepMatvecTypes[t] != type) ++t;
   return t;
+}
+
+size_t step_flash_index(int head_dim) {
+  size_t i = 0;
+  while (i < kStepFlashHeadDims.size() && kStepFlashHeadDims[i] != head_dim) ++i;
+  return i;
 }
 
 const StepSources& step_sources() {
@@ -46,6 +53,14 @@ const StepSources& step_sources() {
                                {"-DTHREADS=" + std::to_string(kStepMmaThreads),
                                 "-DSTRATA_MATVEC_NO_ENTRIES", "-DSTRATA_ONE_TYPE",
                                 "-DSTRATA_TYPE_" + type, "--std=c++17", "--fmad=false"}};
+    }
+    static_assert(kStepMmaThreads == kFlashAttentionThreads);
+    for (size_t i = 0; i < kStepFlashHeadDims.size(); ++i) {
+      s->flash[i] = KernelSource{"flash_attention.cu",
+                                 flash_attention_program(),
+                                 {"-DTHREADS=" + std::to_string(kFlashAttentionThreads),
+                                  "-DHEAD_DIM=" + std::to_string(kStepFlashHeadDims[i]),
+                                  "--std=c++17"}};
     }
     s->rms_norm = KernelSource{"rms_norm.cu", kRmsNormSource,
                                {"-DTHREADS=" + std::to_string(kStepRmsNormThreads)}};

@@ -31,6 +31,12 @@ size_t step_matvec_type_index(GgmlType type);
 inline constexpr int kStepMatvecThreads = 128;
 inline constexpr int kStepRmsNormThreads = 256;
 inline constexpr int kStepMmaThreads = 128;
+// The head sizes the flash-attention kernel is built for (dk = dv; one build
+// each, -DHEAD_DIM); a model of another head size attends with the
+// attention.cuh kernels only.
+inline constexpr std::array<int, 6> kStepFlashHeadDims = {32, 64, 80, 96, 128, 256};
+// The index of `head_dim` in kStepFlashHeadDims, or kStepFlashHeadDims.size().
+size_t step_flash_index(int head_dim);
 inline constexpr int kStepAttentionThreads = 128;
 inline constexpr int kStepElementwiseThreads = 256;
 
@@ -44,6 +50,9 @@ struct StepSources {
   // [t]: the tensor-core kernel of kStepMatvecTypes[t] alone (mma_source.h;
   // empty for F32 and F16, which have none).
   std::array<KernelSource, kStepMatvecTypes.size()> mma;
+  // [i]: flash attention of prompt chunks (flash_attention_source.h) for
+  // HEAD_DIM kStepFlashHeadDims[i].
+  std::array<KernelSource, kStepFlashHeadDims.size()> flash;
   KernelSource rms_norm;
   KernelSource elementwise;
   KernelSource attention;

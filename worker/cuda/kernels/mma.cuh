@@ -1,9 +1,9 @@
 // The tensor-core matrix kernel (prefill, issue 32): see mma_source.h (the
 // formula, tiles, numerics and launch). CUDA C++ for NVRTC, compiled after
-// matvec.cuh in one program (its formats and strata_put); with CUDA's
-// keywords defined away it also compiles as host C++, and the emulation
-// (tests/cuda/cuda_emulator.h) runs mma.sync by its documented fragment
-// layout.
+// matvec.cuh (its formats and strata_put) and mma_ops.cuh (the mma.sync
+// helpers) in one program; with CUDA's keywords defined away it also
+// compiles as host C++, and the emulation (tests/cuda/cuda_emulator.h) runs
+// mma.sync by its documented fragment layout.
 #if THREADS != 128
 #error "the tensor-core kernel is written for 4 warps a block (-DTHREADS=128)"
 #endif
@@ -11,45 +11,6 @@
 #define MMA_BN 64   // activation rows (tokens) a block
 #define MMA_BK 64   // columns a step: two 32-value units a weight row
 #define MMA_PAD 8   // halves after each shared row: conflict-free fragment loads
-
-// f32 -> f16 bits, round to nearest even; beyond the f16 range it
-// saturates to +-65504 (an activation that large is kept finite, a NaN
-// stays NaN).
-__device__ __forceinline__ unsigned short strata_mma_f16(float f) {
-  f = f > 65504.0f ? 65504.0f : (f < -65504.0f ? -65504.0f : f);
-#if defined(__CUDA_ARCH__)
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-#else
-  return strata_host_f32_to_f16(f);
-#endif
-}
-
-// d += a b for one warp: A 16x16 f16 (row-major), B 16x8 f16 (column-
-// major), D 16x8 f32, each lane holding its fragments as PTX's "Matrix
-// Fragments for mma.m16n8k16 with floating point type" lays them out
-// (g = lane / 4, t = lane % 4):
-//   a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9],
-//   a[3] = A[g+8][2t+8, 2t+9]; b[0] = B[2t, 2t+1][g], b[1] = B[2t+8,
-//   2t+9][g]; d[0..1] = D[g][2t, 2t+1], d[2..3] = D[g+8][2t, 2t+1]
-// (a register's low half is the first element).
-__device__ __forceinline__ void strata_mma_16816(float* d, const unsigned* a, const unsigned* b) {
-#if defined(__CUDA_ARCH__)
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  strata_host_mma_m16n8k16(d, a, b);  // the emulation's
-#endif
-}
-
-// Two f16 at p (p even) as one register.
-__device__ __forceinline__ unsigned strata_pair(const unsigned short* p) {
-  return (unsigned)p[0] | ((unsigned)p[1] << 16);
-}
 
 // Y = X W^T over a tile of MMA_BM weight rows and MMA_BN tokens: block b is
 // rows (b % row_tiles) MMA_BM .., tokens (b / row_tiles) MMA_BN ..; 4 warps,

@@ -45,15 +45,20 @@ inline constexpr int kMmaThreads = 128;
 inline constexpr int kMmaRowsPerBlock = 64;    // weight rows
 inline constexpr int kMmaTokensPerBlock = 64;  // activation rows
 
-// mma.cuh alone; the program is matvec.cuh then it (mma_program()).
+// mma_ops.cuh (the mma.sync helpers) and mma.cuh alone; the program is
+// matvec.cuh, mma_ops.cuh, mma.cuh (mma_program()).
+inline constexpr const char* kMmaOpsSource =
+#include "worker/cuda/kernels/mma_ops.cuh.inc"
+    ;
 inline constexpr const char* kMmaSource =
 #include "worker/cuda/kernels/mma.cuh.inc"
     ;
 
 // The program NVRTC compiles: matvec.cuh's formats (built with
-// -DSTRATA_MATVEC_NO_ENTRIES) followed by mma.cuh.
+// -DSTRATA_MATVEC_NO_ENTRIES), the mma.sync helpers, then mma.cuh.
 inline const char* mma_program() {
-  static const std::string* text = new std::string(std::string(kMatvecSource) + kMmaSource);
+  static const std::string* text =
+      new std::string(std::string(kMatvecSource) + kMmaOpsSource + kMmaSource);
   return text->c_str();
 }
 

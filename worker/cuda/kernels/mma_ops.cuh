@@ -1,0 +1,50 @@
+// The tensor-core helpers of the kernels that use mma.sync (mma.cuh, the
+// matrix kernel; flash_attention.cuh): compiled before them in one NVRTC
+// program (mma_source.h). With CUDA's keywords defined away it compiles as
+// host C++; the emulation (tests/cuda/cuda_emulator.h) then provides
+// strata_host_mma_m16n8k16 and the f16 conversions.
+
+// f32 -> f16 bits, round to nearest even; beyond the f16 range it
+// saturates to +-65504 (an activation that large is kept finite, a NaN
+// stays NaN).
+__device__ __forceinline__ unsigned short strata_mma_f16(float f) {
+  f = f > 65504.0f ? 65504.0f : (f < -65504.0f ? -65504.0f : f);
+#if defined(__CUDA_ARCH__)
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#else
+  return strata_host_f32_to_f16(f);
+#endif
+}
+
+// d += a b for one warp: A 16x16 f16 (row-major), B 16x8 f16 (column-
+// major), D 16x8 f32, each lane holding its fragments as PTX's "Matrix
+// Fragments for mma.m16n8k16 with floating point type" lays them out
+// (g = lane / 4, t = lane % 4):
+//   a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9],
+//   a[3] = A[g+8][2t+8, 2t+9]; b[0] = B[2t, 2t+1][g], b[1] = B[2t+8,
+//   2t+9][g]; d[0..1] = D[g][2t, 2t+1], d[2..3] = D[g+8][2t, 2t+1]
+// (a register's low half is the first element).
+__device__ __forceinline__ void strata_mma_16816(float* d, const unsigned* a, const unsigned* b) {
+#if defined(__CUDA_ARCH__)
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  strata_host_mma_m16n8k16(d, a, b);  // the emulation's
+#endif
+}
+
+// Two f16 at p (p even) as one register.
+__device__ __forceinline__ unsigned strata_pair(const unsigned short* p) {
+  return (unsigned)p[0] | ((unsigned)p[1] << 16);
+}
+
+
+// f16 bits lo and hi as one register (lo the first element).
+__device__ __forceinline__ unsigned strata_pack(unsigned short lo, unsigned short hi) {
+  return (unsigned)lo | ((unsigned)hi << 16);
+}
