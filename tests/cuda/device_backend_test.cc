@@ -420,6 +420,70 @@ TEST_P(DeviceBackend, TensorCoreSlicesStayBatchInvariant) {
   expect_batch_invariant(m, test_options(32, 0, /*mma_min_rows=*/3));
 }
 
+// A script of steps: three sequences' prompts in one step, three decode
+// steps of all three, one sequence removed, two decode steps of two, a new
+// sequence of a longer context (the attention scratch is made anew) and its
+// prompt, two decode steps of three. Returns each step's logits.
+std::vector<std::vector<float>> decode_script(Backend& b) {
+  std::vector<std::vector<float>> out;
+  const auto step = [&](const std::vector<ForwardSlice>& slices,
+                        const std::vector<int32_t>& tokens) {
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.slices = slices;
+    ForwardResult r;
+    const absl::Status st = b.forward(req, &r);
+    EXPECT_TRUE(st.ok()) << st;
+    out.emplace_back(r.logits.begin(), r.logits.end());
+  };
+  for (int s = 0; s < 3; ++s) EXPECT_TRUE(b.add_sequence(s, 48).ok());
+  step({{.seq = 0, .rows = 2}, {.seq = 1, .rows = 3}, {.seq = 2, .rows = 2}},
+       {1, 40, 1, 41, 42, 1, 43});
+  for (int i = 0; i < 3; ++i) {
+    step({{.seq = 0, .rows = 1}, {.seq = 1, .rows = 1}, {.seq = 2, .rows = 1}},
+         {50 + i, 60 + i, 70 + i});
+  }
+  EXPECT_TRUE(b.remove_sequence(1).ok());
+  for (int i = 0; i < 2; ++i) step({{.seq = 0, .rows = 1}, {.seq = 2, .rows = 1}}, {80 + i, 90 + i});
+  EXPECT_TRUE(b.add_sequence(3, 96).ok());
+  step({{.seq = 3, .rows = 2}}, {1, 44});
+  for (int i = 0; i < 2; ++i) {
+    step({{.seq = 0, .rows = 1}, {.seq = 2, .rows = 1}, {.seq = 3, .rows = 1}},
+         {100 + i, 110 + i, 120 + i});
+  }
+  return out;
+}
+
+// Decode steps replayed from captured graphs (DeviceBackendOptions::graphs)
+// give the logits of the same steps launched one by one, bit for bit, on
+// stories260K and the tiny Q4_K_M llama. On the emulation the graphs were
+// used: one capture a row count (3, 2, and 3 again after the new context
+// made the attention scratch anew), a replay every decode step.
+TEST_P(DeviceBackend, DecodeStepsReplayedFromGraphsGiveTheSameBits) {
+  gguf::testing::TempDir dir;
+  for (const std::string& path : {stories_path(), tiny_llama(dir, "Q4_K_M")}) {
+    SCOPED_TRACE(path);
+    Loaded m = open_model(path);
+    ASSERT_NE(m.model, nullptr);
+    DeviceBackendOptions o = test_options();
+    o.graphs = false;
+    auto plain = device_backend(m, {0, m.hp.n_layer}, o);
+    ASSERT_NE(plain, nullptr);
+    const std::vector<std::vector<float>> want = decode_script(*plain);
+
+    o.graphs = true;
+    std::unique_ptr<DeviceApi> api = new_api();
+    auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
+    auto graphed = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+    ASSERT_TRUE(graphed.ok()) << graphed.status();
+    EXPECT_EQ(decode_script(**graphed), want);
+    if (emulated != nullptr) {
+      EXPECT_EQ(emulated->captures(), 3);
+      EXPECT_EQ(emulated->replays(), 7);
+    }
+  }
+}
+
 // A model split over two device backends (blocks [0, 2) and [2, 5)), the
 // hidden rows handed on, gives the whole device backend's logits bit for
 // bit; and a cpu stage then a device stage agrees with the cpu whole.

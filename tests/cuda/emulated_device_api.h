@@ -15,10 +15,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -32,8 +34,13 @@
 
 namespace strata::worker::testing {
 
-// A host entry taking cudaLaunchKernel's argument array.
-using HostEntry = std::function<void(void** args)>;
+
+// A host entry taking cudaLaunchKernel's argument array, and the bytes of
+// each of its parameters (what a captured launch copies).
+struct HostEntry {
+  std::function<void(void** args)> call;
+  std::vector<size_t> arg_bytes;
+};
 
 template <typename... A, size_t... I>
 void call_with(void (*f)(A...), void** args, std::index_sequence<I...>) {
@@ -43,7 +50,9 @@ void call_with(void (*f)(A...), void** args, std::index_sequence<I...>) {
 // `f` (a kernel's host build) as a HostEntry.
 template <typename... A>
 HostEntry adapt(void (*f)(A...)) {
-  return [f](void** args) { call_with(f, args, std::index_sequence_for<A...>{}); };
+  return HostEntry{
+      [f](void** args) { call_with(f, args, std::index_sequence_for<A...>{}); },
+      {sizeof(std::remove_cv_t<std::remove_reference_t<A>>)...}};
 }
 
 class EmulatedDeviceApi : public DeviceApi {
@@ -59,6 +68,7 @@ class EmulatedDeviceApi : public DeviceApi {
   // Wall-clock time of the emulation (what a tuner test can order by).
   absl::StatusOr<double> time_ms(const std::function<absl::Status()>& work,
                                  int repeats) override {
+    if (capturing_) return in_capture("time_ms");
     if (absl::Status st = work(); !st.ok()) return st;
     std::vector<double> ms;
     for (int r = 0; r < repeats; ++r) {
@@ -100,16 +110,55 @@ class EmulatedDeviceApi : public DeviceApi {
     std::free(device);
   }
   absl::Status upload(void* device, const void* host, size_t bytes) override {
+    if (capturing_) return in_capture("upload");
     std::memcpy(device, host, bytes);
     return absl::OkStatus();
   }
   absl::Status download(void* host, const void* device, size_t bytes) override {
+    if (capturing_) return in_capture("download");
     std::memcpy(host, device, bytes);
     return absl::OkStatus();
   }
   absl::Status fill(void* device, int value, size_t bytes) override {
+    if (capturing_) return in_capture("fill");
     std::memset(device, value, bytes);
     return absl::OkStatus();
+  }
+
+  // Graphs: the launches of `work` recorded with a copy of their arguments'
+  // bytes (HostEntry::arg_bytes), replayed in order.
+  absl::StatusOr<GraphHandle> capture(const std::function<absl::Status()>& work) override {
+    if (capturing_) return in_capture("capture");
+    capturing_ = true;
+    recording_.clear();
+    const absl::Status st = work();
+    capturing_ = false;
+    if (!st.ok()) return st;
+    graphs_.push_back(std::move(recording_));
+    recording_.clear();
+    ++captures_;
+    return GraphHandle{static_cast<int>(graphs_.size()) - 1};
+  }
+  absl::Status replay(GraphHandle graph) override {
+    if (capturing_) return in_capture("replay");
+    if (graph.id < 0 || graph.id >= static_cast<int>(graphs_.size()) ||
+        released_.count(graph.id) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("no captured graph ", graph.id));
+    }
+    ++replays_;
+    for (Recorded& r : graphs_[static_cast<size_t>(graph.id)]) {
+      std::vector<void*> args;
+      for (size_t offset : r.offsets) args.push_back(r.words.data() + offset);
+      ++launches_;
+      const HostEntry& fn = *loaded_[static_cast<size_t>(r.kernel.id)];
+      cuda_emulation::launch(r.grid, r.block, [&] { fn.call(args.data()); });
+    }
+    return absl::OkStatus();
+  }
+  void release(GraphHandle graph) override {
+    if (graph.id < 0 || graph.id >= static_cast<int>(graphs_.size())) return;
+    graphs_[static_cast<size_t>(graph.id)].clear();
+    released_.insert(graph.id);
   }
 
   using DeviceApi::launch;
@@ -135,15 +184,38 @@ class EmulatedDeviceApi : public DeviceApi {
       return absl::InvalidArgumentError(absl::StrCat("no loaded kernel ", kernel.id));
     }
     const HostEntry& fn = *loaded_[static_cast<size_t>(kernel.id)];
+    if (capturing_) {  // recorded: the arguments' bytes, in 8-byte words each
+      Recorded r{kernel, grid, block, {}, {}};
+      for (size_t i = 0; i < fn.arg_bytes.size(); ++i) {
+        r.offsets.push_back(r.words.size());
+        r.words.resize(r.words.size() + (fn.arg_bytes[i] + 7) / 8);
+        std::memcpy(r.words.data() + r.offsets.back(), args[i], fn.arg_bytes[i]);
+      }
+      recording_.push_back(std::move(r));
+      return absl::OkStatus();
+    }
     ++launches_;
-    cuda_emulation::launch(grid, block, [&] { fn(args); });
+    cuda_emulation::launch(grid, block, [&] { fn.call(args); });
     return absl::OkStatus();
   }
 
-  // Kernel launches so far.
+  // Kernel launches run so far (one by one or in replays).
   int64_t launches() const { return launches_; }
+  // Graphs captured and replays run so far.
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
 
  private:
+  struct Recorded {
+    KernelHandle kernel;
+    unsigned grid = 0, block = 0;
+    std::vector<uint64_t> words;  // every argument's bytes from a word of its own
+    std::vector<size_t> offsets;  // [argument]: its first word
+  };
+  static absl::Status in_capture(const char* what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " while capturing a graph: only launches can be captured"));
+  }
   static std::string key(const KernelSource& source, const std::string& entry) {
     return absl::StrCat(source.name, "\n", absl::StrJoin(source.options, "\n"), "\n", entry);
   }
@@ -153,6 +225,11 @@ class EmulatedDeviceApi : public DeviceApi {
   std::map<std::string, KernelHandle> handles_;
   std::vector<const HostEntry*> loaded_;  // [KernelHandle::id]
   int64_t launches_ = 0;
+  bool capturing_ = false;
+  std::vector<Recorded> recording_;
+  std::vector<std::vector<Recorded>> graphs_;  // [GraphHandle::id]
+  std::set<int> released_;
+  int64_t captures_ = 0, replays_ = 0;
 };
 
 }  // namespace strata::worker::testing

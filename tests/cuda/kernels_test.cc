@@ -138,6 +138,51 @@ TEST_P(Kernels, SwigluAndAddMatchTheReference) {
   for (long long i = 0; i < n; ++i) ASSERT_EQ(got[i], gate[i] + up[i]) << i;
 }
 
+// Graphs (DeviceApi::capture): launches recorded, not run, with their
+// arguments' values; a replay runs them in order on the data as it is then
+// (a = a + b twice: a + 2b, then with new a and b the same sums of the new
+// values); an upload inside a capture is FailedPrecondition and records
+// nothing; a released graph is InvalidArgument.
+TEST_P(Kernels, GraphsReplayTheirLaunchesOnTheDataOfTheReplay) {
+  const long long n = 300;
+  std::vector<float> a = normal_values(n, 60), b = normal_values(n, 61);
+  DeviceBuffer da = put(a), db = put(b);
+  KernelRef add{&kElementwise, cuda_kernels::kAddEntry};
+  absl::StatusOr<KernelHandle> k = api_->load(add);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const auto twice = [&]() -> absl::Status {
+    for (int i = 0; i < 2; ++i) {
+      const float* x = da.as<const float>();
+      const float* y = db.as<const float>();
+      float* out = da.as<float>();
+      long long count = n;
+      void* args[] = {&x, &y, &out, &count};
+      if (absl::Status st = api_->launch(*k, 2, 128, args); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<GraphHandle> g = api_->capture(twice);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(get<float>(da, n), a) << "captured launches ran";
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(api_->replay(*g).ok());
+    const std::vector<float> got = get<float>(da, n);
+    for (long long i = 0; i < n; ++i) ASSERT_EQ(got[i], (a[i] + b[i]) + b[i]) << i;
+    a = normal_values(n, 62 + round);
+    b = normal_values(n, 64 + round);
+    ASSERT_TRUE(api_->upload(da.get(), a.data(), n * sizeof(float)).ok());
+    ASSERT_TRUE(api_->upload(db.get(), b.data(), n * sizeof(float)).ok());
+  }
+  const std::vector<float> before = get<float>(da, n);
+  absl::StatusOr<GraphHandle> bad = api_->capture([&] {
+    return api_->upload(da.get(), b.data(), n * sizeof(float));
+  });
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition) << bad.status();
+  EXPECT_EQ(get<float>(da, n), before);
+  api_->release(*g);
+  EXPECT_EQ(api_->replay(*g).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // The bias of each column added to every row (5 rows of 96), in place:
 // exact, reference::ops::add_bias's sums.
 TEST_P(Kernels, AddBiasAddsTheBiasToEveryRow) {

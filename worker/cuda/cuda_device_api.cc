@@ -1,7 +1,10 @@
 // make_cuda_device_api (worker/cuda/device_api.h): cudart memory and copies
 // on one device, kernels compiled by NVRTC at their first launch (PTX,
 // cached on disk by NvrtcCompiler), loaded with cudaLibraryLoadData (CUDA
-// 12+, no libcuda link) and kept per (source, options) and entry.
+// 12+, no libcuda link) and kept per (source, options) and entry. Every
+// copy, fill and launch goes to one stream of the api's own (in order), so
+// that its launches can be captured as CUDA graphs (cudaStreamBeginCapture,
+// thread-local mode) and replayed (cudaGraphLaunch).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,10 +31,16 @@ absl::Status cuda_error(const char* what, cudaError_t e) {
 
 class CudaDeviceApi : public DeviceApi {
  public:
-  CudaDeviceApi(CudaDevice device, std::string cache_dir)
-      : device_(std::move(device)), compiler_({.cache_dir = std::move(cache_dir)}) {}
+  CudaDeviceApi(CudaDevice device, std::string cache_dir, cudaStream_t stream)
+      : device_(std::move(device)), compiler_({.cache_dir = std::move(cache_dir)}),
+        stream_(stream) {}
 
   ~CudaDeviceApi() override {
+    cudaStreamSynchronize(stream_);
+    for (cudaGraphExec_t g : graphs_) {
+      if (g != nullptr) cudaGraphExecDestroy(g);
+    }
+    cudaStreamDestroy(stream_);
     for (auto& [key, library] : libraries_) cudaLibraryUnload(library);
   }
 
@@ -49,6 +58,7 @@ class CudaDeviceApi : public DeviceApi {
 
   absl::StatusOr<double> time_ms(const std::function<absl::Status()>& work,
                                  int repeats) override {
+    if (capturing_) return in_capture("time_ms");
     cudaEvent_t start = nullptr, stop = nullptr;
     if (cudaError_t e = cudaEventCreate(&start); e != cudaSuccess) {
       return cuda_error("cudaEventCreate", e);
@@ -60,9 +70,9 @@ class CudaDeviceApi : public DeviceApi {
     absl::Status st = work();  // untimed: first-use costs
     std::vector<double> ms;
     for (int r = 0; r < repeats && st.ok(); ++r) {
-      cudaEventRecord(start, nullptr);
+      cudaEventRecord(start, stream_);
       st = work();
-      cudaEventRecord(stop, nullptr);
+      cudaEventRecord(stop, stream_);
       if (cudaError_t e = cudaEventSynchronize(stop); e != cudaSuccess && st.ok()) {
         st = cuda_error("cudaEventSynchronize", e);
       }
@@ -90,27 +100,78 @@ class CudaDeviceApi : public DeviceApi {
     if (device != nullptr) cudaFree(device);
   }
 
+  // Copies from pageable host memory: the call returns when the host's
+  // bytes are read (upload) or written (download: after the stream's work).
   absl::Status upload(void* device, const void* host, size_t bytes) override {
-    if (cudaError_t e = cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
+    if (capturing_) return in_capture("upload");
+    if (cudaError_t e = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_);
         e != cudaSuccess) {
-      return cuda_error("cudaMemcpy to the device", e);
+      return cuda_error("cudaMemcpyAsync to the device", e);
     }
     return absl::OkStatus();
   }
 
   absl::Status download(void* host, const void* device, size_t bytes) override {
-    if (cudaError_t e = cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost);
+    if (capturing_) return in_capture("download");
+    if (cudaError_t e = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_);
         e != cudaSuccess) {
-      return cuda_error("cudaMemcpy from the device", e);
+      return cuda_error("cudaMemcpyAsync from the device", e);
+    }
+    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
+      return cuda_error("cudaStreamSynchronize", e);
     }
     return absl::OkStatus();
   }
 
   absl::Status fill(void* device, int value, size_t bytes) override {
-    if (cudaError_t e = cudaMemset(device, value, bytes); e != cudaSuccess) {
-      return cuda_error("cudaMemset", e);
+    if (capturing_) return in_capture("fill");
+    if (cudaError_t e = cudaMemsetAsync(device, value, bytes, stream_); e != cudaSuccess) {
+      return cuda_error("cudaMemsetAsync", e);
     }
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<GraphHandle> capture(const std::function<absl::Status()>& work) override {
+    if (capturing_) return in_capture("capture");
+    if (cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+        e != cudaSuccess) {
+      return cuda_error("cudaStreamBeginCapture", e);
+    }
+    capturing_ = true;
+    const absl::Status st = work();
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!st.ok() || end != cudaSuccess) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return st.ok() ? cuda_error("cudaStreamEndCapture", end) : st;
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (made != cudaSuccess) return cuda_error("cudaGraphInstantiate", made);
+    graphs_.push_back(exec);
+    return GraphHandle{static_cast<int>(graphs_.size()) - 1};
+  }
+
+  absl::Status replay(GraphHandle graph) override {
+    if (capturing_) return in_capture("replay");
+    if (graph.id < 0 || graph.id >= static_cast<int>(graphs_.size()) ||
+        graphs_[static_cast<size_t>(graph.id)] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("no captured graph ", graph.id));
+    }
+    if (cudaError_t e = cudaGraphLaunch(graphs_[static_cast<size_t>(graph.id)], stream_);
+        e != cudaSuccess) {
+      return cuda_error("cudaGraphLaunch", e);
+    }
+    return absl::OkStatus();
+  }
+
+  void release(GraphHandle graph) override {
+    if (graph.id < 0 || graph.id >= static_cast<int>(graphs_.size())) return;
+    cudaGraphExec_t& g = graphs_[static_cast<size_t>(graph.id)];
+    if (g != nullptr) cudaGraphExecDestroy(g);
+    g = nullptr;
   }
 
   using DeviceApi::launch;
@@ -155,7 +216,7 @@ class CudaDeviceApi : public DeviceApi {
     }
     const Loaded& k = kernels_[static_cast<size_t>(kernel.id)];
     if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(grid),
-                                         dim3(block), args, 0, nullptr);
+                                         dim3(block), args, 0, stream_);
         e != cudaSuccess) {
       return cuda_error(absl::StrCat("launch of ", k.entry).c_str(), e);
     }
@@ -163,6 +224,11 @@ class CudaDeviceApi : public DeviceApi {
   }
 
  private:
+  static absl::Status in_capture(const char* what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " while capturing a graph: only launches can be captured"));
+  }
+
   struct Loaded {
     cudaKernel_t kernel = nullptr;
     std::string entry;
@@ -173,6 +239,9 @@ class CudaDeviceApi : public DeviceApi {
   std::map<std::string, cudaLibrary_t> libraries_;
   std::map<std::pair<std::string, std::string>, KernelHandle> handles_;
   std::vector<Loaded> kernels_;  // [KernelHandle::id]
+  cudaStream_t stream_ = nullptr;
+  bool capturing_ = false;
+  std::vector<cudaGraphExec_t> graphs_;  // [GraphHandle::id]; released: null
 };
 
 }  // namespace
@@ -184,7 +253,11 @@ absl::StatusOr<std::unique_ptr<DeviceApi>> make_cuda_device_api(int ordinal,
   if (cudaError_t e = cudaSetDevice(ordinal); e != cudaSuccess) {
     return cuda_error(absl::StrCat("cudaSetDevice(", ordinal, ")").c_str(), e);
   }
-  return std::make_unique<CudaDeviceApi>(*std::move(device), std::move(kernel_cache_dir));
+  cudaStream_t stream = nullptr;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+    return cuda_error("cudaStreamCreateWithFlags", e);
+  }
+  return std::make_unique<CudaDeviceApi>(*std::move(device), std::move(kernel_cache_dir), stream);
 }
 
 }  // namespace strata::worker

@@ -48,6 +48,11 @@ struct KernelHandle {
   int id = -1;
 };
 
+// A captured graph of launches of one DeviceApi (capture()); -1: none.
+struct GraphHandle {
+  int id = -1;
+};
+
 class DeviceApi {
  public:
   virtual ~DeviceApi() = default;
@@ -88,6 +93,26 @@ class DeviceApi {
   // `repeats` timed runs after one untimed.
   virtual absl::StatusOr<double> time_ms(const std::function<absl::Status()>& work,
                                          int repeats) = 0;
+
+  // CUDA graphs: capture() runs `work` recording the launches it makes
+  // instead of running them — kernels, grids, blocks and the arguments'
+  // values at the time of the launch — and replay() runs the recorded
+  // launches again, in order, after everything enqueued before (one
+  // submission instead of one a launch; the data they read may have
+  // changed, the arguments have not). Inside `work` only launches are
+  // allowed: an upload, download, fill or time_ms there is
+  // FailedPrecondition, and so is capture() itself. release() frees a
+  // graph. An api without graphs says Unimplemented (the default), and its
+  // user launches one by one.
+  virtual absl::StatusOr<GraphHandle> capture(const std::function<absl::Status()>& work) {
+    (void)work;
+    return absl::UnimplementedError("this device api cannot capture graphs");
+  }
+  virtual absl::Status replay(GraphHandle graph) {
+    (void)graph;
+    return absl::UnimplementedError("this device api cannot capture graphs");
+  }
+  virtual void release(GraphHandle graph) { (void)graph; }
 
   // load() then launch() (tests; a backend keeps its handles).
   absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block, void** args) {

@@ -29,6 +29,7 @@ absl::Status DeviceBackend::add_sequence(int seq, int n_ctx) {
                            sizeof(float);
     const int rows = static_cast<int>(
         std::clamp<size_t>((size_t{64} << 20) / per_row, 1, static_cast<size_t>(options_.max_batch)));
+    drop_graphs();  // they name the old scores buffer and its stride
     STRATA_DEVICE_ASSIGN_OR_RETURN(scores_, space(per_row * static_cast<size_t>(rows)));
     max_ctx_ = n_ctx;
     attention_rows_ = rows;

@@ -17,7 +17,9 @@
 // feed-forward, add; the last stage's output norm and head for the rows
 // that want logits, downloaded. The host sees only activations at the
 // shard's edges, the logits, and a mixture-of-experts block's router
-// logits (the routing runs on the host, reference::ops::moe_route).
+// logits (the routing runs on the host, reference::ops::moe_route). A
+// decode step of a dense model is replayed from a CUDA graph of its
+// launches (DeviceBackendOptions::graphs).
 //
 // Runs every family of model/architecture: the llama block (llama, qwen2's
 // biases, qwen3's QK-norm, phi3's fused projections), gemma2/gemma3 (post
@@ -67,6 +69,10 @@ struct DeviceBackendOptions {
   // (every row on the matvec kernel). F32 and F16 matrices always take the
   // matvec kernel.
   int mma_min_rows = 64;
+  // Decode steps (every slice one row) of a dense model replayed from a
+  // captured graph of their launches, one a row count (DeviceApi::capture),
+  // where the api has graphs; false: launched one by one.
+  bool graphs = true;
 };
 
 // Loads the shard's weights onto `api`'s device and loads every kernel the

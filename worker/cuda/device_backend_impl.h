@@ -261,6 +261,11 @@ class DeviceBackend final : public Backend {
                    bool step_rows);
   absl::Status moe(int il, int n);
   absl::Status head();
+  absl::Status upload_rope_tables(int n);
+  absl::Status launch_step(int n, std::vector<uint64_t>* hashes);
+  bool graph_step(const ForwardRequest& req) const;
+  // Releases the captured decode graphs (a buffer they name is made anew).
+  void drop_graphs();
   // Fills and uploads the decode table (decode_, n_decode_) of the step.
   absl::Status upload_decode_table();
 
@@ -316,16 +321,18 @@ class DeviceBackend final : public Backend {
   DeviceBuffer moe_y_;          // [B][n_embd] their outputs, the shared expert's
   DeviceBuffer expert_out_;     // [R k][n_embd] each slot's output
   DeviceBuffer shared_gate_;    // [B] the shared expert's gate logits
-  // RoPE angle tables of the step: two, for families whose layers have two
-  // RoPE settings (gemma3's local and global layers).
+  // RoPE angle tables of the step, one a setting of the shard's layers
+  // (gemma3's local and global layers have two), made at every step.
   struct RopeTable {
     DeviceBuffer cs;  // [B][n_rot / 2][2]
     float base = 0.0f, scale = 0.0f;
-    uint64_t step = 0;  // 0: never made
   };
-  RopeTable rope_tables_[2];
-  int rope_next_ = 0;
-  uint64_t step_ = 0;
+  std::vector<RopeTable> rope_tables_;
+  std::vector<int> rope_of_layer_;  // [layer of the shard]: its table
+
+  // Decode steps as CUDA graphs (graph_step), by row count.
+  std::map<int, GraphHandle> decode_graphs_;
+  bool graphs_unsupported_ = false;  // the api said Unimplemented
 
   // The current step (forward()).
   struct StepSlice {

@@ -116,37 +116,10 @@ absl::Status DeviceBackend::attention(int il, int n) {
   }
 
   // RoPE: the angles of this layer's (base, scale) for the step's
-  // positions, made on the host once per step and setting.
-  const arch::LayerRope& lr = hp_.rope[static_cast<size_t>(il)];
-  RopeTable* table = nullptr;
-  for (RopeTable& t : rope_tables_) {
-    if (t.step == step_ && t.base == lr.freq_base && t.scale == lr.freq_scale) table = &t;
-  }
-  if (table == nullptr) {
-    table = &rope_tables_[rope_next_];
-    rope_next_ = (rope_next_ + 1) % 2;
-    kernels::RopeParams rope;
-    rope.order = r.rope == arch::RopeStyle::kNeox ? kernels::RopeOrder::kNeox
-                                                  : kernels::RopeOrder::kNormal;
-    rope.n_rot = hp_.n_rot;
-    rope.freq_base = lr.freq_base;
-    rope.freq_scale = lr.freq_scale;
-    rope.freq_factors = rope_freqs_.empty() ? nullptr : rope_freqs_.data();
-    rope.ext_factor = hp_.yarn_ext_factor;
-    rope.attn_factor = hp_.yarn_attn_factor;
-    rope.beta_fast = hp_.yarn_beta_fast;
-    rope.beta_slow = hp_.yarn_beta_slow;
-    rope.n_ctx_orig = hp_.n_ctx_orig;
-    reference::ops::rope_angles(positions_.data(), n, rope, cs_host_.data(), host_pool_);
-    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(table->cs.get(), cs_host_.data(),
-                                        static_cast<size_t>(n) * (hp_.n_rot / 2) * 2 *
-                                            sizeof(float)));
-    table->base = lr.freq_base;
-    table->scale = lr.freq_scale;
-    table->step = step_;
-  }
+  // positions (upload_rope_tables).
+  const RopeTable& table = rope_tables_[static_cast<size_t>(rope_of_layer_[static_cast<size_t>(layer)])];
   const int neox = r.rope == arch::RopeStyle::kNeox ? 1 : 0;
-  const float* cs = table->cs.as<float>();
+  const float* cs = table.cs.as<float>();
   const int half = hp_.n_rot / 2;
   STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_qk_,
                                          int64_t{n} * (hp_.n_head + hp_.n_head_kv) * half, q, k,
@@ -387,8 +360,9 @@ absl::Status DeviceBackend::block(int il, int n) {
   return add(x, proj, x, int64_t{n} * e);
 }
 
-// logits of head_rows_: RMSNorm with output_norm (into xn_, rows in order),
-// the head, the final soft cap (gemma2), downloaded into logits_host_.
+// logits of head_rows_ into logits_ (sized by forward()): RMSNorm with
+// output_norm (into xn_, rows in order), the head, the final soft cap
+// (gemma2). Launches only.
 absl::Status DeviceBackend::head() {
   const int e = hp_.n_embd;
   const int rows = static_cast<int>(head_rows_.size());
@@ -403,16 +377,98 @@ absl::Status DeviceBackend::head() {
     i = j;
   }
   const int64_t n_logits = int64_t{rows} * n_vocab_;
-  const size_t need = static_cast<size_t>(n_logits) * sizeof(float);
-  if (logits_.bytes() < need) STRATA_DEVICE_ASSIGN_OR_RETURN(logits_, space(need));
   const DeviceMatrix& out = tied_output_ ? token_embd_ : output_;
   STRATA_DEVICE_RETURN_IF_ERROR(matvec(out, xn, rows, logits_.as<float>()));
   if (hp_.final_softcap > 0.0f) {
     STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_soft_cap_, n_logits, logits_.as<float>(),
                                     hp_.final_softcap, static_cast<long long>(n_logits)));
   }
-  logits_host_.resize(static_cast<size_t>(n_logits));
-  return api_->download(logits_host_.data(), logits_.get(), need);
+  return absl::OkStatus();
+}
+
+// The angles of every RoPE setting of the shard's layers for the step's
+// positions, made on the host and uploaded (before any launch of the step,
+// so that a captured step reads them as data).
+absl::Status DeviceBackend::upload_rope_tables(int n) {
+  const arch::BlockRecipe& r = hp_.recipe;
+  for (RopeTable& table : rope_tables_) {
+    kernels::RopeParams rope;
+    rope.order = r.rope == arch::RopeStyle::kNeox ? kernels::RopeOrder::kNeox
+                                                  : kernels::RopeOrder::kNormal;
+    rope.n_rot = hp_.n_rot;
+    rope.freq_base = table.base;
+    rope.freq_scale = table.scale;
+    rope.freq_factors = rope_freqs_.empty() ? nullptr : rope_freqs_.data();
+    rope.ext_factor = hp_.yarn_ext_factor;
+    rope.attn_factor = hp_.yarn_attn_factor;
+    rope.beta_fast = hp_.yarn_beta_fast;
+    rope.beta_slow = hp_.yarn_beta_slow;
+    rope.n_ctx_orig = hp_.n_ctx_orig;
+    reference::ops::rope_angles(positions_.data(), n, rope, cs_host_.data(), host_pool_);
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(
+        table.cs.get(), cs_host_.data(),
+        static_cast<size_t>(n) * (hp_.n_rot / 2) * 2 * sizeof(float)));
+  }
+  return absl::OkStatus();
+}
+
+// Every launch of the step, embedding to head (and, with `hashes`, each
+// block's output downloaded and hashed: never inside a capture).
+absl::Status DeviceBackend::launch_step(int n, std::vector<uint64_t>* hashes) {
+  const int64_t e = hp_.n_embd;
+  float* x = x_.as<float>();
+  if (is_first()) {
+    const int64_t units = int64_t{n} * ((e + 31) / 32);
+    const int64_t most = int64_t{8} * std::max(api_->multiprocessors(), 1);
+    const auto grid = static_cast<unsigned>(
+        std::clamp<int64_t>((units + ck::kStepMatvecThreads - 1) / ck::kStepMatvecThreads, 1,
+                            most));
+    STRATA_DEVICE_RETURN_IF_ERROR(run(token_embd_.get_rows, grid, ck::kStepMatvecThreads,
+                               token_embd_.data, static_cast<const int*>(ids_.as<int>()), x, n,
+                               static_cast<int>(e), token_embd_.row_bytes));
+    if (hp_.recipe.embedding_scale != 1.0f) {  // gemma
+      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scale_, n * e, x, hp_.recipe.embedding_scale,
+                                      static_cast<long long>(n * e)));
+    }
+  }
+  // Each block's last residual add goes with the next block's first norm,
+  // unless every block's output is wanted (the trace's hashes).
+  fuse_residual_ = hashes == nullptr;
+  residual_pending_ = false;
+  for (int il = range_.first; il < range_.last; ++il) {
+    STRATA_DEVICE_RETURN_IF_ERROR(block(il, n));
+    if (hashes != nullptr) {
+      hidden_host_.resize(static_cast<size_t>(n * e));
+      STRATA_DEVICE_RETURN_IF_ERROR(
+          api_->download(hidden_host_.data(), x, hidden_host_.size() * sizeof(float)));
+      append_row_hashes(hidden_host_.data(), n, e, hashes);
+    }
+  }
+  if (!head_rows_.empty()) STRATA_DEVICE_RETURN_IF_ERROR(head());
+  return absl::OkStatus();
+}
+
+// A decode step (every slice one row, every one wanting its logits on the
+// last stage, none elsewhere) of a dense model is replayed from a graph of
+// its launches captured at the first step of its row count: its arguments
+// depend only on that count (positions, caches and keys to attend are the
+// step's uploaded tables); the graphs are dropped when a buffer they name
+// is made anew (graphs_generation_).
+bool DeviceBackend::graph_step(const ForwardRequest& req) const {
+  if (!options_.graphs || graphs_unsupported_ || req.block_hashes != nullptr ||
+      hp_.moe.n_expert > 0) {
+    return false;
+  }
+  for (const StepSlice& s : slices_) {
+    if (s.rows != 1) return false;
+    if (is_last() && s.logits != Logits::kLast) return false;
+  }
+  return true;
+}
+
+void DeviceBackend::drop_graphs() {
+  for (auto& [n, g] : decode_graphs_) api_->release(g);
+  decode_graphs_.clear();
 }
 
 // The step's decode rows (one-row slices), as strata_attention_batch and
@@ -449,7 +505,6 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
       &single);
   if (!step.ok()) return step.status();
   const int n = static_cast<int>(step->rows);
-  const int64_t e = hp_.n_embd;
   slices_.clear();
   runs_.clear();
   int row = 0;
@@ -465,41 +520,53 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
       runs_.push_back(RowRun{row - s.rows, s.rows, tensor});
     }
   }
-  ++step_;  // new positions: the RoPE tables of the last step are stale
   STRATA_DEVICE_RETURN_IF_ERROR(upload_decode_table());
-
-  float* x = x_.as<float>();
+  STRATA_DEVICE_RETURN_IF_ERROR(upload_rope_tables(n));
   if (is_first()) {
     STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(ids_.get(), req.tokens.data(),
                                         static_cast<size_t>(n) * sizeof(int32_t)));
-    const int64_t units = int64_t{n} * ((e + 31) / 32);
-    const int64_t most = int64_t{8} * std::max(api_->multiprocessors(), 1);
-    const auto grid = static_cast<unsigned>(
-        std::clamp<int64_t>((units + ck::kStepMatvecThreads - 1) / ck::kStepMatvecThreads, 1,
-                            most));
-    STRATA_DEVICE_RETURN_IF_ERROR(run(token_embd_.get_rows, grid, ck::kStepMatvecThreads,
-                               token_embd_.data, static_cast<const int*>(ids_.as<int>()), x, n,
-                               static_cast<int>(e), token_embd_.row_bytes));
-    if (hp_.recipe.embedding_scale != 1.0f) {  // gemma
-      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scale_, n * e, x, hp_.recipe.embedding_scale,
-                                      static_cast<long long>(n * e)));
+  } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(
+        api_->upload(x_.get(), req.hidden.data(), req.hidden.size() * sizeof(float)));
+  }
+  head_rows_.clear();
+  if (is_last()) {
+    for (const StepSlice& s : slices_) {
+      if (s.logits == Logits::kAll) {
+        for (int t = 0; t < s.rows; ++t) head_rows_.push_back(s.row0 + t);
+      } else if (s.logits == Logits::kLast) {
+        head_rows_.push_back(s.row0 + s.rows - 1);
+      }
+    }
+    const size_t need = head_rows_.size() * static_cast<size_t>(n_vocab_) * sizeof(float);
+    if (logits_.bytes() < need) {
+      drop_graphs();  // they name the old buffer
+      STRATA_DEVICE_ASSIGN_OR_RETURN(logits_, space(need));
+    }
+  }
+
+  if (graph_step(req)) {
+    auto it = decode_graphs_.find(n);
+    if (it == decode_graphs_.end()) {
+      absl::StatusOr<GraphHandle> g = api_->capture([&] { return launch_step(n, nullptr); });
+      if (g.status().code() == absl::StatusCode::kUnimplemented) {
+        graphs_unsupported_ = true;  // this api launches one by one
+      } else if (!g.ok()) {
+        return g.status();
+      } else {
+        it = decode_graphs_.emplace(n, *g).first;
+      }
+    }
+    if (it != decode_graphs_.end()) {
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->replay(it->second));
+    } else {
+      STRATA_DEVICE_RETURN_IF_ERROR(launch_step(n, nullptr));
     }
   } else {
-    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(x, req.hidden.data(), req.hidden.size() * sizeof(float)));
+    STRATA_DEVICE_RETURN_IF_ERROR(launch_step(n, req.block_hashes));
   }
-  // Each block's last residual add goes with the next block's first norm,
-  // unless every block's output is wanted (the trace's hashes).
-  fuse_residual_ = req.block_hashes == nullptr;
-  residual_pending_ = false;
-  for (int il = range_.first; il < range_.last; ++il) {
-    STRATA_DEVICE_RETURN_IF_ERROR(block(il, n));
-    if (req.block_hashes != nullptr) {
-      hidden_host_.resize(static_cast<size_t>(n * e));
-      STRATA_DEVICE_RETURN_IF_ERROR(
-          api_->download(hidden_host_.data(), x, hidden_host_.size() * sizeof(float)));
-      append_row_hashes(hidden_host_.data(), n, e, req.block_hashes);
-    }
-  }
+  const int64_t e = hp_.n_embd;
+  float* x = x_.as<float>();
 
   result->n_rows = n;
   result->hidden = {};
@@ -519,17 +586,11 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     result->hidden = std::span<const float>(hidden_host_.data(), static_cast<size_t>(n * e));
     return absl::OkStatus();
   }
-  head_rows_.clear();
-  for (const StepSlice& s : slices_) {
-    if (s.logits == Logits::kAll) {
-      for (int t = 0; t < s.rows; ++t) head_rows_.push_back(s.row0 + t);
-    } else if (s.logits == Logits::kLast) {
-      head_rows_.push_back(s.row0 + s.rows - 1);
-    }
-  }
   if (!head_rows_.empty()) {
-    STRATA_DEVICE_RETURN_IF_ERROR(head());
-    const int64_t n_logits = static_cast<int64_t>(logits_host_.size());
+    const int64_t n_logits = static_cast<int64_t>(head_rows_.size()) * n_vocab_;
+    logits_host_.resize(static_cast<size_t>(n_logits));
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->download(logits_host_.data(), logits_.get(),
+                                                 logits_host_.size() * sizeof(float)));
     if (const int64_t i = first_not_finite(logits_host_.data(), n_logits); i < n_logits) {
       return absl::InternalError(absl::StrCat(
           "blocks [", range_.first, ", ", range_.last, ") and the head: logit row ", i / n_vocab_,

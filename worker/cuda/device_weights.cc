@@ -307,8 +307,20 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(proj_, space(b * e * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(gate_, space(b * ff_width() * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(up_, space(b * ff_width() * f));
-  for (RopeTable& t : rope_tables_) {
-    STRATA_DEVICE_ASSIGN_OR_RETURN(t.cs, space(b * (hp_.n_rot / 2) * 2 * f));
+  for (int il = range_.first; il < range_.last; ++il) {
+    const arch::LayerRope& lr = hp_.rope[static_cast<size_t>(il)];
+    size_t t = 0;
+    while (t < rope_tables_.size() &&
+           (rope_tables_[t].base != lr.freq_base || rope_tables_[t].scale != lr.freq_scale)) {
+      ++t;
+    }
+    if (t == rope_tables_.size()) {
+      RopeTable& table = rope_tables_.emplace_back();
+      STRATA_DEVICE_ASSIGN_OR_RETURN(table.cs, space(b * (hp_.n_rot / 2) * 2 * f));
+      table.base = lr.freq_base;
+      table.scale = lr.freq_scale;
+    }
+    rope_of_layer_.push_back(static_cast<int>(t));
   }
   if (hp_.moe.n_expert > 0) {
     const size_t n_expert = static_cast<size_t>(hp_.moe.n_expert);
