@@ -66,6 +66,12 @@ enum class Logits {
   kNone,  // none (a middle stage, or a prefill chunk that is not the end)
   kLast,  // the last row of the step
   kAll,   // every row (teacher forcing, evaluation)
+  // The last row's greedy pick only (ForwardResult::argmax): the first
+  // index of its largest logit (worker/greedy_pick.h's first_argmax). A
+  // backend that can picks it where the logits are (the cuda backend: on
+  // the device) and keeps the row; the row's values are checked as
+  // kLast's are.
+  kArgmax,
 };
 
 // One sequence's rows inside a micro-batch: `rows` consecutive positions
@@ -100,9 +106,11 @@ struct ForwardResult {
   // Not the last stage: this shard's output, [n_rows][n_embd].
   std::span<const float> hidden;
   // Last stage: the rows each slice asked for (kLast: 1, kAll: its rows,
-  // kNone: 0), slice after slice, [rows][n_vocab]. Valid until the next
-  // forward() on this backend.
+  // kNone and kArgmax: 0), slice after slice, [rows][n_vocab]. Valid until
+  // the next forward() on this backend.
   std::span<const float> logits;
+  // Last stage: each kArgmax slice's pick, slice after slice (as long).
+  std::span<const int32_t> argmax;
 };
 
 class Backend {

@@ -1,5 +1,7 @@
 #include "worker/fake_backend.h"
 
+#include "worker/greedy_pick.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -132,7 +134,8 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
         hidden_[row * e + c] = 2.0f * unit(mix(state + static_cast<uint64_t>(c))) - 1.0f;
       }
       const bool logits = last && (s.logits == Logits::kAll ||
-                                   (s.logits == Logits::kLast && t == s.rows - 1));
+                                   ((s.logits == Logits::kLast || s.logits == Logits::kArgmax) &&
+                                    t == s.rows - 1));
       if (logits) {
         for (int v = 0; v < options_.n_vocab; ++v) {
           logits_.push_back(unit(mix(state ^ (0xa5a5ull + static_cast<uint64_t>(v)))));
@@ -148,7 +151,15 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
   if (options_.record_calls) calls_.emplace_back(slices.begin(), slices.end());
   result->n_rows = static_cast<int>(n);
   result->hidden = last ? std::span<const float>() : std::span<const float>(hidden_);
-  result->logits = last ? std::span<const float>(logits_) : std::span<const float>();
+  picks_.clear();
+  int64_t kept = 0;
+  if (last) {
+    kept = take_greedy_rows(slices, logits_.data(), options_.n_vocab, &picks_);
+  }
+  result->logits = last ? std::span<const float>(logits_.data(), static_cast<size_t>(kept) *
+                                                                     options_.n_vocab)
+                        : std::span<const float>();
+  result->argmax = picks_;
   return absl::OkStatus();
 }
 

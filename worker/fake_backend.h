@@ -77,6 +77,7 @@ class FakeBackend final : public Backend {
   std::vector<std::vector<ForwardSlice>> calls_;
   std::vector<float> hidden_;  // [rows][n_embd]
   std::vector<float> logits_;  // [rows][n_vocab]
+  std::vector<int32_t> picks_;  // the kArgmax slices' (take_greedy_rows)
 };
 
 }  // namespace strata::worker

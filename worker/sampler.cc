@@ -1,14 +1,11 @@
 #include "worker/sampler.h"
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "worker/greedy_pick.h"
 
 namespace strata::worker {
 
@@ -63,47 +60,6 @@ void Sampler::accept(int32_t token) {
   history_next_ = (history_next_ + 1) % history_.size();
 }
 
-namespace {
-
-// The first index of the largest of x, or -1 when none compares equal to
-// it (every value NaN). A NaN is never the largest. Two passes: the
-// maximum over 16 lanes, then the first lane equal to it; 49,152 logits
-// (SmolLM2) take ~6 us on one core, against ~54 us for the loop with a
-// branch a logit that the masked and penalised paths keep.
-int32_t first_argmax(std::span<const float> x) {
-  const size_t n = x.size();
-  const float* p = x.data();
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  float best = kNegInf;
-  size_t i = 0;
-#if defined(__SSE2__)
-  __m128 m0 = _mm_set1_ps(kNegInf), m1 = m0, m2 = m0, m3 = m0;
-  for (; i + 16 <= n; i += 16) {  // maxps(a, m) keeps m when a is NaN
-    m0 = _mm_max_ps(_mm_loadu_ps(p + i), m0);
-    m1 = _mm_max_ps(_mm_loadu_ps(p + i + 4), m1);
-    m2 = _mm_max_ps(_mm_loadu_ps(p + i + 8), m2);
-    m3 = _mm_max_ps(_mm_loadu_ps(p + i + 12), m3);
-  }
-  alignas(16) float lanes[4];
-  _mm_store_ps(lanes, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
-  for (float v : lanes) best = std::max(best, v);
-#endif
-  for (; i < n; ++i) best = p[i] > best ? p[i] : best;
-  size_t j = 0;
-#if defined(__SSE2__)
-  const __m128 b = _mm_set1_ps(best);
-  for (; j + 4 <= n; j += 4) {
-    const int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(p + j), b));
-    if (hit != 0) return static_cast<int32_t>(j + static_cast<size_t>(__builtin_ctz(hit)));
-  }
-#endif
-  for (; j < n; ++j) {
-    if (p[j] == best) return static_cast<int32_t>(j);
-  }
-  return -1;
-}
-
-}  // namespace
 
 int32_t Sampler::sample(std::span<const float> logits,
                         std::span<const uint64_t> allowed) {

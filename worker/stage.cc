@@ -161,6 +161,9 @@ class BackendStage final : public Stage {
   void add_sampled(const v1::SequenceSlice& slice,
                    std::span<const float> logits, Sequence& seq,
                    v1::MicroBatchResult* result);
+  bool greedy_pick(const v1::SequenceSlice& s, const SliceRun& run) const;
+  v1::SampledToken* add_token(const v1::SequenceSlice& slice, int32_t id, const Sequence& seq,
+                              v1::MicroBatchResult* result);
   // The grammar's pick for `seq`, or an error for its SampledToken.
   absl::StatusOr<int32_t> sample_with_grammar(std::span<const float> logits,
                                               Sequence& seq);
@@ -433,11 +436,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
   const bool trace = trace_ && batch.trace();
   const int n = batch.slices_size();
   int64_t total_rows = 0;
-  int n_sampled = 0;
-  for (int i = 0; i < n; ++i) {
-    total_rows += batch.slices(i).tokens_size();
-    if (last_ && batch.slices(i).sample()) ++n_sampled;
-  }
+  for (int i = 0; i < n; ++i) total_rows += batch.slices(i).tokens_size();
   if (!last_) {
     next->Clear();
     next->set_shard_id(batch.shard_id());
@@ -469,8 +468,10 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
       }
     }
     const bool sample = last_ && s.sample();
-    slices_.push_back(ForwardSlice{run.backend_seq, s.tokens_size(),
-                                   sample ? Logits::kLast : Logits::kNone});
+    const Logits wanted = !sample                ? Logits::kNone
+                          : greedy_pick(s, run) ? Logits::kArgmax
+                                                 : Logits::kLast;
+    slices_.push_back(ForwardSlice{run.backend_seq, s.tokens_size(), wanted});
     if (first_) tokens_.insert(tokens_.end(), s.tokens().begin(), s.tokens().end());
   }
   ForwardRequest req;
@@ -495,16 +496,24 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
     std::memcpy(next->mutable_hidden()->data(), out.hidden.data(),
                 out.hidden.size() * sizeof(float));
   }
-  // Last stage: [n_sampled][n_vocab], the sampling slices in order (valid
-  // until the backend's next forward()).
+  // Last stage: [n_logits][n_vocab] for the sampling slices that asked for
+  // logits, in order, and a pick for each that asked for one (valid until
+  // the backend's next forward()).
   const std::span<const float> logits = out.logits;
-  if (last_ && logits.size() != static_cast<size_t>(n_sampled) * n_vocab_) {
+  int n_logits = 0, n_picks = 0;
+  for (const ForwardSlice& f : slices_) {
+    n_logits += f.logits == Logits::kLast ? 1 : 0;
+    n_picks += f.logits == Logits::kArgmax ? 1 : 0;
+  }
+  if (last_ && (logits.size() != static_cast<size_t>(n_logits) * n_vocab_ ||
+                out.argmax.size() != static_cast<size_t>(n_picks))) {
     undo(batch, static_cast<size_t>(n));
     result->Clear();
     result->set_batch_id(batch.batch_id());
     clear_saves(batch);
-    return absl::InternalError(absl::StrCat("the backend gave ", logits.size(),
-                                            " logits for ", n_sampled, " sampled slices"));
+    return absl::InternalError(absl::StrCat("the backend gave ", logits.size(), " logits and ",
+                                            out.argmax.size(), " picks for ", n_logits,
+                                            " and ", n_picks, " sampled slices"));
   }
   // hashes_: [blocks][total_rows], blocks of the shard in order.
   for (int i = 0; i < n && !hashes_.empty(); ++i) {
@@ -524,7 +533,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
   }
 
   // Every slice ran: commit the sequences and, on the last stage, sample.
-  int sampled = 0;
+  int sampled = 0, picked = 0;
   for (int i = 0; i < n; ++i) {
     const v1::SequenceSlice& s = batch.slices(i);
     SliceRun& run = runs_[i];
@@ -561,12 +570,16 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
       // The replay ends with the prefill: from here on the sampler draws
       // (and the grammar steps) for each token as it is sampled.
       seq.generated_from = 0;
-      add_sampled(s,
-                  std::span<const float>(
-                      logits.data() + static_cast<size_t>(sampled) * n_vocab_,
-                      static_cast<size_t>(n_vocab_)),
-                  seq, result);
-      ++sampled;
+      if (slices_[static_cast<size_t>(i)].logits == Logits::kArgmax) {
+        add_token(s, out.argmax[static_cast<size_t>(picked++)], seq, result);
+      } else {
+        add_sampled(s,
+                    std::span<const float>(
+                        logits.data() + static_cast<size_t>(sampled) * n_vocab_,
+                        static_cast<size_t>(n_vocab_)),
+                    seq, result);
+        ++sampled;
+      }
     }
   }
   save(batch);
@@ -702,12 +715,46 @@ absl::StatusOr<int32_t> BackendStage::sample_with_grammar(
   return id;
 }
 
-void BackendStage::add_sampled(const v1::SequenceSlice& slice,
-                           std::span<const float> logits, Sequence& seq,
-                           v1::MicroBatchResult* result) {
+// Whether slice s's next token is the argmax of its raw logits, so the
+// backend may pick it where the logits are (Logits::kArgmax): greedy, no
+// penalties, no grammar, no log-probabilities. The sampler's greedy path
+// takes exactly that pick then (worker/sampler.cc: first_argmax).
+bool BackendStage::greedy_pick(const v1::SequenceSlice& s, const SliceRun& run) const {
+  if (s.logprobs() || s.top_logprobs() > 0) return false;
+  const SamplingParams* p = nullptr;
+  if (run.starts) {
+    if (run.grammar != nullptr) return false;
+    p = &run.sampling;
+  } else {
+    auto it = sequences_.find(s.seq_id());
+    if (it == sequences_.end() || it->second.sampler == nullptr) return false;
+    if (it->second.matcher != nullptr) return false;
+    p = &it->second.sampler->params();
+  }
+  return p->temperature <= 0.0f && p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
+         p->frequency_penalty == 0.0f;
+}
+
+// The slice's SampledToken: its id, or (id -1) the sequence's error.
+v1::SampledToken* BackendStage::add_token(const v1::SequenceSlice& slice, int32_t id,
+                                          const Sequence& seq, v1::MicroBatchResult* result) {
   v1::SampledToken* tok = result->add_tokens();
   tok->set_seq_id(slice.seq_id());
   tok->set_pos(slice.start_pos() + slice.tokens_size());
+  if (!seq.failed.ok()) {
+    tok->set_id(-1);
+    tok->set_error_code(static_cast<int>(seq.failed.code()));
+    tok->set_error_message(absl::StrCat(
+        "worker ", name_, ": sequence ", slice.seq_id(), ": ", seq.failed.message()));
+    return tok;
+  }
+  tok->set_id(id);
+  return tok;
+}
+
+void BackendStage::add_sampled(const v1::SequenceSlice& slice,
+                           std::span<const float> logits, Sequence& seq,
+                           v1::MicroBatchResult* result) {
   int32_t id = -1;
   if (seq.failed.ok()) {
     if (seq.matcher != nullptr) {
@@ -721,14 +768,8 @@ void BackendStage::add_sampled(const v1::SequenceSlice& slice,
       id = seq.sampler->sample(logits);
     }
   }
-  if (!seq.failed.ok()) {
-    tok->set_id(-1);
-    tok->set_error_code(static_cast<int>(seq.failed.code()));
-    tok->set_error_message(absl::StrCat(
-        "worker ", name_, ": sequence ", slice.seq_id(), ": ", seq.failed.message()));
-    return;
-  }
-  tok->set_id(id);
+  v1::SampledToken* tok = add_token(slice, id, seq, result);
+  if (!seq.failed.ok()) return;
   if (!slice.logprobs() && slice.top_logprobs() == 0) return;
   const float max = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;

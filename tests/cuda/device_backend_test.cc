@@ -36,6 +36,7 @@
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/device_api.h"
 #include "worker/cuda/device_backend.h"
+#include "worker/greedy_pick.h"
 
 namespace strata::worker {
 namespace {
@@ -481,6 +482,71 @@ TEST_P(DeviceBackend, DecodeStepsReplayedFromGraphsGiveTheSameBits) {
       EXPECT_EQ(emulated->captures(), 3);
       EXPECT_EQ(emulated->replays(), 7);
     }
+  }
+}
+
+// Logits::kArgmax on the device (strata_argmax_rows): the picks of a step
+// are first_argmax of the logits the same step gives to kLast slices, the
+// other slices' logits unchanged; in a prompt step beside kLast and kAll
+// slices, then in decode steps of picks only (replayed from their own
+// graph: one capture, then replays).
+TEST_P(DeviceBackend, ArgmaxSlicesArePickedOnTheDevice) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto a = device_backend(m, {0, m.hp.n_layer});
+  std::unique_ptr<DeviceApi> api = new_api();
+  auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
+  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, test_options(), std::move(api));
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE(a->add_sequence(s, 64).ok());
+    ASSERT_TRUE((*b)->add_sequence(s, 64).ok());
+  }
+  const size_t v = static_cast<size_t>(a->n_vocab());
+  std::vector<ForwardSlice> logits = {{.seq = 0, .rows = 2, .logits = Logits::kLast},
+                                      {.seq = 1, .rows = 3, .logits = Logits::kAll},
+                                      {.seq = 2, .rows = 1, .logits = Logits::kLast}};
+  std::vector<ForwardSlice> picks = logits;
+  picks[0].logits = Logits::kArgmax;
+  picks[2].logits = Logits::kArgmax;
+  std::vector<int32_t> tokens = {1, 403, 1, 261, 378, 1};
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    ForwardRequest ra, rb;
+    ra.tokens = rb.tokens = tokens;
+    ra.slices = logits;
+    rb.slices = picks;
+    ForwardResult oa, ob;
+    ASSERT_TRUE(a->forward(ra, &oa).ok());
+    ASSERT_TRUE((*b)->forward(rb, &ob).ok());
+    std::vector<size_t> rows_of_picks;  // in oa's logits
+    size_t row = 0;
+    for (size_t i = 0; i < picks.size(); ++i) {
+      const size_t rows = logits[i].logits == Logits::kAll ? static_cast<size_t>(logits[i].rows) : 1;
+      if (picks[i].logits == Logits::kArgmax) {
+        rows_of_picks.push_back(row);
+      } else {
+        ASSERT_GE(ob.logits.size(), (row - rows_of_picks.size() + rows) * v);
+        EXPECT_TRUE(std::equal(oa.logits.begin() + row * v, oa.logits.begin() + (row + rows) * v,
+                               ob.logits.begin() + (row - rows_of_picks.size()) * v));
+      }
+      row += rows;
+    }
+    ASSERT_EQ(ob.argmax.size(), rows_of_picks.size());
+    for (size_t p = 0; p < rows_of_picks.size(); ++p) {
+      EXPECT_EQ(ob.argmax[p], first_argmax(oa.logits.subspan(rows_of_picks[p] * v, v)));
+    }
+    // Decode steps: every sequence one row, a only logits, b only picks.
+    tokens = {ob.argmax[0], 300 + step, ob.argmax.back()};
+    for (int s = 0; s < 3; ++s) {
+      logits[static_cast<size_t>(s)] = {.seq = s, .rows = 1, .logits = Logits::kLast};
+      picks[static_cast<size_t>(s)] = {.seq = s, .rows = 1, .logits = Logits::kArgmax};
+    }
+  }
+  if (emulated != nullptr) {
+    EXPECT_EQ(emulated->captures(), 1);
+    EXPECT_EQ(emulated->replays(), 3);
   }
 }
 

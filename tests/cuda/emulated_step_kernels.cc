@@ -252,6 +252,12 @@ using namespace strata::cuda_emulation;
 #include "worker/cuda/kernels/attention.cuh"
 #undef THREADS
 }  // namespace attention
+namespace sample {
+using namespace strata::cuda_emulation;
+#define THREADS 256
+#include "worker/cuda/kernels/sample.cuh"
+#undef THREADS
+}  // namespace sample
 #pragma GCC diagnostic pop
 }  // namespace strata::worker::step_host
 
@@ -260,6 +266,7 @@ namespace {
 
 static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepMmaThreads == 128 &&
                   cuda_kernels::kStepRmsNormThreads == 256 &&
+                  cuda_kernels::kStepSampleThreads == 256 &&
                   cuda_kernels::kStepAttentionThreads == 128,
               "the host builds above use step_sources()'s THREADS");
 
@@ -368,6 +375,8 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.attention, cuda_kernels::kAttentionBatchEntry,
           adapt(step_host::attention::strata_attention_batch));
   api.add(s.elementwise, cuda_kernels::kStoreKvBatchEntry, adapt(ew::strata_store_kv_batch));
+  api.add(s.sample, cuda_kernels::kArgmaxRowsEntry,
+          adapt(step_host::sample::strata_argmax_rows));
 }
 
 std::unique_ptr<EmulatedDeviceApi> emulated_step_device() {

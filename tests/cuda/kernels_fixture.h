@@ -249,6 +249,7 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
   api->add(kElementwise, cuda_kernels::kStoreKvBatchEntry,
            adapt(host::elementwise::strata_store_kv_batch));
   api->add(kSample, cuda_kernels::kArgmaxEntry, adapt(host::sample::strata_argmax));
+  api->add(kSample, cuda_kernels::kArgmaxRowsEntry, adapt(host::sample::strata_argmax_rows));
   return api;
 }
 

@@ -613,6 +613,32 @@ TEST_P(Kernels, ArgmaxIsTheFirstOfTheLargest) {
   }
 }
 
+// strata_argmax_rows: a block a row, each row's pick as strata_argmax's
+// (the plain scan's), and bad = 1 exactly for the rows holding a NaN or an
+// infinity (rows 1 and 3 of 4).
+TEST_P(Kernels, ArgmaxRowsPickEachRowAndFlagNonFiniteOnes) {
+  const int n = 1000, rows = 4;
+  std::vector<float> x = normal_values(static_cast<size_t>(rows) * n, 13);
+  x[1 * n + 17] = std::numeric_limits<float>::quiet_NaN();
+  x[3 * n + 999] = -std::numeric_limits<float>::infinity();
+  x[2 * n + 500] = x[2 * n + 900] = 9.0f;  // a tie: the first
+  DeviceBuffer dx = put(x), ids = space(rows * sizeof(int)), bad = space(rows * sizeof(int));
+  ASSERT_TRUE(run(kSample, cuda_kernels::kArgmaxRowsEntry, rows, kArgmaxThreads,
+                  dx.as<const float>(), n, ids.as<int>(), bad.as<int>())
+                  .ok());
+  const std::vector<int> got = get<int>(ids, rows), flags = get<int>(bad, rows);
+  for (int r = 0; r < rows; ++r) {
+    int want = -1;
+    for (int i = 0; i < n; ++i) {
+      const float v = x[static_cast<size_t>(r) * n + i];
+      if (!std::isnan(v) && (want < 0 || v > x[static_cast<size_t>(r) * n + want])) want = i;
+    }
+    EXPECT_EQ(got[static_cast<size_t>(r)], want) << "row " << r;
+    EXPECT_EQ(flags[static_cast<size_t>(r)], r == 1 || r == 3 ? 1 : 0) << "row " << r;
+  }
+  EXPECT_EQ(got[2], 500);
+}
+
 // A launch of a kernel the source does not have: InvalidArgument naming it.
 TEST_P(Kernels, AMissingEntryIsInvalidArgument) {
   const std::vector<float> x(4, 1.0f);

@@ -8,6 +8,7 @@
 
 #include "tests/worker/worker_test_util.h"
 #include "worker/cuda/cuda_device.h"
+#include "worker/fake_backend.h"
 #include "worker/in_process_link.h"
 #include "worker/shard_plan.h"
 
@@ -144,6 +145,74 @@ TEST(StageSampling, SeededSamplingRepeatsAndNeedsASeed) {
   auto b = run_chain(stages, batch);  // start_pos 0 again: a fresh sampler
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->tokens(0).id(), b->tokens(0).id());
+}
+
+// A stage over stories260K's plan whose backend is a recording fake.
+std::unique_ptr<worker::Stage> fake_stage(worker::FakeBackend** backend) {
+  const int n_layer = model_layers(stories_path());
+  auto plan = worker::plan_shard(shard_request(stories_path(), 0, n_layer, n_layer));
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return nullptr;
+  worker::FakeBackendOptions o;
+  o.n_layer = n_layer;
+  o.n_embd = plan->hp.n_embd;
+  o.n_vocab = plan->info.n_vocab();
+  o.range = {0, n_layer};
+  o.max_batch = plan->info.max_batch_rows();
+  o.record_calls = true;
+  auto fake = std::make_unique<worker::FakeBackend>(o);
+  *backend = fake.get();
+  return worker::make_stage(*std::move(plan), std::move(fake), {});
+}
+
+// A greedy slice without penalties, grammar or log-probabilities asks the
+// backend for its pick only (Logits::kArgmax: a cuda backend picks it on
+// the device) and gets the token the logits path gives; sampled,
+// penalised and logprob slices ask for logits, a slice that does not
+// sample for none.
+TEST(StageSampling, GreedySlicesAskTheBackendForItsPickOnly) {
+  SKIP_WITHOUT_STORIES();
+  worker::FakeBackend* fake = nullptr;
+  auto stage = fake_stage(&fake);
+  ASSERT_NE(stage, nullptr);
+  v1::MicroBatch batch;
+  batch.set_shard_id(kShardId);
+  *batch.add_slices() = slice(1, 0, stories_prompt());                 // greedy
+  v1::SequenceSlice logprobs = slice(2, 0, stories_prompt());
+  logprobs.set_logprobs(true);
+  *batch.add_slices() = logprobs;
+  v1::SequenceSlice sampled = slice(3, 0, stories_prompt());
+  sampled.mutable_sampling()->set_temperature(0.8f);
+  sampled.mutable_sampling()->set_seed(7);
+  *batch.add_slices() = sampled;
+  v1::SequenceSlice penalised = slice(4, 0, stories_prompt());
+  penalised.mutable_sampling()->set_repeat_penalty(1.1f);
+  *batch.add_slices() = penalised;
+  *batch.add_slices() = slice(5, 0, stories_prompt(), /*sample=*/false);
+  v1::MicroBatchResult result;
+  ASSERT_TRUE(stage->run(batch, nullptr, &result).ok());
+  ASSERT_EQ(fake->calls().size(), 1u);
+  const std::vector<worker::ForwardSlice>& call = fake->calls()[0];
+  ASSERT_EQ(call.size(), 5u);
+  EXPECT_EQ(call[0].logits, worker::Logits::kArgmax);
+  EXPECT_EQ(call[1].logits, worker::Logits::kLast);
+  EXPECT_EQ(call[2].logits, worker::Logits::kLast);
+  EXPECT_EQ(call[3].logits, worker::Logits::kLast);
+  EXPECT_EQ(call[4].logits, worker::Logits::kNone);
+  ASSERT_EQ(result.tokens_size(), 4);
+  // Sequences 1 and 2 ran the same prompt: the fake's same logits, so the
+  // pick equals the greedy sampler's token from the downloaded logits.
+  EXPECT_EQ(result.tokens(0).id(), result.tokens(1).id());
+  EXPECT_GE(result.tokens(0).id(), 0);
+  // The next decode step of the greedy sequence asks for its pick again.
+  v1::MicroBatch next;
+  next.set_shard_id(kShardId);
+  *next.add_slices() = slice(1, static_cast<int>(stories_prompt().size()),
+                             {result.tokens(0).id()});
+  v1::MicroBatchResult second;
+  ASSERT_TRUE(stage->run(next, nullptr, &second).ok());
+  EXPECT_EQ(fake->calls().back()[0].logits, worker::Logits::kArgmax);
+  EXPECT_GE(second.tokens(0).id(), 0);
 }
 
 TEST(StageTrace, SplitHashesEqualWholeModelHashes) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/env_switch.h"
 #include "worker/finite_scan.h"
+#include "worker/greedy_pick.h"
 #include "worker/trace.h"
 
 namespace strata::worker {
@@ -339,11 +340,12 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   for (const StepSlice& s : step_slices_) {
     if (s.logits == Logits::kAll) {
       for (int t = 0; t < s.rows; ++t) head_rows_.push_back(s.row0 + t);
-    } else if (s.logits == Logits::kLast) {
+    } else if (s.logits == Logits::kLast || s.logits == Logits::kArgmax) {
       head_rows_.push_back(s.row0 + s.rows - 1);
     }
   }
   const int rows = static_cast<int>(head_rows_.size());
+  picks_.clear();
   if (rows > 0) {
     head(head_rows_);
     // The output norm and head come after the blocks' check: an Inf or NaN
@@ -356,8 +358,11 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
           " is not finite (", logits_[i],
           "): output_norm or the output weights hold a NaN or Inf, or the logits overflow"));
     }
+    // The greedy slices' picks, their rows out of the logits.
+    const int64_t kept = take_greedy_rows(step->slices, logits_.data(), w_->n_vocab, &picks_);
     result->logits = std::span<const float>(
-        logits_.data(), static_cast<size_t>(rows) * w_->n_vocab);
+        logits_.data(), static_cast<size_t>(kept) * w_->n_vocab);
+    result->argmax = picks_;
   }
   for (const StepSlice& s : step_slices_) s.cache->advance(s.rows);
   return absl::OkStatus();

@@ -289,6 +289,7 @@ class DeviceBackend final : public Backend {
   // rows or more); id -1 when the head size has no build (dk != dv, or not
   // in ck::kStepFlashHeadDims) or the tensor cores are off.
   KernelHandle k_flash_;
+  KernelHandle k_argmax_rows_;  // the kArgmax rows' picks
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_gather_, k_scatter_,
@@ -311,6 +312,7 @@ class DeviceBackend final : public Backend {
   DeviceBuffer up_;      // [B][ff_width()]
   DeviceBuffer scores_;  // [attention_rows_][n_head][max_ctx] attention scratch
   DeviceBuffer logits_;  // [rows][n_vocab], grown on demand
+  DeviceBuffer picks_;   // [B] int: the kArgmax rows' picks, then [B] int: their bad flags
   // Mixture of experts (empty for a dense model), R = moe_rows(), k =
   // n_expert_used.
   DeviceBuffer router_logits_;  // [B][n_expert]
@@ -369,7 +371,11 @@ class DeviceBackend final : public Backend {
   int n_decode_ = 0;
   std::vector<int32_t> positions_;  // [B]
   std::vector<float> cs_host_;      // [B][n_rot / 2][2]
+  // The rows of the head: the logits rows (kLast, kAll) in slice order,
+  // then the kArgmax rows (n_picks_ of them, picked on the device).
   std::vector<int> head_rows_;
+  int n_picks_ = 0;
+  std::vector<int32_t> picks_host_;  // [2 B]: picks, then bad flags
   std::vector<float> hidden_host_;  // [B][n_embd]
   std::vector<float> logits_host_;
   // Routing on the host (moe()).

@@ -383,6 +383,14 @@ absl::Status DeviceBackend::head() {
     STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_soft_cap_, n_logits, logits_.as<float>(),
                                     hp_.final_softcap, static_cast<long long>(n_logits)));
   }
+  if (n_picks_ > 0) {  // the last n_picks_ rows: their picks and checks
+    const int64_t first = int64_t{rows - n_picks_} * n_vocab_;
+    STRATA_DEVICE_RETURN_IF_ERROR(run(k_argmax_rows_, static_cast<unsigned>(n_picks_),
+                                      ck::kStepSampleThreads,
+                                      static_cast<const float*>(logits_.as<float>() + first),
+                                      n_vocab_, picks_.as<int>(),
+                                      picks_.as<int>() + options_.max_batch));
+  }
   return absl::OkStatus();
 }
 
@@ -448,8 +456,8 @@ absl::Status DeviceBackend::launch_step(int n, std::vector<uint64_t>* hashes) {
   return absl::OkStatus();
 }
 
-// A decode step (every slice one row, every one wanting its logits on the
-// last stage, none elsewhere) of a dense model is replayed from a graph of
+// A decode step (every slice one row, on the last stage every one wanting
+// its logits or every one its pick) of a dense model is replayed from a graph of
 // its launches captured at the first step of its row count: its arguments
 // depend only on that count (positions, caches and keys to attend are the
 // step's uploaded tables); the graphs are dropped when a buffer they name
@@ -461,7 +469,8 @@ bool DeviceBackend::graph_step(const ForwardRequest& req) const {
   }
   for (const StepSlice& s : slices_) {
     if (s.rows != 1) return false;
-    if (is_last() && s.logits != Logits::kLast) return false;
+    if (is_last() && s.logits != slices_.front().logits) return false;
+    if (is_last() && s.logits != Logits::kLast && s.logits != Logits::kArgmax) return false;
   }
   return true;
 }
@@ -530,6 +539,7 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
         api_->upload(x_.get(), req.hidden.data(), req.hidden.size() * sizeof(float)));
   }
   head_rows_.clear();
+  n_picks_ = 0;
   if (is_last()) {
     for (const StepSlice& s : slices_) {
       if (s.logits == Logits::kAll) {
@@ -537,6 +547,11 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
       } else if (s.logits == Logits::kLast) {
         head_rows_.push_back(s.row0 + s.rows - 1);
       }
+    }
+    for (const StepSlice& s : slices_) {
+      if (s.logits != Logits::kArgmax) continue;
+      head_rows_.push_back(s.row0 + s.rows - 1);
+      ++n_picks_;
     }
     const size_t need = head_rows_.size() * static_cast<size_t>(n_vocab_) * sizeof(float);
     if (logits_.bytes() < need) {
@@ -546,7 +561,9 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   }
 
   if (graph_step(req)) {
-    auto it = decode_graphs_.find(n);
+    // One graph a row count and kind of head (logits or picks).
+    const int key = 2 * n + (n_picks_ > 0 ? 1 : 0);
+    auto it = decode_graphs_.find(key);
     if (it == decode_graphs_.end()) {
       absl::StatusOr<GraphHandle> g = api_->capture([&] { return launch_step(n, nullptr); });
       if (g.status().code() == absl::StatusCode::kUnimplemented) {
@@ -554,7 +571,7 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
       } else if (!g.ok()) {
         return g.status();
       } else {
-        it = decode_graphs_.emplace(n, *g).first;
+        it = decode_graphs_.emplace(key, *g).first;
       }
     }
     if (it != decode_graphs_.end()) {
@@ -571,6 +588,7 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   result->n_rows = n;
   result->hidden = {};
   result->logits = {};
+  result->argmax = {};
   if (!is_last()) {
     hidden_host_.resize(static_cast<size_t>(n * e));
     STRATA_DEVICE_RETURN_IF_ERROR(
@@ -587,15 +605,38 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     return absl::OkStatus();
   }
   if (!head_rows_.empty()) {
-    const int64_t n_logits = static_cast<int64_t>(head_rows_.size()) * n_vocab_;
+    // The logits rows, then the picks; a picked row that holds a NaN or an
+    // infinity is downloaded to say where.
+    const int n_rows_out = static_cast<int>(head_rows_.size()) - n_picks_;
+    const int64_t n_logits = int64_t{n_rows_out} * n_vocab_;
     logits_host_.resize(static_cast<size_t>(n_logits));
     STRATA_DEVICE_RETURN_IF_ERROR(api_->download(logits_host_.data(), logits_.get(),
                                                  logits_host_.size() * sizeof(float)));
-    if (const int64_t i = first_not_finite(logits_host_.data(), n_logits); i < n_logits) {
-      return absl::InternalError(absl::StrCat(
-          "blocks [", range_.first, ", ", range_.last, ") and the head: logit row ", i / n_vocab_,
-          " token ", i % n_vocab_, " is not finite (", logits_host_[static_cast<size_t>(i)],
-          "): the weights hold a NaN or Inf, or the activations overflow"));
+    const auto not_finite = [&](const float* row0, int64_t count, int64_t row_base) {
+      if (const int64_t i = first_not_finite(row0, count); i < count) {
+        return absl::InternalError(absl::StrCat(
+            "blocks [", range_.first, ", ", range_.last, ") and the head: logit row ",
+            row_base + i / n_vocab_, " token ", i % n_vocab_, " is not finite (", row0[i],
+            "): the weights hold a NaN or Inf, or the activations overflow"));
+      }
+      return absl::OkStatus();
+    };
+    STRATA_DEVICE_RETURN_IF_ERROR(not_finite(logits_host_.data(), n_logits, 0));
+    if (n_picks_ > 0) {
+      const size_t b = static_cast<size_t>(options_.max_batch);
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->download(picks_host_.data(), picks_.get(),
+                                                   static_cast<size_t>(n_picks_) * sizeof(int32_t)));
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->download(picks_host_.data() + b, picks_.as<int>() + b,
+                                                   static_cast<size_t>(n_picks_) * sizeof(int32_t)));
+      for (int p = 0; p < n_picks_; ++p) {
+        if (picks_host_[b + static_cast<size_t>(p)] == 0) continue;
+        std::vector<float> picked(static_cast<size_t>(n_vocab_));
+        STRATA_DEVICE_RETURN_IF_ERROR(api_->download(
+            picked.data(), logits_.as<float>() + int64_t{n_rows_out + p} * n_vocab_,
+            picked.size() * sizeof(float)));
+        STRATA_DEVICE_RETURN_IF_ERROR(not_finite(picked.data(), n_vocab_, n_rows_out + p));
+      }
+      result->argmax = std::span<const int32_t>(picks_host_.data(), static_cast<size_t>(n_picks_));
     }
     result->logits = std::span<const float>(logits_host_.data(), logits_host_.size());
   }

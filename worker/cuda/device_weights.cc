@@ -271,6 +271,7 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_rms_, kernel(src.rms_norm, ck::kRmsNormEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_add_rms_, kernel(src.rms_norm, ck::kAddRmsNormEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_argmax_rows_, kernel(src.sample, ck::kArgmaxRowsEntry));
   if (const size_t f = ck::step_flash_index(hp_.head_dim_k);
       options_.mma_min_rows > 0 && hp_.head_dim_k == hp_.head_dim_v &&
       f < ck::kStepFlashHeadDims.size()) {
@@ -342,6 +343,8 @@ absl::Status DeviceBackend::load() {
     grouped_rows_.resize(slots);
     grouped_slots_.resize(slots);
   }
+  STRATA_DEVICE_ASSIGN_OR_RETURN(picks_, space(2 * b * sizeof(int32_t)));
+  picks_host_.resize(2 * b);
   positions_.resize(b);
   cs_host_.resize(b * (hp_.n_rot / 2) * 2);
   decode_host_.resize(b * (sizeof(unsigned long long) + 4 * sizeof(int)));

@@ -65,6 +65,8 @@ const StepSources& step_sources() {
     s->rms_norm = KernelSource{"rms_norm.cu", kRmsNormSource,
                                {"-DTHREADS=" + std::to_string(kStepRmsNormThreads)}};
     s->elementwise = KernelSource{"elementwise.cu", kElementwiseSource, {}};
+    s->sample = KernelSource{"sample.cu", kSampleSource,
+                             {"-DTHREADS=" + std::to_string(kStepSampleThreads)}};
     s->attention = KernelSource{"attention.cu", kAttentionSource,
                                 {"-DTHREADS=" + std::to_string(kStepAttentionThreads)}};
     return s;

@@ -39,6 +39,7 @@ inline constexpr std::array<int, 6> kStepFlashHeadDims = {32, 64, 80, 96, 128, 2
 size_t step_flash_index(int head_dim);
 inline constexpr int kStepAttentionThreads = 128;
 inline constexpr int kStepElementwiseThreads = 256;
+inline constexpr int kStepSampleThreads = 256;
 
 struct StepSources {
   // [t][w][i]: the type kStepMatvecTypes[t] alone, ROW_WARPS =
@@ -56,6 +57,7 @@ struct StepSources {
   KernelSource rms_norm;
   KernelSource elementwise;
   KernelSource attention;
+  KernelSource sample;  // the greedy picks (sample.cuh)
 };
 
 // The sources with their options (built once, alive for the process).

@@ -41,6 +41,7 @@ inline constexpr const char* kSampleSource =
 #include "worker/cuda/kernels/sample.cuh.inc"
     ;
 inline constexpr const char* kArgmaxEntry = "strata_argmax";
+inline constexpr const char* kArgmaxRowsEntry = "strata_argmax_rows";
 inline constexpr int kArgmaxThreads = 256;
 
 }  // namespace strata::worker::cuda_kernels
