@@ -4,7 +4,8 @@
 // 12+, no libcuda link) and kept per (source, options) and entry. Every
 // copy, fill and launch goes to one stream of the api's own (in order), so
 // that its launches can be captured as CUDA graphs (cudaStreamBeginCapture,
-// thread-local mode) and replayed (cudaGraphLaunch).
+// thread-local mode) and replayed (cudaGraphLaunch). Each call first makes
+// the api's device the calling thread's current one.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@ class CudaDeviceApi : public DeviceApi {
         stream_(stream) {}
 
   ~CudaDeviceApi() override {
+    bind();
     cudaStreamSynchronize(stream_);
     for (cudaGraphExec_t g : graphs_) {
       if (g != nullptr) cudaGraphExecDestroy(g);
@@ -58,6 +60,7 @@ class CudaDeviceApi : public DeviceApi {
 
   absl::StatusOr<double> time_ms(const std::function<absl::Status()>& work,
                                  int repeats) override {
+    bind();
     if (capturing_) return in_capture("time_ms");
     cudaEvent_t start = nullptr, stop = nullptr;
     if (cudaError_t e = cudaEventCreate(&start); e != cudaSuccess) {
@@ -89,6 +92,7 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   absl::StatusOr<void*> alloc(size_t bytes) override {
+    bind();
     void* p = nullptr;
     if (cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes); e != cudaSuccess) {
       return cuda_error(absl::StrCat("cudaMalloc of ", bytes, " bytes").c_str(), e);
@@ -97,12 +101,14 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   void free(void* device) override {
+    bind();
     if (device != nullptr) cudaFree(device);
   }
 
   // Copies from pageable host memory: the call returns when the host's
   // bytes are read (upload) or written (download: after the stream's work).
   absl::Status upload(void* device, const void* host, size_t bytes) override {
+    bind();
     if (capturing_) return in_capture("upload");
     if (cudaError_t e = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_);
         e != cudaSuccess) {
@@ -112,6 +118,7 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   absl::Status download(void* host, const void* device, size_t bytes) override {
+    bind();
     if (capturing_) return in_capture("download");
     if (cudaError_t e = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_);
         e != cudaSuccess) {
@@ -124,6 +131,7 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   absl::Status fill(void* device, int value, size_t bytes) override {
+    bind();
     if (capturing_) return in_capture("fill");
     if (cudaError_t e = cudaMemsetAsync(device, value, bytes, stream_); e != cudaSuccess) {
       return cuda_error("cudaMemsetAsync", e);
@@ -132,6 +140,7 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   absl::StatusOr<GraphHandle> capture(const std::function<absl::Status()>& work) override {
+    bind();
     if (capturing_) return in_capture("capture");
     if (cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
         e != cudaSuccess) {
@@ -155,6 +164,7 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   absl::Status replay(GraphHandle graph) override {
+    bind();
     if (capturing_) return in_capture("replay");
     if (graph.id < 0 || graph.id >= static_cast<int>(graphs_.size()) ||
         graphs_[static_cast<size_t>(graph.id)] == nullptr) {
@@ -168,6 +178,7 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   void release(GraphHandle graph) override {
+    bind();
     if (graph.id < 0 || graph.id >= static_cast<int>(graphs_.size())) return;
     cudaGraphExec_t& g = graphs_[static_cast<size_t>(graph.id)];
     if (g != nullptr) cudaGraphExecDestroy(g);
@@ -177,6 +188,7 @@ class CudaDeviceApi : public DeviceApi {
   using DeviceApi::launch;
 
   absl::StatusOr<KernelHandle> load(const KernelRef& kernel) override {
+    bind();
     const KernelSource& src = *kernel.source;
     const std::string key = absl::StrCat(src.name, "\n", absl::StrJoin(src.options, "\n"));
     auto entry_key = std::make_pair(key, kernel.entry);
@@ -211,6 +223,7 @@ class CudaDeviceApi : public DeviceApi {
 
   absl::Status launch(KernelHandle kernel, unsigned grid, unsigned block,
                       void** args) override {
+    bind();
     if (kernel.id < 0 || kernel.id >= static_cast<int>(kernels_.size())) {
       return absl::InvalidArgumentError(absl::StrCat("no loaded kernel ", kernel.id));
     }
@@ -224,6 +237,11 @@ class CudaDeviceApi : public DeviceApi {
   }
 
  private:
+  // cudart's current device is the calling thread's: a worker calls from
+  // threads other than the one that made the api (cuda:1 would otherwise
+  // get device 0's memory and launches).
+  void bind() const { cudaSetDevice(device_.ordinal); }
+
   static absl::Status in_capture(const char* what) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, " while capturing a graph: only launches can be captured"));
