@@ -296,6 +296,17 @@ static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepMmaT
 
 }  // namespace
 
+HostEntry flash_host_entry(int head_dim) {
+  switch (head_dim) {
+    case 32: return adapt(step_host::flash32::strata_flash_attention_rows);
+    case 64: return adapt(step_host::flash64::strata_flash_attention_rows);
+    case 80: return adapt(step_host::flash80::strata_flash_attention_rows);
+    case 96: return adapt(step_host::flash96::strata_flash_attention_rows);
+    case 128: return adapt(step_host::flash128::strata_flash_attention_rows);
+    default: return adapt(step_host::flash256::strata_flash_attention_rows);
+  }
+}
+
 void add_step_kernels(EmulatedDeviceApi& api) {
   const cuda_kernels::StepSources& s = cuda_kernels::step_sources();
   static_assert(cuda_kernels::kStepMatvecColumns[0] == 1 &&
@@ -338,18 +349,10 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   }
   static_assert(cuda_kernels::kStepFlashHeadDims ==
                 std::array<int, 6>{32, 64, 80, 96, 128, 256});
-  api.add(s.flash[0], cuda_kernels::kFlashAttentionEntry,
-          adapt(step_host::flash32::strata_flash_attention_rows));
-  api.add(s.flash[1], cuda_kernels::kFlashAttentionEntry,
-          adapt(step_host::flash64::strata_flash_attention_rows));
-  api.add(s.flash[2], cuda_kernels::kFlashAttentionEntry,
-          adapt(step_host::flash80::strata_flash_attention_rows));
-  api.add(s.flash[3], cuda_kernels::kFlashAttentionEntry,
-          adapt(step_host::flash96::strata_flash_attention_rows));
-  api.add(s.flash[4], cuda_kernels::kFlashAttentionEntry,
-          adapt(step_host::flash128::strata_flash_attention_rows));
-  api.add(s.flash[5], cuda_kernels::kFlashAttentionEntry,
-          adapt(step_host::flash256::strata_flash_attention_rows));
+  for (size_t i = 0; i < cuda_kernels::kStepFlashHeadDims.size(); ++i) {
+    api.add(s.flash[i], cuda_kernels::kFlashAttentionEntry,
+            flash_host_entry(cuda_kernels::kStepFlashHeadDims[i]));
+  }
   api.add(s.rms_norm, cuda_kernels::kRmsNormEntry, adapt(step_host::rms::strata_rms_norm));
   api.add(s.rms_norm, cuda_kernels::kAddRmsNormEntry, adapt(step_host::rms::strata_add_rms_norm));
   namespace ew = step_host::elementwise;

@@ -13,6 +13,10 @@ namespace strata::worker::testing {
 // Registers every entry of every step source in `api`.
 void add_step_kernels(EmulatedDeviceApi& api);
 
+// The host build of step_sources().flash for `head_dim` (one of
+// kStepFlashHeadDims).
+HostEntry flash_host_entry(int head_dim);
+
 // A new EmulatedDeviceApi with the step kernels registered.
 std::unique_ptr<EmulatedDeviceApi> emulated_step_device();
 

@@ -30,12 +30,14 @@
 #include "model/ggml_type.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/emulated_device_api.h"
+#include "tests/cuda/emulated_step_kernels.h"
 #include "worker/cuda/device_api.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/flash_attention_source.h"
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
+#include "worker/cuda/step_kernels.h"
 
 // The host builds, with the options of the sources below.
 namespace strata::worker::host {
@@ -75,33 +77,6 @@ using namespace strata::cuda_emulation;
 #undef STRATA_ENTRIES
 #undef THREADS
 }  // namespace mma
-namespace flash32 {
-using namespace strata::cuda_emulation;
-#define THREADS 128
-#define HEAD_DIM 32
-#include "worker/cuda/kernels/mma_ops.cuh"
-#include "worker/cuda/kernels/flash_attention.cuh"
-#undef HEAD_DIM
-#undef THREADS
-}  // namespace flash32
-namespace flash64 {
-using namespace strata::cuda_emulation;
-#define THREADS 128
-#define HEAD_DIM 64
-#include "worker/cuda/kernels/mma_ops.cuh"
-#include "worker/cuda/kernels/flash_attention.cuh"
-#undef HEAD_DIM
-#undef THREADS
-}  // namespace flash64
-namespace flash256 {
-using namespace strata::cuda_emulation;
-#define THREADS 128
-#define HEAD_DIM 256
-#include "worker/cuda/kernels/mma_ops.cuh"
-#include "worker/cuda/kernels/flash_attention.cuh"
-#undef HEAD_DIM
-#undef THREADS
-}  // namespace flash256
 namespace rms {
 using namespace strata::cuda_emulation;
 #define THREADS 256
@@ -143,14 +118,14 @@ inline const KernelSource kMatvec3{"matvec.cu", cuda_kernels::kMatvecSource,
 inline const KernelSource kMma{"mma.cu", cuda_kernels::mma_program(),
                          {"-DTHREADS=128", "-DSTRATA_MATVEC_NO_ENTRIES", "--std=c++17",
                           "--fmad=false"}};
-// The flash-attention kernel for head sizes 32, 64 and 256 (64 and 32 keys
-// a step).
-inline KernelSource flash_source(int head_dim) {
-  return KernelSource{"flash_attention.cu", cuda_kernels::flash_attention_program(),
-                      {"-DTHREADS=128", "-DHEAD_DIM=" + std::to_string(head_dim), "--std=c++17"}};
+// The backend's flash-attention builds (step_sources()) for head sizes
+// 32, 64 and 256 (64 and 32 keys a step); their host builds are
+// tests/cuda/emulated_step_kernels.cc's.
+inline const KernelSource& flash_source(int head_dim) {
+  return cuda_kernels::step_sources().flash[cuda_kernels::step_flash_index(head_dim)];
 }
-inline const KernelSource kFlash32 = flash_source(32), kFlash64 = flash_source(64),
-                          kFlash256 = flash_source(256);
+inline const KernelSource &kFlash32 = flash_source(32), &kFlash64 = flash_source(64),
+                          &kFlash256 = flash_source(256);
 inline const KernelSource kRms{"rms_norm.cu", cuda_kernels::kRmsNormSource, {"-DTHREADS=256"}};
 inline const KernelSource kElementwise{"elementwise.cu", cuda_kernels::kElementwiseSource, {}};
 inline const KernelSource kAttention{"attention.cu", cuda_kernels::kAttentionSource, {"-DTHREADS=64"}};
@@ -212,12 +187,10 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
     add(GgmlType::kQ5_K, adapt(mm::strata_mma3_q5_k));
     add(GgmlType::kQ6_K, adapt(mm::strata_mma3_q6_k));
   }
-  api->add(kFlash32, cuda_kernels::kFlashAttentionEntry,
-           adapt(host::flash32::strata_flash_attention_rows));
-  api->add(kFlash64, cuda_kernels::kFlashAttentionEntry,
-           adapt(host::flash64::strata_flash_attention_rows));
-  api->add(kFlash256, cuda_kernels::kFlashAttentionEntry,
-           adapt(host::flash256::strata_flash_attention_rows));
+  for (const int dim : {32, 64, 256}) {
+    api->add(flash_source(dim), cuda_kernels::kFlashAttentionEntry,
+             testing::flash_host_entry(dim));
+  }
   api->add(kRms, cuda_kernels::kRmsNormEntry, adapt(host::rms::strata_rms_norm));
   api->add(kRms, cuda_kernels::kAddRmsNormEntry, adapt(host::rms::strata_add_rms_norm));
   api->add(kElementwise, cuda_kernels::kRopeRotateEntry,

@@ -329,13 +329,47 @@ TEST_P(Kernels, StoreKvRoundsToF16AtItsRows) {
   }
 }
 
+// Attention's parameters (scale 1/sqrt(dk)).
+kernels::AttentionParams attention_params(int n_head, int n_head_kv, int dk, int dv,
+                                          float softcap, int window, const float* sinks) {
+  kernels::AttentionParams p;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim_k = dk;
+  p.head_dim_v = dv;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  p.softcap = softcap;
+  p.sliding_window = window;
+  p.sinks = sinks;
+  return p;
+}
+
+// reference::ops::attention of q's rows at `positions` over an f16 cache of
+// n_kv rows: [rows][n_head][dv].
+std::vector<float> reference_attention(const std::vector<float>& q,
+                                       const std::vector<uint16_t>& k16,
+                                       const std::vector<uint16_t>& v16, int n_kv,
+                                       const std::vector<int32_t>& positions,
+                                       const kernels::AttentionParams& p) {
+  ThreadPool pool(1);
+  kernels::KvView kv;
+  kv.type = GgmlType::kF16;
+  kv.k = k16.data();
+  kv.v = v16.data();
+  kv.n_kv = n_kv;
+  std::vector<float> out(positions.size() * static_cast<size_t>(p.n_head) * p.head_dim_v);
+  reference::ops::AttentionScratch scratch(n_kv, p, 1);
+  reference::ops::attention(q.data(), positions.data(), static_cast<int64_t>(positions.size()),
+                            kv, p, out.data(), scratch, pool);
+  return out;
+}
+
 // Decode attention: grouped heads, a soft cap, a sliding window, contexts
 // below, at and past the block's threads. Both round q and the
 // probabilities to f16; the reference sums the softmax in double, the
 // kernel in float, which can move a probability across an f16 rounding
 // boundary: 2e-3 absolute on outputs of magnitude ~1.
 TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
-  ThreadPool pool(1);
   struct Shape {
     int n_head, n_head_kv, dk, dv, n_kv, window;
     float softcap;
@@ -356,24 +390,11 @@ TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
     std::vector<uint16_t> k16(k.size()), v16(v.size());
     for (size_t i = 0; i < k.size(); ++i) k16[i] = reference::f32_to_f16(k[i]);
     for (size_t i = 0; i < v.size(); ++i) v16[i] = reference::f32_to_f16(v[i]);
-    kernels::AttentionParams p;
-    p.n_head = s.n_head;
-    p.n_head_kv = s.n_head_kv;
-    p.head_dim_k = s.dk;
-    p.head_dim_v = s.dv;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
-    p.softcap = s.softcap;
-    p.sliding_window = s.window;
-    p.sinks = s.sinks ? sinks.data() : nullptr;
-    kernels::KvView kv;
-    kv.type = GgmlType::kF16;
-    kv.k = k16.data();
-    kv.v = v16.data();
-    kv.n_kv = s.n_kv;
+    const kernels::AttentionParams p = attention_params(s.n_head, s.n_head_kv, s.dk, s.dv,
+                                                        s.softcap, s.window,
+                                                        s.sinks ? sinks.data() : nullptr);
     const int32_t pos = s.n_kv - 1;
-    std::vector<float> want(static_cast<size_t>(s.n_head) * s.dv);
-    reference::ops::AttentionScratch scratch(s.n_kv, p, 1);
-    reference::ops::attention(q.data(), &pos, 1, kv, p, want.data(), scratch, pool);
+    const std::vector<float> want = reference_attention(q, k16, v16, s.n_kv, {pos}, p);
 
     const int window_begin = s.window > 0 ? std::max(0, pos - s.window + 1) : 0;
     DeviceBuffer dq = put(q), dk = put(k16), dv = put(v16);
@@ -400,7 +421,6 @@ TEST_P(Kernels, AttentionDecodeMatchesTheReference) {
 // (flash_attention_source.h): 3e-3 absolute on outputs of magnitude ~1
 // (measured: at most 7.6e-4 over these cases).
 TEST_P(Kernels, FlashAttentionMatchesTheReference) {
-  ThreadPool pool(1);
   struct Shape {
     int n_head, n_head_kv, dim, pos0, rows, window;
     float softcap;
@@ -422,26 +442,11 @@ TEST_P(Kernels, FlashAttentionMatchesTheReference) {
     std::vector<uint16_t> k16(k.size()), v16(v.size());
     for (size_t i = 0; i < k.size(); ++i) k16[i] = reference::f32_to_f16(k[i]);
     for (size_t i = 0; i < v.size(); ++i) v16[i] = reference::f32_to_f16(v[i]);
-    kernels::AttentionParams p;
-    p.n_head = s.n_head;
-    p.n_head_kv = s.n_head_kv;
-    p.head_dim_k = s.dim;
-    p.head_dim_v = s.dim;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
-    p.softcap = s.softcap;
-    p.sliding_window = s.window;
-    p.sinks = s.sinks ? sinks.data() : nullptr;
-    kernels::KvView kv;
-    kv.type = GgmlType::kF16;
-    kv.k = k16.data();
-    kv.v = v16.data();
-    kv.n_kv = n_kv;
+    const kernels::AttentionParams p = attention_params(
+        s.n_head, s.n_head_kv, s.dim, s.dim, s.softcap, s.window, s.sinks ? sinks.data() : nullptr);
     std::vector<int32_t> positions(static_cast<size_t>(s.rows));
     for (int r = 0; r < s.rows; ++r) positions[static_cast<size_t>(r)] = s.pos0 + r;
-    std::vector<float> want(static_cast<size_t>(s.rows) * s.n_head * s.dim);
-    reference::ops::AttentionScratch scratch(n_kv, p, 1);
-    reference::ops::attention(q.data(), positions.data(), s.rows, kv, p, want.data(), scratch,
-                              pool);
+    const std::vector<float> want = reference_attention(q, k16, v16, n_kv, positions, p);
 
     DeviceBuffer dq = put(q), dk = put(k16), dv = put(v16), dsinks = put(sinks);
     DeviceBuffer dout = space(want.size() * sizeof(float));
