@@ -296,6 +296,21 @@ static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepMmaT
 
 }  // namespace
 
+HostEntry mma_host_entry(GgmlType type) {
+  namespace mm = step_host::mma;
+  switch (type) {
+    case GgmlType::kQ4_0: return adapt(mm::strata_mma3_q4_0);
+    case GgmlType::kQ4_1: return adapt(mm::strata_mma3_q4_1);
+    case GgmlType::kQ5_0: return adapt(mm::strata_mma3_q5_0);
+    case GgmlType::kQ5_1: return adapt(mm::strata_mma3_q5_1);
+    case GgmlType::kQ8_0: return adapt(mm::strata_mma3_q8_0);
+    case GgmlType::kMXFP4: return adapt(mm::strata_mma3_mxfp4);
+    case GgmlType::kQ4_K: return adapt(mm::strata_mma3_q4_k);
+    case GgmlType::kQ5_K: return adapt(mm::strata_mma3_q5_k);
+    default: return adapt(mm::strata_mma3_q6_k);
+  }
+}
+
 HostEntry flash_host_entry(int head_dim) {
   switch (head_dim) {
     case 32: return adapt(step_host::flash32::strata_flash_attention_rows);
@@ -331,21 +346,10 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   STRATA_ADD_MATVEC(matvec_w4_c4)(api, s, 2, 2);
   STRATA_ADD_MATVEC(matvec_w4_c8)(api, s, 2, 3);
   STRATA_ADD_MATVEC(matvec_w4_c16)(api, s, 2, 4);
-  {
-    namespace mm = step_host::mma;
-    const auto add = [&](GgmlType type, HostEntry fn) {
-      api.add(s.mma[cuda_kernels::step_matvec_type_index(type)], cuda_kernels::mma3_entry(type),
-              std::move(fn));
-    };
-    add(GgmlType::kQ4_0, adapt(mm::strata_mma3_q4_0));
-    add(GgmlType::kQ4_1, adapt(mm::strata_mma3_q4_1));
-    add(GgmlType::kQ5_0, adapt(mm::strata_mma3_q5_0));
-    add(GgmlType::kQ5_1, adapt(mm::strata_mma3_q5_1));
-    add(GgmlType::kQ8_0, adapt(mm::strata_mma3_q8_0));
-    add(GgmlType::kMXFP4, adapt(mm::strata_mma3_mxfp4));
-    add(GgmlType::kQ4_K, adapt(mm::strata_mma3_q4_k));
-    add(GgmlType::kQ5_K, adapt(mm::strata_mma3_q5_k));
-    add(GgmlType::kQ6_K, adapt(mm::strata_mma3_q6_k));
+  for (const GgmlType type : cuda_kernels::kStepMatvecTypes) {
+    if (cuda_kernels::mma3_entry(type).empty()) continue;
+    api.add(s.mma[cuda_kernels::step_matvec_type_index(type)], cuda_kernels::mma3_entry(type),
+            mma_host_entry(type));
   }
   static_assert(cuda_kernels::kStepFlashHeadDims ==
                 std::array<int, 6>{32, 64, 80, 96, 128, 256});

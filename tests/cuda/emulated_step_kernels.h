@@ -6,12 +6,17 @@
 
 #include <memory>
 
+#include "model/ggml_type.h"
 #include "tests/cuda/emulated_device_api.h"
 
 namespace strata::worker::testing {
 
 // Registers every entry of every step source in `api`.
 void add_step_kernels(EmulatedDeviceApi& api);
+
+// The host build of step_sources().mma for `type` (one with an
+// mma3_entry).
+HostEntry mma_host_entry(GgmlType type);
 
 // The host build of step_sources().flash for `head_dim` (one of
 // kStepFlashHeadDims).

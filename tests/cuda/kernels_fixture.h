@@ -63,20 +63,6 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef THREADS
 }  // namespace matvec3
-namespace mma {  // the formats, then the tensor-core kernel
-using namespace strata::cuda_emulation;
-#define THREADS 128
-#define STRATA_MATVEC_NO_ENTRIES
-#include "worker/cuda/kernels/matvec.cuh"
-#include "worker/cuda/kernels/mma_ops.cuh"
-#include "worker/cuda/kernels/mma.cuh"
-#undef STRATA_MATVEC_NO_ENTRIES
-#undef NCOLS
-#undef ROW_WARPS
-#undef STRATA_UNROLL
-#undef STRATA_ENTRIES
-#undef THREADS
-}  // namespace mma
 namespace rms {
 using namespace strata::cuda_emulation;
 #define THREADS 256
@@ -115,9 +101,11 @@ inline const KernelSource kMatvec1{"matvec.cu", cuda_kernels::kMatvecSource,
 inline const KernelSource kMatvec3{"matvec.cu", cuda_kernels::kMatvecSource,
                             {"-DTHREADS=128", "-DNCOLS=3", "-DROW_WARPS=4", "--std=c++17",
                              "--fmad=false"}};
-inline const KernelSource kMma{"mma.cu", cuda_kernels::mma_program(),
-                         {"-DTHREADS=128", "-DSTRATA_MATVEC_NO_ENTRIES", "--std=c++17",
-                          "--fmad=false"}};
+// The backend's tensor-core build of `type` (step_sources()); its host
+// build is tests/cuda/emulated_step_kernels.cc's.
+inline const KernelSource& mma_source(GgmlType type) {
+  return cuda_kernels::step_sources().mma[cuda_kernels::step_matvec_type_index(type)];
+}
 // The backend's flash-attention builds (step_sources()) for head sizes
 // 32, 64 and 256 (64 and 32 keys a step); their host builds are
 // tests/cuda/emulated_step_kernels.cc's.
@@ -172,20 +160,9 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
     api->add(kMatvec1, cuda_kernels::get_rows_entry(c.type), c.rows);
     api->add(kMatvec1, cuda_kernels::matvec3_entry(c.type), c.joined);
   }
-  {
-    namespace mm = host::mma;
-    const auto add = [&](GgmlType type, testing::HostEntry fn) {
-      api->add(kMma, cuda_kernels::mma3_entry(type), std::move(fn));
-    };
-    add(GgmlType::kQ4_0, adapt(mm::strata_mma3_q4_0));
-    add(GgmlType::kQ4_1, adapt(mm::strata_mma3_q4_1));
-    add(GgmlType::kQ5_0, adapt(mm::strata_mma3_q5_0));
-    add(GgmlType::kQ5_1, adapt(mm::strata_mma3_q5_1));
-    add(GgmlType::kQ8_0, adapt(mm::strata_mma3_q8_0));
-    add(GgmlType::kMXFP4, adapt(mm::strata_mma3_mxfp4));
-    add(GgmlType::kQ4_K, adapt(mm::strata_mma3_q4_k));
-    add(GgmlType::kQ5_K, adapt(mm::strata_mma3_q5_k));
-    add(GgmlType::kQ6_K, adapt(mm::strata_mma3_q6_k));
+  for (const TypeCase& c : type_cases()) {
+    if (cuda_kernels::mma3_entry(c.type).empty()) continue;
+    api->add(mma_source(c.type), cuda_kernels::mma3_entry(c.type), testing::mma_host_entry(c.type));
   }
   for (const int dim : {32, 64, 256}) {
     api->add(flash_source(dim), cuda_kernels::kFlashAttentionEntry,

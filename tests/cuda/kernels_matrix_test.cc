@@ -201,7 +201,7 @@ TEST_P(Kernels, MmaMatchesTheReferenceForEveryBlockType) {
       x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
       DeviceBuffer dw = put(w.bytes), dx = put(x);
       DeviceBuffer dy = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
-      ASSERT_TRUE(run(kMma, entry, 2 * 2, cuda_kernels::kMmaThreads,
+      ASSERT_TRUE(run(mma_source(c.type), entry, 2 * 2, cuda_kernels::kMmaThreads,
                       dw.as<const unsigned char>(), dx.as<const float>(), dy.as<float>(),
                       dy.as<float>(), dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes,
                       n_tok)
@@ -239,7 +239,7 @@ TEST_P(Kernels, MmaTokensDoNotDependOnTheOthers) {
     const std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 42);
     DeviceBuffer dw = put(w.bytes), dx = put(x);
     DeviceBuffer all = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
-    ASSERT_TRUE(run(kMma, entry, 4, cuda_kernels::kMmaThreads, dw.as<const unsigned char>(),
+    ASSERT_TRUE(run(mma_source(type), entry, 4, cuda_kernels::kMmaThreads, dw.as<const unsigned char>(),
                     dx.as<const float>(), all.as<float>(), all.as<float>(), all.as<float>(),
                     n_rows, 0, n_rows, n_cols, w.row_bytes, n_tok)
                     .ok());
@@ -247,7 +247,7 @@ TEST_P(Kernels, MmaTokensDoNotDependOnTheOthers) {
     DeviceBuffer y0 = space(static_cast<size_t>(few) * n0 * sizeof(float)),
                  y1 = space(static_cast<size_t>(few) * n1 * sizeof(float)),
                  y2 = space(static_cast<size_t>(few) * (n_rows - n0 - n1) * sizeof(float));
-    ASSERT_TRUE(run(kMma, entry, 2, cuda_kernels::kMmaThreads, dw.as<const unsigned char>(),
+    ASSERT_TRUE(run(mma_source(type), entry, 2, cuda_kernels::kMmaThreads, dw.as<const unsigned char>(),
                     dx.as<const float>() + static_cast<size_t>(first) * n_cols, y0.as<float>(),
                     y1.as<float>(), y2.as<float>(), n0, n1, n_rows, n_cols, w.row_bytes, few)
                     .ok());
