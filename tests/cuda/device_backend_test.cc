@@ -135,9 +135,12 @@ float top_gap(std::span<const float> v) {
 
 // A copy of the GGUF at `in` whose tensors are converted to the type
 // `type_of` gives each (its own: copied as they are), through f32
-// (reference dequantize_row, then quantize_row).
+// (reference dequantize_row, then quantize_row); `edit`, when given, then
+// changes each tensor's bytes.
+using TensorEdit = std::function<void(const gguf::TensorInfo&, std::span<uint8_t>)>;
 absl::Status write_converted_copy(const std::string& in, const std::string& out,
-                                  const std::function<GgmlType(const gguf::TensorInfo&)>& type_of) {
+                                  const std::function<GgmlType(const gguf::TensorInfo&)>& type_of,
+                                  const TensorEdit& edit = nullptr) {
   auto model = gguf::GgufFile::open(in);
   if (!model.ok()) return model.status();
   const gguf::GgufFile& f = **model;
@@ -155,14 +158,20 @@ absl::Status write_converted_copy(const std::string& in, const std::string& out,
     const gguf::TensorInfo& t = f.tensors()[i];
     if (types[i] == t.type) {
       std::memcpy(bytes.data(), t.data, bytes.size());
-      return absl::OkStatus();
+    } else {
+      std::vector<float> values(static_cast<size_t>(t.n_elements));
+      const int64_t n = static_cast<int64_t>(t.n_elements);
+      if (absl::Status st = reference::dequantize_row(t.type, t.data, n, values.data());
+          !st.ok()) {
+        return st;
+      }
+      if (absl::Status st = reference::quantize_row(types[i], values.data(), n, bytes.data());
+          !st.ok()) {
+        return st;
+      }
     }
-    std::vector<float> values(static_cast<size_t>(t.n_elements));
-    const int64_t n = static_cast<int64_t>(t.n_elements);
-    if (absl::Status st = reference::dequantize_row(t.type, t.data, n, values.data()); !st.ok()) {
-      return st;
-    }
-    return reference::quantize_row(types[i], values.data(), n, bytes.data());
+    if (edit) edit(t, bytes);
+    return absl::OkStatus();
   });
 }
 
@@ -687,6 +696,42 @@ TEST_P(DeviceBackend, TooLargeContextsAndNonFiniteRowsAreRefusedAndChangeNothing
     std::fill(rows.begin(), rows.end(), 0.5f);
     EXPECT_TRUE(b->forward(req, &r).ok());  // and the next step runs
     EXPECT_EQ(*b->sequence_length(0), 2);
+  }
+}
+
+// A head whose weights hold a NaN (stories260K's output.weight, token 17's
+// row): a step picking on the device (kArgmax) is refused as a step
+// downloading the logits (kLast) is, naming the row and token, and neither
+// changes the sequence.
+TEST_P(DeviceBackend, APickedRowThatIsNotFiniteIsRefusedAndChangesNothing) {
+  gguf::testing::TempDir dir;
+  const std::string path = dir.file("nan-head.gguf");
+  ASSERT_TRUE(write_converted_copy(
+                  stories_path(), path, [](const gguf::TensorInfo& t) { return t.type; },
+                  [](const gguf::TensorInfo& t, std::span<uint8_t> bytes) {
+                    if (t.name != "output.weight") return;
+                    const float nan = std::numeric_limits<float>::quiet_NaN();
+                    std::memcpy(bytes.data() + (17 * t.shape[0] + 3) * sizeof(float), &nan,
+                                sizeof nan);
+                  })
+                  .ok());
+  Loaded m = open_model(path);
+  ASSERT_NE(m.model, nullptr);
+  auto b = device_backend(m, {0, m.hp.n_layer});
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->add_sequence(0, 16).ok());
+  for (const Logits kind : {Logits::kArgmax, Logits::kLast}) {
+    const std::vector<int32_t> tokens = {1, 403};
+    const ForwardSlice slice{.seq = 0, .rows = 2, .logits = kind};
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.slices = std::span<const ForwardSlice>(&slice, 1);
+    ForwardResult r;
+    const absl::Status st = b->forward(req, &r);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+    EXPECT_NE(st.message().find("logit row 0 token 17 is not finite (nan)"), std::string::npos)
+        << st;
+    EXPECT_EQ(*b->sequence_length(0), 0);
   }
 }
 
