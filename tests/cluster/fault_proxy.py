@@ -71,6 +71,9 @@ class _Direction:
                 data = await self.reader.read(CHUNK)
                 if not data:
                     break
+                # A stall that began while this read waited holds what it
+                # read (at most a chunk) until the flow resumes.
+                await p._flowing.wait()
                 p.bytes_read[self.name] += len(data)
                 if p.mode == "blackhole":
                     self.conn.lost_bytes = True
