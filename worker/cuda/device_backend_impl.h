@@ -205,7 +205,10 @@ class DeviceBackend final : public Backend {
   // Every matrix's split-K choice: forced (options_.row_warps), measured
   // or read by the tuner (options_.tune), or 1 warp a row.
   absl::Status choose_splits();
-  absl::Status load_chosen(const std::vector<DeviceMatrix*>& all);
+  // Loads every matrix's chosen matvec builds and, for `per_slice` (the
+  // matrices step_matvec3 takes), its type's tensor-core build.
+  absl::Status load_chosen(const std::vector<DeviceMatrix*>& all,
+                           const std::vector<DeviceMatrix*>& per_slice);
   absl::StatusOr<KernelHandle> kernel(const KernelSource& source, std::string_view entry);
   absl::StatusOr<DeviceBuffer> space(size_t bytes);
 

@@ -363,19 +363,26 @@ absl::Status DeviceBackend::load() {
 
 absl::Status DeviceBackend::choose_splits() {
   std::vector<DeviceMatrix*> all;
-  auto take = [&](DeviceMatrix& m) {
-    if (m.present()) all.push_back(&m);
+  // The matrices step_matvec3 runs a slice's rows through: a block's
+  // attention and feed-forward and the shared expert (the tensor-core
+  // kernel's users); experts, routers, the head and the table take matvec.
+  std::vector<DeviceMatrix*> per_slice;
+  auto take = [&](DeviceMatrix& m, bool slice_rows) {
+    if (!m.present()) return;
+    all.push_back(&m);
+    if (slice_rows) per_slice.push_back(&m);
   };
-  take(token_embd_);
-  take(output_);
+  take(token_embd_, false);
+  take(output_, false);
   for (DeviceLayer& l : layers_) {
     for (DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.gate, &l.up, &l.down,
-                            &l.moe.router, &l.moe.shared_router, &l.moe.shared_gate,
-                            &l.moe.shared_up, &l.moe.shared_down}) {
-      take(*m);
+                            &l.moe.shared_gate, &l.moe.shared_up, &l.moe.shared_down}) {
+      take(*m, true);
     }
+    take(l.moe.router, false);
+    take(l.moe.shared_router, false);
     for (auto* experts : {&l.moe.gate, &l.moe.up, &l.moe.down}) {
-      for (DeviceMatrix& m : *experts) take(m);
+      for (DeviceMatrix& m : *experts) take(m, false);
     }
   }
   if (options_.row_warps != 0) {
@@ -386,9 +393,9 @@ absl::Status DeviceBackend::choose_splits() {
           absl::StrCat("row_warps must be 0 (tuned), 1, 2 or 4, got ", options_.row_warps));
     }
     for (DeviceMatrix* m : all) m->split = static_cast<int>(w);
-    return load_chosen(all);
+    return load_chosen(all, per_slice);
   }
-  if (!options_.tune) return load_chosen(all);  // one warp a row
+  if (!options_.tune) return load_chosen(all, per_slice);  // one warp a row
   const std::string path = options_.tuner_path.empty() ? default_tuner_path()
                            : options_.tuner_path == "-" ? ""
                                                         : options_.tuner_path;
@@ -426,24 +433,26 @@ absl::Status DeviceBackend::choose_splits() {
   // A tuner file that cannot be written costs the next load a measurement,
   // not this load.
   if (tuner.measured() > 0) tuner.save().IgnoreError();
-  return load_chosen(all);
+  return load_chosen(all, per_slice);
 }
 
-// Every column count of each matrix's chosen split, and its type's
-// tensor-core kernel, compiled now (at load), not at the first step that
-// needs it.
-absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all) {
+// Every column count of each matrix's chosen split, and the tensor-core
+// kernel of each type among `per_slice` (one build a type, shared), compiled
+// now (at load), not at the first step that needs it.
+absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
+                                        const std::vector<DeviceMatrix*>& per_slice) {
   for (DeviceMatrix* m : all) {
     for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
       absl::StatusOr<KernelHandle> k = kernel_of(*m, static_cast<size_t>(m->split), i);
       if (!k.ok()) return k.status();
     }
-    // The tensor-core kernel of its type (one build a type, shared).
+  }
+  if (options_.mma_min_rows <= 0) return absl::OkStatus();
+  for (DeviceMatrix* m : per_slice) {
     const std::string mma = ck::mma3_entry(m->type);
-    if (options_.mma_min_rows > 0 && !mma.empty()) {
-      STRATA_DEVICE_ASSIGN_OR_RETURN(
-          m->mma, kernel(ck::step_sources().mma[ck::step_matvec_type_index(m->type)], mma));
-    }
+    if (mma.empty()) continue;
+    STRATA_DEVICE_ASSIGN_OR_RETURN(
+        m->mma, kernel(ck::step_sources().mma[ck::step_matvec_type_index(m->type)], mma));
   }
   return absl::OkStatus();
 }
