@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -15,12 +14,33 @@
 namespace strata::worker::kernels_test {
 namespace {
 
+// A quantized matrix [n_rows][n_cols] of `type` from normal values, and
+// its dequantized values.
+struct Quantized {
+  std::vector<unsigned char> bytes;
+  std::vector<float> values;
+  long long row_bytes = 0;
+};
+Quantized quantized(GgmlType type, int n_rows, int n_cols, uint32_t seed) {
+  Quantized q;
+  q.row_bytes = *ggml_row_bytes(type, n_cols);
+  q.bytes.resize(static_cast<size_t>(q.row_bytes) * n_rows);
+  q.values.resize(static_cast<size_t>(n_rows) * n_cols);
+  const std::vector<float> v = normal_values(q.values.size(), seed);
+  for (int r = 0; r < n_rows; ++r) {
+    const size_t at = static_cast<size_t>(r) * n_cols;
+    unsigned char* b = q.bytes.data() + static_cast<size_t>(r) * q.row_bytes;
+    EXPECT_TRUE(reference::quantize_row(type, v.data() + at, n_cols, b).ok());
+    EXPECT_TRUE(reference::dequantize_row(type, b, n_cols, q.values.data() + at).ok());
+  }
+  return q;
+}
+
 // Quantized matrix x 1 and 3 columns (the latter split-K, 4 warps a row), every type, fewer and more units than
 // a warp's lanes. Float sums against the reference's double:
 // |y - ref| <= 1e-5 sum|w x| + 1e-6.
 TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
-  std::mt19937 rng(9);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  uint32_t seed = 9;
   for (const TypeCase& c : type_cases()) {
     for (const int columns : {1, 3}) {
       for (const int n_cols : {256, 2304, 172, 20}) {
@@ -31,18 +51,10 @@ TEST_P(Kernels, MatvecMatchesTheReferenceForEveryType) {
         const int n_rows = 9;
         SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(columns) +
                      " columns, " + std::to_string(n_rows) + " x " + std::to_string(n_cols));
-        const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
-        std::vector<unsigned char> w(static_cast<size_t>(row_bytes) * n_rows);
-        std::vector<float> dequant(static_cast<size_t>(n_rows) * n_cols);
-        for (int r = 0; r < n_rows; ++r) {
-          std::vector<float> row(static_cast<size_t>(n_cols));
-          for (float& v : row) v = normal(rng);
-          unsigned char* bytes = w.data() + static_cast<size_t>(r) * row_bytes;
-          ASSERT_TRUE(reference::quantize_row(c.type, row.data(), n_cols, bytes).ok());
-          ASSERT_TRUE(reference::dequantize_row(c.type, bytes, n_cols,
-                                                dequant.data() + static_cast<size_t>(r) * n_cols)
-                          .ok());
-        }
+        const Quantized q = quantized(c.type, n_rows, n_cols, seed++);
+        const long long row_bytes = q.row_bytes;
+        const std::vector<unsigned char>& w = q.bytes;
+        const std::vector<float>& dequant = q.values;
         const std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, 11);
         DeviceBuffer dw = put(w), dx = put(x);
         DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
@@ -119,26 +131,16 @@ TEST_P(Kernels, Matvec3SendsEachPartToItsOutput) {
 // get_rows (the token embedding): the rows of the ids, exactly the
 // reference's values (the same formulas, no sums); ids repeat, any order.
 TEST_P(Kernels, GetRowsDequantizesTheRowsOfTheIds) {
-  std::mt19937 rng(12);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   const int n_rows = 6;
   const std::vector<int> ids = {5, 0, 5, 2, 3};
   for (const TypeCase& c : type_cases())
   for (const int n_cols : {512, 172}) {  // 172: a part unit, float formats only
     if (n_cols % 32 != 0 && c.type != GgmlType::kF32 && c.type != GgmlType::kF16) continue;
     SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + " x " + std::to_string(n_cols));
-    const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
-    std::vector<unsigned char> table(static_cast<size_t>(row_bytes) * n_rows);
-    std::vector<float> rows(static_cast<size_t>(n_rows) * n_cols);
-    for (int r = 0; r < n_rows; ++r) {
-      std::vector<float> row(static_cast<size_t>(n_cols));
-      for (float& v : row) v = normal(rng);
-      unsigned char* bytes = table.data() + static_cast<size_t>(r) * row_bytes;
-      ASSERT_TRUE(reference::quantize_row(c.type, row.data(), n_cols, bytes).ok());
-      ASSERT_TRUE(reference::dequantize_row(c.type, bytes, n_cols,
-                                            rows.data() + static_cast<size_t>(r) * n_cols)
-                      .ok());
-    }
+    const Quantized q = quantized(c.type, n_rows, n_cols, 12);
+    const long long row_bytes = q.row_bytes;
+    const std::vector<unsigned char>& table = q.bytes;
+    const std::vector<float>& rows = q.values;
     DeviceBuffer dt = put(table), di = put(ids);
     DeviceBuffer dout = space(ids.size() * n_cols * sizeof(float));
     ASSERT_TRUE(run(kMatvec1, cuda_kernels::get_rows_entry(c.type), 2, 64,
@@ -153,28 +155,6 @@ TEST_P(Kernels, GetRowsDequantizesTheRowsOfTheIds) {
       }
     }
   }
-}
-
-// A quantized matrix [n_rows][n_cols] of `type` from normal values, and
-// its dequantized values.
-struct Quantized {
-  std::vector<unsigned char> bytes;
-  std::vector<float> values;
-  long long row_bytes = 0;
-};
-Quantized quantized(GgmlType type, int n_rows, int n_cols, uint32_t seed) {
-  Quantized q;
-  q.row_bytes = *ggml_row_bytes(type, n_cols);
-  q.bytes.resize(static_cast<size_t>(q.row_bytes) * n_rows);
-  q.values.resize(static_cast<size_t>(n_rows) * n_cols);
-  const std::vector<float> v = normal_values(q.values.size(), seed);
-  for (int r = 0; r < n_rows; ++r) {
-    const size_t at = static_cast<size_t>(r) * n_cols;
-    unsigned char* b = q.bytes.data() + static_cast<size_t>(r) * q.row_bytes;
-    EXPECT_TRUE(reference::quantize_row(type, v.data() + at, n_cols, b).ok());
-    EXPECT_TRUE(reference::dequantize_row(type, b, n_cols, q.values.data() + at).ok());
-  }
-  return q;
 }
 
 float f16_round(float v) { return reference::f16_to_f32(reference::f32_to_f16(v)); }
