@@ -6,16 +6,16 @@
 // the activations' rounding, the same greedy ids where the top two logits
 // are not a near-tie, bit-identical results however a step is batched or
 // the model split across device backends, the KV rows of the prefix cache,
-// and the refusals of what the kernels do not run.
+// and the refusals of what the kernels do not run (the fixture:
+// device_backend_fixture.h; graphs and device picks:
+// device_backend_steps_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <optional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -24,11 +24,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "model/architecture/architecture.h"
-#include "kernels/cpu/reference/dequantize.h"
-#include "kernels/cpu/reference/quantize.h"
 #include "model/gguf_reader.h"
-#include "model/gguf_writer.h"
-#include "model/synthetic_model.h"
+#include "tests/cuda/device_backend_fixture.h"
 #include "tests/cuda/emulated_step_kernels.h"
 #include "tests/model/gguf_test_util.h"
 #include "tests/test_paths.h"
@@ -36,91 +33,9 @@
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/device_api.h"
 #include "worker/cuda/device_backend.h"
-#include "worker/greedy_pick.h"
 
-namespace strata::worker {
+namespace strata::worker::device_test {
 namespace {
-
-struct Loaded {
-  std::shared_ptr<const gguf::GgufModel> model;
-  arch::Hyperparameters hp;
-};
-
-Loaded open_model(const std::string& path) {
-  auto opened = gguf::GgufModel::open(path);
-  EXPECT_TRUE(opened.ok()) << opened.status();
-  if (!opened.ok()) return {};
-  Loaded l;
-  l.model = std::shared_ptr<const gguf::GgufModel>(std::move(*opened));
-  auto hp = arch::read_hyperparameters(l.model->first());
-  EXPECT_TRUE(hp.ok()) << hp.status();
-  if (hp.ok()) l.hp = *hp;
-  return l;
-}
-
-// "emulated" or "cuda": the device the backends of a test run on.
-std::string device_kind;
-
-// A DeviceApi of device_kind (the test has checked a GPU exists for "cuda").
-std::unique_ptr<DeviceApi> new_api() {
-  if (device_kind == "emulated") return testing::emulated_step_device();
-  auto api = make_cuda_device_api(0, "");
-  EXPECT_TRUE(api.ok()) << api.status();
-  return api.ok() ? *std::move(api) : nullptr;
-}
-
-// Sets device_kind; on "cuda" without a device, skips saying why.
-#define STRATA_ON_DEVICE(kind)                                                \
-  do {                                                                        \
-    device_kind = (kind);                                                     \
-    if (device_kind == "cuda") {                                              \
-      auto devices_ = list_cuda_devices();                                    \
-      if (!devices_.ok()) GTEST_SKIP() << devices_.status().message();        \
-    }                                                                         \
-  } while (0)
-
-// The options of the tests: one warp a row (or row_warps for every
-// matrix), no tuning; slices of mma_min_rows rows or more on the tensor
-// cores.
-DeviceBackendOptions test_options(int max_batch = 32, int row_warps = 0,
-                                  int mma_min_rows = 64) {
-  DeviceBackendOptions o;
-  o.max_batch = max_batch;
-  o.tune = false;
-  o.row_warps = row_warps;
-  o.mma_min_rows = mma_min_rows;
-  return o;
-}
-
-std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range,
-                                        const DeviceBackendOptions& o) {
-  auto b = make_device_backend(m.model, m.hp, range, o, new_api());
-  EXPECT_TRUE(b.ok()) << b.status();
-  return b.ok() ? *std::move(b) : nullptr;
-}
-
-std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range, int max_batch = 32,
-                                        int row_warps = 0) {
-  return device_backend(m, range, test_options(max_batch, row_warps));
-}
-
-std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_batch = 32) {
-  CpuBackendOptions o;
-  o.max_batch = max_batch;
-  o.no_tune = true;
-  auto b = make_cpu_backend(m.model, m.hp, range, o);
-  EXPECT_TRUE(b.ok()) << b.status();
-  return b.ok() ? *std::move(b) : nullptr;
-}
-
-std::string stories_path() {
-  return (strata::testing::shared_dir() / "models" / "stories260K.gguf").string();
-}
-
-class DeviceBackend : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override { STRATA_ON_DEVICE(GetParam()); }
-};
 
 int argmax(std::span<const float> v) {
   return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
@@ -131,57 +46,6 @@ float top_gap(std::span<const float> v) {
   std::vector<float> s(v.begin(), v.end());
   std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
   return s[0] - s[1];
-}
-
-// A copy of the GGUF at `in` whose tensors are converted to the type
-// `type_of` gives each (its own: copied as they are), through f32
-// (reference dequantize_row, then quantize_row); `edit`, when given, then
-// changes each tensor's bytes.
-using TensorEdit = std::function<void(const gguf::TensorInfo&, std::span<uint8_t>)>;
-absl::Status write_converted_copy(const std::string& in, const std::string& out,
-                                  const std::function<GgmlType(const gguf::TensorInfo&)>& type_of,
-                                  const TensorEdit& edit = nullptr) {
-  auto model = gguf::GgufFile::open(in);
-  if (!model.ok()) return model.status();
-  const gguf::GgufFile& f = **model;
-  gguf::GgufWriter w;
-  for (const gguf::KeyValue& kv : f.metadata()) {
-    if (kv.key == "general.alignment") continue;
-    if (absl::Status st = w.set_metadata(kv.key, kv.value); !st.ok()) return st;
-  }
-  std::vector<GgmlType> types;
-  for (const gguf::TensorInfo& t : f.tensors()) {
-    types.push_back(type_of(t));
-    if (absl::Status st = w.add_tensor(t.name, types.back(), t.shape); !st.ok()) return st;
-  }
-  return w.write(out, [&](size_t i, const gguf::TensorInfo&, std::span<uint8_t> bytes) {
-    const gguf::TensorInfo& t = f.tensors()[i];
-    if (types[i] == t.type) {
-      std::memcpy(bytes.data(), t.data, bytes.size());
-    } else {
-      std::vector<float> values(static_cast<size_t>(t.n_elements));
-      const int64_t n = static_cast<int64_t>(t.n_elements);
-      if (absl::Status st = reference::dequantize_row(t.type, t.data, n, values.data());
-          !st.ok()) {
-        return st;
-      }
-      if (absl::Status st = reference::quantize_row(types[i], values.data(), n, bytes.data());
-          !st.ok()) {
-        return st;
-      }
-    }
-    if (edit) edit(t, bytes);
-    return absl::OkStatus();
-  });
-}
-
-// Every matrix (a 2-D tensor of several rows, or experts' 3-D one) as
-// `type` where its rows are whole blocks of it; the rest as they are.
-std::function<GgmlType(const gguf::TensorInfo&)> matrices_as(GgmlType type) {
-  return [type](const gguf::TensorInfo& t) {
-    const bool matrix = t.shape.size() >= 2 && t.shape[1] > 1;
-    return matrix && t.shape[0] % ggml_type_info(type).block_size == 0 ? type : t.type;
-  };
 }
 
 // Teacher-forced greedy decoding: the prompt, then `steps` tokens, each the
@@ -238,29 +102,6 @@ TEST_P(DeviceBackend, GreedyAgreesWithTheCpuBackendOnStories260K) {
   EXPECT_EQ(device->n_vocab(), cpu->n_vocab());
   const int decided = compare_greedy(*cpu, *device, {1, 403, 407, 261, 378}, 24, 1e-3f);
   EXPECT_GE(decided, 20);
-}
-
-// A random-weight tiny llama (model/synthetic_model.h, 256 wide) written in
-// `dir` with its matrices in `type_name` ("F32", "Q4_K_M": the
-// synthesizer's mix of Q4_K and Q6_K, or a type the F32 matrices are
-// converted to); its path.
-std::string tiny_llama(gguf::testing::TempDir& dir, const std::string& type_name) {
-  synth::SynthOptions o;
-  o.shape = "tiny-llama";
-  o.type = GgmlType::kF32;
-  if (type_name == "Q4_K_M") {
-    o.type = GgmlType::kQ4_K;
-    o.mix = synth::SynthOptions::Mix::kQ4_K_M;
-  }
-  const std::string path = dir.file("m.gguf");
-  auto report = synth::write_synthetic_model(o, path);
-  EXPECT_TRUE(report.ok()) << report.status();
-  if (type_name == "F32" || type_name == "Q4_K_M") return path;
-  const std::optional<GgmlType> type = ggml_type_from_name(type_name);
-  EXPECT_TRUE(type.has_value()) << type_name;
-  const std::string converted = dir.file("converted.gguf");
-  EXPECT_TRUE(write_converted_copy(path, converted, matrices_as(*type)).ok());
-  return converted;
 }
 
 // The tiny llama with its matrices in each type the kernels read, its
@@ -430,135 +271,6 @@ TEST_P(DeviceBackend, TensorCoreSlicesStayBatchInvariant) {
   expect_batch_invariant(m, test_options(32, 0, /*mma_min_rows=*/3));
 }
 
-// A script of steps: three sequences' prompts in one step, three decode
-// steps of all three, one sequence removed, two decode steps of two, a new
-// sequence of a longer context (the attention scratch is made anew) and its
-// prompt, two decode steps of three. Returns each step's logits.
-std::vector<std::vector<float>> decode_script(Backend& b) {
-  std::vector<std::vector<float>> out;
-  const auto step = [&](const std::vector<ForwardSlice>& slices,
-                        const std::vector<int32_t>& tokens) {
-    ForwardRequest req;
-    req.tokens = tokens;
-    req.slices = slices;
-    ForwardResult r;
-    const absl::Status st = b.forward(req, &r);
-    EXPECT_TRUE(st.ok()) << st;
-    out.emplace_back(r.logits.begin(), r.logits.end());
-  };
-  for (int s = 0; s < 3; ++s) EXPECT_TRUE(b.add_sequence(s, 48).ok());
-  step({{.seq = 0, .rows = 2}, {.seq = 1, .rows = 3}, {.seq = 2, .rows = 2}},
-       {1, 40, 1, 41, 42, 1, 43});
-  for (int i = 0; i < 3; ++i) {
-    step({{.seq = 0, .rows = 1}, {.seq = 1, .rows = 1}, {.seq = 2, .rows = 1}},
-         {50 + i, 60 + i, 70 + i});
-  }
-  EXPECT_TRUE(b.remove_sequence(1).ok());
-  for (int i = 0; i < 2; ++i) step({{.seq = 0, .rows = 1}, {.seq = 2, .rows = 1}}, {80 + i, 90 + i});
-  EXPECT_TRUE(b.add_sequence(3, 96).ok());
-  step({{.seq = 3, .rows = 2}}, {1, 44});
-  for (int i = 0; i < 2; ++i) {
-    step({{.seq = 0, .rows = 1}, {.seq = 2, .rows = 1}, {.seq = 3, .rows = 1}},
-         {100 + i, 110 + i, 120 + i});
-  }
-  return out;
-}
-
-// Decode steps replayed from captured graphs (DeviceBackendOptions::graphs)
-// give the logits of the same steps launched one by one, bit for bit, on
-// stories260K and the tiny Q4_K_M llama. On the emulation the graphs were
-// used: one capture a row count (3, 2, and 3 again after the new context
-// made the attention scratch anew), a replay every decode step.
-TEST_P(DeviceBackend, DecodeStepsReplayedFromGraphsGiveTheSameBits) {
-  gguf::testing::TempDir dir;
-  for (const std::string& path : {stories_path(), tiny_llama(dir, "Q4_K_M")}) {
-    SCOPED_TRACE(path);
-    Loaded m = open_model(path);
-    ASSERT_NE(m.model, nullptr);
-    DeviceBackendOptions o = test_options();
-    o.graphs = false;
-    auto plain = device_backend(m, {0, m.hp.n_layer}, o);
-    ASSERT_NE(plain, nullptr);
-    const std::vector<std::vector<float>> want = decode_script(*plain);
-
-    o.graphs = true;
-    std::unique_ptr<DeviceApi> api = new_api();
-    auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
-    auto graphed = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
-    ASSERT_TRUE(graphed.ok()) << graphed.status();
-    EXPECT_EQ(decode_script(**graphed), want);
-    if (emulated != nullptr) {
-      EXPECT_EQ(emulated->captures(), 3);
-      EXPECT_EQ(emulated->replays(), 7);
-    }
-  }
-}
-
-// Logits::kArgmax on the device (strata_argmax_rows): the picks of a step
-// are first_argmax of the logits the same step gives to kLast slices, the
-// other slices' logits unchanged; in a prompt step beside kLast and kAll
-// slices, then in decode steps of picks only (replayed from their own
-// graph: one capture, then replays).
-TEST_P(DeviceBackend, ArgmaxSlicesArePickedOnTheDevice) {
-  Loaded m = open_model(stories_path());
-  ASSERT_NE(m.model, nullptr);
-  auto a = device_backend(m, {0, m.hp.n_layer});
-  std::unique_ptr<DeviceApi> api = new_api();
-  auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
-  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, test_options(), std::move(api));
-  ASSERT_NE(a, nullptr);
-  ASSERT_TRUE(b.ok()) << b.status();
-  for (int s = 0; s < 3; ++s) {
-    ASSERT_TRUE(a->add_sequence(s, 64).ok());
-    ASSERT_TRUE((*b)->add_sequence(s, 64).ok());
-  }
-  const size_t v = static_cast<size_t>(a->n_vocab());
-  std::vector<ForwardSlice> logits = {{.seq = 0, .rows = 2, .logits = Logits::kLast},
-                                      {.seq = 1, .rows = 3, .logits = Logits::kAll},
-                                      {.seq = 2, .rows = 1, .logits = Logits::kLast}};
-  std::vector<ForwardSlice> picks = logits;
-  picks[0].logits = Logits::kArgmax;
-  picks[2].logits = Logits::kArgmax;
-  std::vector<int32_t> tokens = {1, 403, 1, 261, 378, 1};
-  for (int step = 0; step < 4; ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
-    ForwardRequest ra, rb;
-    ra.tokens = rb.tokens = tokens;
-    ra.slices = logits;
-    rb.slices = picks;
-    ForwardResult oa, ob;
-    ASSERT_TRUE(a->forward(ra, &oa).ok());
-    ASSERT_TRUE((*b)->forward(rb, &ob).ok());
-    std::vector<size_t> rows_of_picks;  // in oa's logits
-    size_t row = 0;
-    for (size_t i = 0; i < picks.size(); ++i) {
-      const size_t rows = logits[i].logits == Logits::kAll ? static_cast<size_t>(logits[i].rows) : 1;
-      if (picks[i].logits == Logits::kArgmax) {
-        rows_of_picks.push_back(row);
-      } else {
-        ASSERT_GE(ob.logits.size(), (row - rows_of_picks.size() + rows) * v);
-        EXPECT_TRUE(std::equal(oa.logits.begin() + row * v, oa.logits.begin() + (row + rows) * v,
-                               ob.logits.begin() + (row - rows_of_picks.size()) * v));
-      }
-      row += rows;
-    }
-    ASSERT_EQ(ob.argmax.size(), rows_of_picks.size());
-    for (size_t p = 0; p < rows_of_picks.size(); ++p) {
-      EXPECT_EQ(ob.argmax[p], first_argmax(oa.logits.subspan(rows_of_picks[p] * v, v)));
-    }
-    // Decode steps: every sequence one row, a only logits, b only picks.
-    tokens = {ob.argmax[0], 300 + step, ob.argmax.back()};
-    for (int s = 0; s < 3; ++s) {
-      logits[static_cast<size_t>(s)] = {.seq = s, .rows = 1, .logits = Logits::kLast};
-      picks[static_cast<size_t>(s)] = {.seq = s, .rows = 1, .logits = Logits::kArgmax};
-    }
-  }
-  if (emulated != nullptr) {
-    EXPECT_EQ(emulated->captures(), 1);
-    EXPECT_EQ(emulated->replays(), 3);
-  }
-}
-
 // A model split over two device backends (blocks [0, 2) and [2, 5)), the
 // hidden rows handed on, gives the whole device backend's logits bit for
 // bit; and a cpu stage then a device stage agrees with the cpu whole.
@@ -699,42 +411,6 @@ TEST_P(DeviceBackend, TooLargeContextsAndNonFiniteRowsAreRefusedAndChangeNothing
   }
 }
 
-// A head whose weights hold a NaN (stories260K's output.weight, token 17's
-// row): a step picking on the device (kArgmax) is refused as a step
-// downloading the logits (kLast) is, naming the row and token, and neither
-// changes the sequence.
-TEST_P(DeviceBackend, APickedRowThatIsNotFiniteIsRefusedAndChangesNothing) {
-  gguf::testing::TempDir dir;
-  const std::string path = dir.file("nan-head.gguf");
-  ASSERT_TRUE(write_converted_copy(
-                  stories_path(), path, [](const gguf::TensorInfo& t) { return t.type; },
-                  [](const gguf::TensorInfo& t, std::span<uint8_t> bytes) {
-                    if (t.name != "output.weight") return;
-                    const float nan = std::numeric_limits<float>::quiet_NaN();
-                    std::memcpy(bytes.data() + (17 * t.shape[0] + 3) * sizeof(float), &nan,
-                                sizeof nan);
-                  })
-                  .ok());
-  Loaded m = open_model(path);
-  ASSERT_NE(m.model, nullptr);
-  auto b = device_backend(m, {0, m.hp.n_layer});
-  ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(b->add_sequence(0, 16).ok());
-  for (const Logits kind : {Logits::kArgmax, Logits::kLast}) {
-    const std::vector<int32_t> tokens = {1, 403};
-    const ForwardSlice slice{.seq = 0, .rows = 2, .logits = kind};
-    ForwardRequest req;
-    req.tokens = tokens;
-    req.slices = std::span<const ForwardSlice>(&slice, 1);
-    ForwardResult r;
-    const absl::Status st = b->forward(req, &r);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
-    EXPECT_NE(st.message().find("logit row 0 token 17 is not finite (nan)"), std::string::npos)
-        << st;
-    EXPECT_EQ(*b->sequence_length(0), 0);
-  }
-}
-
 // A matrix type without a kernel is refused at load, by name; bad ranges
 // and a missing device are refused.
 TEST_P(DeviceBackend, RefusesTypesItCannotRunByName) {
@@ -837,4 +513,4 @@ INSTANTIATE_TEST_SUITE_P(On, DeviceBackend, ::testing::Values("emulated", "cuda"
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
-}  // namespace strata::worker
+}  // namespace strata::worker::device_test

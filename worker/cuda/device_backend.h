@@ -36,7 +36,7 @@
 // weights, as llama.cpp's CPU path does), so logits differ from the cpu
 // backend's by about that rounding, and greedy ids agree but for
 // near-ties. With F32 weights both agree to ~1e-4 of the largest logit
-// (tests/cuda/device_backend_test.cc).
+// (tests/cuda/device_backend_test.cc, device_backend_steps_test.cc).
 #pragma once
 
 #include <memory>

@@ -1,0 +1,191 @@
+// The device backend's decode steps (worker/cuda/device_backend.h):
+// replayed from captured CUDA graphs and picking greedy tokens on the
+// device (Logits::kArgmax), each against the same steps launched one by one
+// or downloading their logits; on the emulation and on a GPU
+// (device_backend_fixture.h).
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/cuda/device_backend_fixture.h"
+#include "tests/cuda/emulated_step_kernels.h"
+#include "worker/greedy_pick.h"
+
+namespace strata::worker::device_test {
+namespace {
+
+class DeviceBackendSteps : public DeviceBackend {};
+
+// A script of steps: three sequences' prompts in one step, three decode
+// steps of all three, one sequence removed, two decode steps of two, a new
+// sequence of a longer context (the attention scratch is made anew) and its
+// prompt, two decode steps of three. Returns each step's logits.
+std::vector<std::vector<float>> decode_script(Backend& b) {
+  std::vector<std::vector<float>> out;
+  const auto step = [&](const std::vector<ForwardSlice>& slices,
+                        const std::vector<int32_t>& tokens) {
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.slices = slices;
+    ForwardResult r;
+    const absl::Status st = b.forward(req, &r);
+    EXPECT_TRUE(st.ok()) << st;
+    out.emplace_back(r.logits.begin(), r.logits.end());
+  };
+  for (int s = 0; s < 3; ++s) EXPECT_TRUE(b.add_sequence(s, 48).ok());
+  step({{.seq = 0, .rows = 2}, {.seq = 1, .rows = 3}, {.seq = 2, .rows = 2}},
+       {1, 40, 1, 41, 42, 1, 43});
+  for (int i = 0; i < 3; ++i) {
+    step({{.seq = 0, .rows = 1}, {.seq = 1, .rows = 1}, {.seq = 2, .rows = 1}},
+         {50 + i, 60 + i, 70 + i});
+  }
+  EXPECT_TRUE(b.remove_sequence(1).ok());
+  for (int i = 0; i < 2; ++i) step({{.seq = 0, .rows = 1}, {.seq = 2, .rows = 1}}, {80 + i, 90 + i});
+  EXPECT_TRUE(b.add_sequence(3, 96).ok());
+  step({{.seq = 3, .rows = 2}}, {1, 44});
+  for (int i = 0; i < 2; ++i) {
+    step({{.seq = 0, .rows = 1}, {.seq = 2, .rows = 1}, {.seq = 3, .rows = 1}},
+         {100 + i, 110 + i, 120 + i});
+  }
+  return out;
+}
+
+// Decode steps replayed from captured graphs (DeviceBackendOptions::graphs)
+// give the logits of the same steps launched one by one, bit for bit, on
+// stories260K and the tiny Q4_K_M llama. On the emulation the graphs were
+// used: one capture a row count (3, 2, and 3 again after the new context
+// made the attention scratch anew), a replay every decode step.
+TEST_P(DeviceBackendSteps, DecodeStepsReplayedFromGraphsGiveTheSameBits) {
+  gguf::testing::TempDir dir;
+  for (const std::string& path : {stories_path(), tiny_llama(dir, "Q4_K_M")}) {
+    SCOPED_TRACE(path);
+    Loaded m = open_model(path);
+    ASSERT_NE(m.model, nullptr);
+    DeviceBackendOptions o = test_options();
+    o.graphs = false;
+    auto plain = device_backend(m, {0, m.hp.n_layer}, o);
+    ASSERT_NE(plain, nullptr);
+    const std::vector<std::vector<float>> want = decode_script(*plain);
+
+    o.graphs = true;
+    std::unique_ptr<DeviceApi> api = new_api();
+    auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
+    auto graphed = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+    ASSERT_TRUE(graphed.ok()) << graphed.status();
+    EXPECT_EQ(decode_script(**graphed), want);
+    if (emulated != nullptr) {
+      EXPECT_EQ(emulated->captures(), 3);
+      EXPECT_EQ(emulated->replays(), 7);
+    }
+  }
+}
+
+// Logits::kArgmax on the device (strata_argmax_rows): the picks of a step
+// are first_argmax of the logits the same step gives to kLast slices, the
+// other slices' logits unchanged; in a prompt step beside kLast and kAll
+// slices, then in decode steps of picks only (replayed from their own
+// graph: one capture, then replays).
+TEST_P(DeviceBackendSteps, ArgmaxSlicesArePickedOnTheDevice) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto a = device_backend(m, {0, m.hp.n_layer});
+  std::unique_ptr<DeviceApi> api = new_api();
+  auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
+  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, test_options(), std::move(api));
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE(a->add_sequence(s, 64).ok());
+    ASSERT_TRUE((*b)->add_sequence(s, 64).ok());
+  }
+  const size_t v = static_cast<size_t>(a->n_vocab());
+  std::vector<ForwardSlice> logits = {{.seq = 0, .rows = 2, .logits = Logits::kLast},
+                                      {.seq = 1, .rows = 3, .logits = Logits::kAll},
+                                      {.seq = 2, .rows = 1, .logits = Logits::kLast}};
+  std::vector<ForwardSlice> picks = logits;
+  picks[0].logits = Logits::kArgmax;
+  picks[2].logits = Logits::kArgmax;
+  std::vector<int32_t> tokens = {1, 403, 1, 261, 378, 1};
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    ForwardRequest ra, rb;
+    ra.tokens = rb.tokens = tokens;
+    ra.slices = logits;
+    rb.slices = picks;
+    ForwardResult oa, ob;
+    ASSERT_TRUE(a->forward(ra, &oa).ok());
+    ASSERT_TRUE((*b)->forward(rb, &ob).ok());
+    std::vector<size_t> rows_of_picks;  // in oa's logits
+    size_t row = 0;
+    for (size_t i = 0; i < picks.size(); ++i) {
+      const size_t rows = logits[i].logits == Logits::kAll ? static_cast<size_t>(logits[i].rows) : 1;
+      if (picks[i].logits == Logits::kArgmax) {
+        rows_of_picks.push_back(row);
+      } else {
+        ASSERT_GE(ob.logits.size(), (row - rows_of_picks.size() + rows) * v);
+        EXPECT_TRUE(std::equal(oa.logits.begin() + row * v, oa.logits.begin() + (row + rows) * v,
+                               ob.logits.begin() + (row - rows_of_picks.size()) * v));
+      }
+      row += rows;
+    }
+    ASSERT_EQ(ob.argmax.size(), rows_of_picks.size());
+    for (size_t p = 0; p < rows_of_picks.size(); ++p) {
+      EXPECT_EQ(ob.argmax[p], first_argmax(oa.logits.subspan(rows_of_picks[p] * v, v)));
+    }
+    // Decode steps: every sequence one row, a only logits, b only picks.
+    tokens = {ob.argmax[0], 300 + step, ob.argmax.back()};
+    for (int s = 0; s < 3; ++s) {
+      logits[static_cast<size_t>(s)] = {.seq = s, .rows = 1, .logits = Logits::kLast};
+      picks[static_cast<size_t>(s)] = {.seq = s, .rows = 1, .logits = Logits::kArgmax};
+    }
+  }
+  if (emulated != nullptr) {
+    EXPECT_EQ(emulated->captures(), 1);
+    EXPECT_EQ(emulated->replays(), 3);
+  }
+}
+
+// A head whose weights hold a NaN (stories260K's output.weight, token 17's
+// row): a step picking on the device (kArgmax) is refused as a step
+// downloading the logits (kLast) is, naming the row and token, and neither
+// changes the sequence.
+TEST_P(DeviceBackendSteps, APickedRowThatIsNotFiniteIsRefusedAndChangesNothing) {
+  gguf::testing::TempDir dir;
+  const std::string path = dir.file("nan-head.gguf");
+  ASSERT_TRUE(write_converted_copy(
+                  stories_path(), path, [](const gguf::TensorInfo& t) { return t.type; },
+                  [](const gguf::TensorInfo& t, std::span<uint8_t> bytes) {
+                    if (t.name != "output.weight") return;
+                    const float nan = std::numeric_limits<float>::quiet_NaN();
+                    std::memcpy(bytes.data() + (17 * t.shape[0] + 3) * sizeof(float), &nan,
+                                sizeof nan);
+                  })
+                  .ok());
+  Loaded m = open_model(path);
+  ASSERT_NE(m.model, nullptr);
+  auto b = device_backend(m, {0, m.hp.n_layer});
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->add_sequence(0, 16).ok());
+  for (const Logits kind : {Logits::kArgmax, Logits::kLast}) {
+    const std::vector<int32_t> tokens = {1, 403};
+    const ForwardSlice slice{.seq = 0, .rows = 2, .logits = kind};
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.slices = std::span<const ForwardSlice>(&slice, 1);
+    ForwardResult r;
+    const absl::Status st = b->forward(req, &r);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+    EXPECT_NE(st.message().find("logit row 0 token 17 is not finite (nan)"), std::string::npos)
+        << st;
+    EXPECT_EQ(*b->sequence_length(0), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(On, DeviceBackendSteps, ::testing::Values("emulated", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace strata::worker::device_test
