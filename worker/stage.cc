@@ -12,7 +12,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,58 +19,22 @@
 #include "absl/strings/str_cat.h"
 #include "model/grammar/grammar.h"
 #include "model/grammar/vocabulary_table.h"
-#include "model/tokenizer/tokenizer.h"
 #include "worker/fake_backend.h"
 #include "worker/finite_scan.h"
 #include "worker/make_backend.h"
 #include "worker/prefix_store.h"
 #include "worker/sampler.h"
-#include "worker/sampling_proto.h"
 #include "worker/shard_plan.h"
+#include "worker/stage_sampling.h"
 
 namespace strata::worker {
 
 namespace {
 
-constexpr int kMaxTopLogprobs = 20;
 constexpr size_t kMaxGrammarBytes = 64 * 1024;  // SequenceSlice.grammar
-
-// The vocabulary as grammars see it (each token's bytes, end of
-// generation), built once per shard load on the last stage; or why not.
-absl::StatusOr<std::shared_ptr<const grammar::TokenTable>> grammar_vocabulary(
-    const gguf::GgufModel* model, int n_vocab) {
-  if (model == nullptr) {
-    return absl::FailedPreconditionError("the stage has no model file to read its vocabulary from");
-  }
-  auto tok = tokenizer::Tokenizer::from_gguf(model->first());
-  if (!tok.ok()) return tok.status();
-  std::shared_ptr<const grammar::TokenTable> table = grammar::token_table(**tok);
-  if (table->n_tokens() != n_vocab) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the tokenizer's ", table->n_tokens(), " tokens differ from the head's ", n_vocab));
-  }
-  return table;
-}
 
 std::string slice_field(int i, absl::string_view member) {
   return absl::StrCat("slices[", i, "]", member.empty() ? "" : ".", member);
-}
-
-// The slice's sampling parameters (sampling_from_proto's bounds). The
-// coordinator picks (and reports) the seed of a request that gave none; a
-// stage never invents one for a random draw. `field` is
-// "slices[i].sampling".
-absl::Status to_sampling_params(const v1::SamplingParams& p, int n_vocab,
-                                const std::string& field, SamplingParams* out) {
-  if (absl::Status st = sampling_from_proto(p, n_vocab, field, out); !st.ok()) {
-    return st;
-  }
-  if (p.temperature() > 0.0f && !p.has_seed()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".seed: absent with temperature ", p.temperature(),
-                     " (the coordinator must choose the seed)"));
-  }
-  return absl::OkStatus();
 }
 
 class BackendStage final : public Stage {
@@ -164,9 +127,6 @@ class BackendStage final : public Stage {
   bool greedy_pick(const v1::SequenceSlice& s, const SliceRun& run) const;
   v1::SampledToken* add_token(const v1::SequenceSlice& slice, int32_t id, const Sequence& seq,
                               v1::MicroBatchResult* result);
-  // The grammar's pick for `seq`, or an error for its SampledToken.
-  absl::StatusOr<int32_t> sample_with_grammar(std::span<const float> logits,
-                                              Sequence& seq);
 
   v1::ShardInfo info_;
   std::unique_ptr<Backend> backend_;
@@ -689,76 +649,30 @@ void BackendStage::clear_saves(const v1::MicroBatch& batch) {
   }
 }
 
-// Samples the slice's next token; with logprobs, the log-softmax at T = 1 of
-// the raw logits (before penalties) gives its log-probability and the
-// top_logprobs most likely tokens (ties: lower id first).
-absl::StatusOr<int32_t> BackendStage::sample_with_grammar(
-    std::span<const float> logits, Sequence& seq) {
-  grammar::GrammarMatcher& m = *seq.matcher;
-  int32_t id = -1;
-  // Greedy: the argmax is the masked argmax whenever the grammar allows it
-  // (ties too: it is the lowest id of the highest logit), so one token is
-  // checked before the whole vocabulary is.
-  if (seq.sampler->params().temperature <= 0.0f) {
-    id = seq.sampler->sample(logits);
-    if (!m.allows(id)) id = -1;
-  }
-  if (id < 0) {
-    if (absl::Status st = m.fill_mask(&mask_); !st.ok()) return st;
-    id = seq.sampler->sample(logits, mask_);
-    if (id < 0) {
-      return absl::FailedPreconditionError(
-          "grammar: no token of the vocabulary can continue the output");
-    }
-  }
-  if (absl::Status st = m.accept(id); !st.ok()) return st;
-  return id;
-}
-
-// Whether slice s's next token is the argmax of its raw logits, so the
-// backend may pick it where the logits are (Logits::kArgmax): greedy, no
-// penalties, no grammar, no log-probabilities. The sampler's greedy path
-// takes exactly that pick then (worker/sampler.cc: first_argmax).
+// Whether slice s's next token may be the backend's pick (picks_argmax),
+// with the sampling parameters of its run or its sequence.
 bool BackendStage::greedy_pick(const v1::SequenceSlice& s, const SliceRun& run) const {
-  if (s.logprobs() || s.top_logprobs() > 0) return false;
-  const SamplingParams* p = nullptr;
-  if (run.starts) {
-    if (run.grammar != nullptr) return false;
-    p = &run.sampling;
-  } else {
-    auto it = sequences_.find(s.seq_id());
-    if (it == sequences_.end() || it->second.sampler == nullptr) return false;
-    if (it->second.matcher != nullptr) return false;
-    p = &it->second.sampler->params();
-  }
-  return p->temperature <= 0.0f && p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
-         p->frequency_penalty == 0.0f;
+  if (run.starts) return picks_argmax(s, run.sampling, run.grammar != nullptr);
+  auto it = sequences_.find(s.seq_id());
+  if (it == sequences_.end() || it->second.sampler == nullptr) return false;
+  return picks_argmax(s, it->second.sampler->params(), it->second.matcher != nullptr);
 }
 
-// The slice's SampledToken: its id, or (id -1) the sequence's error.
 v1::SampledToken* BackendStage::add_token(const v1::SequenceSlice& slice, int32_t id,
                                           const Sequence& seq, v1::MicroBatchResult* result) {
-  v1::SampledToken* tok = result->add_tokens();
-  tok->set_seq_id(slice.seq_id());
-  tok->set_pos(slice.start_pos() + slice.tokens_size());
-  if (!seq.failed.ok()) {
-    tok->set_id(-1);
-    tok->set_error_code(static_cast<int>(seq.failed.code()));
-    tok->set_error_message(absl::StrCat(
-        "worker ", name_, ": sequence ", slice.seq_id(), ": ", seq.failed.message()));
-    return tok;
-  }
-  tok->set_id(id);
-  return tok;
+  return add_sampled_token(slice, id, seq.failed, name_, result);
 }
 
+// Samples the slice's next token (through its grammar, if any; a grammar's
+// error fails the sequence) and, when asked, its log-probabilities.
 void BackendStage::add_sampled(const v1::SequenceSlice& slice,
                            std::span<const float> logits, Sequence& seq,
                            v1::MicroBatchResult* result) {
   int32_t id = -1;
   if (seq.failed.ok()) {
     if (seq.matcher != nullptr) {
-      absl::StatusOr<int32_t> picked = sample_with_grammar(logits, seq);
+      absl::StatusOr<int32_t> picked =
+          sample_with_grammar(logits, *seq.sampler, *seq.matcher, &mask_);
       if (picked.ok()) {
         id = *picked;
       } else {
@@ -771,27 +685,7 @@ void BackendStage::add_sampled(const v1::SequenceSlice& slice,
   v1::SampledToken* tok = add_token(slice, id, seq, result);
   if (!seq.failed.ok()) return;
   if (!slice.logprobs() && slice.top_logprobs() == 0) return;
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  const double log_z = max + std::log(sum);
-  auto logprob = [&](int32_t t) {
-    return static_cast<float>(static_cast<double>(logits[t]) - log_z);
-  };
-  tok->set_logprob(logprob(id));
-  const int k = std::min(slice.top_logprobs(), n_vocab_);
-  if (k == 0) return;
-  std::iota(order_.begin(), order_.end(), 0);
-  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
-                    [&](int32_t a, int32_t b) {
-                      return logits[a] > logits[b] ||
-                             (logits[a] == logits[b] && a < b);
-                    });
-  for (int r = 0; r < k; ++r) {
-    v1::TokenLogprob* top = tok->add_top();
-    top->set_id(order_[r]);
-    top->set_logprob(logprob(order_[r]));
-  }
+  add_logprobs(logits, slice.top_logprobs(), order_, tok);
 }
 
 int BackendStage::free_sequences(const uint64_t* seq_ids, int n) {

@@ -1,0 +1,114 @@
+// The last stage's sampling of a slice's token (stage_sampling.h).
+#include "worker/stage_sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "model/tokenizer/tokenizer.h"
+#include "worker/sampling_proto.h"
+
+namespace strata::worker {
+
+absl::StatusOr<std::shared_ptr<const grammar::TokenTable>> grammar_vocabulary(
+    const gguf::GgufModel* model, int n_vocab) {
+  if (model == nullptr) {
+    return absl::FailedPreconditionError("the stage has no model file to read its vocabulary from");
+  }
+  auto tok = tokenizer::Tokenizer::from_gguf(model->first());
+  if (!tok.ok()) return tok.status();
+  std::shared_ptr<const grammar::TokenTable> table = grammar::token_table(**tok);
+  if (table->n_tokens() != n_vocab) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the tokenizer's ", table->n_tokens(), " tokens differ from the head's ", n_vocab));
+  }
+  return table;
+}
+
+absl::Status to_sampling_params(const v1::SamplingParams& p, int n_vocab,
+                                const std::string& field, SamplingParams* out) {
+  if (absl::Status st = sampling_from_proto(p, n_vocab, field, out); !st.ok()) {
+    return st;
+  }
+  if (p.temperature() > 0.0f && !p.has_seed()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".seed: absent with temperature ", p.temperature(),
+                     " (the coordinator must choose the seed)"));
+  }
+  return absl::OkStatus();
+}
+
+bool picks_argmax(const v1::SequenceSlice& slice, const SamplingParams& p, bool has_grammar) {
+  if (slice.logprobs() || slice.top_logprobs() > 0 || has_grammar) return false;
+  return p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
+}
+
+absl::StatusOr<int32_t> sample_with_grammar(std::span<const float> logits, Sampler& sampler,
+                                            grammar::GrammarMatcher& matcher,
+                                            grammar::TokenMask* mask) {
+  int32_t id = -1;
+  // Greedy: the argmax is the masked argmax whenever the grammar allows it
+  // (ties too: it is the lowest id of the highest logit), so one token is
+  // checked before the whole vocabulary is.
+  if (sampler.params().temperature <= 0.0f) {
+    id = sampler.sample(logits);
+    if (!matcher.allows(id)) id = -1;
+  }
+  if (id < 0) {
+    if (absl::Status st = matcher.fill_mask(mask); !st.ok()) return st;
+    id = sampler.sample(logits, *mask);
+    if (id < 0) {
+      return absl::FailedPreconditionError(
+          "grammar: no token of the vocabulary can continue the output");
+    }
+  }
+  if (absl::Status st = matcher.accept(id); !st.ok()) return st;
+  return id;
+}
+
+v1::SampledToken* add_sampled_token(const v1::SequenceSlice& slice, int32_t id,
+                                    const absl::Status& failed, const std::string& worker_name,
+                                    v1::MicroBatchResult* result) {
+  v1::SampledToken* tok = result->add_tokens();
+  tok->set_seq_id(slice.seq_id());
+  tok->set_pos(slice.start_pos() + slice.tokens_size());
+  if (!failed.ok()) {
+    tok->set_id(-1);
+    tok->set_error_code(static_cast<int>(failed.code()));
+    tok->set_error_message(absl::StrCat("worker ", worker_name, ": sequence ", slice.seq_id(),
+                                        ": ", failed.message()));
+    return tok;
+  }
+  tok->set_id(id);
+  return tok;
+}
+
+void add_logprobs(std::span<const float> logits, int top_logprobs, std::vector<int32_t>& order,
+                  v1::SampledToken* tok) {
+  const int32_t id = tok->id();
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_z = max + std::log(sum);
+  auto logprob = [&](int32_t t) {
+    return static_cast<float>(static_cast<double>(logits[t]) - log_z);
+  };
+  tok->set_logprob(logprob(id));
+  const int n_vocab = static_cast<int>(logits.size());
+  const int k = std::min(top_logprobs, n_vocab);
+  if (k <= 0) return;
+  order.resize(static_cast<size_t>(n_vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int r = 0; r < k; ++r) {
+    v1::TokenLogprob* top = tok->add_top();
+    top->set_id(order[static_cast<size_t>(r)]);
+    top->set_logprob(logprob(order[static_cast<size_t>(r)]));
+  }
+}
+
+}  // namespace strata::worker

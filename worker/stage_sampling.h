@@ -1,0 +1,69 @@
+// The last stage's half that turns a slice's logits into its SampledToken
+// (worker/stage.cc runs it): the slice's sampling parameters, the grammar's
+// vocabulary and pick, whether the backend may pick the token itself
+// (Logits::kArgmax), and the token's log-probabilities.
+//
+// Threads: none of its own; the stage's one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/gguf_reader.h"
+#include "model/grammar/grammar.h"
+#include "model/grammar/vocabulary_table.h"
+#include "strata/v1/worker.pb.h"
+#include "worker/sampler.h"
+
+namespace strata::worker {
+
+// The most SequenceSlice.top_logprobs asks for (OpenAI's bound).
+inline constexpr int kMaxTopLogprobs = 20;
+
+// The vocabulary as grammars see it (each token's bytes, end of
+// generation), built once per shard load on the last stage. Errors:
+// FailedPrecondition when there is no model or its tokenizer's size is not
+// the head's n_vocab; the tokenizer's own errors.
+absl::StatusOr<std::shared_ptr<const grammar::TokenTable>> grammar_vocabulary(
+    const gguf::GgufModel* model, int n_vocab);
+
+// The slice's sampling parameters (sampling_from_proto's bounds). The
+// coordinator picks (and reports) the seed of a request that gave none; a
+// stage never invents one for a random draw: InvalidArgument naming
+// `field` ("slices[i].sampling") when temperature > 0 has no seed.
+absl::Status to_sampling_params(const v1::SamplingParams& p, int n_vocab,
+                                const std::string& field, SamplingParams* out);
+
+// Whether the slice's next token is the argmax of its raw logits, so the
+// backend may pick it where the logits are (Logits::kArgmax): greedy, no
+// penalties, no grammar, no log-probabilities. The sampler's greedy path
+// takes exactly that pick then (worker/sampler.cc: first_argmax).
+bool picks_argmax(const v1::SequenceSlice& slice, const SamplingParams& p, bool has_grammar);
+
+// The grammar's pick of the sampler's chain over `logits` ([n_vocab]),
+// accepted by `matcher`; `mask` is scratch ([ceil(n_vocab / 64)]).
+// Greedy tries the unmasked argmax first (the masked argmax whenever the
+// grammar allows it). Errors: FailedPrecondition when no token can
+// continue; the matcher's.
+absl::StatusOr<int32_t> sample_with_grammar(std::span<const float> logits, Sampler& sampler,
+                                            grammar::GrammarMatcher& matcher,
+                                            grammar::TokenMask* mask);
+
+// Appends the slice's SampledToken to `result`: `id`, or, when `failed` is
+// not OK, id -1 with the error's code and "worker NAME: sequence ID: ...".
+v1::SampledToken* add_sampled_token(const v1::SequenceSlice& slice, int32_t id,
+                                    const absl::Status& failed, const std::string& worker_name,
+                                    v1::MicroBatchResult* result);
+
+// The log-softmax at T = 1 of the raw logits (before penalties): token
+// `tok`'s log-probability, and its `top_logprobs` most likely tokens (ties:
+// lower id first). `order` is scratch of n_vocab entries.
+void add_logprobs(std::span<const float> logits, int top_logprobs, std::vector<int32_t>& order,
+                  v1::SampledToken* tok);
+
+}  // namespace strata::worker
