@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/stream_decoder.h"
 #include "model/tokenizer/tokenizer.h"
+#include "worker/head_picks.h"
 
 namespace strata::coordinator {
 namespace {
@@ -163,16 +164,38 @@ absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
   }
   result.timings.prefill_s = seconds_since(t0);
 
-  // Decode.
+  // Decode: the first token from the prefill's logits, the next from what
+  // the sampler reads (the backend's pick, its top-k candidates or the row:
+  // worker/head_picks.h's head_pick).
+  int top_k = 0;
+  const worker::Logits wanted =
+      worker::head_pick(params.sampling, /*needs_row=*/false, backend.n_vocab(), &top_k);
   const auto t1 = std::chrono::steady_clock::now();
+  bool first = true;
   while (!output.done()) {
-    const int32_t token = sampler.sample(out.logits);
+    const bool row = first || wanted == worker::Logits::kLast;
+    if (row ? out.logits.size() != static_cast<size_t>(backend.n_vocab())
+        : wanted == worker::Logits::kArgmax ? out.argmax.size() != 1
+                                             : out.top_ids.size() != static_cast<size_t>(top_k) ||
+                                                   out.top_logits.size() != out.top_ids.size()) {
+      return absl::InternalError(absl::StrCat("the backend ", std::string(backend.name()),
+                                              " did not give the step's head (", out.logits.size(),
+                                              " logits, ", out.argmax.size(), " picks, ",
+                                              out.top_ids.size(), " candidates)"));
+    }
+    const int32_t token = row ? sampler.sample(out.logits)
+                          : wanted == worker::Logits::kArgmax
+                              ? out.argmax[0]
+                              : sampler.sample_top(out.top_ids, out.top_logits);
+    first = false;
     sampler.accept(token);
     emit(output.push(token));
     if (output.done()) break;
     worker::ForwardRequest req;
     req.seq = seq;
     req.tokens = std::span<const int32_t>(&output.ids().back(), 1);
+    req.logits = wanted;
+    req.top_k = top_k;
     absl::Status st = backend.forward(req, &out);
     if (absl::IsOutOfRange(st)) {  // the context is full: kLength
       emit(output.end_at_context());

@@ -67,12 +67,21 @@ enum class Logits {
   kLast,  // the last row of the step
   kAll,   // every row (teacher forcing, evaluation)
   // The last row's greedy pick only (ForwardResult::argmax): the first
-  // index of its largest logit (worker/greedy_pick.h's first_argmax). A
+  // index of its largest logit (worker/head_picks.h's first_argmax). A
   // backend that can picks it where the logits are (the cuda backend: on
   // the device) and keeps the row; the row's values are checked as
   // kLast's are.
   kArgmax,
+  // The last row's top_k largest logits only (ForwardResult::top_ids and
+  // top_logits), largest first, equal ones by lower id (the order of
+  // worker/sampler.cc's top-k: worker/head_picks.h's top_candidates). A
+  // backend that can selects them where the logits are (the cuda backend:
+  // on the device); the row's values are checked as kLast's are.
+  kTopK,
 };
+
+// The most candidates a kTopK slice asks for.
+inline constexpr int kMaxTopK = 1024;
 
 // One sequence's rows inside a micro-batch: `rows` consecutive positions
 // appended at the sequence's length.
@@ -80,6 +89,8 @@ struct ForwardSlice {
   int seq = 0;
   int rows = 0;  // >= 1
   Logits logits = Logits::kLast;
+  // kTopK: how many candidates, 1 to min(kMaxTopK, n_vocab).
+  int top_k = 0;
 };
 
 struct ForwardRequest {
@@ -92,6 +103,7 @@ struct ForwardRequest {
   // Stages after the first: the previous stage's output, [n][n_embd].
   std::span<const float> hidden;
   Logits logits = Logits::kLast;
+  int top_k = 0;  // kTopK (ForwardSlice::top_k)
   // Several sequences: their slices in row order (distinct seqs; rows sum
   // to n). Empty: the one sequence above.
   std::span<const ForwardSlice> slices;
@@ -106,11 +118,15 @@ struct ForwardResult {
   // Not the last stage: this shard's output, [n_rows][n_embd].
   std::span<const float> hidden;
   // Last stage: the rows each slice asked for (kLast: 1, kAll: its rows,
-  // kNone and kArgmax: 0), slice after slice, [rows][n_vocab]. Valid until
-  // the next forward() on this backend.
+  // kNone, kArgmax and kTopK: 0), slice after slice, [rows][n_vocab]. Valid
+  // until the next forward() on this backend.
   std::span<const float> logits;
   // Last stage: each kArgmax slice's pick, slice after slice (as long).
   std::span<const int32_t> argmax;
+  // Last stage: each kTopK slice's top_k candidates, slice after slice
+  // ([sum of top_k] ids and their logits; as long).
+  std::span<const int32_t> top_ids;
+  std::span<const float> top_logits;
 };
 
 class Backend {

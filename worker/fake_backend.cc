@@ -1,6 +1,6 @@
 #include "worker/fake_backend.h"
 
-#include "worker/greedy_pick.h"
+#include "worker/head_picks.h"
 
 #include <algorithm>
 #include <cstring>
@@ -134,8 +134,7 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
         hidden_[row * e + c] = 2.0f * unit(mix(state + static_cast<uint64_t>(c))) - 1.0f;
       }
       const bool logits = last && (s.logits == Logits::kAll ||
-                                   ((s.logits == Logits::kLast || s.logits == Logits::kArgmax) &&
-                                    t == s.rows - 1));
+                                   (one_head_row(s.logits) && t == s.rows - 1));
       if (logits) {
         for (int v = 0; v < options_.n_vocab; ++v) {
           logits_.push_back(unit(mix(state ^ (0xa5a5ull + static_cast<uint64_t>(v)))));
@@ -154,12 +153,14 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
   picks_.clear();
   int64_t kept = 0;
   if (last) {
-    kept = take_greedy_rows(slices, logits_.data(), options_.n_vocab, &picks_);
+    kept = take_picked_rows(slices, logits_.data(), options_.n_vocab, &picks_);
   }
   result->logits = last ? std::span<const float>(logits_.data(), static_cast<size_t>(kept) *
                                                                      options_.n_vocab)
                         : std::span<const float>();
-  result->argmax = picks_;
+  result->argmax = picks_.argmax;
+  result->top_ids = picks_.top_ids;
+  result->top_logits = picks_.top_logits;
   return absl::OkStatus();
 }
 

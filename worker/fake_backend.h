@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "worker/backend.h"
+#include "worker/head_picks.h"
 
 namespace strata::worker {
 
@@ -77,7 +78,7 @@ class FakeBackend final : public Backend {
   std::vector<std::vector<ForwardSlice>> calls_;
   std::vector<float> hidden_;  // [rows][n_embd]
   std::vector<float> logits_;  // [rows][n_vocab]
-  std::vector<int32_t> picks_;  // the kArgmax slices' (take_greedy_rows)
+  HeadPicks picks_;  // the kArgmax and kTopK slices' (take_picked_rows)
 };
 
 }  // namespace strata::worker

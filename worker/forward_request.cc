@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "worker/backend.h"
 
@@ -21,7 +23,7 @@ absl::StatusOr<CheckedStep> check_forward(const ForwardRequest& req, const StepS
     return absl::InvalidArgumentError(
         absl::StrCat("a step takes 1 to ", shape.max_batch, " rows, got ", n));
   }
-  *single = ForwardSlice{req.seq, static_cast<int>(n), req.logits};
+  *single = ForwardSlice{req.seq, static_cast<int>(n), req.logits, req.top_k};
   const std::span<const ForwardSlice> slices =
       req.slices.empty() ? std::span<const ForwardSlice>(single, 1) : req.slices;
   if (static_cast<int64_t>(slices.size()) > n) {
@@ -42,6 +44,12 @@ absl::StatusOr<CheckedStep> check_forward(const ForwardRequest& req, const StepS
         return absl::InvalidArgumentError(absl::StrCat(
             "slices[", i, "]: sequence ", s.seq, " is in an earlier slice too"));
       }
+    }
+    if (s.logits == Logits::kTopK &&
+        (s.top_k < 1 || s.top_k > std::min(kMaxTopK, shape.n_vocab))) {
+      return absl::InvalidArgumentError(absl::StrCat("slices[", i, "]: top_k ", s.top_k,
+                                                     " is outside [1, ",
+                                                     std::min(kMaxTopK, shape.n_vocab), "]"));
     }
     const auto [length, n_ctx] = *length_ctx;
     if (int64_t{length} + s.rows > n_ctx) {

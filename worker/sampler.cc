@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "worker/greedy_pick.h"
+#include "worker/head_picks.h"
 
 namespace strata::worker {
 
@@ -122,6 +122,21 @@ int32_t Sampler::sample(std::span<const float> logits,
   } else {
     std::sort(candidates_.begin(), candidates_.begin() + n, by_logit);
   }
+  return draw(n);
+}
+
+int32_t Sampler::sample_top(std::span<const int32_t> ids, std::span<const float> logits) {
+  const size_t n = std::min({ids.size(), logits.size(), static_cast<size_t>(n_vocab_)});
+  if (n == 0) return -1;
+  if (params_.temperature <= 0.0f) return ids[0];  // greedy: the first of the largest
+  for (size_t i = 0; i < n; ++i) candidates_[i] = {ids[i], logits[i], 0.0f};
+  return draw(n);
+}
+
+// The chain after top-k over candidates_[0, n), sorted (largest logit
+// first, equal ones by lower id): top-p, min-p, temperature, a draw.
+int32_t Sampler::draw(size_t n) {
+  const SamplingParams& p = params_;
   // Probabilities of what is left (softmax of the untempered logits).
   auto normalize = [&](float temperature) {
     const float max = candidates_[0].logit;

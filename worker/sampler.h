@@ -59,6 +59,12 @@ class Sampler {
   // -1 when none is.
   int32_t sample(std::span<const float> logits,
                  std::span<const uint64_t> allowed = {});
+  // The next token from the top-k step's candidates (Logits::kTopK,
+  // worker/head_picks.h's top_candidates): ids and their logits, largest
+  // first, equal ones by lower id, min(top_k, n_vocab) of them. For a
+  // sampler with temperature > 0, 0 < top_k and no penalty or mask, the
+  // token (and the draw) sample() takes from the whole row.
+  int32_t sample_top(std::span<const int32_t> ids, std::span<const float> logits);
   // Records a token of the sequence (prompt or generated) for penalties.
   void accept(int32_t token);
   // Forgets the history and reseeds.
@@ -78,6 +84,8 @@ class Sampler {
     float logit;
     float p;
   };
+
+  int32_t draw(size_t n);
 
   SamplingParams params_;
   int n_vocab_;

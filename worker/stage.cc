@@ -20,6 +20,7 @@
 #include "model/grammar/grammar.h"
 #include "model/grammar/vocabulary_table.h"
 #include "worker/fake_backend.h"
+#include "worker/head_picks.h"
 #include "worker/finite_scan.h"
 #include "worker/make_backend.h"
 #include "worker/prefix_store.h"
@@ -124,7 +125,7 @@ class BackendStage final : public Stage {
   void add_sampled(const v1::SequenceSlice& slice,
                    std::span<const float> logits, Sequence& seq,
                    v1::MicroBatchResult* result);
-  bool greedy_pick(const v1::SequenceSlice& s, const SliceRun& run) const;
+  ForwardSlice head_request(const v1::SequenceSlice& s, const SliceRun& run) const;
   v1::SampledToken* add_token(const v1::SequenceSlice& slice, int32_t id, const Sequence& seq,
                               v1::MicroBatchResult* result);
 
@@ -427,11 +428,9 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                                                 st.message()));
       }
     }
-    const bool sample = last_ && s.sample();
-    const Logits wanted = !sample                ? Logits::kNone
-                          : greedy_pick(s, run) ? Logits::kArgmax
-                                                 : Logits::kLast;
-    slices_.push_back(ForwardSlice{run.backend_seq, s.tokens_size(), wanted});
+    slices_.push_back(last_ && s.sample()
+                          ? head_request(s, run)
+                          : ForwardSlice{run.backend_seq, s.tokens_size(), Logits::kNone});
     if (first_) tokens_.insert(tokens_.end(), s.tokens().begin(), s.tokens().end());
   }
   ForwardRequest req;
@@ -457,23 +456,27 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                 out.hidden.size() * sizeof(float));
   }
   // Last stage: [n_logits][n_vocab] for the sampling slices that asked for
-  // logits, in order, and a pick for each that asked for one (valid until
-  // the backend's next forward()).
+  // logits, in order, a pick for each that asked for one, top_k candidates
+  // for each that asked for them (valid until the backend's next forward()).
   const std::span<const float> logits = out.logits;
   int n_logits = 0, n_picks = 0;
+  size_t n_top = 0;
   for (const ForwardSlice& f : slices_) {
     n_logits += f.logits == Logits::kLast ? 1 : 0;
     n_picks += f.logits == Logits::kArgmax ? 1 : 0;
+    n_top += f.logits == Logits::kTopK ? static_cast<size_t>(f.top_k) : 0;
   }
   if (last_ && (logits.size() != static_cast<size_t>(n_logits) * n_vocab_ ||
-                out.argmax.size() != static_cast<size_t>(n_picks))) {
+                out.argmax.size() != static_cast<size_t>(n_picks) ||
+                out.top_ids.size() != n_top || out.top_logits.size() != n_top)) {
     undo(batch, static_cast<size_t>(n));
     result->Clear();
     result->set_batch_id(batch.batch_id());
     clear_saves(batch);
-    return absl::InternalError(absl::StrCat("the backend gave ", logits.size(), " logits and ",
-                                            out.argmax.size(), " picks for ", n_logits,
-                                            " and ", n_picks, " sampled slices"));
+    return absl::InternalError(absl::StrCat(
+        "the backend gave ", logits.size(), " logits, ", out.argmax.size(), " picks and ",
+        out.top_ids.size(), " candidates for ", n_logits, " rows, ", n_picks, " picks and ",
+        n_top, " candidates asked for"));
   }
   // hashes_: [blocks][total_rows], blocks of the shard in order.
   for (int i = 0; i < n && !hashes_.empty(); ++i) {
@@ -494,6 +497,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
 
   // Every slice ran: commit the sequences and, on the last stage, sample.
   int sampled = 0, picked = 0;
+  size_t top_at = 0;
   for (int i = 0; i < n; ++i) {
     const v1::SequenceSlice& s = batch.slices(i);
     SliceRun& run = runs_[i];
@@ -530,8 +534,16 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
       // The replay ends with the prefill: from here on the sampler draws
       // (and the grammar steps) for each token as it is sampled.
       seq.generated_from = 0;
-      if (slices_[static_cast<size_t>(i)].logits == Logits::kArgmax) {
+      const ForwardSlice& f = slices_[static_cast<size_t>(i)];
+      if (f.logits == Logits::kArgmax) {
         add_token(s, out.argmax[static_cast<size_t>(picked++)], seq, result);
+      } else if (f.logits == Logits::kTopK) {
+        const size_t k = static_cast<size_t>(f.top_k);
+        add_token(s,
+                  seq.sampler->sample_top(out.top_ids.subspan(top_at, k),
+                                          out.top_logits.subspan(top_at, k)),
+                  seq, result);
+        top_at += k;
       } else {
         add_sampled(s,
                     std::span<const float>(
@@ -649,13 +661,20 @@ void BackendStage::clear_saves(const v1::MicroBatch& batch) {
   }
 }
 
-// Whether slice s's next token may be the backend's pick (picks_argmax),
-// with the sampling parameters of its run or its sequence.
-bool BackendStage::greedy_pick(const v1::SequenceSlice& s, const SliceRun& run) const {
-  if (run.starts) return picks_argmax(s, run.sampling, run.grammar != nullptr);
+// What the backend gives slice s's sampler (head_pick), with the sampling
+// parameters of its run or its sequence.
+ForwardSlice BackendStage::head_request(const v1::SequenceSlice& s, const SliceRun& run) const {
+  ForwardSlice f{run.backend_seq, s.tokens_size(), Logits::kLast};
+  const bool logprobs = s.logprobs() || s.top_logprobs() > 0;
+  if (run.starts) {
+    f.logits = head_pick(run.sampling, logprobs || run.grammar != nullptr, n_vocab_, &f.top_k);
+    return f;
+  }
   auto it = sequences_.find(s.seq_id());
-  if (it == sequences_.end() || it->second.sampler == nullptr) return false;
-  return picks_argmax(s, it->second.sampler->params(), it->second.matcher != nullptr);
+  if (it == sequences_.end() || it->second.sampler == nullptr) return f;
+  f.logits = head_pick(it->second.sampler->params(), logprobs || it->second.matcher != nullptr,
+                       n_vocab_, &f.top_k);
+  return f;
 }
 
 v1::SampledToken* BackendStage::add_token(const v1::SequenceSlice& slice, int32_t id,

@@ -39,12 +39,6 @@ absl::Status to_sampling_params(const v1::SamplingParams& p, int n_vocab,
   return absl::OkStatus();
 }
 
-bool picks_argmax(const v1::SequenceSlice& slice, const SamplingParams& p, bool has_grammar) {
-  if (slice.logprobs() || slice.top_logprobs() > 0 || has_grammar) return false;
-  return p.temperature <= 0.0f && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f;
-}
-
 absl::StatusOr<int32_t> sample_with_grammar(std::span<const float> logits, Sampler& sampler,
                                             grammar::GrammarMatcher& matcher,
                                             grammar::TokenMask* mask) {

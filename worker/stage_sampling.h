@@ -1,7 +1,7 @@
 // The last stage's half that turns a slice's logits into its SampledToken
 // (worker/stage.cc runs it): the slice's sampling parameters, the grammar's
-// vocabulary and pick, whether the backend may pick the token itself
-// (Logits::kArgmax), and the token's log-probabilities.
+// vocabulary and pick, and the token's log-probabilities (what the backend
+// gives the sampler: worker/head_picks.h's head_pick).
 //
 // Threads: none of its own; the stage's one caller at a time.
 #pragma once
@@ -38,12 +38,6 @@ absl::StatusOr<std::shared_ptr<const grammar::TokenTable>> grammar_vocabulary(
 // `field` ("slices[i].sampling") when temperature > 0 has no seed.
 absl::Status to_sampling_params(const v1::SamplingParams& p, int n_vocab,
                                 const std::string& field, SamplingParams* out);
-
-// Whether the slice's next token is the argmax of its raw logits, so the
-// backend may pick it where the logits are (Logits::kArgmax): greedy, no
-// penalties, no grammar, no log-probabilities. The sampler's greedy path
-// takes exactly that pick then (worker/sampler.cc: first_argmax).
-bool picks_argmax(const v1::SequenceSlice& slice, const SamplingParams& p, bool has_grammar);
 
 // The grammar's pick of the sampler's chain over `logits` ([n_vocab]),
 // accepted by `matcher`; `mask` is scratch ([ceil(n_vocab / 64)]).

@@ -210,6 +210,19 @@ inline float __uint_as_float(unsigned u) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+// A thread runs until it waits at a barrier or returns, so a read, add and
+// write is atomic here as on the device. Returns the old value.
+template <typename T>
+T atomicAdd(T* address, T value) {
+  const T old = *address;
+  *address = old + value;
+  return old;
+}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float strata_host_f16_to_f32(unsigned short h) { return reference::f16_to_f32(h); }
 inline unsigned short strata_host_f32_to_f16(float f) { return reference::f32_to_f16(f); }

@@ -1,7 +1,7 @@
 // The fixture of the device backend's tests (device_backend_test.cc: the
 // forward pass against the cpu backend, batches, splits, refusals;
 // device_backend_steps_test.cc: decode steps from graphs, picks on the
-// device): every case twice, on the CPU emulation of the device
+// device; top-k candidates there): every case twice, on the CPU emulation of the device
 // (tests/cuda/emulated_step_kernels.h: the kernel sources compiled for the
 // host), which runs everywhere, and on a GPU (make_cuda_device_api(0):
 // NVRTC, cudart), which skips, saying "no CUDA device: ...", without one.

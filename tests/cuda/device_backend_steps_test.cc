@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/cuda/device_backend_fixture.h"
 #include "tests/cuda/emulated_step_kernels.h"
-#include "worker/greedy_pick.h"
+#include "worker/head_picks.h"
 
 namespace strata::worker::device_test {
 namespace {
@@ -148,10 +148,87 @@ TEST_P(DeviceBackendSteps, ArgmaxSlicesArePickedOnTheDevice) {
   }
 }
 
+// Logits::kTopK on the device (strata_top_k_rows): each kTopK slice's
+// candidates are top_candidates of the logits the same step gives a kLast
+// slice (ids and values), beside kArgmax, kLast and kAll slices; then decode
+// steps of candidates only, k 1, 40 and the whole vocabulary (replayed
+// from their own graph: one capture, then replays).
+TEST_P(DeviceBackendSteps, TopKSlicesGetTheirCandidatesFromTheDevice) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto a = device_backend(m, {0, m.hp.n_layer});
+  std::unique_ptr<DeviceApi> api = new_api();
+  auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
+  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, test_options(), std::move(api));
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const int v = a->n_vocab();
+  for (int s = 0; s < 4; ++s) {
+    ASSERT_TRUE(a->add_sequence(s, 64).ok());
+    ASSERT_TRUE((*b)->add_sequence(s, 64).ok());
+  }
+  std::vector<ForwardSlice> logits = {{.seq = 0, .rows = 2, .logits = Logits::kLast},
+                                      {.seq = 1, .rows = 3, .logits = Logits::kAll},
+                                      {.seq = 2, .rows = 1, .logits = Logits::kLast},
+                                      {.seq = 3, .rows = 2, .logits = Logits::kLast}};
+  std::vector<ForwardSlice> picks = logits;
+  picks[0] = {.seq = 0, .rows = 2, .logits = Logits::kTopK, .top_k = 40};
+  picks[2].logits = Logits::kArgmax;
+  picks[3] = {.seq = 3, .rows = 2, .logits = Logits::kTopK, .top_k = v};
+  std::vector<int32_t> tokens = {1, 403, 1, 261, 378, 1, 1, 40};
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    ForwardRequest ra, rb;
+    ra.tokens = rb.tokens = tokens;
+    ra.slices = logits;
+    rb.slices = picks;
+    ForwardResult oa, ob;
+    ASSERT_TRUE(a->forward(ra, &oa).ok());
+    ASSERT_TRUE((*b)->forward(rb, &ob).ok());
+    std::vector<int32_t> want_ids;
+    std::vector<float> want_values;
+    size_t row = 0, kept = 0;
+    for (size_t i = 0; i < picks.size(); ++i) {
+      const size_t rows = logits[i].logits == Logits::kAll ? static_cast<size_t>(logits[i].rows) : 1;
+      const auto a_row = oa.logits.subspan(row * v, static_cast<size_t>(v));
+      if (picks[i].logits == Logits::kTopK) {
+        const size_t k = static_cast<size_t>(picks[i].top_k);
+        want_ids.resize(want_ids.size() + k);
+        want_values.resize(want_values.size() + k);
+        top_candidates(a_row, picks[i].top_k, want_ids.data() + want_ids.size() - k,
+                       want_values.data() + want_values.size() - k);
+      } else if (picks[i].logits == Logits::kArgmax) {
+        ASSERT_EQ(ob.argmax.size(), 1u);
+        EXPECT_EQ(ob.argmax[0], first_argmax(a_row));
+      } else {
+        ASSERT_GE(ob.logits.size(), (kept + rows) * v);
+        EXPECT_TRUE(std::equal(oa.logits.begin() + row * v, oa.logits.begin() + (row + rows) * v,
+                               ob.logits.begin() + kept * v));
+        kept += rows;
+      }
+      row += rows;
+    }
+    EXPECT_EQ(ob.logits.size(), kept * v);
+    EXPECT_EQ(std::vector<int32_t>(ob.top_ids.begin(), ob.top_ids.end()), want_ids);
+    EXPECT_EQ(std::vector<float>(ob.top_logits.begin(), ob.top_logits.end()), want_values);
+    // Decode steps: every sequence one row, a only logits, b only candidates.
+    tokens = {ob.top_ids[0], 300 + step, 5 + step, ob.top_ids.back()};
+    const int ks[] = {1, 40, v, 7};
+    for (int s = 0; s < 4; ++s) {
+      logits[static_cast<size_t>(s)] = {.seq = s, .rows = 1, .logits = Logits::kLast};
+      picks[static_cast<size_t>(s)] = {.seq = s, .rows = 1, .logits = Logits::kTopK, .top_k = ks[s]};
+    }
+  }
+  if (emulated != nullptr) {
+    EXPECT_EQ(emulated->captures(), 1);
+    EXPECT_EQ(emulated->replays(), 3);
+  }
+}
+
 // A head whose weights hold a NaN (stories260K's output.weight, token 17's
-// row): a step picking on the device (kArgmax) is refused as a step
-// downloading the logits (kLast) is, naming the row and token, and neither
-// changes the sequence.
+// row): a step picking on the device (kArgmax) or selecting candidates
+// there (kTopK) is refused as a step downloading the logits (kLast) is,
+// naming the row and token, and none changes the sequence.
 TEST_P(DeviceBackendSteps, APickedRowThatIsNotFiniteIsRefusedAndChangesNothing) {
   gguf::testing::TempDir dir;
   const std::string path = dir.file("nan-head.gguf");
@@ -169,9 +246,9 @@ TEST_P(DeviceBackendSteps, APickedRowThatIsNotFiniteIsRefusedAndChangesNothing) 
   auto b = device_backend(m, {0, m.hp.n_layer});
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(b->add_sequence(0, 16).ok());
-  for (const Logits kind : {Logits::kArgmax, Logits::kLast}) {
+  for (const Logits kind : {Logits::kArgmax, Logits::kTopK, Logits::kLast}) {
     const std::vector<int32_t> tokens = {1, 403};
-    const ForwardSlice slice{.seq = 0, .rows = 2, .logits = kind};
+    const ForwardSlice slice{.seq = 0, .rows = 2, .logits = kind, .top_k = 5};
     ForwardRequest req;
     req.tokens = tokens;
     req.slices = std::span<const ForwardSlice>(&slice, 1);

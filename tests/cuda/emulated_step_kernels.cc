@@ -4,6 +4,7 @@
 
 #include "model/ggml_type.h"
 #include "tests/cuda/cuda_emulator.h"
+#include "worker/backend.h"
 #include "worker/cuda/kernels/flash_attention_source.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/mma_source.h"
@@ -255,6 +256,7 @@ using namespace strata::cuda_emulation;
 namespace sample {
 using namespace strata::cuda_emulation;
 #define THREADS 256
+static_assert(strata::worker::kMaxTopK == 1024, "sample.cuh's STRATA_TOP_K_MAX default is the backend's");
 #include "worker/cuda/kernels/sample.cuh"
 #undef THREADS
 }  // namespace sample
@@ -384,6 +386,7 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.elementwise, cuda_kernels::kStoreKvBatchEntry, adapt(ew::strata_store_kv_batch));
   api.add(s.sample, cuda_kernels::kArgmaxRowsEntry,
           adapt(step_host::sample::strata_argmax_rows));
+  api.add(s.sample, cuda_kernels::kTopKRowsEntry, adapt(step_host::sample::strata_top_k_rows));
 }
 
 std::unique_ptr<EmulatedDeviceApi> emulated_step_device() {

@@ -77,7 +77,8 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
       {"rms_norm.cu", cuda_kernels::kRmsNormSource,
        {cuda_kernels::kRmsNormEntry, cuda_kernels::kAddRmsNormEntry}},
       {"sample.cu", cuda_kernels::kSampleSource,
-       {cuda_kernels::kArgmaxEntry, cuda_kernels::kArgmaxRowsEntry}},
+       {cuda_kernels::kArgmaxEntry, cuda_kernels::kArgmaxRowsEntry,
+        cuda_kernels::kTopKRowsEntry}},
   };
   for (const int cc : {80, 90}) {
     for (const Source& s : sources) {

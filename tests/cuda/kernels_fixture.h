@@ -118,6 +118,7 @@ inline const KernelSource kRms{"rms_norm.cu", cuda_kernels::kRmsNormSource, {"-D
 inline const KernelSource kElementwise{"elementwise.cu", cuda_kernels::kElementwiseSource, {}};
 inline const KernelSource kAttention{"attention.cu", cuda_kernels::kAttentionSource, {"-DTHREADS=64"}};
 inline const KernelSource kSample{"sample.cu", cuda_kernels::kSampleSource, {"-DTHREADS=96"}};
+inline constexpr int kSampleThreads = 96;  // kSample's block (its THREADS)
 
 struct TypeCase {
   GgmlType type;
@@ -200,6 +201,7 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
            adapt(host::elementwise::strata_store_kv_batch));
   api->add(kSample, cuda_kernels::kArgmaxEntry, adapt(host::sample::strata_argmax));
   api->add(kSample, cuda_kernels::kArgmaxRowsEntry, adapt(host::sample::strata_argmax_rows));
+  api->add(kSample, cuda_kernels::kTopKRowsEntry, adapt(host::sample::strata_top_k_rows));
   return api;
 }
 

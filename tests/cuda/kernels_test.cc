@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/cuda/kernels_fixture.h"
+#include "worker/head_picks.h"
 
 namespace strata::worker::kernels_test {
 namespace {
@@ -610,7 +611,7 @@ TEST_P(Kernels, ArgmaxIsTheFirstOfTheLargest) {
         if (!std::isnan(x[i]) && (want < 0 || x[i] > x[want])) want = i;
       }
       DeviceBuffer dx = put(x), did = space(sizeof(int));
-      ASSERT_TRUE(run(kSample, cuda_kernels::kArgmaxEntry, 1, kArgmaxThreads,
+      ASSERT_TRUE(run(kSample, cuda_kernels::kArgmaxEntry, 1, kSampleThreads,
                       dx.as<const float>(), n, did.as<int>())
                       .ok());
       ASSERT_EQ(get<int>(did, 1)[0], want) << "n " << n << " trial " << trial;
@@ -628,7 +629,7 @@ TEST_P(Kernels, ArgmaxRowsPickEachRowAndFlagNonFiniteOnes) {
   x[3 * n + 999] = -std::numeric_limits<float>::infinity();
   x[2 * n + 500] = x[2 * n + 900] = 9.0f;  // a tie: the first
   DeviceBuffer dx = put(x), ids = space(rows * sizeof(int)), bad = space(rows * sizeof(int));
-  ASSERT_TRUE(run(kSample, cuda_kernels::kArgmaxRowsEntry, rows, kArgmaxThreads,
+  ASSERT_TRUE(run(kSample, cuda_kernels::kArgmaxRowsEntry, rows, kSampleThreads,
                   dx.as<const float>(), n, ids.as<int>(), bad.as<int>())
                   .ok());
   const std::vector<int> got = get<int>(ids, rows), flags = get<int>(bad, rows);
@@ -642,6 +643,65 @@ TEST_P(Kernels, ArgmaxRowsPickEachRowAndFlagNonFiniteOnes) {
     EXPECT_EQ(flags[static_cast<size_t>(r)], r == 1 || r == 3 ? 1 : 0) << "row " << r;
   }
   EXPECT_EQ(got[2], 500);
+}
+
+// strata_top_k_rows: each row's k largest in top_candidates' order (the
+// sampler's: larger first, equal ones by lower index, -0 as +0), written
+// where the table says; rows whose ties straddle the cut (the scan path),
+// k = n, k = 1024, a row of 49,152; bad = 1 exactly for the rows holding a
+// NaN or an infinity.
+TEST_P(Kernels, TopKRowsSelectInTheSamplersOrder) {
+  struct Row {
+    int n, k;
+    int levels;  // values drawn from this many levels: ties
+  };
+  const std::vector<Row> shapes = {{1000, 40, 0},  {1000, 40, 7},   {97, 97, 5}, {1500, 1024, 0},
+                                   {49152, 50, 0}, {3000, 300, 3}, {5, 1, 2},   {1000, 10, 0}};
+  std::mt19937 rng(14);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int rows = static_cast<int>(shapes.size());
+  const int n = 49152;  // the row stride: every row's first shapes[r].n values are its own
+  std::vector<float> x(static_cast<size_t>(rows) * n, 0.0f);
+  std::vector<int> table;
+  int total = 0;
+  for (int r = 0; r < rows; ++r) {
+    const Row& s = shapes[static_cast<size_t>(r)];
+    float* row = x.data() + static_cast<size_t>(r) * n;
+    for (int i = 0; i < n; ++i) {
+      row[i] = i >= s.n ? -1e30f
+               : s.levels > 0 ? static_cast<float>(static_cast<int>(rng() % s.levels)) - 2.0f
+                              : normal(rng);
+    }
+    if (r == 2) row[3] = -0.0f;
+    table.push_back(s.k);
+    table.push_back(total);
+    total += s.k;
+  }
+  x[static_cast<size_t>(7) * n + 20] = std::numeric_limits<float>::quiet_NaN();
+  x[static_cast<size_t>(6) * n + 100] = std::numeric_limits<float>::infinity();
+  DeviceBuffer dx = put(x), dt = put(table), ids = space(total * sizeof(int)),
+               values = space(total * sizeof(float)), bad = space(rows * sizeof(int));
+  ASSERT_TRUE(run(kSample, cuda_kernels::kTopKRowsEntry, rows, kSampleThreads,
+                  dx.as<const float>(), n, dt.as<const int>(), ids.as<int>(), values.as<float>(),
+                  bad.as<int>())
+                  .ok());
+  const std::vector<int> got = get<int>(ids, total), flags = get<int>(bad, rows);
+  const std::vector<float> got_values = get<float>(values, total);
+  for (int r = 0; r < 6; ++r) {  // rows 6 and 7 hold an infinity and a NaN
+    const Row& s = shapes[static_cast<size_t>(r)];
+    std::vector<int32_t> want(static_cast<size_t>(s.k));
+    std::vector<float> want_values(static_cast<size_t>(s.k));
+    top_candidates(std::span<const float>(x.data() + static_cast<size_t>(r) * n, n), s.k,
+                   want.data(), want_values.data());
+    const int at = table[static_cast<size_t>(2 * r + 1)];
+    EXPECT_EQ(std::vector<int>(got.begin() + at, got.begin() + at + s.k),
+              std::vector<int>(want.begin(), want.end()))
+        << "row " << r;
+    EXPECT_EQ(std::vector<float>(got_values.begin() + at, got_values.begin() + at + s.k),
+              want_values)
+        << "row " << r;
+  }
+  EXPECT_EQ(flags, (std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1}));
 }
 
 // A launch of a kernel the source does not have: InvalidArgument naming it.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "coordinator/generation.h"
+#include "worker/sampler.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace strata::coordinator {
@@ -104,6 +105,85 @@ TEST_F(GenerationTest, SeedsAtTemperatureOne) {
   };
   EXPECT_EQ(text(1), text(1));
   EXPECT_NE(text(1), text(2));
+}
+
+// A backend that hands every step to `inner` and records what it asked
+// for.
+class Recording final : public worker::Backend {
+ public:
+  explicit Recording(worker::Backend& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  const arch::Hyperparameters& hyperparameters() const override {
+    return inner_.hyperparameters();
+  }
+  worker::BlockRange range() const override { return inner_.range(); }
+  int n_vocab() const override { return inner_.n_vocab(); }
+  int max_batch() const override { return inner_.max_batch(); }
+  absl::Status add_sequence(int seq, int n_ctx) override { return inner_.add_sequence(seq, n_ctx); }
+  absl::Status remove_sequence(int seq) override { return inner_.remove_sequence(seq); }
+  absl::StatusOr<int> sequence_length(int seq) const override { return inner_.sequence_length(seq); }
+  absl::StatusOr<int> sequence_context(int seq) const override {
+    return inner_.sequence_context(seq);
+  }
+  absl::Status truncate_sequence(int seq, int n) override { return inner_.truncate_sequence(seq, n); }
+  absl::Status forward(const worker::ForwardRequest& request,
+                       worker::ForwardResult* result) override {
+    asked.push_back(request.logits);
+    return inner_.forward(request, result);
+  }
+  std::vector<worker::Logits> asked;
+
+ private:
+  worker::Backend& inner_;
+};
+
+// The tokens a sampler of `p` draws from every step's whole logits row
+// (the prompt in one step, then a step a token).
+std::vector<int32_t> tokens_from_rows(worker::Backend& b, const GenerationParams& p) {
+  EXPECT_TRUE(b.truncate_sequence(0, 0).ok());
+  worker::Sampler sampler(p.sampling, b.n_vocab());
+  for (int32_t id : kPrompt) sampler.accept(id);
+  std::vector<int32_t> ids;
+  worker::ForwardRequest req;
+  req.tokens = kPrompt;
+  worker::ForwardResult out;
+  while (static_cast<int>(ids.size()) < p.max_tokens) {
+    EXPECT_TRUE(b.forward(req, &out).ok());
+    ids.push_back(sampler.sample(out.logits));
+    sampler.accept(ids.back());
+    req.tokens = std::span<const int32_t>(&ids.back(), 1);
+  }
+  return ids;
+}
+
+// Decode steps ask the backend for what the sampler reads (the greedy
+// pick, the top-k candidates, or the row when there is no top-k) and draw
+// the tokens that sampling every step's whole row draws.
+TEST_F(GenerationTest, DecodeStepsAskForWhatTheSamplerReadsAndDrawTheSameTokens) {
+  GenerationParams greedy;
+  greedy.max_tokens = 12;
+  GenerationParams top_k = greedy;
+  top_k.sampling.temperature = 0.9f;
+  top_k.sampling.top_k = 40;
+  top_k.sampling.top_p = 0.9f;
+  top_k.sampling.seed = 5;
+  GenerationParams whole = top_k;
+  whole.sampling.top_k = 0;
+  const worker::Logits kinds[] = {worker::Logits::kArgmax, worker::Logits::kTopK,
+                                  worker::Logits::kLast};
+  int i = 0;
+  for (const GenerationParams& p : {greedy, top_k, whole}) {
+    SCOPED_TRACE(i);
+    const std::vector<int32_t> want = tokens_from_rows(*loaded_.backend, p);
+    FakeDetokenizer d;
+    Recording recording(*loaded_.backend);
+    auto got = generate(recording, 0, kPrompt, p, d, {});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->ids, want);
+    ASSERT_FALSE(recording.asked.empty());
+    EXPECT_EQ(recording.asked.back(), kinds[i]);  // the last decode step's
+    ++i;
+  }
 }
 
 TEST_F(GenerationTest, EndOfGenerationTokenStopsAndIsNotEmitted) {

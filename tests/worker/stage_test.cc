@@ -167,10 +167,12 @@ std::unique_ptr<worker::Stage> fake_stage(worker::FakeBackend** backend) {
 
 // A greedy slice without penalties, grammar or log-probabilities asks the
 // backend for its pick only (Logits::kArgmax: a cuda backend picks it on
-// the device) and gets the token the logits path gives; sampled,
-// penalised and logprob slices ask for logits, a slice that does not
-// sample for none.
-TEST(StageSampling, GreedySlicesAskTheBackendForItsPickOnly) {
+// the device) and gets the token the logits path gives; a sampled slice of
+// top_k 40 asks for its 40 candidates (kTopK) and draws the token a twin
+// slice drawing from its logits row draws, step after step; penalised,
+// logprob and top_k-less sampled slices ask for logits, a slice that does
+// not sample for none.
+TEST(StageSampling, SlicesAskTheBackendForWhatTheirSamplerReads) {
   SKIP_WITHOUT_STORIES();
   worker::FakeBackend* fake = nullptr;
   auto stage = fake_stage(&fake);
@@ -189,30 +191,64 @@ TEST(StageSampling, GreedySlicesAskTheBackendForItsPickOnly) {
   penalised.mutable_sampling()->set_repeat_penalty(1.1f);
   *batch.add_slices() = penalised;
   *batch.add_slices() = slice(5, 0, stories_prompt(), /*sample=*/false);
+  v1::SequenceSlice top_k = slice(6, 0, stories_prompt());
+  top_k.mutable_sampling()->set_temperature(1.5f);
+  top_k.mutable_sampling()->set_seed(11);
+  top_k.mutable_sampling()->set_top_k(40);
+  top_k.mutable_sampling()->set_top_p(0.95f);
+  *batch.add_slices() = top_k;
+  v1::SequenceSlice twin = top_k;  // log-probabilities need the row
+  twin.set_seq_id(7);
+  twin.set_logprobs(true);
+  *batch.add_slices() = twin;
   v1::MicroBatchResult result;
   ASSERT_TRUE(stage->run(batch, nullptr, &result).ok());
   ASSERT_EQ(fake->calls().size(), 1u);
   const std::vector<worker::ForwardSlice>& call = fake->calls()[0];
-  ASSERT_EQ(call.size(), 5u);
+  ASSERT_EQ(call.size(), 7u);
   EXPECT_EQ(call[0].logits, worker::Logits::kArgmax);
   EXPECT_EQ(call[1].logits, worker::Logits::kLast);
   EXPECT_EQ(call[2].logits, worker::Logits::kLast);
   EXPECT_EQ(call[3].logits, worker::Logits::kLast);
   EXPECT_EQ(call[4].logits, worker::Logits::kNone);
-  ASSERT_EQ(result.tokens_size(), 4);
+  EXPECT_EQ(call[5].logits, worker::Logits::kTopK);
+  EXPECT_EQ(call[5].top_k, 40);
+  EXPECT_EQ(call[6].logits, worker::Logits::kLast);
+  ASSERT_EQ(result.tokens_size(), 6);
   // Sequences 1 and 2 ran the same prompt: the fake's same logits, so the
   // pick equals the greedy sampler's token from the downloaded logits.
   EXPECT_EQ(result.tokens(0).id(), result.tokens(1).id());
   EXPECT_GE(result.tokens(0).id(), 0);
-  // The next decode step of the greedy sequence asks for its pick again.
-  v1::MicroBatch next;
-  next.set_shard_id(kShardId);
-  *next.add_slices() = slice(1, static_cast<int>(stories_prompt().size()),
-                             {result.tokens(0).id()});
-  v1::MicroBatchResult second;
-  ASSERT_TRUE(stage->run(next, nullptr, &second).ok());
-  EXPECT_EQ(fake->calls().back()[0].logits, worker::Logits::kArgmax);
-  EXPECT_GE(second.tokens(0).id(), 0);
+  // The next decode steps: the greedy sequence asks for its pick again;
+  // the top-k one for its candidates, drawing its twin's tokens.
+  int32_t greedy = result.tokens(0).id(), drawn = result.tokens(4).id();
+  EXPECT_EQ(drawn, result.tokens(5).id());
+  std::vector<int32_t> draws = {drawn};
+  int pos = static_cast<int>(stories_prompt().size());
+  for (int step = 0; step < 8; ++step, ++pos) {
+    v1::MicroBatch next;
+    next.set_shard_id(kShardId);
+    *next.add_slices() = slice(1, pos, {greedy});
+    v1::SequenceSlice a = slice(6, pos, {drawn});
+    *next.add_slices() = a;
+    v1::SequenceSlice b = slice(7, pos, {drawn});
+    b.set_logprobs(true);
+    *next.add_slices() = b;
+    v1::MicroBatchResult r;
+    ASSERT_TRUE(stage->run(next, nullptr, &r).ok());
+    const std::vector<worker::ForwardSlice>& c = fake->calls().back();
+    EXPECT_EQ(c[0].logits, worker::Logits::kArgmax);
+    EXPECT_EQ(c[1].logits, worker::Logits::kTopK);
+    EXPECT_EQ(c[2].logits, worker::Logits::kLast);
+    ASSERT_EQ(r.tokens_size(), 3);
+    EXPECT_EQ(r.tokens(1).id(), r.tokens(2).id()) << "step " << step;
+    greedy = r.tokens(0).id();
+    drawn = r.tokens(1).id();
+    draws.push_back(drawn);
+  }
+  // The draws are draws: not one token over and over.
+  std::sort(draws.begin(), draws.end());
+  EXPECT_GT(std::unique(draws.begin(), draws.end()) - draws.begin(), 2);
 }
 
 TEST(StageTrace, SplitHashesEqualWholeModelHashes) {

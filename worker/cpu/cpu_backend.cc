@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/env_switch.h"
 #include "worker/finite_scan.h"
-#include "worker/greedy_pick.h"
+#include "worker/head_picks.h"
 #include "worker/trace.h"
 
 namespace strata::worker {
@@ -340,7 +340,7 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   for (const StepSlice& s : step_slices_) {
     if (s.logits == Logits::kAll) {
       for (int t = 0; t < s.rows; ++t) head_rows_.push_back(s.row0 + t);
-    } else if (s.logits == Logits::kLast || s.logits == Logits::kArgmax) {
+    } else if (one_head_row(s.logits)) {
       head_rows_.push_back(s.row0 + s.rows - 1);
     }
   }
@@ -358,11 +358,13 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
           " is not finite (", logits_[i],
           "): output_norm or the output weights hold a NaN or Inf, or the logits overflow"));
     }
-    // The greedy slices' picks, their rows out of the logits.
-    const int64_t kept = take_greedy_rows(step->slices, logits_.data(), w_->n_vocab, &picks_);
+    // The greedy and top-k slices' picks, their rows out of the logits.
+    const int64_t kept = take_picked_rows(step->slices, logits_.data(), w_->n_vocab, &picks_);
     result->logits = std::span<const float>(
         logits_.data(), static_cast<size_t>(kept) * w_->n_vocab);
-    result->argmax = picks_;
+    result->argmax = picks_.argmax;
+    result->top_ids = picks_.top_ids;
+    result->top_logits = picks_.top_logits;
   }
   for (const StepSlice& s : step_slices_) s.cache->advance(s.rows);
   return absl::OkStatus();

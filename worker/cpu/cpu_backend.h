@@ -34,6 +34,7 @@
 #include "kernels/cpu/simd/norm_rope.h"
 #include "worker/backend.h"
 #include "worker/cpu/cpu_weights.h"
+#include "worker/head_picks.h"
 #include "worker/kv_cache.h"
 
 namespace strata::worker {
@@ -212,7 +213,7 @@ class CpuBackend final : public Backend {
   std::vector<float> expert_out_;      // [R][k][n_embd] output of each slot of
                                        // R = moe_block_rows(B, k) rows
   std::vector<float> logits_;       // [rows][n_vocab], grown on demand
-  std::vector<int32_t> picks_;      // the kArgmax slices' (take_greedy_rows)
+  HeadPicks picks_;  // the kArgmax and kTopK slices' (take_picked_rows)
   std::vector<StepSlice> step_slices_;  // [slices] of the current step
   std::vector<int> head_rows_;          // [rows] that get logits
 };

@@ -293,6 +293,7 @@ class DeviceBackend final : public Backend {
   // in ck::kStepFlashHeadDims) or the tensor cores are off.
   KernelHandle k_flash_;
   KernelHandle k_argmax_rows_;  // the kArgmax rows' picks
+  KernelHandle k_top_k_rows_;   // the kTopK rows' candidates
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_gather_, k_scatter_,
@@ -316,6 +317,11 @@ class DeviceBackend final : public Backend {
   DeviceBuffer scores_;  // [attention_rows_][n_head][max_ctx] attention scratch
   DeviceBuffer logits_;  // [rows][n_vocab], grown on demand
   DeviceBuffer picks_;   // [B] int: the kArgmax rows' picks, then [B] int: their bad flags
+  // The kTopK rows: [B][2] int (k, first output), then [B] int: bad flags;
+  // their candidates, [B kMaxTopK] ids and values.
+  DeviceBuffer top_table_;
+  DeviceBuffer top_ids_;
+  DeviceBuffer top_values_;
   // Mixture of experts (empty for a dense model), R = moe_rows(), k =
   // n_expert_used.
   DeviceBuffer router_logits_;  // [B][n_expert]
@@ -346,6 +352,7 @@ class DeviceBackend final : public Backend {
     int rows = 0;
     int pos0 = 0;
     Logits logits = Logits::kNone;
+    int top_k = 0;  // kTopK
   };
   std::vector<StepSlice> slices_;
   // The step's rows in runs of consecutive slices on one kernel: tensor
@@ -375,10 +382,16 @@ class DeviceBackend final : public Backend {
   std::vector<int32_t> positions_;  // [B]
   std::vector<float> cs_host_;      // [B][n_rot / 2][2]
   // The rows of the head: the logits rows (kLast, kAll) in slice order,
-  // then the kArgmax rows (n_picks_ of them, picked on the device).
+  // then the kArgmax rows (n_picks_ of them, picked on the device), then
+  // the kTopK rows (n_tops_, n_top_candidates_ candidates in all).
   std::vector<int> head_rows_;
   int n_picks_ = 0;
-  std::vector<int32_t> picks_host_;  // [2 B]: picks, then bad flags
+  int n_tops_ = 0;
+  int n_top_candidates_ = 0;
+  std::vector<int32_t> top_table_host_;  // [3 B]: k and first output a row, then bad flags
+  std::vector<int32_t> top_ids_host_;
+  std::vector<float> top_values_host_;
+  std::vector<int32_t> picks_host_;  // [B]: the kArgmax rows' picks
   std::vector<float> hidden_host_;  // [B][n_embd]
   std::vector<float> logits_host_;
   // Routing on the host (moe()).

@@ -1,6 +1,7 @@
 // The step of the device backend (device_backend_impl.h): the recipes of
 // worker/cpu/forward.cc and moe.cc as launches of worker/cuda/kernels.
 #include "worker/cuda/device_backend_impl.h"
+#include "worker/head_picks.h"
 
 namespace strata::worker::device {
 
@@ -383,13 +384,22 @@ absl::Status DeviceBackend::head() {
     STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_soft_cap_, n_logits, logits_.as<float>(),
                                     hp_.final_softcap, static_cast<long long>(n_logits)));
   }
-  if (n_picks_ > 0) {  // the last n_picks_ rows: their picks and checks
-    const int64_t first = int64_t{rows - n_picks_} * n_vocab_;
+  if (n_picks_ > 0) {  // the n_picks_ rows before the top-k ones: their picks and checks
+    const int64_t first = int64_t{rows - n_tops_ - n_picks_} * n_vocab_;
     STRATA_DEVICE_RETURN_IF_ERROR(run(k_argmax_rows_, static_cast<unsigned>(n_picks_),
                                       ck::kStepSampleThreads,
                                       static_cast<const float*>(logits_.as<float>() + first),
                                       n_vocab_, picks_.as<int>(),
                                       picks_.as<int>() + options_.max_batch));
+  }
+  if (n_tops_ > 0) {  // the last n_tops_ rows: their candidates and checks
+    const int64_t first = int64_t{rows - n_tops_} * n_vocab_;
+    const int* table = top_table_.as<int>();
+    STRATA_DEVICE_RETURN_IF_ERROR(run(k_top_k_rows_, static_cast<unsigned>(n_tops_),
+                                      ck::kStepSampleThreads,
+                                      static_cast<const float*>(logits_.as<float>() + first),
+                                      n_vocab_, table, top_ids_.as<int>(), top_values_.as<float>(),
+                                      top_table_.as<int>() + 2 * options_.max_batch));
   }
   return absl::OkStatus();
 }
@@ -470,7 +480,7 @@ bool DeviceBackend::graph_step(const ForwardRequest& req) const {
   for (const StepSlice& s : slices_) {
     if (s.rows != 1) return false;
     if (is_last() && s.logits != slices_.front().logits) return false;
-    if (is_last() && s.logits != Logits::kLast && s.logits != Logits::kArgmax) return false;
+    if (is_last() && !one_head_row(s.logits)) return false;
   }
   return true;
 }
@@ -519,7 +529,7 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   int row = 0;
   for (const ForwardSlice& s : step->slices) {
     Sequence& seq = sequences_.find(s.seq)->second;
-    slices_.push_back(StepSlice{&seq, row, s.rows, seq.length, s.logits});
+    slices_.push_back(StepSlice{&seq, row, s.rows, seq.length, s.logits, s.top_k});
     for (int t = 0; t < s.rows; ++t) positions_[static_cast<size_t>(row + t)] = seq.length + t;
     row += s.rows;
     const bool tensor = options_.mma_min_rows > 0 && s.rows >= options_.mma_min_rows;
@@ -540,6 +550,8 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   }
   head_rows_.clear();
   n_picks_ = 0;
+  n_tops_ = 0;
+  n_top_candidates_ = 0;
   if (is_last()) {
     for (const StepSlice& s : slices_) {
       if (s.logits == Logits::kAll) {
@@ -553,6 +565,18 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
       head_rows_.push_back(s.row0 + s.rows - 1);
       ++n_picks_;
     }
+    for (const StepSlice& s : slices_) {
+      if (s.logits != Logits::kTopK) continue;
+      head_rows_.push_back(s.row0 + s.rows - 1);
+      top_table_host_[static_cast<size_t>(2 * n_tops_)] = s.top_k;
+      top_table_host_[static_cast<size_t>(2 * n_tops_ + 1)] = n_top_candidates_;
+      ++n_tops_;
+      n_top_candidates_ += s.top_k;
+    }
+    if (n_tops_ > 0) {  // read by the step's launches (a replayed graph's too)
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(top_table_.get(), top_table_host_.data(),
+                                                 static_cast<size_t>(2 * n_tops_) * sizeof(int32_t)));
+    }
     const size_t need = head_rows_.size() * static_cast<size_t>(n_vocab_) * sizeof(float);
     if (logits_.bytes() < need) {
       drop_graphs();  // they name the old buffer
@@ -561,8 +585,8 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   }
 
   if (graph_step(req)) {
-    // One graph a row count and kind of head (logits or picks).
-    const int key = 2 * n + (n_picks_ > 0 ? 1 : 0);
+    // One graph a row count and kind of head (logits, picks, candidates).
+    const int key = 3 * n + (n_picks_ > 0 ? 1 : n_tops_ > 0 ? 2 : 0);
     auto it = decode_graphs_.find(key);
     if (it == decode_graphs_.end()) {
       absl::StatusOr<GraphHandle> g = api_->capture([&] { return launch_step(n, nullptr); });
@@ -589,6 +613,8 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   result->hidden = {};
   result->logits = {};
   result->argmax = {};
+  result->top_ids = {};
+  result->top_logits = {};
   if (!is_last()) {
     hidden_host_.resize(static_cast<size_t>(n * e));
     STRATA_DEVICE_RETURN_IF_ERROR(
@@ -605,9 +631,9 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     return absl::OkStatus();
   }
   if (!head_rows_.empty()) {
-    // The logits rows, then the picks; a picked row that holds a NaN or an
-    // infinity is downloaded to say where.
-    const int n_rows_out = static_cast<int>(head_rows_.size()) - n_picks_;
+    // The logits rows, then the picks, then the candidates; a picked row
+    // that holds a NaN or an infinity is downloaded to say where.
+    const int n_rows_out = static_cast<int>(head_rows_.size()) - n_picks_ - n_tops_;
     const int64_t n_logits = int64_t{n_rows_out} * n_vocab_;
     logits_host_.resize(static_cast<size_t>(n_logits));
     STRATA_DEVICE_RETURN_IF_ERROR(api_->download(logits_host_.data(), logits_.get(),
@@ -621,22 +647,43 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
       }
       return absl::OkStatus();
     };
-    STRATA_DEVICE_RETURN_IF_ERROR(not_finite(logits_host_.data(), n_logits, 0));
-    if (n_picks_ > 0) {
-      const size_t b = static_cast<size_t>(options_.max_batch);
-      STRATA_DEVICE_RETURN_IF_ERROR(api_->download(picks_host_.data(), picks_.get(),
-                                                   static_cast<size_t>(n_picks_) * sizeof(int32_t)));
-      STRATA_DEVICE_RETURN_IF_ERROR(api_->download(picks_host_.data() + b, picks_.as<int>() + b,
-                                                   static_cast<size_t>(n_picks_) * sizeof(int32_t)));
-      for (int p = 0; p < n_picks_; ++p) {
-        if (picks_host_[b + static_cast<size_t>(p)] == 0) continue;
+    // Flags [count] ints at `flags` (device) for the head rows from `row0`
+    // on: a flagged row is downloaded and refused, naming its first bad
+    // logit.
+    const auto refuse_flagged = [&](const int* flags, int count, int row0) -> absl::Status {
+      std::vector<int32_t> host(static_cast<size_t>(count));
+      STRATA_DEVICE_RETURN_IF_ERROR(
+          api_->download(host.data(), flags, host.size() * sizeof(int32_t)));
+      for (int p = 0; p < count; ++p) {
+        if (host[static_cast<size_t>(p)] == 0) continue;
         std::vector<float> picked(static_cast<size_t>(n_vocab_));
         STRATA_DEVICE_RETURN_IF_ERROR(api_->download(
-            picked.data(), logits_.as<float>() + int64_t{n_rows_out + p} * n_vocab_,
+            picked.data(), logits_.as<float>() + int64_t{row0 + p} * n_vocab_,
             picked.size() * sizeof(float)));
-        STRATA_DEVICE_RETURN_IF_ERROR(not_finite(picked.data(), n_vocab_, n_rows_out + p));
+        STRATA_DEVICE_RETURN_IF_ERROR(not_finite(picked.data(), n_vocab_, row0 + p));
       }
+      return absl::OkStatus();
+    };
+    STRATA_DEVICE_RETURN_IF_ERROR(not_finite(logits_host_.data(), n_logits, 0));
+    if (n_picks_ > 0) {
+      STRATA_DEVICE_RETURN_IF_ERROR(refuse_flagged(picks_.as<int>() + options_.max_batch,
+                                                   n_picks_, n_rows_out));
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->download(picks_host_.data(), picks_.get(),
+                                                   static_cast<size_t>(n_picks_) * sizeof(int32_t)));
       result->argmax = std::span<const int32_t>(picks_host_.data(), static_cast<size_t>(n_picks_));
+    }
+    if (n_tops_ > 0) {
+      STRATA_DEVICE_RETURN_IF_ERROR(refuse_flagged(top_table_.as<int>() + 2 * options_.max_batch,
+                                                   n_tops_, n_rows_out + n_picks_));
+      const size_t c = static_cast<size_t>(n_top_candidates_);
+      top_ids_host_.resize(c);
+      top_values_host_.resize(c);
+      STRATA_DEVICE_RETURN_IF_ERROR(
+          api_->download(top_ids_host_.data(), top_ids_.get(), c * sizeof(int32_t)));
+      STRATA_DEVICE_RETURN_IF_ERROR(
+          api_->download(top_values_host_.data(), top_values_.get(), c * sizeof(float)));
+      result->top_ids = top_ids_host_;
+      result->top_logits = top_values_host_;
     }
     result->logits = std::span<const float>(logits_host_.data(), logits_host_.size());
   }

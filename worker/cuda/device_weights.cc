@@ -272,6 +272,7 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_add_rms_, kernel(src.rms_norm, ck::kAddRmsNormEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_argmax_rows_, kernel(src.sample, ck::kArgmaxRowsEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_top_k_rows_, kernel(src.sample, ck::kTopKRowsEntry));
   if (const size_t f = ck::step_flash_index(hp_.head_dim_k);
       options_.mma_min_rows > 0 && hp_.head_dim_k == hp_.head_dim_v &&
       f < ck::kStepFlashHeadDims.size()) {
@@ -344,7 +345,12 @@ absl::Status DeviceBackend::load() {
     grouped_slots_.resize(slots);
   }
   STRATA_DEVICE_ASSIGN_OR_RETURN(picks_, space(2 * b * sizeof(int32_t)));
-  picks_host_.resize(2 * b);
+  picks_host_.resize(b);
+  STRATA_DEVICE_ASSIGN_OR_RETURN(top_table_, space(3 * b * sizeof(int32_t)));
+  top_table_host_.resize(3 * b);
+  const size_t top = b * static_cast<size_t>(std::min(kMaxTopK, n_vocab_));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(top_ids_, space(top * sizeof(int32_t)));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(top_values_, space(top * sizeof(float)));
   positions_.resize(b);
   cs_host_.resize(b * (hp_.n_rot / 2) * 2);
   decode_host_.resize(b * (sizeof(unsigned long long) + 4 * sizeof(int)));

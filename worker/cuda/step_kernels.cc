@@ -7,6 +7,7 @@
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
+#include "worker/backend.h"
 #include "worker/cuda/kernels/sources.h"
 
 namespace strata::worker::cuda_kernels {
@@ -66,7 +67,8 @@ const StepSources& step_sources() {
                                {"-DTHREADS=" + std::to_string(kStepRmsNormThreads)}};
     s->elementwise = KernelSource{"elementwise.cu", kElementwiseSource, {}};
     s->sample = KernelSource{"sample.cu", kSampleSource,
-                             {"-DTHREADS=" + std::to_string(kStepSampleThreads)}};
+                             {"-DTHREADS=" + std::to_string(kStepSampleThreads),
+                              "-DSTRATA_TOP_K_MAX=" + std::to_string(kMaxTopK)}};
     s->attention = KernelSource{"attention.cu", kAttentionSource,
                                 {"-DTHREADS=" + std::to_string(kStepAttentionThreads)}};
     return s;

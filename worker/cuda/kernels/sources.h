@@ -36,12 +36,14 @@ inline constexpr const char* kAttentionRowsEntry = "strata_attention_rows";
 inline constexpr const char* kAttentionBatchEntry = "strata_attention_batch";
 inline constexpr int kAttentionThreads = 128;
 
-// argmax: grid (1), block (-DTHREADS, 256 by default).
+// argmax: grid (1), block (-DTHREADS, 256 by default); argmax_rows and
+// top_k_rows: grid (rows), the same block.
 inline constexpr const char* kSampleSource =
 #include "worker/cuda/kernels/sample.cuh.inc"
     ;
 inline constexpr const char* kArgmaxEntry = "strata_argmax";
 inline constexpr const char* kArgmaxRowsEntry = "strata_argmax_rows";
+inline constexpr const char* kTopKRowsEntry = "strata_top_k_rows";
 inline constexpr int kArgmaxThreads = 256;
 
 }  // namespace strata::worker::cuda_kernels

@@ -1,4 +1,4 @@
-#include "worker/greedy_pick.h"
+#include "worker/head_picks.h"
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <numeric>
+#include <vector>
 
 namespace strata::worker {
 
@@ -44,18 +46,38 @@ int32_t first_argmax(std::span<const float> x) {
 }
 
 
-int64_t take_greedy_rows(std::span<const ForwardSlice> slices, float* logits, int64_t n_vocab,
-                         std::vector<int32_t>* picks) {
+void top_candidates(std::span<const float> x, int k, int32_t* ids, float* values) {
+  thread_local std::vector<int32_t> order;
+  order.resize(x.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto before = [&](int32_t a, int32_t b) {
+    return x[a] > x[b] || (x[a] == x[b] && a < b);
+  };
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+  for (int i = 0; i < k; ++i) {
+    ids[i] = order[static_cast<size_t>(i)];
+    values[i] = x[static_cast<size_t>(ids[i])];
+  }
+}
+
+int64_t take_picked_rows(std::span<const ForwardSlice> slices, float* logits, int64_t n_vocab,
+                         HeadPicks* picks) {
   int64_t in = 0, kept = 0;
   const size_t row_bytes = static_cast<size_t>(n_vocab) * sizeof(float);
   for (const ForwardSlice& s : slices) {
-    const int64_t rows = s.logits == Logits::kAll                                    ? s.rows
-                         : s.logits == Logits::kLast || s.logits == Logits::kArgmax ? 1
-                                                                                     : 0;
+    const int64_t rows = s.logits == Logits::kAll ? s.rows : one_head_row(s.logits) ? 1 : 0;
     for (int64_t r = 0; r < rows; ++r, ++in) {
       float* row = logits + in * n_vocab;
+      const std::span<const float> values(row, static_cast<size_t>(n_vocab));
       if (s.logits == Logits::kArgmax) {
-        picks->push_back(first_argmax(std::span<const float>(row, static_cast<size_t>(n_vocab))));
+        picks->argmax.push_back(first_argmax(values));
+        continue;
+      }
+      if (s.logits == Logits::kTopK) {
+        const size_t at = picks->top_ids.size();
+        picks->top_ids.resize(at + static_cast<size_t>(s.top_k));
+        picks->top_logits.resize(at + static_cast<size_t>(s.top_k));
+        top_candidates(values, s.top_k, picks->top_ids.data() + at, picks->top_logits.data() + at);
         continue;
       }
       if (kept != in) std::memmove(logits + kept * n_vocab, row, row_bytes);
@@ -63,6 +85,19 @@ int64_t take_greedy_rows(std::span<const ForwardSlice> slices, float* logits, in
     }
   }
   return kept;
+}
+
+Logits head_pick(const SamplingParams& p, bool needs_row, int n_vocab, int* top_k) {
+  *top_k = 0;
+  if (needs_row) return Logits::kLast;
+  if (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    return Logits::kLast;
+  }
+  if (p.temperature <= 0.0f) return Logits::kArgmax;
+  const int k = std::min(p.top_k, n_vocab);
+  if (k < 1 || k > kMaxTopK) return Logits::kLast;
+  *top_k = k;
+  return Logits::kTopK;
 }
 
 }  // namespace strata::worker
