@@ -540,8 +540,9 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
       } else if (f.logits == Logits::kTopK) {
         const size_t k = static_cast<size_t>(f.top_k);
         add_token(s,
-                  seq.sampler->sample_top(out.top_ids.subspan(top_at, k),
-                                          out.top_logits.subspan(top_at, k)),
+                  seq.failed.ok() ? seq.sampler->sample_top(out.top_ids.subspan(top_at, k),
+                                                            out.top_logits.subspan(top_at, k))
+                                  : -1,
                   seq, result);
         top_at += k;
       } else {
