@@ -83,24 +83,44 @@ TEST_P(DeviceBackendSteps, DecodeStepsReplayedFromGraphsGiveTheSameBits) {
   }
 }
 
+// Two device backends of the whole of stories260K, each with sequences
+// [0, n_seq) of 64 positions: `a` to give logits, `b` picks or candidates
+// (`emulated` counts b's graphs; null on a GPU).
+struct Twins {
+  Loaded m;
+  std::unique_ptr<Backend> a, b;
+  testing::EmulatedDeviceApi* emulated = nullptr;
+  bool ok() const { return a != nullptr && b != nullptr; }
+};
+Twins twin_backends(int n_seq) {
+  Twins t;
+  t.m = open_model(stories_path());
+  if (t.m.model == nullptr) return t;
+  std::unique_ptr<DeviceApi> api = new_api();
+  t.emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
+  t.a = device_backend(t.m, {0, t.m.hp.n_layer});
+  auto b = make_device_backend(t.m.model, t.m.hp, {0, t.m.hp.n_layer}, test_options(),
+                               std::move(api));
+  EXPECT_TRUE(b.ok()) << b.status();
+  t.b = b.ok() ? *std::move(b) : nullptr;
+  for (int s = 0; s < n_seq && t.ok(); ++s) {
+    EXPECT_TRUE(t.a->add_sequence(s, 64).ok());
+    EXPECT_TRUE(t.b->add_sequence(s, 64).ok());
+  }
+  return t;
+}
+
 // Logits::kArgmax on the device (strata_argmax_rows): the picks of a step
 // are first_argmax of the logits the same step gives to kLast slices, the
 // other slices' logits unchanged; in a prompt step beside kLast and kAll
 // slices, then in decode steps of picks only (replayed from their own
 // graph: one capture, then replays).
 TEST_P(DeviceBackendSteps, ArgmaxSlicesArePickedOnTheDevice) {
-  Loaded m = open_model(stories_path());
-  ASSERT_NE(m.model, nullptr);
-  auto a = device_backend(m, {0, m.hp.n_layer});
-  std::unique_ptr<DeviceApi> api = new_api();
-  auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
-  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, test_options(), std::move(api));
-  ASSERT_NE(a, nullptr);
-  ASSERT_TRUE(b.ok()) << b.status();
-  for (int s = 0; s < 3; ++s) {
-    ASSERT_TRUE(a->add_sequence(s, 64).ok());
-    ASSERT_TRUE((*b)->add_sequence(s, 64).ok());
-  }
+  Twins t = twin_backends(3);
+  ASSERT_TRUE(t.ok());
+  Backend* a = t.a.get();
+  Backend* b = t.b.get();
+  testing::EmulatedDeviceApi* emulated = t.emulated;
   const size_t v = static_cast<size_t>(a->n_vocab());
   std::vector<ForwardSlice> logits = {{.seq = 0, .rows = 2, .logits = Logits::kLast},
                                       {.seq = 1, .rows = 3, .logits = Logits::kAll},
@@ -117,7 +137,7 @@ TEST_P(DeviceBackendSteps, ArgmaxSlicesArePickedOnTheDevice) {
     rb.slices = picks;
     ForwardResult oa, ob;
     ASSERT_TRUE(a->forward(ra, &oa).ok());
-    ASSERT_TRUE((*b)->forward(rb, &ob).ok());
+    ASSERT_TRUE(b->forward(rb, &ob).ok());
     std::vector<size_t> rows_of_picks;  // in oa's logits
     size_t row = 0;
     for (size_t i = 0; i < picks.size(); ++i) {
@@ -154,19 +174,12 @@ TEST_P(DeviceBackendSteps, ArgmaxSlicesArePickedOnTheDevice) {
 // steps of candidates only, k 1, 40 and the whole vocabulary (replayed
 // from their own graph: one capture, then replays).
 TEST_P(DeviceBackendSteps, TopKSlicesGetTheirCandidatesFromTheDevice) {
-  Loaded m = open_model(stories_path());
-  ASSERT_NE(m.model, nullptr);
-  auto a = device_backend(m, {0, m.hp.n_layer});
-  std::unique_ptr<DeviceApi> api = new_api();
-  auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
-  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, test_options(), std::move(api));
-  ASSERT_NE(a, nullptr);
-  ASSERT_TRUE(b.ok()) << b.status();
+  Twins t = twin_backends(4);
+  ASSERT_TRUE(t.ok());
+  Backend* a = t.a.get();
+  Backend* b = t.b.get();
+  testing::EmulatedDeviceApi* emulated = t.emulated;
   const int v = a->n_vocab();
-  for (int s = 0; s < 4; ++s) {
-    ASSERT_TRUE(a->add_sequence(s, 64).ok());
-    ASSERT_TRUE((*b)->add_sequence(s, 64).ok());
-  }
   std::vector<ForwardSlice> logits = {{.seq = 0, .rows = 2, .logits = Logits::kLast},
                                       {.seq = 1, .rows = 3, .logits = Logits::kAll},
                                       {.seq = 2, .rows = 1, .logits = Logits::kLast},
@@ -184,7 +197,7 @@ TEST_P(DeviceBackendSteps, TopKSlicesGetTheirCandidatesFromTheDevice) {
     rb.slices = picks;
     ForwardResult oa, ob;
     ASSERT_TRUE(a->forward(ra, &oa).ok());
-    ASSERT_TRUE((*b)->forward(rb, &ob).ok());
+    ASSERT_TRUE(b->forward(rb, &ob).ok());
     std::vector<int32_t> want_ids;
     std::vector<float> want_values;
     size_t row = 0, kept = 0;
