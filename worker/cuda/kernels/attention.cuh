@@ -85,6 +85,40 @@ __device__ __forceinline__ float strata_block_reduce(float v, int max) {
   return result;
 }
 
+#ifndef STRATA_ATTENTION_SHARED_DK
+#define STRATA_ATTENTION_SHARED_DK 512  // q rounded in shared memory up to this dk
+#endif
+
+// Key row kr [dk] (f16 bits) . q (f16-rounded), summed d = 0 .. dk - 1 in
+// float; 8 halves a load when dk is a multiple of 8 (the rows are then
+// 16-byte aligned: the cache's rows are dk-wide from an aligned buffer).
+__device__ __forceinline__ float strata_key_dot(const float* q_round,
+                                               const unsigned short* __restrict__ kr, int dk) {
+  float s = 0.0f;
+  if ((dk & 7) == 0) {
+    for (int d = 0; d < dk; d += 8) {
+      unsigned short h[8];
+#if defined(__CUDA_ARCH__)
+      const uint4 w = *(const uint4*)(kr + d);
+      h[0] = (unsigned short)(w.x & 0xffffu);
+      h[1] = (unsigned short)(w.x >> 16);
+      h[2] = (unsigned short)(w.y & 0xffffu);
+      h[3] = (unsigned short)(w.y >> 16);
+      h[4] = (unsigned short)(w.z & 0xffffu);
+      h[5] = (unsigned short)(w.z >> 16);
+      h[6] = (unsigned short)(w.w & 0xffffu);
+      h[7] = (unsigned short)(w.w >> 16);
+#else
+      memcpy(h, kr + d, sizeof h);  // the emulation
+#endif
+      for (int i = 0; i < 8; ++i) s += q_round[d + i] * strata_f16(h[i]);
+    }
+  } else {
+    for (int d = 0; d < dk; ++d) s += q_round[d] * strata_f16(kr[d]);
+  }
+  return s;
+}
+
 // Head h of one query row: qh [dk], its keys and values [window_begin,
 // n_kv) of KV head g, scores sc [n_kv] scratch, out oh [dv].
 __device__ __forceinline__ void strata_attend_head(
@@ -92,11 +126,23 @@ __device__ __forceinline__ void strata_attend_head(
     const unsigned short* __restrict__ v_cache, float* __restrict__ oh, float* __restrict__ sc,
     int n_kv, int window_begin, int g, int n_head_kv, int dk, int dv, float scale,
     float softcap, float sink, int has_sink) {
+  // q rounded to f16 once, in shared memory (beyond its size: in place in
+  // a register of each product, the same values).
+  __shared__ float q_shared[STRATA_ATTENTION_SHARED_DK];
+  const bool shared_q = dk <= STRATA_ATTENTION_SHARED_DK;
+  if (shared_q) {
+    for (int d = threadIdx.x; d < dk; d += THREADS) q_shared[d] = strata_round_f16(qh[d]);
+  }
+  __syncthreads();
   float m = sink;
   for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
     const unsigned short* kr = k_cache + ((long long)j * n_head_kv + g) * dk;
     float s = 0.0f;
-    for (int d = 0; d < dk; ++d) s += strata_round_f16(qh[d]) * strata_f16(kr[d]);
+    if (shared_q) {
+      s = strata_key_dot(q_shared, kr, dk);
+    } else {
+      for (int d = 0; d < dk; ++d) s += strata_round_f16(qh[d]) * strata_f16(kr[d]);
+    }
     if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
     s *= scale;
     sc[j] = s;
@@ -112,13 +158,19 @@ __device__ __forceinline__ void strata_attend_head(
   float total = strata_block_reduce(sum, 0);  // its barriers order sc's writes
   if (has_sink) total += expf(sink - m);
   const float inv = 1.0f / total;
+  // The weights p = f16(e / total), once each (not once a V column).
+  for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
+    sc[j] = strata_round_f16(sc[j] * inv);
+  }
+  __syncthreads();
   for (int d = threadIdx.x; d < dv; d += THREADS) {
     float o = 0.0f;
     for (int j = window_begin; j < n_kv; ++j) {
-      o += strata_round_f16(sc[j] * inv) * strata_f16(v_cache[((long long)j * n_head_kv + g) * dv + d]);
+      o += sc[j] * strata_f16(v_cache[((long long)j * n_head_kv + g) * dv + d]);
     }
     oh[d] = o;
   }
+  __syncthreads();  // q_shared and sc are free for the block's next head
 }
 
 STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
