@@ -31,6 +31,8 @@
 #   speed_cuda          strata speed --backend cuda on it: decode tok/s of one
 #                       stream and of 16, pp512; as fractions of the measured
 #                       bandwidth and of the tensor-core peak
+#   kernel_profile      the same model's prefill and decode with every launch
+#                       timed (STRATA_KERNEL_PROFILE): each kernel's share
 # Every step is "pass", "fail" or "skip" with a reason; a step whose
 # prerequisite is missing (no GPU, no CUDA backend in this build, no
 # python3) is a skip that says which, never a pass.
@@ -489,6 +491,34 @@ else
     record speed_cuda pass "measured (targets in \"targets\")" $((SECONDS - t0)) "$extra"
   else
     record speed_cuda fail "$(tail -c 300 "$LOGS/speed-cuda-1.log") $(tail -c 200 "$LOGS/speed-cuda-16.log")" $((SECONDS - t0)) "$extra"
+  fi
+fi
+
+# Where the time goes (diagnostics for the next kernel work): the same 8B
+# model's prefill and decode with every launch timed (STRATA_KERNEL_PROFILE:
+# the host waits for each launch and graphs are off, so its totals exceed
+# the speed table's); each kernel's launches and time, most time first.
+t0=$SECONDS
+if [[ -z "$skip" ]] && over_budget; then skip="the check's $BUDGET_S s budget was spent"; fi
+if [[ -n "$skip" ]]; then
+  record kernel_profile skip "$skip" 0
+else
+  ok=true
+  for part in prefill decode; do
+    rm -f "$WORK/kernels-$part.json"
+    if [[ $part == prefill ]]; then args=(-p 512 -n 0); else args=(-p 0 -n 32 --sessions 4); fi
+    STRATA_KERNEL_PROFILE="$WORK/kernels-$part.json" timeout "$(bound 60)" "$STRATA" speed -m "$m8b" \
+      "${BACKEND_ARGS[@]}" "${args[@]}" -r 1 --json >"$WORK/speed-profile-$part.json" \
+      2>"$LOGS/kernel-profile-$part.log" || ok=false
+    [[ -s "$WORK/kernels-$part.json" ]] || ok=false
+  done
+  profile_json() { if [[ -s "$1" ]]; then tr -d '\n' <"$1"; else echo null; fi; }
+  extra=", \"prefill_512\": $(profile_json "$WORK/kernels-prefill.json"), \"decode_4x32\": $(profile_json "$WORK/kernels-decode.json")"
+  if [[ $ok == true ]]; then
+    record kernel_profile pass "measured" $((SECONDS - t0)) "$extra"
+  else
+    record kernel_profile fail "$(tail -c 300 "$LOGS/kernel-profile-prefill.log") $(tail -c 200 "$LOGS/kernel-profile-decode.log")" \
+      $((SECONDS - t0)) "$extra"
   fi
 fi
 

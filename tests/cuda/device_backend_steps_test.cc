@@ -4,12 +4,15 @@
 // or downloading their logits; on the emulation and on a GPU
 // (device_backend_fixture.h).
 #include <cstring>
+#include <set>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/cuda/device_backend_fixture.h"
 #include "tests/cuda/emulated_step_kernels.h"
 #include "worker/head_picks.h"
@@ -80,6 +83,60 @@ TEST_P(DeviceBackendSteps, DecodeStepsReplayedFromGraphsGiveTheSameBits) {
       EXPECT_EQ(emulated->captures(), 3);
       EXPECT_EQ(emulated->replays(), 7);
     }
+  }
+}
+
+// The kernel profile (DeviceBackendOptions::kernel_profile_path): the
+// steps' logits are those of a backend that does not profile; every launch
+// after the load is counted under its kernel (on the emulation: as many as
+// the api ran), none from a graph (graphs are off while profiling); the
+// JSON is written when the backend goes, most time first.
+TEST_P(DeviceBackendSteps, AKernelProfileCountsEveryLaunchAndChangesNothing) {
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto plain = device_backend(m, {0, m.hp.n_layer}, test_options());
+  ASSERT_NE(plain, nullptr);
+  const std::vector<std::vector<float>> want = decode_script(*plain);
+
+  DeviceBackendOptions o = test_options();
+  o.kernel_profile_path = dir.file("profile.json");
+  std::unique_ptr<DeviceApi> api = new_api();
+  auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
+  auto profiled = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+  ASSERT_TRUE(profiled.ok()) << profiled.status();
+  const int64_t launches_at_load = emulated != nullptr ? emulated->launches() : 0;
+  EXPECT_EQ(decode_script(**profiled), want);
+  const int64_t launched = emulated != nullptr ? emulated->launches() - launches_at_load : 0;
+  if (emulated != nullptr) {
+    EXPECT_EQ(emulated->captures(), 0);
+  }
+  profiled->reset();  // writes the profile
+
+  std::ifstream in(o.kernel_profile_path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << "no profile at " << o.kernel_profile_path;
+  ASSERT_TRUE(j["kernels"].is_array());
+  ASSERT_FALSE(j["kernels"].empty());
+  int64_t counted = 0;
+  double total = 0.0, previous = 1e300;
+  std::set<std::string> entries;
+  for (const nlohmann::json& k : j["kernels"]) {
+    counted += k["launches"].get<int64_t>();
+    const double ms = k["ms"].get<double>();
+    EXPECT_GE(ms, 0.0);
+    EXPECT_LE(ms, previous);  // most time first
+    previous = ms;
+    total += ms;
+    entries.insert(k["entry"].get<std::string>());
+  }
+  EXPECT_NEAR(j["total_ms"].get<double>(), total, 1e-9 * (1.0 + total));
+  if (emulated != nullptr) {
+    EXPECT_EQ(counted, launched);
+  }
+  EXPECT_GT(counted, 0);
+  for (const char* e : {"strata_matvec3_f32", "strata_rms_norm", "strata_attention_batch"}) {
+    EXPECT_EQ(entries.count(e), 1u) << e;
   }
 }
 

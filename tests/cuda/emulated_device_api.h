@@ -129,6 +129,7 @@ class EmulatedDeviceApi : public DeviceApi {
   // bytes (HostEntry::arg_bytes), replayed in order.
   absl::StatusOr<GraphHandle> capture(const std::function<absl::Status()>& work) override {
     if (capturing_) return in_capture("capture");
+    if (profiling_) return absl::UnimplementedError("no graphs while launches are profiled");
     capturing_ = true;
     recording_.clear();
     const absl::Status st = work();
@@ -174,6 +175,9 @@ class EmulatedDeviceApi : public DeviceApi {
     }
     const KernelHandle h{static_cast<int>(loaded_.size())};
     loaded_.push_back(&it->second);
+    timed_.push_back(Timed{absl::StrCat(kernel.source->name, " ",
+                                        absl::StrJoin(kernel.source->options, " ")),
+                           kernel.entry, 0, 0.0});
     handles_.emplace(k, h);
     return h;
   }
@@ -195,8 +199,31 @@ class EmulatedDeviceApi : public DeviceApi {
       return absl::OkStatus();
     }
     ++launches_;
+    const auto t0 = std::chrono::steady_clock::now();
     cuda_emulation::launch(grid, block, [&] { fn.call(args); });
+    if (profiling_) {  // the emulation's wall clock
+      Timed& t = timed_[static_cast<size_t>(kernel.id)];
+      ++t.launches;
+      t.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count();
+    }
     return absl::OkStatus();
+  }
+
+  absl::Status set_profiling(bool on) override {
+    if (capturing_) return in_capture("set_profiling");
+    profiling_ = on;
+    return absl::OkStatus();
+  }
+  std::vector<KernelTime> kernel_profile() const override {
+    std::vector<KernelTime> out;
+    for (size_t i = 0; i < timed_.size(); ++i) {
+      const Timed& t = timed_[i];
+      if (t.launches > 0) out.push_back(KernelTime{t.program, t.entry, t.launches, t.ms});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
+    return out;
   }
 
   // Kernel launches run so far (one by one or in replays).
@@ -224,6 +251,9 @@ class EmulatedDeviceApi : public DeviceApi {
   size_t allocated_ = 0;
   std::map<std::string, KernelHandle> handles_;
   std::vector<const HostEntry*> loaded_;  // [KernelHandle::id]
+  using Timed = KernelTime;
+  std::vector<Timed> timed_;  // [KernelHandle::id]: launches and time while profiling
+  bool profiling_ = false;
   int64_t launches_ = 0;
   bool capturing_ = false;
   std::vector<Recorded> recording_;

@@ -23,6 +23,11 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   device.max_batch = options.max_batch;
   const char* no_tune = std::getenv("STRATA_NO_TUNE");
   device.tune = !options.no_tune && !(no_tune != nullptr && std::string(no_tune) == "1");
+  device.kernel_profile_path = options.kernel_profile_path;
+  if (const char* profile = std::getenv("STRATA_KERNEL_PROFILE");
+      device.kernel_profile_path.empty() && profile != nullptr) {
+    device.kernel_profile_path = profile;
+  }
   return make_device_backend(std::move(model), hp, range, device, *std::move(api));
 }
 

@@ -28,6 +28,9 @@ struct CudaBackendOptions {
   // no_tune); false tunes (worker/cuda/kernel_tuner.h) unless
   // STRATA_NO_TUNE=1.
   bool no_tune = false;
+  // DeviceBackendOptions::kernel_profile_path (diagnostics); empty: the
+  // environment's STRATA_KERNEL_PROFILE, if any (how `strata speed` asks).
+  std::string kernel_profile_path;
 };
 
 // Errors: Unimplemented "strata was built without CUDA (STRATA_CUDA=OFF or no

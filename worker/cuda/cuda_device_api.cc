@@ -42,6 +42,8 @@ class CudaDeviceApi : public DeviceApi {
     for (cudaGraphExec_t g : graphs_) {
       if (g != nullptr) cudaGraphExecDestroy(g);
     }
+    if (profile_start_ != nullptr) cudaEventDestroy(profile_start_);
+    if (profile_stop_ != nullptr) cudaEventDestroy(profile_stop_);
     cudaStreamDestroy(stream_);
     for (auto& [key, library] : libraries_) cudaLibraryUnload(library);
   }
@@ -142,6 +144,7 @@ class CudaDeviceApi : public DeviceApi {
   absl::StatusOr<GraphHandle> capture(const std::function<absl::Status()>& work) override {
     bind();
     if (capturing_) return in_capture("capture");
+    if (profiling_) return absl::UnimplementedError("no graphs while launches are profiled");
     if (cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
         e != cudaSuccess) {
       return cuda_error("cudaStreamBeginCapture", e);
@@ -216,7 +219,8 @@ class CudaDeviceApi : public DeviceApi {
           absl::StrCat(src.name, " has no entry ", kernel.entry, ": ", cudaGetErrorString(e)));
     }
     const KernelHandle h{static_cast<int>(kernels_.size())};
-    kernels_.push_back(Loaded{k, kernel.entry});
+    kernels_.push_back(
+        Loaded{k, kernel.entry, absl::StrCat(src.name, " ", absl::StrJoin(src.options, " "))});
     handles_.emplace(std::move(entry_key), h);
     return h;
   }
@@ -227,13 +231,49 @@ class CudaDeviceApi : public DeviceApi {
     if (kernel.id < 0 || kernel.id >= static_cast<int>(kernels_.size())) {
       return absl::InvalidArgumentError(absl::StrCat("no loaded kernel ", kernel.id));
     }
-    const Loaded& k = kernels_[static_cast<size_t>(kernel.id)];
+    Loaded& k = kernels_[static_cast<size_t>(kernel.id)];
+    if (profiling_) cudaEventRecord(profile_start_, stream_);
     if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(grid),
                                          dim3(block), args, 0, stream_);
         e != cudaSuccess) {
       return cuda_error(absl::StrCat("launch of ", k.entry).c_str(), e);
     }
+    if (profiling_) {
+      cudaEventRecord(profile_stop_, stream_);
+      if (cudaError_t e = cudaEventSynchronize(profile_stop_); e != cudaSuccess) {
+        return cuda_error(absl::StrCat("launch of ", k.entry).c_str(), e);
+      }
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, profile_start_, profile_stop_);
+      ++k.launches;
+      k.ms += ms;
+    }
     return absl::OkStatus();
+  }
+
+  absl::Status set_profiling(bool on) override {
+    bind();
+    if (capturing_) return in_capture("set_profiling");
+    if (on && profile_start_ == nullptr) {
+      if (cudaError_t e = cudaEventCreate(&profile_start_); e != cudaSuccess) {
+        return cuda_error("cudaEventCreate", e);
+      }
+      if (cudaError_t e = cudaEventCreate(&profile_stop_); e != cudaSuccess) {
+        return cuda_error("cudaEventCreate", e);
+      }
+    }
+    profiling_ = on;
+    return absl::OkStatus();
+  }
+
+  std::vector<KernelTime> kernel_profile() const override {
+    std::vector<KernelTime> out;
+    for (const Loaded& k : kernels_) {
+      if (k.launches > 0) out.push_back(KernelTime{k.program, k.entry, k.launches, k.ms});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
+    return out;
   }
 
  private:
@@ -250,6 +290,9 @@ class CudaDeviceApi : public DeviceApi {
   struct Loaded {
     cudaKernel_t kernel = nullptr;
     std::string entry;
+    std::string program;      // the source's name and options (profiles)
+    long long launches = 0;   // timed while profiling
+    double ms = 0.0;
   };
 
   CudaDevice device_;
@@ -260,6 +303,8 @@ class CudaDeviceApi : public DeviceApi {
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;
   std::vector<cudaGraphExec_t> graphs_;  // [GraphHandle::id]; released: null
+  bool profiling_ = false;
+  cudaEvent_t profile_start_ = nullptr, profile_stop_ = nullptr;
 };
 
 }  // namespace

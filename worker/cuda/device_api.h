@@ -114,6 +114,24 @@ class DeviceApi {
   }
   virtual void release(GraphHandle graph) { (void)graph; }
 
+  // Kernel profile (diagnostics: where a step's time goes; `strata speed`
+  // with STRATA_KERNEL_PROFILE, worker/cuda/cuda_backend.h). While on, each
+  // launch is timed on the device (the host waits for it: slower, and
+  // capture() is Unimplemented, so a profiled step launches one by one) and
+  // added to its kernel's total. Unimplemented where the api cannot.
+  struct KernelTime {
+    std::string program;  // the source's name and options: "matvec.cu -DNCOLS=8 ..."
+    std::string entry;    // "strata_matvec3_q4_k"
+    long long launches = 0;
+    double ms = 0.0;      // summed over the launches
+  };
+  virtual absl::Status set_profiling(bool on) {
+    (void)on;
+    return absl::UnimplementedError("this device api does not time its launches");
+  }
+  // Every kernel launched while profiling, most time first.
+  virtual std::vector<KernelTime> kernel_profile() const { return {}; }
+
   // load() then launch() (tests; a backend keeps its handles).
   absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block, void** args) {
     absl::StatusOr<KernelHandle> h = load(kernel);

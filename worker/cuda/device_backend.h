@@ -73,6 +73,13 @@ struct DeviceBackendOptions {
   // captured graph of their launches, one a row count (DeviceApi::capture),
   // where the api has graphs; false: launched one by one.
   bool graphs = true;
+  // Diagnostics: when set, every launch after the load is timed on the
+  // device (DeviceApi::set_profiling: the host waits for each, graphs are
+  // off) and, when the backend is destroyed, the kernels' totals are written
+  // here as JSON ({"device", "kernels": [{"program", "entry", "launches",
+  // "ms", "us_per_launch"}] most time first, "total_ms"}). The load fails
+  // where the api cannot time launches.
+  std::string kernel_profile_path;
 };
 
 // Loads the shard's weights onto `api`'s device and loads every kernel the

@@ -135,6 +135,7 @@ class DeviceBackend final : public Backend {
                 std::unique_ptr<DeviceApi> api)
       : model_(std::move(model)), hp_(hp), range_(range), options_(options),
         api_(std::move(api)), host_pool_(1) {}
+  ~DeviceBackend() override { write_kernel_profile(); }
 
   absl::Status load();
 
@@ -205,6 +206,9 @@ class DeviceBackend final : public Backend {
   // Every matrix's split-K choice: forced (options_.row_warps), measured
   // or read by the tuner (options_.tune), or 1 warp a row.
   absl::Status choose_splits();
+  // options_.kernel_profile_path's JSON (a failure to write it is told on
+  // stderr: it runs in the destructor).
+  void write_kernel_profile() const;
   // Loads every matrix's chosen matvec builds and, for `per_slice` (the
   // matrices step_matvec3 takes), its type's tensor-core build.
   absl::Status load_chosen(const std::vector<DeviceMatrix*>& all,

@@ -1,6 +1,11 @@
 // Loading the device backend (device_backend_impl.h): the shard's tensors
 // checked and uploaded, the step's kernels loaded (compiled at first use),
-// the step buffers, each matrix's split-K choice (the tuner).
+// the step buffers, each matrix's split-K choice (the tuner); the kernel
+// profile's file.
+#include <cstdio>
+#include <fstream>
+
+#include "nlohmann/json.hpp"
 #include "worker/cuda/device_backend_impl.h"
 
 namespace strata::worker::device {
@@ -364,7 +369,32 @@ absl::Status DeviceBackend::load() {
     decode_.n_kv = ints + 2 * b;
     decode_.row = ints + 3 * b;
   }
-  return choose_splits();
+  STRATA_DEVICE_RETURN_IF_ERROR(choose_splits());
+  if (!options_.kernel_profile_path.empty()) {  // the launches from here on
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->set_profiling(true));
+  }
+  return absl::OkStatus();
+}
+
+void DeviceBackend::write_kernel_profile() const {
+  if (options_.kernel_profile_path.empty()) return;
+  nlohmann::json kernels = nlohmann::json::array();
+  double total = 0.0;
+  for (const DeviceApi::KernelTime& k : api_->kernel_profile()) {
+    kernels.push_back({{"program", k.program},
+                       {"entry", k.entry},
+                       {"launches", k.launches},
+                       {"ms", k.ms},
+                       {"us_per_launch", k.launches > 0 ? 1e3 * k.ms / k.launches : 0.0}});
+    total += k.ms;
+  }
+  const nlohmann::json j = {{"device", api_->describe()}, {"kernels", kernels}, {"total_ms", total}};
+  std::ofstream out(options_.kernel_profile_path);
+  out << j.dump(1) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "strata: the kernel profile could not be written to %s\n",
+                 options_.kernel_profile_path.c_str());
+  }
 }
 
 absl::Status DeviceBackend::choose_splits() {
