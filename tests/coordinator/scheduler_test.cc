@@ -188,28 +188,34 @@ TEST_F(SchedulerPipelineTest, SameGreedyTokensForEverySplit) {
   }
 }
 
+// With a repeat penalty the last stage samples from the downloaded row;
+// without one, from the backend's top-k candidates (Logits::kTopK); both
+// draw the one-process loop's tokens.
 TEST_F(SchedulerPipelineTest, SeededSamplingAndStopsMatchTheOneProcessLoop) {
   Reference ref(stories());
-  GenerationParams params;
-  params.max_tokens = 40;
-  params.sampling.temperature = 0.9f;
-  params.sampling.top_k = 40;
-  params.sampling.top_p = 0.95f;
-  params.sampling.repeat_penalty = 1.1f;
-  params.sampling.seed = 1234;
-  params.stop = {"5>"};  // the first id ending in 5
-  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
-  const GenerationResult expected = ref.run(prompt, params);
   auto cluster = start(2);
   ASSERT_NE(cluster, nullptr);
-  SequenceRequest r;
-  r.prompt = prompt;
-  r.params = params;
-  Outcome o = drain(*cluster->scheduler().submit(r));
-  ASSERT_TRUE(o.status.ok()) << o.status;
-  EXPECT_EQ(o.all_ids, expected.ids);
-  EXPECT_EQ(o.all_text, expected.text);
-  EXPECT_EQ(o.finish, expected.finish);
+  for (const float repeat_penalty : {1.1f, 1.0f}) {
+    SCOPED_TRACE(repeat_penalty);
+    GenerationParams params;
+    params.max_tokens = 40;
+    params.sampling.temperature = 0.9f;
+    params.sampling.top_k = 40;
+    params.sampling.top_p = 0.95f;
+    params.sampling.repeat_penalty = repeat_penalty;
+    params.sampling.seed = 1234;
+    params.stop = {"5>"};  // the first id ending in 5
+    const std::vector<int32_t> prompt = {1, 403, 407, 261, 378};
+    const GenerationResult expected = ref.run(prompt, params);
+    SequenceRequest r;
+    r.prompt = prompt;
+    r.params = params;
+    Outcome o = drain(*cluster->scheduler().submit(r));
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.all_ids, expected.ids);
+    EXPECT_EQ(o.all_text, expected.text);
+    EXPECT_EQ(o.finish, expected.finish);
+  }
 }
 
 TEST_F(SchedulerPipelineTest, ManyConcurrentSequencesAllCompleteCorrectly) {
