@@ -138,6 +138,18 @@ TEST_P(DeviceBackendSteps, AKernelProfileCountsEveryLaunchAndChangesNothing) {
   for (const char* e : {"strata_matvec3_f32", "strata_rms_norm", "strata_attention_batch"}) {
     EXPECT_EQ(entries.count(e), 1u) << e;
   }
+
+  // A load that fails (a BF16 matrix) writes no profile: the last one stays.
+  const std::string bf16 = dir.file("bf16.gguf");
+  ASSERT_TRUE(write_converted_copy(stories_path(), bf16, [](const gguf::TensorInfo& t) {
+                return t.name == "blk.1.attn_k.weight" ? GgmlType::kBF16 : t.type;
+              }).ok());
+  Loaded other = open_model(bf16);
+  ASSERT_NE(other.model, nullptr);
+  const std::string before = j.dump();
+  EXPECT_FALSE(make_device_backend(other.model, other.hp, {0, other.hp.n_layer}, o, new_api()).ok());
+  std::ifstream again(o.kernel_profile_path);
+  EXPECT_EQ(nlohmann::json::parse(again, nullptr, false).dump(), before);
 }
 
 // Two device backends of the whole of stories260K, each with sequences

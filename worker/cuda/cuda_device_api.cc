@@ -256,9 +256,13 @@ class CudaDeviceApi : public DeviceApi {
     if (capturing_) return in_capture("set_profiling");
     if (on && profile_start_ == nullptr) {
       if (cudaError_t e = cudaEventCreate(&profile_start_); e != cudaSuccess) {
+        profile_start_ = nullptr;
         return cuda_error("cudaEventCreate", e);
       }
+    }
+    if (on && profile_stop_ == nullptr) {
       if (cudaError_t e = cudaEventCreate(&profile_stop_); e != cudaSuccess) {
+        profile_stop_ = nullptr;
         return cuda_error("cudaEventCreate", e);
       }
     }

@@ -206,8 +206,8 @@ class DeviceBackend final : public Backend {
   // Every matrix's split-K choice: forced (options_.row_warps), measured
   // or read by the tuner (options_.tune), or 1 warp a row.
   absl::Status choose_splits();
-  // options_.kernel_profile_path's JSON (a failure to write it is told on
-  // stderr: it runs in the destructor).
+  // options_.kernel_profile_path's JSON, once profiling began (a failure to
+  // write it is told on stderr: it runs in the destructor).
   void write_kernel_profile() const;
   // Loads every matrix's chosen matvec builds and, for `per_slice` (the
   // matrices step_matvec3 takes), its type's tensor-core build.
@@ -389,6 +389,7 @@ class DeviceBackend final : public Backend {
   // then the kArgmax rows (n_picks_ of them, picked on the device), then
   // the kTopK rows (n_tops_, n_top_candidates_ candidates in all).
   std::vector<int> head_rows_;
+  bool profiling_ = false;  // the api times launches (kernel_profile_path)
   int n_picks_ = 0;
   int n_tops_ = 0;
   int n_top_candidates_ = 0;

@@ -372,12 +372,13 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_RETURN_IF_ERROR(choose_splits());
   if (!options_.kernel_profile_path.empty()) {  // the launches from here on
     STRATA_DEVICE_RETURN_IF_ERROR(api_->set_profiling(true));
+    profiling_ = true;
   }
   return absl::OkStatus();
 }
 
 void DeviceBackend::write_kernel_profile() const {
-  if (options_.kernel_profile_path.empty()) return;
+  if (!profiling_) return;  // a load that failed leaves an earlier file as it was
   nlohmann::json kernels = nlohmann::json::array();
   double total = 0.0;
   for (const DeviceApi::KernelTime& k : api_->kernel_profile()) {

@@ -90,12 +90,13 @@ __device__ __forceinline__ float strata_block_reduce(float v, int max) {
 #endif
 
 // Key row kr [dk] (f16 bits) . q (f16-rounded), summed d = 0 .. dk - 1 in
-// float; 8 halves a load when dk is a multiple of 8 (the rows are then
-// 16-byte aligned: the cache's rows are dk-wide from an aligned buffer).
+// float; 8 halves a load when `wide` (the caller's check that every key row
+// is 16-byte aligned: dk a multiple of 8 and the cache's start aligned).
 __device__ __forceinline__ float strata_key_dot(const float* q_round,
-                                               const unsigned short* __restrict__ kr, int dk) {
+                                               const unsigned short* __restrict__ kr, int dk,
+                                               bool wide) {
   float s = 0.0f;
-  if ((dk & 7) == 0) {
+  if (wide) {
     for (int d = 0; d < dk; d += 8) {
       unsigned short h[8];
 #if defined(__CUDA_ARCH__)
@@ -134,12 +135,15 @@ __device__ __forceinline__ void strata_attend_head(
     for (int d = threadIdx.x; d < dk; d += THREADS) q_shared[d] = strata_round_f16(qh[d]);
   }
   __syncthreads();
+  // A layer's keys start where the layers before end: aligned for some
+  // shapes only (the same for every thread of the block).
+  const bool wide = (dk & 7) == 0 && ((unsigned long long)k_cache & 15ull) == 0;
   float m = sink;
   for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
     const unsigned short* kr = k_cache + ((long long)j * n_head_kv + g) * dk;
     float s = 0.0f;
     if (shared_q) {
-      s = strata_key_dot(q_shared, kr, dk);
+      s = strata_key_dot(q_shared, kr, dk, wide);
     } else {
       for (int d = 0; d < dk; ++d) s += strata_round_f16(qh[d]) * strata_f16(kr[d]);
     }

@@ -136,6 +136,7 @@ STRATA_KERNEL strata_top_k_rows(const float* __restrict__ logits, int n,
     taken_s = 0;
     odd = 0;
   }
+  __syncthreads();  // odd is 0 before any thread may set it
   int mine = 0;
   for (int i = t; i < n; i += THREADS) mine |= !(fabsf(row[i]) <= 3.402823466e38f);
   if (mine) odd = 1;  // the same value from every writer
