@@ -175,7 +175,7 @@ class EmulatedDeviceApi : public DeviceApi {
     }
     const KernelHandle h{static_cast<int>(loaded_.size())};
     loaded_.push_back(&it->second);
-    timed_.push_back(Timed{absl::StrCat(kernel.source->name, " ",
+    timed_.push_back(KernelTime{absl::StrCat(kernel.source->name, " ",
                                         absl::StrJoin(kernel.source->options, " ")),
                            kernel.entry, 0, 0.0});
     handles_.emplace(k, h);
@@ -202,7 +202,7 @@ class EmulatedDeviceApi : public DeviceApi {
     const auto t0 = std::chrono::steady_clock::now();
     cuda_emulation::launch(grid, block, [&] { fn.call(args); });
     if (profiling_) {  // the emulation's wall clock
-      Timed& t = timed_[static_cast<size_t>(kernel.id)];
+      KernelTime& t = timed_[static_cast<size_t>(kernel.id)];
       ++t.launches;
       t.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                   .count();
@@ -216,14 +216,7 @@ class EmulatedDeviceApi : public DeviceApi {
     return absl::OkStatus();
   }
   std::vector<KernelTime> kernel_profile() const override {
-    std::vector<KernelTime> out;
-    for (size_t i = 0; i < timed_.size(); ++i) {
-      const Timed& t = timed_[i];
-      if (t.launches > 0) out.push_back(KernelTime{t.program, t.entry, t.launches, t.ms});
-    }
-    std::sort(out.begin(), out.end(),
-              [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
-    return out;
+    return launched_most_time_first(timed_);
   }
 
   // Kernel launches run so far (one by one or in replays).
@@ -251,8 +244,7 @@ class EmulatedDeviceApi : public DeviceApi {
   size_t allocated_ = 0;
   std::map<std::string, KernelHandle> handles_;
   std::vector<const HostEntry*> loaded_;  // [KernelHandle::id]
-  using Timed = KernelTime;
-  std::vector<Timed> timed_;  // [KernelHandle::id]: launches and time while profiling
+  std::vector<KernelTime> timed_;  // [KernelHandle::id]: launches and time while profiling
   bool profiling_ = false;
   int64_t launches_ = 0;
   bool capturing_ = false;

@@ -219,8 +219,9 @@ class CudaDeviceApi : public DeviceApi {
           absl::StrCat(src.name, " has no entry ", kernel.entry, ": ", cudaGetErrorString(e)));
     }
     const KernelHandle h{static_cast<int>(kernels_.size())};
-    kernels_.push_back(
-        Loaded{k, kernel.entry, absl::StrCat(src.name, " ", absl::StrJoin(src.options, " "))});
+    kernels_.push_back(Loaded{k, kernel.entry});
+    times_.push_back(KernelTime{absl::StrCat(src.name, " ", absl::StrJoin(src.options, " ")),
+                                kernel.entry, 0, 0.0});
     handles_.emplace(std::move(entry_key), h);
     return h;
   }
@@ -231,7 +232,7 @@ class CudaDeviceApi : public DeviceApi {
     if (kernel.id < 0 || kernel.id >= static_cast<int>(kernels_.size())) {
       return absl::InvalidArgumentError(absl::StrCat("no loaded kernel ", kernel.id));
     }
-    Loaded& k = kernels_[static_cast<size_t>(kernel.id)];
+    const Loaded& k = kernels_[static_cast<size_t>(kernel.id)];
     if (profiling_) cudaEventRecord(profile_start_, stream_);
     if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(grid),
                                          dim3(block), args, 0, stream_);
@@ -245,8 +246,9 @@ class CudaDeviceApi : public DeviceApi {
       }
       float ms = 0.0f;
       cudaEventElapsedTime(&ms, profile_start_, profile_stop_);
-      ++k.launches;
-      k.ms += ms;
+      KernelTime& t = times_[static_cast<size_t>(kernel.id)];
+      ++t.launches;
+      t.ms += ms;
     }
     return absl::OkStatus();
   }
@@ -271,13 +273,7 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   std::vector<KernelTime> kernel_profile() const override {
-    std::vector<KernelTime> out;
-    for (const Loaded& k : kernels_) {
-      if (k.launches > 0) out.push_back(KernelTime{k.program, k.entry, k.launches, k.ms});
-    }
-    std::sort(out.begin(), out.end(),
-              [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
-    return out;
+    return launched_most_time_first(times_);
   }
 
  private:
@@ -294,9 +290,6 @@ class CudaDeviceApi : public DeviceApi {
   struct Loaded {
     cudaKernel_t kernel = nullptr;
     std::string entry;
-    std::string program;      // the source's name and options (profiles)
-    long long launches = 0;   // timed while profiling
-    double ms = 0.0;
   };
 
   CudaDevice device_;
@@ -304,6 +297,7 @@ class CudaDeviceApi : public DeviceApi {
   std::map<std::string, cudaLibrary_t> libraries_;
   std::map<std::pair<std::string, std::string>, KernelHandle> handles_;
   std::vector<Loaded> kernels_;  // [KernelHandle::id]
+  std::vector<KernelTime> times_;  // [KernelHandle::id]: launches timed while profiling
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;
   std::vector<cudaGraphExec_t> graphs_;  // [GraphHandle::id]; released: null

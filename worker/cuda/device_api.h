@@ -21,6 +21,7 @@
 // download waits for every launch before it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -131,6 +132,18 @@ class DeviceApi {
   }
   // Every kernel launched while profiling, most time first.
   virtual std::vector<KernelTime> kernel_profile() const { return {}; }
+
+ protected:
+  // kernel_profile() of an api keeping a KernelTime a loaded kernel: those
+  // launched, most time first.
+  static std::vector<KernelTime> launched_most_time_first(std::vector<KernelTime> times) {
+    std::erase_if(times, [](const KernelTime& t) { return t.launches == 0; });
+    std::sort(times.begin(), times.end(),
+              [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
+    return times;
+  }
+
+ public:
 
   // load() then launch() (tests; a backend keeps its handles).
   absl::Status launch(const KernelRef& kernel, unsigned grid, unsigned block, void** args) {
