@@ -397,6 +397,7 @@ class DeviceBackend final : public Backend {
   std::vector<int32_t> top_ids_host_;
   std::vector<float> top_values_host_;
   std::vector<int32_t> picks_host_;  // [B]: the kArgmax rows' picks
+  std::vector<int32_t> flags_host_;  // [B]: the picked or top-k rows' bad flags
   std::vector<float> hidden_host_;  // [B][n_embd]
   std::vector<float> logits_host_;
   // Routing on the host (moe()).

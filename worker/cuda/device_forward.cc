@@ -651,11 +651,10 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     // on: a flagged row is downloaded and refused, naming its first bad
     // logit.
     const auto refuse_flagged = [&](const int* flags, int count, int row0) -> absl::Status {
-      std::vector<int32_t> host(static_cast<size_t>(count));
-      STRATA_DEVICE_RETURN_IF_ERROR(
-          api_->download(host.data(), flags, host.size() * sizeof(int32_t)));
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->download(flags_host_.data(), flags,
+                                                   static_cast<size_t>(count) * sizeof(int32_t)));
       for (int p = 0; p < count; ++p) {
-        if (host[static_cast<size_t>(p)] == 0) continue;
+        if (flags_host_[static_cast<size_t>(p)] == 0) continue;
         std::vector<float> picked(static_cast<size_t>(n_vocab_));
         STRATA_DEVICE_RETURN_IF_ERROR(api_->download(
             picked.data(), logits_.as<float>() + int64_t{row0 + p} * n_vocab_,

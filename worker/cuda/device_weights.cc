@@ -351,6 +351,7 @@ absl::Status DeviceBackend::load() {
   }
   STRATA_DEVICE_ASSIGN_OR_RETURN(picks_, space(2 * b * sizeof(int32_t)));
   picks_host_.resize(b);
+  flags_host_.resize(b);
   STRATA_DEVICE_ASSIGN_OR_RETURN(top_table_, space(3 * b * sizeof(int32_t)));
   top_table_host_.resize(3 * b);
   const size_t top = b * static_cast<size_t>(std::min(kMaxTopK, n_vocab_));
