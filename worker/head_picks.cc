@@ -50,9 +50,7 @@ void top_candidates(std::span<const float> x, int k, int32_t* ids, float* values
   thread_local std::vector<int32_t> order;
   order.resize(x.size());
   std::iota(order.begin(), order.end(), 0);
-  const auto before = [&](int32_t a, int32_t b) {
-    return x[a] > x[b] || (x[a] == x[b] && a < b);
-  };
+  const auto before = [&](int32_t a, int32_t b) { return logit_before(x[a], a, x[b], b); };
   std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
   for (int i = 0; i < k; ++i) {
     ids[i] = order[static_cast<size_t>(i)];

@@ -20,10 +20,9 @@ namespace strata::worker {
 // (SmolLM2) take ~6 us on one core.
 int32_t first_argmax(std::span<const float> x);
 
-// The k largest of x (k <= x.size()), largest first, equal ones by lower
-// index (worker/sampler.cc's top-k order: a strict order for values that
-// are not NaN; -0 and +0 are equal): their indices to ids[0, k), their
-// values to values[0, k).
+// The k largest of x (k <= x.size()) in the sampler's order
+// (logit_before: a strict order for values that are not NaN): their
+// indices to ids[0, k), their values to values[0, k).
 void top_candidates(std::span<const float> x, int k, int32_t* ids, float* values);
 
 // What a step's kArgmax and kTopK slices get instead of their logits rows,

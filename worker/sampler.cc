@@ -111,7 +111,7 @@ int32_t Sampler::sample(std::span<const float> logits,
   n = kept;
   if (n == 0) return -1;
   auto by_logit = [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    return logit_before(a.logit, a.id, b.logit, b.id);
   };
 
   // Top-k: keep the k highest, sorted.

@@ -44,6 +44,12 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// The sampler's order of candidates (top-k, top-p, the draw): a larger
+// logit first, equal logits by lower id (-0 equals +0).
+inline bool logit_before(float a, int32_t id_a, float b, int32_t id_b) {
+  return a > b || (a == b && id_a < id_b);
+}
+
 // InvalidArgument naming the field for a value out of range (negative
 // top_k, top_p outside (0, 1], min_p outside [0, 1], non-positive repeat
 // penalty, non-finite values, negative penalty_last_n).
