@@ -32,21 +32,14 @@ __device__ __forceinline__ float f16_bits(const u8* p) {
 #endif
 }
 
-// 16 bytes at p (16-byte aligned) in one load; the emulation copies them.
-__device__ __forceinline__ uint4 load_u4(const u8* p) {
+// A T at p (aligned to T: 16 bytes for uint4/float4, 2 for unsigned short)
+// in one load; the emulation copies its bytes.
+template <typename T>
+__device__ __forceinline__ T load_as(const void* p) {
 #if defined(__CUDA_ARCH__)
-  return *(const uint4*)p;
+  return *(const T*)p;
 #else
-  uint4 r;
-  memcpy(&r, p, sizeof r);
-  return r;
-#endif
-}
-__device__ __forceinline__ float4 load_f4(const float* p) {
-#if defined(__CUDA_ARCH__)
-  return *(const float4*)p;
-#else
-  float4 r;
+  T r;
   memcpy(&r, p, sizeof r);
   return r;
 #endif
@@ -55,7 +48,7 @@ __device__ __forceinline__ float4 load_f4(const float* p) {
 // The 32 bytes at p (16-byte aligned) as eight little-endian words, in two
 // loads; byte l of them is (words[l / 4] >> 8 (l % 4)) & 255.
 __device__ __forceinline__ void load_32_bytes(const u8* p, unsigned int* words) {
-  const uint4 a = load_u4(p), b = load_u4(p + 16);
+  const uint4 a = load_as<uint4>(p), b = load_as<uint4>(p + 16);
   words[0] = a.x;
   words[1] = a.y;
   words[2] = a.z;
@@ -73,13 +66,7 @@ __device__ __forceinline__ unsigned int byte_of(const unsigned int* words, int l
 // 16-bit loads; byte l of them is (halves[l / 2] >> 8 (l % 2)) & 255.
 __device__ __forceinline__ void load_32_bytes_2(const u8* p, unsigned short* halves) {
 STRATA_UNROLL
-  for (int i = 0; i < 16; ++i) {
-#if defined(__CUDA_ARCH__)
-    halves[i] = ((const unsigned short*)p)[i];
-#else
-    memcpy(&halves[i], p + 2 * i, 2);
-#endif
-  }
+  for (int i = 0; i < 16; ++i) halves[i] = load_as<unsigned short>(p + 2 * i);
 }
 __device__ __forceinline__ unsigned int byte_of(const unsigned short* halves, int l) {
   return ((unsigned int)halves[l >> 1] >> (8 * (l & 1))) & 255u;
@@ -358,7 +345,7 @@ STRATA_UNROLL
       } else {  // n_cols a multiple of 32: xc 16-byte aligned (x is)
 STRATA_UNROLL
         for (int l = 0; l < 32; l += 4) {  // the same sums in the same order
-          const float4 t = load_f4(xc + l);
+          const float4 t = load_as<float4>(xc + l);
           s = fmaf(v[l], t.x, s);
           s = fmaf(v[l + 1], t.y, s);
           s = fmaf(v[l + 2], t.z, s);
