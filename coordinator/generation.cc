@@ -171,23 +171,34 @@ absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
   const worker::Logits wanted =
       worker::head_pick(params.sampling, /*needs_row=*/false, backend.n_vocab(), &top_k);
   const auto t1 = std::chrono::steady_clock::now();
-  bool first = true;
-  while (!output.done()) {
-    const bool row = first || wanted == worker::Logits::kLast;
-    if (row ? out.logits.size() != static_cast<size_t>(backend.n_vocab())
-        : wanted == worker::Logits::kArgmax ? out.argmax.size() != 1
-                                             : out.top_ids.size() != static_cast<size_t>(top_k) ||
-                                                   out.top_logits.size() != out.top_ids.size()) {
-      return absl::InternalError(absl::StrCat("the backend ", std::string(backend.name()),
-                                              " did not give the step's head (", out.logits.size(),
-                                              " logits, ", out.argmax.size(), " picks, ",
-                                              out.top_ids.size(), " candidates)"));
+  // The token from what the step gave for `head` (the prefill: the row).
+  auto next_token = [&](worker::Logits head) -> absl::StatusOr<int32_t> {
+    switch (head) {
+      case worker::Logits::kArgmax:
+        if (out.argmax.size() == 1) return out.argmax[0];
+        break;
+      case worker::Logits::kTopK:
+        if (out.top_ids.size() == static_cast<size_t>(top_k) &&
+            out.top_logits.size() == out.top_ids.size()) {
+          return sampler.sample_top(out.top_ids, out.top_logits);
+        }
+        break;
+      default:
+        if (out.logits.size() == static_cast<size_t>(backend.n_vocab())) {
+          return sampler.sample(out.logits);
+        }
     }
-    const int32_t token = row ? sampler.sample(out.logits)
-                          : wanted == worker::Logits::kArgmax
-                              ? out.argmax[0]
-                              : sampler.sample_top(out.top_ids, out.top_logits);
-    first = false;
+    return absl::InternalError(absl::StrCat("the backend ", std::string(backend.name()),
+                                            " did not give the step's head (", out.logits.size(),
+                                            " logits, ", out.argmax.size(), " picks, ",
+                                            out.top_ids.size(), " candidates)"));
+  };
+  worker::Logits head = worker::Logits::kLast;  // the prefill's
+  while (!output.done()) {
+    const absl::StatusOr<int32_t> next = next_token(head);
+    if (!next.ok()) return next.status();
+    const int32_t token = *next;
+    head = wanted;
     sampler.accept(token);
     emit(output.push(token));
     if (output.done()) break;
