@@ -115,6 +115,14 @@ std::function<GgmlType(const gguf::TensorInfo&)> matrices_as(GgmlType type) {
   };
 }
 
+std::string stories_with_a_bf16_matrix(gguf::testing::TempDir& dir) {
+  const std::string path = dir.file("bf16.gguf");
+  EXPECT_TRUE(write_converted_copy(stories_path(), path, [](const gguf::TensorInfo& t) {
+                return t.name == "blk.1.attn_k.weight" ? GgmlType::kBF16 : t.type;
+              }).ok());
+  return path;
+}
+
 std::string tiny_llama(gguf::testing::TempDir& dir, const std::string& type_name) {
   synth::SynthOptions o;
   o.shape = "tiny-llama";

@@ -85,6 +85,10 @@ absl::Status write_converted_copy(const std::string& in, const std::string& out,
 // `type` where its rows are whole blocks of it; the rest as they are.
 std::function<GgmlType(const gguf::TensorInfo&)> matrices_as(GgmlType type);
 
+// stories260K with blk.1.attn_k.weight as BF16 (a type the kernels do not
+// read), written in `dir`; its path.
+std::string stories_with_a_bf16_matrix(gguf::testing::TempDir& dir);
+
 // A random-weight tiny llama (model/synthetic_model.h, 256 wide) written in
 // `dir` with its matrices in `type_name` ("F32", "Q4_K_M": the
 // synthesizer's mix of Q4_K and Q6_K, or a type the F32 matrices are

@@ -140,10 +140,7 @@ TEST_P(DeviceBackendSteps, AKernelProfileCountsEveryLaunchAndChangesNothing) {
   }
 
   // A load that fails (a BF16 matrix) writes no profile: the last one stays.
-  const std::string bf16 = dir.file("bf16.gguf");
-  ASSERT_TRUE(write_converted_copy(stories_path(), bf16, [](const gguf::TensorInfo& t) {
-                return t.name == "blk.1.attn_k.weight" ? GgmlType::kBF16 : t.type;
-              }).ok());
+  const std::string bf16 = stories_with_a_bf16_matrix(dir);
   Loaded other = open_model(bf16);
   ASSERT_NE(other.model, nullptr);
   const std::string before = j.dump();

@@ -418,10 +418,7 @@ TEST_P(DeviceBackend, RefusesTypesItCannotRunByName) {
   ASSERT_NE(m.model, nullptr);
   absl::StatusOr<std::unique_ptr<Backend>> b;
   gguf::testing::TempDir dir;
-  const std::string bf16 = dir.file("bf16.gguf");
-  ASSERT_TRUE(write_converted_copy(stories_path(), bf16, [](const gguf::TensorInfo& t) {
-                return t.name == "blk.1.attn_k.weight" ? GgmlType::kBF16 : t.type;
-              }).ok());
+  const std::string bf16 = stories_with_a_bf16_matrix(dir);
   Loaded other = open_model(bf16);
   ASSERT_NE(other.model, nullptr);
   b = make_device_backend(other.model, other.hp, {0, other.hp.n_layer}, {}, new_api());
