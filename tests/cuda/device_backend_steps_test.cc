@@ -176,6 +176,61 @@ Twins twin_backends(int n_seq) {
   return t;
 }
 
+// One step of `tokens` through a (slices `logits`: kLast or kAll) and b
+// (the same slices, some asking for a pick or candidates instead): b's
+// logits rows are a's rows of the slices that kept them, its picks
+// first_argmax of a's rows, its candidates their top_candidates. Returns
+// b's picks and candidates.
+struct Picked {
+  std::vector<int32_t> argmax, top_ids;
+};
+Picked expect_picks_of_the_same_logits(Backend& a, Backend& b, const std::vector<int32_t>& tokens,
+                                       const std::vector<ForwardSlice>& logits,
+                                       const std::vector<ForwardSlice>& picks) {
+  ForwardRequest ra, rb;
+  ra.tokens = rb.tokens = tokens;
+  ra.slices = logits;
+  rb.slices = picks;
+  ForwardResult oa, ob;
+  EXPECT_TRUE(a.forward(ra, &oa).ok());
+  EXPECT_TRUE(b.forward(rb, &ob).ok());
+  const size_t v = static_cast<size_t>(a.n_vocab());
+  std::vector<int32_t> want_argmax, want_ids;
+  std::vector<float> want_values;
+  size_t row = 0, kept = 0;
+  for (size_t i = 0; i < picks.size(); ++i) {
+    const size_t rows = logits[i].logits == Logits::kAll ? static_cast<size_t>(logits[i].rows) : 1;
+    if (oa.logits.size() < (row + rows) * v) {
+      ADD_FAILURE() << "a gave " << oa.logits.size() << " logits";
+      return {};
+    }
+    const auto a_row = oa.logits.subspan(row * v, v);
+    if (picks[i].logits == Logits::kTopK) {
+      const size_t k = static_cast<size_t>(picks[i].top_k);
+      want_ids.resize(want_ids.size() + k);
+      want_values.resize(want_values.size() + k);
+      top_candidates(a_row, picks[i].top_k, want_ids.data() + want_ids.size() - k,
+                     want_values.data() + want_values.size() - k);
+    } else if (picks[i].logits == Logits::kArgmax) {
+      want_argmax.push_back(first_argmax(a_row));
+    } else {
+      EXPECT_GE(ob.logits.size(), (kept + rows) * v);
+      if (ob.logits.size() >= (kept + rows) * v) {
+        EXPECT_TRUE(std::equal(oa.logits.begin() + row * v, oa.logits.begin() + (row + rows) * v,
+                               ob.logits.begin() + kept * v));
+      }
+      kept += rows;
+    }
+    row += rows;
+  }
+  EXPECT_EQ(ob.logits.size(), kept * v);
+  Picked got{{ob.argmax.begin(), ob.argmax.end()}, {ob.top_ids.begin(), ob.top_ids.end()}};
+  EXPECT_EQ(got.argmax, want_argmax);
+  EXPECT_EQ(got.top_ids, want_ids);
+  EXPECT_EQ(std::vector<float>(ob.top_logits.begin(), ob.top_logits.end()), want_values);
+  return got;
+}
+
 // Logits::kArgmax on the device (strata_argmax_rows): the picks of a step
 // are first_argmax of the logits the same step gives to kLast slices, the
 // other slices' logits unchanged; in a prompt step beside kLast and kAll
@@ -187,7 +242,6 @@ TEST_P(DeviceBackendSteps, ArgmaxSlicesArePickedOnTheDevice) {
   Backend* a = t.a.get();
   Backend* b = t.b.get();
   testing::EmulatedDeviceApi* emulated = t.emulated;
-  const size_t v = static_cast<size_t>(a->n_vocab());
   std::vector<ForwardSlice> logits = {{.seq = 0, .rows = 2, .logits = Logits::kLast},
                                       {.seq = 1, .rows = 3, .logits = Logits::kAll},
                                       {.seq = 2, .rows = 1, .logits = Logits::kLast}};
@@ -197,30 +251,8 @@ TEST_P(DeviceBackendSteps, ArgmaxSlicesArePickedOnTheDevice) {
   std::vector<int32_t> tokens = {1, 403, 1, 261, 378, 1};
   for (int step = 0; step < 4; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    ForwardRequest ra, rb;
-    ra.tokens = rb.tokens = tokens;
-    ra.slices = logits;
-    rb.slices = picks;
-    ForwardResult oa, ob;
-    ASSERT_TRUE(a->forward(ra, &oa).ok());
-    ASSERT_TRUE(b->forward(rb, &ob).ok());
-    std::vector<size_t> rows_of_picks;  // in oa's logits
-    size_t row = 0;
-    for (size_t i = 0; i < picks.size(); ++i) {
-      const size_t rows = logits[i].logits == Logits::kAll ? static_cast<size_t>(logits[i].rows) : 1;
-      if (picks[i].logits == Logits::kArgmax) {
-        rows_of_picks.push_back(row);
-      } else {
-        ASSERT_GE(ob.logits.size(), (row - rows_of_picks.size() + rows) * v);
-        EXPECT_TRUE(std::equal(oa.logits.begin() + row * v, oa.logits.begin() + (row + rows) * v,
-                               ob.logits.begin() + (row - rows_of_picks.size()) * v));
-      }
-      row += rows;
-    }
-    ASSERT_EQ(ob.argmax.size(), rows_of_picks.size());
-    for (size_t p = 0; p < rows_of_picks.size(); ++p) {
-      EXPECT_EQ(ob.argmax[p], first_argmax(oa.logits.subspan(rows_of_picks[p] * v, v)));
-    }
+    const Picked ob = expect_picks_of_the_same_logits(*a, *b, tokens, logits, picks);
+    ASSERT_FALSE(ob.argmax.empty());
     // Decode steps: every sequence one row, a only logits, b only picks.
     tokens = {ob.argmax[0], 300 + step, ob.argmax.back()};
     for (int s = 0; s < 3; ++s) {
@@ -257,39 +289,8 @@ TEST_P(DeviceBackendSteps, TopKSlicesGetTheirCandidatesFromTheDevice) {
   std::vector<int32_t> tokens = {1, 403, 1, 261, 378, 1, 1, 40};
   for (int step = 0; step < 4; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    ForwardRequest ra, rb;
-    ra.tokens = rb.tokens = tokens;
-    ra.slices = logits;
-    rb.slices = picks;
-    ForwardResult oa, ob;
-    ASSERT_TRUE(a->forward(ra, &oa).ok());
-    ASSERT_TRUE(b->forward(rb, &ob).ok());
-    std::vector<int32_t> want_ids;
-    std::vector<float> want_values;
-    size_t row = 0, kept = 0;
-    for (size_t i = 0; i < picks.size(); ++i) {
-      const size_t rows = logits[i].logits == Logits::kAll ? static_cast<size_t>(logits[i].rows) : 1;
-      const auto a_row = oa.logits.subspan(row * v, static_cast<size_t>(v));
-      if (picks[i].logits == Logits::kTopK) {
-        const size_t k = static_cast<size_t>(picks[i].top_k);
-        want_ids.resize(want_ids.size() + k);
-        want_values.resize(want_values.size() + k);
-        top_candidates(a_row, picks[i].top_k, want_ids.data() + want_ids.size() - k,
-                       want_values.data() + want_values.size() - k);
-      } else if (picks[i].logits == Logits::kArgmax) {
-        ASSERT_EQ(ob.argmax.size(), 1u);
-        EXPECT_EQ(ob.argmax[0], first_argmax(a_row));
-      } else {
-        ASSERT_GE(ob.logits.size(), (kept + rows) * v);
-        EXPECT_TRUE(std::equal(oa.logits.begin() + row * v, oa.logits.begin() + (row + rows) * v,
-                               ob.logits.begin() + kept * v));
-        kept += rows;
-      }
-      row += rows;
-    }
-    EXPECT_EQ(ob.logits.size(), kept * v);
-    EXPECT_EQ(std::vector<int32_t>(ob.top_ids.begin(), ob.top_ids.end()), want_ids);
-    EXPECT_EQ(std::vector<float>(ob.top_logits.begin(), ob.top_logits.end()), want_values);
+    const Picked ob = expect_picks_of_the_same_logits(*a, *b, tokens, logits, picks);
+    ASSERT_FALSE(ob.top_ids.empty());
     // Decode steps: every sequence one row, a only logits, b only candidates.
     tokens = {ob.top_ids[0], 300 + step, 5 + step, ob.top_ids.back()};
     const int ks[] = {1, 40, v, 7};
