@@ -276,6 +276,45 @@ absl::Status Cluster::plan(bool final_on_failure) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> Cluster::nccl_links(
+    const std::vector<int>& members) {
+  const ActivationLinkKind kind = options_.config.activation_link;
+  std::vector<std::optional<v1::NcclLinkSetup>> out(members.size());
+  if (kind == ActivationLinkKind::kGrpc) return out;
+  for (size_t k = 0; k + 1 < members.size(); ++k) {
+    const int from = members[k];
+    const int to = members[k + 1];
+    int lacking = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int i : {from, to}) {
+        if (lacking < 0 && !(states_[i].described && states_[i].described->nccl_link())) {
+          lacking = i;
+        }
+      }
+    }
+    if (lacking >= 0) {
+      if (kind == ActivationLinkKind::kNccl) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "activation_link: nccl, but ", worker_label(lacking),
+            " makes no NCCL links (its Describe says nccl_link: false; a worker needs a "
+            "build with NCCL and backend: cuda:N)"));
+      }
+      continue;  // auto: gRPC between these two
+    }
+    // Each id from the worker that is rank 0 of its communicator.
+    absl::StatusOr<std::string> forward = workers_[from]->make_nccl_id(options_.call_deadline);
+    if (!forward.ok()) return forward.status();
+    absl::StatusOr<std::string> results = workers_[to]->make_nccl_id(options_.call_deadline);
+    if (!results.ok()) return results.status();
+    v1::NcclLinkSetup setup;
+    setup.set_forward_id(*std::move(forward));
+    setup.set_results_id(*std::move(results));
+    out[k] = std::move(setup);
+  }
+  return out;
+}
+
 absl::Status Cluster::load_pipeline() {
   if (!plan_) {
     bool first;
@@ -293,8 +332,14 @@ absl::Status Cluster::load_pipeline() {
     members = members_;
   }
   const int n = static_cast<int>(members.size());
+  absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> nccl = nccl_links(members);
+  if (!nccl.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    problem_ = std::string(nccl.status().message());
+    return nccl.status();
+  }
   // The last stage first, so each stage's next one is ready when the first
-  // micro-batch comes.
+  // micro-batch comes (over NCCL the next stage waits for it to join).
   for (int k = n - 1; k >= 0; --k) {
     const int i = members[k];
     const int next = k + 1 < n ? members[k + 1] : -1;
@@ -314,6 +359,8 @@ absl::Status Cluster::load_pipeline() {
     if (next >= 0 && pool_[next].name != pool_[next].address) {
       req.set_next_stage_name(pool_[next].name);
     }
+    if ((*nccl)[k]) *req.mutable_nccl_next() = *(*nccl)[k];
+    if (k > 0 && (*nccl)[k - 1]) *req.mutable_nccl_previous() = *(*nccl)[k - 1];
     req.set_trace(!c.trace.empty());
     req.set_prefix_cache_blocks(prefix_blocks());
     req.set_prefix_block_tokens(kDefaultPrefixBlockTokens);
@@ -697,6 +744,7 @@ v1::ClusterStatusResponse Cluster::status() const {
     if (s.shard && k < members_.size()) {
       w->set_weight_bytes(s.shard->weight_bytes());
       w->set_kv_bytes(s.shard->kv_bytes());
+      w->set_link_to_next(s.shard->next_link());
     }
     uint64_t budget = pool_[i].memory_budget;
     if (s.described) {

@@ -1,8 +1,9 @@
 // Cluster: the coordinator's view of its pipeline. It opens the model
 // (tokenizer, hyperparameters, sizes), plans placement (auto by memory
 // budget, or the config's explicit ranges, refused with numbers), loads the
-// shards (LoadShard, last stage first), links the scheduler to the first
-// stage, and watches the workers:
+// shards (LoadShard, last stage first; between two stages NCCL or gRPC, as
+// activation_link says, with the NCCL ids made by the workers: MakeNcclId),
+// links the scheduler to the first stage, and watches the workers:
 //
 //   - every health_check_interval_ms a Health RPC with a deadline goes to
 //     each worker; after health_check_failures misses in a row (dead:
@@ -163,6 +164,10 @@ class Cluster {
   void check_workers();
   // Plans (once) and loads every shard, then attaches the scheduler.
   absl::Status load_pipeline();
+  // The NCCL setup of the link after each stage of `members` (nullopt:
+  // gRPC), as activation_link says, with ids from the workers' MakeNcclId.
+  absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> nccl_links(
+      const std::vector<int>& members);
   // Plans over members_; `final_on_failure`: a plan that cannot fit stops
   // the cluster (at startup), else it is only reported.
   absl::Status plan(bool final_on_failure = true);

@@ -300,6 +300,13 @@ absl::StatusOr<WorkerConfig> parse_worker(const YAML::Node& node,
 
 }  // namespace
 
+std::optional<ActivationLinkKind> parse_activation_link(std::string_view text) {
+  if (text == "auto") return ActivationLinkKind::kAuto;
+  if (text == "grpc") return ActivationLinkKind::kGrpc;
+  if (text == "nccl") return ActivationLinkKind::kNccl;
+  return std::nullopt;
+}
+
 std::string worker_label(const WorkerConfig& w) {
   if (w.address.empty()) return absl::StrCat("worker ", w.name);
   if (w.name == w.address) return absl::StrCat("worker ", w.address);
@@ -372,7 +379,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
     absl::Status st = check_keys(
         root, "",
         {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
-         "placement", "health_check_interval_ms", "health_check_timeout_ms",
+         "placement", "activation_link", "health_check_interval_ms", "health_check_timeout_ms",
          "health_check_failures", "trace", "workers", "http_listen", "api_key", "chat_template",
          "prefix_cache_blocks", "spares", "migration", "insecure", "tls"});
     if (!st.ok()) return with_source(st);
@@ -482,6 +489,16 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
             "placement", absl::StrCat("'", *s, "' is not auto or explicit")));
       }
       placement = *s;
+    }
+    if (root["activation_link"]) {
+      auto s = get_string(root["activation_link"], "activation_link");
+      if (!s.ok()) return with_source(s.status());
+      std::optional<ActivationLinkKind> kind = parse_activation_link(*s);
+      if (!kind) {
+        return with_source(key_error(
+            "activation_link", absl::StrCat("'", *s, "' is not auto, grpc or nccl")));
+      }
+      c.activation_link = *kind;
     }
     if (root["trace"]) {
       auto s = get_string(root["trace"], "trace");

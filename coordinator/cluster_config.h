@@ -16,6 +16,11 @@
 //                                   # (1 .. 4096 - max_sequences)
 //   kv_type: f16                    # f16 or f32
 //   placement: auto                 # auto (by memory budget) or explicit
+//   activation_link: auto           # between two stages: auto (NCCL where
+//                                   # both workers make NCCL links: GPU
+//                                   # workers built with NCCL; else gRPC),
+//                                   # grpc, or nccl (every pair, or the
+//                                   # load fails saying which worker lacks it)
 //   health_check_interval_ms: 500   # Health RPC to every worker this often
 //   health_check_timeout_ms: 750    # deadline of one Health RPC
 //   health_check_failures: 2        # misses in a row before a worker is
@@ -81,6 +86,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include "absl/strings/string_view.h"
 #include <vector>
 
@@ -113,6 +119,11 @@ struct WorkerConfig {
 // has no address (declared).
 std::string worker_label(const WorkerConfig& w);
 
+// How activations travel between two stages (`activation_link:`).
+enum class ActivationLinkKind { kAuto, kGrpc, kNccl };
+// "auto", "grpc", "nccl"; nullopt otherwise.
+std::optional<ActivationLinkKind> parse_activation_link(std::string_view text);
+
 struct ClusterConfig {
   std::string model;
   std::string listen = "127.0.0.1:50051";
@@ -127,6 +138,7 @@ struct ClusterConfig {
   int prefill_chunk = 512;
   GgmlType kv_type = GgmlType::kF16;
   bool explicit_placement = false;
+  ActivationLinkKind activation_link = ActivationLinkKind::kAuto;
   int health_check_interval_ms = 500;
   int health_check_timeout_ms = 750;
   int health_check_failures = 2;

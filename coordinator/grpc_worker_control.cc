@@ -65,6 +65,16 @@ class GrpcWorkerControl final : public WorkerControl {
     return out.shard();
   }
 
+  absl::StatusOr<std::string> make_nccl_id(absl::Duration deadline) override {
+    if (!refused_.ok()) return refused_;
+    grpc::ClientContext ctx;
+    set_deadline(&ctx, deadline);
+    v1::MakeNcclIdResponse out;
+    grpc::Status s = stub_->MakeNcclId(&ctx, v1::MakeNcclIdRequest(), &out);
+    if (!s.ok()) return from_grpc(s, label_, "MakeNcclId");
+    return std::move(*out.mutable_id());
+  }
+
   absl::StatusOr<int> free_sequences(uint64_t shard_id,
                                      std::span<const uint64_t> seq_ids,
                                      absl::Duration deadline) override {

@@ -91,6 +91,7 @@ class InProcessWorker final : public WorkerControl {
     options.worker_name = name_;
     options.progress = progress_;  // the Cluster loads stages one at a time
     absl::StatusOr<worker::ShardPlan> plan = worker::plan_shard(r);
+    if (plan.ok() && !r.head()) plan->info.set_next_link("in-process");
     absl::StatusOr<std::unique_ptr<worker::Stage>> stage =
         plan.ok() ? worker::load_planned_stage(*std::move(plan), n_threads_, options, backend_)
                   : absl::StatusOr<std::unique_ptr<worker::Stage>>(plan.status());
@@ -101,6 +102,12 @@ class InProcessWorker final : public WorkerControl {
     std::lock_guard<std::mutex> lock(mu_);
     stage_ = std::make_unique<LockedStage>(*std::move(stage));
     return stage_->shard();
+  }
+
+  // Stages of one process hand activations over by function calls.
+  absl::StatusOr<std::string> make_nccl_id(absl::Duration) override {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": stages in this process make no NCCL links"));
   }
 
   absl::StatusOr<int> free_sequences(uint64_t,

@@ -1,5 +1,6 @@
 // WorkerControl: the coordinator's control plane to one worker — Describe,
-// LoadShard, FreeSequence, Health (strata.v1.Worker, worker.proto). Two
+// LoadShard, MakeNcclId, FreeSequence, Health (strata.v1.Worker,
+// worker.proto). Two
 // implementations: gRPC to a `strata-worker` process
 // (make_grpc_worker_control), and a Stage in this process for single-node
 // mode (coordinator/single_node.h). Activations do not pass here: they
@@ -36,6 +37,10 @@ class WorkerControl {
       absl::Duration deadline) = 0;
   virtual absl::StatusOr<v1::ShardInfo> load_shard(
       const v1::LoadShardRequest& request, absl::Duration deadline) = 0;
+  // A new ncclUniqueId (128 bytes) for a communicator this worker will be
+  // rank 0 of (worker.proto MakeNcclId); FailedPrecondition from a worker
+  // that makes no NCCL links.
+  virtual absl::StatusOr<std::string> make_nccl_id(absl::Duration deadline) = 0;
   virtual absl::StatusOr<int> free_sequences(
       uint64_t shard_id, std::span<const uint64_t> seq_ids,
       absl::Duration deadline) = 0;

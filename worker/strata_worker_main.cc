@@ -37,7 +37,11 @@
 #include "proto/grpc_tls.h"
 #include "spdlog/spdlog.h"
 #include "strata_version.h"
+#include "worker/cuda/cuda_backend.h"
 #include "worker/grpc_link.h"
+#ifdef STRATA_HAVE_NCCL
+#include "worker/nccl_channel.h"
+#endif
 #include "worker/worker_config.h"
 #include "worker/worker_service.h"
 
@@ -208,6 +212,15 @@ int main(int argc, char** argv) {
   strata::StderrProgress progress_output;
   strata::Progress progress(progress_output);
   service->set_progress(&progress);
+#ifdef STRATA_HAVE_NCCL
+  // A GPU worker makes NCCL links to GPU neighbours the coordinator pairs
+  // it with (Describe: nccl_link); their frames wait as long as results do.
+  if (auto choice = strata::worker::parse_backend_choice(config.backend);
+      choice.ok() && choice->kind == strata::worker::BackendChoice::Kind::kCuda) {
+    service->set_frame_transport(strata::worker::make_nccl_transport(
+        choice->device, std::chrono::milliseconds(config.answer_timeout_ms)));
+  }
+#endif
   {
     // Read bandwidth and FLOP rate for Describe (planning): measured on the
     // first start (about a second), then read from the tune cache.

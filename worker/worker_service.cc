@@ -19,6 +19,7 @@
 #include "kernels/cpu/cpu_info.h"
 #include "proto/decode.h"  // before any Read of a MicroBatch: see decode.h
 #include "spdlog/spdlog.h"
+#include "worker/frame_link.h"
 #include "worker/grpc_link.h"
 #include "worker/shard_plan.h"
 #include "worker/stream_writer.h"
@@ -186,6 +187,7 @@ void WorkerService::shutdown() {
     stopping_ = true;
   }
   if (old != nullptr) {
+    if (old->upstream != nullptr) old->upstream->close();
     old->relay->close(absl::StrCat("link closed: worker ", worker_id(), " is stopping"));
   }
   tell_shard();
@@ -213,6 +215,7 @@ grpc::Status WorkerService::Describe(grpc::ServerContext*,
   response->set_memory_budget_bytes(config_.memory_budget_bytes);
   for (const std::string& d : config_.model_dirs) response->add_model_dirs(d);
   response->set_protocol_version(kProtocolVersion);
+  response->set_nccl_link(transport_ != nullptr);
   response->set_read_bandwidth_bytes_per_s(read_bytes_per_s_.load());
   response->set_flops_per_s(flops_per_s_.load());
   response->set_matmul_overhead_s(matmul_overhead_s_.load());
@@ -360,6 +363,8 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
         " is the loaded shard's; a new shard needs a new shard_id"));
   }
 
+  if (absl::Status st = take_nccl_ids(request); !st.ok()) return st;
+
   // Free the old shard before the new one takes memory.
   std::shared_ptr<Loaded> old;
   {
@@ -368,6 +373,7 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
     state_ = "loading";
   }
   if (old != nullptr) {
+    if (old->upstream != nullptr) old->upstream->close();
     old->relay->close();  // waits for a running micro-batch
     old.reset();
     // Give the old shard's heap pages back to the system (glibc keeps
@@ -383,6 +389,8 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
       request.next_stage_name().empty()
           ? ""
           : absl::StrCat("worker ", request.next_stage_name(), " (", next, ")");
+  plan->info.set_next_link(head ? "" : request.has_nccl_next() ? "nccl" : "grpc");
+  const int n_embd = info.n_embd();
   absl::StatusOr<std::unique_ptr<Stage>> stage =
       load_planned_stage(std::move(*plan), config_.threads, options, config_.backend);
   if (!stage.ok()) {
@@ -391,7 +399,33 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
     return stage.status();
   }
   LinkFactory make_next;
-  if (!head) {
+  if (!head && request.has_nccl_next()) {
+    FrameLinkOptions link_options;
+    link_options.peer_name = absl::StrCat(
+        next_label.empty() ? absl::StrCat("worker ", next) : next_label, " (",
+        transport_->name(), ")");
+    link_options.n_embd = static_cast<uint32_t>(n_embd);
+    link_options.answer_timeout =
+        std::chrono::milliseconds(config_.answer_timeout_ms);
+    link_options.join_timeout = link_options.answer_timeout;
+    FrameLinkIds ids;
+    std::copy_n(request.nccl_next().forward_id().begin(), kNcclIdBytes, ids.forward.begin());
+    std::copy_n(request.nccl_next().results_id().begin(), kNcclIdBytes, ids.results.begin());
+    // A communicator's id serves one join: once that link breaks, the
+    // coordinator loads the pipeline again with new ids.
+    auto made = std::make_shared<std::atomic<bool>>(false);
+    make_next = [transport = transport_, ids, link_options,
+                 made](ActivationLink::ResultCallback cb)
+        -> absl::StatusOr<std::unique_ptr<ActivationLink>> {
+      if (made->exchange(true)) {
+        return absl::UnavailableError(absl::StrCat(
+            link_options.peer_name,
+            ": the NCCL link broke and its ids are spent (a new LoadShard "
+            "brings new ones)"));
+      }
+      return make_frame_link(transport, ids, std::move(cb), link_options);
+    };
+  } else if (!head) {
     GrpcLinkOptions link_options;
     link_options.answer_timeout =
         std::chrono::milliseconds(config_.answer_timeout_ms);
@@ -412,6 +446,18 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
       *loaded->stage, absl::StrCat("worker ", worker_id()),
       std::move(make_next));
   loaded->relay->connect();
+  if (request.has_nccl_previous()) {
+    FrameLinkIds ids;
+    std::copy_n(request.nccl_previous().forward_id().begin(), kNcclIdBytes, ids.forward.begin());
+    std::copy_n(request.nccl_previous().results_id().begin(), kNcclIdBytes, ids.results.begin());
+    FrameUpstreamOptions upstream_options;
+    upstream_options.label = absl::StrCat("worker ", worker_id(),
+                                          ": link from the previous stage (",
+                                          transport_->name(), ")");
+    upstream_options.max_owed = kMaxOutstandingResults;
+    loaded->upstream = std::make_unique<FrameUpstream>(
+        transport_, ids, *loaded->relay, std::move(upstream_options));
+  }
   v1::ShardInfo out = loaded->stage->shard();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -442,6 +488,73 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext*,
         absl::StrCat("worker ", worker_id(), ": ", info.status().message())));
   }
   *response->mutable_shard() = std::move(*info);
+  return grpc::Status::OK;
+}
+
+absl::Status WorkerService::take_nccl_ids(const v1::LoadShardRequest& request) {
+  if (!request.has_nccl_next() && !request.has_nccl_previous()) {
+    return absl::OkStatus();
+  }
+  if (transport_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        request.has_nccl_next() ? "nccl_next" : "nccl_previous",
+        ": this worker makes no NCCL links (it needs a build with NCCL and a cuda "
+        "backend; Describe says nccl_link: false): leave it unset for gRPC"));
+  }
+  // The ids this worker is rank 0 of: its own MakeNcclId made them.
+  std::vector<std::pair<std::string, const std::string*>> own;
+  if (request.has_nccl_next()) {
+    own.emplace_back("nccl_next.forward_id", &request.nccl_next().forward_id());
+  }
+  if (request.has_nccl_previous()) {
+    own.emplace_back("nccl_previous.results_id", &request.nccl_previous().results_id());
+  }
+  std::lock_guard<std::mutex> lock(ids_mu_);
+  std::vector<std::deque<LinkId>::iterator> found;
+  for (const auto& [field, bytes] : own) {
+    auto it = std::find_if(made_ids_.begin(), made_ids_.end(), [&](const LinkId& id) {
+      return bytes->size() == id.size() && std::equal(id.begin(), id.end(), bytes->begin(),
+                                                     [](uint8_t a, char b) {
+                                                       return a == static_cast<uint8_t>(b);
+                                                     });
+    });
+    if (it == made_ids_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": not an id this worker's MakeNcclId made, or one a LoadShard already used "
+                 "(this worker is rank 0 of that communicator)"));
+    }
+    found.push_back(it);
+  }
+  if (found.size() == 2 && found[0] == found[1]) {
+    return absl::InvalidArgumentError(
+        "nccl_next.forward_id and nccl_previous.results_id: the same id for two communicators");
+  }
+  // Erase the later one first: erasing from a deque invalidates iterators.
+  std::sort(found.begin(), found.end(), [](auto a, auto b) { return a > b; });
+  for (auto it : found) made_ids_.erase(it);
+  return absl::OkStatus();
+}
+
+grpc::Status WorkerService::MakeNcclId(grpc::ServerContext*, const v1::MakeNcclIdRequest*,
+                                       v1::MakeNcclIdResponse* response) {
+  if (transport_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("worker ", worker_id(),
+                                     ": makes no NCCL links (it needs a build with NCCL and a "
+                                     "cuda backend)"));
+  }
+  absl::StatusOr<LinkId> id = transport_->make_id();
+  if (!id.ok()) {
+    return to_grpc_status(absl::Status(
+        id.status().code(), absl::StrCat("worker ", worker_id(), ": MakeNcclId: ",
+                                         id.status().message())));
+  }
+  {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    made_ids_.push_back(*id);
+    while (made_ids_.size() > kMaxMadeIds) made_ids_.pop_front();
+  }
+  response->set_id(std::string(id->begin(), id->end()));
   return grpc::Status::OK;
 }
 

@@ -16,7 +16,16 @@
 //                 second shard under a live id would take its micro-batches).
 //                 Then the old shard is freed and the new one loaded; the
 //                 link to next_stage is made (and remade after the next
-//                 worker restarts).
+//                 worker restarts), over NCCL when nccl_next is set (the
+//                 frame link, worker/frame_link.h; one join, not remade);
+//                 with nccl_previous the previous stage's micro-batches
+//                 come over NCCL too (worker/frame_upstream.h). Either
+//                 needs a frame transport (set_frame_transport:
+//                 FAILED_PRECONDITION naming the field without one), and
+//                 the id this worker is rank 0 of must come from its
+//                 MakeNcclId (INVALID_ARGUMENT otherwise).
+//   MakeNcclId    a new id from the frame transport; the worker keeps the
+//                 kMaxMadeIds newest unused ones (older ones are forgotten).
 //   Activations   each micro-batch read runs through the Stage on the
 //                 stream's thread; its result (or the next stage's, relayed
 //                 up) is written back in order, on the thread that has it.
@@ -37,6 +46,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -48,6 +58,8 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/grpc_status.h"
 #include "strata/v1/worker.grpc.pb.h"
+#include "worker/frame_channel.h"
+#include "worker/frame_upstream.h"
 #include "worker/stage.h"
 #include "worker/stage_relay.h"
 #include "worker/stream_writer.h"
@@ -68,6 +80,9 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status LoadShard(grpc::ServerContext* context,
                          const v1::LoadShardRequest* request,
                          v1::LoadShardResponse* response) override;
+  grpc::Status MakeNcclId(grpc::ServerContext* context,
+                          const v1::MakeNcclIdRequest* request,
+                          v1::MakeNcclIdResponse* response) override;
   grpc::Status Activations(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream)
@@ -88,6 +103,15 @@ class WorkerService final : public v1::Worker::Service {
   // shard is answered UNAVAILABLE "worker <id> is stopping" instead of
   // FAILED_PRECONDITION "no shard loaded". For the process's own stop.
   void shutdown();
+
+  // The transport of NCCL links (worker/nccl_channel.h on a GPU worker; a
+  // fake in tests); null (the default): the worker makes none, and
+  // Describe says so. Set before serving.
+  void set_frame_transport(std::shared_ptr<FrameTransport> transport) {
+    transport_ = std::move(transport);
+  }
+  // Ids MakeNcclId keeps for LoadShards to come.
+  static constexpr size_t kMaxMadeIds = 8;
 
   // Where a LoadShard's weight repack reports progress (model/progress.h);
   // null (the default): silent. Not owned; set before serving.
@@ -129,9 +153,18 @@ class WorkerService final : public v1::Worker::Service {
  private:
   struct Loaded {
     std::unique_ptr<Stage> stage;
-    std::unique_ptr<StageRelay> relay;  // destroyed first: borrows stage
-    ~Loaded() { relay.reset(); }
+    std::unique_ptr<StageRelay> relay;  // destroyed before stage: borrows it
+    // NCCL from the previous stage (nccl_previous); destroyed first:
+    // borrows the relay.
+    std::unique_ptr<FrameUpstream> upstream;
+    ~Loaded() {
+      upstream.reset();
+      relay.reset();
+    }
   };
+  // The NCCL setup's checks; takes the ids this worker is rank 0 of out of
+  // made_ids_.
+  absl::Status take_nccl_ids(const v1::LoadShardRequest& request);
 
   std::shared_ptr<Loaded> current() const;
   // Why there is no shard to use: UNAVAILABLE while stopping, else
@@ -145,6 +178,9 @@ class WorkerService final : public v1::Worker::Service {
 
   const WorkerConfig config_;
   Progress* progress_ = nullptr;  // set_progress
+  std::shared_ptr<FrameTransport> transport_;  // set_frame_transport
+  std::mutex ids_mu_;
+  std::deque<LinkId> made_ids_;  // guarded by ids_mu_; newest last
   // Read bandwidth (bytes/s) and FLOP rate (FLOP/s) reported by Describe;
   // 0: unknown. Set before serving (set_machine_rates).
   std::atomic<double> read_bytes_per_s_{0};

@@ -206,9 +206,9 @@ TEST(NcclFrame, RejectsMetaThatDisagreesWithTheHeader) {
   EXPECT_FALSE(unframe_micro_batch(k, f->meta, f->payload).ok());
 }
 
-// LoadShardRequest's NCCL setup: ids of exactly 128 bytes, a stage on the
-// far side, and (until the service makes NCCL links) a refusal naming the
-// field rather than a silent gRPC link.
+// LoadShardRequest's NCCL setup: ids of exactly 128 bytes and a stage on
+// the far side (whether this worker makes NCCL links, and made the id it is
+// rank 0 of, is the service's check: worker_service_test.cc).
 TEST(NcclFrame, LoadShardChecksTheNcclSetup) {
   v1::LoadShardRequest r;
   r.set_shard_id(1);
@@ -234,9 +234,17 @@ TEST(NcclFrame, LoadShardChecksTheNcclSetup) {
   EXPECT_NE(message().find("nccl_next.results_id"), std::string::npos)
       << message();
   r.mutable_nccl_next()->set_results_id(std::string(kNcclIdBytes, 'y'));
-  EXPECT_EQ(check_load_request(r).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(message().find("no NCCL links yet"), std::string::npos)
+  EXPECT_TRUE(check_load_request(r).ok()) << message();
+  // Both directions on a middle stage.
+  r.set_first_block(1);
+  r.set_embedding(false);
+  *r.mutable_nccl_previous() = r.nccl_next();
+  EXPECT_TRUE(check_load_request(r).ok()) << message();
+  r.mutable_nccl_previous()->set_results_id("short");
+  EXPECT_NE(message().find("nccl_previous.results_id: 5 bytes"), std::string::npos)
       << message();
+  r.set_first_block(0);
+  r.set_embedding(true);
 
   r.clear_nccl_next();
   *r.mutable_nccl_previous() = v1::NcclLinkSetup();

@@ -1,10 +1,12 @@
-// The NCCL activation link (worker/nccl_link.h) on a GPU. What one GPU can
-// test: a communicator of one rank sending frames to itself (header, meta,
-// payload through device memory). The two-rank link needs two GPUs (NCCL
-// refuses two ranks on one: "invalid usage"); its test skips, saying so,
-// on fewer. Without a device every device test skips with
-// cudaGetDeviceCount's error; the argument checks run anywhere.
-#include "worker/nccl_link.h"
+// NCCL channels (worker/nccl_channel.h) on a GPU. What one GPU can test: a
+// communicator of one rank sending frames to itself (header, meta, payload
+// through device memory). The frame link (worker/frame_link.h) over NCCL
+// between two stages needs two GPUs (NCCL refuses two ranks on one:
+// "invalid usage"); its test skips, saying so, on fewer. Without a device
+// every device test skips with cudaGetDeviceCount's error; the argument
+// checks run anywhere. (The link's logic is tested on every machine over
+// the in-memory transport: tests/worker/frame_link_test.cc.)
+#include "worker/nccl_channel.h"
 
 #include <cuda_runtime.h>
 
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/frame_link.h"
 
 namespace strata::worker {
 namespace {
@@ -121,42 +124,24 @@ TEST(NcclLink, AbortedChannelFailsAtOnce) {
 }
 
 // Two stages, one GPU each: micro-batches forward, results back, close.
+// This side is the frame link over the NCCL transport of GPU 0 (it joins
+// in its writer thread); the far side joins on GPU 1 as FrameUpstream does.
 TEST(NcclLink, TwoStagesOnTwoGpus) {
   REQUIRE_DEVICES(2);
-  absl::StatusOr<NcclId> fwd_id = make_nccl_id();
-  absl::StatusOr<NcclId> res_id = make_nccl_id();
+  std::shared_ptr<FrameTransport> transport =
+      make_nccl_transport(0, std::chrono::seconds(30));
+  absl::StatusOr<NcclId> fwd_id = transport->make_id();
+  absl::StatusOr<NcclId> res_id = transport->make_id();
   ASSERT_TRUE(fwd_id.ok() && res_id.ok());
-  std::unique_ptr<NcclChannel> far_fwd, far_res;
-  absl::Status far_join;
-  std::thread far([&] {
-    NcclChannelOptions o;
-    o.device = 1;
-    auto f = NcclChannel::join(*fwd_id, 2, 1, o);
-    auto r = f.ok() ? NcclChannel::join(*res_id, 2, 0, o) : f.status();
-    if (!f.ok() || !r.ok()) {
-      far_join = f.ok() ? r.status() : f.status();
-      return;
-    }
-    far_fwd = std::move(*f);
-    far_res = std::move(*r);
-  });
-  NcclChannelOptions o;
-  o.device = 0;
-  auto f = NcclChannel::join(*fwd_id, 2, 0, o);
-  auto r = f.ok() ? NcclChannel::join(*res_id, 2, 1, o) : f.status();
-  far.join();
-  ASSERT_TRUE(far_join.ok()) << far_join;
-  ASSERT_TRUE(f.ok()) << f.status();
-  ASSERT_TRUE(r.ok()) << r.status();
 
   std::mutex mu;
   std::condition_variable cv;
   std::vector<v1::MicroBatchResult> results;
-  NcclLinkOptions lo;
+  FrameLinkOptions lo;
   lo.peer_name = "worker far (nccl)";
   lo.n_embd = 64;
-  absl::StatusOr<std::unique_ptr<ActivationLink>> link = make_nccl_link(
-      std::move(*f), std::move(*r),
+  absl::StatusOr<std::unique_ptr<ActivationLink>> link = make_frame_link(
+      transport, FrameLinkIds{*fwd_id, *res_id},
       [&](v1::MicroBatchResult res) {
         std::lock_guard<std::mutex> lock(mu);
         results.push_back(std::move(res));
@@ -164,16 +149,22 @@ TEST(NcclLink, TwoStagesOnTwoGpus) {
       },
       lo);
   ASSERT_TRUE(link.ok()) << link.status();
+  NcclChannelOptions o;
+  o.device = 1;
+  auto far_fwd = NcclChannel::join(*fwd_id, 2, 1, o);
+  ASSERT_TRUE(far_fwd.ok()) << far_fwd.status();
+  auto far_res = NcclChannel::join(*res_id, 2, 0, o);
+  ASSERT_TRUE(far_res.ok()) << far_res.status();
   // The far stage: echo each micro-batch's row count as a token.
   std::thread stage([&] {
     for (;;) {
-      absl::StatusOr<v1::MicroBatch> b = receive_micro_batch(*far_fwd);
+      absl::StatusOr<v1::MicroBatch> b = receive_micro_batch(**far_fwd);
       if (!b.ok()) return;  // closed
       v1::MicroBatchResult res;
       res.set_batch_id(b->batch_id());
       res.set_shard_id(b->shard_id());
       res.add_tokens()->set_id(b->slices(0).tokens_size());
-      if (!send_result(*far_res, res).ok()) return;
+      if (!send_result(**far_res, res).ok()) return;
     }
   });
   for (uint64_t i = 1; i <= 4; ++i) {
@@ -195,7 +186,7 @@ TEST(NcclLink, TwoStagesOnTwoGpus) {
 }
 
 // Argument checks: no device needed.
-TEST(NcclLink, RefusesBadRanksAndMissingChannels) {
+TEST(NcclLink, RefusesBadRanks) {
   NcclId id{};
   absl::StatusOr<std::unique_ptr<NcclChannel>> ch = NcclChannel::join(id, 3, 0);
   ASSERT_FALSE(ch.ok());
@@ -203,12 +194,8 @@ TEST(NcclLink, RefusesBadRanksAndMissingChannels) {
   ch = NcclChannel::join(id, 2, 2);
   ASSERT_FALSE(ch.ok());
   EXPECT_EQ(ch.status().code(), absl::StatusCode::kInvalidArgument);
-  NcclLinkOptions o;
-  o.n_embd = 64;
-  absl::StatusOr<std::unique_ptr<ActivationLink>> link = make_nccl_link(
-      nullptr, nullptr, [](v1::MicroBatchResult) {}, o);
-  ASSERT_FALSE(link.ok());
-  EXPECT_EQ(link.status().code(), absl::StatusCode::kInvalidArgument);
+  // An aborted channel makes no NCCL call (its communicator is gone).
+  EXPECT_EQ(make_nccl_transport(0, std::chrono::seconds(1))->name(), "nccl");
 }
 
 }  // namespace

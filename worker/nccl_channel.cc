@@ -1,4 +1,4 @@
-#include "worker/nccl_link.h"
+#include "worker/nccl_channel.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -243,7 +243,8 @@ NcclChannel::NcclChannel(std::unique_ptr<Impl> impl, int nranks, int rank,
 NcclChannel::~NcclChannel() = default;
 
 absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::join(
-    const NcclId& id, int nranks, int rank, const NcclChannelOptions& options) {
+    const NcclId& id, int nranks, int rank, const NcclChannelOptions& options,
+    const std::atomic<bool>* cancel) {
   if (nranks < 1 || nranks > 2 || rank < 0 || rank >= nranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("NCCL channel: rank ", rank, " of ", nranks,
@@ -271,7 +272,8 @@ absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::join(
   const std::atomic<bool> never{false};
   const Clock::time_point deadline = Clock::now() + options.timeout;
   if (absl::Status s = impl->wait(
-          never, [deadline] { return deadline; }, "joining the communicator");
+          cancel != nullptr ? *cancel : never, [deadline] { return deadline; },
+          "joining the communicator");
       !s.ok()) {
     return s;
   }
@@ -280,6 +282,11 @@ absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::join(
 }
 
 absl::Status NcclChannel::send(const Frame& frame) {
+  // An aborted communicator is gone (ncclCommAbort frees it): no NCCL call
+  // may name it again.
+  if (aborted_.load() || impl_->comm_aborted) {
+    return absl::UnavailableError("aborted");
+  }
   if (nranks_ != 2) {
     return absl::FailedPreconditionError("NCCL channel: send needs two ranks");
   }
@@ -303,6 +310,11 @@ absl::Status NcclChannel::send(const Frame& frame) {
 }
 
 absl::StatusOr<Frame> NcclChannel::recv(const DeadlineFn& deadline) {
+  // An aborted communicator is gone (ncclCommAbort frees it): no NCCL call
+  // may name it again.
+  if (aborted_.load() || impl_->comm_aborted) {
+    return absl::UnavailableError("aborted");
+  }
   if (nranks_ != 2) {
     return absl::FailedPreconditionError("NCCL channel: recv needs two ranks");
   }
@@ -340,6 +352,11 @@ absl::StatusOr<Frame> NcclChannel::recv(const DeadlineFn& deadline) {
 }
 
 absl::StatusOr<Frame> NcclChannel::exchange_with_self(const Frame& frame) {
+  // An aborted communicator is gone (ncclCommAbort frees it): no NCCL call
+  // may name it again.
+  if (aborted_.load() || impl_->comm_aborted) {
+    return absl::UnavailableError("aborted");
+  }
   if (nranks_ != 1) {
     return absl::FailedPreconditionError(
         "NCCL channel: exchange_with_self needs a one-rank communicator");
@@ -381,221 +398,36 @@ absl::StatusOr<Frame> NcclChannel::exchange_with_self(const Frame& frame) {
 
 namespace {
 
-class NcclLink final : public ActivationLink {
+class NcclTransport final : public FrameTransport {
  public:
-  NcclLink(std::unique_ptr<NcclChannel> forward,
-           std::unique_ptr<NcclChannel> results, ResultCallback on_result,
-           const NcclLinkOptions& options)
-      : peer_(options.peer_name.empty() ? "worker (nccl)" : options.peer_name),
-        options_(options),
-        forward_(std::move(forward)),
-        results_(std::move(results)),
-        on_result_(std::move(on_result)),
-        writer_([this] { write_loop(); }),
-        reader_([this] { read_loop(); }) {}
-
-  ~NcclLink() override { close(kLinkClosed); }
-
-  const std::string& peer() const override { return peer_; }
-
-  absl::Status send(v1::MicroBatch batch) override {
-    const uint64_t batch_id = batch.batch_id();
-    absl::StatusOr<Frame> frame =
-        frame_micro_batch(std::move(batch), options_.n_embd);
-    if (!frame.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(peer_, ": ", frame.status().message()));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (broken_) {
-      return absl::UnavailableError(absl::StrCat(peer_, ": ", broken_reason_));
-    }
-    outbox_.push_back(std::move(*frame));
-    pending_.push_back({batch_id, Clock::now()});
-    cv_.notify_all();
-    return absl::OkStatus();
-  }
-
-  bool healthy() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return !broken_;
-  }
-
-  void close(const std::string& reason) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closed_) return;
-      closed_ = true;
-      closing_ = true;
-      cv_.notify_all();
-    }
-    writer_.join();  // sends the close frame unless the link is broken
-    results_->abort();
-    reader_.join();
-    fail_pending(absl::StatusCode::kUnavailable, reason);
+  NcclTransport(int device, std::chrono::milliseconds frame_timeout)
+      : device_(device), frame_timeout_(frame_timeout) {}
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<LinkId> make_id() override { return make_nccl_id(); }
+  absl::StatusOr<std::unique_ptr<FrameChannel>> join(
+      const LinkId& id, int rank, std::chrono::milliseconds timeout,
+      const std::atomic<bool>* cancel) override {
+    NcclChannelOptions o;
+    o.device = device_;
+    o.timeout = timeout;
+    absl::StatusOr<std::unique_ptr<NcclChannel>> ch =
+        NcclChannel::join(id, 2, rank, o, cancel);
+    if (!ch.ok()) return ch.status();
+    (*ch)->set_timeout(frame_timeout_);
+    return std::unique_ptr<FrameChannel>(std::move(*ch));
   }
 
  private:
-  struct Pending {
-    uint64_t batch_id;
-    Clock::time_point sent;
-  };
-
-  void write_loop() {
-    for (;;) {
-      Frame frame;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return closing_ || broken_ || !outbox_.empty(); });
-        if (broken_) return;
-        if (outbox_.empty()) break;  // closing, all sent
-        frame = std::move(outbox_.front());
-        outbox_.pop_front();
-      }
-      if (absl::Status s = forward_->send(frame); !s.ok()) {
-        mark_broken(s);
-        return;
-      }
-    }
-    // Tells the far side to stop (best effort: it may be gone).
-    (void)forward_->send(close_frame());
-  }
-
-  void read_loop() {
-    const NcclChannel::DeadlineFn deadline =
-        [this]() -> std::optional<Clock::time_point> {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (pending_.empty()) return std::nullopt;
-      return pending_.front().sent + options_.answer_timeout;
-    };
-    for (;;) {
-      absl::StatusOr<Frame> frame = results_->recv(deadline);
-      if (!frame.ok()) {
-        mark_broken(frame.status());
-        return;
-      }
-      if (frame->header.kind == FrameKind::kClose) {
-        mark_broken(absl::UnavailableError("the far side closed the link"));
-        return;
-      }
-      absl::StatusOr<v1::MicroBatchResult> result =
-          unframe_result(frame->header, frame->meta);
-      if (!result.ok()) {
-        mark_broken(result.status());
-        return;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (pending_.empty() ||
-            pending_.front().batch_id != result->batch_id()) {
-          broken_ = true;
-          broken_code_ = absl::StatusCode::kUnavailable;
-          broken_reason_ = absl::StrCat(
-              "result for batch ", result->batch_id(), ", expected ",
-              pending_.empty() ? std::string("none")
-                               : absl::StrCat(pending_.front().batch_id));
-          cv_.notify_all();
-          forward_->abort();
-          return;
-        }
-        pending_.pop_front();
-      }
-      on_result_(*std::move(result));
-    }
-  }
-
-  // The link failed: `why` is what its results say, unless close() came
-  // first (its own abort then is no failure; close's reason stands).
-  void mark_broken(const absl::Status& why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (broken_ || closed_) return;
-    broken_ = true;
-    broken_code_ = why.code() == absl::StatusCode::kDeadlineExceeded
-                       ? absl::StatusCode::kDeadlineExceeded
-                       : absl::StatusCode::kUnavailable;
-    broken_reason_ = std::string(why.message());
-    cv_.notify_all();
-    forward_->abort();
-    results_->abort();
-  }
-
-  // Every micro-batch sent and not answered gets an error result, in order.
-  void fail_pending(absl::StatusCode code, const std::string& reason) {
-    std::deque<Pending> left;
-    std::string why = reason;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      left.swap(pending_);
-      outbox_.clear();
-      if (!broken_reason_.empty()) {
-        why = broken_reason_;
-        code = broken_code_;
-      }
-      broken_ = true;
-    }
-    for (const Pending& p : left) {
-      on_result_(error_result(p.batch_id, static_cast<int>(code),
-                              absl::StrCat(peer_, ": ", why)));
-    }
-  }
-
-  const std::string peer_;
-  const NcclLinkOptions options_;
-  std::unique_ptr<NcclChannel> forward_;
-  std::unique_ptr<NcclChannel> results_;
-  ResultCallback on_result_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Frame> outbox_;     // framed, not yet sent
-  std::deque<Pending> pending_;  // sent (or queued), not answered
-  bool closing_ = false;
-  bool closed_ = false;
-  bool broken_ = false;
-  absl::StatusCode broken_code_ = absl::StatusCode::kUnavailable;
-  std::string broken_reason_;
-
-  std::thread writer_;
-  std::thread reader_;
+  const std::string name_ = "nccl";
+  const int device_;
+  const std::chrono::milliseconds frame_timeout_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ActivationLink>> make_nccl_link(
-    std::unique_ptr<NcclChannel> forward, std::unique_ptr<NcclChannel> results,
-    ActivationLink::ResultCallback on_result, const NcclLinkOptions& options) {
-  if (forward == nullptr || results == nullptr) {
-    return absl::InvalidArgumentError("NCCL link: a channel is missing");
-  }
-  if (forward->nranks() != 2 || forward->rank() != 0 ||
-      results->nranks() != 2 || results->rank() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NCCL link: expected rank 0 of 2 on forward and rank 1 of 2 on "
-        "results, got ",
-        forward->rank(), " of ", forward->nranks(), " and ", results->rank(),
-        " of ", results->nranks()));
-  }
-  if (options.n_embd == 0) {
-    return absl::InvalidArgumentError("NCCL link: n_embd is 0");
-  }
-  return std::unique_ptr<ActivationLink>(new NcclLink(
-      std::move(forward), std::move(results), std::move(on_result), options));
-}
-
-absl::StatusOr<v1::MicroBatch> receive_micro_batch(NcclChannel& forward) {
-  absl::StatusOr<Frame> frame = forward.recv();
-  if (!frame.ok()) return frame.status();
-  if (frame->header.kind == FrameKind::kClose) {
-    return absl::UnavailableError(kLinkClosed);
-  }
-  return unframe_micro_batch(frame->header, frame->meta, frame->payload);
-}
-
-absl::Status send_result(NcclChannel& results,
-                         const v1::MicroBatchResult& result) {
-  absl::StatusOr<Frame> frame = frame_result(result);
-  if (!frame.ok()) return frame.status();
-  return results.send(*frame);
+std::shared_ptr<FrameTransport> make_nccl_transport(
+    int device, std::chrono::milliseconds frame_timeout) {
+  return std::make_shared<NcclTransport>(device, frame_timeout);
 }
 
 }  // namespace strata::worker

@@ -1,0 +1,178 @@
+#include "tests/worker/in_memory_transport.h"
+
+#include <deque>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::worker_test {
+
+using Clock = std::chrono::steady_clock;
+
+// One communicator: each rank's inbox and whether it joined or left.
+struct InMemoryTransport::Comm {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool joined[2] = {false, false};
+  bool gone[2] = {false, false};  // aborted or destroyed
+  std::deque<Message> inbox[2];
+};
+
+namespace {
+
+class InMemoryChannel final : public worker::FrameChannel {
+ public:
+  InMemoryChannel(std::shared_ptr<InMemoryTransport::Comm> comm, int rank)
+      : comm_(std::move(comm)), rank_(rank) {}
+  ~InMemoryChannel() override { leave(); }
+
+  absl::Status send(const worker::Frame& frame) override {
+    const auto header = worker::encode_frame_header(frame.header);
+    InMemoryTransport::Message m;
+    m.header.assign(header.begin(), header.end());
+    m.meta = frame.meta;
+    m.payload = frame.payload;
+    return send_message(std::move(m));
+  }
+
+  absl::Status send_message(InMemoryTransport::Message m) {
+    std::lock_guard<std::mutex> lock(comm_->mu);
+    if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
+    if (comm_->gone[1 - rank_]) {
+      return absl::UnavailableError("the other rank left the communicator");
+    }
+    comm_->inbox[1 - rank_].push_back(std::move(m));
+    comm_->cv.notify_all();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<worker::Frame> recv(const DeadlineFn& deadline) override {
+    InMemoryTransport::Message m;
+    {
+      std::unique_lock<std::mutex> lock(comm_->mu);
+      std::deque<InMemoryTransport::Message>& inbox = comm_->inbox[rank_];
+      for (;;) {
+        if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
+        if (!inbox.empty()) break;
+        if (comm_->gone[1 - rank_]) {
+          return absl::UnavailableError("the other rank left the communicator");
+        }
+        std::optional<Clock::time_point> until = deadline ? deadline() : std::nullopt;
+        if (until && Clock::now() > *until) {
+          return absl::DeadlineExceededError("waiting for a frame: no answer in time");
+        }
+        // The deadline may move (asked again each round), and abort() has
+        // no lock: wake now and then.
+        comm_->cv.wait_for(lock, std::chrono::milliseconds(2));
+      }
+      m = std::move(inbox.front());
+      inbox.pop_front();
+    }
+    absl::StatusOr<worker::FrameHeader> header = worker::decode_frame_header(m.header);
+    if (!header.ok()) return header.status();
+    // NCCL receives exactly the counts the header gives.
+    if (m.meta.size() != header->meta_bytes || m.payload.size() != header->payload_floats()) {
+      return absl::UnavailableError(absl::StrCat(
+          "the frame's meta and payload (", m.meta.size(), " bytes, ", m.payload.size(),
+          " floats) differ from its header's"));
+    }
+    worker::Frame f;
+    f.header = *header;
+    f.meta = std::move(m.meta);
+    f.payload = std::move(m.payload);
+    return f;
+  }
+
+  void abort() override {
+    aborted_.store(true);
+    leave();
+  }
+  bool aborted() const override { return aborted_.load(); }
+  int rank() const override { return rank_; }
+
+ private:
+  void leave() {
+    std::lock_guard<std::mutex> lock(comm_->mu);
+    comm_->gone[rank_] = true;
+    comm_->cv.notify_all();
+  }
+
+  std::shared_ptr<InMemoryTransport::Comm> comm_;
+  const int rank_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace
+
+absl::StatusOr<worker::LinkId> InMemoryTransport::make_id() {
+  std::lock_guard<std::mutex> lock(mu_);
+  worker::LinkId id{};
+  const uint64_t n = ++next_;
+  for (int i = 0; i < 8; ++i) id[i] = static_cast<uint8_t>(n >> (8 * i));
+  // The rest: distinct from one transport to another.
+  const uintptr_t self = reinterpret_cast<uintptr_t>(this);
+  for (size_t i = 0; i < sizeof(self); ++i) id[8 + i] = static_cast<uint8_t>(self >> (8 * i));
+  comms_[id] = std::make_shared<Comm>();
+  return id;
+}
+
+int InMemoryTransport::made() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(comms_.size());
+}
+
+int InMemoryTransport::joined(const worker::LinkId& id) {
+  std::shared_ptr<Comm> comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = comms_.find(id);
+    if (it == comms_.end()) return 0;
+    comm = it->second;
+  }
+  std::lock_guard<std::mutex> lock(comm->mu);
+  return int{comm->joined[0]} + int{comm->joined[1]};
+}
+
+absl::StatusOr<std::unique_ptr<worker::FrameChannel>> InMemoryTransport::join(
+    const worker::LinkId& id, int rank, std::chrono::milliseconds timeout,
+    const std::atomic<bool>* cancel) {
+  if (rank != 0 && rank != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of 2"));
+  }
+  std::shared_ptr<Comm> comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = comms_.find(id);
+    if (it == comms_.end()) {
+      return absl::UnavailableError("no communicator has this id (no bootstrap to reach)");
+    }
+    comm = it->second;
+  }
+  const Clock::time_point until = Clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(comm->mu);
+  if (comm->joined[rank]) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " joined twice"));
+  }
+  comm->joined[rank] = true;
+  comm->cv.notify_all();
+  while (!comm->joined[1 - rank]) {
+    // A rank that gave up is gone: the other one's waits fail.
+    if (cancel != nullptr && cancel->load()) {
+      comm->gone[rank] = true;
+      return absl::UnavailableError("aborted");
+    }
+    if (Clock::now() > until) {
+      comm->gone[rank] = true;
+      return absl::DeadlineExceededError("joining the communicator: no answer in time");
+    }
+    comm->cv.wait_for(lock, std::chrono::milliseconds(2));
+  }
+  lock.unlock();
+  return std::unique_ptr<worker::FrameChannel>(new InMemoryChannel(std::move(comm), rank));
+}
+
+absl::Status send_raw(worker::FrameChannel& channel, InMemoryTransport::Message message) {
+  return static_cast<InMemoryChannel&>(channel).send_message(std::move(message));
+}
+
+}  // namespace strata::worker_test

@@ -1,0 +1,64 @@
+// InMemoryTransport: the FrameTransport (worker/frame_channel.h) the frame
+// link and the worker service's NCCL wiring are tested with where there is
+// no GPU: communicators between threads of one process, with NCCL's
+// contract as the link sees it:
+//   - ids are 128 opaque bytes from make_id(); join() blocks until both
+//     ranks joined (or the timeout, or the cancel flag); an id unknown to
+//     this transport, or a rank joined twice, is refused;
+//   - a frame travels as NCCL carries it: its header as 64 encoded bytes
+//     (decoded and checked on receipt, decode_frame_header), then meta and
+//     payload of the sizes the header gives;
+//   - a rank that aborts or is destroyed fails the other rank's waits with
+//     Unavailable (as a dead peer's sockets fail NCCL), at once.
+// Test hooks: send_raw (bytes a hostile peer would send), and the joins
+// seen so far.
+//
+// Threads: any thread may call the transport; a channel as FrameChannel.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "worker/frame_channel.h"
+
+namespace strata::worker_test {
+
+class InMemoryTransport final : public worker::FrameTransport {
+ public:
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<worker::LinkId> make_id() override;
+  absl::StatusOr<std::unique_ptr<worker::FrameChannel>> join(
+      const worker::LinkId& id, int rank, std::chrono::milliseconds timeout,
+      const std::atomic<bool>* cancel) override;
+
+  // Ranks that have joined communicator `id` (0, 1 or 2).
+  int joined(const worker::LinkId& id);
+  // Communicators made so far.
+  int made();
+
+  // One message as it would cross the wire.
+  struct Message {
+    std::vector<uint8_t> header;  // 64 bytes when well formed
+    std::string meta;
+    std::vector<float> payload;
+  };
+  struct Comm;  // in_memory_transport.cc
+
+ private:
+  std::mutex mu_;
+  std::map<worker::LinkId, std::shared_ptr<Comm>> comms_;
+  uint64_t next_ = 0;
+  const std::string name_ = "nccl";  // as the worker service names its links
+};
+
+// Sends raw bytes as `channel`'s next frame (a hostile or broken peer).
+// `channel` must come from an InMemoryTransport.
+absl::Status send_raw(worker::FrameChannel& channel,
+                      InMemoryTransport::Message message);
+
+}  // namespace strata::worker_test

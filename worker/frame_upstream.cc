@@ -1,0 +1,138 @@
+#include "worker/frame_upstream.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "worker/ordered_results.h"
+
+namespace strata::worker {
+
+namespace {
+constexpr char kPeerClosed[] = "the previous stage closed the link";
+}  // namespace
+
+// The channels, shared with the results' sink (which may run after close:
+// results of micro-batches that were still with the next stage).
+struct FrameUpstream::Shared {
+  std::atomic<bool> cancel{false};  // ends a join
+  std::atomic<bool> send_failed{false};
+  std::mutex mu;  // guards the pointers (the channels' own calls are not)
+  std::unique_ptr<FrameChannel> forward;
+  std::unique_ptr<FrameChannel> results;
+
+  void abort_all() {
+    cancel.store(true);
+    std::lock_guard<std::mutex> lock(mu);
+    if (forward != nullptr) forward->abort();
+    if (results != nullptr) results->abort();
+  }
+};
+
+FrameUpstream::FrameUpstream(std::shared_ptr<FrameTransport> transport,
+                             const FrameLinkIds& ids, StageRelay& relay,
+                             FrameUpstreamOptions options)
+    : transport_(std::move(transport)),
+      ids_(ids),
+      relay_(relay),
+      options_(std::move(options)),
+      shared_(std::make_shared<Shared>()) {
+  thread_ = std::thread([this] { run(); });
+}
+
+FrameUpstream::~FrameUpstream() { close(); }
+
+void FrameUpstream::close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_.empty()) ended_ = "closed";
+  }
+  shared_->abort_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string FrameUpstream::ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_ == "closed" ? "" : ended_;
+}
+
+void FrameUpstream::end(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ended_.empty()) return;  // close() came first: no failure
+    ended_ = why;
+  }
+  if (why == kPeerClosed) {
+    spdlog::info("{}: {}", options_.label, why);
+  } else {
+    spdlog::warn("{}: {}", options_.label, why);
+  }
+  shared_->abort_all();
+}
+
+void FrameUpstream::run() {
+  absl::StatusOr<std::unique_ptr<FrameChannel>> forward = transport_->join(
+      ids_.forward, 1, options_.join_timeout, &shared_->cancel);
+  if (!forward.ok()) {
+    end(absl::StrCat("joining the forward communicator: ",
+                     forward.status().message()));
+    return;
+  }
+  FrameChannel* in = forward->get();
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->forward = std::move(*forward);
+  }
+  absl::StatusOr<std::unique_ptr<FrameChannel>> results = transport_->join(
+      ids_.results, 0, options_.join_timeout, &shared_->cancel);
+  if (!results.ok()) {
+    end(absl::StrCat("joining the results communicator: ",
+                     results.status().message()));
+    return;
+  }
+  FrameChannel* out = results->get();
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->results = std::move(*results);
+    // close() may have aborted before the channels were stored.
+    if (shared_->cancel.load()) {
+      shared_->forward->abort();
+      shared_->results->abort();
+    }
+  }
+  // OrderedResults runs the sink one call at a time: one thread at a time
+  // uses the results channel.
+  auto ordered = std::make_shared<OrderedResults>(
+      [shared = shared_, out](v1::MicroBatchResult r) {
+        if (shared->send_failed.load()) return;
+        if (!send_result(*out, r).ok()) {
+          shared->send_failed.store(true);
+          shared->abort_all();
+        }
+      });
+  for (;;) {
+    absl::StatusOr<v1::MicroBatch> batch = receive_micro_batch(*in);
+    if (!batch.ok()) {
+      if (batch.status().code() == absl::StatusCode::kUnavailable &&
+          batch.status().message() == kLinkClosed) {
+        end(kPeerClosed);
+      } else {
+        end(std::string(batch.status().message()));
+      }
+      return;
+    }
+    if (shared_->send_failed.load()) {
+      end("sending a result failed");
+      return;
+    }
+    if (const size_t owed = ordered->outstanding(); owed >= options_.max_owed) {
+      end(absl::StrCat(owed, " results owed to the previous stage reach the bound of ",
+                       options_.max_owed));
+      return;
+    }
+    received_.fetch_add(1);
+    relay_.process(ordered, *batch);
+  }
+}
+
+}  // namespace strata::worker

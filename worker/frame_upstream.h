@@ -1,0 +1,78 @@
+// FrameUpstream: the receiving side of a frame link (worker/frame_link.h):
+// the previous stage's micro-batches come in over the forward
+// communicator, run through this stage's StageRelay, and their results go
+// back over the results communicator, in the order the micro-batches came
+// (as the Activations stream does for a gRPC link: worker_service.h).
+//
+// Its thread joins forward (rank 1), then results (rank 0), as the sending
+// side does, waiting for the previous stage at most `join_timeout` (the
+// coordinator loads the last stage first, so the previous stage joins once
+// its own shard is loaded: minutes for a large one). Then it receives
+// until the close frame, a transport error, or close().
+//
+// Bad input: each frame is checked (unframe_micro_batch) before it runs; a
+// bad one ends the link (the sender's pending micro-batches then fail
+// naming this stage), as does a peer owing max_owed results (it sends and
+// never reads). Either is logged with its reason.
+//
+// Ownership: borrows the relay, which must outlive the upstream's close()
+// (the results of micro-batches still with the next stage may arrive after
+// close: they are dropped). Threads: one; close() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "worker/frame_channel.h"
+#include "worker/frame_link.h"
+#include "worker/stage_relay.h"
+
+namespace strata::worker {
+
+struct FrameUpstreamOptions {
+  std::string label;  // "worker w2: link from the previous stage (nccl)"
+  std::chrono::milliseconds join_timeout{std::chrono::hours(1)};
+  size_t max_owed = 256;  // results owed to the peer at once
+};
+
+class FrameUpstream {
+ public:
+  FrameUpstream(std::shared_ptr<FrameTransport> transport,
+                const FrameLinkIds& ids, StageRelay& relay,
+                FrameUpstreamOptions options);
+  ~FrameUpstream();
+  FrameUpstream(const FrameUpstream&) = delete;
+  FrameUpstream& operator=(const FrameUpstream&) = delete;
+
+  // Ends the link (aborting a join or a wait) and waits for the thread.
+  void close();
+
+  // Micro-batches received and handed to the relay so far.
+  uint64_t received() const { return received_.load(); }
+  // Why the link ended: "" while it runs or when close() ended it; "the
+  // previous stage closed the link" after its close frame; else the error.
+  std::string ended() const;
+
+ private:
+  struct Shared;  // the results channel, shared with the results' sink
+
+  void run();
+  void end(const std::string& why);
+
+  const std::shared_ptr<FrameTransport> transport_;
+  const FrameLinkIds ids_;
+  StageRelay& relay_;
+  const FrameUpstreamOptions options_;
+  std::shared_ptr<Shared> shared_;
+  std::atomic<uint64_t> received_{0};
+  mutable std::mutex mu_;
+  std::string ended_;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace strata::worker
