@@ -69,6 +69,22 @@ TEST(ClusterConfig, DefaultsAndInferredPlacement) {
   EXPECT_TRUE(e->explicit_placement);
 }
 
+TEST(ClusterConfig, ActivationLink) {
+  auto d = parse_cluster_config("workers: [{address: 'h:1'}]\n", "t");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->activation_link, ActivationLinkKind::kAuto);
+  for (const auto& [text, kind] :
+       std::vector<std::pair<std::string, ActivationLinkKind>>{
+           {"auto", ActivationLinkKind::kAuto},
+           {"grpc", ActivationLinkKind::kGrpc},
+           {"nccl", ActivationLinkKind::kNccl}}) {
+    auto c = parse_cluster_config(
+        "activation_link: " + text + "\nworkers: [{address: 'h:1'}]\n", "t");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->activation_link, kind) << text;
+  }
+}
+
 TEST(ClusterConfig, PrefixCacheBlocks) {
   auto d = parse_cluster_config("workers: [{address: 'h:1'}]\n", "t");
   ASSERT_TRUE(d.ok()) << d.status();
@@ -107,6 +123,8 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
        "t: kv_type: 'q8' is not f16 or f32"},
       {"placement: clever\nworkers: [{address: 'h:1'}]",
        "t: placement: 'clever' is not auto or explicit"},
+      {"activation_link: rdma\nworkers: [{address: 'h:1'}]",
+       "t: activation_link: 'rdma' is not auto, grpc or nccl"},
       {"workers: [{address: 'h:1', blocks: [0, 2]}, {address: 'h:2'}]",
        "t: workers[1].blocks: missing (explicit placement"},
       {"placement: auto\nworkers: [{address: 'h:1', blocks: [0, 2]}]",

@@ -11,6 +11,7 @@ using Clock = std::chrono::steady_clock;
 
 // One communicator: each rank's inbox and whether it joined or left.
 struct InMemoryTransport::Comm {
+  std::shared_ptr<std::atomic<uint64_t>> frames;  // the transport's count
   std::mutex mu;
   std::condition_variable cv;
   bool joined[2] = {false, false};
@@ -42,6 +43,7 @@ class InMemoryChannel final : public worker::FrameChannel {
       return absl::UnavailableError("the other rank left the communicator");
     }
     comm_->inbox[1 - rank_].push_back(std::move(m));
+    comm_->frames->fetch_add(1);
     comm_->cv.notify_all();
     return absl::OkStatus();
   }
@@ -112,8 +114,19 @@ absl::StatusOr<worker::LinkId> InMemoryTransport::make_id() {
   // The rest: distinct from one transport to another.
   const uintptr_t self = reinterpret_cast<uintptr_t>(this);
   for (size_t i = 0; i < sizeof(self); ++i) id[8 + i] = static_cast<uint8_t>(self >> (8 * i));
-  comms_[id] = std::make_shared<Comm>();
+  auto comm = std::make_shared<Comm>();
+  comm->frames = counter_;
+  comms_[id] = std::move(comm);
   return id;
+}
+
+void InMemoryTransport::break_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, comm] : comms_) {
+    std::lock_guard<std::mutex> comm_lock(comm->mu);
+    comm->gone[0] = comm->gone[1] = true;
+    comm->cv.notify_all();
+  }
 }
 
 int InMemoryTransport::made() {

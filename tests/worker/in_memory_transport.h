@@ -16,6 +16,7 @@
 // Threads: any thread may call the transport; a channel as FrameChannel.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -40,6 +41,11 @@ class InMemoryTransport final : public worker::FrameTransport {
   int joined(const worker::LinkId& id);
   // Communicators made so far.
   int made();
+  // Frames sent so far over every communicator.
+  uint64_t frames() const { return frames_.load(); }
+  // Every rank of every communicator leaves (a network failure): waits on
+  // them fail with Unavailable.
+  void break_all();
 
   // One message as it would cross the wire.
   struct Message {
@@ -52,6 +58,9 @@ class InMemoryTransport final : public worker::FrameTransport {
  private:
   std::mutex mu_;
   std::map<worker::LinkId, std::shared_ptr<Comm>> comms_;
+  std::shared_ptr<std::atomic<uint64_t>> counter_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
+  std::atomic<uint64_t>& frames_ = *counter_;
   uint64_t next_ = 0;
   const std::string name_ = "nccl";  // as the worker service names its links
 };
