@@ -59,7 +59,8 @@ std::string status_json(const ClusterStatus& s) {
                        {"memory_budget_bytes", w.memory_budget_bytes},
                        {"device", w.device},
                        {"last_error", w.last_error},
-                       {"last_seen_ms_ago", w.last_seen_ms_ago}});
+                       {"last_seen_ms_ago", w.last_seen_ms_ago},
+                       {"link_to_next", w.link_to_next}});
   }
   nlohmann::json j = {{"state", serving_state_name(s.state)},
                       {"model", model_json(s.model)},
@@ -94,12 +95,13 @@ void print_status(const ClusterStatus& s) {
     }
     std::printf(
         "  %zu  %s%s  %s  blocks [%d, %d)%s%s  weights %.1f MiB  KV %.1f MiB  "
-        "%s  seen %.0f ms ago  %s\n",
+        "%s  seen %.0f ms ago  %s%s%s\n",
         i, w.name.empty() || w.name == w.address ? "" : (w.name + " ").c_str(),
         w.address.c_str(), w.state.c_str(), w.first_block, w.last_block,
         w.embedding ? " +embedding" : "", w.head ? " +head" : "",
         mib(w.weight_bytes), mib(w.kv_bytes), budget, w.last_seen_ms_ago,
-        w.device.c_str());
+        w.device.c_str(), w.link_to_next.empty() ? "" : "  link to next: ",
+        w.link_to_next.c_str());
     if (!w.last_error.empty()) {
       std::printf("     last error: %s\n", w.last_error.c_str());
     }

@@ -482,6 +482,7 @@ absl::StatusOr<ClusterStatus> Client::cluster_status() {
     s.device = w.device();
     s.last_error = w.last_error();
     s.last_seen_ms_ago = w.last_seen_ms_ago();
+    s.link_to_next = w.link_to_next();
     out.workers.push_back(std::move(s));
   }
   return out;

@@ -351,6 +351,13 @@ def scenario_splits(args, stubs, workdir, f):
                 f.check(err is None and ids == want and done is not None,
                         f"{name}: {p[:24]!r}: {ids} == strata run {want}"
                         + (f" (error {err})" if err else ""))
+            # CPU workers make no NCCL links: activation_link auto links
+            # them over gRPC (strata serve's stages by function calls).
+            links = [w.link_to_next for w in
+                     api.stub.ClusterStatus(stubs[0].ClusterStatusRequest(), timeout=5).workers]
+            between = "in-process" if name.startswith("strata serve") else "grpc"
+            f.check(links == [between] * (len(links) - 1) + [""],
+                    f"{name}: ClusterStatus link_to_next {links}")
         finally:
             if f.n:
                 print(c.logs())

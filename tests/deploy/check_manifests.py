@@ -543,8 +543,9 @@ def package_of(lib):
 
 # What a build with CUDA on (cmake/cuda.cmake: STRATA_CUDA=AUTO where nvcc is
 # found) links beyond a CPU build: the CUDA runtime and NVRTC, from the CUDA
-# toolkit, which no Debian package holds.
-CUDA_BUILD_LIBS = re.compile(r"^lib(cudart|nvrtc)\.so")
+# toolkit, and NCCL (cmake/nccl.cmake: strata-worker's NCCL link), which no
+# Debian package holds.
+CUDA_BUILD_LIBS = re.compile(r"^lib(cudart|nvrtc|nccl)\.so")
 
 
 def check_runtime_libs(dockerfile, binaries):

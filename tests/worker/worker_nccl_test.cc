@@ -28,6 +28,7 @@
 #include "tests/worker/in_memory_transport.h"
 #include "tests/worker/served_worker.h"
 #include "tests/worker/worker_test_util.h"
+#include "worker/frame_link.h"
 #include "worker/grpc_link.h"
 
 namespace strata::worker_test {
@@ -125,6 +126,69 @@ TEST_F(WorkerNcclTest, TheIdAWorkerIsRankZeroOfMustBeItsOwnUsedOnce) {
   v1::DescribeResponse d;
   ASSERT_TRUE(w0.stub()->Describe(&context, v1::DescribeRequest(), &d).ok());
   EXPECT_EQ(d.shard().next_link(), "nccl");
+}
+
+// The receiving side on a real worker, the previous stage played here: a
+// micro-batch whose activations a local stage made gets the token of the
+// whole chain; then bytes that are not a frame end that link (logged), and
+// the worker keeps its shard and answers as before.
+TEST_F(WorkerNcclTest, ABadFrameFromThePreviousStageEndsOnlyThatLink) {
+  auto transport = std::make_shared<InMemoryTransport>();
+  ServedWorker w1("w1", model_dir_, 30000, transport);
+  const int cut = 2;
+  worker::FrameLinkIds ids;
+  ids.forward = *transport->make_id();  // the previous stage's to make
+  std::string results;
+  ASSERT_TRUE(make_id(w1, &results).ok());
+  std::copy(results.begin(), results.end(), ids.results.begin());
+  v1::LoadShardRequest r = shard_request("stories260K.gguf", cut, n_layer_, n_layer_, 256, 8, 64);
+  r.mutable_nccl_previous()->set_forward_id(std::string(ids.forward.begin(), ids.forward.end()));
+  r.mutable_nccl_previous()->set_results_id(results);
+  grpc::Status st = w1.load(r);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+
+  auto forward = transport->join(ids.forward, 0, std::chrono::seconds(60), nullptr);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  auto back = transport->join(ids.results, 1, std::chrono::seconds(60), nullptr);
+  ASSERT_TRUE(back.ok()) << back.status();
+
+  // The first stage here; the whole chain as the reference.
+  std::vector<std::unique_ptr<worker::Stage>> local = load_split(stories_path(), {cut});
+  ASSERT_EQ(local.size(), 2u);
+  v1::MicroBatch batch;
+  batch.set_shard_id(kShardId);
+  batch.set_batch_id(1);
+  *batch.add_slices() = slice(1, 0, stories_prompt());
+  absl::StatusOr<v1::MicroBatchResult> want = run_chain(local, batch);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(want->tokens_size(), 1);
+  v1::MicroBatch next;
+  v1::MicroBatchResult unused;
+  std::vector<std::unique_ptr<worker::Stage>> first = load_split(stories_path(), {cut});
+  ASSERT_TRUE(first[0]->run(batch, &next, &unused).ok());
+  next.set_shard_id(kShardId);
+  absl::StatusOr<worker::Frame> frame = worker::frame_micro_batch(next, static_cast<uint32_t>(first[0]->shard().n_embd()));
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  ASSERT_TRUE((*forward)->send(*frame).ok());
+  absl::StatusOr<worker::Frame> answer = (*back)->recv();
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  absl::StatusOr<v1::MicroBatchResult> got = worker::unframe_result(answer->header, answer->meta);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->error_code(), 0) << got->error_message();
+  ASSERT_EQ(got->tokens_size(), 1);
+  EXPECT_EQ(got->tokens(0).id(), want->tokens(0).id());
+
+  // A header that is not one: the worker ends the link.
+  InMemoryTransport::Message garbage;
+  garbage.header.assign(worker::kFrameHeaderBytes, 0x41);
+  ASSERT_TRUE(send_raw(**forward, std::move(garbage)).ok());
+  absl::StatusOr<worker::Frame> none = (*back)->recv();
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable) << none.status();
+  grpc::ClientContext context;
+  v1::WorkerHealthResponse health;
+  ASSERT_TRUE(w1.stub()->Health(&context, v1::WorkerHealthRequest(), &health).ok());
+  EXPECT_EQ(health.state(), "serving");
+  EXPECT_EQ(health.shard_id(), kShardId);
 }
 
 // Workers on loopback under a Cluster, as strata-coordinator runs them.

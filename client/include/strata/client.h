@@ -219,6 +219,9 @@ struct WorkerStatus {
   std::string device;
   std::string last_error;
   double last_seen_ms_ago = 0;
+  // The link to the next stage: "grpc", "nccl", "in-process"; "" on the
+  // last stage.
+  std::string link_to_next;
 };
 
 struct ClusterStatus {
