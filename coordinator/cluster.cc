@@ -285,6 +285,7 @@ absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> Cluster::nccl_link
     const int from = members[k];
     const int to = members[k + 1];
     int lacking = -1;
+    std::string shared_gpu;  // both on this GPU: NCCL refuses two ranks on one
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int i : {from, to}) {
@@ -292,6 +293,18 @@ absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> Cluster::nccl_link
           lacking = i;
         }
       }
+      if (lacking < 0 && !states_[from].described->gpu_uuid().empty() &&
+          states_[from].described->gpu_uuid() == states_[to].described->gpu_uuid()) {
+        shared_gpu = states_[from].described->gpu_uuid();
+      }
+    }
+    if (!shared_gpu.empty()) {
+      if (kind == ActivationLinkKind::kNccl) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "activation_link: nccl, but ", worker_label(from), " and ", worker_label(to),
+            " run on the same GPU (", shared_gpu, "), and NCCL refuses two ranks on one GPU"));
+      }
+      continue;  // auto: gRPC between these two
     }
     if (lacking >= 0) {
       if (kind == ActivationLinkKind::kNccl) {
@@ -315,6 +328,27 @@ absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> Cluster::nccl_link
   return out;
 }
 
+absl::Status Cluster::link_over_nccl(const std::vector<int>& members, uint64_t shard_id) {
+  absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> nccl = nccl_links(members);
+  if (!nccl.ok()) return nccl.status();
+  const int n = static_cast<int>(members.size());
+  for (int k = n - 1; k >= 0; --k) {
+    const bool next = (*nccl)[k].has_value();
+    const bool previous = k > 0 && (*nccl)[k - 1].has_value();
+    if (!next && !previous) continue;
+    v1::LinkNcclRequest req;
+    req.set_shard_id(shard_id);
+    if (next) *req.mutable_next() = *(*nccl)[k];
+    if (previous) *req.mutable_previous() = *(*nccl)[k - 1];
+    const int i = members[k];
+    absl::StatusOr<v1::ShardInfo> shard = workers_[i]->link_nccl(req, options_.call_deadline);
+    if (!shard.ok()) return shard.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    states_[i].shard = *shard;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Cluster::load_pipeline() {
   if (!plan_) {
     bool first;
@@ -332,14 +366,8 @@ absl::Status Cluster::load_pipeline() {
     members = members_;
   }
   const int n = static_cast<int>(members.size());
-  absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> nccl = nccl_links(members);
-  if (!nccl.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    problem_ = std::string(nccl.status().message());
-    return nccl.status();
-  }
   // The last stage first, so each stage's next one is ready when the first
-  // micro-batch comes (over NCCL the next stage waits for it to join).
+  // micro-batch comes.
   for (int k = n - 1; k >= 0; --k) {
     const int i = members[k];
     const int next = k + 1 < n ? members[k + 1] : -1;
@@ -359,8 +387,6 @@ absl::Status Cluster::load_pipeline() {
     if (next >= 0 && pool_[next].name != pool_[next].address) {
       req.set_next_stage_name(pool_[next].name);
     }
-    if ((*nccl)[k]) *req.mutable_nccl_next() = *(*nccl)[k];
-    if (k > 0 && (*nccl)[k - 1]) *req.mutable_nccl_previous() = *(*nccl)[k - 1];
     req.set_trace(!c.trace.empty());
     req.set_prefix_cache_blocks(prefix_blocks());
     req.set_prefix_block_tokens(kDefaultPrefixBlockTokens);
@@ -385,6 +411,14 @@ absl::Status Cluster::load_pipeline() {
     }
     states_[i].shard = *shard;
     states_[i].state = "serving";
+  }
+  // Then NCCL between GPU neighbours: ids are made only once every shard
+  // loaded (each holds NCCL's bootstrap listener in its worker until both
+  // ranks join), so loads that fail and are retried make none.
+  if (absl::Status st = link_over_nccl(members, shard_id); !st.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    problem_ = std::string(st.message());
+    return st;
   }
   shard_id_.store(shard_id);
   auto link = first_link_(scheduler_->result_callback(shard_id), shard_id, members);

@@ -1,8 +1,8 @@
 // Cluster: the coordinator's view of its pipeline. It opens the model
 // (tokenizer, hyperparameters, sizes), plans placement (auto by memory
 // budget, or the config's explicit ranges, refused with numbers), loads the
-// shards (LoadShard, last stage first; between two stages NCCL or gRPC, as
-// activation_link says, with the NCCL ids made by the workers: MakeNcclId),
+// shards (LoadShard, last stage first; then, between two stages, NCCL or
+// gRPC as activation_link says: MakeNcclId and LinkNccl),
 // links the scheduler to the first stage, and watches the workers:
 //
 //   - every health_check_interval_ms a Health RPC with a deadline goes to
@@ -168,6 +168,9 @@ class Cluster {
   // gRPC), as activation_link says, with ids from the workers' MakeNcclId.
   absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> nccl_links(
       const std::vector<int>& members);
+  // Once every shard of `shard_id` loaded: LinkNccl to each stage with an
+  // NCCL neighbour (nccl_links).
+  absl::Status link_over_nccl(const std::vector<int>& members, uint64_t shard_id);
   // Plans over members_; `final_on_failure`: a plan that cannot fit stops
   // the cluster (at startup), else it is only reported.
   absl::Status plan(bool final_on_failure = true);

@@ -75,6 +75,17 @@ class GrpcWorkerControl final : public WorkerControl {
     return std::move(*out.mutable_id());
   }
 
+  absl::StatusOr<v1::ShardInfo> link_nccl(const v1::LinkNcclRequest& request,
+                                          absl::Duration deadline) override {
+    if (!refused_.ok()) return refused_;
+    grpc::ClientContext ctx;
+    set_deadline(&ctx, deadline);
+    v1::LinkNcclResponse out;
+    grpc::Status s = stub_->LinkNccl(&ctx, request, &out);
+    if (!s.ok()) return from_grpc(s, label_, "LinkNccl");
+    return out.shard();
+  }
+
   absl::StatusOr<int> free_sequences(uint64_t shard_id,
                                      std::span<const uint64_t> seq_ids,
                                      absl::Duration deadline) override {

@@ -109,6 +109,10 @@ class InProcessWorker final : public WorkerControl {
     return absl::FailedPreconditionError(
         absl::StrCat(label_, ": stages in this process make no NCCL links"));
   }
+  absl::StatusOr<v1::ShardInfo> link_nccl(const v1::LinkNcclRequest&, absl::Duration) override {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": stages in this process make no NCCL links"));
+  }
 
   absl::StatusOr<int> free_sequences(uint64_t,
                                      std::span<const uint64_t> seq_ids,

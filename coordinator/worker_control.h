@@ -1,5 +1,5 @@
 // WorkerControl: the coordinator's control plane to one worker — Describe,
-// LoadShard, MakeNcclId, FreeSequence, Health (strata.v1.Worker,
+// LoadShard, MakeNcclId, LinkNccl, FreeSequence, Health (strata.v1.Worker,
 // worker.proto). Two
 // implementations: gRPC to a `strata-worker` process
 // (make_grpc_worker_control), and a Stage in this process for single-node
@@ -41,6 +41,10 @@ class WorkerControl {
   // rank 0 of (worker.proto MakeNcclId); FailedPrecondition from a worker
   // that makes no NCCL links.
   virtual absl::StatusOr<std::string> make_nccl_id(absl::Duration deadline) = 0;
+  // Links the loaded shard to its neighbours over NCCL (worker.proto
+  // LinkNccl); the shard as linked.
+  virtual absl::StatusOr<v1::ShardInfo> link_nccl(const v1::LinkNcclRequest& request,
+                                                  absl::Duration deadline) = 0;
   virtual absl::StatusOr<int> free_sequences(
       uint64_t shard_id, std::span<const uint64_t> seq_ids,
       absl::Duration deadline) = 0;

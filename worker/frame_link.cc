@@ -35,7 +35,7 @@ class FrameLink final : public ActivationLink {
           bool broke;
           {
             std::lock_guard<std::mutex> lock(mu_);
-            broke = !broken_reason_.empty();
+            broke = failed_;
           }
           if (broke) fail_pending(absl::StatusCode::kUnavailable, "");
         }) {}
@@ -64,7 +64,7 @@ class FrameLink final : public ActivationLink {
 
   bool healthy() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return !broken_;
+    return !broken_ && !closed_;
   }
 
   void close(const std::string& reason) override {
@@ -77,11 +77,15 @@ class FrameLink final : public ActivationLink {
       cv_.notify_all();
     }
     writer_.join();  // sends the close frame unless the link is broken
+    FrameChannel* results = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (results_ != nullptr) results_->abort();
+      results = results_.get();
       cv_.notify_all();
     }
+    // Channels are aborted without mu_ held: a transport may ask the
+    // reader's deadline (which takes mu_) under a lock of its own.
+    if (results != nullptr) results->abort();
     reader_.join();
     fail_pending(absl::StatusCode::kUnavailable, reason);
   }
@@ -102,20 +106,18 @@ class FrameLink final : public ActivationLink {
     }
     absl::StatusOr<std::unique_ptr<FrameChannel>> results =
         transport_->join(ids_.results, 1, options_.join_timeout, &cancel_);
-    std::lock_guard<std::mutex> lock(mu_);
-    forward_ = std::move(*forward);
-    if (!results.ok()) {
-      break_locked(results.status(), "joining the results communicator: ");
-      return false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      forward_ = std::move(*forward);
+      if (results.ok()) {
+        results_ = std::move(*results);
+        joined_ = true;
+        cv_.notify_all();
+        return true;
+      }
     }
-    results_ = std::move(*results);
-    joined_ = true;
-    if (broken_) {  // closed while joining
-      forward_->abort();
-      results_->abort();
-    }
-    cv_.notify_all();
-    return true;
+    mark_broken(results.status(), "joining the results communicator: ");
+    return false;
   }
 
   void write_loop() {
@@ -171,43 +173,51 @@ class FrameLink final : public ActivationLink {
         mark_broken(result.status(), "");
         return;
       }
+      std::string out_of_order;
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (pending_.empty() ||
             pending_.front().batch_id != result->batch_id()) {
-          break_locked(
-              absl::UnavailableError(absl::StrCat(
-                  "result for batch ", result->batch_id(), ", expected ",
-                  pending_.empty() ? std::string("none")
-                                   : absl::StrCat(pending_.front().batch_id))),
-              "");
-          return;
+          out_of_order = absl::StrCat(
+              "result for batch ", result->batch_id(), ", expected ",
+              pending_.empty() ? std::string("none")
+                               : absl::StrCat(pending_.front().batch_id));
+        } else {
+          pending_.pop_front();
         }
-        pending_.pop_front();
+      }
+      if (!out_of_order.empty()) {
+        mark_broken(absl::UnavailableError(out_of_order), "");
+        return;
       }
       on_result_(*std::move(result));
     }
   }
 
+  // The link failed: `why` is what its results say, unless close() came
+  // first (its own abort then is no failure; close's reason stands). Both
+  // channels are aborted, without mu_ held (see close()).
   void mark_broken(const absl::Status& why, const std::string& context) {
-    std::lock_guard<std::mutex> lock(mu_);
-    break_locked(why, context);
-  }
-
-  // The link failed (mu_ held): `why` is what its results say, unless
-  // close() came first (its own abort then is no failure; close's reason
-  // stands).
-  void break_locked(const absl::Status& why, const std::string& context) {
-    cv_.notify_all();
-    if (broken_ || closed_) return;
-    broken_ = true;
-    broken_code_ = why.code() == absl::StatusCode::kDeadlineExceeded
-                       ? absl::StatusCode::kDeadlineExceeded
-                       : absl::StatusCode::kUnavailable;
-    broken_reason_ = absl::StrCat(context, why.message());
-    cancel_.store(true);
-    if (forward_ != nullptr) forward_->abort();
-    if (results_ != nullptr) results_->abort();
+    FrameChannel* forward = nullptr;
+    FrameChannel* results = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+      if (broken_ || closed_) return;
+      broken_ = true;
+      failed_ = true;
+      broken_code_ = why.code() == absl::StatusCode::kDeadlineExceeded
+                         ? absl::StatusCode::kDeadlineExceeded
+                         : absl::StatusCode::kUnavailable;
+      broken_reason_ = absl::StrCat(context, why.message());
+      if (broken_reason_.empty()) broken_reason_ = "the link failed";
+      cancel_.store(true);
+      forward = forward_.get();
+      results = results_.get();
+    }
+    // The channels live as long as the link (set once, never reset).
+    if (forward != nullptr) forward->abort();
+    if (results != nullptr) results->abort();
   }
 
   // Every micro-batch sent and not answered gets an error result, in order.
@@ -218,7 +228,7 @@ class FrameLink final : public ActivationLink {
       std::lock_guard<std::mutex> lock(mu_);
       left.swap(pending_);
       outbox_.clear();
-      if (!broken_reason_.empty()) {
+      if (failed_) {
         why = broken_reason_;
         code = broken_code_;
       }
@@ -249,6 +259,7 @@ class FrameLink final : public ActivationLink {
   bool closing_ = false;
   bool closed_ = false;
   bool broken_ = false;
+  bool failed_ = false;  // broken by a failure, not by close()
   absl::StatusCode broken_code_ = absl::StatusCode::kUnavailable;
   std::string broken_reason_;
 

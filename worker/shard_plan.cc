@@ -130,31 +130,38 @@ absl::Status check_load_request(const v1::LoadShardRequest& r) {
     return bad("next_stage",
                absl::StrCat("\"", r.next_stage(), "\" is not host:port"));
   }
-  // The NCCL link's setup: each id exactly an ncclUniqueId's bytes, and a
-  // stage on the far side.
-  auto check_nccl = [&](const char* field, const v1::NcclLinkSetup& setup,
-                        bool has_peer, const char* no_peer) -> absl::Status {
+  return absl::OkStatus();
+}
+
+absl::Status check_link_nccl(const v1::LinkNcclRequest& r, const v1::ShardInfo& shard) {
+  if (r.shard_id() != shard.shard_id()) {
+    return bad("shard_id", absl::StrCat(r.shard_id(), ", but the loaded shard is ",
+                                        shard.shard_id()));
+  }
+  if (!r.has_next() && !r.has_previous()) return bad("next", "neither next nor previous given");
+  // Each id exactly an ncclUniqueId's bytes, and a stage on that side.
+  auto check = [&](const char* field, const v1::NcclLinkSetup& setup, bool has_peer,
+                   const char* no_peer) -> absl::Status {
     if (!has_peer) return bad(field, no_peer);
     if (setup.forward_id().size() != kNcclIdBytes) {
       return bad(absl::StrCat(field, ".forward_id"),
-                 absl::StrCat(setup.forward_id().size(), " bytes, expected ",
-                              kNcclIdBytes));
+                 absl::StrCat(setup.forward_id().size(), " bytes, expected ", kNcclIdBytes));
     }
     if (setup.results_id().size() != kNcclIdBytes) {
       return bad(absl::StrCat(field, ".results_id"),
-                 absl::StrCat(setup.results_id().size(), " bytes, expected ",
-                              kNcclIdBytes));
+                 absl::StrCat(setup.results_id().size(), " bytes, expected ", kNcclIdBytes));
     }
     return absl::OkStatus();
   };
-  if (r.has_nccl_next()) {
-    absl::Status st = check_nccl("nccl_next", r.nccl_next(), !r.head(),
-                                 "set on the last stage (head): there is no next stage");
+  if (r.has_next()) {
+    absl::Status st = check("next", r.next(), !shard.head(),
+                            "given to the last stage (head): there is no next stage");
     if (!st.ok()) return st;
   }
-  if (r.has_nccl_previous()) {
-    return check_nccl("nccl_previous", r.nccl_previous(), !r.embedding(),
-                      "set on the first stage: there is no previous stage");
+  if (r.has_previous()) {
+    absl::Status st = check("previous", r.previous(), !shard.embedding(),
+                            "given to the first stage: there is no previous stage");
+    if (!st.ok()) return st;
   }
   return absl::OkStatus();
 }

@@ -41,6 +41,11 @@ struct ShardPlan {
 // counts, kv_type, next_stage. INVALID_ARGUMENT naming the field.
 absl::Status check_load_request(const v1::LoadShardRequest& request);
 
+// LinkNccl's checks against the loaded `shard`: its shard_id, at least one
+// side given, each id kNcclIdBytes, a stage on that side. INVALID_ARGUMENT
+// naming the field ("next.forward_id: 100 bytes, expected 128").
+absl::Status check_link_nccl(const v1::LinkNcclRequest& request, const v1::ShardInfo& shard);
+
 // check_load_request, then opens request.model_path (as given: the caller
 // resolves and confines it) and checks the range, the embedding and head
 // flags and n_ctx against the model. Errors name the field

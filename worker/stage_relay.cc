@@ -151,6 +151,22 @@ void StageRelay::connect() {
   (void)ensure_link(&error);  // a failure shows at the first micro-batch
 }
 
+absl::Status StageRelay::relink(LinkFactory make_next) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  if (!make_next_) return absl::FailedPreconditionError("the last stage has no next stage");
+  if (closed_) return absl::FailedPreconditionError("the shard was unloaded");
+  // As in ensure_link: the old link's pending micro-batches are answered
+  // before the new link can answer anything, so results stay in order.
+  if (link_ != nullptr) {
+    link_->close(kLinkClosed);
+    link_.reset();
+  }
+  make_next_ = std::move(make_next);
+  std::string error;
+  (void)ensure_link(&error);  // a failure shows at the first micro-batch
+  return absl::OkStatus();
+}
+
 int StageRelay::free_sequences(const uint64_t* seq_ids, int n) {
   std::lock_guard<std::mutex> lock(run_mu_);
   const int freed = stage_.free_sequences(seq_ids, n);

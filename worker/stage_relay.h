@@ -68,6 +68,11 @@ class StageRelay {
   // Makes the link to the next stage now rather than at the first
   // micro-batch (it connects in the background). No-op on the last stage.
   void connect();
+  // From now on the link to the next stage comes from `make_next` (the
+  // NCCL link replacing the gRPC one): the current link is closed (its
+  // pending micro-batches answered UNAVAILABLE) and the new one made.
+  // FailedPrecondition on the last stage or a closed relay.
+  absl::Status relink(LinkFactory make_next);
 
   // The last stage's direct sink (replacing any earlier one); returns a
   // token for clear_direct_sink. No-op (returns 0) on other stages.

@@ -38,6 +38,7 @@
 #include "spdlog/spdlog.h"
 #include "strata_version.h"
 #include "worker/cuda/cuda_backend.h"
+#include "worker/cuda/cuda_device.h"
 #include "worker/grpc_link.h"
 #ifdef STRATA_HAVE_NCCL
 #include "worker/nccl_channel.h"
@@ -212,6 +213,13 @@ int main(int argc, char** argv) {
   strata::StderrProgress progress_output;
   strata::Progress progress(progress_output);
   service->set_progress(&progress);
+  if (auto choice = strata::worker::parse_backend_choice(config.backend);
+      choice.ok() && choice->kind == strata::worker::BackendChoice::Kind::kCuda) {
+    // Describe names the GPU (two workers on one GPU get no NCCL link).
+    if (auto gpu = strata::worker::cuda_device(choice->device); gpu.ok()) {
+      service->set_gpu_uuid(gpu->uuid);
+    }
+  }
 #ifdef STRATA_HAVE_NCCL
   // A GPU worker makes NCCL links to GPU neighbours the coordinator pairs
   // it with (Describe: nccl_link); their frames wait as long as results do.

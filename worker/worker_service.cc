@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <utility>
@@ -216,6 +217,10 @@ grpc::Status WorkerService::Describe(grpc::ServerContext*,
   for (const std::string& d : config_.model_dirs) response->add_model_dirs(d);
   response->set_protocol_version(kProtocolVersion);
   response->set_nccl_link(transport_ != nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    response->set_gpu_uuid(gpu_uuid_);
+  }
   response->set_read_bandwidth_bytes_per_s(read_bytes_per_s_.load());
   response->set_flops_per_s(flops_per_s_.load());
   response->set_matmul_overhead_s(matmul_overhead_s_.load());
@@ -225,6 +230,7 @@ grpc::Status WorkerService::Describe(grpc::ServerContext*,
   }
   if (std::shared_ptr<Loaded> loaded = current()) {
     *response->mutable_shard() = loaded->stage->shard();
+    if (loaded->next_over_nccl) response->mutable_shard()->set_next_link("nccl");
   }
   return grpc::Status::OK;
 }
@@ -363,8 +369,6 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
         " is the loaded shard's; a new shard needs a new shard_id"));
   }
 
-  if (absl::Status st = take_nccl_ids(request); !st.ok()) return st;
-
   // Free the old shard before the new one takes memory.
   std::shared_ptr<Loaded> old;
   {
@@ -389,8 +393,7 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
       request.next_stage_name().empty()
           ? ""
           : absl::StrCat("worker ", request.next_stage_name(), " (", next, ")");
-  plan->info.set_next_link(head ? "" : request.has_nccl_next() ? "nccl" : "grpc");
-  const int n_embd = info.n_embd();
+  plan->info.set_next_link(head ? "" : "grpc");  // LinkNccl may change it
   absl::StatusOr<std::unique_ptr<Stage>> stage =
       load_planned_stage(std::move(*plan), config_.threads, options, config_.backend);
   if (!stage.ok()) {
@@ -399,33 +402,7 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
     return stage.status();
   }
   LinkFactory make_next;
-  if (!head && request.has_nccl_next()) {
-    FrameLinkOptions link_options;
-    link_options.peer_name = absl::StrCat(
-        next_label.empty() ? absl::StrCat("worker ", next) : next_label, " (",
-        transport_->name(), ")");
-    link_options.n_embd = static_cast<uint32_t>(n_embd);
-    link_options.answer_timeout =
-        std::chrono::milliseconds(config_.answer_timeout_ms);
-    link_options.join_timeout = link_options.answer_timeout;
-    FrameLinkIds ids;
-    std::copy_n(request.nccl_next().forward_id().begin(), kNcclIdBytes, ids.forward.begin());
-    std::copy_n(request.nccl_next().results_id().begin(), kNcclIdBytes, ids.results.begin());
-    // A communicator's id serves one join: once that link breaks, the
-    // coordinator loads the pipeline again with new ids.
-    auto made = std::make_shared<std::atomic<bool>>(false);
-    make_next = [transport = transport_, ids, link_options,
-                 made](ActivationLink::ResultCallback cb)
-        -> absl::StatusOr<std::unique_ptr<ActivationLink>> {
-      if (made->exchange(true)) {
-        return absl::UnavailableError(absl::StrCat(
-            link_options.peer_name,
-            ": the NCCL link broke and its ids are spent (a new LoadShard "
-            "brings new ones)"));
-      }
-      return make_frame_link(transport, ids, std::move(cb), link_options);
-    };
-  } else if (!head) {
+  if (!head) {
     GrpcLinkOptions link_options;
     link_options.answer_timeout =
         std::chrono::milliseconds(config_.answer_timeout_ms);
@@ -441,23 +418,12 @@ absl::StatusOr<v1::ShardInfo> WorkerService::load(
     };
   }
   auto loaded = std::make_shared<Loaded>();
+  loaded->next_label = next_label.empty() ? absl::StrCat("worker ", next) : next_label;
   loaded->stage = std::move(*stage);
   loaded->relay = std::make_unique<StageRelay>(
       *loaded->stage, absl::StrCat("worker ", worker_id()),
       std::move(make_next));
   loaded->relay->connect();
-  if (request.has_nccl_previous()) {
-    FrameLinkIds ids;
-    std::copy_n(request.nccl_previous().forward_id().begin(), kNcclIdBytes, ids.forward.begin());
-    std::copy_n(request.nccl_previous().results_id().begin(), kNcclIdBytes, ids.results.begin());
-    FrameUpstreamOptions upstream_options;
-    upstream_options.label = absl::StrCat("worker ", worker_id(),
-                                          ": link from the previous stage (",
-                                          transport_->name(), ")");
-    upstream_options.max_owed = kMaxOutstandingResults;
-    loaded->upstream = std::make_unique<FrameUpstream>(
-        transport_, ids, *loaded->relay, std::move(upstream_options));
-  }
   v1::ShardInfo out = loaded->stage->shard();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -491,48 +457,116 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-absl::Status WorkerService::take_nccl_ids(const v1::LoadShardRequest& request) {
-  if (!request.has_nccl_next() && !request.has_nccl_previous()) {
-    return absl::OkStatus();
-  }
-  if (transport_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        request.has_nccl_next() ? "nccl_next" : "nccl_previous",
-        ": this worker makes no NCCL links (it needs a build with NCCL and a cuda "
-        "backend; Describe says nccl_link: false): leave it unset for gRPC"));
-  }
+absl::Status WorkerService::take_nccl_ids(const v1::LinkNcclRequest& request) {
   // The ids this worker is rank 0 of: its own MakeNcclId made them.
-  std::vector<std::pair<std::string, const std::string*>> own;
-  if (request.has_nccl_next()) {
-    own.emplace_back("nccl_next.forward_id", &request.nccl_next().forward_id());
+  std::vector<std::pair<const char*, const std::string*>> own;
+  if (request.has_next()) own.emplace_back("next.forward_id", &request.next().forward_id());
+  if (request.has_previous()) {
+    own.emplace_back("previous.results_id", &request.previous().results_id());
   }
-  if (request.has_nccl_previous()) {
-    own.emplace_back("nccl_previous.results_id", &request.nccl_previous().results_id());
+  if (own.size() == 2 && *own[0].second == *own[1].second) {
+    return absl::InvalidArgumentError(
+        "next.forward_id and previous.results_id: one id for two communicators");
   }
+  const auto same = [](const LinkId& id, const std::string& bytes) {
+    return bytes.size() == id.size() && std::memcmp(id.data(), bytes.data(), id.size()) == 0;
+  };
   std::lock_guard<std::mutex> lock(ids_mu_);
-  std::vector<std::deque<LinkId>::iterator> found;
   for (const auto& [field, bytes] : own) {
-    auto it = std::find_if(made_ids_.begin(), made_ids_.end(), [&](const LinkId& id) {
-      return bytes->size() == id.size() && std::equal(id.begin(), id.end(), bytes->begin(),
-                                                     [](uint8_t a, char b) {
-                                                       return a == static_cast<uint8_t>(b);
-                                                     });
-    });
-    if (it == made_ids_.end()) {
+    if (std::none_of(made_ids_.begin(), made_ids_.end(),
+                     [&](const LinkId& id) { return same(id, *bytes); })) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field, ": not an id this worker's MakeNcclId made, or one a LoadShard already used "
+          field, ": not an id this worker's MakeNcclId made, or one a LinkNccl already used "
                  "(this worker is rank 0 of that communicator)"));
     }
-    found.push_back(it);
   }
-  if (found.size() == 2 && found[0] == found[1]) {
-    return absl::InvalidArgumentError(
-        "nccl_next.forward_id and nccl_previous.results_id: the same id for two communicators");
+  // Both found: take them out, each by value.
+  for (const auto& [field, bytes] : own) {
+    made_ids_.erase(std::find_if(made_ids_.begin(), made_ids_.end(),
+                                 [&](const LinkId& id) { return same(id, *bytes); }));
   }
-  // Erase the later one first: erasing from a deque invalidates iterators.
-  std::sort(found.begin(), found.end(), [](auto a, auto b) { return a > b; });
-  for (auto it : found) made_ids_.erase(it);
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ShardInfo> WorkerService::link_nccl(const v1::LinkNcclRequest& request) {
+  if (transport_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this worker makes no NCCL links (it needs a build with NCCL and a cuda backend; "
+        "Describe says nccl_link: false)");
+  }
+  std::shared_ptr<Loaded> loaded = current();
+  if (loaded == nullptr) return no_shard("no shard loaded (LoadShard first)");
+  const v1::ShardInfo& info = loaded->stage->shard();
+  if (absl::Status st = check_link_nccl(request, info); !st.ok()) return st;
+  if ((request.has_next() && loaded->next_over_nccl) ||
+      (request.has_previous() && loaded->upstream != nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        request.has_next() && loaded->next_over_nccl ? "next" : "previous",
+        ": shard ", info.shard_id(),
+        " is linked over NCCL already (ids serve one join: a new shard links again)"));
+  }
+  if (absl::Status st = take_nccl_ids(request); !st.ok()) return st;
+  const auto ids_of = [](const v1::NcclLinkSetup& setup) {
+    FrameLinkIds ids;
+    std::memcpy(ids.forward.data(), setup.forward_id().data(), kNcclIdBytes);
+    std::memcpy(ids.results.data(), setup.results_id().data(), kNcclIdBytes);
+    return ids;
+  };
+  const std::chrono::milliseconds timeout(config_.answer_timeout_ms);
+  if (request.has_previous()) {
+    FrameUpstreamOptions options;
+    options.label = absl::StrCat("worker ", worker_id(), ": link from the previous stage (",
+                                 transport_->name(), ")");
+    options.max_owed = kMaxOutstandingResults;
+    options.join_timeout = timeout;
+    loaded->upstream = std::make_unique<FrameUpstream>(transport_, ids_of(request.previous()),
+                                                       *loaded->relay, std::move(options));
+  }
+  if (request.has_next()) {
+    FrameLinkOptions options;
+    options.peer_name = absl::StrCat(loaded->next_label, " (", transport_->name(), ")");
+    options.n_embd = static_cast<uint32_t>(info.n_embd());
+    options.answer_timeout = timeout;
+    options.join_timeout = timeout;
+    // A communicator's id serves one join: once that link breaks, the
+    // coordinator loads the pipeline again and links it with new ids.
+    auto made = std::make_shared<std::atomic<bool>>(false);
+    const FrameLinkIds ids = ids_of(request.next());
+    absl::Status st = loaded->relay->relink(
+        [transport = transport_, ids, options,
+         made](ActivationLink::ResultCallback cb) -> absl::StatusOr<std::unique_ptr<ActivationLink>> {
+          if (made->exchange(true)) {
+            return absl::UnavailableError(absl::StrCat(
+                options.peer_name,
+                ": the NCCL link broke and its ids are spent (the coordinator loads the "
+                "pipeline again)"));
+          }
+          return make_frame_link(transport, ids, std::move(cb), options);
+        });
+    if (!st.ok()) return st;
+    loaded->next_over_nccl = true;
+  }
+  v1::ShardInfo out = info;
+  out.set_next_link(info.head() ? "" : loaded->next_over_nccl ? "nccl" : "grpc");
+  return out;
+}
+
+grpc::Status WorkerService::LinkNccl(grpc::ServerContext*, const v1::LinkNcclRequest* request,
+                                     v1::LinkNcclResponse* response) {
+  std::lock_guard<std::mutex> lock(load_mu_);  // not beside a LoadShard
+  absl::StatusOr<v1::ShardInfo> shard = link_nccl(*request);
+  if (!shard.ok()) {
+    spdlog::warn("worker {}: LinkNccl refused: {}", worker_id(),
+                 std::string(shard.status().message()));
+    return to_grpc_status(absl::Status(
+        shard.status().code(),
+        absl::StrCat("worker ", worker_id(), ": ", shard.status().message())));
+  }
+  spdlog::info("worker {}: shard {:x} linked over NCCL:{}{}", worker_id(), shard->shard_id(),
+               request->has_previous() ? " from the previous stage" : "",
+               request->has_next() ? " to the next stage" : "");
+  *response->mutable_shard() = *std::move(shard);
+  return grpc::Status::OK;
 }
 
 grpc::Status WorkerService::MakeNcclId(grpc::ServerContext*, const v1::MakeNcclIdRequest*,

@@ -16,16 +16,18 @@
 //                 second shard under a live id would take its micro-batches).
 //                 Then the old shard is freed and the new one loaded; the
 //                 link to next_stage is made (and remade after the next
-//                 worker restarts), over NCCL when nccl_next is set (the
-//                 frame link, worker/frame_link.h; one join, not remade);
-//                 with nccl_previous the previous stage's micro-batches
-//                 come over NCCL too (worker/frame_upstream.h). Either
-//                 needs a frame transport (set_frame_transport:
-//                 FAILED_PRECONDITION naming the field without one), and
-//                 the id this worker is rank 0 of must come from its
-//                 MakeNcclId (INVALID_ARGUMENT otherwise).
+//                 worker restarts).
 //   MakeNcclId    a new id from the frame transport; the worker keeps the
-//                 kMaxMadeIds newest unused ones (older ones are forgotten).
+//                 kMaxMadeIds newest ones no LinkNccl used (older ones are
+//                 forgotten).
+//   LinkNccl      once every stage loaded: the link to the next stage over
+//                 NCCL (the frame link, worker/frame_link.h, replacing the
+//                 gRPC one; its ids serve one join, so a broken one is not
+//                 remade) and/or the previous stage's micro-batches over
+//                 NCCL (worker/frame_upstream.h). FAILED_PRECONDITION without
+//                 a frame transport (set_frame_transport) or when the shard
+//                 is linked so already; the id this worker is rank 0 of must
+//                 come from its MakeNcclId (INVALID_ARGUMENT otherwise).
 //   Activations   each micro-batch read runs through the Stage on the
 //                 stream's thread; its result (or the next stage's, relayed
 //                 up) is written back in order, on the thread that has it.
@@ -83,6 +85,9 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status MakeNcclId(grpc::ServerContext* context,
                           const v1::MakeNcclIdRequest* request,
                           v1::MakeNcclIdResponse* response) override;
+  grpc::Status LinkNccl(grpc::ServerContext* context,
+                        const v1::LinkNcclRequest* request,
+                        v1::LinkNcclResponse* response) override;
   grpc::Status Activations(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::MicroBatchResult, v1::MicroBatch>* stream)
@@ -109,6 +114,12 @@ class WorkerService final : public v1::Worker::Service {
   // Describe says so. Set before serving.
   void set_frame_transport(std::shared_ptr<FrameTransport> transport) {
     transport_ = std::move(transport);
+  }
+  // The GPU this worker's backend runs on (CudaDevice::uuid), which
+  // Describe reports; "" (the default): none.
+  void set_gpu_uuid(std::string uuid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    gpu_uuid_ = std::move(uuid);
   }
   // Ids MakeNcclId keeps for LoadShards to come.
   static constexpr size_t kMaxMadeIds = 8;
@@ -154,17 +165,21 @@ class WorkerService final : public v1::Worker::Service {
   struct Loaded {
     std::unique_ptr<Stage> stage;
     std::unique_ptr<StageRelay> relay;  // destroyed before stage: borrows it
-    // NCCL from the previous stage (nccl_previous); destroyed first:
-    // borrows the relay.
+    // NCCL from the previous stage (LinkNccl); destroyed first: borrows
+    // the relay. Set under load_mu_.
     std::unique_ptr<FrameUpstream> upstream;
+    std::string next_label;  // "worker NAME (ADDRESS)" of the next stage
+    std::atomic<bool> next_over_nccl{false};  // LinkNccl linked the next stage
     ~Loaded() {
       upstream.reset();
       relay.reset();
     }
   };
-  // The NCCL setup's checks; takes the ids this worker is rank 0 of out of
-  // made_ids_.
-  absl::Status take_nccl_ids(const v1::LoadShardRequest& request);
+  // LinkNccl as absl::Status; the shard as linked.
+  absl::StatusOr<v1::ShardInfo> link_nccl(const v1::LinkNcclRequest& request);
+  // Takes the ids this worker is rank 0 of out of made_ids_
+  // (INVALID_ARGUMENT naming one it did not make).
+  absl::Status take_nccl_ids(const v1::LinkNcclRequest& request);
 
   std::shared_ptr<Loaded> current() const;
   // Why there is no shard to use: UNAVAILABLE while stopping, else
@@ -179,6 +194,7 @@ class WorkerService final : public v1::Worker::Service {
   const WorkerConfig config_;
   Progress* progress_ = nullptr;  // set_progress
   std::shared_ptr<FrameTransport> transport_;  // set_frame_transport
+  std::string gpu_uuid_;  // guarded by mu_ (declared below)
   std::mutex ids_mu_;
   std::deque<LinkId> made_ids_;  // guarded by ids_mu_; newest last
   // Read bandwidth (bytes/s) and FLOP rate (FLOP/s) reported by Describe;

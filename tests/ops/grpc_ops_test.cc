@@ -70,6 +70,9 @@ class FakeWorker final : public WorkerControl {
   absl::StatusOr<std::string> make_nccl_id(absl::Duration) override {
     return absl::FailedPreconditionError("worker " + address_ + ": makes no NCCL links");
   }
+  absl::StatusOr<v1::ShardInfo> link_nccl(const v1::LinkNcclRequest&, absl::Duration) override {
+    return absl::FailedPreconditionError("worker " + address_ + ": makes no NCCL links");
+  }
   absl::StatusOr<int> free_sequences(uint64_t, std::span<const uint64_t> ids,
                                      absl::Duration) override {
     return static_cast<int>(ids.size());

@@ -50,25 +50,25 @@ class InMemoryChannel final : public worker::FrameChannel {
 
   absl::StatusOr<worker::Frame> recv(const DeadlineFn& deadline) override {
     InMemoryTransport::Message m;
-    {
+    for (;;) {
+      // The deadline is asked without the lock (the link's deadline takes
+      // its own lock), again each round: it may move.
+      const std::optional<Clock::time_point> until = deadline ? deadline() : std::nullopt;
       std::unique_lock<std::mutex> lock(comm_->mu);
       std::deque<InMemoryTransport::Message>& inbox = comm_->inbox[rank_];
-      for (;;) {
-        if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
-        if (!inbox.empty()) break;
-        if (comm_->gone[1 - rank_]) {
-          return absl::UnavailableError("the other rank left the communicator");
-        }
-        std::optional<Clock::time_point> until = deadline ? deadline() : std::nullopt;
-        if (until && Clock::now() > *until) {
-          return absl::DeadlineExceededError("waiting for a frame: no answer in time");
-        }
-        // The deadline may move (asked again each round), and abort() has
-        // no lock: wake now and then.
-        comm_->cv.wait_for(lock, std::chrono::milliseconds(2));
+      if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
+      if (!inbox.empty()) {
+        m = std::move(inbox.front());
+        inbox.pop_front();
+        break;
       }
-      m = std::move(inbox.front());
-      inbox.pop_front();
+      if (comm_->gone[1 - rank_]) {
+        return absl::UnavailableError("the other rank left the communicator");
+      }
+      if (until && Clock::now() > *until) {
+        return absl::DeadlineExceededError("waiting for a frame: no answer in time");
+      }
+      comm_->cv.wait_for(lock, std::chrono::milliseconds(2));
     }
     absl::StatusOr<worker::FrameHeader> header = worker::decode_frame_header(m.header);
     if (!header.ok()) return header.status();

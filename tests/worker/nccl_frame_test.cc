@@ -206,50 +206,43 @@ TEST(NcclFrame, RejectsMetaThatDisagreesWithTheHeader) {
   EXPECT_FALSE(unframe_micro_batch(k, f->meta, f->payload).ok());
 }
 
-// LoadShardRequest's NCCL setup: ids of exactly 128 bytes and a stage on
-// the far side (whether this worker makes NCCL links, and made the id it is
-// rank 0 of, is the service's check: worker_service_test.cc).
-TEST(NcclFrame, LoadShardChecksTheNcclSetup) {
-  v1::LoadShardRequest r;
-  r.set_shard_id(1);
-  r.set_model_path("m.gguf");
-  r.set_first_block(0);
-  r.set_last_block(2);
-  r.set_embedding(true);
-  r.set_n_ctx(64);
-  r.set_max_sequences(1);
-  r.set_max_batch_rows(16);
-  r.set_next_stage("127.0.0.1:5");
-  ASSERT_TRUE(check_load_request(r).ok()) << check_load_request(r);
-  auto message = [&] { return std::string(check_load_request(r).message()); };
+// LinkNccl's checks (check_link_nccl): the loaded shard's id, a side
+// given, ids of exactly 128 bytes, a stage on that side. (Whether this
+// worker makes NCCL links, and made the id it is rank 0 of, is the
+// service's check: worker_nccl_test.cc.)
+TEST(NcclFrame, LinkNcclChecksTheSetup) {
+  v1::ShardInfo shard;
+  shard.set_shard_id(5);
+  shard.set_embedding(true);  // the first stage: a next, no previous
+  v1::LinkNcclRequest r;
+  r.set_shard_id(5);
+  auto message = [&] { return std::string(check_link_nccl(r, shard).message()); };
+  EXPECT_NE(message().find("neither next nor previous"), std::string::npos) << message();
 
-  r.mutable_nccl_next()->set_forward_id(std::string(100, 'x'));
-  r.mutable_nccl_next()->set_results_id(std::string(kNcclIdBytes, 'y'));
-  EXPECT_EQ(check_load_request(r).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(message().find("nccl_next.forward_id: 100 bytes, expected 128"),
-            std::string::npos)
+  r.mutable_next()->set_forward_id(std::string(100, 'x'));
+  r.mutable_next()->set_results_id(std::string(kNcclIdBytes, 'y'));
+  EXPECT_EQ(check_link_nccl(r, shard).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message().find("next.forward_id: 100 bytes, expected 128"), std::string::npos)
       << message();
-  r.mutable_nccl_next()->set_forward_id(std::string(kNcclIdBytes, 'x'));
-  r.mutable_nccl_next()->set_results_id("");
-  EXPECT_NE(message().find("nccl_next.results_id"), std::string::npos)
-      << message();
-  r.mutable_nccl_next()->set_results_id(std::string(kNcclIdBytes, 'y'));
-  EXPECT_TRUE(check_load_request(r).ok()) << message();
-  // Both directions on a middle stage.
-  r.set_first_block(1);
-  r.set_embedding(false);
-  *r.mutable_nccl_previous() = r.nccl_next();
-  EXPECT_TRUE(check_load_request(r).ok()) << message();
-  r.mutable_nccl_previous()->set_results_id("short");
-  EXPECT_NE(message().find("nccl_previous.results_id: 5 bytes"), std::string::npos)
-      << message();
-  r.set_first_block(0);
-  r.set_embedding(true);
+  r.mutable_next()->set_forward_id(std::string(kNcclIdBytes, 'x'));
+  r.mutable_next()->set_results_id("");
+  EXPECT_NE(message().find("next.results_id: 0 bytes"), std::string::npos) << message();
+  r.mutable_next()->set_results_id(std::string(kNcclIdBytes, 'y'));
+  EXPECT_TRUE(check_link_nccl(r, shard).ok()) << message();
 
-  r.clear_nccl_next();
-  *r.mutable_nccl_previous() = v1::NcclLinkSetup();
-  EXPECT_NE(message().find("nccl_previous: set on the first stage"),
-            std::string::npos)
+  *r.mutable_previous() = r.next();
+  EXPECT_NE(message().find("previous: given to the first stage"), std::string::npos)
+      << message();
+  shard.set_embedding(false);  // a middle stage: both
+  EXPECT_TRUE(check_link_nccl(r, shard).ok()) << message();
+  r.mutable_previous()->set_results_id("short");
+  EXPECT_NE(message().find("previous.results_id: 5 bytes"), std::string::npos) << message();
+  r.mutable_previous()->set_results_id(std::string(kNcclIdBytes, 'z'));
+  shard.set_head(true);  // the last stage: no next
+  EXPECT_NE(message().find("next: given to the last stage"), std::string::npos) << message();
+  shard.set_head(false);
+  r.set_shard_id(6);
+  EXPECT_NE(message().find("shard_id: 6, but the loaded shard is 5"), std::string::npos)
       << message();
 }
 

@@ -43,6 +43,12 @@ grpc::Status make_id(const ServedWorker& w, std::string* id) {
   return st;
 }
 
+grpc::Status link(const ServedWorker& w, const v1::LinkNcclRequest& r) {
+  grpc::ClientContext context;
+  v1::LinkNcclResponse out;
+  return w.stub()->LinkNccl(&context, r, &out);
+}
+
 bool describes_nccl(const ServedWorker& w) {
   grpc::ClientContext context;
   v1::DescribeResponse d;
@@ -71,22 +77,24 @@ TEST_F(WorkerNcclTest, AWorkerWithoutATransportRefusesNcclLinksNamingTheField) {
   EXPECT_NE(st.error_message().find("worker w0: makes no NCCL links"), std::string::npos)
       << st.error_message();
 
-  v1::LoadShardRequest r = shard_request("stories260K.gguf", 0, 2, n_layer_, 32, 4, 32);
-  r.mutable_nccl_next()->set_forward_id(std::string(worker::kNcclIdBytes, 'f'));
-  r.mutable_nccl_next()->set_results_id(std::string(worker::kNcclIdBytes, 'r'));
-  st = w.load(r);
+  ASSERT_TRUE(w.load(shard_request("stories260K.gguf", 0, 2, n_layer_, 32, 4, 32)).ok());
+  v1::LinkNcclRequest r;
+  r.set_shard_id(kShardId);
+  r.mutable_next()->set_forward_id(std::string(worker::kNcclIdBytes, 'f'));
+  r.mutable_next()->set_results_id(std::string(worker::kNcclIdBytes, 'r'));
+  st = link(w, r);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(st.error_message().find("worker w0: nccl_next: this worker makes no NCCL links"),
+  EXPECT_NE(st.error_message().find("worker w0: this worker makes no NCCL links"),
             std::string::npos)
       << st.error_message();
-  // Nothing was loaded in its place.
+  // The shard still links over gRPC.
   grpc::ClientContext context;
-  v1::WorkerHealthResponse health;
-  ASSERT_TRUE(w.stub()->Health(&context, v1::WorkerHealthRequest(), &health).ok());
-  EXPECT_EQ(health.state(), "idle");
+  v1::DescribeResponse d;
+  ASSERT_TRUE(w.stub()->Describe(&context, v1::DescribeRequest(), &d).ok());
+  EXPECT_EQ(d.shard().next_link(), "grpc");
 }
 
-TEST_F(WorkerNcclTest, TheIdAWorkerIsRankZeroOfMustBeItsOwnUsedOnce) {
+TEST_F(WorkerNcclTest, TheIdsAWorkerIsRankZeroOfMustBeItsOwnEachUsedOnce) {
   auto transport = std::make_shared<InMemoryTransport>();
   ServedWorker w0("w0", model_dir_, 30000, transport);
   ServedWorker w1("w1", model_dir_, 30000, transport);
@@ -95,37 +103,69 @@ TEST_F(WorkerNcclTest, TheIdAWorkerIsRankZeroOfMustBeItsOwnUsedOnce) {
   ASSERT_TRUE(make_id(w1, &from_w1).ok());
   ASSERT_EQ(from_w1.size(), worker::kNcclIdBytes);
 
-  // nccl_next.forward_id is w0's to make: w1's is refused, as is one
-  // nobody made.
-  v1::LoadShardRequest r = shard_request("stories260K.gguf", 0, 2, n_layer_, 32, 4, 32);
-  r.mutable_nccl_next()->set_forward_id(from_w1);
-  r.mutable_nccl_next()->set_results_id(from_w1);
-  grpc::Status st = w0.load(r);
+  // A middle stage: next.forward_id and previous.results_id are w0's.
+  uint64_t shard = kShardId;
+  auto load_middle = [&] {
+    v1::LoadShardRequest r = shard_request("stories260K.gguf", 1, 3, n_layer_, 32, 4, 32);
+    r.set_shard_id(++shard);
+    grpc::Status st = w0.load(r);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  };
+  auto request = [&](const std::string& next_forward, const std::string& previous_results) {
+    v1::LinkNcclRequest r;
+    r.set_shard_id(shard);
+    r.mutable_next()->set_forward_id(next_forward);
+    r.mutable_next()->set_results_id(from_w1);
+    r.mutable_previous()->set_forward_id(from_w1);
+    r.mutable_previous()->set_results_id(previous_results);
+    return r;
+  };
+  load_middle();
+  std::vector<std::string> made(worker::WorkerService::kMaxMadeIds + 1);
+  for (std::string& id : made) ASSERT_TRUE(make_id(w0, &id).ok());
+
+  // w1's id where w0's belongs, and the oldest of more than kMaxMadeIds
+  // (forgotten): refused, naming the field.
+  grpc::Status st = link(w0, request(from_w1, made[3]));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(st.error_message().find("worker w0: nccl_next.forward_id: not an id this worker's "
+  EXPECT_NE(st.error_message().find("worker w0: next.forward_id: not an id this worker's "
                                     "MakeNcclId made"),
             std::string::npos)
       << st.error_message();
-
-  // Of more than kMaxMadeIds ids, the oldest is forgotten.
-  std::vector<std::string> made(worker::WorkerService::kMaxMadeIds + 1);
-  for (std::string& id : made) ASSERT_TRUE(make_id(w0, &id).ok());
-  r.mutable_nccl_next()->set_forward_id(made.front());
-  EXPECT_EQ(w0.load(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  r.mutable_nccl_next()->set_forward_id(made.back());
-  st = w0.load(r);
-  EXPECT_TRUE(st.ok()) << st.error_message();
-  // The same id again, for a new shard: used already.
-  r.set_shard_id(kShardId + 1);
-  st = w0.load(r);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(st.error_message().find("or one a LoadShard already used"), std::string::npos)
+  st = link(w0, request(made[2], made[0]));
+  EXPECT_NE(st.error_message().find("previous.results_id: not an id"), std::string::npos)
       << st.error_message();
-  // Describe shows the link the shard has.
+  st = link(w0, request(made[2], made[2]));
+  EXPECT_NE(st.error_message().find("one id for two communicators"), std::string::npos)
+      << st.error_message();
+  // Two of its own: linked; Describe says so.
+  st = link(w0, request(made[2], made[3]));
+  ASSERT_TRUE(st.ok()) << st.error_message();
   grpc::ClientContext context;
   v1::DescribeResponse d;
   ASSERT_TRUE(w0.stub()->Describe(&context, v1::DescribeRequest(), &d).ok());
   EXPECT_EQ(d.shard().next_link(), "nccl");
+  // Once linked, a shard is not linked again.
+  st = link(w0, request(made[4], made[5]));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("is linked over NCCL already"), std::string::npos)
+      << st.error_message();
+  // A new shard: the ids used are spent; the others, around them, are not.
+  load_middle();
+  EXPECT_EQ(link(w0, request(made[2], made[4])).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(link(w0, request(made[4], made[3])).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  st = link(w0, request(made[1], made[4]));
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  load_middle();
+  st = link(w0, request(made[5], made[8]));
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  // Another shard's id: refused before any id is taken.
+  v1::LinkNcclRequest other = request(made[6], made[7]);
+  other.set_shard_id(shard + 100);
+  st = link(w0, other);
+  EXPECT_NE(st.error_message().find("shard_id: "), std::string::npos) << st.error_message();
+  load_middle();
+  EXPECT_TRUE(link(w0, request(made[6], made[7])).ok());
 }
 
 // The receiving side on a real worker, the previous stage played here: a
@@ -141,10 +181,14 @@ TEST_F(WorkerNcclTest, ABadFrameFromThePreviousStageEndsOnlyThatLink) {
   std::string results;
   ASSERT_TRUE(make_id(w1, &results).ok());
   std::copy(results.begin(), results.end(), ids.results.begin());
-  v1::LoadShardRequest r = shard_request("stories260K.gguf", cut, n_layer_, n_layer_, 256, 8, 64);
-  r.mutable_nccl_previous()->set_forward_id(std::string(ids.forward.begin(), ids.forward.end()));
-  r.mutable_nccl_previous()->set_results_id(results);
-  grpc::Status st = w1.load(r);
+  grpc::Status st =
+      w1.load(shard_request("stories260K.gguf", cut, n_layer_, n_layer_, 256, 8, 64));
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  v1::LinkNcclRequest r;
+  r.set_shard_id(kShardId);
+  r.mutable_previous()->set_forward_id(std::string(ids.forward.begin(), ids.forward.end()));
+  r.mutable_previous()->set_results_id(results);
+  st = link(w1, r);
   ASSERT_TRUE(st.ok()) << st.error_message();
 
   auto forward = transport->join(ids.forward, 0, std::chrono::seconds(60), nullptr);
@@ -279,6 +323,18 @@ class NcclClusterTest : public WorkerNcclTest {
     return out;
   }
 
+  // Waits (up to 60 s) until the cluster's health names `want` as why it
+  // does not serve.
+  static void expect_problem(coordinator::Cluster& c, const std::string& want) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (c.health().message().find(want) == std::string::npos &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_NE(c.health().message().find(want), std::string::npos) << c.health().message();
+    EXPECT_NE(c.health().state(), v1::HealthResponse::SERVING);
+  }
+
   std::vector<ServedWorker*> pool() {
     std::vector<ServedWorker*> p;
     for (auto& w : workers_) p.push_back(w.get());
@@ -380,19 +436,32 @@ TEST_F(NcclClusterTest, NcclEverywhereFailsTheLoadNamingAWorkerWithoutIt) {
   ASSERT_NE(c, nullptr);
   // The cluster keeps trying (the worker may be replaced by one that
   // makes NCCL links); its health says why it does not serve.
-  const std::string want = "activation_link: nccl, but worker w1";
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (c->health().message().find(want) == std::string::npos &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_NE(c->health().message().find(want), std::string::npos) << c->health().message();
-  EXPECT_NE(c->health().state(), v1::HealthResponse::SERVING);
+  expect_problem(*c, "activation_link: nccl, but worker w1");
   // auto links the same pair over gRPC instead.
   c.reset();
   c = start(2, coordinator::ActivationLinkKind::kAuto, pool());
   ASSERT_TRUE(c->wait_serving(absl::Seconds(60)).ok());
   EXPECT_EQ(c->status().workers(0).link_to_next(), "grpc");
+}
+
+// NCCL refuses two ranks on one GPU: two workers that Describe the same
+// GPU are linked over gRPC under auto, and refused under nccl.
+TEST_F(NcclClusterTest, TwoWorkersOnOneGpuAreNotLinkedOverNccl) {
+  workers_[0]->service().set_gpu_uuid("GPU-6f1c0a2e-0000-0000-0000-000000000001");
+  workers_[1]->service().set_gpu_uuid("GPU-6f1c0a2e-0000-0000-0000-000000000001");
+  auto c = start(2, coordinator::ActivationLinkKind::kNccl, pool());
+  ASSERT_NE(c, nullptr);
+  expect_problem(*c, "run on the same GPU (GPU-6f1c0a2e-0000-0000-0000-000000000001)");
+  c.reset();
+  c = start(2, coordinator::ActivationLinkKind::kAuto, pool());
+  ASSERT_TRUE(c->wait_serving(absl::Seconds(60)).ok());
+  EXPECT_EQ(c->status().workers(0).link_to_next(), "grpc");
+  // On two GPUs, NCCL again.
+  workers_[1]->service().set_gpu_uuid("GPU-6f1c0a2e-0000-0000-0000-000000000002");
+  c.reset();
+  c = start(2, coordinator::ActivationLinkKind::kAuto, pool());
+  ASSERT_TRUE(c->wait_serving(absl::Seconds(60)).ok());
+  EXPECT_EQ(c->status().workers(0).link_to_next(), "nccl");
 }
 
 }  // namespace

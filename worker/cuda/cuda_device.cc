@@ -8,6 +8,22 @@
 
 namespace strata::worker {
 
+namespace {
+
+// nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (16 bytes).
+std::string format_gpu_uuid(const unsigned char* b) {
+  std::string out = "GPU-";
+  static const char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[b[i] >> 4];
+    out += kHex[b[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string CudaDevice::compute_arch() const {
   return absl::StrCat("compute_", cc_major * 10 + cc_minor);
 }
@@ -39,6 +55,7 @@ absl::StatusOr<std::vector<CudaDevice>> list_cuda_devices() {
     d.cc_minor = p.minor;
     d.total_memory_bytes = p.totalGlobalMem;
     d.multiprocessors = p.multiProcessorCount;
+    d.uuid = format_gpu_uuid(reinterpret_cast<const unsigned char*>(p.uuid.bytes));
     devices.push_back(std::move(d));
   }
   return devices;

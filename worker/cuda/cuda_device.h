@@ -19,6 +19,9 @@ struct CudaDevice {
   int cc_minor = 0;
   uint64_t total_memory_bytes = 0;
   int multiprocessors = 0;
+  // "GPU-8c4b1f2e-...": cudaDeviceProp.uuid as nvidia-smi writes it; the
+  // same GPU under every process and ordinal (CUDA_VISIBLE_DEVICES).
+  std::string uuid;
   // "compute_90": NVRTC's -arch for this device's PTX.
   std::string compute_arch() const;
 };
