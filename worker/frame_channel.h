@@ -78,14 +78,14 @@ class FrameTransport {
   // Unavailable with the transport's error.
   virtual absl::StatusOr<LinkId> make_id() = 0;
 
-  // Joins communicator `id` as `rank` (0 or 1) of two; blocks until the
-  // other rank has joined, `timeout` has passed (DeadlineExceeded), or
-  // `*cancel` became true (Unavailable "aborted"; may be null).
-  // InvalidArgument for a rank outside {0, 1}; Unavailable with the
-  // transport's error.
+  // Joins communicator `id` as `rank` (0 or 1) of two, for frames within
+  // `limits`; blocks until the other rank has joined, `timeout` has passed
+  // (DeadlineExceeded), or `*cancel` became true (Unavailable "aborted";
+  // may be null). InvalidArgument for a rank outside {0, 1}; Unavailable
+  // with the transport's error.
   virtual absl::StatusOr<std::unique_ptr<FrameChannel>> join(
       const LinkId& id, int rank, std::chrono::milliseconds timeout,
-      const std::atomic<bool>* cancel) = 0;
+      const std::atomic<bool>* cancel, const FrameLimits& limits) = 0;
 };
 
 }  // namespace strata::worker

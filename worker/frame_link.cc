@@ -52,6 +52,9 @@ class FrameLink final : public ActivationLink {
       return absl::InvalidArgumentError(
           absl::StrCat(peer_, ": ", frame.status().message()));
     }
+    if (absl::Status st = batch_limits().check(frame->header); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(peer_, ": ", st.message()));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_) {
       return absl::UnavailableError(absl::StrCat(peer_, ": ", broken_reason_));
@@ -96,16 +99,24 @@ class FrameLink final : public ActivationLink {
     Clock::time_point sent;
   };
 
+  // Micro-batch frames: the shard's rows of n_embd.
+  FrameLimits batch_limits() const {
+    FrameLimits l;
+    l.max_rows = options_.max_rows;
+    l.cols = options_.n_embd;
+    return l;
+  }
+
   // Joins forward (rank 0), then results (rank 1), as the far side does.
   bool join() {
     absl::StatusOr<std::unique_ptr<FrameChannel>> forward =
-        transport_->join(ids_.forward, 0, options_.join_timeout, &cancel_);
+        transport_->join(ids_.forward, 0, options_.join_timeout, &cancel_, batch_limits());
     if (!forward.ok()) {
       mark_broken(forward.status(), "joining the forward communicator: ");
       return false;
     }
-    absl::StatusOr<std::unique_ptr<FrameChannel>> results =
-        transport_->join(ids_.results, 1, options_.join_timeout, &cancel_);
+    absl::StatusOr<std::unique_ptr<FrameChannel>> results = transport_->join(
+        ids_.results, 1, options_.join_timeout, &cancel_, FrameLimits{});  // no payload
     {
       std::lock_guard<std::mutex> lock(mu_);
       forward_ = std::move(*forward);

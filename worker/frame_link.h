@@ -51,6 +51,7 @@ struct FrameLinkIds {
 struct FrameLinkOptions {
   std::string peer_name;  // in messages: "worker w1 (nccl)"
   uint32_t n_embd = 0;    // the width of a hidden row (frame cols)
+  uint32_t max_rows = kMaxFrameRows;  // of a micro-batch (the shard's max_batch_rows)
   // The oldest unanswered micro-batch waits at most this for its result.
   std::chrono::milliseconds answer_timeout{30000};
   // Joining each communicator (the far side has joined, or joins, in the

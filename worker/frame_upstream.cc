@@ -71,8 +71,11 @@ void FrameUpstream::end(const std::string& why) {
 }
 
 void FrameUpstream::run() {
+  FrameLimits batches;
+  batches.max_rows = options_.max_rows;
+  batches.cols = options_.n_embd;
   absl::StatusOr<std::unique_ptr<FrameChannel>> forward = transport_->join(
-      ids_.forward, 1, options_.join_timeout, &shared_->cancel);
+      ids_.forward, 1, options_.join_timeout, &shared_->cancel, batches);
   if (!forward.ok()) {
     end(absl::StrCat("joining the forward communicator: ",
                      forward.status().message()));
@@ -84,7 +87,7 @@ void FrameUpstream::run() {
     shared_->forward = std::move(*forward);
   }
   absl::StatusOr<std::unique_ptr<FrameChannel>> results = transport_->join(
-      ids_.results, 0, options_.join_timeout, &shared_->cancel);
+      ids_.results, 0, options_.join_timeout, &shared_->cancel, FrameLimits{});  // no payload
   if (!results.ok()) {
     end(absl::StrCat("joining the results communicator: ",
                      results.status().message()));

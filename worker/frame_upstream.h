@@ -38,6 +38,8 @@ struct FrameUpstreamOptions {
   std::string label;  // "worker w2: link from the previous stage (nccl)"
   std::chrono::milliseconds join_timeout{std::chrono::hours(1)};
   size_t max_owed = 256;  // results owed to the peer at once
+  uint32_t n_embd = 0;    // the width of a hidden row (frame cols)
+  uint32_t max_rows = kMaxFrameRows;  // of a micro-batch (the shard's max_batch_rows)
 };
 
 class FrameUpstream {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -56,6 +57,20 @@ struct DeviceBuffer {
   }
 };
 
+// Every live channel's abort flag (see nccl_channel.h, "Failure").
+std::mutex& live_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::set<std::atomic<bool>*>& live_flags() {
+  static std::set<std::atomic<bool>*> flags;
+  return flags;
+}
+void abort_every_channel() {
+  std::lock_guard<std::mutex> lock(live_mu());
+  for (std::atomic<bool>* f : live_flags()) f->store(true);
+}
+
 }  // namespace
 
 absl::StatusOr<NcclId> make_nccl_id() {
@@ -76,15 +91,24 @@ struct NcclChannel::Impl {
   bool comm_aborted = false;
 
   ~Impl() {
-    if (comm != nullptr && !comm_aborted) ncclCommAbort(comm);
+    abort_comm();
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
   void abort_comm() {
     if (comm != nullptr && !comm_aborted) {
+      abort_every_channel();
       ncclCommAbort(comm);
       comm_aborted = true;
     }
+  }
+
+  // Buffers for frames within `limits` (with cols set), once.
+  absl::Status size_for(const FrameLimits& limits) {
+    if (limits.cols == 0) return absl::OkStatus();
+    if (absl::Status s = header.reserve(2 * kFrameHeaderBytes); !s.ok()) return s;
+    if (absl::Status s = meta.reserve(size_t{limits.max_meta_bytes} + 1); !s.ok()) return s;
+    return payload.reserve(size_t{limits.max_rows} * limits.cols * sizeof(float) + 4);
   }
 
   // Waits until the communicator's pending calls are issued (a
@@ -238,9 +262,18 @@ struct NcclChannel::Impl {
 
 NcclChannel::NcclChannel(std::unique_ptr<Impl> impl, int nranks, int rank,
                          const NcclChannelOptions& options)
-    : impl_(std::move(impl)), nranks_(nranks), rank_(rank), options_(options) {}
+    : impl_(std::move(impl)), nranks_(nranks), rank_(rank), options_(options) {
+  std::lock_guard<std::mutex> lock(live_mu());
+  live_flags().insert(&aborted_);
+}
 
-NcclChannel::~NcclChannel() = default;
+NcclChannel::~NcclChannel() {
+  {
+    std::lock_guard<std::mutex> lock(live_mu());
+    live_flags().erase(&aborted_);
+  }
+  impl_.reset();  // aborts the communicator (every channel told first)
+}
 
 absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::join(
     const NcclId& id, int nranks, int rank, const NcclChannelOptions& options,
@@ -277,6 +310,7 @@ absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::join(
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = impl->size_for(options.limits); !s.ok()) return s;
   return std::unique_ptr<NcclChannel>(
       new NcclChannel(std::move(impl), nranks, rank, options));
 }
@@ -290,6 +324,7 @@ absl::Status NcclChannel::send(const Frame& frame) {
   if (nranks_ != 2) {
     return absl::FailedPreconditionError("NCCL channel: send needs two ranks");
   }
+  if (absl::Status s = options_.limits.check(frame.header); !s.ok()) return s;
   cudaSetDevice(impl_->device);
   const int peer = 1 - rank_;
   const auto header = encode_frame_header(frame.header);
@@ -339,6 +374,8 @@ absl::StatusOr<Frame> NcclChannel::recv(const DeadlineFn& deadline) {
   if (s = impl_->wait(aborted_, bound, "reading a header"); !s.ok()) return s;
   absl::StatusOr<FrameHeader> header = decode_frame_header(bytes);
   if (!header.ok()) return header.status();
+  // Before any buffer is sized from it.
+  if (s = options_.limits.check(*header); !s.ok()) return s;
   Frame f;
   f.header = *header;
   if (f.header.meta_bytes == 0 && f.header.rows == 0) return f;
@@ -406,10 +443,14 @@ class NcclTransport final : public FrameTransport {
   absl::StatusOr<LinkId> make_id() override { return make_nccl_id(); }
   absl::StatusOr<std::unique_ptr<FrameChannel>> join(
       const LinkId& id, int rank, std::chrono::milliseconds timeout,
-      const std::atomic<bool>* cancel) override {
+      const std::atomic<bool>* cancel, const FrameLimits& limits) override {
     NcclChannelOptions o;
     o.device = device_;
     o.timeout = timeout;
+    o.limits = limits;
+    // Buffers sized at join: a results channel (no payload) gets a width
+    // of 1, which sizes none.
+    if (o.limits.cols == 0) o.limits.cols = 1;
     absl::StatusOr<std::unique_ptr<NcclChannel>> ch =
         NcclChannel::join(id, 2, rank, o, cancel);
     if (!ch.ok()) return ch.status();

@@ -19,7 +19,13 @@
 // Failure: every wait polls the stream and ncclCommGetAsyncError (the
 // communicators are non-blocking), so a peer that dies or hangs fails the
 // call after its bound instead of blocking forever; the communicator is
-// aborted then.
+// aborted then. ncclCommAbort frees device memory, which waits for every
+// kernel on the device, and a receive parked on another communicator of
+// this process (an idle link's) would never end: so before any
+// communicator is aborted (or destroyed) every channel of the process is
+// told to abort, and each aborts its own from the thread using it. One
+// link failing thus fails every NCCL link of the worker; the coordinator
+// loads the pipeline again either way (its ids are spent).
 #pragma once
 
 #include <array>
@@ -50,6 +56,11 @@ struct NcclChannelOptions {
   int device = 0;  // CUDA device ordinal
   // Bound of joining and of each round of a frame once its header came.
   std::chrono::milliseconds timeout{30000};
+  // The largest frame: with cols set, the device buffers are sized for it
+  // at join and never change (cudaMalloc/cudaFree wait for the whole
+  // device, where another communicator's receive may be parked); cols 0
+  // (the default): any width, buffers grow (the one-rank tests).
+  FrameLimits limits{kMaxFrameRows, 0, kMaxFrameMetaBytes};
 };
 
 // One communicator, one direction of frames, on its own CUDA stream, with
@@ -81,7 +92,8 @@ class NcclChannel final : public FrameChannel {
   absl::StatusOr<Frame> exchange_with_self(const Frame& frame);
 
   // Makes a waiting or later call fail with Unavailable("aborted"); the
-  // thread using the channel aborts the communicator. Any thread.
+  // thread using the channel aborts the communicator (after telling every
+  // channel of the process to abort: see above). Any thread.
   void abort() override { aborted_.store(true); }
   bool aborted() const override { return aborted_.load(); }
   int rank() const override { return rank_; }
@@ -105,8 +117,8 @@ class NcclChannel final : public FrameChannel {
 };
 
 // The FrameTransport of GPU `device` (frame_channel.h): ids from
-// make_nccl_id, two-rank channels from NcclChannel::join (its timeout the
-// join's; frames then within `frame_timeout`).
+// make_nccl_id, two-rank channels from NcclChannel::join (its timeout and
+// limits the join's: buffers sized then; frames within `frame_timeout`).
 std::shared_ptr<FrameTransport> make_nccl_transport(
     int device, std::chrono::milliseconds frame_timeout);
 

@@ -7,6 +7,22 @@
 #include "absl/strings/str_cat.h"
 
 namespace strata::worker {
+
+absl::Status FrameLimits::check(const FrameHeader& h) const {
+  if (h.rows > max_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame rows: ", h.rows, " exceed this link's ", max_rows));
+  }
+  if (h.rows > 0 && cols != 0 && h.cols != cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame cols: ", h.cols, ", but this link's rows are ", cols, " wide"));
+  }
+  if (h.meta_bytes > max_meta_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame meta_bytes: ", h.meta_bytes, " exceed this link's ", max_meta_bytes));
+  }
+  return absl::OkStatus();
+}
 namespace {
 
 static_assert(std::endian::native == std::endian::little,

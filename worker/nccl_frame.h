@@ -78,6 +78,22 @@ std::array<uint8_t, kFrameHeaderBytes> encode_frame_header(
 // reserved byte.
 absl::StatusOr<FrameHeader> decode_frame_header(std::span<const uint8_t> bytes);
 
+// The largest frame a channel (worker/frame_channel.h) carries, fixed when it is joined: its
+// buffers are sized once for it (NCCL: no cudaMalloc/cudaFree, which wait
+// for the whole device, once frames flow), and a frame beyond it is
+// refused, sent or received (InvalidArgument naming the bound, before any
+// buffer is sized from a received header).
+struct FrameLimits {
+  uint32_t max_rows = 0;  // payload rows (a micro-batch's; 0: no payload)
+  // Payload columns (n_embd) when rows > 0; 0: any width (buffers then
+  // grow to the largest frame seen: the one-rank tests of nccl_channel).
+  uint32_t cols = 0;
+  uint32_t max_meta_bytes = kMaxFrameMetaBytes;
+
+  // InvalidArgument when `header` exceeds these limits.
+  absl::Status check(const FrameHeader& header) const;
+};
+
 // One frame as it travels: header, meta, payload (host copies; the link
 // moves the payload through device memory).
 struct Frame {

@@ -519,6 +519,8 @@ absl::StatusOr<v1::ShardInfo> WorkerService::link_nccl(const v1::LinkNcclRequest
                                  transport_->name(), ")");
     options.max_owed = kMaxOutstandingResults;
     options.join_timeout = timeout;
+    options.n_embd = static_cast<uint32_t>(info.n_embd());
+    options.max_rows = static_cast<uint32_t>(info.max_batch_rows());
     loaded->upstream = std::make_unique<FrameUpstream>(transport_, ids_of(request.previous()),
                                                        *loaded->relay, std::move(options));
   }
@@ -526,6 +528,7 @@ absl::StatusOr<v1::ShardInfo> WorkerService::link_nccl(const v1::LinkNcclRequest
     FrameLinkOptions options;
     options.peer_name = absl::StrCat(loaded->next_label, " (", transport_->name(), ")");
     options.n_embd = static_cast<uint32_t>(info.n_embd());
+    options.max_rows = static_cast<uint32_t>(info.max_batch_rows());
     options.answer_timeout = timeout;
     options.join_timeout = timeout;
     // A communicator's id serves one join: once that link breaks, the

@@ -77,10 +77,13 @@ class Results {
 struct FarSide {
   std::unique_ptr<FrameChannel> forward, results;
   absl::Status join(InMemoryTransport& t, const FrameLinkIds& ids) {
-    auto f = t.join(ids.forward, 1, std::chrono::seconds(60), nullptr);
+    worker::FrameLimits batches;
+    batches.max_rows = worker::kMaxFrameRows;
+    batches.cols = kEmbd;
+    auto f = t.join(ids.forward, 1, std::chrono::seconds(60), nullptr, batches);
     if (!f.ok()) return f.status();
     forward = std::move(*f);
-    auto r = t.join(ids.results, 0, std::chrono::seconds(60), nullptr);
+    auto r = t.join(ids.results, 0, std::chrono::seconds(60), nullptr, worker::FrameLimits{});
     if (!r.ok()) return r.status();
     results = std::move(*r);
     return absl::OkStatus();
@@ -273,13 +276,26 @@ TEST_F(FrameLinkTest, BytesThatAreNotAResultFrameBreakTheLink) {
     cases.push_back({"sizes", m, "differ from its header"});
   }
   {
-    absl::StatusOr<worker::Frame> f = worker::frame_micro_batch(micro_batch(1, 2), kEmbd);
+    // A first stage's micro-batch (no payload): within the limits.
+    absl::StatusOr<worker::Frame> f =
+        worker::frame_micro_batch(micro_batch(1, 2, /*with_hidden=*/false), kEmbd);
     auto h = worker::encode_frame_header(f->header);
     InMemoryTransport::Message m;
     m.header.assign(h.begin(), h.end());
     m.meta = f->meta;
-    m.payload = f->payload;
     cases.push_back({"micro-batch", m, "a micro-batch frame on the results communicator"});
+  }
+  {
+    // 4096 rows of 65536 (1 GiB), within the format's bounds but not this
+    // channel's: refused from the header, before anything is sized.
+    worker::FrameHeader h;
+    h.kind = worker::FrameKind::kMicroBatch;
+    h.rows = worker::kMaxFrameRows;
+    h.cols = worker::kMaxFrameCols;
+    auto bytes = worker::encode_frame_header(h);
+    InMemoryTransport::Message m;
+    m.header.assign(bytes.begin(), bytes.end());
+    cases.push_back({"over the limits", m, "frame rows: 4096 exceed this link's 0"});
   }
   for (Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -308,6 +324,26 @@ TEST_F(FrameLinkTest, CloseWhileJoiningEndsTheJoin) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].error_code(), static_cast<int>(absl::StatusCode::kUnavailable));
   EXPECT_EQ(got[0].error_message(), "worker w1 (nccl): worker w0 is stopping");
+}
+
+// A micro-batch wider or longer than the link's limits is refused by send()
+// and the link goes on.
+TEST_F(FrameLinkTest, AMicroBatchBeyondTheLinksLimitsIsRefusedAndTheLinkGoesOn) {
+  options_.max_rows = 4;
+  auto l = link();
+  ASSERT_NE(l, nullptr);
+  absl::Status st = l->send(micro_batch(1, 5));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("worker w1 (nccl): frame rows: 5 exceed this link's 4"),
+            std::string::npos)
+      << st;
+  EXPECT_TRUE(l->healthy());
+  FarSide far;
+  ASSERT_TRUE(far.join(*transport_, ids_).ok());
+  ASSERT_TRUE(l->send(micro_batch(2, 4)).ok());
+  absl::StatusOr<v1::MicroBatch> b = worker::receive_micro_batch(*far.forward);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->batch_id(), 2u);
 }
 
 TEST(FrameLink, RefusesAMissingTransportOrWidth) {

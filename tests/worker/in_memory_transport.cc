@@ -23,11 +23,13 @@ namespace {
 
 class InMemoryChannel final : public worker::FrameChannel {
  public:
-  InMemoryChannel(std::shared_ptr<InMemoryTransport::Comm> comm, int rank)
-      : comm_(std::move(comm)), rank_(rank) {}
+  InMemoryChannel(std::shared_ptr<InMemoryTransport::Comm> comm, int rank,
+                  const worker::FrameLimits& limits)
+      : comm_(std::move(comm)), rank_(rank), limits_(limits) {}
   ~InMemoryChannel() override { leave(); }
 
   absl::Status send(const worker::Frame& frame) override {
+    if (absl::Status st = limits_.check(frame.header); !st.ok()) return st;
     const auto header = worker::encode_frame_header(frame.header);
     InMemoryTransport::Message m;
     m.header.assign(header.begin(), header.end());
@@ -72,6 +74,7 @@ class InMemoryChannel final : public worker::FrameChannel {
     }
     absl::StatusOr<worker::FrameHeader> header = worker::decode_frame_header(m.header);
     if (!header.ok()) return header.status();
+    if (absl::Status st = limits_.check(*header); !st.ok()) return st;
     // NCCL receives exactly the counts the header gives.
     if (m.meta.size() != header->meta_bytes || m.payload.size() != header->payload_floats()) {
       return absl::UnavailableError(absl::StrCat(
@@ -101,6 +104,7 @@ class InMemoryChannel final : public worker::FrameChannel {
 
   std::shared_ptr<InMemoryTransport::Comm> comm_;
   const int rank_;
+  const worker::FrameLimits limits_;
   std::atomic<bool> aborted_{false};
 };
 
@@ -148,7 +152,7 @@ int InMemoryTransport::joined(const worker::LinkId& id) {
 
 absl::StatusOr<std::unique_ptr<worker::FrameChannel>> InMemoryTransport::join(
     const worker::LinkId& id, int rank, std::chrono::milliseconds timeout,
-    const std::atomic<bool>* cancel) {
+    const std::atomic<bool>* cancel, const worker::FrameLimits& limits) {
   if (rank != 0 && rank != 1) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of 2"));
   }
@@ -181,7 +185,7 @@ absl::StatusOr<std::unique_ptr<worker::FrameChannel>> InMemoryTransport::join(
     comm->cv.wait_for(lock, std::chrono::milliseconds(2));
   }
   lock.unlock();
-  return std::unique_ptr<worker::FrameChannel>(new InMemoryChannel(std::move(comm), rank));
+  return std::unique_ptr<worker::FrameChannel>(new InMemoryChannel(std::move(comm), rank, limits));
 }
 
 absl::Status send_raw(worker::FrameChannel& channel, InMemoryTransport::Message message) {

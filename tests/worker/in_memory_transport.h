@@ -8,6 +8,8 @@
 //   - a frame travels as NCCL carries it: its header as 64 encoded bytes
 //     (decoded and checked on receipt, decode_frame_header), then meta and
 //     payload of the sizes the header gives;
+//   - a frame beyond the channel's FrameLimits is refused, sent or
+//     received;
 //   - a rank that aborts or is destroyed fails the other rank's waits with
 //     Unavailable (as a dead peer's sockets fail NCCL), at once.
 // Test hooks: send_raw (bytes a hostile peer would send), and the joins
@@ -35,7 +37,7 @@ class InMemoryTransport final : public worker::FrameTransport {
   absl::StatusOr<worker::LinkId> make_id() override;
   absl::StatusOr<std::unique_ptr<worker::FrameChannel>> join(
       const worker::LinkId& id, int rank, std::chrono::milliseconds timeout,
-      const std::atomic<bool>* cancel) override;
+      const std::atomic<bool>* cancel, const worker::FrameLimits& limits) override;
 
   // Ranks that have joined communicator `id` (0, 1 or 2).
   int joined(const worker::LinkId& id);

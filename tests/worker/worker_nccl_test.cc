@@ -191,9 +191,12 @@ TEST_F(WorkerNcclTest, ABadFrameFromThePreviousStageEndsOnlyThatLink) {
   st = link(w1, r);
   ASSERT_TRUE(st.ok()) << st.error_message();
 
-  auto forward = transport->join(ids.forward, 0, std::chrono::seconds(60), nullptr);
+  worker::FrameLimits batches;
+  batches.max_rows = worker::kMaxFrameRows;
+  auto forward = transport->join(ids.forward, 0, std::chrono::seconds(60), nullptr, batches);
   ASSERT_TRUE(forward.ok()) << forward.status();
-  auto back = transport->join(ids.results, 1, std::chrono::seconds(60), nullptr);
+  auto back =
+      transport->join(ids.results, 1, std::chrono::seconds(60), nullptr, worker::FrameLimits{});
   ASSERT_TRUE(back.ok()) << back.status();
 
   // The first stage here; the whole chain as the reference.

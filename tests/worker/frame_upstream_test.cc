@@ -1,0 +1,166 @@
+// FrameUpstream (worker/frame_upstream.h), the receiving side of the frame
+// link, over the in-memory transport, in front of the last stage of
+// stories260K split at block 2 (the first stage runs here, as the previous
+// worker would): micro-batches run and their results come back in order
+// with the whole chain's tokens; the previous stage's close frame ends the
+// link in order; bytes that are not a frame, or a frame beyond the shard's
+// limits, end it saying why; close() ends a join that waits for a peer.
+#include "worker/frame_upstream.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/worker/in_memory_transport.h"
+#include "tests/worker/worker_test_util.h"
+#include "worker/frame_link.h"
+
+namespace strata::worker_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class FrameUpstreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!exists(stories_path())) GTEST_SKIP() << stories_path() << " absent (../shared/models)";
+    stages_ = load_split(stories_path(), {2});
+    ASSERT_EQ(stages_.size(), 2u);
+    relay_ = std::make_unique<worker::StageRelay>(*stages_[1], "worker w1", nullptr);
+    transport_ = std::make_shared<InMemoryTransport>();
+    ids_.forward = *transport_->make_id();
+    ids_.results = *transport_->make_id();
+    n_embd_ = static_cast<uint32_t>(stages_[1]->shard().n_embd());
+  }
+  void TearDown() override {
+    upstream_.reset();
+    relay_.reset();
+  }
+
+  void start(std::chrono::milliseconds join_timeout = std::chrono::seconds(60)) {
+    worker::FrameUpstreamOptions o;
+    o.label = "worker w1: link from the previous stage (nccl)";
+    o.join_timeout = join_timeout;
+    o.n_embd = n_embd_;
+    o.max_rows = static_cast<uint32_t>(stages_[1]->shard().max_batch_rows());
+    upstream_ = std::make_unique<worker::FrameUpstream>(transport_, ids_, *relay_, o);
+  }
+
+  // Joins as the previous stage does (forward rank 0, results rank 1).
+  void join() {
+    worker::FrameLimits batches;
+    batches.max_rows = worker::kMaxFrameRows;
+    auto f = transport_->join(ids_.forward, 0, std::chrono::seconds(60), nullptr, batches);
+    ASSERT_TRUE(f.ok()) << f.status();
+    forward_ = *std::move(f);
+    auto r = transport_->join(ids_.results, 1, std::chrono::seconds(60), nullptr,
+                              worker::FrameLimits{});
+    ASSERT_TRUE(r.ok()) << r.status();
+    results_ = *std::move(r);
+  }
+
+  // Waits (up to 60 s) until the upstream says why it ended.
+  std::string ended() {
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    while (upstream_->ended().empty() && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return upstream_->ended();
+  }
+
+  std::vector<std::unique_ptr<worker::Stage>> stages_;
+  std::unique_ptr<worker::StageRelay> relay_;
+  std::shared_ptr<InMemoryTransport> transport_;
+  worker::FrameLinkIds ids_;
+  uint32_t n_embd_ = 0;
+  std::unique_ptr<worker::FrameUpstream> upstream_;
+  std::unique_ptr<worker::FrameChannel> forward_, results_;
+};
+
+TEST_F(FrameUpstreamTest, MicroBatchesRunAndTheirResultsComeBackInOrder) {
+  start();
+  join();
+  // Greedy decoding: the first stage here, the last through the upstream.
+  const std::vector<std::unique_ptr<worker::Stage>> reference = load_split(stories_path(), {2});
+  const std::vector<int32_t> want = chain_greedy(reference, stories_prompt(), 6);
+  ASSERT_EQ(want.size(), 6u);
+  std::vector<int32_t> got;
+  v1::MicroBatch batch;
+  batch.set_shard_id(kShardId);
+  *batch.add_slices() = slice(1, 0, stories_prompt());
+  int pos = static_cast<int>(stories_prompt().size());
+  for (int i = 0; i < 6; ++i) {
+    batch.set_batch_id(static_cast<uint64_t>(i + 1));
+    v1::MicroBatch next;
+    v1::MicroBatchResult unused;
+    ASSERT_TRUE(stages_[0]->run(batch, &next, &unused).ok());
+    absl::StatusOr<worker::Frame> frame = worker::frame_micro_batch(next, n_embd_);
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    ASSERT_TRUE(forward_->send(*frame).ok());
+    absl::StatusOr<worker::Frame> answer = results_->recv();
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    absl::StatusOr<v1::MicroBatchResult> r = worker::unframe_result(answer->header, answer->meta);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->batch_id(), static_cast<uint64_t>(i + 1));
+    ASSERT_EQ(r->tokens_size(), 1) << r->error_message();
+    got.push_back(r->tokens(0).id());
+    batch.clear_slices();
+    *batch.add_slices() = slice(1, pos++, {got.back()});
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(upstream_->received(), 6u);
+  EXPECT_EQ(upstream_->ended(), "");
+  // The previous stage's close frame: an orderly end.
+  ASSERT_TRUE(forward_->send(worker::close_frame()).ok());
+  EXPECT_EQ(ended(), "the previous stage closed the link");
+}
+
+TEST_F(FrameUpstreamTest, BytesThatAreNotAFrameEndTheLinkSayingWhy) {
+  start();
+  join();
+  InMemoryTransport::Message garbage;
+  garbage.header.assign(worker::kFrameHeaderBytes, 0x41);
+  ASSERT_TRUE(send_raw(*forward_, std::move(garbage)).ok());
+  EXPECT_NE(ended().find("magic"), std::string::npos) << upstream_->ended();
+  EXPECT_EQ(upstream_->received(), 0u);
+  // Its channels are gone: the previous stage's wait for a result ends.
+  EXPECT_EQ(results_->recv().status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Rows past the shard's max_batch_rows: refused from the header, before
+// the payload is sized or the stage runs.
+TEST_F(FrameUpstreamTest, AFrameBeyondTheShardsLimitsEndsTheLink) {
+  start();
+  join();
+  worker::FrameHeader h;
+  h.kind = worker::FrameKind::kMicroBatch;
+  h.shard_id = kShardId;
+  h.rows = static_cast<uint32_t>(stages_[1]->shard().max_batch_rows()) + 1;
+  h.cols = n_embd_;
+  auto bytes = worker::encode_frame_header(h);
+  InMemoryTransport::Message m;
+  m.header.assign(bytes.begin(), bytes.end());
+  ASSERT_TRUE(send_raw(*forward_, std::move(m)).ok());
+  EXPECT_NE(ended().find("frame rows: "), std::string::npos) << upstream_->ended();
+  EXPECT_EQ(upstream_->received(), 0u);
+}
+
+// close() ends a join still waiting for the previous stage, without
+// waiting out its bound; an end by close() is no failure.
+TEST_F(FrameUpstreamTest, CloseEndsAJoinThatWaits) {
+  start(std::chrono::hours(1));
+  // Its half of the forward communicator joined, it waits for ours.
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (transport_->joined(ids_.forward) < 1 && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(transport_->joined(ids_.forward), 1);
+  upstream_->close();
+  EXPECT_EQ(upstream_->ended(), "");
+}
+
+}  // namespace
+}  // namespace strata::worker_test
