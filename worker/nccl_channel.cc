@@ -315,15 +315,34 @@ absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::join(
       new NcclChannel(std::move(impl), nranks, rank, options));
 }
 
-absl::Status NcclChannel::send(const Frame& frame) {
+absl::Status NcclChannel::usable(int nranks, const char* call) const {
   // An aborted communicator is gone (ncclCommAbort frees it): no NCCL call
   // may name it again.
-  if (aborted_.load() || impl_->comm_aborted) {
-    return absl::UnavailableError("aborted");
+  if (aborted_.load() || impl_->comm_aborted) return absl::UnavailableError("aborted");
+  if (nranks_ != nranks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "NCCL channel: ", call, " needs a communicator of ", nranks, " rank",
+        nranks == 1 ? "" : "s"));
   }
-  if (nranks_ != 2) {
-    return absl::FailedPreconditionError("NCCL channel: send needs two ranks");
-  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FrameHeader> NcclChannel::received_header(const DeadlineFn& bound) {
+  std::array<uint8_t, kFrameHeaderBytes> bytes;
+  absl::Status s = impl_->copy_out(
+      bytes.data(), static_cast<uint8_t*>(impl_->header.ptr) + kFrameHeaderBytes,
+      kFrameHeaderBytes);
+  if (!s.ok()) return s;
+  if (s = impl_->wait(aborted_, bound, "reading a header"); !s.ok()) return s;
+  absl::StatusOr<FrameHeader> header = decode_frame_header(bytes);
+  if (!header.ok()) return header.status();
+  // Before any buffer is sized from it.
+  if (s = options_.limits.check(*header); !s.ok()) return s;
+  return header;
+}
+
+absl::Status NcclChannel::send(const Frame& frame) {
+  if (absl::Status s = usable(2, "send"); !s.ok()) return s;
   if (absl::Status s = options_.limits.check(frame.header); !s.ok()) return s;
   cudaSetDevice(impl_->device);
   const int peer = 1 - rank_;
@@ -345,14 +364,7 @@ absl::Status NcclChannel::send(const Frame& frame) {
 }
 
 absl::StatusOr<Frame> NcclChannel::recv(const DeadlineFn& deadline) {
-  // An aborted communicator is gone (ncclCommAbort frees it): no NCCL call
-  // may name it again.
-  if (aborted_.load() || impl_->comm_aborted) {
-    return absl::UnavailableError("aborted");
-  }
-  if (nranks_ != 2) {
-    return absl::FailedPreconditionError("NCCL channel: recv needs two ranks");
-  }
+  if (absl::Status s = usable(2, "recv"); !s.ok()) return s;
   cudaSetDevice(impl_->device);
   const int peer = 1 - rank_;
   if (absl::Status s = impl_->post_header(nullptr, peer, false, true);
@@ -363,19 +375,11 @@ absl::StatusOr<Frame> NcclChannel::recv(const DeadlineFn& deadline) {
       !s.ok()) {
     return s;
   }
-  std::array<uint8_t, kFrameHeaderBytes> bytes;
-  absl::Status s = impl_->copy_out(
-      bytes.data(),
-      static_cast<uint8_t*>(impl_->header.ptr) + kFrameHeaderBytes,
-      kFrameHeaderBytes);
-  if (!s.ok()) return s;
   const Clock::time_point body_deadline = Clock::now() + options_.timeout;
   const DeadlineFn bound = [body_deadline] { return body_deadline; };
-  if (s = impl_->wait(aborted_, bound, "reading a header"); !s.ok()) return s;
-  absl::StatusOr<FrameHeader> header = decode_frame_header(bytes);
+  absl::StatusOr<FrameHeader> header = received_header(bound);
   if (!header.ok()) return header.status();
-  // Before any buffer is sized from it.
-  if (s = options_.limits.check(*header); !s.ok()) return s;
+  absl::Status s;
   Frame f;
   f.header = *header;
   if (f.header.meta_bytes == 0 && f.header.rows == 0) return f;
@@ -389,15 +393,7 @@ absl::StatusOr<Frame> NcclChannel::recv(const DeadlineFn& deadline) {
 }
 
 absl::StatusOr<Frame> NcclChannel::exchange_with_self(const Frame& frame) {
-  // An aborted communicator is gone (ncclCommAbort frees it): no NCCL call
-  // may name it again.
-  if (aborted_.load() || impl_->comm_aborted) {
-    return absl::UnavailableError("aborted");
-  }
-  if (nranks_ != 1) {
-    return absl::FailedPreconditionError(
-        "NCCL channel: exchange_with_self needs a one-rank communicator");
-  }
+  if (absl::Status s = usable(1, "exchange_with_self"); !s.ok()) return s;
   cudaSetDevice(impl_->device);
   const auto out = encode_frame_header(frame.header);
   const Clock::time_point deadline = Clock::now() + options_.timeout;
@@ -408,15 +404,9 @@ absl::StatusOr<Frame> NcclChannel::exchange_with_self(const Frame& frame) {
       !s.ok()) {
     return s;
   }
-  std::array<uint8_t, kFrameHeaderBytes> bytes;
-  absl::Status s = impl_->copy_out(
-      bytes.data(),
-      static_cast<uint8_t*>(impl_->header.ptr) + kFrameHeaderBytes,
-      kFrameHeaderBytes);
-  if (!s.ok()) return s;
-  if (s = impl_->wait(aborted_, bound, "reading a header"); !s.ok()) return s;
-  absl::StatusOr<FrameHeader> header = decode_frame_header(bytes);
+  absl::StatusOr<FrameHeader> header = received_header(bound);
   if (!header.ok()) return header.status();
+  absl::Status s;
   Frame f;
   f.header = *header;
   if (f.header.meta_bytes == 0 && f.header.rows == 0) return f;

@@ -106,6 +106,11 @@ class NcclChannel final : public FrameChannel {
 
  private:
   struct Impl;  // CUDA and NCCL handles (nccl_channel.cc)
+  // Unavailable when aborted; FailedPrecondition for a communicator of
+  // other than `nranks` ranks.
+  absl::Status usable(int nranks, const char* call) const;
+  // After a header's round: the header received, checked (format, limits).
+  absl::StatusOr<FrameHeader> received_header(const DeadlineFn& bound);
   NcclChannel(std::unique_ptr<Impl> impl, int nranks, int rank,
               const NcclChannelOptions& options);
 

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/worker/worker_test_util.h"
 #include "strata/v1/worker.grpc.pb.h"
 #include "worker/frame_channel.h"
 #include "worker/worker_service.h"
@@ -62,6 +65,20 @@ class ServedWorker {
   std::unique_ptr<worker::WorkerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+};
+
+// Tests of ServedWorkers on stories260K (skipped, saying so, when it is
+// absent): its layer count and the directory workers may load it from.
+class StoriesWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!exists(stories_path()))
+      GTEST_SKIP() << stories_path() << " absent (../shared/models)";
+    n_layer_ = model_layers(stories_path());
+    model_dir_ = std::filesystem::path(stories_path()).parent_path().string();
+  }
+  int n_layer_ = 0;
+  std::string model_dir_;
 };
 
 }  // namespace strata::worker_test

@@ -56,17 +56,7 @@ bool describes_nccl(const ServedWorker& w) {
   return d.nccl_link();
 }
 
-class WorkerNcclTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!exists(stories_path()))
-      GTEST_SKIP() << stories_path() << " absent (../shared/models)";
-    n_layer_ = model_layers(stories_path());
-    model_dir_ = std::filesystem::path(stories_path()).parent_path().string();
-  }
-  int n_layer_ = 0;
-  std::string model_dir_;
-};
+class WorkerNcclTest : public StoriesWorkerTest {};
 
 TEST_F(WorkerNcclTest, AWorkerWithoutATransportRefusesNcclLinksNamingTheField) {
   ServedWorker w("w0", model_dir_, 30000);

@@ -34,17 +34,7 @@ bool wait_for_cuts(ServedWorker& w, int n) {
   return true;
 }
 
-class WorkerServiceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!exists(stories_path()))
-      GTEST_SKIP() << stories_path() << " absent (../shared/models)";
-    n_layer_ = model_layers(stories_path());
-    model_dir_ = std::filesystem::path(stories_path()).parent_path().string();
-  }
-  int n_layer_ = 0;
-  std::string model_dir_;
-};
+class WorkerServiceTest : public StoriesWorkerTest {};
 
 // The measured rates (strata-worker sets them at startup from
 // kernels/cpu/machine_rates.h) come back in Describe for planning; none
