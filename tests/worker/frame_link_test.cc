@@ -193,6 +193,9 @@ void expect_failed(worker::ActivationLink& l, Results& results, size_t n, int co
   EXPECT_FALSE(l.healthy());
   absl::Status again = l.send(micro_batch(99, 1));
   EXPECT_EQ(again.code(), absl::StatusCode::kUnavailable) << again;
+  // Once closed (its threads joined) it answered each exactly once.
+  l.close(worker::kLinkClosed);
+  EXPECT_EQ(results.wait(n).size(), n);
 }
 
 TEST_F(FrameLinkTest, AFarSideThatNeverJoinsFailsThePendingMicroBatches) {
