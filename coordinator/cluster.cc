@@ -276,70 +276,72 @@ absl::Status Cluster::plan(bool final_on_failure) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> Cluster::nccl_links(
-    const std::vector<int>& members) {
+absl::StatusOr<std::vector<bool>> Cluster::nccl_pairs(const std::vector<int>& members) const {
   const ActivationLinkKind kind = options_.config.activation_link;
-  std::vector<std::optional<v1::NcclLinkSetup>> out(members.size());
+  std::vector<bool> out(members.size(), false);
   if (kind == ActivationLinkKind::kGrpc) return out;
+  std::lock_guard<std::mutex> lock(mu_);
   for (size_t k = 0; k + 1 < members.size(); ++k) {
     const int from = members[k];
     const int to = members[k + 1];
     int lacking = -1;
-    std::string shared_gpu;  // both on this GPU: NCCL refuses two ranks on one
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (int i : {from, to}) {
-        if (lacking < 0 && !(states_[i].described && states_[i].described->nccl_link())) {
-          lacking = i;
-        }
+    for (int i : {from, to}) {
+      if (lacking < 0 && !(states_[i].described && states_[i].described->nccl_link())) {
+        lacking = i;
       }
-      if (lacking < 0 && !states_[from].described->gpu_uuid().empty() &&
-          states_[from].described->gpu_uuid() == states_[to].described->gpu_uuid()) {
-        shared_gpu = states_[from].described->gpu_uuid();
-      }
-    }
-    if (!shared_gpu.empty()) {
-      if (kind == ActivationLinkKind::kNccl) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "activation_link: nccl, but ", worker_label(from), " and ", worker_label(to),
-            " run on the same GPU (", shared_gpu, "), and NCCL refuses two ranks on one GPU"));
-      }
-      continue;  // auto: gRPC between these two
     }
     if (lacking >= 0) {
       if (kind == ActivationLinkKind::kNccl) {
         return absl::FailedPreconditionError(absl::StrCat(
             "activation_link: nccl, but ", worker_label(lacking),
-            " makes no NCCL links (its Describe says nccl_link: false; a worker needs a "
-            "build with NCCL and backend: cuda:N)"));
+            states_[lacking].described
+                ? " makes no NCCL links (its Describe says nccl_link: false; a worker needs a "
+                  "build with NCCL and backend: cuda:N)"
+                : " has not described itself yet"));
       }
       continue;  // auto: gRPC between these two
     }
-    // Each id from the worker that is rank 0 of its communicator.
-    absl::StatusOr<std::string> forward = workers_[from]->make_nccl_id(options_.call_deadline);
-    if (!forward.ok()) return forward.status();
-    absl::StatusOr<std::string> results = workers_[to]->make_nccl_id(options_.call_deadline);
-    if (!results.ok()) return results.status();
-    v1::NcclLinkSetup setup;
-    setup.set_forward_id(*std::move(forward));
-    setup.set_results_id(*std::move(results));
-    out[k] = std::move(setup);
+    // Both on one GPU: NCCL refuses two ranks on one.
+    const std::string& gpu = states_[from].described->gpu_uuid();
+    if (!gpu.empty() && gpu == states_[to].described->gpu_uuid()) {
+      if (kind == ActivationLinkKind::kNccl) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "activation_link: nccl, but ", worker_label(from), " and ", worker_label(to),
+            " run on the same GPU (", gpu, "), and NCCL refuses two ranks on one GPU"));
+      }
+      continue;  // auto: gRPC between these two
+    }
+    out[k] = true;
   }
   return out;
 }
 
-absl::Status Cluster::link_over_nccl(const std::vector<int>& members, uint64_t shard_id) {
-  absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> nccl = nccl_links(members);
-  if (!nccl.ok()) return nccl.status();
+absl::Status Cluster::link_over_nccl(const std::vector<int>& members, uint64_t shard_id,
+                                     const std::vector<bool>& pairs) {
   const int n = static_cast<int>(members.size());
+  // Each id from the worker that is rank 0 of its communicator.
+  std::vector<std::optional<v1::NcclLinkSetup>> setups(members.size());
+  for (int k = 0; k + 1 < n; ++k) {
+    if (!pairs[k]) continue;
+    absl::StatusOr<std::string> forward =
+        workers_[members[k]]->make_nccl_id(options_.call_deadline);
+    if (!forward.ok()) return forward.status();
+    absl::StatusOr<std::string> results =
+        workers_[members[k + 1]]->make_nccl_id(options_.call_deadline);
+    if (!results.ok()) return results.status();
+    v1::NcclLinkSetup setup;
+    setup.set_forward_id(*std::move(forward));
+    setup.set_results_id(*std::move(results));
+    setups[k] = std::move(setup);
+  }
   for (int k = n - 1; k >= 0; --k) {
-    const bool next = (*nccl)[k].has_value();
-    const bool previous = k > 0 && (*nccl)[k - 1].has_value();
+    const bool next = setups[k].has_value();
+    const bool previous = k > 0 && setups[k - 1].has_value();
     if (!next && !previous) continue;
     v1::LinkNcclRequest req;
     req.set_shard_id(shard_id);
-    if (next) *req.mutable_next() = *(*nccl)[k];
-    if (previous) *req.mutable_previous() = *(*nccl)[k - 1];
+    if (next) *req.mutable_next() = *setups[k];
+    if (previous) *req.mutable_previous() = *setups[k - 1];
     const int i = members[k];
     absl::StatusOr<v1::ShardInfo> shard = workers_[i]->link_nccl(req, options_.call_deadline);
     if (!shard.ok()) return shard.status();
@@ -366,6 +368,14 @@ absl::Status Cluster::load_pipeline() {
     members = members_;
   }
   const int n = static_cast<int>(members.size());
+  // Which neighbours NCCL links (Describe says; refused here, before any
+  // shard loads, when activation_link: nccl cannot be met).
+  absl::StatusOr<std::vector<bool>> nccl = nccl_pairs(members);
+  if (!nccl.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    problem_ = std::string(nccl.status().message());
+    return nccl.status();
+  }
   // The last stage first, so each stage's next one is ready when the first
   // micro-batch comes.
   for (int k = n - 1; k >= 0; --k) {
@@ -415,7 +425,7 @@ absl::Status Cluster::load_pipeline() {
   // Then NCCL between GPU neighbours: ids are made only once every shard
   // loaded (each holds NCCL's bootstrap listener in its worker until both
   // ranks join), so loads that fail and are retried make none.
-  if (absl::Status st = link_over_nccl(members, shard_id); !st.ok()) {
+  if (absl::Status st = link_over_nccl(members, shard_id, *nccl); !st.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     problem_ = std::string(st.message());
     return st;

@@ -164,13 +164,16 @@ class Cluster {
   void check_workers();
   // Plans (once) and loads every shard, then attaches the scheduler.
   absl::Status load_pipeline();
-  // The NCCL setup of the link after each stage of `members` (nullopt:
-  // gRPC), as activation_link says, with ids from the workers' MakeNcclId.
-  absl::StatusOr<std::vector<std::optional<v1::NcclLinkSetup>>> nccl_links(
-      const std::vector<int>& members);
-  // Once every shard of `shard_id` loaded: LinkNccl to each stage with an
-  // NCCL neighbour (nccl_links).
-  absl::Status link_over_nccl(const std::vector<int>& members, uint64_t shard_id);
+  // Whether the link after each stage of `members` is NCCL, as
+  // activation_link and the workers' Describe say; FailedPrecondition
+  // naming the worker when activation_link: nccl cannot be met.
+  absl::StatusOr<std::vector<bool>> nccl_pairs(const std::vector<int>& members) const;
+  // Once every shard of `shard_id` loaded: ids for each NCCL pair (the
+  // workers' MakeNcclId: each holds NCCL's bootstrap listener until both
+  // ranks join, so none are made for loads that fail), then LinkNccl to
+  // each stage with an NCCL neighbour.
+  absl::Status link_over_nccl(const std::vector<int>& members, uint64_t shard_id,
+                              const std::vector<bool>& pairs);
   // Plans over members_; `final_on_failure`: a plan that cannot fit stops
   // the cluster (at startup), else it is only reported.
   absl::Status plan(bool final_on_failure = true);

@@ -69,7 +69,7 @@ class FrameTransport {
  public:
   virtual ~FrameTransport() = default;
 
-  // "nccl" (what LoadShardRequest's fields and Describe call it) or the
+  // "nccl" (what MakeNcclId, LinkNccl and Describe call it) or the
   // fake's name, for messages.
   virtual const std::string& name() const = 0;
 

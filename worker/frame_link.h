@@ -10,11 +10,11 @@
 //   forward: this stage rank 0, the next stage rank 1: micro-batch frames;
 //   results: the next stage rank 0, this stage rank 1: result frames.
 //
-// Setup: each communicator's id is made (FrameTransport::make_id; for NCCL
-// the worker's MakeNcclId RPC) by the stage that is its rank 0 and handed
-// to the other stage by the coordinator in LoadShardRequest's
-// NcclLinkSetup (proto/strata/v1/worker.proto). Both stages join in the
-// background: this side in the link's writer thread (micro-batches sent
+// Setup: once every stage of the pipeline loaded, each communicator's id is
+// made (FrameTransport::make_id; for NCCL the worker's MakeNcclId RPC) by
+// the stage that is its rank 0 and handed to both stages by the coordinator
+// in LinkNcclRequest (proto/strata/v1/worker.proto). Both stages join in
+// the background: this side in the link's writer thread (micro-batches sent
 // meanwhile wait in its queue, their answer timeout running), the far side
 // in its FrameUpstream (worker/frame_upstream.h), in the same order:
 // forward, then results.

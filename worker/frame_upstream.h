@@ -6,9 +6,9 @@
 //
 // Its thread joins forward (rank 1), then results (rank 0), as the sending
 // side does, waiting for the previous stage at most `join_timeout` (the
-// coordinator loads the last stage first, so the previous stage joins once
-// its own shard is loaded: minutes for a large one). Then it receives
-// until the close frame, a transport error, or close().
+// coordinator links both stages at once, after every shard loaded: the
+// worker gives its answer_timeout_ms). Then it receives until the close
+// frame, a transport error, or close().
 //
 // Bad input: each frame is checked (unframe_micro_batch) before it runs; a
 // bad one ends the link (the sender's pending micro-batches then fail
@@ -36,7 +36,7 @@ namespace strata::worker {
 
 struct FrameUpstreamOptions {
   std::string label;  // "worker w2: link from the previous stage (nccl)"
-  std::chrono::milliseconds join_timeout{std::chrono::hours(1)};
+  std::chrono::milliseconds join_timeout{30000};
   size_t max_owed = 256;  // results owed to the peer at once
   uint32_t n_embd = 0;    // the width of a hidden row (frame cols)
   uint32_t max_rows = kMaxFrameRows;  // of a micro-batch (the shard's max_batch_rows)

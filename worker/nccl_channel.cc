@@ -71,6 +71,37 @@ void abort_every_channel() {
   for (std::atomic<bool>* f : live_flags()) f->store(true);
 }
 
+// Communicators of this process being joined (initialised and given their
+// buffers, which allocate device memory). No channel posts a transfer while
+// one is: a transfer waiting on the device (an idle link's receive) could
+// keep that allocation from finishing (see nccl_channel.h, "Failure").
+std::atomic<int>& joins_in_progress() {
+  static std::atomic<int> n{0};
+  return n;
+}
+struct JoinInProgress {
+  JoinInProgress() { joins_in_progress().fetch_add(1); }
+  ~JoinInProgress() { joins_in_progress().fetch_sub(1); }
+  JoinInProgress(const JoinInProgress&) = delete;
+  JoinInProgress& operator=(const JoinInProgress&) = delete;
+};
+// Waits until no join is in progress: Unavailable when `aborted`,
+// DeadlineExceeded past `deadline` (asked each poll; may be empty).
+absl::Status wait_for_joins(const std::atomic<bool>& aborted,
+                            const NcclChannel::DeadlineFn& deadline) {
+  while (joins_in_progress().load() > 0) {
+    if (aborted.load()) return absl::UnavailableError("aborted");
+    if (deadline) {
+      if (std::optional<Clock::time_point> d = deadline(); d && Clock::now() > *d) {
+        return absl::DeadlineExceededError(
+            "waiting for this process's NCCL joins to finish: no end in time");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<NcclId> make_nccl_id() {
@@ -91,6 +122,8 @@ struct NcclChannel::Impl {
   bool comm_aborted = false;
 
   ~Impl() {
+    // Frees and aborts on this channel's GPU, whichever thread drops it.
+    cudaSetDevice(device);
     abort_comm();
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -283,6 +316,7 @@ absl::StatusOr<std::unique_ptr<NcclChannel>> NcclChannel::join(
         absl::StrCat("NCCL channel: rank ", rank, " of ", nranks,
                      ": expected 1 or 2 ranks and 0 <= rank < ranks"));
   }
+  const JoinInProgress joining;  // until the buffers are sized
   auto impl = std::make_unique<Impl>();
   impl->device = options.device;
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
@@ -349,6 +383,7 @@ absl::Status NcclChannel::send(const Frame& frame) {
   const auto header = encode_frame_header(frame.header);
   const Clock::time_point deadline = Clock::now() + options_.timeout;
   const DeadlineFn bound = [deadline] { return deadline; };
+  if (absl::Status s = wait_for_joins(aborted_, bound); !s.ok()) return s;
   if (absl::Status s = impl_->post_header(header.data(), peer, true, false);
       !s.ok()) {
     return s;
@@ -365,6 +400,7 @@ absl::Status NcclChannel::send(const Frame& frame) {
 
 absl::StatusOr<Frame> NcclChannel::recv(const DeadlineFn& deadline) {
   if (absl::Status s = usable(2, "recv"); !s.ok()) return s;
+  if (absl::Status s = wait_for_joins(aborted_, deadline); !s.ok()) return s;
   cudaSetDevice(impl_->device);
   const int peer = 1 - rank_;
   if (absl::Status s = impl_->post_header(nullptr, peer, false, true);

@@ -6,8 +6,8 @@
 //
 // Each frame (worker/nccl_frame.h) is two rounds of transfers: the 64-byte
 // header, then its meta and its f32 payload (sizes from the header), staged
-// through device buffers grown to the largest frame seen, on the channel's
-// own CUDA stream.
+// through device buffers sized at join for the channel's FrameLimits, on
+// the channel's own CUDA stream.
 //
 // Ids: ncclGetUniqueId (make_nccl_id, NcclTransport::make_id) starts NCCL's
 // bootstrap listener in the calling process, which must stay up until both
@@ -25,7 +25,9 @@
 // communicator is aborted (or destroyed) every channel of the process is
 // told to abort, and each aborts its own from the thread using it. One
 // link failing thus fails every NCCL link of the worker; the coordinator
-// loads the pipeline again either way (its ids are spent).
+// loads the pipeline again either way (its ids are spent). And no channel
+// posts a transfer while a communicator of the process is being joined (a
+// transfer parked on the device could hold up the join's allocations).
 #pragma once
 
 #include <array>
@@ -64,7 +66,7 @@ struct NcclChannelOptions {
 };
 
 // One communicator, one direction of frames, on its own CUDA stream, with
-// device staging buffers grown to the largest frame seen. Not thread-safe
+// device staging buffers sized at join (options.limits). Not thread-safe
 // except abort(): one thread at a time calls the rest.
 class NcclChannel final : public FrameChannel {
  public:

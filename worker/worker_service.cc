@@ -181,14 +181,16 @@ void WorkerService::tell_shard() {
 
 void WorkerService::shutdown() {
   std::shared_ptr<Loaded> old;
+  std::unique_ptr<FrameUpstream> upstream;
   {
     std::lock_guard<std::mutex> lock(mu_);
     old = std::move(loaded_);
+    if (old != nullptr) upstream = std::move(old->upstream);  // set under mu_
     state_ = "idle";
     stopping_ = true;
   }
+  if (upstream != nullptr) upstream->close();
   if (old != nullptr) {
-    if (old->upstream != nullptr) old->upstream->close();
     old->relay->close(absl::StrCat("link closed: worker ", worker_id(), " is stopping"));
   }
   tell_shard();
@@ -472,18 +474,21 @@ absl::Status WorkerService::take_nccl_ids(const v1::LinkNcclRequest& request) {
     return bytes.size() == id.size() && std::memcmp(id.data(), bytes.data(), id.size()) == 0;
   };
   std::lock_guard<std::mutex> lock(ids_mu_);
-  for (const auto& [field, bytes] : own) {
+  // (No structured bindings: clang 14 cannot capture them.)
+  for (const auto& entry : own) {
+    const std::string& bytes = *entry.second;
     if (std::none_of(made_ids_.begin(), made_ids_.end(),
-                     [&](const LinkId& id) { return same(id, *bytes); })) {
+                     [&](const LinkId& id) { return same(id, bytes); })) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field, ": not an id this worker's MakeNcclId made, or one a LinkNccl already used "
-                 "(this worker is rank 0 of that communicator)"));
+          entry.first, ": not an id this worker's MakeNcclId made, or one a LinkNccl already "
+                       "used (this worker is rank 0 of that communicator)"));
     }
   }
   // Both found: take them out, each by value.
-  for (const auto& [field, bytes] : own) {
+  for (const auto& entry : own) {
+    const std::string& bytes = *entry.second;
     made_ids_.erase(std::find_if(made_ids_.begin(), made_ids_.end(),
-                                 [&](const LinkId& id) { return same(id, *bytes); }));
+                                 [&](const LinkId& id) { return same(id, bytes); }));
   }
   return absl::OkStatus();
 }
@@ -498,8 +503,13 @@ absl::StatusOr<v1::ShardInfo> WorkerService::link_nccl(const v1::LinkNcclRequest
   if (loaded == nullptr) return no_shard("no shard loaded (LoadShard first)");
   const v1::ShardInfo& info = loaded->stage->shard();
   if (absl::Status st = check_link_nccl(request, info); !st.ok()) return st;
+  bool has_upstream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    has_upstream = loaded->upstream != nullptr;
+  }
   if ((request.has_next() && loaded->next_over_nccl) ||
-      (request.has_previous() && loaded->upstream != nullptr)) {
+      (request.has_previous() && has_upstream)) {
     return absl::FailedPreconditionError(absl::StrCat(
         request.has_next() && loaded->next_over_nccl ? "next" : "previous",
         ": shard ", info.shard_id(),
@@ -521,8 +531,13 @@ absl::StatusOr<v1::ShardInfo> WorkerService::link_nccl(const v1::LinkNcclRequest
     options.join_timeout = timeout;
     options.n_embd = static_cast<uint32_t>(info.n_embd());
     options.max_rows = static_cast<uint32_t>(info.max_batch_rows());
-    loaded->upstream = std::make_unique<FrameUpstream>(transport_, ids_of(request.previous()),
-                                                       *loaded->relay, std::move(options));
+    auto upstream = std::make_unique<FrameUpstream>(transport_, ids_of(request.previous()),
+                                                    *loaded->relay, std::move(options));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (loaded_ != loaded) {  // shutdown() took the shard meanwhile
+      return absl::UnavailableError(absl::StrCat("worker ", worker_id_, " is stopping"));
+    }
+    loaded->upstream = std::move(upstream);
   }
   if (request.has_next()) {
     FrameLinkOptions options;

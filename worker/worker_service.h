@@ -166,7 +166,7 @@ class WorkerService final : public v1::Worker::Service {
     std::unique_ptr<Stage> stage;
     std::unique_ptr<StageRelay> relay;  // destroyed before stage: borrows it
     // NCCL from the previous stage (LinkNccl); destroyed first: borrows
-    // the relay. Set under load_mu_.
+    // the relay. Set and taken under the service's mu_ (after publication).
     std::unique_ptr<FrameUpstream> upstream;
     std::string next_label;  // "worker NAME (ADDRESS)" of the next stage
     std::atomic<bool> next_over_nccl{false};  // LinkNccl linked the next stage

@@ -428,8 +428,16 @@ TEST_F(NcclClusterTest, NcclEverywhereFailsTheLoadNamingAWorkerWithoutIt) {
   auto c = start(2, coordinator::ActivationLinkKind::kNccl, pool());
   ASSERT_NE(c, nullptr);
   // The cluster keeps trying (the worker may be replaced by one that
-  // makes NCCL links); its health says why it does not serve.
+  // makes NCCL links); its health says why it does not serve. It is
+  // refused from the workers' Describe: no shard loads, no id is made.
   expect_problem(*c, "activation_link: nccl, but worker w1");
+  EXPECT_EQ(transport_->made(), 0);
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext context;
+    v1::WorkerHealthResponse health;
+    ASSERT_TRUE(workers_[i]->stub()->Health(&context, v1::WorkerHealthRequest(), &health).ok());
+    EXPECT_EQ(health.state(), "idle") << i;
+  }
   // auto links the same pair over gRPC instead.
   c.reset();
   c = start(2, coordinator::ActivationLinkKind::kAuto, pool());
