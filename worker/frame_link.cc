@@ -16,6 +16,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long close() lets the writer hand the close frame over.
+constexpr std::chrono::seconds kCloseWait{1};
+
 class FrameLink final : public ActivationLink {
  public:
   FrameLink(std::shared_ptr<FrameTransport> transport, const FrameLinkIds& ids,
@@ -76,10 +79,23 @@ class FrameLink final : public ActivationLink {
       if (closed_) return;
       closed_ = true;
       closing_ = true;
+      // What is queued is not sent: close answers it (fail_pending).
+      outbox_.clear();
       cancel_.store(true);  // a join still waiting for the far side ends
       cv_.notify_all();
     }
-    writer_.join();  // sends the close frame unless the link is broken
+    // The writer sends the close frame (unless the link is broken); a far
+    // side that no longer receives gets kCloseWait, then the channel is
+    // aborted (a send would otherwise wait out the transport's timeout).
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, kCloseWait, [&] { return writer_done_; })) {
+        FrameChannel* forward = forward_.get();
+        lock.unlock();
+        if (forward != nullptr) forward->abort();
+      }
+    }
+    writer_.join();
     FrameChannel* results = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -132,6 +148,13 @@ class FrameLink final : public ActivationLink {
   }
 
   void write_loop() {
+    write_frames();
+    std::lock_guard<std::mutex> lock(mu_);
+    writer_done_ = true;
+    cv_.notify_all();
+  }
+
+  void write_frames() {
     if (!join()) return;
     for (;;) {
       Frame frame;
@@ -265,6 +288,7 @@ class FrameLink final : public ActivationLink {
   std::unique_ptr<FrameChannel> forward_;
   std::unique_ptr<FrameChannel> results_;
   bool joined_ = false;
+  bool writer_done_ = false;  // write_loop returned
   std::deque<Frame> outbox_;     // framed, not yet sent
   std::deque<Pending> pending_;  // sent (or queued), not answered
   bool closing_ = false;

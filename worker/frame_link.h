@@ -19,6 +19,9 @@
 // in its FrameUpstream (worker/frame_upstream.h), in the same order:
 // forward, then results.
 //
+// Close: what is queued is answered with close's reason, not sent; the close
+// frame gets a second (kCloseWait) before the channel is aborted.
+//
 // Failure, as activation_link.h asks of every link: a join that fails or
 // times out, a peer that dies or hangs (a result overdue by
 // answer_timeout: DEADLINE_EXCEEDED; a transport error: UNAVAILABLE), or a

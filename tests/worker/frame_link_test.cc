@@ -349,6 +349,29 @@ TEST_F(FrameLinkTest, AMicroBatchBeyondTheLinksLimitsIsRefusedAndTheLinkGoesOn) 
   EXPECT_EQ(b->batch_id(), 2u);
 }
 
+// Sends that return only once received (as NCCL's): a far side that stopped
+// receiving does not hold close() (its close frame waits a second, then the
+// channel is aborted); the micro-batch queued behind is answered with
+// close's reason, not sent.
+TEST_F(FrameLinkTest, CloseDoesNotWaitForAFarSideThatStoppedReceiving) {
+  transport_->set_rendezvous(true);
+  ids_.forward = *transport_->make_id();  // communicators that rendezvous
+  ids_.results = *transport_->make_id();
+  auto l = link();
+  ASSERT_NE(l, nullptr);
+  FarSide far;
+  ASSERT_TRUE(far.join(*transport_, ids_).ok());
+  ASSERT_TRUE(l->send(micro_batch(1, 2)).ok());
+  ASSERT_TRUE(l->send(micro_batch(2, 2)).ok());
+  ASSERT_TRUE(worker::receive_micro_batch(*far.forward).ok());  // then it stops
+  l->close("worker w0 is stopping");
+  std::vector<v1::MicroBatchResult> got = results_.wait(2);
+  ASSERT_EQ(got.size(), 2u);
+  for (const v1::MicroBatchResult& r : got) {
+    EXPECT_EQ(r.error_message(), "worker w1 (nccl): worker w0 is stopping");
+  }
+}
+
 TEST(FrameLink, RefusesAMissingTransportOrWidth) {
   FrameLinkOptions o;
   o.n_embd = kEmbd;

@@ -17,6 +17,9 @@ struct InMemoryTransport::Comm {
   bool joined[2] = {false, false};
   bool gone[2] = {false, false};  // aborted or destroyed
   std::deque<Message> inbox[2];
+  bool rendezvous = false;          // a send returns once received
+  uint64_t sent[2] = {0, 0};        // messages put in inbox[r]
+  uint64_t taken[2] = {0, 0};       // messages taken out of inbox[r]
 };
 
 namespace {
@@ -39,14 +42,22 @@ class InMemoryChannel final : public worker::FrameChannel {
   }
 
   absl::Status send_message(InMemoryTransport::Message m) {
-    std::lock_guard<std::mutex> lock(comm_->mu);
+    std::unique_lock<std::mutex> lock(comm_->mu);
+    const int peer = 1 - rank_;
     if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
-    if (comm_->gone[1 - rank_]) {
+    if (comm_->gone[peer]) {
       return absl::UnavailableError("the other rank left the communicator");
     }
-    comm_->inbox[1 - rank_].push_back(std::move(m));
+    comm_->inbox[peer].push_back(std::move(m));
+    const uint64_t seq = ++comm_->sent[peer];
     comm_->frames->fetch_add(1);
     comm_->cv.notify_all();
+    // As an NCCL send: done once the other rank has received it.
+    while (comm_->rendezvous && comm_->taken[peer] < seq) {
+      if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
+      if (comm_->gone[peer]) return absl::UnavailableError("the other rank left the communicator");
+      comm_->cv.wait_for(lock, std::chrono::milliseconds(2));
+    }
     return absl::OkStatus();
   }
 
@@ -62,6 +73,8 @@ class InMemoryChannel final : public worker::FrameChannel {
       if (!inbox.empty()) {
         m = std::move(inbox.front());
         inbox.pop_front();
+        ++comm_->taken[rank_];
+        comm_->cv.notify_all();
         break;
       }
       if (comm_->gone[1 - rank_]) {
@@ -120,6 +133,7 @@ absl::StatusOr<worker::LinkId> InMemoryTransport::make_id() {
   for (size_t i = 0; i < sizeof(self); ++i) id[8 + i] = static_cast<uint8_t>(self >> (8 * i));
   auto comm = std::make_shared<Comm>();
   comm->frames = counter_;
+  comm->rendezvous = rendezvous_.load();
   comms_[id] = std::move(comm);
   return id;
 }

@@ -48,6 +48,9 @@ class InMemoryTransport final : public worker::FrameTransport {
   // Every rank of every communicator leaves (a network failure): waits on
   // them fail with Unavailable.
   void break_all();
+  // Communicators made from now on return a send only once the other rank
+  // received it, as NCCL does (by default a send returns at once).
+  void set_rendezvous(bool on) { rendezvous_.store(on); }
 
   // One message as it would cross the wire.
   struct Message {
@@ -63,6 +66,7 @@ class InMemoryTransport final : public worker::FrameTransport {
   std::shared_ptr<std::atomic<uint64_t>> counter_ =
       std::make_shared<std::atomic<uint64_t>>(0);
   std::atomic<uint64_t>& frames_ = *counter_;
+  std::atomic<bool> rendezvous_{false};
   uint64_t next_ = 0;
   const std::string name_ = "nccl";  // as the worker service names its links
 };
