@@ -25,6 +25,10 @@
 #   cluster_cpu         a coordinator + two CPU workers on loopback (plaintext,
 #                       `insecure: true`) on stories260K: ids equal to greedy_cpu's
 #   cluster_cuda_cpu    the same with worker 0 `backend: cuda:0`
+#   cluster_cuda_cuda   the same with both workers `backend: cuda:0`: two
+#                       workers on one GPU, which NCCL refuses, so
+#                       `activation_link: auto` must link them over gRPC
+#                       (`strata status`: link_to_next "grpc")
 #   speed_cpu_smoke     strata speed on stories260K (the table's plumbing)
 #   synth_8b            strata synth --shape llama-3-8b --type Q4_K_M (random
 #                       weights, built-in byte-level tokenizer) on local disk
@@ -341,12 +345,13 @@ trap stop_cluster EXIT
 # cluster NAME BACKEND0: writes $WORK/NAME-generate.json; returns non-zero
 # with the reason in $cluster_error.
 cluster_error=""
-cluster() {
-  local name="$1" backend0="$2" base=$((20000 + ($$ % 2000) * 10))
+cluster() {  # NAME BACKEND0 [BACKEND1 (cpu)]
+  local name="$1" backend0="$2" base=$((20000 + ($$ % 2000) * 20))
   [[ $name == cluster_cuda_cpu ]] && base=$((base + 5))
+  [[ $name == cluster_cuda_cuda ]] && base=$((base + 10))
   local dir="$WORK/$name" i
   mkdir -p "$dir"
-  local backends=("$backend0" cpu)
+  local backends=("$backend0" "${3:-cpu}")
   for i in 0 1; do
     cat >"$dir/worker-$i.yaml" <<EOF
 listen: 127.0.0.1:$((base + 1 + i))
@@ -393,6 +398,9 @@ EOF
     done
     if timeout 30 "$STRATA" generate --server "127.0.0.1:$base" -p "$PROMPT" -n "$N_PREDICT" \
         --temp 0 --json >"$WORK/$name-generate.json" 2>"$WORK/$name-generate.err"; then
+      # Which link each stage has (grpc, nccl), for the record.
+      timeout 30 "$STRATA" status --server "127.0.0.1:$base" --json \
+        >"$WORK/$name-status.json" 2>/dev/null
       rc=0; break
     fi
     sleep 0.5
@@ -404,16 +412,21 @@ EOF
   fi
   return $rc
 }
-check_cluster() {  # NAME BACKEND0
-  local name="$1" t0=$SECONDS ids d
+check_cluster() {  # NAME BACKEND0 [BACKEND1 [LINKS: the link_to_next values wanted]]
+  local name="$1" t0=$SECONDS ids d links
   if over_budget; then record "$name" skip "the check's $BUDGET_S s budget was spent" 0; return; fi
   local want="${cpu_ids[stories260K]:-}"
   if [[ -z "$want" ]]; then record "$name" fail "no CPU ids of stories260K to compare" 0; return; fi
-  if cluster "$name" "$2"; then
+  if cluster "$name" "$2" "${3:-cpu}"; then
     ids="$(json_ids "$WORK/$name-generate.json")"
     d="$(first_diff "$want" "$ids")"
-    if [[ $d == -1 ]]; then
-      record "$name" pass "" $((SECONDS - t0)) ", \"ids\": \"$ids\""
+    links="$(grep -o '"link_to_next":"[^"]*"' "$WORK/$name-status.json" 2>/dev/null |
+             sed 's/.*:"//; s/"$//' | paste -sd, -)"
+    if [[ $d == -1 && -n "${4:-}" && "$links" != "$4" ]]; then
+      record "$name" fail "links between the stages are [$links], expected [$4]" \
+        $((SECONDS - t0)) ", \"ids\": \"$ids\", \"links\": \"$links\""
+    elif [[ $d == -1 ]]; then
+      record "$name" pass "" $((SECONDS - t0)) ", \"ids\": \"$ids\", \"links\": \"$links\""
     else
       record "$name" fail "ids differ from one-process CPU's at $d" $((SECONDS - t0)) ", \"ids\": \"$ids\", \"cpu_ids\": \"$want\""
     fi
@@ -427,6 +440,12 @@ if [[ -n "$skip" ]]; then
   record cluster_cuda_cpu skip "$skip" 0
 else
   check_cluster cluster_cuda_cpu "$WORKER_BACKEND"
+fi
+if [[ -n "$skip" ]]; then
+  record cluster_cuda_cuda skip "$skip" 0
+else
+  # Both on GPU 0: gRPC between them, never NCCL (the last stage has none).
+  check_cluster cluster_cuda_cuda "$WORKER_BACKEND" "$WORKER_BACKEND" "grpc,"
 fi
 
 # --- speed -------------------------------------------------------------------------------
@@ -510,7 +529,8 @@ else
     STRATA_KERNEL_PROFILE="$WORK/kernels-$part.json" timeout "$(bound 60)" "$STRATA" speed -m "$m8b" \
       "${BACKEND_ARGS[@]}" "${args[@]}" -r 1 --json >"$WORK/speed-profile-$part.json" \
       2>"$LOGS/kernel-profile-$part.log" || ok=false
-    [[ -s "$WORK/kernels-$part.json" ]] || ok=false
+    # (The CPU backend of the self-test times no launches: no file.)
+    [[ $SELFTEST == 1 || -s "$WORK/kernels-$part.json" ]] || ok=false
   done
   profile_json() { if [[ -s "$1" ]]; then tr -d '\n' <"$1"; else echo null; fi; }
   extra=", \"prefill_512\": $(profile_json "$WORK/kernels-prefill.json"), \"decode_4x32\": $(profile_json "$WORK/kernels-decode.json")"
