@@ -78,7 +78,6 @@ class FrameLink final : public ActivationLink {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
       closed_ = true;
-      closing_ = true;
       // What is queued is not sent: close answers it (fail_pending).
       outbox_.clear();
       cancel_.store(true);  // a join still waiting for the far side ends
@@ -116,12 +115,7 @@ class FrameLink final : public ActivationLink {
   };
 
   // Micro-batch frames: the shard's rows of n_embd.
-  FrameLimits batch_limits() const {
-    FrameLimits l;
-    l.max_rows = options_.max_rows;
-    l.cols = options_.n_embd;
-    return l;
-  }
+  FrameLimits batch_limits() const { return FrameLimits{options_.max_rows, options_.n_embd}; }
 
   // Joins forward (rank 0), then results (rank 1), as the far side does.
   bool join() {
@@ -160,7 +154,7 @@ class FrameLink final : public ActivationLink {
       Frame frame;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return closing_ || broken_ || !outbox_.empty(); });
+        cv_.wait(lock, [&] { return closed_ || broken_ || !outbox_.empty(); });
         if (broken_) return;
         if (outbox_.empty()) break;  // closing, all sent
         frame = std::move(outbox_.front());
@@ -291,7 +285,6 @@ class FrameLink final : public ActivationLink {
   bool writer_done_ = false;  // write_loop returned
   std::deque<Frame> outbox_;     // framed, not yet sent
   std::deque<Pending> pending_;  // sent (or queued), not answered
-  bool closing_ = false;
   bool closed_ = false;
   bool broken_ = false;
   bool failed_ = false;  // broken by a failure, not by close()

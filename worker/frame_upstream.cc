@@ -45,7 +45,7 @@ FrameUpstream::~FrameUpstream() { close(); }
 void FrameUpstream::close() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ended_.empty()) ended_ = "closed";
+    closed_ = true;
   }
   shared_->abort_all();
   if (thread_.joinable()) thread_.join();
@@ -53,13 +53,13 @@ void FrameUpstream::close() {
 
 std::string FrameUpstream::ended() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return ended_ == "closed" ? "" : ended_;
+  return ended_;
 }
 
 void FrameUpstream::end(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!ended_.empty()) return;  // close() came first: no failure
+    if (closed_ || !ended_.empty()) return;  // close() came first: no failure
     ended_ = why;
   }
   if (why == kPeerClosed) {
@@ -71,11 +71,9 @@ void FrameUpstream::end(const std::string& why) {
 }
 
 void FrameUpstream::run() {
-  FrameLimits batches;
-  batches.max_rows = options_.max_rows;
-  batches.cols = options_.n_embd;
-  absl::StatusOr<std::unique_ptr<FrameChannel>> forward = transport_->join(
-      ids_.forward, 1, options_.join_timeout, &shared_->cancel, batches);
+  absl::StatusOr<std::unique_ptr<FrameChannel>> forward =
+      transport_->join(ids_.forward, 1, options_.join_timeout, &shared_->cancel,
+                       FrameLimits{options_.max_rows, options_.n_embd});
   if (!forward.ok()) {
     end(absl::StrCat("joining the forward communicator: ",
                      forward.status().message()));

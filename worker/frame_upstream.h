@@ -73,7 +73,8 @@ class FrameUpstream {
   std::shared_ptr<Shared> shared_;
   std::atomic<uint64_t> received_{0};
   mutable std::mutex mu_;
-  std::string ended_;  // guarded by mu_
+  bool closed_ = false;  // guarded by mu_: close() was called
+  std::string ended_;    // guarded by mu_
   std::thread thread_;
 };
 

@@ -231,8 +231,7 @@ grpc::Status WorkerService::Describe(grpc::ServerContext*,
     for (const v1::ReadRate& r : read_rates_) *response->add_read_rates() = r;
   }
   if (std::shared_ptr<Loaded> loaded = current()) {
-    *response->mutable_shard() = loaded->stage->shard();
-    if (loaded->next_over_nccl) response->mutable_shard()->set_next_link("nccl");
+    *response->mutable_shard() = shard_of(*loaded);
   }
   return grpc::Status::OK;
 }
@@ -564,8 +563,12 @@ absl::StatusOr<v1::ShardInfo> WorkerService::link_nccl(const v1::LinkNcclRequest
     if (!st.ok()) return st;
     loaded->next_over_nccl = true;
   }
-  v1::ShardInfo out = info;
-  out.set_next_link(info.head() ? "" : loaded->next_over_nccl ? "nccl" : "grpc");
+  return shard_of(*loaded);
+}
+
+v1::ShardInfo WorkerService::shard_of(const Loaded& loaded) {
+  v1::ShardInfo out = loaded.stage->shard();  // next_link "grpc" (or "": the last)
+  if (loaded.next_over_nccl) out.set_next_link("nccl");
   return out;
 }
 

@@ -175,6 +175,9 @@ class WorkerService final : public v1::Worker::Service {
       relay.reset();
     }
   };
+  // The loaded shard as Describe and LinkNccl report it (next_link as
+  // linked now).
+  static v1::ShardInfo shard_of(const Loaded& loaded);
   // LinkNccl as absl::Status; the shard as linked.
   absl::StatusOr<v1::ShardInfo> link_nccl(const v1::LinkNcclRequest& request);
   // Takes the ids this worker is rank 0 of out of made_ids_

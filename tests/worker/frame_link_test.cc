@@ -77,10 +77,8 @@ class Results {
 struct FarSide {
   std::unique_ptr<FrameChannel> forward, results;
   absl::Status join(InMemoryTransport& t, const FrameLinkIds& ids) {
-    worker::FrameLimits batches;
-    batches.max_rows = worker::kMaxFrameRows;
-    batches.cols = kEmbd;
-    auto f = t.join(ids.forward, 1, std::chrono::seconds(60), nullptr, batches);
+    auto f = t.join(ids.forward, 1, std::chrono::seconds(60), nullptr,
+                    worker::FrameLimits{worker::kMaxFrameRows, kEmbd});
     if (!f.ok()) return f.status();
     forward = std::move(*f);
     auto r = t.join(ids.results, 0, std::chrono::seconds(60), nullptr, worker::FrameLimits{});

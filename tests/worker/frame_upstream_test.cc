@@ -51,9 +51,8 @@ class FrameUpstreamTest : public ::testing::Test {
 
   // Joins as the previous stage does (forward rank 0, results rank 1).
   void join() {
-    worker::FrameLimits batches;
-    batches.max_rows = worker::kMaxFrameRows;
-    auto f = transport_->join(ids_.forward, 0, std::chrono::seconds(60), nullptr, batches);
+    auto f = transport_->join(ids_.forward, 0, std::chrono::seconds(60), nullptr,
+                              worker::FrameLimits{worker::kMaxFrameRows});
     ASSERT_TRUE(f.ok()) << f.status();
     forward_ = *std::move(f);
     auto r = transport_->join(ids_.results, 1, std::chrono::seconds(60), nullptr,

@@ -181,9 +181,8 @@ TEST_F(WorkerNcclTest, ABadFrameFromThePreviousStageEndsOnlyThatLink) {
   st = link(w1, r);
   ASSERT_TRUE(st.ok()) << st.error_message();
 
-  worker::FrameLimits batches;
-  batches.max_rows = worker::kMaxFrameRows;
-  auto forward = transport->join(ids.forward, 0, std::chrono::seconds(60), nullptr, batches);
+  auto forward = transport->join(ids.forward, 0, std::chrono::seconds(60), nullptr,
+                                 worker::FrameLimits{worker::kMaxFrameRows});
   ASSERT_TRUE(forward.ok()) << forward.status();
   auto back =
       transport->join(ids.results, 1, std::chrono::seconds(60), nullptr, worker::FrameLimits{});
