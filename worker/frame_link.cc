@@ -187,11 +187,16 @@ class FrameLink final : public ActivationLink {
         mark_broken(frame.status(), "");
         return;
       }
-      if (frame->header.kind != FrameKind::kResult) {
+      if (frame->header.kind == FrameKind::kClose) {
+        const std::string why = close_reason(*frame);
         mark_broken(absl::UnavailableError(
-                        frame->header.kind == FrameKind::kClose
-                            ? "the far side closed the link"
-                            : "a micro-batch frame on the results communicator"),
+                        why.empty() ? "the far side closed the link"
+                                    : absl::StrCat("the far side ended the link: ", why)),
+                    "");
+        return;
+      }
+      if (frame->header.kind != FrameKind::kResult) {
+        mark_broken(absl::UnavailableError("a micro-batch frame on the results communicator"),
                     "");
         return;
       }

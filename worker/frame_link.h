@@ -24,8 +24,9 @@
 //
 // Failure, as activation_link.h asks of every link: a join that fails or
 // times out, a peer that dies or hangs (a result overdue by
-// answer_timeout: DEADLINE_EXCEEDED; a transport error: UNAVAILABLE), or a
-// result out of order breaks the link; every micro-batch not answered gets
+// answer_timeout: DEADLINE_EXCEEDED; a transport error: UNAVAILABLE), a
+// result out of order, or the far side's close frame (with its reason when
+// it ended the link on a failure: nccl_frame.h) breaks the link; every micro-batch not answered gets
 // that error naming the peer, and both communicators are aborted. A link's
 // ids serve one join: a broken link is remade only with new ids (the
 // coordinator reloads the pipeline: coordinator/cluster.h).

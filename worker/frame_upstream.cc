@@ -16,10 +16,41 @@ constexpr char kPeerClosed[] = "the previous stage closed the link";
 // results of micro-batches that were still with the next stage).
 struct FrameUpstream::Shared {
   std::atomic<bool> cancel{false};  // ends a join
+  // One thread at a time sends on the results channel (the results' sink,
+  // or the upstream thread's close frame); held while sending.
+  std::mutex send_mu;
+  // The results channel takes no more frames: a send failed, or the close
+  // frame went (set under send_mu).
   std::atomic<bool> send_failed{false};
   std::mutex mu;  // guards the pointers (the channels' own calls are not)
   std::unique_ptr<FrameChannel> forward;
   std::unique_ptr<FrameChannel> results;
+
+  // Sends `r` unless the channel takes no more; a failed send aborts both.
+  void send(const v1::MicroBatchResult& r) {
+    std::lock_guard<std::mutex> lock(send_mu);
+    if (send_failed.load()) return;
+    if (!send_result(*results_channel(), r).ok()) {
+      send_failed.store(true);
+      abort_all();
+    }
+  }
+
+  // Tells the previous stage why the link ends (its pending micro-batches
+  // then fail at once: NCCL would not tell it that this rank aborted).
+  // Best effort, bounded by the transport's timeout or close()'s abort.
+  void send_close(const std::string& why) {
+    std::lock_guard<std::mutex> lock(send_mu);
+    if (send_failed.exchange(true)) return;
+    if (FrameChannel* out = results_channel(); out != nullptr) {
+      (void)out->send(close_frame(why));
+    }
+  }
+
+  FrameChannel* results_channel() {
+    std::lock_guard<std::mutex> lock(mu);
+    return results.get();
+  }
 
   void abort_all() {
     cancel.store(true);
@@ -66,6 +97,9 @@ void FrameUpstream::end(const std::string& why) {
     spdlog::info("{}: {}", options_.label, why);
   } else {
     spdlog::warn("{}: {}", options_.label, why);
+    // Unless the results channel is down (or never joined), the previous
+    // stage hears why.
+    shared_->send_close(why);
   }
   shared_->abort_all();
 }
@@ -91,7 +125,6 @@ void FrameUpstream::run() {
                      results.status().message()));
     return;
   }
-  FrameChannel* out = results->get();
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->results = std::move(*results);
@@ -101,16 +134,10 @@ void FrameUpstream::run() {
       shared_->results->abort();
     }
   }
-  // OrderedResults runs the sink one call at a time: one thread at a time
-  // uses the results channel.
+  // OrderedResults runs the sink one call at a time; Shared::send_mu keeps
+  // it apart from the close frame.
   auto ordered = std::make_shared<OrderedResults>(
-      [shared = shared_, out](v1::MicroBatchResult r) {
-        if (shared->send_failed.load()) return;
-        if (!send_result(*out, r).ok()) {
-          shared->send_failed.store(true);
-          shared->abort_all();
-        }
-      });
+      [shared = shared_](v1::MicroBatchResult r) { shared->send(r); });
   for (;;) {
     absl::StatusOr<v1::MicroBatch> batch = receive_micro_batch(*in);
     if (!batch.ok()) {

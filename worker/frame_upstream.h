@@ -11,9 +11,10 @@
 // frame, a transport error, or close().
 //
 // Bad input: each frame is checked (unframe_micro_batch) before it runs; a
-// bad one ends the link (the sender's pending micro-batches then fail
-// naming this stage), as does a peer owing max_owed results (it sends and
-// never reads). Either is logged with its reason.
+// bad one ends the link, as does a peer owing max_owed results (it sends
+// and never reads). Either is logged, and sent to the previous stage as a
+// close frame with its reason (nccl_frame.h): its pending micro-batches
+// then fail at once, naming this stage and the reason.
 //
 // Ownership: borrows the relay, which must outlive the upstream's close()
 // (the results of micro-batches still with the next stage may arrive after

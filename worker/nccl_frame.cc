@@ -122,9 +122,9 @@ absl::StatusOr<FrameHeader> decode_frame_header(
         absl::StrCat("a ", h.kind == FrameKind::kResult ? "result" : "close",
                      " frame carries no payload, got ", h.rows, " x ", h.cols));
   }
-  if (h.kind == FrameKind::kClose && h.meta_bytes != 0) {
-    return bad(absl::StrCat("a close frame carries no meta, got ", h.meta_bytes,
-                            " bytes"));
+  if (h.kind == FrameKind::kClose && h.meta_bytes > kMaxCloseReasonBytes) {
+    return bad(absl::StrCat("a close frame's reason: ", h.meta_bytes,
+                            " bytes over the limit ", kMaxCloseReasonBytes));
   }
   return h;
 }
@@ -250,10 +250,20 @@ absl::StatusOr<v1::MicroBatchResult> unframe_result(const FrameHeader& header,
   return result;
 }
 
-Frame close_frame() {
+Frame close_frame(std::string_view reason) {
   Frame f;
   f.header.kind = FrameKind::kClose;
+  f.meta = std::string(reason.substr(0, kMaxCloseReasonBytes));
+  f.header.meta_bytes = static_cast<uint32_t>(f.meta.size());
   return f;
+}
+
+std::string close_reason(const Frame& frame) {
+  std::string text = frame.meta.substr(0, kMaxCloseReasonBytes);
+  for (char& c : text) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return text;
 }
 
 }  // namespace strata::worker

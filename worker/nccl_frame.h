@@ -20,8 +20,12 @@
 //          28  u32  rows         (<= kMaxFrameRows; 0 with cols 0: no payload)
 //          32  u32  cols         (<= kMaxFrameCols)
 //          36..63   zero (reserved; a nonzero byte is refused)
-// Results and close frames carry no payload (rows = cols = 0); a close
-// frame carries no meta either. The far side is another worker of the same
+// Results and close frames carry no payload (rows = cols = 0). A close
+// frame's meta, when it has one, is why the link ends (text, at most
+// kMaxCloseReasonBytes): a receiving stage that ends the link on a bad
+// frame says so on the results communicator, since NCCL never tells a rank
+// that its peer aborted (the sender would otherwise learn it only when its
+// oldest micro-batch is overdue). The far side is another worker of the same
 // cluster, but its bytes are still checked (DESIGN.md "Bad input"): every
 // field against its bound before a buffer is sized from it, and the meta
 // against the header (same batch_id and shard_id, rows = the slices' rows).
@@ -54,6 +58,7 @@ inline constexpr uint16_t kFrameVersion = 1;
 inline constexpr uint32_t kMaxFrameRows = 4096;
 inline constexpr uint32_t kMaxFrameCols = 65536;
 inline constexpr uint32_t kMaxFrameMetaBytes = 16u << 20;
+inline constexpr uint32_t kMaxCloseReasonBytes = 1024;
 
 enum class FrameKind : uint16_t { kMicroBatch = 1, kResult = 2, kClose = 3 };
 
@@ -74,8 +79,8 @@ std::array<uint8_t, kFrameHeaderBytes> encode_frame_header(
 
 // InvalidArgument naming the field: a size other than 64 bytes, a wrong
 // magic or version, an unknown kind, a bound exceeded, rows xor cols zero,
-// a payload on a result or close frame, meta on a close frame, a nonzero
-// reserved byte.
+// a payload on a result or close frame, a close frame's reason over
+// kMaxCloseReasonBytes, a nonzero reserved byte.
 absl::StatusOr<FrameHeader> decode_frame_header(std::span<const uint8_t> bytes);
 
 // The largest frame a channel (worker/frame_channel.h) carries, fixed when it is joined: its
@@ -126,7 +131,14 @@ absl::StatusOr<Frame> frame_result(const v1::MicroBatchResult& result);
 absl::StatusOr<v1::MicroBatchResult> unframe_result(const FrameHeader& header,
                                                     std::string_view meta);
 
-// The frame that tells the far side this link is closing.
-Frame close_frame();
+// The frame that tells the far side this link is closing; `reason` (why,
+// when the link ends on a failure: "" for an orderly close) is cut to
+// kMaxCloseReasonBytes.
+Frame close_frame(std::string_view reason = {});
+
+// A close frame's reason as text fit for a message: every byte outside
+// printable ASCII becomes '?' (the bytes are the far side's: they must not
+// reach a client's JSON as invalid UTF-8). "" for an orderly close.
+std::string close_reason(const Frame& frame);
 
 }  // namespace strata::worker

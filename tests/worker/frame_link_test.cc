@@ -232,6 +232,32 @@ TEST_F(FrameLinkTest, AFarSideThatLeavesFailsThePendingMicroBatches) {
                 "the other rank left");
 }
 
+// A far side that ends the link on a failure says why in a close frame on
+// the results communicator, then aborts; as between two GPUs of one host,
+// the abort itself is never heard of (silent aborts). The pending
+// micro-batches fail with its reason at once, not when the oldest is
+// overdue (the answer bound here is an hour; Results::wait gives up after
+// a minute).
+TEST_F(FrameLinkTest, AFarSideThatEndsTheLinkSaysWhy) {
+  transport_->set_silent_aborts(true);
+  ids_.forward = *transport_->make_id();
+  ids_.results = *transport_->make_id();
+  options_.answer_timeout = std::chrono::hours(1);
+  auto l = link();
+  ASSERT_NE(l, nullptr);
+  FarSide far;
+  ASSERT_TRUE(far.join(*transport_, ids_).ok());
+  ASSERT_TRUE(l->send(micro_batch(1, 2)).ok());
+  ASSERT_TRUE(l->send(micro_batch(2, 2)).ok());
+  ASSERT_TRUE(worker::receive_micro_batch(*far.forward).ok());
+  ASSERT_TRUE(far.results->send(worker::close_frame("NCCL frame: magic: expected 0x4c434e53"))
+                  .ok());
+  far.results->abort();
+  far.forward->abort();
+  expect_failed(*l, results_, 2, static_cast<int>(absl::StatusCode::kUnavailable),
+                "the far side ended the link: NCCL frame: magic: expected 0x4c434e53");
+}
+
 TEST_F(FrameLinkTest, AResultOutOfOrderBreaksTheLink) {
   auto l = link();
   ASSERT_NE(l, nullptr);

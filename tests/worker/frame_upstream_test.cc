@@ -8,11 +8,15 @@
 #include "worker/frame_upstream.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/worker/in_memory_transport.h"
 #include "tests/worker/worker_test_util.h"
@@ -31,6 +35,9 @@ class FrameUpstreamTest : public ::testing::Test {
     ASSERT_EQ(stages_.size(), 2u);
     relay_ = std::make_unique<worker::StageRelay>(*stages_[1], "worker w1", nullptr);
     transport_ = std::make_shared<InMemoryTransport>();
+    // As NCCL between two GPUs of one host: an abort is never heard of by
+    // the other rank; what it learns, it learns from a close frame.
+    transport_->set_silent_aborts(true);
     ids_.forward = *transport_->make_id();
     ids_.results = *transport_->make_id();
     n_embd_ = static_cast<uint32_t>(stages_[1]->shard().n_embd());
@@ -59,6 +66,17 @@ class FrameUpstreamTest : public ::testing::Test {
                               worker::FrameLimits{});
     ASSERT_TRUE(r.ok()) << r.status();
     results_ = *std::move(r);
+  }
+
+  // The close frame the upstream sent back when it ended: its reason
+  // (waited for up to 60 s: the transport would never say it aborted).
+  std::string told() {
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    absl::StatusOr<worker::Frame> f =
+        results_->recv([until]() -> std::optional<Clock::time_point> { return until; });
+    if (!f.ok()) return absl::StrCat("no close frame: ", f.status().message());
+    if (f->header.kind != worker::FrameKind::kClose) return "not a close frame";
+    return worker::close_reason(*f);
   }
 
   // Waits (up to 60 s) until the upstream says why it ended.
@@ -125,8 +143,8 @@ TEST_F(FrameUpstreamTest, BytesThatAreNotAFrameEndTheLinkSayingWhy) {
   ASSERT_TRUE(send_raw(*forward_, std::move(garbage)).ok());
   EXPECT_NE(ended().find("magic"), std::string::npos) << upstream_->ended();
   EXPECT_EQ(upstream_->received(), 0u);
-  // Its channels are gone: the previous stage's wait for a result ends.
-  EXPECT_EQ(results_->recv().status().code(), absl::StatusCode::kUnavailable);
+  // The previous stage's wait for a result ends with the reason.
+  EXPECT_EQ(told(), upstream_->ended());
 }
 
 // Rows past the shard's max_batch_rows: refused from the header, before
@@ -145,6 +163,56 @@ TEST_F(FrameUpstreamTest, AFrameBeyondTheShardsLimitsEndsTheLink) {
   ASSERT_TRUE(send_raw(*forward_, std::move(m)).ok());
   EXPECT_NE(ended().find("frame rows: "), std::string::npos) << upstream_->ended();
   EXPECT_EQ(upstream_->received(), 0u);
+  EXPECT_EQ(told(), upstream_->ended());
+}
+
+// The whole link: a previous stage whose frame link allows more rows than
+// this shard takes (a misconfigured pair) sends one micro-batch too many
+// rows. The upstream refuses it from the header and tells the link, whose
+// pending micro-batch fails with that reason at once (its answer bound is
+// an hour), naming this worker.
+TEST_F(FrameUpstreamTest, TheSendingLinkHearsWhyTheLinkEnded) {
+  start();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<v1::MicroBatchResult> got;
+  worker::FrameLinkOptions o;
+  o.peer_name = "worker w1 (nccl)";
+  o.n_embd = n_embd_;
+  o.max_rows = worker::kMaxFrameRows;
+  o.answer_timeout = std::chrono::hours(1);
+  auto link = worker::make_frame_link(
+      transport_, ids_,
+      [&](v1::MicroBatchResult r) {
+        std::lock_guard<std::mutex> lock(mu);
+        got.push_back(std::move(r));
+        cv.notify_all();
+      },
+      o);
+  ASSERT_TRUE(link.ok()) << link.status();
+  const int rows = stages_[1]->shard().max_batch_rows() + 1;
+  v1::MicroBatch batch;
+  batch.set_shard_id(kShardId);
+  batch.set_batch_id(1);
+  v1::SequenceSlice* s = batch.add_slices();
+  s->set_seq_id(1);
+  for (int i = 0; i < rows; ++i) s->add_tokens(1);
+  batch.set_hidden(std::string(size_t{n_embd_} * rows * sizeof(float), '\0'));
+  ASSERT_TRUE((*link)->send(batch).ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return !got.empty(); }))
+        << "no answer: the link did not hear why the far side ended it";
+  }
+  EXPECT_EQ(got[0].batch_id(), 1u);
+  EXPECT_EQ(got[0].error_code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_NE(got[0].error_message().find("worker w1 (nccl): the far side ended the link: frame rows: "),
+            std::string::npos)
+      << got[0].error_message();
+  EXPECT_NE(ended().find("frame rows: "), std::string::npos) << upstream_->ended();
+  EXPECT_EQ(upstream_->received(), 0u);
+  (*link)->close(worker::kLinkClosed);
+  EXPECT_EQ(got.size(), 1u);  // answered once
 }
 
 // close() ends a join still waiting for the previous stage, without

@@ -18,6 +18,10 @@ struct InMemoryTransport::Comm {
   bool gone[2] = {false, false};  // aborted or destroyed
   std::deque<Message> inbox[2];
   bool rendezvous = false;          // a send returns once received
+  bool silent_aborts = false;       // a rank never hears the other left
+
+  // The other rank of `rank` left, as far as `rank` can tell.
+  bool peer_gone(int rank) const { return !silent_aborts && gone[1 - rank]; }
   uint64_t sent[2] = {0, 0};        // messages put in inbox[r]
   uint64_t taken[2] = {0, 0};       // messages taken out of inbox[r]
 };
@@ -45,7 +49,7 @@ class InMemoryChannel final : public worker::FrameChannel {
     std::unique_lock<std::mutex> lock(comm_->mu);
     const int peer = 1 - rank_;
     if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
-    if (comm_->gone[peer]) {
+    if (comm_->peer_gone(rank_)) {
       return absl::UnavailableError("the other rank left the communicator");
     }
     comm_->inbox[peer].push_back(std::move(m));
@@ -55,7 +59,9 @@ class InMemoryChannel final : public worker::FrameChannel {
     // As an NCCL send: done once the other rank has received it.
     while (comm_->rendezvous && comm_->taken[peer] < seq) {
       if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
-      if (comm_->gone[peer]) return absl::UnavailableError("the other rank left the communicator");
+      if (comm_->peer_gone(rank_)) {
+        return absl::UnavailableError("the other rank left the communicator");
+      }
       comm_->cv.wait_for(lock, std::chrono::milliseconds(2));
     }
     return absl::OkStatus();
@@ -77,7 +83,7 @@ class InMemoryChannel final : public worker::FrameChannel {
         comm_->cv.notify_all();
         break;
       }
-      if (comm_->gone[1 - rank_]) {
+      if (comm_->peer_gone(rank_)) {
         return absl::UnavailableError("the other rank left the communicator");
       }
       if (until && Clock::now() > *until) {
@@ -134,6 +140,7 @@ absl::StatusOr<worker::LinkId> InMemoryTransport::make_id() {
   auto comm = std::make_shared<Comm>();
   comm->frames = counter_;
   comm->rendezvous = rendezvous_.load();
+  comm->silent_aborts = silent_aborts_.load();
   comms_[id] = std::move(comm);
   return id;
 }

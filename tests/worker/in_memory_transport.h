@@ -11,7 +11,9 @@
 //   - a frame beyond the channel's FrameLimits is refused, sent or
 //     received;
 //   - a rank that aborts or is destroyed fails the other rank's waits with
-//     Unavailable (as a dead peer's sockets fail NCCL), at once.
+//     Unavailable (as a dead peer's sockets fail NCCL), at once; or, after
+//     set_silent_aborts(true), not at all (as an ncclCommAbort between two
+//     GPUs of one host, which the peer never hears of).
 // Test hooks: send_raw (bytes a hostile peer would send), and the joins
 // seen so far.
 //
@@ -51,6 +53,10 @@ class InMemoryTransport final : public worker::FrameTransport {
   // Communicators made from now on return a send only once the other rank
   // received it, as NCCL does (by default a send returns at once).
   void set_rendezvous(bool on) { rendezvous_.store(on); }
+  // Communicators made from now on do not tell a rank that the other one
+  // aborted or left: its waits go on (a send then waits forever under
+  // rendezvous).
+  void set_silent_aborts(bool on) { silent_aborts_.store(on); }
 
   // One message as it would cross the wire.
   struct Message {
@@ -67,6 +73,7 @@ class InMemoryTransport final : public worker::FrameTransport {
       std::make_shared<std::atomic<uint64_t>>(0);
   std::atomic<uint64_t>& frames_ = *counter_;
   std::atomic<bool> rendezvous_{false};
+  std::atomic<bool> silent_aborts_{false};
   uint64_t next_ = 0;
   const std::string name_ = "nccl";  // as the worker service names its links
 };

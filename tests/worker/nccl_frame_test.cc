@@ -115,6 +115,29 @@ TEST(NcclFrame, CloseFrameDecodes) {
       decode_frame_header(encode_frame_header(f.header));
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->kind, FrameKind::kClose);
+  EXPECT_EQ(h->meta_bytes, 0u);
+  EXPECT_EQ(close_reason(f), "");
+}
+
+// A close frame may say why the link ends: the reason crosses as meta, is
+// cut to kMaxCloseReasonBytes when sent, and reads back as printable ASCII
+// whatever bytes the far side put there.
+TEST(NcclFrame, CloseFrameCarriesItsReason) {
+  const Frame f = close_frame("NCCL frame: magic: expected 0x4c434e53");
+  absl::StatusOr<FrameHeader> h = decode_frame_header(encode_frame_header(f.header));
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->meta_bytes, f.meta.size());
+  EXPECT_EQ(close_reason(f), "NCCL frame: magic: expected 0x4c434e53");
+
+  const Frame cut = close_frame(std::string(3 * kMaxCloseReasonBytes, 'r'));
+  EXPECT_EQ(cut.meta.size(), kMaxCloseReasonBytes);
+  EXPECT_EQ(cut.header.meta_bytes, kMaxCloseReasonBytes);
+  EXPECT_TRUE(decode_frame_header(encode_frame_header(cut.header)).ok());
+
+  Frame hostile = close_frame();
+  hostile.meta = std::string("ok\n\xff\xfe\x00\x7f end", 11);
+  hostile.header.meta_bytes = static_cast<uint32_t>(hostile.meta.size());
+  EXPECT_EQ(close_reason(hostile), "ok????? end");
 }
 
 // Each malformed header is refused, the message naming the field.
@@ -154,8 +177,8 @@ TEST(NcclFrame, RejectsMalformedHeaders) {
   expect_refused(mutate([&](auto& b) { put32(b, 32, 0); }), "neither");
   expect_refused(mutate([](auto& b) { b[6] = 2; }), "no payload");
   FrameHeader close = close_frame().header;
-  close.meta_bytes = 3;
-  expect_refused(decode_frame_header(encode_frame_header(close)), "no meta");
+  close.meta_bytes = kMaxCloseReasonBytes + 1;
+  expect_refused(decode_frame_header(encode_frame_header(close)), "reason");
 }
 
 TEST(NcclFrame, RejectsHiddenThatIsNotWholeRows) {

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -160,10 +161,13 @@ TEST_F(WorkerNcclTest, TheIdsAWorkerIsRankZeroOfMustBeItsOwnEachUsedOnce) {
 
 // The receiving side on a real worker, the previous stage played here: a
 // micro-batch whose activations a local stage made gets the token of the
-// whole chain; then bytes that are not a frame end that link (logged), and
-// the worker keeps its shard and answers as before.
+// whole chain; then bytes that are not a frame end that link (logged, and
+// told to the previous stage in a close frame: NCCL would not tell it of
+// the abort, nor does this transport), and the worker keeps its shard and
+// answers as before.
 TEST_F(WorkerNcclTest, ABadFrameFromThePreviousStageEndsOnlyThatLink) {
   auto transport = std::make_shared<InMemoryTransport>();
+  transport->set_silent_aborts(true);
   ServedWorker w1("w1", model_dir_, 30000, transport);
   const int cut = 2;
   worker::FrameLinkIds ids;
@@ -218,8 +222,13 @@ TEST_F(WorkerNcclTest, ABadFrameFromThePreviousStageEndsOnlyThatLink) {
   InMemoryTransport::Message garbage;
   garbage.header.assign(worker::kFrameHeaderBytes, 0x41);
   ASSERT_TRUE(send_raw(**forward, std::move(garbage)).ok());
-  absl::StatusOr<worker::Frame> none = (*back)->recv();
-  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable) << none.status();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  absl::StatusOr<worker::Frame> told = (*back)->recv(
+      [until]() -> std::optional<std::chrono::steady_clock::time_point> { return until; });
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_EQ(told->header.kind, worker::FrameKind::kClose);
+  EXPECT_NE(worker::close_reason(*told).find("magic"), std::string::npos)
+      << worker::close_reason(*told);
   grpc::ClientContext context;
   v1::WorkerHealthResponse health;
   ASSERT_TRUE(w1.stub()->Health(&context, v1::WorkerHealthRequest(), &health).ok());
