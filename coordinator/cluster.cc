@@ -1,5 +1,6 @@
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_plan.h"
+#include "coordinator/nccl_links.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -276,81 +277,6 @@ absl::Status Cluster::plan(bool final_on_failure) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<bool>> Cluster::nccl_pairs(const std::vector<int>& members) const {
-  const ActivationLinkKind kind = options_.config.activation_link;
-  std::vector<bool> out(members.size(), false);
-  if (kind == ActivationLinkKind::kGrpc) return out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (size_t k = 0; k + 1 < members.size(); ++k) {
-    const int from = members[k];
-    const int to = members[k + 1];
-    int lacking = -1;
-    for (int i : {from, to}) {
-      if (lacking < 0 && !(states_[i].described && states_[i].described->nccl_link())) {
-        lacking = i;
-      }
-    }
-    if (lacking >= 0) {
-      if (kind == ActivationLinkKind::kNccl) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "activation_link: nccl, but ", worker_label(lacking),
-            states_[lacking].described
-                ? " makes no NCCL links (its Describe says nccl_link: false; a worker needs a "
-                  "build with NCCL and backend: cuda:N)"
-                : " has not described itself yet"));
-      }
-      continue;  // auto: gRPC between these two
-    }
-    // Both on one GPU: NCCL refuses two ranks on one.
-    const std::string& gpu = states_[from].described->gpu_uuid();
-    if (!gpu.empty() && gpu == states_[to].described->gpu_uuid()) {
-      if (kind == ActivationLinkKind::kNccl) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "activation_link: nccl, but ", worker_label(from), " and ", worker_label(to),
-            " run on the same GPU (", gpu, "), and NCCL refuses two ranks on one GPU"));
-      }
-      continue;  // auto: gRPC between these two
-    }
-    out[k] = true;
-  }
-  return out;
-}
-
-absl::Status Cluster::link_over_nccl(const std::vector<int>& members, uint64_t shard_id,
-                                     const std::vector<bool>& pairs) {
-  const int n = static_cast<int>(members.size());
-  // Each id from the worker that is rank 0 of its communicator.
-  std::vector<std::optional<v1::NcclLinkSetup>> setups(members.size());
-  for (int k = 0; k + 1 < n; ++k) {
-    if (!pairs[k]) continue;
-    absl::StatusOr<std::string> forward =
-        workers_[members[k]]->make_nccl_id(options_.call_deadline);
-    if (!forward.ok()) return forward.status();
-    absl::StatusOr<std::string> results =
-        workers_[members[k + 1]]->make_nccl_id(options_.call_deadline);
-    if (!results.ok()) return results.status();
-    v1::NcclLinkSetup setup;
-    setup.set_forward_id(*std::move(forward));
-    setup.set_results_id(*std::move(results));
-    setups[k] = std::move(setup);
-  }
-  for (int k = n - 1; k >= 0; --k) {
-    const bool next = setups[k].has_value();
-    const bool previous = k > 0 && setups[k - 1].has_value();
-    if (!next && !previous) continue;
-    v1::LinkNcclRequest req;
-    req.set_shard_id(shard_id);
-    if (next) *req.mutable_next() = *setups[k];
-    if (previous) *req.mutable_previous() = *setups[k - 1];
-    const int i = members[k];
-    absl::StatusOr<v1::ShardInfo> shard = workers_[i]->link_nccl(req, options_.call_deadline);
-    if (!shard.ok()) return shard.status();
-    std::lock_guard<std::mutex> lock(mu_);
-    states_[i].shard = *shard;
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Cluster::load_pipeline() {
   if (!plan_) {
     bool first;
@@ -370,7 +296,15 @@ absl::Status Cluster::load_pipeline() {
   const int n = static_cast<int>(members.size());
   // Which neighbours NCCL links (Describe says; refused here, before any
   // shard loads, when activation_link: nccl cannot be met).
-  absl::StatusOr<std::vector<bool>> nccl = nccl_pairs(members);
+  absl::StatusOr<std::vector<bool>> nccl = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<StageWorker> stages;
+    for (int i : members) {
+      stages.push_back({worker_label(i),
+                        states_[i].described ? &*states_[i].described : nullptr});
+    }
+    return choose_nccl_links(c.activation_link, stages);
+  }();
   if (!nccl.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     problem_ = std::string(nccl.status().message());
@@ -425,10 +359,19 @@ absl::Status Cluster::load_pipeline() {
   // Then NCCL between GPU neighbours: ids are made only once every shard
   // loaded (each holds NCCL's bootstrap listener in its worker until both
   // ranks join), so loads that fail and are retried make none.
-  if (absl::Status st = link_over_nccl(members, shard_id, *nccl); !st.ok()) {
+  std::vector<WorkerControl*> stages;
+  for (int i : members) stages.push_back(workers_[i].get());
+  absl::StatusOr<std::vector<std::optional<v1::ShardInfo>>> linked =
+      link_over_nccl(stages, shard_id, *nccl, options_.call_deadline);
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    problem_ = std::string(st.message());
-    return st;
+    if (!linked.ok()) {
+      problem_ = std::string(linked.status().message());
+      return linked.status();
+    }
+    for (int k = 0; k < n; ++k) {
+      if ((*linked)[k]) states_[members[k]].shard = *std::move((*linked)[k]);
+    }
   }
   shard_id_.store(shard_id);
   auto link = first_link_(scheduler_->result_callback(shard_id), shard_id, members);

@@ -2,7 +2,7 @@
 // (tokenizer, hyperparameters, sizes), plans placement (auto by memory
 // budget, or the config's explicit ranges, refused with numbers), loads the
 // shards (LoadShard, last stage first; then, between two stages, NCCL or
-// gRPC as activation_link says: MakeNcclId and LinkNccl),
+// gRPC as activation_link says: MakeNcclId and LinkNccl, nccl_links.h),
 // links the scheduler to the first stage, and watches the workers:
 //
 //   - every health_check_interval_ms a Health RPC with a deadline goes to
@@ -164,16 +164,6 @@ class Cluster {
   void check_workers();
   // Plans (once) and loads every shard, then attaches the scheduler.
   absl::Status load_pipeline();
-  // Whether the link after each stage of `members` is NCCL, as
-  // activation_link and the workers' Describe say; FailedPrecondition
-  // naming the worker when activation_link: nccl cannot be met.
-  absl::StatusOr<std::vector<bool>> nccl_pairs(const std::vector<int>& members) const;
-  // Once every shard of `shard_id` loaded: ids for each NCCL pair (the
-  // workers' MakeNcclId: each holds NCCL's bootstrap listener until both
-  // ranks join, so none are made for loads that fail), then LinkNccl to
-  // each stage with an NCCL neighbour.
-  absl::Status link_over_nccl(const std::vector<int>& members, uint64_t shard_id,
-                              const std::vector<bool>& pairs);
   // Plans over members_; `final_on_failure`: a plan that cannot fit stops
   // the cluster (at startup), else it is only reported.
   absl::Status plan(bool final_on_failure = true);
