@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/frame_link.h"
 
@@ -105,6 +106,12 @@ TEST(NcclLink, OneRankSendsFramesToItself) {
   absl::StatusOr<Frame> cback = (*ch)->exchange_with_self(close_frame());
   ASSERT_TRUE(cback.ok()) << cback.status();
   EXPECT_EQ(cback->header.kind, FrameKind::kClose);
+  EXPECT_EQ(close_reason(*cback), "");
+  // A close frame that says why the link ends: its reason crosses as meta.
+  absl::StatusOr<Frame> why = (*ch)->exchange_with_self(close_frame("frame rows: 65 exceed 64"));
+  ASSERT_TRUE(why.ok()) << why.status();
+  EXPECT_EQ(why->header.kind, FrameKind::kClose);
+  EXPECT_EQ(close_reason(*why), "frame rows: 65 exceed 64");
 }
 
 TEST(NcclLink, AbortedChannelFailsAtOnce) {
@@ -194,8 +201,20 @@ TEST(NcclLink, RefusesBadRanks) {
   ch = NcclChannel::join(id, 2, 2);
   ASSERT_FALSE(ch.ok());
   EXPECT_EQ(ch.status().code(), absl::StatusCode::kInvalidArgument);
-  // An aborted channel makes no NCCL call (its communicator is gone).
-  EXPECT_EQ(make_nccl_transport(0, std::chrono::seconds(1))->name(), "nccl");
+  // The transport the worker uses refuses them as well, before any NCCL or
+  // CUDA call (a link has two ranks: 0 and 1).
+  const std::shared_ptr<FrameTransport> transport =
+      make_nccl_transport(0, std::chrono::seconds(1));
+  EXPECT_EQ(transport->name(), "nccl");
+  for (int rank : {-1, 2}) {
+    absl::StatusOr<std::unique_ptr<FrameChannel>> c =
+        transport->join(LinkId{}, rank, std::chrono::seconds(1), nullptr, FrameLimits{});
+    ASSERT_FALSE(c.ok()) << "rank " << rank;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+    EXPECT_NE(std::string(c.status().message()).find(absl::StrCat("rank ", rank, " of 2")),
+              std::string::npos)
+        << c.status();
+  }
 }
 
 }  // namespace
