@@ -42,6 +42,10 @@ class FrameChannel {
   // (NCCL: the transfer completed), within the transport's timeout.
   // Unavailable (the far side failed, or aborted), DeadlineExceeded.
   virtual absl::Status send(const Frame& frame) = 0;
+  // As send(), but given up (DeadlineExceeded) after `limit` when that is
+  // sooner than the transport's timeout: a frame that is not worth waiting
+  // for (the close frame of a link that ends).
+  virtual absl::Status send_within(const Frame& frame, std::chrono::milliseconds limit) = 0;
 
   // When a wait must end: nullopt for no bound. Asked while waiting (the
   // answer may change: a link bounds a wait only while it owes answers).

@@ -10,6 +10,10 @@ namespace strata::worker {
 
 namespace {
 constexpr char kPeerClosed[] = "the previous stage closed the link";
+// How long the close frame that says why the link ends may take, waiting
+// for the results channel and then being sent: a previous stage that does
+// not read (the owed bound) never takes it.
+constexpr std::chrono::seconds kCloseWait{1};
 }  // namespace
 
 // The channels, shared with the results' sink (which may run after close:
@@ -18,7 +22,7 @@ struct FrameUpstream::Shared {
   std::atomic<bool> cancel{false};  // ends a join
   // One thread at a time sends on the results channel (the results' sink,
   // or the upstream thread's close frame); held while sending.
-  std::mutex send_mu;
+  std::timed_mutex send_mu;
   // The results channel takes no more frames: a send failed, or the close
   // frame went (set under send_mu).
   std::atomic<bool> send_failed{false};
@@ -28,7 +32,7 @@ struct FrameUpstream::Shared {
 
   // Sends `r` unless the channel takes no more; a failed send aborts both.
   void send(const v1::MicroBatchResult& r) {
-    std::lock_guard<std::mutex> lock(send_mu);
+    std::lock_guard<std::timed_mutex> lock(send_mu);
     if (send_failed.load()) return;
     if (!send_result(*results_channel(), r).ok()) {
       send_failed.store(true);
@@ -38,12 +42,14 @@ struct FrameUpstream::Shared {
 
   // Tells the previous stage why the link ends (its pending micro-batches
   // then fail at once: NCCL would not tell it that this rank aborted).
-  // Best effort, bounded by the transport's timeout or close()'s abort.
+  // Best effort: given up after kCloseWait for the channel (a result send
+  // stuck on a previous stage that does not read) and kCloseWait more for
+  // the frame.
   void send_close(const std::string& why) {
-    std::lock_guard<std::mutex> lock(send_mu);
-    if (send_failed.exchange(true)) return;
+    std::unique_lock<std::timed_mutex> lock(send_mu, kCloseWait);
+    if (!lock.owns_lock() || send_failed.exchange(true)) return;
     if (FrameChannel* out = results_channel(); out != nullptr) {
-      (void)out->send(close_frame(why));
+      (void)out->send_within(close_frame(why), kCloseWait);
     }
   }
 

@@ -12,9 +12,12 @@
 //
 // Bad input: each frame is checked (unframe_micro_batch) before it runs; a
 // bad one ends the link, as does a peer owing max_owed results (it sends
-// and never reads). Either is logged, and sent to the previous stage as a
+// and never reads). Either is logged and, best effort (a second to get the
+// results channel, a second to send), told to the previous stage as a
 // close frame with its reason (nccl_frame.h): its pending micro-batches
-// then fail at once, naming this stage and the reason.
+// then fail at once, naming this stage and the reason. A previous stage
+// that does not read never takes it, and learns when its oldest
+// micro-batch is overdue.
 //
 // Ownership: borrows the relay, which must outlive the upstream's close()
 // (the results of micro-batches still with the next stage may arrive after

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -376,12 +377,19 @@ absl::StatusOr<FrameHeader> NcclChannel::received_header(const DeadlineFn& bound
 }
 
 absl::Status NcclChannel::send(const Frame& frame) {
+  return send_by(frame, Clock::now() + options_.timeout);
+}
+
+absl::Status NcclChannel::send_within(const Frame& frame, std::chrono::milliseconds limit) {
+  return send_by(frame, Clock::now() + std::min<std::chrono::milliseconds>(limit, options_.timeout));
+}
+
+absl::Status NcclChannel::send_by(const Frame& frame, Clock::time_point deadline) {
   if (absl::Status s = usable(2, "send"); !s.ok()) return s;
   if (absl::Status s = options_.limits.check(frame.header); !s.ok()) return s;
   cudaSetDevice(impl_->device);
   const int peer = 1 - rank_;
   const auto header = encode_frame_header(frame.header);
-  const Clock::time_point deadline = Clock::now() + options_.timeout;
   const DeadlineFn bound = [deadline] { return deadline; };
   if (absl::Status s = wait_for_joins(aborted_, bound); !s.ok()) return s;
   if (absl::Status s = impl_->post_header(header.data(), peer, true, false);

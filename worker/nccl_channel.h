@@ -87,6 +87,7 @@ class NcclChannel final : public FrameChannel {
   // send within options.timeout; recv's header as `deadline` says, the
   // rest within options.timeout.
   absl::Status send(const Frame& frame) override;
+  absl::Status send_within(const Frame& frame, std::chrono::milliseconds limit) override;
   absl::StatusOr<Frame> recv(const DeadlineFn& deadline = nullptr) override;
   // One-rank communicator only: sends `frame` to this rank and receives it
   // back, each round's send and recv in one NCCL group (what one GPU can
@@ -113,6 +114,8 @@ class NcclChannel final : public FrameChannel {
   absl::Status usable(int nranks, const char* call) const;
   // After a header's round: the header received, checked (format, limits).
   absl::StatusOr<FrameHeader> received_header(const DeadlineFn& bound);
+  // send() by `deadline`.
+  absl::Status send_by(const Frame& frame, std::chrono::steady_clock::time_point deadline);
   NcclChannel(std::unique_ptr<Impl> impl, int nranks, int rank,
               const NcclChannelOptions& options);
 

@@ -1,4 +1,4 @@
-// Framing of the NCCL ActivationLink (worker/nccl_link.h): what travels
+// Framing of the NCCL ActivationLink (worker/frame_link.h): what travels
 // between two pipeline stages as NCCL point-to-point transfers. NCCL moves
 // counted buffers, not messages, so every micro-batch (and every result
 // coming back) is a fixed-size header saying how much follows, then:
@@ -12,7 +12,7 @@
 //
 // Header, 64 bytes, little-endian:
 //   offset  0  u32  magic 0x4C434E53 ("SNCL")
-//           4  u16  version (1)
+//           4  u16  version (2: close frames may carry a reason; 1 before)
 //           6  u16  kind (1 micro-batch, 2 result, 3 close)
 //           8  u64  batch_id
 //          16  u64  shard_id
@@ -22,8 +22,9 @@
 //          36..63   zero (reserved; a nonzero byte is refused)
 // Results and close frames carry no payload (rows = cols = 0). A close
 // frame's meta, when it has one, is why the link ends (text, at most
-// kMaxCloseReasonBytes): a receiving stage that ends the link on a bad
-// frame says so on the results communicator, since NCCL never tells a rank
+// kMaxCloseReasonBytes): a receiving stage that ends the link on a failure
+// (a bad frame, too many results owed) says so on the results
+// communicator, best effort, since NCCL never tells a rank
 // that its peer aborted (the sender would otherwise learn it only when its
 // oldest micro-batch is overdue). The far side is another worker of the same
 // cluster, but its bytes are still checked (DESIGN.md "Bad input"): every
@@ -51,7 +52,7 @@ inline constexpr size_t kFrameHeaderBytes = 64;
 // NcclLinkSetup ids, checked here without nccl.h.
 inline constexpr size_t kNcclIdBytes = 128;
 inline constexpr uint32_t kFrameMagic = 0x4C434E53;  // "SNCL" little-endian
-inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr uint16_t kFrameVersion = 2;
 // Bounds: a micro-batch has at most 4096 rows (LoadShardRequest
 // max_batch_rows); 65536 columns is past any model's n_embd; the meta of
 // 4096 rows with every per-slice field is far under 16 MiB.

@@ -47,10 +47,12 @@ class FrameUpstreamTest : public ::testing::Test {
     relay_.reset();
   }
 
-  void start(std::chrono::milliseconds join_timeout = std::chrono::seconds(60)) {
+  void start(std::chrono::milliseconds join_timeout = std::chrono::seconds(60),
+             size_t max_owed = 256) {
     worker::FrameUpstreamOptions o;
     o.label = "worker w1: link from the previous stage (nccl)";
     o.join_timeout = join_timeout;
+    o.max_owed = max_owed;
     o.n_embd = n_embd_;
     o.max_rows = static_cast<uint32_t>(stages_[1]->shard().max_batch_rows());
     upstream_ = std::make_unique<worker::FrameUpstream>(transport_, ids_, *relay_, o);
@@ -213,6 +215,98 @@ TEST_F(FrameUpstreamTest, TheSendingLinkHearsWhyTheLinkEnded) {
   EXPECT_EQ(upstream_->received(), 0u);
   (*link)->close(worker::kLinkClosed);
   EXPECT_EQ(got.size(), 1u);  // answered once
+}
+
+// The next stage's link of a middle stage: answers the first micro-batch
+// from its own thread (as a link's reader does) and holds the rest, which
+// close() fails.
+class FirstAnsweredLink final : public worker::ActivationLink {
+ public:
+  explicit FirstAnsweredLink(ResultCallback on_result) : on_result_(std::move(on_result)) {}
+  ~FirstAnsweredLink() override { close(worker::kLinkClosed); }
+  const std::string& peer() const override { return peer_; }
+  absl::Status send(v1::MicroBatch batch) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    v1::MicroBatchResult r;
+    r.set_batch_id(batch.batch_id());
+    r.set_shard_id(batch.shard_id());
+    if (!answering_.joinable()) {
+      answering_ = std::thread([this, r] { on_result_(r); });
+    } else {
+      held_.push_back(r);
+    }
+    return absl::OkStatus();
+  }
+  bool healthy() const override { return true; }
+  void close(const std::string& reason) override {
+    std::vector<v1::MicroBatchResult> held;
+    std::thread answering;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held.swap(held_);
+      answering.swap(answering_);
+    }
+    if (answering.joinable()) answering.join();
+    for (v1::MicroBatchResult& r : held) {
+      r.set_error_code(static_cast<int>(absl::StatusCode::kUnavailable));
+      r.set_error_message(reason);
+      on_result_(r);
+    }
+  }
+
+ private:
+  const std::string peer_ = "worker w2";
+  ResultCallback on_result_;
+  std::mutex mu_;
+  std::thread answering_;
+  std::vector<v1::MicroBatchResult> held_;
+};
+
+// A previous stage that sends and never reads, in front of a middle stage,
+// over NCCL-like channels (a send waits for its receiver; aborts are
+// silent): the first result's send (on the next link's thread) waits for
+// ever, results pile up, and at max_owed the link ends. The close frame
+// cannot go then (that send holds the results channel, and no one would
+// read it): it is given up after a second, and the upstream aborts its
+// channels, which frees the stuck send. (A close frame that waited for the
+// channel would wait for that send, which waits for the abort.)
+TEST_F(FrameUpstreamTest, APreviousStageThatNeverReadsEndsTheLinkAtTheOwedBound) {
+  transport_->set_rendezvous(true);
+  ids_.forward = *transport_->make_id();
+  ids_.results = *transport_->make_id();
+  // The first stage of the split as the middle stage here.
+  worker::StageRelay middle(*stages_[0], "worker w1", [](worker::ActivationLink::ResultCallback cb) {
+    return absl::StatusOr<std::unique_ptr<worker::ActivationLink>>(
+        std::make_unique<FirstAnsweredLink>(std::move(cb)));
+  });
+  worker::FrameUpstreamOptions o;
+  o.label = "worker w1: link from the previous stage (nccl)";
+  o.n_embd = n_embd_;
+  o.max_owed = 3;
+  upstream_ = std::make_unique<worker::FrameUpstream>(transport_, ids_, middle, o);
+  join();
+  // Four sequences' prompts, each a micro-batch: the fourth finds 3 owed.
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    v1::MicroBatch batch;
+    batch.set_shard_id(kShardId);
+    batch.set_batch_id(seq);
+    *batch.add_slices() = slice(seq, 0, stories_prompt());
+    absl::StatusOr<worker::Frame> frame = worker::frame_micro_batch(batch, n_embd_);
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    ASSERT_TRUE(forward_->send(*frame).ok());  // taken by the upstream
+  }
+  EXPECT_NE(ended().find("3 results owed to the previous stage reach the bound of 3"),
+            std::string::npos)
+      << upstream_->ended();
+  EXPECT_EQ(upstream_->received(), 3u);
+  // Its results channel is aborted: it did not wait on the stuck send.
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (!transport_->left(ids_.results, 0) && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_TRUE(transport_->left(ids_.results, 0));
+  EXPECT_TRUE(transport_->left(ids_.forward, 1));
+  upstream_.reset();  // before the relay it borrows
 }
 
 // close() ends a join still waiting for the previous stage, without

@@ -1,6 +1,7 @@
 #include "tests/worker/in_memory_transport.h"
 
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,17 +36,14 @@ class InMemoryChannel final : public worker::FrameChannel {
       : comm_(std::move(comm)), rank_(rank), limits_(limits) {}
   ~InMemoryChannel() override { leave(); }
 
-  absl::Status send(const worker::Frame& frame) override {
-    if (absl::Status st = limits_.check(frame.header); !st.ok()) return st;
-    const auto header = worker::encode_frame_header(frame.header);
-    InMemoryTransport::Message m;
-    m.header.assign(header.begin(), header.end());
-    m.meta = frame.meta;
-    m.payload = frame.payload;
-    return send_message(std::move(m));
+  absl::Status send(const worker::Frame& frame) override { return send_by(frame, std::nullopt); }
+  absl::Status send_within(const worker::Frame& frame, std::chrono::milliseconds limit) override {
+    return send_by(frame, Clock::now() + limit);
   }
 
-  absl::Status send_message(InMemoryTransport::Message m) {
+  // `until`: when a rendezvous send gives up (none: never).
+  absl::Status send_message(InMemoryTransport::Message m,
+                            std::optional<Clock::time_point> until = std::nullopt) {
     std::unique_lock<std::mutex> lock(comm_->mu);
     const int peer = 1 - rank_;
     if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
@@ -59,6 +57,9 @@ class InMemoryChannel final : public worker::FrameChannel {
     // As an NCCL send: done once the other rank has received it.
     while (comm_->rendezvous && comm_->taken[peer] < seq) {
       if (aborted_.load() || comm_->gone[rank_]) return absl::UnavailableError("aborted");
+      if (until && Clock::now() > *until) {
+        return absl::DeadlineExceededError("sending a frame: not received in time");
+      }
       if (comm_->peer_gone(rank_)) {
         return absl::UnavailableError("the other rank left the communicator");
       }
@@ -115,6 +116,16 @@ class InMemoryChannel final : public worker::FrameChannel {
   int rank() const override { return rank_; }
 
  private:
+  absl::Status send_by(const worker::Frame& frame, std::optional<Clock::time_point> until) {
+    if (absl::Status st = limits_.check(frame.header); !st.ok()) return st;
+    const auto header = worker::encode_frame_header(frame.header);
+    InMemoryTransport::Message m;
+    m.header.assign(header.begin(), header.end());
+    m.meta = frame.meta;
+    m.payload = frame.payload;
+    return send_message(std::move(m), until);
+  }
+
   void leave() {
     std::lock_guard<std::mutex> lock(comm_->mu);
     comm_->gone[rank_] = true;
@@ -157,6 +168,18 @@ void InMemoryTransport::break_all() {
 int InMemoryTransport::made() {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(comms_.size());
+}
+
+bool InMemoryTransport::left(const worker::LinkId& id, int rank) {
+  std::shared_ptr<Comm> comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = comms_.find(id);
+    if (it == comms_.end() || (rank != 0 && rank != 1)) return false;
+    comm = it->second;
+  }
+  std::lock_guard<std::mutex> lock(comm->mu);
+  return comm->gone[rank];
 }
 
 int InMemoryTransport::joined(const worker::LinkId& id) {

@@ -43,6 +43,8 @@ class InMemoryTransport final : public worker::FrameTransport {
 
   // Ranks that have joined communicator `id` (0, 1 or 2).
   int joined(const worker::LinkId& id);
+  // Whether rank `rank` of communicator `id` aborted or was destroyed.
+  bool left(const worker::LinkId& id, int rank);
   // Communicators made so far.
   int made();
   // Frames sent so far over every communicator.

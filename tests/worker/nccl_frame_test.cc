@@ -162,7 +162,8 @@ TEST(NcclFrame, RejectsMalformedHeaders) {
   const auto bytes = encode_frame_header(good);
   expect_refused(decode_frame_header(std::span(bytes).first(63)), "64 bytes");
   expect_refused(mutate([](auto& b) { b[0] = 'X'; }), "magic");
-  expect_refused(mutate([](auto& b) { b[4] = 2; }), "version");
+  expect_refused(mutate([](auto& b) { b[4] = 1; }), "version");  // before close reasons
+  expect_refused(mutate([](auto& b) { b[4] = 3; }), "version");
   expect_refused(mutate([](auto& b) { b[6] = 9; }), "kind");
   expect_refused(mutate([](auto& b) { b[40] = 1; }), "reserved");
   auto put32 = [](auto& b, size_t off, uint32_t v) {
