@@ -30,11 +30,12 @@ struct FrameUpstream::Shared {
   std::unique_ptr<FrameChannel> forward;
   std::unique_ptr<FrameChannel> results;
 
-  // Sends `r` unless the channel takes no more; a failed send aborts both.
-  void send(const v1::MicroBatchResult& r) {
+  // Sends `r` on `out` (the results channel) unless it takes no more; a
+  // failed send aborts both.
+  void send(FrameChannel& out, const v1::MicroBatchResult& r) {
     std::lock_guard<std::timed_mutex> lock(send_mu);
     if (send_failed.load()) return;
-    if (!send_result(*results_channel(), r).ok()) {
+    if (!send_result(out, r).ok()) {
       send_failed.store(true);
       abort_all();
     }
@@ -48,14 +49,12 @@ struct FrameUpstream::Shared {
   void send_close(const std::string& why) {
     std::unique_lock<std::timed_mutex> lock(send_mu, kCloseWait);
     if (!lock.owns_lock() || send_failed.exchange(true)) return;
-    if (FrameChannel* out = results_channel(); out != nullptr) {
-      (void)out->send_within(close_frame(why), kCloseWait);
+    FrameChannel* out = nullptr;
+    {
+      std::lock_guard<std::mutex> ptr_lock(mu);
+      out = results.get();
     }
-  }
-
-  FrameChannel* results_channel() {
-    std::lock_guard<std::mutex> lock(mu);
-    return results.get();
+    if (out != nullptr) (void)out->send_within(close_frame(why), kCloseWait);
   }
 
   void abort_all() {
@@ -131,6 +130,7 @@ void FrameUpstream::run() {
                      results.status().message()));
     return;
   }
+  FrameChannel* out = results->get();  // lives as long as shared_
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->results = std::move(*results);
@@ -143,7 +143,7 @@ void FrameUpstream::run() {
   // OrderedResults runs the sink one call at a time; Shared::send_mu keeps
   // it apart from the close frame.
   auto ordered = std::make_shared<OrderedResults>(
-      [shared = shared_](v1::MicroBatchResult r) { shared->send(r); });
+      [shared = shared_, out](v1::MicroBatchResult r) { shared->send(*out, r); });
   for (;;) {
     absl::StatusOr<v1::MicroBatch> batch = receive_micro_batch(*in);
     if (!batch.ok()) {
