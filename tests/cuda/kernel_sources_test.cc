@@ -70,7 +70,7 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
         cuda_kernels::kSoftCapEntry, cuda_kernels::kGegluEntry, cuda_kernels::kSwigluOaiEntry,
         cuda_kernels::kGatherRowsEntry,
         cuda_kernels::kScatterRowsEntry, cuda_kernels::kMoeSumEntry,
-        cuda_kernels::kAddSharedExpertEntry}},
+        cuda_kernels::kAddSharedExpertEntry, cuda_kernels::kRoundRowsEntry}},
       {"attention.cu", cuda_kernels::kAttentionSource,
        {cuda_kernels::kAttentionDecodeEntry, cuda_kernels::kAttentionRowsEntry,
         cuda_kernels::kAttentionBatchEntry}},

@@ -189,6 +189,7 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
     api->add(kElementwise, cuda_kernels::kMoeSumEntry, adapt(ew::strata_moe_sum));
     api->add(kElementwise, cuda_kernels::kAddSharedExpertEntry,
              adapt(ew::strata_add_shared_expert));
+    api->add(kElementwise, cuda_kernels::kRoundRowsEntry, adapt(ew::strata_round_rows));
   }
   api->add(kElementwise, cuda_kernels::kStoreKvEntry, adapt(host::elementwise::strata_store_kv));
   api->add(kAttention, cuda_kernels::kAttentionDecodeEntry,

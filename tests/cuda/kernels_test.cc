@@ -3,6 +3,7 @@
 // and the instantiation of every Kernels case, kernels_matrix_test.cc's too
 // (the fixture: kernels_fixture.h).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -11,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/cuda/kernels_fixture.h"
+#include "kernels/cpu/reference/ops/matmul.h"
 #include "worker/head_picks.h"
 
 namespace strata::worker::kernels_test {
@@ -137,6 +139,61 @@ TEST_P(Kernels, SwigluAndAddMatchTheReference) {
                   .ok());
   got = get<float>(dout, n);
   for (long long i = 0; i < n; ++i) ASSERT_EQ(got[i], gate[i] + up[i]) << i;
+}
+
+// Rows rounded as the activation type each weight type pairs with are the
+// values the cpu backend multiplies (reference::ops::round_activations),
+// bit for bit: random rows of three scales, a block of zeros, a block whose
+// largest magnitude comes twice with both signs (the first in a later lane
+// than the second), exact halves of the rounding step (half to even), -0
+// and subnormals; any grid and block (warps stride over the blocks), in
+// place as well.
+TEST_P(Kernels, RoundRowsAreWhatTheCpuBackendMultiplies) {
+  const int rows = 3, width = 768;  // 3 Q8_K blocks a row, 24 of Q8_0
+  std::vector<float> x = normal_values(static_cast<size_t>(rows) * width, 8);
+  for (int i = 0; i < width; ++i) x[static_cast<size_t>(width) + i] *= 1e-3f;
+  for (int i = 0; i < width; ++i) x[static_cast<size_t>(2 * width) + i] *= 300.0f;
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // row 0's second block
+  x[512 + 2] = -7.0f;   // lane 2: the first of the largest
+  x[512 + 33] = 7.0f;   // lane 1: the same magnitude, later
+  // Row 1's first block: its largest is -127, so Q8_K's scale is 1 and
+  // Q8_0's 127 / 127; values on the halves of the step.
+  float* h = x.data() + width;
+  std::fill(h, h + 256, 0.25f);
+  h[0] = -127.0f;
+  h[1] = 2.5f;
+  h[2] = 3.5f;
+  h[3] = -2.5f;
+  h[4] = -0.0f;
+  h[5] = 1e-40f;  // subnormal
+  h[40] = 0.5f;
+  h[41] = -1.5f;
+  for (const auto& [kind, type] : {std::pair{cuda_kernels::kRoundF16, GgmlType::kF16},
+                                   std::pair{cuda_kernels::kRoundQ8_0, GgmlType::kQ8_0},
+                                   std::pair{cuda_kernels::kRoundQ8_K, GgmlType::kQ8_K}}) {
+    std::vector<float> want(x.size());
+    for (int r = 0; r < rows; ++r) {
+      reference::ops::round_activations(type, x.data() + static_cast<size_t>(r) * width, width,
+                                        want.data() + static_cast<size_t>(r) * width);
+    }
+    const long long n = static_cast<long long>(x.size());
+    for (const auto& [grid, block] : {std::pair{1u, 32u}, std::pair{2u, 64u}, std::pair{7u, 256u}}) {
+      DeviceBuffer dx = put(x), dy = space(x.size() * sizeof(float));
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kRoundRowsEntry, grid, block,
+                      dx.as<const float>(), dy.as<float>(), n, kind)
+                      .ok());
+      const std::vector<float> got = get<float>(dy, x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << "kind " << kind << " grid " << grid << "x" << block << " at " << i << ": "
+            << got[i] << " for " << want[i] << " (x " << x[i] << ")";
+      }
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kRoundRowsEntry, grid, block,
+                      dx.as<const float>(), dx.as<float>(), n, kind)
+                      .ok());
+      ASSERT_EQ(get<float>(dx, x.size()), got) << "in place, kind " << kind;
+    }
+  }
 }
 
 // Graphs (DeviceApi::capture): launches recorded, not run, with their

@@ -76,6 +76,9 @@ struct DeviceMatrix {
   // fused tensors, or the separate ones of one type joined at load).
   int parts = 1;
   int split = 0;  // the w the step launches (the tuner's choice)
+  // How its input rows are rounded first (ck::round_kind of type): the
+  // activations as the cpu backend multiplies them.
+  int round = ck::kRoundNone;
   // The tensor-core kernel (prompt chunks), loaded at load when the backend
   // uses it; none for F32 and F16 (id -1).
   KernelHandle mma;
@@ -117,6 +120,17 @@ struct Sequence {
   int n_ctx = 0;
   int length = 0;
   DeviceBuffer kv;
+};
+
+// Rows x [n][width] that matrices are about to multiply, and which of
+// their roundings (ck::kRound*) DeviceBackend::paired made last into its
+// buffer of that kind: each kind is made once for the matrices that share
+// these rows, and made again if another PairedRows used the buffer since.
+struct PairedRows {
+  const float* x = nullptr;
+  int n = 0;
+  int64_t width = 0;
+  std::array<uint64_t, ck::kRoundKinds> stamp{};
 };
 
 inline reference::ops::MoeGating moe_gating(arch::ExpertGating g) {
@@ -203,6 +217,11 @@ class DeviceBackend final : public Backend {
   // | v]-style matrix on the device; empty when their types differ.
   absl::StatusOr<DeviceMatrix> upload_joined(const std::vector<std::string>& names, int64_t n_in,
                                              const std::vector<int64_t>& n_outs);
+  // The shard's matrices; `per_slice`: those step_matvec3 runs a slice's
+  // rows through (a block's attention and feed-forward and the shared
+  // expert: the tensor-core kernel's users); experts, routers, the head and
+  // the table take matvec.
+  void matrices(std::vector<DeviceMatrix*>* all, std::vector<DeviceMatrix*>* per_slice);
   // Every matrix's split-K choice: forced (options_.row_warps), measured
   // or read by the tuner (options_.tune), or 1 warp a row.
   absl::Status choose_splits();
@@ -231,21 +250,37 @@ class DeviceBackend final : public Backend {
     return run(k, grid, t, args...);
   }
 
-  // y [n][m.n_out] = x [n][m.n_in] · mᵀ, in chunks of the built column counts.
-  absl::Status matvec(const DeviceMatrix& m, const float* x, int n, float* y) {
-    return matvec3(m, x, n, y, y, y, m.n_out, 0);
+  // Rows to multiply (see PairedRows): x [n][width].
+  static PairedRows rows_of(const float* x, int n, int64_t width) {
+    PairedRows r;
+    r.x = x;
+    r.n = n;
+    r.width = width;
+    return r;
+  }
+  // in's rows as m's weights pair with them (m.round): in.x itself for
+  // kRoundNone, else paired_[m.round], rounded now unless `in` made it and
+  // no other rows have been rounded into it since.
+  absl::StatusOr<const float*> paired(const DeviceMatrix& m, PairedRows& in);
+  // y [n][m.n_out] = x [n][m.n_in] · mᵀ, in chunks of the built column
+  // counts, x rounded first as the cpu backend does (paired()).
+  absl::Status matvec(const DeviceMatrix& m, PairedRows& x, float* y) {
+    return matvec3(m, x, y, y, y, m.n_out, 0);
   }
   // The same with the product's columns [0, n0) into y0 [n][n0], [n0, n0 +
   // n1) into y1 [n][n1], the rest into y2 [n][n_out - n0 - n1] (a matrix of
   // several parts): one launch a chunk.
-  absl::Status matvec3(const DeviceMatrix& m, const float* x, int n, float* y0, float* y1,
-                       float* y2, int n0, int n1);
+  absl::Status matvec3(const DeviceMatrix& m, PairedRows& x, float* y0, float* y1, float* y2,
+                       int n0, int n1);
+  // matvec3's launches on rows already paired (x [n][m.n_in]).
+  absl::Status launch_matvec3(const DeviceMatrix& m, const float* x, int n, float* y0,
+                              float* y1, float* y2, int n0, int n1);
   // matvec3 over the step's rows (x [n][n_in] in the step's row order):
   // each run of slices of at least options_.mma_min_rows rows on m's
   // tensor-core kernel (when it has one), the others on matvec3.
-  absl::Status step_matvec3(const DeviceMatrix& m, const float* x, float* y0, float* y1,
+  absl::Status step_matvec3(const DeviceMatrix& m, PairedRows& x, float* y0, float* y1,
                             float* y2, int n0, int n1);
-  absl::Status step_matvec(const DeviceMatrix& m, const float* x, float* y) {
+  absl::Status step_matvec(const DeviceMatrix& m, PairedRows& x, float* y) {
     return step_matvec3(m, x, y, y, y, m.n_out, 0);
   }
   // y [rows][dim] = RMSNorm(x) * weight.
@@ -296,6 +331,7 @@ class DeviceBackend final : public Backend {
   // rows or more); id -1 when the head size has no build (dk != dv, or not
   // in ck::kStepFlashHeadDims) or the tensor cores are off.
   KernelHandle k_flash_;
+  KernelHandle k_round_rows_;   // inputs as their matrices' weights pair with them
   KernelHandle k_argmax_rows_;  // the kArgmax rows' picks
   KernelHandle k_top_k_rows_;   // the kTopK rows' candidates
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
@@ -320,6 +356,12 @@ class DeviceBackend final : public Backend {
   DeviceBuffer up_;      // [B][ff_width()]
   DeviceBuffer scores_;  // [attention_rows_][n_head][max_ctx] attention scratch
   DeviceBuffer logits_;  // [rows][n_vocab], grown on demand
+  // [kind]: rows rounded as that kind (paired()), [B][the widest n_in of
+  // the shard's matrices of that kind]; empty for kinds no matrix uses.
+  std::array<DeviceBuffer, ck::kRoundKinds> paired_;
+  std::array<int64_t, ck::kRoundKinds> paired_floats_{};  // each one's size
+  std::array<uint64_t, ck::kRoundKinds> paired_stamp_{};  // the last rounding into each
+  uint64_t stamps_ = 0;
   DeviceBuffer picks_;   // [B] int: the kArgmax rows' picks, then [B] int: their bad flags
   // The kTopK rows: [B][2] int (k, first output), then [B] int: bad flags;
   // their candidates, [B kMaxTopK] ids and values.

@@ -16,8 +16,40 @@ absl::StatusOr<KernelHandle> DeviceBackend::kernel_of(const DeviceMatrix& m, siz
   return h;
 }
 
-absl::Status DeviceBackend::matvec3(const DeviceMatrix& m, const float* x, int n, float* y0,
-                                    float* y1, float* y2, int n0, int n1) {
+absl::StatusOr<const float*> DeviceBackend::paired(const DeviceMatrix& m, PairedRows& in) {
+  const auto kind = static_cast<size_t>(m.round);
+  if (m.round == ck::kRoundNone || in.n == 0) return in.x;
+  if (in.width != m.n_in) {
+    return absl::InternalError(absl::StrCat("rows of ", in.width, " for a matrix of ", m.n_in));
+  }
+  float* out = paired_[kind].as<float>();
+  if (in.stamp[kind] != 0 && in.stamp[kind] == paired_stamp_[kind]) return out;
+  const int64_t total = int64_t{in.n} * in.width;
+  if (total > paired_floats_[kind]) {
+    return absl::InternalError(absl::StrCat(in.n, " rows of ", in.width, " past the ",
+                                            paired_floats_[kind], " floats of kind ", m.round));
+  }
+  STRATA_DEVICE_RETURN_IF_ERROR(
+      run_over(k_round_rows_, total, in.x, out, static_cast<long long>(total), m.round));
+  in.stamp[kind] = paired_stamp_[kind] = ++stamps_;
+  return out;
+}
+
+absl::Status DeviceBackend::matvec3(const DeviceMatrix& m, PairedRows& x, float* y0, float* y1,
+                                    float* y2, int n0, int n1) {
+  const float* xp = nullptr;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(xp, paired(m, x));
+  return launch_matvec3(m, xp, x.n, y0, y1, y2, n0, n1);
+}
+
+absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const float* x, int n,
+                                           float* y0, float* y1, float* y2, int n0, int n1) {
+  // The kernel reads a block format's activations as float4 (matvec.cuh):
+  // a misaligned address faults on a GPU (and the emulation copies bytes).
+  if (m.type != GgmlType::kF32 && m.type != GgmlType::kF16 &&
+      reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    return absl::InternalError("matvec: activations not 16-byte aligned");
+  }
   const int rows_per_block =
       ck::kStepMatvecThreads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
   const unsigned grid = static_cast<unsigned>((m.n_out + rows_per_block - 1) / rows_per_block);
@@ -38,8 +70,10 @@ absl::Status DeviceBackend::matvec3(const DeviceMatrix& m, const float* x, int n
   return absl::OkStatus();
 }
 
-absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, const float* x, float* y0,
+absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows, float* y0,
                                          float* y1, float* y2, int n0, int n1) {
+  const float* x = nullptr;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
   const int n2 = m.n_out - n0 - n1;
   for (const RowRun& r : runs_) {
     const float* xr = x + int64_t{r.row0} * m.n_in;
@@ -47,7 +81,7 @@ absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, const float* x, 
     float* b = y1 + int64_t{r.row0} * n1;
     float* c = y2 + int64_t{r.row0} * n2;
     if (!r.tensor || m.mma.id < 0) {
-      STRATA_DEVICE_RETURN_IF_ERROR(matvec3(m, xr, r.rows, a, b, c, n0, n1));
+      STRATA_DEVICE_RETURN_IF_ERROR(launch_matvec3(m, xr, r.rows, a, b, c, n0, n1));
       continue;
     }
     const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
@@ -95,7 +129,7 @@ absl::Status DeviceBackend::attention(int il, int n) {
   float* q = q_.as<float>();
   float* k = k_.as<float>();
   float* v = v_.as<float>();
-  const float* xn = xn_.as<float>();
+  PairedRows xn = rows_of(xn_.as<float>(), n, hp_.n_embd);
   if (w.wqkv.present()) {  // [q | k | v] rows: one launch
     STRATA_DEVICE_RETURN_IF_ERROR(
         step_matvec3(w.wqkv, xn, q, k, v, static_cast<int>(qw), static_cast<int>(kw)));
@@ -189,7 +223,8 @@ absl::Status DeviceBackend::attention(int il, int n) {
           scale, hp_.attn_softcap, sinks));
     }
   }
-  STRATA_DEVICE_RETURN_IF_ERROR(step_matvec(w.wo, attn_.as<float>(), proj_.as<float>()));
+  PairedRows attn = rows_of(attn_.as<float>(), n, attn_width);
+  STRATA_DEVICE_RETURN_IF_ERROR(step_matvec(w.wo, attn, proj_.as<float>()));
   return add_bias(proj_.as<float>(), w.bo, n, hp_.n_embd);
 }
 
@@ -200,17 +235,18 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
                                 int bias_row, bool step_rows) {
   float* gate = gate_.as<float>();  // [n][f]
   float* up = up_.as<float>();      // [n][f]
-  const auto product = [&](const DeviceMatrix& m, const float* in, float* y0, float* y1,
+  const auto product = [&](const DeviceMatrix& m, PairedRows& in, float* y0, float* y1,
                            float* y2, int n0, int n1) {
     return step_rows ? step_matvec3(m, in, y0, y1, y2, n0, n1)
-                     : matvec3(m, in, n, y0, y1, y2, n0, n1);
+                     : matvec3(m, in, y0, y1, y2, n0, n1);
   };
+  PairedRows in = rows_of(x, n, hp_.n_embd);
   if (gate_m.parts == 2) {  // [gate | up] rows: one launch
     STRATA_DEVICE_RETURN_IF_ERROR(
-        product(gate_m, x, gate, up, up, static_cast<int>(f), static_cast<int>(f)));
+        product(gate_m, in, gate, up, up, static_cast<int>(f), static_cast<int>(f)));
   } else {
-    STRATA_DEVICE_RETURN_IF_ERROR(product(gate_m, x, gate, gate, gate, gate_m.n_out, 0));
-    STRATA_DEVICE_RETURN_IF_ERROR(product(up_m, x, up, up, up, up_m.n_out, 0));
+    STRATA_DEVICE_RETURN_IF_ERROR(product(gate_m, in, gate, gate, gate, gate_m.n_out, 0));
+    STRATA_DEVICE_RETURN_IF_ERROR(product(up_m, in, up, up, up, up_m.n_out, 0));
   }
   if (gate_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(gate, *gate_bias, n, f, bias_row * f));
   if (up_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(up, *up_bias, n, f, bias_row * f));
@@ -233,7 +269,8 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
                                       reference::ops::kGptOssLimit));
       break;
   }
-  STRATA_DEVICE_RETURN_IF_ERROR(product(down_m, gate, y, y, y, down_m.n_out, 0));
+  PairedRows act = rows_of(gate, n, f);
+  STRATA_DEVICE_RETURN_IF_ERROR(product(down_m, act, y, y, y, down_m.n_out, 0));
   if (down_bias != nullptr) {
     STRATA_DEVICE_RETURN_IF_ERROR(add_bias(y, *down_bias, n, hp_.n_embd, int64_t{bias_row} * hp_.n_embd));
   }
@@ -252,7 +289,8 @@ absl::Status DeviceBackend::moe(int il, int n) {
   const float* xn = xn_.as<float>();
   float* proj = proj_.as<float>();
 
-  STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.router, xn, n, router_logits_.as<float>()));
+  PairedRows xn_rows = rows_of(xn, n, e);
+  STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.router, xn_rows, router_logits_.as<float>()));
   STRATA_DEVICE_RETURN_IF_ERROR(add_bias(router_logits_.as<float>(), x.router_bias, n, p.n_expert));
   STRATA_DEVICE_RETURN_IF_ERROR(api_->download(router_host_.data(), router_logits_.get(),
                                         static_cast<size_t>(n) * p.n_expert * sizeof(float)));
@@ -314,7 +352,7 @@ absl::Status DeviceBackend::moe(int il, int n) {
   STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.shared_gate, x.shared_up, x.shared_down, p.n_ff_shared, xn, n,
                              moe_y_.as<float>(), nullptr, nullptr, nullptr, 0,
                              /*step_rows=*/true));
-  STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.shared_router, xn, n, shared_gate_.as<float>()));
+  STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.shared_router, xn_rows, shared_gate_.as<float>()));
   return run_over(k_add_shared_, int64_t{n} * e, proj,
                   static_cast<const float*>(moe_y_.as<float>()),
                   static_cast<const float*>(shared_gate_.as<float>()), n, static_cast<int>(e));
@@ -379,7 +417,8 @@ absl::Status DeviceBackend::head() {
   }
   const int64_t n_logits = int64_t{rows} * n_vocab_;
   const DeviceMatrix& out = tied_output_ ? token_embd_ : output_;
-  STRATA_DEVICE_RETURN_IF_ERROR(matvec(out, xn, rows, logits_.as<float>()));
+  PairedRows head_rows = rows_of(xn, rows, e);
+  STRATA_DEVICE_RETURN_IF_ERROR(matvec(out, head_rows, logits_.as<float>()));
   if (hp_.final_softcap > 0.0f) {
     STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_soft_cap_, n_logits, logits_.as<float>(),
                                     hp_.final_softcap, static_cast<long long>(n_logits)));

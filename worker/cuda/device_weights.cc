@@ -29,6 +29,20 @@ std::string unsupported(const arch::Hyperparameters& hp) {
   return "";
 }
 
+// The kernels load Q4_K's and Q5_K's quants 16 bytes at a time and Q8_0's
+// and Q6_K's 2, the other formats byte by byte (matvec.cuh): a matrix's
+// rows must start there.
+bool aligned_for_kernels(const DeviceMatrix& m) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(m.data);
+  if (m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ5_K) {
+    return at % 16 == 0 && m.row_bytes % 16 == 0;
+  }
+  if (m.type == GgmlType::kQ8_0 || m.type == GgmlType::kQ6_K) {
+    return at % 2 == 0 && m.row_bytes % 2 == 0;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<DeviceBuffer> DeviceBackend::space(size_t bytes) {
@@ -77,9 +91,11 @@ absl::StatusOr<DeviceMatrix> DeviceBackend::device_matrix(const std::string& nam
   m.n_in = static_cast<int>(view.n_in);
   m.n_out = static_cast<int>(view.n_out);
   m.row_bytes = view.row_bytes;
+  m.round = ck::round_kind(view.type);
   DeviceBuffer bytes_on_device;
   STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
   m.data = weights_.emplace_back(std::move(bytes_on_device)).as<unsigned char>();
+  if (!aligned_for_kernels(m)) return absl::InternalError(absl::StrCat(name, ": rows not aligned"));
   const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(view.type)];
   STRATA_DEVICE_ASSIGN_OR_RETURN(m.get_rows, kernel(src[0][0], ck::get_rows_entry(view.type)));
   return m;
@@ -133,7 +149,12 @@ absl::StatusOr<std::vector<DeviceMatrix>> DeviceBackend::upload_experts(const st
   absl::StatusOr<DeviceMatrix> all = device_matrix(name, first, slice * views->size());
   if (!all.ok()) return all.status();
   std::vector<DeviceMatrix> out(views->size(), *all);
-  for (size_t e = 0; e < out.size(); ++e) out[e].data = all->data + e * slice;
+  for (size_t e = 0; e < out.size(); ++e) {
+    out[e].data = all->data + e * slice;
+    if (!aligned_for_kernels(out[e])) {
+      return absl::InternalError(absl::StrCat(name, ": expert ", e, "'s rows are not aligned"));
+    }
+  }
   return out;
 }
 
@@ -298,7 +319,8 @@ absl::Status DeviceBackend::load() {
            {&k_soft_cap_, ck::kSoftCapEntry},    {&k_geglu_, ck::kGegluEntry},
            {&k_swiglu_oai_, ck::kSwigluOaiEntry},
            {&k_gather_, ck::kGatherRowsEntry},   {&k_scatter_, ck::kScatterRowsEntry},
-           {&k_moe_sum_, ck::kMoeSumEntry},      {&k_add_shared_, ck::kAddSharedExpertEntry}}) {
+           {&k_moe_sum_, ck::kMoeSumEntry},      {&k_add_shared_, ck::kAddSharedExpertEntry},
+           {&k_round_rows_, ck::kRoundRowsEntry}}) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(*k.handle, kernel(src.elementwise, k.entry));
   }
 
@@ -371,6 +393,20 @@ absl::Status DeviceBackend::load() {
     decode_.row = ints + 3 * b;
   }
   STRATA_DEVICE_RETURN_IF_ERROR(choose_splits());
+  // Each rounding kind's rows: B rows of the widest input among its matrices.
+  {
+    std::vector<DeviceMatrix*> all, per_slice;
+    matrices(&all, &per_slice);
+    for (const DeviceMatrix* m : all) {
+      const auto kind = static_cast<size_t>(m->round);
+      paired_floats_[kind] = std::max(paired_floats_[kind], int64_t{m->n_in} * static_cast<int64_t>(b));
+    }
+    for (size_t kind = 1; kind < paired_.size(); ++kind) {
+      if (paired_floats_[kind] == 0) continue;
+      STRATA_DEVICE_ASSIGN_OR_RETURN(paired_[kind],
+                                     space(static_cast<size_t>(paired_floats_[kind]) * f));
+    }
+  }
   if (!options_.kernel_profile_path.empty()) {  // the launches from here on
     STRATA_DEVICE_RETURN_IF_ERROR(api_->set_profiling(true));
     profiling_ = true;
@@ -399,16 +435,12 @@ void DeviceBackend::write_kernel_profile() const {
   }
 }
 
-absl::Status DeviceBackend::choose_splits() {
-  std::vector<DeviceMatrix*> all;
-  // The matrices step_matvec3 runs a slice's rows through: a block's
-  // attention and feed-forward and the shared expert (the tensor-core
-  // kernel's users); experts, routers, the head and the table take matvec.
-  std::vector<DeviceMatrix*> per_slice;
+void DeviceBackend::matrices(std::vector<DeviceMatrix*>* all,
+                             std::vector<DeviceMatrix*>* per_slice) {
   auto take = [&](DeviceMatrix& m, bool slice_rows) {
     if (!m.present()) return;
-    all.push_back(&m);
-    if (slice_rows) per_slice.push_back(&m);
+    all->push_back(&m);
+    if (slice_rows) per_slice->push_back(&m);
   };
   take(token_embd_, false);
   take(output_, false);
@@ -423,6 +455,11 @@ absl::Status DeviceBackend::choose_splits() {
       for (DeviceMatrix& m : *experts) take(m, false);
     }
   }
+}
+
+absl::Status DeviceBackend::choose_splits() {
+  std::vector<DeviceMatrix*> all, per_slice;
+  matrices(&all, &per_slice);
   if (options_.row_warps != 0) {
     size_t w = 0;
     while (w < ck::kStepRowWarps.size() && ck::kStepRowWarps[w] != options_.row_warps) ++w;
@@ -458,7 +495,11 @@ absl::Status DeviceBackend::choose_splits() {
       for (size_t s = 0; s < ck::kStepRowWarps.size(); ++s) {
         m->split = static_cast<int>(s);
         absl::StatusOr<double> t = api_->time_ms(
-            [&] { return matvec(*m, x.as<float>(), 1, y.as<float>()); }, 5);
+            [&] {
+              float* out = y.as<float>();
+              return launch_matvec3(*m, x.as<float>(), 1, out, out, out, m->n_out, 0);
+            },
+            5);
         if (!t.ok()) return t.status();
         ms.push_back(*t);
       }

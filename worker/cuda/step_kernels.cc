@@ -1,5 +1,7 @@
 #include "worker/cuda/step_kernels.h"
 
+#include "kernels/cpu/reference/ops/matmul.h"
+
 #include <string>
 #include <string_view>
 
@@ -18,6 +20,16 @@ size_t step_matvec_type_index(GgmlType type) {
   size_t t = 0;
   while (t < kStepMatvecTypes.size() && kStepMatvecTypes[t] != type) ++t;
   return t;
+}
+
+int round_kind(GgmlType weight) {
+  switch (reference::ops::activation_type(weight)) {
+    case GgmlType::kF16: return kRoundF16;
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ8_1: return kRoundQ8_0;
+    case GgmlType::kQ8_K: return kRoundQ8_K;
+    default: return kRoundNone;
+  }
 }
 
 size_t step_flash_index(int head_dim) {

@@ -35,6 +35,11 @@ inline constexpr int kStepMmaThreads = 128;
 // each, -DHEAD_DIM); a model of another head size attends with the
 // attention.cuh kernels only.
 inline constexpr std::array<int, 6> kStepFlashHeadDims = {32, 64, 80, 96, 128, 256};
+// The strata_round_rows kind (sources.h) of the activations `weight`
+// pairs with, as the cpu backend rounds them before a product
+// (reference::ops::activation_type): F16 -> kRoundF16, the legacy quants and
+// MXFP4 -> kRoundQ8_0, the K-quants -> kRoundQ8_K, F32 -> kRoundNone.
+int round_kind(GgmlType weight);
 // The index of `head_dim` in kStepFlashHeadDims, or kStepFlashHeadDims.size().
 size_t step_flash_index(int head_dim);
 inline constexpr int kStepAttentionThreads = 128;

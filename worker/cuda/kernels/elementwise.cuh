@@ -50,6 +50,17 @@
 //     k [.][k_width] and v [.][v_width] into position pos[r] of layer
 //     `layer` of the caches at kv_base[r] (per layer K [n_ctx[r]][k_width]
 //     then V [n_ctx[r]][v_width], f16), r < n
+//   strata_round_rows(const float* x, float* y, long long n, int kind)
+//     y [n] = x as the activation type a matrix's weights pair with
+//     represents it (reference::ops::round_activations, the values the cpu
+//     backend and llama.cpp's CPU path multiply): kind 1 f16 (F16 weights),
+//     2 Q8_0 (legacy quants, MXFP4: per 32 values d = amax / 127, q =
+//     round-half-even(x 127 / amax), y = f16(d) q), 3 Q8_K (K-quants: per 256
+//     values the one of largest magnitude, the first of equals, max; q =
+//     min(127, round-half-even(x (-127 / max))), y = q / (-127 / max)); n a
+//     multiple of the kind's block, rows whole blocks. One warp a block of 32
+//     or 256 (a warp-stride loop: a block of threads is a multiple of 32); y
+//     may alias x.
 //   strata_store_kv(const float* k, const float* v, unsigned short* k_cache,
 //                   unsigned short* v_cache, int pos, int n, int k_width,
 //                   int v_width)
@@ -251,5 +262,66 @@ STRATA_KERNEL strata_store_kv(const float* k, const float* v, unsigned short* k_
   }
   for (long long i = strata_first(); i < nv; i += strata_stride()) {
     v_cache[(long long)pos * v_width + i] = strata_to_f16(v[i]);
+  }
+}
+
+// The (magnitude, index, value) of the largest magnitude, the lower index of
+// equals: a warp's reduction of its lanes' firsts.
+__device__ __forceinline__ void strata_first_largest(float* a, int* i, float* v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float a2 = __shfl_xor_sync(0xffffffffu, *a, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, *i, o);
+    const float v2 = __shfl_xor_sync(0xffffffffu, *v, o);
+    if (a2 > *a || (a2 == *a && i2 < *i)) {
+      *a = a2;
+      *i = i2;
+      *v = v2;
+    }
+  }
+}
+
+STRATA_KERNEL strata_round_rows(const float* x, float* y, long long n, int kind) {
+  const int lane = threadIdx.x & 31;
+  const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
+  if (kind == 1) {
+    for (long long i = strata_first(); i < n; i += strata_stride()) {
+      y[i] = strata_from_f16(strata_to_f16(x[i]));
+    }
+  } else if (kind == 2) {  // Q8_0: a value a lane
+    for (long long b = warp; b < n / 32; b += warps) {
+      const float v = x[b * 32 + lane];
+      float amax = fabsf(v);
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float d = amax / 127.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      // q an integer, as the cpu's: 0, never -0
+      y[b * 32 + lane] = strata_from_f16(strata_to_f16(d)) * (float)(int)rintf(v * id);
+    }
+  } else if (kind == 3) {  // Q8_K: values lane + 32 j, j < 8
+    for (long long b = warp; b < n / 256; b += warps) {
+      const float* xb = x + b * 256;
+      float v[8];
+      float amax = 0.0f, max = 0.0f;
+      int first = 256;  // none: every value is 0
+      for (int j = 0; j < 8; ++j) {
+        v[j] = xb[lane + 32 * j];
+        if (fabsf(v[j]) > amax) {
+          amax = fabsf(v[j]);
+          max = v[j];
+          first = lane + 32 * j;
+        }
+      }
+      strata_first_largest(&amax, &first, &max);
+      float* yb = y + b * 256;
+      if (amax == 0.0f) {
+        for (int j = 0; j < 8; ++j) yb[lane + 32 * j] = 0.0f;
+        continue;
+      }
+      const float iscale = -127.0f / max;
+      const float d = 1.0f / iscale;
+      for (int j = 0; j < 8; ++j) {
+        yb[lane + 32 * j] = d * fminf(127.0f, (float)(int)rintf(iscale * v[j]));
+      }
+    }
   }
 }

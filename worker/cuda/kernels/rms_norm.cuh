@@ -46,8 +46,11 @@ STRATA_KERNEL strata_add_rms_norm(float* __restrict__ x, const float* __restrict
   }
 }
 
-STRATA_KERNEL strata_rms_norm(const float* __restrict__ x, const float* __restrict__ weight,
-                float* y, int dim, float eps) {
+// y may be x (QK-norm and the gemma post-norms run in place): x is not
+// __restrict__, or NVRTC may read it through the read-only cache (ld.global.nc),
+// which a write to the same address leaves stale.
+STRATA_KERNEL strata_rms_norm(const float* x, const float* __restrict__ weight, float* y, int dim,
+                              float eps) {
   const float* xr = x + (long long)blockIdx.x * dim;
   float* yr = y + (long long)blockIdx.x * dim;
   float sum = 0.0f;

@@ -26,6 +26,14 @@ inline constexpr const char* kMoeSumEntry = "strata_moe_sum";
 inline constexpr const char* kAddSharedExpertEntry = "strata_add_shared_expert";
 inline constexpr const char* kStoreKvEntry = "strata_store_kv";
 inline constexpr const char* kStoreKvBatchEntry = "strata_store_kv_batch";
+// strata_round_rows's kinds: the activation type a matrix's weights pair
+// with (reference::ops::activation_type), or none (F32 weights).
+inline constexpr const char* kRoundRowsEntry = "strata_round_rows";
+inline constexpr int kRoundNone = 0;
+inline constexpr int kRoundF16 = 1;
+inline constexpr int kRoundQ8_0 = 2;  // Q8_0 and Q8_1 represent the same values
+inline constexpr int kRoundQ8_K = 3;
+inline constexpr int kRoundKinds = 4;
 
 // attention_decode: grid (n_head), block (-DTHREADS, 128 by default).
 inline constexpr const char* kAttentionSource =
