@@ -33,6 +33,7 @@
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/device_api.h"
 #include "worker/cuda/device_backend.h"
+#include "worker/cuda/kernel_tuner.h"
 
 namespace strata::worker::device_test {
 namespace {
@@ -565,8 +566,34 @@ TEST_P(DeviceBackend, SplitKChoicesAgreeAndStayBatchInvariant) {
   }
 }
 
-// The tuner at load: with no file, every matrix shape is measured (three
-// split-K choices) and written, under the device's key; with a file, its
+// Every launch choice (matvec_candidates: split and block) runs, and the
+// block never changes the bits: each split's logits are the same in blocks
+// of 64, 128 and 256 threads (a block of 4 warps a row needs 128). A
+// choice that is not one is refused, naming it.
+TEST_P(DeviceBackend, EveryBlockChoiceGivesItsSplitsBits) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261};
+  for (const MatvecChoice& c : matvec_candidates()) {
+    SCOPED_TRACE(matvec_choice_text(c));
+    DeviceBackendOptions o = test_options(8, c.row_warps);
+    auto base = device_backend(m, {0, m.hp.n_layer}, o);
+    o.matvec_threads = c.threads;
+    auto chosen = device_backend(m, {0, m.hp.n_layer}, o);
+    ASSERT_NE(base, nullptr);
+    ASSERT_NE(chosen, nullptr);
+    EXPECT_EQ(logits_alone(*chosen, 0, prompt, {300, 301}), logits_alone(*base, 0, prompt, {300, 301}));
+  }
+  DeviceBackendOptions bad = test_options(8, 4);
+  bad.matvec_threads = 64;
+  auto refused = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, bad, new_api());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("w4 t64"), std::string::npos) << refused.status();
+}
+
+// The tuner at load: with no file, every matrix shape is measured (each
+// split-K and block choice) and written, under the device's key; with a file, its
 // choices are what the step runs (a file saying 4 warps a row gives the
 // logits of a backend forced to 4, bit for bit).
 TEST_P(DeviceBackend, TunerMeasuresOnceAndItsFileDecidesTheSplit) {
@@ -587,10 +614,15 @@ TEST_P(DeviceBackend, TunerMeasuresOnceAndItsFileDecidesTheSplit) {
   // joined 64x344, down 172x64, the embedding and head 64x512.
   for (const char* shape : {"F32 64x128", "F32 64x64", "F32 64x344", "F32 172x64", "F32 64x512"}) {
     ASSERT_TRUE(j["matvec"].contains(shape)) << shape << " in " << j.dump();
-    EXPECT_EQ(j["matvec"][shape]["ms"].size(), 3u) << shape;
+    EXPECT_EQ(j["matvec"][shape]["ms"].size(), matvec_candidates().size()) << shape;
   }
-  // Every shape 4 warps a row, then a load that reads it.
-  for (auto& [shape, entry] : j["matvec"].items()) entry["row_warps"] = 4;
+  // Every shape 4 warps a row in blocks of 256, then a load that reads it
+  // (the block does not change the sums: a backend forced to 4 warps a row
+  // in blocks of 128 gives the same bits).
+  for (auto& [shape, entry] : j["matvec"].items()) {
+    entry["row_warps"] = 4;
+    entry["threads"] = 256;
+  }
   std::ofstream(path) << j.dump();
   auto from_file = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api());
   ASSERT_TRUE(from_file.ok()) << from_file.status();

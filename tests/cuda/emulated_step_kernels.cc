@@ -17,7 +17,7 @@ namespace strata::worker::step_host {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wsign-compare"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-#define THREADS 128
+#define THREADS 256  // cuda_kernels::kStepMatvecThreads: the largest block
 namespace matvec_w1_c1 {
 using namespace strata::cuda_emulation;
 #define NCOLS 1
@@ -168,6 +168,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 }  // namespace matvec_w4_c16
+#undef THREADS
+#define THREADS 128
 namespace mma {
 using namespace strata::cuda_emulation;
 #define NCOLS 1
@@ -266,7 +268,7 @@ static_assert(strata::worker::kMaxTopK == 1024, "sample.cuh's STRATA_TOP_K_MAX d
 namespace strata::worker::testing {
 namespace {
 
-static_assert(cuda_kernels::kStepMatvecThreads == 128 && cuda_kernels::kStepMmaThreads == 128 &&
+static_assert(cuda_kernels::kStepMatvecThreads == 256 && cuda_kernels::kStepMmaThreads == 128 &&
                   cuda_kernels::kStepRmsNormThreads == 256 &&
                   cuda_kernels::kStepSampleThreads == 256 &&
                   cuda_kernels::kStepAttentionThreads == 128,

@@ -1,11 +1,12 @@
-// MatvecTuner (worker/cuda/kernel_tuner.h): the fastest split-K choice per
-// matrix shape, kept in a file under the device's key; what cannot be used
+// MatvecTuner (worker/cuda/kernel_tuner.h): the fastest split-K and block
+// choice per matrix shape, kept in a file under the device's key; what cannot be used
 // is left out, never fatal.
 #include "worker/cuda/kernel_tuner.h"
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/model/gguf_test_util.h"
@@ -16,13 +17,23 @@ namespace {
 const MatvecShape kQ4K{GgmlType::kQ4_K, 4096, 14336};
 const MatvecShape kF16{GgmlType::kF16, 64, 512};
 
+// The candidates: each split with each block that holds whole rows of it
+// (4 warps a row need 128 threads or more).
+TEST(MatvecTuner, CandidatesAreEverySplitWithEveryBlockThatHoldsItsRows) {
+  const std::vector<MatvecChoice> want = {{1, 64}, {1, 128}, {1, 256}, {2, 64},
+                                          {2, 128}, {2, 256}, {4, 128}, {4, 256}};
+  EXPECT_EQ(matvec_candidates(), want);
+  EXPECT_EQ(matvec_choice_text({4, 256}), "w4 t256");
+}
+
+// Times in matvec_candidates() order; the fastest wins, the first of equals.
 TEST(MatvecTuner, RecordsTheFastestChoiceTheFirstOfEquals) {
   MatvecTuner t("", "dev");
   EXPECT_FALSE(t.find(kQ4K).has_value());
-  EXPECT_EQ(t.record(kQ4K, {3.0, 1.5, 2.0}), 2);
-  EXPECT_EQ(t.record(kF16, {1.0, 1.0, 4.0}), 1);
-  EXPECT_EQ(*t.find(kQ4K), 2);
-  EXPECT_EQ(*t.find(kF16), 1);
+  EXPECT_EQ(t.record(kQ4K, {3.0, 2.5, 2.0, 4.0, 1.5, 2.0, 1.6, 9.0}), (MatvecChoice{2, 128}));
+  EXPECT_EQ(t.record(kF16, {1.0, 1.0, 4.0, 1.0, 2.0, 2.0, 2.0, 2.0}), (MatvecChoice{1, 64}));
+  EXPECT_EQ(*t.find(kQ4K), (MatvecChoice{2, 128}));
+  EXPECT_EQ(*t.find(kF16), (MatvecChoice{1, 64}));
   EXPECT_EQ(t.measured(), 2);
   EXPECT_EQ(matvec_shape_text(kQ4K), "Q4_K 4096x14336");
 }
@@ -31,12 +42,12 @@ TEST(MatvecTuner, AFileOfTheSameKeyIsReadAndOneOfAnotherIsNot) {
   gguf::testing::TempDir dir;
   const std::string path = dir.file("t.json");
   MatvecTuner a(path, "dev A");
-  a.record(kQ4K, {3.0, 2.0, 1.0});
+  a.record(kQ4K, {3.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 1.0});
   ASSERT_TRUE(a.save().ok());
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   MatvecTuner same(path, "dev A");
   same.load();
-  EXPECT_EQ(same.find(kQ4K), 4);
+  EXPECT_EQ(same.find(kQ4K), (MatvecChoice{4, 256}));
   EXPECT_EQ(same.measured(), 0);
   MatvecTuner other(path, "dev B");
   other.load();
@@ -56,13 +67,20 @@ TEST(MatvecTuner, MalformedFilesAndEntriesAreLeftOut) {
     t.load();
     EXPECT_EQ(t.size(), 0) << text;
   }
-  // Entries: a choice that is not one of the builds, a non-integer, a good one.
-  std::ofstream(path) << R"({"key": "k", "matvec": {"Q4_K 4096x14336": {"row_warps": 3},
-      "F16 64x512": {"row_warps": "2"}, "Q6_K 4096x4096": {"row_warps": 2, "ms": [1, "x"]}}})";
+  // Entries: a split that is not a build, a block that is not a choice, 4
+  // warps a row in a block of 2 warps, no block, a non-integer, a good one
+  // (its times' odd entry left out).
+  std::ofstream(path) << R"({"key": "k", "matvec": {
+      "Q4_K 4096x14336": {"row_warps": 3, "threads": 128},
+      "Q4_K 4096x4096": {"row_warps": 1, "threads": 96},
+      "Q5_K 4096x4096": {"row_warps": 4, "threads": 64},
+      "Q8_0 4096x4096": {"row_warps": 1},
+      "F16 64x512": {"row_warps": "2", "threads": 128},
+      "Q6_K 4096x4096": {"row_warps": 2, "threads": 256, "ms": {"w2 t256": 1, "w1 t64": "x"}}}})";
   MatvecTuner t(path, "k");
   t.load();
   EXPECT_EQ(t.size(), 1);
-  EXPECT_EQ(t.find(MatvecShape{GgmlType::kQ6_K, 4096, 4096}), 2);
+  EXPECT_EQ(t.find(MatvecShape{GgmlType::kQ6_K, 4096, 4096}), (MatvecChoice{2, 256}));
 }
 
 TEST(MatvecTuner, ASaveThatCannotBeWrittenFailsAndLeavesNoTemporary) {
@@ -71,7 +89,7 @@ TEST(MatvecTuner, ASaveThatCannotBeWrittenFailsAndLeavesNoTemporary) {
   const std::string path = dir.file("t.json");
   std::filesystem::create_directories(path + "/inside");
   MatvecTuner t(path, "k");
-  t.record(kQ4K, {1.0, 2.0, 3.0});
+  t.record(kQ4K, {1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0});
   EXPECT_FALSE(t.save().ok());
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }

@@ -52,14 +52,16 @@ namespace strata::worker {
 
 struct DeviceBackendOptions {
   int max_batch = 512;  // rows per forward(), 1 .. 65536
-  // The matrix kernel's split-K (worker/cuda/kernel_tuner.h): tune = true
-  // measures each matrix shape's choice at load unless `tuner_path` (""
-  // : default_tuner_path(); "-": none kept) already holds it; false: one
-  // warp a row. row_warps 1, 2 or 4 forces that choice on every matrix
-  // (tests); 0: as above.
+  // The matrix kernel's split-K and block (worker/cuda/kernel_tuner.h):
+  // tune = true measures each matrix shape's choice at load unless
+  // `tuner_path` ("": default_tuner_path(); "-": none kept) already holds
+  // it; false: one warp a row, blocks of 128. row_warps 1, 2 or 4 forces
+  // that split on every matrix, with blocks of matvec_threads (64, 128 or
+  // 256 holding whole rows of it; 0: 128) (tests); row_warps 0: as above.
   bool tune = true;
   std::string tuner_path;
   int row_warps = 0;
+  int matvec_threads = 0;
   // A slice of at least this many rows (a prompt chunk) runs its block
   // matrices on the tensor-core kernel (worker/cuda/kernels/mma_source.h:
   // activations rounded to f16) and attends with flash attention

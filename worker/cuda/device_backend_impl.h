@@ -76,6 +76,7 @@ struct DeviceMatrix {
   // fused tensors, or the separate ones of one type joined at load).
   int parts = 1;
   int split = 0;  // the w the step launches (the tuner's choice)
+  int threads = ck::kStepMatvecBlock;  // its launches' block (the tuner's choice)
   // How its input rows are rounded first (ck::round_kind of type): the
   // activations as the cpu backend multiplies them.
   int round = ck::kRoundNone;
@@ -222,7 +223,7 @@ class DeviceBackend final : public Backend {
   // expert: the tensor-core kernel's users); experts, routers, the head and
   // the table take matvec.
   void matrices(std::vector<DeviceMatrix*>* all, std::vector<DeviceMatrix*>* per_slice);
-  // Every matrix's split-K choice: forced (options_.row_warps), measured
+  // Every matrix's split-K and block choice: forced (options_.row_warps), measured
   // or read by the tuner (options_.tune), or 1 warp a row.
   absl::Status choose_splits();
   // options_.kernel_profile_path's JSON, once profiling began (a failure to

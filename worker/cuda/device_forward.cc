@@ -50,8 +50,7 @@ absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const float* x
       reinterpret_cast<uintptr_t>(x) % 16 != 0) {
     return absl::InternalError("matvec: activations not 16-byte aligned");
   }
-  const int rows_per_block =
-      ck::kStepMatvecThreads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
+  const int rows_per_block = m.threads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
   const unsigned grid = static_cast<unsigned>((m.n_out + rows_per_block - 1) / rows_per_block);
   const int n2 = m.n_out - n0 - n1;
   int done = 0;
@@ -61,7 +60,7 @@ absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const float* x
     while (ck::kStepMatvecColumns[i] > n - done) --i;
     absl::StatusOr<KernelHandle> k = kernel_of(m, static_cast<size_t>(m.split), i);
     if (!k.ok()) return k.status();
-    STRATA_DEVICE_RETURN_IF_ERROR(run(*k, grid, ck::kStepMatvecThreads, m.data,
+    STRATA_DEVICE_RETURN_IF_ERROR(run(*k, grid, static_cast<unsigned>(m.threads), m.data,
                                       x + int64_t{done} * m.n_in, y0 + int64_t{done} * n0,
                                       y1 + int64_t{done} * n1, y2 + int64_t{done} * n2, n0, n1,
                                       m.n_out, m.n_in, m.row_bytes));
@@ -478,9 +477,9 @@ absl::Status DeviceBackend::launch_step(int n, std::vector<uint64_t>* hashes) {
     const int64_t units = int64_t{n} * ((e + 31) / 32);
     const int64_t most = int64_t{8} * std::max(api_->multiprocessors(), 1);
     const auto grid = static_cast<unsigned>(
-        std::clamp<int64_t>((units + ck::kStepMatvecThreads - 1) / ck::kStepMatvecThreads, 1,
+        std::clamp<int64_t>((units + ck::kStepMatvecBlock - 1) / ck::kStepMatvecBlock, 1,
                             most));
-    STRATA_DEVICE_RETURN_IF_ERROR(run(token_embd_.get_rows, grid, ck::kStepMatvecThreads,
+    STRATA_DEVICE_RETURN_IF_ERROR(run(token_embd_.get_rows, grid, ck::kStepMatvecBlock,
                                token_embd_.data, static_cast<const int*>(ids_.as<int>()), x, n,
                                static_cast<int>(e), token_embd_.row_bytes));
     if (hp_.recipe.embedding_scale != 1.0f) {  // gemma

@@ -32,6 +32,13 @@ std::string unsupported(const arch::Hyperparameters& hp) {
 // The kernels load Q4_K's and Q5_K's quants 16 bytes at a time and Q8_0's
 // and Q6_K's 2, the other formats byte by byte (matvec.cuh): a matrix's
 // rows must start there.
+// The index in kStepRowWarps of `row_warps` (one of them).
+int split_index(int row_warps) {
+  int s = 0;
+  while (ck::kStepRowWarps[static_cast<size_t>(s)] != row_warps) ++s;
+  return s;
+}
+
 bool aligned_for_kernels(const DeviceMatrix& m) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(m.data);
   if (m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ5_K) {
@@ -460,14 +467,24 @@ void DeviceBackend::matrices(std::vector<DeviceMatrix*>* all,
 absl::Status DeviceBackend::choose_splits() {
   std::vector<DeviceMatrix*> all, per_slice;
   matrices(&all, &per_slice);
+  if (options_.matvec_threads != 0 && options_.row_warps == 0) {
+    return absl::InvalidArgumentError("matvec_threads is forced only with row_warps");
+  }
   if (options_.row_warps != 0) {
-    size_t w = 0;
-    while (w < ck::kStepRowWarps.size() && ck::kStepRowWarps[w] != options_.row_warps) ++w;
-    if (w == ck::kStepRowWarps.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("row_warps must be 0 (tuned), 1, 2 or 4, got ", options_.row_warps));
+    const MatvecChoice forced{options_.row_warps,
+                              options_.matvec_threads != 0 ? options_.matvec_threads
+                                                           : ck::kStepMatvecBlock};
+    const std::vector<MatvecChoice> candidates = matvec_candidates();
+    if (std::find(candidates.begin(), candidates.end(), forced) == candidates.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row_warps must be 0 (tuned), 1, 2 or 4, and matvec_threads 0, 64, 128 or 256 holding "
+          "whole rows of it; got ",
+          matvec_choice_text(forced)));
     }
-    for (DeviceMatrix* m : all) m->split = static_cast<int>(w);
+    for (DeviceMatrix* m : all) {
+      m->split = split_index(forced.row_warps);
+      m->threads = forced.threads;
+    }
     return load_chosen(all, per_slice);
   }
   if (!options_.tune) return load_chosen(all, per_slice);  // one warp a row
@@ -487,13 +504,15 @@ absl::Status DeviceBackend::choose_splits() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(x, space(static_cast<size_t>(widest) * sizeof(float)));
   STRATA_DEVICE_ASSIGN_OR_RETURN(y, space(static_cast<size_t>(longest) * sizeof(float)));
   STRATA_DEVICE_RETURN_IF_ERROR(api_->fill(x.get(), 0, static_cast<size_t>(widest) * sizeof(float)));
+  const std::vector<MatvecChoice> candidates = matvec_candidates();
   for (DeviceMatrix* m : all) {
     const MatvecShape shape{m->type, m->n_in, m->n_out};
-    std::optional<int> w = tuner.find(shape);
-    if (!w) {
+    std::optional<MatvecChoice> choice = tuner.find(shape);
+    if (!choice) {
       std::vector<double> ms;
-      for (size_t s = 0; s < ck::kStepRowWarps.size(); ++s) {
-        m->split = static_cast<int>(s);
+      for (const MatvecChoice& c : candidates) {
+        m->split = split_index(c.row_warps);
+        m->threads = c.threads;
         absl::StatusOr<double> t = api_->time_ms(
             [&] {
               float* out = y.as<float>();
@@ -503,11 +522,10 @@ absl::Status DeviceBackend::choose_splits() {
         if (!t.ok()) return t.status();
         ms.push_back(*t);
       }
-      w = tuner.record(shape, ms);
+      choice = tuner.record(shape, ms);
     }
-    size_t s = 0;
-    while (ck::kStepRowWarps[s] != *w) ++s;
-    m->split = static_cast<int>(s);
+    m->split = split_index(choice->row_warps);
+    m->threads = choice->threads;
   }
   // A tuner file that cannot be written costs the next load a measurement,
   // not this load.

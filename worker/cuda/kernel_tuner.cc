@@ -1,5 +1,6 @@
 #include "worker/cuda/kernel_tuner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,20 @@ std::string default_tuner_path() {
   return absl::StrCat(home, "/.cache/strata/cuda-tuner.json");
 }
 
+std::vector<MatvecChoice> matvec_candidates() {
+  std::vector<MatvecChoice> out;
+  for (const int w : cuda_kernels::kStepRowWarps) {
+    for (const int t : cuda_kernels::kStepMatvecBlocks) {
+      if (t % (32 * w) == 0) out.push_back(MatvecChoice{w, t});
+    }
+  }
+  return out;
+}
+
+std::string matvec_choice_text(const MatvecChoice& c) {
+  return absl::StrCat("w", c.row_warps, " t", c.threads);
+}
+
 MatvecTuner::MatvecTuner(std::string path, std::string key)
     : path_(std::move(path)), key_(std::move(key)) {}
 
@@ -47,17 +62,18 @@ void MatvecTuner::load() {
       j["key"].get<std::string>() != key_ || !j.contains("matvec") || !j["matvec"].is_object()) {
     return;
   }
+  const std::vector<MatvecChoice> candidates = matvec_candidates();
   for (const auto& [shape, v] : j["matvec"].items()) {
-    if (!v.is_object() || !v.contains("row_warps") || !v["row_warps"].is_number_integer()) continue;
-    const int w = v["row_warps"].get<int>();
-    bool known = false;
-    for (int k : cuda_kernels::kStepRowWarps) known = known || k == w;
-    if (!known) continue;
+    if (!v.is_object() || !v.contains("row_warps") || !v["row_warps"].is_number_integer() ||
+        !v.contains("threads") || !v["threads"].is_number_integer()) {
+      continue;
+    }
     Entry e;
-    e.row_warps = w;
-    if (v.contains("ms") && v["ms"].is_array()) {
-      for (const auto& t : v["ms"]) {
-        if (t.is_number()) e.ms.push_back(t.get<double>());
+    e.choice = MatvecChoice{v["row_warps"].get<int>(), v["threads"].get<int>()};
+    if (std::find(candidates.begin(), candidates.end(), e.choice) == candidates.end()) continue;
+    if (v.contains("ms") && v["ms"].is_object()) {
+      for (const auto& [name, t] : v["ms"].items()) {
+        if (t.is_number()) e.ms[name] = t.get<double>();
       }
     }
     entries_[shape] = std::move(e);
@@ -70,7 +86,8 @@ absl::Status MatvecTuner::save() const {
   j["key"] = key_;
   j["matvec"] = nlohmann::json::object();
   for (const auto& [shape, e] : entries_) {
-    j["matvec"][shape] = {{"row_warps", e.row_warps}, {"ms", e.ms}};
+    j["matvec"][shape] = {
+        {"row_warps", e.choice.row_warps}, {"threads", e.choice.threads}, {"ms", e.ms}};
   }
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
@@ -92,23 +109,24 @@ absl::Status MatvecTuner::save() const {
   return absl::OkStatus();
 }
 
-std::optional<int> MatvecTuner::find(const MatvecShape& shape) const {
+std::optional<MatvecChoice> MatvecTuner::find(const MatvecShape& shape) const {
   auto it = entries_.find(matvec_shape_text(shape));
   if (it == entries_.end()) return std::nullopt;
-  return it->second.row_warps;
+  return it->second.choice;
 }
 
-int MatvecTuner::record(const MatvecShape& shape, const std::vector<double>& times_ms) {
-  size_t best = 0;
-  for (size_t i = 1; i < times_ms.size() && i < cuda_kernels::kStepRowWarps.size(); ++i) {
-    if (times_ms[i] < times_ms[best]) best = i;
-  }
+MatvecChoice MatvecTuner::record(const MatvecShape& shape, const std::vector<double>& times_ms) {
+  const std::vector<MatvecChoice> candidates = matvec_candidates();
   Entry e;
-  e.row_warps = cuda_kernels::kStepRowWarps[best];
-  e.ms = times_ms;
+  size_t best = 0;
+  for (size_t i = 0; i < times_ms.size() && i < candidates.size(); ++i) {
+    if (times_ms[i] < times_ms[best]) best = i;
+    e.ms[matvec_choice_text(candidates[i])] = times_ms[i];
+  }
+  e.choice = candidates[best];
   entries_[matvec_shape_text(shape)] = e;
   ++measured_;
-  return e.row_warps;
+  return e.choice;
 }
 
 }  // namespace strata::worker

@@ -1,12 +1,14 @@
 // The cuda backend's tuner (issue 32): for each weight matrix shape (type,
-// n_in, n_out) the split-K choice of the matrix kernel (ROW_WARPS: 1, 2 or
-// 4 warps a row, worker/cuda/kernels/matvec_source.h), measured once on
-// the device (one column, the fastest of the choices' median times) and
-// kept in a JSON file per device and kernel source, as the CPU tuner keeps
-// its parameters (kernels/cpu/jit/tuner.h).
+// n_in, n_out) the matrix kernel's split-K (ROW_WARPS: 1, 2 or 4 warps a
+// row, a build each, worker/cuda/kernels/matvec_source.h) and launch (its
+// block: 64, 128 or 256 threads, step_kernels.h kStepMatvecBlocks) choices,
+// measured once on the device (one column, the fastest of the candidates'
+// median times: matvec_candidates()) and kept in a JSON file per device and
+// kernel source, as the CPU tuner keeps its parameters (kernels/cpu/jit/
+// tuner.h).
 //
 // The file: {"key": KEY, "matvec": {"Q4_K 4096x14336": {"row_warps": 2,
-// "ms": [t1, t2, t4]}, ...}}. KEY names the device, its compute capability,
+// "threads": 128, "ms": {"w1 t64": t, ...}}, ...}}. KEY names the device, its compute capability,
 // the driver and a hash of the kernel source (tuning_key()): a file of
 // another key is not used (and is replaced at the next save). A missing,
 // unreadable or malformed file is an empty tuner: tuning never fails a
@@ -31,6 +33,20 @@ struct MatvecShape {
   int n_out = 0;
 };
 
+// One way to run the matrix kernel: its build's ROW_WARPS and its launch's
+// block. The sums depend on row_warps alone.
+struct MatvecChoice {
+  int row_warps = 1;
+  int threads = 128;
+  bool operator==(const MatvecChoice&) const = default;
+};
+
+// Every choice the tuner times, in order: each ROW_WARPS (kStepRowWarps)
+// with each block (kStepMatvecBlocks) that holds whole rows of it.
+std::vector<MatvecChoice> matvec_candidates();
+// "w2 t128" (the file's name of a choice's time).
+std::string matvec_choice_text(const MatvecChoice& choice);
+
 // "Q4_K 4096x14336" (the file's key of a shape).
 std::string matvec_shape_text(const MatvecShape& shape);
 
@@ -50,19 +66,19 @@ class MatvecTuner {
   // Writes the file (through PATH.tmp, renamed). Errors: the I/O error.
   absl::Status save() const;
 
-  // The ROW_WARPS measured for `shape`, or none.
-  std::optional<int> find(const MatvecShape& shape) const;
-  // Records a measurement: times_ms[i] of kStepRowWarps[i]; returns the
-  // ROW_WARPS of the fastest (the first of equals).
-  int record(const MatvecShape& shape, const std::vector<double>& times_ms);
+  // The choice measured for `shape`, or none.
+  std::optional<MatvecChoice> find(const MatvecShape& shape) const;
+  // Records a measurement: times_ms[i] of matvec_candidates()[i]; returns
+  // the fastest (the first of equals).
+  MatvecChoice record(const MatvecShape& shape, const std::vector<double>& times_ms);
   // Entries measured since load() (not read from the file).
   int measured() const { return measured_; }
   int size() const { return static_cast<int>(entries_.size()); }
 
  private:
   struct Entry {
-    int row_warps = 1;
-    std::vector<double> ms;
+    MatvecChoice choice;
+    std::map<std::string, double> ms;  // by matvec_choice_text
   };
   std::string path_;
   std::string key_;

@@ -28,7 +28,13 @@ inline constexpr std::array<GgmlType, 11> kStepMatvecTypes = {
     GgmlType::kQ4_K, GgmlType::kQ5_K,  GgmlType::kQ6_K};
 // The index of `type` in kStepMatvecTypes, or kStepMatvecTypes.size().
 size_t step_matvec_type_index(GgmlType type);
-inline constexpr int kStepMatvecThreads = 128;
+// The matrix kernel's builds take blocks of up to kStepMatvecThreads;
+// kStepMatvecBlocks are the block sizes a launch may choose (the rows a
+// block: threads / 32 / ROW_WARPS; the same sums whatever the choice), the
+// tuner picking one per matrix with its split; kStepMatvecBlock without it.
+inline constexpr int kStepMatvecThreads = 256;
+inline constexpr std::array<int, 3> kStepMatvecBlocks = {64, 128, 256};
+inline constexpr int kStepMatvecBlock = 128;
 inline constexpr int kStepRmsNormThreads = 256;
 inline constexpr int kStepMmaThreads = 128;
 // The head sizes the flash-attention kernel is built for (dk = dv; one build

@@ -323,7 +323,9 @@ __device__ __forceinline__ void matvec(const u8* __restrict__ w, const float* __
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int part = warp % ROW_WARPS;  // this warp's share of the row
-  const int row = blockIdx.x * (THREADS / 32 / ROW_WARPS) + warp / ROW_WARPS;
+  // Rows a block: of the launch's block (a multiple of 32 ROW_WARPS, at
+  // most THREADS), a launch choice the tuner makes.
+  const int row = blockIdx.x * (blockDim.x / 32 / ROW_WARPS) + warp / ROW_WARPS;
   const bool live = row < n_rows;  // no early return: the block meets at a barrier
   const int first = part * 32 + lane;
   const int step = 32 * ROW_WARPS;

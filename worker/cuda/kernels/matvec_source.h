@@ -16,9 +16,10 @@
 // multiply-adds, so get_rows gives the reference's values exactly. Bound against the reference's double sum: float rounding
 // of n_cols products, |gpu - cpu| <= 1e-5 * sum |w x| + 1e-6.
 //
-// This is the plain, first form (byte loads of the blocks, no activation
-// quantization, no split-K): what the tuner will start from, and the
-// oracle its faster variants are checked against on the device.
+// This is the plain form (no int8 dot products): the oracle faster variants
+// are checked against on the device. Its input rows are rounded first as
+// the cpu backend rounds them (elementwise.cuh strata_round_rows, by the
+// device backend): here they are plain floats.
 //
 // Split-K: with -DROW_WARPS=R (1, 2 or 4; R divides THREADS / 32) R warps
 // share a row, each taking every R-th of its lanes' units, and the row's
@@ -26,7 +27,9 @@
 // matrices of few rows (decode's k and v), another summation order (so a
 // matrix keeps one R for every column count: batch invariance).
 //
-// Launch: grid (ceil(n_rows / (THREADS / 32 / ROW_WARPS))), block (THREADS); arguments
+// Launch: block (B: a multiple of 32 ROW_WARPS, at most THREADS: a launch
+// choice, the rows a block are B / 32 / ROW_WARPS and the sums the same
+// whatever B), grid (ceil(n_rows / (B / 32 / ROW_WARPS))); arguments
 // (const unsigned char* w, const float* x, float* y, int n_rows,
 //  int n_cols, long long row_bytes). n_cols: whole blocks of the type (32
 // values, 256 for Q4_K and Q6_K), as GGUF rows of those types are; any
