@@ -205,6 +205,35 @@ inline void strata_host_mma_m16n8k16(float* d, const unsigned* a, const unsigned
   wait_at(w.meet);  // every lane has read before any writes again
 }
 
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 for the warp, by the
+// fragment layout PTX documents for integer types: A[row][k] is in lane 4
+// (row % 8) + (k % 16) / 4, register (row >= 8) + 2 (k >= 16), byte k % 4;
+// B[k][col] in lane 4 col + (k % 16) / 4, register k >= 16, byte k % 4;
+// d[i] is D[g + 8 (i >= 2)][2t + i % 2]. Integer sums: exact.
+inline int strata_emulated_s8(uint32_t reg, int byte) {
+  return static_cast<int8_t>(static_cast<uint8_t>(reg >> (8 * byte)));
+}
+inline void strata_host_mma_m16n8k32_s8(int* d, const unsigned* a, const unsigned* b) {
+  const unsigned lane = threadIdx.x & 31;
+  BlockRun::Warp& w = this_block->warps[threadIdx.x / 32];
+  std::memcpy(w.mma_a[lane], a, sizeof w.mma_a[lane]);
+  std::memcpy(w.mma_b[lane], b, sizeof w.mma_b[lane]);
+  wait_at(w.meet);
+  const int g = static_cast<int>(lane >> 2), t = static_cast<int>(lane & 3);
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    int sum = d[i];
+    for (int k = 0; k < 32; ++k) {
+      const int av = strata_emulated_s8(
+          w.mma_a[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)], k % 4);
+      const int bv = strata_emulated_s8(w.mma_b[4 * col + (k % 16) / 4][k >= 16], k % 4);
+      sum += av * bv;
+    }
+    d[i] = sum;
+  }
+  wait_at(w.meet);  // every lane has read before any writes again
+}
+
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, sizeof f);

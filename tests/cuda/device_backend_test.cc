@@ -135,23 +135,24 @@ TEST_P(DeviceBackendTypes, GreedyAgreesWithTheCpuBackendOnATinyLlama) {
 }
 
 // Each of `tokens` alone in a new sequence (a one-row step, every row on
-// the matrix x columns kernel when the device's mma_min_rows is 0) through
-// both backends: how many steps' logits agree within `close` of the largest,
-// and the largest difference of any.
+// the matrix x columns kernel when the device's mma_min_rows is 0), or each
+// run of `rows` of them (a prompt: on the tensor cores when rows reaches
+// mma_min_rows), through both backends: how many steps' logits agree
+// within `close` of the largest, and the largest difference of any.
 struct OneTokenSteps {
   int close = 0;
   float worst = 0.0f;
 };
 OneTokenSteps one_token_steps(Backend& cpu, Backend& device, const std::vector<int32_t>& tokens,
-                              float close) {
+                              float close, size_t rows = 1) {
   OneTokenSteps out;
-  for (size_t i = 0; i < tokens.size(); ++i) {
+  for (size_t i = 0; i + rows <= tokens.size(); i += rows) {
     const int seq = static_cast<int>(i) + 1;
     EXPECT_TRUE(cpu.add_sequence(seq, 16).ok());
     EXPECT_TRUE(device.add_sequence(seq, 16).ok());
     ForwardRequest req;
     req.seq = seq;
-    req.tokens = std::span<const int32_t>(tokens).subspan(i, 1);
+    req.tokens = std::span<const int32_t>(tokens).subspan(i, rows);
     ForwardResult a, b;
     EXPECT_TRUE(cpu.forward(req, &a).ok());
     EXPECT_TRUE(device.forward(req, &b).ok());
@@ -199,6 +200,42 @@ TEST_P(DeviceBackendTypes, OneRowStepsGiveTheCpuBackendsLogits) {
   EXPECT_LE(steps.worst, 1e-2f);
   if (type_name != "Q4_1" && type_name != "Q5_1") {
     EXPECT_GE(steps.close, 9) << "of 12; the largest difference " << steps.worst;
+  }
+}
+
+// Prompt slices on the tensor cores (mma_min_rows 2): the types with an
+// int8 kernel (mma3_i8_entry) multiply the rows' Q8 values by the weights'
+// q exactly, so a 6-row prompt's logits are the cpu backend's up to float
+// summation order as on the matrix x columns kernel (most of 8 prompts
+// within 1e-5 of the largest; measured 7 or 8 of 8), where the f16 kernel
+// (mma_int8 false) rounds both to f16 (~1e-3: none within 1e-5).
+TEST_P(DeviceBackendTypes, PromptsOnTheInt8TensorCoresGiveTheCpuBackendsLogits) {
+  STRATA_ON_DEVICE(std::get<0>(GetParam()));
+  const std::string type_name = std::get<1>(GetParam());
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(tiny_llama(dir, type_name));
+  ASSERT_NE(m.model, nullptr);
+  const bool int8 = type_name == "Q4_0" || type_name == "Q5_0" || type_name == "Q8_0" ||
+                    type_name == "MXFP4" || type_name == "Q4_K" || type_name == "Q5_K";
+  if (!int8) GTEST_SKIP() << type_name << " has no int8 tensor-core kernel";
+  std::vector<int32_t> prompts;
+  for (int i = 0; i < 48; ++i) prompts.push_back(1 + (i * 37) % 500);
+  for (const bool use_int8 : {true, false}) {
+    SCOPED_TRACE(use_int8 ? "int8" : "f16");
+    auto cpu = cpu_backend(m, {0, m.hp.n_layer});
+    DeviceBackendOptions o = test_options(32, 0, /*mma_min_rows=*/2);
+    o.mma_int8 = use_int8;
+    o.flash_attention = false;  // its f16 probabilities would hide the matrices' numbers
+    auto device = device_backend(m, {0, m.hp.n_layer}, o);
+    ASSERT_NE(cpu, nullptr);
+    ASSERT_NE(device, nullptr);
+    const OneTokenSteps steps = one_token_steps(*cpu, *device, prompts, 1e-5f, 6);
+    EXPECT_LE(steps.worst, 3e-2f);
+    if (use_int8) {
+      EXPECT_GE(steps.close, 6) << "of 8; the largest difference " << steps.worst;
+    } else {
+      EXPECT_EQ(steps.close, 0) << "of 8; the largest difference " << steps.worst;
+    }
   }
 }
 

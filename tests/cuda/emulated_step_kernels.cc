@@ -315,6 +315,18 @@ HostEntry mma_host_entry(GgmlType type) {
   }
 }
 
+HostEntry mma_i8_host_entry(GgmlType type) {
+  namespace mm = step_host::mma;
+  switch (type) {
+    case GgmlType::kQ4_0: return adapt(mm::strata_mma3_i8_q4_0);
+    case GgmlType::kQ5_0: return adapt(mm::strata_mma3_i8_q5_0);
+    case GgmlType::kQ8_0: return adapt(mm::strata_mma3_i8_q8_0);
+    case GgmlType::kMXFP4: return adapt(mm::strata_mma3_i8_mxfp4);
+    case GgmlType::kQ4_K: return adapt(mm::strata_mma3_i8_q4_k);
+    default: return adapt(mm::strata_mma3_i8_q5_k);
+  }
+}
+
 HostEntry flash_host_entry(int head_dim) {
   switch (head_dim) {
     case 32: return adapt(step_host::flash32::strata_flash_attention_rows);
@@ -354,6 +366,9 @@ void add_step_kernels(EmulatedDeviceApi& api) {
     if (cuda_kernels::mma3_entry(type).empty()) continue;
     api.add(s.mma[cuda_kernels::step_matvec_type_index(type)], cuda_kernels::mma3_entry(type),
             mma_host_entry(type));
+    if (cuda_kernels::mma3_i8_entry(type).empty()) continue;
+    api.add(s.mma[cuda_kernels::step_matvec_type_index(type)], cuda_kernels::mma3_i8_entry(type),
+            mma_i8_host_entry(type));
   }
   static_assert(cuda_kernels::kStepFlashHeadDims ==
                 std::array<int, 6>{32, 64, 80, 96, 128, 256});
@@ -387,6 +402,7 @@ void add_step_kernels(EmulatedDeviceApi& api) {
           adapt(step_host::attention::strata_attention_batch));
   api.add(s.elementwise, cuda_kernels::kStoreKvBatchEntry, adapt(ew::strata_store_kv_batch));
   api.add(s.elementwise, cuda_kernels::kRoundRowsEntry, adapt(ew::strata_round_rows));
+  api.add(s.elementwise, cuda_kernels::kQuantizeRowsEntry, adapt(ew::strata_quantize_rows));
   api.add(s.sample, cuda_kernels::kArgmaxRowsEntry,
           adapt(step_host::sample::strata_argmax_rows));
   api.add(s.sample, cuda_kernels::kTopKRowsEntry, adapt(step_host::sample::strata_top_k_rows));

@@ -70,7 +70,8 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
         cuda_kernels::kSoftCapEntry, cuda_kernels::kGegluEntry, cuda_kernels::kSwigluOaiEntry,
         cuda_kernels::kGatherRowsEntry,
         cuda_kernels::kScatterRowsEntry, cuda_kernels::kMoeSumEntry,
-        cuda_kernels::kAddSharedExpertEntry, cuda_kernels::kRoundRowsEntry}},
+        cuda_kernels::kAddSharedExpertEntry, cuda_kernels::kRoundRowsEntry,
+        cuda_kernels::kQuantizeRowsEntry}},
       {"attention.cu", cuda_kernels::kAttentionSource,
        {cuda_kernels::kAttentionDecodeEntry, cuda_kernels::kAttentionRowsEntry,
         cuda_kernels::kAttentionBatchEntry}},
@@ -139,9 +140,14 @@ TEST(CudaKernelSources, StepMmaBuildsCompileForSm80AndSm90) {
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_NE(out->ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
                 std::string::npos);
+      // Q4_K and Q8_0 have an int8 form, Q6_K none.
+      EXPECT_EQ(out->ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") !=
+                    std::string::npos,
+                type != GgmlType::kQ6_K);
       for (const GgmlType other : cuda_kernels::kStepMatvecTypes) {
-        const std::string entry = cuda_kernels::mma3_entry(other);
-        if (!entry.empty()) {
+        for (const std::string& entry :
+             {cuda_kernels::mma3_entry(other), cuda_kernels::mma3_i8_entry(other)}) {
+          if (entry.empty()) continue;
           EXPECT_EQ(out->ptx.find(".entry " + entry + "(") != std::string::npos, other == type)
               << entry;
         }

@@ -164,6 +164,10 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
   for (const TypeCase& c : type_cases()) {
     if (cuda_kernels::mma3_entry(c.type).empty()) continue;
     api->add(mma_source(c.type), cuda_kernels::mma3_entry(c.type), testing::mma_host_entry(c.type));
+    if (!cuda_kernels::mma3_i8_entry(c.type).empty()) {
+      api->add(mma_source(c.type), cuda_kernels::mma3_i8_entry(c.type),
+               testing::mma_i8_host_entry(c.type));
+    }
   }
   for (const int dim : {32, 64, 256}) {
     api->add(flash_source(dim), cuda_kernels::kFlashAttentionEntry,
@@ -190,6 +194,7 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
     api->add(kElementwise, cuda_kernels::kAddSharedExpertEntry,
              adapt(ew::strata_add_shared_expert));
     api->add(kElementwise, cuda_kernels::kRoundRowsEntry, adapt(ew::strata_round_rows));
+    api->add(kElementwise, cuda_kernels::kQuantizeRowsEntry, adapt(ew::strata_quantize_rows));
   }
   api->add(kElementwise, cuda_kernels::kStoreKvEntry, adapt(host::elementwise::strata_store_kv));
   api->add(kAttention, cuda_kernels::kAttentionDecodeEntry,

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/cuda/step_kernels.h"
+#include "kernels/cpu/reference/ops/matmul.h"
 #include "tests/cuda/kernels_fixture.h"
 
 namespace strata::worker::kernels_test {
@@ -204,6 +206,80 @@ TEST_P(Kernels, MmaMatchesTheReferenceForEveryBlockType) {
       }
     }
   }
+}
+
+// A K-quant's min of unit u of a row (dmin times the 6-bit min of
+// get_scale_min_k4): the term the int8 kernel subtracts apart; 0 for the
+// other types.
+float unit_min(GgmlType type, const uint8_t* row, int u) {
+  if (type != GgmlType::kQ4_K && type != GgmlType::kQ5_K) return 0.0f;
+  const uint8_t* b = row + static_cast<size_t>(u / 8) * (type == GgmlType::kQ4_K ? 144 : 176);
+  const int s = u % 8;
+  const uint8_t* sc = b + 4;
+  const int m = s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  return reference::f16_to_f32(static_cast<uint16_t>(b[2] | (b[3] << 8))) * static_cast<float>(m);
+}
+
+// The int8 tensor-core kernel, every type it takes: the rows quantized by
+// strata_quantize_rows (Q8_0 or Q8_K, as the cpu backend pairs them), the
+// weights' q times the rows' q exact per unit, against the double sum of
+// the dequantized weights times the rows' rounded values
+// (reference::ops::round_activations): float sums of per-unit terms,
+// |y - ref| <= 1e-5 sum (|w| + |min|) |x| + 1e-6 (a K-quant's unit sums its
+// scaled products and its min's apart, as ggml's q4_K dot product does, so
+// the error scales with both). 70 rows and 67 tokens (two tiles
+// each way, the second part full), 96 columns for the 32-value types (a
+// step of one unit and a zero half), a token with a 1e5.
+TEST_P(Kernels, MmaInt8MatchesTheReferenceForEveryTypeItTakes) {
+  const int n_rows = 70, n_tok = 67;
+  int types = 0;
+  for (const TypeCase& c : type_cases()) {
+    const std::string entry = cuda_kernels::mma3_i8_entry(c.type);
+    if (entry.empty()) continue;
+    ++types;
+    const int kind = cuda_kernels::round_kind(c.type);
+    const GgmlType act = kind == cuda_kernels::kRoundQ8_K ? GgmlType::kQ8_K : GgmlType::kQ8_0;
+    for (const int n_cols : {256, 96}) {
+      if (kind == cuda_kernels::kRoundQ8_K && n_cols % 256 != 0) continue;
+      SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(n_cols) +
+                   " columns");
+      const Quantized w = quantized(c.type, n_rows, n_cols, 33);
+      std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 34);
+      x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
+      const size_t units = x.size() / 32;
+      DeviceBuffer dw = put(w.bytes), dx = put(x), dq = space(x.size()),
+                   dd = space(units * sizeof(float)), ds = space(units * sizeof(float));
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256,
+                      dx.as<const float>(), dq.as<signed char>(), dd.as<float>(), ds.as<float>(),
+                      static_cast<long long>(x.size()), kind)
+                      .ok());
+      DeviceBuffer dy = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
+      ASSERT_TRUE(run(mma_source(c.type), entry, 2 * 2, cuda_kernels::kMmaThreads,
+                      dw.as<const unsigned char>(), dq.as<const signed char>(),
+                      dd.as<const float>(), ds.as<const float>(), dy.as<float>(), dy.as<float>(),
+                      dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes, n_tok)
+                      .ok());
+      const std::vector<float> y = get<float>(dy, static_cast<size_t>(n_tok) * n_rows);
+      std::vector<float> xr(static_cast<size_t>(n_cols));
+      for (int t = 0; t < n_tok; ++t) {
+        reference::ops::round_activations(act, x.data() + static_cast<size_t>(t) * n_cols, n_cols,
+                                          xr.data());
+        for (int r = 0; r < n_rows; ++r) {
+          double want = 0.0, magnitude = 0.0;
+          const uint8_t* row = w.bytes.data() + static_cast<size_t>(r) * w.row_bytes;
+          for (int i = 0; i < n_cols; ++i) {
+            const double p =
+                static_cast<double>(w.values[static_cast<size_t>(r) * n_cols + i]) * xr[i];
+            want += p;
+            magnitude += std::fabs(p) + std::fabs(unit_min(c.type, row, i / 32) * xr[i]);
+          }
+          ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want, 1e-5 * magnitude + 1e-6)
+              << "token " << t << ", row " << r;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(types, 6);
 }
 
 // Batch invariance: a token's results are the same bits however many

@@ -147,7 +147,8 @@ TEST_P(Kernels, SwigluAndAddMatchTheReference) {
 // largest magnitude comes twice with both signs (the first in a later lane
 // than the second), exact halves of the rounding step (half to even), -0
 // and subnormals; any grid and block (warps stride over the blocks), in
-// place as well.
+// place as well. strata_quantize_rows gives the same values as int8 q and
+// per-unit scales d (d q, bit for bit) and the sums of q.
 TEST_P(Kernels, RoundRowsAreWhatTheCpuBackendMultiplies) {
   const int rows = 3, width = 768;  // 3 Q8_K blocks a row, 24 of Q8_0
   std::vector<float> x = normal_values(static_cast<size_t>(rows) * width, 8);
@@ -192,6 +193,27 @@ TEST_P(Kernels, RoundRowsAreWhatTheCpuBackendMultiplies) {
                       dx.as<const float>(), dx.as<float>(), n, kind)
                       .ok());
       ASSERT_EQ(get<float>(dx, x.size()), got) << "in place, kind " << kind;
+      if (kind == cuda_kernels::kRoundF16) continue;
+      // The same as int8 and per-unit scales and sums: d q is the value.
+      const size_t units = x.size() / 32;
+      DeviceBuffer fresh = put(x), dq = space(x.size()), dd = space(units * sizeof(float)),
+                   ds = space(units * sizeof(float));
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, grid, block,
+                      fresh.as<const float>(), dq.as<signed char>(), dd.as<float>(),
+                      ds.as<float>(), n, kind)
+                      .ok());
+      const std::vector<signed char> q = get<signed char>(dq, x.size());
+      const std::vector<float> d = get<float>(dd, units), sums = get<float>(ds, units);
+      for (size_t u = 0; u < units; ++u) {
+        int sum = 0;
+        for (size_t i = 32 * u; i < 32 * u + 32; ++i) {
+          sum += q[i];
+          ASSERT_EQ(std::bit_cast<uint32_t>(d[u] * static_cast<float>(q[i])),
+                    std::bit_cast<uint32_t>(want[i]))
+              << "kind " << kind << " at " << i << ": q " << int{q[i]} << " d " << d[u];
+        }
+        ASSERT_EQ(sums[u], static_cast<float>(sum)) << "kind " << kind << " unit " << u;
+      }
     }
   }
 }

@@ -71,6 +71,16 @@ struct DeviceBackendOptions {
   // (every row on the matvec kernel). F32 and F16 matrices always take the
   // matvec kernel.
   int mma_min_rows = 64;
+  // Those slices' Q4_0, Q5_0, Q8_0, MXFP4, Q4_K and Q5_K matrices on the
+  // int8 tensor cores (mma3_i8_entry: the rows' Q8 values times the
+  // weights' q exactly, the cpu backend's numbers); false: on the f16 ones
+  // (the weights and rows rounded to f16).
+  bool mma_int8 = true;
+  // Those slices attend with flash attention (f16 probabilities, ~1e-3 of
+  // the largest logit) where the head size has a build; false: with the
+  // attention.cuh kernels, as decode rows do (tests that isolate the
+  // matrices' numbers; comparisons on a GPU).
+  bool flash_attention = true;
   // Decode steps (every slice one row) of a dense model replayed from a
   // captured graph of their launches, one a row count (DeviceApi::capture),
   // where the api has graphs; false: launched one by one.

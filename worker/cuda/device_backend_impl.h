@@ -81,8 +81,11 @@ struct DeviceMatrix {
   // activations as the cpu backend multiplies them.
   int round = ck::kRoundNone;
   // The tensor-core kernel (prompt chunks), loaded at load when the backend
-  // uses it; none for F32 and F16 (id -1).
+  // uses it; none for F32 and F16 (id -1). mma_i8: its int8 form, for the
+  // types that have one when DeviceBackendOptions::mma_int8 (then it is the
+  // one the step runs).
   KernelHandle mma;
+  KernelHandle mma_i8;
   KernelHandle get_rows;
   bool present() const { return data != nullptr; }
 };
@@ -132,6 +135,15 @@ struct PairedRows {
   int n = 0;
   int64_t width = 0;
   std::array<uint64_t, ck::kRoundKinds> stamp{};
+  std::array<uint64_t, ck::kRoundKinds> stamp_i8{};  // quantized()'s, the same way
+};
+
+// Rows as int8 (strata_quantize_rows): q [n][width], and per 32-value unit
+// its scale d and sum of q, [n][width / 32].
+struct Int8Rows {
+  const signed char* q = nullptr;
+  const float* d = nullptr;
+  const float* sums = nullptr;
 };
 
 inline reference::ops::MoeGating moe_gating(arch::ExpertGating g) {
@@ -263,6 +275,9 @@ class DeviceBackend final : public Backend {
   // kRoundNone, else paired_[m.round], rounded now unless `in` made it and
   // no other rows have been rounded into it since.
   absl::StatusOr<const float*> paired(const DeviceMatrix& m, PairedRows& in);
+  // in's rows quantized as m's weights pair with them (Q8_0 or Q8_K kinds),
+  // into int8_[m.round], made once as paired() makes its values.
+  absl::StatusOr<Int8Rows> quantized(const DeviceMatrix& m, PairedRows& in);
   // y [n][m.n_out] = x [n][m.n_in] · mᵀ, in chunks of the built column
   // counts, x rounded first as the cpu backend does (paired()).
   absl::Status matvec(const DeviceMatrix& m, PairedRows& x, float* y) {
@@ -333,6 +348,7 @@ class DeviceBackend final : public Backend {
   // in ck::kStepFlashHeadDims) or the tensor cores are off.
   KernelHandle k_flash_;
   KernelHandle k_round_rows_;   // inputs as their matrices' weights pair with them
+  KernelHandle k_quantize_rows_;  // the same as int8 (the int8 tensor-core kernel's)
   KernelHandle k_argmax_rows_;  // the kArgmax rows' picks
   KernelHandle k_top_k_rows_;   // the kTopK rows' candidates
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
@@ -363,6 +379,12 @@ class DeviceBackend final : public Backend {
   std::array<int64_t, ck::kRoundKinds> paired_floats_{};  // each one's size
   std::array<uint64_t, ck::kRoundKinds> paired_stamp_{};  // the last rounding into each
   uint64_t stamps_ = 0;
+  // [kind] (Q8_0, Q8_K): rows as int8 for the int8 tensor-core kernel
+  // (quantized()), q [B][widest n_in of its matrices], then d and sums
+  // [B][that / 32] (f32 each); empty for kinds no such matrix uses.
+  std::array<DeviceBuffer, ck::kRoundKinds> int8_;
+  std::array<int64_t, ck::kRoundKinds> int8_width_{};
+  std::array<uint64_t, ck::kRoundKinds> int8_stamp_{};
   DeviceBuffer picks_;   // [B] int: the kArgmax rows' picks, then [B] int: their bad flags
   // The kTopK rows: [B][2] int (k, first output), then [B] int: bad flags;
   // their candidates, [B kMaxTopK] ids and values.

@@ -35,6 +35,31 @@ absl::StatusOr<const float*> DeviceBackend::paired(const DeviceMatrix& m, Paired
   return out;
 }
 
+absl::StatusOr<Int8Rows> DeviceBackend::quantized(const DeviceMatrix& m, PairedRows& in) {
+  const auto kind = static_cast<size_t>(m.round);
+  if (m.round != ck::kRoundQ8_0 && m.round != ck::kRoundQ8_K) {
+    return absl::InternalError(absl::StrCat("no int8 rows of kind ", m.round));
+  }
+  if (in.width != m.n_in || in.width > int8_width_[kind] ||
+      int64_t{in.n} > options_.max_batch) {
+    return absl::InternalError(absl::StrCat(in.n, " rows of ", in.width, " past the int8 rows of ",
+                                            int8_width_[kind], " for a matrix of ", m.n_in));
+  }
+  const int64_t cap = int64_t{options_.max_batch} * int8_width_[kind];
+  Int8Rows r;
+  r.q = int8_[kind].as<signed char>();
+  r.d = reinterpret_cast<const float*>(int8_[kind].as<unsigned char>() + cap);
+  r.sums = r.d + cap / 32;
+  if (in.stamp_i8[kind] != 0 && in.stamp_i8[kind] == int8_stamp_[kind]) return r;
+  const int64_t total = int64_t{in.n} * in.width;
+  STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_quantize_rows_, total, in.x,
+                                         const_cast<signed char*>(r.q), const_cast<float*>(r.d),
+                                         const_cast<float*>(r.sums),
+                                         static_cast<long long>(total), m.round));
+  in.stamp_i8[kind] = int8_stamp_[kind] = ++stamps_;
+  return r;
+}
+
 absl::Status DeviceBackend::matvec3(const DeviceMatrix& m, PairedRows& x, float* y0, float* y1,
                                     float* y2, int n0, int n1) {
   const float* xp = nullptr;
@@ -71,10 +96,12 @@ absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const float* x
 
 absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows, float* y0,
                                          float* y1, float* y2, int n0, int n1) {
-  const float* x = nullptr;
-  STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
+  const float* x = nullptr;  // the rows' values, rounded when a run needs them
   const int n2 = m.n_out - n0 - n1;
   for (const RowRun& r : runs_) {
+    if (x == nullptr && !(r.tensor && m.mma_i8.id >= 0)) {
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
+    }
     const float* xr = x + int64_t{r.row0} * m.n_in;
     float* a = y0 + int64_t{r.row0} * n0;
     float* b = y1 + int64_t{r.row0} * n1;
@@ -85,6 +112,17 @@ absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows
     }
     const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
     const int64_t tok_tiles = (r.rows + ck::kMmaTokensPerBlock - 1) / ck::kMmaTokensPerBlock;
+    if (m.mma_i8.id >= 0) {  // the int8 tensor cores on the rows' Q8 values
+      Int8Rows q;
+      STRATA_DEVICE_ASSIGN_OR_RETURN(q, quantized(m, rows));
+      const int64_t units = m.n_in / 32;
+      STRATA_DEVICE_RETURN_IF_ERROR(run(
+          m.mma_i8, static_cast<unsigned>(row_tiles * tok_tiles), ck::kStepMmaThreads, m.data,
+          q.q + int64_t{r.row0} * m.n_in, q.d + int64_t{r.row0} * units,
+          q.sums + int64_t{r.row0} * units, a, b, c, n0, n1, m.n_out, m.n_in, m.row_bytes,
+          r.rows));
+      continue;
+    }
     STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma, static_cast<unsigned>(row_tiles * tok_tiles),
                                       ck::kStepMmaThreads, m.data, xr, a, b, c, n0, n1, m.n_out,
                                       m.n_in, m.row_bytes, r.rows));

@@ -307,7 +307,7 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_argmax_rows_, kernel(src.sample, ck::kArgmaxRowsEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_top_k_rows_, kernel(src.sample, ck::kTopKRowsEntry));
   if (const size_t f = ck::step_flash_index(hp_.head_dim_k);
-      options_.mma_min_rows > 0 && hp_.head_dim_k == hp_.head_dim_v &&
+      options_.mma_min_rows > 0 && options_.flash_attention && hp_.head_dim_k == hp_.head_dim_v &&
       f < ck::kStepFlashHeadDims.size()) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(k_flash_, kernel(src.flash[f], ck::kFlashAttentionEntry));
   }
@@ -327,7 +327,8 @@ absl::Status DeviceBackend::load() {
            {&k_swiglu_oai_, ck::kSwigluOaiEntry},
            {&k_gather_, ck::kGatherRowsEntry},   {&k_scatter_, ck::kScatterRowsEntry},
            {&k_moe_sum_, ck::kMoeSumEntry},      {&k_add_shared_, ck::kAddSharedExpertEntry},
-           {&k_round_rows_, ck::kRoundRowsEntry}}) {
+           {&k_round_rows_, ck::kRoundRowsEntry},
+           {&k_quantize_rows_, ck::kQuantizeRowsEntry}}) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(*k.handle, kernel(src.elementwise, k.entry));
   }
 
@@ -412,6 +413,18 @@ absl::Status DeviceBackend::load() {
       if (paired_floats_[kind] == 0) continue;
       STRATA_DEVICE_ASSIGN_OR_RETURN(paired_[kind],
                                      space(static_cast<size_t>(paired_floats_[kind]) * f));
+    }
+    // The int8 rows of the matrices with an int8 tensor-core kernel: q, then
+    // each 32-value unit's scale and sum.
+    for (const DeviceMatrix* m : per_slice) {
+      if (m->mma_i8.id < 0) continue;
+      const auto kind = static_cast<size_t>(m->round);
+      int8_width_[kind] = std::max<int64_t>(int8_width_[kind], m->n_in);
+    }
+    for (size_t kind = 1; kind < int8_.size(); ++kind) {
+      if (int8_width_[kind] == 0) continue;
+      const size_t values = b * static_cast<size_t>(int8_width_[kind]);
+      STRATA_DEVICE_ASSIGN_OR_RETURN(int8_[kind], space(values + 2 * (values / 32) * f));
     }
   }
   if (!options_.kernel_profile_path.empty()) {  // the launches from here on
@@ -548,8 +561,11 @@ absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
   for (DeviceMatrix* m : per_slice) {
     const std::string mma = ck::mma3_entry(m->type);
     if (mma.empty()) continue;
-    STRATA_DEVICE_ASSIGN_OR_RETURN(
-        m->mma, kernel(ck::step_sources().mma[ck::step_matvec_type_index(m->type)], mma));
+    const KernelSource& source = ck::step_sources().mma[ck::step_matvec_type_index(m->type)];
+    STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma, kernel(source, mma));
+    if (const std::string i8 = ck::mma3_i8_entry(m->type); options_.mma_int8 && !i8.empty()) {
+      STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma_i8, kernel(source, i8));
+    }
   }
   return absl::OkStatus();
 }

@@ -61,6 +61,12 @@
 //     multiple of the kind's block, rows whole blocks. One warp a block of 32
 //     or 256 (a warp-stride loop: a block of threads is a multiple of 32); y
 //     may alias x.
+//   strata_quantize_rows(const float* x, signed char* q, float* d,
+//                        float* sums, long long n, int kind)
+//     the same roundings (kind 2 or 3) kept as int8: q [n], and for each
+//     32-value unit u its scale d[u] (Q8_K: its block's, repeated) and the
+//     sum of its q, sums[u] (a float; exact): d[u] q[i] is strata_round_rows's
+//     value of x[i]. The int8 tensor-core kernel's rows (mma.cuh).
 //   strata_store_kv(const float* k, const float* v, unsigned short* k_cache,
 //                   unsigned short* v_cache, int pos, int n, int k_width,
 //                   int v_width)
@@ -280,6 +286,51 @@ __device__ __forceinline__ void strata_first_largest(float* a, int* i, float* v)
   }
 }
 
+// Q8_0 of the 32 values a warp holds, v its lane's: the lane's q and the
+// block's scale f16(amax / 127) (as reference::ops quantize_q8_1).
+__device__ __forceinline__ float strata_q8_0(float v, int* q) {
+  float amax = fabsf(v);
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  *q = (int)rintf(v * id);  // an integer, as the cpu's: 0, never -0
+  return strata_from_f16(strata_to_f16(d));
+}
+
+// Q8_K of the 256 values at xb, lane l taking xb[l + 32 j] (j < 8): its
+// q[j] and the block's scale (0 when every value is 0; as
+// reference::ops round_q8_k).
+__device__ __forceinline__ float strata_q8_k(const float* xb, int lane, int* q) {
+  float v[8];
+  float amax = 0.0f, max = 0.0f;
+  int first = 256;  // none: every value is 0
+  for (int j = 0; j < 8; ++j) {
+    v[j] = xb[lane + 32 * j];
+    if (fabsf(v[j]) > amax) {
+      amax = fabsf(v[j]);
+      max = v[j];
+      first = lane + 32 * j;
+    }
+  }
+  strata_first_largest(&amax, &first, &max);
+  if (amax == 0.0f) {
+    for (int j = 0; j < 8; ++j) q[j] = 0;
+    return 0.0f;
+  }
+  const float iscale = -127.0f / max;
+  for (int j = 0; j < 8; ++j) {
+    const int qj = (int)rintf(iscale * v[j]);
+    q[j] = qj > 127 ? 127 : qj;
+  }
+  return 1.0f / iscale;
+}
+
+// The sum of the warp's 32 ints.
+__device__ __forceinline__ int strata_warp_sum(int v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 STRATA_KERNEL strata_round_rows(const float* x, float* y, long long n, int kind) {
   const int lane = threadIdx.x & 31;
   const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
@@ -289,38 +340,45 @@ STRATA_KERNEL strata_round_rows(const float* x, float* y, long long n, int kind)
     }
   } else if (kind == 2) {  // Q8_0: a value a lane
     for (long long b = warp; b < n / 32; b += warps) {
-      const float v = x[b * 32 + lane];
-      float amax = fabsf(v);
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float d = amax / 127.0f;
-      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-      // q an integer, as the cpu's: 0, never -0
-      y[b * 32 + lane] = strata_from_f16(strata_to_f16(d)) * (float)(int)rintf(v * id);
+      int q;
+      const float d = strata_q8_0(x[b * 32 + lane], &q);
+      y[b * 32 + lane] = d * (float)q;
     }
   } else if (kind == 3) {  // Q8_K: values lane + 32 j, j < 8
     for (long long b = warp; b < n / 256; b += warps) {
-      const float* xb = x + b * 256;
-      float v[8];
-      float amax = 0.0f, max = 0.0f;
-      int first = 256;  // none: every value is 0
+      int q[8];
+      const float d = strata_q8_k(x + b * 256, lane, q);
+      for (int j = 0; j < 8; ++j) y[b * 256 + lane + 32 * j] = d * (float)q[j];
+    }
+  }
+}
+
+STRATA_KERNEL strata_quantize_rows(const float* x, signed char* q, float* d, float* sums,
+                                   long long n, int kind) {
+  const int lane = threadIdx.x & 31;
+  const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
+  if (kind == 2) {
+    for (long long b = warp; b < n / 32; b += warps) {
+      int qi;
+      const float scale = strata_q8_0(x[b * 32 + lane], &qi);
+      q[b * 32 + lane] = (signed char)qi;
+      const int sum = strata_warp_sum(qi);
+      if (lane == 0) {
+        d[b] = scale;
+        sums[b] = (float)sum;
+      }
+    }
+  } else if (kind == 3) {
+    for (long long b = warp; b < n / 256; b += warps) {
+      int qj[8];
+      const float scale = strata_q8_k(x + b * 256, lane, qj);
       for (int j = 0; j < 8; ++j) {
-        v[j] = xb[lane + 32 * j];
-        if (fabsf(v[j]) > amax) {
-          amax = fabsf(v[j]);
-          max = v[j];
-          first = lane + 32 * j;
+        q[b * 256 + lane + 32 * j] = (signed char)qj[j];
+        const int sum = strata_warp_sum(qj[j]);
+        if (lane == 0) {
+          d[b * 8 + j] = scale;
+          sums[b * 8 + j] = (float)sum;
         }
-      }
-      strata_first_largest(&amax, &first, &max);
-      float* yb = y + b * 256;
-      if (amax == 0.0f) {
-        for (int j = 0; j < 8; ++j) yb[lane + 32 * j] = 0.0f;
-        continue;
-      }
-      const float iscale = -127.0f / max;
-      const float d = 1.0f / iscale;
-      for (int j = 0; j < 8; ++j) {
-        yb[lane + 32 * j] = d * fminf(127.0f, (float)(int)rintf(iscale * v[j]));
       }
     }
   }

@@ -122,6 +122,19 @@ STRATA_UNROLL
       v[l + 16] = (float)((int)(b[2 + l] >> 4) - 8) * d;
     }
   }
+  // The unit as int8 q with value = scale q - min (the int8 tensor-core
+  // kernel, mma.cuh; the types whose products with Q8 values are integer).
+  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
+                                                 float* min) {
+    const u8* b = w + (long long)u * 18;
+    *scale = f16_bits(b);
+    *min = 0.0f;
+STRATA_UNROLL
+    for (int l = 0; l < 16; ++l) {
+      q[l] = (signed char)((int)(b[2 + l] & 15) - 8);
+      q[l + 16] = (signed char)((int)(b[2 + l] >> 4) - 8);
+    }
+  }
 };
 
 // Q4_1: {f16 d; f16 m; u8 qs[16]}: value = q d + m, the nibbles as Q4_0.
@@ -153,6 +166,19 @@ STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
       v[l] = (float)((int)((b[6 + l] & 15) | (((qh >> l) & 1) << 4)) - 16) * d;
       v[l + 16] = (float)((int)((b[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16) * d;
+    }
+  }
+  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
+                                                 float* min) {
+    const u8* b = w + (long long)u * 22;
+    *scale = f16_bits(b);
+    *min = 0.0f;
+    const unsigned int qh = (unsigned int)b[2] | ((unsigned int)b[3] << 8) |
+                            ((unsigned int)b[4] << 16) | ((unsigned int)b[5] << 24);
+STRATA_UNROLL
+    for (int l = 0; l < 16; ++l) {
+      q[l] = (signed char)((int)((b[6 + l] & 15) | (((qh >> l) & 1) << 4)) - 16);
+      q[l + 16] = (signed char)((int)((b[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16);
     }
   }
 };
@@ -194,6 +220,18 @@ STRATA_UNROLL
       v[l + 16] = (float)table[b[1 + l] >> 4] * d;
     }
   }
+  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
+                                                 float* min) {
+    const signed char table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const u8* b = w + (long long)u * 17;
+    *scale = e8m0_half(b[0]);
+    *min = 0.0f;
+STRATA_UNROLL
+    for (int l = 0; l < 16; ++l) {
+      q[l] = table[b[1 + l] & 15];
+      q[l + 16] = table[b[1 + l] >> 4];
+    }
+  }
 };
 
 // Q8_0: {f16 d; i8 qs[32]}: value = q d.
@@ -207,6 +245,16 @@ struct Q8_0 {
     load_32_bytes_2(b + 2, q);
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = (float)(signed char)byte_of(q, l) * d;
+  }
+  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
+                                                 float* min) {
+    const u8* b = w + (long long)u * 34;
+    *scale = f16_bits(b);
+    *min = 0.0f;
+    unsigned short h[16];
+    load_32_bytes_2(b + 2, h);
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) q[l] = (signed char)byte_of(h, l);
   }
 };
 
@@ -243,6 +291,20 @@ struct Q4_K {
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = d1 * (float)((byte_of(q, l) >> shift) & 15) - m1;
   }
+  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
+                                                 float* min) {
+    const u8* b = w + (long long)(u >> 3) * 144;
+    const int s = u & 7;
+    int sc, m;
+    k4_scale_min(b + 4, s, &sc, &m);
+    *scale = f16_bits(b) * (float)sc;
+    *min = f16_bits(b + 2) * (float)m;
+    unsigned int words[8];
+    load_32_bytes(b + 16 + 32 * (s >> 1), words);
+    const int shift = (s & 1) * 4;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) q[l] = (signed char)((byte_of(words, l) >> shift) & 15);
+  }
 };
 
 // Q5_K: 256 values in 176 bytes {f16 d; f16 dmin; u8 scales[12]; u8
@@ -267,6 +329,23 @@ STRATA_UNROLL
     for (int l = 0; l < 32; ++l) {
       v[l] = d1 * (float)(((byte_of(q, l) >> shift) & 15) | (((byte_of(qh, l) >> s) & 1) << 4)) -
              m1;
+    }
+  }
+  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
+                                                 float* min) {
+    const u8* b = w + (long long)(u >> 3) * 176;
+    const int s = u & 7;
+    int sc, m;
+    k4_scale_min(b + 4, s, &sc, &m);
+    *scale = f16_bits(b) * (float)sc;
+    *min = f16_bits(b + 2) * (float)m;
+    unsigned int qh[8], words[8];
+    load_32_bytes(b + 16, qh);
+    load_32_bytes(b + 48 + 32 * (s >> 1), words);
+    const int shift = (s & 1) * 4;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) {
+      q[l] = (signed char)(((byte_of(words, l) >> shift) & 15) | (((byte_of(qh, l) >> s) & 1) << 4));
     }
   }
 };

@@ -99,6 +99,161 @@ STRATA_UNROLL
   }
 }
 
+// The same tile on the int8 tensor cores, for the types whose products with
+// Q8 values are integer (Format::unit_i8: value = scale q - min per 32-value
+// unit): x is given as int8 rows xq [n_tok][n_cols] with per-unit scales xd
+// and sums of q xb ([n_tok][n_cols / 32]; strata_quantize_rows, the values
+// the cpu backend multiplies). Per unit, mma.sync m16n8k32 s8 gives the
+// exact integer dot product sumi of a weight row's and a token's q, and
+//   y += (scale_w d_x) sumi - (min_w d_x) sum_x
+// in unit order (the cpu backend's legacy-quant sum, d_w d_x sumi; for the
+// K-quants the same value as its f32 sum of dequantized weights).
+// Shared rows hold 64 bytes of q and 16 of padding (20 words: the fragment
+// loads' banks differ).
+template <typename Format>
+__device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
+                                            const signed char* __restrict__ xq,
+                                            const float* __restrict__ xd,
+                                            const float* __restrict__ xb, float* y0, float* y1,
+                                            float* y2, int n0, int n1, int n_rows, int n_cols,
+                                            long long row_bytes, int n_tok) {
+  __shared__ unsigned sa[MMA_BM][20];  // [weight row][64 q bytes, 16 padding]
+  __shared__ unsigned sb[MMA_BN][20];  // [token][...]
+  __shared__ float sw_scale[MMA_BM][2], sw_min[MMA_BM][2];  // [row][unit of the step]
+  __shared__ float sx_scale[MMA_BN][2], sx_sum[MMA_BN][2];  // [token][unit of the step]
+  const int row_tiles = (n_rows + MMA_BM - 1) / MMA_BM;
+  const int m0 = (int)(blockIdx.x % row_tiles) * MMA_BM;
+  const int t0 = (int)(blockIdx.x / row_tiles) * MMA_BN;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+  const int mine = threadIdx.x >> 1, half = threadIdx.x & 1;
+  const int units = n_cols / 32;
+  float acc[2][4][4];
+STRATA_UNROLL
+  for (int i = 0; i < 2; ++i)
+STRATA_UNROLL
+    for (int j = 0; j < 4; ++j)
+STRATA_UNROLL
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  for (int k0 = 0; k0 < n_cols; k0 += MMA_BK) {
+    const int u = k0 / 32 + half;
+    {
+      signed char q[32];
+      float scale = 0.0f, min = 0.0f;
+      const int r = m0 + mine;
+      if (r < n_rows && u < units) {
+        Format::unit_i8(w + (long long)r * row_bytes, u, q, &scale, &min);
+      } else {
+STRATA_UNROLL
+        for (int l = 0; l < 32; ++l) q[l] = 0;
+      }
+STRATA_UNROLL
+      for (int l = 0; l < 8; ++l) {
+        sa[mine][8 * half + l] = (unsigned)(u8)q[4 * l] | ((unsigned)(u8)q[4 * l + 1] << 8) |
+                                 ((unsigned)(u8)q[4 * l + 2] << 16) |
+                                 ((unsigned)(u8)q[4 * l + 3] << 24);
+      }
+      sw_scale[mine][half] = scale;
+      sw_min[mine][half] = min;
+      const int tok = t0 + mine;
+      if (tok < n_tok && u < units) {
+        const u8* xr = (const u8*)xq + (long long)tok * n_cols + 32 * u;  // 32-byte aligned
+        const uint4 lo = load_as<uint4>(xr), hi = load_as<uint4>(xr + 16);
+        sb[mine][8 * half + 0] = lo.x;
+        sb[mine][8 * half + 1] = lo.y;
+        sb[mine][8 * half + 2] = lo.z;
+        sb[mine][8 * half + 3] = lo.w;
+        sb[mine][8 * half + 4] = hi.x;
+        sb[mine][8 * half + 5] = hi.y;
+        sb[mine][8 * half + 6] = hi.z;
+        sb[mine][8 * half + 7] = hi.w;
+        sx_scale[mine][half] = xd[(long long)tok * units + u];
+        sx_sum[mine][half] = xb[(long long)tok * units + u];
+      } else {
+STRATA_UNROLL
+        for (int l = 0; l < 8; ++l) sb[mine][8 * half + l] = 0u;
+        sx_scale[mine][half] = 0.0f;
+        sx_sum[mine][half] = 0.0f;
+      }
+    }
+    __syncthreads();
+STRATA_UNROLL
+    for (int k = 0; k < 2; ++k) {  // the step's two units, in order
+      unsigned a[2][4], b[4][2];
+STRATA_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const int r = wm + 16 * i + g;
+        a[i][0] = sa[r][8 * k + t];
+        a[i][1] = sa[r + 8][8 * k + t];
+        a[i][2] = sa[r][8 * k + 4 + t];
+        a[i][3] = sa[r + 8][8 * k + 4 + t];
+      }
+STRATA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const int c = wn + 8 * j + g;
+        b[j][0] = sb[c][8 * k + t];
+        b[j][1] = sb[c][8 * k + 4 + t];
+      }
+      // This lane's rows' and tokens' scales for the unit, in registers.
+      float ws[2][2], wmin[2][2], xs[4][2], xsum[4][2];
+STRATA_UNROLL
+      for (int i = 0; i < 2; ++i) {
+STRATA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          ws[i][h] = sw_scale[wm + 16 * i + g + 8 * h][k];
+          wmin[i][h] = sw_min[wm + 16 * i + g + 8 * h][k];
+        }
+      }
+STRATA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+STRATA_UNROLL
+        for (int p = 0; p < 2; ++p) {
+          xs[j][p] = sx_scale[wn + 8 * j + 2 * t + p][k];
+          xsum[j][p] = sx_sum[wn + 8 * j + 2 * t + p][k];
+        }
+      }
+STRATA_UNROLL
+      for (int i = 0; i < 2; ++i) {
+STRATA_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          int sumi[4] = {0, 0, 0, 0};
+          strata_mma_16832_s8(sumi, a[i], b[j]);
+STRATA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            const float dx = xs[j][e & 1];
+            acc[i][j][e] += ws[i][e >> 1] * dx * (float)sumi[e] -
+                            wmin[i][e >> 1] * dx * xsum[j][e & 1];
+          }
+        }
+      }
+    }
+    __syncthreads();  // the tile is read before the next step writes it
+  }
+STRATA_UNROLL
+  for (int i = 0; i < 2; ++i) {
+STRATA_UNROLL
+    for (int j = 0; j < 4; ++j) {
+STRATA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int row = m0 + wm + 16 * i + g + (e >> 1) * 8;
+        const int tok = t0 + wn + 8 * j + 2 * t + (e & 1);
+        if (row < n_rows && tok < n_tok) strata_put(y0, y1, y2, n0, n1, n_rows, row, tok, acc[i][j][e]);
+      }
+    }
+  }
+}
+
+// strata_mma3_i8_<type>: strata_mma3_<type>'s tile and outputs from int8 rows.
+#define STRATA_MMA_I8_ENTRY(type, Format)                                                     \
+  STRATA_KERNEL strata_mma3_i8_##type(const u8* w, const signed char* xq, const float* xd,   \
+                                      const float* xb, float* y0, float* y1, float* y2,      \
+                                      int n0, int n1, int n_rows, int n_cols,                \
+                                      long long row_bytes, int n_tok) {                      \
+    mma_tile_i8<Format>(w, xq, xd, xb, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes, n_tok); \
+  }
+
 // strata_mma3_<type>: matvec3_entry's arguments and outputs for n_tok rows
 // of x (any number), one launch (mma_source.h).
 #define STRATA_MMA_ENTRY(type, Format)                                                   \
@@ -110,27 +265,33 @@ STRATA_UNROLL
 
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_0)
 STRATA_MMA_ENTRY(q4_0, Q4_0)
+STRATA_MMA_I8_ENTRY(q4_0, Q4_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_1)
 STRATA_MMA_ENTRY(q4_1, Q4_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_0)
 STRATA_MMA_ENTRY(q5_0, Q5_0)
+STRATA_MMA_I8_ENTRY(q5_0, Q5_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_1)
 STRATA_MMA_ENTRY(q5_1, Q5_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q8_0)
 STRATA_MMA_ENTRY(q8_0, Q8_0)
+STRATA_MMA_I8_ENTRY(q8_0, Q8_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_mxfp4)
 STRATA_MMA_ENTRY(mxfp4, MXFP4)
+STRATA_MMA_I8_ENTRY(mxfp4, MXFP4)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_k)
 STRATA_MMA_ENTRY(q4_k, Q4_K)
+STRATA_MMA_I8_ENTRY(q4_k, Q4_K)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_k)
 STRATA_MMA_ENTRY(q5_k, Q5_K)
+STRATA_MMA_I8_ENTRY(q5_k, Q5_K)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q6_k)
 STRATA_MMA_ENTRY(q6_k, Q6_K)

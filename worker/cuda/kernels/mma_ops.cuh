@@ -38,6 +38,25 @@ __device__ __forceinline__ void strata_mma_16816(float* d, const unsigned* a, co
 #endif
 }
 
+// d += a b for one warp, integers: A 16x32 s8 (row-major), B 32x8 s8
+// (column-major), D 16x8 s32, as PTX's "Matrix Fragments for mma.m16n8k32"
+// (integer types) lays them out (g = lane / 4, t = lane % 4; a register's
+// lowest byte the first element): a[0] = A[g][4t .. 4t+3], a[1] =
+// A[g+8][4t ..], a[2] = A[g][16+4t ..], a[3] = A[g+8][16+4t ..]; b[0] =
+// B[4t .. 4t+3][g], b[1] = B[16+4t ..][g]; d[0..1] = D[g][2t, 2t+1],
+// d[2..3] = D[g+8][2t, 2t+1]. Exact (no saturation at these sizes).
+__device__ __forceinline__ void strata_mma_16832_s8(int* d, const unsigned* a, const unsigned* b) {
+#if defined(__CUDA_ARCH__)
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  strata_host_mma_m16n8k32_s8(d, a, b);  // the emulation's
+#endif
+}
+
 // Two f16 at p (p even) as one register.
 __device__ __forceinline__ unsigned strata_pair(const unsigned short* p) {
   return (unsigned)p[0] | ((unsigned)p[1] << 16);

@@ -23,7 +23,8 @@
 // tensor cores' accumulation is not IEEE's sequence of roundings).
 //
 // This is the plain first form: no cp.async double buffering, no ldmatrix,
-// no wgmma (sm_90's warp-group form) yet.
+// no wgmma (sm_90's warp-group form) yet. The types whose products with Q8
+// rows are integer also have an int8 form (mma3_i8_entry, below).
 //
 // Launch: grid (ceil(n_rows / 64) x ceil(n_tok / 64)), block (128);
 // arguments (const unsigned char* w, const float* x, float* y0, float* y1,
@@ -70,6 +71,32 @@ inline std::string mma3_entry(GgmlType type) {
   const std::string_view m = matvec_entry(type);
   if (m.empty()) return "";
   return "strata_mma3_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
+}
+
+// The int8 tensor-core entry of `type` ("strata_mma3_i8_q4_k"), or "" for a
+// type it does not take: Q4_0, Q5_0, Q8_0, MXFP4 (Q8_0 rows), Q4_K, Q5_K
+// (Q8_K rows), whose products with their Q8 rows are integer per 32-value
+// unit (value = scale q - min). Its launch: strata_mma3_<type>'s grid and
+// block; arguments (const unsigned char* w, const signed char* xq, const
+// float* xd, const float* xsum, float* y0, float* y1, float* y2, int n0,
+// int n1, int n_rows, int n_cols, long long row_bytes, int n_tok), the
+// rows from strata_quantize_rows (elementwise.cuh). Numerics: the cpu
+// backend's (the weights' q times the rows' q exactly, then its scales in
+// float, unit by unit), so a slice on it gives the matvec kernel's logits
+// up to float summation order, not the f16 kernel's ~1e-3.
+inline std::string mma3_i8_entry(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ8_0:
+    case GgmlType::kMXFP4:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
+      const std::string_view m = matvec_entry(type);
+      return "strata_mma3_i8_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
+    }
+    default: return "";
+  }
 }
 
 }  // namespace strata::worker::cuda_kernels

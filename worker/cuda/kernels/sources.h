@@ -29,6 +29,7 @@ inline constexpr const char* kStoreKvBatchEntry = "strata_store_kv_batch";
 // strata_round_rows's kinds: the activation type a matrix's weights pair
 // with (reference::ops::activation_type), or none (F32 weights).
 inline constexpr const char* kRoundRowsEntry = "strata_round_rows";
+inline constexpr const char* kQuantizeRowsEntry = "strata_quantize_rows";
 inline constexpr int kRoundNone = 0;
 inline constexpr int kRoundF16 = 1;
 inline constexpr int kRoundQ8_0 = 2;  // Q8_0 and Q8_1 represent the same values
