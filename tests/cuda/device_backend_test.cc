@@ -216,7 +216,8 @@ TEST_P(DeviceBackendTypes, PromptsOnTheInt8TensorCoresGiveTheCpuBackendsLogits) 
   Loaded m = open_model(tiny_llama(dir, type_name));
   ASSERT_NE(m.model, nullptr);
   const bool int8 = type_name == "Q4_0" || type_name == "Q5_0" || type_name == "Q8_0" ||
-                    type_name == "MXFP4" || type_name == "Q4_K" || type_name == "Q5_K";
+                    type_name == "MXFP4" || type_name == "Q4_K" || type_name == "Q5_K" ||
+                    type_name == "Q6_K" || type_name == "Q4_K_M";
   if (!int8) GTEST_SKIP() << type_name << " has no int8 tensor-core kernel";
   std::vector<int32_t> prompts;
   for (int i = 0; i < 48; ++i) prompts.push_back(1 + (i * 37) % 500);

@@ -323,7 +323,8 @@ HostEntry mma_i8_host_entry(GgmlType type) {
     case GgmlType::kQ8_0: return adapt(mm::strata_mma3_i8_q8_0);
     case GgmlType::kMXFP4: return adapt(mm::strata_mma3_i8_mxfp4);
     case GgmlType::kQ4_K: return adapt(mm::strata_mma3_i8_q4_k);
-    default: return adapt(mm::strata_mma3_i8_q5_k);
+    case GgmlType::kQ5_K: return adapt(mm::strata_mma3_i8_q5_k);
+    default: return adapt(mm::strata_mma3_i8_q6_k);
   }
 }
 

@@ -279,7 +279,7 @@ TEST_P(Kernels, MmaInt8MatchesTheReferenceForEveryTypeItTakes) {
       }
     }
   }
-  EXPECT_EQ(types, 6);
+  EXPECT_EQ(types, 7);
 }
 
 // Batch invariance: a token's results are the same bits however many

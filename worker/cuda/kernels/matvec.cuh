@@ -124,6 +124,7 @@ STRATA_UNROLL
   }
   // The unit as int8 q with value = scale q - min (the int8 tensor-core
   // kernel, mma.cuh; the types whose products with Q8 values are integer).
+  static constexpr int kI8Scales = 1;  // one scale for the unit's 32 values
   static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
                                                  float* min) {
     const u8* b = w + (long long)u * 18;
@@ -168,6 +169,7 @@ STRATA_UNROLL
       v[l + 16] = (float)((int)((b[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16) * d;
     }
   }
+  static constexpr int kI8Scales = 1;
   static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
                                                  float* min) {
     const u8* b = w + (long long)u * 22;
@@ -220,6 +222,7 @@ STRATA_UNROLL
       v[l + 16] = (float)table[b[1 + l] >> 4] * d;
     }
   }
+  static constexpr int kI8Scales = 1;
   static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
                                                  float* min) {
     const signed char table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -246,6 +249,7 @@ struct Q8_0 {
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = (float)(signed char)byte_of(q, l) * d;
   }
+  static constexpr int kI8Scales = 1;
   static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
                                                  float* min) {
     const u8* b = w + (long long)u * 34;
@@ -291,6 +295,7 @@ struct Q4_K {
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = d1 * (float)((byte_of(q, l) >> shift) & 15) - m1;
   }
+  static constexpr int kI8Scales = 1;
   static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
                                                  float* min) {
     const u8* b = w + (long long)(u >> 3) * 144;
@@ -331,6 +336,7 @@ STRATA_UNROLL
              m1;
     }
   }
+  static constexpr int kI8Scales = 1;
   static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
                                                  float* min) {
     const u8* b = w + (long long)(u >> 3) * 176;
@@ -374,6 +380,28 @@ STRATA_UNROLL
           (int)(((byte_of(ql, l) >> low_shift) & 15) | (((byte_of(qh, l) >> (2 * k)) & 3) << 4)) -
           32;
       v[l] = d * (float)scales[l >> 4] * (float)q;
+    }
+  }
+  // A scale for each 16 values: scale[0] for q[0..15], scale[1] for q[16..31].
+  static constexpr int kI8Scales = 2;
+  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
+                                                 float* min) {
+    const u8* b = w + (long long)(u >> 3) * 210;
+    const int s = u & 7, h = s >> 2, k = s & 3;
+    unsigned short ql[16], qh[16];
+    load_32_bytes_2(b + 64 * h + 32 * (k & 1), ql);
+    load_32_bytes_2(b + 128 + 32 * h, qh);
+    const signed char* scales = (const signed char*)(b + 192) + 8 * h + 2 * k;
+    const float d = f16_bits(b + 208);
+    scale[0] = d * (float)scales[0];
+    scale[1] = d * (float)scales[1];
+    *min = 0.0f;
+    const int low_shift = k < 2 ? 0 : 4;
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) {
+      q[l] = (signed char)((int)(((byte_of(ql, l) >> low_shift) & 15) |
+                                 (((byte_of(qh, l) >> (2 * k)) & 3) << 4)) -
+                           32);
     }
   }
 };

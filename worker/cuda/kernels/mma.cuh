@@ -101,7 +101,8 @@ STRATA_UNROLL
 
 // The same tile on the int8 tensor cores, for the types whose products with
 // Q8 values are integer (Format::unit_i8: value = scale q - min per 32-value
-// unit): x is given as int8 rows xq [n_tok][n_cols] with per-unit scales xd
+// unit; Q6_K: a scale each 16 values, Format::kI8Scales 2, its halves summed
+// by two mma.sync with the other half of A zero): x is given as int8 rows xq [n_tok][n_cols] with per-unit scales xd
 // and sums of q xb ([n_tok][n_cols / 32]; strata_quantize_rows, the values
 // the cpu backend multiplies). Per unit, mma.sync m16n8k32 s8 gives the
 // exact integer dot product sumi of a weight row's and a token's q, and
@@ -119,7 +120,8 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
                                             long long row_bytes, int n_tok) {
   __shared__ unsigned sa[MMA_BM][20];  // [weight row][64 q bytes, 16 padding]
   __shared__ unsigned sb[MMA_BN][20];  // [token][...]
-  __shared__ float sw_scale[MMA_BM][2], sw_min[MMA_BM][2];  // [row][unit of the step]
+  // [row][unit of the step][half: values 0-15, 16-31 (Format::kI8Scales 2)]
+  __shared__ float sw_scale[MMA_BM][2][2], sw_min[MMA_BM][2];
   __shared__ float sx_scale[MMA_BN][2], sx_sum[MMA_BN][2];  // [token][unit of the step]
   const int row_tiles = (n_rows + MMA_BM - 1) / MMA_BM;
   const int m0 = (int)(blockIdx.x % row_tiles) * MMA_BM;
@@ -141,10 +143,11 @@ STRATA_UNROLL
     const int u = k0 / 32 + half;
     {
       signed char q[32];
-      float scale = 0.0f, min = 0.0f;
+      float scale[2] = {0.0f, 0.0f}, min = 0.0f;
       const int r = m0 + mine;
       if (r < n_rows && u < units) {
-        Format::unit_i8(w + (long long)r * row_bytes, u, q, &scale, &min);
+        Format::unit_i8(w + (long long)r * row_bytes, u, q, scale, &min);
+        if (Format::kI8Scales == 1) scale[1] = scale[0];
       } else {
 STRATA_UNROLL
         for (int l = 0; l < 32; ++l) q[l] = 0;
@@ -155,7 +158,8 @@ STRATA_UNROLL
                                  ((unsigned)(u8)q[4 * l + 2] << 16) |
                                  ((unsigned)(u8)q[4 * l + 3] << 24);
       }
-      sw_scale[mine][half] = scale;
+      sw_scale[mine][half][0] = scale[0];
+      sw_scale[mine][half][1] = scale[1];
       sw_min[mine][half] = min;
       const int tok = t0 + mine;
       if (tok < n_tok && u < units) {
@@ -197,12 +201,14 @@ STRATA_UNROLL
         b[j][1] = sb[c][8 * k + 4 + t];
       }
       // This lane's rows' and tokens' scales for the unit, in registers.
-      float ws[2][2], wmin[2][2], xs[4][2], xsum[4][2];
+      // ws[i][h][v]: row half h of tile i, the scale of values 16 v ...
+      float ws[2][2][2], wmin[2][2], xs[4][2], xsum[4][2];
 STRATA_UNROLL
       for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
         for (int h = 0; h < 2; ++h) {
-          ws[i][h] = sw_scale[wm + 16 * i + g + 8 * h][k];
+          ws[i][h][0] = sw_scale[wm + 16 * i + g + 8 * h][k][0];
+          ws[i][h][1] = sw_scale[wm + 16 * i + g + 8 * h][k][1];
           wmin[i][h] = sw_min[wm + 16 * i + g + 8 * h][k];
         }
       }
@@ -218,13 +224,26 @@ STRATA_UNROLL
       for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
         for (int j = 0; j < 4; ++j) {
-          int sumi[4] = {0, 0, 0, 0};
-          strata_mma_16832_s8(sumi, a[i], b[j]);
+          if (Format::kI8Scales == 1) {
+            int sumi[4] = {0, 0, 0, 0};
+            strata_mma_16832_s8(sumi, a[i], b[j]);
 STRATA_UNROLL
-          for (int e = 0; e < 4; ++e) {
-            const float dx = xs[j][e & 1];
-            acc[i][j][e] += ws[i][e >> 1] * dx * (float)sumi[e] -
-                            wmin[i][e >> 1] * dx * xsum[j][e & 1];
+            for (int e = 0; e < 4; ++e) {
+              const float dx = xs[j][e & 1];
+              acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sumi[e] -
+                              wmin[i][e >> 1] * dx * xsum[j][e & 1];
+            }
+          } else {  // a scale each 16 values (Q6_K): each half alone, A's other half 0
+            const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
+            int sum0[4] = {0, 0, 0, 0}, sum1[4] = {0, 0, 0, 0};
+            strata_mma_16832_s8(sum0, lo, b[j]);
+            strata_mma_16832_s8(sum1, hi, b[j]);
+STRATA_UNROLL
+            for (int e = 0; e < 4; ++e) {
+              const float dx = xs[j][e & 1];
+              acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sum0[e] +
+                              ws[i][e >> 1][1] * dx * (float)sum1[e];
+            }
           }
         }
       }
@@ -295,4 +314,5 @@ STRATA_MMA_I8_ENTRY(q5_k, Q5_K)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q6_k)
 STRATA_MMA_ENTRY(q6_k, Q6_K)
+STRATA_MMA_I8_ENTRY(q6_k, Q6_K)
 #endif
