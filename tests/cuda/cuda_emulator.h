@@ -261,6 +261,11 @@ T atomicAdd(T* address, T value) {
 }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float strata_host_f16_to_f32(unsigned short h) { return reference::f16_to_f32(h); }
+// A vector load at an address a GPU would fault on (matvec.cuh load_as).
+[[noreturn]] inline void strata_host_misaligned(const void* p, size_t bytes) {
+  std::fprintf(stderr, "cuda_emulation: a %zu-byte load at %p is misaligned\n", bytes, p);
+  std::abort();
+}
 inline unsigned short strata_host_f32_to_f16(float f) { return reference::f32_to_f16(f); }
 
 // The body of every coroutine: the kernel, then leaving the barriers.

@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -662,11 +663,17 @@ TEST_P(DeviceBackend, TunerMeasuresOnceAndItsFileDecidesTheSplit) {
     entry["threads"] = 256;
   }
   std::ofstream(path) << j.dump();
-  auto from_file = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api());
+  std::unique_ptr<DeviceApi> api = new_api();
+  // On the emulation, the blocks the matrix kernel ran in (the file's 256).
+  const auto* emulated = dynamic_cast<const testing::EmulatedDeviceApi*>(api.get());
+  auto from_file = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
   ASSERT_TRUE(from_file.ok()) << from_file.status();
   auto forced = device_backend(m, {0, m.hp.n_layer}, 8, 4);
   const std::vector<int32_t> prompt = {1, 403, 407, 261};
   EXPECT_EQ(logits_alone(**from_file, 0, prompt, {300}), logits_alone(*forced, 0, prompt, {300}));
+  if (emulated != nullptr) {
+    EXPECT_EQ(emulated->blocks_of("strata_matvec3_f32"), std::set<unsigned>{256});
+  }
   // A malformed file is an empty tuner: the load measures again.
   std::ofstream(path) << "{not json";
   auto after_garbage = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api());

@@ -199,6 +199,7 @@ class EmulatedDeviceApi : public DeviceApi {
       return absl::OkStatus();
     }
     ++launches_;
+    blocks_[timed_[static_cast<size_t>(kernel.id)].entry].insert(block);
     const auto t0 = std::chrono::steady_clock::now();
     cuda_emulation::launch(grid, block, [&] { fn.call(args); });
     if (profiling_) {  // the emulation's wall clock
@@ -221,6 +222,11 @@ class EmulatedDeviceApi : public DeviceApi {
 
   // Kernel launches run so far (one by one or in replays).
   int64_t launches() const { return launches_; }
+  // The blocks (threads) `entry` was launched with, outside graphs.
+  std::set<unsigned> blocks_of(const std::string& entry) const {
+    auto it = blocks_.find(entry);
+    return it == blocks_.end() ? std::set<unsigned>{} : it->second;
+  }
   // Graphs captured and replays run so far.
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
@@ -247,6 +253,7 @@ class EmulatedDeviceApi : public DeviceApi {
   std::vector<KernelTime> timed_;  // [KernelHandle::id]: launches and time while profiling
   bool profiling_ = false;
   int64_t launches_ = 0;
+  std::map<std::string, std::set<unsigned>> blocks_;
   bool capturing_ = false;
   std::vector<Recorded> recording_;
   std::vector<std::vector<Recorded>> graphs_;  // [GraphHandle::id]

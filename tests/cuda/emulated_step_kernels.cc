@@ -324,7 +324,11 @@ HostEntry mma_i8_host_entry(GgmlType type) {
     case GgmlType::kMXFP4: return adapt(mm::strata_mma3_i8_mxfp4);
     case GgmlType::kQ4_K: return adapt(mm::strata_mma3_i8_q4_k);
     case GgmlType::kQ5_K: return adapt(mm::strata_mma3_i8_q5_k);
-    default: return adapt(mm::strata_mma3_i8_q6_k);
+    case GgmlType::kQ6_K: return adapt(mm::strata_mma3_i8_q6_k);
+    default:
+      std::fprintf(stderr, "mma_i8_host_entry: no int8 build of %s\n",
+                   std::string(ggml_type_info(type).name).c_str());
+      std::abort();
   }
 }
 

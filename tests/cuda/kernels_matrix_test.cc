@@ -239,7 +239,7 @@ TEST_P(Kernels, MmaInt8MatchesTheReferenceForEveryTypeItTakes) {
     ++types;
     const int kind = cuda_kernels::round_kind(c.type);
     const GgmlType act = kind == cuda_kernels::kRoundQ8_K ? GgmlType::kQ8_K : GgmlType::kQ8_0;
-    for (const int n_cols : {256, 96}) {
+    for (const int n_cols : {512, 96}) {  // K-quants: two superblocks
       if (kind == cuda_kernels::kRoundQ8_K && n_cols % 256 != 0) continue;
       SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(n_cols) +
                    " columns");

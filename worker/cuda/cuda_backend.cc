@@ -23,6 +23,10 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   device.max_batch = options.max_batch;
   const char* no_tune = std::getenv("STRATA_NO_TUNE");
   device.tune = !options.no_tune && !(no_tune != nullptr && std::string(no_tune) == "1");
+  // STRATA_MMA_INT8=0: prompt slices on the f16 tensor-core kernel only
+  // (the comparison gpu-check.sh times).
+  const char* int8 = std::getenv("STRATA_MMA_INT8");
+  device.mma_int8 = !(int8 != nullptr && std::string(int8) == "0");
   device.kernel_profile_path = options.kernel_profile_path;
   if (const char* profile = std::getenv("STRATA_KERNEL_PROFILE");
       device.kernel_profile_path.empty() && profile != nullptr) {

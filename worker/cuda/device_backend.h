@@ -73,7 +73,8 @@ struct DeviceBackendOptions {
   int mma_min_rows = 64;
   // Those slices' Q4_0, Q5_0, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K matrices on the
   // int8 tensor cores (mma3_i8_entry: the rows' Q8 values times the
-  // weights' q exactly, the cpu backend's numbers); false: on the f16 ones
+  // weights' q exactly, the cpu backend's numbers up to float summation
+  // order); false: on the f16 ones
   // (the weights and rows rounded to f16).
   bool mma_int8 = true;
   // Those slices attend with flash attention (f16 probabilities, ~1e-3 of

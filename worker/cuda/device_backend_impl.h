@@ -145,6 +145,20 @@ struct Int8Rows {
   const float* d = nullptr;
   const float* sums = nullptr;
 };
+// One buffer holds rows rows of width (a multiple of 32) int8 values: q,
+// then d, then sums. Its bytes, and its parts at `base`.
+inline size_t int8_rows_bytes(int64_t rows, int64_t width) {
+  const auto values = static_cast<size_t>(rows * width);
+  return values + 2 * (values / 32) * sizeof(float);
+}
+inline Int8Rows int8_rows_at(const unsigned char* base, int64_t rows, int64_t width) {
+  const auto values = static_cast<size_t>(rows * width);
+  Int8Rows r;
+  r.q = reinterpret_cast<const signed char*>(base);
+  r.d = reinterpret_cast<const float*>(base + values);
+  r.sums = r.d + values / 32;
+  return r;
+}
 
 inline reference::ops::MoeGating moe_gating(arch::ExpertGating g) {
   switch (g) {

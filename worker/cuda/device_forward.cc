@@ -45,11 +45,8 @@ absl::StatusOr<Int8Rows> DeviceBackend::quantized(const DeviceMatrix& m, PairedR
     return absl::InternalError(absl::StrCat(in.n, " rows of ", in.width, " past the int8 rows of ",
                                             int8_width_[kind], " for a matrix of ", m.n_in));
   }
-  const int64_t cap = int64_t{options_.max_batch} * int8_width_[kind];
-  Int8Rows r;
-  r.q = int8_[kind].as<signed char>();
-  r.d = reinterpret_cast<const float*>(int8_[kind].as<unsigned char>() + cap);
-  r.sums = r.d + cap / 32;
+  const Int8Rows r =
+      int8_rows_at(int8_[kind].as<unsigned char>(), options_.max_batch, int8_width_[kind]);
   if (in.stamp_i8[kind] != 0 && in.stamp_i8[kind] == int8_stamp_[kind]) return r;
   const int64_t total = int64_t{in.n} * in.width;
   STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_quantize_rows_, total, in.x,
@@ -102,12 +99,12 @@ absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows
     if (x == nullptr && !(r.tensor && m.mma_i8.id >= 0)) {
       STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
     }
-    const float* xr = x + int64_t{r.row0} * m.n_in;
     float* a = y0 + int64_t{r.row0} * n0;
     float* b = y1 + int64_t{r.row0} * n1;
     float* c = y2 + int64_t{r.row0} * n2;
     if (!r.tensor || m.mma.id < 0) {
-      STRATA_DEVICE_RETURN_IF_ERROR(launch_matvec3(m, xr, r.rows, a, b, c, n0, n1));
+      STRATA_DEVICE_RETURN_IF_ERROR(
+          launch_matvec3(m, x + int64_t{r.row0} * m.n_in, r.rows, a, b, c, n0, n1));
       continue;
     }
     const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
@@ -123,6 +120,7 @@ absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows
           r.rows));
       continue;
     }
+    const float* xr = x + int64_t{r.row0} * m.n_in;
     STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma, static_cast<unsigned>(row_tiles * tok_tiles),
                                       ck::kStepMmaThreads, m.data, xr, a, b, c, n0, n1, m.n_out,
                                       m.n_in, m.row_bytes, r.rows));

@@ -29,9 +29,6 @@ std::string unsupported(const arch::Hyperparameters& hp) {
   return "";
 }
 
-// The kernels load Q4_K's and Q5_K's quants 16 bytes at a time and Q8_0's
-// and Q6_K's 2, the other formats byte by byte (matvec.cuh): a matrix's
-// rows must start there.
 // The index in kStepRowWarps of `row_warps` (one of them).
 int split_index(int row_warps) {
   int s = 0;
@@ -39,6 +36,9 @@ int split_index(int row_warps) {
   return s;
 }
 
+// The kernels load Q4_K's and Q5_K's quants 16 bytes at a time and Q8_0's
+// and Q6_K's 2, the other formats byte by byte (matvec.cuh): a matrix's
+// rows must start there.
 bool aligned_for_kernels(const DeviceMatrix& m) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(m.data);
   if (m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ5_K) {
@@ -423,8 +423,8 @@ absl::Status DeviceBackend::load() {
     }
     for (size_t kind = 1; kind < int8_.size(); ++kind) {
       if (int8_width_[kind] == 0) continue;
-      const size_t values = b * static_cast<size_t>(int8_width_[kind]);
-      STRATA_DEVICE_ASSIGN_OR_RETURN(int8_[kind], space(values + 2 * (values / 32) * f));
+      STRATA_DEVICE_ASSIGN_OR_RETURN(
+          int8_[kind], space(int8_rows_bytes(options_.max_batch, int8_width_[kind])));
     }
   }
   if (!options_.kernel_profile_path.empty()) {  // the launches from here on

@@ -35,6 +35,12 @@ size_t step_matvec_type_index(GgmlType type);
 inline constexpr int kStepMatvecThreads = 256;
 inline constexpr std::array<int, 3> kStepMatvecBlocks = {64, 128, 256};
 inline constexpr int kStepMatvecBlock = 128;
+static_assert([] {
+  for (const int t : kStepMatvecBlocks) {
+    if (t % 32 != 0 || t > kStepMatvecThreads) return false;
+  }
+  return kStepMatvecBlock % 32 == 0 && kStepMatvecBlock <= kStepMatvecThreads;
+}(), "a launch's block is a multiple of 32 within the builds' THREADS (matvec.cuh)");
 inline constexpr int kStepRmsNormThreads = 256;
 inline constexpr int kStepMmaThreads = 128;
 // The head sizes the flash-attention kernel is built for (dk = dv; one build

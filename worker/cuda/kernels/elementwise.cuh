@@ -57,7 +57,8 @@
 //     2 Q8_0 (legacy quants, MXFP4: per 32 values d = amax / 127, q =
 //     round-half-even(x 127 / amax), y = f16(d) q), 3 Q8_K (K-quants: per 256
 //     values the one of largest magnitude, the first of equals, max; q =
-//     min(127, round-half-even(x (-127 / max))), y = q / (-127 / max)); n a
+//     min(127, round-half-even(x iscale)), iscale = -127 / max, y = d q with
+//     d = 1 / iscale); n a
 //     multiple of the kind's block, rows whole blocks. One warp a block of 32
 //     or 256 (a warp-stride loop: a block of threads is a multiple of 32); y
 //     may alias x.

@@ -39,6 +39,8 @@ __device__ __forceinline__ T load_as(const void* p) {
 #if defined(__CUDA_ARCH__)
   return *(const T*)p;
 #else
+  // The device faults on a misaligned vector load: so does the emulation.
+  if ((unsigned long long)p % sizeof(T) != 0) strata_host_misaligned(p, sizeof(T));
   T r;
   memcpy(&r, p, sizeof r);
   return r;
