@@ -12,6 +12,26 @@
 #define MMA_BK 64   // columns a step: two 32-value units a weight row
 #define MMA_PAD 8   // halves after each shared row: conflict-free fragment loads
 
+// A warp's 32 rows x 32 tokens of results (2 x 4 mma tiles' accumulators,
+// the m16n8 layout: acc[i][j][e] is row r0 + 16 i + g + 8 (e / 2), token
+// k0 + 8 j + 2 t + e % 2) to the outputs, those inside n_rows and n_tok.
+__device__ __forceinline__ void mma_put_tile(const float (*acc)[4][4], int r0, int k0, int g,
+                                             int t, float* y0, float* y1, float* y2, int n0,
+                                             int n1, int n_rows, int n_tok) {
+STRATA_UNROLL
+  for (int i = 0; i < 2; ++i) {
+STRATA_UNROLL
+    for (int j = 0; j < 4; ++j) {
+STRATA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int row = r0 + 16 * i + g + (e >> 1) * 8;
+        const int tok = k0 + 8 * j + 2 * t + (e & 1);
+        if (row < n_rows && tok < n_tok) strata_put(y0, y1, y2, n0, n1, n_rows, row, tok, acc[i][j][e]);
+      }
+    }
+  }
+}
+
 // Y = X W^T over a tile of MMA_BM weight rows and MMA_BN tokens: block b is
 // rows (b % row_tiles) MMA_BM .., tokens (b / row_tiles) MMA_BN ..; 4 warps,
 // each 32 rows x 32 tokens (2 x 4 mma tiles). Per MMA_BK step every thread
@@ -85,18 +105,7 @@ STRATA_UNROLL
     }
     __syncthreads();  // the tile is read before the next step writes it
   }
-STRATA_UNROLL
-  for (int i = 0; i < 2; ++i) {
-STRATA_UNROLL
-    for (int j = 0; j < 4; ++j) {
-STRATA_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int row = m0 + wm + 16 * i + g + (e >> 1) * 8;
-        const int tok = t0 + wn + 8 * j + 2 * t + (e & 1);
-        if (row < n_rows && tok < n_tok) strata_put(y0, y1, y2, n0, n1, n_rows, row, tok, acc[i][j][e]);
-      }
-    }
-  }
+  mma_put_tile(acc, m0 + wm, t0 + wn, g, t, y0, y1, y2, n0, n1, n_rows, n_tok);
 }
 
 // The same tile on the int8 tensor cores, for the types whose products with
@@ -250,18 +259,7 @@ STRATA_UNROLL
     }
     __syncthreads();  // the tile is read before the next step writes it
   }
-STRATA_UNROLL
-  for (int i = 0; i < 2; ++i) {
-STRATA_UNROLL
-    for (int j = 0; j < 4; ++j) {
-STRATA_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int row = m0 + wm + 16 * i + g + (e >> 1) * 8;
-        const int tok = t0 + wn + 8 * j + 2 * t + (e & 1);
-        if (row < n_rows && tok < n_tok) strata_put(y0, y1, y2, n0, n1, n_rows, row, tok, acc[i][j][e]);
-      }
-    }
-  }
+  mma_put_tile(acc, m0 + wm, t0 + wn, g, t, y0, y1, y2, n0, n1, n_rows, n_tok);
 }
 
 // strata_mma3_i8_<type>: strata_mma3_<type>'s tile and outputs from int8 rows.
