@@ -55,9 +55,13 @@ targets=(strata strata_worker_main strata-coordinator)
 # The test binaries that exist in this tree and configuration: the CUDA
 # kernel tests (tests/cuda/, with the CUDA backend) and the NCCL link's
 # (with CUDA and NCCL).
+# The list is read whole first: `grep -q` on the pipe would close it at the
+# first match and kill the listing with SIGPIPE, which under pipefail
+# dropped the target it had found.
 test_targets=()
+all_targets="$(cmake --build "$BUILD" --target help)"
 for t in strata_cuda_tests strata_nccl_tests; do
-  if cmake --build "$BUILD" --target help | grep -q "^$t:"; then test_targets+=("$t"); fi
+  if grep -q "^$t:" <<<"$all_targets"; then test_targets+=("$t"); fi
 done
 targets+=("${test_targets[@]}")
 log "building ${targets[*]} in $BUILD"
