@@ -184,25 +184,30 @@ T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask) {
 inline float strata_emulated_half(uint32_t reg, int half) {
   return reference::f16_to_f32(static_cast<unsigned short>(half ? reg >> 16 : reg & 0xffff));
 }
-inline void strata_host_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b) {
+// The warp's mma.sync: every lane gives its A and B fragments, then sets
+// its four D elements d[i] = sum(d[i], D[row][col]) with row = g + 8 (i >=
+// 2), col = 2t + i % 2, `sum` reading the whole tiles' fragments.
+template <typename T, typename Sum>
+void strata_emulated_mma(T* d, const unsigned* a, const unsigned* b, Sum sum) {
   const unsigned lane = threadIdx.x & 31;
   BlockRun::Warp& w = this_block->warps[threadIdx.x / 32];
   std::memcpy(w.mma_a[lane], a, sizeof w.mma_a[lane]);
   std::memcpy(w.mma_b[lane], b, sizeof w.mma_b[lane]);
   wait_at(w.meet);
   const int g = static_cast<int>(lane >> 2), t = static_cast<int>(lane & 3);
-  for (int i = 0; i < 4; ++i) {
-    const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-    float sum = d[i];
+  for (int i = 0; i < 4; ++i) d[i] = sum(w, g + 8 * (i >> 1), 2 * t + (i & 1), d[i]);
+  wait_at(w.meet);  // every lane has read before any writes again
+}
+inline void strata_host_mma_m16n8k16(float* d, const unsigned* a, const unsigned* b) {
+  strata_emulated_mma(d, a, b, [](const BlockRun::Warp& w, int row, int col, float sum) {
     for (int k = 0; k < 16; ++k) {
       const float av = strata_emulated_half(
           w.mma_a[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
       const float bv = strata_emulated_half(w.mma_b[4 * col + (k % 8) / 2][k >= 8], k % 2);
       sum += av * bv;
     }
-    d[i] = sum;
-  }
-  wait_at(w.meet);  // every lane has read before any writes again
+    return sum;
+  });
 }
 
 // mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 for the warp, by the
@@ -214,24 +219,15 @@ inline int strata_emulated_s8(uint32_t reg, int byte) {
   return static_cast<int8_t>(static_cast<uint8_t>(reg >> (8 * byte)));
 }
 inline void strata_host_mma_m16n8k32_s8(int* d, const unsigned* a, const unsigned* b) {
-  const unsigned lane = threadIdx.x & 31;
-  BlockRun::Warp& w = this_block->warps[threadIdx.x / 32];
-  std::memcpy(w.mma_a[lane], a, sizeof w.mma_a[lane]);
-  std::memcpy(w.mma_b[lane], b, sizeof w.mma_b[lane]);
-  wait_at(w.meet);
-  const int g = static_cast<int>(lane >> 2), t = static_cast<int>(lane & 3);
-  for (int i = 0; i < 4; ++i) {
-    const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-    int sum = d[i];
+  strata_emulated_mma(d, a, b, [](const BlockRun::Warp& w, int row, int col, int sum) {
     for (int k = 0; k < 32; ++k) {
       const int av = strata_emulated_s8(
           w.mma_a[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)], k % 4);
       const int bv = strata_emulated_s8(w.mma_b[4 * col + (k % 16) / 4][k >= 16], k % 4);
       sum += av * bv;
     }
-    d[i] = sum;
-  }
-  wait_at(w.meet);  // every lane has read before any writes again
+    return sum;
+  });
 }
 
 inline float __uint_as_float(unsigned u) {

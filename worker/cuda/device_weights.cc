@@ -406,6 +406,7 @@ absl::Status DeviceBackend::load() {
     std::vector<DeviceMatrix*> all, per_slice;
     matrices(&all, &per_slice);
     for (const DeviceMatrix* m : all) {
+      if (m == &token_embd_ && !tied_output_) continue;  // get_rows only: never multiplied
       const auto kind = static_cast<size_t>(m->round);
       paired_floats_[kind] = std::max(paired_floats_[kind], int64_t{m->n_in} * static_cast<int64_t>(b));
     }
