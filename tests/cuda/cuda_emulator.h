@@ -230,6 +230,15 @@ inline void strata_host_mma_m16n8k32_s8(int* d, const unsigned* a, const unsigne
   });
 }
 
+// __dp4a(a, b, c) on signed bytes: c + the sum of the four products of a's
+// and b's bytes (matvec.cuh dot4_i8).
+inline int strata_host_dp4a(unsigned a, unsigned b, int c) {
+  for (int byte = 0; byte < 4; ++byte) {
+    c += strata_emulated_s8(a, byte) * strata_emulated_s8(b, byte);
+  }
+  return c;
+}
+
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, sizeof f);

@@ -27,6 +27,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w1_c1
 namespace matvec_w1_c2 {
 using namespace strata::cuda_emulation;
@@ -37,6 +38,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w1_c2
 namespace matvec_w1_c4 {
 using namespace strata::cuda_emulation;
@@ -47,6 +49,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w1_c4
 namespace matvec_w1_c8 {
 using namespace strata::cuda_emulation;
@@ -57,6 +60,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w1_c8
 namespace matvec_w1_c16 {
 using namespace strata::cuda_emulation;
@@ -67,6 +71,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w1_c16
 namespace matvec_w2_c1 {
 using namespace strata::cuda_emulation;
@@ -77,6 +82,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w2_c1
 namespace matvec_w2_c2 {
 using namespace strata::cuda_emulation;
@@ -87,6 +93,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w2_c2
 namespace matvec_w2_c4 {
 using namespace strata::cuda_emulation;
@@ -97,6 +104,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w2_c4
 namespace matvec_w2_c8 {
 using namespace strata::cuda_emulation;
@@ -107,6 +115,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w2_c8
 namespace matvec_w2_c16 {
 using namespace strata::cuda_emulation;
@@ -117,6 +126,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w2_c16
 namespace matvec_w4_c1 {
 using namespace strata::cuda_emulation;
@@ -127,6 +137,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w4_c1
 namespace matvec_w4_c2 {
 using namespace strata::cuda_emulation;
@@ -137,6 +148,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w4_c2
 namespace matvec_w4_c4 {
 using namespace strata::cuda_emulation;
@@ -147,6 +159,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w4_c4
 namespace matvec_w4_c8 {
 using namespace strata::cuda_emulation;
@@ -157,6 +170,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w4_c8
 namespace matvec_w4_c16 {
 using namespace strata::cuda_emulation;
@@ -167,6 +181,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec_w4_c16
 #undef THREADS
 #define THREADS 128
@@ -183,6 +198,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace mma
 #undef THREADS
 namespace flash32 {
@@ -296,6 +312,17 @@ static_assert(cuda_kernels::kStepMatvecThreads == 256 && cuda_kernels::kStepMmaT
     add(GgmlType::kQ4_K, adapt(strata_matvec_q4_k), adapt(strata_matvec3_q4_k), adapt(strata_get_rows_q4_k));             \
     add(GgmlType::kQ5_K, adapt(strata_matvec_q5_k), adapt(strata_matvec3_q5_k), adapt(strata_get_rows_q5_k));             \
     add(GgmlType::kQ6_K, adapt(strata_matvec_q6_k), adapt(strata_matvec3_q6_k), adapt(strata_get_rows_q6_k));             \
+    const auto add_i8 = [&](GgmlType type, HostEntry matvec3_i8) {                             \
+      const auto& source = sources.matvec[cuda_kernels::step_matvec_type_index(type)][w][i];   \
+      to.add(source, cuda_kernels::matvec3_i8_entry(type), std::move(matvec3_i8));            \
+    };                                                                                         \
+    add_i8(GgmlType::kQ4_0, adapt(strata_matvec3_i8_q4_0));                                    \
+    add_i8(GgmlType::kQ5_0, adapt(strata_matvec3_i8_q5_0));                                    \
+    add_i8(GgmlType::kQ8_0, adapt(strata_matvec3_i8_q8_0));                                    \
+    add_i8(GgmlType::kMXFP4, adapt(strata_matvec3_i8_mxfp4));                                  \
+    add_i8(GgmlType::kQ4_K, adapt(strata_matvec3_i8_q4_k));                                    \
+    add_i8(GgmlType::kQ5_K, adapt(strata_matvec3_i8_q5_k));                                    \
+    add_i8(GgmlType::kQ6_K, adapt(strata_matvec3_i8_q6_k));                                    \
   }
 
 }  // namespace

@@ -36,6 +36,12 @@ TEST(MatvecTuner, RecordsTheFastestChoiceTheFirstOfEquals) {
   EXPECT_EQ(*t.find(kF16), (MatvecChoice{1, 64}));
   EXPECT_EQ(t.measured(), 2);
   EXPECT_EQ(matvec_shape_text(kQ4K), "Q4_K 4096x14336");
+  // The int8 form of the kernel is another shape: its own measurement.
+  const MatvecShape q4k_i8{GgmlType::kQ4_K, 4096, 14336, /*int8=*/true};
+  EXPECT_EQ(matvec_shape_text(q4k_i8), "Q4_K 4096x14336 i8");
+  EXPECT_FALSE(t.find(q4k_i8).has_value());
+  EXPECT_EQ(t.record(q4k_i8, {1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0}), (MatvecChoice{1, 64}));
+  EXPECT_EQ(*t.find(kQ4K), (MatvecChoice{2, 128}));
 }
 
 TEST(MatvecTuner, AFileOfTheSameKeyIsReadAndOneOfAnotherIsNot) {

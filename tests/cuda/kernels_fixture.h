@@ -52,6 +52,7 @@ using namespace strata::cuda_emulation;
 #undef ROW_WARPS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
 }  // namespace matvec1
 namespace matvec3 {  // split-K: 4 warps a row
 using namespace strata::cuda_emulation;
@@ -153,8 +154,31 @@ inline std::vector<TypeCase> type_cases() {
   };
 }
 
+// The int8 form of the three-output kernel (matvec3_i8_entry) in kMatvec1
+// and kMatvec3, for the types that have one.
+struct Int8Case {
+  GgmlType type;
+  testing::HostEntry matvec1, matvec3;
+};
+inline std::vector<Int8Case> int8_cases() {
+  using namespace host;
+  return {
+      {GgmlType::kQ4_0, adapt(matvec1::strata_matvec3_i8_q4_0), adapt(matvec3::strata_matvec3_i8_q4_0)},
+      {GgmlType::kQ5_0, adapt(matvec1::strata_matvec3_i8_q5_0), adapt(matvec3::strata_matvec3_i8_q5_0)},
+      {GgmlType::kQ8_0, adapt(matvec1::strata_matvec3_i8_q8_0), adapt(matvec3::strata_matvec3_i8_q8_0)},
+      {GgmlType::kMXFP4, adapt(matvec1::strata_matvec3_i8_mxfp4), adapt(matvec3::strata_matvec3_i8_mxfp4)},
+      {GgmlType::kQ4_K, adapt(matvec1::strata_matvec3_i8_q4_k), adapt(matvec3::strata_matvec3_i8_q4_k)},
+      {GgmlType::kQ5_K, adapt(matvec1::strata_matvec3_i8_q5_k), adapt(matvec3::strata_matvec3_i8_q5_k)},
+      {GgmlType::kQ6_K, adapt(matvec1::strata_matvec3_i8_q6_k), adapt(matvec3::strata_matvec3_i8_q6_k)},
+  };
+}
+
 inline std::unique_ptr<DeviceApi> emulated_device() {
   auto api = std::make_unique<EmulatedDeviceApi>();
+  for (const Int8Case& c : int8_cases()) {
+    api->add(kMatvec1, cuda_kernels::matvec3_i8_entry(c.type), c.matvec1);
+    api->add(kMatvec3, cuda_kernels::matvec3_i8_entry(c.type), c.matvec3);
+  }
   for (const TypeCase& c : type_cases()) {
     api->add(kMatvec1, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec1);
     api->add(kMatvec3, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec3);

@@ -282,6 +282,69 @@ TEST_P(Kernels, MmaInt8MatchesTheReferenceForEveryTypeItTakes) {
   EXPECT_EQ(types, 7);
 }
 
+// The matvec kernel's int8 form (decode on the rows' Q8 values, dp4a):
+// every type it takes, 1 column and 3 (split-K, 4 warps a row), fewer and
+// more units than a warp's lanes, a column with an outlier (its units'
+// scales far apart). Against the reference's double sum of the dequantized
+// weights times the rounded rows (the cpu backend's values), within float
+// rounding of the per-unit sums: |y - ref| <= 1e-5 sum(|w x| + |min x|) + 1e-6.
+TEST_P(Kernels, MatvecInt8MatchesTheReferenceForEveryTypeItTakes) {
+  int types = 0;
+  uint32_t seed = 50;
+  for (const TypeCase& c : type_cases()) {
+    const std::string entry = cuda_kernels::matvec3_i8_entry(c.type);
+    if (entry.empty()) continue;
+    ++types;
+    const int kind = cuda_kernels::round_kind(c.type);
+    const GgmlType act = kind == cuda_kernels::kRoundQ8_K ? GgmlType::kQ8_K : GgmlType::kQ8_0;
+    for (const int columns : {1, 3}) {
+      for (const int n_cols : {256, 2304, 96}) {
+        if (kind == cuda_kernels::kRoundQ8_K && n_cols % 256 != 0) continue;
+        const int n_rows = 9;
+        SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(columns) +
+                     " columns, " + std::to_string(n_cols));
+        const Quantized w = quantized(c.type, n_rows, n_cols, seed++);
+        std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, seed++);
+        x[static_cast<size_t>(columns - 1) * n_cols + 7] = 3e4f;
+        const size_t units = x.size() / 32;
+        DeviceBuffer dw = put(w.bytes), dx = put(x), dq = space(x.size()),
+                     dd = space(units * sizeof(float)), ds = space(units * sizeof(float));
+        ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256,
+                        dx.as<const float>(), dq.as<signed char>(), dd.as<float>(),
+                        ds.as<float>(), static_cast<long long>(x.size()), kind)
+                        .ok());
+        DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
+        const unsigned per_block = columns == 1 ? kMatvecThreads / 32 : 1;
+        ASSERT_TRUE(run(columns == 1 ? kMatvec1 : kMatvec3, entry,
+                        (n_rows + per_block - 1) / per_block, kMatvecThreads,
+                        dw.as<const unsigned char>(), dq.as<const signed char>(),
+                        dd.as<const float>(), ds.as<const float>(), dy.as<float>(),
+                        dy.as<float>(), dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes)
+                        .ok());
+        const std::vector<float> y = get<float>(dy, static_cast<size_t>(columns) * n_rows);
+        std::vector<float> xr(static_cast<size_t>(n_cols));
+        for (int col = 0; col < columns; ++col) {
+          reference::ops::round_activations(act, x.data() + static_cast<size_t>(col) * n_cols,
+                                            n_cols, xr.data());
+          for (int r = 0; r < n_rows; ++r) {
+            double want = 0.0, magnitude = 0.0;
+            const uint8_t* row = w.bytes.data() + static_cast<size_t>(r) * w.row_bytes;
+            for (int i = 0; i < n_cols; ++i) {
+              const double p =
+                  static_cast<double>(w.values[static_cast<size_t>(r) * n_cols + i]) * xr[i];
+              want += p;
+              magnitude += std::fabs(p) + std::fabs(unit_min(c.type, row, i / 32) * xr[i]);
+            }
+            ASSERT_NEAR(y[static_cast<size_t>(col) * n_rows + r], want, 1e-5 * magnitude + 1e-6)
+                << "column " << col << ", row " << r;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(types, 7);
+}
+
 // Batch invariance: a token's results are the same bits however many
 // tokens run with it and wherever its tile puts it (5 tokens from the
 // middle of 67 alone); the three-output form puts each part's rows in its

@@ -27,6 +27,10 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   // (the comparison gpu-check.sh times).
   const char* int8 = std::getenv("STRATA_MMA_INT8");
   device.mma_int8 = !(int8 != nullptr && std::string(int8) == "0");
+  // STRATA_MATVEC_INT8=0: the other products on the float matvec kernel
+  // (the decode comparison gpu-check.sh times).
+  const char* matvec_int8 = std::getenv("STRATA_MATVEC_INT8");
+  device.matvec_int8 = !(matvec_int8 != nullptr && std::string(matvec_int8) == "0");
   device.kernel_profile_path = options.kernel_profile_path;
   if (const char* profile = std::getenv("STRATA_KERNEL_PROFILE");
       device.kernel_profile_path.empty() && profile != nullptr) {

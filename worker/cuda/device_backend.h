@@ -77,6 +77,11 @@ struct DeviceBackendOptions {
   // order); false: on the f16 ones
   // (the weights and rows rounded to f16).
   bool mma_int8 = true;
+  // Every other product of those types (decode and small slices, experts,
+  // the head) on the matvec kernel's int8 form (matvec3_i8_entry: the
+  // rows' Q8 values times the weights' q with dp4a, exactly); false: its
+  // float form (the weights dequantized, times the rows' rounded values).
+  bool matvec_int8 = true;
   // Those slices attend with flash attention (f16 probabilities, ~1e-3 of
   // the largest logit) where the head size has a build; false: with the
   // attention.cuh kernels, as decode rows do (tests that isolate the

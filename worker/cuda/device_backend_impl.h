@@ -87,6 +87,10 @@ struct DeviceMatrix {
   KernelHandle mma;
   KernelHandle mma_i8;
   KernelHandle get_rows;
+  // Its matvec builds are the int8 form (matvec3_i8_entry, on quantized()
+  // rows; DeviceBackendOptions::matvec_int8 and a type that has one), not
+  // the float form on paired() rows.
+  bool int8 = false;
   bool present() const { return data != nullptr; }
 };
 
@@ -159,6 +163,24 @@ inline Int8Rows int8_rows_at(const unsigned char* base, int64_t rows, int64_t wi
   r.sums = r.d + values / 32;
   return r;
 }
+
+// A matrix's input rows [n][width] as its matvec kernel takes them
+// (DeviceMatrix::int8): the paired floats x, or the int8 rows q.
+struct MatvecRows {
+  const float* x = nullptr;
+  Int8Rows q;
+  // The rows from row `row` on.
+  MatvecRows from(int64_t row, int64_t width) const {
+    MatvecRows r = *this;
+    if (x != nullptr) r.x = x + row * width;
+    if (q.q != nullptr) {
+      r.q.q = q.q + row * width;
+      r.q.d = q.d + row * (width / 32);
+      r.q.sums = q.sums + row * (width / 32);
+    }
+    return r;
+  }
+};
 
 inline reference::ops::MoeGating moe_gating(arch::ExpertGating g) {
   switch (g) {
@@ -292,6 +314,8 @@ class DeviceBackend final : public Backend {
   // in's rows quantized as m's weights pair with them (Q8_0 or Q8_K kinds),
   // into int8_[m.round], made once as paired() makes its values.
   absl::StatusOr<Int8Rows> quantized(const DeviceMatrix& m, PairedRows& in);
+  // in's rows for m's matvec kernel: quantized() when m.int8, else paired().
+  absl::StatusOr<MatvecRows> matvec_rows(const DeviceMatrix& m, PairedRows& in);
   // y [n][m.n_out] = x [n][m.n_in] · mᵀ, in chunks of the built column
   // counts, x rounded first as the cpu backend does (paired()).
   absl::Status matvec(const DeviceMatrix& m, PairedRows& x, float* y) {
@@ -302,8 +326,8 @@ class DeviceBackend final : public Backend {
   // several parts): one launch a chunk.
   absl::Status matvec3(const DeviceMatrix& m, PairedRows& x, float* y0, float* y1, float* y2,
                        int n0, int n1);
-  // matvec3's launches on rows already paired (x [n][m.n_in]).
-  absl::Status launch_matvec3(const DeviceMatrix& m, const float* x, int n, float* y0,
+  // matvec3's launches on rows already made (matvec_rows, [n][m.n_in]).
+  absl::Status launch_matvec3(const DeviceMatrix& m, const MatvecRows& x, int n, float* y0,
                               float* y1, float* y2, int n0, int n1);
   // matvec3 over the step's rows (x [n][n_in] in the step's row order):
   // each run of slices of at least options_.mma_min_rows rows on m's

@@ -11,7 +11,8 @@ absl::StatusOr<KernelHandle> DeviceBackend::kernel_of(const DeviceMatrix& m, siz
   KernelHandle& h = m.matvec[w][i];
   if (h.id < 0) {
     const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(m.type)];
-    STRATA_DEVICE_ASSIGN_OR_RETURN(h, kernel(src[w][i], ck::matvec3_entry(m.type)));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(
+        h, kernel(src[w][i], m.int8 ? ck::matvec3_i8_entry(m.type) : ck::matvec3_entry(m.type)));
   }
   return h;
 }
@@ -57,19 +58,31 @@ absl::StatusOr<Int8Rows> DeviceBackend::quantized(const DeviceMatrix& m, PairedR
   return r;
 }
 
-absl::Status DeviceBackend::matvec3(const DeviceMatrix& m, PairedRows& x, float* y0, float* y1,
-                                    float* y2, int n0, int n1) {
-  const float* xp = nullptr;
-  STRATA_DEVICE_ASSIGN_OR_RETURN(xp, paired(m, x));
-  return launch_matvec3(m, xp, x.n, y0, y1, y2, n0, n1);
+absl::StatusOr<MatvecRows> DeviceBackend::matvec_rows(const DeviceMatrix& m, PairedRows& in) {
+  MatvecRows r;
+  if (m.int8) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(r.q, quantized(m, in));
+  } else {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(r.x, paired(m, in));
+  }
+  return r;
 }
 
-absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const float* x, int n,
+absl::Status DeviceBackend::matvec3(const DeviceMatrix& m, PairedRows& x, float* y0, float* y1,
+                                    float* y2, int n0, int n1) {
+  MatvecRows rows;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(rows, matvec_rows(m, x));
+  return launch_matvec3(m, rows, x.n, y0, y1, y2, n0, n1);
+}
+
+absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const MatvecRows& x, int n,
                                            float* y0, float* y1, float* y2, int n0, int n1) {
-  // The kernel reads a block format's activations as float4 (matvec.cuh):
-  // a misaligned address faults on a GPU (and the emulation copies bytes).
+  // The kernel reads a block format's activations as float4, int8 rows as
+  // uint4 (matvec.cuh): a misaligned address faults on a GPU (and the
+  // emulation aborts).
+  const void* in = m.int8 ? static_cast<const void*>(x.q.q) : static_cast<const void*>(x.x);
   if (m.type != GgmlType::kF32 && m.type != GgmlType::kF16 &&
-      reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+      reinterpret_cast<uintptr_t>(in) % 16 != 0) {
     return absl::InternalError("matvec: activations not 16-byte aligned");
   }
   const int rows_per_block = m.threads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
@@ -82,10 +95,18 @@ absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const float* x
     while (ck::kStepMatvecColumns[i] > n - done) --i;
     absl::StatusOr<KernelHandle> k = kernel_of(m, static_cast<size_t>(m.split), i);
     if (!k.ok()) return k.status();
-    STRATA_DEVICE_RETURN_IF_ERROR(run(*k, grid, static_cast<unsigned>(m.threads), m.data,
-                                      x + int64_t{done} * m.n_in, y0 + int64_t{done} * n0,
-                                      y1 + int64_t{done} * n1, y2 + int64_t{done} * n2, n0, n1,
-                                      m.n_out, m.n_in, m.row_bytes));
+    const MatvecRows at = x.from(done, m.n_in);
+    float* a = y0 + int64_t{done} * n0;
+    float* b = y1 + int64_t{done} * n1;
+    float* c = y2 + int64_t{done} * n2;
+    if (m.int8) {
+      STRATA_DEVICE_RETURN_IF_ERROR(run(*k, grid, static_cast<unsigned>(m.threads), m.data,
+                                        at.q.q, at.q.d, at.q.sums, a, b, c, n0, n1, m.n_out,
+                                        m.n_in, m.row_bytes));
+    } else {
+      STRATA_DEVICE_RETURN_IF_ERROR(run(*k, grid, static_cast<unsigned>(m.threads), m.data,
+                                        at.x, a, b, c, n0, n1, m.n_out, m.n_in, m.row_bytes));
+    }
     done += ck::kStepMatvecColumns[i];
   }
   return absl::OkStatus();
@@ -93,33 +114,31 @@ absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const float* x
 
 absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows, float* y0,
                                          float* y1, float* y2, int n0, int n1) {
-  const float* x = nullptr;  // the rows' values, rounded when a run needs them
   const int n2 = m.n_out - n0 - n1;
   for (const RowRun& r : runs_) {
-    if (x == nullptr && !(r.tensor && m.mma_i8.id >= 0)) {
-      STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
-    }
     float* a = y0 + int64_t{r.row0} * n0;
     float* b = y1 + int64_t{r.row0} * n1;
     float* c = y2 + int64_t{r.row0} * n2;
     if (!r.tensor || m.mma.id < 0) {
+      MatvecRows x;  // made once for the step's runs (the memo of paired/quantized)
+      STRATA_DEVICE_ASSIGN_OR_RETURN(x, matvec_rows(m, rows));
       STRATA_DEVICE_RETURN_IF_ERROR(
-          launch_matvec3(m, x + int64_t{r.row0} * m.n_in, r.rows, a, b, c, n0, n1));
+          launch_matvec3(m, x.from(r.row0, m.n_in), r.rows, a, b, c, n0, n1));
       continue;
     }
     const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
     const int64_t tok_tiles = (r.rows + ck::kMmaTokensPerBlock - 1) / ck::kMmaTokensPerBlock;
     if (m.mma_i8.id >= 0) {  // the int8 tensor cores on the rows' Q8 values
-      Int8Rows q;
-      STRATA_DEVICE_ASSIGN_OR_RETURN(q, quantized(m, rows));
-      const int64_t units = m.n_in / 32;
-      STRATA_DEVICE_RETURN_IF_ERROR(run(
-          m.mma_i8, static_cast<unsigned>(row_tiles * tok_tiles), ck::kStepMmaThreads, m.data,
-          q.q + int64_t{r.row0} * m.n_in, q.d + int64_t{r.row0} * units,
-          q.sums + int64_t{r.row0} * units, a, b, c, n0, n1, m.n_out, m.n_in, m.row_bytes,
-          r.rows));
+      MatvecRows q;
+      STRATA_DEVICE_ASSIGN_OR_RETURN(q.q, quantized(m, rows));
+      const Int8Rows at = q.from(r.row0, m.n_in).q;
+      STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_i8, static_cast<unsigned>(row_tiles * tok_tiles),
+                                        ck::kStepMmaThreads, m.data, at.q, at.d, at.sums, a, b,
+                                        c, n0, n1, m.n_out, m.n_in, m.row_bytes, r.rows));
       continue;
     }
+    const float* x = nullptr;
+    STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
     const float* xr = x + int64_t{r.row0} * m.n_in;
     STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma, static_cast<unsigned>(row_tiles * tok_tiles),
                                       ck::kStepMmaThreads, m.data, xr, a, b, c, n0, n1, m.n_out,

@@ -99,6 +99,7 @@ absl::StatusOr<DeviceMatrix> DeviceBackend::device_matrix(const std::string& nam
   m.n_out = static_cast<int>(view.n_out);
   m.row_bytes = view.row_bytes;
   m.round = ck::round_kind(view.type);
+  m.int8 = options_.matvec_int8 && !ck::matvec3_i8_entry(view.type).empty();
   DeviceBuffer bytes_on_device;
   STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
   m.data = weights_.emplace_back(std::move(bytes_on_device)).as<unsigned char>();
@@ -415,10 +416,11 @@ absl::Status DeviceBackend::load() {
       STRATA_DEVICE_ASSIGN_OR_RETURN(paired_[kind],
                                      space(static_cast<size_t>(paired_floats_[kind]) * f));
     }
-    // The int8 rows of the matrices with an int8 tensor-core kernel: q, then
-    // each 32-value unit's scale and sum.
-    for (const DeviceMatrix* m : per_slice) {
-      if (m->mma_i8.id < 0) continue;
+    // The int8 rows of the matrices with an int8 kernel (matvec or tensor
+    // cores): q, then each 32-value unit's scale and sum.
+    for (const DeviceMatrix* m : all) {
+      if (m == &token_embd_ && !tied_output_) continue;
+      if (!m->int8 && m->mma_i8.id < 0) continue;
       const auto kind = static_cast<size_t>(m->round);
       int8_width_[kind] = std::max<int64_t>(int8_width_[kind], m->n_in);
     }
@@ -514,13 +516,22 @@ absl::Status DeviceBackend::choose_splits() {
     widest = std::max(widest, m->n_in);
     longest = std::max(longest, m->n_out);
   }
+  // (one row of floats, or of int8 q with zero scales and sums).
   DeviceBuffer x, y;
-  STRATA_DEVICE_ASSIGN_OR_RETURN(x, space(static_cast<size_t>(widest) * sizeof(float)));
+  const size_t x_bytes = std::max(static_cast<size_t>(widest) * sizeof(float),
+                                  int8_rows_bytes(1, (widest + 31) / 32 * 32));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(x, space(x_bytes));
   STRATA_DEVICE_ASSIGN_OR_RETURN(y, space(static_cast<size_t>(longest) * sizeof(float)));
-  STRATA_DEVICE_RETURN_IF_ERROR(api_->fill(x.get(), 0, static_cast<size_t>(widest) * sizeof(float)));
+  STRATA_DEVICE_RETURN_IF_ERROR(api_->fill(x.get(), 0, x_bytes));
   const std::vector<MatvecChoice> candidates = matvec_candidates();
   for (DeviceMatrix* m : all) {
-    const MatvecShape shape{m->type, m->n_in, m->n_out};
+    const MatvecShape shape{m->type, m->n_in, m->n_out, m->int8};
+    MatvecRows zero;
+    if (m->int8) {
+      zero.q = int8_rows_at(x.as<unsigned char>(), 1, m->n_in);
+    } else {
+      zero.x = x.as<float>();
+    }
     std::optional<MatvecChoice> choice = tuner.find(shape);
     if (!choice) {
       std::vector<double> ms;
@@ -530,7 +541,7 @@ absl::Status DeviceBackend::choose_splits() {
         absl::StatusOr<double> t = api_->time_ms(
             [&] {
               float* out = y.as<float>();
-              return launch_matvec3(*m, x.as<float>(), 1, out, out, out, m->n_out, 0);
+              return launch_matvec3(*m, zero, 1, out, out, out, m->n_out, 0);
             },
             5);
         if (!t.ok()) return t.status();

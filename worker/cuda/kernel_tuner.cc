@@ -17,7 +17,8 @@
 namespace strata::worker {
 
 std::string matvec_shape_text(const MatvecShape& s) {
-  return absl::StrCat(std::string(ggml_type_info(s.type).name), " ", s.n_in, "x", s.n_out);
+  return absl::StrCat(std::string(ggml_type_info(s.type).name), " ", s.n_in, "x", s.n_out,
+                      s.int8 ? " i8" : "");
 }
 
 std::string tuning_key(const std::string& device) {

@@ -7,7 +7,7 @@
 // kernel source, as the CPU tuner keeps its parameters (kernels/cpu/jit/
 // tuner.h).
 //
-// The file: {"key": KEY, "matvec": {"Q4_K 4096x14336": {"row_warps": 2,
+// The file: {"key": KEY, "matvec": {"Q4_K 4096x14336 i8": {"row_warps": 2,
 // "threads": 128, "ms": {"w1 t64": t, ...}}, ...}}. KEY names the device, its compute capability,
 // the driver and a hash of the kernel source (tuning_key()): a file of
 // another key is not used (and is replaced at the next save). A missing,
@@ -31,6 +31,7 @@ struct MatvecShape {
   GgmlType type = GgmlType::kF32;
   int n_in = 0;
   int n_out = 0;
+  bool int8 = false;  // the kernel's int8 form (matvec3_i8_entry)
 };
 
 // One way to run the matrix kernel: its build's ROW_WARPS and its launch's
@@ -47,7 +48,8 @@ std::vector<MatvecChoice> matvec_candidates();
 // "w2 t128" (the file's name of a choice's time).
 std::string matvec_choice_text(const MatvecChoice& choice);
 
-// "Q4_K 4096x14336" (the file's key of a shape).
+// "Q4_K 4096x14336", "Q4_K 4096x14336 i8" for the int8 form (the file's
+// key of a shape).
 std::string matvec_shape_text(const MatvecShape& shape);
 
 // `device` (DeviceApi::tuning_key()) and the matrix kernel's source hash.

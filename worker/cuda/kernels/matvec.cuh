@@ -74,10 +74,46 @@ __device__ __forceinline__ unsigned int byte_of(const unsigned short* halves, in
   return ((unsigned int)halves[l >> 1] >> (8 * (l & 1))) & 255u;
 }
 
+// N little-endian words at p (2-byte aligned: blocks of an even size), as
+// 16-bit loads.
+template <int N>
+__device__ __forceinline__ void load_words_2(const u8* p, unsigned int* words) {
+STRATA_UNROLL
+  for (int i = 0; i < N; ++i) {
+    words[i] = (unsigned int)load_as<unsigned short>(p + 4 * i) |
+               ((unsigned int)load_as<unsigned short>(p + 4 * i + 2) << 16);
+  }
+}
+
+// Each byte of x minus the same byte of k, alone (no borrow between bytes),
+// as a signed byte: every byte of x below 128, of k at most 128.
+__device__ __forceinline__ unsigned int sub_bytes(unsigned int x, unsigned int k) {
+  return ((x | 0x80808080u) - k) ^ 0x80808080u;
+}
+// Bit j of b (j < 4) as bit 0 of byte j (the four shifted copies of b do
+// not overlap, so the product carries nothing).
+__device__ __forceinline__ unsigned int spread_bits4(unsigned int b) {
+  return ((b & 15u) * 0x00204081u) & 0x01010101u;
+}
+// c + the sum of the four products of a's and b's signed bytes (dp4a).
+__device__ __forceinline__ int dot4_i8(unsigned int a, unsigned int b, int c) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a((int)a, (int)b, c);
+#else
+  return strata_host_dp4a(a, b, c);  // the emulation's
+#endif
+}
+
 // Each format fills v[0..31] with unit u of a row (w: the row's bytes).
 // The float formats' rows may end in a part unit (stories260K's 172-wide
 // ffn_down): `value` gives element i alone, and kTail says a row may have
 // such a tail; a block format's rows are whole blocks.
+//
+// The types whose products with Q8 values are integer also give the unit
+// as int8 q with value = scale q - min: unit_words packs q[l] into byte
+// l % 4 of word l / 4 (the layout of int8 rows, so dp4a and mma.sync take
+// the words as they are), with kI8Scales scales (2: scale[0] for q[0..15],
+// scale[1] for q[16..31]) and a min that is zero unless kI8Min.
 
 struct F32 {
   static constexpr bool kTail = true;
@@ -124,18 +160,19 @@ STRATA_UNROLL
       v[l + 16] = (float)((int)(b[2 + l] >> 4) - 8) * d;
     }
   }
-  // The unit as int8 q with value = scale q - min (the int8 tensor-core
-  // kernel, mma.cuh; the types whose products with Q8 values are integer).
   static constexpr int kI8Scales = 1;  // one scale for the unit's 32 values
-  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
-                                                 float* min) {
+  static constexpr bool kI8Min = false;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
     const u8* b = w + (long long)u * 18;
     *scale = f16_bits(b);
     *min = 0.0f;
+    unsigned int qs[4];
+    load_words_2<4>(b + 2, qs);
 STRATA_UNROLL
-    for (int l = 0; l < 16; ++l) {
-      q[l] = (signed char)((int)(b[2 + l] & 15) - 8);
-      q[l + 16] = (signed char)((int)(b[2 + l] >> 4) - 8);
+    for (int i = 0; i < 4; ++i) {
+      q[i] = sub_bytes(qs[i] & 0x0F0F0F0Fu, 0x08080808u);
+      q[i + 4] = sub_bytes((qs[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
     }
   }
 };
@@ -172,17 +209,20 @@ STRATA_UNROLL
     }
   }
   static constexpr int kI8Scales = 1;
-  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
-                                                 float* min) {
+  static constexpr bool kI8Min = false;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
     const u8* b = w + (long long)u * 22;
     *scale = f16_bits(b);
     *min = 0.0f;
-    const unsigned int qh = (unsigned int)b[2] | ((unsigned int)b[3] << 8) |
-                            ((unsigned int)b[4] << 16) | ((unsigned int)b[5] << 24);
+    unsigned int qh, qs[4];
+    load_words_2<1>(b + 2, &qh);
+    load_words_2<4>(b + 6, qs);
 STRATA_UNROLL
-    for (int l = 0; l < 16; ++l) {
-      q[l] = (signed char)((int)((b[6 + l] & 15) | (((qh >> l) & 1) << 4)) - 16);
-      q[l + 16] = (signed char)((int)((b[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16);
+    for (int i = 0; i < 4; ++i) {
+      q[i] = sub_bytes((qs[i] & 0x0F0F0F0Fu) | (spread_bits4(qh >> (4 * i)) << 4), 0x10101010u);
+      q[i + 4] = sub_bytes(((qs[i] >> 4) & 0x0F0F0F0Fu) | (spread_bits4(qh >> (16 + 4 * i)) << 4),
+                           0x10101010u);
     }
   }
 };
@@ -225,16 +265,24 @@ STRATA_UNROLL
     }
   }
   static constexpr int kI8Scales = 1;
-  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
-                                                 float* min) {
+  static constexpr bool kI8Min = false;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
     const signed char table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     const u8* b = w + (long long)u * 17;
     *scale = e8m0_half(b[0]);
     *min = 0.0f;
 STRATA_UNROLL
-    for (int l = 0; l < 16; ++l) {
-      q[l] = table[b[1 + l] & 15];
-      q[l + 16] = table[b[1 + l] >> 4];
+    for (int i = 0; i < 4; ++i) {
+      unsigned int lo = 0u, hi = 0u;
+STRATA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const unsigned int byte = b[1 + 4 * i + j];
+        lo |= (unsigned int)(u8)table[byte & 15] << (8 * j);
+        hi |= (unsigned int)(u8)table[byte >> 4] << (8 * j);
+      }
+      q[i] = lo;
+      q[i + 4] = hi;
     }
   }
 };
@@ -252,15 +300,13 @@ STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = (float)(signed char)byte_of(q, l) * d;
   }
   static constexpr int kI8Scales = 1;
-  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
-                                                 float* min) {
+  static constexpr bool kI8Min = false;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
     const u8* b = w + (long long)u * 34;
     *scale = f16_bits(b);
     *min = 0.0f;
-    unsigned short h[16];
-    load_32_bytes_2(b + 2, h);
-STRATA_UNROLL
-    for (int l = 0; l < 32; ++l) q[l] = (signed char)byte_of(h, l);
+    load_words_2<8>(b + 2, q);
   }
 };
 
@@ -298,8 +344,9 @@ STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = d1 * (float)((byte_of(q, l) >> shift) & 15) - m1;
   }
   static constexpr int kI8Scales = 1;
-  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
-                                                 float* min) {
+  static constexpr bool kI8Min = true;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
     const u8* b = w + (long long)(u >> 3) * 144;
     const int s = u & 7;
     int sc, m;
@@ -310,7 +357,7 @@ STRATA_UNROLL
     load_32_bytes(b + 16 + 32 * (s >> 1), words);
     const int shift = (s & 1) * 4;
 STRATA_UNROLL
-    for (int l = 0; l < 32; ++l) q[l] = (signed char)((byte_of(words, l) >> shift) & 15);
+    for (int i = 0; i < 8; ++i) q[i] = (words[i] >> shift) & 0x0F0F0F0Fu;
   }
 };
 
@@ -339,8 +386,9 @@ STRATA_UNROLL
     }
   }
   static constexpr int kI8Scales = 1;
-  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
-                                                 float* min) {
+  static constexpr bool kI8Min = true;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
     const u8* b = w + (long long)(u >> 3) * 176;
     const int s = u & 7;
     int sc, m;
@@ -352,8 +400,8 @@ STRATA_UNROLL
     load_32_bytes(b + 48 + 32 * (s >> 1), words);
     const int shift = (s & 1) * 4;
 STRATA_UNROLL
-    for (int l = 0; l < 32; ++l) {
-      q[l] = (signed char)(((byte_of(words, l) >> shift) & 15) | (((byte_of(qh, l) >> s) & 1) << 4));
+    for (int i = 0; i < 8; ++i) {
+      q[i] = ((words[i] >> shift) & 0x0F0F0F0Fu) | (((qh[i] >> s) & 0x01010101u) << 4);
     }
   }
 };
@@ -386,13 +434,14 @@ STRATA_UNROLL
   }
   // A scale for each 16 values: scale[0] for q[0..15], scale[1] for q[16..31].
   static constexpr int kI8Scales = 2;
-  static __device__ __forceinline__ void unit_i8(const u8* w, int u, signed char* q, float* scale,
-                                                 float* min) {
+  static constexpr bool kI8Min = false;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
     const u8* b = w + (long long)(u >> 3) * 210;
     const int s = u & 7, h = s >> 2, k = s & 3;
-    unsigned short ql[16], qh[16];
-    load_32_bytes_2(b + 64 * h + 32 * (k & 1), ql);
-    load_32_bytes_2(b + 128 + 32 * h, qh);
+    unsigned int ql[8], qh[8];
+    load_words_2<8>(b + 64 * h + 32 * (k & 1), ql);
+    load_words_2<8>(b + 128 + 32 * h, qh);
     const signed char* scales = (const signed char*)(b + 192) + 8 * h + 2 * k;
     const float d = f16_bits(b + 208);
     scale[0] = d * (float)scales[0];
@@ -400,10 +449,9 @@ STRATA_UNROLL
     *min = 0.0f;
     const int low_shift = k < 2 ? 0 : 4;
 STRATA_UNROLL
-    for (int l = 0; l < 32; ++l) {
-      q[l] = (signed char)((int)(((byte_of(ql, l) >> low_shift) & 15) |
-                                 (((byte_of(qh, l) >> (2 * k)) & 3) << 4)) -
-                           32);
+    for (int i = 0; i < 8; ++i) {
+      q[i] = sub_bytes(((ql[i] >> low_shift) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * k)) & 0x03030303u) << 4),
+                       0x20202020u);
     }
   }
 };
@@ -423,6 +471,43 @@ __device__ __forceinline__ void strata_put(float* y0, float* y1, float* y2, int 
   } else {
     y2[(long long)c * (n_rows - n0 - n1) + (row - n0 - n1)] = v;
   }
+}
+
+// The end of a row's sums: each warp sums its lanes' acc (xor shuffles);
+// with ROW_WARPS > 1 the row's first warp adds the warps' sums in warp
+// order; the row's NCOLS results go out (strata_put).
+__device__ __forceinline__ void strata_finish_row(float* acc, int lane, int warp, int part,
+                                                  bool live, int row, float* y0, float* y1,
+                                                  float* y2, int n0, int n1, int n_rows) {
+STRATA_UNROLL
+  for (int c = 0; c < NCOLS; ++c) {
+    float s = acc[c];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    acc[c] = s;
+  }
+#if ROW_WARPS > 1
+  __shared__ float partial[THREADS / 32][NCOLS];
+  if (lane == 0) {
+STRATA_UNROLL
+    for (int c = 0; c < NCOLS; ++c) partial[warp][c] = acc[c];
+  }
+  __syncthreads();
+  if (part == 0 && lane == 0 && live) {
+STRATA_UNROLL
+    for (int c = 0; c < NCOLS; ++c) {
+      float s = partial[warp][c];
+      for (int p = 1; p < ROW_WARPS; ++p) s += partial[warp + p][c];
+      strata_put(y0, y1, y2, n0, n1, n_rows, row, c, s);
+    }
+  }
+#else
+  (void)warp;
+  (void)part;
+  if (lane == 0 && live) {
+STRATA_UNROLL
+    for (int c = 0; c < NCOLS; ++c) strata_put(y0, y1, y2, n0, n1, n_rows, row, c, acc[c]);
+  }
+#endif
 }
 
 template <typename Format>
@@ -473,33 +558,71 @@ STRATA_UNROLL
       for (int c = 0; c < NCOLS; ++c) acc[c] = fmaf(v, x[(long long)c * n_cols + i], acc[c]);
     }
   }
+  strata_finish_row(acc, lane, warp, part, live, row, y0, y1, y2, n0, n1, n_rows);
+}
+
+// The same products from int8 rows (the types with unit_words): x given as
+// xq [NCOLS][n_cols] int8 with, per 32-value unit u, its scale xd and the
+// sum of its q xs ([NCOLS][n_cols / 32]; strata_quantize_rows, the values
+// the cpu backend multiplies). Per unit, dp4a gives the exact integer dot
+// product sumi of the weights' and the column's q, and
+//   acc += (scale_w d_x) sumi - (min_w d_x) sum_x
+// (Q6_K: its two halves' sums, each with its scale), mma_tile_i8's per-unit
+// sum; the lanes' and warps' sums as matvec's.
+template <typename Format>
+__device__ __forceinline__ void matvec_i8(const u8* __restrict__ w,
+                                          const signed char* __restrict__ xq,
+                                          const float* __restrict__ xd,
+                                          const float* __restrict__ xs, float* y0, float* y1,
+                                          float* y2, int n0, int n1, int n_rows, int n_cols,
+                                          long long row_bytes) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int part = warp % ROW_WARPS;
+  const int row = blockIdx.x * (blockDim.x / 32 / ROW_WARPS) + warp / ROW_WARPS;
+  const bool live = row < n_rows;
+  const int first = part * 32 + lane;
+  const int step = 32 * ROW_WARPS;
+  const u8* wr = w + (long long)(live ? row : 0) * row_bytes;
+  float acc[NCOLS];
 STRATA_UNROLL
-  for (int c = 0; c < NCOLS; ++c) {
-    float s = acc[c];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    acc[c] = s;
-  }
-#if ROW_WARPS > 1
-  __shared__ float partial[THREADS / 32][NCOLS];
-  if (lane == 0) {
-STRATA_UNROLL
-    for (int c = 0; c < NCOLS; ++c) partial[warp][c] = acc[c];
-  }
-  __syncthreads();
-  if (part == 0 && lane == 0 && live) {
+  for (int c = 0; c < NCOLS; ++c) acc[c] = 0.0f;
+  const int units = live ? n_cols / 32 : 0;
+  for (int u = first; u < units; u += step) {
+    unsigned int q[8];
+    float scale[2], min;
+    Format::unit_words(wr, u, q, scale, &min);
 STRATA_UNROLL
     for (int c = 0; c < NCOLS; ++c) {
-      float s = partial[warp][c];
-      for (int p = 1; p < ROW_WARPS; ++p) s += partial[warp + p][c];
-      strata_put(y0, y1, y2, n0, n1, n_rows, row, c, s);
+      // n_cols a multiple of 32: the unit's 32 bytes are 16-byte aligned (xq is).
+      const u8* xr = (const u8*)xq + (long long)c * n_cols + 32 * u;
+      const uint4 lo = load_as<uint4>(xr), hi = load_as<uint4>(xr + 16);
+      const long long at = (long long)c * (n_cols / 32) + u;
+      const float dx = xd[at];
+      int s0 = dot4_i8(q[0], lo.x, 0);
+      s0 = dot4_i8(q[1], lo.y, s0);
+      s0 = dot4_i8(q[2], lo.z, s0);
+      s0 = dot4_i8(q[3], lo.w, s0);
+      if (Format::kI8Scales == 1) {
+        s0 = dot4_i8(q[4], hi.x, s0);
+        s0 = dot4_i8(q[5], hi.y, s0);
+        s0 = dot4_i8(q[6], hi.z, s0);
+        s0 = dot4_i8(q[7], hi.w, s0);
+        if (Format::kI8Min) {
+          acc[c] += scale[0] * dx * (float)s0 - min * dx * xs[at];
+        } else {
+          acc[c] += scale[0] * dx * (float)s0;
+        }
+      } else {  // a scale each 16 values (Q6_K)
+        int s1 = dot4_i8(q[4], hi.x, 0);
+        s1 = dot4_i8(q[5], hi.y, s1);
+        s1 = dot4_i8(q[6], hi.z, s1);
+        s1 = dot4_i8(q[7], hi.w, s1);
+        acc[c] += scale[0] * dx * (float)s0 + scale[1] * dx * (float)s1;
+      }
     }
   }
-#else
-  if (lane == 0 && live) {
-STRATA_UNROLL
-    for (int c = 0; c < NCOLS; ++c) strata_put(y0, y1, y2, n0, n1, n_rows, row, c, acc[c]);
-  }
-#endif
+  strata_finish_row(acc, lane, warp, part, live, row, y0, y1, y2, n0, n1, n_rows);
 }
 
 // Rows of a table by id, dequantized (the token embedding): out [n_ids]
@@ -550,6 +673,16 @@ STRATA_UNROLL
     get_rows<Format>(table, ids, out, n_ids, n_cols, row_bytes);                          \
   }
 
+// strata_matvec3_i8_<type>: strata_matvec3_<type>'s outputs from int8 rows
+// (matvec_i8), for the types with unit_words.
+#define STRATA_I8_ENTRY(type, Format)                                                        \
+  STRATA_KERNEL strata_matvec3_i8_##type(const u8* w, const signed char* xq, const float* xd, \
+                                         const float* xs, float* y0, float* y1, float* y2,   \
+                                         int n0, int n1, int n_rows, int n_cols,             \
+                                         long long row_bytes) {                              \
+    matvec_i8<Format>(w, xq, xd, xs, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes);         \
+  }
+
 // -DSTRATA_MATVEC_NO_ENTRIES: the formats alone (the tensor-core program,
 // mma_source.h, compiles this file before mma.cuh).
 #if !defined(STRATA_MATVEC_NO_ENTRIES)
@@ -561,29 +694,36 @@ STRATA_ENTRIES(f16, F16)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_0)
 STRATA_ENTRIES(q4_0, Q4_0)
+STRATA_I8_ENTRY(q4_0, Q4_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_1)
 STRATA_ENTRIES(q4_1, Q4_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_0)
 STRATA_ENTRIES(q5_0, Q5_0)
+STRATA_I8_ENTRY(q5_0, Q5_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_1)
 STRATA_ENTRIES(q5_1, Q5_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q8_0)
 STRATA_ENTRIES(q8_0, Q8_0)
+STRATA_I8_ENTRY(q8_0, Q8_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_mxfp4)
 STRATA_ENTRIES(mxfp4, MXFP4)
+STRATA_I8_ENTRY(mxfp4, MXFP4)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_k)
 STRATA_ENTRIES(q4_k, Q4_K)
+STRATA_I8_ENTRY(q4_k, Q4_K)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_k)
 STRATA_ENTRIES(q5_k, Q5_K)
+STRATA_I8_ENTRY(q5_k, Q5_K)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q6_k)
 STRATA_ENTRIES(q6_k, Q6_K)
+STRATA_I8_ENTRY(q6_k, Q6_K)
 #endif
 #endif  // !STRATA_MATVEC_NO_ENTRIES

@@ -21,6 +21,16 @@
 // the cpu backend rounds them (elementwise.cuh strata_round_rows, by the
 // device backend): here they are plain floats.
 //
+// The int8 form (matvec3_i8_entry; the types whose products with Q8 values
+// are integer: Q4_0, Q5_0, Q8_0, MXFP4, Q4_K, Q5_K, Q6_K) takes the rows
+// as the cpu backend quantizes them (elementwise.cuh strata_quantize_rows:
+// int8 q, a scale and the sum of q per 32 values) and multiplies each
+// weight unit's int8 q by them with dp4a, exactly, then scales in float,
+// unit by unit (d_w d_x sumi - m_w d_x sum_x): the cpu backend's integer dot
+// products, with ~4x fewer instructions a weight than dequantizing to
+// float (llama.cpp's mmvq has the same shape). The same lanes, splits and
+// launches as the plain form.
+//
 // Split-K: with -DROW_WARPS=R (1, 2 or 4; R divides THREADS / 32) R warps
 // share a row, each taking every R-th of its lanes' units, and the row's
 // first warp adds the R warp sums in order: more warps in flight for
@@ -78,6 +88,28 @@ inline std::string matvec3_entry(GgmlType type) {
   const std::string_view m = matvec_entry(type);
   if (m.empty()) return "";
   return "strata_matvec3_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
+}
+
+// The int8 form of matvec3_entry for the types above ("strata_matvec3_i8_
+// q4_k"; "" for the others): arguments (const unsigned char* w, const
+// signed char* xq, const float* xd, const float* xs, float* y0, float* y1,
+// float* y2, int n0, int n1, int n_rows, int n_cols, long long row_bytes),
+// xq [NCOLS][n_cols] (16-byte aligned), xd and xs [NCOLS][n_cols / 32].
+// In the same builds as matvec3_entry.
+inline std::string matvec3_i8_entry(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ8_0:
+    case GgmlType::kMXFP4:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: {
+      const std::string_view m = matvec_entry(type);
+      return "strata_matvec3_i8_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
+    }
+    default: return "";
+  }
 }
 
 // The entry point of `type`'s embedding kernel (get_rows: out [n_ids]

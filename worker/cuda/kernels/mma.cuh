@@ -109,7 +109,7 @@ STRATA_UNROLL
 }
 
 // The same tile on the int8 tensor cores, for the types whose products with
-// Q8 values are integer (Format::unit_i8: value = scale q - min per 32-value
+// Q8 values are integer (Format::unit_words: value = scale q - min per 32-value
 // unit; Q6_K: a scale each 16 values, Format::kI8Scales 2, its halves summed
 // by two mma.sync with the other half of A zero): x is given as int8 rows xq [n_tok][n_cols] with per-unit scales xd
 // and sums of q xb ([n_tok][n_cols / 32]; strata_quantize_rows, the values
@@ -151,22 +151,18 @@ STRATA_UNROLL
   for (int k0 = 0; k0 < n_cols; k0 += MMA_BK) {
     const int u = k0 / 32 + half;
     {
-      signed char q[32];
+      unsigned int q[8];
       float scale[2] = {0.0f, 0.0f}, min = 0.0f;
       const int r = m0 + mine;
       if (r < n_rows && u < units) {
-        Format::unit_i8(w + (long long)r * row_bytes, u, q, scale, &min);
+        Format::unit_words(w + (long long)r * row_bytes, u, q, scale, &min);
         if (Format::kI8Scales == 1) scale[1] = scale[0];
       } else {
 STRATA_UNROLL
-        for (int l = 0; l < 32; ++l) q[l] = 0;
+        for (int l = 0; l < 8; ++l) q[l] = 0u;
       }
 STRATA_UNROLL
-      for (int l = 0; l < 8; ++l) {
-        sa[mine][8 * half + l] = (unsigned)(u8)q[4 * l] | ((unsigned)(u8)q[4 * l + 1] << 8) |
-                                 ((unsigned)(u8)q[4 * l + 2] << 16) |
-                                 ((unsigned)(u8)q[4 * l + 3] << 24);
-      }
+      for (int l = 0; l < 8; ++l) sa[mine][8 * half + l] = q[l];
       sw_scale[mine][half][0] = scale[0];
       sw_scale[mine][half][1] = scale[1];
       sw_min[mine][half] = min;

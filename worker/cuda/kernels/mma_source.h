@@ -85,19 +85,9 @@ inline std::string mma3_entry(GgmlType type) {
 // float, unit by unit), so a slice on it gives the matvec kernel's logits
 // up to float summation order, not the f16 kernel's ~1e-3.
 inline std::string mma3_i8_entry(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ8_0:
-    case GgmlType::kMXFP4:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K: {
-      const std::string_view m = matvec_entry(type);
-      return "strata_mma3_i8_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
-    }
-    default: return "";
-  }
+  if (matvec3_i8_entry(type).empty()) return "";  // the types with unit_words
+  const std::string_view m = matvec_entry(type);
+  return "strata_mma3_i8_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
 }
 
 }  // namespace strata::worker::cuda_kernels
