@@ -182,9 +182,10 @@ OneTokenSteps one_token_steps(Backend& cpu, Backend& device, const std::vector<i
 // the two sums put on either side of an 8-bit rounding step differs by one
 // quantum of it (~2-6e-3 of the largest, measured): most steps do not.
 // Unrounded, no step of a quantized type or F16 was close (measured: 0 of
-// 12 each; rounded: 9 of 12 for F16, 11-12 for the others). Q4_1 and Q5_1 are the exception: the cpu backend multiplies
-// their weights' minimum by Q8_1's f16(d sum q), which the rounded values
-// do not carry, so they are held to the bound alone.
+// 12 each; rounded: 9 of 12 for F16, 11-12 for the others). Q4_1 and Q5_1
+// were 0 of 12 on the float kernel (the cpu backend multiplies their
+// offsets by Q8_1's s = f16(d sum q), which rounded values do not carry)
+// and are 12 and 11 on the int8 one, which takes s with the rows.
 TEST_P(DeviceBackendTypes, OneRowStepsGiveTheCpuBackendsLogits) {
   STRATA_ON_DEVICE(std::get<0>(GetParam()));
   const std::string type_name = std::get<1>(GetParam());
@@ -199,27 +200,26 @@ TEST_P(DeviceBackendTypes, OneRowStepsGiveTheCpuBackendsLogits) {
   const OneTokenSteps steps = one_token_steps(
       *cpu, *device, {1, 40, 97, 300, 301, 333, 402, 511, 7, 250, 123, 64}, floats ? 1e-4f : 1e-5f);
   EXPECT_LE(steps.worst, 1e-2f);
-  if (type_name != "Q4_1" && type_name != "Q5_1") {
-    EXPECT_GE(steps.close, 9) << "of 12; the largest difference " << steps.worst;
-  }
+  EXPECT_GE(steps.close, 9) << "of 12; the largest difference " << steps.worst;
 }
 
 // Prompt slices on the tensor cores (mma_min_rows 2): the types with an
 // int8 kernel (mma3_i8_entry) multiply the rows' Q8 values by the weights'
 // q exactly, so a 6-row prompt's logits are the cpu backend's up to float
 // summation order as on the matrix x columns kernel (most of 8 prompts
-// within 1e-5 of the largest; measured 7 or 8 of 8), where the f16 kernel
-// (mma_int8 false) rounds both to f16 (~1e-3: none within 1e-5).
+// within 1e-5 of the largest, the others one rounding step's quantum off;
+// measured 5 to 8 of 8, Q5_1 5 where its prompts on the matrix x columns
+// kernel alone give 7, each order flipping other steps), where the f16
+// kernel (mma_int8 false) rounds both to f16 (~1e-3: none within 1e-5).
 TEST_P(DeviceBackendTypes, PromptsOnTheInt8TensorCoresGiveTheCpuBackendsLogits) {
   STRATA_ON_DEVICE(std::get<0>(GetParam()));
   const std::string type_name = std::get<1>(GetParam());
   gguf::testing::TempDir dir;
   Loaded m = open_model(tiny_llama(dir, type_name));
   ASSERT_NE(m.model, nullptr);
-  const bool int8 = type_name == "Q4_0" || type_name == "Q5_0" || type_name == "Q8_0" ||
-                    type_name == "MXFP4" || type_name == "Q4_K" || type_name == "Q5_K" ||
-                    type_name == "Q6_K" || type_name == "Q4_K_M";
-  if (!int8) GTEST_SKIP() << type_name << " has no int8 tensor-core kernel";
+  if (type_name == "F32" || type_name == "F16") {
+    GTEST_SKIP() << type_name << " has no int8 tensor-core kernel (the block types have)";
+  }
   std::vector<int32_t> prompts;
   for (int i = 0; i < 48; ++i) prompts.push_back(1 + (i * 37) % 500);
   for (const bool use_int8 : {true, false}) {
@@ -234,7 +234,7 @@ TEST_P(DeviceBackendTypes, PromptsOnTheInt8TensorCoresGiveTheCpuBackendsLogits) 
     const OneTokenSteps steps = one_token_steps(*cpu, *device, prompts, 1e-5f, 6);
     EXPECT_LE(steps.worst, 3e-2f);
     if (use_int8) {
-      EXPECT_GE(steps.close, 6) << "of 8; the largest difference " << steps.worst;
+      EXPECT_GE(steps.close, 5) << "of 8; the largest difference " << steps.worst;
     } else {
       EXPECT_EQ(steps.close, 0) << "of 8; the largest difference " << steps.worst;
     }

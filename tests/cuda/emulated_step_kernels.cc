@@ -317,6 +317,8 @@ static_assert(cuda_kernels::kStepMatvecThreads == 256 && cuda_kernels::kStepMmaT
       to.add(source, cuda_kernels::matvec3_i8_entry(type), std::move(matvec3_i8));            \
     };                                                                                         \
     add_i8(GgmlType::kQ4_0, adapt(strata_matvec3_i8_q4_0));                                    \
+    add_i8(GgmlType::kQ4_1, adapt(strata_matvec3_i8_q4_1));                                    \
+    add_i8(GgmlType::kQ5_1, adapt(strata_matvec3_i8_q5_1));                                    \
     add_i8(GgmlType::kQ5_0, adapt(strata_matvec3_i8_q5_0));                                    \
     add_i8(GgmlType::kQ8_0, adapt(strata_matvec3_i8_q8_0));                                    \
     add_i8(GgmlType::kMXFP4, adapt(strata_matvec3_i8_mxfp4));                                  \
@@ -346,6 +348,8 @@ HostEntry mma_i8_host_entry(GgmlType type) {
   namespace mm = step_host::mma;
   switch (type) {
     case GgmlType::kQ4_0: return adapt(mm::strata_mma3_i8_q4_0);
+    case GgmlType::kQ4_1: return adapt(mm::strata_mma3_i8_q4_1);
+    case GgmlType::kQ5_1: return adapt(mm::strata_mma3_i8_q5_1);
     case GgmlType::kQ5_0: return adapt(mm::strata_mma3_i8_q5_0);
     case GgmlType::kQ8_0: return adapt(mm::strata_mma3_i8_q8_0);
     case GgmlType::kMXFP4: return adapt(mm::strata_mma3_i8_mxfp4);

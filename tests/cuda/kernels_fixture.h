@@ -164,6 +164,8 @@ inline std::vector<Int8Case> int8_cases() {
   using namespace host;
   return {
       {GgmlType::kQ4_0, adapt(matvec1::strata_matvec3_i8_q4_0), adapt(matvec3::strata_matvec3_i8_q4_0)},
+      {GgmlType::kQ4_1, adapt(matvec1::strata_matvec3_i8_q4_1), adapt(matvec3::strata_matvec3_i8_q4_1)},
+      {GgmlType::kQ5_1, adapt(matvec1::strata_matvec3_i8_q5_1), adapt(matvec3::strata_matvec3_i8_q5_1)},
       {GgmlType::kQ5_0, adapt(matvec1::strata_matvec3_i8_q5_0), adapt(matvec3::strata_matvec3_i8_q5_0)},
       {GgmlType::kQ8_0, adapt(matvec1::strata_matvec3_i8_q8_0), adapt(matvec3::strata_matvec3_i8_q8_0)},
       {GgmlType::kMXFP4, adapt(matvec1::strata_matvec3_i8_mxfp4), adapt(matvec3::strata_matvec3_i8_mxfp4)},

@@ -220,16 +220,59 @@ float unit_min(GgmlType type, const uint8_t* row, int u) {
   return reference::f16_to_f32(static_cast<uint16_t>(b[2] | (b[3] << 8))) * static_cast<float>(m);
 }
 
+// A Q4_1 / Q5_1 unit's offset m (value = d q + m): the term that
+// multiplies Q8_1's s on the cpu backend; 0 for the other types.
+float unit_offset(GgmlType type, const uint8_t* row, int u) {
+  if (type != GgmlType::kQ4_1 && type != GgmlType::kQ5_1) return 0.0f;
+  const uint8_t* b = row + static_cast<size_t>(u) * (type == GgmlType::kQ4_1 ? 20 : 24);
+  return reference::f16_to_f32(static_cast<uint16_t>(b[2] | (b[3] << 8)));
+}
+
+// The cpu backend's product of weight row r of w and activations x [n_cols]
+// in double, from its pieces: the dequantized weights times the rows'
+// rounded values (reference::ops::round_activations of the type the
+// weights pair with), except that a Q4_1 / Q5_1 unit's offset multiplies
+// Q8_1's s = f16(d sum q) (reference::ops::quantize_q8_1_row), not the sum
+// of the rounded values; and the magnitude the int8 kernels' float error
+// scales with: sum |w x| + |min x| (a K-quant's unit sums its scaled
+// products and its min's apart, as ggml's q4_K dot product does) + |m s|.
+struct Int8Want {
+  double value = 0.0;
+  double magnitude = 0.0;
+};
+Int8Want int8_want(GgmlType type, const Quantized& w, int r, int n_cols, const float* x) {
+  std::vector<float> xr(static_cast<size_t>(n_cols));
+  const GgmlType act = reference::ops::activation_type(type);
+  reference::ops::round_activations(act, x, n_cols, xr.data());
+  std::vector<int8_t> q(static_cast<size_t>(n_cols));
+  std::vector<float> d(static_cast<size_t>(n_cols / 32)), s(d.size());
+  if (act == GgmlType::kQ8_1) reference::ops::quantize_q8_1_row(x, n_cols, q.data(), d.data(), s.data());
+  const uint8_t* row = w.bytes.data() + static_cast<size_t>(r) * w.row_bytes;
+  Int8Want want;
+  for (int u = 0; u < n_cols / 32; ++u) {
+    const double m = unit_offset(type, row, u);
+    for (int i = 32 * u; i < 32 * u + 32; ++i) {
+      const double p = (static_cast<double>(w.values[static_cast<size_t>(r) * n_cols + i]) - m) *
+                       xr[static_cast<size_t>(i)];
+      want.value += p;
+      want.magnitude +=
+          std::fabs(p) + std::fabs(unit_min(type, row, u) * xr[static_cast<size_t>(i)]);
+    }
+    want.value += m * s[static_cast<size_t>(u)];
+    want.magnitude += std::fabs(m * s[static_cast<size_t>(u)]);
+  }
+  return want;
+}
+
 // The int8 tensor-core kernel, every type it takes: the rows quantized by
-// strata_quantize_rows (Q8_0 or Q8_K, as the cpu backend pairs them), the
-// weights' q times the rows' q exact per unit, against the double sum of
-// the dequantized weights times the rows' rounded values
-// (reference::ops::round_activations): float sums of per-unit terms,
-// |y - ref| <= 1e-5 sum (|w| + |min|) |x| + 1e-6 (a K-quant's unit sums its
-// scaled products and its min's apart, as ggml's q4_K dot product does, so
-// the error scales with both). 70 rows and 67 tokens (two tiles
+// strata_quantize_rows (Q8_0, Q8_1 or Q8_K, as the cpu backend pairs them),
+// the weights' q times the rows' q exact per unit, against the cpu
+// backend's double sum (int8_want): float sums of per-unit terms,
+// |y - ref| <= 1e-5 magnitude + 1e-6. 70 rows and 67 tokens (two tiles
 // each way, the second part full), 96 columns for the 32-value types (a
-// step of one unit and a zero half), a token with a 1e5.
+// step of one unit and a zero half), a token with a 1e5 (Q8_1's f16 s of
+// its unit overflows: the cpu backend's product is infinite, and so is the
+// kernel's).
 TEST_P(Kernels, MmaInt8MatchesTheReferenceForEveryTypeItTakes) {
   const int n_rows = 70, n_tok = 67;
   int types = 0;
@@ -238,7 +281,6 @@ TEST_P(Kernels, MmaInt8MatchesTheReferenceForEveryTypeItTakes) {
     if (entry.empty()) continue;
     ++types;
     const int kind = cuda_kernels::round_kind(c.type);
-    const GgmlType act = kind == cuda_kernels::kRoundQ8_K ? GgmlType::kQ8_K : GgmlType::kQ8_0;
     for (const int n_cols : {512, 96}) {  // K-quants: two superblocks
       if (kind == cuda_kernels::kRoundQ8_K && n_cols % 256 != 0) continue;
       SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(n_cols) +
@@ -260,34 +302,30 @@ TEST_P(Kernels, MmaInt8MatchesTheReferenceForEveryTypeItTakes) {
                       dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes, n_tok)
                       .ok());
       const std::vector<float> y = get<float>(dy, static_cast<size_t>(n_tok) * n_rows);
-      std::vector<float> xr(static_cast<size_t>(n_cols));
       for (int t = 0; t < n_tok; ++t) {
-        reference::ops::round_activations(act, x.data() + static_cast<size_t>(t) * n_cols, n_cols,
-                                          xr.data());
         for (int r = 0; r < n_rows; ++r) {
-          double want = 0.0, magnitude = 0.0;
-          const uint8_t* row = w.bytes.data() + static_cast<size_t>(r) * w.row_bytes;
-          for (int i = 0; i < n_cols; ++i) {
-            const double p =
-                static_cast<double>(w.values[static_cast<size_t>(r) * n_cols + i]) * xr[i];
-            want += p;
-            magnitude += std::fabs(p) + std::fabs(unit_min(c.type, row, i / 32) * xr[i]);
+          const Int8Want want =
+              int8_want(c.type, w, r, n_cols, x.data() + static_cast<size_t>(t) * n_cols);
+          if (std::isinf(want.value)) {  // Q8_1's f16 s overflows at the 1e5, as ggml's does
+            ASSERT_EQ(y[static_cast<size_t>(t) * n_rows + r], want.value) << "token " << t;
+            continue;
           }
-          ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want, 1e-5 * magnitude + 1e-6)
+          ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want.value,
+                      1e-5 * want.magnitude + 1e-6)
               << "token " << t << ", row " << r;
         }
       }
     }
   }
-  EXPECT_EQ(types, 7);
+  EXPECT_EQ(types, 9);
 }
 
 // The matvec kernel's int8 form (decode on the rows' Q8 values, dp4a):
 // every type it takes, 1 column and 3 (split-K, 4 warps a row), fewer and
 // more units than a warp's lanes, a column with an outlier (its units'
-// scales far apart). Against the reference's double sum of the dequantized
-// weights times the rounded rows (the cpu backend's values), within float
-// rounding of the per-unit sums: |y - ref| <= 1e-5 sum(|w x| + |min x|) + 1e-6.
+// scales far apart). Against the cpu backend's double sum (int8_want),
+// within float rounding of the per-unit sums: |y - ref| <= 1e-5 magnitude
+// + 1e-6.
 TEST_P(Kernels, MatvecInt8MatchesTheReferenceForEveryTypeItTakes) {
   int types = 0;
   uint32_t seed = 50;
@@ -296,7 +334,6 @@ TEST_P(Kernels, MatvecInt8MatchesTheReferenceForEveryTypeItTakes) {
     if (entry.empty()) continue;
     ++types;
     const int kind = cuda_kernels::round_kind(c.type);
-    const GgmlType act = kind == cuda_kernels::kRoundQ8_K ? GgmlType::kQ8_K : GgmlType::kQ8_0;
     for (const int columns : {1, 3}) {
       for (const int n_cols : {256, 2304, 96}) {
         if (kind == cuda_kernels::kRoundQ8_K && n_cols % 256 != 0) continue;
@@ -322,27 +359,19 @@ TEST_P(Kernels, MatvecInt8MatchesTheReferenceForEveryTypeItTakes) {
                         dy.as<float>(), dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes)
                         .ok());
         const std::vector<float> y = get<float>(dy, static_cast<size_t>(columns) * n_rows);
-        std::vector<float> xr(static_cast<size_t>(n_cols));
         for (int col = 0; col < columns; ++col) {
-          reference::ops::round_activations(act, x.data() + static_cast<size_t>(col) * n_cols,
-                                            n_cols, xr.data());
           for (int r = 0; r < n_rows; ++r) {
-            double want = 0.0, magnitude = 0.0;
-            const uint8_t* row = w.bytes.data() + static_cast<size_t>(r) * w.row_bytes;
-            for (int i = 0; i < n_cols; ++i) {
-              const double p =
-                  static_cast<double>(w.values[static_cast<size_t>(r) * n_cols + i]) * xr[i];
-              want += p;
-              magnitude += std::fabs(p) + std::fabs(unit_min(c.type, row, i / 32) * xr[i]);
-            }
-            ASSERT_NEAR(y[static_cast<size_t>(col) * n_rows + r], want, 1e-5 * magnitude + 1e-6)
+            const Int8Want want =
+                int8_want(c.type, w, r, n_cols, x.data() + static_cast<size_t>(col) * n_cols);
+            ASSERT_NEAR(y[static_cast<size_t>(col) * n_rows + r], want.value,
+                        1e-5 * want.magnitude + 1e-6)
                 << "column " << col << ", row " << r;
           }
         }
       }
     }
   }
-  EXPECT_EQ(types, 7);
+  EXPECT_EQ(types, 9);
 }
 
 // Batch invariance: a token's results are the same bits however many

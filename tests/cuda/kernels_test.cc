@@ -148,7 +148,8 @@ TEST_P(Kernels, SwigluAndAddMatchTheReference) {
 // than the second), exact halves of the rounding step (half to even), -0
 // and subnormals; any grid and block (warps stride over the blocks), in
 // place as well. strata_quantize_rows gives the same values as int8 q and
-// per-unit scales d (d q, bit for bit) and the sums of q.
+// per-unit scales d (d q, bit for bit) and the sums of q (Q8_1: the cpu
+// backend's s = f16(d sum q), bit for bit).
 TEST_P(Kernels, RoundRowsAreWhatTheCpuBackendMultiplies) {
   const int rows = 3, width = 768;  // 3 Q8_K blocks a row, 24 of Q8_0
   std::vector<float> x = normal_values(static_cast<size_t>(rows) * width, 8);
@@ -171,6 +172,7 @@ TEST_P(Kernels, RoundRowsAreWhatTheCpuBackendMultiplies) {
   h[41] = -1.5f;
   for (const auto& [kind, type] : {std::pair{cuda_kernels::kRoundF16, GgmlType::kF16},
                                    std::pair{cuda_kernels::kRoundQ8_0, GgmlType::kQ8_0},
+                                   std::pair{cuda_kernels::kRoundQ8_1, GgmlType::kQ8_1},
                                    std::pair{cuda_kernels::kRoundQ8_K, GgmlType::kQ8_K}}) {
     std::vector<float> want(x.size());
     for (int r = 0; r < rows; ++r) {
@@ -204,6 +206,10 @@ TEST_P(Kernels, RoundRowsAreWhatTheCpuBackendMultiplies) {
                       .ok());
       const std::vector<signed char> q = get<signed char>(dq, x.size());
       const std::vector<float> d = get<float>(dd, units), sums = get<float>(ds, units);
+      // Q8_1: the cpu backend's own q, d and s (ggml's block_q8_1).
+      std::vector<int8_t> q1(x.size());
+      std::vector<float> d1(units), s1(units);
+      reference::ops::quantize_q8_1_row(x.data(), n, q1.data(), d1.data(), s1.data());
       for (size_t u = 0; u < units; ++u) {
         int sum = 0;
         for (size_t i = 32 * u; i < 32 * u + 32; ++i) {
@@ -211,6 +217,11 @@ TEST_P(Kernels, RoundRowsAreWhatTheCpuBackendMultiplies) {
           ASSERT_EQ(std::bit_cast<uint32_t>(d[u] * static_cast<float>(q[i])),
                     std::bit_cast<uint32_t>(want[i]))
               << "kind " << kind << " at " << i << ": q " << int{q[i]} << " d " << d[u];
+        }
+        if (kind == cuda_kernels::kRoundQ8_1) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(sums[u]), std::bit_cast<uint32_t>(s1[u]))
+              << "s of unit " << u << " (sum of q " << sum << ", d " << d1[u] << ")";
+          continue;
         }
         ASSERT_EQ(sums[u], static_cast<float>(sum)) << "kind " << kind << " unit " << u;
       }

@@ -71,7 +71,8 @@ struct DeviceBackendOptions {
   // (every row on the matvec kernel). F32 and F16 matrices always take the
   // matvec kernel.
   int mma_min_rows = 64;
-  // Those slices' Q4_0, Q5_0, Q8_0, MXFP4, Q4_K, Q5_K and Q6_K matrices on the
+  // Those slices' block-type matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4,
+  // Q4_K, Q5_K, Q6_K) on the
   // int8 tensor cores (mma3_i8_entry: the rows' Q8 values times the
   // weights' q exactly, the cpu backend's numbers up to float summation
   // order); false: on the f16 ones

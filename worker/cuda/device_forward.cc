@@ -38,7 +38,7 @@ absl::StatusOr<const float*> DeviceBackend::paired(const DeviceMatrix& m, Paired
 
 absl::StatusOr<Int8Rows> DeviceBackend::quantized(const DeviceMatrix& m, PairedRows& in) {
   const auto kind = static_cast<size_t>(m.round);
-  if (m.round != ck::kRoundQ8_0 && m.round != ck::kRoundQ8_K) {
+  if (m.round != ck::kRoundQ8_0 && m.round != ck::kRoundQ8_K && m.round != ck::kRoundQ8_1) {
     return absl::InternalError(absl::StrCat("no int8 rows of kind ", m.round));
   }
   if (in.width != m.n_in || in.width > int8_width_[kind] ||

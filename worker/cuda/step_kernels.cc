@@ -25,8 +25,8 @@ size_t step_matvec_type_index(GgmlType type) {
 int round_kind(GgmlType weight) {
   switch (reference::ops::activation_type(weight)) {
     case GgmlType::kF16: return kRoundF16;
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ8_1: return kRoundQ8_0;
+    case GgmlType::kQ8_0: return kRoundQ8_0;
+    case GgmlType::kQ8_1: return kRoundQ8_1;
     case GgmlType::kQ8_K: return kRoundQ8_K;
     default: return kRoundNone;
   }

@@ -49,8 +49,9 @@ inline constexpr int kStepMmaThreads = 128;
 inline constexpr std::array<int, 6> kStepFlashHeadDims = {32, 64, 80, 96, 128, 256};
 // The strata_round_rows kind (sources.h) of the activations `weight`
 // pairs with, as the cpu backend rounds them before a product
-// (reference::ops::activation_type): F16 -> kRoundF16, the legacy quants and
-// MXFP4 -> kRoundQ8_0, the K-quants -> kRoundQ8_K, F32 -> kRoundNone.
+// (reference::ops::activation_type): F16 -> kRoundF16, Q4_0, Q5_0, Q8_0 and
+// MXFP4 -> kRoundQ8_0, Q4_1 and Q5_1 -> kRoundQ8_1, the K-quants ->
+// kRoundQ8_K, F32 -> kRoundNone.
 int round_kind(GgmlType weight);
 // The index of `head_dim` in kStepFlashHeadDims, or kStepFlashHeadDims.size().
 size_t step_flash_index(int head_dim);

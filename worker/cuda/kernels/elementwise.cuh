@@ -55,7 +55,8 @@
 //     represents it (reference::ops::round_activations, the values the cpu
 //     backend and llama.cpp's CPU path multiply): kind 1 f16 (F16 weights),
 //     2 Q8_0 (legacy quants, MXFP4: per 32 values d = amax / 127, q =
-//     round-half-even(x 127 / amax), y = f16(d) q), 3 Q8_K (K-quants: per 256
+//     round-half-even(x 127 / amax), y = f16(d) q; 4, Q8_1, the same
+//     values), 3 Q8_K (K-quants: per 256
 //     values the one of largest magnitude, the first of equals, max; q =
 //     min(127, round-half-even(x iscale)), iscale = -127 / max, y = d q with
 //     d = 1 / iscale); n a
@@ -64,10 +65,12 @@
 //     may alias x.
 //   strata_quantize_rows(const float* x, signed char* q, float* d,
 //                        float* sums, long long n, int kind)
-//     the same roundings (kind 2 or 3) kept as int8: q [n], and for each
+//     the same roundings (kind 2, 3 or 4) kept as int8: q [n], and for each
 //     32-value unit u its scale d[u] (Q8_K: its block's, repeated) and the
-//     sum of its q, sums[u] (a float; exact): d[u] q[i] is strata_round_rows's
-//     value of x[i]. The int8 tensor-core kernel's rows (mma.cuh).
+//     sum of its q, sums[u] (a float; exact), or for kind 4 (Q8_1) its s =
+//     f16(amax / 127 sum q) (ggml's block_q8_1 s); d[u] q[i] is
+//     strata_round_rows's value of x[i]. The int8 kernels' rows (matvec.cuh
+//     matvec_i8, mma.cuh).
 //   strata_store_kv(const float* k, const float* v, unsigned short* k_cache,
 //                   unsigned short* v_cache, int pos, int n, int k_width,
 //                   int v_width)
@@ -288,13 +291,15 @@ __device__ __forceinline__ void strata_first_largest(float* a, int* i, float* v)
 }
 
 // Q8_0 of the 32 values a warp holds, v its lane's: the lane's q and the
-// block's scale f16(amax / 127) (as reference::ops quantize_q8_1).
-__device__ __forceinline__ float strata_q8_0(float v, int* q) {
+// block's scale f16(amax / 127) (as reference::ops quantize_q8_1); *exact:
+// amax / 127 before its rounding (Q8_1's s is made from it).
+__device__ __forceinline__ float strata_q8_0(float v, int* q, float* exact) {
   float amax = fabsf(v);
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   const float d = amax / 127.0f;
   const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
   *q = (int)rintf(v * id);  // an integer, as the cpu's: 0, never -0
+  *exact = d;
   return strata_from_f16(strata_to_f16(d));
 }
 
@@ -339,10 +344,11 @@ STRATA_KERNEL strata_round_rows(const float* x, float* y, long long n, int kind)
     for (long long i = strata_first(); i < n; i += strata_stride()) {
       y[i] = strata_from_f16(strata_to_f16(x[i]));
     }
-  } else if (kind == 2) {  // Q8_0: a value a lane
+  } else if (kind == 2 || kind == 4) {  // Q8_0 (and Q8_1's values): a value a lane
     for (long long b = warp; b < n / 32; b += warps) {
       int q;
-      const float d = strata_q8_0(x[b * 32 + lane], &q);
+      float exact;
+      const float d = strata_q8_0(x[b * 32 + lane], &q, &exact);
       y[b * 32 + lane] = d * (float)q;
     }
   } else if (kind == 3) {  // Q8_K: values lane + 32 j, j < 8
@@ -358,15 +364,16 @@ STRATA_KERNEL strata_quantize_rows(const float* x, signed char* q, float* d, flo
                                    long long n, int kind) {
   const int lane = threadIdx.x & 31;
   const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
-  if (kind == 2) {
+  if (kind == 2 || kind == 4) {
     for (long long b = warp; b < n / 32; b += warps) {
       int qi;
-      const float scale = strata_q8_0(x[b * 32 + lane], &qi);
+      float exact;
+      const float scale = strata_q8_0(x[b * 32 + lane], &qi, &exact);
       q[b * 32 + lane] = (signed char)qi;
       const int sum = strata_warp_sum(qi);
       if (lane == 0) {
         d[b] = scale;
-        sums[b] = (float)sum;
+        sums[b] = kind == 4 ? strata_from_f16(strata_to_f16(exact * (float)sum)) : (float)sum;
       }
     }
   } else if (kind == 3) {

@@ -113,7 +113,9 @@ __device__ __forceinline__ int dot4_i8(unsigned int a, unsigned int b, int c) {
 // as int8 q with value = scale q - min: unit_words packs q[l] into byte
 // l % 4 of word l / 4 (the layout of int8 rows, so dp4a and mma.sync take
 // the words as they are), with kI8Scales scales (2: scale[0] for q[0..15],
-// scale[1] for q[16..31]) and a min that is zero unless kI8Min.
+// scale[1] for q[16..31]) and a min that is zero unless kI8Min. kI8Q8_1:
+// the type pairs with Q8_1 rows (Q4_1, Q5_1), whose units carry s = f16(d
+// sum q): the min multiplies s, as the cpu backend's sum does, not d sum q.
 
 struct F32 {
   static constexpr bool kTail = true;
@@ -162,6 +164,7 @@ STRATA_UNROLL
   }
   static constexpr int kI8Scales = 1;  // one scale for the unit's 32 values
   static constexpr bool kI8Min = false;
+  static constexpr bool kI8Q8_1 = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const u8* b = w + (long long)u * 18;
@@ -190,6 +193,22 @@ STRATA_UNROLL
       v[l + 16] = (float)(b[4 + l] >> 4) * d + m;
     }
   }
+  static constexpr int kI8Scales = 1;
+  static constexpr bool kI8Min = true;
+  static constexpr bool kI8Q8_1 = true;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
+    const u8* b = w + (long long)u * 20;
+    *scale = f16_bits(b);
+    *min = -f16_bits(b + 2);  // value = d q + m
+    unsigned int qs[4];
+    load_words_2<4>(b + 4, qs);
+STRATA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      q[i] = qs[i] & 0x0F0F0F0Fu;
+      q[i + 4] = (qs[i] >> 4) & 0x0F0F0F0Fu;
+    }
+  }
 };
 
 // Q5_0: {f16 d; u8 qh[4]; u8 qs[16]}: the nibbles as Q4_0 with a fifth bit,
@@ -210,6 +229,7 @@ STRATA_UNROLL
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
+  static constexpr bool kI8Q8_1 = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const u8* b = w + (long long)u * 22;
@@ -243,6 +263,23 @@ STRATA_UNROLL
       v[l + 16] = (float)((b[8 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) * d + m;
     }
   }
+  static constexpr int kI8Scales = 1;
+  static constexpr bool kI8Min = true;
+  static constexpr bool kI8Q8_1 = true;
+  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+                                                    float* scale, float* min) {
+    const u8* b = w + (long long)u * 24;
+    *scale = f16_bits(b);
+    *min = -f16_bits(b + 2);  // value = d q + m
+    unsigned int qh, qs[4];
+    load_words_2<1>(b + 4, &qh);
+    load_words_2<4>(b + 8, qs);
+STRATA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      q[i] = (qs[i] & 0x0F0F0F0Fu) | (spread_bits4(qh >> (4 * i)) << 4);
+      q[i + 4] = ((qs[i] >> 4) & 0x0F0F0F0Fu) | (spread_bits4(qh >> (16 + 4 * i)) << 4);
+    }
+  }
 };
 
 // MXFP4: {u8 e (E8M0); u8 qs[16]}: value l < 16 = table[qs[l] & 15] d, value
@@ -266,6 +303,7 @@ STRATA_UNROLL
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
+  static constexpr bool kI8Q8_1 = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const signed char table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -301,6 +339,7 @@ STRATA_UNROLL
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
+  static constexpr bool kI8Q8_1 = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const u8* b = w + (long long)u * 34;
@@ -345,6 +384,7 @@ STRATA_UNROLL
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
+  static constexpr bool kI8Q8_1 = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const u8* b = w + (long long)(u >> 3) * 144;
@@ -387,6 +427,7 @@ STRATA_UNROLL
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
+  static constexpr bool kI8Q8_1 = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const u8* b = w + (long long)(u >> 3) * 176;
@@ -435,6 +476,7 @@ STRATA_UNROLL
   // A scale for each 16 values: scale[0] for q[0..15], scale[1] for q[16..31].
   static constexpr int kI8Scales = 2;
   static constexpr bool kI8Min = false;
+  static constexpr bool kI8Q8_1 = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const u8* b = w + (long long)(u >> 3) * 210;
@@ -564,9 +606,9 @@ STRATA_UNROLL
 // The same products from int8 rows (the types with unit_words): x given as
 // xq [NCOLS][n_cols] int8 with, per 32-value unit u, its scale xd and the
 // sum of its q xs ([NCOLS][n_cols / 32]; strata_quantize_rows, the values
-// the cpu backend multiplies). Per unit, dp4a gives the exact integer dot
-// product sumi of the weights' and the column's q, and
-//   acc += (scale_w d_x) sumi - (min_w d_x) sum_x
+// the cpu backend multiplies; Q8_1 rows: xs is s). Per unit, dp4a gives the
+// exact integer dot product sumi of the weights' and the column's q, and
+//   acc += (scale_w d_x) sumi - (min_w d_x) sum_x     (Q8_1: - min_w s_x)
 // (Q6_K: its two halves' sums, each with its scale), mma_tile_i8's per-unit
 // sum; the lanes' and warps' sums as matvec's.
 template <typename Format>
@@ -608,7 +650,9 @@ STRATA_UNROLL
         s0 = dot4_i8(q[5], hi.y, s0);
         s0 = dot4_i8(q[6], hi.z, s0);
         s0 = dot4_i8(q[7], hi.w, s0);
-        if (Format::kI8Min) {
+        if (Format::kI8Q8_1) {  // xs: the row unit's s = f16(d sum q)
+          acc[c] += scale[0] * dx * (float)s0 - min * xs[at];
+        } else if (Format::kI8Min) {
           acc[c] += scale[0] * dx * (float)s0 - min * dx * xs[at];
         } else {
           acc[c] += scale[0] * dx * (float)s0;
@@ -698,6 +742,7 @@ STRATA_I8_ENTRY(q4_0, Q4_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_1)
 STRATA_ENTRIES(q4_1, Q4_1)
+STRATA_I8_ENTRY(q4_1, Q4_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_0)
 STRATA_ENTRIES(q5_0, Q5_0)
@@ -705,6 +750,7 @@ STRATA_I8_ENTRY(q5_0, Q5_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_1)
 STRATA_ENTRIES(q5_1, Q5_1)
+STRATA_I8_ENTRY(q5_1, Q5_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q8_0)
 STRATA_ENTRIES(q8_0, Q8_0)

@@ -22,11 +22,12 @@
 // device backend): here they are plain floats.
 //
 // The int8 form (matvec3_i8_entry; the types whose products with Q8 values
-// are integer: Q4_0, Q5_0, Q8_0, MXFP4, Q4_K, Q5_K, Q6_K) takes the rows
+// are integer: every block type above) takes the rows
 // as the cpu backend quantizes them (elementwise.cuh strata_quantize_rows:
 // int8 q, a scale and the sum of q per 32 values) and multiplies each
 // weight unit's int8 q by them with dp4a, exactly, then scales in float,
-// unit by unit (d_w d_x sumi - m_w d_x sum_x): the cpu backend's integer dot
+// unit by unit (d_w d_x sumi - m_w d_x sum_x; Q4_1 and Q5_1, on Q8_1 rows,
+// d_w d_x sumi + m_w s_x with s_x = f16(d_x sum_x)): the cpu backend's integer dot
 // products, with ~4x fewer instructions a weight than dequantizing to
 // float (llama.cpp's mmvq has the same shape). The same lanes, splits and
 // launches as the plain form.
@@ -99,7 +100,9 @@ inline std::string matvec3_entry(GgmlType type) {
 inline std::string matvec3_i8_entry(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
     case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ8_0:
     case GgmlType::kMXFP4:
     case GgmlType::kQ4_K:

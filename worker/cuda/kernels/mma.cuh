@@ -235,8 +235,10 @@ STRATA_UNROLL
 STRATA_UNROLL
             for (int e = 0; e < 4; ++e) {
               const float dx = xs[j][e & 1];
-              acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sumi[e] -
-                              wmin[i][e >> 1] * dx * xsum[j][e & 1];
+              // Q8_1 rows (Format::kI8Q8_1): xsum is the unit's s = f16(d sum q).
+              const float min_term = Format::kI8Q8_1 ? wmin[i][e >> 1] * xsum[j][e & 1]
+                                                     : wmin[i][e >> 1] * dx * xsum[j][e & 1];
+              acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sumi[e] - min_term;
             }
           } else {  // a scale each 16 values (Q6_K): each half alone, A's other half 0
             const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
@@ -282,6 +284,7 @@ STRATA_MMA_I8_ENTRY(q4_0, Q4_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_1)
 STRATA_MMA_ENTRY(q4_1, Q4_1)
+STRATA_MMA_I8_ENTRY(q4_1, Q4_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_0)
 STRATA_MMA_ENTRY(q5_0, Q5_0)
@@ -289,6 +292,7 @@ STRATA_MMA_I8_ENTRY(q5_0, Q5_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_1)
 STRATA_MMA_ENTRY(q5_1, Q5_1)
+STRATA_MMA_I8_ENTRY(q5_1, Q5_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q8_0)
 STRATA_MMA_ENTRY(q8_0, Q8_0)

@@ -74,9 +74,10 @@ inline std::string mma3_entry(GgmlType type) {
 }
 
 // The int8 tensor-core entry of `type` ("strata_mma3_i8_q4_k"), or "" for a
-// type it does not take: Q4_0, Q5_0, Q8_0, MXFP4 (Q8_0 rows), Q4_K, Q5_K,
-// Q6_K (Q8_K rows), whose products with their Q8 rows are integer per
-// 32-value unit (value = scale q - min; Q6_K a scale each 16 values). Its launch: strata_mma3_<type>'s grid and
+// type it does not take: Q4_0, Q5_0, Q8_0, MXFP4 (Q8_0 rows), Q4_1, Q5_1
+// (Q8_1 rows: the min times each unit's s), Q4_K, Q5_K, Q6_K (Q8_K rows),
+// whose products with their Q8 rows are integer per 32-value unit (value =
+// scale q - min; Q6_K a scale each 16 values). Its launch: strata_mma3_<type>'s grid and
 // block; arguments (const unsigned char* w, const signed char* xq, const
 // float* xd, const float* xsum, float* y0, float* y1, float* y2, int n0,
 // int n1, int n_rows, int n_cols, long long row_bytes, int n_tok), the

@@ -32,9 +32,13 @@ inline constexpr const char* kRoundRowsEntry = "strata_round_rows";
 inline constexpr const char* kQuantizeRowsEntry = "strata_quantize_rows";
 inline constexpr int kRoundNone = 0;
 inline constexpr int kRoundF16 = 1;
-inline constexpr int kRoundQ8_0 = 2;  // Q8_0 and Q8_1 represent the same values
+inline constexpr int kRoundQ8_0 = 2;
 inline constexpr int kRoundQ8_K = 3;
-inline constexpr int kRoundKinds = 4;
+// Q8_1: Q8_0's values (strata_round_rows makes the same), and as int8 rows
+// each unit's s = f16(d sum q) in place of its sum (Q4_1 and Q5_1 weights'
+// offsets multiply it).
+inline constexpr int kRoundQ8_1 = 4;
+inline constexpr int kRoundKinds = 5;
 
 // attention_decode: grid (n_head), block (-DTHREADS, 128 by default).
 inline constexpr const char* kAttentionSource =

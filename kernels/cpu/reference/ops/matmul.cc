@@ -234,6 +234,16 @@ GgmlType activation_type(GgmlType weight) {
   }
 }
 
+void quantize_q8_1_row(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+  for (int64_t b = 0; b < n / kQK8_1; ++b) {
+    BlockQ8_1 blk;
+    quantize_q8_1(x + b * kQK8_1, kQK8_1, &blk);
+    std::memcpy(q + b * kQK8_1, blk.qs, kQK8_1);
+    d[b] = f16_to_f32(blk.d);
+    s[b] = f16_to_f32(blk.s);
+  }
+}
+
 bool can_matmul(GgmlType weight) {
   return weight != GgmlType::kQ8_1 && can_dequantize(weight);
 }

@@ -45,6 +45,12 @@ absl::StatusOr<kernels::WeightMatrix> make_weight_matrix(
 // The activation type ggml's CPU backend pairs with `weight` (see above).
 GgmlType activation_type(GgmlType weight);
 
+// x [n] (whole blocks of 32) as the cpu backend quantizes it for Q4_1 and
+// Q5_1 weights (ggml-cpu's x86 quantize_row_q8_1): per block b, q[32 b ..
+// + 32) = round-half-even(x 127 / amax), d[b] = f16(amax / 127) and s[b] =
+// f16(amax / 127 * sum q) (the f16 values as floats).
+void quantize_q8_1_row(const float* x, int64_t n, int8_t* q, float* d, float* s);
+
 // True when matmul supports `weight`.
 bool can_matmul(GgmlType weight);
 
