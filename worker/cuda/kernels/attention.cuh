@@ -88,6 +88,20 @@ __device__ __forceinline__ float strata_block_reduce(float v, int max) {
 #ifndef STRATA_ATTENTION_SHARED_DK
 #define STRATA_ATTENTION_SHARED_DK 512  // q rounded in shared memory up to this dk
 #endif
+// V is weighed by the block's warps together up to dv = 32 x this (a
+// register a lane each 32 dims); wider heads by a thread a dim.
+#ifndef STRATA_ATTENTION_DV_REGS
+#define STRATA_ATTENTION_DV_REGS 8
+#endif
+// Loops the device compiler unrolls wholly, or 4 times (nothing for the
+// emulation).
+#if defined(__CUDA_ARCH__)
+#define STRATA_ATTENTION_UNROLL _Pragma("unroll")
+#define STRATA_ATTENTION_UNROLL4 _Pragma("unroll 4")
+#else
+#define STRATA_ATTENTION_UNROLL
+#define STRATA_ATTENTION_UNROLL4
+#endif
 
 // Key row kr [dk] (f16 bits) . q (f16-rounded), summed d = 0 .. dk - 1 in
 // float; 8 halves a load when `wide` (the caller's check that every key row
@@ -167,14 +181,48 @@ __device__ __forceinline__ void strata_attend_head(
     sc[j] = strata_round_f16(sc[j] * inv);
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < dv; d += THREADS) {
-    float o = 0.0f;
-    for (int j = window_begin; j < n_kv; ++j) {
-      o += sc[j] * strata_f16(v_cache[((long long)j * n_head_kv + g) * dv + d]);
+  if (dv <= 32 * STRATA_ATTENTION_DV_REGS) {
+    // Warp w weighs keys w, w + W, ... of the range (W warps; each key's V
+    // row read by one warp, its lanes on consecutive dims: coalesced, and
+    // W rows in flight where a thread a dim walked the keys one by one);
+    // lane l sums dims l + 32 i. The warps' sums are added in warp order.
+    constexpr int kWarps = THREADS / 32;
+    __shared__ float o_part[kWarps][32 * STRATA_ATTENTION_DV_REGS];
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    float o[STRATA_ATTENTION_DV_REGS];
+STRATA_ATTENTION_UNROLL
+    for (int i = 0; i < STRATA_ATTENTION_DV_REGS; ++i) o[i] = 0.0f;
+STRATA_ATTENTION_UNROLL4
+    for (int j = window_begin + warp; j < n_kv; j += kWarps) {
+      const float p = sc[j];
+      const unsigned short* vr = v_cache + ((long long)j * n_head_kv + g) * dv;
+STRATA_ATTENTION_UNROLL
+      for (int i = 0; i < STRATA_ATTENTION_DV_REGS; ++i) {
+        const int d = lane + 32 * i;
+        if (d < dv) o[i] += p * strata_f16(vr[d]);
+      }
     }
-    oh[d] = o;
+STRATA_ATTENTION_UNROLL
+    for (int i = 0; i < STRATA_ATTENTION_DV_REGS; ++i) {
+      const int d = lane + 32 * i;
+      if (d < dv) o_part[warp][d] = o[i];
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < dv; d += THREADS) {
+      float weighed = o_part[0][d];
+      for (int w = 1; w < kWarps; ++w) weighed += o_part[w][d];
+      oh[d] = weighed;
+    }
+  } else {
+    for (int d = threadIdx.x; d < dv; d += THREADS) {
+      float o = 0.0f;
+      for (int j = window_begin; j < n_kv; ++j) {
+        o += sc[j] * strata_f16(v_cache[((long long)j * n_head_kv + g) * dv + d]);
+      }
+      oh[d] = o;
+    }
   }
-  __syncthreads();  // q_shared and sc are free for the block's next head
+  __syncthreads();  // q_shared, sc and o_part are free for the block's next head
 }
 
 STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
