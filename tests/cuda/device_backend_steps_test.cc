@@ -341,6 +341,47 @@ TEST_P(DeviceBackendSteps, APickedRowThatIsNotFiniteIsRefusedAndChangesNothing) 
   }
 }
 
+// A decode step's launches through one quantized llama block (a shard of
+// block 0 of the tiny llama, not the last: no head), on the emulation,
+// which counts them: the embedding (get_rows), then the block's 11 — the
+// attention norm quantizing q|k|v's rows in the same launch, q|k|v, RoPE,
+// the KV store, attention, the attention output's quantization, o, the
+// residual add + FFN norm quantizing gate|up's rows, gate|up, SwiGLU
+// quantizing down's rows, down — and the residual add. On the float
+// matrix kernel (matvec_int8 off) each product's rows are rounded by a
+// launch of their own: 14 for the block.
+TEST(DeviceBackendLaunches, ADecodeStepOfAQuantizedBlockQuantizesInTheKernelsThatMakeItsRows) {
+  for (const std::string type : {"Q8_0", "Q4_K"}) {
+    for (const bool int8 : {true, false}) {
+      SCOPED_TRACE(type + (int8 ? ", int8" : ", float"));
+      gguf::testing::TempDir dir;
+      Loaded m = open_model(tiny_llama(dir, type));
+      ASSERT_NE(m.model, nullptr);
+      ASSERT_GE(m.hp.n_layer, 2);
+      DeviceBackendOptions o = test_options();
+      o.graphs = false;  // every launch counted as it runs
+      o.matvec_int8 = int8;
+      std::unique_ptr<testing::EmulatedDeviceApi> api = testing::emulated_step_device();
+      testing::EmulatedDeviceApi* emulated = api.get();
+      auto b = make_device_backend(m.model, m.hp, {0, 1}, o, std::move(api));
+      ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_TRUE((*b)->add_sequence(0, 16).ok());
+      const auto step = [&](const std::vector<int32_t>& tokens) {
+        ForwardRequest req;
+        req.tokens = tokens;
+        ForwardResult r;
+        const absl::Status st = (*b)->forward(req, &r);
+        EXPECT_TRUE(st.ok()) << st;
+        EXPECT_EQ(r.hidden.size(), tokens.size() * static_cast<size_t>(m.hp.n_embd));
+      };
+      step({1, 40, 97});
+      const int64_t before = emulated->launches();
+      step({300});
+      EXPECT_EQ(emulated->launches() - before, 1 + (int8 ? 11 : 14) + 1);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackendSteps, ::testing::Values("emulated", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

@@ -258,11 +258,13 @@ using namespace strata::cuda_emulation;
 namespace rms {
 using namespace strata::cuda_emulation;
 #define THREADS 256
+#include "worker/cuda/kernels/quantize.cuh"
 #include "worker/cuda/kernels/rms_norm.cuh"
 #undef THREADS
 }  // namespace rms
 namespace elementwise {
 using namespace strata::cuda_emulation;
+#include "worker/cuda/kernels/quantize.cuh"
 #include "worker/cuda/kernels/elementwise.cuh"
 }  // namespace elementwise
 namespace attention {
@@ -414,10 +416,15 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   }
   api.add(s.rms_norm, cuda_kernels::kRmsNormEntry, adapt(step_host::rms::strata_rms_norm));
   api.add(s.rms_norm, cuda_kernels::kAddRmsNormEntry, adapt(step_host::rms::strata_add_rms_norm));
+  api.add(s.rms_norm, cuda_kernels::kRmsNormQuantizeEntry,
+          adapt(step_host::rms::strata_rms_norm_quantize));
+  api.add(s.rms_norm, cuda_kernels::kAddRmsNormQuantizeEntry,
+          adapt(step_host::rms::strata_add_rms_norm_quantize));
   namespace ew = step_host::elementwise;
   api.add(s.elementwise, cuda_kernels::kRopeRotateEntry, adapt(ew::strata_rope_rotate));
   api.add(s.elementwise, cuda_kernels::kRopeRotateQkEntry, adapt(ew::strata_rope_rotate_qk));
   api.add(s.elementwise, cuda_kernels::kSwigluEntry, adapt(ew::strata_swiglu));
+  api.add(s.elementwise, cuda_kernels::kSwigluQuantizeEntry, adapt(ew::strata_swiglu_quantize));
   api.add(s.elementwise, cuda_kernels::kAddEntry, adapt(ew::strata_add));
   api.add(s.elementwise, cuda_kernels::kAddBiasEntry, adapt(ew::strata_add_bias));
   api.add(s.elementwise, cuda_kernels::kStoreKvEntry, adapt(ew::strata_store_kv));

@@ -67,11 +67,13 @@ using namespace strata::cuda_emulation;
 namespace rms {
 using namespace strata::cuda_emulation;
 #define THREADS 256
+#include "worker/cuda/kernels/quantize.cuh"
 #include "worker/cuda/kernels/rms_norm.cuh"
 #undef THREADS
 }  // namespace rms
 namespace elementwise {
 using namespace strata::cuda_emulation;
+#include "worker/cuda/kernels/quantize.cuh"
 #include "worker/cuda/kernels/elementwise.cuh"
 }  // namespace elementwise
 namespace attention {
@@ -201,11 +203,16 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
   }
   api->add(kRms, cuda_kernels::kRmsNormEntry, adapt(host::rms::strata_rms_norm));
   api->add(kRms, cuda_kernels::kAddRmsNormEntry, adapt(host::rms::strata_add_rms_norm));
+  api->add(kRms, cuda_kernels::kRmsNormQuantizeEntry, adapt(host::rms::strata_rms_norm_quantize));
+  api->add(kRms, cuda_kernels::kAddRmsNormQuantizeEntry,
+           adapt(host::rms::strata_add_rms_norm_quantize));
   api->add(kElementwise, cuda_kernels::kRopeRotateEntry,
            adapt(host::elementwise::strata_rope_rotate));
   api->add(kElementwise, cuda_kernels::kRopeRotateQkEntry,
            adapt(host::elementwise::strata_rope_rotate_qk));
   api->add(kElementwise, cuda_kernels::kSwigluEntry, adapt(host::elementwise::strata_swiglu));
+  api->add(kElementwise, cuda_kernels::kSwigluQuantizeEntry,
+           adapt(host::elementwise::strata_swiglu_quantize));
   api->add(kElementwise, cuda_kernels::kAddEntry, adapt(host::elementwise::strata_add));
   api->add(kElementwise, cuda_kernels::kAddBiasEntry, adapt(host::elementwise::strata_add_bias));
   {

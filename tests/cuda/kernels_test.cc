@@ -69,6 +69,83 @@ TEST_P(Kernels, AddRmsNormIsAddThenRmsNorm) {
   }
 }
 
+// The fused quantizing forms (the int8 kernels' rows in the launch that
+// makes the values): RMSNorm, the residual add + RMSNorm and SwiGLU, then
+// quantized in the same launch, give the bits of the plain kernel followed
+// by strata_quantize_rows, for Q8_0, Q8_K and Q8_1 (its s), on rows whose
+// width holds several units and blocks (768 = 3 Q8_K blocks), one row of
+// zeros.
+TEST_P(Kernels, FusedQuantizingKernelsGiveTheSeparateLaunchesBits) {
+  const int rows = 3, dim = 768;
+  const long long n = static_cast<long long>(rows) * dim;
+  const size_t units = static_cast<size_t>(n) / 32;
+  std::vector<float> x = normal_values(n, 80, 3.0f);
+  std::fill(x.begin() + dim, x.begin() + 2 * dim, 0.0f);
+  const std::vector<float> delta = normal_values(n, 81, 0.5f), w = normal_values(dim, 82),
+                           up = normal_values(n, 83);
+  struct Int8 {
+    std::vector<signed char> q;
+    std::vector<float> d, sums;
+    bool operator==(const Int8&) const = default;
+  };
+  const auto read = [&](DeviceBuffer& q, DeviceBuffer& d, DeviceBuffer& s) {
+    return Int8{get<signed char>(q, static_cast<size_t>(n)), get<float>(d, units),
+                get<float>(s, units)};
+  };
+  for (const int kind :
+       {cuda_kernels::kRoundQ8_0, cuda_kernels::kRoundQ8_K, cuda_kernels::kRoundQ8_1}) {
+    SCOPED_TRACE("kind " + std::to_string(kind));
+    // The separate launches' bits.
+    const auto separate = [&](DeviceBuffer& y) {
+      DeviceBuffer q = space(static_cast<size_t>(n)), d = space(units * sizeof(float)),
+                   s = space(units * sizeof(float));
+      EXPECT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 3, 64, y.as<const float>(),
+                      q.as<signed char>(), d.as<float>(), s.as<float>(), n, kind)
+                      .ok());
+      return read(q, d, s);
+    };
+    // RMSNorm.
+    DeviceBuffer dx = put(x), dw = put(w), y1 = space(n * sizeof(float)),
+                 y2 = space(n * sizeof(float)), q = space(static_cast<size_t>(n)),
+                 d = space(units * sizeof(float)), s = space(units * sizeof(float));
+    ASSERT_TRUE(run(kRms, cuda_kernels::kRmsNormEntry, rows, kRmsThreads, dx.as<const float>(),
+                    dw.as<const float>(), y1.as<float>(), dim, 1e-6f)
+                    .ok());
+    ASSERT_TRUE(run(kRms, cuda_kernels::kRmsNormQuantizeEntry, rows, kRmsThreads,
+                    dx.as<const float>(), dw.as<const float>(), y2.as<float>(), dim, 1e-6f,
+                    q.as<signed char>(), d.as<float>(), s.as<float>(), kind)
+                    .ok());
+    EXPECT_EQ(get<float>(y2, n), get<float>(y1, n));
+    EXPECT_TRUE(read(q, d, s) == separate(y1)) << "rms_norm";
+    // The residual add + RMSNorm.
+    DeviceBuffer xa = put(x), xb = put(x), dd = put(delta);
+    ASSERT_TRUE(run(kRms, cuda_kernels::kAddRmsNormEntry, rows, kRmsThreads, xa.as<float>(),
+                    dd.as<const float>(), dw.as<const float>(), y1.as<float>(), dim, 1e-6f)
+                    .ok());
+    ASSERT_TRUE(run(kRms, cuda_kernels::kAddRmsNormQuantizeEntry, rows, kRmsThreads,
+                    xb.as<float>(), dd.as<const float>(), dw.as<const float>(), y2.as<float>(),
+                    dim, 1e-6f, q.as<signed char>(), d.as<float>(), s.as<float>(), kind)
+                    .ok());
+    EXPECT_EQ(get<float>(xb, n), get<float>(xa, n));
+    EXPECT_EQ(get<float>(y2, n), get<float>(y1, n));
+    EXPECT_TRUE(read(q, d, s) == separate(y1)) << "add_rms_norm";
+    // SwiGLU (x as the gate), on two launch shapes.
+    DeviceBuffer du = put(up);
+    ASSERT_TRUE(run(kElementwise, cuda_kernels::kSwigluEntry, 2, 64, dx.as<const float>(),
+                    du.as<const float>(), y1.as<float>(), n)
+                    .ok());
+    const Int8 want = separate(y1);
+    for (const auto& [grid, block] : {std::pair{1u, 32u}, std::pair{5u, 256u}}) {
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kSwigluQuantizeEntry, grid, block,
+                      dx.as<const float>(), du.as<const float>(), y2.as<float>(),
+                      q.as<signed char>(), d.as<float>(), s.as<float>(), n, kind)
+                      .ok());
+      EXPECT_EQ(get<float>(y2, n), get<float>(y1, n)) << "swiglu " << grid << "x" << block;
+      EXPECT_TRUE(read(q, d, s) == want) << "swiglu " << grid << "x" << block;
+    }
+  }
+}
+
 // Both pair orders, a partial rotation, positions far apart; the
 // reference's arithmetic on the same (cos, sin) table: 2e-6 relative
 // covers a device's fused multiply-adds.

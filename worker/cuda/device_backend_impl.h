@@ -343,16 +343,34 @@ class DeviceBackend final : public Backend {
   // x += delta, then y = RMSNorm(x) * weight, one launch (the same bits).
   absl::Status add_rms_norm(float* x, const float* delta, const DeviceBuffer& weight, int rows,
                             int dim, float* y);
+  // The kind of int8 rows (ck::kRound*) m's products take (m.int8 or its
+  // int8 tensor-core kernel: quantized()), or kRoundNone: what a kernel
+  // that makes m's input rows can quantize in the same launch.
+  int int8_kind(const DeviceMatrix& m) const;
+  // y = RMSNorm(x (+= delta when delta is given)) * weight, and when kind is
+  // not kRoundNone y as int8 rows of kind in the same launch (the fused
+  // entries), marked made for `rows` (y's PairedRows: quantized() then
+  // launches nothing).
+  absl::Status norm_rows(float* x, const float* delta, const DeviceBuffer& weight, int n,
+                         int dim, float* y, PairedRows& rows, int kind);
+  // The int8 rows buffer of `kind` for n rows of `width`, checked.
+  absl::StatusOr<Int8Rows> int8_rows(int kind, int n, int64_t width);
+  // `in`'s int8 rows of `kind` are int8_[kind] as made now.
+  void mark_quantized(PairedRows& in, int kind) {
+    const auto k = static_cast<size_t>(kind);
+    in.stamp_i8[k] = int8_stamp_[k] = ++stamps_;
+  }
   absl::Status add_bias(float* x, const DeviceBuffer& bias, int rows, int64_t width,
                         int64_t offset = 0);
   absl::Status block(int il, int n);
-  absl::Status attention(int il, int n);
+  // xn: the block's normed rows (rows_of(xn_)), perhaps quantized already.
+  absl::Status attention(int il, int n, PairedRows& xn);
   // y [n][n_embd] = W_down act(W_gate x + b_gate, W_up x + b_up) + b_down, f
   // wide (the bias buffers' rows `bias_row`; empty buffers: none). Uses
   // gate_ and up_. step_rows: x is the step's rows (step_matvec3), else
-  // gathered rows (an expert's: matvec3).
+  // gathered rows (an expert's: matvec3). x: [n][n_embd] rows.
   absl::Status ffn(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-                   int64_t f, const float* x, int n, float* y, const DeviceBuffer* gate_bias,
+                   int64_t f, PairedRows& x, int n, float* y, const DeviceBuffer* gate_bias,
                    const DeviceBuffer* up_bias, const DeviceBuffer* down_bias, int bias_row,
                    bool step_rows);
   absl::Status moe(int il, int n);
@@ -390,6 +408,7 @@ class DeviceBackend final : public Backend {
   KernelHandle k_argmax_rows_;  // the kArgmax rows' picks
   KernelHandle k_top_k_rows_;   // the kTopK rows' candidates
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
+  KernelHandle k_rms_q_, k_add_rms_q_, k_swiglu_q_;  // the quantizing forms
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_gather_, k_scatter_,
       k_moe_sum_, k_add_shared_;

@@ -36,25 +36,37 @@ absl::StatusOr<const float*> DeviceBackend::paired(const DeviceMatrix& m, Paired
   return out;
 }
 
+absl::StatusOr<Int8Rows> DeviceBackend::int8_rows(int kind, int n, int64_t width) {
+  if (kind != ck::kRoundQ8_0 && kind != ck::kRoundQ8_K && kind != ck::kRoundQ8_1) {
+    return absl::InternalError(absl::StrCat("no int8 rows of kind ", kind));
+  }
+  const auto k = static_cast<size_t>(kind);
+  if (width > int8_width_[k] || int64_t{n} > options_.max_batch) {
+    return absl::InternalError(absl::StrCat(n, " rows of ", width, " past the int8 rows of ",
+                                            int8_width_[k], " of kind ", kind));
+  }
+  return int8_rows_at(int8_[k].as<unsigned char>(), options_.max_batch, int8_width_[k]);
+}
+
+int DeviceBackend::int8_kind(const DeviceMatrix& m) const {
+  if (!m.present() || (!m.int8 && m.mma_i8.id < 0)) return ck::kRoundNone;
+  return m.round;
+}
+
 absl::StatusOr<Int8Rows> DeviceBackend::quantized(const DeviceMatrix& m, PairedRows& in) {
+  if (in.width != m.n_in) {
+    return absl::InternalError(absl::StrCat("rows of ", in.width, " for a matrix of ", m.n_in));
+  }
+  Int8Rows r;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(r, int8_rows(m.round, in.n, in.width));
   const auto kind = static_cast<size_t>(m.round);
-  if (m.round != ck::kRoundQ8_0 && m.round != ck::kRoundQ8_K && m.round != ck::kRoundQ8_1) {
-    return absl::InternalError(absl::StrCat("no int8 rows of kind ", m.round));
-  }
-  if (in.width != m.n_in || in.width > int8_width_[kind] ||
-      int64_t{in.n} > options_.max_batch) {
-    return absl::InternalError(absl::StrCat(in.n, " rows of ", in.width, " past the int8 rows of ",
-                                            int8_width_[kind], " for a matrix of ", m.n_in));
-  }
-  const Int8Rows r =
-      int8_rows_at(int8_[kind].as<unsigned char>(), options_.max_batch, int8_width_[kind]);
   if (in.stamp_i8[kind] != 0 && in.stamp_i8[kind] == int8_stamp_[kind]) return r;
   const int64_t total = int64_t{in.n} * in.width;
   STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_quantize_rows_, total, in.x,
                                          const_cast<signed char*>(r.q), const_cast<float*>(r.d),
                                          const_cast<float*>(r.sums),
                                          static_cast<long long>(total), m.round));
-  in.stamp_i8[kind] = int8_stamp_[kind] = ++stamps_;
+  mark_quantized(in, m.round);
   return r;
 }
 
@@ -159,6 +171,31 @@ absl::Status DeviceBackend::add_rms_norm(float* x, const float* delta, const Dev
              static_cast<const float*>(weight.as<float>()), y, dim, hp_.rms_eps);
 }
 
+absl::Status DeviceBackend::norm_rows(float* x, const float* delta, const DeviceBuffer& weight,
+                                      int n, int dim, float* y, PairedRows& rows, int kind) {
+  if (kind == ck::kRoundNone) {
+    return delta != nullptr ? add_rms_norm(x, delta, weight, n, dim, y)
+                            : rms_norm(x, weight, n, dim, y);
+  }
+  Int8Rows r;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(r, int8_rows(kind, n, dim));
+  auto* q = const_cast<signed char*>(r.q);
+  auto* d = const_cast<float*>(r.d);
+  auto* sums = const_cast<float*>(r.sums);
+  const auto* w = static_cast<const float*>(weight.as<float>());
+  if (delta != nullptr) {
+    STRATA_DEVICE_RETURN_IF_ERROR(run(k_add_rms_q_, static_cast<unsigned>(n),
+                                      ck::kStepRmsNormThreads, x, delta, w, y, dim, hp_.rms_eps,
+                                      q, d, sums, kind));
+  } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(run(k_rms_q_, static_cast<unsigned>(n), ck::kStepRmsNormThreads,
+                                      static_cast<const float*>(x), w, y, dim, hp_.rms_eps, q, d,
+                                      sums, kind));
+  }
+  mark_quantized(rows, kind);
+  return absl::OkStatus();
+}
+
 absl::Status DeviceBackend::add(const float* a, const float* b, float* y, int64_t n) {
   return run_over(k_add_, n, a, b, y, static_cast<long long>(n));
 }
@@ -174,7 +211,7 @@ absl::Status DeviceBackend::add_bias(float* x, const DeviceBuffer& bias, int row
 // proj = W_o · Attention(q, k, v) of xn (+ b_o), q = W_q xn (+ b_q), etc.,
 // with QK-norm and RoPE on q and k; as worker/cpu/forward.cc's
 // attention_step.
-absl::Status DeviceBackend::attention(int il, int n) {
+absl::Status DeviceBackend::attention(int il, int n, PairedRows& xn) {
   const DeviceLayer& w = layers_[static_cast<size_t>(il - range_.first)];
   const arch::BlockRecipe& r = hp_.recipe;
   const int layer = il - range_.first;
@@ -183,7 +220,6 @@ absl::Status DeviceBackend::attention(int il, int n) {
   float* q = q_.as<float>();
   float* k = k_.as<float>();
   float* v = v_.as<float>();
-  PairedRows xn = rows_of(xn_.as<float>(), n, hp_.n_embd);
   if (w.wqkv.present()) {  // [q | k | v] rows: one launch
     STRATA_DEVICE_RETURN_IF_ERROR(
         step_matvec3(w.wqkv, xn, q, k, v, static_cast<int>(qw), static_cast<int>(kw)));
@@ -283,18 +319,17 @@ absl::Status DeviceBackend::attention(int il, int n) {
 }
 
 absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& up_m,
-                                const DeviceMatrix& down_m, int64_t f, const float* x, int n,
+                                const DeviceMatrix& down_m, int64_t f, PairedRows& in, int n,
                                 float* y, const DeviceBuffer* gate_bias,
                                 const DeviceBuffer* up_bias, const DeviceBuffer* down_bias,
                                 int bias_row, bool step_rows) {
   float* gate = gate_.as<float>();  // [n][f]
   float* up = up_.as<float>();      // [n][f]
-  const auto product = [&](const DeviceMatrix& m, PairedRows& in, float* y0, float* y1,
+  const auto product = [&](const DeviceMatrix& m, PairedRows& rows, float* y0, float* y1,
                            float* y2, int n0, int n1) {
-    return step_rows ? step_matvec3(m, in, y0, y1, y2, n0, n1)
-                     : matvec3(m, in, y0, y1, y2, n0, n1);
+    return step_rows ? step_matvec3(m, rows, y0, y1, y2, n0, n1)
+                     : matvec3(m, rows, y0, y1, y2, n0, n1);
   };
-  PairedRows in = rows_of(x, n, hp_.n_embd);
   if (gate_m.parts == 2) {  // [gate | up] rows: one launch
     STRATA_DEVICE_RETURN_IF_ERROR(
         product(gate_m, in, gate, up, up, static_cast<int>(f), static_cast<int>(f)));
@@ -305,8 +340,20 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
   if (gate_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(gate, *gate_bias, n, f, bias_row * f));
   if (up_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(up, *up_bias, n, f, bias_row * f));
   const int64_t nf = int64_t{n} * f;
+  PairedRows act = rows_of(gate, n, f);
   switch (hp_.recipe.activation) {
     case arch::FfnActivation::kSilu:
+      if (const int kind = int8_kind(down_m); kind != ck::kRoundNone) {
+        // The down matrix's int8 rows made with the values, one launch.
+        Int8Rows r;
+        STRATA_DEVICE_ASSIGN_OR_RETURN(r, int8_rows(kind, n, f));
+        STRATA_DEVICE_RETURN_IF_ERROR(run_over(
+            k_swiglu_q_, nf, static_cast<const float*>(gate), static_cast<const float*>(up), gate,
+            const_cast<signed char*>(r.q), const_cast<float*>(r.d), const_cast<float*>(r.sums),
+            static_cast<long long>(nf), kind));
+        mark_quantized(act, kind);
+        break;
+      }
       STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_swiglu_, nf, static_cast<const float*>(gate),
                                       static_cast<const float*>(up), gate,
                                       static_cast<long long>(nf)));
@@ -323,7 +370,6 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
                                       reference::ops::kGptOssLimit));
       break;
   }
-  PairedRows act = rows_of(gate, n, f);
   STRATA_DEVICE_RETURN_IF_ERROR(product(down_m, act, y, y, y, down_m.n_out, 0));
   if (down_bias != nullptr) {
     STRATA_DEVICE_RETURN_IF_ERROR(add_bias(y, *down_bias, n, hp_.n_embd, int64_t{bias_row} * hp_.n_embd));
@@ -386,8 +432,9 @@ absl::Status DeviceBackend::moe(int il, int n) {
                                       static_cast<const int*>(slot_rows_.as<int>() + begin),
                                       moe_x_.as<float>(), m, static_cast<int>(e)));
       const size_t i = static_cast<size_t>(ex);
+      PairedRows expert_rows = rows_of(moe_x_.as<float>(), m, e);
       STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.gate[i], x.up[i], x.down[i], p.n_ff_expert,
-                                 moe_x_.as<float>(), m, moe_y_.as<float>(),
+                                 expert_rows, m, moe_y_.as<float>(),
                                  biased ? &x.gate_bias : nullptr, biased ? &x.up_bias : nullptr,
                                  biased ? &x.down_bias : nullptr, ex, /*step_rows=*/false));
       STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scatter_, int64_t{m} * e,
@@ -402,8 +449,8 @@ absl::Status DeviceBackend::moe(int il, int n) {
   }
   if (!x.shared_down.present()) return absl::OkStatus();
   // The shared expert on every row, scaled by sigmoid(g), g the one-row
-  // router's logit.
-  STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.shared_gate, x.shared_up, x.shared_down, p.n_ff_shared, xn, n,
+  // router's logit (xn's rounded rows shared with the router's).
+  STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.shared_gate, x.shared_up, x.shared_down, p.n_ff_shared, xn_rows, n,
                              moe_y_.as<float>(), nullptr, nullptr, nullptr, 0,
                              /*step_rows=*/true));
   STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.shared_router, xn_rows, shared_gate_.as<float>()));
@@ -422,24 +469,27 @@ absl::Status DeviceBackend::block(int il, int n) {
   float* x = x_.as<float>();
   float* xn = xn_.as<float>();
   float* proj = proj_.as<float>();
-  // The previous block's last residual add, when it left it for this norm.
-  if (residual_pending_) {
-    STRATA_DEVICE_RETURN_IF_ERROR(add_rms_norm(x, proj, w.attn_norm, n, e, xn));
-    residual_pending_ = false;
-  } else {
-    STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(x, w.attn_norm, n, e, xn));
-  }
-  STRATA_DEVICE_RETURN_IF_ERROR(attention(il, n));
+  // The previous block's last residual add, when it left it for this norm;
+  // the normed rows quantized in the same launch for q (|k|v) when its
+  // products take int8 rows.
+  PairedRows attn_in = rows_of(xn, n, e);
+  STRATA_DEVICE_RETURN_IF_ERROR(norm_rows(x, residual_pending_ ? proj : nullptr, w.attn_norm, n,
+                                          e, xn, attn_in,
+                                          int8_kind(w.wqkv.present() ? w.wqkv : w.wq)));
+  residual_pending_ = false;
+  STRATA_DEVICE_RETURN_IF_ERROR(attention(il, n, attn_in));
   if (w.post_attn_norm.get() != nullptr) {
     STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(proj, w.post_attn_norm, n, e, proj));
   }
-  STRATA_DEVICE_RETURN_IF_ERROR(add_rms_norm(x, proj, w.ffn_norm, n, e, xn));
-  if (w.moe.present()) {
+  PairedRows ffn_in = rows_of(xn, n, e);
+  if (w.moe.present()) {  // the router's and the experts' rows: made by moe()
+    STRATA_DEVICE_RETURN_IF_ERROR(add_rms_norm(x, proj, w.ffn_norm, n, e, xn));
     STRATA_DEVICE_RETURN_IF_ERROR(moe(il, n));
   } else {
     STRATA_DEVICE_RETURN_IF_ERROR(
-        ffn(w.gate, w.up, w.down, hp_.n_ff, xn, n, proj, nullptr, nullptr, nullptr, 0,
-            /*step_rows=*/true));
+        norm_rows(x, proj, w.ffn_norm, n, e, xn, ffn_in, int8_kind(w.gate)));
+    STRATA_DEVICE_RETURN_IF_ERROR(ffn(w.gate, w.up, w.down, hp_.n_ff, ffn_in, n, proj, nullptr,
+                                      nullptr, nullptr, 0, /*step_rows=*/true));
   }
   if (w.post_ffn_norm.get() != nullptr) {
     STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(proj, w.post_ffn_norm, n, e, proj));

@@ -304,6 +304,8 @@ absl::Status DeviceBackend::load() {
   const ck::StepSources& src = ck::step_sources();
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_rms_, kernel(src.rms_norm, ck::kRmsNormEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_add_rms_, kernel(src.rms_norm, ck::kAddRmsNormEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_rms_q_, kernel(src.rms_norm, ck::kRmsNormQuantizeEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_add_rms_q_, kernel(src.rms_norm, ck::kAddRmsNormQuantizeEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_argmax_rows_, kernel(src.sample, ck::kArgmaxRowsEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_top_k_rows_, kernel(src.sample, ck::kTopKRowsEntry));
@@ -328,7 +330,7 @@ absl::Status DeviceBackend::load() {
            {&k_swiglu_oai_, ck::kSwigluOaiEntry},
            {&k_gather_, ck::kGatherRowsEntry},   {&k_scatter_, ck::kScatterRowsEntry},
            {&k_moe_sum_, ck::kMoeSumEntry},      {&k_add_shared_, ck::kAddSharedExpertEntry},
-           {&k_round_rows_, ck::kRoundRowsEntry},
+           {&k_round_rows_, ck::kRoundRowsEntry}, {&k_swiglu_q_, ck::kSwigluQuantizeEntry},
            {&k_quantize_rows_, ck::kQuantizeRowsEntry}}) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(*k.handle, kernel(src.elementwise, k.entry));
   }

@@ -18,6 +18,12 @@
 //     [n_tokens][n_head_kv][head_dim] in one launch
 //   strata_swiglu(const float* gate, const float* up, float* out, long long n)
 //     out = gate / (1 + e^-gate) * up; out may alias either input.
+//   strata_swiglu_quantize(const float* gate, const float* up, float* out,
+//                          signed char* q, float* d, float* sums, long long n,
+//                          int kind)
+//     strata_swiglu's out, and out as strata_quantize_rows makes it of kind
+//     2, 3 or 4 (q, d, sums: quantize.cuh's layout), in one pass: a warp a
+//     unit (32 values; 256 for kind 3, n a multiple of it).
 //   strata_add(const float* a, const float* b, float* y, long long n)
 //     y = a + b (the residual); y may alias either input.
 //   strata_add_bias(float* x, const float* bias, long long n, int width)
@@ -87,16 +93,6 @@ __device__ __forceinline__ long long strata_stride() {
   return (long long)gridDim.x * blockDim.x;
 }
 
-__device__ __forceinline__ unsigned short strata_to_f16(float f) {
-#if defined(__CUDA_ARCH__)
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-#else
-  return strata_host_f32_to_f16(f);  // the emulation's
-#endif
-}
-
 // Pair i of head `head` of token t of x (x [n_tokens][n_heads][head_dim]).
 __device__ __forceinline__ void strata_rope_pair(float* x, const float* cs, long long p, int half,
                                                  int n_heads, int head_dim, int neox) {
@@ -137,10 +133,39 @@ STRATA_KERNEL strata_rope_rotate_qk(float* q, float* k, const float* cs, int n_t
   }
 }
 
+// silu(g) u, SwiGLU's value.
+__device__ __forceinline__ float strata_swiglu_value(float g, float u) {
+  return g / (1.0f + expf(-g)) * u;
+}
+
 STRATA_KERNEL strata_swiglu(const float* gate, const float* up, float* out, long long n) {
   for (long long i = strata_first(); i < n; i += strata_stride()) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
+    out[i] = strata_swiglu_value(gate[i], up[i]);
+  }
+}
+
+STRATA_KERNEL strata_swiglu_quantize(const float* gate, const float* up, float* out,
+                                     signed char* q, float* d, float* sums, long long n,
+                                     int kind) {
+  const int lane = threadIdx.x & 31;
+  const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
+  if (kind == 3) {
+    for (long long b = warp; b < n / 256; b += warps) {
+      float v[8];
+      for (int j = 0; j < 8; ++j) {
+        const long long i = b * 256 + lane + 32 * j;
+        v[j] = strata_swiglu_value(gate[i], up[i]);
+        out[i] = v[j];
+      }
+      strata_quantize_block_k(v, lane, q + b * 256, d + b * 8, sums + b * 8);
+    }
+  } else {
+    for (long long b = warp; b < n / 32; b += warps) {
+      const long long i = b * 32 + lane;
+      const float v = strata_swiglu_value(gate[i], up[i]);
+      out[i] = v;
+      strata_quantize_unit(v, lane, q + b * 32, d + b, sums + b, kind);
+    }
   }
 }
 
@@ -151,16 +176,6 @@ STRATA_KERNEL strata_add(const float* a, const float* b, float* y, long long n) 
 STRATA_KERNEL strata_add_bias(float* x, const float* bias, long long n, int width) {
   const long long total = n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) x[i] += bias[i % width];
-}
-
-__device__ __forceinline__ float strata_from_f16(unsigned short h) {
-#if defined(__CUDA_ARCH__)
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-#else
-  return strata_host_f16_to_f32(h);
-#endif
 }
 
 STRATA_KERNEL strata_scale(float* x, float s, long long n) {
@@ -275,67 +290,6 @@ STRATA_KERNEL strata_store_kv(const float* k, const float* v, unsigned short* k_
   }
 }
 
-// The (magnitude, index, value) of the largest magnitude, the lower index of
-// equals: a warp's reduction of its lanes' firsts.
-__device__ __forceinline__ void strata_first_largest(float* a, int* i, float* v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float a2 = __shfl_xor_sync(0xffffffffu, *a, o);
-    const int i2 = __shfl_xor_sync(0xffffffffu, *i, o);
-    const float v2 = __shfl_xor_sync(0xffffffffu, *v, o);
-    if (a2 > *a || (a2 == *a && i2 < *i)) {
-      *a = a2;
-      *i = i2;
-      *v = v2;
-    }
-  }
-}
-
-// Q8_0 of the 32 values a warp holds, v its lane's: the lane's q and the
-// block's scale f16(amax / 127) (as reference::ops quantize_q8_1); *exact:
-// amax / 127 before its rounding (Q8_1's s is made from it).
-__device__ __forceinline__ float strata_q8_0(float v, int* q, float* exact) {
-  float amax = fabsf(v);
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.0f;
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  *q = (int)rintf(v * id);  // an integer, as the cpu's: 0, never -0
-  *exact = d;
-  return strata_from_f16(strata_to_f16(d));
-}
-
-// Q8_K of the 256 values at xb, lane l taking xb[l + 32 j] (j < 8): its
-// q[j] and the block's scale (0 when every value is 0; as
-// reference::ops round_q8_k).
-__device__ __forceinline__ float strata_q8_k(const float* xb, int lane, int* q) {
-  float v[8];
-  float amax = 0.0f, max = 0.0f;
-  int first = 256;  // none: every value is 0
-  for (int j = 0; j < 8; ++j) {
-    v[j] = xb[lane + 32 * j];
-    if (fabsf(v[j]) > amax) {
-      amax = fabsf(v[j]);
-      max = v[j];
-      first = lane + 32 * j;
-    }
-  }
-  strata_first_largest(&amax, &first, &max);
-  if (amax == 0.0f) {
-    for (int j = 0; j < 8; ++j) q[j] = 0;
-    return 0.0f;
-  }
-  const float iscale = -127.0f / max;
-  for (int j = 0; j < 8; ++j) {
-    const int qj = (int)rintf(iscale * v[j]);
-    q[j] = qj > 127 ? 127 : qj;
-  }
-  return 1.0f / iscale;
-}
-
-// The sum of the warp's 32 ints.
-__device__ __forceinline__ int strata_warp_sum(int v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 STRATA_KERNEL strata_round_rows(const float* x, float* y, long long n, int kind) {
   const int lane = threadIdx.x & 31;
@@ -366,28 +320,13 @@ STRATA_KERNEL strata_quantize_rows(const float* x, signed char* q, float* d, flo
   const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
   if (kind == 2 || kind == 4) {
     for (long long b = warp; b < n / 32; b += warps) {
-      int qi;
-      float exact;
-      const float scale = strata_q8_0(x[b * 32 + lane], &qi, &exact);
-      q[b * 32 + lane] = (signed char)qi;
-      const int sum = strata_warp_sum(qi);
-      if (lane == 0) {
-        d[b] = scale;
-        sums[b] = kind == 4 ? strata_from_f16(strata_to_f16(exact * (float)sum)) : (float)sum;
-      }
+      strata_quantize_unit(x[b * 32 + lane], lane, q + b * 32, d + b, sums + b, kind);
     }
   } else if (kind == 3) {
     for (long long b = warp; b < n / 256; b += warps) {
-      int qj[8];
-      const float scale = strata_q8_k(x + b * 256, lane, qj);
-      for (int j = 0; j < 8; ++j) {
-        q[b * 256 + lane + 32 * j] = (signed char)qj[j];
-        const int sum = strata_warp_sum(qj[j]);
-        if (lane == 0) {
-          d[b * 8 + j] = scale;
-          sums[b * 8 + j] = (float)sum;
-        }
-      }
+      float v[8];
+      for (int j = 0; j < 8; ++j) v[j] = x[b * 256 + lane + 32 * j];
+      strata_quantize_block_k(v, lane, q + b * 256, d + b * 8, sums + b * 8);
     }
   }
 }

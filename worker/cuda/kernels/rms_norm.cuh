@@ -27,10 +27,12 @@ __device__ __forceinline__ float strata_rms_scale(float sum, int dim, float eps)
 
 // The residual add and the next RMSNorm in one pass: x += delta, then y =
 // RMSNorm(x) * weight; the sums and products of strata_add then
-// strata_rms_norm, in the same order (so the same bits).
-STRATA_KERNEL strata_add_rms_norm(float* __restrict__ x, const float* __restrict__ delta,
-                                  const float* __restrict__ weight, float* __restrict__ y,
-                                  int dim, float eps) {
+// strata_rms_norm, in the same order (so the same bits). Row blockIdx.x.
+__device__ __forceinline__ void strata_add_rms_norm_row(float* __restrict__ x,
+                                                        const float* __restrict__ delta,
+                                                        const float* __restrict__ weight,
+                                                        float* __restrict__ y, int dim,
+                                                        float eps) {
   float* xr = x + (long long)blockIdx.x * dim;
   const float* dr = delta + (long long)blockIdx.x * dim;
   float* yr = y + (long long)blockIdx.x * dim;
@@ -46,11 +48,39 @@ STRATA_KERNEL strata_add_rms_norm(float* __restrict__ x, const float* __restrict
   }
 }
 
+STRATA_KERNEL strata_add_rms_norm(float* __restrict__ x, const float* __restrict__ delta,
+                                  const float* __restrict__ weight, float* __restrict__ y,
+                                  int dim, float eps) {
+  strata_add_rms_norm_row(x, delta, weight, y, dim, eps);
+}
+
+// Row blockIdx.x of y [rows][dim] as int8 rows of `kind` (quantize.cuh),
+// once every thread of the block has written it.
+__device__ __forceinline__ void strata_quantize_normed_row(const float* y, int dim,
+                                                           signed char* q, float* d,
+                                                           float* sums, int kind) {
+  __syncthreads();  // the row's values, written by the block's threads
+  const long long row = blockIdx.x;
+  strata_quantize_row_by_block(y + row * dim, dim, q + row * dim, d + row * (dim / 32),
+                               sums + row * (dim / 32), kind, (int)threadIdx.x >> 5,
+                               THREADS / 32, (int)threadIdx.x & 31);
+}
+
+// strata_add_rms_norm, then its y as strata_quantize_rows makes it.
+STRATA_KERNEL strata_add_rms_norm_quantize(float* __restrict__ x, const float* __restrict__ delta,
+                                           const float* __restrict__ weight, float* y, int dim,
+                                           float eps, signed char* q, float* d, float* sums,
+                                           int kind) {
+  strata_add_rms_norm_row(x, delta, weight, y, dim, eps);
+  strata_quantize_normed_row(y, dim, q, d, sums, kind);
+}
+
 // y may be x (QK-norm and the gemma post-norms run in place): x is not
 // __restrict__, or NVRTC may read it through the read-only cache (ld.global.nc),
 // which a write to the same address leaves stale.
-STRATA_KERNEL strata_rms_norm(const float* x, const float* __restrict__ weight, float* y, int dim,
-                              float eps) {
+__device__ __forceinline__ void strata_rms_norm_row(const float* x,
+                                                    const float* __restrict__ weight, float* y,
+                                                    int dim, float eps) {
   const float* xr = x + (long long)blockIdx.x * dim;
   float* yr = y + (long long)blockIdx.x * dim;
   float sum = 0.0f;
@@ -59,4 +89,17 @@ STRATA_KERNEL strata_rms_norm(const float* x, const float* __restrict__ weight, 
   for (int i = threadIdx.x; i < dim; i += THREADS) {
     yr[i] = xr[i] * scale * (weight != nullptr ? weight[i] : 1.0f);
   }
+}
+
+STRATA_KERNEL strata_rms_norm(const float* x, const float* __restrict__ weight, float* y, int dim,
+                              float eps) {
+  strata_rms_norm_row(x, weight, y, dim, eps);
+}
+
+// strata_rms_norm (y not x here), then its y as strata_quantize_rows makes it.
+STRATA_KERNEL strata_rms_norm_quantize(const float* x, const float* __restrict__ weight, float* y,
+                                       int dim, float eps, signed char* q, float* d, float* sums,
+                                       int kind) {
+  strata_rms_norm_row(x, weight, y, dim, eps);
+  strata_quantize_normed_row(y, dim, q, d, sums, kind);
 }

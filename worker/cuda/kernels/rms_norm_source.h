@@ -16,12 +16,19 @@ inline constexpr const char* kRmsNormEntry = "strata_rms_norm";
 // float* delta, const float* weight, float* y, int dim, float eps)): the
 // bits of strata_add then strata_rms_norm, one pass.
 inline constexpr const char* kAddRmsNormEntry = "strata_add_rms_norm";
+// The same two, then y as elementwise.cuh's strata_quantize_rows makes it
+// (quantize.cuh: the rows the int8 kernels take), in the same launch:
+// arguments theirs, then (signed char* q, float* d, float* sums, int kind),
+// kind 2, 3 or 4, dim whole units of it.
+inline constexpr const char* kRmsNormQuantizeEntry = "strata_rms_norm_quantize";
+inline constexpr const char* kAddRmsNormQuantizeEntry = "strata_add_rms_norm_quantize";
 inline constexpr int kRmsNormThreads = 256;  // -DTHREADS, a multiple of 32
 
-// The source: worker/cuda/kernels/rms_norm.cuh, embedded at build time
-// (cmake/embed_source.cmake); tests/cuda/rms_norm_emulation_test.cc also
-// compiles it for the CPU.
+// The source: worker/cuda/kernels/quantize.cuh and rms_norm.cuh, embedded
+// at build time (cmake/embed_source.cmake); tests/cuda/
+// emulated_step_kernels.cc also compiles them for the CPU.
 inline constexpr const char* kRmsNormSource =
+#include "worker/cuda/kernels/quantize.cuh.inc"
 #include "worker/cuda/kernels/rms_norm.cuh.inc"
     ;
 

@@ -8,12 +8,15 @@
 namespace strata::worker::cuda_kernels {
 
 // rope_rotate, swiglu, add, add_bias, store_kv and the rest of elementwise.cuh: grid-stride loops (any launch).
+// (quantize.cuh first: the quantizers it shares with rms_norm.cuh.)
 inline constexpr const char* kElementwiseSource =
+#include "worker/cuda/kernels/quantize.cuh.inc"
 #include "worker/cuda/kernels/elementwise.cuh.inc"
     ;
 inline constexpr const char* kRopeRotateEntry = "strata_rope_rotate";
 inline constexpr const char* kRopeRotateQkEntry = "strata_rope_rotate_qk";
 inline constexpr const char* kSwigluEntry = "strata_swiglu";
+inline constexpr const char* kSwigluQuantizeEntry = "strata_swiglu_quantize";
 inline constexpr const char* kAddEntry = "strata_add";
 inline constexpr const char* kAddBiasEntry = "strata_add_bias";
 inline constexpr const char* kScaleEntry = "strata_scale";
