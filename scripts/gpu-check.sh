@@ -498,10 +498,15 @@ else
   # The same decode on the float matvec kernel (the int8 one's comparison).
   STRATA_MATVEC_INT8=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 128 -r "$RUNS" --json \
     >"$WORK/speed-float.json" 2>"$LOGS/speed-cuda-float.log" || true
+  # And without programmatic dependent launch (each kernel launched after
+  # the one before ends).
+  STRATA_PDL=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 128 -r "$RUNS" --json \
+    >"$WORK/speed-nopdl.json" 2>"$LOGS/speed-cuda-nopdl.log" || true
   pp="$(speed_field "$WORK/speed-1.json" pp)"; tg1="$(speed_field "$WORK/speed-1.json" tg)"
   tg16="$(speed_field "$WORK/speed-16.json" tg)"
   pp_f16="$(speed_field "$WORK/speed-f16.json" pp)"
   tg_float="$(speed_field "$WORK/speed-float.json" tg)"
+  tg_nopdl="$(speed_field "$WORK/speed-nopdl.json" tg)"
   bytes="$(json_num "$WORK/speed-1.json" decode_weight_bytes)"
   # Matmul weights of the Llama-3-8B shape (32 blocks of q, k, v, o, gate,
   # up, down, and the 128256-row head): 2 flop per weight per token.
@@ -512,7 +517,7 @@ else
   peak_int8_tops=1979
   ratios="$(awk -v pp="${pp:-0}" -v tg1="${tg1:-0}" -v tg16="${tg16:-0}" -v b="${bytes:-0}" \
     -v bw="${bw_gb_s:-0}" -v f="$flop_per_token" -v peak="$peak_tflops" -v peak8="$peak_int8_tops" \
-    -v ppf="${pp_f16:-0}" -v tgf="${tg_float:-0}" 'BEGIN {
+    -v ppf="${pp_f16:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" 'BEGIN {
       printf "\"decode_gb_s\": %.1f, ", tg1 * b / 1e9;
       printf "\"decode_fraction_of_read_bandwidth\": %s, ", (bw > 0 ? sprintf("%.3f", tg1 * b / 1e9 / bw) : "null");
       printf "\"sixteen_over_one\": %s, ", (tg1 > 0 ? sprintf("%.2f", tg16 / tg1) : "null");
@@ -522,7 +527,9 @@ else
       printf "\"pp512_f16_kernel_tok_s\": %s, ", (ppf > 0 ? ppf : "null");
       printf "\"int8_over_f16_prefill\": %s, ", (ppf > 0 ? sprintf("%.2f", pp / ppf) : "null");
       printf "\"tg128_float_kernel_tok_s\": %s, ", (tgf > 0 ? tgf : "null");
-      printf "\"int8_over_float_decode\": %s", (tgf > 0 ? sprintf("%.2f", tg1 / tgf) : "null") }')"
+      printf "\"int8_over_float_decode\": %s, ", (tgf > 0 ? sprintf("%.2f", tg1 / tgf) : "null");
+      printf "\"tg128_no_pdl_tok_s\": %s, ", (tgn > 0 ? tgn : "null");
+      printf "\"pdl_over_plain_decode\": %s", (tgn > 0 ? sprintf("%.2f", tg1 / tgn) : "null") }')"
   extra=", \"decode_tok_s\": ${tg1:-null}, \"decode16_tok_s\": ${tg16:-null}, \"pp512_tok_s\": ${pp:-null}, \"decode_weight_bytes\": ${bytes:-null}, \"read_bandwidth_gb_s\": ${bw_gb_s:-null}, $ratios, \"targets\": {\"decode_fraction_of_read_bandwidth\": 0.75, \"sixteen_over_one\": 8, \"prefill_fraction_of_peak\": 0.5}"
   log "speed (Llama-3-8B Q4_K_M): decode ${tg1:-?} tok/s, 16 streams ${tg16:-?} tok/s, pp512 ${pp:-?} tok/s; ${ratios//\"/}"
   if [[ $ok == true && -n "$tg1" && -n "$pp" && -n "$tg16" ]]; then

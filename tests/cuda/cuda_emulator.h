@@ -230,6 +230,11 @@ inline void strata_host_mma_m16n8k32_s8(int* d, const unsigned* a, const unsigne
   });
 }
 
+// worker/cuda/kernels/grid.cuh's wait for the kernel before: launches run
+// one after another here (its guard: the kernel sources define none).
+#define STRATA_GRID_DEPENDENCY
+inline void strata_grid_dependency() {}
+
 // __dp4a(a, b, c) on signed bytes: c + the sum of the four products of a's
 // and b's bytes (matvec.cuh dot4_i8).
 inline int strata_host_dp4a(unsigned a, unsigned b, int c) {

@@ -2,7 +2,9 @@
 // and sm_90 (NVRTC needs no GPU: these run here) and their PTX holds every
 // entry point the backend launches. What the kernels compute is
 // tests/cuda/kernels_test.cc.
+#include <cctype>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -71,12 +73,13 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
         cuda_kernels::kGatherRowsEntry,
         cuda_kernels::kScatterRowsEntry, cuda_kernels::kMoeSumEntry,
         cuda_kernels::kAddSharedExpertEntry, cuda_kernels::kRoundRowsEntry,
-        cuda_kernels::kQuantizeRowsEntry}},
+        cuda_kernels::kQuantizeRowsEntry, cuda_kernels::kSwigluQuantizeEntry}},
       {"attention.cu", cuda_kernels::kAttentionSource,
        {cuda_kernels::kAttentionDecodeEntry, cuda_kernels::kAttentionRowsEntry,
         cuda_kernels::kAttentionBatchEntry}},
       {"rms_norm.cu", cuda_kernels::kRmsNormSource,
-       {cuda_kernels::kRmsNormEntry, cuda_kernels::kAddRmsNormEntry}},
+       {cuda_kernels::kRmsNormEntry, cuda_kernels::kAddRmsNormEntry,
+        cuda_kernels::kRmsNormQuantizeEntry, cuda_kernels::kAddRmsNormQuantizeEntry}},
       {"sample.cu", cuda_kernels::kSampleSource,
        {cuda_kernels::kArgmaxEntry, cuda_kernels::kArgmaxRowsEntry,
         cuda_kernels::kTopKRowsEntry}},
@@ -92,8 +95,53 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
         EXPECT_NE(out->ptx.find(".entry " + std::string(entry) + "("), std::string::npos)
             << entry;
       }
+      // Programmatic dependent launch (grid.cuh): sm_90 only.
+      EXPECT_EQ(out->ptx.find("griddepcontrol.wait") != std::string::npos, cc >= 90);
     }
   }
+}
+
+// Every kernel entry of every program waits for the kernel before it first
+// (grid.cuh's strata_grid_dependency: the backend launches kernels before
+// the one before ends on sm_90): the first statement of each STRATA_KERNEL
+// body, macros' included. A kernel without it could read what the kernel
+// before has not yet written.
+TEST(CudaKernelSources, EveryKernelWaitsForTheKernelBeforeFirst) {
+  const std::pair<const char*, const char*> programs[] = {
+      {"matvec", cuda_kernels::kMatvecSource},
+      {"mma", cuda_kernels::mma_program()},
+      {"flash_attention", cuda_kernels::flash_attention_program()},
+      {"rms_norm", cuda_kernels::kRmsNormSource},
+      {"elementwise", cuda_kernels::kElementwiseSource},
+      {"attention", cuda_kernels::kAttentionSource},
+      {"sample", cuda_kernels::kSampleSource},
+  };
+  int kernels = 0;
+  for (const auto& [name, text] : programs) {
+    const std::string s(text);
+    EXPECT_NE(s.find("void strata_grid_dependency()"), std::string::npos) << name;
+    for (size_t at = s.find("STRATA_KERNEL strata_"); at != std::string::npos;
+         at = s.find("STRATA_KERNEL strata_", at + 1)) {
+      // The parameter list's closing parenthesis, then the body's brace.
+      size_t i = s.find('(', at);
+      ASSERT_NE(i, std::string::npos);
+      for (int depth = 0; i < s.size(); ++i) {
+        if (s[i] == '(') ++depth;
+        if (s[i] == ')' && --depth == 0) break;
+      }
+      i = s.find('{', i);
+      ASSERT_NE(i, std::string::npos);
+      ++i;
+      while (i < s.size() && (std::isspace(static_cast<unsigned char>(s[i])) || s[i] == '\\')) {
+        ++i;
+      }
+      const size_t eol = s.find('\n', at);
+      EXPECT_EQ(s.compare(i, 25, "strata_grid_dependency();"), 0)
+          << name << ": " << s.substr(at, eol - at);
+      ++kernels;
+    }
+  }
+  EXPECT_GE(kernels, 35);
 }
 
 // The backend's one-type builds (worker/cuda/step_kernels.h): each holds its

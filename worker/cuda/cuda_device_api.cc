@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
@@ -34,7 +35,12 @@ class CudaDeviceApi : public DeviceApi {
  public:
   CudaDeviceApi(CudaDevice device, std::string cache_dir, cudaStream_t stream)
       : device_(std::move(device)), compiler_({.cache_dir = std::move(cache_dir)}),
-        stream_(stream) {}
+        stream_(stream) {
+    // Programmatic dependent launch (worker/cuda/kernels/grid.cuh): sm_90
+    // and later, unless STRATA_PDL=0 (the comparison gpu-check.sh times).
+    const char* pdl = std::getenv("STRATA_PDL");
+    pdl_ = device_.cc_major >= 9 && !(pdl != nullptr && std::string(pdl) == "0");
+  }
 
   ~CudaDeviceApi() override {
     bind();
@@ -50,7 +56,8 @@ class CudaDeviceApi : public DeviceApi {
 
   std::string describe() const override {
     return absl::StrCat("cuda:", device_.ordinal, " (", device_.name, ", compute ",
-                        device_.cc_major, ".", device_.cc_minor, ")");
+                        device_.cc_major, ".", device_.cc_minor,
+                        pdl_ ? ", programmatic dependent launch" : "", ")");
   }
 
   int multiprocessors() const override { return device_.multiprocessors; }
@@ -234,8 +241,20 @@ class CudaDeviceApi : public DeviceApi {
     }
     const Loaded& k = kernels_[static_cast<size_t>(kernel.id)];
     if (profiling_) cudaEventRecord(profile_start_, stream_);
-    if (cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(k.kernel), dim3(grid),
-                                         dim3(block), args, 0, stream_);
+    // Every kernel waits for the one before at its start (grid.cuh), so
+    // it may be launched before that one ends (not while profiling: each
+    // launch is timed alone).
+    cudaLaunchAttribute early{};
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(block);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream_;
+    config.attrs = &early;
+    config.numAttrs = pdl_ && !profiling_ ? 1 : 0;
+    if (cudaError_t e = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(k.kernel), args);
         e != cudaSuccess) {
       return cuda_error(absl::StrCat("launch of ", k.entry).c_str(), e);
     }
@@ -303,6 +322,7 @@ class CudaDeviceApi : public DeviceApi {
   std::vector<cudaGraphExec_t> graphs_;  // [GraphHandle::id]; released: null
   bool profiling_ = false;
   cudaEvent_t profile_start_ = nullptr, profile_stop_ = nullptr;
+  bool pdl_ = false;  // launches may begin before the kernel before ends
 };
 
 }  // namespace

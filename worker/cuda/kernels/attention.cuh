@@ -232,6 +232,7 @@ STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
                                       int n_kv, int window_begin, int n_head, int n_head_kv,
                                       int dk, int dv, float scale, float softcap,
                                       const float* __restrict__ sinks) {
+  strata_grid_dependency();
   const int h = blockIdx.x;
   strata_attend_head(q + (long long)h * dk, k_cache, v_cache, out + (long long)h * dv,
                      scores + (long long)h * n_kv, n_kv, window_begin, h / (n_head / n_head_kv),
@@ -254,6 +255,7 @@ STRATA_KERNEL strata_attention_batch(const float* __restrict__ q,
                                      float* __restrict__ scores, int scores_stride, int layer,
                                      int window, int n_head, int n_head_kv, int dk, int dv,
                                      float scale, float softcap, const float* __restrict__ sinks) {
+  strata_grid_dependency();
   const int h = blockIdx.x % n_head;
   const int r = blockIdx.x / n_head;
   const long long kw = (long long)n_head_kv * dk, vw = (long long)n_head_kv * dv;
@@ -279,6 +281,7 @@ STRATA_KERNEL strata_attention_rows(const float* __restrict__ q,
                                     int scores_stride, int pos0, int window, int n_head,
                                     int n_head_kv, int dk, int dv, float scale, float softcap,
                                     const float* __restrict__ sinks) {
+  strata_grid_dependency();
   const int h = blockIdx.x % n_head;
   const int r = blockIdx.x / n_head;
   const int n_kv = pos0 + r + 1;

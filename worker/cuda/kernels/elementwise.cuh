@@ -111,6 +111,7 @@ __device__ __forceinline__ void strata_rope_pair(float* x, const float* cs, long
 
 STRATA_KERNEL strata_rope_rotate(float* x, const float* cs, int n_tokens, int n_heads,
                                  int head_dim, int n_rot, int neox) {
+  strata_grid_dependency();
   const int half = n_rot / 2;
   const long long pairs = (long long)n_tokens * n_heads * half;
   for (long long p = strata_first(); p < pairs; p += strata_stride()) {
@@ -121,6 +122,7 @@ STRATA_KERNEL strata_rope_rotate(float* x, const float* cs, int n_tokens, int n_
 STRATA_KERNEL strata_rope_rotate_qk(float* q, float* k, const float* cs, int n_tokens,
                                     int n_head, int n_head_kv, int head_dim, int n_rot,
                                     int neox) {
+  strata_grid_dependency();
   const int half = n_rot / 2;
   const long long q_pairs = (long long)n_tokens * n_head * half;
   const long long pairs = q_pairs + (long long)n_tokens * n_head_kv * half;
@@ -139,6 +141,7 @@ __device__ __forceinline__ float strata_swiglu_value(float g, float u) {
 }
 
 STRATA_KERNEL strata_swiglu(const float* gate, const float* up, float* out, long long n) {
+  strata_grid_dependency();
   for (long long i = strata_first(); i < n; i += strata_stride()) {
     out[i] = strata_swiglu_value(gate[i], up[i]);
   }
@@ -147,6 +150,7 @@ STRATA_KERNEL strata_swiglu(const float* gate, const float* up, float* out, long
 STRATA_KERNEL strata_swiglu_quantize(const float* gate, const float* up, float* out,
                                      signed char* q, float* d, float* sums, long long n,
                                      int kind) {
+  strata_grid_dependency();
   const int lane = threadIdx.x & 31;
   const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
   if (kind == 3) {
@@ -170,24 +174,29 @@ STRATA_KERNEL strata_swiglu_quantize(const float* gate, const float* up, float* 
 }
 
 STRATA_KERNEL strata_add(const float* a, const float* b, float* y, long long n) {
+  strata_grid_dependency();
   for (long long i = strata_first(); i < n; i += strata_stride()) y[i] = a[i] + b[i];
 }
 
 STRATA_KERNEL strata_add_bias(float* x, const float* bias, long long n, int width) {
+  strata_grid_dependency();
   const long long total = n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) x[i] += bias[i % width];
 }
 
 STRATA_KERNEL strata_scale(float* x, float s, long long n) {
+  strata_grid_dependency();
   for (long long i = strata_first(); i < n; i += strata_stride()) x[i] *= s;
 }
 
 STRATA_KERNEL strata_soft_cap(float* x, float cap, long long n) {
+  strata_grid_dependency();
   const float inv = 1.0f / cap;
   for (long long i = strata_first(); i < n; i += strata_stride()) x[i] = tanhf(x[i] * inv) * cap;
 }
 
 STRATA_KERNEL strata_geglu(const float* gate, const float* up, float* out, long long n) {
+  strata_grid_dependency();
   const float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   const float kCoefA = 0.044715f;
   for (long long i = strata_first(); i < n; i += strata_stride()) {
@@ -208,6 +217,7 @@ STRATA_KERNEL strata_geglu(const float* gate, const float* up, float* out, long 
 
 STRATA_KERNEL strata_swiglu_oai(const float* gate, const float* up, float* out, long long n,
                                 float alpha, float limit) {
+  strata_grid_dependency();
   for (long long i = strata_first(); i < n; i += strata_stride()) {
     const float x = fminf(gate[i], limit);
     const float y = fminf(fmaxf(up[i], -limit), limit);
@@ -218,6 +228,7 @@ STRATA_KERNEL strata_swiglu_oai(const float* gate, const float* up, float* out, 
 
 STRATA_KERNEL strata_gather_rows(const float* src, const int* rows, float* dst, int n,
                                  int width) {
+  strata_grid_dependency();
   const long long total = (long long)n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) {
     const long long r = i / width;
@@ -227,6 +238,7 @@ STRATA_KERNEL strata_gather_rows(const float* src, const int* rows, float* dst, 
 
 STRATA_KERNEL strata_scatter_rows(const float* src, const int* rows, float* dst, int n,
                                   int width) {
+  strata_grid_dependency();
   const long long total = (long long)n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) {
     const long long r = i / width;
@@ -236,6 +248,7 @@ STRATA_KERNEL strata_scatter_rows(const float* src, const int* rows, float* dst,
 
 STRATA_KERNEL strata_moe_sum(const float* slots, const float* weights, float* y, int n, int k,
                              int width) {
+  strata_grid_dependency();
   const long long total = (long long)n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) {
     const long long t = i / width;
@@ -250,6 +263,7 @@ STRATA_KERNEL strata_moe_sum(const float* slots, const float* weights, float* y,
 
 STRATA_KERNEL strata_add_shared_expert(float* y, const float* shared, const float* g, int n,
                                        int width) {
+  strata_grid_dependency();
   const long long total = (long long)n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) {
     const float gt = g[i / width];
@@ -262,6 +276,7 @@ STRATA_KERNEL strata_store_kv_batch(const float* k, const float* v,
                                     const unsigned long long* kv_base, const int* n_ctx,
                                     const int* pos, const int* row_of, int layer, int n,
                                     int k_width, int v_width) {
+  strata_grid_dependency();
   const long long width = (long long)k_width + v_width;
   const long long total = (long long)n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) {
@@ -281,6 +296,7 @@ STRATA_KERNEL strata_store_kv_batch(const float* k, const float* v,
 STRATA_KERNEL strata_store_kv(const float* k, const float* v, unsigned short* k_cache,
                               unsigned short* v_cache, int pos, int n, int k_width,
                               int v_width) {
+  strata_grid_dependency();
   const long long nk = (long long)n * k_width, nv = (long long)n * v_width;
   for (long long i = strata_first(); i < nk; i += strata_stride()) {
     k_cache[(long long)pos * k_width + i] = strata_to_f16(k[i]);
@@ -292,6 +308,7 @@ STRATA_KERNEL strata_store_kv(const float* k, const float* v, unsigned short* k_
 
 
 STRATA_KERNEL strata_round_rows(const float* x, float* y, long long n, int kind) {
+  strata_grid_dependency();
   const int lane = threadIdx.x & 31;
   const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
   if (kind == 1) {
@@ -316,6 +333,7 @@ STRATA_KERNEL strata_round_rows(const float* x, float* y, long long n, int kind)
 
 STRATA_KERNEL strata_quantize_rows(const float* x, signed char* q, float* d, float* sums,
                                    long long n, int kind) {
+  strata_grid_dependency();
   const int lane = threadIdx.x & 31;
   const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
   if (kind == 2 || kind == 4) {

@@ -34,6 +34,7 @@ STRATA_KERNEL strata_flash_attention_rows(const float* __restrict__ q,
                                           float* __restrict__ out, int pos0, int n_rows,
                                           int window, int n_head, int n_head_kv, float scale,
                                           float softcap, const float* __restrict__ sinks) {
+  strata_grid_dependency();
   __shared__ unsigned short sk[FA_KEYS][HEAD_DIM + FA_PAD];  // [key][d]
   __shared__ unsigned short svt[HEAD_DIM][FA_KEYS + FA_PAD]; // [d][key]: V transposed
   const int h = blockIdx.x % n_head;

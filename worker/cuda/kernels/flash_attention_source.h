@@ -46,6 +46,7 @@ inline constexpr int kFlashAttentionRowsPerBlock = 64;
 inline constexpr const char* kFlashAttentionEntry = "strata_flash_attention_rows";
 
 inline constexpr const char* kFlashAttentionSource =
+#include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/flash_attention.cuh.inc"
     ;
 

@@ -705,15 +705,18 @@ STRATA_UNROLL
 #define STRATA_ENTRIES(type, Format)                                                      \
   STRATA_KERNEL strata_matvec_##type(const u8* w, const float* x, float* y, int n_rows,   \
                                      int n_cols, long long row_bytes) {                   \
+    strata_grid_dependency();                                                             \
     matvec<Format>(w, x, y, y, y, n_rows, 0, n_rows, n_cols, row_bytes);                  \
   }                                                                                       \
   STRATA_KERNEL strata_matvec3_##type(const u8* w, const float* x, float* y0, float* y1,  \
                                       float* y2, int n0, int n1, int n_rows, int n_cols,  \
                                       long long row_bytes) {                              \
+    strata_grid_dependency();                                                             \
     matvec<Format>(w, x, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes);                  \
   }                                                                                       \
   STRATA_KERNEL strata_get_rows_##type(const u8* table, const int* ids, float* out,       \
                                        int n_ids, int n_cols, long long row_bytes) {      \
+    strata_grid_dependency();                                                             \
     get_rows<Format>(table, ids, out, n_ids, n_cols, row_bytes);                          \
   }
 
@@ -724,6 +727,7 @@ STRATA_UNROLL
                                          const float* xs, float* y0, float* y1, float* y2,   \
                                          int n0, int n1, int n_rows, int n_cols,             \
                                          long long row_bytes) {                              \
+    strata_grid_dependency();                                                                \
     matvec_i8<Format>(w, xq, xd, xs, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes);         \
   }
 

@@ -130,6 +130,7 @@ inline std::string get_rows_entry(GgmlType type) {
 // time as a raw string (cmake/embed_source.cmake), so that the same file is
 // also compiled for the CPU by tests/cuda/matvec_emulation_test.cc.
 inline constexpr const char* kMatvecSource =
+#include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/matvec.cuh.inc"
     ;
 

@@ -266,6 +266,7 @@ STRATA_UNROLL
                                       const float* xb, float* y0, float* y1, float* y2,      \
                                       int n0, int n1, int n_rows, int n_cols,                \
                                       long long row_bytes, int n_tok) {                      \
+    strata_grid_dependency();                                                                \
     mma_tile_i8<Format>(w, xq, xd, xb, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes, n_tok); \
   }
 
@@ -275,6 +276,7 @@ STRATA_UNROLL
   STRATA_KERNEL strata_mma3_##type(const u8* w, const float* x, float* y0, float* y1,   \
                                    float* y2, int n0, int n1, int n_rows, int n_cols,   \
                                    long long row_bytes, int n_tok) {                    \
+    strata_grid_dependency();                                                           \
     mma_tile<Format>(w, x, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes, n_tok);       \
   }
 

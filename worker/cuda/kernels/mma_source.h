@@ -49,6 +49,7 @@ inline constexpr int kMmaTokensPerBlock = 64;  // activation rows
 // mma_ops.cuh (the mma.sync helpers) and mma.cuh alone; the program is
 // matvec.cuh, mma_ops.cuh, mma.cuh (mma_program()).
 inline constexpr const char* kMmaOpsSource =
+#include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/mma_ops.cuh.inc"
     ;
 inline constexpr const char* kMmaSource =

@@ -51,6 +51,7 @@ __device__ __forceinline__ void strata_add_rms_norm_row(float* __restrict__ x,
 STRATA_KERNEL strata_add_rms_norm(float* __restrict__ x, const float* __restrict__ delta,
                                   const float* __restrict__ weight, float* __restrict__ y,
                                   int dim, float eps) {
+  strata_grid_dependency();
   strata_add_rms_norm_row(x, delta, weight, y, dim, eps);
 }
 
@@ -71,6 +72,7 @@ STRATA_KERNEL strata_add_rms_norm_quantize(float* __restrict__ x, const float* _
                                            const float* __restrict__ weight, float* y, int dim,
                                            float eps, signed char* q, float* d, float* sums,
                                            int kind) {
+  strata_grid_dependency();
   strata_add_rms_norm_row(x, delta, weight, y, dim, eps);
   strata_quantize_normed_row(y, dim, q, d, sums, kind);
 }
@@ -93,6 +95,7 @@ __device__ __forceinline__ void strata_rms_norm_row(const float* x,
 
 STRATA_KERNEL strata_rms_norm(const float* x, const float* __restrict__ weight, float* y, int dim,
                               float eps) {
+  strata_grid_dependency();
   strata_rms_norm_row(x, weight, y, dim, eps);
 }
 
@@ -100,6 +103,7 @@ STRATA_KERNEL strata_rms_norm(const float* x, const float* __restrict__ weight, 
 STRATA_KERNEL strata_rms_norm_quantize(const float* x, const float* __restrict__ weight, float* y,
                                        int dim, float eps, signed char* q, float* d, float* sums,
                                        int kind) {
+  strata_grid_dependency();
   strata_rms_norm_row(x, weight, y, dim, eps);
   strata_quantize_normed_row(y, dim, q, d, sums, kind);
 }

@@ -28,6 +28,7 @@ inline constexpr int kRmsNormThreads = 256;  // -DTHREADS, a multiple of 32
 // at build time (cmake/embed_source.cmake); tests/cuda/
 // emulated_step_kernels.cc also compiles them for the CPU.
 inline constexpr const char* kRmsNormSource =
+#include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/quantize.cuh.inc"
 #include "worker/cuda/kernels/rms_norm.cuh.inc"
     ;

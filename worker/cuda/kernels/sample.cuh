@@ -76,6 +76,7 @@ __device__ __forceinline__ int strata_block_argmax(const float* __restrict__ x, 
 }
 
 STRATA_KERNEL strata_argmax(const float* __restrict__ logits, int n, int* id) {
+  strata_grid_dependency();
   const int at = strata_block_argmax(logits, n);
   if (threadIdx.x == 0) *id = at;
 }
@@ -85,6 +86,7 @@ STRATA_KERNEL strata_argmax(const float* __restrict__ logits, int n, int* id) {
 // infinity (0 else: the backend refuses such rows, as it refuses them in
 // logits it downloads).
 STRATA_KERNEL strata_argmax_rows(const float* __restrict__ logits, int n, int* ids, int* bad) {
+  strata_grid_dependency();
   const float* row = logits + (long long)blockIdx.x * n;
   __shared__ int odd;
   if (threadIdx.x == 0) odd = 0;
@@ -119,6 +121,7 @@ __device__ __forceinline__ bool strata_top_before(unsigned ka, int ia, unsigned 
 STRATA_KERNEL strata_top_k_rows(const float* __restrict__ logits, int n,
                                 const int* __restrict__ table, int* __restrict__ ids,
                                 float* __restrict__ values, int* __restrict__ bad) {
+  strata_grid_dependency();
   const float* row = logits + (long long)blockIdx.x * n;
   const int k = table[2 * blockIdx.x], out = table[2 * blockIdx.x + 1];
   const int t = (int)threadIdx.x;

@@ -10,6 +10,7 @@ namespace strata::worker::cuda_kernels {
 // rope_rotate, swiglu, add, add_bias, store_kv and the rest of elementwise.cuh: grid-stride loops (any launch).
 // (quantize.cuh first: the quantizers it shares with rms_norm.cuh.)
 inline constexpr const char* kElementwiseSource =
+#include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/quantize.cuh.inc"
 #include "worker/cuda/kernels/elementwise.cuh.inc"
     ;
@@ -45,6 +46,7 @@ inline constexpr int kRoundKinds = 5;
 
 // attention_decode: grid (n_head), block (-DTHREADS, 128 by default).
 inline constexpr const char* kAttentionSource =
+#include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/attention.cuh.inc"
     ;
 inline constexpr const char* kAttentionDecodeEntry = "strata_attention_decode";
@@ -55,6 +57,7 @@ inline constexpr int kAttentionThreads = 128;
 // argmax: grid (1), block (-DTHREADS, 256 by default); argmax_rows and
 // top_k_rows: grid (rows), the same block.
 inline constexpr const char* kSampleSource =
+#include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/sample.cuh.inc"
     ;
 inline constexpr const char* kArgmaxEntry = "strata_argmax";
