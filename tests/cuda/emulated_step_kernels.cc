@@ -444,6 +444,8 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.attention, cuda_kernels::kAttentionBatchEntry,
           adapt(step_host::attention::strata_attention_batch));
   api.add(s.elementwise, cuda_kernels::kStoreKvBatchEntry, adapt(ew::strata_store_kv_batch));
+  api.add(s.elementwise, cuda_kernels::kRopeStoreKvBatchEntry,
+          adapt(ew::strata_rope_store_kv_batch));
   api.add(s.elementwise, cuda_kernels::kRoundRowsEntry, adapt(ew::strata_round_rows));
   api.add(s.elementwise, cuda_kernels::kQuantizeRowsEntry, adapt(ew::strata_quantize_rows));
   api.add(s.sample, cuda_kernels::kArgmaxRowsEntry,

@@ -683,6 +683,71 @@ TEST_P(Kernels, AttentionRowsEqualsOneDecodeLaunchPerRow) {
   }
 }
 
+// A decode step's RoPE and KV store in one launch (strata_rope_store_kv_
+// batch): q and k rotated and the caches written as strata_rope_rotate_qk
+// then strata_store_kv_batch leave them, bit for bit; both pair orders, a
+// partial rotation (dims past n_rot stored as they are), V wider than K,
+// slots out of row order, caches of their own contexts.
+TEST_P(Kernels, RopeAndKvStoreInOneLaunchGiveTheTwoLaunchesBits) {
+  const int n_head = 4, n_head_kv = 2, head_dim = 16, layers = 2, layer = 1, rows = 3;
+  const int kw = n_head_kv * head_dim, vw = n_head_kv * 24;
+  const std::vector<int> n_ctx = {9, 5, 12}, pos = {6, 0, 11}, row_of = {2, 0, 1};
+  const std::vector<float> q = normal_values(static_cast<size_t>(rows) * n_head * head_dim, 90);
+  const std::vector<float> k = normal_values(static_cast<size_t>(rows) * kw, 91);
+  const std::vector<float> v = normal_values(static_cast<size_t>(rows) * vw, 92);
+  for (const int neox : {0, 1}) {
+    for (const int n_rot : {16, 8}) {
+      SCOPED_TRACE("neox " + std::to_string(neox) + ", n_rot " + std::to_string(n_rot));
+      const std::vector<float> cs =
+          normal_values(static_cast<size_t>(rows) * (n_rot / 2) * 2, 93 + n_rot);
+      // Two copies of everything: the two launches, and the one.
+      struct Side {
+        DeviceBuffer q, k, v;
+        std::vector<DeviceBuffer> caches;
+        DeviceBuffer base;
+      };
+      DeviceBuffer dcs = put(cs), dctx = put(n_ctx), dpos = put(pos), drow = put(row_of);
+      const auto side = [&]() {
+        Side s{put(q), put(k), put(v), {}, {}};
+        std::vector<unsigned long long> base;
+        for (int r = 0; r < rows; ++r) {
+          s.caches.push_back(
+              put(std::vector<uint16_t>(static_cast<size_t>(layers) * n_ctx[r] * (kw + vw), 7)));
+          base.push_back(reinterpret_cast<unsigned long long>(s.caches.back().get()));
+        }
+        s.base = put(base);
+        return s;
+      };
+      Side two = side(), one = side();
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kRopeRotateQkEntry, 2, 64, two.q.as<float>(),
+                      two.k.as<float>(), dcs.as<const float>(), rows, n_head, n_head_kv, head_dim,
+                      n_rot, neox)
+                      .ok());
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kStoreKvBatchEntry, 2, 64, two.k.as<const float>(),
+                      two.v.as<const float>(), two.base.as<const unsigned long long>(),
+                      dctx.as<const int>(), dpos.as<const int>(), drow.as<const int>(), layer, rows,
+                      kw, vw)
+                      .ok());
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kRopeStoreKvBatchEntry, 3, 32, one.q.as<float>(),
+                      one.k.as<float>(), one.v.as<const float>(), dcs.as<const float>(),
+                      one.base.as<const unsigned long long>(), dctx.as<const int>(),
+                      dpos.as<const int>(), drow.as<const int>(), layer, rows, n_head, n_head_kv,
+                      head_dim, n_rot, neox, vw)
+                      .ok());
+      EXPECT_EQ(get<float>(one.q, q.size()), get<float>(two.q, q.size()));
+      EXPECT_EQ(get<float>(one.k, k.size()), get<float>(two.k, k.size()));
+      for (int r = 0; r < rows; ++r) {
+        const size_t n = static_cast<size_t>(layers) * n_ctx[r] * (kw + vw);
+        EXPECT_EQ(get<uint16_t>(one.caches[static_cast<size_t>(r)], n),
+                  get<uint16_t>(two.caches[static_cast<size_t>(r)], n))
+            << "cache of slot " << r;
+      }
+      // And the rotation happened: q differs from the input.
+      EXPECT_NE(get<float>(one.q, q.size()), q);
+    }
+  }
+}
+
 // The decode rows of a step in one launch each (strata_store_kv_batch,
 // strata_attention_batch): three sequences of their own contexts, their
 // caches two layers deep, the rows out of order in q. The stores land at

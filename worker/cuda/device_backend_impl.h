@@ -409,6 +409,7 @@ class DeviceBackend final : public Backend {
   KernelHandle k_top_k_rows_;   // the kTopK rows' candidates
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
   KernelHandle k_rms_q_, k_add_rms_q_, k_swiglu_q_;  // the quantizing forms
+  KernelHandle k_rope_store_kv_batch_;  // a decode step's RoPE and KV store
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_gather_, k_scatter_,
       k_moe_sum_, k_add_shared_;

@@ -246,13 +246,21 @@ absl::Status DeviceBackend::attention(int il, int n, PairedRows& xn) {
   const int neox = r.rope == arch::RopeStyle::kNeox ? 1 : 0;
   const float* cs = table.cs.as<float>();
   const int half = hp_.n_rot / 2;
-  STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_qk_,
-                                         int64_t{n} * (hp_.n_head + hp_.n_head_kv) * half, q, k,
-                                         cs, n, hp_.n_head, hp_.n_head_kv, dk, hp_.n_rot, neox));
-
   // The decode rows' K and V in one launch (their sequences' caches through
-  // the step's table, forward()); a prompt chunk's in one launch each.
-  if (n_decode_ > 0) {
+  // the step's table, forward()), with RoPE when every row is one (a decode
+  // step); a prompt chunk's in one launch each.
+  if (n_decode_ == n) {
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(
+        k_rope_store_kv_batch_, int64_t{n} * (int64_t{hp_.n_head} * half + kw + vw), q, k,
+        static_cast<const float*>(v), cs, decode_.base, decode_.n_ctx, decode_.pos, decode_.row,
+        layer, n, hp_.n_head, hp_.n_head_kv, dk, hp_.n_rot, neox, static_cast<int>(vw)));
+  } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_rope_qk_,
+                                           int64_t{n} * (hp_.n_head + hp_.n_head_kv) * half, q,
+                                           k, cs, n, hp_.n_head, hp_.n_head_kv, dk, hp_.n_rot,
+                                           neox));
+  }
+  if (n_decode_ > 0 && n_decode_ < n) {
     STRATA_DEVICE_RETURN_IF_ERROR(run_over(
         k_store_kv_batch_, int64_t{n_decode_} * (kw + vw), static_cast<const float*>(k),
         static_cast<const float*>(v), decode_.base, decode_.n_ctx, decode_.pos, decode_.row,

@@ -331,6 +331,7 @@ absl::Status DeviceBackend::load() {
            {&k_gather_, ck::kGatherRowsEntry},   {&k_scatter_, ck::kScatterRowsEntry},
            {&k_moe_sum_, ck::kMoeSumEntry},      {&k_add_shared_, ck::kAddSharedExpertEntry},
            {&k_round_rows_, ck::kRoundRowsEntry}, {&k_swiglu_q_, ck::kSwigluQuantizeEntry},
+           {&k_rope_store_kv_batch_, ck::kRopeStoreKvBatchEntry},
            {&k_quantize_rows_, ck::kQuantizeRowsEntry}}) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(*k.handle, kernel(src.elementwise, k.entry));
   }

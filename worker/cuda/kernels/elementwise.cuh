@@ -16,6 +16,14 @@
 //                         int neox)
 //     strata_rope_rotate of q [n_tokens][n_head][head_dim] and of k
 //     [n_tokens][n_head_kv][head_dim] in one launch
+//   strata_rope_store_kv_batch(float* q, float* k, const float* v,
+//       const float* cs, const unsigned long long* kv_base, const int* n_ctx,
+//       const int* pos, const int* row_of, int layer, int n, int n_head,
+//       int n_head_kv, int head_dim, int n_rot, int neox, int v_width)
+//     a step of n decode rows (slot r: row row_of[r] of q [.][n_head]
+//     [head_dim], k [.][n_head_kv][head_dim] and v [.][v_width]):
+//     strata_rope_rotate_qk of q and k, then strata_store_kv_batch of the
+//     rotated k and v, in one launch, the same bits
 //   strata_swiglu(const float* gate, const float* up, float* out, long long n)
 //     out = gate / (1 + e^-gate) * up; out may alias either input.
 //   strata_swiglu_quantize(const float* gate, const float* up, float* out,
@@ -93,13 +101,12 @@ __device__ __forceinline__ long long strata_stride() {
   return (long long)gridDim.x * blockDim.x;
 }
 
-// Pair i of head `head` of token t of x (x [n_tokens][n_heads][head_dim]).
-__device__ __forceinline__ void strata_rope_pair(float* x, const float* cs, long long p, int half,
-                                                 int n_heads, int head_dim, int neox) {
-  const int i = (int)(p % half);
-  const long long th = p / half;  // token * n_heads + head
-  const int t = (int)(th / n_heads);
-  float* row = x + th * head_dim;
+// Pair i (< half) of a head's row at row, token t: (a, b) = (2i, 2i + 1)
+// (neox 0) or (i, i + half) (neox 1) rotated by its angle; *a_at and *b_at
+// say where the pair is.
+__device__ __forceinline__ void strata_rope_head_pair(float* row, const float* cs, int t, int i,
+                                                      int half, int neox, int* a_at,
+                                                      int* b_at) {
   const int a = neox ? i : 2 * i;
   const int b = neox ? i + half : 2 * i + 1;
   const float c = cs[((long long)t * half + i) * 2];
@@ -107,6 +114,17 @@ __device__ __forceinline__ void strata_rope_pair(float* x, const float* cs, long
   const float xa = row[a], xb = row[b];
   row[a] = xa * c - xb * s;
   row[b] = xa * s + xb * c;
+  *a_at = a;
+  *b_at = b;
+}
+
+// Pair i of head `head` of token t of x (x [n_tokens][n_heads][head_dim]).
+__device__ __forceinline__ void strata_rope_pair(float* x, const float* cs, long long p, int half,
+                                                 int n_heads, int head_dim, int neox) {
+  const int i = (int)(p % half);
+  const long long th = p / half;  // token * n_heads + head
+  int a, b;
+  strata_rope_head_pair(x + th * head_dim, cs, (int)(th / n_heads), i, half, neox, &a, &b);
 }
 
 STRATA_KERNEL strata_rope_rotate(float* x, const float* cs, int n_tokens, int n_heads,
@@ -131,6 +149,53 @@ STRATA_KERNEL strata_rope_rotate_qk(float* q, float* k, const float* cs, int n_t
       strata_rope_pair(q, cs, p, half, n_head, head_dim, neox);
     } else {
       strata_rope_pair(k, cs, p - q_pairs, half, n_head_kv, head_dim, neox);
+    }
+  }
+}
+
+// A decode step's RoPE and KV store in one launch (every row of the step a
+// decode row): q rotated as strata_rope_rotate_qk; row row_of[r] of k
+// rotated and, with row row_of[r] of v, stored as strata_store_kv_batch
+// stores slot r (the same bits: the pair's rotation then its f16 rounding,
+// in one thread).
+STRATA_KERNEL strata_rope_store_kv_batch(float* q, float* k, const float* v, const float* cs,
+                                         const unsigned long long* kv_base, const int* n_ctx,
+                                         const int* pos, const int* row_of, int layer, int n,
+                                         int n_head, int n_head_kv, int head_dim, int n_rot,
+                                         int neox, int v_width) {
+  strata_grid_dependency();
+  const int half = n_rot / 2;
+  const long long k_width = (long long)n_head_kv * head_dim;
+  const long long q_pairs = (long long)n * n_head * half;
+  const long long k_items = (long long)n * k_width;
+  const long long total = q_pairs + k_items + (long long)n * v_width;
+  for (long long p = strata_first(); p < total; p += strata_stride()) {
+    if (p < q_pairs) {
+      strata_rope_pair(q, cs, p, half, n_head, head_dim, neox);
+      continue;
+    }
+    const long long e = p < q_pairs + k_items ? p - q_pairs : p - q_pairs - k_items;
+    const long long width = p < q_pairs + k_items ? k_width : v_width;
+    const int r = (int)(e / width);
+    const long long c = e - (long long)r * width;
+    const int t = row_of[r];
+    unsigned short* base =
+        (unsigned short*)kv_base[r] + (long long)layer * n_ctx[r] * (k_width + v_width);
+    if (p >= q_pairs + k_items) {  // a value of V
+      base[(long long)n_ctx[r] * k_width + (long long)pos[r] * v_width + c] =
+          strata_to_f16(v[(long long)t * v_width + c]);
+      continue;
+    }
+    const int d = (int)(c % head_dim);
+    float* row = k + (long long)t * k_width + (c - d);  // the head's row
+    unsigned short* cached = base + (long long)pos[r] * k_width + (c - d);
+    if (d >= n_rot) {  // past the rotated dims
+      cached[d] = strata_to_f16(row[d]);
+    } else if (neox ? d < half : (d & 1) == 0) {  // the first of its pair: the pair's thread
+      int a, b;
+      strata_rope_head_pair(row, cs, t, neox ? d : d / 2, half, neox, &a, &b);
+      cached[a] = strata_to_f16(row[a]);
+      cached[b] = strata_to_f16(row[b]);
     }
   }
 }

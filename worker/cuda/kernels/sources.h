@@ -30,6 +30,7 @@ inline constexpr const char* kMoeSumEntry = "strata_moe_sum";
 inline constexpr const char* kAddSharedExpertEntry = "strata_add_shared_expert";
 inline constexpr const char* kStoreKvEntry = "strata_store_kv";
 inline constexpr const char* kStoreKvBatchEntry = "strata_store_kv_batch";
+inline constexpr const char* kRopeStoreKvBatchEntry = "strata_rope_store_kv_batch";
 // strata_round_rows's kinds: the activation type a matrix's weights pair
 // with (reference::ops::activation_type), or none (F32 weights).
 inline constexpr const char* kRoundRowsEntry = "strata_round_rows";
