@@ -270,6 +270,7 @@ using namespace strata::cuda_emulation;
 namespace attention {
 using namespace strata::cuda_emulation;
 #define THREADS 128
+#include "worker/cuda/kernels/quantize.cuh"
 #include "worker/cuda/kernels/attention.cuh"
 #undef THREADS
 }  // namespace attention

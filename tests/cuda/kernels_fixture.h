@@ -79,6 +79,7 @@ using namespace strata::cuda_emulation;
 namespace attention {
 using namespace strata::cuda_emulation;
 #define THREADS 64
+#include "worker/cuda/kernels/quantize.cuh"
 #include "worker/cuda/kernels/attention.cuh"
 #undef THREADS
 }  // namespace attention

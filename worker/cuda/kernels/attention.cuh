@@ -39,24 +39,11 @@
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
-__device__ __forceinline__ float strata_f16(unsigned short h) {
-#if defined(__CUDA_ARCH__)
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-#else
-  return strata_host_f16_to_f32(h);
-#endif
-}
-
+// (strata_to_f16 and strata_from_f16: quantize.cuh, before this file in
+// the program.)
+__device__ __forceinline__ float strata_f16(unsigned short h) { return strata_from_f16(h); }
 __device__ __forceinline__ float strata_round_f16(float f) {
-#if defined(__CUDA_ARCH__)
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return strata_f16(h);
-#else
-  return strata_host_f16_to_f32(strata_host_f32_to_f16(f));
-#endif
+  return strata_from_f16(strata_to_f16(f));
 }
 
 // The block's maximum (max 1) or sum (max 0) of every thread's v, on every

@@ -95,6 +95,18 @@ __device__ __forceinline__ unsigned int sub_bytes(unsigned int x, unsigned int k
 __device__ __forceinline__ unsigned int spread_bits4(unsigned int b) {
   return ((b & 15u) * 0x00204081u) & 0x01010101u;
 }
+// A 32-value unit's low nibbles (values 0-15) and high nibbles (16-31) of
+// its 16 bytes qs (4 words), with the fifth bits of qh (bit l for value l;
+// 0 for the 4-bit types), unsigned, in unit_words' layout: q[0..7].
+__device__ __forceinline__ void nibble_words(const unsigned int* qs, unsigned int qh,
+                                             unsigned int* q) {
+STRATA_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    q[i] = (qs[i] & 0x0F0F0F0Fu) | (spread_bits4(qh >> (4 * i)) << 4);
+    q[i + 4] = ((qs[i] >> 4) & 0x0F0F0F0Fu) | (spread_bits4(qh >> (16 + 4 * i)) << 4);
+  }
+}
+
 // c + the sum of the four products of a's and b's signed bytes (dp4a).
 __device__ __forceinline__ int dot4_i8(unsigned int a, unsigned int b, int c) {
 #if defined(__CUDA_ARCH__)
@@ -172,11 +184,9 @@ STRATA_UNROLL
     *min = 0.0f;
     unsigned int qs[4];
     load_words_2<4>(b + 2, qs);
+    nibble_words(qs, 0u, q);
 STRATA_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      q[i] = sub_bytes(qs[i] & 0x0F0F0F0Fu, 0x08080808u);
-      q[i + 4] = sub_bytes((qs[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-    }
+    for (int i = 0; i < 8; ++i) q[i] = sub_bytes(q[i], 0x08080808u);
   }
 };
 
@@ -203,11 +213,7 @@ STRATA_UNROLL
     *min = -f16_bits(b + 2);  // value = d q + m
     unsigned int qs[4];
     load_words_2<4>(b + 4, qs);
-STRATA_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      q[i] = qs[i] & 0x0F0F0F0Fu;
-      q[i + 4] = (qs[i] >> 4) & 0x0F0F0F0Fu;
-    }
+    nibble_words(qs, 0u, q);
   }
 };
 
@@ -238,12 +244,9 @@ STRATA_UNROLL
     unsigned int qh, qs[4];
     load_words_2<1>(b + 2, &qh);
     load_words_2<4>(b + 6, qs);
+    nibble_words(qs, qh, q);
 STRATA_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      q[i] = sub_bytes((qs[i] & 0x0F0F0F0Fu) | (spread_bits4(qh >> (4 * i)) << 4), 0x10101010u);
-      q[i + 4] = sub_bytes(((qs[i] >> 4) & 0x0F0F0F0Fu) | (spread_bits4(qh >> (16 + 4 * i)) << 4),
-                           0x10101010u);
-    }
+    for (int i = 0; i < 8; ++i) q[i] = sub_bytes(q[i], 0x10101010u);
   }
 };
 
@@ -274,11 +277,7 @@ STRATA_UNROLL
     unsigned int qh, qs[4];
     load_words_2<1>(b + 4, &qh);
     load_words_2<4>(b + 8, qs);
-STRATA_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      q[i] = (qs[i] & 0x0F0F0F0Fu) | (spread_bits4(qh >> (4 * i)) << 4);
-      q[i + 4] = ((qs[i] >> 4) & 0x0F0F0F0Fu) | (spread_bits4(qh >> (16 + 4 * i)) << 4);
-    }
+    nibble_words(qs, qh, q);
   }
 };
 

@@ -2,9 +2,10 @@
 // (reference::ops::round_activations and quantize_q8_1_row: Q8_0, Q8_1,
 // Q8_K), a warp a unit: the device functions that elementwise.cuh's
 // strata_round_rows / strata_quantize_rows and rms_norm.cuh's and
-// elementwise.cuh's fused kernels share. Each NVRTC program that uses
-// them is this file followed by its own (sources.h, rms_norm_source.h);
-// the emulation includes it before them.
+// elementwise.cuh's fused kernels share, and the f16 conversions (which
+// attention.cuh uses too). Each NVRTC program that uses them is this file
+// followed by its own (sources.h, rms_norm_source.h); the emulation
+// includes it before them.
 //
 // The int8 rows' layout (every kernel that makes or takes them): q [n]
 // int8, and per 32-value unit u its scale d[u] (Q8_K: its 256-value

@@ -48,6 +48,7 @@ inline constexpr int kRoundKinds = 5;
 // attention_decode: grid (n_head), block (-DTHREADS, 128 by default).
 inline constexpr const char* kAttentionSource =
 #include "worker/cuda/kernels/grid.cuh.inc"
+#include "worker/cuda/kernels/quantize.cuh.inc"
 #include "worker/cuda/kernels/attention.cuh.inc"
     ;
 inline constexpr const char* kAttentionDecodeEntry = "strata_attention_decode";
