@@ -121,6 +121,18 @@ TEST(CudaKernelSources, EveryKernelWaitsForTheKernelBeforeFirst) {
   for (const auto& [name, text] : programs) {
     const std::string s(text);
     EXPECT_NE(s.find("void strata_grid_dependency()"), std::string::npos) << name;
+    // Only weights are __restrict__ (grid.cuh: an invariant load of an
+    // activation could move above the wait).
+    for (size_t at = s.find("__restrict__ "); at != std::string::npos;
+         at = s.find("__restrict__ ", at + 1)) {
+      size_t end = at + 13;
+      while (end < s.size() && (std::isalnum(static_cast<unsigned char>(s[end])) || s[end] == '_')) {
+        ++end;
+      }
+      const std::string param = s.substr(at + 13, end - at - 13);
+      EXPECT_TRUE(param == "w" || param == "table" || param == "weight" || param == "sinks")
+          << name << ": __restrict__ " << param;
+    }
     for (size_t at = s.find("STRATA_KERNEL strata_"); at != std::string::npos;
          at = s.find("STRATA_KERNEL strata_", at + 1)) {
       // The parameter list's closing parenthesis, then the body's brace.

@@ -294,6 +294,9 @@ class DeviceBackend final : public Backend {
   template <typename... A>
   absl::Status run_over(KernelHandle k, int64_t total, A... args) {
     constexpr unsigned t = ck::kStepElementwiseThreads;
+    // The quantizing kernels give each warp whole units (a warp's shuffles
+    // need all of its lanes in the loop): whole warps a block.
+    static_assert(t % 32 == 0, "run_over's blocks are whole warps");
     const int64_t most = int64_t{8} * std::max(api_->multiprocessors(), 1);
     const auto grid = static_cast<unsigned>(std::clamp<int64_t>((total + t - 1) / t, 1, most));
     return run(k, grid, t, args...);

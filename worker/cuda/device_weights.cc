@@ -36,18 +36,25 @@ int split_index(int row_warps) {
   return s;
 }
 
-// The kernels load Q4_K's and Q5_K's quants 16 bytes at a time and Q8_0's
-// and Q6_K's 2, the other formats byte by byte (matvec.cuh): a matrix's
-// rows must start there.
+// The kernels load Q4_K's and Q5_K's quants 16 bytes at a time, Q4_0's,
+// Q4_1's, Q5_0's, Q5_1's, Q8_0's and Q6_K's 2 (their int8 words), the other
+// formats byte by byte (matvec.cuh): a matrix's rows must start there.
 bool aligned_for_kernels(const DeviceMatrix& m) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(m.data);
-  if (m.type == GgmlType::kQ4_K || m.type == GgmlType::kQ5_K) {
-    return at % 16 == 0 && m.row_bytes % 16 == 0;
+  switch (m.type) {
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+      return at % 16 == 0 && m.row_bytes % 16 == 0;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ6_K:
+      return at % 2 == 0 && m.row_bytes % 2 == 0;
+    default:
+      return true;
   }
-  if (m.type == GgmlType::kQ8_0 || m.type == GgmlType::kQ6_K) {
-    return at % 2 == 0 && m.row_bytes % 2 == 0;
-  }
-  return true;
 }
 
 }  // namespace

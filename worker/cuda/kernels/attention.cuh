@@ -94,7 +94,7 @@ __device__ __forceinline__ float strata_block_reduce(float v, int max) {
 // float; 8 halves a load when `wide` (the caller's check that every key row
 // is 16-byte aligned: dk a multiple of 8 and the cache's start aligned).
 __device__ __forceinline__ float strata_key_dot(const float* q_round,
-                                               const unsigned short* __restrict__ kr, int dk,
+                                               const unsigned short* kr, int dk,
                                                bool wide) {
   float s = 0.0f;
   if (wide) {
@@ -124,8 +124,8 @@ __device__ __forceinline__ float strata_key_dot(const float* q_round,
 // Head h of one query row: qh [dk], its keys and values [window_begin,
 // n_kv) of KV head g, scores sc [n_kv] scratch, out oh [dv].
 __device__ __forceinline__ void strata_attend_head(
-    const float* __restrict__ qh, const unsigned short* __restrict__ k_cache,
-    const unsigned short* __restrict__ v_cache, float* __restrict__ oh, float* __restrict__ sc,
+    const float* qh, const unsigned short* k_cache,
+    const unsigned short* v_cache, float* oh, float* sc,
     int n_kv, int window_begin, int g, int n_head_kv, int dk, int dv, float scale,
     float softcap, float sink, int has_sink) {
   // q rounded to f16 once, in shared memory (beyond its size: in place in
@@ -212,10 +212,10 @@ STRATA_ATTENTION_UNROLL
   __syncthreads();  // q_shared, sc and o_part are free for the block's next head
 }
 
-STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
-                                      const unsigned short* __restrict__ k_cache,
-                                      const unsigned short* __restrict__ v_cache,
-                                      float* __restrict__ out, float* __restrict__ scores,
+STRATA_KERNEL strata_attention_decode(const float* q,
+                                      const unsigned short* k_cache,
+                                      const unsigned short* v_cache,
+                                      float* out, float* scores,
                                       int n_kv, int window_begin, int n_head, int n_head_kv,
                                       int dk, int dv, float scale, float softcap,
                                       const float* __restrict__ sinks) {
@@ -235,11 +235,11 @@ STRATA_KERNEL strata_attention_decode(const float* __restrict__ q,
 // layer `layer`'s keys [begin, n_kv[r]) (begin n_kv[r] - window when window
 // > 0); scores [rows][n_head][scores_stride]. The same numbers as
 // strata_attention_decode per row.
-STRATA_KERNEL strata_attention_batch(const float* __restrict__ q,
-                                     const unsigned long long* __restrict__ kv_base,
-                                     const int* __restrict__ n_ctx, const int* __restrict__ n_kv,
-                                     const int* __restrict__ row_of, float* __restrict__ out,
-                                     float* __restrict__ scores, int scores_stride, int layer,
+STRATA_KERNEL strata_attention_batch(const float* q,
+                                     const unsigned long long* kv_base,
+                                     const int* n_ctx, const int* n_kv,
+                                     const int* row_of, float* out,
+                                     float* scores, int scores_stride, int layer,
                                      int window, int n_head, int n_head_kv, int dk, int dv,
                                      float scale, float softcap, const float* __restrict__ sinks) {
   strata_grid_dependency();
@@ -261,10 +261,10 @@ STRATA_KERNEL strata_attention_batch(const float* __restrict__ q,
 // Rows [0, n_rows) of one sequence's prompt chunk at positions pos0 ..: row
 // r attends to keys [begin, pos0 + r + 1), begin pos0 + r + 1 - window when
 // window > 0 (else 0); the same numbers as strata_attention_decode per row.
-STRATA_KERNEL strata_attention_rows(const float* __restrict__ q,
-                                    const unsigned short* __restrict__ k_cache,
-                                    const unsigned short* __restrict__ v_cache,
-                                    float* __restrict__ out, float* __restrict__ scores,
+STRATA_KERNEL strata_attention_rows(const float* q,
+                                    const unsigned short* k_cache,
+                                    const unsigned short* v_cache,
+                                    float* out, float* scores,
                                     int scores_stride, int pos0, int window, int n_head,
                                     int n_head_kv, int dk, int dv, float scale, float softcap,
                                     const float* __restrict__ sinks) {

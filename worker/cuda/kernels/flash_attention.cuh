@@ -28,10 +28,10 @@
 #define STRATA_FA_UNROLL
 #endif
 
-STRATA_KERNEL strata_flash_attention_rows(const float* __restrict__ q,
-                                          const unsigned short* __restrict__ k_cache,
-                                          const unsigned short* __restrict__ v_cache,
-                                          float* __restrict__ out, int pos0, int n_rows,
+STRATA_KERNEL strata_flash_attention_rows(const float* q,
+                                          const unsigned short* k_cache,
+                                          const unsigned short* v_cache,
+                                          float* out, int pos0, int n_rows,
                                           int window, int n_head, int n_head_kv, float scale,
                                           float softcap, const float* __restrict__ sinks) {
   strata_grid_dependency();

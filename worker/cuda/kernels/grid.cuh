@@ -14,6 +14,12 @@
 // sm_90, and on the emulation (tests/cuda/cuda_emulator.h, which runs
 // launches one after another), nothing. Every program is this file
 // followed by its own (the guard: programs that join several files).
+//
+// Only the weights' pointers (w, table, weight, sinks: never written by a
+// kernel) are `const __restrict__`: NVVM may read such memory as invariant
+// through the read-only cache (ld.global.nc) and move those loads above
+// the wait, which on an activation would read what the kernel before is
+// still writing (kernel_sources_test.cc checks this too).
 #if !defined(STRATA_GRID_DEPENDENCY)
 #define STRATA_GRID_DEPENDENCY
 __device__ __forceinline__ void strata_grid_dependency() {

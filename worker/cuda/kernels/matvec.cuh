@@ -552,7 +552,7 @@ STRATA_UNROLL
 }
 
 template <typename Format>
-__device__ __forceinline__ void matvec(const u8* __restrict__ w, const float* __restrict__ x,
+__device__ __forceinline__ void matvec(const u8* __restrict__ w, const float* x,
                                        float* y0, float* y1, float* y2, int n0, int n1,
                                        int n_rows, int n_cols, long long row_bytes) {
   const int lane = threadIdx.x & 31;
@@ -612,9 +612,9 @@ STRATA_UNROLL
 // sum; the lanes' and warps' sums as matvec's.
 template <typename Format>
 __device__ __forceinline__ void matvec_i8(const u8* __restrict__ w,
-                                          const signed char* __restrict__ xq,
-                                          const float* __restrict__ xd,
-                                          const float* __restrict__ xs, float* y0, float* y1,
+                                          const signed char* xq,
+                                          const float* xd,
+                                          const float* xs, float* y0, float* y1,
                                           float* y2, int n0, int n1, int n_rows, int n_cols,
                                           long long row_bytes) {
   const int lane = threadIdx.x & 31;
@@ -672,8 +672,8 @@ STRATA_UNROLL
 // [n_cols] = dequant(table row ids[i]). A grid-stride loop over the ids'
 // 32-value units: any launch of at most THREADS threads a block.
 template <typename Format>
-__device__ __forceinline__ void get_rows(const u8* __restrict__ table, const int* __restrict__ ids,
-                                         float* __restrict__ out, int n_ids, int n_cols,
+__device__ __forceinline__ void get_rows(const u8* __restrict__ table, const int* ids,
+                                         float* out, int n_ids, int n_cols,
                                          long long row_bytes) {
   const int units = (n_cols + 31) / 32;  // the last one part of a unit for F32/F16
   const long long total = (long long)n_ids * units;

@@ -38,7 +38,7 @@ STRATA_UNROLL
 // dequantizes one 32-value unit of a weight row and rounds 32 values of a
 // token to f16 into shared memory; the warps then run 4 k16 steps.
 template <typename Format>
-__device__ __forceinline__ void mma_tile(const u8* __restrict__ w, const float* __restrict__ x,
+__device__ __forceinline__ void mma_tile(const u8* __restrict__ w, const float* x,
                                          float* y0, float* y1, float* y2, int n0, int n1,
                                          int n_rows, int n_cols, long long row_bytes, int n_tok) {
   __shared__ unsigned short sa[MMA_BM][MMA_BK + MMA_PAD];  // [weight row][k]
@@ -122,9 +122,9 @@ STRATA_UNROLL
 // loads' banks differ).
 template <typename Format>
 __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
-                                            const signed char* __restrict__ xq,
-                                            const float* __restrict__ xd,
-                                            const float* __restrict__ xb, float* y0, float* y1,
+                                            const signed char* xq,
+                                            const float* xd,
+                                            const float* xb, float* y0, float* y1,
                                             float* y2, int n0, int n1, int n_rows, int n_cols,
                                             long long row_bytes, int n_tok) {
   __shared__ unsigned sa[MMA_BM][20];  // [weight row][64 q bytes, 16 padding]

@@ -28,10 +28,10 @@ __device__ __forceinline__ float strata_rms_scale(float sum, int dim, float eps)
 // The residual add and the next RMSNorm in one pass: x += delta, then y =
 // RMSNorm(x) * weight; the sums and products of strata_add then
 // strata_rms_norm, in the same order (so the same bits). Row blockIdx.x.
-__device__ __forceinline__ void strata_add_rms_norm_row(float* __restrict__ x,
-                                                        const float* __restrict__ delta,
+__device__ __forceinline__ void strata_add_rms_norm_row(float* x,
+                                                        const float* delta,
                                                         const float* __restrict__ weight,
-                                                        float* __restrict__ y, int dim,
+                                                        float* y, int dim,
                                                         float eps) {
   float* xr = x + (long long)blockIdx.x * dim;
   const float* dr = delta + (long long)blockIdx.x * dim;
@@ -48,8 +48,8 @@ __device__ __forceinline__ void strata_add_rms_norm_row(float* __restrict__ x,
   }
 }
 
-STRATA_KERNEL strata_add_rms_norm(float* __restrict__ x, const float* __restrict__ delta,
-                                  const float* __restrict__ weight, float* __restrict__ y,
+STRATA_KERNEL strata_add_rms_norm(float* x, const float* delta,
+                                  const float* __restrict__ weight, float* y,
                                   int dim, float eps) {
   strata_grid_dependency();
   strata_add_rms_norm_row(x, delta, weight, y, dim, eps);
@@ -68,7 +68,7 @@ __device__ __forceinline__ void strata_quantize_normed_row(const float* y, int d
 }
 
 // strata_add_rms_norm, then its y as strata_quantize_rows makes it.
-STRATA_KERNEL strata_add_rms_norm_quantize(float* __restrict__ x, const float* __restrict__ delta,
+STRATA_KERNEL strata_add_rms_norm_quantize(float* x, const float* delta,
                                            const float* __restrict__ weight, float* y, int dim,
                                            float eps, signed char* q, float* d, float* sums,
                                            int kind) {

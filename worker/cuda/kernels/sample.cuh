@@ -48,7 +48,7 @@ __device__ __forceinline__ void strata_warp_best(float* best, int* at) {
 
 // The block's pick over x[0, n): the first index of the largest value
 // (NaN never the largest; -1 when all are NaN), on thread 0.
-__device__ __forceinline__ int strata_block_argmax(const float* __restrict__ x, int n) {
+__device__ __forceinline__ int strata_block_argmax(const float* x, int n) {
   float best = 0.0f;
   int at = -1;
   for (int i = threadIdx.x; i < n; i += THREADS) {
@@ -75,7 +75,7 @@ __device__ __forceinline__ int strata_block_argmax(const float* __restrict__ x, 
   return at;
 }
 
-STRATA_KERNEL strata_argmax(const float* __restrict__ logits, int n, int* id) {
+STRATA_KERNEL strata_argmax(const float* logits, int n, int* id) {
   strata_grid_dependency();
   const int at = strata_block_argmax(logits, n);
   if (threadIdx.x == 0) *id = at;
@@ -85,7 +85,7 @@ STRATA_KERNEL strata_argmax(const float* __restrict__ logits, int n, int* id) {
 // pick as strata_argmax's, bad[r] = 1 when the row holds a NaN or an
 // infinity (0 else: the backend refuses such rows, as it refuses them in
 // logits it downloads).
-STRATA_KERNEL strata_argmax_rows(const float* __restrict__ logits, int n, int* ids, int* bad) {
+STRATA_KERNEL strata_argmax_rows(const float* logits, int n, int* ids, int* bad) {
   strata_grid_dependency();
   const float* row = logits + (long long)blockIdx.x * n;
   __shared__ int odd;
@@ -118,9 +118,9 @@ __device__ __forceinline__ bool strata_top_before(unsigned ka, int ia, unsigned 
   return ka > kb || (ka == kb && ia < ib);
 }
 
-STRATA_KERNEL strata_top_k_rows(const float* __restrict__ logits, int n,
-                                const int* __restrict__ table, int* __restrict__ ids,
-                                float* __restrict__ values, int* __restrict__ bad) {
+STRATA_KERNEL strata_top_k_rows(const float* logits, int n,
+                                const int* table, int* ids,
+                                float* values, int* bad) {
   strata_grid_dependency();
   const float* row = logits + (long long)blockIdx.x * n;
   const int k = table[2 * blockIdx.x], out = table[2 * blockIdx.x + 1];
