@@ -24,6 +24,26 @@ const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,   GgmlType::kQ4_0, G
                            GgmlType::kQ5_0, GgmlType::kQ5_1,  GgmlType::kQ8_0, GgmlType::kMXFP4,
                            GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
+// sm_90 PTX: in every entry, no global load before the wait for the kernel
+// before (grid.cuh): the compiler moved none above it.
+void expect_loads_after_the_wait(const std::string& ptx) {
+  int entries = 0;
+  for (size_t at = ptx.find(".entry "); at != std::string::npos;
+       at = ptx.find(".entry ", at + 1)) {
+    const size_t next = ptx.find(".entry ", at + 1);
+    const size_t end = next == std::string::npos ? ptx.size() : next;
+    const std::string name = ptx.substr(at + 7, ptx.find('(', at) - at - 7);
+    const size_t wait = ptx.find("griddepcontrol.wait", at);
+    const size_t load = ptx.find("ld.global", at);
+    EXPECT_LT(wait, end) << name << " has no wait";
+    if (load < end) {
+      EXPECT_LT(wait, load) << name << " loads before its wait";
+    }
+    ++entries;
+  }
+  EXPECT_GT(entries, 0);
+}
+
 // 8 columns with split-K (4 warps a row: the shared-memory sum of warps).
 std::vector<std::string> options(int columns) {
   return {"-DTHREADS=" + std::to_string(cuda_kernels::kMatvecThreads),
@@ -98,6 +118,7 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
       }
       // Programmatic dependent launch (grid.cuh): sm_90 only.
       EXPECT_EQ(out->ptx.find("griddepcontrol.wait") != std::string::npos, cc >= 90);
+      if (cc >= 90) expect_loads_after_the_wait(out->ptx);
     }
   }
 }
@@ -170,6 +191,7 @@ TEST(CudaKernelSources, StepMatvecBuildsHoldOnlyTheirType) {
     SCOPED_TRACE(std::string(ggml_type_info(type).name));
     auto out = compiler.compile(target, src.name, src.text, src.options);
     ASSERT_TRUE(out.ok()) << out.status();
+    expect_loads_after_the_wait(out->ptx);
     for (const GgmlType other : cuda_kernels::kStepMatvecTypes) {
       const std::string entry(cuda_kernels::matvec_entry(other));
       EXPECT_EQ(out->ptx.find(".entry " + entry + "(") != std::string::npos, other == type)
@@ -204,6 +226,7 @@ TEST(CudaKernelSources, StepMmaBuildsCompileForSm80AndSm90) {
       // Each has an int8 form.
       EXPECT_NE(out->ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"),
                 std::string::npos);
+      if (cc >= 90) expect_loads_after_the_wait(out->ptx);
       for (const GgmlType other : cuda_kernels::kStepMatvecTypes) {
         for (const std::string& entry :
              {cuda_kernels::mma3_entry(other), cuda_kernels::mma3_i8_entry(other)}) {
@@ -235,6 +258,7 @@ TEST(CudaKernelSources, StepFlashAttentionBuildsCompileForSm80AndSm90) {
                 std::string::npos);
       EXPECT_NE(out->ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
                 std::string::npos);
+      if (cc >= 90) expect_loads_after_the_wait(out->ptx);
     }
   }
   EXPECT_EQ(cuda_kernels::step_flash_index(48), cuda_kernels::kStepFlashHeadDims.size());
