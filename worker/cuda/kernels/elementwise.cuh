@@ -399,17 +399,7 @@ STRATA_KERNEL strata_round_rows(const float* x, float* y, long long n, int kind)
 STRATA_KERNEL strata_quantize_rows(const float* x, signed char* q, float* d, float* sums,
                                    long long n, int kind) {
   strata_grid_dependency();
-  const int lane = threadIdx.x & 31;
-  const long long warp = strata_first() >> 5, warps = strata_stride() >> 5;
-  if (kind == 2 || kind == 4) {
-    for (long long b = warp; b < n / 32; b += warps) {
-      strata_quantize_unit(x[b * 32 + lane], lane, q + b * 32, d + b, sums + b, kind);
-    }
-  } else if (kind == 3) {
-    for (long long b = warp; b < n / 256; b += warps) {
-      float v[8];
-      for (int j = 0; j < 8; ++j) v[j] = x[b * 256 + lane + 32 * j];
-      strata_quantize_block_k(v, lane, q + b * 256, d + b * 8, sums + b * 8);
-    }
-  }
+  if (kind != 2 && kind != 3 && kind != 4) return;
+  strata_quantize_values(x, n, q, d, sums, kind, strata_first() >> 5, strata_stride() >> 5,
+                         (int)threadIdx.x & 31);
 }

@@ -131,22 +131,23 @@ __device__ __forceinline__ void strata_quantize_block_k(const float* v, int lane
   }
 }
 
-// Row y [width] (every value written before the block's last barrier) as
-// int8 rows of `kind` (2 Q8_0, 3 Q8_K, 4 Q8_1) into q [width], d and sums
-// [width / 32], by the block's warps (warp w of n_warps takes units w, w +
-// n_warps, ...). Whole units: width a multiple of 32 (256 for Q8_K).
-__device__ __forceinline__ void strata_quantize_row_by_block(const float* y, int width,
-                                                             signed char* q, float* d,
-                                                             float* sums, int kind, int warp,
-                                                             int n_warps, int lane) {
+// Values y [n] (every value written before the caller's last barrier) as
+// int8 rows of `kind` (2 Q8_0, 3 Q8_K, 4 Q8_1) into q [n], d and sums
+// [n / 32], by n_warps warps (warp w takes units w, w + n_warps, ...: a
+// block's warps over a row, or a grid's over many rows). Whole units: n a
+// multiple of 32 (256 for Q8_K).
+__device__ __forceinline__ void strata_quantize_values(const float* y, long long n,
+                                                       signed char* q, float* d, float* sums,
+                                                       int kind, long long warp,
+                                                       long long n_warps, int lane) {
   if (kind == 3) {
-    for (int b = warp; b < width / 256; b += n_warps) {
+    for (long long b = warp; b < n / 256; b += n_warps) {
       float v[8];
       for (int j = 0; j < 8; ++j) v[j] = y[256 * b + lane + 32 * j];
       strata_quantize_block_k(v, lane, q + 256 * b, d + 8 * b, sums + 8 * b);
     }
   } else {
-    for (int u = warp; u < width / 32; u += n_warps) {
+    for (long long u = warp; u < n / 32; u += n_warps) {
       strata_quantize_unit(y[32 * u + lane], lane, q + 32 * u, d + u, sums + u, kind);
     }
   }

@@ -62,9 +62,9 @@ __device__ __forceinline__ void strata_quantize_normed_row(const float* y, int d
                                                            float* sums, int kind) {
   __syncthreads();  // the row's values, written by the block's threads
   const long long row = blockIdx.x;
-  strata_quantize_row_by_block(y + row * dim, dim, q + row * dim, d + row * (dim / 32),
-                               sums + row * (dim / 32), kind, (int)threadIdx.x >> 5,
-                               THREADS / 32, (int)threadIdx.x & 31);
+  strata_quantize_values(y + row * dim, dim, q + row * dim, d + row * (dim / 32),
+                         sums + row * (dim / 32), kind, (int)threadIdx.x >> 5, THREADS / 32,
+                         (int)threadIdx.x & 31);
 }
 
 // strata_add_rms_norm, then its y as strata_quantize_rows makes it.
