@@ -244,6 +244,18 @@ inline int strata_host_dp4a(unsigned a, unsigned b, int c) {
   return c;
 }
 
+// __byte_perm(lo, hi, s) with selectors below 8 (matvec.cuh pick_bytes):
+// byte j of the result is byte (s >> 4 j) & 7 of {lo, hi}.
+inline unsigned strata_host_byte_perm(unsigned lo, unsigned hi, unsigned s) {
+  const unsigned long long bytes = lo | (static_cast<unsigned long long>(hi) << 32);
+  unsigned r = 0;
+  for (int j = 0; j < 4; ++j) {
+    const unsigned pick = (s >> (4 * j)) & 7u;
+    r |= static_cast<unsigned>((bytes >> (8 * pick)) & 255u) << (8 * j);
+  }
+  return r;
+}
+
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, sizeof f);

@@ -10,31 +10,37 @@
 
 #include "gtest/gtest.h"
 #include "worker/cuda/step_kernels.h"
+#include "worker/cuda/weight_layout.h"
 #include "kernels/cpu/reference/ops/matmul.h"
 #include "tests/cuda/kernels_fixture.h"
 
 namespace strata::worker::kernels_test {
 namespace {
 
-// A quantized matrix [n_rows][n_cols] of `type` from normal values, and
-// its dequantized values.
+// A quantized matrix [n_rows][n_cols] of `type` from normal values: its
+// GGUF rows, the same rows in the kernels' layout (weight_layout.h, what
+// the kernels take) and its dequantized values.
 struct Quantized {
-  std::vector<unsigned char> bytes;
-  std::vector<float> values;
+  std::vector<unsigned char> gguf;
+  long long gguf_row_bytes = 0;
+  std::vector<unsigned char> bytes;  // device rows
   long long row_bytes = 0;
+  std::vector<float> values;
 };
 Quantized quantized(GgmlType type, int n_rows, int n_cols, uint32_t seed) {
   Quantized q;
-  q.row_bytes = *ggml_row_bytes(type, n_cols);
-  q.bytes.resize(static_cast<size_t>(q.row_bytes) * n_rows);
+  q.gguf_row_bytes = *ggml_row_bytes(type, n_cols);
+  q.gguf.resize(static_cast<size_t>(q.gguf_row_bytes) * n_rows);
   q.values.resize(static_cast<size_t>(n_rows) * n_cols);
   const std::vector<float> v = normal_values(q.values.size(), seed);
   for (int r = 0; r < n_rows; ++r) {
     const size_t at = static_cast<size_t>(r) * n_cols;
-    unsigned char* b = q.bytes.data() + static_cast<size_t>(r) * q.row_bytes;
+    unsigned char* b = q.gguf.data() + static_cast<size_t>(r) * q.gguf_row_bytes;
     EXPECT_TRUE(reference::quantize_row(type, v.data() + at, n_cols, b).ok());
     EXPECT_TRUE(reference::dequantize_row(type, b, n_cols, q.values.data() + at).ok());
   }
+  q.row_bytes = *cuda_kernels::device_row_bytes(type, n_cols);
+  q.bytes = *cuda_kernels::device_rows(type, n_cols, n_rows, q.gguf.data());
   return q;
 }
 
@@ -95,14 +101,9 @@ TEST_P(Kernels, Matvec3SendsEachPartToItsOutput) {
   for (const TypeCase& c : type_cases()) {
     SCOPED_TRACE(std::string(ggml_type_info(c.type).name));
     const int n_cols = 256, n_rows = 11, n0 = 5, n1 = 4;
-    const long long row_bytes = *ggml_row_bytes(c.type, n_cols);
-    std::vector<unsigned char> w(static_cast<size_t>(row_bytes) * n_rows);
-    const std::vector<float> values = normal_values(static_cast<size_t>(n_rows) * n_cols, 70);
-    for (int r = 0; r < n_rows; ++r) {
-      ASSERT_TRUE(reference::quantize_row(c.type, values.data() + static_cast<size_t>(r) * n_cols,
-                                          n_cols, w.data() + static_cast<size_t>(r) * row_bytes)
-                      .ok());
-    }
+    const Quantized q = quantized(c.type, n_rows, n_cols, 70);
+    const long long row_bytes = q.row_bytes;
+    const std::vector<unsigned char>& w = q.bytes;
     const std::vector<float> x = normal_values(n_cols, 71);
     DeviceBuffer dw = put(w), dx = put(x), dy = space(n_rows * sizeof(float));
     ASSERT_TRUE(run(kMatvec1, std::string(cuda_kernels::matvec_entry(c.type)), 3, kMatvecThreads,
@@ -247,7 +248,7 @@ Int8Want int8_want(GgmlType type, const Quantized& w, int r, int n_cols, const f
   std::vector<int8_t> q(static_cast<size_t>(n_cols));
   std::vector<float> d(static_cast<size_t>(n_cols / 32)), s(d.size());
   if (act == GgmlType::kQ8_1) reference::ops::quantize_q8_1_row(x, n_cols, q.data(), d.data(), s.data());
-  const uint8_t* row = w.bytes.data() + static_cast<size_t>(r) * w.row_bytes;
+  const uint8_t* row = w.gguf.data() + static_cast<size_t>(r) * w.gguf_row_bytes;
   Int8Want want;
   for (int u = 0; u < n_cols / 32; ++u) {
     const double m = unit_offset(type, row, u);

@@ -64,7 +64,7 @@ struct DeviceMatrix {
   GgmlType type = GgmlType::kF32;
   int n_in = 0;   // elements per row
   int n_out = 0;  // rows
-  long long row_bytes = 0;
+  long long row_bytes = 0;  // a device row's bytes (weight_layout.h)
   // [w][i]: the kernel (its multi-output form, ck::matvec3_entry, which
   // serves every matrix) built for ROW_WARPS kStepRowWarps[w] and NCOLS
   // kStepMatvecColumns[i]; loaded when first needed (DeviceBackend::

@@ -7,6 +7,7 @@
 
 #include "nlohmann/json.hpp"
 #include "worker/cuda/device_backend_impl.h"
+#include "worker/cuda/weight_layout.h"
 
 namespace strata::worker::device {
 namespace {
@@ -36,24 +37,18 @@ int split_index(int row_warps) {
   return s;
 }
 
-// The kernels load Q4_K's and Q5_K's quants 16 bytes at a time, Q4_0's,
-// Q4_1's, Q5_0's, Q5_1's, Q8_0's and Q6_K's 2 (their int8 words), the other
-// formats byte by byte (matvec.cuh): a matrix's rows must start there.
+// The kernels load a block type's quants 16 bytes at a time (its device
+// rows, weight_layout.h), F16's values 2, F32's byte by byte (matvec.cuh):
+// a matrix's rows must start there.
 bool aligned_for_kernels(const DeviceMatrix& m) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(m.data);
   switch (m.type) {
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-      return at % 16 == 0 && m.row_bytes % 16 == 0;
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1:
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ6_K:
+    case GgmlType::kF32:
+      return true;
+    case GgmlType::kF16:
       return at % 2 == 0 && m.row_bytes % 2 == 0;
     default:
-      return true;
+      return at % 16 == 0 && m.row_bytes % 16 == 0;
   }
 }
 
@@ -104,11 +99,22 @@ absl::StatusOr<DeviceMatrix> DeviceBackend::device_matrix(const std::string& nam
   m.type = view.type;
   m.n_in = static_cast<int>(view.n_in);
   m.n_out = static_cast<int>(view.n_out);
-  m.row_bytes = view.row_bytes;
   m.round = ck::round_kind(view.type);
   m.int8 = options_.matvec_int8 && !ck::matvec3_i8_entry(view.type).empty();
+  // The rows in the kernels' layout (weight_layout.h): `bytes` holds whole
+  // GGUF rows (a matrix, or every expert's).
+  absl::StatusOr<int64_t> row_bytes = ck::device_row_bytes(view.type, view.n_in);
+  if (!row_bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", row_bytes.status().message()));
+  m.row_bytes = *row_bytes;
   DeviceBuffer bytes_on_device;
-  STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
+  if (ck::regrouped(view.type)) {
+    const int64_t n_rows = static_cast<int64_t>(bytes) / view.row_bytes;
+    absl::StatusOr<std::vector<uint8_t>> rows = ck::device_rows(view.type, view.n_in, n_rows, view.data);
+    if (!rows.ok()) return rows.status();
+    STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device, upload(rows->data(), rows->size()));
+  } else {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
+  }
   m.data = weights_.emplace_back(std::move(bytes_on_device)).as<unsigned char>();
   if (!aligned_for_kernels(m)) return absl::InternalError(absl::StrCat(name, ": rows not aligned"));
   const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(view.type)];
@@ -160,9 +166,10 @@ absl::StatusOr<std::vector<DeviceMatrix>> DeviceBackend::upload_experts(const st
   if (!views.ok()) return views.status();
   // One upload of the whole tensor; expert e's rows follow e slices in.
   const kernels::WeightMatrix& first = views->front();
-  const size_t slice = static_cast<size_t>(first.n_out * first.row_bytes);
-  absl::StatusOr<DeviceMatrix> all = device_matrix(name, first, slice * views->size());
+  absl::StatusOr<DeviceMatrix> all = device_matrix(
+      name, first, static_cast<size_t>(first.n_out * first.row_bytes) * views->size());
   if (!all.ok()) return all.status();
+  const size_t slice = static_cast<size_t>(first.n_out * all->row_bytes);  // device rows
   std::vector<DeviceMatrix> out(views->size(), *all);
   for (size_t e = 0; e < out.size(); ++e) {
     out[e].data = all->data + e * slice;

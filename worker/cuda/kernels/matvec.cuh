@@ -21,14 +21,14 @@ typedef unsigned char u8;
 #define STRATA_UNROLL
 #endif
 
-__device__ __forceinline__ float f16_bits(const u8* p) {
-  const unsigned short h = (unsigned short)(p[0] | (p[1] << 8));
+// f16 bits h as a float.
+__device__ __forceinline__ float f16_value(unsigned int h) {
 #if defined(__CUDA_ARCH__)
   float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
   return f;
 #else
-  return strata_host_f16_to_f32(h);  // the emulation's
+  return strata_host_f16_to_f32((unsigned short)h);  // the emulation's
 #endif
 }
 
@@ -47,42 +47,28 @@ __device__ __forceinline__ T load_as(const void* p) {
 #endif
 }
 
-// The 32 bytes at p (16-byte aligned) as eight little-endian words, in two
-// loads; byte l of them is (words[l / 4] >> 8 (l % 4)) & 255.
-__device__ __forceinline__ void load_32_bytes(const u8* p, unsigned int* words) {
-  const uint4 a = load_as<uint4>(p), b = load_as<uint4>(p + 16);
+// The little-endian f16 at p (2-byte aligned) as a float, in one load.
+__device__ __forceinline__ float f16_bits(const u8* p) {
+  return f16_value(load_as<unsigned short>(p));
+}
+
+// The 16 bytes at p (16-byte aligned) as four little-endian words, in one
+// load.
+__device__ __forceinline__ void load_16_bytes(const u8* p, unsigned int* words) {
+  const uint4 a = load_as<uint4>(p);
   words[0] = a.x;
   words[1] = a.y;
   words[2] = a.z;
   words[3] = a.w;
-  words[4] = b.x;
-  words[5] = b.y;
-  words[6] = b.z;
-  words[7] = b.w;
+}
+// The 32 bytes at p (16-byte aligned) as eight little-endian words, in two
+// loads; byte l of them is (words[l / 4] >> 8 (l % 4)) & 255.
+__device__ __forceinline__ void load_32_bytes(const u8* p, unsigned int* words) {
+  load_16_bytes(p, words);
+  load_16_bytes(p + 16, words + 4);
 }
 __device__ __forceinline__ unsigned int byte_of(const unsigned int* words, int l) {
   return (words[l >> 2] >> (8 * (l & 3))) & 255u;
-}
-
-// The 32 bytes at p (2-byte aligned: blocks of an even size) as sixteen
-// 16-bit loads; byte l of them is (halves[l / 2] >> 8 (l % 2)) & 255.
-__device__ __forceinline__ void load_32_bytes_2(const u8* p, unsigned short* halves) {
-STRATA_UNROLL
-  for (int i = 0; i < 16; ++i) halves[i] = load_as<unsigned short>(p + 2 * i);
-}
-__device__ __forceinline__ unsigned int byte_of(const unsigned short* halves, int l) {
-  return ((unsigned int)halves[l >> 1] >> (8 * (l & 1))) & 255u;
-}
-
-// N little-endian words at p (2-byte aligned: blocks of an even size), as
-// 16-bit loads.
-template <int N>
-__device__ __forceinline__ void load_words_2(const u8* p, unsigned int* words) {
-STRATA_UNROLL
-  for (int i = 0; i < N; ++i) {
-    words[i] = (unsigned int)load_as<unsigned short>(p + 4 * i) |
-               ((unsigned int)load_as<unsigned short>(p + 4 * i + 2) << 16);
-  }
 }
 
 // Each byte of x minus the same byte of k, alone (no borrow between bytes),
@@ -116,10 +102,27 @@ __device__ __forceinline__ int dot4_i8(unsigned int a, unsigned int b, int c) {
 #endif
 }
 
-// Each format fills v[0..31] with unit u of a row (w: the row's bytes).
-// The float formats' rows may end in a part unit (stories260K's 172-wide
-// ffn_down): `value` gives element i alone, and kTail says a row may have
-// such a tail; a block format's rows are whole blocks.
+// Byte j of the result is byte (s >> 4 j) & 7 of the eight bytes
+// {lo, hi} (lo's the first four): prmt with selectors below 8.
+__device__ __forceinline__ unsigned int pick_bytes(unsigned int lo, unsigned int hi,
+                                                   unsigned int s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(lo, hi, s);
+#else
+  return strata_host_byte_perm(lo, hi, s);  // the emulation's
+#endif
+}
+
+// The weights' rows are the device layout of worker/cuda/weight_layout.h:
+// a regrouped type's row is sections of one field of every block (quants
+// first, 16-byte aligned; the scales after), n_cols / (values a block)
+// blocks each; Q4_K, Q5_K, F32 and F16 rows are GGUF rows.
+//
+// Each format fills v[0..31] with unit u of a row (w: the row's bytes,
+// n_cols: its values). The float formats' rows may end in a part unit
+// (stories260K's 172-wide ffn_down): `value` gives element i alone, and
+// kTail says a row may have such a tail; a block format's rows are whole
+// blocks.
 //
 // The types whose products with Q8 values are integer also give the unit
 // as int8 q with value = scale q - min: unit_words packs q[l] into byte
@@ -136,7 +139,7 @@ struct F32 {
     return __uint_as_float((unsigned int)p[0] | ((unsigned int)p[1] << 8) |
                            ((unsigned int)p[2] << 16) | ((unsigned int)p[3] << 24));
   }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+  static __device__ __forceinline__ void unit(const u8* w, int, int u, float* v) {
     const u8* p = w + (long long)u * 32 * 4;
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) {
@@ -153,7 +156,7 @@ struct F16 {
   static __device__ __forceinline__ float value(const u8* w, int i) {
     return f16_bits(w + (long long)i * 2);
   }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+  static __device__ __forceinline__ void unit(const u8* w, int, int u, float* v) {
     const u8* p = w + (long long)u * 32 * 2;
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = f16_bits(p + 2 * l);
@@ -161,29 +164,29 @@ STRATA_UNROLL
 };
 
 // Q4_0: {f16 d; u8 qs[16]}: value l < 16 = ((qs[l] & 15) - 8) d, value
-// l + 16 = ((qs[l] >> 4) - 8) d.
+// l + 16 = ((qs[l] >> 4) - 8) d. Device row: [qs 16] [d 2].
 struct Q4_0 {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
-    const u8* b = w + (long long)u * 18;
-    const float d = f16_bits(b);
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    unsigned int q[4];
+    load_16_bytes(w + (long long)u * 16, q);
+    const float d = f16_bits(w + (long long)(n_cols / 32) * 16 + 2 * u);
 STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
-      v[l] = (float)((int)(b[2 + l] & 15) - 8) * d;
-      v[l + 16] = (float)((int)(b[2 + l] >> 4) - 8) * d;
+      v[l] = (float)((int)(byte_of(q, l) & 15) - 8) * d;
+      v[l + 16] = (float)((int)(byte_of(q, l) >> 4) - 8) * d;
     }
   }
   static constexpr int kI8Scales = 1;  // one scale for the unit's 32 values
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
-                                                    float* scale, float* min) {
-    const u8* b = w + (long long)u * 18;
-    *scale = f16_bits(b);
-    *min = 0.0f;
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
     unsigned int qs[4];
-    load_words_2<4>(b + 2, qs);
+    load_16_bytes(w + (long long)u * 16, qs);
+    *scale = f16_bits(w + (long long)(n_cols / 32) * 16 + 2 * u);
+    *min = 0.0f;
     nibble_words(qs, 0u, q);
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = sub_bytes(q[i], 0x08080808u);
@@ -191,59 +194,64 @@ STRATA_UNROLL
 };
 
 // Q4_1: {f16 d; f16 m; u8 qs[16]}: value = q d + m, the nibbles as Q4_0.
+// Device row: [qs 16] [d m 4].
 struct Q4_1 {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
-    const u8* b = w + (long long)u * 20;
-    const float d = f16_bits(b), m = f16_bits(b + 2);
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    unsigned int q[4];
+    load_16_bytes(w + (long long)u * 16, q);
+    const unsigned int dm = load_as<unsigned int>(w + (long long)(n_cols / 32) * 16 + 4 * u);
+    const float d = f16_value(dm & 0xFFFFu), m = f16_value(dm >> 16);
 STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
-      v[l] = (float)(b[4 + l] & 15) * d + m;
-      v[l + 16] = (float)(b[4 + l] >> 4) * d + m;
+      v[l] = (float)(byte_of(q, l) & 15) * d + m;
+      v[l + 16] = (float)(byte_of(q, l) >> 4) * d + m;
     }
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = true;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
-                                                    float* scale, float* min) {
-    const u8* b = w + (long long)u * 20;
-    *scale = f16_bits(b);
-    *min = -f16_bits(b + 2);  // value = d q + m
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
     unsigned int qs[4];
-    load_words_2<4>(b + 4, qs);
+    load_16_bytes(w + (long long)u * 16, qs);
+    const unsigned int dm = load_as<unsigned int>(w + (long long)(n_cols / 32) * 16 + 4 * u);
+    *scale = f16_value(dm & 0xFFFFu);
+    *min = -f16_value(dm >> 16);  // value = d q + m
     nibble_words(qs, 0u, q);
   }
 };
 
 // Q5_0: {f16 d; u8 qh[4]; u8 qs[16]}: the nibbles as Q4_0 with a fifth bit,
 // bit l of the little-endian u32 qh for value l: value = (q - 16) d.
+// Device row: [qs 16] [qh 4] [d 2].
 struct Q5_0 {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
-    const u8* b = w + (long long)u * 22;
-    const float d = f16_bits(b);
-    const unsigned int qh = (unsigned int)b[2] | ((unsigned int)b[3] << 8) |
-                            ((unsigned int)b[4] << 16) | ((unsigned int)b[5] << 24);
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    const long long nb = n_cols / 32;
+    unsigned int q[4];
+    load_16_bytes(w + (long long)u * 16, q);
+    const unsigned int qh = load_as<unsigned int>(w + nb * 16 + 4 * u);
+    const float d = f16_bits(w + nb * 20 + 2 * u);
 STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
-      v[l] = (float)((int)((b[6 + l] & 15) | (((qh >> l) & 1) << 4)) - 16) * d;
-      v[l + 16] = (float)((int)((b[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16) * d;
+      v[l] = (float)((int)((byte_of(q, l) & 15) | (((qh >> l) & 1) << 4)) - 16) * d;
+      v[l + 16] = (float)((int)((byte_of(q, l) >> 4) | (((qh >> (l + 16)) & 1) << 4)) - 16) * d;
     }
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
-                                                    float* scale, float* min) {
-    const u8* b = w + (long long)u * 22;
-    *scale = f16_bits(b);
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    const long long nb = n_cols / 32;
+    unsigned int qs[4];
+    load_16_bytes(w + (long long)u * 16, qs);
+    const unsigned int qh = load_as<unsigned int>(w + nb * 16 + 4 * u);
+    *scale = f16_bits(w + nb * 20 + 2 * u);
     *min = 0.0f;
-    unsigned int qh, qs[4];
-    load_words_2<1>(b + 2, &qh);
-    load_words_2<4>(b + 6, qs);
     nibble_words(qs, qh, q);
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = sub_bytes(q[i], 0x10101010u);
@@ -251,130 +259,143 @@ STRATA_UNROLL
 };
 
 // Q5_1: {f16 d; f16 m; u8 qh[4]; u8 qs[16]}: the bits of Q5_0, unsigned:
-// value = q d + m.
+// value = q d + m. Device row: [qs 16] [qh 4] [d m 4].
 struct Q5_1 {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
-    const u8* b = w + (long long)u * 24;
-    const float d = f16_bits(b), m = f16_bits(b + 2);
-    const unsigned int qh = (unsigned int)b[4] | ((unsigned int)b[5] << 8) |
-                            ((unsigned int)b[6] << 16) | ((unsigned int)b[7] << 24);
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    const long long nb = n_cols / 32;
+    unsigned int q[4];
+    load_16_bytes(w + (long long)u * 16, q);
+    const unsigned int qh = load_as<unsigned int>(w + nb * 16 + 4 * u);
+    const unsigned int dm = load_as<unsigned int>(w + nb * 20 + 4 * u);
+    const float d = f16_value(dm & 0xFFFFu), m = f16_value(dm >> 16);
 STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
-      v[l] = (float)((b[8 + l] & 15) | (((qh >> l) & 1) << 4)) * d + m;
-      v[l + 16] = (float)((b[8 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4)) * d + m;
+      v[l] = (float)((byte_of(q, l) & 15) | (((qh >> l) & 1) << 4)) * d + m;
+      v[l + 16] = (float)((byte_of(q, l) >> 4) | (((qh >> (l + 16)) & 1) << 4)) * d + m;
     }
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = true;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
-                                                    float* scale, float* min) {
-    const u8* b = w + (long long)u * 24;
-    *scale = f16_bits(b);
-    *min = -f16_bits(b + 2);  // value = d q + m
-    unsigned int qh, qs[4];
-    load_words_2<1>(b + 4, &qh);
-    load_words_2<4>(b + 8, qs);
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    const long long nb = n_cols / 32;
+    unsigned int qs[4];
+    load_16_bytes(w + (long long)u * 16, qs);
+    const unsigned int qh = load_as<unsigned int>(w + nb * 16 + 4 * u);
+    const unsigned int dm = load_as<unsigned int>(w + nb * 20 + 4 * u);
+    *scale = f16_value(dm & 0xFFFFu);
+    *min = -f16_value(dm >> 16);  // value = d q + m
     nibble_words(qs, qh, q);
   }
 };
 
 // MXFP4: {u8 e (E8M0); u8 qs[16]}: value l < 16 = table[qs[l] & 15] d, value
 // l + 16 = table[qs[l] >> 4] d; the table holds the E2M1 values doubled
-// (ggml's kvalues_mxfp4), d = 2^(e - 128) (e8m0_to_f32_half).
+// (ggml's kvalues_mxfp4: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives for
+// codes 8-15), d = 2^(e - 128) (e8m0_to_f32_half). Device row: [qs 16] [e 1].
 struct MXFP4 {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ float e8m0_half(unsigned int e) {
     return __uint_as_float(e < 2 ? (0x00200000u << e) : (e - 1) << 23);
   }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
-    const signed char table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    const u8* b = w + (long long)u * 17;
-    const float d = e8m0_half(b[0]);
-STRATA_UNROLL
-    for (int l = 0; l < 16; ++l) {
-      v[l] = (float)table[b[1 + l] & 15] * d;
-      v[l + 16] = (float)table[b[1 + l] >> 4] * d;
-    }
+  // The table's bytes for the four codes in the low nibbles of c's bytes:
+  // the magnitude by prmt from the table's first half (codes 0-7), negated
+  // bytewise where the code's bit 3 is set.
+  static __device__ __forceinline__ unsigned int lookup4(unsigned int c) {
+    const unsigned int i = c & 0x07070707u;
+    const unsigned int s = (i & 0xFu) | ((i >> 4) & 0xF0u) | ((i >> 8) & 0xF00u) |
+                           ((i >> 12) & 0xF000u);
+    const unsigned int m = pick_bytes(0x03020100u, 0x0C080604u, s);
+    const unsigned int negative = ((c >> 3) & 0x01010101u) * 0xFFu;
+    return (m & ~negative) | (sub_bytes(0u, m) & negative);
   }
-  static constexpr int kI8Scales = 1;
-  static constexpr bool kI8Min = false;
-  static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
-                                                    float* scale, float* min) {
-    const signed char table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    const u8* b = w + (long long)u * 17;
-    *scale = e8m0_half(b[0]);
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    unsigned int qs[4];
+    load_16_bytes(w + (long long)u * 16, qs);
+    *scale = e8m0_half(w[(long long)(n_cols / 32) * 16 + u]);
     *min = 0.0f;
 STRATA_UNROLL
     for (int i = 0; i < 4; ++i) {
-      unsigned int lo = 0u, hi = 0u;
-STRATA_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        const unsigned int byte = b[1 + 4 * i + j];
-        lo |= (unsigned int)(u8)table[byte & 15] << (8 * j);
-        hi |= (unsigned int)(u8)table[byte >> 4] << (8 * j);
-      }
-      q[i] = lo;
-      q[i + 4] = hi;
+      q[i] = lookup4(qs[i]);
+      q[i + 4] = lookup4(qs[i] >> 4);
     }
   }
-};
-
-// Q8_0: {f16 d; i8 qs[32]}: value = q d.
-struct Q8_0 {
-  static constexpr bool kTail = false;
-  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
-    const u8* b = w + (long long)u * 34;
-    const float d = f16_bits(b);
-    unsigned short q[16];  // blocks of 34 bytes: qs 2-byte aligned
-    load_32_bytes_2(b + 2, q);
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    unsigned int q[8];
+    float d, zero;
+    unit_words(w, n_cols, u, q, &d, &zero);
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = (float)(signed char)byte_of(q, l) * d;
   }
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
-                                                    float* scale, float* min) {
-    const u8* b = w + (long long)u * 34;
-    *scale = f16_bits(b);
+};
+
+// Q8_0: {f16 d; i8 qs[32]}: value = q d. Device row: [qs 32] [d 2].
+struct Q8_0 {
+  static constexpr bool kTail = false;
+  static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    unsigned int q[8];
+    load_32_bytes(w + (long long)u * 32, q);
+    const float d = f16_bits(w + (long long)(n_cols / 32) * 32 + 2 * u);
+STRATA_UNROLL
+    for (int l = 0; l < 32; ++l) v[l] = (float)(signed char)byte_of(q, l) * d;
+  }
+  static constexpr int kI8Scales = 1;
+  static constexpr bool kI8Min = false;
+  static constexpr bool kI8Q8_1 = false;
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    load_32_bytes(w + (long long)u * 32, q);
+    *scale = f16_bits(w + (long long)(n_cols / 32) * 32 + 2 * u);
     *min = 0.0f;
-    load_words_2<8>(b + 2, q);
   }
 };
 
-// Sub-block s's 6-bit scale and min of Q4_K and Q5_K (ggml's
-// get_scale_min_k4) from the 12 bytes of scales.
-__device__ __forceinline__ void k4_scale_min(const u8* sc, int s, int* scale, int* min) {
+// Q4_K's and Q5_K's first 16 bytes {f16 d; f16 dmin; u8 scales[12]}, in
+// one load: d, dmin and sub-block s's 6-bit scale and min (ggml's
+// get_scale_min_k4: s < 4 the low 6 bits of scales[s] and scales[s + 4];
+// else the nibbles of scales[s + 4] with the top 2 bits of scales[s - 4]
+// and scales[s]).
+__device__ __forceinline__ void k4_head(const u8* b, int s, float* d, float* dmin, int* scale,
+                                        int* min) {
+  const uint4 h = load_as<uint4>(b);
+  *d = f16_value(h.x & 0xFFFFu);
+  *dmin = f16_value(h.x >> 16);
+  const int shift = 8 * (s & 3);
+  const unsigned int lo = (h.y >> shift) & 255u, mid = (h.z >> shift) & 255u,
+                     hi = (h.w >> shift) & 255u;
   if (s < 4) {
-    *scale = sc[s] & 63;
-    *min = sc[s + 4] & 63;
+    *scale = (int)(lo & 63u);
+    *min = (int)(mid & 63u);
   } else {
-    *scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
-    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    *scale = (int)((hi & 15u) | ((lo >> 6) << 4));
+    *min = (int)((hi >> 4) | ((mid >> 6) << 4));
   }
 }
 
 // Q4_K: 256 values in 144 bytes {f16 d; f16 dmin; u8 scales[12]; u8
 // qs[128]}; sub-block s (32 values) has a 6-bit scale and min (ggml's
 // get_scale_min_k4) and takes the low (s even) or high (s odd) nibbles of
-// qs[32 (s / 2) .. + 32): value = d sc q - dmin m.
+// qs[32 (s / 2) .. + 32): value = d sc q - dmin m. Device row: the GGUF
+// row (blocks of 144 = 9 x 16 bytes).
 struct Q4_K {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+  static __device__ __forceinline__ void unit(const u8* w, int, int u, float* v) {
     const u8* b = w + (long long)(u >> 3) * 144;
     const int s = u & 7;
-    const float d = f16_bits(b), dmin = f16_bits(b + 2);
+    float d, dmin;
     int scale, min;
-    k4_scale_min(b + 4, s, &scale, &min);
+    k4_head(b, s, &d, &dmin, &scale, &min);
     const float d1 = d * (float)scale, m1 = dmin * (float)min;
-    // Blocks of 144 = 9 x 16 bytes: the 32 bytes of q are 16-byte aligned.
     unsigned int q[8];
     load_32_bytes(b + 16 + 32 * (s >> 1), q);
     const int shift = (s & 1) * 4;
@@ -384,14 +405,15 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+  static __device__ __forceinline__ void unit_words(const u8* w, int, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const u8* b = w + (long long)(u >> 3) * 144;
     const int s = u & 7;
+    float d, dmin;
     int sc, m;
-    k4_scale_min(b + 4, s, &sc, &m);
-    *scale = f16_bits(b) * (float)sc;
-    *min = f16_bits(b + 2) * (float)m;
+    k4_head(b, s, &d, &dmin, &sc, &m);
+    *scale = d * (float)sc;
+    *min = dmin * (float)m;
     unsigned int words[8];
     load_32_bytes(b + 16 + 32 * (s >> 1), words);
     const int shift = (s & 1) * 4;
@@ -403,17 +425,17 @@ STRATA_UNROLL
 // Q5_K: 256 values in 176 bytes {f16 d; f16 dmin; u8 scales[12]; u8
 // qh[32]; u8 qs[128]}: Q4_K's nibbles, scales and mins, and a fifth bit,
 // bit s of qh[l] for value l of sub-block s: value = d sc q - dmin m.
+// Device row: the GGUF row (blocks of 176 = 11 x 16 bytes).
 struct Q5_K {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
+  static __device__ __forceinline__ void unit(const u8* w, int, int u, float* v) {
     const u8* b = w + (long long)(u >> 3) * 176;
     const int s = u & 7;
-    const float d = f16_bits(b), dmin = f16_bits(b + 2);
+    float d, dmin;
     int scale, min;
-    k4_scale_min(b + 4, s, &scale, &min);
+    k4_head(b, s, &d, &dmin, &scale, &min);
     const float d1 = d * (float)scale, m1 = dmin * (float)min;
-    // Blocks of 176 = 11 x 16 bytes: qh and q are 16-byte aligned.
     unsigned int qh[8], q[8];
     load_32_bytes(b + 16, qh);
     load_32_bytes(b + 48 + 32 * (s >> 1), q);
@@ -427,14 +449,15 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
+  static __device__ __forceinline__ void unit_words(const u8* w, int, int u, unsigned int* q,
                                                     float* scale, float* min) {
     const u8* b = w + (long long)(u >> 3) * 176;
     const int s = u & 7;
+    float d, dmin;
     int sc, m;
-    k4_scale_min(b + 4, s, &sc, &m);
-    *scale = f16_bits(b) * (float)sc;
-    *min = f16_bits(b + 2) * (float)m;
+    k4_head(b, s, &d, &dmin, &sc, &m);
+    *scale = d * (float)sc;
+    *min = dmin * (float)m;
     unsigned int qh[8], words[8];
     load_32_bytes(b + 16, qh);
     load_32_bytes(b + 48 + 32 * (s >> 1), words);
@@ -450,43 +473,48 @@ STRATA_UNROLL
 // f16 d}. Sub-block s: half h = s / 4 (128 values), quarter k = s % 4;
 // value l of it: 4 low bits from ql[64 h + 32 (k & 1) + l] (the low nibble
 // for k < 2, the high one else), 2 high bits (qh[32 h + l] >> 2k) & 3,
-// minus 32, times d and scales[8 h + 2 k + l / 16].
+// minus 32, times d and scales[8 h + 2 k + l / 16]. Device row: [ql qh
+// scales 208] [d 2].
 struct Q6_K {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int u, float* v) {
-    const u8* b = w + (long long)(u >> 3) * 210;
+  // Sub-block u's ql and qh words, its two scales (bytes 0 and 1 of sc) and d.
+  static __device__ __forceinline__ void load(const u8* w, int n_cols, int u, unsigned int* ql,
+                                              unsigned int* qh, unsigned int* sc, float* d) {
+    const u8* b = w + (long long)(u >> 3) * 208;
     const int s = u & 7, h = s >> 2, k = s & 3;
-    // Blocks of 210 bytes: ql and qh 2-byte aligned.
-    unsigned short ql[16], qh[16];
-    load_32_bytes_2(b + 64 * h + 32 * (k & 1), ql);
-    load_32_bytes_2(b + 128 + 32 * h, qh);
-    const signed char* scales = (const signed char*)(b + 192) + 8 * h + 2 * k;
-    const float d = f16_bits(b + 208);
+    load_32_bytes(b + 64 * h + 32 * (k & 1), ql);
+    load_32_bytes(b + 128 + 32 * h, qh);
+    *sc = load_as<unsigned short>(b + 192 + 8 * h + 2 * k);
+    *d = f16_bits(w + (long long)(n_cols / 256) * 208 + 2 * (u >> 3));
+  }
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    unsigned int ql[8], qh[8], sc;
+    float d;
+    load(w, n_cols, u, ql, qh, &sc, &d);
+    const int k = u & 3;
+    const float scales[2] = {(float)(signed char)(sc & 255u), (float)(signed char)(sc >> 8)};
     const int low_shift = k < 2 ? 0 : 4;
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) {
       const int q =
           (int)(((byte_of(ql, l) >> low_shift) & 15) | (((byte_of(qh, l) >> (2 * k)) & 3) << 4)) -
           32;
-      v[l] = d * (float)scales[l >> 4] * (float)q;
+      v[l] = d * scales[l >> 4] * (float)q;
     }
   }
   // A scale for each 16 values: scale[0] for q[0..15], scale[1] for q[16..31].
   static constexpr int kI8Scales = 2;
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int u, unsigned int* q,
-                                                    float* scale, float* min) {
-    const u8* b = w + (long long)(u >> 3) * 210;
-    const int s = u & 7, h = s >> 2, k = s & 3;
-    unsigned int ql[8], qh[8];
-    load_words_2<8>(b + 64 * h + 32 * (k & 1), ql);
-    load_words_2<8>(b + 128 + 32 * h, qh);
-    const signed char* scales = (const signed char*)(b + 192) + 8 * h + 2 * k;
-    const float d = f16_bits(b + 208);
-    scale[0] = d * (float)scales[0];
-    scale[1] = d * (float)scales[1];
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    unsigned int ql[8], qh[8], sc;
+    float d;
+    load(w, n_cols, u, ql, qh, &sc, &d);
+    const int k = u & 3;
+    scale[0] = d * (float)(signed char)(sc & 255u);
+    scale[1] = d * (float)(signed char)(sc >> 8);
     *min = 0.0f;
     const int low_shift = k < 2 ? 0 : 4;
 STRATA_UNROLL
@@ -571,7 +599,7 @@ STRATA_UNROLL
   const int units = live ? n_cols / 32 : 0;
   for (int u = first; u < units; u += step) {
     float v[32];
-    Format::unit(wr, u, v);
+    Format::unit(wr, n_cols, u, v);
 STRATA_UNROLL
     for (int c = 0; c < NCOLS; ++c) {
       const float* xc = x + (long long)c * n_cols + 32 * u;
@@ -632,7 +660,7 @@ STRATA_UNROLL
   for (int u = first; u < units; u += step) {
     unsigned int q[8];
     float scale[2], min;
-    Format::unit_words(wr, u, q, scale, &min);
+    Format::unit_words(wr, n_cols, u, q, scale, &min);
 STRATA_UNROLL
     for (int c = 0; c < NCOLS; ++c) {
       // n_cols a multiple of 32: the unit's 32 bytes are 16-byte aligned (xq is).
@@ -688,7 +716,7 @@ __device__ __forceinline__ void get_rows(const u8* __restrict__ table, const int
       continue;
     }
     float v[32];
-    Format::unit(row, u, v);
+    Format::unit(row, n_cols, u, v);
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) o[l] = v[l];
   }

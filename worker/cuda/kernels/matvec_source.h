@@ -1,6 +1,8 @@
 // NVRTC source of the quantized matrix x few-columns kernels (decode and
-// batched decode, issue 32): for a row-major GGUF matrix W [n_rows][n_cols]
-// of one type and NCOLS f32 activation rows x [NCOLS][n_cols],
+// batched decode, issue 32): for a row-major matrix W [n_rows][n_cols] of
+// one GGUF type, its rows in the device layout (worker/cuda/weight_layout.h:
+// a regrouped type's blocks split by field so that each is aligned), and
+// NCOLS f32 activation rows x [NCOLS][n_cols],
 //
 //   y[c][r] = sum_i dequant(W[r][i]) * x[c][i]       (y [NCOLS][n_rows], f32)
 //
@@ -45,8 +47,9 @@
 //  int n_cols, long long row_bytes). n_cols: whole blocks of the type (32
 // values, 256 for Q4_K and Q6_K), as GGUF rows of those types are; any
 // length for F32 and F16 (a part unit at the end, an element a lane);
-// row_bytes is ggml_row_bytes(type, n_cols). Options: -DTHREADS (a multiple of 32, 128
-// by default), -DNCOLS (1..16, 1 by default), -DROW_WARPS (1 by default).
+// row_bytes is device_row_bytes(type, n_cols) (weight_layout.h). Options:
+// -DTHREADS (a multiple of 32, 128 by default), -DNCOLS (1..16, 1 by
+// default), -DROW_WARPS (1 by default).
 #pragma once
 
 #include <string>

@@ -67,7 +67,7 @@ STRATA_UNROLL
       float v[32];
       const int r = m0 + mine;
       if (r < n_rows && u < units) {
-        Format::unit(w + (long long)r * row_bytes, u, v);
+        Format::unit(w + (long long)r * row_bytes, n_cols, u, v);
       } else {
 STRATA_UNROLL
         for (int l = 0; l < 32; ++l) v[l] = 0.0f;
@@ -155,7 +155,7 @@ STRATA_UNROLL
       float scale[2] = {0.0f, 0.0f}, min = 0.0f;
       const int r = m0 + mine;
       if (r < n_rows && u < units) {
-        Format::unit_words(w + (long long)r * row_bytes, u, q, scale, &min);
+        Format::unit_words(w + (long long)r * row_bytes, n_cols, u, q, scale, &min);
         if (Format::kI8Scales == 1) scale[1] = scale[0];
       } else {
 STRATA_UNROLL

@@ -1,5 +1,6 @@
 // NVRTC source of the tensor-core matrix kernel (prompt chunks, issue 32):
-// for a row-major GGUF matrix W [n_rows][n_cols] of a block type and n_tok
+// for a row-major matrix W [n_rows][n_cols] of a GGUF block type (its rows
+// in the device layout, worker/cuda/weight_layout.h) and n_tok
 // f32 activation rows x [n_tok][n_cols],
 //
 //   y[c][r] = sum_i f16(dequant(W[r][i])) * f16(x[c][i])   (f32 sums)
