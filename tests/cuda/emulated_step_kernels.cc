@@ -22,9 +22,11 @@ namespace matvec_w1_c1 {
 using namespace strata::cuda_emulation;
 #define NCOLS 1
 #define ROW_WARPS 1
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -33,9 +35,11 @@ namespace matvec_w1_c2 {
 using namespace strata::cuda_emulation;
 #define NCOLS 2
 #define ROW_WARPS 1
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -44,9 +48,11 @@ namespace matvec_w1_c4 {
 using namespace strata::cuda_emulation;
 #define NCOLS 4
 #define ROW_WARPS 1
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -55,9 +61,11 @@ namespace matvec_w1_c8 {
 using namespace strata::cuda_emulation;
 #define NCOLS 8
 #define ROW_WARPS 1
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -66,9 +74,11 @@ namespace matvec_w1_c16 {
 using namespace strata::cuda_emulation;
 #define NCOLS 16
 #define ROW_WARPS 1
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -77,9 +87,11 @@ namespace matvec_w2_c1 {
 using namespace strata::cuda_emulation;
 #define NCOLS 1
 #define ROW_WARPS 2
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -88,9 +100,11 @@ namespace matvec_w2_c2 {
 using namespace strata::cuda_emulation;
 #define NCOLS 2
 #define ROW_WARPS 2
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -99,9 +113,11 @@ namespace matvec_w2_c4 {
 using namespace strata::cuda_emulation;
 #define NCOLS 4
 #define ROW_WARPS 2
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -110,9 +126,11 @@ namespace matvec_w2_c8 {
 using namespace strata::cuda_emulation;
 #define NCOLS 8
 #define ROW_WARPS 2
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -121,9 +139,11 @@ namespace matvec_w2_c16 {
 using namespace strata::cuda_emulation;
 #define NCOLS 16
 #define ROW_WARPS 2
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -132,9 +152,11 @@ namespace matvec_w4_c1 {
 using namespace strata::cuda_emulation;
 #define NCOLS 1
 #define ROW_WARPS 4
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -143,9 +165,11 @@ namespace matvec_w4_c2 {
 using namespace strata::cuda_emulation;
 #define NCOLS 2
 #define ROW_WARPS 4
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -154,9 +178,11 @@ namespace matvec_w4_c4 {
 using namespace strata::cuda_emulation;
 #define NCOLS 4
 #define ROW_WARPS 4
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -165,9 +191,11 @@ namespace matvec_w4_c8 {
 using namespace strata::cuda_emulation;
 #define NCOLS 8
 #define ROW_WARPS 4
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -176,9 +204,11 @@ namespace matvec_w4_c16 {
 using namespace strata::cuda_emulation;
 #define NCOLS 16
 #define ROW_WARPS 4
+#define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
@@ -196,6 +226,7 @@ using namespace strata::cuda_emulation;
 #undef STRATA_MATVEC_NO_ENTRIES
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY

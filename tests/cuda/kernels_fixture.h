@@ -50,20 +50,31 @@ using namespace strata::cuda_emulation;
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
 }  // namespace matvec1
-namespace matvec3 {  // split-K: 4 warps a row
+namespace matvec3 {  // split-K: 4 warps a row; the int8 form 3 rows a warp
 using namespace strata::cuda_emulation;
 #define NCOLS 3
 #define ROW_WARPS 4
+#define WARP_ROWS 3
+#include "worker/cuda/kernels/matvec.cuh"
+#undef WARP_ROWS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
+}  // namespace matvec3
+namespace matvec3_row {  // matvec3 with the int8 form's one row a warp
+using namespace strata::cuda_emulation;
 #include "worker/cuda/kernels/matvec.cuh"
 #undef NCOLS
 #undef ROW_WARPS
+#undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef THREADS
-}  // namespace matvec3
+}  // namespace matvec3_row
 namespace rms {
 using namespace strata::cuda_emulation;
 #define THREADS 256
@@ -103,8 +114,12 @@ inline constexpr unsigned kMatvecThreads = 128, kRmsThreads = 256, kAttentionThr
 inline const KernelSource kMatvec1{"matvec.cu", cuda_kernels::kMatvecSource,
                             {"-DTHREADS=128", "-DNCOLS=1", "--std=c++17", "--fmad=false"}};
 inline const KernelSource kMatvec3{"matvec.cu", cuda_kernels::kMatvecSource,
-                            {"-DTHREADS=128", "-DNCOLS=3", "-DROW_WARPS=4", "--std=c++17",
-                             "--fmad=false"}};
+                            {"-DTHREADS=128", "-DNCOLS=3", "-DROW_WARPS=4", "-DWARP_ROWS=3",
+                             "--std=c++17", "--fmad=false"}};
+// kMatvec3 with the int8 form's rows one a warp.
+inline const KernelSource kMatvec3Row{"matvec.cu", cuda_kernels::kMatvecSource,
+                               {"-DTHREADS=128", "-DNCOLS=3", "-DROW_WARPS=4", "--std=c++17",
+                                "--fmad=false"}};
 // The backend's tensor-core build of `type` (step_sources()); its host
 // build is tests/cuda/emulated_step_kernels.cc's.
 inline const KernelSource& mma_source(GgmlType type) {
@@ -161,20 +176,29 @@ inline std::vector<TypeCase> type_cases() {
 // and kMatvec3, for the types that have one.
 struct Int8Case {
   GgmlType type;
-  testing::HostEntry matvec1, matvec3;
+  testing::HostEntry matvec1, matvec3, matvec3_row;
 };
 inline std::vector<Int8Case> int8_cases() {
   using namespace host;
   return {
-      {GgmlType::kQ4_0, adapt(matvec1::strata_matvec3_i8_q4_0), adapt(matvec3::strata_matvec3_i8_q4_0)},
-      {GgmlType::kQ4_1, adapt(matvec1::strata_matvec3_i8_q4_1), adapt(matvec3::strata_matvec3_i8_q4_1)},
-      {GgmlType::kQ5_1, adapt(matvec1::strata_matvec3_i8_q5_1), adapt(matvec3::strata_matvec3_i8_q5_1)},
-      {GgmlType::kQ5_0, adapt(matvec1::strata_matvec3_i8_q5_0), adapt(matvec3::strata_matvec3_i8_q5_0)},
-      {GgmlType::kQ8_0, adapt(matvec1::strata_matvec3_i8_q8_0), adapt(matvec3::strata_matvec3_i8_q8_0)},
-      {GgmlType::kMXFP4, adapt(matvec1::strata_matvec3_i8_mxfp4), adapt(matvec3::strata_matvec3_i8_mxfp4)},
-      {GgmlType::kQ4_K, adapt(matvec1::strata_matvec3_i8_q4_k), adapt(matvec3::strata_matvec3_i8_q4_k)},
-      {GgmlType::kQ5_K, adapt(matvec1::strata_matvec3_i8_q5_k), adapt(matvec3::strata_matvec3_i8_q5_k)},
-      {GgmlType::kQ6_K, adapt(matvec1::strata_matvec3_i8_q6_k), adapt(matvec3::strata_matvec3_i8_q6_k)},
+      {GgmlType::kQ4_0, adapt(matvec1::strata_matvec3_i8_q4_0), adapt(matvec3::strata_matvec3_i8_q4_0),
+       adapt(matvec3_row::strata_matvec3_i8_q4_0)},
+      {GgmlType::kQ4_1, adapt(matvec1::strata_matvec3_i8_q4_1), adapt(matvec3::strata_matvec3_i8_q4_1),
+       adapt(matvec3_row::strata_matvec3_i8_q4_1)},
+      {GgmlType::kQ5_1, adapt(matvec1::strata_matvec3_i8_q5_1), adapt(matvec3::strata_matvec3_i8_q5_1),
+       adapt(matvec3_row::strata_matvec3_i8_q5_1)},
+      {GgmlType::kQ5_0, adapt(matvec1::strata_matvec3_i8_q5_0), adapt(matvec3::strata_matvec3_i8_q5_0),
+       adapt(matvec3_row::strata_matvec3_i8_q5_0)},
+      {GgmlType::kQ8_0, adapt(matvec1::strata_matvec3_i8_q8_0), adapt(matvec3::strata_matvec3_i8_q8_0),
+       adapt(matvec3_row::strata_matvec3_i8_q8_0)},
+      {GgmlType::kMXFP4, adapt(matvec1::strata_matvec3_i8_mxfp4), adapt(matvec3::strata_matvec3_i8_mxfp4),
+       adapt(matvec3_row::strata_matvec3_i8_mxfp4)},
+      {GgmlType::kQ4_K, adapt(matvec1::strata_matvec3_i8_q4_k), adapt(matvec3::strata_matvec3_i8_q4_k),
+       adapt(matvec3_row::strata_matvec3_i8_q4_k)},
+      {GgmlType::kQ5_K, adapt(matvec1::strata_matvec3_i8_q5_k), adapt(matvec3::strata_matvec3_i8_q5_k),
+       adapt(matvec3_row::strata_matvec3_i8_q5_k)},
+      {GgmlType::kQ6_K, adapt(matvec1::strata_matvec3_i8_q6_k), adapt(matvec3::strata_matvec3_i8_q6_k),
+       adapt(matvec3_row::strata_matvec3_i8_q6_k)},
   };
 }
 
@@ -183,6 +207,7 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
   for (const Int8Case& c : int8_cases()) {
     api->add(kMatvec1, cuda_kernels::matvec3_i8_entry(c.type), c.matvec1);
     api->add(kMatvec3, cuda_kernels::matvec3_i8_entry(c.type), c.matvec3);
+    api->add(kMatvec3Row, cuda_kernels::matvec3_i8_entry(c.type), c.matvec3_row);
   }
   for (const TypeCase& c : type_cases()) {
     api->add(kMatvec1, std::string(cuda_kernels::matvec_entry(c.type)), c.matvec1);

@@ -352,7 +352,8 @@ TEST_P(Kernels, MatvecInt8MatchesTheReferenceForEveryTypeItTakes) {
                         ds.as<float>(), static_cast<long long>(x.size()), kind)
                         .ok());
         DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
-        const unsigned per_block = columns == 1 ? kMatvecThreads / 32 : 1;
+        // kMatvec3's int8 form: 3 rows a warp (WARP_ROWS), one warp group a block.
+        const unsigned per_block = columns == 1 ? kMatvecThreads / 32 : 3;
         ASSERT_TRUE(run(columns == 1 ? kMatvec1 : kMatvec3, entry,
                         (n_rows + per_block - 1) / per_block, kMatvecThreads,
                         dw.as<const unsigned char>(), dq.as<const signed char>(),
@@ -371,6 +372,43 @@ TEST_P(Kernels, MatvecInt8MatchesTheReferenceForEveryTypeItTakes) {
         }
       }
     }
+  }
+  EXPECT_EQ(types, 9);
+}
+
+// The int8 form's rows a warp (WARP_ROWS) change no bit of a row's sums:
+// 3 rows a warp against one, 3 columns split-K over 4 warps, rows that
+// leave the last warp part full (10 = 3 + 3 + 3 + 1).
+TEST_P(Kernels, MatvecInt8RowsAWarpChangeNoBits) {
+  int types = 0;
+  for (const TypeCase& c : type_cases()) {
+    const std::string entry = cuda_kernels::matvec3_i8_entry(c.type);
+    if (entry.empty()) continue;
+    ++types;
+    SCOPED_TRACE(ggml_type_info(c.type).name);
+    const int kind = cuda_kernels::round_kind(c.type);
+    const int n_rows = 10, n_cols = 512, columns = 3;
+    const Quantized w = quantized(c.type, n_rows, n_cols, 60);
+    const std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, 61);
+    const size_t units = x.size() / 32;
+    DeviceBuffer dw = put(w.bytes), dx = put(x), dq = space(x.size()),
+                 dd = space(units * sizeof(float)), ds = space(units * sizeof(float));
+    ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256, dx.as<const float>(),
+                    dq.as<signed char>(), dd.as<float>(), ds.as<float>(),
+                    static_cast<long long>(x.size()), kind)
+                    .ok());
+    std::vector<float> got[2];
+    for (const int rows_a_warp : {3, 1}) {
+      DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
+      ASSERT_TRUE(run(rows_a_warp == 3 ? kMatvec3 : kMatvec3Row, entry,
+                      (n_rows + rows_a_warp - 1) / rows_a_warp, kMatvecThreads,
+                      dw.as<const unsigned char>(), dq.as<const signed char>(),
+                      dd.as<const float>(), ds.as<const float>(), dy.as<float>(), dy.as<float>(),
+                      dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes)
+                      .ok());
+      got[rows_a_warp == 3 ? 0 : 1] = get<float>(dy, static_cast<size_t>(columns) * n_rows);
+    }
+    EXPECT_EQ(got[0], got[1]);
   }
   EXPECT_EQ(types, 9);
 }

@@ -97,8 +97,6 @@ absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const MatvecRo
       reinterpret_cast<uintptr_t>(in) % 16 != 0) {
     return absl::InternalError("matvec: activations not 16-byte aligned");
   }
-  const int rows_per_block = m.threads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)];
-  const unsigned grid = static_cast<unsigned>((m.n_out + rows_per_block - 1) / rows_per_block);
   const int n2 = m.n_out - n0 - n1;
   int done = 0;
   while (done < n) {
@@ -107,6 +105,10 @@ absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const MatvecRo
     while (ck::kStepMatvecColumns[i] > n - done) --i;
     absl::StatusOr<KernelHandle> k = kernel_of(m, static_cast<size_t>(m.split), i);
     if (!k.ok()) return k.status();
+    // The int8 form's warps take matvec_i8_warp_rows rows each.
+    const int rows_per_block = m.threads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)] *
+                               (m.int8 ? ck::matvec_i8_warp_rows(ck::kStepMatvecColumns[i]) : 1);
+    const unsigned grid = static_cast<unsigned>((m.n_out + rows_per_block - 1) / rows_per_block);
     const MatvecRows at = x.from(done, m.n_in);
     float* a = y0 + int64_t{done} * n0;
     float* b = y1 + int64_t{done} * n1;

@@ -52,7 +52,9 @@ const StepSources& step_sources() {
               "matvec.cu",
               kMatvecSource,
               {threads, "-DNCOLS=" + std::to_string(kStepMatvecColumns[i]),
-               "-DROW_WARPS=" + std::to_string(kStepRowWarps[w]), "-DSTRATA_ONE_TYPE",
+               "-DROW_WARPS=" + std::to_string(kStepRowWarps[w]),
+               "-DWARP_ROWS=" + std::to_string(matvec_i8_warp_rows(kStepMatvecColumns[i])),
+               "-DSTRATA_ONE_TYPE",
                "-DSTRATA_TYPE_" + type, "--std=c++17", "--fmad=false"}};
         }
       }

@@ -11,6 +11,9 @@
 #ifndef ROW_WARPS
 #define ROW_WARPS 1
 #endif
+#ifndef WARP_ROWS  // the int8 form's rows a warp (matvec_source.h)
+#define WARP_ROWS 1
+#endif
 
 typedef unsigned char u8;
 
@@ -542,39 +545,55 @@ __device__ __forceinline__ void strata_put(float* y0, float* y1, float* y2, int 
   }
 }
 
-// The end of a row's sums: each warp sums its lanes' acc (xor shuffles);
-// with ROW_WARPS > 1 the row's first warp adds the warps' sums in warp
-// order; the row's NCOLS results go out (strata_put).
-__device__ __forceinline__ void strata_finish_row(float* acc, int lane, int warp, int part,
-                                                  bool live, int row, float* y0, float* y1,
-                                                  float* y2, int n0, int n1, int n_rows) {
+// The end of a warp's R rows' sums (rows row0 .. row0 + R - 1, those below
+// n_rows live): each warp sums its lanes' acc[j] (xor shuffles); with
+// ROW_WARPS > 1 the rows' first warp adds the warps' sums in warp order;
+// each live row's NCOLS results go out (strata_put). A row's sums are the
+// same whatever R.
+template <int R>
+__device__ __forceinline__ void strata_finish_rows(float (*acc)[NCOLS], int lane, int warp,
+                                                   int part, int row0, float* y0, float* y1,
+                                                   float* y2, int n0, int n1, int n_rows) {
 STRATA_UNROLL
-  for (int c = 0; c < NCOLS; ++c) {
-    float s = acc[c];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    acc[c] = s;
-  }
-#if ROW_WARPS > 1
-  __shared__ float partial[THREADS / 32][NCOLS];
-  if (lane == 0) {
-STRATA_UNROLL
-    for (int c = 0; c < NCOLS; ++c) partial[warp][c] = acc[c];
-  }
-  __syncthreads();
-  if (part == 0 && lane == 0 && live) {
+  for (int j = 0; j < R; ++j) {
 STRATA_UNROLL
     for (int c = 0; c < NCOLS; ++c) {
-      float s = partial[warp][c];
-      for (int p = 1; p < ROW_WARPS; ++p) s += partial[warp + p][c];
-      strata_put(y0, y1, y2, n0, n1, n_rows, row, c, s);
+      float s = acc[j][c];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      acc[j][c] = s;
+    }
+  }
+#if ROW_WARPS > 1
+  __shared__ float partial[THREADS / 32][R][NCOLS];
+  if (lane == 0) {
+STRATA_UNROLL
+    for (int j = 0; j < R; ++j)
+STRATA_UNROLL
+      for (int c = 0; c < NCOLS; ++c) partial[warp][j][c] = acc[j][c];
+  }
+  __syncthreads();
+  if (part == 0 && lane == 0) {
+STRATA_UNROLL
+    for (int j = 0; j < R; ++j) {
+      if (row0 + j >= n_rows) break;
+STRATA_UNROLL
+      for (int c = 0; c < NCOLS; ++c) {
+        float s = partial[warp][j][c];
+        for (int p = 1; p < ROW_WARPS; ++p) s += partial[warp + p][j][c];
+        strata_put(y0, y1, y2, n0, n1, n_rows, row0 + j, c, s);
+      }
     }
   }
 #else
   (void)warp;
   (void)part;
-  if (lane == 0 && live) {
+  if (lane == 0) {
 STRATA_UNROLL
-    for (int c = 0; c < NCOLS; ++c) strata_put(y0, y1, y2, n0, n1, n_rows, row, c, acc[c]);
+    for (int j = 0; j < R; ++j) {
+      if (row0 + j >= n_rows) break;
+STRATA_UNROLL
+      for (int c = 0; c < NCOLS; ++c) strata_put(y0, y1, y2, n0, n1, n_rows, row0 + j, c, acc[j][c]);
+    }
   }
 #endif
 }
@@ -593,9 +612,9 @@ __device__ __forceinline__ void matvec(const u8* __restrict__ w, const float* x,
   const int first = part * 32 + lane;
   const int step = 32 * ROW_WARPS;
   const u8* wr = w + (long long)(live ? row : 0) * row_bytes;
-  float acc[NCOLS];
+  float acc[1][NCOLS];
 STRATA_UNROLL
-  for (int c = 0; c < NCOLS; ++c) acc[c] = 0.0f;
+  for (int c = 0; c < NCOLS; ++c) acc[0][c] = 0.0f;
   const int units = live ? n_cols / 32 : 0;
   for (int u = first; u < units; u += step) {
     float v[32];
@@ -617,17 +636,17 @@ STRATA_UNROLL
           s = fmaf(v[l + 3], t.w, s);
         }
       }
-      acc[c] += s;
+      acc[0][c] += s;
     }
   }
   if (Format::kTail && live) {  // the elements after the last whole unit, a lane each
     for (int i = units * 32 + first; i < n_cols; i += step) {
       const float v = Format::value(wr, i);
 STRATA_UNROLL
-      for (int c = 0; c < NCOLS; ++c) acc[c] = fmaf(v, x[(long long)c * n_cols + i], acc[c]);
+      for (int c = 0; c < NCOLS; ++c) acc[0][c] = fmaf(v, x[(long long)c * n_cols + i], acc[0][c]);
     }
   }
-  strata_finish_row(acc, lane, warp, part, live, row, y0, y1, y2, n0, n1, n_rows);
+  strata_finish_rows<1>(acc, lane, warp, part, row, y0, y1, y2, n0, n1, n_rows);
 }
 
 // The same products from int8 rows (the types with unit_words): x given as
@@ -637,7 +656,9 @@ STRATA_UNROLL
 // exact integer dot product sumi of the weights' and the column's q, and
 //   acc += (scale_w d_x) sumi - (min_w d_x) sum_x     (Q8_1: - min_w s_x)
 // (Q6_K: its two halves' sums, each with its scale), mma_tile_i8's per-unit
-// sum; the lanes' and warps' sums as matvec's.
+// sum; the lanes' and warps' sums as matvec's. A warp takes WARP_ROWS rows
+// together: each column's loads serve them all, and each row's sums are
+// what they are with one row a warp.
 template <typename Format>
 __device__ __forceinline__ void matvec_i8(const u8* __restrict__ w,
                                           const signed char* xq,
@@ -648,19 +669,30 @@ __device__ __forceinline__ void matvec_i8(const u8* __restrict__ w,
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int part = warp % ROW_WARPS;
-  const int row = blockIdx.x * (blockDim.x / 32 / ROW_WARPS) + warp / ROW_WARPS;
-  const bool live = row < n_rows;
+  // This warp's WARP_ROWS rows from row0 (each column's loads serve them all).
+  const int row0 = (blockIdx.x * (blockDim.x / 32 / ROW_WARPS) + warp / ROW_WARPS) * WARP_ROWS;
   const int first = part * 32 + lane;
   const int step = 32 * ROW_WARPS;
-  const u8* wr = w + (long long)(live ? row : 0) * row_bytes;
-  float acc[NCOLS];
+  const u8* wr[WARP_ROWS];
 STRATA_UNROLL
-  for (int c = 0; c < NCOLS; ++c) acc[c] = 0.0f;
-  const int units = live ? n_cols / 32 : 0;
+  for (int j = 0; j < WARP_ROWS; ++j) {
+    // A row past the end reads row 0 (its sums are not written).
+    wr[j] = w + (long long)(row0 + j < n_rows ? row0 + j : 0) * row_bytes;
+  }
+  float acc[WARP_ROWS][NCOLS];
+STRATA_UNROLL
+  for (int j = 0; j < WARP_ROWS; ++j)
+STRATA_UNROLL
+    for (int c = 0; c < NCOLS; ++c) acc[j][c] = 0.0f;
+  // No early return for a warp past the end: the block meets at a barrier.
+  const int units = row0 < n_rows ? n_cols / 32 : 0;
   for (int u = first; u < units; u += step) {
-    unsigned int q[8];
-    float scale[2], min;
-    Format::unit_words(wr, n_cols, u, q, scale, &min);
+    unsigned int q[WARP_ROWS][8];
+    float scale[WARP_ROWS][2], min[WARP_ROWS];
+STRATA_UNROLL
+    for (int j = 0; j < WARP_ROWS; ++j) {
+      Format::unit_words(wr[j], n_cols, u, q[j], scale[j], &min[j]);
+    }
 STRATA_UNROLL
     for (int c = 0; c < NCOLS; ++c) {
       // n_cols a multiple of 32: the unit's 32 bytes are 16-byte aligned (xq is).
@@ -668,32 +700,36 @@ STRATA_UNROLL
       const uint4 lo = load_as<uint4>(xr), hi = load_as<uint4>(xr + 16);
       const long long at = (long long)c * (n_cols / 32) + u;
       const float dx = xd[at];
-      int s0 = dot4_i8(q[0], lo.x, 0);
-      s0 = dot4_i8(q[1], lo.y, s0);
-      s0 = dot4_i8(q[2], lo.z, s0);
-      s0 = dot4_i8(q[3], lo.w, s0);
-      if (Format::kI8Scales == 1) {
-        s0 = dot4_i8(q[4], hi.x, s0);
-        s0 = dot4_i8(q[5], hi.y, s0);
-        s0 = dot4_i8(q[6], hi.z, s0);
-        s0 = dot4_i8(q[7], hi.w, s0);
-        if (Format::kI8Q8_1) {  // xs: the row unit's s = f16(d sum q)
-          acc[c] += scale[0] * dx * (float)s0 - min * xs[at];
-        } else if (Format::kI8Min) {
-          acc[c] += scale[0] * dx * (float)s0 - min * dx * xs[at];
-        } else {
-          acc[c] += scale[0] * dx * (float)s0;
+      const float sx = Format::kI8Min ? xs[at] : 0.0f;
+STRATA_UNROLL
+      for (int j = 0; j < WARP_ROWS; ++j) {
+        int s0 = dot4_i8(q[j][0], lo.x, 0);
+        s0 = dot4_i8(q[j][1], lo.y, s0);
+        s0 = dot4_i8(q[j][2], lo.z, s0);
+        s0 = dot4_i8(q[j][3], lo.w, s0);
+        if (Format::kI8Scales == 1) {
+          s0 = dot4_i8(q[j][4], hi.x, s0);
+          s0 = dot4_i8(q[j][5], hi.y, s0);
+          s0 = dot4_i8(q[j][6], hi.z, s0);
+          s0 = dot4_i8(q[j][7], hi.w, s0);
+          if (Format::kI8Q8_1) {  // xs: the row unit's s = f16(d sum q)
+            acc[j][c] += scale[j][0] * dx * (float)s0 - min[j] * sx;
+          } else if (Format::kI8Min) {
+            acc[j][c] += scale[j][0] * dx * (float)s0 - min[j] * dx * sx;
+          } else {
+            acc[j][c] += scale[j][0] * dx * (float)s0;
+          }
+        } else {  // a scale each 16 values (Q6_K)
+          int s1 = dot4_i8(q[j][4], hi.x, 0);
+          s1 = dot4_i8(q[j][5], hi.y, s1);
+          s1 = dot4_i8(q[j][6], hi.z, s1);
+          s1 = dot4_i8(q[j][7], hi.w, s1);
+          acc[j][c] += scale[j][0] * dx * (float)s0 + scale[j][1] * dx * (float)s1;
         }
-      } else {  // a scale each 16 values (Q6_K)
-        int s1 = dot4_i8(q[4], hi.x, 0);
-        s1 = dot4_i8(q[5], hi.y, s1);
-        s1 = dot4_i8(q[6], hi.z, s1);
-        s1 = dot4_i8(q[7], hi.w, s1);
-        acc[c] += scale[0] * dx * (float)s0 + scale[1] * dx * (float)s1;
       }
     }
   }
-  strata_finish_row(acc, lane, warp, part, live, row, y0, y1, y2, n0, n1, n_rows);
+  strata_finish_rows<WARP_ROWS>(acc, lane, warp, part, row0, y0, y1, y2, n0, n1, n_rows);
 }
 
 // Rows of a table by id, dequantized (the token embedding): out [n_ids]

@@ -41,15 +41,17 @@
 // matrix keeps one R for every column count: batch invariance).
 //
 // Launch: block (B: a multiple of 32 ROW_WARPS, at most THREADS: a launch
-// choice, the rows a block are B / 32 / ROW_WARPS and the sums the same
-// whatever B), grid (ceil(n_rows / (B / 32 / ROW_WARPS))); arguments
+// choice, the rows a block are B / 32 / ROW_WARPS, times WARP_ROWS for the
+// int8 form, and the sums the same whatever B), grid (ceil(n_rows / the
+// rows a block)); arguments
 // (const unsigned char* w, const float* x, float* y, int n_rows,
 //  int n_cols, long long row_bytes). n_cols: whole blocks of the type (32
 // values, 256 for Q4_K and Q6_K), as GGUF rows of those types are; any
 // length for F32 and F16 (a part unit at the end, an element a lane);
 // row_bytes is device_row_bytes(type, n_cols) (weight_layout.h). Options:
 // -DTHREADS (a multiple of 32, 128 by default), -DNCOLS (1..16, 1 by
-// default), -DROW_WARPS (1 by default).
+// default), -DROW_WARPS (1 by default), -DWARP_ROWS (the int8 form's rows
+// a warp, 1 by default; matvec_i8_warp_rows).
 #pragma once
 
 #include <string>
@@ -61,6 +63,14 @@ namespace strata::worker::cuda_kernels {
 
 inline constexpr int kMatvecThreads = 128;
 inline constexpr int kMatvecMaxColumns = 16;
+
+// The rows a warp of the int8 form takes together in the builds for
+// `ncols` columns (-DWARP_ROWS; 1 when not given): each column's loads of
+// x then serve that many rows' weights, which at 16 columns would
+// otherwise cost 16 times the weights' own load instructions. A row's sums
+// are the same whatever it is, so the builds for different column counts
+// still give a row the same bits (batch invariance).
+inline constexpr int matvec_i8_warp_rows(int ncols) { return ncols >= 4 ? 4 : 2; }
 
 // The entry point of `type`'s kernel, or "" when there is none (the types
 // above only).
