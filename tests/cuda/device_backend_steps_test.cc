@@ -382,6 +382,42 @@ TEST(DeviceBackendLaunches, ADecodeStepOfAQuantizedBlockQuantizesInTheKernelsTha
   }
 }
 
+// The head of a decode step (the whole model, its last row's logits): the
+// output norm makes the head's int8 rows (one launch), then the head's
+// product; on the float matrix kernel the rows are rounded by a launch of
+// their own. The blocks as above: each layer's residual add goes into the
+// next layer's norm, the last one's is a launch.
+TEST(DeviceBackendLaunches, ADecodeStepsHeadNormQuantizesItsRows) {
+  for (const bool int8 : {true, false}) {
+    SCOPED_TRACE(int8 ? "int8" : "float");
+    gguf::testing::TempDir dir;
+    Loaded m = open_model(tiny_llama(dir, "Q4_K"));
+    ASSERT_NE(m.model, nullptr);
+    DeviceBackendOptions o = test_options();
+    o.graphs = false;
+    o.matvec_int8 = int8;
+    std::unique_ptr<testing::EmulatedDeviceApi> api = testing::emulated_step_device();
+    testing::EmulatedDeviceApi* emulated = api.get();
+    auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE((*b)->add_sequence(0, 16).ok());
+    const auto step = [&](const std::vector<int32_t>& tokens) {
+      ForwardRequest req;
+      req.tokens = tokens;
+      req.logits = Logits::kLast;
+      ForwardResult r;
+      const absl::Status st = (*b)->forward(req, &r);
+      EXPECT_TRUE(st.ok()) << st;
+      EXPECT_EQ(r.logits.size(), static_cast<size_t>(m.hp.n_vocab));
+    };
+    step({1, 40, 97});
+    const int64_t before = emulated->launches();
+    step({300});
+    const int64_t blocks = int64_t{m.hp.n_layer} * (int8 ? 10 : 13) + 1;
+    EXPECT_EQ(emulated->launches() - before, 1 + blocks + (int8 ? 2 : 3));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackendSteps, ::testing::Values("emulated", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
