@@ -134,6 +134,10 @@ __device__ __forceinline__ unsigned int pick_bytes(unsigned int lo, unsigned int
 // scale[1] for q[16..31]) and a min that is zero unless kI8Min. kI8Q8_1:
 // the type pairs with Q8_1 rows (Q4_1, Q5_1), whose units carry s = f16(d
 // sum q): the min multiplies s, as the cpu backend's sum does, not d sum q.
+// kI8Super (the K-quants): the 8 units of a 256-value block share d and
+// dmin and have integer sub-scales (sc: one, Q6_K two, and m), so
+// unit_ints gives them apart: scale = d sc, min = dmin m; their rows (Q8_K)
+// have one d a block too, so a block's products can be summed in integers.
 
 struct F32 {
   static constexpr bool kTail = true;
@@ -184,6 +188,7 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;  // one scale for the unit's 32 values
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
+  static constexpr bool kI8Super = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
     unsigned int qs[4];
@@ -215,6 +220,7 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = true;
+  static constexpr bool kI8Super = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
     unsigned int qs[4];
@@ -247,6 +253,7 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
+  static constexpr bool kI8Super = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
     const long long nb = n_cols / 32;
@@ -282,6 +289,7 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = true;
+  static constexpr bool kI8Super = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
     const long long nb = n_cols / 32;
@@ -338,6 +346,7 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
+  static constexpr bool kI8Super = false;
 };
 
 // Q8_0: {f16 d; i8 qs[32]}: value = q d. Device row: [qs 32] [d 2].
@@ -354,6 +363,7 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
+  static constexpr bool kI8Super = false;
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
     load_32_bytes(w + (long long)u * 32, q);
@@ -408,20 +418,26 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int, int u, unsigned int* q,
-                                                    float* scale, float* min) {
+  static constexpr bool kI8Super = true;
+  static __device__ __forceinline__ void unit_ints(const u8* w, int, int u, unsigned int* q,
+                                                   int* sc, int* m, float* d, float* dmin) {
     const u8* b = w + (long long)(u >> 3) * 144;
     const int s = u & 7;
-    float d, dmin;
-    int sc, m;
-    k4_head(b, s, &d, &dmin, &sc, &m);
-    *scale = d * (float)sc;
-    *min = dmin * (float)m;
+    k4_head(b, s, d, dmin, &sc[0], m);
+    sc[1] = sc[0];
     unsigned int words[8];
     load_32_bytes(b + 16 + 32 * (s >> 1), words);
     const int shift = (s & 1) * 4;
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = (words[i] >> shift) & 0x0F0F0F0Fu;
+  }
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    int sc[2], m;
+    float d, dmin;
+    unit_ints(w, n_cols, u, q, sc, &m, &d, &dmin);
+    *scale = d * (float)sc[0];
+    *min = dmin * (float)m;
   }
 };
 
@@ -452,15 +468,21 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int, int u, unsigned int* q,
-                                                    float* scale, float* min) {
+  static constexpr bool kI8Super = true;
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    int sc[2], m;
+    float d, dmin;
+    unit_ints(w, n_cols, u, q, sc, &m, &d, &dmin);
+    *scale = d * (float)sc[0];
+    *min = dmin * (float)m;
+  }
+  static __device__ __forceinline__ void unit_ints(const u8* w, int, int u, unsigned int* q,
+                                                   int* sc, int* m, float* d, float* dmin) {
     const u8* b = w + (long long)(u >> 3) * 176;
     const int s = u & 7;
-    float d, dmin;
-    int sc, m;
-    k4_head(b, s, &d, &dmin, &sc, &m);
-    *scale = d * (float)sc;
-    *min = dmin * (float)m;
+    k4_head(b, s, d, dmin, &sc[0], m);
+    sc[1] = sc[0];
     unsigned int qh[8], words[8];
     load_32_bytes(b + 16, qh);
     load_32_bytes(b + 48 + 32 * (s >> 1), words);
@@ -510,15 +532,26 @@ STRATA_UNROLL
   static constexpr int kI8Scales = 2;
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
+  static constexpr bool kI8Super = true;
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
-    unsigned int ql[8], qh[8], sc;
-    float d;
-    load(w, n_cols, u, ql, qh, &sc, &d);
-    const int k = u & 3;
-    scale[0] = d * (float)(signed char)(sc & 255u);
-    scale[1] = d * (float)(signed char)(sc >> 8);
+    int sc[2], m;
+    float d, dmin;
+    unit_ints(w, n_cols, u, q, sc, &m, &d, &dmin);
+    scale[0] = d * (float)sc[0];
+    scale[1] = d * (float)sc[1];
     *min = 0.0f;
+  }
+  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u,
+                                                   unsigned int* q, int* sc, int* m, float* d,
+                                                   float* dmin) {
+    unsigned int ql[8], qh[8], scw;
+    load(w, n_cols, u, ql, qh, &scw, d);
+    const int k = u & 3;
+    sc[0] = (int)(signed char)(scw & 255u);
+    sc[1] = (int)(signed char)(scw >> 8);
+    *m = 0;
+    *dmin = 0.0f;
     const int low_shift = k < 2 ? 0 : 4;
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) {

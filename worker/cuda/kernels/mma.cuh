@@ -118,6 +118,14 @@ STRATA_UNROLL
 //   y += (scale_w d_x) sumi - (min_w d_x) sum_x
 // in unit order (the cpu backend's legacy-quant sum, d_w d_x sumi; for the
 // K-quants the same value as its f32 sum of dequantized weights).
+// The K-quants (Format::kI8Super: a 256-value block's units share d, dmin
+// and, on the Q8_K rows they pair with, d_x) sum a block in integers
+// first, each unit's sumi times its integer sub-scale and its sum_x times
+// its integer min, and then add
+//   y += (d_w d_x) isum - (dmin_w d_x) imin
+// a block (ggml's q4_K x q8_K dot product has the same shape): a quarter of
+// the float work a unit. |isum| < 2^28 for every K-quant (8 units of
+// 32 x 31 x 127 x 63 at most, Q6_K's 16 halves of 16 x 32 x 127 x 127).
 // Shared rows hold 64 bytes of q and 16 of padding (20 words: the fragment
 // loads' banks differ).
 template <typename Format>
@@ -132,6 +140,10 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
   // [row][unit of the step][half: values 0-15, 16-31 (Format::kI8Scales 2)]
   __shared__ float sw_scale[MMA_BM][2][2], sw_min[MMA_BM][2];
   __shared__ float sx_scale[MMA_BN][2], sx_sum[MMA_BN][2];  // [token][unit of the step]
+  // The K-quants' integers: [row][unit][sc, then m (Q6_K: its second sc)],
+  // [token][unit] sum_x; and [row][d, dmin] of the step's block.
+  __shared__ int sw_int[MMA_BM][2][2], sx_int[MMA_BN][2];
+  __shared__ float sw_d[MMA_BM][2];
   const int row_tiles = (n_rows + MMA_BM - 1) / MMA_BM;
   const int m0 = (int)(blockIdx.x % row_tiles) * MMA_BM;
   const int t0 = (int)(blockIdx.x / row_tiles) * MMA_BN;
@@ -141,31 +153,54 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
   const int mine = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int units = n_cols / 32;
   float acc[2][4][4];
+  int isum[2][4][4], imin[2][4][4];  // the K-quants' block sums
 STRATA_UNROLL
   for (int i = 0; i < 2; ++i)
 STRATA_UNROLL
     for (int j = 0; j < 4; ++j)
 STRATA_UNROLL
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) {
+        acc[i][j][e] = 0.0f;
+        isum[i][j][e] = 0;
+        imin[i][j][e] = 0;
+      }
 
   for (int k0 = 0; k0 < n_cols; k0 += MMA_BK) {
     const int u = k0 / 32 + half;
     {
       unsigned int q[8];
-      float scale[2] = {0.0f, 0.0f}, min = 0.0f;
       const int r = m0 + mine;
-      if (r < n_rows && u < units) {
-        Format::unit_words(w + (long long)r * row_bytes, n_cols, u, q, scale, &min);
-        if (Format::kI8Scales == 1) scale[1] = scale[0];
-      } else {
+      const bool in_w = r < n_rows && u < units;
+      if constexpr (Format::kI8Super) {
+        int sc[2] = {0, 0}, m = 0;
+        float d = 0.0f, dmin = 0.0f;
+        if (in_w) {
+          Format::unit_ints(w + (long long)r * row_bytes, n_cols, u, q, sc, &m, &d, &dmin);
+        } else {
 STRATA_UNROLL
-        for (int l = 0; l < 8; ++l) q[l] = 0u;
+          for (int l = 0; l < 8; ++l) q[l] = 0u;
+        }
+        sw_int[mine][half][0] = sc[0];
+        sw_int[mine][half][1] = Format::kI8Scales == 2 ? sc[1] : m;
+        if (half == 0) {  // the step's two units are in one block
+          sw_d[mine][0] = d;
+          sw_d[mine][1] = dmin;
+        }
+      } else {
+        float scale[2] = {0.0f, 0.0f}, min = 0.0f;
+        if (in_w) {
+          Format::unit_words(w + (long long)r * row_bytes, n_cols, u, q, scale, &min);
+          if (Format::kI8Scales == 1) scale[1] = scale[0];
+        } else {
+STRATA_UNROLL
+          for (int l = 0; l < 8; ++l) q[l] = 0u;
+        }
+        sw_scale[mine][half][0] = scale[0];
+        sw_scale[mine][half][1] = scale[1];
+        sw_min[mine][half] = min;
       }
 STRATA_UNROLL
       for (int l = 0; l < 8; ++l) sa[mine][8 * half + l] = q[l];
-      sw_scale[mine][half][0] = scale[0];
-      sw_scale[mine][half][1] = scale[1];
-      sw_min[mine][half] = min;
       const int tok = t0 + mine;
       if (tok < n_tok && u < units) {
         const u8* xr = (const u8*)xq + (long long)tok * n_cols + 32 * u;  // 32-byte aligned
@@ -180,11 +215,13 @@ STRATA_UNROLL
         sb[mine][8 * half + 7] = hi.w;
         sx_scale[mine][half] = xd[(long long)tok * units + u];
         sx_sum[mine][half] = xb[(long long)tok * units + u];
+        sx_int[mine][half] = (int)xb[(long long)tok * units + u];  // a sum of q: an integer
       } else {
 STRATA_UNROLL
         for (int l = 0; l < 8; ++l) sb[mine][8 * half + l] = 0u;
         sx_scale[mine][half] = 0.0f;
         sx_sum[mine][half] = 0.0f;
+        sx_int[mine][half] = 0;
       }
     }
     __syncthreads();
@@ -205,51 +242,112 @@ STRATA_UNROLL
         b[j][0] = sb[c][8 * k + t];
         b[j][1] = sb[c][8 * k + 4 + t];
       }
-      // This lane's rows' and tokens' scales for the unit, in registers.
-      // ws[i][h][v]: row half h of tile i, the scale of values 16 v ...
-      float ws[2][2][2], wmin[2][2], xs[4][2], xsum[4][2];
+      if constexpr (Format::kI8Super) {
+        // This lane's rows' integer sub-scales and tokens' sums for the unit.
+        int wsc[2][2][2], xsi[4][2];
 STRATA_UNROLL
-      for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          ws[i][h][0] = sw_scale[wm + 16 * i + g + 8 * h][k][0];
-          ws[i][h][1] = sw_scale[wm + 16 * i + g + 8 * h][k][1];
-          wmin[i][h] = sw_min[wm + 16 * i + g + 8 * h][k];
+          for (int h = 0; h < 2; ++h) {
+            wsc[i][h][0] = sw_int[wm + 16 * i + g + 8 * h][k][0];
+            wsc[i][h][1] = sw_int[wm + 16 * i + g + 8 * h][k][1];
+          }
         }
-      }
-STRATA_UNROLL
-      for (int j = 0; j < 4; ++j) {
-STRATA_UNROLL
-        for (int p = 0; p < 2; ++p) {
-          xs[j][p] = sx_scale[wn + 8 * j + 2 * t + p][k];
-          xsum[j][p] = sx_sum[wn + 8 * j + 2 * t + p][k];
-        }
-      }
-STRATA_UNROLL
-      for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
         for (int j = 0; j < 4; ++j) {
-          if (Format::kI8Scales == 1) {
-            int sumi[4] = {0, 0, 0, 0};
-            strata_mma_16832_s8(sumi, a[i], b[j]);
 STRATA_UNROLL
-            for (int e = 0; e < 4; ++e) {
-              const float dx = xs[j][e & 1];
-              // Q8_1 rows (Format::kI8Q8_1): xsum is the unit's s = f16(d sum q).
-              const float min_term = Format::kI8Q8_1 ? wmin[i][e >> 1] * xsum[j][e & 1]
-                                                     : wmin[i][e >> 1] * dx * xsum[j][e & 1];
-              acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sumi[e] - min_term;
+          for (int p = 0; p < 2; ++p) xsi[j][p] = sx_int[wn + 8 * j + 2 * t + p][k];
+        }
+STRATA_UNROLL
+        for (int i = 0; i < 2; ++i) {
+STRATA_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            if (Format::kI8Scales == 1) {
+              int sumi[4] = {0, 0, 0, 0};
+              strata_mma_16832_s8(sumi, a[i], b[j]);
+STRATA_UNROLL
+              for (int e = 0; e < 4; ++e) {
+                isum[i][j][e] += wsc[i][e >> 1][0] * sumi[e];
+                imin[i][j][e] += wsc[i][e >> 1][1] * xsi[j][e & 1];
+              }
+            } else {  // Q6_K: each half alone, A's other half 0
+              const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
+              int sum0[4] = {0, 0, 0, 0}, sum1[4] = {0, 0, 0, 0};
+              strata_mma_16832_s8(sum0, lo, b[j]);
+              strata_mma_16832_s8(sum1, hi, b[j]);
+STRATA_UNROLL
+              for (int e = 0; e < 4; ++e) {
+                isum[i][j][e] += wsc[i][e >> 1][0] * sum0[e] + wsc[i][e >> 1][1] * sum1[e];
+              }
             }
-          } else {  // a scale each 16 values (Q6_K): each half alone, A's other half 0
-            const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
-            int sum0[4] = {0, 0, 0, 0}, sum1[4] = {0, 0, 0, 0};
-            strata_mma_16832_s8(sum0, lo, b[j]);
-            strata_mma_16832_s8(sum1, hi, b[j]);
+          }
+        }
+      } else {
+        // This lane's rows' and tokens' scales for the unit, in registers.
+        // ws[i][h][v]: row half h of tile i, the scale of values 16 v ...
+        float ws[2][2][2], wmin[2][2], xs[4][2], xsum[4][2];
+STRATA_UNROLL
+        for (int i = 0; i < 2; ++i) {
+STRATA_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            ws[i][h][0] = sw_scale[wm + 16 * i + g + 8 * h][k][0];
+            ws[i][h][1] = sw_scale[wm + 16 * i + g + 8 * h][k][1];
+            wmin[i][h] = sw_min[wm + 16 * i + g + 8 * h][k];
+          }
+        }
+STRATA_UNROLL
+        for (int j = 0; j < 4; ++j) {
+STRATA_UNROLL
+          for (int p = 0; p < 2; ++p) {
+            xs[j][p] = sx_scale[wn + 8 * j + 2 * t + p][k];
+            xsum[j][p] = sx_sum[wn + 8 * j + 2 * t + p][k];
+          }
+        }
+STRATA_UNROLL
+        for (int i = 0; i < 2; ++i) {
+STRATA_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            if (Format::kI8Scales == 1) {
+              int sumi[4] = {0, 0, 0, 0};
+              strata_mma_16832_s8(sumi, a[i], b[j]);
+STRATA_UNROLL
+              for (int e = 0; e < 4; ++e) {
+                const float dx = xs[j][e & 1];
+                // Q8_1 rows (Format::kI8Q8_1): xsum is the unit's s = f16(d sum q).
+                const float min_term = Format::kI8Q8_1 ? wmin[i][e >> 1] * xsum[j][e & 1]
+                                                       : wmin[i][e >> 1] * dx * xsum[j][e & 1];
+                acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sumi[e] - min_term;
+              }
+            } else {  // a scale each 16 values: each half alone, A's other half 0
+              const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
+              int sum0[4] = {0, 0, 0, 0}, sum1[4] = {0, 0, 0, 0};
+              strata_mma_16832_s8(sum0, lo, b[j]);
+              strata_mma_16832_s8(sum1, hi, b[j]);
+STRATA_UNROLL
+              for (int e = 0; e < 4; ++e) {
+                const float dx = xs[j][e & 1];
+                acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sum0[e] +
+                                ws[i][e >> 1][1] * dx * (float)sum1[e];
+              }
+            }
+          }
+        }
+      }
+    }
+    if constexpr (Format::kI8Super) {
+      if ((k0 + MMA_BK) % 256 == 0) {  // the end of a 256-value block: its float terms
+STRATA_UNROLL
+        for (int i = 0; i < 2; ++i) {
+STRATA_UNROLL
+          for (int j = 0; j < 4; ++j) {
 STRATA_UNROLL
             for (int e = 0; e < 4; ++e) {
-              const float dx = xs[j][e & 1];
-              acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sum0[e] +
-                              ws[i][e >> 1][1] * dx * (float)sum1[e];
+              const int r = wm + 16 * i + g + 8 * (e >> 1);
+              const float dx = sx_scale[wn + 8 * j + 2 * t + (e & 1)][0];
+              acc[i][j][e] += sw_d[r][0] * dx * (float)isum[i][j][e] -
+                              sw_d[r][1] * dx * (float)imin[i][j][e];
+              isum[i][j][e] = 0;
+              imin[i][j][e] = 0;
             }
           }
         }
