@@ -418,6 +418,36 @@ TEST(DeviceBackendLaunches, ADecodeStepsHeadNormQuantizesItsRows) {
   }
 }
 
+// A regrouped matrix uploaded a row at a time (upload_chunk_bytes 1) gives
+// the same device rows as in one piece: the same logits, bit for bit, for
+// types with regrouped rows (Q8_0, Q4_K_M's Q6_K) and whole experts
+// (each expert's rows at its slice).
+TEST(DeviceBackendUpload, RowsUploadedInChunksGiveTheSameLogits) {
+  for (const std::string type : {"Q8_0", "Q4_K_M"}) {
+    SCOPED_TRACE(type);
+    gguf::testing::TempDir dir;
+    Loaded m = open_model(tiny_llama(dir, type));
+    ASSERT_NE(m.model, nullptr);
+    std::vector<std::vector<float>> logits[2];
+    for (const int64_t chunk : {int64_t{64} << 20, int64_t{1}}) {
+      DeviceBackendOptions o = test_options();
+      o.upload_chunk_bytes = chunk;
+      auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o,
+                                   testing::emulated_step_device());
+      ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_TRUE((*b)->add_sequence(0, 16).ok());
+      for (const std::vector<int32_t>& tokens : {std::vector<int32_t>{1, 40, 97}, {300}, {7}}) {
+        ForwardRequest req;
+        req.tokens = tokens;
+        ForwardResult r;
+        ASSERT_TRUE((*b)->forward(req, &r).ok());
+        logits[chunk == 1].emplace_back(r.logits.begin(), r.logits.end());
+      }
+    }
+    EXPECT_EQ(logits[0], logits[1]);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackendSteps, ::testing::Values("emulated", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

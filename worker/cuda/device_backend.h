@@ -83,6 +83,9 @@ struct DeviceBackendOptions {
   // rows' Q8 values times the weights' q with dp4a, exactly); false: its
   // float form (the weights dequantized, times the rows' rounded values).
   bool matvec_int8 = true;
+  // A regrouped matrix (weight_layout.h) goes up this many bytes of device
+  // rows at a time (at least a row): the host's copy of them at load.
+  int64_t upload_chunk_bytes = int64_t{64} << 20;
   // Those slices attend with flash attention (f16 probabilities, ~1e-3 of
   // the largest logit) where the head size has a build; false: with the
   // attention.cuh kernels, as decode rows do (tests that isolate the

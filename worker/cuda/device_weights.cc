@@ -104,14 +104,27 @@ absl::StatusOr<DeviceMatrix> DeviceBackend::device_matrix(const std::string& nam
   // The rows in the kernels' layout (weight_layout.h): `bytes` holds whole
   // GGUF rows (a matrix, or every expert's).
   absl::StatusOr<int64_t> row_bytes = ck::device_row_bytes(view.type, view.n_in);
-  if (!row_bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", row_bytes.status().message()));
+  if (!row_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", row_bytes.status().message()));
+  }
   m.row_bytes = *row_bytes;
   DeviceBuffer bytes_on_device;
   if (ck::regrouped(view.type)) {
+    // Regrouped and uploaded a chunk of rows at a time: the host holds
+    // options_.upload_chunk_bytes of device rows (64 MiB), whatever the
+    // tensor (a 120B model's experts are GiBs).
     const int64_t n_rows = static_cast<int64_t>(bytes) / view.row_bytes;
-    absl::StatusOr<std::vector<uint8_t>> rows = ck::device_rows(view.type, view.n_in, n_rows, view.data);
-    if (!rows.ok()) return rows.status();
-    STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device, upload(rows->data(), rows->size()));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device,
+                                   space(static_cast<size_t>(n_rows * m.row_bytes)));
+    const int64_t chunk = std::max<int64_t>(1, options_.upload_chunk_bytes / m.row_bytes);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += chunk) {
+      const int64_t rows = std::min(chunk, n_rows - r0);
+      absl::StatusOr<std::vector<uint8_t>> dev =
+          ck::device_rows(view.type, view.n_in, rows, view.data + r0 * view.row_bytes);
+      if (!dev.ok()) return dev.status();
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(
+          bytes_on_device.as<unsigned char>() + r0 * m.row_bytes, dev->data(), dev->size()));
+    }
   } else {
     STRATA_DEVICE_ASSIGN_OR_RETURN(bytes_on_device, upload(view.data, bytes));
   }
