@@ -116,6 +116,22 @@ __device__ __forceinline__ unsigned int pick_bytes(unsigned int lo, unsigned int
 #endif
 }
 
+// The four words of a 16-byte load.
+__device__ __forceinline__ void words_of(const uint4& a, unsigned int* words) {
+  words[0] = a.x;
+  words[1] = a.y;
+  words[2] = a.z;
+  words[3] = a.w;
+}
+
+// A unit's bytes as a format's fetch loads them (its fields, each in one
+// load), for its unpack_words / unpack_ints: the loads of the next unit can
+// then be in flight while the kernel works on this one (mma_tile_i8).
+struct UnitBits {
+  uint4 v[5];
+  unsigned int s[2];
+};
+
 // The weights' rows are the device layout of worker/cuda/weight_layout.h:
 // a regrouped type's row is sections of one field of every block (quants
 // first, 16-byte aligned; the scales after), n_cols / (values a block)
@@ -185,19 +201,29 @@ STRATA_UNROLL
       v[l + 16] = (float)((int)(byte_of(q, l) >> 4) - 8) * d;
     }
   }
-  static constexpr int kI8Scales = 1;  // one scale for the unit's 32 values
+  static constexpr int kI8Scales = 1;
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
   static constexpr bool kI8Super = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
+  static __device__ __forceinline__ void fetch(const u8* w, int n_cols, int u, UnitBits* r) {
+    r->v[0] = load_as<uint4>(w + (long long)u * 16);
+    r->s[0] = load_as<unsigned short>(w + (long long)(n_cols / 32) * 16 + 2 * u);
+  }
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int, unsigned int* q,
+                                                      float* scale, float* min) {
     unsigned int qs[4];
-    load_16_bytes(w + (long long)u * 16, qs);
-    *scale = f16_bits(w + (long long)(n_cols / 32) * 16 + 2 * u);
+    words_of(r.v[0], qs);
+    *scale = f16_value(r.s[0]);
     *min = 0.0f;
     nibble_words(qs, 0u, q);
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = sub_bytes(q[i], 0x08080808u);
+  }
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
   }
 };
 
@@ -221,14 +247,23 @@ STRATA_UNROLL
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = true;
   static constexpr bool kI8Super = false;
+  static __device__ __forceinline__ void fetch(const u8* w, int n_cols, int u, UnitBits* r) {
+    r->v[0] = load_as<uint4>(w + (long long)u * 16);
+    r->s[0] = load_as<unsigned int>(w + (long long)(n_cols / 32) * 16 + 4 * u);  // d, m
+  }
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int, unsigned int* q,
+                                                      float* scale, float* min) {
+    unsigned int qs[4];
+    words_of(r.v[0], qs);
+    *scale = f16_value(r.s[0] & 0xFFFFu);
+    *min = -f16_value(r.s[0] >> 16);  // value = d q + m
+    nibble_words(qs, 0u, q);
+  }
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
-    unsigned int qs[4];
-    load_16_bytes(w + (long long)u * 16, qs);
-    const unsigned int dm = load_as<unsigned int>(w + (long long)(n_cols / 32) * 16 + 4 * u);
-    *scale = f16_value(dm & 0xFFFFu);
-    *min = -f16_value(dm >> 16);  // value = d q + m
-    nibble_words(qs, 0u, q);
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
   }
 };
 
@@ -254,17 +289,27 @@ STRATA_UNROLL
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
   static constexpr bool kI8Super = false;
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
+  static __device__ __forceinline__ void fetch(const u8* w, int n_cols, int u, UnitBits* r) {
     const long long nb = n_cols / 32;
+    r->v[0] = load_as<uint4>(w + (long long)u * 16);
+    r->s[0] = load_as<unsigned int>(w + nb * 16 + 4 * u);    // qh
+    r->s[1] = load_as<unsigned short>(w + nb * 20 + 2 * u);  // d
+  }
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int, unsigned int* q,
+                                                      float* scale, float* min) {
     unsigned int qs[4];
-    load_16_bytes(w + (long long)u * 16, qs);
-    const unsigned int qh = load_as<unsigned int>(w + nb * 16 + 4 * u);
-    *scale = f16_bits(w + nb * 20 + 2 * u);
+    words_of(r.v[0], qs);
+    *scale = f16_value(r.s[1]);
     *min = 0.0f;
-    nibble_words(qs, qh, q);
+    nibble_words(qs, r.s[0], q);
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = sub_bytes(q[i], 0x10101010u);
+  }
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
   }
 };
 
@@ -290,16 +335,25 @@ STRATA_UNROLL
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = true;
   static constexpr bool kI8Super = false;
+  static __device__ __forceinline__ void fetch(const u8* w, int n_cols, int u, UnitBits* r) {
+    const long long nb = n_cols / 32;
+    r->v[0] = load_as<uint4>(w + (long long)u * 16);
+    r->s[0] = load_as<unsigned int>(w + nb * 16 + 4 * u);  // qh
+    r->s[1] = load_as<unsigned int>(w + nb * 20 + 4 * u);  // d, m
+  }
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int, unsigned int* q,
+                                                      float* scale, float* min) {
+    unsigned int qs[4];
+    words_of(r.v[0], qs);
+    *scale = f16_value(r.s[1] & 0xFFFFu);
+    *min = -f16_value(r.s[1] >> 16);  // value = d q + m
+    nibble_words(qs, r.s[0], q);
+  }
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
-    const long long nb = n_cols / 32;
-    unsigned int qs[4];
-    load_16_bytes(w + (long long)u * 16, qs);
-    const unsigned int qh = load_as<unsigned int>(w + nb * 16 + 4 * u);
-    const unsigned int dm = load_as<unsigned int>(w + nb * 20 + 4 * u);
-    *scale = f16_value(dm & 0xFFFFu);
-    *min = -f16_value(dm >> 16);  // value = d q + m
-    nibble_words(qs, qh, q);
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
   }
 };
 
@@ -324,17 +378,31 @@ struct MXFP4 {
     const unsigned int negative = ((c >> 3) & 0x01010101u) * 0xFFu;
     return (m & ~negative) | (sub_bytes(0u, m) & negative);
   }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
+  static constexpr int kI8Scales = 1;
+  static constexpr bool kI8Min = false;
+  static constexpr bool kI8Q8_1 = false;
+  static constexpr bool kI8Super = false;
+  static __device__ __forceinline__ void fetch(const u8* w, int n_cols, int u, UnitBits* r) {
+    r->v[0] = load_as<uint4>(w + (long long)u * 16);
+    r->s[0] = w[(long long)(n_cols / 32) * 16 + u];  // e
+  }
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int, unsigned int* q,
+                                                      float* scale, float* min) {
     unsigned int qs[4];
-    load_16_bytes(w + (long long)u * 16, qs);
-    *scale = e8m0_half(w[(long long)(n_cols / 32) * 16 + u]);
+    words_of(r.v[0], qs);
+    *scale = e8m0_half(r.s[0]);
     *min = 0.0f;
 STRATA_UNROLL
     for (int i = 0; i < 4; ++i) {
       q[i] = lookup4(qs[i]);
       q[i + 4] = lookup4(qs[i] >> 4);
     }
+  }
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
   }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
     unsigned int q[8];
@@ -343,10 +411,6 @@ STRATA_UNROLL
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = (float)(signed char)byte_of(q, l) * d;
   }
-  static constexpr int kI8Scales = 1;
-  static constexpr bool kI8Min = false;
-  static constexpr bool kI8Q8_1 = false;
-  static constexpr bool kI8Super = false;
 };
 
 // Q8_0: {f16 d; i8 qs[32]}: value = q d. Device row: [qs 32] [d 2].
@@ -364,11 +428,23 @@ STRATA_UNROLL
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
   static constexpr bool kI8Super = false;
+  static __device__ __forceinline__ void fetch(const u8* w, int n_cols, int u, UnitBits* r) {
+    r->v[0] = load_as<uint4>(w + (long long)u * 32);
+    r->v[1] = load_as<uint4>(w + (long long)u * 32 + 16);
+    r->s[0] = load_as<unsigned short>(w + (long long)(n_cols / 32) * 32 + 2 * u);
+  }
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int, unsigned int* q,
+                                                      float* scale, float* min) {
+    words_of(r.v[0], q);
+    words_of(r.v[1], q + 4);
+    *scale = f16_value(r.s[0]);
+    *min = 0.0f;
+  }
   static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
                                                     unsigned int* q, float* scale, float* min) {
-    load_32_bytes(w + (long long)u * 32, q);
-    *scale = f16_bits(w + (long long)(n_cols / 32) * 32 + 2 * u);
-    *min = 0.0f;
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
   }
 };
 
@@ -377,9 +453,8 @@ STRATA_UNROLL
 // get_scale_min_k4: s < 4 the low 6 bits of scales[s] and scales[s + 4];
 // else the nibbles of scales[s + 4] with the top 2 bits of scales[s - 4]
 // and scales[s]).
-__device__ __forceinline__ void k4_head(const u8* b, int s, float* d, float* dmin, int* scale,
+__device__ __forceinline__ void k4_head(const uint4& h, int s, float* d, float* dmin, int* scale,
                                         int* min) {
-  const uint4 h = load_as<uint4>(b);
   *d = f16_value(h.x & 0xFFFFu);
   *dmin = f16_value(h.x >> 16);
   const int shift = 8 * (s & 3);
@@ -407,7 +482,7 @@ struct Q4_K {
     const int s = u & 7;
     float d, dmin;
     int scale, min;
-    k4_head(b, s, &d, &dmin, &scale, &min);
+    k4_head(load_as<uint4>(b), s, &d, &dmin, &scale, &min);
     const float d1 = d * (float)scale, m1 = dmin * (float)min;
     unsigned int q[8];
     load_32_bytes(b + 16 + 32 * (s >> 1), q);
@@ -419,25 +494,44 @@ STRATA_UNROLL
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = false;
   static constexpr bool kI8Super = true;
-  static __device__ __forceinline__ void unit_ints(const u8* w, int, int u, unsigned int* q,
-                                                   int* sc, int* m, float* d, float* dmin) {
+  static __device__ __forceinline__ void fetch(const u8* w, int, int u, UnitBits* r) {
     const u8* b = w + (long long)(u >> 3) * 144;
+    r->v[0] = load_as<uint4>(b);  // d, dmin, scales
+    r->v[1] = load_as<uint4>(b + 16 + 32 * ((u & 7) >> 1));
+    r->v[2] = load_as<uint4>(b + 32 + 32 * ((u & 7) >> 1));
+  }
+  static __device__ __forceinline__ void unpack_ints(const UnitBits& r, int u, unsigned int* q,
+                                                     int* sc, int* m, float* d, float* dmin) {
     const int s = u & 7;
-    k4_head(b, s, d, dmin, &sc[0], m);
+    k4_head(r.v[0], s, d, dmin, &sc[0], m);
     sc[1] = sc[0];
     unsigned int words[8];
-    load_32_bytes(b + 16 + 32 * (s >> 1), words);
+    words_of(r.v[1], words);
+    words_of(r.v[2], words + 4);
     const int shift = (s & 1) * 4;
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = (words[i] >> shift) & 0x0F0F0F0Fu;
   }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int u, unsigned int* q,
+                                                      float* scale, float* min) {
     int sc[2], m;
     float d, dmin;
-    unit_ints(w, n_cols, u, q, sc, &m, &d, &dmin);
-    *scale = d * (float)sc[0];
+    unpack_ints(r, u, q, sc, &m, &d, &dmin);
+    scale[0] = d * (float)sc[0];
+    scale[1] = d * (float)sc[1];
     *min = dmin * (float)m;
+  }
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
+  }
+  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u, unsigned int* q,
+                                                   int* sc, int* m, float* d, float* dmin) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_ints(r, u, q, sc, m, d, dmin);
   }
 };
 
@@ -453,7 +547,7 @@ struct Q5_K {
     const int s = u & 7;
     float d, dmin;
     int scale, min;
-    k4_head(b, s, &d, &dmin, &scale, &min);
+    k4_head(load_as<uint4>(b), s, &d, &dmin, &scale, &min);
     const float d1 = d * (float)scale, m1 = dmin * (float)min;
     unsigned int qh[8], q[8];
     load_32_bytes(b + 16, qh);
@@ -469,28 +563,50 @@ STRATA_UNROLL
   static constexpr bool kI8Min = true;
   static constexpr bool kI8Q8_1 = false;
   static constexpr bool kI8Super = true;
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    int sc[2], m;
-    float d, dmin;
-    unit_ints(w, n_cols, u, q, sc, &m, &d, &dmin);
-    *scale = d * (float)sc[0];
-    *min = dmin * (float)m;
-  }
-  static __device__ __forceinline__ void unit_ints(const u8* w, int, int u, unsigned int* q,
-                                                   int* sc, int* m, float* d, float* dmin) {
+  static __device__ __forceinline__ void fetch(const u8* w, int, int u, UnitBits* r) {
     const u8* b = w + (long long)(u >> 3) * 176;
+    r->v[0] = load_as<uint4>(b);  // d, dmin, scales
+    r->v[1] = load_as<uint4>(b + 16);  // qh
+    r->v[2] = load_as<uint4>(b + 32);
+    r->v[3] = load_as<uint4>(b + 48 + 32 * ((u & 7) >> 1));
+    r->v[4] = load_as<uint4>(b + 64 + 32 * ((u & 7) >> 1));
+  }
+  static __device__ __forceinline__ void unpack_ints(const UnitBits& r, int u, unsigned int* q,
+                                                     int* sc, int* m, float* d, float* dmin) {
     const int s = u & 7;
-    k4_head(b, s, d, dmin, &sc[0], m);
+    k4_head(r.v[0], s, d, dmin, &sc[0], m);
     sc[1] = sc[0];
     unsigned int qh[8], words[8];
-    load_32_bytes(b + 16, qh);
-    load_32_bytes(b + 48 + 32 * (s >> 1), words);
+    words_of(r.v[1], qh);
+    words_of(r.v[2], qh + 4);
+    words_of(r.v[3], words);
+    words_of(r.v[4], words + 4);
     const int shift = (s & 1) * 4;
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) {
       q[i] = ((words[i] >> shift) & 0x0F0F0F0Fu) | (((qh[i] >> s) & 0x01010101u) << 4);
     }
+  }
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int u, unsigned int* q,
+                                                      float* scale, float* min) {
+    int sc[2], m;
+    float d, dmin;
+    unpack_ints(r, u, q, sc, &m, &d, &dmin);
+    scale[0] = d * (float)sc[0];
+    scale[1] = d * (float)sc[1];
+    *min = dmin * (float)m;
+  }
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
+  }
+  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u, unsigned int* q,
+                                                   int* sc, int* m, float* d, float* dmin) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_ints(r, u, q, sc, m, d, dmin);
   }
 };
 
@@ -529,35 +645,60 @@ STRATA_UNROLL
     }
   }
   // A scale for each 16 values: scale[0] for q[0..15], scale[1] for q[16..31].
-  static constexpr int kI8Scales = 2;
+  static constexpr int kI8Scales = 2;  // scale[0] for q[0..15], scale[1] for q[16..31]
   static constexpr bool kI8Min = false;
   static constexpr bool kI8Q8_1 = false;
   static constexpr bool kI8Super = true;
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    int sc[2], m;
-    float d, dmin;
-    unit_ints(w, n_cols, u, q, sc, &m, &d, &dmin);
-    scale[0] = d * (float)sc[0];
-    scale[1] = d * (float)sc[1];
-    *min = 0.0f;
+  static __device__ __forceinline__ void fetch(const u8* w, int n_cols, int u, UnitBits* r) {
+    const u8* b = w + (long long)(u >> 3) * 208;
+    const int s = u & 7, h = s >> 2, k = s & 3;
+    r->v[0] = load_as<uint4>(b + 64 * h + 32 * (k & 1));  // ql
+    r->v[1] = load_as<uint4>(b + 64 * h + 32 * (k & 1) + 16);
+    r->v[2] = load_as<uint4>(b + 128 + 32 * h);  // qh
+    r->v[3] = load_as<uint4>(b + 128 + 32 * h + 16);
+    r->s[0] = load_as<unsigned short>(b + 192 + 8 * h + 2 * k);  // the two scales
+    r->s[1] = load_as<unsigned short>(w + (long long)(n_cols / 256) * 208 + 2 * (u >> 3));  // d
   }
-  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u,
-                                                   unsigned int* q, int* sc, int* m, float* d,
-                                                   float* dmin) {
-    unsigned int ql[8], qh[8], scw;
-    load(w, n_cols, u, ql, qh, &scw, d);
-    const int k = u & 3;
-    sc[0] = (int)(signed char)(scw & 255u);
-    sc[1] = (int)(signed char)(scw >> 8);
-    *m = 0;
+  static __device__ __forceinline__ void unpack_ints(const UnitBits& r, int u, unsigned int* q,
+                                                     int* sc, int* m, float* d, float* dmin) {
+    unsigned int ql[8], qh[8];
+    words_of(r.v[0], ql);
+    words_of(r.v[1], ql + 4);
+    words_of(r.v[2], qh);
+    words_of(r.v[3], qh + 4);
+    *d = f16_value(r.s[1]);
     *dmin = 0.0f;
+    sc[0] = (int)(signed char)(r.s[0] & 255u);
+    sc[1] = (int)(signed char)(r.s[0] >> 8);
+    *m = 0;
+    const int k = u & 3;
     const int low_shift = k < 2 ? 0 : 4;
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) {
       q[i] = sub_bytes(((ql[i] >> low_shift) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * k)) & 0x03030303u) << 4),
                        0x20202020u);
     }
+  }
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int u, unsigned int* q,
+                                                      float* scale, float* min) {
+    int sc[2], m;
+    float d, dmin;
+    unpack_ints(r, u, q, sc, &m, &d, &dmin);
+    scale[0] = d * (float)sc[0];
+    scale[1] = d * (float)sc[1];
+    *min = dmin * (float)m;
+  }
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_words(r, u, q, scale, min);
+  }
+  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u, unsigned int* q,
+                                                   int* sc, int* m, float* d, float* dmin) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unpack_ints(r, u, q, sc, m, d, dmin);
   }
 };
 

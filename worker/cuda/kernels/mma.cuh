@@ -127,7 +127,10 @@ STRATA_UNROLL
 // the float work a unit. |isum| < 2^28 for every K-quant (8 units of
 // 32 x 31 x 127 x 63 at most, Q6_K's 16 halves of 16 x 32 x 127 x 127).
 // Shared rows hold 64 bytes of q and 16 of padding (20 words: the fragment
-// loads' banks differ).
+// loads' banks differ). The shared tiles are double-buffered: each step's
+// global loads (Format::fetch, the rows' int8 words) are issued before the
+// warps multiply the step before, and unpacked into the other buffer after
+// it, so a block waits on memory once, not once a step (one barrier a step).
 template <typename Format>
 __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
                                             const signed char* xq,
@@ -135,23 +138,27 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
                                             const float* xb, float* y0, float* y1,
                                             float* y2, int n0, int n1, int n_rows, int n_cols,
                                             long long row_bytes, int n_tok) {
-  __shared__ unsigned sa[MMA_BM][20];  // [weight row][64 q bytes, 16 padding]
-  __shared__ unsigned sb[MMA_BN][20];  // [token][...]
-  // [row][unit of the step][half: values 0-15, 16-31 (Format::kI8Scales 2)]
-  __shared__ float sw_scale[MMA_BM][2][2], sw_min[MMA_BM][2];
-  __shared__ float sx_scale[MMA_BN][2], sx_sum[MMA_BN][2];  // [token][unit of the step]
-  // The K-quants' integers: [row][unit][sc, then m (Q6_K: its second sc)],
-  // [token][unit] sum_x; and [row][d, dmin] of the step's block.
-  __shared__ int sw_int[MMA_BM][2][2], sx_int[MMA_BN][2];
-  __shared__ float sw_d[MMA_BM][2];
+  __shared__ unsigned sa[2][MMA_BM][20];  // [buffer][weight row][64 q bytes, 16 padding]
+  __shared__ unsigned sb[2][MMA_BN][20];  // [buffer][token][...]
+  // [buffer][row][unit of the step][half: values 0-15, 16-31 (Format::kI8Scales 2)]
+  __shared__ float sw_scale[2][MMA_BM][2][2], sw_min[2][MMA_BM][2];
+  __shared__ float sx_scale[2][MMA_BN][2], sx_sum[2][MMA_BN][2];  // [buffer][token][unit]
+  // The K-quants' integers: [buffer][row][unit][sc, then m (Q6_K: its
+  // second sc)], [buffer][token][unit] sum_x; and [buffer][row][d, dmin]
+  // of the step's block.
+  __shared__ int sw_int[2][MMA_BM][2][2], sx_int[2][MMA_BN][2];
+  __shared__ float sw_d[2][MMA_BM][2];
   const int row_tiles = (n_rows + MMA_BM - 1) / MMA_BM;
   const int m0 = (int)(blockIdx.x % row_tiles) * MMA_BM;
   const int t0 = (int)(blockIdx.x / row_tiles) * MMA_BN;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+  // What this thread fills each step: weight row `mine` and token `mine`
+  // of the tile, unit `half` of the step.
   const int mine = threadIdx.x >> 1, half = threadIdx.x & 1;
   const int units = n_cols / 32;
+  const int r = m0 + mine, tok = t0 + mine;
   float acc[2][4][4];
   int isum[2][4][4], imin[2][4][4];  // the K-quants' block sums
 STRATA_UNROLL
@@ -165,82 +172,94 @@ STRATA_UNROLL
         imin[i][j][e] = 0;
       }
 
-  for (int k0 = 0; k0 < n_cols; k0 += MMA_BK) {
+  // The step's loads, in flight until stage() uses them.
+  UnitBits wbits;
+  uint4 xlo = {0u, 0u, 0u, 0u}, xhi = {0u, 0u, 0u, 0u};
+  float xdv = 0.0f, xbv = 0.0f;
+  bool in_w = false, in_x = false;
+  auto fetch = [&](int k0) {
     const int u = k0 / 32 + half;
-    {
-      unsigned int q[8];
-      const int r = m0 + mine;
-      const bool in_w = r < n_rows && u < units;
-      if constexpr (Format::kI8Super) {
-        int sc[2] = {0, 0}, m = 0;
-        float d = 0.0f, dmin = 0.0f;
-        if (in_w) {
-          Format::unit_ints(w + (long long)r * row_bytes, n_cols, u, q, sc, &m, &d, &dmin);
-        } else {
-STRATA_UNROLL
-          for (int l = 0; l < 8; ++l) q[l] = 0u;
-        }
-        sw_int[mine][half][0] = sc[0];
-        sw_int[mine][half][1] = Format::kI8Scales == 2 ? sc[1] : m;
-        if (half == 0) {  // the step's two units are in one block
-          sw_d[mine][0] = d;
-          sw_d[mine][1] = dmin;
-        }
-      } else {
-        float scale[2] = {0.0f, 0.0f}, min = 0.0f;
-        if (in_w) {
-          Format::unit_words(w + (long long)r * row_bytes, n_cols, u, q, scale, &min);
-          if (Format::kI8Scales == 1) scale[1] = scale[0];
-        } else {
-STRATA_UNROLL
-          for (int l = 0; l < 8; ++l) q[l] = 0u;
-        }
-        sw_scale[mine][half][0] = scale[0];
-        sw_scale[mine][half][1] = scale[1];
-        sw_min[mine][half] = min;
-      }
-STRATA_UNROLL
-      for (int l = 0; l < 8; ++l) sa[mine][8 * half + l] = q[l];
-      const int tok = t0 + mine;
-      if (tok < n_tok && u < units) {
-        const u8* xr = (const u8*)xq + (long long)tok * n_cols + 32 * u;  // 32-byte aligned
-        const uint4 lo = load_as<uint4>(xr), hi = load_as<uint4>(xr + 16);
-        sb[mine][8 * half + 0] = lo.x;
-        sb[mine][8 * half + 1] = lo.y;
-        sb[mine][8 * half + 2] = lo.z;
-        sb[mine][8 * half + 3] = lo.w;
-        sb[mine][8 * half + 4] = hi.x;
-        sb[mine][8 * half + 5] = hi.y;
-        sb[mine][8 * half + 6] = hi.z;
-        sb[mine][8 * half + 7] = hi.w;
-        sx_scale[mine][half] = xd[(long long)tok * units + u];
-        sx_sum[mine][half] = xb[(long long)tok * units + u];
-        sx_int[mine][half] = (int)xb[(long long)tok * units + u];  // a sum of q: an integer
-      } else {
-STRATA_UNROLL
-        for (int l = 0; l < 8; ++l) sb[mine][8 * half + l] = 0u;
-        sx_scale[mine][half] = 0.0f;
-        sx_sum[mine][half] = 0.0f;
-        sx_int[mine][half] = 0;
-      }
+    in_w = r < n_rows && u < units;
+    in_x = tok < n_tok && u < units;
+    if (in_w) Format::fetch(w + (long long)r * row_bytes, n_cols, u, &wbits);
+    if (in_x) {
+      const u8* xr = (const u8*)xq + (long long)tok * n_cols + 32 * u;  // 32-byte aligned
+      xlo = load_as<uint4>(xr);
+      xhi = load_as<uint4>(xr + 16);
+      xdv = xd[(long long)tok * units + u];
+      xbv = xb[(long long)tok * units + u];
     }
-    __syncthreads();
+  };
+  // The loads, unpacked into buffer b.
+  auto stage = [&](int k0, int b) {
+    const int u = k0 / 32 + half;
+    unsigned int q[8];
+    if constexpr (Format::kI8Super) {
+      int sc[2] = {0, 0}, m = 0;
+      float d = 0.0f, dmin = 0.0f;
+      if (in_w) {
+        Format::unpack_ints(wbits, u, q, sc, &m, &d, &dmin);
+      } else {
+STRATA_UNROLL
+        for (int l = 0; l < 8; ++l) q[l] = 0u;
+      }
+      sw_int[b][mine][half][0] = sc[0];
+      sw_int[b][mine][half][1] = Format::kI8Scales == 2 ? sc[1] : m;
+      if (half == 0) {  // the step's two units are in one block
+        sw_d[b][mine][0] = d;
+        sw_d[b][mine][1] = dmin;
+      }
+    } else {
+      float scale[2] = {0.0f, 0.0f}, min = 0.0f;
+      if (in_w) {
+        Format::unpack_words(wbits, u, q, scale, &min);
+        if (Format::kI8Scales == 1) scale[1] = scale[0];
+      } else {
+STRATA_UNROLL
+        for (int l = 0; l < 8; ++l) q[l] = 0u;
+      }
+      sw_scale[b][mine][half][0] = scale[0];
+      sw_scale[b][mine][half][1] = scale[1];
+      sw_min[b][mine][half] = min;
+    }
+STRATA_UNROLL
+    for (int l = 0; l < 8; ++l) sa[b][mine][8 * half + l] = q[l];
+    const uint4 lo = in_x ? xlo : uint4{0u, 0u, 0u, 0u}, hi = in_x ? xhi : uint4{0u, 0u, 0u, 0u};
+    sb[b][mine][8 * half + 0] = lo.x;
+    sb[b][mine][8 * half + 1] = lo.y;
+    sb[b][mine][8 * half + 2] = lo.z;
+    sb[b][mine][8 * half + 3] = lo.w;
+    sb[b][mine][8 * half + 4] = hi.x;
+    sb[b][mine][8 * half + 5] = hi.y;
+    sb[b][mine][8 * half + 6] = hi.z;
+    sb[b][mine][8 * half + 7] = hi.w;
+    sx_scale[b][mine][half] = in_x ? xdv : 0.0f;
+    sx_sum[b][mine][half] = in_x ? xbv : 0.0f;
+    sx_int[b][mine][half] = in_x ? (int)xbv : 0;  // a sum of q: an integer
+  };
+
+  fetch(0);
+  int b = 0;
+  for (int k0 = 0; k0 < n_cols; k0 += MMA_BK, b ^= 1) {
+    stage(k0, b);
+    __syncthreads();  // buffer b is whole; the other one was read a step ago
+    if (k0 + MMA_BK < n_cols) fetch(k0 + MMA_BK);
 STRATA_UNROLL
     for (int k = 0; k < 2; ++k) {  // the step's two units, in order
-      unsigned a[2][4], b[4][2];
+      unsigned a[2][4], bf[4][2];
 STRATA_UNROLL
       for (int i = 0; i < 2; ++i) {
-        const int r = wm + 16 * i + g;
-        a[i][0] = sa[r][8 * k + t];
-        a[i][1] = sa[r + 8][8 * k + t];
-        a[i][2] = sa[r][8 * k + 4 + t];
-        a[i][3] = sa[r + 8][8 * k + 4 + t];
+        const int rr = wm + 16 * i + g;
+        a[i][0] = sa[b][rr][8 * k + t];
+        a[i][1] = sa[b][rr + 8][8 * k + t];
+        a[i][2] = sa[b][rr][8 * k + 4 + t];
+        a[i][3] = sa[b][rr + 8][8 * k + 4 + t];
       }
 STRATA_UNROLL
       for (int j = 0; j < 4; ++j) {
         const int c = wn + 8 * j + g;
-        b[j][0] = sb[c][8 * k + t];
-        b[j][1] = sb[c][8 * k + 4 + t];
+        bf[j][0] = sb[b][c][8 * k + t];
+        bf[j][1] = sb[b][c][8 * k + 4 + t];
       }
       if constexpr (Format::kI8Super) {
         // This lane's rows' integer sub-scales and tokens' sums for the unit.
@@ -249,14 +268,14 @@ STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
           for (int h = 0; h < 2; ++h) {
-            wsc[i][h][0] = sw_int[wm + 16 * i + g + 8 * h][k][0];
-            wsc[i][h][1] = sw_int[wm + 16 * i + g + 8 * h][k][1];
+            wsc[i][h][0] = sw_int[b][wm + 16 * i + g + 8 * h][k][0];
+            wsc[i][h][1] = sw_int[b][wm + 16 * i + g + 8 * h][k][1];
           }
         }
 STRATA_UNROLL
         for (int j = 0; j < 4; ++j) {
 STRATA_UNROLL
-          for (int p = 0; p < 2; ++p) xsi[j][p] = sx_int[wn + 8 * j + 2 * t + p][k];
+          for (int p = 0; p < 2; ++p) xsi[j][p] = sx_int[b][wn + 8 * j + 2 * t + p][k];
         }
 STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
@@ -264,7 +283,7 @@ STRATA_UNROLL
           for (int j = 0; j < 4; ++j) {
             if (Format::kI8Scales == 1) {
               int sumi[4] = {0, 0, 0, 0};
-              strata_mma_16832_s8(sumi, a[i], b[j]);
+              strata_mma_16832_s8(sumi, a[i], bf[j]);
 STRATA_UNROLL
               for (int e = 0; e < 4; ++e) {
                 isum[i][j][e] += wsc[i][e >> 1][0] * sumi[e];
@@ -273,8 +292,8 @@ STRATA_UNROLL
             } else {  // Q6_K: each half alone, A's other half 0
               const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
               int sum0[4] = {0, 0, 0, 0}, sum1[4] = {0, 0, 0, 0};
-              strata_mma_16832_s8(sum0, lo, b[j]);
-              strata_mma_16832_s8(sum1, hi, b[j]);
+              strata_mma_16832_s8(sum0, lo, bf[j]);
+              strata_mma_16832_s8(sum1, hi, bf[j]);
 STRATA_UNROLL
               for (int e = 0; e < 4; ++e) {
                 isum[i][j][e] += wsc[i][e >> 1][0] * sum0[e] + wsc[i][e >> 1][1] * sum1[e];
@@ -290,17 +309,17 @@ STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
           for (int h = 0; h < 2; ++h) {
-            ws[i][h][0] = sw_scale[wm + 16 * i + g + 8 * h][k][0];
-            ws[i][h][1] = sw_scale[wm + 16 * i + g + 8 * h][k][1];
-            wmin[i][h] = sw_min[wm + 16 * i + g + 8 * h][k];
+            ws[i][h][0] = sw_scale[b][wm + 16 * i + g + 8 * h][k][0];
+            ws[i][h][1] = sw_scale[b][wm + 16 * i + g + 8 * h][k][1];
+            wmin[i][h] = sw_min[b][wm + 16 * i + g + 8 * h][k];
           }
         }
 STRATA_UNROLL
         for (int j = 0; j < 4; ++j) {
 STRATA_UNROLL
           for (int p = 0; p < 2; ++p) {
-            xs[j][p] = sx_scale[wn + 8 * j + 2 * t + p][k];
-            xsum[j][p] = sx_sum[wn + 8 * j + 2 * t + p][k];
+            xs[j][p] = sx_scale[b][wn + 8 * j + 2 * t + p][k];
+            xsum[j][p] = sx_sum[b][wn + 8 * j + 2 * t + p][k];
           }
         }
 STRATA_UNROLL
@@ -309,7 +328,7 @@ STRATA_UNROLL
           for (int j = 0; j < 4; ++j) {
             if (Format::kI8Scales == 1) {
               int sumi[4] = {0, 0, 0, 0};
-              strata_mma_16832_s8(sumi, a[i], b[j]);
+              strata_mma_16832_s8(sumi, a[i], bf[j]);
 STRATA_UNROLL
               for (int e = 0; e < 4; ++e) {
                 const float dx = xs[j][e & 1];
@@ -321,8 +340,8 @@ STRATA_UNROLL
             } else {  // a scale each 16 values: each half alone, A's other half 0
               const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
               int sum0[4] = {0, 0, 0, 0}, sum1[4] = {0, 0, 0, 0};
-              strata_mma_16832_s8(sum0, lo, b[j]);
-              strata_mma_16832_s8(sum1, hi, b[j]);
+              strata_mma_16832_s8(sum0, lo, bf[j]);
+              strata_mma_16832_s8(sum1, hi, bf[j]);
 STRATA_UNROLL
               for (int e = 0; e < 4; ++e) {
                 const float dx = xs[j][e & 1];
@@ -342,10 +361,10 @@ STRATA_UNROLL
           for (int j = 0; j < 4; ++j) {
 STRATA_UNROLL
             for (int e = 0; e < 4; ++e) {
-              const int r = wm + 16 * i + g + 8 * (e >> 1);
-              const float dx = sx_scale[wn + 8 * j + 2 * t + (e & 1)][0];
-              acc[i][j][e] += sw_d[r][0] * dx * (float)isum[i][j][e] -
-                              sw_d[r][1] * dx * (float)imin[i][j][e];
+              const int rr = wm + 16 * i + g + 8 * (e >> 1);
+              const float dx = sx_scale[b][wn + 8 * j + 2 * t + (e & 1)][0];
+              acc[i][j][e] += sw_d[b][rr][0] * dx * (float)isum[i][j][e] -
+                              sw_d[b][rr][1] * dx * (float)imin[i][j][e];
               isum[i][j][e] = 0;
               imin[i][j][e] = 0;
             }
@@ -353,7 +372,6 @@ STRATA_UNROLL
         }
       }
     }
-    __syncthreads();  // the tile is read before the next step writes it
   }
   mma_put_tile(acc, m0 + wm, t0 + wn, g, t, y0, y1, y2, n0, n1, n_rows, n_tok);
 }
