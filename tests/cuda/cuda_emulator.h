@@ -273,6 +273,8 @@ inline unsigned __float_as_uint(float f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
+// Blocks run one after another here: every write is seen by the next.
+inline void __threadfence() {}
 // A thread runs until it waits at a barrier or returns, so a read, add and
 // write is atomic here as on the device. Returns the old value.
 template <typename T>

@@ -475,6 +475,8 @@ void add_step_kernels(EmulatedDeviceApi& api) {
           adapt(step_host::attention::strata_attention_rows));
   api.add(s.attention, cuda_kernels::kAttentionBatchEntry,
           adapt(step_host::attention::strata_attention_batch));
+  api.add(s.attention, cuda_kernels::kAttentionBatchQuantizeEntry,
+          adapt(step_host::attention::strata_attention_batch_quantize));
   api.add(s.elementwise, cuda_kernels::kStoreKvBatchEntry, adapt(ew::strata_store_kv_batch));
   api.add(s.elementwise, cuda_kernels::kRopeStoreKvBatchEntry,
           adapt(ew::strata_rope_store_kv_batch));

@@ -97,7 +97,7 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
         cuda_kernels::kQuantizeRowsEntry, cuda_kernels::kSwigluQuantizeEntry}},
       {"attention.cu", cuda_kernels::kAttentionSource,
        {cuda_kernels::kAttentionDecodeEntry, cuda_kernels::kAttentionRowsEntry,
-        cuda_kernels::kAttentionBatchEntry}},
+        cuda_kernels::kAttentionBatchEntry, cuda_kernels::kAttentionBatchQuantizeEntry}},
       {"rms_norm.cu", cuda_kernels::kRmsNormSource,
        {cuda_kernels::kRmsNormEntry, cuda_kernels::kAddRmsNormEntry,
         cuda_kernels::kRmsNormQuantizeEntry, cuda_kernels::kAddRmsNormQuantizeEntry}},

@@ -262,6 +262,8 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
            adapt(host::attention::strata_attention_rows));
   api->add(kAttention, cuda_kernels::kAttentionBatchEntry,
            adapt(host::attention::strata_attention_batch));
+  api->add(kAttention, cuda_kernels::kAttentionBatchQuantizeEntry,
+           adapt(host::attention::strata_attention_batch_quantize));
   api->add(kElementwise, cuda_kernels::kRopeStoreKvBatchEntry,
            adapt(host::elementwise::strata_rope_store_kv_batch));
   api->add(kElementwise, cuda_kernels::kStoreKvBatchEntry,

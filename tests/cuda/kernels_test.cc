@@ -829,6 +829,66 @@ TEST_P(Kernels, DecodeRowsOfSeveralSequencesInOneLaunch) {
   }
 }
 
+// strata_attention_batch_quantize: the batch entry's outputs, bit for bit,
+// and each row's as int8 rows of Q8_0, Q8_K (a block over 8 heads) and
+// Q8_1, strata_quantize_rows' bits; the per-row counts are back at 0 after
+// each launch (a second launch gives the same).
+TEST_P(Kernels, AttentionThatQuantizesItsRowsGivesTheTwoLaunchesBits) {
+  const int n_head = 8, n_head_kv = 2, dk = 32, dv = 32, layer = 0, rows = 3, stride = 16;
+  const int kw = n_head_kv * dk, vw = n_head_kv * dv, width = n_head * dv;
+  const std::vector<int> n_ctx = {9, 5, 16}, n_kv = {7, 1, 16}, row_of = {2, 0, 1};
+  const std::vector<float> q = normal_values(static_cast<size_t>(rows) * n_head * dk, 60);
+  std::vector<DeviceBuffer> caches;
+  std::vector<unsigned long long> base;
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<float> fill =
+        normal_values(static_cast<size_t>(n_ctx[r]) * (kw + vw), 61 + static_cast<uint32_t>(r));
+    std::vector<uint16_t> f16(fill.size());
+    for (size_t i = 0; i < fill.size(); ++i) f16[i] = reference::f32_to_f16(fill[i]);
+    caches.push_back(put(f16));
+    base.push_back(reinterpret_cast<unsigned long long>(caches.back().get()));
+  }
+  DeviceBuffer dq = put(q), dbase = put(base), dctx = put(n_ctx), dkv = put(n_kv),
+               drow = put(row_of);
+  const size_t values = static_cast<size_t>(rows) * width, units = values / 32;
+  DeviceBuffer want_out = space(values * sizeof(float)),
+               scores = space(static_cast<size_t>(rows) * n_head * stride * sizeof(float));
+  ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionBatchEntry, n_head * rows, kAttentionThreads,
+                  dq.as<const float>(), dbase.as<const unsigned long long>(), dctx.as<const int>(),
+                  dkv.as<const int>(), drow.as<const int>(), want_out.as<float>(),
+                  scores.as<float>(), stride, layer, 0, n_head, n_head_kv, dk, dv, 0.2f, 0.0f,
+                  static_cast<const float*>(nullptr))
+                  .ok());
+  const std::vector<float> want = get<float>(want_out, values);
+  for (const int kind : {cuda_kernels::kRoundQ8_0, cuda_kernels::kRoundQ8_K,
+                         cuda_kernels::kRoundQ8_1}) {
+    SCOPED_TRACE("kind " + std::to_string(kind));
+    DeviceBuffer wq = space(values), wd = space(units * sizeof(float)),
+                 ws = space(units * sizeof(float));
+    ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256,
+                    want_out.as<const float>(), wq.as<signed char>(), wd.as<float>(),
+                    ws.as<float>(), static_cast<long long>(values), kind)
+                    .ok());
+    DeviceBuffer done = put(std::vector<unsigned>(rows, 0u));
+    for (int launch = 0; launch < 2; ++launch) {
+      DeviceBuffer out = space(values * sizeof(float)), xq = space(values),
+                   xd = space(units * sizeof(float)), xs = space(units * sizeof(float));
+      ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionBatchQuantizeEntry, n_head * rows,
+                      kAttentionThreads, dq.as<const float>(), dbase.as<const unsigned long long>(),
+                      dctx.as<const int>(), dkv.as<const int>(), drow.as<const int>(),
+                      out.as<float>(), scores.as<float>(), stride, layer, 0, n_head, n_head_kv,
+                      dk, dv, 0.2f, 0.0f, static_cast<const float*>(nullptr), kind,
+                      xq.as<signed char>(), xd.as<float>(), xs.as<float>(), done.as<unsigned>())
+                      .ok());
+      EXPECT_EQ(get<float>(out, values), want) << "launch " << launch;
+      EXPECT_EQ(get<signed char>(xq, values), get<signed char>(wq, values)) << "launch " << launch;
+      EXPECT_EQ(get<float>(xd, units), get<float>(wd, units)) << "launch " << launch;
+      EXPECT_EQ(get<float>(xs, units), get<float>(ws, units)) << "launch " << launch;
+      EXPECT_EQ(get<unsigned>(done, rows), std::vector<unsigned>(rows, 0u)) << "launch " << launch;
+    }
+  }
+}
+
 // Greedy: the first of the largest, NaN never the largest, -1 when all are
 // NaN (worker/sampler.cc's pick).
 TEST_P(Kernels, ArgmaxIsTheFirstOfTheLargest) {

@@ -31,6 +31,10 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   // (the decode comparison gpu-check.sh times).
   const char* matvec_int8 = std::getenv("STRATA_MATVEC_INT8");
   device.matvec_int8 = !(matvec_int8 != nullptr && std::string(matvec_int8) == "0");
+  // STRATA_ATTENTION_QUANTIZES=0: o's rows quantized by a launch of their
+  // own (the fused launch's cross-block handoff runs only on a GPU).
+  const char* attention_q = std::getenv("STRATA_ATTENTION_QUANTIZES");
+  device.attention_quantizes = !(attention_q != nullptr && std::string(attention_q) == "0");
   device.kernel_profile_path = options.kernel_profile_path;
   if (const char* profile = std::getenv("STRATA_KERNEL_PROFILE");
       device.kernel_profile_path.empty() && profile != nullptr) {

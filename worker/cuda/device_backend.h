@@ -83,6 +83,10 @@ struct DeviceBackendOptions {
   // rows' Q8 values times the weights' q with dp4a, exactly); false: its
   // float form (the weights dequantized, times the rows' rounded values).
   bool matvec_int8 = true;
+  // A step of decode rows only quantizes o's int8 rows in its attention
+  // launch (strata_attention_batch_quantize: the row's last block to finish
+  // quantizes it); false: a launch of its own after attention.
+  bool attention_quantizes = true;
   // A regrouped matrix (weight_layout.h) goes up this many bytes of device
   // rows at a time (at least a row): the host's copy of them at load.
   int64_t upload_chunk_bytes = int64_t{64} << 20;

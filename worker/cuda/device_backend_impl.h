@@ -411,6 +411,11 @@ class DeviceBackend final : public Backend {
   KernelHandle k_argmax_rows_;  // the kArgmax rows' picks
   KernelHandle k_top_k_rows_;   // the kTopK rows' candidates
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
+  // Decode attention that also quantizes o's rows (all-decode steps whose o
+  // takes int8 rows), with its per-row count of finished heads (zeros
+  // between launches; [max_batch]).
+  KernelHandle k_attention_batch_q_;
+  DeviceBuffer attn_done_;
   KernelHandle k_rms_q_, k_add_rms_q_, k_swiglu_q_;  // the quantizing forms
   KernelHandle k_rope_store_kv_batch_;  // a decode step's RoPE and KV store
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,

@@ -287,15 +287,37 @@ absl::Status DeviceBackend::attention(int il, int n, PairedRows& xn) {
   const int window = hp_.sliding[static_cast<size_t>(il)] ? hp_.sliding_window : 0;
   const int64_t attn_width = int64_t{hp_.n_head} * dv;
   const float* sinks = w.sinks.get() != nullptr ? w.sinks.as<float>() : nullptr;
+  PairedRows attn = rows_of(attn_.as<float>(), n, attn_width);
+  // A step of decode rows only whose o takes int8 rows: the attention
+  // launch makes them (strata_attention_batch_quantize).
+  const int o_kind = options_.attention_quantizes && n_decode_ == n && w.wo.int8
+                         ? int8_kind(w.wo)
+                         : ck::kRoundNone;
+  Int8Rows o_rows;
+  if (o_kind != ck::kRoundNone) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(o_rows, int8_rows(o_kind, n, attn_width));
+  }
   // The decode rows of every sequence: attention_rows_ of them a launch.
   for (int d0 = 0; d0 < n_decode_; d0 += attention_rows_) {
     const int rows = std::min(attention_rows_, n_decode_ - d0);
+    if (o_kind != ck::kRoundNone) {
+      STRATA_DEVICE_RETURN_IF_ERROR(run(
+          k_attention_batch_q_, static_cast<unsigned>(hp_.n_head * rows),
+          ck::kStepAttentionThreads, static_cast<const float*>(q), decode_.base + d0,
+          decode_.n_ctx + d0, decode_.n_kv + d0, decode_.row + d0, attn_.as<float>(),
+          scores_.as<float>(), max_ctx_, layer, window, hp_.n_head, hp_.n_head_kv, dk, dv, scale,
+          hp_.attn_softcap, sinks, o_kind, const_cast<signed char*>(o_rows.q),
+          const_cast<float*>(o_rows.d), const_cast<float*>(o_rows.sums),
+          attn_done_.as<unsigned int>()));
+      continue;
+    }
     STRATA_DEVICE_RETURN_IF_ERROR(run(
         k_attention_batch_, static_cast<unsigned>(hp_.n_head * rows), ck::kStepAttentionThreads,
         static_cast<const float*>(q), decode_.base + d0, decode_.n_ctx + d0, decode_.n_kv + d0,
         decode_.row + d0, attn_.as<float>(), scores_.as<float>(), max_ctx_, layer, window,
         hp_.n_head, hp_.n_head_kv, dk, dv, scale, hp_.attn_softcap, sinks));
   }
+  if (o_kind != ck::kRoundNone) mark_quantized(attn, o_kind);
   for (const StepSlice& s : slices_) {
     if (s.rows == 1) continue;  // attended above
     const auto* kc = static_cast<const unsigned short*>(k_cache(*s.seq, layer));
@@ -323,7 +345,6 @@ absl::Status DeviceBackend::attention(int il, int n, PairedRows& xn) {
           scale, hp_.attn_softcap, sinks));
     }
   }
-  PairedRows attn = rows_of(attn_.as<float>(), n, attn_width);
   STRATA_DEVICE_RETURN_IF_ERROR(step_matvec(w.wo, attn, proj_.as<float>()));
   return add_bias(proj_.as<float>(), w.bo, n, hp_.n_embd);
 }
@@ -530,7 +551,7 @@ absl::Status DeviceBackend::head() {
     // rows, when it takes them.
     STRATA_DEVICE_RETURN_IF_ERROR(norm_rows(x + int64_t{head_rows_.front()} * e, nullptr,
                                             output_norm_, rows, e, xn, head_rows,
-                                            int8_kind(out)));
+                                            out.int8 ? int8_kind(out) : ck::kRoundNone));
   } else {
     // Runs of consecutive rows in one launch each.
     for (int i = 0; i < rows;) {

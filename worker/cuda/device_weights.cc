@@ -343,6 +343,8 @@ absl::Status DeviceBackend::load() {
   }
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_batch_,
                                  kernel(src.attention, ck::kAttentionBatchEntry));
+  STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_batch_q_,
+                                 kernel(src.attention, ck::kAttentionBatchQuantizeEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_store_kv_batch_,
                                  kernel(src.elementwise, ck::kStoreKvBatchEntry));
   struct Elementwise {
@@ -372,6 +374,10 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_, space(b * k_width() * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(v_, space(b * v_width() * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(attn_, space(b * hp_.n_head * hp_.head_dim_v * f));
+  {
+    const std::vector<unsigned int> zeros(b, 0u);
+    STRATA_DEVICE_ASSIGN_OR_RETURN(attn_done_, upload(zeros.data(), zeros.size() * sizeof(unsigned)));
+  }
   STRATA_DEVICE_ASSIGN_OR_RETURN(proj_, space(b * e * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(gate_, space(b * ff_width() * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(up_, space(b * ff_width() * f));

@@ -235,14 +235,12 @@ STRATA_KERNEL strata_attention_decode(const float* q,
 // layer `layer`'s keys [begin, n_kv[r]) (begin n_kv[r] - window when window
 // > 0); scores [rows][n_head][scores_stride]. The same numbers as
 // strata_attention_decode per row.
-STRATA_KERNEL strata_attention_batch(const float* q,
-                                     const unsigned long long* kv_base,
-                                     const int* n_ctx, const int* n_kv,
-                                     const int* row_of, float* out,
-                                     float* scores, int scores_stride, int layer,
-                                     int window, int n_head, int n_head_kv, int dk, int dv,
-                                     float scale, float softcap, const float* __restrict__ sinks) {
-  strata_grid_dependency();
+// Block r x n_head + h of strata_attention_batch: its row's head h.
+// Returns the row (of q and out).
+__device__ __forceinline__ long long strata_attention_batch_head(
+    const float* q, const unsigned long long* kv_base, const int* n_ctx, const int* n_kv,
+    const int* row_of, float* out, float* scores, int scores_stride, int layer, int window,
+    int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, const float* sinks) {
   const int h = blockIdx.x % n_head;
   const int r = blockIdx.x / n_head;
   const long long kw = (long long)n_head_kv * dk, vw = (long long)n_head_kv * dv;
@@ -256,6 +254,50 @@ STRATA_KERNEL strata_attention_batch(const float* q,
                      scores + ((long long)r * n_head + h) * scores_stride, nk, begin,
                      h / (n_head / n_head_kv), n_head_kv, dk, dv, scale, softcap,
                      sinks != nullptr ? sinks[h] : -INFINITY, sinks != nullptr);
+  return row;
+}
+
+STRATA_KERNEL strata_attention_batch(const float* q,
+                                     const unsigned long long* kv_base,
+                                     const int* n_ctx, const int* n_kv,
+                                     const int* row_of, float* out,
+                                     float* scores, int scores_stride, int layer,
+                                     int window, int n_head, int n_head_kv, int dk, int dv,
+                                     float scale, float softcap, const float* __restrict__ sinks) {
+  strata_grid_dependency();
+  strata_attention_batch_head(q, kv_base, n_ctx, n_kv, row_of, out, scores, scores_stride, layer,
+                              window, n_head, n_head_kv, dk, dv, scale, softcap, sinks);
+}
+
+// strata_attention_batch, which also gives each row's output [n_head dv]
+// as the o projection's int8 rows of `kind` (quantize.cuh's layout and
+// numbers: xq [row][n_head dv], xd and xs [row][n_head dv / 32]; a Q8_K
+// block may span two heads): done[row] counts the row's finished heads,
+// and the block that finishes the last one quantizes the row and sets
+// done[row] back to 0 for the next launch (done: zeros before the first).
+// The heads' outputs reach it through __threadfence and L2 loads.
+STRATA_KERNEL strata_attention_batch_quantize(
+    const float* q, const unsigned long long* kv_base, const int* n_ctx, const int* n_kv,
+    const int* row_of, float* out, float* scores, int scores_stride, int layer, int window,
+    int n_head, int n_head_kv, int dk, int dv, float scale, float softcap,
+    const float* __restrict__ sinks, int kind, signed char* xq, float* xd, float* xs,
+    unsigned int* done) {
+  strata_grid_dependency();
+  const long long row =
+      strata_attention_batch_head(q, kv_base, n_ctx, n_kv, row_of, out, scores, scores_stride,
+                                  layer, window, n_head, n_head_kv, dk, dv, scale, softcap, sinks);
+  __shared__ int last;
+  __threadfence();  // this block's outputs, before its count
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&done[row], 1u) == (unsigned int)(n_head - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every head counted: their outputs are visible
+  const long long width = (long long)n_head * dv;
+  strata_quantize_values<true>(out + row * width, width, xq + row * width, xd + row * (width / 32),
+                               xs + row * (width / 32), kind, threadIdx.x >> 5, THREADS / 32,
+                               (int)threadIdx.x & 31);
+  if (threadIdx.x == 0) done[row] = 0u;
 }
 
 // Rows [0, n_rows) of one sequence's prompt chunk at positions pos0 ..: row

@@ -136,6 +136,17 @@ __device__ __forceinline__ void strata_quantize_block_k(const float* v, int lane
 // [n / 32], by n_warps warps (warp w takes units w, w + n_warps, ...: a
 // block's warps over a row, or a grid's over many rows). Whole units: n a
 // multiple of 32 (256 for Q8_K).
+// kFromL2: y was written by other blocks of this grid (made visible by
+// their __threadfence): read it from L2 (ld.global.cg), never from a stale
+// line of this multiprocessor's L1.
+template <bool kFromL2 = false>
+__device__ __forceinline__ float strata_load_y(const float* p) {
+#if defined(__CUDA_ARCH__)
+  if (kFromL2) return __ldcg(p);
+#endif
+  return *p;
+}
+template <bool kFromL2 = false>
 __device__ __forceinline__ void strata_quantize_values(const float* y, long long n,
                                                        signed char* q, float* d, float* sums,
                                                        int kind, long long warp,
@@ -143,12 +154,13 @@ __device__ __forceinline__ void strata_quantize_values(const float* y, long long
   if (kind == 3) {
     for (long long b = warp; b < n / 256; b += n_warps) {
       float v[8];
-      for (int j = 0; j < 8; ++j) v[j] = y[256 * b + lane + 32 * j];
+      for (int j = 0; j < 8; ++j) v[j] = strata_load_y<kFromL2>(y + 256 * b + lane + 32 * j);
       strata_quantize_block_k(v, lane, q + 256 * b, d + 8 * b, sums + 8 * b);
     }
   } else {
     for (long long u = warp; u < n / 32; u += n_warps) {
-      strata_quantize_unit(y[32 * u + lane], lane, q + 32 * u, d + u, sums + u, kind);
+      strata_quantize_unit(strata_load_y<kFromL2>(y + 32 * u + lane), lane, q + 32 * u, d + u,
+                           sums + u, kind);
     }
   }
 }

@@ -54,6 +54,7 @@ inline constexpr const char* kAttentionSource =
 inline constexpr const char* kAttentionDecodeEntry = "strata_attention_decode";
 inline constexpr const char* kAttentionRowsEntry = "strata_attention_rows";
 inline constexpr const char* kAttentionBatchEntry = "strata_attention_batch";
+inline constexpr const char* kAttentionBatchQuantizeEntry = "strata_attention_batch_quantize";
 inline constexpr int kAttentionThreads = 128;
 
 // argmax: grid (1), block (-DTHREADS, 256 by default); argmax_rows and
