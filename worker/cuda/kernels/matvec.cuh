@@ -132,6 +132,37 @@ struct UnitBits {
   unsigned int s[2];
 };
 
+// A format F's unit_words: its fetch, then its unpack_words.
+template <typename F>
+struct FetchedUnits {
+  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
+                                                    unsigned int* q, float* scale, float* min) {
+    UnitBits r;
+    F::fetch(w, n_cols, u, &r);
+    F::unpack_words(r, u, q, scale, min);
+  }
+};
+// A K-quant F's unpack_words from its unpack_ints (scale = d sc, min =
+// dmin m), and its unit_ints: its fetch, then its unpack_ints.
+template <typename F>
+struct KQuantUnits : FetchedUnits<F> {
+  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int u, unsigned int* q,
+                                                      float* scale, float* min) {
+    int sc[2], m;
+    float d, dmin;
+    F::unpack_ints(r, u, q, sc, &m, &d, &dmin);
+    scale[0] = d * (float)sc[0];
+    scale[1] = d * (float)sc[1];
+    *min = dmin * (float)m;
+  }
+  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u, unsigned int* q,
+                                                   int* sc, int* m, float* d, float* dmin) {
+    UnitBits r;
+    F::fetch(w, n_cols, u, &r);
+    F::unpack_ints(r, u, q, sc, m, d, dmin);
+  }
+};
+
 // The weights' rows are the device layout of worker/cuda/weight_layout.h:
 // a regrouped type's row is sections of one field of every block (quants
 // first, 16-byte aligned; the scales after), n_cols / (values a block)
@@ -188,7 +219,7 @@ STRATA_UNROLL
 
 // Q4_0: {f16 d; u8 qs[16]}: value l < 16 = ((qs[l] & 15) - 8) d, value
 // l + 16 = ((qs[l] >> 4) - 8) d. Device row: [qs 16] [d 2].
-struct Q4_0 {
+struct Q4_0 : FetchedUnits<Q4_0> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
@@ -219,17 +250,11 @@ STRATA_UNROLL
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = sub_bytes(q[i], 0x08080808u);
   }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
-  }
 };
 
 // Q4_1: {f16 d; f16 m; u8 qs[16]}: value = q d + m, the nibbles as Q4_0.
 // Device row: [qs 16] [d m 4].
-struct Q4_1 {
+struct Q4_1 : FetchedUnits<Q4_1> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
@@ -259,18 +284,12 @@ STRATA_UNROLL
     *min = -f16_value(r.s[0] >> 16);  // value = d q + m
     nibble_words(qs, 0u, q);
   }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
-  }
 };
 
 // Q5_0: {f16 d; u8 qh[4]; u8 qs[16]}: the nibbles as Q4_0 with a fifth bit,
 // bit l of the little-endian u32 qh for value l: value = (q - 16) d.
 // Device row: [qs 16] [qh 4] [d 2].
-struct Q5_0 {
+struct Q5_0 : FetchedUnits<Q5_0> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
@@ -305,17 +324,11 @@ STRATA_UNROLL
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = sub_bytes(q[i], 0x10101010u);
   }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
-  }
 };
 
 // Q5_1: {f16 d; f16 m; u8 qh[4]; u8 qs[16]}: the bits of Q5_0, unsigned:
 // value = q d + m. Device row: [qs 16] [qh 4] [d m 4].
-struct Q5_1 {
+struct Q5_1 : FetchedUnits<Q5_1> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
@@ -349,19 +362,13 @@ STRATA_UNROLL
     *min = -f16_value(r.s[1] >> 16);  // value = d q + m
     nibble_words(qs, r.s[0], q);
   }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
-  }
 };
 
 // MXFP4: {u8 e (E8M0); u8 qs[16]}: value l < 16 = table[qs[l] & 15] d, value
 // l + 16 = table[qs[l] >> 4] d; the table holds the E2M1 values doubled
 // (ggml's kvalues_mxfp4: 0, 1, 2, 3, 4, 6, 8, 12 and their negatives for
 // codes 8-15), d = 2^(e - 128) (e8m0_to_f32_half). Device row: [qs 16] [e 1].
-struct MXFP4 {
+struct MXFP4 : FetchedUnits<MXFP4> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ float e8m0_half(unsigned int e) {
@@ -398,12 +405,6 @@ STRATA_UNROLL
       q[i + 4] = lookup4(qs[i] >> 4);
     }
   }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
-  }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
     unsigned int q[8];
     float d, zero;
@@ -414,7 +415,7 @@ STRATA_UNROLL
 };
 
 // Q8_0: {f16 d; i8 qs[32]}: value = q d. Device row: [qs 32] [d 2].
-struct Q8_0 {
+struct Q8_0 : FetchedUnits<Q8_0> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
@@ -439,12 +440,6 @@ STRATA_UNROLL
     words_of(r.v[1], q + 4);
     *scale = f16_value(r.s[0]);
     *min = 0.0f;
-  }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
   }
 };
 
@@ -474,7 +469,7 @@ __device__ __forceinline__ void k4_head(const uint4& h, int s, float* d, float* 
 // get_scale_min_k4) and takes the low (s even) or high (s odd) nibbles of
 // qs[32 (s / 2) .. + 32): value = d sc q - dmin m. Device row: the GGUF
 // row (blocks of 144 = 9 x 16 bytes).
-struct Q4_K {
+struct Q4_K : KQuantUnits<Q4_K> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int, int u, float* v) {
@@ -512,34 +507,13 @@ STRATA_UNROLL
 STRATA_UNROLL
     for (int i = 0; i < 8; ++i) q[i] = (words[i] >> shift) & 0x0F0F0F0Fu;
   }
-  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int u, unsigned int* q,
-                                                      float* scale, float* min) {
-    int sc[2], m;
-    float d, dmin;
-    unpack_ints(r, u, q, sc, &m, &d, &dmin);
-    scale[0] = d * (float)sc[0];
-    scale[1] = d * (float)sc[1];
-    *min = dmin * (float)m;
-  }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
-  }
-  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u, unsigned int* q,
-                                                   int* sc, int* m, float* d, float* dmin) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_ints(r, u, q, sc, m, d, dmin);
-  }
 };
 
 // Q5_K: 256 values in 176 bytes {f16 d; f16 dmin; u8 scales[12]; u8
 // qh[32]; u8 qs[128]}: Q4_K's nibbles, scales and mins, and a fifth bit,
 // bit s of qh[l] for value l of sub-block s: value = d sc q - dmin m.
 // Device row: the GGUF row (blocks of 176 = 11 x 16 bytes).
-struct Q5_K {
+struct Q5_K : KQuantUnits<Q5_K> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int, int u, float* v) {
@@ -587,27 +561,6 @@ STRATA_UNROLL
       q[i] = ((words[i] >> shift) & 0x0F0F0F0Fu) | (((qh[i] >> s) & 0x01010101u) << 4);
     }
   }
-  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int u, unsigned int* q,
-                                                      float* scale, float* min) {
-    int sc[2], m;
-    float d, dmin;
-    unpack_ints(r, u, q, sc, &m, &d, &dmin);
-    scale[0] = d * (float)sc[0];
-    scale[1] = d * (float)sc[1];
-    *min = dmin * (float)m;
-  }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
-  }
-  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u, unsigned int* q,
-                                                   int* sc, int* m, float* d, float* dmin) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_ints(r, u, q, sc, m, d, dmin);
-  }
 };
 
 // Q6_K: 256 values in 210 bytes {u8 ql[128]; u8 qh[64]; i8 scales[16];
@@ -616,7 +569,7 @@ STRATA_UNROLL
 // for k < 2, the high one else), 2 high bits (qh[32 h + l] >> 2k) & 3,
 // minus 32, times d and scales[8 h + 2 k + l / 16]. Device row: [ql qh
 // scales 208] [d 2].
-struct Q6_K {
+struct Q6_K : KQuantUnits<Q6_K> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   // Sub-block u's ql and qh words, its two scales (bytes 0 and 1 of sc) and d.
@@ -678,27 +631,6 @@ STRATA_UNROLL
       q[i] = sub_bytes(((ql[i] >> low_shift) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * k)) & 0x03030303u) << 4),
                        0x20202020u);
     }
-  }
-  static __device__ __forceinline__ void unpack_words(const UnitBits& r, int u, unsigned int* q,
-                                                      float* scale, float* min) {
-    int sc[2], m;
-    float d, dmin;
-    unpack_ints(r, u, q, sc, &m, &d, &dmin);
-    scale[0] = d * (float)sc[0];
-    scale[1] = d * (float)sc[1];
-    *min = dmin * (float)m;
-  }
-  static __device__ __forceinline__ void unit_words(const u8* w, int n_cols, int u,
-                                                    unsigned int* q, float* scale, float* min) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_words(r, u, q, scale, min);
-  }
-  static __device__ __forceinline__ void unit_ints(const u8* w, int n_cols, int u, unsigned int* q,
-                                                   int* sc, int* m, float* d, float* dmin) {
-    UnitBits r;
-    fetch(w, n_cols, u, &r);
-    unpack_ints(r, u, q, sc, m, d, dmin);
   }
 };
 

@@ -108,6 +108,24 @@ STRATA_UNROLL
   mma_put_tile(acc, m0 + wm, t0 + wn, g, t, y0, y1, y2, n0, n1, n_rows, n_tok);
 }
 
+// One unit's integer dot products of an A tile a (16 weight rows, int8
+// words) and a B tile b (8 tokens): sum0, and with kScales 2 (a scale each
+// 16 values, Q6_K) the two halves apart, each by an mma.sync with the
+// other half of A zero: sum0 values 0-15, sum1 values 16-31.
+template <int kScales>
+__device__ __forceinline__ void mma_unit_sums(const unsigned* a, const unsigned* b, int* sum0,
+                                              int* sum1) {
+STRATA_UNROLL
+  for (int e = 0; e < 4; ++e) sum0[e] = sum1[e] = 0;
+  if (kScales == 1) {
+    strata_mma_16832_s8(sum0, a, b);
+  } else {
+    const unsigned lo[4] = {a[0], a[1], 0u, 0u}, hi[4] = {0u, 0u, a[2], a[3]};
+    strata_mma_16832_s8(sum0, lo, b);
+    strata_mma_16832_s8(sum1, hi, b);
+  }
+}
+
 // The same tile on the int8 tensor cores, for the types whose products with
 // Q8 values are integer (Format::unit_words: value = scale q - min per 32-value
 // unit; Q6_K: a scale each 16 values, Format::kI8Scales 2, its halves summed
@@ -281,21 +299,14 @@ STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
           for (int j = 0; j < 4; ++j) {
-            if (Format::kI8Scales == 1) {
-              int sumi[4] = {0, 0, 0, 0};
-              strata_mma_16832_s8(sumi, a[i], bf[j]);
+            int sum0[4], sum1[4];
+            mma_unit_sums<Format::kI8Scales>(a[i], bf[j], sum0, sum1);
 STRATA_UNROLL
-              for (int e = 0; e < 4; ++e) {
-                isum[i][j][e] += wsc[i][e >> 1][0] * sumi[e];
+            for (int e = 0; e < 4; ++e) {
+              if (Format::kI8Scales == 1) {
+                isum[i][j][e] += wsc[i][e >> 1][0] * sum0[e];
                 imin[i][j][e] += wsc[i][e >> 1][1] * xsi[j][e & 1];
-              }
-            } else {  // Q6_K: each half alone, A's other half 0
-              const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
-              int sum0[4] = {0, 0, 0, 0}, sum1[4] = {0, 0, 0, 0};
-              strata_mma_16832_s8(sum0, lo, bf[j]);
-              strata_mma_16832_s8(sum1, hi, bf[j]);
-STRATA_UNROLL
-              for (int e = 0; e < 4; ++e) {
+              } else {  // Q6_K: each half its scale, no min
                 isum[i][j][e] += wsc[i][e >> 1][0] * sum0[e] + wsc[i][e >> 1][1] * sum1[e];
               }
             }
@@ -326,25 +337,17 @@ STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
           for (int j = 0; j < 4; ++j) {
-            if (Format::kI8Scales == 1) {
-              int sumi[4] = {0, 0, 0, 0};
-              strata_mma_16832_s8(sumi, a[i], bf[j]);
+            int sum0[4], sum1[4];
+            mma_unit_sums<Format::kI8Scales>(a[i], bf[j], sum0, sum1);
 STRATA_UNROLL
-              for (int e = 0; e < 4; ++e) {
-                const float dx = xs[j][e & 1];
+            for (int e = 0; e < 4; ++e) {
+              const float dx = xs[j][e & 1];
+              if (Format::kI8Scales == 1) {
                 // Q8_1 rows (Format::kI8Q8_1): xsum is the unit's s = f16(d sum q).
                 const float min_term = Format::kI8Q8_1 ? wmin[i][e >> 1] * xsum[j][e & 1]
                                                        : wmin[i][e >> 1] * dx * xsum[j][e & 1];
-                acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sumi[e] - min_term;
-              }
-            } else {  // a scale each 16 values: each half alone, A's other half 0
-              const unsigned lo[4] = {a[i][0], a[i][1], 0u, 0u}, hi[4] = {0u, 0u, a[i][2], a[i][3]};
-              int sum0[4] = {0, 0, 0, 0}, sum1[4] = {0, 0, 0, 0};
-              strata_mma_16832_s8(sum0, lo, bf[j]);
-              strata_mma_16832_s8(sum1, hi, bf[j]);
-STRATA_UNROLL
-              for (int e = 0; e < 4; ++e) {
-                const float dx = xs[j][e & 1];
+                acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sum0[e] - min_term;
+              } else {  // a scale each 16 values
                 acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sum0[e] +
                                 ws[i][e >> 1][1] * dx * (float)sum1[e];
               }
