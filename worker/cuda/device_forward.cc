@@ -544,23 +544,16 @@ absl::Status DeviceBackend::head() {
   float* xn = xn_.as<float>();
   const DeviceMatrix& out = tied_output_ ? token_embd_ : output_;
   PairedRows head_rows = rows_of(xn, rows, e);
-  bool one_run = true;
-  for (int i = 1; i < rows; ++i) one_run = one_run && head_rows_[i] == head_rows_[i - 1] + 1;
-  if (one_run) {
-    // One run (a decode step's rows): the norm also makes the head's int8
-    // rows, when it takes them.
-    STRATA_DEVICE_RETURN_IF_ERROR(norm_rows(x + int64_t{head_rows_.front()} * e, nullptr,
-                                            output_norm_, rows, e, xn, head_rows,
-                                            out.int8 ? int8_kind(out) : ck::kRoundNone));
-  } else {
-    // Runs of consecutive rows in one launch each.
-    for (int i = 0; i < rows;) {
-      int j = i + 1;
-      while (j < rows && head_rows_[j] == head_rows_[j - 1] + 1) ++j;
-      STRATA_DEVICE_RETURN_IF_ERROR(rms_norm(x + int64_t{head_rows_[i]} * e, output_norm_, j - i,
-                                             e, xn + int64_t{i} * e));
-      i = j;
-    }
+  // Runs of consecutive rows in one launch each. A single run (a decode
+  // step's rows): the norm also makes the head's int8 rows, when it takes
+  // them.
+  for (int i = 0; i < rows;) {
+    int j = i + 1;
+    while (j < rows && head_rows_[j] == head_rows_[j - 1] + 1) ++j;
+    const int kind = j - i == rows && out.int8 ? int8_kind(out) : ck::kRoundNone;
+    STRATA_DEVICE_RETURN_IF_ERROR(norm_rows(x + int64_t{head_rows_[i]} * e, nullptr, output_norm_,
+                                            j - i, e, xn + int64_t{i} * e, head_rows, kind));
+    i = j;
   }
   const int64_t n_logits = int64_t{rows} * n_vocab_;
   STRATA_DEVICE_RETURN_IF_ERROR(matvec(out, head_rows, logits_.as<float>()));

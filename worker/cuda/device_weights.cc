@@ -374,10 +374,9 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_, space(b * k_width() * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(v_, space(b * v_width() * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(attn_, space(b * hp_.n_head * hp_.head_dim_v * f));
-  {
-    const std::vector<unsigned int> zeros(b, 0u);
-    STRATA_DEVICE_ASSIGN_OR_RETURN(attn_done_, upload(zeros.data(), zeros.size() * sizeof(unsigned)));
-  }
+  const std::vector<unsigned int> done_zeros(b, 0u);  // strata_attention_batch_quantize's counts
+  STRATA_DEVICE_ASSIGN_OR_RETURN(attn_done_,
+                                 upload(done_zeros.data(), done_zeros.size() * sizeof(unsigned int)));
   STRATA_DEVICE_ASSIGN_OR_RETURN(proj_, space(b * e * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(gate_, space(b * ff_width() * f));
   STRATA_DEVICE_ASSIGN_OR_RETURN(up_, space(b * ff_width() * f));

@@ -55,21 +55,7 @@ __device__ __forceinline__ float f16_bits(const u8* p) {
   return f16_value(load_as<unsigned short>(p));
 }
 
-// The 16 bytes at p (16-byte aligned) as four little-endian words, in one
-// load.
-__device__ __forceinline__ void load_16_bytes(const u8* p, unsigned int* words) {
-  const uint4 a = load_as<uint4>(p);
-  words[0] = a.x;
-  words[1] = a.y;
-  words[2] = a.z;
-  words[3] = a.w;
-}
-// The 32 bytes at p (16-byte aligned) as eight little-endian words, in two
-// loads; byte l of them is (words[l / 4] >> 8 (l % 4)) & 255.
-__device__ __forceinline__ void load_32_bytes(const u8* p, unsigned int* words) {
-  load_16_bytes(p, words);
-  load_16_bytes(p + 16, words + 4);
-}
+// Byte l of little-endian words: (words[l / 4] >> 8 (l % 4)) & 255.
 __device__ __forceinline__ unsigned int byte_of(const unsigned int* words, int l) {
   return (words[l >> 2] >> (8 * (l & 3))) & 255u;
 }
@@ -223,9 +209,11 @@ struct Q4_0 : FetchedUnits<Q4_0> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
     unsigned int q[4];
-    load_16_bytes(w + (long long)u * 16, q);
-    const float d = f16_bits(w + (long long)(n_cols / 32) * 16 + 2 * u);
+    words_of(r.v[0], q);
+    const float d = f16_value(r.s[0]);
 STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
       v[l] = (float)((int)(byte_of(q, l) & 15) - 8) * d;
@@ -258,10 +246,11 @@ struct Q4_1 : FetchedUnits<Q4_1> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
     unsigned int q[4];
-    load_16_bytes(w + (long long)u * 16, q);
-    const unsigned int dm = load_as<unsigned int>(w + (long long)(n_cols / 32) * 16 + 4 * u);
-    const float d = f16_value(dm & 0xFFFFu), m = f16_value(dm >> 16);
+    words_of(r.v[0], q);
+    const float d = f16_value(r.s[0] & 0xFFFFu), m = f16_value(r.s[0] >> 16);
 STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
       v[l] = (float)(byte_of(q, l) & 15) * d + m;
@@ -293,11 +282,12 @@ struct Q5_0 : FetchedUnits<Q5_0> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
-    const long long nb = n_cols / 32;
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
     unsigned int q[4];
-    load_16_bytes(w + (long long)u * 16, q);
-    const unsigned int qh = load_as<unsigned int>(w + nb * 16 + 4 * u);
-    const float d = f16_bits(w + nb * 20 + 2 * u);
+    words_of(r.v[0], q);
+    const unsigned int qh = r.s[0];
+    const float d = f16_value(r.s[1]);
 STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
       v[l] = (float)((int)((byte_of(q, l) & 15) | (((qh >> l) & 1) << 4)) - 16) * d;
@@ -332,12 +322,12 @@ struct Q5_1 : FetchedUnits<Q5_1> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
-    const long long nb = n_cols / 32;
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
     unsigned int q[4];
-    load_16_bytes(w + (long long)u * 16, q);
-    const unsigned int qh = load_as<unsigned int>(w + nb * 16 + 4 * u);
-    const unsigned int dm = load_as<unsigned int>(w + nb * 20 + 4 * u);
-    const float d = f16_value(dm & 0xFFFFu), m = f16_value(dm >> 16);
+    words_of(r.v[0], q);
+    const unsigned int qh = r.s[0];
+    const float d = f16_value(r.s[1] & 0xFFFFu), m = f16_value(r.s[1] >> 16);
 STRATA_UNROLL
     for (int l = 0; l < 16; ++l) {
       v[l] = (float)((byte_of(q, l) & 15) | (((qh >> l) & 1) << 4)) * d + m;
@@ -419,9 +409,12 @@ struct Q8_0 : FetchedUnits<Q8_0> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
     unsigned int q[8];
-    load_32_bytes(w + (long long)u * 32, q);
-    const float d = f16_bits(w + (long long)(n_cols / 32) * 32 + 2 * u);
+    words_of(r.v[0], q);
+    words_of(r.v[1], q + 4);
+    const float d = f16_value(r.s[0]);
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = (float)(signed char)byte_of(q, l) * d;
   }
@@ -472,15 +465,17 @@ __device__ __forceinline__ void k4_head(const uint4& h, int s, float* d, float* 
 struct Q4_K : KQuantUnits<Q4_K> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int, int u, float* v) {
-    const u8* b = w + (long long)(u >> 3) * 144;
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
     const int s = u & 7;
     float d, dmin;
     int scale, min;
-    k4_head(load_as<uint4>(b), s, &d, &dmin, &scale, &min);
+    k4_head(r.v[0], s, &d, &dmin, &scale, &min);
     const float d1 = d * (float)scale, m1 = dmin * (float)min;
     unsigned int q[8];
-    load_32_bytes(b + 16 + 32 * (s >> 1), q);
+    words_of(r.v[1], q);
+    words_of(r.v[2], q + 4);
     const int shift = (s & 1) * 4;
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) v[l] = d1 * (float)((byte_of(q, l) >> shift) & 15) - m1;
@@ -516,16 +511,19 @@ STRATA_UNROLL
 struct Q5_K : KQuantUnits<Q5_K> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  static __device__ __forceinline__ void unit(const u8* w, int, int u, float* v) {
-    const u8* b = w + (long long)(u >> 3) * 176;
+  static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
     const int s = u & 7;
     float d, dmin;
     int scale, min;
-    k4_head(load_as<uint4>(b), s, &d, &dmin, &scale, &min);
+    k4_head(r.v[0], s, &d, &dmin, &scale, &min);
     const float d1 = d * (float)scale, m1 = dmin * (float)min;
     unsigned int qh[8], q[8];
-    load_32_bytes(b + 16, qh);
-    load_32_bytes(b + 48 + 32 * (s >> 1), q);
+    words_of(r.v[1], qh);
+    words_of(r.v[2], qh + 4);
+    words_of(r.v[3], q);
+    words_of(r.v[4], q + 4);
     const int shift = (s & 1) * 4;
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) {
@@ -572,22 +570,17 @@ STRATA_UNROLL
 struct Q6_K : KQuantUnits<Q6_K> {
   static constexpr bool kTail = false;
   static __device__ __forceinline__ float value(const u8*, int) { return 0.0f; }
-  // Sub-block u's ql and qh words, its two scales (bytes 0 and 1 of sc) and d.
-  static __device__ __forceinline__ void load(const u8* w, int n_cols, int u, unsigned int* ql,
-                                              unsigned int* qh, unsigned int* sc, float* d) {
-    const u8* b = w + (long long)(u >> 3) * 208;
-    const int s = u & 7, h = s >> 2, k = s & 3;
-    load_32_bytes(b + 64 * h + 32 * (k & 1), ql);
-    load_32_bytes(b + 128 + 32 * h, qh);
-    *sc = load_as<unsigned short>(b + 192 + 8 * h + 2 * k);
-    *d = f16_bits(w + (long long)(n_cols / 256) * 208 + 2 * (u >> 3));
-  }
   static __device__ __forceinline__ void unit(const u8* w, int n_cols, int u, float* v) {
-    unsigned int ql[8], qh[8], sc;
-    float d;
-    load(w, n_cols, u, ql, qh, &sc, &d);
+    UnitBits r;
+    fetch(w, n_cols, u, &r);
+    unsigned int ql[8], qh[8];
+    words_of(r.v[0], ql);
+    words_of(r.v[1], ql + 4);
+    words_of(r.v[2], qh);
+    words_of(r.v[3], qh + 4);
+    const float d = f16_value(r.s[1]);
     const int k = u & 3;
-    const float scales[2] = {(float)(signed char)(sc & 255u), (float)(signed char)(sc >> 8)};
+    const float scales[2] = {(float)(signed char)(r.s[0] & 255u), (float)(signed char)(r.s[0] >> 8)};
     const int low_shift = k < 2 ? 0 : 4;
 STRATA_UNROLL
     for (int l = 0; l < 32; ++l) {
