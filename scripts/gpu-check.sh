@@ -495,6 +495,10 @@ else
   # comparison; a failure here is left in the figures, not the step).
   STRATA_MMA_INT8=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 512 -n 0 -r "$RUNS" --json \
     >"$WORK/speed-f16.json" 2>"$LOGS/speed-cuda-f16.log" || true
+  # On an sm_90 device that f16 prefill is the warpgroup (wgmma) kernel's;
+  # the same on mma.sync's is its comparison.
+  STRATA_MMA_INT8=0 STRATA_WGMMA=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 512 -n 0 -r "$RUNS" --json \
+    >"$WORK/speed-f16-mma.json" 2>"$LOGS/speed-cuda-f16-mma.log" || true
   # The same decode on the float matvec kernel (the int8 one's comparison).
   STRATA_MATVEC_INT8=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 128 -r "$RUNS" --json \
     >"$WORK/speed-float.json" 2>"$LOGS/speed-cuda-float.log" || true
@@ -505,6 +509,7 @@ else
   pp="$(speed_field "$WORK/speed-1.json" pp)"; tg1="$(speed_field "$WORK/speed-1.json" tg)"
   tg16="$(speed_field "$WORK/speed-16.json" tg)"
   pp_f16="$(speed_field "$WORK/speed-f16.json" pp)"
+  pp_f16_mma="$(speed_field "$WORK/speed-f16-mma.json" pp)"
   tg_float="$(speed_field "$WORK/speed-float.json" tg)"
   tg_nopdl="$(speed_field "$WORK/speed-nopdl.json" tg)"
   bytes="$(json_num "$WORK/speed-1.json" decode_weight_bytes)"
@@ -517,7 +522,7 @@ else
   peak_int8_tops=1979
   ratios="$(awk -v pp="${pp:-0}" -v tg1="${tg1:-0}" -v tg16="${tg16:-0}" -v b="${bytes:-0}" \
     -v bw="${bw_gb_s:-0}" -v f="$flop_per_token" -v peak="$peak_tflops" -v peak8="$peak_int8_tops" \
-    -v ppf="${pp_f16:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" 'BEGIN {
+    -v ppf="${pp_f16:-0}" -v ppm="${pp_f16_mma:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" 'BEGIN {
       printf "\"decode_gb_s\": %.1f, ", tg1 * b / 1e9;
       printf "\"decode_fraction_of_read_bandwidth\": %s, ", (bw > 0 ? sprintf("%.3f", tg1 * b / 1e9 / bw) : "null");
       printf "\"sixteen_over_one\": %s, ", (tg1 > 0 ? sprintf("%.2f", tg16 / tg1) : "null");
@@ -526,6 +531,9 @@ else
       printf "\"prefill_fraction_of_int8_peak\": %.3f, ", pp * f / 1e12 / peak8;
       printf "\"pp512_f16_kernel_tok_s\": %s, ", (ppf > 0 ? ppf : "null");
       printf "\"int8_over_f16_prefill\": %s, ", (ppf > 0 ? sprintf("%.2f", pp / ppf) : "null");
+      printf "\"f16_kernel_fraction_of_f16_peak\": %s, ", (ppf > 0 ? sprintf("%.3f", ppf * f / 1e12 / peak) : "null");
+      printf "\"pp512_f16_mma_sync_tok_s\": %s, ", (ppm > 0 ? ppm : "null");
+      printf "\"wgmma_over_mma_sync_prefill\": %s, ", (ppm > 0 ? sprintf("%.2f", ppf / ppm) : "null");
       printf "\"tg128_float_kernel_tok_s\": %s, ", (tgf > 0 ? tgf : "null");
       printf "\"int8_over_float_decode\": %s, ", (tgf > 0 ? sprintf("%.2f", tg1 / tgf) : "null");
       printf "\"tg128_no_pdl_tok_s\": %s, ", (tgn > 0 ? tgn : "null");

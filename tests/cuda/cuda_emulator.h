@@ -106,10 +106,22 @@ struct Context {
 // One block being run.
 struct BlockRun {
   static constexpr size_t kStackBytes = 64 * 1024;
+  // A wgmma.mma_async this thread issued (strata_host_wgmma_m64n128k16),
+  // run when a wait_group lets it complete; group: its commit group
+  // (-1: not committed yet).
+  struct WgmmaOp {
+    float* d = nullptr;
+    unsigned long long a = 0, b = 0;
+    int accumulate = 0;
+    const void* smem = nullptr;
+    int group = -1;
+  };
   struct Thread {
     Context context;
     char* stack = nullptr;  // kStackBytes, from stacks()
     bool done = false;
+    std::vector<WgmmaOp> wgmma;
+    int wgmma_groups = 0;  // committed so far
   };
   struct Warp {
     Barrier meet;
@@ -230,6 +242,70 @@ inline void strata_host_mma_m16n8k32_s8(int* d, const unsigned* a, const unsigne
   });
 }
 
+// sm_90's wgmma (worker/cuda/kernels/wgmma_ops.cuh) for one thread of a
+// warpgroup. The instruction is asynchronous on a device; here it is
+// recorded when issued and computed when strata_wgmma_wait lets its group
+// complete, from the shared memory as it is then, so a kernel that writes
+// a tile before waiting for the wgmma reading it gets wrong sums here too,
+// and one that never waits leaves its accumulators unwritten (and aborts
+// at its end). Each of the thread's 64 accumulators d[4 j + e] is
+// D[16 w + g + 8 (e / 2)][8 j + 2 t + e % 2] (w: the warp within the
+// warpgroup, g = lane / 4, t = lane % 4), its A and B elements read
+// through the descriptors' K-major unswizzled layout (start + (row / 8)
+// SBO + (row % 8) 16 + (k / 8) LBO + (k % 8) 2 bytes); the products
+// (exact in float) summed in k order onto d, or onto 0 when not
+// accumulating.
+inline float strata_emulated_wgmma_f16(const void* smem, unsigned long long desc, int row, int k) {
+  if ((desc >> 62) != 0 || ((desc >> 49) & 7) != 0) {
+    std::fprintf(stderr, "cuda_emulation: wgmma descriptor %llx: only unswizzled tiles\n", desc);
+    std::abort();
+  }
+  const size_t start = (desc & 0x3FFF) << 4, lbo = ((desc >> 16) & 0x3FFF) << 4,
+               sbo = ((desc >> 32) & 0x3FFF) << 4;
+  const size_t at = start + static_cast<size_t>(row / 8) * sbo + static_cast<size_t>(row % 8) * 16 +
+                    static_cast<size_t>(k / 8) * lbo + static_cast<size_t>(k % 8) * 2;
+  uint16_t h;
+  std::memcpy(&h, static_cast<const unsigned char*>(smem) + at, sizeof h);
+  return reference::f16_to_f32(h);
+}
+inline void strata_emulated_wgmma_run(const BlockRun::WgmmaOp& op) {
+  const unsigned in_group = threadIdx.x % 128;
+  const int warp = static_cast<int>(in_group / 32), lane = static_cast<int>(in_group % 32);
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 64; ++i) {
+    const int row = 16 * warp + g + 8 * ((i & 3) >> 1), col = 8 * (i >> 2) + 2 * t + (i & 1);
+    float sum = op.accumulate ? op.d[i] : 0.0f;
+    for (int k = 0; k < 16; ++k) {
+      sum += strata_emulated_wgmma_f16(op.smem, op.a, row, k) *
+             strata_emulated_wgmma_f16(op.smem, op.b, col, k);
+    }
+    op.d[i] = sum;
+  }
+}
+inline void strata_host_wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b,
+                                         int accumulate, const void* smem) {
+  this_block->threads[this_block->current].wgmma.push_back({d, a, b, accumulate, smem, -1});
+}
+inline void strata_host_wgmma_commit() {
+  BlockRun::Thread& th = this_block->threads[this_block->current];
+  ++th.wgmma_groups;
+  for (BlockRun::WgmmaOp& op : th.wgmma) {
+    if (op.group < 0) op.group = th.wgmma_groups;
+  }
+}
+inline void strata_host_wgmma_wait(int pending) {
+  BlockRun::Thread& th = this_block->threads[this_block->current];
+  std::vector<BlockRun::WgmmaOp> left;
+  for (const BlockRun::WgmmaOp& op : th.wgmma) {
+    if (op.group >= 0 && op.group <= th.wgmma_groups - pending) {
+      strata_emulated_wgmma_run(op);
+    } else {
+      left.push_back(op);
+    }
+  }
+  th.wgmma = std::move(left);
+}
+
 // worker/cuda/kernels/grid.cuh's wait for the kernel before: launches run
 // one after another here (its guard: the kernel sources define none).
 #define STRATA_GRID_DEPENDENCY
@@ -297,6 +373,10 @@ inline void run_thread() {
   BlockRun& b = *this_block;
   (*b.kernel)();
   const unsigned t = b.current;
+  if (!b.threads[t].wgmma.empty()) {
+    std::fprintf(stderr, "cuda_emulation: thread %u ended with a wgmma never waited for\n", t);
+    std::abort();
+  }
   b.threads[t].done = true;
   ++progress;
   --b.block.alive;

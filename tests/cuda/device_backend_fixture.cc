@@ -29,8 +29,14 @@ Loaded open_model(const std::string& path) {
 
 std::string device_kind;
 
+int emulated_compute_capability = 80;
+
 std::unique_ptr<DeviceApi> new_api() {
-  if (device_kind == "emulated") return testing::emulated_step_device();
+  if (device_kind == "emulated") {
+    auto api = testing::emulated_step_device();
+    api->set_compute_capability(emulated_compute_capability);
+    return api;
+  }
   auto api = make_cuda_device_api(0, "");
   EXPECT_TRUE(api.ok()) << api.status();
   return api.ok() ? *std::move(api) : nullptr;

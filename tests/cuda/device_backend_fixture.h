@@ -39,6 +39,24 @@ extern std::string device_kind;
 // A DeviceApi of device_kind (the test has checked a GPU exists for "cuda").
 std::unique_ptr<DeviceApi> new_api();
 
+// The compute capability new_api()'s emulated apis report (80: mma.sync's
+// kernels; 90: a backend takes sm_90's wgmma kernels too). A GPU reports
+// its own.
+extern int emulated_compute_capability;
+// Sets emulated_compute_capability for a scope.
+class EmulatedComputeCapability {
+ public:
+  explicit EmulatedComputeCapability(int cc) : saved_(emulated_compute_capability) {
+    emulated_compute_capability = cc;
+  }
+  ~EmulatedComputeCapability() { emulated_compute_capability = saved_; }
+  EmulatedComputeCapability(const EmulatedComputeCapability&) = delete;
+  EmulatedComputeCapability& operator=(const EmulatedComputeCapability&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Sets device_kind; on "cuda" without a device, skips saying why.
 #define STRATA_ON_DEVICE(kind)                                                \
   do {                                                                        \

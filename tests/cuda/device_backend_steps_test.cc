@@ -477,6 +477,57 @@ TEST(DeviceBackendUpload, RowsUploadedInChunksGiveTheSameLogits) {
   }
 }
 
+// Prompt slices on the f16 tensor cores (mma_int8 false): a device that
+// reports compute 9.0 runs them on the warpgroup kernel (wgmma_source.h),
+// one launch of 256 threads a matrix, and none on mma.sync's; 8.0, or 9.0
+// with `wgmma` off, on mma.sync's. On the emulation the two kernels' sums
+// are the same arithmetic (products exact in float, added onto the sums in
+// column order, 16 at a time), so the logits are the same bits: the
+// warpgroup kernel's tiles, buffers and outputs put each sum where
+// mma.sync's does. (On a GPU the tensor cores' accumulations may differ.)
+TEST(DeviceBackendLaunches, PromptSlicesTakeTheWarpgroupKernelOnSm90) {
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(tiny_llama(dir, "Q4_K_M"));
+  ASSERT_NE(m.model, nullptr);
+  struct Case {
+    int cc;
+    bool wgmma;
+  };
+  std::vector<float> logits[3];
+  int at = 0;
+  for (const Case c : {Case{80, true}, Case{90, true}, Case{90, false}}) {
+    SCOPED_TRACE(std::to_string(c.cc) + (c.wgmma ? "" : ", wgmma off"));
+    DeviceBackendOptions o = test_options(32, 0, /*mma_min_rows=*/3);
+    o.mma_int8 = false;
+    o.wgmma = c.wgmma;
+    o.graphs = false;
+    std::unique_ptr<testing::EmulatedDeviceApi> api = testing::emulated_step_device();
+    api->set_compute_capability(c.cc);
+    testing::EmulatedDeviceApi* emulated = api.get();
+    auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE((*b)->add_sequence(0, 16).ok());
+    const std::vector<int32_t> prompt = {1, 40, 97, 5, 300};
+    ForwardRequest req;
+    req.tokens = prompt;
+    req.logits = Logits::kLast;
+    ForwardResult r;
+    ASSERT_TRUE((*b)->forward(req, &r).ok());
+    logits[at++].assign(r.logits.begin(), r.logits.end());
+    const bool warpgroup = c.cc == 90 && c.wgmma;
+    for (const char* type : {"q4_k", "q6_k"}) {  // Q4_K_M's block matrices
+      EXPECT_EQ(emulated->blocks_of(std::string("strata_wgmma3_") + type),
+                warpgroup ? std::set<unsigned>{256} : std::set<unsigned>{})
+          << type;
+      EXPECT_EQ(emulated->blocks_of(std::string("strata_mma3_") + type),
+                warpgroup ? std::set<unsigned>{} : std::set<unsigned>{128})
+          << type;
+    }
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(logits[0], logits[2]);
+}
+
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackendSteps, ::testing::Values("emulated", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

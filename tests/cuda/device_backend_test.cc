@@ -408,6 +408,15 @@ TEST_P(DeviceBackend, TensorCoreSlicesStayBatchInvariant) {
   Loaded m = open_model(tiny_llama(dir, "Q4_K_M"));
   ASSERT_NE(m.model, nullptr);
   expect_batch_invariant(m, test_options(32, 0, /*mma_min_rows=*/3));
+  // The f16 kernels: mma.sync's and, on sm_90 (the emulation reporting
+  // 9.0, or a GPU that is), the warpgroup one's 128-token tiles.
+  DeviceBackendOptions f16 = test_options(32, 0, /*mma_min_rows=*/3);
+  f16.mma_int8 = false;
+  for (const int cc : device_kind == "emulated" ? std::vector<int>{80, 90} : std::vector<int>{0}) {
+    SCOPED_TRACE("f16, compute " + std::to_string(cc));
+    EmulatedComputeCapability scoped(cc);
+    expect_batch_invariant(m, f16);
+  }
 }
 
 // A model split over two device backends (blocks [0, 2) and [2, 5)), the

@@ -63,6 +63,10 @@ class EmulatedDeviceApi : public DeviceApi {
 
   std::string describe() const override { return "emulated (CPU coroutines)"; }
   int multiprocessors() const override { return 1; }
+  // 80 unless set: the emulation runs every kernel, sm_90's wgmma ones too
+  // (a device backend takes those on 90).
+  int compute_capability() const override { return compute_capability_; }
+  void set_compute_capability(int cc) { compute_capability_ = cc; }
   std::string tuning_key() const override { return "emulated"; }
 
   // Wall-clock time of the emulation (what a tuner test can order by).
@@ -259,6 +263,7 @@ class EmulatedDeviceApi : public DeviceApi {
   std::vector<std::vector<Recorded>> graphs_;  // [GraphHandle::id]
   std::set<int> released_;
   int64_t captures_ = 0, replays_ = 0;
+  int compute_capability_ = 80;
 };
 
 }  // namespace strata::worker::testing

@@ -10,6 +10,7 @@
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
+#include "worker/cuda/kernels/wgmma_source.h"
 #include "worker/cuda/step_kernels.h"
 
 // The host builds, with step_sources()'s options (THREADS and NCOLS).
@@ -232,6 +233,25 @@ using namespace strata::cuda_emulation;
 #undef STRATA_I8_ENTRY
 }  // namespace mma
 #undef THREADS
+#define THREADS 256
+namespace wgmma {
+using namespace strata::cuda_emulation;
+#define NCOLS 1
+#define ROW_WARPS 1
+#define STRATA_MATVEC_NO_ENTRIES
+#include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/wgmma_ops.cuh"
+#include "worker/cuda/kernels/wgmma.cuh"
+#undef STRATA_MATVEC_NO_ENTRIES
+#undef NCOLS
+#undef ROW_WARPS
+#undef WARP_ROWS
+#undef STRATA_UNROLL
+#undef STRATA_ENTRIES
+#undef STRATA_I8_ENTRY
+}  // namespace wgmma
+#undef THREADS
 namespace flash32 {
 using namespace strata::cuda_emulation;
 #define THREADS 128
@@ -321,7 +341,8 @@ namespace {
 static_assert(cuda_kernels::kStepMatvecThreads == 256 && cuda_kernels::kStepMmaThreads == 128 &&
                   cuda_kernels::kStepRmsNormThreads == 256 &&
                   cuda_kernels::kStepSampleThreads == 256 &&
-                  cuda_kernels::kStepAttentionThreads == 128,
+                  cuda_kernels::kStepAttentionThreads == 128 &&
+                  cuda_kernels::kStepWgmmaThreads == 256,
               "the host builds above use step_sources()'s THREADS");
 
 // One (ROW_WARPS w, NCOLS i) host build (all types) registered as each
@@ -375,6 +396,21 @@ HostEntry mma_host_entry(GgmlType type) {
     case GgmlType::kQ4_K: return adapt(mm::strata_mma3_q4_k);
     case GgmlType::kQ5_K: return adapt(mm::strata_mma3_q5_k);
     default: return adapt(mm::strata_mma3_q6_k);
+  }
+}
+
+HostEntry wgmma_host_entry(GgmlType type) {
+  namespace wg = step_host::wgmma;
+  switch (type) {
+    case GgmlType::kQ4_0: return adapt(wg::strata_wgmma3_q4_0);
+    case GgmlType::kQ4_1: return adapt(wg::strata_wgmma3_q4_1);
+    case GgmlType::kQ5_0: return adapt(wg::strata_wgmma3_q5_0);
+    case GgmlType::kQ5_1: return adapt(wg::strata_wgmma3_q5_1);
+    case GgmlType::kQ8_0: return adapt(wg::strata_wgmma3_q8_0);
+    case GgmlType::kMXFP4: return adapt(wg::strata_wgmma3_mxfp4);
+    case GgmlType::kQ4_K: return adapt(wg::strata_wgmma3_q4_k);
+    case GgmlType::kQ5_K: return adapt(wg::strata_wgmma3_q5_k);
+    default: return adapt(wg::strata_wgmma3_q6_k);
   }
 }
 
@@ -436,6 +472,8 @@ void add_step_kernels(EmulatedDeviceApi& api) {
     if (cuda_kernels::mma3_entry(type).empty()) continue;
     api.add(s.mma[cuda_kernels::step_matvec_type_index(type)], cuda_kernels::mma3_entry(type),
             mma_host_entry(type));
+    api.add(s.wgmma[cuda_kernels::step_matvec_type_index(type)], cuda_kernels::wgmma3_entry(type),
+            wgmma_host_entry(type));
     if (cuda_kernels::mma3_i8_entry(type).empty()) continue;
     api.add(s.mma[cuda_kernels::step_matvec_type_index(type)], cuda_kernels::mma3_i8_entry(type),
             mma_i8_host_entry(type));

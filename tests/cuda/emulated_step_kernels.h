@@ -17,6 +17,9 @@ void add_step_kernels(EmulatedDeviceApi& api);
 // The host build of step_sources().mma for `type` (one with an
 // mma3_entry).
 HostEntry mma_host_entry(GgmlType type);
+// The host build of step_sources().wgmma for `type` (one with an
+// mma3_entry).
+HostEntry wgmma_host_entry(GgmlType type);
 // The same for its int8 entry (one with an mma3_i8_entry).
 HostEntry mma_i8_host_entry(GgmlType type);
 

@@ -14,6 +14,7 @@
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
+#include "worker/cuda/kernels/wgmma_source.h"
 #include "worker/cuda/step_kernels.h"
 #include "worker/cuda/nvrtc_compiler.h"
 
@@ -132,6 +133,7 @@ TEST(CudaKernelSources, EveryKernelWaitsForTheKernelBeforeFirst) {
   const std::pair<const char*, const char*> programs[] = {
       {"matvec", cuda_kernels::kMatvecSource},
       {"mma", cuda_kernels::mma_program()},
+      {"wgmma", cuda_kernels::wgmma_program()},
       {"flash_attention", cuda_kernels::flash_attention_program()},
       {"rms_norm", cuda_kernels::kRmsNormSource},
       {"elementwise", cuda_kernels::kElementwiseSource},
@@ -238,6 +240,43 @@ TEST(CudaKernelSources, StepMmaBuildsCompileForSm80AndSm90) {
         EXPECT_EQ(out->ptx.find(".entry " + matvec + "("), std::string::npos) << matvec;
       }
     }
+  }
+}
+
+// The warpgroup builds (step_sources().wgmma) compile for compute 9.0
+// (compute_90a) with the async instructions, the proxy fence and the
+// waits in their PTX, each holding only its type's entry; for compute 8.0
+// the program refuses to compile, saying why (wgmma is sm_90's).
+TEST(CudaKernelSources, StepWgmmaBuildsCompileForSm90Only) {
+  NvrtcCompiler compiler({.cache_dir = "-"});
+  const cuda_kernels::StepSources& s = cuda_kernels::step_sources();
+  EXPECT_TRUE(cuda_kernels::wgmma3_entry(GgmlType::kF32).empty());
+  EXPECT_TRUE(cuda_kernels::wgmma3_entry(GgmlType::kF16).empty());
+  EXPECT_EQ(cuda_kernels::wgmma3_entry(GgmlType::kQ4_K), "strata_wgmma3_q4_k");
+  for (const GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(ggml_type_info(type).name);
+    const KernelSource& src = s.wgmma[cuda_kernels::step_matvec_type_index(type)];
+    const NvrtcTarget h200{.device_name = "any", .cc_major = 9, .cc_minor = 0};
+    auto out = compiler.compile(h200, src.name, src.text, src.options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_NE(out->ptx.find(".target sm_90a"), std::string::npos);
+    EXPECT_NE(out->ptx.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"),
+              std::string::npos);
+    EXPECT_NE(out->ptx.find("fence.proxy.async.shared::cta"), std::string::npos);
+    EXPECT_NE(out->ptx.find("wgmma.commit_group.sync.aligned"), std::string::npos);
+    EXPECT_NE(out->ptx.find("wgmma.wait_group.sync.aligned 0"), std::string::npos);
+    expect_loads_after_the_wait(out->ptx);
+    for (const GgmlType other : cuda_kernels::kStepMatvecTypes) {
+      const std::string entry = cuda_kernels::wgmma3_entry(other);
+      if (entry.empty()) continue;
+      EXPECT_EQ(out->ptx.find(".entry " + entry + "(") != std::string::npos, other == type)
+          << entry;
+    }
+    const NvrtcTarget a100{.device_name = "any", .cc_major = 8, .cc_minor = 0};
+    auto refused = compiler.compile(a100, src.name, src.text, src.options);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("needs sm_90a"), std::string::npos)
+        << refused.status();
   }
 }
 

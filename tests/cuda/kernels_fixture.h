@@ -35,6 +35,7 @@
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/flash_attention_source.h"
 #include "worker/cuda/kernels/mma_source.h"
+#include "worker/cuda/kernels/wgmma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
 #include "worker/cuda/step_kernels.h"
@@ -125,6 +126,10 @@ inline const KernelSource kMatvec3Row{"matvec.cu", cuda_kernels::kMatvecSource,
 inline const KernelSource& mma_source(GgmlType type) {
   return cuda_kernels::step_sources().mma[cuda_kernels::step_matvec_type_index(type)];
 }
+// Its build on sm_90's warpgroup instructions (wgmma_source.h).
+inline const KernelSource& wgmma_source(GgmlType type) {
+  return cuda_kernels::step_sources().wgmma[cuda_kernels::step_matvec_type_index(type)];
+}
 // The backend's flash-attention builds (step_sources()) for head sizes
 // 32, 64 and 256 (64 and 32 keys a step); their host builds are
 // tests/cuda/emulated_step_kernels.cc's.
@@ -204,6 +209,7 @@ inline std::vector<Int8Case> int8_cases() {
 
 inline std::unique_ptr<DeviceApi> emulated_device() {
   auto api = std::make_unique<EmulatedDeviceApi>();
+  api->set_compute_capability(90);  // it runs sm_90's wgmma kernels too
   for (const Int8Case& c : int8_cases()) {
     api->add(kMatvec1, cuda_kernels::matvec3_i8_entry(c.type), c.matvec1);
     api->add(kMatvec3, cuda_kernels::matvec3_i8_entry(c.type), c.matvec3);
@@ -218,6 +224,8 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
   for (const TypeCase& c : type_cases()) {
     if (cuda_kernels::mma3_entry(c.type).empty()) continue;
     api->add(mma_source(c.type), cuda_kernels::mma3_entry(c.type), testing::mma_host_entry(c.type));
+    api->add(wgmma_source(c.type), cuda_kernels::wgmma3_entry(c.type),
+             testing::wgmma_host_entry(c.type));
     if (!cuda_kernels::mma3_i8_entry(c.type).empty()) {
       api->add(mma_source(c.type), cuda_kernels::mma3_i8_entry(c.type),
                testing::mma_i8_host_entry(c.type));

@@ -168,6 +168,50 @@ float f16_round(float v) { return reference::f16_to_f32(reference::f32_to_f16(v)
 // |y - ref| <= 1e-4 sum |w x| + 1e-6 (mma_source.h). 70 rows and 67 tokens:
 // two tiles each way, the second part full; 96 columns: a step of one
 // unit and a zero half.
+// The f16 tensor-core kernel of `source` / `entry` on `api` (grid: its
+// tiles of n_rows x n_tok) against the double sum of the f16-rounded
+// products: |y - ref| <= 1e-4 sum |w x| + 1e-6 (f32 sums of 16-term
+// products). One token holds a 1e5 (f16 saturates it at 65504).
+void expect_f16_tensor_core_products(DeviceApi* api, const KernelSource& source,
+                                     const std::string& entry, GgmlType type, int n_rows,
+                                     int n_tok, int n_cols, unsigned grid, unsigned block) {
+  const Quantized w = quantized(type, n_rows, n_cols, 31);
+  std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 32);
+  x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
+  const size_t y_bytes = static_cast<size_t>(n_tok) * n_rows * sizeof(float);
+  auto dw = DeviceBuffer::make(api, w.bytes.size());
+  auto dx = DeviceBuffer::make(api, x.size() * sizeof(float));
+  auto dy = DeviceBuffer::make(api, y_bytes);
+  ASSERT_TRUE(dw.ok() && dx.ok() && dy.ok());
+  ASSERT_TRUE(api->upload(dw->get(), w.bytes.data(), w.bytes.size()).ok());
+  ASSERT_TRUE(api->upload(dx->get(), x.data(), x.size() * sizeof(float)).ok());
+  ASSERT_TRUE(api->fill(dy->get(), 0xFF, y_bytes).ok());
+  const unsigned char* wp = dw->as<const unsigned char>();
+  const float* xp = dx->as<const float>();
+  float* yp = dy->as<float>();
+  int n0 = n_rows, n1 = 0;
+  long long row_bytes = w.row_bytes;
+  void* args[] = {&wp, &xp, &yp, &yp, &yp, &n0, &n1, &n_rows, &n_cols, &row_bytes, &n_tok};
+  ASSERT_TRUE(api->launch(KernelRef{&source, entry}, grid, block, args).ok());
+  std::vector<float> y(static_cast<size_t>(n_tok) * n_rows);
+  ASSERT_TRUE(api->download(y.data(), dy->get(), y_bytes).ok());
+  for (int t = 0; t < n_tok; ++t) {
+    for (int r = 0; r < n_rows; ++r) {
+      double want = 0.0, magnitude = 0.0;
+      for (int i = 0; i < n_cols; ++i) {
+        const float xv = std::min(x[static_cast<size_t>(t) * n_cols + i], 65504.0f);
+        const double p =
+            static_cast<double>(f16_round(w.values[static_cast<size_t>(r) * n_cols + i])) *
+            f16_round(xv);
+        want += p;
+        magnitude += std::fabs(p);
+      }
+      ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want, 1e-4 * magnitude + 1e-6)
+          << "token " << t << ", row " << r;
+    }
+  }
+}
+
 TEST_P(Kernels, MmaMatchesTheReferenceForEveryBlockType) {
   const int n_rows = 70, n_tok = 67;
   for (const TypeCase& c : type_cases()) {
@@ -179,33 +223,33 @@ TEST_P(Kernels, MmaMatchesTheReferenceForEveryBlockType) {
       if (k_quant && n_cols % 256 != 0) continue;
       SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(n_cols) +
                    " columns");
-      const Quantized w = quantized(c.type, n_rows, n_cols, 31);
-      std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 32);
-      x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
-      DeviceBuffer dw = put(w.bytes), dx = put(x);
-      DeviceBuffer dy = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
-      ASSERT_TRUE(run(mma_source(c.type), entry, 2 * 2, cuda_kernels::kMmaThreads,
-                      dw.as<const unsigned char>(), dx.as<const float>(), dy.as<float>(),
-                      dy.as<float>(), dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes,
-                      n_tok)
-                      .ok());
-      const std::vector<float> y = get<float>(dy, static_cast<size_t>(n_tok) * n_rows);
-      for (int t = 0; t < n_tok; ++t) {
-        for (int r = 0; r < n_rows; ++r) {
-          double want = 0.0, magnitude = 0.0;
-          for (int i = 0; i < n_cols; ++i) {
-            const float xv = std::min(x[static_cast<size_t>(t) * n_cols + i], 65504.0f);
-            const double p =
-                static_cast<double>(f16_round(w.values[static_cast<size_t>(r) * n_cols + i])) *
-                f16_round(xv);
-            want += p;
-            magnitude += std::fabs(p);
-          }
-          ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want, 1e-4 * magnitude + 1e-6)
-              << "token " << t << ", row " << r;
-        }
-      }
+      expect_f16_tensor_core_products(api_.get(), mma_source(c.type), entry, c.type, n_rows, n_tok, n_cols,
+                                      2 * 2, cuda_kernels::kMmaThreads);
     }
+  }
+}
+
+// The same product on sm_90's warpgroup instructions (wgmma_source.h):
+// 140 rows and 131 tokens (two 128 x 128 tiles each way, the second part
+// full), 64 columns for the 32-value types (two steps: both shared
+// buffers) and 256 for the K-quants (eight). A device that is not sm_90
+// has no wgmma: the test skips there saying so.
+TEST_P(Kernels, WgmmaMatchesTheReferenceForEveryBlockType) {
+  if (api_->compute_capability() != cuda_kernels::kWgmmaComputeCapability) {
+    GTEST_SKIP() << api_->describe() << " is compute " << api_->compute_capability()
+                 << ": wgmma is sm_90's";
+  }
+  const int n_rows = 140, n_tok = 131;
+  for (const TypeCase& c : type_cases()) {
+    const std::string entry = cuda_kernels::wgmma3_entry(c.type);
+    if (entry.empty()) continue;
+    const bool k_quant = c.type == GgmlType::kQ4_K || c.type == GgmlType::kQ5_K ||
+                         c.type == GgmlType::kQ6_K;
+    const int n_cols = k_quant ? 256 : 64;
+    SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(n_cols) +
+                 " columns");
+    expect_f16_tensor_core_products(api_.get(), wgmma_source(c.type), entry, c.type, n_rows, n_tok, n_cols,
+                                    2 * 2, cuda_kernels::kWgmmaThreads);
   }
 }
 

@@ -40,7 +40,7 @@ TEST_F(NvrtcCompilerTest, CompilesRmsNormToPtxForCompute90AndCachesIt) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_FALSE(first->from_cache);
   EXPECT_NE(first->ptx.find(".entry strata_rms_norm"), std::string::npos);
-  EXPECT_NE(first->ptx.find(".target sm_90"), std::string::npos);
+  EXPECT_NE(first->ptx.find(".target sm_90a"), std::string::npos);  // arch-specific (wgmma)
   EXPECT_EQ(first->ptx.back(), '\0');
   ASSERT_FALSE(first->cache_path.empty());
   EXPECT_TRUE(fs::exists(first->cache_path)) << first->cache_path;
@@ -99,7 +99,7 @@ TEST_F(NvrtcCompilerTest, SyntaxErrorIsInvalidArgumentWithNvrtcLog) {
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string msg(out.status().message());
-  EXPECT_EQ(msg.rfind("broken.cu: NVRTC compile failed for compute_90:", 0), 0u)
+  EXPECT_EQ(msg.rfind("broken.cu: NVRTC compile failed for compute_90a:", 0), 0u)
       << msg;
   EXPECT_NE(msg.find("undeclared_name"), std::string::npos) << msg;  // the log
   EXPECT_NE(msg.find("error"), std::string::npos) << msg;

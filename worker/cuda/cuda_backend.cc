@@ -27,6 +27,10 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   // (the comparison gpu-check.sh times).
   const char* int8 = std::getenv("STRATA_MMA_INT8");
   device.mma_int8 = !(int8 != nullptr && std::string(int8) == "0");
+  // STRATA_WGMMA=0: those f16 slices on mma.sync's kernel on an sm_90
+  // device too (the comparison gpu-check.sh times).
+  const char* wgmma = std::getenv("STRATA_WGMMA");
+  device.wgmma = !(wgmma != nullptr && std::string(wgmma) == "0");
   // STRATA_MATVEC_INT8=0: the other products on the float matvec kernel
   // (the decode comparison gpu-check.sh times).
   const char* matvec_int8 = std::getenv("STRATA_MATVEC_INT8");

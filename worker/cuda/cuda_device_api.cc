@@ -61,6 +61,7 @@ class CudaDeviceApi : public DeviceApi {
   }
 
   int multiprocessors() const override { return device_.multiprocessors; }
+  int compute_capability() const override { return device_.cc_major * 10 + device_.cc_minor; }
 
   std::string tuning_key() const override {
     return absl::StrCat(device_.name, " compute ", device_.cc_major, ".", device_.cc_minor,

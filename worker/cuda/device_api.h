@@ -66,6 +66,10 @@ class DeviceApi {
   // Blocks that run at once, about (streaming multiprocessors; 1 for the
   // emulation): what grid-stride kernels size their grids by.
   virtual int multiprocessors() const = 0;
+  // The device's compute capability, major x 10 + minor (90 for an H200):
+  // which kernels it has the instructions of (sm_90's wgmma; the emulation
+  // says what a test sets, 80 by default).
+  virtual int compute_capability() const = 0;
 
   // `bytes` of device memory (uninitialised); ResourceExhausted when the
   // device has too little.

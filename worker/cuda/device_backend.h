@@ -78,6 +78,13 @@ struct DeviceBackendOptions {
   // order); false: on the f16 ones
   // (the weights and rows rounded to f16).
   bool mma_int8 = true;
+  // On a device of compute capability 9.0 (DeviceApi::compute_capability)
+  // the f16 tensor-core slices (mma_int8 false) take the kernel on sm_90's
+  // warpgroup instructions (wgmma_source.h: 128 x 128 tiles, asynchronous);
+  // false: mma.sync's (mma_source.h) there too. The same formula and bound;
+  // not necessarily the same bits, so a device's choice is fixed for the
+  // process (batch invariance holds either way).
+  bool wgmma = true;
   // Every other product of those types (decode and small slices, experts,
   // the head) on the matvec kernel's int8 form (matvec3_i8_entry: the
   // rows' Q8 values times the weights' q with dp4a, exactly); false: its

@@ -30,6 +30,7 @@
 #include "worker/cuda/kernels/flash_attention_source.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/mma_source.h"
+#include "worker/cuda/kernels/wgmma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
 #include "worker/cuda/kernels/sources.h"
 #include "worker/cuda/step_kernels.h"
@@ -86,6 +87,10 @@ struct DeviceMatrix {
   // one the step runs).
   KernelHandle mma;
   KernelHandle mma_i8;
+  // mma on sm_90's warpgroup instructions (wgmma_source.h), loaded in its
+  // place where DeviceBackendOptions::wgmma and the device is 9.0 and the
+  // slices take the f16 kernel; id -1 otherwise.
+  KernelHandle mma_wg;
   KernelHandle get_rows;
   // Its matvec builds are the int8 form (matvec3_i8_entry, on quantized()
   // rows; DeviceBackendOptions::matvec_int8 and a type that has one), not

@@ -154,6 +154,14 @@ absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows
     const float* x = nullptr;
     STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
     const float* xr = x + int64_t{r.row0} * m.n_in;
+    if (m.mma_wg.id >= 0) {  // sm_90's warpgroup instructions, 128 x 128 tiles
+      const int64_t wg_rows = (m.n_out + ck::kWgmmaRowsPerBlock - 1) / ck::kWgmmaRowsPerBlock;
+      const int64_t wg_toks = (r.rows + ck::kWgmmaTokensPerBlock - 1) / ck::kWgmmaTokensPerBlock;
+      STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_wg, static_cast<unsigned>(wg_rows * wg_toks),
+                                        ck::kStepWgmmaThreads, m.data, xr, a, b, c, n0, n1,
+                                        m.n_out, m.n_in, m.row_bytes, r.rows));
+      continue;
+    }
     STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma, static_cast<unsigned>(row_tiles * tok_tiles),
                                       ck::kStepMmaThreads, m.data, xr, a, b, c, n0, n1, m.n_out,
                                       m.n_in, m.row_bytes, r.rows));

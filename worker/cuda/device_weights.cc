@@ -612,6 +612,9 @@ absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
     STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma, kernel(source, mma));
     if (const std::string i8 = ck::mma3_i8_entry(m->type); options_.mma_int8 && !i8.empty()) {
       STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma_i8, kernel(source, i8));
+    } else if (options_.wgmma && api_->compute_capability() == ck::kWgmmaComputeCapability) {
+      const KernelSource& wg = ck::step_sources().wgmma[ck::step_matvec_type_index(m->type)];
+      STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma_wg, kernel(wg, ck::wgmma3_entry(m->type)));
     }
   }
   return absl::OkStatus();

@@ -46,8 +46,10 @@ std::string default_cache_dir() {
                       "/.cache/strata/cuda-kernels");
 }
 
+// 9.0: sm_90's arch-specific PTX (wgmma); nvrtc_compiler.h.
 std::string arch_option(const NvrtcTarget& t) {
-  return absl::StrCat("-arch=compute_", t.cc_major * 10 + t.cc_minor);
+  const int cc = t.cc_major * 10 + t.cc_minor;
+  return absl::StrCat("-arch=compute_", cc, cc == 90 ? "a" : "");
 }
 
 bool read_file(const std::string& path, std::string* out) {

@@ -10,7 +10,11 @@
 // written is a miss (the PTX is still returned), never an error.
 //
 // NVRTC needs no GPU: with the target given explicitly (compute capability
-// 9.0 -> "-arch=compute_90") this runs on a machine without one.
+// 8.0 -> "-arch=compute_80") this runs on a machine without one. Compute
+// capability 9.0 compiles for "-arch=compute_90a": sm_90's PTX with its
+// arch-specific instructions (wgmma, wgmma_source.h), which loads on sm_90
+// devices only (as any 9.0 build does here: the kernels are compiled for
+// the device they run on).
 //
 // Usage:
 //   NvrtcCompiler compiler({.cache_dir = dir});
@@ -36,7 +40,7 @@ namespace strata::worker {
 
 struct NvrtcTarget {
   std::string device_name;  // part of the cache key only
-  int cc_major = 9;         // -arch=compute_<major><minor>
+  int cc_major = 9;         // -arch=compute_<major><minor> (9.0: compute_90a)
   int cc_minor = 0;
   int driver_version = 0;  // cuda_driver_version(); part of the cache key only
 };

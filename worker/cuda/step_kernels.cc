@@ -9,12 +9,14 @@
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/mma_source.h"
 #include "worker/cuda/kernels/rms_norm_source.h"
+#include "worker/cuda/kernels/wgmma_source.h"
 #include "worker/backend.h"
 #include "worker/cuda/kernels/sources.h"
 
 namespace strata::worker::cuda_kernels {
 
 static_assert(kStepMmaThreads == kMmaThreads, "mma.cuh is written for 4 warps a block");
+static_assert(kStepWgmmaThreads == kWgmmaThreads, "wgmma.cuh is written for 2 warpgroups a block");
 
 size_t step_matvec_type_index(GgmlType type) {
   size_t t = 0;
@@ -68,6 +70,11 @@ const StepSources& step_sources() {
                                {"-DTHREADS=" + std::to_string(kStepMmaThreads),
                                 "-DSTRATA_MATVEC_NO_ENTRIES", "-DSTRATA_ONE_TYPE",
                                 "-DSTRATA_TYPE_" + type, "--std=c++17", "--fmad=false"}};
+      s->wgmma[t] = KernelSource{"wgmma.cu",
+                                 wgmma_program(),
+                                 {"-DTHREADS=" + std::to_string(kStepWgmmaThreads),
+                                  "-DSTRATA_MATVEC_NO_ENTRIES", "-DSTRATA_ONE_TYPE",
+                                  "-DSTRATA_TYPE_" + type, "--std=c++17", "--fmad=false"}};
     }
     static_assert(kStepMmaThreads == kFlashAttentionThreads);
     for (size_t i = 0; i < kStepFlashHeadDims.size(); ++i) {

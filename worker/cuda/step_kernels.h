@@ -43,6 +43,7 @@ static_assert([] {
 }(), "a launch's block is a multiple of 32 within the builds' THREADS (matvec.cuh)");
 inline constexpr int kStepRmsNormThreads = 256;
 inline constexpr int kStepMmaThreads = 128;
+inline constexpr int kStepWgmmaThreads = 256;
 // The head sizes the flash-attention kernel is built for (dk = dv; one build
 // each, -DHEAD_DIM); a model of another head size attends with the
 // attention.cuh kernels only.
@@ -69,6 +70,9 @@ struct StepSources {
   // [t]: the tensor-core kernel of kStepMatvecTypes[t] alone (mma_source.h;
   // empty for F32 and F16, which have none).
   std::array<KernelSource, kStepMatvecTypes.size()> mma;
+  // [t]: the same on sm_90's warpgroup instructions (wgmma_source.h; built
+  // for compute capability 9.0 only; empty for F32 and F16).
+  std::array<KernelSource, kStepMatvecTypes.size()> wgmma;
   // [i]: flash attention of prompt chunks (flash_attention_source.h) for
   // HEAD_DIM kStepFlashHeadDims[i].
   std::array<KernelSource, kStepFlashHeadDims.size()> flash;
