@@ -229,28 +229,67 @@ TEST_P(Kernels, MmaMatchesTheReferenceForEveryBlockType) {
   }
 }
 
-// The same product on sm_90's warpgroup instructions (wgmma_source.h):
-// 140 rows and 131 tokens (two 128 x 128 tiles each way, the second part
-// full), 64 columns for the 32-value types (two steps: both shared
-// buffers) and 256 for the K-quants (eight). A device that is not sm_90
-// has no wgmma: the test skips there saying so.
+// The f16 product on sm_90's warpgroup instructions (wgmma_source.h) from
+// int8 rows (strata_quantize_rows, as the backend gives them): against the
+// double sum of f16(w) f16(d q), q and d the cpu backend's rounding of x
+// (reference::ops::round_activations), |y - ref| <= 1e-4 sum |w x| +
+// 1e-6. 300 rows and 131 tokens (two 256 x 128 tiles each way, the second
+// part full), 64 columns for the 32-value types (two steps: both shared
+// buffers) and 256 for the K-quants (eight); a token holds a 1e5 (f16
+// saturates its values at 65504). A device that is not sm_90 has no
+// wgmma: the test skips there saying so.
 TEST_P(Kernels, WgmmaMatchesTheReferenceForEveryBlockType) {
   if (api_->compute_capability() != cuda_kernels::kWgmmaComputeCapability) {
     GTEST_SKIP() << api_->describe() << " is compute " << api_->compute_capability()
                  << ": wgmma is sm_90's";
   }
-  const int n_rows = 140, n_tok = 131;
+  const int n_rows = 300, n_tok = 131;
+  int types = 0;
   for (const TypeCase& c : type_cases()) {
     const std::string entry = cuda_kernels::wgmma3_entry(c.type);
     if (entry.empty()) continue;
-    const bool k_quant = c.type == GgmlType::kQ4_K || c.type == GgmlType::kQ5_K ||
-                         c.type == GgmlType::kQ6_K;
-    const int n_cols = k_quant ? 256 : 64;
+    ++types;
+    const int kind = cuda_kernels::round_kind(c.type);
+    const int n_cols = kind == cuda_kernels::kRoundQ8_K ? 256 : 64;
     SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(n_cols) +
                  " columns");
-    expect_f16_tensor_core_products(api_.get(), wgmma_source(c.type), entry, c.type, n_rows, n_tok, n_cols,
-                                    2 * 2, cuda_kernels::kWgmmaThreads);
+    const Quantized w = quantized(c.type, n_rows, n_cols, 35);
+    std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 36);
+    x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
+    const size_t units = x.size() / 32;
+    DeviceBuffer dw = put(w.bytes), dx = put(x), dq = space(x.size()),
+                 dd = space(units * sizeof(float)), ds = space(units * sizeof(float));
+    ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256, dx.as<const float>(),
+                    dq.as<signed char>(), dd.as<float>(), ds.as<float>(),
+                    static_cast<long long>(x.size()), kind)
+                    .ok());
+    DeviceBuffer dy = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
+    ASSERT_TRUE(run(wgmma_source(c.type), entry, 2 * 2, cuda_kernels::kWgmmaThreads,
+                    dw.as<const unsigned char>(), dq.as<const signed char>(),
+                    dd.as<const float>(), dy.as<float>(), dy.as<float>(), dy.as<float>(), n_rows,
+                    0, n_rows, n_cols, w.row_bytes, n_tok)
+                    .ok());
+    const std::vector<float> y = get<float>(dy, static_cast<size_t>(n_tok) * n_rows);
+    std::vector<float> xr(static_cast<size_t>(n_cols));
+    for (int t = 0; t < n_tok; ++t) {
+      reference::ops::round_activations(reference::ops::activation_type(c.type),
+                                        x.data() + static_cast<size_t>(t) * n_cols, n_cols,
+                                        xr.data());
+      for (int r = 0; r < n_rows; ++r) {
+        double want = 0.0, magnitude = 0.0;
+        for (int i = 0; i < n_cols; ++i) {
+          const double p =
+              static_cast<double>(f16_round(w.values[static_cast<size_t>(r) * n_cols + i])) *
+              f16_round(std::clamp(xr[static_cast<size_t>(i)], -65504.0f, 65504.0f));
+          want += p;
+          magnitude += std::fabs(p);
+        }
+        ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want, 1e-4 * magnitude + 1e-6)
+            << "token " << t << ", row " << r;
+      }
+    }
   }
+  EXPECT_EQ(types, 9);
 }
 
 // A K-quant's min of unit u of a row (dmin times the 6-bit min of

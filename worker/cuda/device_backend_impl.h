@@ -91,6 +91,9 @@ struct DeviceMatrix {
   // place where DeviceBackendOptions::wgmma and the device is 9.0 and the
   // slices take the f16 kernel; id -1 otherwise.
   KernelHandle mma_wg;
+  // Its products take int8 rows (quantized()): an int8 matvec build or
+  // tensor-core kernel.
+  bool takes_int8_rows() const { return int8 || mma_i8.id >= 0 || mma_wg.id >= 0; }
   KernelHandle get_rows;
   // Its matvec builds are the int8 form (matvec3_i8_entry, on quantized()
   // rows; DeviceBackendOptions::matvec_int8 and a type that has one), not

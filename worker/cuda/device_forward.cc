@@ -49,7 +49,7 @@ absl::StatusOr<Int8Rows> DeviceBackend::int8_rows(int kind, int n, int64_t width
 }
 
 int DeviceBackend::int8_kind(const DeviceMatrix& m) const {
-  if (!m.present() || (!m.int8 && m.mma_i8.id < 0)) return ck::kRoundNone;
+  if (!m.present() || !m.takes_int8_rows()) return ck::kRoundNone;
   return m.round;
 }
 
@@ -151,17 +151,20 @@ absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows
                                         c, n0, n1, m.n_out, m.n_in, m.row_bytes, r.rows));
       continue;
     }
-    const float* x = nullptr;
-    STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
-    const float* xr = x + int64_t{r.row0} * m.n_in;
-    if (m.mma_wg.id >= 0) {  // sm_90's warpgroup instructions, 128 x 128 tiles
+    if (m.mma_wg.id >= 0) {  // sm_90's warpgroup instructions on the rows' Q8 values
+      MatvecRows q;
+      STRATA_DEVICE_ASSIGN_OR_RETURN(q.q, quantized(m, rows));
+      const Int8Rows at = q.from(r.row0, m.n_in).q;
       const int64_t wg_rows = (m.n_out + ck::kWgmmaRowsPerBlock - 1) / ck::kWgmmaRowsPerBlock;
       const int64_t wg_toks = (r.rows + ck::kWgmmaTokensPerBlock - 1) / ck::kWgmmaTokensPerBlock;
       STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_wg, static_cast<unsigned>(wg_rows * wg_toks),
-                                        ck::kStepWgmmaThreads, m.data, xr, a, b, c, n0, n1,
-                                        m.n_out, m.n_in, m.row_bytes, r.rows));
+                                        ck::kStepWgmmaThreads, m.data, at.q, at.d, a, b, c, n0,
+                                        n1, m.n_out, m.n_in, m.row_bytes, r.rows));
       continue;
     }
+    const float* x = nullptr;
+    STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
+    const float* xr = x + int64_t{r.row0} * m.n_in;
     STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma, static_cast<unsigned>(row_tiles * tok_tiles),
                                       ck::kStepMmaThreads, m.data, xr, a, b, c, n0, n1, m.n_out,
                                       m.n_in, m.row_bytes, r.rows));

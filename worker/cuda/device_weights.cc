@@ -455,7 +455,7 @@ absl::Status DeviceBackend::load() {
     // cores): q, then each 32-value unit's scale and sum.
     for (const DeviceMatrix* m : all) {
       if (m == &token_embd_ && !tied_output_) continue;
-      if (!m->int8 && m->mma_i8.id < 0) continue;
+      if (!m->takes_int8_rows()) continue;
       const auto kind = static_cast<size_t>(m->round);
       int8_width_[kind] = std::max<int64_t>(int8_width_[kind], m->n_in);
     }

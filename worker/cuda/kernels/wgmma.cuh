@@ -10,25 +10,29 @@
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "wgmma.cuh needs sm_90a's instructions (-arch=compute_90a)"
 #endif
-#define WG_BM 128  // weight rows a block: 64 a warpgroup
+#define WG_BM 256  // weight rows a block: 128 a warpgroup, two m64 tiles
 #define WG_BN 128  // tokens a block
 #define WG_BK 32   // columns a step: one 32-value unit of every row
-#define WG_TILE_BYTES (128 * WG_BK * 2)  // a 128-row tile of a step, f16
-// Core matrices 8 halves further along k: 16 of them (128 rows) on.
-#define WG_LBO (16 * 128)
-#define WG_SBO 128  // 8 rows further
+#define WG_A_BYTES (WG_BM * WG_BK * 2)  // a step's weight tile, f16: 16 KiB
+#define WG_B_BYTES (WG_BN * WG_BK * 2)  // its token tile: 8 KiB
+#define WG_SBO 128  // the core matrix 8 rows further (wgmma_ops.cuh)
 
-// The byte offset of row `row` (0-127), halves 8 c .. 8 c + 7 of a step's
-// tile: core matrix (row / 8, c) at (16 c + row / 8) x 128 bytes, its row
-// row % 8 at 16 (row % 8) (wgmma_ops.cuh's K-major layout).
+// The byte offset of row `row`, halves 8 c .. 8 c + 7, of a step's tile of
+// `rows` rows: core matrix (row / 8, c) at (rows / 8 c + row / 8) x 128
+// bytes, its row row % 8 at 16 (row % 8) (wgmma_ops.cuh's K-major
+// layout): the core matrix 8 halves further along k is rows x 16 bytes on
+// (the descriptor's LBO).
+template <int kRows>
 __device__ __forceinline__ int wgmma_at(int row, int c) {
-  return (16 * c + (row >> 3)) * 128 + (row & 7) * 16;
+  return ((kRows / 8) * c + (row >> 3)) * 128 + (row & 7) * 16;
 }
 
-// A block's shared tiles, [buffer][A (weight rows), B (tokens)]; 128-byte
-// aligned (a descriptor's tiles need 16).
+// A block's shared tiles, two buffers of each; 128-byte aligned (a
+// descriptor's tiles need 16). 48 KiB: the most a block's static shared
+// memory may be.
 struct alignas(128) WgmmaTiles {
-  unsigned char t[2][2][WG_TILE_BYTES];
+  unsigned char a[2][WG_A_BYTES];  // weight rows
+  unsigned char b[2][WG_B_BYTES];  // tokens
 };
 
 // Eight f16 of 8 floats, as one 16-byte store's words.
@@ -41,124 +45,153 @@ __device__ __forceinline__ uint4 wgmma_halves(const float* v) {
   return h;
 }
 
-// Y = X W^T over a tile of WG_BM weight rows and WG_BN tokens: block b is
-// rows (b % row_tiles) WG_BM .., tokens (b / row_tiles) WG_BN ... Each
-// step (32 columns) thread i fills half `i % 2` (16 values) of weight row
-// i / 2's unit and of token i / 2's columns, f16, into one of two shared
-// buffers; warpgroup v then multiplies its 64 rows by the 128 tokens with
-// two m64n128k16 wgmma. The step's global loads (Format::fetch, x) are
-// issued before the step before is multiplied and unpacked into the other
-// buffer while the tensor cores run it: one wait and one barrier a step.
+// Y = X W^T over a tile of WG_BM weight rows and WG_BN tokens, x given as
+// int8 rows (xq [n_tok][n_cols], xd [n_tok][n_cols / 32]: value = d q):
+// block b is rows (b % row_tiles) WG_BM .., tokens (b / row_tiles) WG_BN
+// ... Each step (32 columns) thread i unpacks weight row i's unit
+// (Format::unpack_words: value = scale q - min) and half i % 2 of token
+// i / 2's 32 values (d q) to f16 into one of two shared buffers;
+// warpgroup v then multiplies its 128 rows (two m64 tiles) by the 128
+// tokens with four m64n128k16 wgmma. The step's global loads are issued
+// before the step before is multiplied and unpacked into the other buffer
+// while the tensor cores run it: one wait and one barrier a step.
 template <typename Format>
-__device__ __forceinline__ void wgmma_tile(const u8* __restrict__ w, const float* x, float* y0,
-                                           float* y1, float* y2, int n0, int n1, int n_rows,
-                                           int n_cols, long long row_bytes, int n_tok) {
+__device__ __forceinline__ void wgmma_tile(const u8* __restrict__ w, const signed char* xq,
+                                           const float* xd, float* y0, float* y1, float* y2,
+                                           int n0, int n1, int n_rows, int n_cols,
+                                           long long row_bytes, int n_tok) {
   __shared__ WgmmaTiles tiles;
-  unsigned char (*smem)[2][WG_TILE_BYTES] = tiles.t;  // [buffer][A, B]
   const int row_tiles = (n_rows + WG_BM - 1) / WG_BM;
   const int m0 = (int)(blockIdx.x % row_tiles) * WG_BM;
   const int t0 = (int)(blockIdx.x / row_tiles) * WG_BN;
-  const int mine = threadIdx.x >> 1, half = threadIdx.x & 1;
-  const int r = m0 + mine, tok = t0 + mine;
-  const int group = threadIdx.x >> 7;  // the warpgroup: rows 64 group ..
-  float acc[64];
+  const int r = m0 + (int)threadIdx.x;  // the weight row this thread unpacks
+  const int tok = t0 + (int)(threadIdx.x >> 1), half = threadIdx.x & 1;
+  const int group = threadIdx.x >> 7;  // the warpgroup: rows 128 group ..
+  const int units = n_cols / 32;
+  float acc[2][64];  // [m64 tile][wgmma_ops.cuh's accumulator layout]
 STRATA_UNROLL
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int h = 0; h < 2; ++h)
+STRATA_UNROLL
+    for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
 
   // The step's loads, in flight until stage() uses them.
   UnitBits wbits;
-  float4 xv[4];
+  uint4 xv = {0u, 0u, 0u, 0u};
+  float xs = 0.0f;
   auto fetch = [&](int u) {
     if (r < n_rows) Format::fetch(w + (long long)r * row_bytes, n_cols, u, &wbits);
     if (tok < n_tok) {
-      const float* xr = x + (long long)tok * n_cols + 32 * u + 16 * half;  // 64-byte aligned
-STRATA_UNROLL
-      for (int i = 0; i < 4; ++i) xv[i] = load_as<float4>(xr + 4 * i);
+      xv = load_as<uint4>(xq + (long long)tok * n_cols + 32 * u + 16 * half);  // 16-byte aligned
+      xs = xd[(long long)tok * units + u];
     }
   };
-  // The loads as f16 in buffer b: this thread's 16 values of the row's
-  // unit (value = scale q - min, the format's dequantized value) and of
-  // the token's columns (zeros past the matrix and the tokens).
+  // The loads as f16 in buffer b (zeros past the matrix and the tokens).
   auto stage = [&](int u, int b) {
-    float v[16];
+    unsigned int q[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+    float scale[2] = {0.0f, 0.0f}, min = 0.0f;
     if (r < n_rows) {
-      unsigned int q[8];
-      float scale[2] = {0.0f, 0.0f}, min = 0.0f;
       Format::unpack_words(wbits, u, q, scale, &min);
-      const float s = Format::kI8Scales == 2 && half ? scale[1] : scale[0];
+      if (Format::kI8Scales == 1) scale[1] = scale[0];
+    }
+    const int row = (int)threadIdx.x;
 STRATA_UNROLL
-      for (int l = 0; l < 16; ++l) {
-        v[l] = (float)(signed char)byte_of(q + 4 * half, l) * s - min;
+    for (int c = 0; c < 4; ++c) {  // 8 values at a time: few registers live
+      float v[8];
+STRATA_UNROLL
+      for (int l = 0; l < 8; ++l) {
+        v[l] = (float)(signed char)byte_of(q, 8 * c + l) * scale[c >> 1] - min;
       }
-    } else {
-STRATA_UNROLL
-      for (int l = 0; l < 16; ++l) v[l] = 0.0f;
+      *(uint4*)(tiles.a[b] + wgmma_at<WG_BM>(row, c)) = wgmma_halves(v);
     }
-    unsigned char* a = smem[b][0];
-    *(uint4*)(a + wgmma_at(mine, 2 * half)) = wgmma_halves(v);
-    *(uint4*)(a + wgmma_at(mine, 2 * half + 1)) = wgmma_halves(v + 8);
+    const unsigned int xw[4] = {xv.x, xv.y, xv.z, xv.w};
     const bool in = tok < n_tok;
+    const int token = (int)(threadIdx.x >> 1);
 STRATA_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      v[4 * i + 0] = in ? xv[i].x : 0.0f;
-      v[4 * i + 1] = in ? xv[i].y : 0.0f;
-      v[4 * i + 2] = in ? xv[i].z : 0.0f;
-      v[4 * i + 3] = in ? xv[i].w : 0.0f;
+    for (int c = 0; c < 2; ++c) {
+      float v[8];
+STRATA_UNROLL
+      for (int l = 0; l < 8; ++l) v[l] = in ? (float)(signed char)byte_of(xw, 8 * c + l) * xs : 0.0f;
+      *(uint4*)(tiles.b[b] + wgmma_at<WG_BN>(token, 2 * half + c)) = wgmma_halves(v);
     }
-    unsigned char* bt = smem[b][1];
-    *(uint4*)(bt + wgmma_at(mine, 2 * half)) = wgmma_halves(v);
-    *(uint4*)(bt + wgmma_at(mine, 2 * half + 1)) = wgmma_halves(v + 8);
     strata_wgmma_smem_fence();
   };
 
-  const int steps = n_cols / WG_BK;
   fetch(0);
   stage(0, 0);
   __syncthreads();
-  for (int s = 0; s < steps; ++s) {
-    const int b = s & 1;
-    if (s + 1 < steps) fetch(s + 1);
+  for (int u = 0; u < units; ++u) {
+    const int b = u & 1;
+    if (u + 1 < units) fetch(u + 1);
 STRATA_UNROLL
-    for (int i = 0; i < 64; ++i) strata_wgmma_hold(acc[i]);
+    for (int h = 0; h < 2; ++h)
+STRATA_UNROLL
+      for (int i = 0; i < 64; ++i) strata_wgmma_hold(acc[h][i]);
     strata_wgmma_fence();
 STRATA_UNROLL
     for (int k = 0; k < 2; ++k) {  // the step's two k16 halves, in order
-      const unsigned long long da = strata_wgmma_desc(
-          smem, smem[b][0] + (32 * k + 8 * group) * 128, WG_LBO, WG_SBO);
-      const unsigned long long db =
-          strata_wgmma_desc(smem, smem[b][1] + 32 * k * 128, WG_LBO, WG_SBO);
-      strata_wgmma_m64n128k16(acc, da, db, 1, smem);
+      const unsigned long long db = strata_wgmma_desc(&tiles, tiles.b[b] + (2 * k) * (WG_BN / 8) * 128,
+                                                      WG_BN * 16, WG_SBO);
+STRATA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int row0 = 128 * group + 64 * h;
+        const unsigned long long da = strata_wgmma_desc(
+            &tiles, tiles.a[b] + ((2 * k) * (WG_BM / 8) + row0 / 8) * 128, WG_BM * 16, WG_SBO);
+        strata_wgmma_m64n128k16(acc[h], da, db, 1, &tiles);
+      }
     }
     strata_wgmma_commit();
-    if (s + 1 < steps) stage(s + 1, b ^ 1);  // buffer b ^ 1 was read a step ago
+    if (u + 1 < units) stage(u + 1, b ^ 1);  // buffer b ^ 1 was read a step ago
     strata_wgmma_wait<0>();
 STRATA_UNROLL
-    for (int i = 0; i < 64; ++i) strata_wgmma_hold(acc[i]);
+    for (int h = 0; h < 2; ++h)
+STRATA_UNROLL
+      for (int i = 0; i < 64; ++i) strata_wgmma_hold(acc[h][i]);
     __syncthreads();  // buffer b ^ 1 is whole, and every warpgroup is done with b
   }
 
-  // The accumulators (wgmma_ops.cuh's layout) to the outputs.
+  // The accumulators (wgmma_ops.cuh's layout) to the outputs, a row at a
+  // time: its output and stride found once (strata_put's choice).
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
 STRATA_UNROLL
-  for (int j = 0; j < 16; ++j) {
+  for (int h = 0; h < 2; ++h) {
 STRATA_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const int row = m0 + 64 * group + 16 * warp + g + 8 * (e >> 1);
-      const int tk = t0 + 8 * j + 2 * t + (e & 1);
-      if (row < n_rows && tk < n_tok) strata_put(y0, y1, y2, n0, n1, n_rows, row, tk, acc[4 * j + e]);
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int row = m0 + 128 * group + 64 * h + 16 * warp + g + 8 * e2;
+      if (row >= n_rows) continue;
+      float* yr;
+      long long stride;
+      if (row < n0) {
+        yr = y0 + row;
+        stride = n0;
+      } else if (row < n0 + n1) {
+        yr = y1 + (row - n0);
+        stride = n1;
+      } else {
+        yr = y2 + (row - n0 - n1);
+        stride = n_rows - n0 - n1;
+      }
+STRATA_UNROLL
+      for (int j = 0; j < 16; ++j) {
+STRATA_UNROLL
+        for (int p = 0; p < 2; ++p) {
+          const int tk = t0 + 8 * j + 2 * t + p;
+          if (tk < n_tok) yr[(long long)tk * stride] = acc[h][4 * j + 2 * e2 + p];
+        }
+      }
     }
   }
 }
 
-// strata_wgmma3_<type>: strata_mma3_<type>'s arguments and outputs (mma.cuh)
-// on the warpgroup instructions.
-#define STRATA_WGMMA_ENTRY(type, Format)                                                  \
-  STRATA_KERNEL strata_wgmma3_##type(const u8* w, const float* x, float* y0, float* y1,  \
-                                     float* y2, int n0, int n1, int n_rows, int n_cols,  \
-                                     long long row_bytes, int n_tok) {                   \
-    strata_grid_dependency();                                                            \
-    wgmma_tile<Format>(w, x, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes, n_tok);      \
+// strata_wgmma3_<type>: strata_mma3_<type>'s outputs (mma.cuh) on the
+// warpgroup instructions, from int8 rows (strata_quantize_rows).
+#define STRATA_WGMMA_ENTRY(type, Format)                                                     \
+  STRATA_KERNEL strata_wgmma3_##type(const u8* w, const signed char* xq, const float* xd,   \
+                                     float* y0, float* y1, float* y2, int n0, int n1,       \
+                                     int n_rows, int n_cols, long long row_bytes,           \
+                                     int n_tok) {                                           \
+    strata_grid_dependency();                                                               \
+    wgmma_tile<Format>(w, xq, xd, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes, n_tok);    \
   }
 
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_0)

@@ -1,35 +1,45 @@
 // NVRTC source of the tensor-core matrix kernel on sm_90's warpgroup
-// instructions (prompt chunks, issue 32): mma_source.h's product
+// instructions (prompt chunks, issue 32): for a matrix W [n_rows][n_cols]
+// of a GGUF block type (its rows in the device layout,
+// worker/cuda/weight_layout.h) and n_tok activation rows given as the
+// int8 rows the int8 kernels take (strata_quantize_rows: q [n_tok][n_cols],
+// d [n_tok][n_cols / 32], the values d q the cpu backend multiplies),
 //
-//   y[c][r] = sum_i f16(dequant(W[r][i])) * f16(x[c][i])   (f32 sums)
+//   y[c][r] = sum_i f16(dequant(W[r][i])) * f16(d_x[c][i / 32] q_x[c][i])
 //
-// for a matrix of a GGUF block type (its rows in the device layout,
-// worker/cuda/weight_layout.h) and n_tok f32 activation rows, by
-// wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 (wgmma_ops.cuh) with
-// both operands in shared memory. A block of 2 warpgroups (256 threads)
-// takes 128 weight rows x 128 tokens (mma.sync's kernel: 64 x 64, 4 warps),
-// 32 columns a step: each thread dequantizes half of a weight row's unit
-// (Format::unpack_words: value = scale q - min, the format's value) and
-// rounds 16 of a token's values to f16 into one of two shared buffers, and
-// each warpgroup multiplies its 64 rows by the 128 tokens with two
-// m64n128k16, asynchronously: the next step's tiles are unpacked while the
-// tensor cores run this one.
+// (f32 sums) by wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16
+// (wgmma_ops.cuh) with both operands in shared memory. A block of 2
+// warpgroups (256 threads) takes 256 weight rows x 128 tokens (mma.sync's
+// kernels: 64 x 64), so each weight is unpacked once for 128 tokens and
+// each token's 32 bytes a step serve 256 rows. Per 32 columns thread i
+// unpacks weight row i's unit (Format::unpack_words: value = scale q - min,
+// the format's dequantized value) and 16 of a token's values to f16 into
+// one of two shared buffers, and each warpgroup multiplies its 128 rows
+// (two m64 tiles) by the 128 tokens with four m64n128k16, asynchronously:
+// the next step's tiles are unpacked while the tensor cores run this one.
 //
-// Numerics: the f16 kernel's (mma_source.h): f16 weights and activations,
-// f32 sums in the tensor cores' accumulation, 16 columns at a time in
-// column order; the bound against the double sum of the f16-rounded
-// products, |y - ref| <= 1e-4 sum |w x| + 1e-6. A token's results depend
-// only on its own row of x (batch invariance), not on n_tok or its place
-// in a tile. Not the int8 kernel's (mma3_i8_entry): a slice takes this one
-// where DeviceBackendOptions::mma_int8 is off (or for comparisons).
+// Numerics: the f16 kernel's kind (mma_source.h) on the int8 rows' values:
+// f16 weights and activations, f32 sums in the tensor cores' accumulation,
+// 16 columns at a time in column order; against the double sum of the
+// f16-rounded products |y - ref| <= 1e-4 sum |w x| + 1e-6. The rows'
+// values d q are what round_rows gives the f16 mma.sync kernel, so on the
+// emulation the two give the same bits. A token's results depend only on
+// its own row (batch invariance), not on n_tok or its place in a tile.
+// The int8 kernel (mma3_i8_entry) multiplies the same rows exactly; this
+// one is taken where DeviceBackendOptions::mma_int8 is off.
 //
 // sm_90 only: wgmma is an sm_90a instruction, so the program is compiled
 // for -arch=compute_90a (nvrtc_compiler.h does for compute capability 9.0)
 // and refuses to compile for any other; the backend loads it only on a
 // device of compute capability 9.0 (DeviceApi::compute_capability).
+// ptxas (sm_90a): 170-174 registers for the 32-value types, 216-238 for
+// the K-quants (one block a multiprocessor), 48 KiB of shared memory.
 //
-// Launch: grid (ceil(n_rows / 128) x ceil(n_tok / 128)), block (256);
-// arguments and outputs those of strata_mma3_<type> (mma_source.h).
+// Launch: grid (ceil(n_rows / 256) x ceil(n_tok / 128)), block (256);
+// arguments (const unsigned char* w, const signed char* xq, const float* xd,
+// float* y0, float* y1, float* y2, int n0, int n1, int n_rows, int n_cols,
+// long long row_bytes, int n_tok): strata_mma3_<type>'s outputs (rows
+// [0, n0) to y0 [n_tok][n0], [n0, n0 + n1) to y1, the rest to y2).
 // n_cols: whole 32-value units.
 #pragma once
 
@@ -43,7 +53,7 @@
 namespace strata::worker::cuda_kernels {
 
 inline constexpr int kWgmmaThreads = 256;
-inline constexpr int kWgmmaRowsPerBlock = 128;    // weight rows
+inline constexpr int kWgmmaRowsPerBlock = 256;    // weight rows
 inline constexpr int kWgmmaTokensPerBlock = 128;  // activation rows
 // The compute capability (major x 10 + minor) the kernel runs on.
 inline constexpr int kWgmmaComputeCapability = 90;
@@ -65,7 +75,8 @@ inline const char* wgmma_program() {
 }
 
 // The entry of `type`'s kernel ("strata_wgmma3_q4_k"), or "" for a type it
-// does not take: the types of mma3_entry.
+// does not take: the types of mma3_entry (each has int8 rows:
+// mma3_i8_entry's).
 inline std::string wgmma3_entry(GgmlType type) {
   const std::string mma = mma3_entry(type);
   if (mma.empty()) return "";
