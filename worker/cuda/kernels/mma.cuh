@@ -346,10 +346,10 @@ STRATA_UNROLL
                 // Q8_1 rows (Format::kI8Q8_1): xsum is the unit's s = f16(d sum q).
                 const float min_term = Format::kI8Q8_1 ? wmin[i][e >> 1] * xsum[j][e & 1]
                                                        : wmin[i][e >> 1] * dx * xsum[j][e & 1];
-                acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sum0[e] - min_term;
+                acc[i][j][e] += ws[i][e >> 1][0] * dx * small_int_float(sum0[e]) - min_term;
               } else {  // a scale each 16 values
-                acc[i][j][e] += ws[i][e >> 1][0] * dx * (float)sum0[e] +
-                                ws[i][e >> 1][1] * dx * (float)sum1[e];
+                acc[i][j][e] += ws[i][e >> 1][0] * dx * small_int_float(sum0[e]) +
+                                ws[i][e >> 1][1] * dx * small_int_float(sum1[e]);
               }
             }
           }

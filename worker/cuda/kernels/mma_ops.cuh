@@ -18,6 +18,20 @@ __device__ __forceinline__ unsigned short strata_mma_f16(float f) {
 #endif
 }
 
+// Two floats as f16 bits in one register (lo the first element), each as
+// strata_mma_f16 rounds it, by one conversion instruction for both.
+__device__ __forceinline__ unsigned strata_mma_f16x2(float lo, float hi) {
+  lo = lo > 65504.0f ? 65504.0f : (lo < -65504.0f ? -65504.0f : lo);
+  hi = hi > 65504.0f ? 65504.0f : (hi < -65504.0f ? -65504.0f : hi);
+#if defined(__CUDA_ARCH__)
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  // the first source: the upper half
+  return r;
+#else
+  return (unsigned)strata_host_f32_to_f16(lo) | ((unsigned)strata_host_f32_to_f16(hi) << 16);
+#endif
+}
+
 // d += a b for one warp: A 16x16 f16 (row-major), B 16x8 f16 (column-
 // major), D 16x8 f32, each lane holding its fragments as PTX's "Matrix
 // Fragments for mma.m16n8k16 with floating point type" lays them out

@@ -38,10 +38,10 @@ struct alignas(128) WgmmaTiles {
 // Eight f16 of 8 floats, as one 16-byte store's words.
 __device__ __forceinline__ uint4 wgmma_halves(const float* v) {
   uint4 h;
-  h.x = strata_pack(strata_mma_f16(v[0]), strata_mma_f16(v[1]));
-  h.y = strata_pack(strata_mma_f16(v[2]), strata_mma_f16(v[3]));
-  h.z = strata_pack(strata_mma_f16(v[4]), strata_mma_f16(v[5]));
-  h.w = strata_pack(strata_mma_f16(v[6]), strata_mma_f16(v[7]));
+  h.x = strata_mma_f16x2(v[0], v[1]);
+  h.y = strata_mma_f16x2(v[2], v[3]);
+  h.z = strata_mma_f16x2(v[4], v[5]);
+  h.w = strata_mma_f16x2(v[6], v[7]);
   return h;
 }
 
@@ -99,7 +99,7 @@ STRATA_UNROLL
       float v[8];
 STRATA_UNROLL
       for (int l = 0; l < 8; ++l) {
-        v[l] = (float)(signed char)byte_of(q, 8 * c + l) * scale[c >> 1] - min;
+        v[l] = signed_byte_float(q, 8 * c + l) * scale[c >> 1] - min;
       }
       *(uint4*)(tiles.a[b] + wgmma_at<WG_BM>(row, c)) = wgmma_halves(v);
     }
@@ -110,7 +110,7 @@ STRATA_UNROLL
     for (int c = 0; c < 2; ++c) {
       float v[8];
 STRATA_UNROLL
-      for (int l = 0; l < 8; ++l) v[l] = in ? (float)(signed char)byte_of(xw, 8 * c + l) * xs : 0.0f;
+      for (int l = 0; l < 8; ++l) v[l] = in ? signed_byte_float(xw, 8 * c + l) * xs : 0.0f;
       *(uint4*)(tiles.b[b] + wgmma_at<WG_BN>(token, 2 * half + c)) = wgmma_halves(v);
     }
     strata_wgmma_smem_fence();
