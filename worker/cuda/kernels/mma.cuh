@@ -144,6 +144,13 @@ STRATA_UNROLL
 // a block (ggml's q4_K x q8_K dot product has the same shape): a quarter of
 // the float work a unit. |isum| < 2^28 for every K-quant (8 units of
 // 32 x 31 x 127 x 63 at most, Q6_K's 16 halves of 16 x 32 x 127 x 127).
+// imin (Q4_K, Q5_K: a min each unit) is a block's product of its rows'
+// 8 integer mins m (0-63) and its tokens' 8 unit sums of q (within +-4064,
+// split as 64 h + l: h in -64..63, l in 0..63, both int8), so the tensor
+// cores give it once a block: two mma.sync of A = the rows' m (k 0-7, the
+// rest zero) times B = the tokens' h and l, imin = 64 sum m h + sum m l,
+// exact, as the two integer multiply-adds a unit and accumulator it
+// replaces were.
 // Shared rows hold 64 bytes of q and 16 of padding (20 words: the fragment
 // loads' banks differ). The shared tiles are double-buffered: each step's
 // global loads (Format::fetch, the rows' int8 words) are issued before the
@@ -161,10 +168,12 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
   // [buffer][row][unit of the step][half: values 0-15, 16-31 (Format::kI8Scales 2)]
   __shared__ float sw_scale[2][MMA_BM][2][2], sw_min[2][MMA_BM][2];
   __shared__ float sx_scale[2][MMA_BN][2], sx_sum[2][MMA_BN][2];  // [buffer][token][unit]
-  // The K-quants' integers: [buffer][row][unit][sc, then m (Q6_K: its
-  // second sc)], [buffer][token][unit] sum_x; and [buffer][row][d, dmin]
-  // of the step's block.
-  __shared__ int sw_int[2][MMA_BM][2][2], sx_int[2][MMA_BN][2];
+  // The K-quants' integers: [buffer][row][unit][sc, Q6_K's second sc];
+  // and [buffer][row][d, dmin] of the step's block.
+  __shared__ int sw_int[2][MMA_BM][2][2];
+  // The mins' block products' operands: [block parity][row][unit of the
+  // block] m, [block parity][token][unit] h and l (above).
+  __shared__ signed char sw_m[2][MMA_BM][8], sx_h[2][MMA_BN][8], sx_l[2][MMA_BN][8];
   __shared__ float sw_d[2][MMA_BM][2];
   const int row_tiles = (n_rows + MMA_BM - 1) / MMA_BM;
   const int m0 = (int)(blockIdx.x % row_tiles) * MMA_BM;
@@ -178,7 +187,7 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
   const int units = n_cols / 32;
   const int r = m0 + mine, tok = t0 + mine;
   float acc[2][4][4];
-  int isum[2][4][4], imin[2][4][4];  // the K-quants' block sums
+  int isum[2][4][4];  // the K-quants' block sums of sc sumi
 STRATA_UNROLL
   for (int i = 0; i < 2; ++i)
 STRATA_UNROLL
@@ -187,7 +196,6 @@ STRATA_UNROLL
       for (int e = 0; e < 4; ++e) {
         acc[i][j][e] = 0.0f;
         isum[i][j][e] = 0;
-        imin[i][j][e] = 0;
       }
 
   // The step's loads, in flight until stage() uses them.
@@ -222,7 +230,8 @@ STRATA_UNROLL
         for (int l = 0; l < 8; ++l) q[l] = 0u;
       }
       sw_int[b][mine][half][0] = sc[0];
-      sw_int[b][mine][half][1] = Format::kI8Scales == 2 ? sc[1] : m;
+      sw_int[b][mine][half][1] = sc[1];  // Q6_K's second; unused by the others
+      sw_m[(u / 8) & 1][mine][u % 8] = (signed char)m;
       if (half == 0) {  // the step's two units are in one block
         sw_d[b][mine][0] = d;
         sw_d[b][mine][1] = dmin;
@@ -253,7 +262,11 @@ STRATA_UNROLL
     sb[b][mine][8 * half + 7] = hi.w;
     sx_scale[b][mine][half] = in_x ? xdv : 0.0f;
     sx_sum[b][mine][half] = in_x ? xbv : 0.0f;
-    sx_int[b][mine][half] = in_x ? (int)xbv : 0;  // a sum of q: an integer
+    if constexpr (Format::kI8Super) {
+      const int sum_q = in_x ? (int)xbv : 0;  // a sum of q: an integer
+      sx_h[(u / 8) & 1][mine][u % 8] = (signed char)(sum_q >> 6);  // floor: sum_q = 64 h + l
+      sx_l[(u / 8) & 1][mine][u % 8] = (signed char)(sum_q & 63);
+    }
   };
 
   fetch(0);
@@ -280,20 +293,15 @@ STRATA_UNROLL
         bf[j][1] = sb[b][c][8 * k + 4 + t];
       }
       if constexpr (Format::kI8Super) {
-        // This lane's rows' integer sub-scales and tokens' sums for the unit.
-        int wsc[2][2][2], xsi[4][2];
+        // This lane's rows' integer sub-scales for the unit (Q6_K: two).
+        int wsc[2][2][2];
 STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
           for (int h = 0; h < 2; ++h) {
             wsc[i][h][0] = sw_int[b][wm + 16 * i + g + 8 * h][k][0];
-            wsc[i][h][1] = sw_int[b][wm + 16 * i + g + 8 * h][k][1];
+            wsc[i][h][1] = Format::kI8Scales == 2 ? sw_int[b][wm + 16 * i + g + 8 * h][k][1] : 0;
           }
-        }
-STRATA_UNROLL
-        for (int j = 0; j < 4; ++j) {
-STRATA_UNROLL
-          for (int p = 0; p < 2; ++p) xsi[j][p] = sx_int[b][wn + 8 * j + 2 * t + p][k];
         }
 STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
@@ -305,7 +313,6 @@ STRATA_UNROLL
             for (int e = 0; e < 4; ++e) {
               if (Format::kI8Scales == 1) {
                 isum[i][j][e] += wsc[i][e >> 1][0] * sum0[e];
-                imin[i][j][e] += wsc[i][e >> 1][1] * xsi[j][e & 1];
               } else {  // Q6_K: each half its scale, no min
                 isum[i][j][e] += wsc[i][e >> 1][0] * sum0[e] + wsc[i][e >> 1][1] * sum1[e];
               }
@@ -358,18 +365,42 @@ STRATA_UNROLL
     }
     if constexpr (Format::kI8Super) {
       if ((k0 + MMA_BK) % 256 == 0) {  // the end of a 256-value block: its float terms
+        // The mins' products (Q4_K, Q5_K): m of rows g and g + 8 of each
+        // row tile in k 0-7 of A (lanes t = 0, 1), h and l of token g of
+        // each token tile in k 0-7 of B.
+        const int p = (k0 / 256) & 1;
+        unsigned am[2][4] = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
+        unsigned bh[4][2] = {{0u, 0u}, {0u, 0u}, {0u, 0u}, {0u, 0u}};
+        unsigned bl[4][2] = {{0u, 0u}, {0u, 0u}, {0u, 0u}, {0u, 0u}};
+        if (Format::kI8Scales == 1 && t < 2) {
+STRATA_UNROLL
+          for (int i = 0; i < 2; ++i) {
+            am[i][0] = *(const unsigned*)&sw_m[p][wm + 16 * i + g][4 * t];
+            am[i][1] = *(const unsigned*)&sw_m[p][wm + 16 * i + g + 8][4 * t];
+          }
+STRATA_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            bh[j][0] = *(const unsigned*)&sx_h[p][wn + 8 * j + g][4 * t];
+            bl[j][0] = *(const unsigned*)&sx_l[p][wn + 8 * j + g][4 * t];
+          }
+        }
 STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
           for (int j = 0; j < 4; ++j) {
+            int dh[4] = {0, 0, 0, 0}, dl[4] = {0, 0, 0, 0};
+            if (Format::kI8Scales == 1) {
+              strata_mma_16832_s8(dh, am[i], bh[j]);
+              strata_mma_16832_s8(dl, am[i], bl[j]);
+            }
 STRATA_UNROLL
             for (int e = 0; e < 4; ++e) {
               const int rr = wm + 16 * i + g + 8 * (e >> 1);
               const float dx = sx_scale[b][wn + 8 * j + 2 * t + (e & 1)][0];
+              const int imin = 64 * dh[e] + dl[e];
               acc[i][j][e] += sw_d[b][rr][0] * dx * (float)isum[i][j][e] -
-                              sw_d[b][rr][1] * dx * (float)imin[i][j][e];
+                              sw_d[b][rr][1] * dx * (float)imin;
               isum[i][j][e] = 0;
-              imin[i][j][e] = 0;
             }
           }
         }
