@@ -324,6 +324,21 @@ class Kernels : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(api_->download(v.data(), b.get(), n * sizeof(T)).ok());
     return v;
   }
+  // The int8 rows strata_quantize_rows makes of the n values at x (kind
+  // Q8_0, Q8_1 or Q8_K; n whole units, 256-value blocks for Q8_K): q [n],
+  // then each 32-value unit's d and sum (quantize.cuh's layout).
+  struct DeviceInt8Rows {
+    DeviceBuffer q, d, sums;
+  };
+  DeviceInt8Rows int8_rows(const DeviceBuffer& x, size_t n, int kind) {
+    DeviceInt8Rows r{space(n), space(n / 32 * sizeof(float)), space(n / 32 * sizeof(float))};
+    EXPECT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256, x.as<const float>(),
+                    r.q.as<signed char>(), r.d.as<float>(), r.sums.as<float>(),
+                    static_cast<long long>(n), kind)
+                    .ok());
+    return r;
+  }
+
   // Launches `entry` of `source` with `args` (each of the parameter's exact
   // type).
   template <typename... T>

@@ -256,13 +256,9 @@ TEST_P(Kernels, WgmmaMatchesTheReferenceForEveryBlockType) {
     const Quantized w = quantized(c.type, n_rows, n_cols, 35);
     std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 36);
     x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
-    const size_t units = x.size() / 32;
-    DeviceBuffer dw = put(w.bytes), dx = put(x), dq = space(x.size()),
-                 dd = space(units * sizeof(float)), ds = space(units * sizeof(float));
-    ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256, dx.as<const float>(),
-                    dq.as<signed char>(), dd.as<float>(), ds.as<float>(),
-                    static_cast<long long>(x.size()), kind)
-                    .ok());
+    DeviceBuffer dw = put(w.bytes), dx = put(x);
+    const DeviceInt8Rows rows = int8_rows(dx, x.size(), kind);
+    const DeviceBuffer &dq = rows.q, &dd = rows.d;
     DeviceBuffer dy = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
     ASSERT_TRUE(run(wgmma_source(c.type), entry, 2 * 2, cuda_kernels::kWgmmaThreads,
                     dw.as<const unsigned char>(), dq.as<const signed char>(),
@@ -372,13 +368,9 @@ TEST_P(Kernels, MmaInt8MatchesTheReferenceForEveryTypeItTakes) {
       const Quantized w = quantized(c.type, n_rows, n_cols, 33);
       std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 34);
       x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
-      const size_t units = x.size() / 32;
-      DeviceBuffer dw = put(w.bytes), dx = put(x), dq = space(x.size()),
-                   dd = space(units * sizeof(float)), ds = space(units * sizeof(float));
-      ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256,
-                      dx.as<const float>(), dq.as<signed char>(), dd.as<float>(), ds.as<float>(),
-                      static_cast<long long>(x.size()), kind)
-                      .ok());
+      DeviceBuffer dw = put(w.bytes), dx = put(x);
+      const DeviceInt8Rows rows = int8_rows(dx, x.size(), kind);
+      const DeviceBuffer &dq = rows.q, &dd = rows.d, &ds = rows.sums;
       DeviceBuffer dy = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
       ASSERT_TRUE(run(mma_source(c.type), entry, 2 * 2, cuda_kernels::kMmaThreads,
                       dw.as<const unsigned char>(), dq.as<const signed char>(),
@@ -427,13 +419,9 @@ TEST_P(Kernels, MatvecInt8MatchesTheReferenceForEveryTypeItTakes) {
         const Quantized w = quantized(c.type, n_rows, n_cols, seed++);
         std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, seed++);
         x[static_cast<size_t>(columns - 1) * n_cols + 7] = 3e4f;
-        const size_t units = x.size() / 32;
-        DeviceBuffer dw = put(w.bytes), dx = put(x), dq = space(x.size()),
-                     dd = space(units * sizeof(float)), ds = space(units * sizeof(float));
-        ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256,
-                        dx.as<const float>(), dq.as<signed char>(), dd.as<float>(),
-                        ds.as<float>(), static_cast<long long>(x.size()), kind)
-                        .ok());
+        DeviceBuffer dw = put(w.bytes), dx = put(x);
+        const DeviceInt8Rows rows = int8_rows(dx, x.size(), kind);
+        const DeviceBuffer &dq = rows.q, &dd = rows.d, &ds = rows.sums;
         DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
         // kMatvec3's int8 form: 3 rows a warp (WARP_ROWS), one warp group a block.
         const unsigned per_block = columns == 1 ? kMatvecThreads / 32 : 3;
@@ -473,13 +461,9 @@ TEST_P(Kernels, MatvecInt8RowsAWarpChangeNoBits) {
     const int n_rows = 10, n_cols = 512, columns = 3;
     const Quantized w = quantized(c.type, n_rows, n_cols, 60);
     const std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, 61);
-    const size_t units = x.size() / 32;
-    DeviceBuffer dw = put(w.bytes), dx = put(x), dq = space(x.size()),
-                 dd = space(units * sizeof(float)), ds = space(units * sizeof(float));
-    ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256, dx.as<const float>(),
-                    dq.as<signed char>(), dd.as<float>(), ds.as<float>(),
-                    static_cast<long long>(x.size()), kind)
-                    .ok());
+    DeviceBuffer dw = put(w.bytes), dx = put(x);
+    const DeviceInt8Rows rows = int8_rows(dx, x.size(), kind);
+    const DeviceBuffer &dq = rows.q, &dd = rows.d, &ds = rows.sums;
     std::vector<float> got[2];
     for (const int rows_a_warp : {3, 1}) {
       DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
