@@ -499,6 +499,10 @@ else
   # the same on mma.sync's is its comparison.
   STRATA_MMA_INT8=0 STRATA_WGMMA=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 512 -n 0 -r "$RUNS" --json \
     >"$WORK/speed-f16-mma.json" 2>"$LOGS/speed-cuda-f16-mma.log" || true
+  # The 16 sequences with their 8- and 16-column chunks on dp4a, not the
+  # tensor cores (the same bits; the tensor-core form's comparison).
+  STRATA_MATVEC_MMA=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 64 -r "$RUNS" --sessions 16 --json \
+    >"$WORK/speed-16-dp4a.json" 2>"$LOGS/speed-cuda-16-dp4a.log" || true
   # The same decode on the float matvec kernel (the int8 one's comparison).
   STRATA_MATVEC_INT8=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 128 -r "$RUNS" --json \
     >"$WORK/speed-float.json" 2>"$LOGS/speed-cuda-float.log" || true
@@ -508,6 +512,7 @@ else
     >"$WORK/speed-nopdl.json" 2>"$LOGS/speed-cuda-nopdl.log" || true
   pp="$(speed_field "$WORK/speed-1.json" pp)"; tg1="$(speed_field "$WORK/speed-1.json" tg)"
   tg16="$(speed_field "$WORK/speed-16.json" tg)"
+  tg16_dp4a="$(speed_field "$WORK/speed-16-dp4a.json" tg)"
   pp_f16="$(speed_field "$WORK/speed-f16.json" pp)"
   pp_f16_mma="$(speed_field "$WORK/speed-f16-mma.json" pp)"
   tg_float="$(speed_field "$WORK/speed-float.json" tg)"
@@ -522,10 +527,12 @@ else
   peak_int8_tops=1979
   ratios="$(awk -v pp="${pp:-0}" -v tg1="${tg1:-0}" -v tg16="${tg16:-0}" -v b="${bytes:-0}" \
     -v bw="${bw_gb_s:-0}" -v f="$flop_per_token" -v peak="$peak_tflops" -v peak8="$peak_int8_tops" \
-    -v ppf="${pp_f16:-0}" -v ppm="${pp_f16_mma:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" 'BEGIN {
+    -v ppf="${pp_f16:-0}" -v ppm="${pp_f16_mma:-0}" -v tgd="${tg16_dp4a:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" 'BEGIN {
       printf "\"decode_gb_s\": %.1f, ", tg1 * b / 1e9;
       printf "\"decode_fraction_of_read_bandwidth\": %s, ", (bw > 0 ? sprintf("%.3f", tg1 * b / 1e9 / bw) : "null");
       printf "\"sixteen_over_one\": %s, ", (tg1 > 0 ? sprintf("%.2f", tg16 / tg1) : "null");
+      printf "\"decode16_dp4a_tok_s\": %s, ", (tgd > 0 ? tgd : "null");
+      printf "\"mma_over_dp4a_decode16\": %s, ", (tgd > 0 ? sprintf("%.2f", tg16 / tgd) : "null");
       printf "\"prefill_tflops\": %.1f, ", pp * f / 1e12;
       printf "\"prefill_fraction_of_f16_peak\": %.3f, ", pp * f / 1e12 / peak;
       printf "\"prefill_fraction_of_int8_peak\": %.3f, ", pp * f / 1e12 / peak8;

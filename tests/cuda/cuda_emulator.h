@@ -171,6 +171,10 @@ inline void wait_at(Barrier& barrier) {
 }
 
 inline void __syncthreads() { wait_at(this_block->block); }
+// A barrier of the warp's lanes (each lane runs up to it in turn).
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
+  wait_at(this_block->warps[threadIdx.x / 32].meet);
+}
 
 // v of lane (this lane's ^ lane_mask).
 template <typename T>

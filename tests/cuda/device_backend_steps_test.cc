@@ -528,6 +528,63 @@ TEST(DeviceBackendLaunches, PromptSlicesTakeTheWarpgroupKernelOnSm90) {
   EXPECT_EQ(logits[0], logits[2]);
 }
 
+// 16 sequences decoding together run their matrices' 16-column chunk on
+// the int8 form's tensor-core build (matvec_mma.cuh) and get, bit for bit,
+// the logits each gets decoding alone (one column, dp4a): a Q4_K_M tiny
+// llama, two steps of 16 one-row slices after a prompt each.
+TEST(DeviceBackendLaunches, BatchedDecodeOnTheTensorCoresKeepsEachSequencesBits) {
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(tiny_llama(dir, "Q4_K_M"));
+  ASSERT_NE(m.model, nullptr);
+  constexpr int kSequences = 16;
+  DeviceBackendOptions o = test_options();
+  o.graphs = false;
+  std::unique_ptr<testing::EmulatedDeviceApi> api = testing::emulated_step_device();
+  testing::EmulatedDeviceApi* emulated = api.get();
+  auto together = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+  ASSERT_TRUE(together.ok()) << together.status();
+  auto alone = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o,
+                                   testing::emulated_step_device());
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  const auto run = [](Backend& b, const std::vector<int32_t>& tokens,
+                      const std::vector<ForwardSlice>& slices) {
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.slices = slices;
+    ForwardResult r;
+    const absl::Status st = b.forward(req, &r);
+    EXPECT_TRUE(st.ok()) << st;
+    return std::vector<float>(r.logits.begin(), r.logits.end());
+  };
+  const size_t v = static_cast<size_t>(m.hp.n_vocab);
+  for (int s = 0; s < kSequences; ++s) {
+    ASSERT_TRUE((*together)->add_sequence(s, 16).ok());
+    ASSERT_TRUE((*alone)->add_sequence(s, 16).ok());
+    const std::vector<int32_t> prompt = {1, 30 + 7 * s};
+    run(**together, prompt, {{.seq = s, .rows = 2}});
+    run(**alone, prompt, {{.seq = s, .rows = 2}});
+  }
+  for (int step = 0; step < 2; ++step) {
+    std::vector<int32_t> tokens;
+    std::vector<ForwardSlice> slices;
+    for (int s = 0; s < kSequences; ++s) {
+      tokens.push_back(100 + 13 * s + step);
+      slices.push_back({.seq = s, .rows = 1});
+    }
+    const std::vector<float> batched = run(**together, tokens, slices);
+    ASSERT_EQ(batched.size(), kSequences * v);
+    for (int s = 0; s < kSequences; ++s) {
+      const std::vector<float> one = run(**alone, {tokens[static_cast<size_t>(s)]}, {{.seq = s, .rows = 1}});
+      EXPECT_EQ(std::vector<float>(batched.begin() + static_cast<long>(s * v),
+                                   batched.begin() + static_cast<long>((s + 1) * v)),
+                one)
+          << "sequence " << s << ", step " << step;
+    }
+  }
+  EXPECT_FALSE(emulated->blocks_of("strata_matvec3_mma_q4_k").empty());
+  EXPECT_FALSE(emulated->blocks_of("strata_matvec3_mma_q6_k").empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackendSteps, ::testing::Values("emulated", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

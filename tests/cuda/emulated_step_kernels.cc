@@ -25,12 +25,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 1
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c1
 namespace matvec_w1_c2 {
 using namespace strata::cuda_emulation;
@@ -38,12 +42,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 1
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c2
 namespace matvec_w1_c4 {
 using namespace strata::cuda_emulation;
@@ -51,12 +59,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 1
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c4
 namespace matvec_w1_c8 {
 using namespace strata::cuda_emulation;
@@ -64,12 +76,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 1
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c8
 namespace matvec_w1_c16 {
 using namespace strata::cuda_emulation;
@@ -77,12 +93,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 1
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c16
 namespace matvec_w2_c1 {
 using namespace strata::cuda_emulation;
@@ -90,12 +110,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 2
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c1
 namespace matvec_w2_c2 {
 using namespace strata::cuda_emulation;
@@ -103,12 +127,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 2
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c2
 namespace matvec_w2_c4 {
 using namespace strata::cuda_emulation;
@@ -116,12 +144,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 2
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c4
 namespace matvec_w2_c8 {
 using namespace strata::cuda_emulation;
@@ -129,12 +161,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 2
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c8
 namespace matvec_w2_c16 {
 using namespace strata::cuda_emulation;
@@ -142,12 +178,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 2
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c16
 namespace matvec_w4_c1 {
 using namespace strata::cuda_emulation;
@@ -155,12 +195,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 4
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c1
 namespace matvec_w4_c2 {
 using namespace strata::cuda_emulation;
@@ -168,12 +212,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 4
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c2
 namespace matvec_w4_c4 {
 using namespace strata::cuda_emulation;
@@ -181,12 +229,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 4
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c4
 namespace matvec_w4_c8 {
 using namespace strata::cuda_emulation;
@@ -194,12 +246,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 4
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c8
 namespace matvec_w4_c16 {
 using namespace strata::cuda_emulation;
@@ -207,12 +263,16 @@ using namespace strata::cuda_emulation;
 #define ROW_WARPS 4
 #define WARP_ROWS (::strata::worker::cuda_kernels::matvec_i8_warp_rows(NCOLS))
 #include "worker/cuda/kernels/matvec.cuh"
+#include "worker/cuda/kernels/mma_ops.cuh"
+#include "worker/cuda/kernels/matvec_mma.cuh"
 #undef NCOLS
 #undef ROW_WARPS
 #undef WARP_ROWS
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_MATVEC_MMA_TILES
+#undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c16
 #undef THREADS
 #define THREADS 128
@@ -380,6 +440,19 @@ static_assert(cuda_kernels::kStepMatvecThreads == 256 && cuda_kernels::kStepMmaT
     add_i8(GgmlType::kQ4_K, adapt(strata_matvec3_i8_q4_k));                                    \
     add_i8(GgmlType::kQ5_K, adapt(strata_matvec3_i8_q5_k));                                    \
     add_i8(GgmlType::kQ6_K, adapt(strata_matvec3_i8_q6_k));                                    \
+    const auto add_mma = [&](GgmlType type, HostEntry matvec3_mma) {                           \
+      const auto& source = sources.matvec[cuda_kernels::step_matvec_type_index(type)][w][i];   \
+      to.add(source, cuda_kernels::matvec3_mma_entry(type), std::move(matvec3_mma));          \
+    };                                                                                         \
+    add_mma(GgmlType::kQ4_0, adapt(strata_matvec3_mma_q4_0));                                  \
+    add_mma(GgmlType::kQ4_1, adapt(strata_matvec3_mma_q4_1));                                  \
+    add_mma(GgmlType::kQ5_1, adapt(strata_matvec3_mma_q5_1));                                  \
+    add_mma(GgmlType::kQ5_0, adapt(strata_matvec3_mma_q5_0));                                  \
+    add_mma(GgmlType::kQ8_0, adapt(strata_matvec3_mma_q8_0));                                  \
+    add_mma(GgmlType::kMXFP4, adapt(strata_matvec3_mma_mxfp4));                                \
+    add_mma(GgmlType::kQ4_K, adapt(strata_matvec3_mma_q4_k));                                  \
+    add_mma(GgmlType::kQ5_K, adapt(strata_matvec3_mma_q5_k));                                  \
+    add_mma(GgmlType::kQ6_K, adapt(strata_matvec3_mma_q6_k));                                  \
   }
 
 }  // namespace

@@ -131,7 +131,7 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
 // before has not yet written.
 TEST(CudaKernelSources, EveryKernelWaitsForTheKernelBeforeFirst) {
   const std::pair<const char*, const char*> programs[] = {
-      {"matvec", cuda_kernels::kMatvecSource},
+      {"matvec", cuda_kernels::matvec_program()},
       {"mma", cuda_kernels::mma_program()},
       {"wgmma", cuda_kernels::wgmma_program()},
       {"flash_attention", cuda_kernels::flash_attention_program()},
@@ -181,7 +181,7 @@ TEST(CudaKernelSources, EveryKernelWaitsForTheKernelBeforeFirst) {
 }
 
 // The backend's one-type builds (worker/cuda/step_kernels.h): each holds its
-// type's two entries and no other type's.
+// type's entries (the int8 types' tensor-core form too) and no other type's.
 TEST(CudaKernelSources, StepMatvecBuildsHoldOnlyTheirType) {
   NvrtcCompiler compiler({.cache_dir = "-"});
   const cuda_kernels::StepSources& s = cuda_kernels::step_sources();
@@ -201,8 +201,15 @@ TEST(CudaKernelSources, StepMatvecBuildsHoldOnlyTheirType) {
       const std::string rows = cuda_kernels::get_rows_entry(other);
       EXPECT_EQ(out->ptx.find(".entry " + rows + "(") != std::string::npos, other == type)
           << rows;
+      // The int8 types' tensor-core form (matvec_mma.cuh), with mma.sync.
+      const std::string mma = cuda_kernels::matvec3_mma_entry(other);
+      if (mma.empty()) continue;
+      EXPECT_EQ(out->ptx.find(".entry " + mma + "(") != std::string::npos, other == type) << mma;
     }
+    EXPECT_EQ(out->ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") != std::string::npos,
+              !cuda_kernels::matvec3_mma_entry(type).empty());
   }
+  EXPECT_TRUE(cuda_kernels::matvec3_mma_entry(GgmlType::kF32).empty());
   EXPECT_EQ(cuda_kernels::step_matvec_type_index(GgmlType::kQ3_K),
             cuda_kernels::kStepMatvecTypes.size());
 }

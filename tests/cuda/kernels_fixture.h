@@ -31,6 +31,7 @@
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/emulated_device_api.h"
 #include "tests/cuda/emulated_step_kernels.h"
+#include "tests/cuda/emulated_step_kernels.h"
 #include "worker/cuda/device_api.h"
 #include "worker/cuda/kernels/matvec_source.h"
 #include "worker/cuda/kernels/flash_attention_source.h"
@@ -210,6 +211,7 @@ inline std::vector<Int8Case> int8_cases() {
 inline std::unique_ptr<DeviceApi> emulated_device() {
   auto api = std::make_unique<EmulatedDeviceApi>();
   api->set_compute_capability(90);  // it runs sm_90's wgmma kernels too
+  testing::add_step_kernels(*api);  // the backend's builds (step_kernels.h) too
   for (const Int8Case& c : int8_cases()) {
     api->add(kMatvec1, cuda_kernels::matvec3_i8_entry(c.type), c.matvec1);
     api->add(kMatvec3, cuda_kernels::matvec3_i8_entry(c.type), c.matvec3);

@@ -480,6 +480,63 @@ TEST_P(Kernels, MatvecInt8RowsAWarpChangeNoBits) {
   EXPECT_EQ(types, 9);
 }
 
+// The int8 form on the tensor cores (matvec3_mma_entry) gives the dp4a
+// kernel's outputs bit for bit, in the backend's builds (step_sources())
+// of 16, 8 and 1 columns and each split (1, 2, 4 warps a row: the sums it
+// reproduces differ): every type with an int8 form, 70 rows (a partial
+// 16-row tile), rows of 33 units (a lane with two), 72 (past 32 R) and 3
+// or 8 (lanes with none), a column with a 3e4.
+TEST_P(Kernels, MatvecMmaGivesTheInt8KernelsBits) {
+  struct Case {
+    size_t columns_at, split_at;  // kStepMatvecColumns, kStepRowWarps indices
+    bool wide;
+  };
+  static_assert(cuda_kernels::kStepMatvecColumns[4] == 16 &&
+                cuda_kernels::kStepMatvecColumns[3] == 8 && cuda_kernels::kStepRowWarps[2] == 4);
+  int types = 0;
+  for (const TypeCase& c : type_cases()) {
+    const std::string i8 = cuda_kernels::matvec3_i8_entry(c.type);
+    if (i8.empty()) continue;
+    ++types;
+    const int kind = cuda_kernels::round_kind(c.type);
+    const bool k_quant = kind == cuda_kernels::kRoundQ8_K;
+    for (const Case& k : {Case{4, 0, true}, Case{3, 2, true}, Case{4, 1, false}, Case{0, 2, false}}) {
+      const int columns = cuda_kernels::kStepMatvecColumns[k.columns_at];
+      const int split = cuda_kernels::kStepRowWarps[k.split_at];
+      const int n_rows = 70;
+      const int n_cols = k.wide ? (k_quant ? 2304 : 1056) : (k_quant ? 256 : 96);
+      SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(columns) +
+                   " columns, split " + std::to_string(split) + ", " + std::to_string(n_cols));
+      const Quantized w = quantized(c.type, n_rows, n_cols, 70);
+      std::vector<float> x = normal_values(static_cast<size_t>(columns) * n_cols, 71);
+      x[static_cast<size_t>(columns - 1) * n_cols + 9] = 3e4f;
+      DeviceBuffer dw = put(w.bytes), dx = put(x);
+      const DeviceInt8Rows rows = int8_rows(dx, x.size(), kind);
+      const KernelSource& build = cuda_kernels::step_sources()
+          .matvec[cuda_kernels::step_matvec_type_index(c.type)][k.split_at][k.columns_at];
+      std::vector<float> got[2];
+      for (const bool mma : {false, true}) {
+        const unsigned block = 128;
+        const int rows_a_block = mma ? block / 32 * 16
+                                     : static_cast<int>(block) / 32 / split *
+                                           cuda_kernels::matvec_i8_warp_rows(columns);
+        DeviceBuffer dy = space(static_cast<size_t>(columns) * n_rows * sizeof(float));
+        ASSERT_TRUE(run(build, mma ? cuda_kernels::matvec3_mma_entry(c.type) : i8,
+                        static_cast<unsigned>((n_rows + rows_a_block - 1) / rows_a_block), block,
+                        dw.as<const unsigned char>(), rows.q.as<const signed char>(),
+                        rows.d.as<const float>(), rows.sums.as<const float>(), dy.as<float>(),
+                        dy.as<float>(), dy.as<float>(), n_rows, 0, n_rows, n_cols, w.row_bytes)
+                        .ok());
+        got[mma] = get<float>(dy, static_cast<size_t>(columns) * n_rows);
+      }
+      for (size_t at = 0; at < got[0].size(); ++at) {
+        ASSERT_EQ(got[1][at], got[0][at]) << "column " << at / n_rows << ", row " << at % n_rows;
+      }
+    }
+  }
+  EXPECT_EQ(types, 9);
+}
+
 // Batch invariance: a token's results are the same bits however many
 // tokens run with it and wherever its tile puts it (5 tokens from the
 // middle of 67 alone); the three-output form puts each part's rows in its

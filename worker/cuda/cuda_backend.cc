@@ -35,6 +35,10 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   // (the decode comparison gpu-check.sh times).
   const char* matvec_int8 = std::getenv("STRATA_MATVEC_INT8");
   device.matvec_int8 = !(matvec_int8 != nullptr && std::string(matvec_int8) == "0");
+  // STRATA_MATVEC_MMA=0: its 8- and 16-column chunks on dp4a, not the
+  // tensor cores (the batched-decode comparison gpu-check.sh times).
+  const char* matvec_mma = std::getenv("STRATA_MATVEC_MMA");
+  device.matvec_mma = !(matvec_mma != nullptr && std::string(matvec_mma) == "0");
   // STRATA_ATTENTION_QUANTIZES=0: o's rows quantized by a launch of their
   // own (the fused launch's cross-block handoff runs only on a GPU).
   const char* attention_q = std::getenv("STRATA_ATTENTION_QUANTIZES");

@@ -90,6 +90,10 @@ struct DeviceBackendOptions {
   // rows' Q8 values times the weights' q with dp4a, exactly); false: its
   // float form (the weights dequantized, times the rows' rounded values).
   bool matvec_int8 = true;
+  // That form's chunks of 8 and 16 columns (batched decode) on the tensor
+  // cores (matvec3_mma_entry: mma.sync for each unit's integer sums, the
+  // dp4a kernel's bits); false: on dp4a.
+  bool matvec_mma = true;
   // A step of decode rows only quantizes o's int8 rows in its attention
   // launch (strata_attention_batch_quantize: the row's last block to finish
   // quantizes it); false: a launch of its own after attention.

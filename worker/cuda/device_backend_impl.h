@@ -270,6 +270,9 @@ class DeviceBackend final : public Backend {
   absl::Status load_layer(int il, DeviceLayer& l);
   // m's matrix kernel [w][i], loaded (compiled) at its first use.
   absl::StatusOr<KernelHandle> kernel_of(const DeviceMatrix& m, size_t w, size_t i);
+  // Whether m's chunks of kStepMatvecColumns[i] columns run on the int8
+  // form's tensor-core build (matvec3_mma_entry; the same bits as dp4a's).
+  bool matvec_on_tensor_cores(const DeviceMatrix& m, size_t i) const;
   // The matrices `names` ([n_in, n_out_i] of one type) joined as one [q | k
   // | v]-style matrix on the device; empty when their types differ.
   absl::StatusOr<DeviceMatrix> upload_joined(const std::vector<std::string>& names, int64_t n_in,

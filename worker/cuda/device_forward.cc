@@ -7,12 +7,19 @@ namespace strata::worker::device {
 
 // --- the step -----------------------------------------------------------------
 
+bool DeviceBackend::matvec_on_tensor_cores(const DeviceMatrix& m, size_t i) const {
+  return m.int8 && options_.matvec_mma &&
+         ck::kStepMatvecColumns[i] >= ck::kMatvecMmaMinColumns;
+}
+
 absl::StatusOr<KernelHandle> DeviceBackend::kernel_of(const DeviceMatrix& m, size_t w, size_t i) {
   KernelHandle& h = m.matvec[w][i];
   if (h.id < 0) {
     const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(m.type)];
-    STRATA_DEVICE_ASSIGN_OR_RETURN(
-        h, kernel(src[w][i], m.int8 ? ck::matvec3_i8_entry(m.type) : ck::matvec3_entry(m.type)));
+    const std::string entry = matvec_on_tensor_cores(m, i) ? ck::matvec3_mma_entry(m.type)
+                              : m.int8                     ? ck::matvec3_i8_entry(m.type)
+                                                           : ck::matvec3_entry(m.type);
+    STRATA_DEVICE_ASSIGN_OR_RETURN(h, kernel(src[w][i], entry));
   }
   return h;
 }
@@ -105,9 +112,13 @@ absl::Status DeviceBackend::launch_matvec3(const DeviceMatrix& m, const MatvecRo
     while (ck::kStepMatvecColumns[i] > n - done) --i;
     absl::StatusOr<KernelHandle> k = kernel_of(m, static_cast<size_t>(m.split), i);
     if (!k.ok()) return k.status();
-    // The int8 form's warps take matvec_i8_warp_rows rows each.
-    const int rows_per_block = m.threads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)] *
-                               (m.int8 ? ck::matvec_i8_warp_rows(ck::kStepMatvecColumns[i]) : 1);
+    // The int8 form's warps take matvec_i8_warp_rows rows each, its
+    // tensor-core form's 16 (all of a row's parts).
+    const int rows_per_block =
+        matvec_on_tensor_cores(m, i)
+            ? m.threads / 32 * 16
+            : m.threads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)] *
+                  (m.int8 ? ck::matvec_i8_warp_rows(ck::kStepMatvecColumns[i]) : 1);
     const unsigned grid = static_cast<unsigned>((m.n_out + rows_per_block - 1) / rows_per_block);
     const MatvecRows at = x.from(done, m.n_in);
     float* a = y0 + int64_t{done} * n0;

@@ -52,7 +52,7 @@ const StepSources& step_sources() {
         for (size_t i = 0; i < kStepMatvecColumns.size(); ++i) {
           s->matvec[t][w][i] = KernelSource{
               "matvec.cu",
-              kMatvecSource,
+              matvec_program(),
               {threads, "-DNCOLS=" + std::to_string(kStepMatvecColumns[i]),
                "-DROW_WARPS=" + std::to_string(kStepRowWarps[w]),
                "-DWARP_ROWS=" + std::to_string(matvec_i8_warp_rows(kStepMatvecColumns[i])),

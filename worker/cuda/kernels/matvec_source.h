@@ -133,6 +133,22 @@ inline std::string matvec3_i8_entry(GgmlType type) {
 // unsigned char* table, const int* ids, float* out, int n_ids, int n_cols,
 // long long row_bytes); any grid, at most THREADS threads a block), or ""
 // for a type matvec_entry has none for.
+// The int8 form on the tensor cores (matvec_mma.cuh), for the types of
+// matvec3_i8_entry ("strata_matvec3_mma_q4_k"; "" otherwise): the same
+// arguments, launch block and outputs as strata_matvec3_i8_<type>, and the
+// same bits (it reproduces that kernel's per-lane sums, shuffle tree and
+// split, ROW_WARPS), with a warp a 16-row tile of every column: grid
+// ceil(n_rows / (block / 32 x 16)). mma.sync m16n8k32 gives each unit's
+// integer dot products for 16 rows x 8 columns, where dp4a takes a lane 8
+// instructions a row and column: the backend runs its chunks of
+// kMatvecMmaMinColumns columns or more on it (batched decode).
+inline std::string matvec3_mma_entry(GgmlType type) {
+  const std::string i8 = matvec3_i8_entry(type);
+  if (i8.empty()) return "";
+  return "strata_matvec3_mma_" + i8.substr(std::string_view("strata_matvec3_i8_").size());
+}
+inline constexpr int kMatvecMmaMinColumns = 8;
+
 inline std::string get_rows_entry(GgmlType type) {
   const std::string_view m = matvec_entry(type);
   if (m.empty()) return "";
@@ -146,5 +162,18 @@ inline constexpr const char* kMatvecSource =
 #include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/matvec.cuh.inc"
     ;
+// The int8 form on the tensor cores (matvec3_mma_entry): mma_ops.cuh's
+// mma.sync, then matvec_mma.cuh.
+inline constexpr const char* kMatvecMmaSource =
+#include "worker/cuda/kernels/mma_ops.cuh.inc"
+#include "worker/cuda/kernels/matvec_mma.cuh.inc"
+    ;
+
+// The program the backend's matrix x columns builds compile (step_kernels.h):
+// matvec.cuh, then the tensor-core form.
+inline const char* matvec_program() {
+  static const std::string* text = new std::string(std::string(kMatvecSource) + kMatvecMmaSource);
+  return text->c_str();
+}
 
 }  // namespace strata::worker::cuda_kernels

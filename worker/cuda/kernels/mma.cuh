@@ -108,24 +108,6 @@ STRATA_UNROLL
   mma_put_tile(acc, m0 + wm, t0 + wn, g, t, y0, y1, y2, n0, n1, n_rows, n_tok);
 }
 
-// One unit's integer dot products of an A tile a (16 weight rows, int8
-// words) and a B tile b (8 tokens): sum0, and with kScales 2 (a scale each
-// 16 values, Q6_K) the two halves apart, each by an mma.sync with the
-// other half of A zero: sum0 values 0-15, sum1 values 16-31.
-template <int kScales>
-__device__ __forceinline__ void mma_unit_sums(const unsigned* a, const unsigned* b, int* sum0,
-                                              int* sum1) {
-STRATA_UNROLL
-  for (int e = 0; e < 4; ++e) sum0[e] = sum1[e] = 0;
-  if (kScales == 1) {
-    strata_mma_16832_s8(sum0, a, b);
-  } else {
-    const unsigned lo[4] = {a[0], a[1], 0u, 0u}, hi[4] = {0u, 0u, a[2], a[3]};
-    strata_mma_16832_s8(sum0, lo, b);
-    strata_mma_16832_s8(sum1, hi, b);
-  }
-}
-
 // The same tile on the int8 tensor cores, for the types whose products with
 // Q8 values are integer (Format::unit_words: value = scale q - min per 32-value
 // unit; Q6_K: a scale each 16 values, Format::kI8Scales 2, its halves summed

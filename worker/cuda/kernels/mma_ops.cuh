@@ -1,5 +1,5 @@
 // The tensor-core helpers of the kernels that use mma.sync (mma.cuh, the
-// matrix kernel; flash_attention.cuh): compiled before them in one NVRTC
+// matrix kernel; matvec_mma.cuh; flash_attention.cuh): compiled before them in one NVRTC
 // program (mma_source.h). With CUDA's keywords defined away it compiles as
 // host C++; the emulation (tests/cuda/cuda_emulator.h) then provides
 // strata_host_mma_m16n8k16 and the f16 conversions.
@@ -69,6 +69,23 @@ __device__ __forceinline__ void strata_mma_16832_s8(int* d, const unsigned* a, c
 #else
   strata_host_mma_m16n8k32_s8(d, a, b);  // the emulation's
 #endif
+}
+
+// One unit's integer dot products of an A tile a (16 weight rows, int8
+// words) and a B tile b (8 tokens): sum0, and with kScales 2 (a scale each
+// 16 values, Q6_K) the two halves apart, each by an mma.sync with the
+// other half of A zero: sum0 values 0-15, sum1 values 16-31.
+template <int kScales>
+__device__ __forceinline__ void mma_unit_sums(const unsigned* a, const unsigned* b, int* sum0,
+                                              int* sum1) {
+  for (int e = 0; e < 4; ++e) sum0[e] = sum1[e] = 0;
+  if (kScales == 1) {
+    strata_mma_16832_s8(sum0, a, b);
+  } else {
+    const unsigned lo[4] = {a[0], a[1], 0u, 0u}, hi[4] = {0u, 0u, a[2], a[3]};
+    strata_mma_16832_s8(sum0, lo, b);
+    strata_mma_16832_s8(sum1, hi, b);
+  }
 }
 
 // Two f16 at p (p even) as one register.
