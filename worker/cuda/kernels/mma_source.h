@@ -23,9 +23,10 @@
 // |y - ref| <= 1e-4 sum |w x| + 1e-6 (f32 sums of 16-term products; the
 // tensor cores' accumulation is not IEEE's sequence of roundings).
 //
-// This is the plain first form: no cp.async double buffering, no ldmatrix,
-// no wgmma (sm_90's warp-group form) yet. The types whose products with Q8
-// rows are integer also have an int8 form (mma3_i8_entry, below).
+// This is the plain first form: no cp.async double buffering, no ldmatrix.
+// sm_90 devices take the same product on the warpgroup instructions
+// (wgmma_source.h). The types whose products with Q8 rows are integer also
+// have an int8 form (mma3_i8_entry, below).
 //
 // Launch: grid (ceil(n_rows / 64) x ceil(n_tok / 64)), block (128);
 // arguments (const unsigned char* w, const float* x, float* y0, float* y1,
