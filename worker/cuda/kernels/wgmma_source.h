@@ -32,7 +32,7 @@
 // for -arch=compute_90a (nvrtc_compiler.h does for compute capability 9.0)
 // and refuses to compile for any other; the backend loads it only on a
 // device of compute capability 9.0 (DeviceApi::compute_capability).
-// ptxas (sm_90a): 170-174 registers for the 32-value types, 216-238 for
+// ptxas (sm_90a): 166-174 registers for the 32-value types, 210-243 for
 // the K-quants (one block a multiprocessor), 48 KiB of shared memory.
 //
 // Launch: grid (ceil(n_rows / 256) x ceil(n_tok / 128)), block (256);
