@@ -26,17 +26,23 @@ class DeviceBackendSteps : public DeviceBackend {};
 // steps of all three, one sequence removed, two decode steps of two, a new
 // sequence of a longer context (the attention scratch is made anew) and its
 // prompt, two decode steps of three. Returns each step's logits.
+// The logits of one forward step of `slices` (the test is told of a failure).
+std::vector<float> forward_logits(Backend& b, const std::vector<int32_t>& tokens,
+                                  const std::vector<ForwardSlice>& slices) {
+  ForwardRequest req;
+  req.tokens = tokens;
+  req.slices = slices;
+  ForwardResult r;
+  const absl::Status st = b.forward(req, &r);
+  EXPECT_TRUE(st.ok()) << st;
+  return std::vector<float>(r.logits.begin(), r.logits.end());
+}
+
 std::vector<std::vector<float>> decode_script(Backend& b) {
   std::vector<std::vector<float>> out;
   const auto step = [&](const std::vector<ForwardSlice>& slices,
                         const std::vector<int32_t>& tokens) {
-    ForwardRequest req;
-    req.tokens = tokens;
-    req.slices = slices;
-    ForwardResult r;
-    const absl::Status st = b.forward(req, &r);
-    EXPECT_TRUE(st.ok()) << st;
-    out.emplace_back(r.logits.begin(), r.logits.end());
+    out.push_back(forward_logits(b, tokens, slices));
   };
   for (int s = 0; s < 3; ++s) EXPECT_TRUE(b.add_sequence(s, 48).ok());
   step({{.seq = 0, .rows = 2}, {.seq = 1, .rows = 3}, {.seq = 2, .rows = 2}},
@@ -546,23 +552,13 @@ TEST(DeviceBackendLaunches, BatchedDecodeOnTheTensorCoresKeepsEachSequencesBits)
   auto alone = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o,
                                    testing::emulated_step_device());
   ASSERT_TRUE(alone.ok()) << alone.status();
-  const auto run = [](Backend& b, const std::vector<int32_t>& tokens,
-                      const std::vector<ForwardSlice>& slices) {
-    ForwardRequest req;
-    req.tokens = tokens;
-    req.slices = slices;
-    ForwardResult r;
-    const absl::Status st = b.forward(req, &r);
-    EXPECT_TRUE(st.ok()) << st;
-    return std::vector<float>(r.logits.begin(), r.logits.end());
-  };
   const size_t v = static_cast<size_t>(m.hp.n_vocab);
   for (int s = 0; s < kSequences; ++s) {
     ASSERT_TRUE((*together)->add_sequence(s, 16).ok());
     ASSERT_TRUE((*alone)->add_sequence(s, 16).ok());
     const std::vector<int32_t> prompt = {1, 30 + 7 * s};
-    run(**together, prompt, {{.seq = s, .rows = 2}});
-    run(**alone, prompt, {{.seq = s, .rows = 2}});
+    forward_logits(**together, prompt, {{.seq = s, .rows = 2}});
+    forward_logits(**alone, prompt, {{.seq = s, .rows = 2}});
   }
   for (int step = 0; step < 2; ++step) {
     std::vector<int32_t> tokens;
@@ -571,10 +567,11 @@ TEST(DeviceBackendLaunches, BatchedDecodeOnTheTensorCoresKeepsEachSequencesBits)
       tokens.push_back(100 + 13 * s + step);
       slices.push_back({.seq = s, .rows = 1});
     }
-    const std::vector<float> batched = run(**together, tokens, slices);
+    const std::vector<float> batched = forward_logits(**together, tokens, slices);
     ASSERT_EQ(batched.size(), kSequences * v);
     for (int s = 0; s < kSequences; ++s) {
-      const std::vector<float> one = run(**alone, {tokens[static_cast<size_t>(s)]}, {{.seq = s, .rows = 1}});
+      const std::vector<float> one =
+          forward_logits(**alone, {tokens[static_cast<size_t>(s)]}, {{.seq = s, .rows = 1}});
       EXPECT_EQ(std::vector<float>(batched.begin() + static_cast<long>(s * v),
                                    batched.begin() + static_cast<long>((s + 1) * v)),
                 one)

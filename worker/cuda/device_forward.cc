@@ -153,24 +153,21 @@ absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows
     }
     const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
     const int64_t tok_tiles = (r.rows + ck::kMmaTokensPerBlock - 1) / ck::kMmaTokensPerBlock;
-    if (m.mma_i8.id >= 0) {  // the int8 tensor cores on the rows' Q8 values
+    if (m.mma_i8.id >= 0 || m.mma_wg.id >= 0) {  // tensor cores on the rows' Q8 values
       MatvecRows q;
       STRATA_DEVICE_ASSIGN_OR_RETURN(q.q, quantized(m, rows));
       const Int8Rows at = q.from(r.row0, m.n_in).q;
-      STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_i8, static_cast<unsigned>(row_tiles * tok_tiles),
-                                        ck::kStepMmaThreads, m.data, at.q, at.d, at.sums, a, b,
-                                        c, n0, n1, m.n_out, m.n_in, m.row_bytes, r.rows));
-      continue;
-    }
-    if (m.mma_wg.id >= 0) {  // sm_90's warpgroup instructions on the rows' Q8 values
-      MatvecRows q;
-      STRATA_DEVICE_ASSIGN_OR_RETURN(q.q, quantized(m, rows));
-      const Int8Rows at = q.from(r.row0, m.n_in).q;
-      const int64_t wg_rows = (m.n_out + ck::kWgmmaRowsPerBlock - 1) / ck::kWgmmaRowsPerBlock;
-      const int64_t wg_toks = (r.rows + ck::kWgmmaTokensPerBlock - 1) / ck::kWgmmaTokensPerBlock;
-      STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_wg, static_cast<unsigned>(wg_rows * wg_toks),
-                                        ck::kStepWgmmaThreads, m.data, at.q, at.d, a, b, c, n0,
-                                        n1, m.n_out, m.n_in, m.row_bytes, r.rows));
+      if (m.mma_i8.id >= 0) {  // int8 products
+        STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_i8, static_cast<unsigned>(row_tiles * tok_tiles),
+                                          ck::kStepMmaThreads, m.data, at.q, at.d, at.sums, a, b,
+                                          c, n0, n1, m.n_out, m.n_in, m.row_bytes, r.rows));
+      } else {  // sm_90's warpgroup instructions, f16 of the same values
+        const int64_t wg_rows = (m.n_out + ck::kWgmmaRowsPerBlock - 1) / ck::kWgmmaRowsPerBlock;
+        const int64_t wg_toks = (r.rows + ck::kWgmmaTokensPerBlock - 1) / ck::kWgmmaTokensPerBlock;
+        STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_wg, static_cast<unsigned>(wg_rows * wg_toks),
+                                          ck::kStepWgmmaThreads, m.data, at.q, at.d, a, b, c, n0,
+                                          n1, m.n_out, m.n_in, m.row_bytes, r.rows));
+      }
       continue;
     }
     const float* x = nullptr;

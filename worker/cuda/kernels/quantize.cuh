@@ -131,14 +131,9 @@ __device__ __forceinline__ void strata_quantize_block_k(const float* v, int lane
   }
 }
 
-// Values y [n] (every value written before the caller's last barrier) as
-// int8 rows of `kind` (2 Q8_0, 3 Q8_K, 4 Q8_1) into q [n], d and sums
-// [n / 32], by n_warps warps (warp w takes units w, w + n_warps, ...: a
-// block's warps over a row, or a grid's over many rows). Whole units: n a
-// multiple of 32 (256 for Q8_K).
-// kFromL2: y was written by other blocks of this grid (made visible by
-// their __threadfence): read it from L2 (ld.global.cg), never from a stale
-// line of this multiprocessor's L1.
+// A value of y; with kFromL2 y was written by other blocks of this grid
+// (made visible by their __threadfence): read from L2 (ld.global.cg),
+// never from a stale line of this multiprocessor's L1.
 template <bool kFromL2 = false>
 __device__ __forceinline__ float strata_load_y(const float* p) {
 #if defined(__CUDA_ARCH__)
@@ -146,6 +141,12 @@ __device__ __forceinline__ float strata_load_y(const float* p) {
 #endif
   return *p;
 }
+
+// Values y [n] (every value written before the caller's last barrier) as
+// int8 rows of `kind` (2 Q8_0, 3 Q8_K, 4 Q8_1) into q [n], d and sums
+// [n / 32], by n_warps warps (warp w takes units w, w + n_warps, ...: a
+// block's warps over a row, or a grid's over many rows). Whole units: n a
+// multiple of 32 (256 for Q8_K). kFromL2: y read by strata_load_y<true>.
 template <bool kFromL2 = false>
 __device__ __forceinline__ void strata_quantize_values(const float* y, long long n,
                                                        signed char* q, float* d, float* sums,
