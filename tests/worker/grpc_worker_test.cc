@@ -330,8 +330,11 @@ TEST_P(GrpcWorker, LastStageResultsComeStraightToTheCoordinator) {
     // The Results stream gone, the chain brings whole results again.
     rc.TryCancel();
     (void)results->Finish();
-    for (int tries = 0;; ++tries) {  // the worker may take one more first
-      ASSERT_TRUE(chain->Write(micro_batch(6 + tries, {slice(100 + tries, 0, stories_prompt())})));
+    // The worker may take a few more first; each try restarts sequence 100
+    // from position 0, so the tries never hold more than one sequence (the
+    // link below needs a free one: max_sequences 4).
+    for (int tries = 0;; ++tries) {
+      ASSERT_TRUE(chain->Write(micro_batch(6 + tries, {slice(100, 0, stories_prompt())})));
       v1::MicroBatchResult answer;
       ASSERT_TRUE(chain->Read(&answer));
       ASSERT_EQ(answer.error_code(), 0) << answer.error_message();
