@@ -14,14 +14,22 @@
 #                       make the tiny random-weight models (python3 with
 #                       numpy and yaml); their SHA-256 against models/tiny.sha256
 #   cuda_tests          bin/strata_cuda_tests (every kernel against the CPU
-#                       reference; gtest's JSON report summarised)
+#                       reference; each test's outcome; after a kernel fault,
+#                       which fails every later test of its process, the
+#                       tests it left undecided run again without it)
 #   nccl_tests          bin/strata_nccl_tests (the NCCL link: one rank sending
 #                       frames to itself; two ranks skip on one GPU)
+#   switches            the kernel forms whose device tests failed are
+#                       switched off (STRATA_WGMMA=0, ...) for every step
+#                       after, so the rest is still measured
 #   greedy_cpu          strata run --temp 0 on stories260K and each tiny model:
 #                       the reference ids
 #   greedy_cuda         the same with --backend cuda on stories260K: ids equal
 #                       to greedy_cpu's (greedy_cuda_tiny: the tiny models,
 #                       last, with what the budget leaves)
+#   greedy_bisect       only when greedy_cuda's ids part: stories260K with
+#                       every form off, then each alone; the one that gives
+#                       the CPU's ids is switched off for the steps after
 #   cluster_cpu         a coordinator + two CPU workers on loopback (plaintext,
 #                       `insecure: true`) on stories260K: ids equal to greedy_cpu's
 #   cluster_cuda_cpu    the same with worker 0 `backend: cuda:0`
@@ -44,6 +52,7 @@
 # results.json:
 #   {"schema": 1, "started_at", "finished_at", "seconds", "host",
 #    "bundle": <bundle.json>, "gpu_present": bool, "cuda_backend": bool,
+#    "switched_off": "STRATA_X ..." (the forms the steps after ran without),
 #    "summary": {"pass": n, "fail": n, "skip": n},
 #    "steps": [{"name", "status", "reason", "seconds", ...step fields}]}
 # Exit status: 0 when no step failed, 1 otherwise.
@@ -55,6 +64,9 @@
 # "CUDA" steps run on the CPU backend (no --backend flag, workers
 # `backend: cpu`, the 8B model cut to 1 block, one timed run each) and
 # results.json says "selftest": true. Its figures mean nothing.
+# STRATA_CHECK_SELFTEST_BREAK=NAME (with the self-test) stands in for a form
+# that parts the ids: the "CUDA" runs are one token short unless NAME=0, so
+# greedy_bisect has something to find.
 set -uo pipefail
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RESULTS="${1:-$PWD/check-results}"
@@ -213,17 +225,60 @@ if [[ $tiny_ok == true ]]; then
 fi
 
 # --- kernel and link tests -------------------------------------------------------------
-# gtest_step NAME BINARY WHAT BOUND: runs a gtest binary of the bundle, its
-# JSON report summarised. Without a GPU it still runs (its device tests
-# skip, saying why; its host checks must pass) and the step is a skip.
+# A kernel that faults (an illegal or misaligned address, an illegal
+# instruction) leaves a sticky error on the process's CUDA context and every
+# later test of that process fails with it; a crash or a hang runs none
+# after it. So a run with a fault is followed by runs of the tests it left
+# undecided, without the test that faulted, until one ends without a fault
+# (at most 6 more, within the budget): the failures left are each a test's own.
+STICKY_CUDA='illegal memory access|illegal instruction|misaligned address|unspecified launch failure|launch timed out|hardware stack error|illegal address|not supported on global/shared address space|uncorrectable ecc'
+# gtest_outcomes LOG: "STATUS NAME" a test, in the order they ran: ok,
+# skipped, failed, faulted (the run's first test with a sticky CUDA error in
+# its own output), crashed (started and never ended: the process died or was
+# stopped in it).
+gtest_outcomes() {
+  awk -v sticky="$STICKY_CUDA" '
+    function name_of(line) {
+      sub(/^\[ *[A-Z]+ *\] /, "", line); sub(/, where .*/, "", line); sub(/ \([0-9]+ ms\)$/, "", line)
+      return line
+    }
+    /^\[ RUN      \] / { cur = name_of($0); faulted = 0; next }
+    /^\[       OK \] / { if (cur != "") print "ok", cur; cur = ""; next }
+    /^\[  SKIPPED \] / { if (cur != "") print "skipped", cur; cur = ""; next }
+    /^\[  FAILED  \] / {
+      if (cur == "") next
+      if (faulted && !fault_seen) { print "faulted", cur; fault_seen = 1 } else print "failed", cur
+      cur = ""; next
+    }
+    cur != "" && tolower($0) ~ sticky { faulted = 1 }
+    END { if (cur != "") print "crashed", cur }' "$1"
+}
+# decide_outcomes OUTCOMES FINAL: appends to FINAL what a run decided (all of
+# it without a fault; with one, everything up to the fault and what passed
+# or skipped after it) and prints the names it left undecided (failed after
+# the fault). Returns 0 when the run had a fault.
+decide_outcomes() {
+  if ! grep -qE '^(faulted|crashed) ' "$1"; then cat "$1" >>"$2"; return 1; fi
+  awk -v final="$2" '
+    !after { print >>final; if ($1 == "faulted" || $1 == "crashed") after = 1; next }
+    $1 == "ok" || $1 == "skipped" { print >>final; next }
+    { print $2 }' "$1"
+  return 0
+}
+# gtest_step NAME BINARY WHAT BOUND [GPU_FILTER [NO_GPU_FILTER]]: runs a gtest
+# binary of the bundle (with the fault runs above) and records each test's
+# outcome. Without a GPU it still runs (its device tests skip, saying why;
+# its host checks must pass) and the step is a skip. Sets FAILED_TESTS
+# ("name;name;...": what failed on its own) for the steps after.
+FAILED_TESTS=""
 gtest_step() {
   local name="$1" bin="$BUNDLE/bin/$2" what="$3" t0=$SECONDS rc
+  FAILED_TESTS=""
   if [[ ! -x "$bin" ]]; then
     record "$name" skip "bin/$2 not in the bundle ($what not in this build)" 0
     return
   fi
   if over_budget; then record "$name" skip "the check's $BUDGET_S s budget was spent" 0; return; fi
-  rm -f "$WORK/$name.json"
   # With a GPU, $5 (a gtest filter) leaves out what needs none (checked
   # where the bundle was built), so the device's tests fit the bound;
   # without one, $6 (the device tests, which skip, and the host checks: the
@@ -231,27 +286,58 @@ gtest_step() {
   local filter=()
   [[ $gpu_present == true && -n "${5:-}" ]] && filter=("--gtest_filter=$5")
   [[ $gpu_present != true && -n "${6:-}" ]] && filter=("--gtest_filter=$6")
-  timeout "$(bound "$4")" "$bin" --gtest_output="json:$WORK/$name.json" "${filter[@]}" \
-    >"$LOGS/$name.log" 2>&1
+  timeout "$(bound "$4")" "$bin" "${filter[@]}" >"$LOGS/$name.log" 2>&1
   rc=$?
-  local n_tests n_fail n_skip failed extra
-  n_tests="$(json_num "$WORK/$name.json" tests)"; n_fail="$(json_num "$WORK/$name.json" failures)"
-  n_skip="$(grep -c '"result": *"SKIPPED"' "$WORK/$name.json" 2>/dev/null)"
-  failed="$(grep '^\[  FAILED  \]' "$LOGS/$name.log" | sed 's/^\[  FAILED  \] //' | sort -u | head -40 | tr '\n' ';')"
-  extra=", \"tests\": ${n_tests:-null}, \"failures\": ${n_fail:-null}, \"skipped\": ${n_skip:-0}, \"failed\": $(json_str "$failed")"
-  if [[ $rc == 124 ]]; then
+  local final="$WORK/$name.final" round=0 undecided fault faults="" log="$LOGS/$name.log"
+  : >"$final"
+  gtest_outcomes "$log" >"$WORK/$name.outcomes"
+  while undecided="$(decide_outcomes "$WORK/$name.outcomes" "$final")"; do
+    fault="$(grep -m1 -E '^(faulted|crashed) ' "$WORK/$name.outcomes" | cut -d' ' -f2-)"
+    faults+="$fault;"
+    # Never ran: the binary's list less every test a run started.
+    if [[ ! -s "$WORK/$name.all" ]]; then
+      "$bin" --gtest_list_tests "${filter[@]}" 2>/dev/null |
+        awk '/^[^ ]/ { suite = $1 } /^  [^ ]/ { print suite $1 }' >"$WORK/$name.all"
+    fi
+    undecided="$( { printf '%s\n' "$undecided"; grep -vxF -f <(cut -d' ' -f2- "$final" "$WORK/$name.outcomes") "$WORK/$name.all"; } |
+                  grep -v '^$' | sort -u | paste -sd: -)"
+    [[ -z "$undecided" ]] && break
+    if ((round >= 6)) || over_budget; then
+      tr ':' '\n' <<<"$undecided" | sed 's/^/undecided /' >>"$final"
+      break
+    fi
+    round=$((round + 1))
+    log="$LOGS/$name.again-$round.log"
+    log "$name: a fault in $fault; running the $(tr ':' '\n' <<<"$undecided" | wc -l) tests it left undecided again"
+    timeout "$(bound "$4")" "$bin" "--gtest_filter=$undecided" >"$log" 2>&1
+    rc=$?
+    gtest_outcomes "$log" >"$WORK/$name.outcomes"
+  done
+  local n_tests n_fail n_skip failed again extra
+  n_tests="$(wc -l <"$final")"
+  n_skip="$(grep -c '^skipped ' "$final")"
+  failed="$(grep -vE '^(ok|skipped) ' "$final" | cut -d' ' -f2- | head -40 | paste -sd';' -)"
+  n_fail="$(grep -cvE '^(ok|skipped) ' "$final")"
+  # Failed in the first run, passed in a later one: a fault's victims.
+  again="$(gtest_outcomes "$LOGS/$name.log" | awk '$1 != "ok" && $1 != "skipped" { print $2 }' |
+           grep -xF -f <(awk '$1 == "ok" { print $2 }' "$final") | head -40 | paste -sd';' -)"
+  FAILED_TESTS="$failed"
+  extra=", \"tests\": $n_tests, \"failures\": $n_fail, \"skipped\": $n_skip, \"failed\": $(json_str "$failed"), \"faults\": $(json_str "${faults%;}"), \"runs_after_faults\": $round, \"passed_when_run_again\": $(json_str "$again")"
+  if ((n_fail > 0)); then
+    record "$name" fail "$n_fail failed${faults:+ (faulted: ${faults%;})}: $(tail -c 300 "$log")" $((SECONDS - t0)) "$extra"
+  elif [[ $rc == 124 ]]; then
     record "$name" fail "timed out" $((SECONDS - t0)) "$extra"
   elif [[ $rc != 0 ]]; then
-    record "$name" fail "exit $rc: $(tail -c 300 "$LOGS/$name.log")" $((SECONDS - t0)) "$extra"
+    record "$name" fail "exit $rc: $(tail -c 300 "$log")" $((SECONDS - t0)) "$extra"
   elif [[ $gpu_present != true ]]; then
-    record "$name" skip "$gpu_reason (the binary ran: ${n_tests:-?} tests, ${n_skip:-0} skipped, none failed)" \
+    record "$name" skip "$gpu_reason (the binary ran: $n_tests tests, $n_skip skipped, none failed)" \
       $((SECONDS - t0)) "$extra"
   elif grep -q 'no CUDA device' "$LOGS/$name.log"; then
     # The contract's skip message (GTEST_SKIP() << "no CUDA device: ..."):
     # a device test that did not see the GPU this machine has.
     record "$name" fail "tests skipped as if no GPU were here: $(grep -m1 'no CUDA device' "$LOGS/$name.log")" \
       $((SECONDS - t0)) "$extra"
-  elif [[ -n "$n_tests" && "$n_tests" == "${n_skip:-0}" ]]; then
+  elif [[ "$n_tests" == "$n_skip" ]]; then
     record "$name" fail "every test skipped on a machine with a GPU: $(grep -m1 -A1 'Skipped' "$LOGS/$name.log" | tail -1)" \
       $((SECONDS - t0)) "$extra"
   else
@@ -266,10 +352,43 @@ STRATA_SHARED_DIR="$WORK" STRATA_MODELS_DIR="$WORK/models" \
   gtest_step cuda_tests strata_cuda_tests "the CUDA kernel and backend tests are" 200 \
   '-*/emulated:*emulated_*:CudaMatvecSource.*:CudaKernelSources.*:NvrtcCompilerTest.*' \
   '-*/emulated:*emulated_*'
+CUDA_FAILED="$FAILED_TESTS"
 
 # One rank sending to itself passes on one GPU; the two-rank test skips
 # there (NCCL refuses two ranks on one GPU), saying so.
 gtest_step nccl_tests strata_nccl_tests "the NCCL link is" 60
+
+# --- kernel forms switched off -----------------------------------------------------------
+# The forms the backend can do without (worker/cuda/cuda_backend.cc: NAME=0
+# in its environment), narrowest first, each with the device tests that
+# check it (an extended regular expression on their names). A form whose
+# tests failed on their own is switched off for every step after, so that
+# the greedy ids and the speed table still measure the rest; the
+# "switches" step and results.json's "switched_off" say which and why.
+FORMS=(
+  "STRATA_ATTENTION_QUANTIZES:AttentionThatQuantizes"
+  "STRATA_PDL:"
+  "STRATA_GRAPHS:Graph"
+  "STRATA_MATVEC_MMA:MatvecMma"
+  "STRATA_WGMMA:Wgmma"
+  "STRATA_FLASH_ATTENTION:FlashAttention"
+  "STRATA_MMA_INT8:MmaInt8|OnTheInt8TensorCores"
+  "STRATA_MATVEC_INT8:MatvecInt8"
+  "STRATA_MMA:Kernels\.Mma(Matches|Tokens)|TensorCoreSlices"
+)
+SWITCHED_OFF=()
+switched_off() { [[ " ${SWITCHED_OFF[*]} " == *" $1 "* ]]; }
+switch_off() { switched_off "$1" || { export "$1=0"; SWITCHED_OFF+=("$1"); }; }
+t0=$SECONDS
+why=""
+for form in "${FORMS[@]}"; do
+  var="${form%%:*}" re="${form#*:}"
+  [[ -z "$re" ]] && continue
+  hits="$(tr ';' '\n' <<<"$CUDA_FAILED" | grep -E "$re" | head -5 | paste -sd, -)"
+  [[ -n "$hits" ]] && { switch_off "$var"; why+="$var=0 ($hits); "; }
+done
+record switches pass "${why:-every form on}" $((SECONDS - t0)) \
+  ", \"switched_off\": \"${SWITCHED_OFF[*]}\", \"by\": \"device tests\""
 
 # --- greedy ids: one process -----------------------------------------------------------
 PROMPT="Once upon a time"
@@ -277,8 +396,13 @@ N_PREDICT=32
 declare -A cpu_ids=()
 # greedy_run MODEL LABEL OUTFILE [extra args]: strata run --json
 greedy_run() {
-  local model="$1" out="$3"; shift 3
-  timeout "$(bound 60)" "$STRATA" run -m "$model" -p "$PROMPT" -n "$N_PREDICT" --temp 0 \
+  local model="$1" label="$2" out="$3" n="$N_PREDICT" brk="${STRATA_CHECK_SELFTEST_BREAK:-}"
+  shift 3
+  # The self-test's stand-in for a form that parts the ids from the CPU's:
+  # STRATA_CHECK_SELFTEST_BREAK=NAME makes the "cuda" runs one token short
+  # unless NAME=0.
+  if [[ $SELFTEST == 1 && $label == cuda && -n "$brk" && "${!brk:-}" != 0 ]]; then n=$((n - 1)); fi
+  timeout "$(bound 60)" "$STRATA" run -m "$model" -p "$PROMPT" -n "$n" --temp 0 \
     --json "$@" >"$out" 2>"$out.err"
 }
 t0=$SECONDS
@@ -333,6 +457,50 @@ greedy_cuda_step() {
 # stories260K now; the tiny models (one NVRTC load each, perhaps slow)
 # after the speed table, with what the budget leaves.
 greedy_cuda_step greedy_cuda "${models[0]}"
+
+# When the CUDA ids of stories260K part from the CPU's: which form parts
+# them. stories260K again with every form still on switched off, then with
+# each alone (narrowest first); the first alone that gives the CPU's ids is
+# switched off for the steps after (every one, if only all together do).
+greedy_same() {  # MODEL OUT: the CUDA ids of MODEL are the CPU's
+  local name
+  name="$(basename "$1" .gguf)"
+  greedy_run "$1" cuda "$2" "${BACKEND_ARGS[@]}" && [[ "$(json_ids "$2")" == "${cpu_ids[$name]:-none}" ]]
+}
+t0=$SECONDS
+if ! grep -q '"name": "greedy_cuda", "status": "fail"' "$STEPS"; then
+  :
+elif [[ -z "${cpu_ids[stories260K]:-}" ]]; then
+  record greedy_bisect skip "no CPU ids of stories260K" 0
+else
+  candidates=()
+  for form in "${FORMS[@]}"; do switched_off "${form%%:*}" || candidates+=("${form%%:*}"); done
+  per="" fixes=()
+  if (for v in "${candidates[@]}"; do export "$v=0"; done
+      greedy_same "${models[0]}" "$WORK/bisect-all.json"); then
+    per="\"all\": true"
+    for v in "${candidates[@]}"; do
+      if over_budget; then per+=", \"$v\": null"; continue; fi
+      if (export "$v=0"; greedy_same "${models[0]}" "$WORK/bisect-$v.json"); then
+        per+=", \"$v\": true"; fixes+=("$v")
+      else
+        per+=", \"$v\": false"
+      fi
+    done
+    if ((${#fixes[@]} > 0)); then
+      switch_off "${fixes[0]}"
+      record greedy_bisect pass "${fixes[0]}=0 gives the CPU's ids; switched off for the steps after" \
+        $((SECONDS - t0)) ", \"same_ids_with_off\": {$per}, \"switched_off\": \"${fixes[0]}\""
+    else
+      for v in "${candidates[@]}"; do switch_off "$v"; done
+      record greedy_bisect pass "only every form off together gives the CPU's ids; all switched off for the steps after" \
+        $((SECONDS - t0)) ", \"same_ids_with_off\": {$per}, \"switched_off\": \"${candidates[*]}\""
+    fi
+  else
+    record greedy_bisect fail "the ids part from the CPU's with every form off too: not one of the forms the switches name" \
+      $((SECONDS - t0)) ", \"same_ids_with_off\": {\"all\": false}"
+  fi
+fi
 
 # --- greedy ids: a loopback cluster -----------------------------------------------------
 # Plaintext links (`insecure: true`, loopback only) and an explicit split of
@@ -595,6 +763,7 @@ n_skip="$(grep -c '"status": "skip"' "$STEPS")"
     "$started_at" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$SECONDS"
   printf ' "host": %s, "bundle": %s,\n' "$(json_str "$(uname -nrm)")" "$bundle_json"
   printf ' "selftest": %s,\n' "$([[ $SELFTEST == 1 ]] && echo true || echo false)"
+  printf ' "switched_off": "%s",\n' "${SWITCHED_OFF[*]}"
   printf ' "gpu_present": %s, "gpu_reason": %s, "cuda_backend": %s,\n' "$gpu_present" \
     "$(json_str "$([[ $gpu_present == true ]] || echo "$gpu_reason")")" "$cuda_backend"
   printf ' "summary": {"pass": %d, "fail": %d, "skip": %d},\n "steps": [\n' "$n_pass" "$n_fail" "$n_skip"

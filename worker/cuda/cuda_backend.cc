@@ -5,12 +5,22 @@
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "worker/cuda/device_api.h"
 #include "worker/cuda/device_backend.h"
 
 namespace strata::worker {
+namespace {
+
+// Whether the environment variable `name` is set to exactly `value`.
+bool switched(const char* name, std::string_view value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) == value;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
     std::shared_ptr<const gguf::GgufModel> model,
@@ -21,28 +31,31 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   if (!api.ok()) return api.status();
   DeviceBackendOptions device;
   device.max_batch = options.max_batch;
-  const char* no_tune = std::getenv("STRATA_NO_TUNE");
-  device.tune = !options.no_tune && !(no_tune != nullptr && std::string(no_tune) == "1");
-  // STRATA_MMA_INT8=0: prompt slices on the f16 tensor-core kernel only
-  // (the comparison gpu-check.sh times).
-  const char* int8 = std::getenv("STRATA_MMA_INT8");
-  device.mma_int8 = !(int8 != nullptr && std::string(int8) == "0");
+  device.tune = !options.no_tune && !switched("STRATA_NO_TUNE", "1");
+  // NAME=0 switches a kernel form off: the comparisons gpu-check.sh times,
+  // and its fallbacks when a form's device tests fail (docs/gpu.md).
+  // STRATA_MMA=0: every row on the matvec kernels, no tensor cores for
+  // prompt slices (and no flash attention, which goes with them).
+  if (switched("STRATA_MMA", "0")) device.mma_min_rows = 0;
+  // STRATA_MMA_INT8=0: prompt slices on the f16 tensor-core kernel only.
+  device.mma_int8 = !switched("STRATA_MMA_INT8", "0");
   // STRATA_WGMMA=0: those f16 slices on mma.sync's kernel on an sm_90
-  // device too (the comparison gpu-check.sh times).
-  const char* wgmma = std::getenv("STRATA_WGMMA");
-  device.wgmma = !(wgmma != nullptr && std::string(wgmma) == "0");
-  // STRATA_MATVEC_INT8=0: the other products on the float matvec kernel
-  // (the decode comparison gpu-check.sh times).
-  const char* matvec_int8 = std::getenv("STRATA_MATVEC_INT8");
-  device.matvec_int8 = !(matvec_int8 != nullptr && std::string(matvec_int8) == "0");
+  // device too.
+  device.wgmma = !switched("STRATA_WGMMA", "0");
+  // STRATA_MATVEC_INT8=0: the other products on the float matvec kernel.
+  device.matvec_int8 = !switched("STRATA_MATVEC_INT8", "0");
   // STRATA_MATVEC_MMA=0: its 8- and 16-column chunks on dp4a, not the
-  // tensor cores (the batched-decode comparison gpu-check.sh times).
-  const char* matvec_mma = std::getenv("STRATA_MATVEC_MMA");
-  device.matvec_mma = !(matvec_mma != nullptr && std::string(matvec_mma) == "0");
+  // tensor cores.
+  device.matvec_mma = !switched("STRATA_MATVEC_MMA", "0");
   // STRATA_ATTENTION_QUANTIZES=0: o's rows quantized by a launch of their
   // own (the fused launch's cross-block handoff runs only on a GPU).
-  const char* attention_q = std::getenv("STRATA_ATTENTION_QUANTIZES");
-  device.attention_quantizes = !(attention_q != nullptr && std::string(attention_q) == "0");
+  device.attention_quantizes = !switched("STRATA_ATTENTION_QUANTIZES", "0");
+  // STRATA_FLASH_ATTENTION=0: prompt slices attend with the decode rows'
+  // kernels.
+  device.flash_attention = !switched("STRATA_FLASH_ATTENTION", "0");
+  // STRATA_GRAPHS=0: decode steps launched one by one, never replayed from
+  // a captured graph.
+  device.graphs = !switched("STRATA_GRAPHS", "0");
   device.kernel_profile_path = options.kernel_profile_path;
   if (const char* profile = std::getenv("STRATA_KERNEL_PROFILE");
       device.kernel_profile_path.empty() && profile != nullptr) {
