@@ -368,6 +368,7 @@ gtest_step nccl_tests strata_nccl_tests "the NCCL link is" 60
 FORMS=(
   "STRATA_ATTENTION_QUANTIZES:AttentionThatQuantizes"
   "STRATA_PDL:"
+  "STRATA_ATTENTION_SPLIT:SplitDecodeAttention|DecodeContextsSplit|DecodeAttentionSplits"
   "STRATA_GRAPHS:Graph"
   "STRATA_MATVEC_MMA:MatvecMma"
   "STRATA_WGMMA:Wgmma"
@@ -678,7 +679,15 @@ else
   # the one before ends).
   STRATA_PDL=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 128 -r "$RUNS" --json \
     >"$WORK/speed-nopdl.json" 2>"$LOGS/speed-cuda-nopdl.log" || true
+  # Decode after 4096 tokens of context, its attention split over blocks
+  # and not (STRATA_ATTENTION_SPLIT=0: one block a head).
+  timeout "$(bound 60)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -d 4096 -p 0 -n 64 -r 2 --json \
+    >"$WORK/speed-d4096.json" 2>"$LOGS/speed-cuda-d4096.log" || true
+  STRATA_ATTENTION_SPLIT=0 timeout "$(bound 60)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -d 4096 -p 0 -n 64 -r 2 --json \
+    >"$WORK/speed-d4096-unsplit.json" 2>"$LOGS/speed-cuda-d4096-unsplit.log" || true
   pp="$(speed_field "$WORK/speed-1.json" pp)"; tg1="$(speed_field "$WORK/speed-1.json" tg)"
+  tg_d="$(speed_field "$WORK/speed-d4096.json" tg)"
+  tg_du="$(speed_field "$WORK/speed-d4096-unsplit.json" tg)"
   tg16="$(speed_field "$WORK/speed-16.json" tg)"
   tg16_dp4a="$(speed_field "$WORK/speed-16-dp4a.json" tg)"
   pp_f16="$(speed_field "$WORK/speed-f16.json" pp)"
@@ -695,7 +704,8 @@ else
   peak_int8_tops=1979
   ratios="$(awk -v pp="${pp:-0}" -v tg1="${tg1:-0}" -v tg16="${tg16:-0}" -v b="${bytes:-0}" \
     -v bw="${bw_gb_s:-0}" -v f="$flop_per_token" -v peak="$peak_tflops" -v peak8="$peak_int8_tops" \
-    -v ppf="${pp_f16:-0}" -v ppm="${pp_f16_mma:-0}" -v tgd="${tg16_dp4a:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" 'BEGIN {
+    -v ppf="${pp_f16:-0}" -v ppm="${pp_f16_mma:-0}" -v tgd="${tg16_dp4a:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" \
+    -v tgdd="${tg_d:-0}" -v tgdu="${tg_du:-0}" 'BEGIN {
       printf "\"decode_gb_s\": %.1f, ", tg1 * b / 1e9;
       printf "\"decode_fraction_of_read_bandwidth\": %s, ", (bw > 0 ? sprintf("%.3f", tg1 * b / 1e9 / bw) : "null");
       printf "\"sixteen_over_one\": %s, ", (tg1 > 0 ? sprintf("%.2f", tg16 / tg1) : "null");
@@ -712,7 +722,10 @@ else
       printf "\"tg128_float_kernel_tok_s\": %s, ", (tgf > 0 ? tgf : "null");
       printf "\"int8_over_float_decode\": %s, ", (tgf > 0 ? sprintf("%.2f", tg1 / tgf) : "null");
       printf "\"tg128_no_pdl_tok_s\": %s, ", (tgn > 0 ? tgn : "null");
-      printf "\"pdl_over_plain_decode\": %s", (tgn > 0 ? sprintf("%.2f", tg1 / tgn) : "null") }')"
+      printf "\"pdl_over_plain_decode\": %s, ", (tgn > 0 ? sprintf("%.2f", tg1 / tgn) : "null");
+      printf "\"decode_d4096_tok_s\": %s, ", (tgdd > 0 ? tgdd : "null");
+      printf "\"decode_d4096_unsplit_tok_s\": %s, ", (tgdu > 0 ? tgdu : "null");
+      printf "\"split_over_unsplit_decode_d4096\": %s", (tgdu > 0 ? sprintf("%.2f", tgdd / tgdu) : "null") }')"
   extra=", \"decode_tok_s\": ${tg1:-null}, \"decode16_tok_s\": ${tg16:-null}, \"pp512_tok_s\": ${pp:-null}, \"decode_weight_bytes\": ${bytes:-null}, \"read_bandwidth_gb_s\": ${bw_gb_s:-null}, $ratios, \"targets\": {\"decode_fraction_of_read_bandwidth\": 0.75, \"sixteen_over_one\": 8, \"prefill_fraction_of_peak\": 0.5}"
   log "speed (Llama-3-8B Q4_K_M): decode ${tg1:-?} tok/s, 16 streams ${tg16:-?} tok/s, pp512 ${pp:-?} tok/s; ${ratios//\"/}"
   if [[ $ok == true && -n "$tg1" && -n "$pp" && -n "$tg16" ]]; then

@@ -8,6 +8,9 @@
 //          sequences decode together (each step one forward() of S
 //          one-row slices, as a server's decode micro-batch), and tok/s
 //          counts the tokens of all of them (S x n per run).
+// With -d D (llama-bench's --n-depth) each test's sequences first hold D
+// tokens of context (an untimed prefill of random ids), so that pp and tg
+// measure attention over a long cache: "pp512 @ d8192".
 //
 // As in llama-bench the ids are arbitrary valid ones (seeded uniform draws
 // from the vocabulary: speed does not depend on which tokens), each test is
@@ -20,7 +23,7 @@
 //             more threads than CPUs (the tuner keeps defaults then),
 //    "decode_weight_bytes": bytes of weights one decode step reads (of an
 //             MoE block's experts, the k used of n),
-//    "sessions": S,
+//    "sessions": S, "depth": D,
 //    "pp": {"tokens": p, "tok_s": median, "best_tok_s": X, "runs_tok_s": [..]},
 //    "tg": {"tokens": n, "tok_s": median, "best_tok_s": Y, "runs_tok_s": [..]}}
 // with "pp" or "tg" null when skipped.
@@ -66,6 +69,7 @@ struct SpeedOptions {
   std::string isa;       // empty: STRATA_ISA, else CPUID
   bool no_tune = false;
   int sessions = 1;      // sequences decoding together in tg
+  int depth = 0;         // context tokens before each test
   std::string backend = "cpu";  // cpu, cuda, cuda:N (worker::parse_backend_choice)
 };
 
@@ -114,13 +118,27 @@ class SpeedRunner {
     return ids;
   }
 
-  // Seconds for the prefill of n random ids.
-  absl::StatusOr<double> prefill(int n) {
+  // A fresh sequence `seq` of depth + n positions holding `depth` random
+  // ids (prefilled, untimed).
+  absl::Status add_at_depth(int seq, int depth, int n) {
+    if (absl::Status st = backend_.add_sequence(seq, depth + n); !st.ok()) return st;
+    if (depth == 0) return absl::OkStatus();
+    const std::vector<int32_t> context = random_ids(depth);
+    worker::ForwardResult result;
+    return worker::prefill_in_chunks(backend_, seq, context, &result);
+  }
+
+  // Seconds for the prefill of n random ids after `depth` of context.
+  absl::StatusOr<double> prefill(int n, int depth) {
     const std::vector<int32_t> prompt = random_ids(n);
-    if (absl::Status st = backend_.add_sequence(0, n); !st.ok()) return st;
+    absl::Status st = add_at_depth(0, depth, n);
+    if (!st.ok()) {
+      (void)backend_.remove_sequence(0);
+      return st;
+    }
     worker::ForwardResult result;
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status st = worker::prefill_in_chunks(backend_, 0, prompt, &result);
+    st = worker::prefill_in_chunks(backend_, 0, prompt, &result);
     const double s = seconds_since(t0);
     absl::Status removed = backend_.remove_sequence(0);
     if (!st.ok()) return st;
@@ -129,14 +147,18 @@ class SpeedRunner {
   }
 
   // Seconds for n decode steps of `sessions` sequences together, one
-  // random id each per step.
-  absl::StatusOr<double> decode(int n, int sessions) {
+  // random id each per step, each after `depth` of context.
+  absl::StatusOr<double> decode(int n, int sessions, int depth) {
     const std::vector<int32_t> ids = random_ids(n * sessions);
     std::vector<worker::ForwardSlice> slices;
     absl::Status st;
     for (int q = 0; q < sessions && st.ok(); ++q) {
-      st = backend_.add_sequence(q, n);
-      if (st.ok()) slices.push_back({.seq = q, .rows = 1, .logits = worker::Logits::kLast});
+      st = add_at_depth(q, depth, n);
+      if (st.ok()) {
+        slices.push_back({.seq = q, .rows = 1, .logits = worker::Logits::kLast});
+      } else {
+        (void)backend_.remove_sequence(q);
+      }
     }
     worker::ForwardResult result;
     const auto t0 = std::chrono::steady_clock::now();
@@ -187,11 +209,11 @@ int run(const SpeedOptions& o) {
   std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
   auto hp = arch::read_hyperparameters(model->first());
   if (!hp.ok()) return fail(o.model, hp.status());
-  const int longest = std::max(o.n_prompt, o.n_gen);
+  const int longest = o.depth + std::max(o.n_prompt, o.n_gen);
   if (hp->n_ctx_train > 0 && longest > hp->n_ctx_train) {
     std::fprintf(stderr,
                  "strata speed: %d tokens exceed the model's context of %d "
-                 "(lower -p / -n)\n",
+                 "(lower -d / -p / -n)\n",
                  longest, hp->n_ctx_train);
     return 2;
   }
@@ -219,24 +241,24 @@ int run(const SpeedOptions& o) {
   TestResult tg{o.n_gen, {}};
   if (o.warmup) {
     if (o.n_prompt > 0) {
-      if (auto s = runner.prefill(o.n_prompt); !s.ok()) {
+      if (auto s = runner.prefill(o.n_prompt, o.depth); !s.ok()) {
         return fail("warm-up prefill", s.status());
       }
     }
     if (o.n_gen > 0) {
-      if (auto s = runner.decode(1, o.sessions); !s.ok()) {
+      if (auto s = runner.decode(1, o.sessions, o.depth); !s.ok()) {
         return fail("warm-up decode", s.status());
       }
     }
   }
   for (int r = 0; r < o.runs; ++r) {
     if (o.n_prompt > 0) {
-      auto s = runner.prefill(o.n_prompt);
+      auto s = runner.prefill(o.n_prompt, o.depth);
       if (!s.ok()) return fail("prefill", s.status());
       pp.tok_s.push_back(o.n_prompt / std::max(*s, 1e-9));
     }
     if (o.n_gen > 0) {
-      auto s = runner.decode(o.n_gen, o.sessions);
+      auto s = runner.decode(o.n_gen, o.sessions, o.depth);
       if (!s.ok()) return fail("decode", s.status());
       tg.tok_s.push_back(static_cast<double>(o.n_gen) * o.sessions / std::max(*s, 1e-9));
     }
@@ -253,6 +275,7 @@ int run(const SpeedOptions& o) {
     j["tuned"] = tuned;
     j["decode_weight_bytes"] = decode_weight_bytes(*model, *hp);
     j["sessions"] = o.sessions;
+    j["depth"] = o.depth;
     j["pp"] = test_json(pp_done);
     j["tg"] = test_json(tg_done);
     std::cout << j.dump() << "\n";
@@ -264,13 +287,15 @@ int run(const SpeedOptions& o) {
               o.runs, o.sessions, o.sessions == 1 ? "" : "s");
   std::printf("kernels: %s, %s\n", kernels_text.c_str(),
               tuned ? "tuned" : "default parameters (not tuned)");
-  std::printf("%-8s %14s %14s\n", "test", "median tok/s", "best tok/s");
+  const int width = o.depth > 0 ? 16 : 8;
+  std::printf("%-*s %14s %14s\n", width, "test", "median tok/s", "best tok/s");
   const std::pair<const char*, const TestResult*> tests[] = {{"pp", pp_done},
                                                              {"tg", tg_done}};
   for (const auto& [name, r] : tests) {
     if (r == nullptr) continue;
-    const std::string test = name + std::to_string(r->tokens);
-    std::printf("%-8s %14.2f %14.2f\n", test.c_str(), r->median(), r->best());
+    const std::string test = name + std::to_string(r->tokens) +
+                             (o.depth > 0 ? " @ d" + std::to_string(o.depth) : "");
+    std::printf("%-*s %14.2f %14.2f\n", width, test.c_str(), r->median(), r->best());
   }
   return 0;
 }
@@ -293,6 +318,10 @@ void add_speed_command(CLI::App& app, int& exit_code) {
                   "sequences decoding together in the decode test, one "
                   "forward() a step (1; at most the backend's 512 rows)")
       ->check(CLI::Range(1, 512));
+  cmd->add_option("-d,--n-depth", o->depth,
+                  "context tokens each test's sequences hold first (an untimed "
+                  "prefill; 0)")
+      ->check(CLI::Range(0, kMaxTokens));
   cmd->add_option("-r,--repetitions", o->runs, "timed runs of each test (3)")
       ->check(CLI::Range(1, kMaxRuns));
   add_threads_flag(cmd, &o->threads, "threads");

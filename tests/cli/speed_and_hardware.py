@@ -61,7 +61,18 @@ def speed_json(strata, model):
     proc = run([strata, "speed", "-m", model, "-p", "8", "-n", "4", "-r", "1"])
     check(proc.returncode == 0 and "pp8" in proc.stdout and
           "tg4" in proc.stdout, f"text output: {proc.stdout}{proc.stderr}")
-    print("speed --json: fields and positive tok/s")
+    # -d: each test after that many tokens of context (llama-bench's
+    # --n-depth); the depth counts toward the model's context.
+    proc = run([strata, "speed", "-m", model, "-d", "16", "-p", "8", "-n", "4", "-r", "1",
+                "--json"])
+    check(proc.returncode == 0, f"-d 16: exit {proc.returncode}: {proc.stderr}")
+    out = json.loads(proc.stdout)
+    check(out["depth"] == 16 and out["pp"]["tok_s"] > 0 and out["tg"]["tok_s"] > 0,
+          f"-d 16: {proc.stdout}")
+    proc = run([strata, "speed", "-m", model, "-d", "16", "-p", "8", "-n", "4", "-r", "1"])
+    check(proc.returncode == 0 and "pp8 @ d16" in proc.stdout and "tg4 @ d16" in proc.stdout,
+          f"-d 16 text output: {proc.stdout}{proc.stderr}")
+    print("speed --json: fields and positive tok/s; -d 16")
 
 
 def speed_flags(strata, model):
@@ -70,6 +81,8 @@ def speed_flags(strata, model):
         (["-n", "-5"], 2), (["-p", "0", "-n", "0"], 2), (["-p", "x"], 2),
         (["-p", "100000000"], 2),   # over the 2^20 bound
         (["-p", "1000000"], 2),     # over the model's context
+        (["-d", "1000000", "-p", "8"], 2),  # the depth too
+        (["-d", "-1"], 2),
         (["--bogus"], 2),
     ]
     for extra, want in cases:

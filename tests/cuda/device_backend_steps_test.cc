@@ -582,6 +582,61 @@ TEST(DeviceBackendLaunches, BatchedDecodeOnTheTensorCoresKeepsEachSequencesBits)
   EXPECT_FALSE(emulated->blocks_of("strata_matvec3_mma_q6_k").empty());
 }
 
+// A decode step splits its rows' attention over blocks once a row is
+// longer than a chunk, and not before (attention_splits 4, chunks of at
+// least 6 keys; the tiny llama, whose o takes int8 rows, so the split
+// launch quantizes them too): the logits then differ from the unsplit
+// form's (attention_splits 1) only in the last bits (the softmax's sums in
+// another order), and are the same bits with and without decode graphs.
+TEST(DeviceBackendLaunches, DecodeAttentionSplitsOnlyPastAChunk) {
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(tiny_llama(dir, "Q4_K_M"));
+  ASSERT_NE(m.model, nullptr);
+  struct Run {
+    std::vector<std::vector<float>> logits;
+    std::vector<bool> split;  // each step: the split kernels launched
+  };
+  const auto decode = [&](int splits, bool graphs) {
+    Run run;
+    DeviceBackendOptions o = test_options();
+    o.attention_splits = splits;
+    o.attention_split_keys = 6;
+    o.graphs = graphs;
+    std::unique_ptr<testing::EmulatedDeviceApi> api = testing::emulated_step_device();
+    testing::EmulatedDeviceApi* emulated = api.get();
+    auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) return run;
+    EXPECT_TRUE((*b)->add_sequence(0, 16).ok());
+    forward_logits(**b, {1, 40, 97}, {{.seq = 0, .rows = 3}});
+    for (int step = 0; step < 6; ++step) {  // rows at positions 3 .. 8
+      const int64_t before = emulated->launches_of("strata_attention_split_weigh");
+      run.logits.push_back(forward_logits(**b, {300 + step}, {{.seq = 0, .rows = 1}}));
+      run.split.push_back(emulated->launches_of("strata_attention_split_weigh") > before);
+    }
+    return run;
+  };
+  const Run plain = decode(1, false), split = decode(4, false), graphed = decode(4, true);
+  // Rows at positions 3, 4, 5 have 4, 5, 6 keys (one chunk); 6, 7, 8 more.
+  EXPECT_EQ(plain.split, std::vector<bool>(6, false));
+  EXPECT_EQ(split.split, (std::vector<bool>{false, false, false, true, true, true}));
+  ASSERT_EQ(split.logits.size(), 6u);
+  for (size_t step = 0; step < 6; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    EXPECT_EQ(graphed.logits[step], split.logits[step]);
+    if (step < 3) {
+      EXPECT_EQ(split.logits[step], plain.logits[step]);
+      continue;
+    }
+    float scale = 0.0f, worst = 0.0f;
+    for (float v : plain.logits[step]) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < plain.logits[step].size(); ++i) {
+      worst = std::max(worst, std::fabs(plain.logits[step][i] - split.logits[step][i]) / scale);
+    }
+    EXPECT_LE(worst, 1e-3f);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackendSteps, ::testing::Values("emulated", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

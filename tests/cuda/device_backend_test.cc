@@ -419,6 +419,41 @@ TEST_P(DeviceBackend, TensorCoreSlicesStayBatchInvariant) {
   }
 }
 
+// Decode rows longer than a chunk attend split over blocks (attention_splits
+// 4, chunks of at least 4 keys: every decode row past its 4th position
+// here): greedy ids agree with the cpu backend as the unsplit form's do,
+// and a step mixing split rows with one-chunk rows gives each sequence the
+// logits it gets alone, where its early steps take strata_attention_batch
+// (the split kernels give a one-chunk row its bits); decode graphs on (one
+// a form). The quantized tiny llama's o takes the int8 rows the split
+// launch makes.
+TEST_P(DeviceBackend, LongDecodeContextsSplitOverBlocksAgreeAndStayBatchInvariant) {
+  DeviceBackendOptions o = test_options();
+  o.attention_splits = 4;
+  o.attention_split_keys = 4;
+  {
+    Loaded m = open_model(stories_path());
+    ASSERT_NE(m.model, nullptr);
+    auto cpu = cpu_backend(m, {0, m.hp.n_layer});
+    auto device = device_backend(m, {0, m.hp.n_layer}, o);
+    ASSERT_NE(cpu, nullptr);
+    ASSERT_NE(device, nullptr);
+    const Agreement agreed = compare_greedy(*cpu, *device, {1, 403, 407, 261, 378}, 24, 1e-3f);
+    EXPECT_GE(agreed.decided, 20);
+    expect_batch_invariant(m, o);
+  }
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(tiny_llama(dir, "Q4_K_M"));
+  ASSERT_NE(m.model, nullptr);
+  expect_batch_invariant(m, o);
+  auto cpu = cpu_backend(m, {0, m.hp.n_layer});
+  auto device = device_backend(m, {0, m.hp.n_layer}, o);
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(device, nullptr);
+  const Agreement agreed = compare_greedy(*cpu, *device, {1, 300, 301, 302, 303, 40}, 12, 3e-2f);
+  EXPECT_GE(agreed.decided, 8);
+}
+
 // A model split over two device backends (blocks [0, 2) and [2, 5)), the
 // hidden rows handed on, gives the whole device backend's logits bit for
 // bit; and a cpu stage then a device stage agrees with the cpu whole.

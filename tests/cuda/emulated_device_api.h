@@ -155,6 +155,7 @@ class EmulatedDeviceApi : public DeviceApi {
       std::vector<void*> args;
       for (size_t offset : r.offsets) args.push_back(r.words.data() + offset);
       ++launches_;
+      ++launches_of_[timed_[static_cast<size_t>(r.kernel.id)].entry];
       const HostEntry& fn = *loaded_[static_cast<size_t>(r.kernel.id)];
       cuda_emulation::launch(r.grid, r.block, [&] { fn.call(args.data()); });
     }
@@ -203,6 +204,7 @@ class EmulatedDeviceApi : public DeviceApi {
       return absl::OkStatus();
     }
     ++launches_;
+    ++launches_of_[timed_[static_cast<size_t>(kernel.id)].entry];
     blocks_[timed_[static_cast<size_t>(kernel.id)].entry].insert(block);
     const auto t0 = std::chrono::steady_clock::now();
     cuda_emulation::launch(grid, block, [&] { fn.call(args); });
@@ -231,6 +233,11 @@ class EmulatedDeviceApi : public DeviceApi {
     auto it = blocks_.find(entry);
     return it == blocks_.end() ? std::set<unsigned>{} : it->second;
   }
+  // Launches of `entry` run so far (one by one or in replays).
+  int64_t launches_of(const std::string& entry) const {
+    auto it = launches_of_.find(entry);
+    return it == launches_of_.end() ? 0 : it->second;
+  }
   // Graphs captured and replays run so far.
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
@@ -258,6 +265,7 @@ class EmulatedDeviceApi : public DeviceApi {
   bool profiling_ = false;
   int64_t launches_ = 0;
   std::map<std::string, std::set<unsigned>> blocks_;
+  std::map<std::string, int64_t> launches_of_;
   bool capturing_ = false;
   std::vector<Recorded> recording_;
   std::vector<std::vector<Recorded>> graphs_;  // [GraphHandle::id]

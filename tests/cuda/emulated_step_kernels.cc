@@ -588,6 +588,10 @@ void add_step_kernels(EmulatedDeviceApi& api) {
           adapt(step_host::attention::strata_attention_batch));
   api.add(s.attention, cuda_kernels::kAttentionBatchQuantizeEntry,
           adapt(step_host::attention::strata_attention_batch_quantize));
+  api.add(s.attention, cuda_kernels::kAttentionSplitScoresEntry,
+          adapt(step_host::attention::strata_attention_split_scores));
+  api.add(s.attention, cuda_kernels::kAttentionSplitWeighEntry,
+          adapt(step_host::attention::strata_attention_split_weigh));
   api.add(s.elementwise, cuda_kernels::kStoreKvBatchEntry, adapt(ew::strata_store_kv_batch));
   api.add(s.elementwise, cuda_kernels::kRopeStoreKvBatchEntry,
           adapt(ew::strata_rope_store_kv_batch));

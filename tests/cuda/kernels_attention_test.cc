@@ -435,5 +435,156 @@ TEST_P(Kernels, AttentionThatQuantizesItsRowsGivesTheTwoLaunchesBits) {
   }
 }
 
+// Decode attention split over its keys (strata_attention_split_scores, then
+// _weigh): rows of 1, 5, 23, 37 and 64 keys in chunks of at least 8 over 4
+// blocks a head (one chunk, and 3 or 4 of unequal lengths), grouped heads,
+// a sliding window, a soft cap, sinks, V rows of 320 (a thread a dim).
+// Against reference::ops::attention, with the decode kernel's bound (only
+// the order of the softmax's and the chunks' sums differ from it); a row
+// of one chunk gives strata_attention_batch's bits; each row the same bits
+// launched alone (rows independent of each other); with a kind, o's int8
+// rows are strata_quantize_rows' of the output, and the counts are zeros
+// after each launch.
+TEST_P(Kernels, SplitDecodeAttentionMatchesTheReferenceAndKeepsEachRowsBits) {
+  struct Shape {
+    int n_head, n_head_kv, dk, dv, window;
+    float softcap;
+    bool sinks;
+  };
+  const int splits = 4, split_keys = 8, layer = 0;
+  const std::vector<int> n_kv = {37, 1, 64, 5, 23}, row_of = {3, 0, 4, 1, 2};
+  const int rows = static_cast<int>(n_kv.size());
+  for (const Shape s : {Shape{4, 2, 32, 32, 0, 0.0f, false}, Shape{8, 2, 64, 64, 20, 30.0f, true},
+                        Shape{4, 4, 64, 320, 0, 0.0f, false}}) {
+    SCOPED_TRACE(std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) + " heads, dv " +
+                 std::to_string(s.dv) + ", window " + std::to_string(s.window) + ", softcap " +
+                 std::to_string(s.softcap) + (s.sinks ? ", sinks" : ""));
+    const int kw = s.n_head_kv * s.dk, vw = s.n_head_kv * s.dv, width = s.n_head * s.dv;
+    const std::vector<float> sinks = normal_values(static_cast<size_t>(s.n_head), 79, 2.0f);
+    const std::vector<float> q = normal_values(static_cast<size_t>(rows) * s.n_head * s.dk, 70);
+    const kernels::AttentionParams p = attention_params(s.n_head, s.n_head_kv, s.dk, s.dv,
+                                                        s.softcap, s.window,
+                                                        s.sinks ? sinks.data() : nullptr);
+    // Row r's cache: n_ctx = n_kv + 3 positions (the last 3 never read).
+    std::vector<int> n_ctx;
+    std::vector<DeviceBuffer> caches;
+    std::vector<unsigned long long> base;
+    std::vector<float> want(static_cast<size_t>(rows) * width);
+    for (int r = 0; r < rows; ++r) {
+      const int nc = n_kv[r] + 3;
+      n_ctx.push_back(nc);
+      const std::vector<float> fill = normal_values(static_cast<size_t>(nc) * (kw + vw),
+                                                    71 + static_cast<uint32_t>(r));
+      std::vector<uint16_t> f16(fill.size());
+      for (size_t i = 0; i < fill.size(); ++i) f16[i] = reference::f32_to_f16(fill[i]);
+      caches.push_back(put(f16));
+      base.push_back(reinterpret_cast<unsigned long long>(caches.back().get()));
+      const std::vector<uint16_t> k16(f16.begin(), f16.begin() + static_cast<ptrdiff_t>(n_kv[r]) * kw);
+      const auto v0 = f16.begin() + static_cast<ptrdiff_t>(nc) * kw;
+      const std::vector<uint16_t> v16(v0, v0 + static_cast<ptrdiff_t>(n_kv[r]) * vw);
+      const auto qr = q.begin() + static_cast<ptrdiff_t>(row_of[r]) * s.n_head * s.dk;
+      const std::vector<float> one = reference_attention(
+          std::vector<float>(qr, qr + s.n_head * s.dk), k16, v16, n_kv[r], {n_kv[r] - 1}, p);
+      std::copy(one.begin(), one.end(), want.begin() + static_cast<ptrdiff_t>(row_of[r]) * width);
+    }
+    const int stride = 64;
+    const size_t values = static_cast<size_t>(rows) * width, units = values / 32;
+    DeviceBuffer dq = put(q), dbase = put(base), dctx = put(n_ctx), dkv = put(n_kv),
+                 drow = put(row_of), dsinks = put(sinks);
+    const float* sink_ptr = s.sinks ? dsinks.as<const float>() : nullptr;
+    // Launches the pair over `count` rows from `first` of the tables.
+    const auto split = [&](int first, int count, DeviceBuffer& out, int kind, DeviceBuffer* xq,
+                           DeviceBuffer* xd, DeviceBuffer* xs, DeviceBuffer& done,
+                           DeviceBuffer& head_done) {
+      DeviceBuffer scores = space(static_cast<size_t>(count) * s.n_head * stride * sizeof(float));
+      DeviceBuffer part = space(static_cast<size_t>(count) * s.n_head * splits * 2 * sizeof(float));
+      DeviceBuffer part_o =
+          space(static_cast<size_t>(count) * s.n_head * splits * s.dv * sizeof(float));
+      const unsigned grid = static_cast<unsigned>(count * s.n_head * splits);
+      absl::Status st = run(
+          kAttention, cuda_kernels::kAttentionSplitScoresEntry, grid, kAttentionThreads,
+          dq.as<const float>(), dbase.as<const unsigned long long>() + first,
+          dctx.as<const int>() + first, dkv.as<const int>() + first, drow.as<const int>() + first,
+          out.as<float>(), scores.as<float>(), stride, part.as<float>(), layer, s.window, s.n_head,
+          s.n_head_kv, s.dk, s.dv, p.scale, s.softcap, sink_ptr, splits, split_keys);
+      if (!st.ok()) return st;
+      return run(kAttention, cuda_kernels::kAttentionSplitWeighEntry, grid, kAttentionThreads,
+                 dbase.as<const unsigned long long>() + first, dctx.as<const int>() + first,
+                 dkv.as<const int>() + first, drow.as<const int>() + first, out.as<float>(),
+                 scores.as<float>(), stride, part.as<const float>(), part_o.as<float>(),
+                 head_done.as<unsigned>(), layer, s.window, s.n_head, s.n_head_kv, s.dk, s.dv,
+                 sink_ptr, splits, split_keys, kind,
+                 xq != nullptr ? xq->as<signed char>() : nullptr,
+                 xd != nullptr ? xd->as<float>() : nullptr,
+                 xs != nullptr ? xs->as<float>() : nullptr, done.as<unsigned>());
+    };
+    DeviceBuffer done = put(std::vector<unsigned>(rows, 0u));
+    DeviceBuffer head_done = put(std::vector<unsigned>(static_cast<size_t>(rows) * s.n_head, 0u));
+    DeviceBuffer out = space(values * sizeof(float));
+    ASSERT_TRUE(split(0, rows, out, cuda_kernels::kRoundNone, nullptr, nullptr, nullptr, done,
+                      head_done)
+                    .ok());
+    const std::vector<float> got = get<float>(out, values);
+    for (size_t i = 0; i < values; ++i) {
+      ASSERT_NEAR(got[i], want[i], 2e-3f) << "row " << i / static_cast<size_t>(width);
+    }
+    EXPECT_EQ(get<unsigned>(head_done, static_cast<size_t>(rows) * s.n_head),
+              std::vector<unsigned>(static_cast<size_t>(rows) * s.n_head, 0u));
+
+    // The batch kernel's output: the one-chunk rows' bits (1 and 5 keys;
+    // the window keeps 23 and 37 to 20, still more than a chunk).
+    DeviceBuffer batch_out = space(values * sizeof(float));
+    DeviceBuffer batch_scores = space(static_cast<size_t>(rows) * s.n_head * stride * sizeof(float));
+    ASSERT_TRUE(run(kAttention, cuda_kernels::kAttentionBatchEntry, s.n_head * rows,
+                    kAttentionThreads, dq.as<const float>(), dbase.as<const unsigned long long>(),
+                    dctx.as<const int>(), dkv.as<const int>(), drow.as<const int>(),
+                    batch_out.as<float>(), batch_scores.as<float>(), stride, layer, s.window,
+                    s.n_head, s.n_head_kv, s.dk, s.dv, p.scale, s.softcap, sink_ptr)
+                    .ok());
+    const std::vector<float> batch = get<float>(batch_out, values);
+    int multi = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int len = std::min(n_kv[r], s.window > 0 ? s.window : n_kv[r]);
+      const auto at = static_cast<ptrdiff_t>(row_of[r]) * width;
+      const std::vector<float> split_row(got.begin() + at, got.begin() + at + width);
+      const std::vector<float> batch_row(batch.begin() + at, batch.begin() + at + width);
+      if (len <= split_keys) {
+        EXPECT_EQ(split_row, batch_row) << "row " << r << " (" << len << " keys: one chunk)";
+      } else {
+        ++multi;
+      }
+      // Alone: the same bits.
+      DeviceBuffer alone = space(values * sizeof(float));
+      ASSERT_TRUE(split(r, 1, alone, cuda_kernels::kRoundNone, nullptr, nullptr, nullptr, done,
+                        head_done)
+                      .ok());
+      const std::vector<float> a = get<float>(alone, values);
+      EXPECT_EQ(std::vector<float>(a.begin() + at, a.begin() + at + width), split_row)
+          << "row " << r << " alone";
+    }
+    EXPECT_EQ(multi, 3);
+
+    // With o's int8 rows: strata_quantize_rows' bits of the same output.
+    for (const int kind : {cuda_kernels::kRoundQ8_0, cuda_kernels::kRoundQ8_K}) {
+      if (kind == cuda_kernels::kRoundQ8_K && width % 256 != 0) continue;
+      SCOPED_TRACE("kind " + std::to_string(kind));
+      DeviceBuffer wq = space(values), wd = space(units * sizeof(float)),
+                   ws = space(units * sizeof(float));
+      ASSERT_TRUE(run(kElementwise, cuda_kernels::kQuantizeRowsEntry, 4, 256, out.as<const float>(),
+                      wq.as<signed char>(), wd.as<float>(), ws.as<float>(),
+                      static_cast<long long>(values), kind)
+                      .ok());
+      DeviceBuffer qout = space(values * sizeof(float)), xq = space(values),
+                   xd = space(units * sizeof(float)), xs = space(units * sizeof(float));
+      ASSERT_TRUE(split(0, rows, qout, kind, &xq, &xd, &xs, done, head_done).ok());
+      EXPECT_EQ(get<float>(qout, values), got);
+      EXPECT_EQ(get<signed char>(xq, values), get<signed char>(wq, values));
+      EXPECT_EQ(get<float>(xd, units), get<float>(wd, units));
+      EXPECT_EQ(get<float>(xs, units), get<float>(ws, units));
+      EXPECT_EQ(get<unsigned>(done, rows), std::vector<unsigned>(rows, 0u));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::worker::kernels_test

@@ -274,6 +274,10 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
            adapt(host::attention::strata_attention_batch));
   api->add(kAttention, cuda_kernels::kAttentionBatchQuantizeEntry,
            adapt(host::attention::strata_attention_batch_quantize));
+  api->add(kAttention, cuda_kernels::kAttentionSplitScoresEntry,
+          adapt(host::attention::strata_attention_split_scores));
+  api->add(kAttention, cuda_kernels::kAttentionSplitWeighEntry,
+          adapt(host::attention::strata_attention_split_weigh));
   api->add(kElementwise, cuda_kernels::kRopeStoreKvBatchEntry,
            adapt(host::elementwise::strata_rope_store_kv_batch));
   api->add(kElementwise, cuda_kernels::kStoreKvBatchEntry,

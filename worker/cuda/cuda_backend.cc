@@ -50,6 +50,9 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   // STRATA_ATTENTION_QUANTIZES=0: o's rows quantized by a launch of their
   // own (the fused launch's cross-block handoff runs only on a GPU).
   device.attention_quantizes = !switched("STRATA_ATTENTION_QUANTIZES", "0");
+  // STRATA_ATTENTION_SPLIT=0: decode attention never split over blocks
+  // (long contexts one block a head).
+  if (switched("STRATA_ATTENTION_SPLIT", "0")) device.attention_splits = 1;
   // STRATA_FLASH_ATTENTION=0: prompt slices attend with the decode rows'
   // kernels.
   device.flash_attention = !switched("STRATA_FLASH_ATTENTION", "0");

@@ -143,6 +143,14 @@ absl::StatusOr<std::unique_ptr<Backend>> make_device_backend(
     return absl::InvalidArgumentError(
         absl::StrCat("mma_min_rows must be 0 (never) or more, got ", options.mma_min_rows));
   }
+  if (options.attention_splits < 0 || options.attention_splits > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_splits must be 0 (by the device) to 64, got ", options.attention_splits));
+  }
+  if (options.attention_split_keys < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("attention_split_keys must be at least 1, got ",
+                                                   options.attention_split_keys));
+  }
   auto backend = std::make_unique<device::DeviceBackend>(std::move(model), hp, range, options,
                                                          std::move(api));
   if (absl::Status st = backend->load(); !st.ok()) return st;

@@ -98,6 +98,18 @@ struct DeviceBackendOptions {
   // launch (strata_attention_batch_quantize: the row's last block to finish
   // quantizes it); false: a launch of its own after attention.
   bool attention_quantizes = true;
+  // Decode rows whose context (their keys within the window) is longer
+  // than attention_split_keys attend split over up to attention_splits
+  // blocks a head (strata_attention_split_scores and _weigh in
+  // kernels/attention.cuh: chunks of max(attention_split_keys, keys /
+  // splits) keys, flash-decoding's split with the reference's numbers up to
+  // the order of the softmax's sum); shorter ones give
+  // strata_attention_batch's bits either way. A row's numbers depend on its
+  // own keys and these two values only. attention_splits 0: 4 blocks a
+  // multiprocessor over the heads (DeviceApi::multiprocessors / n_head x 4,
+  // 1 .. 32); 1: never split. 0 .. 64; attention_split_keys at least 1.
+  int attention_splits = 0;
+  int attention_split_keys = 256;
   // A regrouped matrix (weight_layout.h) goes up this many bytes of device
   // rows at a time (at least a row): the host's copy of them at load.
   int64_t upload_chunk_bytes = int64_t{64} << 20;

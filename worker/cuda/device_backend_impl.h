@@ -427,6 +427,17 @@ class DeviceBackend final : public Backend {
   // between launches; [max_batch]).
   KernelHandle k_attention_batch_q_;
   DeviceBuffer attn_done_;
+  // Decode attention split over the keys (options_.attention_splits):
+  // splits_ blocks a head at most, split_rows_ rows a launch, with their
+  // scratch: each chunk's maximum and sum [split_rows_][n_head][splits_][2],
+  // its weighed values [split_rows_][n_head][splits_][dv], and each head's
+  // count of finished chunks [split_rows_][n_head] (zeros between launches).
+  // split_step_: this step has a decode row longer than a chunk.
+  KernelHandle k_attention_split_scores_, k_attention_split_weigh_;
+  int splits_ = 1;
+  int split_rows_ = 1;
+  DeviceBuffer attn_part_, attn_part_o_, attn_head_done_;
+  bool split_step_ = false;
   KernelHandle k_rms_q_, k_add_rms_q_, k_swiglu_q_;  // the quantizing forms
   KernelHandle k_rope_store_kv_batch_;  // a decode step's RoPE and KV store
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,

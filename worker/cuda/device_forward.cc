@@ -316,9 +316,29 @@ absl::Status DeviceBackend::attention(int il, int n, PairedRows& xn) {
   if (o_kind != ck::kRoundNone) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(o_rows, int8_rows(o_kind, n, attn_width));
   }
-  // The decode rows of every sequence: attention_rows_ of them a launch.
-  for (int d0 = 0; d0 < n_decode_; d0 += attention_rows_) {
-    const int rows = std::min(attention_rows_, n_decode_ - d0);
+  // The decode rows of every sequence: attention_rows_ of them a launch
+  // (split_rows_ when their keys are split over blocks).
+  const int decode_rows = split_step_ ? std::min(attention_rows_, split_rows_) : attention_rows_;
+  for (int d0 = 0; d0 < n_decode_; d0 += decode_rows) {
+    const int rows = std::min(decode_rows, n_decode_ - d0);
+    if (split_step_) {
+      const unsigned grid = static_cast<unsigned>(hp_.n_head * rows * splits_);
+      STRATA_DEVICE_RETURN_IF_ERROR(run(
+          k_attention_split_scores_, grid, ck::kStepAttentionThreads, static_cast<const float*>(q),
+          decode_.base + d0, decode_.n_ctx + d0, decode_.n_kv + d0, decode_.row + d0,
+          attn_.as<float>(), scores_.as<float>(), max_ctx_, attn_part_.as<float>(), layer, window,
+          hp_.n_head, hp_.n_head_kv, dk, dv, scale, hp_.attn_softcap, sinks, splits_,
+          options_.attention_split_keys));
+      STRATA_DEVICE_RETURN_IF_ERROR(run(
+          k_attention_split_weigh_, grid, ck::kStepAttentionThreads, decode_.base + d0,
+          decode_.n_ctx + d0, decode_.n_kv + d0, decode_.row + d0, attn_.as<float>(),
+          scores_.as<float>(), max_ctx_, static_cast<const float*>(attn_part_.as<float>()),
+          attn_part_o_.as<float>(), attn_head_done_.as<unsigned int>(), layer, window, hp_.n_head,
+          hp_.n_head_kv, dk, dv, sinks, splits_, options_.attention_split_keys, o_kind,
+          const_cast<signed char*>(o_rows.q), const_cast<float*>(o_rows.d),
+          const_cast<float*>(o_rows.sums), attn_done_.as<unsigned int>()));
+      continue;
+    }
     if (o_kind != ck::kRoundNone) {
       STRATA_DEVICE_RETURN_IF_ERROR(run(
           k_attention_batch_q_, static_cast<unsigned>(hp_.n_head * rows),
@@ -691,6 +711,7 @@ void DeviceBackend::drop_graphs() {
 // upload.
 absl::Status DeviceBackend::upload_decode_table() {
   n_decode_ = 0;
+  split_step_ = false;
   const size_t b = static_cast<size_t>(options_.max_batch);
   uint8_t* table = decode_host_.data();
   auto* base = reinterpret_cast<unsigned long long*>(table);
@@ -703,6 +724,10 @@ absl::Status DeviceBackend::upload_decode_table() {
     ints[b + d] = s.pos0;
     ints[2 * b + d] = s.pos0 + 1;
     ints[3 * b + d] = s.row0;
+    // A row longer than a chunk: the step's decode attention splits (a
+    // row's keys within a window may be fewer: the kernels decide each
+    // row's chunks, with strata_attention_batch's bits for one).
+    if (splits_ > 1 && s.pos0 + 1 > options_.attention_split_keys) split_step_ = true;
   }
   if (n_decode_ == 0) return absl::OkStatus();
   return api_->upload(decode_table_.get(), table, decode_host_.size());
@@ -781,8 +806,9 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   }
 
   if (graph_step(req)) {
-    // One graph a row count and kind of head (logits, picks, candidates).
-    const int key = 3 * n + (n_picks_ > 0 ? 1 : n_tops_ > 0 ? 2 : 0);
+    // One graph a row count, kind of head (logits, picks, candidates) and
+    // form of decode attention (split or not).
+    const int key = 2 * (3 * n + (n_picks_ > 0 ? 1 : n_tops_ > 0 ? 2 : 0)) + (split_step_ ? 1 : 0);
     auto it = decode_graphs_.find(key);
     if (it == decode_graphs_.end()) {
       absl::StatusOr<GraphHandle> g = api_->capture([&] { return launch_step(n, nullptr); });

@@ -2,6 +2,7 @@
 // checked and uploaded, the step's kernels loaded (compiled at first use),
 // the step buffers, each matrix's split-K choice (the tuner); the kernel
 // profile's file.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -347,6 +348,29 @@ absl::Status DeviceBackend::load() {
                                  kernel(src.attention, ck::kAttentionBatchQuantizeEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_store_kv_batch_,
                                  kernel(src.elementwise, ck::kStoreKvBatchEntry));
+  splits_ = options_.attention_splits > 0
+                ? options_.attention_splits
+                : std::clamp(4 * std::max(api_->multiprocessors(), 1) / hp_.n_head, 1, 32);
+  if (splits_ > 1) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_split_scores_,
+                                   kernel(src.attention, ck::kAttentionSplitScoresEntry));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_split_weigh_,
+                                   kernel(src.attention, ck::kAttentionSplitWeighEntry));
+    // Rows a launch: as many as 32 MiB of chunk sums hold (at least one).
+    const size_t per_row = static_cast<size_t>(hp_.n_head) * static_cast<size_t>(splits_) *
+                           static_cast<size_t>(hp_.head_dim_v + 2) * sizeof(float);
+    split_rows_ = static_cast<int>(std::clamp<size_t>((size_t{32} << 20) / per_row, 1,
+                                                      static_cast<size_t>(options_.max_batch)));
+    const size_t heads = static_cast<size_t>(split_rows_) * static_cast<size_t>(hp_.n_head);
+    STRATA_DEVICE_ASSIGN_OR_RETURN(attn_part_,
+                                   space(heads * static_cast<size_t>(splits_) * 2 * sizeof(float)));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(
+        attn_part_o_, space(heads * static_cast<size_t>(splits_) *
+                            static_cast<size_t>(hp_.head_dim_v) * sizeof(float)));
+    const std::vector<unsigned int> head_zeros(heads, 0u);
+    STRATA_DEVICE_ASSIGN_OR_RETURN(
+        attn_head_done_, upload(head_zeros.data(), head_zeros.size() * sizeof(unsigned int)));
+  }
   struct Elementwise {
     KernelHandle* handle;
     const char* entry;

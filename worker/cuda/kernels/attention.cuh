@@ -28,7 +28,10 @@
 //   grid (n_head x n_rows), block r x n_head + h; q [n_rows][n_head][dk],
 //   out [n_rows][n_head][dv], scores [n_rows][n_head][scores_stride]
 //   (scores_stride >= pos0 + n_rows).
-// Not here yet: prefill (several query rows in one launch).
+//
+//   strata_attention_batch (and _quantize): the decode rows of a step, each
+//   of its own sequence; strata_attention_split_scores and _weigh: the same
+//   rows with long contexts split over blocks (below).
 #ifndef THREADS
 #define THREADS 128
 #endif
@@ -121,13 +124,16 @@ __device__ __forceinline__ float strata_key_dot(const float* q_round,
   return s;
 }
 
-// Head h of one query row: qh [dk], its keys and values [window_begin,
-// n_kv) of KV head g, scores sc [n_kv] scratch, out oh [dv].
-__device__ __forceinline__ void strata_attend_head(
-    const float* qh, const unsigned short* k_cache,
-    const unsigned short* v_cache, float* oh, float* sc,
-    int n_kv, int window_begin, int g, int n_head_kv, int dk, int dv, float scale,
-    float softcap, float sink, int has_sink) {
+// Head h of one query row against keys [j0, j1) of KV head g: sc[j] =
+// scale s with s = q . k_j (q rounded to f16, in shared memory up to
+// STRATA_ATTENTION_SHARED_DK dims) or softcap tanh(s / softcap); returns
+// the largest of them and m0, on every thread. Thread t takes keys j0 + t,
+// j0 + t + THREADS, ... (the exponentials after it may reuse that split
+// without a barrier).
+__device__ __forceinline__ float strata_head_scores(const float* qh,
+                                                   const unsigned short* k_cache, float* sc,
+                                                   int j0, int j1, int g, int n_head_kv, int dk,
+                                                   float scale, float softcap, float m0) {
   // q rounded to f16 once, in shared memory (beyond its size: in place in
   // a register of each product, the same values).
   __shared__ float q_shared[STRATA_ATTENTION_SHARED_DK];
@@ -139,8 +145,8 @@ __device__ __forceinline__ void strata_attend_head(
   // A layer's keys start where the layers before end: aligned for some
   // shapes only (the same for every thread of the block).
   const bool wide = (dk & 7) == 0 && ((unsigned long long)k_cache & 15ull) == 0;
-  float m = sink;
-  for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
+  float m = m0;
+  for (int j = j0 + (int)threadIdx.x; j < j1; j += THREADS) {
     const unsigned short* kr = k_cache + ((long long)j * n_head_kv + g) * dk;
     float s = 0.0f;
     if (shared_q) {
@@ -153,21 +159,14 @@ __device__ __forceinline__ void strata_attend_head(
     sc[j] = s;
     m = fmaxf(m, s);
   }
-  m = strata_block_reduce(m, 1);
-  float sum = 0.0f;
-  for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
-    const float e = expf(sc[j] - m);
-    sc[j] = e;
-    sum += e;
-  }
-  float total = strata_block_reduce(sum, 0);  // its barriers order sc's writes
-  if (has_sink) total += expf(sink - m);
-  const float inv = 1.0f / total;
-  // The weights p = f16(e / total), once each (not once a V column).
-  for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
-    sc[j] = strata_round_f16(sc[j] * inv);
-  }
-  __syncthreads();
+  return strata_block_reduce(m, 1);
+}
+
+// oh [dv] = the sum over keys j in [j0, j1) of sc[j] v_j (V head g), every
+// sc[j] written before the call (a barrier between).
+__device__ __forceinline__ void strata_weigh_values(const unsigned short* v_cache,
+                                                   const float* sc, float* oh, int j0, int j1,
+                                                   int g, int n_head_kv, int dv) {
   if (dv <= 32 * STRATA_ATTENTION_DV_REGS) {
     // Warp w weighs keys w, w + W, ... of the range (W warps; each key's V
     // row read by one warp, its lanes on consecutive dims: coalesced, and
@@ -180,7 +179,7 @@ __device__ __forceinline__ void strata_attend_head(
 STRATA_ATTENTION_UNROLL
     for (int i = 0; i < STRATA_ATTENTION_DV_REGS; ++i) o[i] = 0.0f;
 STRATA_ATTENTION_UNROLL4
-    for (int j = window_begin + warp; j < n_kv; j += kWarps) {
+    for (int j = j0 + warp; j < j1; j += kWarps) {
       const float p = sc[j];
       const unsigned short* vr = v_cache + ((long long)j * n_head_kv + g) * dv;
 STRATA_ATTENTION_UNROLL
@@ -203,12 +202,38 @@ STRATA_ATTENTION_UNROLL
   } else {
     for (int d = threadIdx.x; d < dv; d += THREADS) {
       float o = 0.0f;
-      for (int j = window_begin; j < n_kv; ++j) {
+      for (int j = j0; j < j1; ++j) {
         o += sc[j] * strata_f16(v_cache[((long long)j * n_head_kv + g) * dv + d]);
       }
       oh[d] = o;
     }
   }
+}
+
+// Head h of one query row: qh [dk], its keys and values [window_begin,
+// n_kv) of KV head g, scores sc [n_kv] scratch, out oh [dv].
+__device__ __forceinline__ void strata_attend_head(
+    const float* qh, const unsigned short* k_cache,
+    const unsigned short* v_cache, float* oh, float* sc,
+    int n_kv, int window_begin, int g, int n_head_kv, int dk, int dv, float scale,
+    float softcap, float sink, int has_sink) {
+  const float m = strata_head_scores(qh, k_cache, sc, window_begin, n_kv, g, n_head_kv, dk,
+                                     scale, softcap, sink);
+  float sum = 0.0f;
+  for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
+    const float e = expf(sc[j] - m);
+    sc[j] = e;
+    sum += e;
+  }
+  float total = strata_block_reduce(sum, 0);  // its barriers order sc's writes
+  if (has_sink) total += expf(sink - m);
+  const float inv = 1.0f / total;
+  // The weights p = f16(e / total), once each (not once a V column).
+  for (int j = window_begin + (int)threadIdx.x; j < n_kv; j += THREADS) {
+    sc[j] = strata_round_f16(sc[j] * inv);
+  }
+  __syncthreads();
+  strata_weigh_values(v_cache, sc, oh, window_begin, n_kv, g, n_head_kv, dv);
   __syncthreads();  // q_shared, sc and o_part are free for the block's next head
 }
 
@@ -235,6 +260,15 @@ STRATA_KERNEL strata_attention_decode(const float* q,
 // layer `layer`'s keys [begin, n_kv[r]) (begin n_kv[r] - window when window
 // > 0); scores [rows][n_head][scores_stride]. The same numbers as
 // strata_attention_decode per row.
+// Row r's keys of layer `layer` (f16 bits; its values follow the layer's
+// n_ctx[r] keys).
+__device__ __forceinline__ const unsigned short* strata_row_keys(
+    const unsigned long long* kv_base, const int* n_ctx, int r, int layer, int n_head_kv, int dk,
+    int dv) {
+  const long long kw = (long long)n_head_kv * dk, vw = (long long)n_head_kv * dv;
+  return (const unsigned short*)kv_base[r] + (long long)layer * n_ctx[r] * (kw + vw);
+}
+
 // Block r x n_head + h of strata_attention_batch: its row's head h.
 // Returns the row (of q and out).
 __device__ __forceinline__ long long strata_attention_batch_head(
@@ -243,10 +277,8 @@ __device__ __forceinline__ long long strata_attention_batch_head(
     int n_head, int n_head_kv, int dk, int dv, float scale, float softcap, const float* sinks) {
   const int h = blockIdx.x % n_head;
   const int r = blockIdx.x / n_head;
-  const long long kw = (long long)n_head_kv * dk, vw = (long long)n_head_kv * dv;
-  const unsigned short* k =
-      (const unsigned short*)kv_base[r] + (long long)layer * n_ctx[r] * (kw + vw);
-  const unsigned short* v = k + (long long)n_ctx[r] * kw;
+  const unsigned short* k = strata_row_keys(kv_base, n_ctx, r, layer, n_head_kv, dk, dv);
+  const unsigned short* v = k + (long long)n_ctx[r] * n_head_kv * dk;
   const int nk = n_kv[r];
   const int begin = window > 0 && nk > window ? nk - window : 0;
   const long long row = row_of[r];
@@ -269,6 +301,28 @@ STRATA_KERNEL strata_attention_batch(const float* q,
                               window, n_head, n_head_kv, dk, dv, scale, softcap, sinks);
 }
 
+// One head of row `row` of out [.][n_head][dv] is final (this block wrote
+// it, or a launch before): counted in done[row]; the block that counts the
+// row's last head quantizes the row into int8 rows of `kind` and sets
+// done[row] back to 0 (strata_attention_batch_quantize below).
+__device__ __forceinline__ void strata_head_done_quantize(const float* out, long long row,
+                                                          int n_head, int dv, int kind,
+                                                          signed char* xq, float* xd, float* xs,
+                                                          unsigned int* done) {
+  __shared__ int last;
+  __threadfence();  // this block's outputs, before its count
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&done[row], 1u) == (unsigned int)(n_head - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every head counted: their outputs are visible
+  const long long width = (long long)n_head * dv;
+  strata_quantize_values<true>(out + row * width, width, xq + row * width, xd + row * (width / 32),
+                               xs + row * (width / 32), kind, threadIdx.x >> 5, THREADS / 32,
+                               (int)threadIdx.x & 31);
+  if (threadIdx.x == 0) done[row] = 0u;
+}
+
 // strata_attention_batch, which also gives each row's output [n_head dv]
 // as the o projection's int8 rows of `kind` (quantize.cuh's layout and
 // numbers: xq [row][n_head dv], xd and xs [row][n_head dv / 32]; a Q8_K
@@ -286,18 +340,141 @@ STRATA_KERNEL strata_attention_batch_quantize(
   const long long row =
       strata_attention_batch_head(q, kv_base, n_ctx, n_kv, row_of, out, scores, scores_stride,
                                   layer, window, n_head, n_head_kv, dk, dv, scale, softcap, sinks);
-  __shared__ int last;
-  __threadfence();  // this block's outputs, before its count
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&done[row], 1u) == (unsigned int)(n_head - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // every head counted: their outputs are visible
-  const long long width = (long long)n_head * dv;
-  strata_quantize_values<true>(out + row * width, width, xq + row * width, xd + row * (width / 32),
-                               xs + row * (width / 32), kind, threadIdx.x >> 5, THREADS / 32,
-                               (int)threadIdx.x & 31);
-  if (threadIdx.x == 0) done[row] = 0u;
+  strata_head_done_quantize(out, row, n_head, dv, kind, xq, xd, xs, done);
+}
+
+// Decode attention split over its keys (flash-decoding's split of a long
+// context over many blocks, with the reference's numbers): a row whose keys
+// [begin, n_kv) (as strata_attention_batch's) number len > split_keys has
+// them in chunks of C = max(split_keys, ceil(len / splits)) keys, chunk c =
+// [begin + c C, min(begin + (c + 1) C, n_kv)), each a block of its own;
+// grid (rows x n_head x splits), block (r x n_head + h) x splits + c.
+//
+//   strata_attention_split_scores(q, kv_base, n_ctx, n_kv, row_of, out,
+//       scores, scores_stride, part, layer, window, n_head, n_head_kv, dk,
+//       dv, scale, softcap, sinks, splits, split_keys)
+//   A row of one chunk: block (r, h, 0) attends as strata_attention_batch
+//   (the same bits), the row's other blocks return. A row of more: chunk
+//   c's scores s (as strata_attention_batch's) into scores [rows][n_head]
+//   [scores_stride], m_c = max(sink, its s) and l_c = the sum over it of
+//   exp(s - m_c) into part [rows][n_head][splits][2].
+//
+//   strata_attention_split_weigh(kv_base, n_ctx, n_kv, row_of, out, scores,
+//       scores_stride, part, part_o, head_done, layer, window, n_head,
+//       n_head_kv, dk, dv, sinks, splits, split_keys, kind, xq, xd, xs, done)
+//   After it, the same grid. A row of more chunks: m = max_c m_c (the
+//   maximum with the sink), total = sum_c l_c exp(m_c - m) (c in order) +
+//   exp(sink - m), p = f16(exp(s - m) / total): the reference's numbers up
+//   to the order of total's sum. Chunk c's sum of p v goes to part_o [rows]
+//   [n_head][splits][dv]; the block that finishes a head's last chunk
+//   (head_done [rows][n_head], zeros before the first launch and after
+//   each) adds the chunks' sums in chunk order into out. When kind is not
+//   kRoundNone (0) the row's last final head (a one-chunk row's: at block
+//   (r, h, 0)) quantizes the row as strata_attention_batch_quantize does
+//   (done [row]); otherwise one-chunk rows are left alone.
+//
+// A row's numbers depend on its own keys, splits and split_keys only, so a
+// step's rows stay independent of each other.
+struct StrataSplitBlock {
+  int r, h, c;  // row of the launch, head, chunk
+  int begin, n_kv, chunks, j0, j1;
+};
+__device__ __forceinline__ StrataSplitBlock strata_split_block(const int* n_kv, int window,
+                                                               int n_head, int splits,
+                                                               int split_keys) {
+  StrataSplitBlock b;
+  b.c = (int)(blockIdx.x % (unsigned)splits);
+  b.h = (int)((blockIdx.x / (unsigned)splits) % (unsigned)n_head);
+  b.r = (int)(blockIdx.x / ((unsigned)splits * (unsigned)n_head));
+  b.n_kv = n_kv[b.r];
+  b.begin = window > 0 && b.n_kv > window ? b.n_kv - window : 0;
+  const int len = b.n_kv - b.begin;
+  int size = (len + splits - 1) / splits;
+  if (size < split_keys) size = split_keys;
+  b.chunks = len > 0 ? (len + size - 1) / size : 0;
+  b.j0 = b.begin + b.c * size;
+  b.j1 = b.j0 + size < b.n_kv ? b.j0 + size : b.n_kv;
+  return b;
+}
+
+STRATA_KERNEL strata_attention_split_scores(
+    const float* q, const unsigned long long* kv_base, const int* n_ctx, const int* n_kv,
+    const int* row_of, float* out, float* scores, int scores_stride, float* part, int layer,
+    int window, int n_head, int n_head_kv, int dk, int dv, float scale, float softcap,
+    const float* __restrict__ sinks, int splits, int split_keys) {
+  strata_grid_dependency();
+  const StrataSplitBlock b = strata_split_block(n_kv, window, n_head, splits, split_keys);
+  if (b.c >= b.chunks) return;
+  const unsigned short* k = strata_row_keys(kv_base, n_ctx, b.r, layer, n_head_kv, dk, dv);
+  const long long row = row_of[b.r];
+  const long long head = (long long)b.r * n_head + b.h;
+  const int g = b.h / (n_head / n_head_kv);
+  const float sink = sinks != nullptr ? sinks[b.h] : -INFINITY;
+  const float* qh = q + (row * n_head + b.h) * dk;
+  float* sc = scores + head * scores_stride;
+  if (b.chunks == 1) {
+    strata_attend_head(qh, k, k + (long long)n_ctx[b.r] * n_head_kv * dk,
+                       out + (row * n_head + b.h) * dv, sc, b.n_kv, b.begin, g, n_head_kv, dk, dv,
+                       scale, softcap, sink, sinks != nullptr);
+    return;
+  }
+  const float m =
+      strata_head_scores(qh, k, sc, b.j0, b.j1, g, n_head_kv, dk, scale, softcap, sink);
+  float sum = 0.0f;
+  for (int j = b.j0 + (int)threadIdx.x; j < b.j1; j += THREADS) sum += expf(sc[j] - m);
+  const float l = strata_block_reduce(sum, 0);
+  if (threadIdx.x == 0) {
+    part[(head * splits + b.c) * 2] = m;
+    part[(head * splits + b.c) * 2 + 1] = l;
+  }
+}
+
+STRATA_KERNEL strata_attention_split_weigh(
+    const unsigned long long* kv_base, const int* n_ctx, const int* n_kv, const int* row_of,
+    float* out, float* scores, int scores_stride, const float* part, float* part_o,
+    unsigned int* head_done, int layer, int window, int n_head, int n_head_kv, int dk, int dv,
+    const float* __restrict__ sinks, int splits, int split_keys, int kind, signed char* xq,
+    float* xd, float* xs, unsigned int* done) {
+  strata_grid_dependency();
+  const StrataSplitBlock b = strata_split_block(n_kv, window, n_head, splits, split_keys);
+  if (b.c >= b.chunks) return;
+  const long long row = row_of[b.r];
+  const long long head = (long long)b.r * n_head + b.h;
+  if (b.chunks > 1) {
+    const float* ph = part + head * splits * 2;
+    float m = -INFINITY;
+    for (int c = 0; c < b.chunks; ++c) m = fmaxf(m, ph[2 * c]);
+    float total = 0.0f;
+    for (int c = 0; c < b.chunks; ++c) total += ph[2 * c + 1] * expf(ph[2 * c] - m);
+    if (sinks != nullptr) total += expf(sinks[b.h] - m);
+    const float inv = 1.0f / total;
+    float* sc = scores + head * scores_stride;
+    for (int j = b.j0 + (int)threadIdx.x; j < b.j1; j += THREADS) {
+      sc[j] = strata_round_f16(expf(sc[j] - m) * inv);
+    }
+    __syncthreads();
+    const unsigned short* v = strata_row_keys(kv_base, n_ctx, b.r, layer, n_head_kv, dk, dv) +
+                              (long long)n_ctx[b.r] * n_head_kv * dk;
+    strata_weigh_values(v, sc, part_o + (head * splits + b.c) * dv, b.j0, b.j1,
+                        b.h / (n_head / n_head_kv), n_head_kv, dv);
+    __shared__ int last;
+    __threadfence();  // this chunk's sums, before its count
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&head_done[head], 1u) == (unsigned int)(b.chunks - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // every chunk counted: their sums are visible
+    const float* po = part_o + head * splits * dv;
+    float* oh = out + (row * n_head + b.h) * dv;
+    for (int d = threadIdx.x; d < dv; d += THREADS) {
+      float o = strata_load_y<true>(po + d);
+      for (int c = 1; c < b.chunks; ++c) o += strata_load_y<true>(po + (long long)c * dv + d);
+      oh[d] = o;
+    }
+    if (threadIdx.x == 0) head_done[head] = 0u;
+  }
+  if (kind == 0) return;
+  strata_head_done_quantize(out, row, n_head, dv, kind, xq, xd, xs, done);
 }
 
 // Rows [0, n_rows) of one sequence's prompt chunk at positions pos0 ..: row

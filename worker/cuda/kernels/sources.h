@@ -55,6 +55,8 @@ inline constexpr const char* kAttentionDecodeEntry = "strata_attention_decode";
 inline constexpr const char* kAttentionRowsEntry = "strata_attention_rows";
 inline constexpr const char* kAttentionBatchEntry = "strata_attention_batch";
 inline constexpr const char* kAttentionBatchQuantizeEntry = "strata_attention_batch_quantize";
+inline constexpr const char* kAttentionSplitScoresEntry = "strata_attention_split_scores";
+inline constexpr const char* kAttentionSplitWeighEntry = "strata_attention_split_weigh";
 inline constexpr int kAttentionThreads = 128;
 
 // argmax: grid (1), block (-DTHREADS, 256 by default); argmax_rows and
