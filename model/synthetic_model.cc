@@ -115,6 +115,13 @@ void fill_matrix(GgmlType type, float sigma, Random& rng,
         put_f16(p + 2, 7.5f * d);
         break;
       }
+      case GgmlType::kQ5_K: {  // d, dmin, scales[12], qh[32], qs[128]
+        // Q4_K's with a 5-bit q: about 600 d.
+        const float d = sigma * jitter / 600.0f;
+        put_f16(p, d);
+        put_f16(p + 2, 15.5f * d);
+        break;
+      }
       case GgmlType::kQ6_K:  // ql[128], qh[64], scales[16] (int8), d
         put_f16(p + 208, sigma * jitter / 1369.0f);
         break;
@@ -202,6 +209,13 @@ const std::vector<Shape>& shapes() {
        false},
       {"llama-3-70b", 80, 8192, 28672, 64, 8, 128256, 8192, 500000.0f, 1e-5f,
        false},
+      // Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1: hidden 4096, intermediate
+      // 14336 an expert, 32 layers, 32 heads, 8 KV heads, vocab 32000,
+      // max_position_embeddings 32768, rope_theta 1e6, 8 experts, 2 a token).
+      {"tiny-mixtral", 2, 256, 512, 4, 2, 512, 2048, 10000.0f, 1e-5f, true, 4,
+       2},
+      {"mixtral-8x7b", 32, 4096, 14336, 32, 8, 32000, 32768, 1e6f, 1e-5f, false,
+       8, 2},
   };
   return kShapes;
 }
@@ -222,6 +236,7 @@ bool can_synthesize(GgmlType type) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
       return true;
     default:
@@ -244,19 +259,13 @@ absl::StatusOr<const Shape*> checked_shape(const SynthOptions& o) {
   if (!can_synthesize(o.type)) {
     return absl::InvalidArgumentError(gguf::text::cat(
         "--type: ", ggml_type_info(o.type).name,
-        " is not written (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)"));
+        " is not written (F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K)"));
   }
   if (o.mix == SynthOptions::Mix::kQ4_K_M) {
     if (o.type != GgmlType::kQ4_K) {
       return absl::InvalidArgumentError(gguf::text::cat(
           "--type: the Q4_K_M mix is made of Q4_K and Q6_K, not ",
           ggml_type_info(o.type).name));
-    }
-    if (shape->n_layer >= 80) {
-      return absl::InvalidArgumentError(gguf::text::cat(
-          "--type: Q4_K_M of ", shape->name,
-          " (a 70B-class model) needs Q5_K attn_v, which synth does not "
-          "write; use Q4_K"));
     }
   }
   if (o.blocks < 0 || o.blocks > shape->n_layer) {
@@ -273,15 +282,26 @@ GgmlType intended_type(const SynthOptions& o, std::string_view name,
                        int n_layer) {
   if (o.mix != SynthOptions::Mix::kQ4_K_M) return o.type;
   if (name == "output.weight") return GgmlType::kQ6_K;
-  // "blk.N.attn_v.weight" / "blk.N.ffn_down.weight": Q6_K on the layers
-  // llama.cpp gives more bits.
+  // With 8 experts llama.cpp bumps attn_k and attn_v to Q8_0 and
+  // attn_output to Q5_K.
+  const Shape* shape = find_shape(o.shape);
+  if (shape != nullptr && shape->n_expert == 8) {
+    if (name.ends_with(".attn_k.weight") || name.ends_with(".attn_v.weight")) {
+      return GgmlType::kQ8_0;
+    }
+    if (name.ends_with(".attn_output.weight")) return GgmlType::kQ5_K;
+  }
+  // "blk.N.attn_v.weight" / "blk.N.ffn_down.weight" (or _exps): Q6_K on the
+  // layers llama.cpp gives more bits; a 70B-class model's (80 layers) other
+  // attn_v Q5_K.
   const bool v = name.ends_with(".attn_v.weight");
-  const bool down = name.ends_with(".ffn_down.weight");
+  const bool down = name.ends_with(".ffn_down.weight") || name.ends_with(".ffn_down_exps.weight");
   if ((v || down) && name.starts_with("blk.")) {
     int layer = 0;
     for (size_t i = 4; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i)
       layer = layer * 10 + (name[i] - '0');
     if (use_more_bits(layer, n_layer)) return GgmlType::kQ6_K;
+    if (v && shape != nullptr && shape->n_layer >= 80) return GgmlType::kQ5_K;
   }
   return o.type;
 }
@@ -301,6 +321,11 @@ absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& o,
         n_in % ggml_type_info(want).block_size == 0 ? want : GgmlType::kQ8_0;
     plan.push_back({std::move(name), type, {n_in, n_out}});
   };
+  // n_expert matrices [n_out][n_in] as one 3-D tensor.
+  auto experts = [&](std::string name, int64_t n_in, int64_t n_out, int64_t n_expert) {
+    matrix(std::move(name), n_in, n_out);
+    plan.back().shape.push_back(n_expert);
+  };
   auto vector = [&](std::string name, int64_t n) {
     plan.push_back({std::move(name), GgmlType::kF32, {n}});
   };
@@ -314,6 +339,14 @@ absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& o,
     matrix(p + "attn_v.weight", e, shape.n_head_kv * head_dim);
     matrix(p + "attn_output.weight", shape.n_head * head_dim, e);
     vector(p + "ffn_norm.weight", e);
+    if (shape.n_expert > 0) {
+      const int64_t x = shape.n_expert;
+      plan.push_back({p + "ffn_gate_inp.weight", GgmlType::kF32, {e, x}});
+      experts(p + "ffn_gate_exps.weight", e, shape.n_ff, x);
+      experts(p + "ffn_up_exps.weight", e, shape.n_ff, x);
+      experts(p + "ffn_down_exps.weight", shape.n_ff, e, x);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", e, shape.n_ff);
     matrix(p + "ffn_up.weight", e, shape.n_ff);
     matrix(p + "ffn_down.weight", shape.n_ff, e);
@@ -365,6 +398,12 @@ absl::StatusOr<SynthReport> write_synthetic_model(const SynthOptions& o,
       {key("rope.dimension_count"),
        gguf::value_u32(static_cast<uint32_t>(head_dim))},
   };
+  if (shape->n_expert > 0) {
+    meta.emplace_back(key("expert_count"),
+                      gguf::value_u32(static_cast<uint32_t>(shape->n_expert)));
+    meta.emplace_back(key("expert_used_count"),
+                      gguf::value_u32(static_cast<uint32_t>(shape->n_expert_used)));
+  }
   for (auto& [k, v] : meta) {
     if (absl::Status s = w.set_metadata(k, std::move(v)); !s.ok()) return s;
   }
@@ -380,7 +419,7 @@ absl::StatusOr<SynthReport> write_synthetic_model(const SynthOptions& o,
   absl::StatusOr<std::vector<TensorSpec>> plan = tensor_plan(o, n_vocab);
   if (!plan.ok()) return plan.status();
   for (const TensorSpec& t : *plan) {
-    if (t.shape.size() == 2 &&
+    if (t.shape.size() >= 2 && t.type != GgmlType::kF32 &&
         t.type != intended_type(o, t.name, report.n_layer))
       ++report.fallback_tensors;
     if (absl::Status s = w.add_tensor(t.name, t.type, t.shape); !s.ok())

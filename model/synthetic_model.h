@@ -41,16 +41,20 @@ struct Shape {
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied_output = false;  // no output.weight: the head is token_embd
+  // A mixture of experts (llama.cpp's llama architecture with experts, as
+  // Mixtral): n_expert experts of n_ff each, n_expert_used a token; 0: dense.
+  int n_expert = 0;
+  int n_expert_used = 0;
 };
 
-// The shapes known: "tiny-llama" (2 blocks, 256 wide: tests), "smollm2-135m",
-// "llama-3-8b", "llama-3-70b".
+// The shapes known: "tiny-llama" and "tiny-mixtral" (2 blocks, 256 wide:
+// tests), "smollm2-135m", "llama-3-8b", "llama-3-70b", "mixtral-8x7b".
 const std::vector<Shape>& shapes();
 // nullptr when `name` is not one of shapes().
 const Shape* find_shape(std::string_view name);
 
 // The matrix types write_synthetic_model() writes: F32, F16, Q4_0, Q4_1,
-// Q5_0, Q8_0, Q4_K, Q6_K.
+// Q5_0, Q8_0, Q4_K, Q5_K, Q6_K.
 bool can_synthesize(GgmlType type);
 
 struct SynthOptions {
@@ -59,8 +63,10 @@ struct SynthOptions {
   // kQ4_K_M: llama.cpp's Q4_K_M choice per tensor instead of `type` for all
   // (llama_tensor_get_type, model/published_models.h): Q4_K, with
   // output.weight Q6_K and attn_v / ffn_down Q6_K on the "more bits" layers
-  // (use_more_bits). `type` must then be Q4_K. Not for llama-3-70b (its
-  // other attn_v are Q5_K, which is not written).
+  // (use_more_bits); with 8 experts (mixtral-8x7b) attn_k and attn_v Q8_0,
+  // attn_output Q5_K and ffn_down_exps Q6_K on those layers. `type` must
+  // then be Q4_K. Not for llama-3-70b (a 70B-class model's other attn_v are
+  // Q5_K: not written).
   enum class Mix { kUniform, kQ4_K_M };
   Mix mix = Mix::kUniform;
   int blocks = 0;  // 0: the shape's n_layer; else the first
@@ -82,7 +88,9 @@ struct TensorSpec {
 
 // The tensors write_synthetic_model() writes for `options` with a
 // vocabulary of `n_vocab` tokens, in file order: token_embd, the blocks'
-// (attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down), output_norm,
+// (attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down; a mixture's
+// ffn_gate_inp (the router, F32) and ffn_gate/up/down_exps, 3-D [n_embd,
+// n_ff, n_expert] and [n_ff, n_embd, n_expert] as llama.cpp's), output_norm,
 // output (unless the shape ties it). InvalidArgument as
 // write_synthetic_model() for bad options.
 absl::StatusOr<std::vector<TensorSpec>> tensor_plan(const SynthOptions& options,

@@ -45,6 +45,9 @@
 #                       bandwidth and of the tensor-core peak
 #   kernel_profile      the same model's prefill and decode with every launch
 #                       timed (STRATA_KERNEL_PROFILE): each kernel's share
+#   speed_cuda_moe      a mixture's decode: the first 4 blocks of a
+#                       Mixtral-8x7B-shaped Q4_K_M model (strata synth), one
+#                       stream and 16, and with STRATA_MOE_SLOTS=0
 # Every step is "pass", "fail" or "skip" with a reason; a step whose
 # prerequisite is missing (no GPU, no CUDA backend in this build, no
 # python3) is a skip that says which, never a pass.
@@ -370,6 +373,7 @@ FORMS=(
   "STRATA_PDL:"
   "STRATA_ATTENTION_SPLIT:SplitDecodeAttention|DecodeContextsSplit|DecodeAttentionSplits"
   "STRATA_GRAPHS:Graph"
+  "STRATA_MOE_SLOTS:ExpertSlots|AMixturesDecodeStep"
   "STRATA_MATVEC_MMA:MatvecMma"
   "STRATA_WGMMA:Wgmma"
   "STRATA_FLASH_ATTENTION:FlashAttention"
@@ -761,6 +765,48 @@ else
     record kernel_profile pass "measured" $((SECONDS - t0)) "$extra"
   else
     record kernel_profile fail "$(tail -c 300 "$LOGS/kernel-profile-prefill.log") $(tail -c 200 "$LOGS/kernel-profile-decode.log")" \
+      $((SECONDS - t0)) "$extra"
+  fi
+fi
+
+# A mixture's decode: the first 4 blocks of a Mixtral-8x7B-shaped Q4_K_M
+# model (8 experts, 2 a token; 3.6 GB), one stream and 16, and one stream
+# with STRATA_MOE_SLOTS=0 (each used expert's rows gathered, a launch
+# each); decode_weight_bytes counts the 2 experts used of 8.
+t0=$SECONDS
+moe_skip="$(cuda_skip_reason)"
+if [[ -z "$moe_skip" ]] && over_budget; then moe_skip="the check's $BUDGET_S s budget was spent"; fi
+mmoe="$WORK/models/mixtral-8x7b-Q4_K_M-4${SYNTH_ARGS[*]:+-selftest}.gguf"
+moe_blocks=4
+[[ $SELFTEST == 1 ]] && moe_blocks=1
+if [[ -n "$moe_skip" ]]; then
+  record speed_cuda_moe skip "$moe_skip" 0
+elif ! [[ -f "$mmoe" ]] && ! timeout "$(bound 90)" "$STRATA" synth --shape mixtral-8x7b --type Q4_K_M \
+    --blocks "$moe_blocks" -o "$mmoe" >"$LOGS/synth-moe.log" 2>&1; then
+  record speed_cuda_moe fail "synth: $(tail -c 300 "$LOGS/synth-moe.log")" $((SECONDS - t0))
+else
+  ok=true
+  timeout "$(bound 60)" "$STRATA" speed -m "$mmoe" "${BACKEND_ARGS[@]}" -p 0 -n 64 -r "$RUNS" --json \
+    >"$WORK/speed-moe-1.json" 2>"$LOGS/speed-moe-1.log" || ok=false
+  timeout "$(bound 60)" "$STRATA" speed -m "$mmoe" "${BACKEND_ARGS[@]}" -p 0 -n 32 -r "$RUNS" --sessions 16 --json \
+    >"$WORK/speed-moe-16.json" 2>"$LOGS/speed-moe-16.log" || ok=false
+  STRATA_MOE_SLOTS=0 timeout "$(bound 60)" "$STRATA" speed -m "$mmoe" "${BACKEND_ARGS[@]}" -p 0 -n 64 -r "$RUNS" --json \
+    >"$WORK/speed-moe-gathered.json" 2>"$LOGS/speed-moe-gathered.log" || true
+  m1="$(speed_field "$WORK/speed-moe-1.json" tg)"; m16="$(speed_field "$WORK/speed-moe-16.json" tg)"
+  mg="$(speed_field "$WORK/speed-moe-gathered.json" tg)"
+  mbytes="$(json_num "$WORK/speed-moe-1.json" decode_weight_bytes)"
+  ratios="$(awk -v m1="${m1:-0}" -v m16="${m16:-0}" -v mg="${mg:-0}" -v b="${mbytes:-0}" -v bw="${bw_gb_s:-0}" 'BEGIN {
+      printf "\"moe_decode_gb_s\": %.1f, ", m1 * b / 1e9;
+      printf "\"moe_decode_fraction_of_read_bandwidth\": %s, ", (bw > 0 ? sprintf("%.3f", m1 * b / 1e9 / bw) : "null");
+      printf "\"moe_sixteen_over_one\": %s, ", (m1 > 0 ? sprintf("%.2f", m16 / m1) : "null");
+      printf "\"moe_decode_gathered_tok_s\": %s, ", (mg > 0 ? mg : "null");
+      printf "\"slots_over_gathered_moe_decode\": %s", (mg > 0 ? sprintf("%.2f", m1 / mg) : "null") }')"
+  extra=", \"blocks\": $moe_blocks, \"moe_decode_tok_s\": ${m1:-null}, \"moe_decode16_tok_s\": ${m16:-null}, \"decode_weight_bytes\": ${mbytes:-null}, $ratios"
+  log "speed (Mixtral-8x7B Q4_K_M, $moe_blocks blocks): decode ${m1:-?} tok/s, 16 streams ${m16:-?} tok/s; ${ratios//\"/}"
+  if [[ $ok == true && -n "$m1" && -n "$m16" ]]; then
+    record speed_cuda_moe pass "measured" $((SECONDS - t0)) "$extra"
+  else
+    record speed_cuda_moe fail "$(tail -c 300 "$LOGS/speed-moe-1.log") $(tail -c 200 "$LOGS/speed-moe-16.log")" \
       $((SECONDS - t0)) "$extra"
   fi
 fi

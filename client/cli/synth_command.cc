@@ -87,7 +87,8 @@ int run_synth(const SynthCommandOptions& options) {
                  options.shape.c_str());
     return 2;
   }
-  // Q4_K_M: llama.cpp's per-tensor mix of Q4_K and Q6_K (SynthOptions::mix).
+  // Q4_K_M: llama.cpp's per-tensor mix of Q4_K with Q6_K, Q5_K and Q8_0
+  // (SynthOptions::mix).
   const bool q4_k_m = options.type == "Q4_K_M";
   std::optional<GgmlType> type =
       q4_k_m ? GgmlType::kQ4_K : ggml_type_from_name(options.type);
@@ -153,8 +154,8 @@ void add_synth_command(CLI::App& app, int& exit_code) {
   CLI::Option* type_option =
       cmd->add_option("--type", options->type,
                       "ggml type of the matrices: F32, F16, Q4_0, Q4_1, Q5_0, "
-                      "Q8_0, Q4_K, Q6_K; or Q4_K_M (llama.cpp's mix of Q4_K "
-                      "and Q6_K)")
+                      "Q8_0, Q4_K, Q5_K, Q6_K; or Q4_K_M (llama.cpp's mix of "
+                      "Q4_K and Q6_K, Q5_K, Q8_0)")
           ->capture_default_str();
   cmd->add_option("-o,--output", options->output, "GGUF to write")->required();
   CLI::Option* blocks_option =

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 #include <fstream>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/cuda/device_backend_fixture.h"
 #include "tests/cuda/emulated_step_kernels.h"
+#include "tests/test_paths.h"
 #include "worker/head_picks.h"
 
 namespace strata::worker::device_test {
@@ -580,6 +582,47 @@ TEST(DeviceBackendLaunches, BatchedDecodeOnTheTensorCoresKeepsEachSequencesBits)
   }
   EXPECT_FALSE(emulated->blocks_of("strata_matvec3_mma_q4_k").empty());
   EXPECT_FALSE(emulated->blocks_of("strata_matvec3_mma_q6_k").empty());
+}
+
+// A decode step of a mixture runs each expert matrix's slots in one launch:
+// the tiny mixtral (its experts Q8_0, on the int8 form, and F16, on the
+// float one), 3 sequences decoding together (6 slots), per step one launch
+// of each of gate, up and down a block, no gathered expert rows; a 9-row
+// prompt step (18 slots) gathers.
+TEST(DeviceBackendLaunches, AMixturesDecodeStepRunsEachExpertMatrixInOneLaunch) {
+  const std::string path = (strata::testing::models_dir() / "tiny" / "tiny-mixtral.gguf").string();
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
+  }
+  Loaded m = open_model(path);
+  ASSERT_NE(m.model, nullptr);
+  DeviceBackendOptions o = test_options(32, 0, /*mma_min_rows=*/0);
+  std::unique_ptr<testing::EmulatedDeviceApi> api = testing::emulated_step_device();
+  testing::EmulatedDeviceApi* emulated = api.get();
+  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const auto ids = [&] {
+    return emulated->launches_of("strata_matvec_ids_i8_q8_0") +
+           emulated->launches_of("strata_matvec_ids_f16");
+  };
+  std::vector<int32_t> tokens;
+  std::vector<ForwardSlice> slices;
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE((*b)->add_sequence(s, 16).ok());
+    for (int t = 0; t < 3; ++t) tokens.push_back(40 + 11 * s + t);
+    slices.push_back({.seq = s, .rows = 3});
+  }
+  forward_logits(**b, tokens, slices);
+  EXPECT_EQ(ids(), 0) << "the 9-row step";
+  EXPECT_GT(emulated->launches_of("strata_gather_rows"), 0);
+  for (int step = 0; step < 2; ++step) {
+    const int64_t before = ids();
+    const int64_t gathered = emulated->launches_of("strata_gather_rows");
+    forward_logits(**b, {100 + step, 200 + step, 300 + step},
+                   {{.seq = 0, .rows = 1}, {.seq = 1, .rows = 1}, {.seq = 2, .rows = 1}});
+    EXPECT_EQ(ids() - before, 3 * m.hp.n_layer) << "step " << step;
+    EXPECT_EQ(emulated->launches_of("strata_gather_rows"), gathered) << "step " << step;
+  }
 }
 
 // A decode step splits its rows' attention over blocks once a row is

@@ -454,6 +454,51 @@ TEST_P(DeviceBackend, LongDecodeContextsSplitOverBlocksAgreeAndStayBatchInvarian
   EXPECT_GE(agreed.decided, 8);
 }
 
+// A mixture's steps of few rows multiply each expert matrix's (row,
+// expert) slots in one launch (moe_slots: strata_matvec_ids_*), larger ones
+// gather each used expert's rows: the same bits either way. The tiny
+// mixtures in their own types (Q8_0 matrices; gpt-oss's experts MXFP4,
+// with biases and the clamped SwiGLU; qwen2moe's shared expert), 8 experts,
+// 2 a token: a 5-row prompt (10 slots: one launch a matrix) and 4 decode
+// steps, with moe_slots on and off, bit for bit; and batch invariance, where
+// the 9-row first step (18 slots, past 16) gathers and each sequence alone
+// takes the slots.
+TEST_P(DeviceBackend, ExpertSlotsGiveTheGatheredExpertsBits) {
+  int ran = 0;
+  for (const char* name : {"mixtral", "qwen2moe", "gpt-oss"}) {
+    SCOPED_TRACE(name);
+    const std::string path =
+        (strata::testing::models_dir() / "tiny" / (std::string("tiny-") + name + ".gguf")).string();
+    if (!std::filesystem::exists(path)) continue;
+    ++ran;
+    Loaded m = open_model(path);
+    ASSERT_NE(m.model, nullptr);
+    std::vector<std::vector<float>> logits[2];
+    for (const bool slots : {true, false}) {
+      DeviceBackendOptions o = test_options(32, 0, /*mma_min_rows=*/0);
+      o.moe_slots = slots;
+      auto b = device_backend(m, {0, m.hp.n_layer}, o);
+      ASSERT_NE(b, nullptr);
+      ASSERT_TRUE(b->add_sequence(0, 16).ok());
+      std::vector<int32_t> tokens = {1, 40, 97, 300, 5};
+      for (int step = 0; step < 5; ++step) {
+        ForwardRequest req;
+        req.tokens = tokens;
+        ForwardResult r;
+        ASSERT_TRUE(b->forward(req, &r).ok());
+        logits[slots ? 0 : 1].emplace_back(r.logits.begin(), r.logits.end());
+        tokens = {argmax(r.logits)};
+      }
+    }
+    for (size_t step = 0; step < logits[0].size(); ++step) {
+      EXPECT_EQ(logits[0][step], logits[1][step]) << "step " << step;
+    }
+    expect_batch_invariant(m, test_options(32, 0, /*mma_min_rows=*/0));
+  }
+  if (ran == 0) GTEST_SKIP() << "no tiny mixtures under " << strata::testing::models_dir() / "tiny"
+                             << " (scripts/make-test-models.sh makes them)";
+}
+
 // A model split over two device backends (blocks [0, 2) and [2, 5)), the
 // hidden rows handed on, gives the whole device backend's logits bit for
 // bit; and a cpu stage then a device stage agrees with the cpu whole.

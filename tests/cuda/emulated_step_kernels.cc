@@ -33,6 +33,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c1
@@ -50,6 +52,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c2
@@ -67,6 +71,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c4
@@ -84,6 +90,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c8
@@ -101,6 +109,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w1_c16
@@ -118,6 +128,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c1
@@ -135,6 +147,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c2
@@ -152,6 +166,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c4
@@ -169,6 +185,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c8
@@ -186,6 +204,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w2_c16
@@ -203,6 +223,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c1
@@ -220,6 +242,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c2
@@ -237,6 +261,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c4
@@ -254,6 +280,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c8
@@ -271,6 +299,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 #undef STRATA_MATVEC_MMA_TILES
 #undef STRATA_MATVEC_MMA_ENTRY
 }  // namespace matvec_w4_c16
@@ -291,6 +321,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 }  // namespace mma
 #undef THREADS
 #define THREADS 256
@@ -310,6 +342,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 }  // namespace wgmma
 #undef THREADS
 namespace flash32 {
@@ -455,6 +489,28 @@ static_assert(cuda_kernels::kStepMatvecThreads == 256 && cuda_kernels::kStepMmaT
     add_mma(GgmlType::kQ6_K, adapt(strata_matvec3_mma_q6_k));                                  \
   }
 
+// The expert-slot entries of a (ROW_WARPS w, NCOLS 1) host build.
+#define STRATA_ADD_MATVEC_IDS(ns)                                                             \
+  [](EmulatedDeviceApi& to, const cuda_kernels::StepSources& sources, size_t w) {              \
+    using namespace step_host::ns;                                                             \
+    const auto add = [&](GgmlType type, HostEntry ids, HostEntry ids_i8) {                     \
+      const auto& source = sources.matvec[cuda_kernels::step_matvec_type_index(type)][w][0];   \
+      to.add(source, cuda_kernels::matvec_ids_entry(type), std::move(ids));                   \
+      if (ids_i8.call) to.add(source, cuda_kernels::matvec_ids_i8_entry(type), std::move(ids_i8)); \
+    };                                                                                         \
+    add(GgmlType::kF32, adapt(strata_matvec_ids_f32), HostEntry{});                            \
+    add(GgmlType::kF16, adapt(strata_matvec_ids_f16), HostEntry{});                            \
+    add(GgmlType::kQ4_0, adapt(strata_matvec_ids_q4_0), adapt(strata_matvec_ids_i8_q4_0));     \
+    add(GgmlType::kQ4_1, adapt(strata_matvec_ids_q4_1), adapt(strata_matvec_ids_i8_q4_1));     \
+    add(GgmlType::kQ5_0, adapt(strata_matvec_ids_q5_0), adapt(strata_matvec_ids_i8_q5_0));     \
+    add(GgmlType::kQ5_1, adapt(strata_matvec_ids_q5_1), adapt(strata_matvec_ids_i8_q5_1));     \
+    add(GgmlType::kQ8_0, adapt(strata_matvec_ids_q8_0), adapt(strata_matvec_ids_i8_q8_0));     \
+    add(GgmlType::kMXFP4, adapt(strata_matvec_ids_mxfp4), adapt(strata_matvec_ids_i8_mxfp4));  \
+    add(GgmlType::kQ4_K, adapt(strata_matvec_ids_q4_k), adapt(strata_matvec_ids_i8_q4_k));     \
+    add(GgmlType::kQ5_K, adapt(strata_matvec_ids_q5_k), adapt(strata_matvec_ids_i8_q5_k));     \
+    add(GgmlType::kQ6_K, adapt(strata_matvec_ids_q6_k), adapt(strata_matvec_ids_i8_q6_k));     \
+  }
+
 }  // namespace
 
 HostEntry mma_host_entry(GgmlType type) {
@@ -527,6 +583,9 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   static_assert(cuda_kernels::kStepRowWarps[0] == 1 && cuda_kernels::kStepRowWarps[1] == 2 &&
                 cuda_kernels::kStepRowWarps[2] == 4);
   STRATA_ADD_MATVEC(matvec_w1_c1)(api, s, 0, 0);
+  STRATA_ADD_MATVEC_IDS(matvec_w1_c1)(api, s, 0);
+  STRATA_ADD_MATVEC_IDS(matvec_w2_c1)(api, s, 1);
+  STRATA_ADD_MATVEC_IDS(matvec_w4_c1)(api, s, 2);
   STRATA_ADD_MATVEC(matvec_w1_c2)(api, s, 0, 1);
   STRATA_ADD_MATVEC(matvec_w1_c4)(api, s, 0, 2);
   STRATA_ADD_MATVEC(matvec_w1_c8)(api, s, 0, 3);
@@ -570,6 +629,7 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.elementwise, cuda_kernels::kSwigluQuantizeEntry, adapt(ew::strata_swiglu_quantize));
   api.add(s.elementwise, cuda_kernels::kAddEntry, adapt(ew::strata_add));
   api.add(s.elementwise, cuda_kernels::kAddBiasEntry, adapt(ew::strata_add_bias));
+  api.add(s.elementwise, cuda_kernels::kAddBiasIdsEntry, adapt(ew::strata_add_bias_ids));
   api.add(s.elementwise, cuda_kernels::kStoreKvEntry, adapt(ew::strata_store_kv));
   api.add(s.elementwise, cuda_kernels::kScaleEntry, adapt(ew::strata_scale));
   api.add(s.elementwise, cuda_kernels::kSoftCapEntry, adapt(ew::strata_soft_cap));

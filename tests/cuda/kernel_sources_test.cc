@@ -88,7 +88,7 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
   const Source sources[] = {
       {"elementwise.cu", cuda_kernels::kElementwiseSource,
        {cuda_kernels::kRopeRotateEntry, cuda_kernels::kRopeRotateQkEntry, cuda_kernels::kSwigluEntry, cuda_kernels::kAddEntry,
-        cuda_kernels::kAddBiasEntry, cuda_kernels::kStoreKvEntry,
+        cuda_kernels::kAddBiasEntry, cuda_kernels::kAddBiasIdsEntry, cuda_kernels::kStoreKvEntry,
         cuda_kernels::kStoreKvBatchEntry, cuda_kernels::kRopeStoreKvBatchEntry,
         cuda_kernels::kScaleEntry,
         cuda_kernels::kSoftCapEntry, cuda_kernels::kGegluEntry, cuda_kernels::kSwigluOaiEntry,

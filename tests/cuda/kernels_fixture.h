@@ -56,6 +56,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 }  // namespace matvec1
 namespace matvec3 {  // split-K: 4 warps a row; the int8 form 3 rows a warp
 using namespace strata::cuda_emulation;
@@ -67,6 +69,8 @@ using namespace strata::cuda_emulation;
 #undef STRATA_UNROLL
 #undef STRATA_ENTRIES
 #undef STRATA_I8_ENTRY
+#undef STRATA_IDS_ENTRY
+#undef STRATA_IDS_I8_ENTRY
 }  // namespace matvec3
 namespace matvec3_row {  // matvec3 with the int8 form's one row a warp
 using namespace strata::cuda_emulation;
@@ -251,6 +255,7 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
            adapt(host::elementwise::strata_swiglu_quantize));
   api->add(kElementwise, cuda_kernels::kAddEntry, adapt(host::elementwise::strata_add));
   api->add(kElementwise, cuda_kernels::kAddBiasEntry, adapt(host::elementwise::strata_add_bias));
+  api->add(kElementwise, cuda_kernels::kAddBiasIdsEntry, adapt(host::elementwise::strata_add_bias_ids));
   {
     namespace ew = host::elementwise;
     api->add(kElementwise, cuda_kernels::kScaleEntry, adapt(ew::strata_scale));

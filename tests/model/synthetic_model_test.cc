@@ -83,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(Types, SynthTypes,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16,
                                            GgmlType::kQ4_0, GgmlType::kQ4_1,
                                            GgmlType::kQ5_0, GgmlType::kQ8_0,
-                                           GgmlType::kQ4_K, GgmlType::kQ6_K),
+                                           GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                           GgmlType::kQ6_K),
                          [](const auto& param_info) {
                            return std::string(
                                ggml_type_info(param_info.param).name);
@@ -188,13 +189,118 @@ TEST(Synth, Llama3_8bQ4_K_MMixesQ4_KAndQ6_K) {
   }
   EXPECT_EQ(q6, 1 + 2 * 16);  // the head; attn_v and ffn_down of 16 layers
   EXPECT_NEAR(static_cast<double>(bytes) / (1u << 30), 4.58, 0.01);
-  // The mix is of Q4_K only, and not of the 70B shape.
+  // The mix is of Q4_K only.
   o.type = GgmlType::kQ4_0;
   EXPECT_FALSE(tensor_plan(o, 10).ok());
-  o.type = GgmlType::kQ4_K;
+}
+
+// A 70B-class model's Q4_K_M (80 layers): attn_v Q5_K where it is not Q6_K,
+// as llama.cpp's LLM_TYPE_70B rule; the layers' types are those of
+// published_models.h's Llama 3.3 70B (the same rule, checked there against
+// the published file's size).
+TEST(Synth, Llama3_70bQ4_K_MHasQ5_KAttnV) {
+  SynthOptions o;
   o.shape = "llama-3-70b";
-  EXPECT_NE(tensor_plan(o, 10).status().message().find("Q5_K"),
-            std::string::npos);
+  o.type = GgmlType::kQ4_K;
+  o.mix = SynthOptions::Mix::kQ4_K_M;
+  auto plan = tensor_plan(o, 128256);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int q5 = 0, q6_v = 0;
+  for (const TensorSpec& t : *plan) {
+    if (!t.name.ends_with("attn_v.weight")) continue;
+    const int layer = std::stoi(t.name.substr(4));
+    const bool more = layer < 10 || layer >= 70 || (layer - 10) % 3 == 2;
+    EXPECT_EQ(t.type, more ? GgmlType::kQ6_K : GgmlType::kQ5_K) << t.name;
+    (t.type == GgmlType::kQ5_K ? q5 : q6_v) += 1;
+  }
+  EXPECT_EQ(q5 + q6_v, 80);
+  EXPECT_GT(q5, 0);
+}
+
+// Mixtral 8x7B: the experts as llama.cpp's 3-D tensors, the router F32, and
+// llama.cpp's Q4_K_M with 8 experts (llama_tensor_get_type: attn_k and
+// attn_v Q8_0, attn_output Q5_K, ffn_down_exps Q6_K on the "more bits"
+// layers, counted a layer as there is one tensor a layer, the head Q6_K),
+// from the plan, nothing written.
+TEST(Synth, Mixtral8x7bQ4_K_MPlan) {
+  SynthOptions o;
+  o.shape = "mixtral-8x7b";
+  o.type = GgmlType::kQ4_K;
+  o.mix = SynthOptions::Mix::kQ4_K_M;
+  auto plan = tensor_plan(o, 32000);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  uint64_t bytes = 0;
+  int experts = 0;
+  for (const TensorSpec& t : *plan) {
+    uint64_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    const GgmlTypeInfo& info = ggml_type_info(t.type);
+    bytes += n / info.block_size * info.type_size;
+    if (!t.name.starts_with("blk.")) continue;
+    const int layer = std::stoi(t.name.substr(4));
+    const bool more = layer < 4 || layer >= 28 || (layer - 4) % 3 == 2;
+    GgmlType want = GgmlType::kQ4_K;
+    if (t.shape.size() == 1 || t.name.ends_with("ffn_gate_inp.weight")) {
+      want = GgmlType::kF32;
+    } else if (t.name.ends_with("attn_k.weight") || t.name.ends_with("attn_v.weight")) {
+      want = GgmlType::kQ8_0;
+    } else if (t.name.ends_with("attn_output.weight")) {
+      want = GgmlType::kQ5_K;
+    } else if (t.name.ends_with("ffn_down_exps.weight") && more) {
+      want = GgmlType::kQ6_K;
+    }
+    EXPECT_EQ(t.type, want) << t.name;
+    if (t.name.ends_with("_exps.weight")) {
+      ++experts;
+      const bool down = t.name.ends_with("ffn_down_exps.weight");
+      EXPECT_EQ(t.shape, (std::vector<int64_t>{down ? 14336 : 4096, down ? 4096 : 14336, 8}))
+          << t.name;
+    }
+  }
+  EXPECT_EQ(experts, 3 * 32);
+  // 46.7 billion weights, most at Q4_K's 4.5 bits.
+  EXPECT_GT(static_cast<double>(bytes) / 1e9, 46.7 * 4.5 / 8);
+  EXPECT_LT(static_cast<double>(bytes) / 1e9, 46.7 * 5.0 / 8);
+}
+
+// The tiny mixture written, opened and read as a mixture of 4 experts, 2 a
+// token, its expert weights of the intended spread (each expert's rows of
+// n_in 256: 1/16).
+TEST(Synth, TinyMixtralOpensAsAMixture) {
+  TempDir dir;
+  SynthOptions o;
+  o.shape = "tiny-mixtral";
+  o.type = GgmlType::kQ5_K;
+  const std::string path = dir.file("m.gguf");
+  absl::StatusOr<SynthReport> report = write_synthetic_model(o, path);
+  ASSERT_TRUE(report.ok()) << report.status();
+  auto model = gguf::GgufModel::open(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto hp = arch::read_hyperparameters((*model)->first());
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->moe.n_expert, 4);
+  EXPECT_EQ(hp->moe.n_expert_used, 2);
+  int experts = 0;
+  for (const gguf::TensorInfo& t : (*model)->tensors()) {
+    if (!t.name.ends_with("_exps.weight")) continue;
+    SCOPED_TRACE(t.name);
+    ++experts;
+    EXPECT_EQ(t.type, GgmlType::kQ5_K);
+    std::vector<float> w(t.n_elements);
+    ASSERT_TRUE(reference::dequantize_row(t.type, t.data, static_cast<int64_t>(t.n_elements),
+                                          w.data())
+                    .ok());
+    double sum2 = 0;
+    for (float v : w) {
+      ASSERT_TRUE(std::isfinite(v));
+      sum2 += double{v} * v;
+    }
+    const double want = 1.0 / std::sqrt(double(t.shape[0]));
+    const double sd = std::sqrt(sum2 / static_cast<double>(w.size()));
+    EXPECT_GT(sd, want / 2);
+    EXPECT_LT(sd, want * 2);
+  }
+  EXPECT_EQ(experts, 3 * 2);
 }
 
 TEST(Synth, RejectsBadOptionsNamingThem) {

@@ -53,6 +53,9 @@ absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(
   // STRATA_ATTENTION_SPLIT=0: decode attention never split over blocks
   // (long contexts one block a head).
   if (switched("STRATA_ATTENTION_SPLIT", "0")) device.attention_splits = 1;
+  // STRATA_MOE_SLOTS=0: a mixture's decode steps gather each used expert's
+  // rows, one launch an expert, as prompt chunks do.
+  device.moe_slots = !switched("STRATA_MOE_SLOTS", "0");
   // STRATA_FLASH_ATTENTION=0: prompt slices attend with the decode rows'
   // kernels.
   device.flash_attention = !switched("STRATA_FLASH_ATTENTION", "0");

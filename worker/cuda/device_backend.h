@@ -110,6 +110,12 @@ struct DeviceBackendOptions {
   // 1 .. 32); 1: never split. 0 .. 64; attention_split_keys at least 1.
   int attention_splits = 0;
   int attention_split_keys = 256;
+  // A mixture-of-experts step of few rows (a decode step: rows x
+  // n_expert_used <= max(n_expert, 16) and max_batch) multiplies every
+  // (row, expert) slot of each expert matrix in one launch
+  // (ck::matvec_ids_entry) instead of one launch an expert used over its
+  // gathered rows; the same bits either way. false: always gathered.
+  bool moe_slots = true;
   // A regrouped matrix (weight_layout.h) goes up this many bytes of device
   // rows at a time (at least a row): the host's copy of them at load.
   int64_t upload_chunk_bytes = int64_t{64} << 20;

@@ -95,6 +95,10 @@ struct DeviceMatrix {
   // tensor-core kernel.
   bool takes_int8_rows() const { return int8 || mma_i8.id >= 0 || mma_wg.id >= 0; }
   KernelHandle get_rows;
+  // A mixture's expert slots of this tensor in one launch (the first
+  // expert's; ck::matvec_ids_entry or its int8 form, split's NCOLS 1 build),
+  // loaded when first needed.
+  mutable KernelHandle matvec_ids;
   // Its matvec builds are the int8 form (matvec3_i8_entry, on quantized()
   // rows; DeviceBackendOptions::matvec_int8 and a type that has one), not
   // the float form on paired() rows.
@@ -388,6 +392,12 @@ class DeviceBackend final : public Backend {
                    const DeviceBuffer* up_bias, const DeviceBuffer* down_bias, int bias_row,
                    bool step_rows);
   absl::Status moe(int il, int n);
+  absl::Status activate(float* gate, const float* up, int n, int64_t f,
+                        const DeviceMatrix& down_m, PairedRows& act);
+  bool expert_slots_fit(const DeviceExperts& x, int n) const;
+  absl::Status expert_product(const std::vector<DeviceMatrix>& experts, PairedRows& in,
+                              int x_div, float* y, int slots);
+  absl::Status expert_slots(const DeviceExperts& x, int n, PairedRows& xn_rows, float* proj);
   absl::Status head();
   absl::Status upload_rope_tables(int n);
   absl::Status launch_step(int n, std::vector<uint64_t>* hashes);
@@ -442,7 +452,7 @@ class DeviceBackend final : public Backend {
   KernelHandle k_rope_store_kv_batch_;  // a decode step's RoPE and KV store
   KernelHandle k_rms_, k_swiglu_, k_add_, k_add_bias_, k_store_kv_,
       k_scale_, k_soft_cap_, k_geglu_, k_swiglu_oai_, k_gather_, k_scatter_,
-      k_moe_sum_, k_add_shared_;
+      k_moe_sum_, k_add_shared_, k_add_bias_ids_;
 
   std::map<int, Sequence> sequences_;
   int max_ctx_ = 0;         // the longest context added: sizes scores_
@@ -485,6 +495,7 @@ class DeviceBackend final : public Backend {
   DeviceBuffer slot_rows_;      // [R k] int: the row of each grouped slot
   DeviceBuffer slot_ids_;       // [R k] int: the slot (t k + j) of each
   DeviceBuffer slot_weights_;   // [R][k]
+  DeviceBuffer slot_experts_;   // [R k] int: each slot's expert (expert_slots)
   DeviceBuffer moe_x_;          // [B][n_embd] an expert's gathered rows
   DeviceBuffer moe_y_;          // [B][n_embd] their outputs, the shared expert's
   DeviceBuffer expert_out_;     // [R k][n_embd] each slot's output

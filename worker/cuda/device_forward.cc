@@ -409,8 +409,21 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
   }
   if (gate_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(gate, *gate_bias, n, f, bias_row * f));
   if (up_bias != nullptr) STRATA_DEVICE_RETURN_IF_ERROR(add_bias(up, *up_bias, n, f, bias_row * f));
-  const int64_t nf = int64_t{n} * f;
   PairedRows act = rows_of(gate, n, f);
+  STRATA_DEVICE_RETURN_IF_ERROR(activate(gate, up, n, f, down_m, act));
+  STRATA_DEVICE_RETURN_IF_ERROR(product(down_m, act, y, y, y, down_m.n_out, 0));
+  if (down_bias != nullptr) {
+    STRATA_DEVICE_RETURN_IF_ERROR(add_bias(y, *down_bias, n, hp_.n_embd, int64_t{bias_row} * hp_.n_embd));
+  }
+  return absl::OkStatus();
+}
+
+// gate [n][f] = Act(gate, up), the recipe's activation, in place; with
+// the int8 rows of `down_m`'s kind when it takes them (act: gate's rows,
+// marked quantized then).
+absl::Status DeviceBackend::activate(float* gate, const float* up, int n, int64_t f,
+                                     const DeviceMatrix& down_m, PairedRows& act) {
+  const int64_t nf = int64_t{n} * f;
   switch (hp_.recipe.activation) {
     case arch::FfnActivation::kSilu:
       if (const int kind = int8_kind(down_m); kind != ck::kRoundNone) {
@@ -418,33 +431,126 @@ absl::Status DeviceBackend::ffn(const DeviceMatrix& gate_m, const DeviceMatrix& 
         Int8Rows r;
         STRATA_DEVICE_ASSIGN_OR_RETURN(r, int8_rows(kind, n, f));
         STRATA_DEVICE_RETURN_IF_ERROR(run_over(
-            k_swiglu_q_, nf, static_cast<const float*>(gate), static_cast<const float*>(up), gate,
+            k_swiglu_q_, nf, static_cast<const float*>(gate), up, gate,
             const_cast<signed char*>(r.q), const_cast<float*>(r.d), const_cast<float*>(r.sums),
             static_cast<long long>(nf), kind));
         mark_quantized(act, kind);
         break;
       }
       STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_swiglu_, nf, static_cast<const float*>(gate),
-                                      static_cast<const float*>(up), gate,
+                                      up, gate,
                                       static_cast<long long>(nf)));
       break;
     case arch::FfnActivation::kGeluTanh:
       STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_geglu_, nf, static_cast<const float*>(gate),
-                                      static_cast<const float*>(up), gate,
+                                      up, gate,
                                       static_cast<long long>(nf)));
       break;
     case arch::FfnActivation::kSwigluOai:
       STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_swiglu_oai_, nf, static_cast<const float*>(gate),
-                                      static_cast<const float*>(up), gate,
+                                      up, gate,
                                       static_cast<long long>(nf), reference::ops::kGptOssAlpha,
                                       reference::ops::kGptOssLimit));
       break;
   }
-  STRATA_DEVICE_RETURN_IF_ERROR(product(down_m, act, y, y, y, down_m.n_out, 0));
-  if (down_bias != nullptr) {
-    STRATA_DEVICE_RETURN_IF_ERROR(add_bias(y, *down_bias, n, hp_.n_embd, int64_t{bias_row} * hp_.n_embd));
-  }
   return absl::OkStatus();
+}
+
+// A step of few rows (a mixture's decode) runs each expert matrix's
+// (row, expert) slots in one launch (expert_slots) when the slots fit the
+// step buffers and read no more weights than the experts hold (n k <=
+// max(n_expert, 16)), and every expert of a matrix takes the same kernel
+// build (the tuner keys its choice by shape: they do).
+bool DeviceBackend::expert_slots_fit(const DeviceExperts& x, int n) const {
+  const int slots = n * hp_.moe.n_expert_used;
+  if (!options_.moe_slots || slots > options_.max_batch ||
+      slots > std::max(hp_.moe.n_expert, 16) || n > moe_rows()) {
+    return false;
+  }
+  for (const std::vector<DeviceMatrix>* experts : {&x.gate, &x.up, &x.down}) {
+    const DeviceMatrix& first = experts->front();
+    for (const DeviceMatrix& m : *experts) {
+      if (m.split != first.split || m.threads != first.threads || m.int8 != first.int8) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// y [slots][n_out] = each slot's expert matrix (slot_experts_: the experts of
+// `experts`, one buffer of equal slices) times row s / x_div of `in`, in one
+// launch (ck::matvec_ids_entry: matvec3's sums for that row and column).
+absl::Status DeviceBackend::expert_product(const std::vector<DeviceMatrix>& experts,
+                                           PairedRows& in, int x_div, float* y, int slots) {
+  const DeviceMatrix& m = experts.front();
+  KernelHandle& k = m.matvec_ids;
+  if (k.id < 0) {
+    const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(m.type)];
+    STRATA_DEVICE_ASSIGN_OR_RETURN(
+        k, kernel(src[static_cast<size_t>(m.split)][0],
+                  m.int8 ? ck::matvec_ids_i8_entry(m.type) : ck::matvec_ids_entry(m.type)));
+  }
+  MatvecRows rows;
+  STRATA_DEVICE_ASSIGN_OR_RETURN(rows, matvec_rows(m, in));
+  const long long expert_bytes = experts.size() > 1 ? experts[1].data - experts[0].data : 0;
+  const int rows_per_block = m.threads / 32 / ck::kStepRowWarps[static_cast<size_t>(m.split)] *
+                             (m.int8 ? ck::matvec_i8_warp_rows(1) : 1);
+  const int row_blocks = (m.n_out + rows_per_block - 1) / rows_per_block;
+  const auto grid = static_cast<unsigned>(slots * row_blocks);
+  const int* ids = slot_experts_.as<int>();
+  if (m.int8) {
+    return run(k, grid, static_cast<unsigned>(m.threads), m.data, expert_bytes, ids, rows.q.q,
+               rows.q.d, rows.q.sums, x_div, y, m.n_out, m.n_in, m.row_bytes, row_blocks);
+  }
+  return run(k, grid, static_cast<unsigned>(m.threads), m.data, expert_bytes, ids, rows.x, x_div,
+             y, m.n_out, m.n_in, m.row_bytes, row_blocks);
+}
+
+// proj [n][n_embd] = Σ_j w_j · Expert_{e_j}(xn) of the routed slots
+// (route_experts_, route_weights_: slot s = t k + j), every matrix's slots
+// in one launch: gate, up (slot s reads xn's row s / k), their biases by
+// expert, the activation over the slots' rows, down straight into
+// expert_out_ in slot order, its bias, the weighted sum. Each slot's values
+// are the gathered path's bit for bit (the same kernels' sums per row and
+// column), so the choice of path changes no sequence's numbers.
+absl::Status DeviceBackend::expert_slots(const DeviceExperts& x, int n, PairedRows& xn_rows,
+                                         float* proj) {
+  const arch::MoeParams& p = hp_.moe;
+  const int k = p.n_expert_used;
+  const int slots = n * k;
+  const int64_t f = p.n_ff_expert, e = hp_.n_embd;
+  STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_experts_.get(), route_experts_.data(),
+                                             static_cast<size_t>(slots) * sizeof(int32_t)));
+  STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_weights_.get(), route_weights_.data(),
+                                             static_cast<size_t>(slots) * sizeof(float)));
+  float* gate = gate_.as<float>();  // [slots][f]
+  float* up = up_.as<float>();      // [slots][f]
+  float* out = expert_out_.as<float>();
+  const int* ids = slot_experts_.as<int>();
+  STRATA_DEVICE_RETURN_IF_ERROR(expert_product(x.gate, xn_rows, k, gate, slots));
+  STRATA_DEVICE_RETURN_IF_ERROR(expert_product(x.up, xn_rows, k, up, slots));
+  if (x.gate_bias.get() != nullptr) {
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_add_bias_ids_, int64_t{slots} * f, gate,
+                                           static_cast<const float*>(x.gate_bias.as<float>()),
+                                           ids, static_cast<long long>(slots),
+                                           static_cast<int>(f)));
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_add_bias_ids_, int64_t{slots} * f, up,
+                                           static_cast<const float*>(x.up_bias.as<float>()), ids,
+                                           static_cast<long long>(slots), static_cast<int>(f)));
+  }
+  PairedRows act = rows_of(gate, slots, f);
+  STRATA_DEVICE_RETURN_IF_ERROR(activate(gate, up, slots, f, x.down.front(), act));
+  STRATA_DEVICE_RETURN_IF_ERROR(expert_product(x.down, act, 1, out, slots));
+  if (x.down_bias.get() != nullptr) {
+    STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_add_bias_ids_, int64_t{slots} * e, out,
+                                           static_cast<const float*>(x.down_bias.as<float>()),
+                                           ids, static_cast<long long>(slots),
+                                           static_cast<int>(e)));
+  }
+  return run_over(k_moe_sum_, int64_t{n} * e, static_cast<const float*>(out),
+                  static_cast<const float*>(slot_weights_.as<float>()), proj, n, k,
+                  static_cast<int>(e));
 }
 
 // proj = Σ_j w_j · Expert_{e_j}(xn) (+ sigmoid(g · xn) · Shared(xn)), as
@@ -474,48 +580,52 @@ absl::Status DeviceBackend::moe(int il, int n) {
                             route_weights_.data(), route_scratch_.data());
 
   const bool biased = x.gate_bias.get() != nullptr;
-  for (int r0 = 0; r0 < n; r0 += moe_rows()) {
-    const int rows = std::min(moe_rows(), n - r0);
-    const int n_slots = rows * k;
-    const int32_t* experts = route_experts_.data() + int64_t{r0} * k;
-    // Group the slots by expert (counting sort, rows ascending within one).
-    std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
-    for (int s = 0; s < n_slots; ++s) ++expert_begin_[static_cast<size_t>(experts[s]) + 1];
-    for (int ex = 0; ex < p.n_expert; ++ex) expert_begin_[ex + 1] += expert_begin_[ex];
-    std::copy(expert_begin_.begin(), expert_begin_.end() - 1, expert_fill_.begin());
-    for (int s = 0; s < n_slots; ++s) {
-      const int32_t at = expert_fill_[static_cast<size_t>(experts[s])]++;
-      grouped_slots_[static_cast<size_t>(at)] = s;
-      grouped_rows_[static_cast<size_t>(at)] = r0 + s / k;
+  if (expert_slots_fit(x, n)) {
+    STRATA_DEVICE_RETURN_IF_ERROR(expert_slots(x, n, xn_rows, proj));
+  } else {
+    for (int r0 = 0; r0 < n; r0 += moe_rows()) {
+      const int rows = std::min(moe_rows(), n - r0);
+      const int n_slots = rows * k;
+      const int32_t* experts = route_experts_.data() + int64_t{r0} * k;
+      // Group the slots by expert (counting sort, rows ascending within one).
+      std::fill(expert_begin_.begin(), expert_begin_.end(), 0);
+      for (int s = 0; s < n_slots; ++s) ++expert_begin_[static_cast<size_t>(experts[s]) + 1];
+      for (int ex = 0; ex < p.n_expert; ++ex) expert_begin_[ex + 1] += expert_begin_[ex];
+      std::copy(expert_begin_.begin(), expert_begin_.end() - 1, expert_fill_.begin());
+      for (int s = 0; s < n_slots; ++s) {
+        const int32_t at = expert_fill_[static_cast<size_t>(experts[s])]++;
+        grouped_slots_[static_cast<size_t>(at)] = s;
+        grouped_rows_[static_cast<size_t>(at)] = r0 + s / k;
+      }
+      const size_t ints = static_cast<size_t>(n_slots) * sizeof(int32_t);
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_rows_.get(), grouped_rows_.data(), ints));
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_ids_.get(), grouped_slots_.data(), ints));
+      STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_weights_.get(),
+                                          route_weights_.data() + int64_t{r0} * k,
+                                          static_cast<size_t>(n_slots) * sizeof(float)));
+      for (int ex = 0; ex < p.n_expert; ++ex) {
+        const int begin = expert_begin_[static_cast<size_t>(ex)];
+        const int m = expert_begin_[static_cast<size_t>(ex) + 1] - begin;
+        if (m == 0) continue;
+        STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_gather_, int64_t{m} * e, xn,
+                                        static_cast<const int*>(slot_rows_.as<int>() + begin),
+                                        moe_x_.as<float>(), m, static_cast<int>(e)));
+        const size_t i = static_cast<size_t>(ex);
+        PairedRows expert_rows = rows_of(moe_x_.as<float>(), m, e);
+        STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.gate[i], x.up[i], x.down[i], p.n_ff_expert,
+                                   expert_rows, m, moe_y_.as<float>(),
+                                   biased ? &x.gate_bias : nullptr, biased ? &x.up_bias : nullptr,
+                                   biased ? &x.down_bias : nullptr, ex, /*step_rows=*/false));
+        STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scatter_, int64_t{m} * e,
+                                        static_cast<const float*>(moe_y_.as<float>()),
+                                        static_cast<const int*>(slot_ids_.as<int>() + begin),
+                                        expert_out_.as<float>(), m, static_cast<int>(e)));
+      }
+      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_moe_sum_, int64_t{rows} * e,
+                                      static_cast<const float*>(expert_out_.as<float>()),
+                                      static_cast<const float*>(slot_weights_.as<float>()),
+                                      proj + int64_t{r0} * e, rows, k, static_cast<int>(e)));
     }
-    const size_t ints = static_cast<size_t>(n_slots) * sizeof(int32_t);
-    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_rows_.get(), grouped_rows_.data(), ints));
-    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_ids_.get(), grouped_slots_.data(), ints));
-    STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_weights_.get(),
-                                        route_weights_.data() + int64_t{r0} * k,
-                                        static_cast<size_t>(n_slots) * sizeof(float)));
-    for (int ex = 0; ex < p.n_expert; ++ex) {
-      const int begin = expert_begin_[static_cast<size_t>(ex)];
-      const int m = expert_begin_[static_cast<size_t>(ex) + 1] - begin;
-      if (m == 0) continue;
-      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_gather_, int64_t{m} * e, xn,
-                                      static_cast<const int*>(slot_rows_.as<int>() + begin),
-                                      moe_x_.as<float>(), m, static_cast<int>(e)));
-      const size_t i = static_cast<size_t>(ex);
-      PairedRows expert_rows = rows_of(moe_x_.as<float>(), m, e);
-      STRATA_DEVICE_RETURN_IF_ERROR(ffn(x.gate[i], x.up[i], x.down[i], p.n_ff_expert,
-                                 expert_rows, m, moe_y_.as<float>(),
-                                 biased ? &x.gate_bias : nullptr, biased ? &x.up_bias : nullptr,
-                                 biased ? &x.down_bias : nullptr, ex, /*step_rows=*/false));
-      STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_scatter_, int64_t{m} * e,
-                                      static_cast<const float*>(moe_y_.as<float>()),
-                                      static_cast<const int*>(slot_ids_.as<int>() + begin),
-                                      expert_out_.as<float>(), m, static_cast<int>(e)));
-    }
-    STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_moe_sum_, int64_t{rows} * e,
-                                    static_cast<const float*>(expert_out_.as<float>()),
-                                    static_cast<const float*>(slot_weights_.as<float>()),
-                                    proj + int64_t{r0} * e, rows, k, static_cast<int>(e)));
   }
   if (!x.shared_down.present()) return absl::OkStatus();
   // The shared expert on every row, scaled by sigmoid(g), g the one-row

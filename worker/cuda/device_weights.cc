@@ -378,6 +378,7 @@ absl::Status DeviceBackend::load() {
   for (const Elementwise& k : std::initializer_list<Elementwise>{
            {&k_rope_qk_, ck::kRopeRotateQkEntry}, {&k_swiglu_, ck::kSwigluEntry},
            {&k_add_, ck::kAddEntry},             {&k_add_bias_, ck::kAddBiasEntry},
+           {&k_add_bias_ids_, ck::kAddBiasIdsEntry},
            {&k_store_kv_, ck::kStoreKvEntry},    {&k_scale_, ck::kScaleEntry},
            {&k_soft_cap_, ck::kSoftCapEntry},    {&k_geglu_, ck::kGegluEntry},
            {&k_swiglu_oai_, ck::kSwigluOaiEntry},
@@ -426,6 +427,7 @@ absl::Status DeviceBackend::load() {
     STRATA_DEVICE_ASSIGN_OR_RETURN(slot_rows_, space(slots * sizeof(int32_t)));
     STRATA_DEVICE_ASSIGN_OR_RETURN(slot_ids_, space(slots * sizeof(int32_t)));
     STRATA_DEVICE_ASSIGN_OR_RETURN(slot_weights_, space(slots * f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(slot_experts_, space(slots * sizeof(int32_t)));
     STRATA_DEVICE_ASSIGN_OR_RETURN(moe_x_, space(b * e * f));
     STRATA_DEVICE_ASSIGN_OR_RETURN(moe_y_, space(b * e * f));
     STRATA_DEVICE_ASSIGN_OR_RETURN(expert_out_, space(slots * e * f));

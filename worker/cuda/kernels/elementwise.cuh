@@ -36,6 +36,10 @@
 //     y = a + b (the residual); y may alias either input.
 //   strata_add_bias(float* x, const float* bias, long long n, int width)
 //     x [n][width] += bias [width] (every row; q/k/v biases of qwen2).
+//   strata_add_bias_ids(float* x, const float* bias, const int* ids,
+//                       long long n, int width)
+//     x [n][width] += bias [ids[r]][width] (a mixture's expert slots: each
+//     row its expert's bias row; gpt-oss).
 //   strata_scale(float* x, float s, long long n)            x *= s
 //   strata_soft_cap(float* x, float cap, long long n)       x = tanh(x / cap) cap
 //     (x times 1/cap, as reference::ops::soft_cap)
@@ -247,6 +251,15 @@ STRATA_KERNEL strata_add_bias(float* x, const float* bias, long long n, int widt
   strata_grid_dependency();
   const long long total = n * width;
   for (long long i = strata_first(); i < total; i += strata_stride()) x[i] += bias[i % width];
+}
+
+STRATA_KERNEL strata_add_bias_ids(float* x, const float* bias, const int* ids, long long n,
+                                  int width) {
+  strata_grid_dependency();
+  const long long total = n * width;
+  for (long long i = strata_first(); i < total; i += strata_stride()) {
+    x[i] += bias[(long long)ids[i / width] * width + i % width];
+  }
 }
 
 STRATA_KERNEL strata_scale(float* x, float s, long long n) {

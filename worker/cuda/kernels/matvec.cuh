@@ -713,16 +713,17 @@ STRATA_UNROLL
 #endif
 }
 
+// Block `block` of a launch over the rows (blockIdx.x for one matrix).
 template <typename Format>
 __device__ __forceinline__ void matvec(const u8* __restrict__ w, const float* x,
                                        float* y0, float* y1, float* y2, int n0, int n1,
-                                       int n_rows, int n_cols, long long row_bytes) {
+                                       int n_rows, int n_cols, long long row_bytes, int block) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int part = warp % ROW_WARPS;  // this warp's share of the row
   // Rows a block: of the launch's block (a multiple of 32 ROW_WARPS, at
   // most THREADS), a launch choice the tuner makes.
-  const int row = blockIdx.x * (blockDim.x / 32 / ROW_WARPS) + warp / ROW_WARPS;
+  const int row = block * (blockDim.x / 32 / ROW_WARPS) + warp / ROW_WARPS;
   const bool live = row < n_rows;  // no early return: the block meets at a barrier
   const int first = part * 32 + lane;
   const int step = 32 * ROW_WARPS;
@@ -780,12 +781,12 @@ __device__ __forceinline__ void matvec_i8(const u8* __restrict__ w,
                                           const float* xd,
                                           const float* xs, float* y0, float* y1,
                                           float* y2, int n0, int n1, int n_rows, int n_cols,
-                                          long long row_bytes) {
+                                          long long row_bytes, int block) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int part = warp % ROW_WARPS;
   // This warp's WARP_ROWS rows from row0 (each column's loads serve them all).
-  const int row0 = (blockIdx.x * (blockDim.x / 32 / ROW_WARPS) + warp / ROW_WARPS) * WARP_ROWS;
+  const int row0 = (block * (blockDim.x / 32 / ROW_WARPS) + warp / ROW_WARPS) * WARP_ROWS;
   const int first = part * 32 + lane;
   const int step = 32 * ROW_WARPS;
   const u8* wr[WARP_ROWS];
@@ -885,13 +886,13 @@ STRATA_UNROLL
   STRATA_KERNEL strata_matvec_##type(const u8* w, const float* x, float* y, int n_rows,   \
                                      int n_cols, long long row_bytes) {                   \
     strata_grid_dependency();                                                             \
-    matvec<Format>(w, x, y, y, y, n_rows, 0, n_rows, n_cols, row_bytes);                  \
+    matvec<Format>(w, x, y, y, y, n_rows, 0, n_rows, n_cols, row_bytes, blockIdx.x);      \
   }                                                                                       \
   STRATA_KERNEL strata_matvec3_##type(const u8* w, const float* x, float* y0, float* y1,  \
                                       float* y2, int n0, int n1, int n_rows, int n_cols,  \
                                       long long row_bytes) {                              \
     strata_grid_dependency();                                                             \
-    matvec<Format>(w, x, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes);                  \
+    matvec<Format>(w, x, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes, blockIdx.x);      \
   }                                                                                       \
   STRATA_KERNEL strata_get_rows_##type(const u8* table, const int* ids, float* out,       \
                                        int n_ids, int n_cols, long long row_bytes) {      \
@@ -907,52 +908,111 @@ STRATA_UNROLL
                                          int n0, int n1, int n_rows, int n_cols,             \
                                          long long row_bytes) {                              \
     strata_grid_dependency();                                                                \
-    matvec_i8<Format>(w, xq, xd, xs, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes);         \
+    matvec_i8<Format>(w, xq, xd, xs, y0, y1, y2, n0, n1, n_rows, n_cols, row_bytes,          \
+                      blockIdx.x);                                                           \
   }
+
+// A mixture's expert slots in one launch (the decode rows of a mixture of
+// experts: each slot its own expert, one column): slot s multiplies expert
+// ids[s]'s matrix (w + ids[s] expert_bytes) by input row s / x_div (x
+// [.][n_cols], or int8 rows xq, xd, xs likewise) into y [s][n_rows]; block
+// b = s row_blocks + r takes the rows block r of one matrix's launch takes,
+// so each slot's sums are matvec's (matvec_i8's) bit for bit. In the
+// NCOLS = 1 builds only: strata_matvec_ids_<type> and, for the types with
+// unit_words, strata_matvec_ids_i8_<type>.
+#if NCOLS == 1
+#define STRATA_IDS_ENTRY(type, Format)                                                        \
+  STRATA_KERNEL strata_matvec_ids_##type(const u8* w, long long expert_bytes, const int* ids, \
+                                         const float* x, int x_div, float* y, int n_rows,      \
+                                         int n_cols, long long row_bytes, int row_blocks) {    \
+    strata_grid_dependency();                                                                 \
+    const int s = (int)(blockIdx.x / (unsigned)row_blocks);                                   \
+    float* ys = y + (long long)s * n_rows;                                                    \
+    matvec<Format>(w + ids[s] * expert_bytes, x + (long long)(s / x_div) * n_cols, ys, ys, ys, \
+                   n_rows, 0, n_rows, n_cols, row_bytes,                                      \
+                   (int)(blockIdx.x % (unsigned)row_blocks));                                 \
+  }
+#define STRATA_IDS_I8_ENTRY(type, Format)                                                       \
+  STRATA_KERNEL strata_matvec_ids_i8_##type(                                                    \
+      const u8* w, long long expert_bytes, const int* ids, const signed char* xq,               \
+      const float* xd, const float* xs, int x_div, float* y, int n_rows, int n_cols,            \
+      long long row_bytes, int row_blocks) {                                                    \
+    strata_grid_dependency();                                                                   \
+    const int s = (int)(blockIdx.x / (unsigned)row_blocks);                                     \
+    const long long r = s / x_div;                                                              \
+    float* ys = y + (long long)s * n_rows;                                                      \
+    matvec_i8<Format>(w + ids[s] * expert_bytes, xq + r * n_cols, xd + r * (n_cols / 32),       \
+                      xs + r * (n_cols / 32), ys, ys, ys, n_rows, 0, n_rows, n_cols, row_bytes, \
+                      (int)(blockIdx.x % (unsigned)row_blocks));                                \
+  }
+#else
+#define STRATA_IDS_ENTRY(type, Format)
+#define STRATA_IDS_I8_ENTRY(type, Format)
+#endif
 
 // -DSTRATA_MATVEC_NO_ENTRIES: the formats alone (the tensor-core program,
 // mma_source.h, compiles this file before mma.cuh).
 #if !defined(STRATA_MATVEC_NO_ENTRIES)
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_f32)
 STRATA_ENTRIES(f32, F32)
+STRATA_IDS_ENTRY(f32, F32)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_f16)
 STRATA_ENTRIES(f16, F16)
+STRATA_IDS_ENTRY(f16, F16)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_0)
 STRATA_ENTRIES(q4_0, Q4_0)
+STRATA_IDS_ENTRY(q4_0, Q4_0)
 STRATA_I8_ENTRY(q4_0, Q4_0)
+STRATA_IDS_I8_ENTRY(q4_0, Q4_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_1)
 STRATA_ENTRIES(q4_1, Q4_1)
+STRATA_IDS_ENTRY(q4_1, Q4_1)
 STRATA_I8_ENTRY(q4_1, Q4_1)
+STRATA_IDS_I8_ENTRY(q4_1, Q4_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_0)
 STRATA_ENTRIES(q5_0, Q5_0)
+STRATA_IDS_ENTRY(q5_0, Q5_0)
 STRATA_I8_ENTRY(q5_0, Q5_0)
+STRATA_IDS_I8_ENTRY(q5_0, Q5_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_1)
 STRATA_ENTRIES(q5_1, Q5_1)
+STRATA_IDS_ENTRY(q5_1, Q5_1)
 STRATA_I8_ENTRY(q5_1, Q5_1)
+STRATA_IDS_I8_ENTRY(q5_1, Q5_1)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q8_0)
 STRATA_ENTRIES(q8_0, Q8_0)
+STRATA_IDS_ENTRY(q8_0, Q8_0)
 STRATA_I8_ENTRY(q8_0, Q8_0)
+STRATA_IDS_I8_ENTRY(q8_0, Q8_0)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_mxfp4)
 STRATA_ENTRIES(mxfp4, MXFP4)
+STRATA_IDS_ENTRY(mxfp4, MXFP4)
 STRATA_I8_ENTRY(mxfp4, MXFP4)
+STRATA_IDS_I8_ENTRY(mxfp4, MXFP4)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q4_k)
 STRATA_ENTRIES(q4_k, Q4_K)
+STRATA_IDS_ENTRY(q4_k, Q4_K)
 STRATA_I8_ENTRY(q4_k, Q4_K)
+STRATA_IDS_I8_ENTRY(q4_k, Q4_K)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q5_k)
 STRATA_ENTRIES(q5_k, Q5_K)
+STRATA_IDS_ENTRY(q5_k, Q5_K)
 STRATA_I8_ENTRY(q5_k, Q5_K)
+STRATA_IDS_I8_ENTRY(q5_k, Q5_K)
 #endif
 #if !defined(STRATA_ONE_TYPE) || defined(STRATA_TYPE_q6_k)
 STRATA_ENTRIES(q6_k, Q6_K)
+STRATA_IDS_ENTRY(q6_k, Q6_K)
 STRATA_I8_ENTRY(q6_k, Q6_K)
+STRATA_IDS_I8_ENTRY(q6_k, Q6_K)
 #endif
 #endif  // !STRATA_MATVEC_NO_ENTRIES

@@ -149,6 +149,29 @@ inline std::string matvec3_mma_entry(GgmlType type) {
 }
 inline constexpr int kMatvecMmaMinColumns = 8;
 
+// A mixture's expert slots in one launch ("strata_matvec_ids_q4_k"; "" for a
+// type matvec_entry has none for), in the NCOLS = 1 builds only: arguments
+// (const unsigned char* w, long long expert_bytes, const int* ids, const
+// float* x, int x_div, float* y, int n_rows, int n_cols, long long
+// row_bytes, int row_blocks); grid slots x row_blocks, row_blocks and the
+// block as a one-matrix launch's: slot s gives y [s][n_rows] = expert
+// ids[s]'s rows (w + ids[s] expert_bytes) times row s / x_div of x, each
+// row's sums matvec3_entry's for that row and column.
+inline std::string matvec_ids_entry(GgmlType type) {
+  const std::string_view m = matvec_entry(type);
+  if (m.empty()) return "";
+  return "strata_matvec_ids_" + std::string(m.substr(std::string_view("strata_matvec_").size()));
+}
+// Its int8 form for the types of matvec3_i8_entry ("" otherwise): (w,
+// expert_bytes, ids, const signed char* xq, const float* xd, const float*
+// xs, x_div, y, n_rows, n_cols, row_bytes, row_blocks), matvec3_i8_entry's
+// sums.
+inline std::string matvec_ids_i8_entry(GgmlType type) {
+  const std::string i8 = matvec3_i8_entry(type);
+  if (i8.empty()) return "";
+  return "strata_matvec_ids_i8_" + i8.substr(std::string_view("strata_matvec3_i8_").size());
+}
+
 inline std::string get_rows_entry(GgmlType type) {
   const std::string_view m = matvec_entry(type);
   if (m.empty()) return "";

@@ -20,6 +20,7 @@ inline constexpr const char* kSwigluEntry = "strata_swiglu";
 inline constexpr const char* kSwigluQuantizeEntry = "strata_swiglu_quantize";
 inline constexpr const char* kAddEntry = "strata_add";
 inline constexpr const char* kAddBiasEntry = "strata_add_bias";
+inline constexpr const char* kAddBiasIdsEntry = "strata_add_bias_ids";
 inline constexpr const char* kScaleEntry = "strata_scale";
 inline constexpr const char* kSoftCapEntry = "strata_soft_cap";
 inline constexpr const char* kGegluEntry = "strata_geglu";
