@@ -655,40 +655,40 @@ else
 fi
 # pp/tg fields of a strata speed --json object.
 speed_field() { grep -o "\"$2\":{[^}]*" "$1" | grep -o '"tok_s":[-0-9.e+]*' | sed 's/.*://'; }
+# speed NAME BOUND MODEL ARGS...: strata speed --json of MODEL on the
+# device (BACKEND_ARGS) into $WORK/speed-NAME.json, its stderr into
+# logs/speed-NAME.log, within BOUND seconds of the budget; its status.
+speed() {
+  local name="$1" b="$2" model="$3"
+  shift 3
+  timeout "$(bound "$b")" "$STRATA" speed -m "$model" "${BACKEND_ARGS[@]}" "$@" --json \
+    >"$WORK/speed-$name.json" 2>"$LOGS/speed-$name.log"
+}
 t0=$SECONDS
 if [[ -n "$skip" ]]; then
   record speed_cuda skip "$skip" 0
 else
   ok=true
-  timeout "$(bound 150)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 512 -n 128 -r "$RUNS" --json \
-    >"$WORK/speed-1.json" 2>"$LOGS/speed-cuda-1.log" || ok=false
-  timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 64 -r "$RUNS" --sessions 16 --json \
-    >"$WORK/speed-16.json" 2>"$LOGS/speed-cuda-16.log" || ok=false
+  speed 1 150 "$m8b" -p 512 -n 128 -r "$RUNS" || ok=false
+  speed 16 90 "$m8b" -p 0 -n 64 -r "$RUNS" --sessions 16 || ok=false
   # The same prefill on the f16 tensor-core kernel alone (the int8 one's
   # comparison; a failure here is left in the figures, not the step).
-  STRATA_MMA_INT8=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 512 -n 0 -r "$RUNS" --json \
-    >"$WORK/speed-f16.json" 2>"$LOGS/speed-cuda-f16.log" || true
+  STRATA_MMA_INT8=0 speed f16 90 "$m8b" -p 512 -n 0 -r "$RUNS" || true
   # On an sm_90 device that f16 prefill is the warpgroup (wgmma) kernel's;
   # the same on mma.sync's is its comparison.
-  STRATA_MMA_INT8=0 STRATA_WGMMA=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 512 -n 0 -r "$RUNS" --json \
-    >"$WORK/speed-f16-mma.json" 2>"$LOGS/speed-cuda-f16-mma.log" || true
+  STRATA_MMA_INT8=0 STRATA_WGMMA=0 speed f16-mma 90 "$m8b" -p 512 -n 0 -r "$RUNS" || true
   # The 16 sequences with their 8- and 16-column chunks on dp4a, not the
   # tensor cores (the same bits; the tensor-core form's comparison).
-  STRATA_MATVEC_MMA=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 64 -r "$RUNS" --sessions 16 --json \
-    >"$WORK/speed-16-dp4a.json" 2>"$LOGS/speed-cuda-16-dp4a.log" || true
+  STRATA_MATVEC_MMA=0 speed 16-dp4a 90 "$m8b" -p 0 -n 64 -r "$RUNS" --sessions 16 || true
   # The same decode on the float matvec kernel (the int8 one's comparison).
-  STRATA_MATVEC_INT8=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 128 -r "$RUNS" --json \
-    >"$WORK/speed-float.json" 2>"$LOGS/speed-cuda-float.log" || true
+  STRATA_MATVEC_INT8=0 speed float 90 "$m8b" -p 0 -n 128 -r "$RUNS" || true
   # And without programmatic dependent launch (each kernel launched after
   # the one before ends).
-  STRATA_PDL=0 timeout "$(bound 90)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -p 0 -n 128 -r "$RUNS" --json \
-    >"$WORK/speed-nopdl.json" 2>"$LOGS/speed-cuda-nopdl.log" || true
+  STRATA_PDL=0 speed nopdl 90 "$m8b" -p 0 -n 128 -r "$RUNS" || true
   # Decode after 4096 tokens of context, its attention split over blocks
   # and not (STRATA_ATTENTION_SPLIT=0: one block a head).
-  timeout "$(bound 60)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -d 4096 -p 0 -n 64 -r 2 --json \
-    >"$WORK/speed-d4096.json" 2>"$LOGS/speed-cuda-d4096.log" || true
-  STRATA_ATTENTION_SPLIT=0 timeout "$(bound 60)" "$STRATA" speed -m "$m8b" "${BACKEND_ARGS[@]}" -d 4096 -p 0 -n 64 -r 2 --json \
-    >"$WORK/speed-d4096-unsplit.json" 2>"$LOGS/speed-cuda-d4096-unsplit.log" || true
+  speed d4096 60 "$m8b" -d 4096 -p 0 -n 64 -r 2 || true
+  STRATA_ATTENTION_SPLIT=0 speed d4096-unsplit 60 "$m8b" -d 4096 -p 0 -n 64 -r 2 || true
   pp="$(speed_field "$WORK/speed-1.json" pp)"; tg1="$(speed_field "$WORK/speed-1.json" tg)"
   tg_d="$(speed_field "$WORK/speed-d4096.json" tg)"
   tg_du="$(speed_field "$WORK/speed-d4096-unsplit.json" tg)"
@@ -736,7 +736,7 @@ else
     # The table is a measurement: pass means measured; the targets beside it.
     record speed_cuda pass "measured (targets in \"targets\")" $((SECONDS - t0)) "$extra"
   else
-    record speed_cuda fail "$(tail -c 300 "$LOGS/speed-cuda-1.log") $(tail -c 200 "$LOGS/speed-cuda-16.log")" $((SECONDS - t0)) "$extra"
+    record speed_cuda fail "$(tail -c 300 "$LOGS/speed-1.log") $(tail -c 200 "$LOGS/speed-16.log")" $((SECONDS - t0)) "$extra"
   fi
 fi
 
@@ -786,12 +786,9 @@ elif ! [[ -f "$mmoe" ]] && ! timeout "$(bound 90)" "$STRATA" synth --shape mixtr
   record speed_cuda_moe fail "synth: $(tail -c 300 "$LOGS/synth-moe.log")" $((SECONDS - t0))
 else
   ok=true
-  timeout "$(bound 60)" "$STRATA" speed -m "$mmoe" "${BACKEND_ARGS[@]}" -p 0 -n 64 -r "$RUNS" --json \
-    >"$WORK/speed-moe-1.json" 2>"$LOGS/speed-moe-1.log" || ok=false
-  timeout "$(bound 60)" "$STRATA" speed -m "$mmoe" "${BACKEND_ARGS[@]}" -p 0 -n 32 -r "$RUNS" --sessions 16 --json \
-    >"$WORK/speed-moe-16.json" 2>"$LOGS/speed-moe-16.log" || ok=false
-  STRATA_MOE_SLOTS=0 timeout "$(bound 60)" "$STRATA" speed -m "$mmoe" "${BACKEND_ARGS[@]}" -p 0 -n 64 -r "$RUNS" --json \
-    >"$WORK/speed-moe-gathered.json" 2>"$LOGS/speed-moe-gathered.log" || true
+  speed moe-1 60 "$mmoe" -p 0 -n 64 -r "$RUNS" || ok=false
+  speed moe-16 60 "$mmoe" -p 0 -n 32 -r "$RUNS" --sessions 16 || ok=false
+  STRATA_MOE_SLOTS=0 speed moe-gathered 60 "$mmoe" -p 0 -n 64 -r "$RUNS" || true
   m1="$(speed_field "$WORK/speed-moe-1.json" tg)"; m16="$(speed_field "$WORK/speed-moe-16.json" tg)"
   mg="$(speed_field "$WORK/speed-moe-gathered.json" tg)"
   mbytes="$(json_num "$WORK/speed-moe-1.json" decode_weight_bytes)"

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/reference/dequantize.h"
@@ -25,6 +26,23 @@ using gguf::testing::TempDir;
 std::vector<char> file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+// The bytes of a tensor of the plan.
+uint64_t tensor_bytes(const TensorSpec& t) {
+  uint64_t n = 1;
+  for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+  const GgmlTypeInfo& info = ggml_type_info(t.type);
+  return n / info.block_size * info.type_size;
+}
+
+// llama.cpp's Q4_K_M mix of `shape`.
+SynthOptions q4_k_m(std::string shape) {
+  SynthOptions o;
+  o.shape = std::move(shape);
+  o.type = GgmlType::kQ4_K;
+  o.mix = SynthOptions::Mix::kQ4_K_M;
+  return o;
 }
 
 class SynthTypes : public ::testing::TestWithParam<GgmlType> {};
@@ -161,19 +179,13 @@ TEST(Synth, SmolLM2RowsNotAMultipleOfTheKBlockFallBackToQ8_0) {
 // a Llama-3-8B Q4_K_M GGUF holds 4.58 GiB (../shared/FACTS.md, the GPU
 // machine's reference model).
 TEST(Synth, Llama3_8bQ4_K_MMixesQ4_KAndQ6_K) {
-  SynthOptions o;
-  o.shape = "llama-3-8b";
-  o.type = GgmlType::kQ4_K;
-  o.mix = SynthOptions::Mix::kQ4_K_M;
+  SynthOptions o = q4_k_m("llama-3-8b");
   auto plan = tensor_plan(o, 128256);
   ASSERT_TRUE(plan.ok()) << plan.status();
   uint64_t bytes = 0;
   int q6 = 0;
   for (const TensorSpec& t : *plan) {
-    uint64_t n = 1;
-    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-    const GgmlTypeInfo& info = ggml_type_info(t.type);
-    bytes += n / info.block_size * info.type_size;
+    bytes += tensor_bytes(t);
     if (t.type == GgmlType::kQ6_K) ++q6;
     if (t.shape.size() != 2) continue;
     const bool v = t.name.ends_with("attn_v.weight");
@@ -199,11 +211,7 @@ TEST(Synth, Llama3_8bQ4_K_MMixesQ4_KAndQ6_K) {
 // published_models.h's Llama 3.3 70B (the same rule, checked there against
 // the published file's size).
 TEST(Synth, Llama3_70bQ4_K_MHasQ5_KAttnV) {
-  SynthOptions o;
-  o.shape = "llama-3-70b";
-  o.type = GgmlType::kQ4_K;
-  o.mix = SynthOptions::Mix::kQ4_K_M;
-  auto plan = tensor_plan(o, 128256);
+  auto plan = tensor_plan(q4_k_m("llama-3-70b"), 128256);
   ASSERT_TRUE(plan.ok()) << plan.status();
   int q5 = 0, q6_v = 0;
   for (const TensorSpec& t : *plan) {
@@ -223,19 +231,12 @@ TEST(Synth, Llama3_70bQ4_K_MHasQ5_KAttnV) {
 // layers, counted a layer as there is one tensor a layer, the head Q6_K),
 // from the plan, nothing written.
 TEST(Synth, Mixtral8x7bQ4_K_MPlan) {
-  SynthOptions o;
-  o.shape = "mixtral-8x7b";
-  o.type = GgmlType::kQ4_K;
-  o.mix = SynthOptions::Mix::kQ4_K_M;
-  auto plan = tensor_plan(o, 32000);
+  auto plan = tensor_plan(q4_k_m("mixtral-8x7b"), 32000);
   ASSERT_TRUE(plan.ok()) << plan.status();
   uint64_t bytes = 0;
   int experts = 0;
   for (const TensorSpec& t : *plan) {
-    uint64_t n = 1;
-    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-    const GgmlTypeInfo& info = ggml_type_info(t.type);
-    bytes += n / info.block_size * info.type_size;
+    bytes += tensor_bytes(t);
     if (!t.name.starts_with("blk.")) continue;
     const int layer = std::stoi(t.name.substr(4));
     const bool more = layer < 4 || layer >= 28 || (layer - 4) % 3 == 2;
