@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "client/cli/commands.h"
 #include "model/gguf_reader.h"
 #include "model/published_models.h"
@@ -89,7 +90,8 @@ int run_synth(const SynthCommandOptions& options) {
   }
   // Q4_K_M: llama.cpp's per-tensor mix of Q4_K with Q6_K, Q5_K and Q8_0
   // (SynthOptions::mix).
-  const bool q4_k_m = options.type == "Q4_K_M";
+  // (Any case, as the single types' names.)
+  const bool q4_k_m = absl::EqualsIgnoreCase(options.type, "Q4_K_M");
   std::optional<GgmlType> type =
       q4_k_m ? GgmlType::kQ4_K : ggml_type_from_name(options.type);
   if (!type) {

@@ -23,6 +23,8 @@ CASES = [("tiny-llama", t, []) for t in ["F32", "F16", "Q4_0", "Q4_1", "Q5_0", "
 CASES += [("smollm2-135m", "Q4_0", ["--blocks", "2"]), ("llama-3-8b", "Q4_K", ["--blocks", "1"])]
 # The mixtures: llama.cpp's llama architecture with 3-D expert tensors.
 CASES += [("tiny-mixtral", "Q4_K_M", []), ("mixtral-8x7b", "Q4_K_M", ["--blocks", "1"])]
+# Type names in any case, the mix's too.
+CASES += [("tiny-mixtral", "q4_k_m", [])]
 
 
 def llama_cpp_ids(path):

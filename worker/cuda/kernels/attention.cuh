@@ -392,7 +392,8 @@ __device__ __forceinline__ StrataSplitBlock strata_split_block(const int* n_kv, 
   int size = (len + splits - 1) / splits;
   if (size < split_keys) size = split_keys;
   b.chunks = len > 0 ? (len + size - 1) / size : 0;
-  b.j0 = b.begin + b.c * size;
+  // (c < chunks: c size < len, no overflow.)
+  b.j0 = b.c < b.chunks ? b.begin + b.c * size : b.n_kv;
   b.j1 = b.j0 + size < b.n_kv ? b.j0 + size : b.n_kv;
   return b;
 }
