@@ -15,8 +15,9 @@
 #                       numpy and yaml); their SHA-256 against models/tiny.sha256
 #   cuda_tests          bin/strata_cuda_tests (every kernel against the CPU
 #                       reference; each test's outcome; after a kernel fault,
-#                       which fails every later test of its process, the
-#                       tests it left undecided run again without it)
+#                       which fails every later test of its process, or a
+#                       hang (90 s without output), the tests it left
+#                       undecided run again without it)
 #   nccl_tests          bin/strata_nccl_tests (the NCCL link: one rank sending
 #                       frames to itself; two ranks skip on one GPU)
 #   switches            the kernel forms whose device tests failed are
@@ -60,7 +61,8 @@
 #    "steps": [{"name", "status", "reason", "seconds", ...step fields}]}
 # Exit status: 0 when no step failed, 1 otherwise.
 #
-# Environment: STRATA_CHECK_WORK (scratch for models and logs, default
+# Environment: STRATA_CHECK_STALL_S (default 90: a test binary silent that
+# long is stopped), STRATA_CHECK_WORK (scratch for models and logs, default
 # /tmp/strata-gpu-check: the 8B model takes 4.58 GiB there), PYTHON
 # (default python3), STRATA_CHECK_BUDGET_S.
 # STRATA_CHECK_SELFTEST=1 checks this script on a machine without CUDA: the
@@ -235,6 +237,32 @@ fi
 # undecided, without the test that faulted, until one ends without a fault
 # (at most 6 more, within the budget): the failures left are each a test's own.
 STICKY_CUDA='illegal memory access|illegal instruction|misaligned address|unspecified launch failure|launch timed out|hardware stack error|illegal address|not supported on global/shared address space|uncorrectable ecc'
+# A test binary that writes nothing for STALL_S seconds (a kernel that never
+# returns: the host waits in a synchronize forever) is stopped there rather
+# than at its bound, and the test it was in counts as crashed.
+STALL_S="${STRATA_CHECK_STALL_S:-90}"
+# run_watched BOUND LOG CMD...: CMD with its output in LOG, stopped (TERM,
+# then KILL) when it runs past BOUND seconds or LOG stays the same size for
+# STALL_S; returns 124 then, else CMD's status.
+run_watched() {
+  local bound_s="$1" log="$2"
+  shift 2
+  "$@" >"$log" 2>&1 &
+  local pid=$! start=$SECONDS last=$SECONDS size=-1 now
+  while kill -0 "$pid" 2>/dev/null; do
+    now="$(stat -c %s "$log" 2>/dev/null || echo 0)"
+    if [[ $now != "$size" ]]; then size=$now; last=$SECONDS; fi
+    if ((SECONDS - start >= bound_s || SECONDS - last >= STALL_S)); then
+      kill -TERM "$pid" 2>/dev/null
+      sleep 2
+      kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      return 124
+    fi
+    sleep 1
+  done
+  wait "$pid"
+}
 # gtest_outcomes LOG: "STATUS NAME" a test, in the order they ran: ok,
 # skipped, failed, faulted (the run's first test with a sticky CUDA error in
 # its own output), crashed (started and never ended: the process died or was
@@ -289,7 +317,7 @@ gtest_step() {
   local filter=()
   [[ $gpu_present == true && -n "${5:-}" ]] && filter=("--gtest_filter=$5")
   [[ $gpu_present != true && -n "${6:-}" ]] && filter=("--gtest_filter=$6")
-  timeout "$(bound "$4")" "$bin" "${filter[@]}" >"$LOGS/$name.log" 2>&1
+  run_watched "$(bound "$4")" "$LOGS/$name.log" "$bin" "${filter[@]}"
   rc=$?
   local final="$WORK/$name.final" round=0 undecided fault faults="" log="$LOGS/$name.log"
   : >"$final"
@@ -312,7 +340,7 @@ gtest_step() {
     round=$((round + 1))
     log="$LOGS/$name.again-$round.log"
     log "$name: a fault in $fault; running the $(tr ':' '\n' <<<"$undecided" | wc -l) tests it left undecided again"
-    timeout "$(bound "$4")" "$bin" "--gtest_filter=$undecided" >"$log" 2>&1
+    run_watched "$(bound "$4")" "$log" "$bin" "--gtest_filter=$undecided"
     rc=$?
     gtest_outcomes "$log" >"$WORK/$name.outcomes"
   done
