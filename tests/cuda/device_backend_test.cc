@@ -460,9 +460,9 @@ TEST_P(DeviceBackend, LongDecodeContextsSplitOverBlocksAgreeAndStayBatchInvarian
 // mixtures in their own types (Q8_0 matrices; gpt-oss's experts MXFP4,
 // with biases and the clamped SwiGLU; qwen2moe's shared expert), 8 experts,
 // 2 a token: a 5-row prompt (10 slots: one launch a matrix) and 4 decode
-// steps, with moe_slots on and off, bit for bit; and batch invariance, where
-// the 9-row first step (18 slots, past 16) gathers and each sequence alone
-// takes the slots.
+// steps, with moe_slots on and off, bit for bit; and gpt-oss's batch
+// invariance, where the 9-row first step (18 slots, past 16) gathers and
+// each sequence alone takes the slots.
 TEST_P(DeviceBackend, ExpertSlotsGiveTheGatheredExpertsBits) {
   int ran = 0;
   for (const char* name : {"mixtral", "qwen2moe", "gpt-oss"}) {
@@ -493,7 +493,10 @@ TEST_P(DeviceBackend, ExpertSlotsGiveTheGatheredExpertsBits) {
     for (size_t step = 0; step < logits[0].size(); ++step) {
       EXPECT_EQ(logits[0][step], logits[1][step]) << "step " << step;
     }
-    expect_batch_invariant(m, test_options(32, 0, /*mma_min_rows=*/0));
+    // (gpt-oss's: its MXFP4 experts, biases and clamped SwiGLU.)
+    if (std::string(name) == "gpt-oss") {
+      expect_batch_invariant(m, test_options(32, 0, /*mma_min_rows=*/0));
+    }
   }
   if (ran == 0) GTEST_SKIP() << "no tiny mixtures under " << strata::testing::models_dir() / "tiny"
                              << " (scripts/make-test-models.sh makes them)";

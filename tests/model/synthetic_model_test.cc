@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,52 @@ SynthOptions q4_k_m(std::string shape) {
   return o;
 }
 
+// The model `o` describes, written under `dir` and opened, with its
+// hyperparameters (a test failure and nullptr when any step fails).
+struct Written {
+  std::unique_ptr<gguf::GgufModel> model;
+  arch::Hyperparameters hp;
+  SynthReport report;
+};
+Written write_and_open(const SynthOptions& o, const TempDir& dir) {
+  Written w;
+  const std::string path = dir.file("m.gguf");
+  absl::StatusOr<SynthReport> report = write_synthetic_model(o, path);
+  EXPECT_TRUE(report.ok()) << report.status();
+  if (!report.ok()) return w;
+  w.report = *report;
+  auto model = gguf::GgufModel::open(path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return w;
+  auto hp = arch::read_hyperparameters((*model)->first());
+  EXPECT_TRUE(hp.ok()) << hp.status();
+  if (!hp.ok()) return w;
+  w.hp = *hp;
+  w.model = *std::move(model);
+  return w;
+}
+
+// The standard deviation of tensor t's dequantized weights (all finite;
+// a test failure and -1 otherwise), and their mean in *mean.
+double weight_spread(const gguf::TensorInfo& t, double* mean) {
+  std::vector<float> w(t.n_elements);
+  const absl::Status st =
+      reference::dequantize_row(t.type, t.data, static_cast<int64_t>(t.n_elements), w.data());
+  EXPECT_TRUE(st.ok()) << st;
+  double sum = 0, sum2 = 0;
+  for (float v : w) {
+    if (!std::isfinite(v)) {
+      ADD_FAILURE() << t.name << ": a weight is not finite";
+      return -1;
+    }
+    sum += v;
+    sum2 += double{v} * v;
+  }
+  const double n = static_cast<double>(w.size());
+  *mean = sum / n;
+  return std::sqrt(sum2 / n - *mean * *mean);
+}
+
 class SynthTypes : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(SynthTypes, OpensWithTheShapeAndFiniteWeightsOfTheIntendedSpread) {
@@ -52,37 +99,20 @@ TEST_P(SynthTypes, OpensWithTheShapeAndFiniteWeightsOfTheIntendedSpread) {
   SynthOptions o;
   o.shape = "tiny-llama";
   o.type = GetParam();
-  const std::string path = dir.file("m.gguf");
-  absl::StatusOr<SynthReport> report = write_synthetic_model(o, path);
-  ASSERT_TRUE(report.ok()) << report.status();
-  auto model = gguf::GgufModel::open(path);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto hp = arch::read_hyperparameters((*model)->first());
-  ASSERT_TRUE(hp.ok()) << hp.status();
+  const Written w = write_and_open(o, dir);
+  ASSERT_NE(w.model, nullptr);
   const Shape& shape = *find_shape("tiny-llama");
-  EXPECT_EQ(hp->n_layer, shape.n_layer);
-  EXPECT_EQ(hp->n_embd, shape.n_embd);
-  EXPECT_EQ(hp->n_ff, shape.n_ff);
-  EXPECT_EQ(hp->n_head, shape.n_head);
-  EXPECT_EQ(hp->n_head_kv, shape.n_head_kv);
-  EXPECT_EQ(hp->n_vocab, shape.n_vocab);  // the built-in vocabulary, padded
-  ASSERT_EQ((*model)->tensors().size(), report->n_tensors);
-  for (const gguf::TensorInfo& t : (*model)->tensors()) {
+  EXPECT_EQ(w.hp.n_layer, shape.n_layer);
+  EXPECT_EQ(w.hp.n_embd, shape.n_embd);
+  EXPECT_EQ(w.hp.n_ff, shape.n_ff);
+  EXPECT_EQ(w.hp.n_head, shape.n_head);
+  EXPECT_EQ(w.hp.n_head_kv, shape.n_head_kv);
+  EXPECT_EQ(w.hp.n_vocab, shape.n_vocab);  // the built-in vocabulary, padded
+  ASSERT_EQ(w.model->tensors().size(), w.report.n_tensors);
+  for (const gguf::TensorInfo& t : w.model->tensors()) {
     SCOPED_TRACE(t.name);
-    std::vector<float> w(t.n_elements);
-    ASSERT_TRUE(reference::dequantize_row(t.type, t.data,
-                                          static_cast<int64_t>(t.n_elements),
-                                          w.data())
-                    .ok());
-    double sum = 0, sum2 = 0;
-    for (float v : w) {
-      ASSERT_TRUE(std::isfinite(v));
-      sum += v;
-      sum2 += double{v} * v;
-    }
-    const double n = static_cast<double>(w.size());
-    const double mean = sum / n;
-    const double sd = std::sqrt(sum2 / n - mean * mean);
+    double mean = 0;
+    const double sd = weight_spread(t, &mean);
     if (t.shape.size() == 1) {  // norm weights: 1 +- 0.1
       EXPECT_NEAR(mean, 1.0, 0.05);
       continue;
@@ -272,32 +302,19 @@ TEST(Synth, TinyMixtralOpensAsAMixture) {
   SynthOptions o;
   o.shape = "tiny-mixtral";
   o.type = GgmlType::kQ5_K;
-  const std::string path = dir.file("m.gguf");
-  absl::StatusOr<SynthReport> report = write_synthetic_model(o, path);
-  ASSERT_TRUE(report.ok()) << report.status();
-  auto model = gguf::GgufModel::open(path);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto hp = arch::read_hyperparameters((*model)->first());
-  ASSERT_TRUE(hp.ok()) << hp.status();
-  EXPECT_EQ(hp->moe.n_expert, 4);
-  EXPECT_EQ(hp->moe.n_expert_used, 2);
+  const Written w = write_and_open(o, dir);
+  ASSERT_NE(w.model, nullptr);
+  EXPECT_EQ(w.hp.moe.n_expert, 4);
+  EXPECT_EQ(w.hp.moe.n_expert_used, 2);
   int experts = 0;
-  for (const gguf::TensorInfo& t : (*model)->tensors()) {
+  for (const gguf::TensorInfo& t : w.model->tensors()) {
     if (!t.name.ends_with("_exps.weight")) continue;
     SCOPED_TRACE(t.name);
     ++experts;
     EXPECT_EQ(t.type, GgmlType::kQ5_K);
-    std::vector<float> w(t.n_elements);
-    ASSERT_TRUE(reference::dequantize_row(t.type, t.data, static_cast<int64_t>(t.n_elements),
-                                          w.data())
-                    .ok());
-    double sum2 = 0;
-    for (float v : w) {
-      ASSERT_TRUE(std::isfinite(v));
-      sum2 += double{v} * v;
-    }
+    double mean = 0;
+    const double sd = weight_spread(t, &mean);
     const double want = 1.0 / std::sqrt(double(t.shape[0]));
-    const double sd = std::sqrt(sum2 / static_cast<double>(w.size()));
     EXPECT_GT(sd, want / 2);
     EXPECT_LT(sd, want * 2);
   }
