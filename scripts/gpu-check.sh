@@ -31,6 +31,8 @@
 #   greedy_bisect       only when greedy_cuda's ids part: stories260K with
 #                       every form off, then each alone; the one that gives
 #                       the CPU's ids is switched off for the steps after
+#                       (greedy_bisect_tiny: the same for the first tiny
+#                       model whose ids part in greedy_cuda_tiny, last)
 #   cluster_cpu         a coordinator + two CPU workers on loopback (plaintext,
 #                       `insecure: true`) on stories260K: ids equal to greedy_cpu's
 #   cluster_cuda_cpu    the same with worker 0 `backend: cuda:0`
@@ -71,7 +73,8 @@
 # results.json says "selftest": true. Its figures mean nothing.
 # STRATA_CHECK_SELFTEST_BREAK=NAME (with the self-test) stands in for a form
 # that parts the ids: the "CUDA" runs are one token short unless NAME=0, so
-# greedy_bisect has something to find.
+# greedy_bisect has something to find; STRATA_CHECK_SELFTEST_BREAK_MODEL=GLOB
+# limits it to the models whose names match (greedy_bisect_tiny's case).
 set -uo pipefail
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RESULTS="${1:-$PWD/check-results}"
@@ -433,8 +436,14 @@ greedy_run() {
   shift 3
   # The self-test's stand-in for a form that parts the ids from the CPU's:
   # STRATA_CHECK_SELFTEST_BREAK=NAME makes the "cuda" runs one token short
-  # unless NAME=0.
-  if [[ $SELFTEST == 1 && $label == cuda && -n "$brk" && "${!brk:-}" != 0 ]]; then n=$((n - 1)); fi
+  # unless NAME=0 (only those of the models STRATA_CHECK_SELFTEST_BREAK_MODEL,
+  # a glob of their names, matches, when set).
+  local only="${STRATA_CHECK_SELFTEST_BREAK_MODEL:-*}"
+  # shellcheck disable=SC2053  # a glob on purpose
+  if [[ $SELFTEST == 1 && $label == cuda && -n "$brk" && "${!brk:-}" != 0 &&
+        "$(basename "$model" .gguf)" == $only ]]; then
+    n=$((n - 1))
+  fi
   timeout "$(bound 60)" "$STRATA" run -m "$model" -p "$PROMPT" -n "$n" --temp 0 \
     --json "$@" >"$out" 2>"$out.err"
 }
@@ -459,7 +468,8 @@ else
 fi
 
 # greedy_cuda_step NAME MODEL...: strata run --backend cuda on each model,
-# its ids against greedy_cpu's.
+# its ids against greedy_cpu's; FIRST_PARTED: the first model whose ids part.
+FIRST_PARTED=""
 greedy_cuda_step() {
   local step="$1" t0=$SECONDS skip fails="" per="" m name ids d
   shift
@@ -475,7 +485,10 @@ greedy_cuda_step() {
       ids="$(json_ids "$WORK/run-cuda-$name.json")"
       d="$(first_diff "${cpu_ids[$name]}" "$ids")"
       per+="${per:+, }$(json_str "$name"): {\"first_difference\": $d, \"ids\": \"$ids\"}"
-      [[ $d == -1 ]] || fails+="$name: ids differ from the CPU's at $d; "
+      if [[ $d != -1 ]]; then
+        fails+="$name: ids differ from the CPU's at $d; "
+        [[ -n "$FIRST_PARTED" ]] || FIRST_PARTED="$m"
+      fi
     else
       fails+="$name: exit $? $(tail -c 200 "$WORK/run-cuda-$name.json.err"); "
     fi
@@ -492,47 +505,48 @@ greedy_cuda_step() {
 greedy_cuda_step greedy_cuda "${models[0]}"
 
 # When the CUDA ids of stories260K part from the CPU's: which form parts
-# them. stories260K again with every form still on switched off, then with
-# each alone (narrowest first); the first alone that gives the CPU's ids is
-# switched off for the steps after (every one, if only all together do).
+# them (bisect_forms).
 greedy_same() {  # MODEL OUT: the CUDA ids of MODEL are the CPU's
   local name
   name="$(basename "$1" .gguf)"
   greedy_run "$1" cuda "$2" "${BACKEND_ARGS[@]}" && [[ "$(json_ids "$2")" == "${cpu_ids[$name]:-none}" ]]
 }
-t0=$SECONDS
-if ! grep -q '"name": "greedy_cuda", "status": "fail"' "$STEPS"; then
-  :
-elif [[ -z "${cpu_ids[stories260K]:-}" ]]; then
-  record greedy_bisect skip "no CPU ids of stories260K" 0
-else
-  candidates=()
+# bisect_forms STEP MODEL: MODEL's CUDA ids again with every form still on
+# switched off, then with each alone (narrowest first); the first alone that
+# gives the CPU's ids is switched off for the steps after (every one, if
+# only all together do). Recorded as STEP.
+bisect_forms() {
+  local step="$1" model="$2" t0=$SECONDS name v form per="" candidates=() fixes=()
+  name="$(basename "$model" .gguf)"
+  if [[ -z "${cpu_ids[$name]:-}" ]]; then record "$step" skip "no CPU ids of $name" 0; return; fi
   for form in "${FORMS[@]}"; do switched_off "${form%%:*}" || candidates+=("${form%%:*}"); done
-  per="" fixes=()
-  if (for v in "${candidates[@]}"; do export "$v=0"; done
-      greedy_same "${models[0]}" "$WORK/bisect-all.json"); then
-    per="\"all\": true"
-    for v in "${candidates[@]}"; do
-      if over_budget; then per+=", \"$v\": null"; continue; fi
-      if (export "$v=0"; greedy_same "${models[0]}" "$WORK/bisect-$v.json"); then
-        per+=", \"$v\": true"; fixes+=("$v")
-      else
-        per+=", \"$v\": false"
-      fi
-    done
-    if ((${#fixes[@]} > 0)); then
-      switch_off "${fixes[0]}"
-      record greedy_bisect pass "${fixes[0]}=0 gives the CPU's ids; switched off for the steps after" \
-        $((SECONDS - t0)) ", \"same_ids_with_off\": {$per}, \"switched_off\": \"${fixes[0]}\""
-    else
-      for v in "${candidates[@]}"; do switch_off "$v"; done
-      record greedy_bisect pass "only every form off together gives the CPU's ids; all switched off for the steps after" \
-        $((SECONDS - t0)) ", \"same_ids_with_off\": {$per}, \"switched_off\": \"${candidates[*]}\""
-    fi
-  else
-    record greedy_bisect fail "the ids part from the CPU's with every form off too: not one of the forms the switches name" \
-      $((SECONDS - t0)) ", \"same_ids_with_off\": {\"all\": false}"
+  if ! (for v in "${candidates[@]}"; do export "$v=0"; done
+        greedy_same "$model" "$WORK/bisect-$name-all.json"); then
+    record "$step" fail "$name: the ids part from the CPU's with every form off too: not one of the forms the switches name" \
+      $((SECONDS - t0)) ", \"model\": $(json_str "$name"), \"same_ids_with_off\": {\"all\": false}"
+    return
   fi
+  per="\"all\": true"
+  for v in "${candidates[@]}"; do
+    if over_budget; then per+=", \"$v\": null"; continue; fi
+    if (export "$v=0"; greedy_same "$model" "$WORK/bisect-$name-$v.json"); then
+      per+=", \"$v\": true"; fixes+=("$v")
+    else
+      per+=", \"$v\": false"
+    fi
+  done
+  if ((${#fixes[@]} > 0)); then
+    switch_off "${fixes[0]}"
+    record "$step" pass "$name: ${fixes[0]}=0 gives the CPU's ids; switched off for the steps after" \
+      $((SECONDS - t0)) ", \"model\": $(json_str "$name"), \"same_ids_with_off\": {$per}, \"switched_off\": \"${fixes[0]}\""
+  else
+    for v in "${candidates[@]}"; do switch_off "$v"; done
+    record "$step" pass "$name: only every form off together gives the CPU's ids; all switched off for the steps after" \
+      $((SECONDS - t0)) ", \"model\": $(json_str "$name"), \"same_ids_with_off\": {$per}, \"switched_off\": \"${candidates[*]}\""
+  fi
+}
+if [[ -n "$FIRST_PARTED" ]]; then
+  bisect_forms greedy_bisect "$FIRST_PARTED"
 fi
 
 # --- greedy ids: a loopback cluster -----------------------------------------------------
@@ -836,7 +850,13 @@ else
   fi
 fi
 
+FIRST_PARTED=""
 greedy_cuda_step greedy_cuda_tiny "${models[@]:1}"
+# The first tiny model whose ids part, bisected the same way (for the
+# record: the steps a switch would help have run).
+if [[ -n "$FIRST_PARTED" ]] && ! over_budget; then
+  bisect_forms greedy_bisect_tiny "$FIRST_PARTED"
+fi
 
 # --- results --------------------------------------------------------------------------------
 n_pass="$(grep -c '"status": "pass"' "$STEPS")"
