@@ -42,6 +42,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/kernel_flags.h"
 #include "client/cli/sampling_flags.h"
+#include "kernels/cpu/env_switch.h"
 #include "kernels/cpu/isa.h"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
@@ -233,8 +234,7 @@ int run(const SpeedOptions& o) {
   // split-K tuned unless --no-tune or STRATA_NO_TUNE=1 (make_cuda_backend).
   const std::string kernels_text =
       cuda ? "cuda: NVRTC step kernels (worker/cuda/kernels)" : kernels::engine_kernels_text(o.isa);
-  const char* no_tune_env = std::getenv("STRATA_NO_TUNE");
-  const bool tuned = cuda ? !o.no_tune && !(no_tune_env != nullptr && std::string(no_tune_env) == "1")
+  const bool tuned = cuda ? !o.no_tune && kernels::env_switch("STRATA_NO_TUNE") != true
                           : tunes(o.isa, o.no_tune, options.n_threads);
 
   TestResult pp{o.n_prompt, {}};

@@ -1,5 +1,6 @@
 // On/off switches read from the environment (STRATA_JIT, STRATA_NO_TUNE,
-// STRATA_PIN, STRATA_PERF_MAP), all spelled the same way.
+// STRATA_PIN, STRATA_PERF_MAP; the cuda backend's STRATA_WGMMA, STRATA_PDL,
+// ...), all spelled the same way.
 #pragma once
 
 #include <optional>

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/cpu/env_switch.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/device_api.h"
 #include "worker/cuda/nvrtc_compiler.h"
@@ -38,8 +39,7 @@ class CudaDeviceApi : public DeviceApi {
         stream_(stream) {
     // Programmatic dependent launch (worker/cuda/kernels/grid.cuh): sm_90
     // and later, unless STRATA_PDL=0 (the comparison gpu-check.sh times).
-    const char* pdl = std::getenv("STRATA_PDL");
-    pdl_ = device_.cc_major >= 9 && !(pdl != nullptr && std::string(pdl) == "0");
+    pdl_ = device_.cc_major >= 9 && kernels::env_switch("STRATA_PDL") != false;
   }
 
   ~CudaDeviceApi() override {
