@@ -116,6 +116,10 @@ struct DeviceExperts {
   DeviceBuffer down_bias;                   // [n_expert][n_embd] (gpt-oss)
   DeviceMatrix shared_router;               // [1][n_embd] (qwen2moe)
   DeviceMatrix shared_gate, shared_up, shared_down;
+  // Every expert of gate, up and down takes its tensor's first expert's
+  // kernel build (split, block, int8 form; set after the tuner chose them):
+  // expert_slots may launch each tensor's slots as one.
+  bool one_build = false;
   bool present() const { return router.present(); }
 };
 

@@ -460,22 +460,11 @@ absl::Status DeviceBackend::activate(float* gate, const float* up, int n, int64_
 // (row, expert) slots in one launch (expert_slots) when the slots fit the
 // step buffers and read no more weights than the experts hold (n k <=
 // max(n_expert, 16)), and every expert of a matrix takes the same kernel
-// build (the tuner keys its choice by shape: they do).
+// build (DeviceExperts::one_build: the tuner keys its choice by shape).
 bool DeviceBackend::expert_slots_fit(const DeviceExperts& x, int n) const {
   const int slots = n * hp_.moe.n_expert_used;
-  if (!options_.moe_slots || slots > options_.max_batch ||
-      slots > std::max(hp_.moe.n_expert, 16) || n > moe_rows()) {
-    return false;
-  }
-  for (const std::vector<DeviceMatrix>* experts : {&x.gate, &x.up, &x.down}) {
-    const DeviceMatrix& first = experts->front();
-    for (const DeviceMatrix& m : *experts) {
-      if (m.split != first.split || m.threads != first.threads || m.int8 != first.int8) {
-        return false;
-      }
-    }
-  }
-  return true;
+  return options_.moe_slots && x.one_build && slots <= options_.max_batch &&
+         slots <= std::max(hp_.moe.n_expert, 16) && n <= moe_rows();
 }
 
 // y [slots][n_out] = each slot's expert matrix (slot_experts_: the experts of

@@ -463,6 +463,18 @@ absl::Status DeviceBackend::load() {
     decode_.row = ints + 3 * b;
   }
   STRATA_DEVICE_RETURN_IF_ERROR(choose_splits());
+  for (DeviceLayer& l : layers_) {
+    if (!l.moe.present()) continue;
+    l.moe.one_build = true;
+    for (const std::vector<DeviceMatrix>* experts : {&l.moe.gate, &l.moe.up, &l.moe.down}) {
+      const DeviceMatrix& first = experts->front();
+      for (const DeviceMatrix& m : *experts) {
+        if (m.split != first.split || m.threads != first.threads || m.int8 != first.int8) {
+          l.moe.one_build = false;
+        }
+      }
+    }
+  }
   // Each rounding kind's rows: B rows of the widest input among its matrices.
   {
     std::vector<DeviceMatrix*> all, per_slice;
