@@ -125,33 +125,22 @@ STRATA_UNROLL
       for (int j = 0; j < kTiles; ++j) {
 STRATA_UNROLL
         for (int e = 0; e < 4; ++e) {
+          // Up the levels while i's bit is 1 (adding the subtree kept
+          // there), to the first 0 bit, which keeps v; past level 4, v is
+          // the whole part. (Levels unrolled: sub stays in registers.)
           float v = cur[j][e];
-          if ((i & 1) == 0) {
-            sub[0][j][e] = v;
-          } else {
-            v = sub[0][j][e] + v;
-            if ((i & 2) == 0) {
-              sub[1][j][e] = v;
+          bool kept = false;
+STRATA_UNROLL
+          for (int level = 0; level < 5; ++level) {
+            if (kept) continue;
+            if (((i >> level) & 1) == 0) {
+              sub[level][j][e] = v;
+              kept = true;
             } else {
-              v = sub[1][j][e] + v;
-              if ((i & 4) == 0) {
-                sub[2][j][e] = v;
-              } else {
-                v = sub[2][j][e] + v;
-                if ((i & 8) == 0) {
-                  sub[3][j][e] = v;
-                } else {
-                  v = sub[3][j][e] + v;
-                  if ((i & 16) == 0) {
-                    sub[4][j][e] = v;
-                  } else {
-                    v = sub[4][j][e] + v;
-                    total[j][e] = part == 0 ? v : total[j][e] + v;
-                  }
-                }
-              }
+              v = sub[level][j][e] + v;
             }
           }
+          if (!kept) total[j][e] = part == 0 ? v : total[j][e] + v;
         }
       }
     }
