@@ -50,7 +50,8 @@
 #                       timed (STRATA_KERNEL_PROFILE): each kernel's share
 #   speed_cuda_moe      a mixture's decode: the first 4 blocks of a
 #                       Mixtral-8x7B-shaped Q4_K_M model (strata synth), one
-#                       stream and 16, and with STRATA_MOE_SLOTS=0
+#                       stream and 16, and with STRATA_MOE_SLOTS=0 and
+#                       with STRATA_GRAPHS=0
 # Every step is "pass", "fail" or "skip" with a reason; a step whose
 # prerequisite is missing (no GPU, no CUDA backend in this build, no
 # python3) is a skip that says which, never a pass.
@@ -814,7 +815,9 @@ fi
 # A mixture's decode: the first 4 blocks of a Mixtral-8x7B-shaped Q4_K_M
 # model (8 experts, 2 a token; 3.6 GB), one stream and 16, and one stream
 # with STRATA_MOE_SLOTS=0 (each used expert's rows gathered, a launch
-# each); decode_weight_bytes counts the 2 experts used of 8.
+# each, the experts' ids downloaded each block) and with STRATA_GRAPHS=0
+# (the slots' step launched kernel by kernel, not replayed from a graph);
+# decode_weight_bytes counts the 2 experts used of 8.
 t0=$SECONDS
 moe_skip="$(cuda_skip_reason)"
 if [[ -z "$moe_skip" ]] && over_budget; then moe_skip="the check's $BUDGET_S s budget was spent"; fi
@@ -831,15 +834,18 @@ else
   speed moe-1 60 "$mmoe" -p 0 -n 64 -r "$RUNS" || ok=false
   speed moe-16 60 "$mmoe" -p 0 -n 32 -r "$RUNS" --sessions 16 || ok=false
   STRATA_MOE_SLOTS=0 speed moe-gathered 60 "$mmoe" -p 0 -n 64 -r "$RUNS" || true
+  STRATA_GRAPHS=0 speed moe-launched 60 "$mmoe" -p 0 -n 64 -r "$RUNS" || true
   m1="$(speed_field "$WORK/speed-moe-1.json" tg)"; m16="$(speed_field "$WORK/speed-moe-16.json" tg)"
   mg="$(speed_field "$WORK/speed-moe-gathered.json" tg)"
+  ml="$(speed_field "$WORK/speed-moe-launched.json" tg)"
   mbytes="$(json_num "$WORK/speed-moe-1.json" decode_weight_bytes)"
-  ratios="$(awk -v m1="${m1:-0}" -v m16="${m16:-0}" -v mg="${mg:-0}" -v b="${mbytes:-0}" -v bw="${bw_gb_s:-0}" 'BEGIN {
+  ratios="$(awk -v m1="${m1:-0}" -v m16="${m16:-0}" -v mg="${mg:-0}" -v ml="${ml:-0}" -v b="${mbytes:-0}" -v bw="${bw_gb_s:-0}" 'BEGIN {
       printf "\"moe_decode_gb_s\": %.1f, ", m1 * b / 1e9;
       printf "\"moe_decode_fraction_of_read_bandwidth\": %s, ", (bw > 0 ? sprintf("%.3f", m1 * b / 1e9 / bw) : "null");
       printf "\"moe_sixteen_over_one\": %s, ", (m1 > 0 ? sprintf("%.2f", m16 / m1) : "null");
       printf "\"moe_decode_gathered_tok_s\": %s, ", (mg > 0 ? mg : "null");
-      printf "\"slots_over_gathered_moe_decode\": %s", (mg > 0 ? sprintf("%.2f", m1 / mg) : "null") }')"
+      printf "\"slots_over_gathered_moe_decode\": %s, ", (mg > 0 ? sprintf("%.2f", m1 / mg) : "null");
+      printf "\"graphs_over_launched_moe_decode\": %s", (ml > 0 ? sprintf("%.2f", m1 / ml) : "null") }')"
   extra=", \"blocks\": $moe_blocks, \"moe_decode_tok_s\": ${m1:-null}, \"moe_decode16_tok_s\": ${m16:-null}, \"decode_weight_bytes\": ${mbytes:-null}, $ratios"
   log "speed (Mixtral-8x7B Q4_K_M, $moe_blocks blocks): decode ${m1:-?} tok/s, 16 streams ${m16:-?} tok/s; ${ratios//\"/}"
   if [[ $ok == true && -n "$m1" && -n "$m16" ]]; then

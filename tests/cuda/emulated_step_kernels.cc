@@ -424,6 +424,7 @@ using namespace strata::cuda_emulation;
 #define THREADS 256
 static_assert(strata::worker::kMaxTopK == 1024, "sample.cuh's STRATA_TOP_K_MAX default is the backend's");
 #include "worker/cuda/kernels/sample.cuh"
+#include "worker/cuda/kernels/moe_route.cuh"
 #undef THREADS
 }  // namespace sample
 #pragma GCC diagnostic pop
@@ -660,6 +661,7 @@ void add_step_kernels(EmulatedDeviceApi& api) {
   api.add(s.sample, cuda_kernels::kArgmaxRowsEntry,
           adapt(step_host::sample::strata_argmax_rows));
   api.add(s.sample, cuda_kernels::kTopKRowsEntry, adapt(step_host::sample::strata_top_k_rows));
+  api.add(s.sample, cuda_kernels::kMoeRouteEntry, adapt(step_host::sample::strata_moe_route));
 }
 
 std::unique_ptr<EmulatedDeviceApi> emulated_step_device() {

@@ -105,7 +105,7 @@ TEST(CudaKernelSources, StepKernelsCompileForSm80AndSm90) {
         cuda_kernels::kRmsNormQuantizeEntry, cuda_kernels::kAddRmsNormQuantizeEntry}},
       {"sample.cu", cuda_kernels::kSampleSource,
        {cuda_kernels::kArgmaxEntry, cuda_kernels::kArgmaxRowsEntry,
-        cuda_kernels::kTopKRowsEntry}},
+        cuda_kernels::kTopKRowsEntry, cuda_kernels::kMoeRouteEntry}},
   };
   for (const int cc : {80, 90}) {
     for (const Source& s : sources) {

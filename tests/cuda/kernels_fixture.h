@@ -104,6 +104,7 @@ namespace sample {
 using namespace strata::cuda_emulation;
 #define THREADS 96
 #include "worker/cuda/kernels/sample.cuh"
+#include "worker/cuda/kernels/moe_route.cuh"
 #undef THREADS
 }  // namespace sample
 #pragma GCC diagnostic pop
@@ -290,6 +291,7 @@ inline std::unique_ptr<DeviceApi> emulated_device() {
   api->add(kSample, cuda_kernels::kArgmaxEntry, adapt(host::sample::strata_argmax));
   api->add(kSample, cuda_kernels::kArgmaxRowsEntry, adapt(host::sample::strata_argmax_rows));
   api->add(kSample, cuda_kernels::kTopKRowsEntry, adapt(host::sample::strata_top_k_rows));
+  api->add(kSample, cuda_kernels::kMoeRouteEntry, adapt(host::sample::strata_moe_route));
   return api;
 }
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/cuda/kernels_fixture.h"
 #include "kernels/cpu/reference/ops/matmul.h"
+#include "kernels/cpu/reference/ops/moe_routing.h"
 #include "worker/head_picks.h"
 
 namespace strata::worker::kernels_test {
@@ -575,6 +576,92 @@ TEST_P(Kernels, TopKRowsSelectInTheSamplersOrder) {
         << "row " << r;
   }
   EXPECT_EQ(flags, (std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1}));
+}
+
+// strata_moe_route: each token's experts and weights as
+// reference::ops::moe_route gives them, for every gating (softmax over 8,
+// 60 (3 chunks of 16 and 12 more), 128 and 256 experts; sigmoid;
+// softmax over the k, k = 4 and k = 20 (a chunk and 4 more)), with and
+// without renormalising and scaling: the same experts in the same order,
+// ties by lower index (logits of few levels); the weights within an ulp
+// (the e^x outside the 16-value chunks is rounded from double, glibc's
+// expf correctly rounded but for ~1 input in 10^4). A token whose logits
+// are all NaN still gets k distinct valid experts.
+TEST_P(Kernels, MoeRouteGivesTheReferencesExpertsAndWeights) {
+  using reference::ops::MoeGating;
+  static_assert(static_cast<int>(MoeGating::kSoftmax) == cuda_kernels::kMoeGatingSoftmax &&
+                    static_cast<int>(MoeGating::kSigmoid) == cuda_kernels::kMoeGatingSigmoid &&
+                    static_cast<int>(MoeGating::kSoftmaxWeight) ==
+                        cuda_kernels::kMoeGatingSoftmaxWeight,
+                "strata_moe_route's gating argument is the reference's enum");
+  struct Case {
+    int n_expert, k;
+    MoeGating gating;
+    bool norm;
+    float scale;
+    int levels;  // logits drawn from this many levels (ties); 0: normal
+  };
+  const std::vector<Case> cases = {
+      {8, 2, MoeGating::kSoftmax, true, 1.0f, 0},
+      {8, 1, MoeGating::kSoftmax, false, 1.0f, 0},
+      {60, 4, MoeGating::kSoftmax, false, 1.0f, 0},
+      {128, 8, MoeGating::kSoftmax, true, 1.0f, 0},
+      {128, 8, MoeGating::kSoftmax, false, 2.5f, 3},
+      {256, 8, MoeGating::kSigmoid, true, 2.5f, 0},
+      {64, 6, MoeGating::kSigmoid, false, 1.0f, 4},
+      {32, 4, MoeGating::kSoftmaxWeight, false, 1.0f, 0},
+      {128, 20, MoeGating::kSoftmaxWeight, true, 1.0f, 0},
+      {16, 16, MoeGating::kSoftmax, true, 1.0f, 5},
+  };
+  const int tokens = 7;
+  std::mt19937 rng(71);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.n_expert << " experts, k " << c.k << ", gating "
+                                      << static_cast<int>(c.gating) << (c.norm ? ", norm" : "")
+                                      << ", scale " << c.scale << ", levels " << c.levels);
+    std::vector<float> logits(static_cast<size_t>(tokens) * c.n_expert);
+    for (float& v : logits) {
+      v = c.levels > 0 ? static_cast<float>(static_cast<int>(rng() % c.levels)) - 1.0f
+                       : normal(rng);
+    }
+    reference::ops::MoeRouting r;
+    r.n_expert = c.n_expert;
+    r.n_expert_used = c.k;
+    r.gating = c.gating;
+    r.norm_weights = c.norm;
+    r.weights_scale = c.scale;
+    std::vector<int32_t> want(static_cast<size_t>(tokens) * c.k);
+    std::vector<float> want_w(want.size()), scratch(2 * static_cast<size_t>(c.n_expert));
+    reference::ops::moe_route(logits.data(), tokens, r, want.data(), want_w.data(),
+                              scratch.data());
+    DeviceBuffer dl = put(logits), ids = space(want.size() * sizeof(int)),
+                 w = space(want.size() * sizeof(float));
+    ASSERT_TRUE(run(kSample, cuda_kernels::kMoeRouteEntry, tokens, kSampleThreads,
+                    dl.as<const float>(), c.n_expert, c.k, static_cast<int>(c.gating),
+                    c.norm ? 1 : 0, c.scale, ids.as<int>(), w.as<float>())
+                    .ok());
+    const std::vector<int> got = get<int>(ids, want.size());
+    const std::vector<float> got_w = get<float>(w, want.size());
+    EXPECT_EQ(got, std::vector<int>(want.begin(), want.end()));
+    for (size_t i = 0; i < want_w.size(); ++i) {
+      const float ulp = std::nextafter(want_w[i], INFINITY) - want_w[i];
+      EXPECT_LE(std::fabs(got_w[i] - want_w[i]), ulp) << "slot " << i << ": " << got_w[i]
+                                                      << " against " << want_w[i];
+    }
+  }
+  // A token of NaN logits, another of NaNs but for two numbers: k distinct
+  // experts, the numbers first.
+  std::vector<float> odd(2 * 8, std::numeric_limits<float>::quiet_NaN());
+  odd[8 + 5] = 1.0f;
+  odd[8 + 2] = 3.0f;
+  DeviceBuffer dl = put(odd), ids = space(2 * 4 * sizeof(int)), w = space(2 * 4 * sizeof(float));
+  ASSERT_TRUE(run(kSample, cuda_kernels::kMoeRouteEntry, 2, kSampleThreads, dl.as<const float>(),
+                  8, 4, static_cast<int>(MoeGating::kSigmoid), 1, 1.0f, ids.as<int>(),
+                  w.as<float>())
+                  .ok());
+  const std::vector<int> got = get<int>(ids, 8);
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 3, 2, 5, 0, 1}));
 }
 
 // A launch of a kernel the source does not have: InvalidArgument naming it.

@@ -16,10 +16,11 @@
 // sequence's cache, the output matrix and the residual add, RMSNorm, the
 // feed-forward, add; the last stage's output norm and head for the rows
 // that want logits, downloaded. The host sees only activations at the
-// shard's edges, the logits, and a mixture-of-experts block's router
-// logits (the routing runs on the host, reference::ops::moe_route). A
-// decode step of a dense model is replayed from a CUDA graph of its
-// launches (DeviceBackendOptions::graphs).
+// shard's edges and the logits; a mixture routes its tokens on the device
+// (moe_route.cuh), and only a step whose experts run gathered (more slots
+// than a launch takes) downloads their ids to group them. A decode step
+// (of a mixture too, when its expert slots run in one launch a matrix) is
+// replayed from a CUDA graph of its launches (DeviceBackendOptions::graphs).
 //
 // Runs every family of model/architecture: the llama block (llama, qwen2's
 // biases, qwen3's QK-norm, phi3's fused projections), gemma2/gemma3 (post
@@ -124,9 +125,10 @@ struct DeviceBackendOptions {
   // attention.cuh kernels, as decode rows do (tests that isolate the
   // matrices' numbers; comparisons on a GPU).
   bool flash_attention = true;
-  // Decode steps (every slice one row) of a dense model replayed from a
-  // captured graph of their launches, one a row count (DeviceApi::capture),
-  // where the api has graphs; false: launched one by one.
+  // Decode steps (every slice one row; of a mixture, when its expert slots
+  // run in one launch a matrix) replayed from a captured graph of their
+  // launches, one a row count (DeviceApi::capture), where the api has
+  // graphs; false: launched one by one.
   bool graphs = true;
   // Diagnostics: when set, every launch after the load is timed on the
   // device (DeviceApi::set_profiling: the host waits for each, graphs are

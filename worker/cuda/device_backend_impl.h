@@ -23,7 +23,6 @@
 #include "kernels/cpu/base/op_types.h"
 #include "kernels/cpu/base/thread_pool.h"
 #include "kernels/cpu/reference/ops/elementwise.h"
-#include "kernels/cpu/reference/ops/moe_routing.h"
 #include "kernels/cpu/reference/ops/swiglu_oai.h"
 #include "model/ggml_type.h"
 #include "worker/cuda/kernel_tuner.h"
@@ -198,13 +197,14 @@ struct MatvecRows {
   }
 };
 
-inline reference::ops::MoeGating moe_gating(arch::ExpertGating g) {
+// strata_moe_route's gating argument (sources.h) for a family's gating.
+inline int moe_gating(arch::ExpertGating g) {
   switch (g) {
-    case arch::ExpertGating::kSoftmax: return reference::ops::MoeGating::kSoftmax;
-    case arch::ExpertGating::kSigmoid: return reference::ops::MoeGating::kSigmoid;
-    case arch::ExpertGating::kSoftmaxWeight: return reference::ops::MoeGating::kSoftmaxWeight;
+    case arch::ExpertGating::kSoftmax: return cuda_kernels::kMoeGatingSoftmax;
+    case arch::ExpertGating::kSigmoid: return cuda_kernels::kMoeGatingSigmoid;
+    case arch::ExpertGating::kSoftmaxWeight: return cuda_kernels::kMoeGatingSoftmaxWeight;
   }
-  return reference::ops::MoeGating::kSoftmax;
+  return cuda_kernels::kMoeGatingSoftmax;
 }
 
 class DeviceBackend final : public Backend {
@@ -399,6 +399,9 @@ class DeviceBackend final : public Backend {
   absl::Status activate(float* gate, const float* up, int n, int64_t f,
                         const DeviceMatrix& down_m, PairedRows& act);
   bool expert_slots_fit(const DeviceExperts& x, int n) const;
+  // m.matvec_ids, loaded once (at load for every expert matrix whose slots
+  // may run: a step replayed from a graph cannot load kernels).
+  absl::Status load_ids_kernel(const DeviceMatrix& m);
   absl::Status expert_product(const std::vector<DeviceMatrix>& experts, PairedRows& in,
                               int x_div, float* y, int slots);
   absl::Status expert_slots(const DeviceExperts& x, int n, PairedRows& xn_rows, float* proj);
@@ -435,6 +438,7 @@ class DeviceBackend final : public Backend {
   KernelHandle k_quantize_rows_;  // the same as int8 (the int8 tensor-core kernel's)
   KernelHandle k_argmax_rows_;  // the kArgmax rows' picks
   KernelHandle k_top_k_rows_;   // the kTopK rows' candidates
+  KernelHandle k_moe_route_;    // a mixture's routing (moe_route.cuh)
   KernelHandle k_attention_rows_, k_attention_batch_, k_store_kv_batch_, k_add_rms_, k_rope_qk_;
   // Decode attention that also quantizes o's rows (all-decode steps whose o
   // takes int8 rows), with its per-row count of finished heads (zeros
@@ -498,8 +502,9 @@ class DeviceBackend final : public Backend {
   DeviceBuffer router_logits_;  // [B][n_expert]
   DeviceBuffer slot_rows_;      // [R k] int: the row of each grouped slot
   DeviceBuffer slot_ids_;       // [R k] int: the slot (t k + j) of each
-  DeviceBuffer slot_weights_;   // [R][k]
-  DeviceBuffer slot_experts_;   // [R k] int: each slot's expert (expert_slots)
+  // The step's routing (strata_moe_route): slot s = t k + j of row t.
+  DeviceBuffer slot_weights_;   // [B][k]
+  DeviceBuffer slot_experts_;   // [B][k] int
   DeviceBuffer moe_x_;          // [B][n_embd] an expert's gathered rows
   DeviceBuffer moe_y_;          // [B][n_embd] their outputs, the shared expert's
   DeviceBuffer expert_out_;     // [R k][n_embd] each slot's output
@@ -568,11 +573,8 @@ class DeviceBackend final : public Backend {
   std::vector<int32_t> flags_host_;  // [B]: the picked or top-k rows' bad flags
   std::vector<float> hidden_host_;  // [B][n_embd]
   std::vector<float> logits_host_;
-  // Routing on the host (moe()).
-  std::vector<float> router_host_;       // [B][n_expert]
-  std::vector<int32_t> route_experts_;   // [B][k]
-  std::vector<float> route_weights_;     // [B][k]
-  std::vector<float> route_scratch_;     // [2 n_expert]
+  // The gathered experts' grouping on the host (moe()).
+  std::vector<int32_t> route_experts_;   // [B][k]: slot_experts_ downloaded
   std::vector<int32_t> expert_begin_;    // [n_expert + 1]
   std::vector<int32_t> expert_fill_;     // [n_expert]
   std::vector<int32_t> grouped_rows_;    // [R k]

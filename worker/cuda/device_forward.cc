@@ -467,19 +467,23 @@ bool DeviceBackend::expert_slots_fit(const DeviceExperts& x, int n) const {
          slots <= std::max(hp_.moe.n_expert, 16) && n <= moe_rows();
 }
 
+absl::Status DeviceBackend::load_ids_kernel(const DeviceMatrix& m) {
+  if (m.matvec_ids.id >= 0) return absl::OkStatus();
+  const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(m.type)];
+  STRATA_DEVICE_ASSIGN_OR_RETURN(
+      m.matvec_ids, kernel(src[static_cast<size_t>(m.split)][0],
+                           m.int8 ? ck::matvec_ids_i8_entry(m.type) : ck::matvec_ids_entry(m.type)));
+  return absl::OkStatus();
+}
+
 // y [slots][n_out] = each slot's expert matrix (slot_experts_: the experts of
 // `experts`, one buffer of equal slices) times row s / x_div of `in`, in one
 // launch (ck::matvec_ids_entry: matvec3's sums for that row and column).
 absl::Status DeviceBackend::expert_product(const std::vector<DeviceMatrix>& experts,
                                            PairedRows& in, int x_div, float* y, int slots) {
   const DeviceMatrix& m = experts.front();
-  KernelHandle& k = m.matvec_ids;
-  if (k.id < 0) {
-    const auto& src = ck::step_sources().matvec[ck::step_matvec_type_index(m.type)];
-    STRATA_DEVICE_ASSIGN_OR_RETURN(
-        k, kernel(src[static_cast<size_t>(m.split)][0],
-                  m.int8 ? ck::matvec_ids_i8_entry(m.type) : ck::matvec_ids_entry(m.type)));
-  }
+  STRATA_DEVICE_RETURN_IF_ERROR(load_ids_kernel(m));
+  const KernelHandle& k = m.matvec_ids;
   MatvecRows rows;
   STRATA_DEVICE_ASSIGN_OR_RETURN(rows, matvec_rows(m, in));
   const long long expert_bytes = experts.size() > 1 ? experts[1].data - experts[0].data : 0;
@@ -497,7 +501,7 @@ absl::Status DeviceBackend::expert_product(const std::vector<DeviceMatrix>& expe
 }
 
 // proj [n][n_embd] = Σ_j w_j · Expert_{e_j}(xn) of the routed slots
-// (route_experts_, route_weights_: slot s = t k + j), every matrix's slots
+// (slot_experts_, slot_weights_: slot s = t k + j), every matrix's slots
 // in one launch: gate, up (slot s reads xn's row s / k), their biases by
 // expert, the activation over the slots' rows, down straight into
 // expert_out_ in slot order, its bias, the weighted sum. Each slot's values
@@ -509,10 +513,6 @@ absl::Status DeviceBackend::expert_slots(const DeviceExperts& x, int n, PairedRo
   const int k = p.n_expert_used;
   const int slots = n * k;
   const int64_t f = p.n_ff_expert, e = hp_.n_embd;
-  STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_experts_.get(), route_experts_.data(),
-                                             static_cast<size_t>(slots) * sizeof(int32_t)));
-  STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_weights_.get(), route_weights_.data(),
-                                             static_cast<size_t>(slots) * sizeof(float)));
   float* gate = gate_.as<float>();  // [slots][f]
   float* up = up_.as<float>();      // [slots][f]
   float* out = expert_out_.as<float>();
@@ -543,9 +543,12 @@ absl::Status DeviceBackend::expert_slots(const DeviceExperts& x, int n, PairedRo
 }
 
 // proj = Σ_j w_j · Expert_{e_j}(xn) (+ sigmoid(g · xn) · Shared(xn)), as
-// worker/cpu/moe.cc: the router on the device, the routing on the host
-// (reference::ops::moe_route on the downloaded logits), each used expert
-// once over its gathered rows, the slots' weighted sum in slot order.
+// worker/cpu/moe.cc: the router and the routing on the device
+// (strata_moe_route: reference::ops::moe_route's experts, its weights
+// within an ulp), then the slots (expert_slots) or each used expert once
+// over its gathered rows (the experts downloaded to group them), the
+// slots' weighted sum in slot order. Every path routes on the device, so
+// the choice of path changes no sequence's numbers.
 absl::Status DeviceBackend::moe(int il, int n) {
   const DeviceExperts& x = layers_[static_cast<size_t>(il - range_.first)].moe;
   const arch::MoeParams& p = hp_.moe;
@@ -557,21 +560,18 @@ absl::Status DeviceBackend::moe(int il, int n) {
   PairedRows xn_rows = rows_of(xn, n, e);
   STRATA_DEVICE_RETURN_IF_ERROR(matvec(x.router, xn_rows, router_logits_.as<float>()));
   STRATA_DEVICE_RETURN_IF_ERROR(add_bias(router_logits_.as<float>(), x.router_bias, n, p.n_expert));
-  STRATA_DEVICE_RETURN_IF_ERROR(api_->download(router_host_.data(), router_logits_.get(),
-                                        static_cast<size_t>(n) * p.n_expert * sizeof(float)));
-  reference::ops::MoeRouting routing;
-  routing.n_expert = p.n_expert;
-  routing.n_expert_used = k;
-  routing.gating = moe_gating(p.gating);
-  routing.norm_weights = p.norm_weights;
-  routing.weights_scale = p.weights_scale;
-  reference::ops::moe_route(router_host_.data(), n, routing, route_experts_.data(),
-                            route_weights_.data(), route_scratch_.data());
+  STRATA_DEVICE_RETURN_IF_ERROR(run(k_moe_route_, static_cast<unsigned>(n), ck::kStepSampleThreads,
+                                    static_cast<const float*>(router_logits_.as<float>()),
+                                    p.n_expert, k, moe_gating(p.gating), p.norm_weights ? 1 : 0,
+                                    p.weights_scale, slot_experts_.as<int>(),
+                                    slot_weights_.as<float>()));
 
   const bool biased = x.gate_bias.get() != nullptr;
   if (expert_slots_fit(x, n)) {
     STRATA_DEVICE_RETURN_IF_ERROR(expert_slots(x, n, xn_rows, proj));
   } else {
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->download(route_experts_.data(), slot_experts_.get(),
+                                                 static_cast<size_t>(n) * k * sizeof(int32_t)));
     for (int r0 = 0; r0 < n; r0 += moe_rows()) {
       const int rows = std::min(moe_rows(), n - r0);
       const int n_slots = rows * k;
@@ -589,9 +589,6 @@ absl::Status DeviceBackend::moe(int il, int n) {
       const size_t ints = static_cast<size_t>(n_slots) * sizeof(int32_t);
       STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_rows_.get(), grouped_rows_.data(), ints));
       STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_ids_.get(), grouped_slots_.data(), ints));
-      STRATA_DEVICE_RETURN_IF_ERROR(api_->upload(slot_weights_.get(),
-                                          route_weights_.data() + int64_t{r0} * k,
-                                          static_cast<size_t>(n_slots) * sizeof(float)));
       for (int ex = 0; ex < p.n_expert; ++ex) {
         const int begin = expert_begin_[static_cast<size_t>(ex)];
         const int m = expert_begin_[static_cast<size_t>(ex) + 1] - begin;
@@ -612,7 +609,8 @@ absl::Status DeviceBackend::moe(int il, int n) {
       }
       STRATA_DEVICE_RETURN_IF_ERROR(run_over(k_moe_sum_, int64_t{rows} * e,
                                       static_cast<const float*>(expert_out_.as<float>()),
-                                      static_cast<const float*>(slot_weights_.as<float>()),
+                                      static_cast<const float*>(slot_weights_.as<float>() +
+                                                                int64_t{r0} * k),
                                       proj + int64_t{r0} * e, rows, k, static_cast<int>(e)));
     }
   }
@@ -782,20 +780,23 @@ absl::Status DeviceBackend::launch_step(int n, std::vector<uint64_t>* hashes) {
 }
 
 // A decode step (every slice one row, on the last stage every one wanting
-// its logits or every one its pick) of a dense model is replayed from a graph of
-// its launches captured at the first step of its row count: its arguments
+// its logits or every one its pick) is replayed from a graph of its
+// launches captured at the first step of its row count: its arguments
 // depend only on that count (positions, caches and keys to attend are the
-// step's uploaded tables); the graphs are dropped when a buffer they name
-// is made anew (graphs_generation_).
+// step's uploaded tables; a mixture's experts are routed on the device, and
+// its step is replayed only when every block's expert slots run in one
+// launch a matrix, which needs no host); the graphs are dropped when a
+// buffer they name is made anew (drop_graphs).
 bool DeviceBackend::graph_step(const ForwardRequest& req) const {
-  if (!options_.graphs || graphs_unsupported_ || req.block_hashes != nullptr ||
-      hp_.moe.n_expert > 0) {
-    return false;
-  }
+  if (!options_.graphs || graphs_unsupported_ || req.block_hashes != nullptr) return false;
   for (const StepSlice& s : slices_) {
     if (s.rows != 1) return false;
     if (is_last() && s.logits != slices_.front().logits) return false;
     if (is_last() && !one_head_row(s.logits)) return false;
+  }
+  const int n = static_cast<int>(slices_.size());
+  for (const DeviceLayer& w : layers_) {
+    if (w.moe.present() && !expert_slots_fit(w.moe, n)) return false;
   }
   return true;
 }

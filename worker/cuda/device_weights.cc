@@ -337,6 +337,9 @@ absl::Status DeviceBackend::load() {
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_attention_rows_, kernel(src.attention, ck::kAttentionRowsEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_argmax_rows_, kernel(src.sample, ck::kArgmaxRowsEntry));
   STRATA_DEVICE_ASSIGN_OR_RETURN(k_top_k_rows_, kernel(src.sample, ck::kTopKRowsEntry));
+  if (hp_.moe.n_expert > 0) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(k_moe_route_, kernel(src.sample, ck::kMoeRouteEntry));
+  }
   if (const size_t f = ck::step_flash_index(hp_.head_dim_k);
       options_.mma_min_rows > 0 && options_.flash_attention && hp_.head_dim_k == hp_.head_dim_v &&
       f < ck::kStepFlashHeadDims.size()) {
@@ -423,19 +426,17 @@ absl::Status DeviceBackend::load() {
   if (hp_.moe.n_expert > 0) {
     const size_t n_expert = static_cast<size_t>(hp_.moe.n_expert);
     const size_t slots = static_cast<size_t>(moe_rows()) * hp_.moe.n_expert_used;
+    const size_t routed = b * hp_.moe.n_expert_used;
     STRATA_DEVICE_ASSIGN_OR_RETURN(router_logits_, space(b * n_expert * f));
     STRATA_DEVICE_ASSIGN_OR_RETURN(slot_rows_, space(slots * sizeof(int32_t)));
     STRATA_DEVICE_ASSIGN_OR_RETURN(slot_ids_, space(slots * sizeof(int32_t)));
-    STRATA_DEVICE_ASSIGN_OR_RETURN(slot_weights_, space(slots * f));
-    STRATA_DEVICE_ASSIGN_OR_RETURN(slot_experts_, space(slots * sizeof(int32_t)));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(slot_weights_, space(routed * f));
+    STRATA_DEVICE_ASSIGN_OR_RETURN(slot_experts_, space(routed * sizeof(int32_t)));
     STRATA_DEVICE_ASSIGN_OR_RETURN(moe_x_, space(b * e * f));
     STRATA_DEVICE_ASSIGN_OR_RETURN(moe_y_, space(b * e * f));
     STRATA_DEVICE_ASSIGN_OR_RETURN(expert_out_, space(slots * e * f));
     STRATA_DEVICE_ASSIGN_OR_RETURN(shared_gate_, space(b * f));
-    router_host_.resize(b * n_expert);
-    route_experts_.resize(b * hp_.moe.n_expert_used);
-    route_weights_.resize(b * hp_.moe.n_expert_used);
-    route_scratch_.resize(2 * n_expert);
+    route_experts_.resize(routed);
     expert_begin_.resize(n_expert + 1);
     expert_fill_.resize(n_expert);
     grouped_rows_.resize(slots);
@@ -473,6 +474,10 @@ absl::Status DeviceBackend::load() {
           l.moe.one_build = false;
         }
       }
+    }
+    if (!l.moe.one_build || !options_.moe_slots) continue;
+    for (const std::vector<DeviceMatrix>* experts : {&l.moe.gate, &l.moe.up, &l.moe.down}) {
+      STRATA_DEVICE_RETURN_IF_ERROR(load_ids_kernel(experts->front()));
     }
   }
   // Each rounding kind's rows: B rows of the widest input among its matrices.

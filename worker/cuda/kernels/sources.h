@@ -60,15 +60,22 @@ inline constexpr const char* kAttentionSplitScoresEntry = "strata_attention_spli
 inline constexpr const char* kAttentionSplitWeighEntry = "strata_attention_split_weigh";
 inline constexpr int kAttentionThreads = 128;
 
-// argmax: grid (1), block (-DTHREADS, 256 by default); argmax_rows and
-// top_k_rows: grid (rows), the same block.
+// The picks: argmax: grid (1), block (-DTHREADS, 256 by default);
+// argmax_rows and top_k_rows: grid (rows), the same block; a mixture's
+// routing (moe_route.cuh): grid (tokens), the same block.
 inline constexpr const char* kSampleSource =
 #include "worker/cuda/kernels/grid.cuh.inc"
 #include "worker/cuda/kernels/sample.cuh.inc"
+#include "worker/cuda/kernels/moe_route.cuh.inc"
     ;
 inline constexpr const char* kArgmaxEntry = "strata_argmax";
 inline constexpr const char* kArgmaxRowsEntry = "strata_argmax_rows";
 inline constexpr const char* kTopKRowsEntry = "strata_top_k_rows";
+inline constexpr const char* kMoeRouteEntry = "strata_moe_route";
+// strata_moe_route's gating argument (reference::ops::MoeGating's order).
+inline constexpr int kMoeGatingSoftmax = 0;
+inline constexpr int kMoeGatingSigmoid = 1;
+inline constexpr int kMoeGatingSoftmaxWeight = 2;
 inline constexpr int kArgmaxThreads = 256;
 
 }  // namespace strata::worker::cuda_kernels
