@@ -714,12 +714,15 @@ else
   ok=true
   speed 1 150 "$m8b" -p 512 -n 128 -r "$RUNS" || ok=false
   speed 16 90 "$m8b" -p 0 -n 64 -r "$RUNS" --sessions 16 || ok=false
-  # The same prefill on the f16 tensor-core kernel alone (the int8 one's
-  # comparison; a failure here is left in the figures, not the step).
-  STRATA_MMA_INT8=0 speed f16 90 "$m8b" -p 512 -n 0 -r "$RUNS" || true
-  # On an sm_90 device that f16 prefill is the warpgroup (wgmma) kernel's;
-  # the same on mma.sync's is its comparison.
-  STRATA_MMA_INT8=0 STRATA_WGMMA=0 speed f16-mma 90 "$m8b" -p 512 -n 0 -r "$RUNS" || true
+  # The tuner (on above) picks each matrix shape's tensor-core form for
+  # prompts, the fastest on its device; each form alone, untuned
+  # (STRATA_NO_TUNE=1: the first form the switches allow): the int8 kernel,
+  # the f16 one (on an sm_90 device the warpgroup (wgmma) kernel's) and
+  # the f16 one on mma.sync's. A failure here is left in the figures, not
+  # the step.
+  STRATA_NO_TUNE=1 speed i8 90 "$m8b" -p 512 -n 0 -r "$RUNS" || true
+  STRATA_NO_TUNE=1 STRATA_MMA_INT8=0 speed f16 90 "$m8b" -p 512 -n 0 -r "$RUNS" || true
+  STRATA_NO_TUNE=1 STRATA_MMA_INT8=0 STRATA_WGMMA=0 speed f16-mma 90 "$m8b" -p 512 -n 0 -r "$RUNS" || true
   # The 16 sequences with their 8- and 16-column chunks on dp4a, not the
   # tensor cores (the same bits; the tensor-core form's comparison).
   STRATA_MATVEC_MMA=0 speed 16-dp4a 90 "$m8b" -p 0 -n 64 -r "$RUNS" --sessions 16 || true
@@ -737,6 +740,7 @@ else
   tg_du="$(speed_field "$WORK/speed-d4096-unsplit.json" tg)"
   tg16="$(speed_field "$WORK/speed-16.json" tg)"
   tg16_dp4a="$(speed_field "$WORK/speed-16-dp4a.json" tg)"
+  pp_i8="$(speed_field "$WORK/speed-i8.json" pp)"
   pp_f16="$(speed_field "$WORK/speed-f16.json" pp)"
   pp_f16_mma="$(speed_field "$WORK/speed-f16-mma.json" pp)"
   tg_float="$(speed_field "$WORK/speed-float.json" tg)"
@@ -746,12 +750,13 @@ else
   # up, down, and the 128256-row head): 2 flop per weight per token.
   flop_per_token=15.01e9
   # H200 dense tensor-core peaks by the datasheet: f16/bf16 989 TFLOP/s,
-  # int8 1979 TOP/s (Q4_K_M's prompt matrices run on the int8 kernel).
+  # int8 1979 TOP/s (Q4_K_M's prompt matrices run on the int8 kernel unless
+  # the tuner finds an f16 form faster: prefill_forms).
   peak_tflops=989
   peak_int8_tops=1979
   ratios="$(awk -v pp="${pp:-0}" -v tg1="${tg1:-0}" -v tg16="${tg16:-0}" -v b="${bytes:-0}" \
     -v bw="${bw_gb_s:-0}" -v f="$flop_per_token" -v peak="$peak_tflops" -v peak8="$peak_int8_tops" \
-    -v ppf="${pp_f16:-0}" -v ppm="${pp_f16_mma:-0}" -v tgd="${tg16_dp4a:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" \
+    -v ppi="${pp_i8:-0}" -v ppf="${pp_f16:-0}" -v ppm="${pp_f16_mma:-0}" -v tgd="${tg16_dp4a:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" \
     -v tgdd="${tg_d:-0}" -v tgdu="${tg_du:-0}" 'BEGIN {
       printf "\"decode_gb_s\": %.1f, ", tg1 * b / 1e9;
       printf "\"decode_fraction_of_read_bandwidth\": %s, ", (bw > 0 ? sprintf("%.3f", tg1 * b / 1e9 / bw) : "null");
@@ -761,8 +766,10 @@ else
       printf "\"prefill_tflops\": %.1f, ", pp * f / 1e12;
       printf "\"prefill_fraction_of_f16_peak\": %.3f, ", pp * f / 1e12 / peak;
       printf "\"prefill_fraction_of_int8_peak\": %.3f, ", pp * f / 1e12 / peak8;
+      printf "\"pp512_int8_kernel_tok_s\": %s, ", (ppi > 0 ? ppi : "null");
+      printf "\"tuned_over_int8_prefill\": %s, ", (ppi > 0 ? sprintf("%.2f", pp / ppi) : "null");
       printf "\"pp512_f16_kernel_tok_s\": %s, ", (ppf > 0 ? ppf : "null");
-      printf "\"int8_over_f16_prefill\": %s, ", (ppf > 0 ? sprintf("%.2f", pp / ppf) : "null");
+      printf "\"int8_over_f16_prefill\": %s, ", (ppi > 0 && ppf > 0 ? sprintf("%.2f", ppi / ppf) : "null");
       printf "\"f16_kernel_fraction_of_f16_peak\": %s, ", (ppf > 0 ? sprintf("%.3f", ppf * f / 1e12 / peak) : "null");
       printf "\"pp512_f16_mma_sync_tok_s\": %s, ", (ppm > 0 ? ppm : "null");
       printf "\"wgmma_over_mma_sync_prefill\": %s, ", (ppm > 0 ? sprintf("%.2f", ppf / ppm) : "null");
@@ -773,7 +780,12 @@ else
       printf "\"decode_d4096_tok_s\": %s, ", (tgdd > 0 ? tgdd : "null");
       printf "\"decode_d4096_unsplit_tok_s\": %s, ", (tgdu > 0 ? tgdu : "null");
       printf "\"split_over_unsplit_decode_d4096\": %s", (tgdu > 0 ? sprintf("%.2f", tgdd / tgdu) : "null") }')"
-  extra=", \"decode_tok_s\": ${tg1:-null}, \"decode16_tok_s\": ${tg16:-null}, \"pp512_tok_s\": ${pp:-null}, \"decode_weight_bytes\": ${bytes:-null}, \"read_bandwidth_gb_s\": ${bw_gb_s:-null}, $ratios, \"targets\": {\"decode_fraction_of_read_bandwidth\": 0.75, \"sixteen_over_one\": 8, \"prefill_fraction_of_peak\": 0.5}"
+  # The tuner's forms for prompts: "shape": fastest form, from its file.
+  forms="$("$PYTHON" -c 'import json, sys
+p = json.load(open(sys.argv[1])).get("prefill", {})
+print(json.dumps({s: min(t, key=t.get) for s, t in p.items() if t}))' \
+    "$HOME/.cache/strata/cuda-tuner.json" 2>/dev/null || echo null)"
+  extra=", \"prefill_forms\": ${forms:-null}, \"decode_tok_s\": ${tg1:-null}, \"decode16_tok_s\": ${tg16:-null}, \"pp512_tok_s\": ${pp:-null}, \"decode_weight_bytes\": ${bytes:-null}, \"read_bandwidth_gb_s\": ${bw_gb_s:-null}, $ratios, \"targets\": {\"decode_fraction_of_read_bandwidth\": 0.75, \"sixteen_over_one\": 8, \"prefill_fraction_of_peak\": 0.5}"
   log "speed (Llama-3-8B Q4_K_M): decode ${tg1:-?} tok/s, 16 streams ${tg16:-?} tok/s, pp512 ${pp:-?} tok/s; ${ratios//\"/}"
   if [[ $ok == true && -n "$tg1" && -n "$pp" && -n "$tg16" ]]; then
     # The table is a measurement: pass means measured; the targets beside it.

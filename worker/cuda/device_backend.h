@@ -86,6 +86,12 @@ struct DeviceBackendOptions {
   // not necessarily the same bits, so a device's choice is fixed for the
   // process (batch invariance holds either way).
   bool wgmma = true;
+  // With tune, each matrix shape's tensor-core form among those these
+  // switches allow (kernel_tuner.h PrefillForm: int8 mma.sync, f16 wgmma on
+  // 9.0, f16 mma.sync) is the fastest on a chunk of min(prefill_tune_rows,
+  // max_batch) zero rows, measured once and kept in the tuner's file;
+  // without tune (or with one form allowed), the first of them.
+  int prefill_tune_rows = 512;
   // Every other product of those types (decode and small slices, experts,
   // the head) on the matvec kernel's int8 form (matvec3_i8_entry: the
   // rows' Q8 values times the weights' q with dp4a, exactly); false: its

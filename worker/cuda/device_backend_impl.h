@@ -96,7 +96,7 @@ struct DeviceMatrix {
   KernelHandle get_rows;
   // A mixture's expert slots of this tensor in one launch (the first
   // expert's; ck::matvec_ids_entry or its int8 form, split's NCOLS 1 build),
-  // loaded when first needed.
+  // loaded at load (DeviceBackend::load_ids_kernel).
   mutable KernelHandle matvec_ids;
   // Its matvec builds are the int8 form (matvec3_i8_entry, on quantized()
   // rows; DeviceBackendOptions::matvec_int8 and a type that has one), not
@@ -297,9 +297,21 @@ class DeviceBackend final : public Backend {
   // write it is told on stderr: it runs in the destructor).
   void write_kernel_profile() const;
   // Loads every matrix's chosen matvec builds and, for `per_slice` (the
-  // matrices step_matvec3 takes), its type's tensor-core build.
+  // matrices step_matvec3 takes), its type's tensor-core builds: the f16
+  // kernel and the form the step runs (the first the options allow, or
+  // with `tuner` the fastest, read or measured: prefill_forms).
   absl::Status load_chosen(const std::vector<DeviceMatrix*>& all,
-                           const std::vector<DeviceMatrix*>& per_slice);
+                           const std::vector<DeviceMatrix*>& per_slice, KernelTuner* tuner);
+  // The tensor-core forms options_ and the device allow m, in the order
+  // the backend prefers them (kernel_tuner.h PrefillForm).
+  std::vector<PrefillForm> prefill_forms(const DeviceMatrix& m) const;
+  // The time of one chunk of `rows` zero rows on each of `forms` (m's
+  // kernels for them loaded here); `scratch` holds the rows and outputs
+  // of the widest per-slice matrix, made on first use.
+  absl::StatusOr<std::vector<double>> time_prefill(DeviceMatrix& m,
+                                                   const std::vector<PrefillForm>& forms,
+                                                   int rows, DeviceBuffer& scratch,
+                                                   int64_t widest, int64_t longest);
   absl::StatusOr<KernelHandle> kernel(const KernelSource& source, std::string_view entry);
   absl::StatusOr<DeviceBuffer> space(size_t bytes);
 
@@ -356,6 +368,10 @@ class DeviceBackend final : public Backend {
   // tensor-core kernel (when it has one), the others on matvec3.
   absl::Status step_matvec3(const DeviceMatrix& m, PairedRows& x, float* y0, float* y1,
                             float* y2, int n0, int n1);
+  // One run of `rows` rows on m's tensor-core form (the int8 or wgmma
+  // kernel on q's rows when m has one, else the f16 kernel on x's).
+  absl::Status launch_mma(const DeviceMatrix& m, const Int8Rows* q, const float* x, int rows,
+                          float* y0, float* y1, float* y2, int n0, int n1);
   absl::Status step_matvec(const DeviceMatrix& m, PairedRows& x, float* y) {
     return step_matvec3(m, x, y, y, y, m.n_out, 0);
   }

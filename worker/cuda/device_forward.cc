@@ -151,33 +151,41 @@ absl::Status DeviceBackend::step_matvec3(const DeviceMatrix& m, PairedRows& rows
           launch_matvec3(m, x.from(r.row0, m.n_in), r.rows, a, b, c, n0, n1));
       continue;
     }
-    const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
-    const int64_t tok_tiles = (r.rows + ck::kMmaTokensPerBlock - 1) / ck::kMmaTokensPerBlock;
     if (m.mma_i8.id >= 0 || m.mma_wg.id >= 0) {  // tensor cores on the rows' Q8 values
       MatvecRows q;
       STRATA_DEVICE_ASSIGN_OR_RETURN(q.q, quantized(m, rows));
       const Int8Rows at = q.from(r.row0, m.n_in).q;
-      if (m.mma_i8.id >= 0) {  // int8 products
-        STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_i8, static_cast<unsigned>(row_tiles * tok_tiles),
-                                          ck::kStepMmaThreads, m.data, at.q, at.d, at.sums, a, b,
-                                          c, n0, n1, m.n_out, m.n_in, m.row_bytes, r.rows));
-      } else {  // sm_90's warpgroup instructions, f16 of the same values
-        const int64_t wg_rows = (m.n_out + ck::kWgmmaRowsPerBlock - 1) / ck::kWgmmaRowsPerBlock;
-        const int64_t wg_toks = (r.rows + ck::kWgmmaTokensPerBlock - 1) / ck::kWgmmaTokensPerBlock;
-        STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma_wg, static_cast<unsigned>(wg_rows * wg_toks),
-                                          ck::kStepWgmmaThreads, m.data, at.q, at.d, a, b, c, n0,
-                                          n1, m.n_out, m.n_in, m.row_bytes, r.rows));
-      }
+      STRATA_DEVICE_RETURN_IF_ERROR(launch_mma(m, &at, nullptr, r.rows, a, b, c, n0, n1));
       continue;
     }
     const float* x = nullptr;
     STRATA_DEVICE_ASSIGN_OR_RETURN(x, paired(m, rows));
-    const float* xr = x + int64_t{r.row0} * m.n_in;
-    STRATA_DEVICE_RETURN_IF_ERROR(run(m.mma, static_cast<unsigned>(row_tiles * tok_tiles),
-                                      ck::kStepMmaThreads, m.data, xr, a, b, c, n0, n1, m.n_out,
-                                      m.n_in, m.row_bytes, r.rows));
+    STRATA_DEVICE_RETURN_IF_ERROR(
+        launch_mma(m, nullptr, x + int64_t{r.row0} * m.n_in, r.rows, a, b, c, n0, n1));
   }
   return absl::OkStatus();
+}
+
+absl::Status DeviceBackend::launch_mma(const DeviceMatrix& m, const Int8Rows* q, const float* x,
+                                       int rows, float* y0, float* y1, float* y2, int n0,
+                                       int n1) {
+  if (m.mma_i8.id >= 0) {  // int8 products
+    const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
+    const int64_t tok_tiles = (rows + ck::kMmaTokensPerBlock - 1) / ck::kMmaTokensPerBlock;
+    return run(m.mma_i8, static_cast<unsigned>(row_tiles * tok_tiles), ck::kStepMmaThreads,
+               m.data, q->q, q->d, q->sums, y0, y1, y2, n0, n1, m.n_out, m.n_in, m.row_bytes,
+               rows);
+  }
+  if (m.mma_wg.id >= 0) {  // sm_90's warpgroup instructions, f16 of the same values
+    const int64_t wg_rows = (m.n_out + ck::kWgmmaRowsPerBlock - 1) / ck::kWgmmaRowsPerBlock;
+    const int64_t wg_toks = (rows + ck::kWgmmaTokensPerBlock - 1) / ck::kWgmmaTokensPerBlock;
+    return run(m.mma_wg, static_cast<unsigned>(wg_rows * wg_toks), ck::kStepWgmmaThreads, m.data,
+               q->q, q->d, y0, y1, y2, n0, n1, m.n_out, m.n_in, m.row_bytes, rows);
+  }
+  const int64_t row_tiles = (m.n_out + ck::kMmaRowsPerBlock - 1) / ck::kMmaRowsPerBlock;
+  const int64_t tok_tiles = (rows + ck::kMmaTokensPerBlock - 1) / ck::kMmaTokensPerBlock;
+  return run(m.mma, static_cast<unsigned>(row_tiles * tok_tiles), ck::kStepMmaThreads, m.data, x,
+             y0, y1, y2, n0, n1, m.n_out, m.n_in, m.row_bytes, rows);
 }
 
 absl::Status DeviceBackend::rms_norm(const float* x, const DeviceBuffer& weight, int rows,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include "nlohmann/json.hpp"
 #include "worker/cuda/device_backend_impl.h"
@@ -579,13 +580,13 @@ absl::Status DeviceBackend::choose_splits() {
       m->split = split_index(forced.row_warps);
       m->threads = forced.threads;
     }
-    return load_chosen(all, per_slice);
+    return load_chosen(all, per_slice, nullptr);
   }
-  if (!options_.tune) return load_chosen(all, per_slice);  // one warp a row
+  if (!options_.tune) return load_chosen(all, per_slice, nullptr);  // one warp a row
   const std::string path = options_.tuner_path.empty() ? default_tuner_path()
                            : options_.tuner_path == "-" ? ""
                                                         : options_.tuner_path;
-  MatvecTuner tuner(path, tuning_key(api_->tuning_key()));
+  KernelTuner tuner(path, tuning_key(api_->tuning_key()));
   tuner.load();
   // Scratch for the measurements: zero activations of the widest row, the
   // longest output.
@@ -630,17 +631,76 @@ absl::Status DeviceBackend::choose_splits() {
     m->split = split_index(choice->row_warps);
     m->threads = choice->threads;
   }
+  STRATA_DEVICE_RETURN_IF_ERROR(load_chosen(all, per_slice, &tuner));
   // A tuner file that cannot be written costs the next load a measurement,
   // not this load.
   if (tuner.measured() > 0) tuner.save().IgnoreError();
-  return load_chosen(all, per_slice);
+  return absl::OkStatus();
 }
 
 // Every column count of each matrix's chosen split, and the tensor-core
 // kernel of each type among `per_slice` (one build a type, shared), compiled
 // now (at load), not at the first step that needs it.
+std::vector<PrefillForm> DeviceBackend::prefill_forms(const DeviceMatrix& m) const {
+  std::vector<PrefillForm> forms;
+  if (options_.mma_int8 && !ck::mma3_i8_entry(m.type).empty()) forms.push_back(PrefillForm::kInt8);
+  if (options_.wgmma && api_->compute_capability() == ck::kWgmmaComputeCapability &&
+      !ck::wgmma3_entry(m.type).empty()) {
+    forms.push_back(PrefillForm::kWgmma);
+  }
+  forms.push_back(PrefillForm::kF16);
+  return forms;
+}
+
+// m's kernel for `form` set (the others cleared: launch_mma runs the one
+// set; the f16 kernel m.mma stays, it marks that m has tensor cores).
+static absl::Status set_prefill_form(DeviceMatrix& m, PrefillForm form,
+                                     const std::function<absl::StatusOr<KernelHandle>(
+                                         const KernelSource&, std::string_view)>& kernel) {
+  m.mma_i8 = KernelHandle{};
+  m.mma_wg = KernelHandle{};
+  const size_t t = ck::step_matvec_type_index(m.type);
+  if (form == PrefillForm::kInt8) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(m.mma_i8, kernel(ck::step_sources().mma[t],
+                                                    ck::mma3_i8_entry(m.type)));
+  } else if (form == PrefillForm::kWgmma) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(m.mma_wg, kernel(ck::step_sources().wgmma[t],
+                                                    ck::wgmma3_entry(m.type)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> DeviceBackend::time_prefill(
+    DeviceMatrix& m, const std::vector<PrefillForm>& forms, int rows, DeviceBuffer& scratch,
+    int64_t widest, int64_t longest) {
+  // [rows][widest] floats (the f16 form's rows), int8 rows of that width,
+  // [rows][longest] outputs: zeros.
+  const size_t floats = static_cast<size_t>(rows * widest) * sizeof(float);
+  const size_t int8 = int8_rows_bytes(rows, (widest + 31) / 32 * 32);
+  const size_t out = static_cast<size_t>(rows * longest) * sizeof(float);
+  if (scratch.get() == nullptr) {
+    STRATA_DEVICE_ASSIGN_OR_RETURN(scratch, space(floats + int8 + out));
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->fill(scratch.get(), 0, floats + int8 + out));
+  }
+  const auto* base = scratch.as<unsigned char>();
+  const float* x = reinterpret_cast<const float*>(base);
+  const Int8Rows q = int8_rows_at(base + floats, rows, m.n_in);
+  float* y = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + floats + int8);
+  const auto load = [this](const KernelSource& s, std::string_view e) { return kernel(s, e); };
+  std::vector<double> ms;
+  for (const PrefillForm form : forms) {
+    STRATA_DEVICE_RETURN_IF_ERROR(set_prefill_form(m, form, load));
+    absl::StatusOr<double> t = api_->time_ms(
+        [&] { return launch_mma(m, &q, x, rows, y, y, y, m.n_out, 0); }, 5);
+    if (!t.ok()) return t.status();
+    ms.push_back(*t);
+  }
+  return ms;
+}
+
 absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
-                                        const std::vector<DeviceMatrix*>& per_slice) {
+                                        const std::vector<DeviceMatrix*>& per_slice,
+                                        KernelTuner* tuner) {
   for (DeviceMatrix* m : all) {
     for (size_t i = 0; i < ck::kStepMatvecColumns.size(); ++i) {
       absl::StatusOr<KernelHandle> k = kernel_of(*m, static_cast<size_t>(m->split), i);
@@ -648,17 +708,40 @@ absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
     }
   }
   if (options_.mma_min_rows <= 0) return absl::OkStatus();
+  // The prompt chunk the forms are timed on, and the widest rows and
+  // outputs among the matrices that may be timed.
+  const int rows = std::max(1, std::min(options_.prefill_tune_rows, options_.max_batch));
+  int64_t widest = 1, longest = 1;
+  for (const DeviceMatrix* m : per_slice) {
+    widest = std::max<int64_t>(widest, m->n_in);
+    longest = std::max<int64_t>(longest, m->n_out);
+  }
+  DeviceBuffer scratch;
+  const auto load = [this](const KernelSource& s, std::string_view e) { return kernel(s, e); };
   for (DeviceMatrix* m : per_slice) {
     const std::string mma = ck::mma3_entry(m->type);
     if (mma.empty()) continue;
     const KernelSource& source = ck::step_sources().mma[ck::step_matvec_type_index(m->type)];
     STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma, kernel(source, mma));
-    if (const std::string i8 = ck::mma3_i8_entry(m->type); options_.mma_int8 && !i8.empty()) {
-      STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma_i8, kernel(source, i8));
-    } else if (options_.wgmma && api_->compute_capability() == ck::kWgmmaComputeCapability) {
-      const KernelSource& wg = ck::step_sources().wgmma[ck::step_matvec_type_index(m->type)];
-      STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma_wg, kernel(wg, ck::wgmma3_entry(m->type)));
+    const std::vector<PrefillForm> forms = prefill_forms(*m);
+    PrefillForm form = forms.front();
+    if (tuner != nullptr && forms.size() > 1) {
+      const MatvecShape shape{m->type, m->n_in, m->n_out, false};
+      if (const std::optional<PrefillForm> found = tuner->find_prefill(shape, forms)) {
+        form = *found;
+      } else {
+        absl::StatusOr<std::vector<double>> ms =
+            time_prefill(*m, forms, rows, scratch, widest, longest);
+        // Without the memory for the chunk (ResourceExhausted): the first
+        // form, untimed.
+        if (ms.ok()) {
+          form = tuner->record_prefill(shape, forms, *ms);
+        } else if (ms.status().code() != absl::StatusCode::kResourceExhausted) {
+          return ms.status();
+        }
+      }
     }
+    STRATA_DEVICE_RETURN_IF_ERROR(set_prefill_form(*m, form, load));
   }
   return absl::OkStatus();
 }

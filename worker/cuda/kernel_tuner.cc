@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "worker/cuda/kernels/matvec_source.h"
+#include "worker/cuda/kernels/mma_source.h"
+#include "worker/cuda/kernels/wgmma_source.h"
 #include "worker/cuda/step_kernels.h"
 #include "worker/trace.h"
 
@@ -21,12 +23,53 @@ std::string matvec_shape_text(const MatvecShape& s) {
                       s.int8 ? " i8" : "");
 }
 
-std::string tuning_key(const std::string& device) {
+namespace {
+
+std::string source_hash(const std::string& text) {
   char hash[17];
-  const char* source = cuda_kernels::kMatvecSource;
   std::snprintf(hash, sizeof hash, "%016llx",
-                static_cast<unsigned long long>(fnv1a64(source, std::strlen(source))));
-  return absl::StrCat(device, "; matvec.cuh ", hash);
+                static_cast<unsigned long long>(fnv1a64(text.data(), text.size())));
+  return hash;
+}
+
+std::string prefill_shape_text(MatvecShape shape) {
+  shape.int8 = false;
+  return matvec_shape_text(shape);
+}
+
+// The fastest of `candidates` by `ms` (the first of equals), when every
+// one has a time.
+std::optional<PrefillForm> fastest(const std::map<std::string, double>& ms,
+                                   const std::vector<PrefillForm>& candidates) {
+  std::optional<PrefillForm> best;
+  double best_ms = 0.0;
+  for (const PrefillForm f : candidates) {
+    auto it = ms.find(std::string(prefill_form_text(f)));
+    if (it == ms.end()) return std::nullopt;
+    if (!best || it->second < best_ms) {
+      best = f;
+      best_ms = it->second;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string_view prefill_form_text(PrefillForm form) {
+  switch (form) {
+    case PrefillForm::kInt8: return "i8";
+    case PrefillForm::kWgmma: return "wgmma";
+    case PrefillForm::kF16: return "f16";
+  }
+  return "?";
+}
+
+std::string tuning_key(const std::string& device) {
+  return absl::StrCat(device, "; matvec.cuh ", source_hash(cuda_kernels::kMatvecSource),
+                      "; mma.cuh ",
+                      source_hash(absl::StrCat(cuda_kernels::mma_program(), "\n",
+                                               cuda_kernels::wgmma_program())));
 }
 
 std::string default_tuner_path() {
@@ -49,11 +92,12 @@ std::string matvec_choice_text(const MatvecChoice& c) {
   return absl::StrCat("w", c.row_warps, " t", c.threads);
 }
 
-MatvecTuner::MatvecTuner(std::string path, std::string key)
+KernelTuner::KernelTuner(std::string path, std::string key)
     : path_(std::move(path)), key_(std::move(key)) {}
 
-void MatvecTuner::load() {
+void KernelTuner::load() {
   entries_.clear();
+  prefill_.clear();
   measured_ = 0;
   if (path_.empty()) return;
   std::ifstream in(path_);
@@ -79,9 +123,19 @@ void MatvecTuner::load() {
     }
     entries_[shape] = std::move(e);
   }
+  if (!j.contains("prefill") || !j["prefill"].is_object()) return;
+  for (const auto& [shape, v] : j["prefill"].items()) {
+    if (!v.is_object()) continue;
+    std::map<std::string, double> ms;
+    for (const PrefillForm f : {PrefillForm::kInt8, PrefillForm::kWgmma, PrefillForm::kF16}) {
+      const std::string name(prefill_form_text(f));
+      if (v.contains(name) && v[name].is_number()) ms[name] = v[name].get<double>();
+    }
+    if (!ms.empty()) prefill_[shape] = std::move(ms);
+  }
 }
 
-absl::Status MatvecTuner::save() const {
+absl::Status KernelTuner::save() const {
   if (path_.empty()) return absl::OkStatus();
   nlohmann::json j;
   j["key"] = key_;
@@ -90,6 +144,8 @@ absl::Status MatvecTuner::save() const {
     j["matvec"][shape] = {
         {"row_warps", e.choice.row_warps}, {"threads", e.choice.threads}, {"ms", e.ms}};
   }
+  j["prefill"] = nlohmann::json::object();
+  for (const auto& [shape, ms] : prefill_) j["prefill"][shape] = ms;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
   const std::string tmp = path_ + ".tmp";
@@ -110,13 +166,13 @@ absl::Status MatvecTuner::save() const {
   return absl::OkStatus();
 }
 
-std::optional<MatvecChoice> MatvecTuner::find(const MatvecShape& shape) const {
+std::optional<MatvecChoice> KernelTuner::find(const MatvecShape& shape) const {
   auto it = entries_.find(matvec_shape_text(shape));
   if (it == entries_.end()) return std::nullopt;
   return it->second.choice;
 }
 
-MatvecChoice MatvecTuner::record(const MatvecShape& shape, const std::vector<double>& times_ms) {
+MatvecChoice KernelTuner::record(const MatvecShape& shape, const std::vector<double>& times_ms) {
   const std::vector<MatvecChoice> candidates = matvec_candidates();
   Entry e;
   size_t best = 0;
@@ -128,6 +184,25 @@ MatvecChoice MatvecTuner::record(const MatvecShape& shape, const std::vector<dou
   entries_[matvec_shape_text(shape)] = e;
   ++measured_;
   return e.choice;
+}
+
+std::optional<PrefillForm> KernelTuner::find_prefill(
+    const MatvecShape& shape, const std::vector<PrefillForm>& candidates) const {
+  auto it = prefill_.find(prefill_shape_text(shape));
+  if (it == prefill_.end()) return std::nullopt;
+  return fastest(it->second, candidates);
+}
+
+PrefillForm KernelTuner::record_prefill(const MatvecShape& shape,
+                                        const std::vector<PrefillForm>& candidates,
+                                        const std::vector<double>& times_ms) {
+  std::map<std::string, double>& ms = prefill_[prefill_shape_text(shape)];
+  for (size_t i = 0; i < candidates.size() && i < times_ms.size(); ++i) {
+    ms[std::string(prefill_form_text(candidates[i]))] = times_ms[i];
+  }
+  ++measured_;
+  const std::optional<PrefillForm> best = fastest(ms, candidates);
+  return best ? *best : candidates.empty() ? PrefillForm::kF16 : candidates.front();
 }
 
 }  // namespace strata::worker

@@ -3,16 +3,19 @@
 // row, a build each, worker/cuda/kernels/matvec_source.h) and launch (its
 // block: 64, 128 or 256 threads, step_kernels.h kStepMatvecBlocks) choices,
 // measured once on the device (one column, the fastest of the candidates'
-// median times: matvec_candidates()) and kept in a JSON file per device and
-// kernel source, as the CPU tuner keeps its parameters (kernels/cpu/jit/
-// tuner.h).
+// median times: matvec_candidates()), and the tensor-core form of a prompt
+// chunk's product (PrefillForm: int8 mma.sync, f16 wgmma on sm_90, f16
+// mma.sync; timed on a chunk of zero rows), kept in a JSON file per device
+// and kernel source, as the CPU tuner keeps its parameters
+// (kernels/cpu/jit/tuner.h).
 //
 // The file: {"key": KEY, "matvec": {"Q4_K 4096x14336 i8": {"row_warps": 2,
-// "threads": 128, "ms": {"w1 t64": t, ...}}, ...}}. KEY names the device, its compute capability,
-// the driver and a hash of the kernel source (tuning_key()): a file of
-// another key is not used (and is replaced at the next save). A missing,
-// unreadable or malformed file is an empty tuner: tuning never fails a
-// load.
+// "threads": 128, "ms": {"w1 t64": t, ...}}, ...}, "prefill": {"Q4_K
+// 4096x14336": {"i8": t, "wgmma": t, "f16": t}, ...}}. KEY names the
+// device, its compute capability, the driver and hashes of the kernel
+// sources (tuning_key()): a file of another key is not used (and is
+// replaced at the next save). A missing, unreadable or malformed file is an
+// empty tuner: tuning never fails a load.
 //
 // Threads: one at a time.
 #pragma once
@@ -20,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,16 +56,26 @@ std::string matvec_choice_text(const MatvecChoice& choice);
 // key of a shape).
 std::string matvec_shape_text(const MatvecShape& shape);
 
-// `device` (DeviceApi::tuning_key()) and the matrix kernel's source hash.
+// The tensor-core forms of a prompt chunk's product, in the order the
+// backend prefers them untuned: int8 mma.sync on the rows' Q8 values
+// (mma.cuh's mma_tile_i8), f16 of the same values on sm_90's warpgroup
+// instructions (wgmma.cuh), f16 mma.sync on the float rows (mma_tile).
+// Their sums differ in the last bits; a load's choice holds for every step.
+enum class PrefillForm { kInt8, kWgmma, kF16 };
+// "i8", "wgmma", "f16" (the file's names).
+std::string_view prefill_form_text(PrefillForm form);
+
+// `device` (DeviceApi::tuning_key()) and the hashes of the matrix
+// kernel's source and of the tensor-core kernels' (mma and wgmma).
 std::string tuning_key(const std::string& device);
 
 // $HOME/.cache/strata/cuda-tuner.json ("" when HOME is unset).
 std::string default_tuner_path();
 
-class MatvecTuner {
+class KernelTuner {
  public:
   // path "": in memory only (nothing read or written).
-  MatvecTuner(std::string path, std::string key);
+  KernelTuner(std::string path, std::string key);
 
   // Reads the file; what cannot be used is left out (see above).
   void load();
@@ -73,7 +87,18 @@ class MatvecTuner {
   // Records a measurement: times_ms[i] of matvec_candidates()[i]; returns
   // the fastest (the first of equals).
   MatvecChoice record(const MatvecShape& shape, const std::vector<double>& times_ms);
-  // Entries measured since load() (not read from the file).
+
+  // The fastest of `candidates` (the backend's order) for a prompt chunk
+  // of `shape` (its int8 flag ignored), when the file or an earlier
+  // record_prefill timed every one of them; none else.
+  std::optional<PrefillForm> find_prefill(const MatvecShape& shape,
+                                          const std::vector<PrefillForm>& candidates) const;
+  // Records times_ms[i] of candidates[i] beside the shape's other forms'
+  // times; returns the fastest of the candidates (the first of equals).
+  PrefillForm record_prefill(const MatvecShape& shape, const std::vector<PrefillForm>& candidates,
+                             const std::vector<double>& times_ms);
+
+  // Shapes measured since load() (not read from the file), of both kinds.
   int measured() const { return measured_; }
   int size() const { return static_cast<int>(entries_.size()); }
 
@@ -85,6 +110,8 @@ class MatvecTuner {
   std::string path_;
   std::string key_;
   std::map<std::string, Entry> entries_;
+  // By shape text (no " i8"): each form's time, by prefill_form_text.
+  std::map<std::string, std::map<std::string, double>> prefill_;
   int measured_ = 0;
 };
 
