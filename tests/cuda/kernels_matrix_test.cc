@@ -234,14 +234,15 @@ TEST_P(Kernels, MmaMatchesTheReferenceForEveryBlockType) {
 // double sum of f16(w) f16(d q), q and d the cpu backend's rounding of x
 // (reference::ops::round_activations), |y - ref| <= 1e-4 sum |w x| +
 // 1e-6. 300 rows and 131 tokens (two 256 x 128 tiles each way, the second
-// part full), 64 columns for the 32-value types (two steps: both shared
-// buffers) and 256 for the K-quants (eight); a token holds a 1e5 (f16
+// part full), 32 and 96 columns for the 32-value types (one step; three:
+// both shared buffers and both sets of loads in flight, the last step
+// alone) and 256 for the K-quants (eight); a token holds a 1e5 (f16
 // saturates its values at 65504). A device that is not sm_90 has no
 // wgmma: the test skips there saying so.
 TEST_P(Kernels, WgmmaMatchesTheReferenceForEveryBlockType) {
   if (api_->compute_capability() != cuda_kernels::kWgmmaComputeCapability) {
-    GTEST_SKIP() << api_->describe() << " is compute " << api_->compute_capability()
-                 << ": wgmma is sm_90's";
+    GTEST_SKIP() << api_->describe() << " is compute "
+                 << api_->compute_capability() << ": wgmma is sm_90's";
   }
   const int n_rows = 300, n_tok = 131;
   int types = 0;
@@ -250,38 +251,48 @@ TEST_P(Kernels, WgmmaMatchesTheReferenceForEveryBlockType) {
     if (entry.empty()) continue;
     ++types;
     const int kind = cuda_kernels::round_kind(c.type);
-    const int n_cols = kind == cuda_kernels::kRoundQ8_K ? 256 : 64;
-    SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " + std::to_string(n_cols) +
-                 " columns");
-    const Quantized w = quantized(c.type, n_rows, n_cols, 35);
-    std::vector<float> x = normal_values(static_cast<size_t>(n_tok) * n_cols, 36);
-    x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
-    DeviceBuffer dw = put(w.bytes), dx = put(x);
-    const DeviceInt8Rows rows = int8_rows(dx, x.size(), kind);
-    const DeviceBuffer &dq = rows.q, &dd = rows.d;
-    DeviceBuffer dy = space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
-    ASSERT_TRUE(run(wgmma_source(c.type), entry, 2 * 2, cuda_kernels::kWgmmaThreads,
-                    dw.as<const unsigned char>(), dq.as<const signed char>(),
-                    dd.as<const float>(), dy.as<float>(), dy.as<float>(), dy.as<float>(), n_rows,
-                    0, n_rows, n_cols, w.row_bytes, n_tok)
-                    .ok());
-    const std::vector<float> y = get<float>(dy, static_cast<size_t>(n_tok) * n_rows);
-    std::vector<float> xr(static_cast<size_t>(n_cols));
-    for (int t = 0; t < n_tok; ++t) {
-      reference::ops::round_activations(reference::ops::activation_type(c.type),
-                                        x.data() + static_cast<size_t>(t) * n_cols, n_cols,
-                                        xr.data());
-      for (int r = 0; r < n_rows; ++r) {
-        double want = 0.0, magnitude = 0.0;
-        for (int i = 0; i < n_cols; ++i) {
-          const double p =
-              static_cast<double>(f16_round(w.values[static_cast<size_t>(r) * n_cols + i])) *
-              f16_round(std::clamp(xr[static_cast<size_t>(i)], -65504.0f, 65504.0f));
-          want += p;
-          magnitude += std::fabs(p);
+    for (const int n_cols : kind == cuda_kernels::kRoundQ8_K
+                                ? std::vector<int>{256}
+                                : std::vector<int>{32, 96}) {
+      SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + ", " +
+                   std::to_string(n_cols) + " columns");
+      const Quantized w = quantized(c.type, n_rows, n_cols, 35);
+      std::vector<float> x =
+          normal_values(static_cast<size_t>(n_tok) * n_cols, 36);
+      x[static_cast<size_t>(3) * n_cols + 5] = 1e5f;
+      DeviceBuffer dw = put(w.bytes), dx = put(x);
+      const DeviceInt8Rows rows = int8_rows(dx, x.size(), kind);
+      const DeviceBuffer &dq = rows.q, &dd = rows.d;
+      DeviceBuffer dy =
+          space(static_cast<size_t>(n_tok) * n_rows * sizeof(float));
+      ASSERT_TRUE(run(wgmma_source(c.type), entry, 2 * 2,
+                      cuda_kernels::kWgmmaThreads, dw.as<const unsigned char>(),
+                      dq.as<const signed char>(), dd.as<const float>(),
+                      dy.as<float>(), dy.as<float>(), dy.as<float>(), n_rows, 0,
+                      n_rows, n_cols, w.row_bytes, n_tok)
+                      .ok());
+      const std::vector<float> y =
+          get<float>(dy, static_cast<size_t>(n_tok) * n_rows);
+      std::vector<float> xr(static_cast<size_t>(n_cols));
+      for (int t = 0; t < n_tok; ++t) {
+        reference::ops::round_activations(
+            reference::ops::activation_type(c.type),
+            x.data() + static_cast<size_t>(t) * n_cols, n_cols, xr.data());
+        for (int r = 0; r < n_rows; ++r) {
+          double want = 0.0, magnitude = 0.0;
+          for (int i = 0; i < n_cols; ++i) {
+            const double p =
+                static_cast<double>(
+                    f16_round(w.values[static_cast<size_t>(r) * n_cols + i])) *
+                f16_round(std::clamp(xr[static_cast<size_t>(i)], -65504.0f,
+                                     65504.0f));
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want,
+                      1e-4 * magnitude + 1e-6)
+              << "token " << t << ", row " << r;
         }
-        ASSERT_NEAR(y[static_cast<size_t>(t) * n_rows + r], want, 1e-4 * magnitude + 1e-6)
-            << "token " << t << ", row " << r;
       }
     }
   }
@@ -293,7 +304,8 @@ TEST_P(Kernels, WgmmaMatchesTheReferenceForEveryBlockType) {
 // other types.
 float unit_min(GgmlType type, const uint8_t* row, int u) {
   if (type != GgmlType::kQ4_K && type != GgmlType::kQ5_K) return 0.0f;
-  const uint8_t* b = row + static_cast<size_t>(u / 8) * (type == GgmlType::kQ4_K ? 144 : 176);
+  const uint8_t* b =
+      row + static_cast<size_t>(u / 8) * (type == GgmlType::kQ4_K ? 144 : 176);
   const int s = u % 8;
   const uint8_t* sc = b + 4;
   const int m = s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);

@@ -52,9 +52,12 @@ __device__ __forceinline__ uint4 wgmma_halves(const float* v) {
 // (Format::unpack_words: value = scale q - min) and half i % 2 of token
 // i / 2's 32 values (d q) to f16 into one of two shared buffers;
 // warpgroup v then multiplies its 128 rows (two m64 tiles) by the 128
-// tokens with four m64n128k16 wgmma. The step's global loads are issued
-// before the step before is multiplied and unpacked into the other buffer
-// while the tensor cores run it: one wait and one barrier a step.
+// tokens with four m64n128k16 wgmma. A step's global loads are issued two
+// steps ahead, into one of two register sets (a block is alone on its
+// multiprocessor: no other block's work hides a load's latency, so a load
+// has a whole step of the tensor cores to arrive), and unpacked into the
+// other shared buffer while the tensor cores run the step before: one
+// wait and one barrier a step.
 template <typename Format>
 __device__ __forceinline__ void wgmma_tile(const u8* __restrict__ w, const signed char* xq,
                                            const float* xd, float* y0, float* y1, float* y2,
@@ -74,19 +77,28 @@ STRATA_UNROLL
 STRATA_UNROLL
     for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
 
-  // The step's loads, in flight until stage() uses them.
-  UnitBits wbits;
-  uint4 xv = {0u, 0u, 0u, 0u};
-  float xs = 0.0f;
-  auto fetch = [&](int u) {
-    if (r < n_rows) Format::fetch(w + (long long)r * row_bytes, n_cols, u, &wbits);
+  // A step's loads, in flight until stage() uses them: step u's in set
+  // u % 2 (two named sets, never an array indexed at run time: registers).
+  struct Loads {
+    UnitBits wbits;
+    uint4 xv;
+    float xs;
+  };
+  Loads even, odd;
+  even.xv = odd.xv = uint4{0u, 0u, 0u, 0u};
+  even.xs = odd.xs = 0.0f;
+  auto fetch = [&](int u, Loads& l) {
+    if (r < n_rows) Format::fetch(w + (long long)r * row_bytes, n_cols, u, &l.wbits);
     if (tok < n_tok) {
-      xv = load_as<uint4>(xq + (long long)tok * n_cols + 32 * u + 16 * half);  // 16-byte aligned
-      xs = xd[(long long)tok * units + u];
+      l.xv = load_as<uint4>(xq + (long long)tok * n_cols + 32 * u + 16 * half);  // 16-byte aligned
+      l.xs = xd[(long long)tok * units + u];
     }
   };
   // The loads as f16 in buffer b (zeros past the matrix and the tokens).
-  auto stage = [&](int u, int b) {
+  auto stage = [&](int u, int b, const Loads& loads) {
+    const UnitBits& wbits = loads.wbits;
+    const uint4 xv = loads.xv;
+    const float xs = loads.xs;
     unsigned int q[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
     float scale[2] = {0.0f, 0.0f}, min = 0.0f;
     if (r < n_rows) {
@@ -116,12 +128,12 @@ STRATA_UNROLL
     strata_wgmma_smem_fence();
   };
 
-  fetch(0);
-  stage(0, 0);
-  __syncthreads();
-  for (int u = 0; u < units; ++u) {
+  // Step u: step u + 2's loads into u's set (stage(u) has read it), the
+  // tensor cores on buffer u % 2, step u + 1 unpacked from the other set
+  // into the other buffer.
+  auto step = [&](int u, Loads& mine, Loads& next) {
     const int b = u & 1;
-    if (u + 1 < units) fetch(u + 1);
+    if (u + 2 < units) fetch(u + 2, mine);
 STRATA_UNROLL
     for (int h = 0; h < 2; ++h)
 STRATA_UNROLL
@@ -140,13 +152,21 @@ STRATA_UNROLL
       }
     }
     strata_wgmma_commit();
-    if (u + 1 < units) stage(u + 1, b ^ 1);  // buffer b ^ 1 was read a step ago
+    if (u + 1 < units) stage(u + 1, b ^ 1, next);  // buffer b ^ 1 was read a step ago
     strata_wgmma_wait<0>();
 STRATA_UNROLL
     for (int h = 0; h < 2; ++h)
 STRATA_UNROLL
       for (int i = 0; i < 64; ++i) strata_wgmma_hold(acc[h][i]);
     __syncthreads();  // buffer b ^ 1 is whole, and every warpgroup is done with b
+  };
+  fetch(0, even);
+  if (units > 1) fetch(1, odd);
+  stage(0, 0, even);
+  __syncthreads();
+  for (int u = 0; u < units; u += 2) {
+    step(u, even, odd);
+    if (u + 1 < units) step(u + 1, odd, even);
   }
 
   // The accumulators (wgmma_ops.cuh's layout) to the outputs, a row at a
