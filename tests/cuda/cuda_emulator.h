@@ -246,6 +246,22 @@ inline void strata_host_mma_m16n8k32_s8(int* d, const unsigned* a, const unsigne
   });
 }
 
+// mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32: A[row][k] in lane 4
+// (row % 8) + k / 4, register row >= 8, byte k % 4; B[k][col] in lane
+// 4 col + k / 4, its one register, byte k % 4 (2 and 1 registers a lane,
+// kept in the first of the warp's fragment slots).
+inline void strata_host_mma_m16n8k16_s8(int* d, const unsigned* a, const unsigned* b) {
+  const unsigned a4[4] = {a[0], a[1], 0u, 0u}, b2[2] = {b[0], 0u};
+  strata_emulated_mma(d, a4, b2, [](const BlockRun::Warp& w, int row, int col, int sum) {
+    for (int k = 0; k < 16; ++k) {
+      const int av = strata_emulated_s8(w.mma_a[4 * (row % 8) + k / 4][row >= 8], k % 4);
+      const int bv = strata_emulated_s8(w.mma_b[4 * col + k / 4][0], k % 4);
+      sum += av * bv;
+    }
+    return sum;
+  });
+}
+
 // sm_90's wgmma (worker/cuda/kernels/wgmma_ops.cuh) for one thread of a
 // warpgroup. The instruction is asynchronous on a device; here it is
 // recorded when issued and computed when strata_wgmma_wait lets its group

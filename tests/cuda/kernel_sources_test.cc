@@ -207,7 +207,11 @@ TEST(CudaKernelSources, StepMatvecBuildsHoldOnlyTheirType) {
       if (mma.empty()) continue;
       EXPECT_EQ(out->ptx.find(".entry " + mma + "(") != std::string::npos, other == type) << mma;
     }
-    EXPECT_EQ(out->ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") != std::string::npos,
+    // (Q6_K's halves on m16n8k16.)
+    const char* instruction = type == GgmlType::kQ6_K
+                                  ? "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32"
+                                  : "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32";
+    EXPECT_EQ(out->ptx.find(instruction) != std::string::npos,
               !cuda_kernels::matvec3_mma_entry(type).empty());
   }
   EXPECT_TRUE(cuda_kernels::matvec3_mma_entry(GgmlType::kF32).empty());
@@ -233,8 +237,11 @@ TEST(CudaKernelSources, StepMmaBuildsCompileForSm80AndSm90) {
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_NE(out->ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
                 std::string::npos);
-      // Each has an int8 form.
-      EXPECT_NE(out->ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"),
+      // Each has an int8 form (Q6_K's: a scale each 16 values, its halves
+      // on m16n8k16).
+      EXPECT_NE(out->ptx.find(type == GgmlType::kQ6_K
+                                  ? "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32"
+                                  : "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"),
                 std::string::npos);
       if (cc >= 90) expect_loads_after_the_wait(out->ptx);
       for (const GgmlType other : cuda_kernels::kStepMatvecTypes) {

@@ -111,7 +111,7 @@ STRATA_UNROLL
 // The same tile on the int8 tensor cores, for the types whose products with
 // Q8 values are integer (Format::unit_words: value = scale q - min per 32-value
 // unit; Q6_K: a scale each 16 values, Format::kI8Scales 2, its halves summed
-// by two mma.sync with the other half of A zero): x is given as int8 rows xq [n_tok][n_cols] with per-unit scales xd
+// apart by two m16n8k16 mma.sync): x is given as int8 rows xq [n_tok][n_cols] with per-unit scales xd
 // and sums of q xb ([n_tok][n_cols / 32]; strata_quantize_rows, the values
 // the cpu backend multiplies). Per unit, mma.sync m16n8k32 s8 gives the
 // exact integer dot product sumi of a weight row's and a token's q, and

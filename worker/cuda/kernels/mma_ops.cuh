@@ -71,10 +71,26 @@ __device__ __forceinline__ void strata_mma_16832_s8(int* d, const unsigned* a, c
 #endif
 }
 
+// The same for A 16x16 s8 and B 16x8 s8 (PTX's "Matrix Fragments for
+// mma.m16n8k16" with integer types): a[0] = A[g][4t .. 4t+3], a[1] =
+// A[g+8][4t ..]; b[0] = B[4t .. 4t+3][g]; d as above. Exact.
+__device__ __forceinline__ void strata_mma_16816_s8(int* d, const unsigned* a, const unsigned* b) {
+#if defined(__CUDA_ARCH__)
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%0, %1, %2, %3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+#else
+  strata_host_mma_m16n8k16_s8(d, a, b);  // the emulation's
+#endif
+}
+
 // One unit's integer dot products of an A tile a (16 weight rows, int8
 // words) and a B tile b (8 tokens): sum0, and with kScales 2 (a scale each
-// 16 values, Q6_K) the two halves apart, each by an mma.sync with the
-// other half of A zero: sum0 values 0-15, sum1 values 16-31.
+// 16 values, Q6_K) the two halves apart, each by an m16n8k16 mma.sync on
+// its half of the k32 fragments (a[0..1] and b[0] hold values 0-15, a[2..3]
+// and b[1] values 16-31): sum0 values 0-15, sum1 values 16-31.
 template <int kScales>
 __device__ __forceinline__ void mma_unit_sums(const unsigned* a, const unsigned* b, int* sum0,
                                               int* sum1) {
@@ -82,9 +98,8 @@ __device__ __forceinline__ void mma_unit_sums(const unsigned* a, const unsigned*
   if (kScales == 1) {
     strata_mma_16832_s8(sum0, a, b);
   } else {
-    const unsigned lo[4] = {a[0], a[1], 0u, 0u}, hi[4] = {0u, 0u, a[2], a[3]};
-    strata_mma_16832_s8(sum0, lo, b);
-    strata_mma_16832_s8(sum1, hi, b);
+    strata_mma_16816_s8(sum0, a, b);
+    strata_mma_16816_s8(sum1, a + 2, b + 1);
   }
 }
 
