@@ -246,6 +246,24 @@ inline void strata_host_mma_m16n8k32_s8(int* d, const unsigned* a, const unsigne
   });
 }
 
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 for the warp: lane l gives the
+// address of row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned: a
+// misaligned one aborts, as it faults on a device); register m of lane l
+// is matrix m's row l / 4, bytes 4 (l % 4) .. +3.
+[[noreturn]] inline void strata_host_misaligned(const void* p, size_t bytes);
+inline void strata_host_ldmatrix_x4(unsigned* r, const void* row) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) strata_host_misaligned(row, 16);
+  const unsigned lane = threadIdx.x & 31;
+  BlockRun::Warp& w = this_block->warps[threadIdx.x / 32];
+  w.slots[lane] = reinterpret_cast<uintptr_t>(row);
+  wait_at(w.meet);
+  for (int m = 0; m < 4; ++m) {
+    const auto* src = reinterpret_cast<const unsigned char*>(w.slots[8 * m + lane / 4]);
+    std::memcpy(&r[m], src + 4 * (lane % 4), sizeof(unsigned));
+  }
+  wait_at(w.meet);  // every lane has read before any writes again
+}
+
 // mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32: A[row][k] in lane 4
 // (row % 8) + k / 4, register row >= 8, byte k % 4; B[k][col] in lane
 // 4 col + k / 4, its one register, byte k % 4 (2 and 1 registers a lane,

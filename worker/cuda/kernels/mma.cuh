@@ -41,14 +41,17 @@ template <typename Format>
 __device__ __forceinline__ void mma_tile(const u8* __restrict__ w, const float* x,
                                          float* y0, float* y1, float* y2, int n0, int n1,
                                          int n_rows, int n_cols, long long row_bytes, int n_tok) {
-  __shared__ unsigned short sa[MMA_BM][MMA_BK + MMA_PAD];  // [weight row][k]
-  __shared__ unsigned short sb[MMA_BN][MMA_BK + MMA_PAD];  // [token][k]
+  // 16-byte aligned rows of 144 bytes: the fragments' ldmatrix rows.
+  alignas(16) __shared__ unsigned short sa[MMA_BM][MMA_BK + MMA_PAD];  // [weight row][k]
+  alignas(16) __shared__ unsigned short sb[MMA_BN][MMA_BK + MMA_PAD];  // [token][k]
   const int row_tiles = (n_rows + MMA_BM - 1) / MMA_BM;
   const int m0 = (int)(blockIdx.x % row_tiles) * MMA_BM;
   const int t0 = (int)(blockIdx.x / row_tiles) * MMA_BN;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+  // The row this lane gives ldmatrix: row lr of matrix lm.
+  const int lm = lane >> 3, lr = lane & 7;
   // What this thread fills: row / token `mine` of the tile, unit `half`
   // of the step.
   const int mine = threadIdx.x >> 1, half = threadIdx.x & 1;
@@ -83,20 +86,22 @@ STRATA_UNROLL
     __syncthreads();
 STRATA_UNROLL
     for (int kk = 0; kk < MMA_BK; kk += 16) {
+      // The fragments (strata_mma_16816's layout) by ldmatrix: A's rows
+      // 0-7 and 8-15 of halves kk.. then kk + 8..; B's tokens 8 j .. of
+      // halves kk.. and kk + 8.., two token tiles a load.
       unsigned a[2][4], b[4][2];
 STRATA_UNROLL
       for (int i = 0; i < 2; ++i) {
-        const int r = wm + 16 * i + g;
-        a[i][0] = strata_pair(&sa[r][kk + 2 * t]);
-        a[i][1] = strata_pair(&sa[r + 8][kk + 2 * t]);
-        a[i][2] = strata_pair(&sa[r][kk + 2 * t + 8]);
-        a[i][3] = strata_pair(&sa[r + 8][kk + 2 * t + 8]);
+        strata_ldmatrix_x4(a[i], &sa[wm + 16 * i + lr + 8 * (lm & 1)][kk + 8 * (lm >> 1)]);
       }
 STRATA_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        const int c = wn + 8 * j + g;
-        b[j][0] = strata_pair(&sb[c][kk + 2 * t]);
-        b[j][1] = strata_pair(&sb[c][kk + 2 * t + 8]);
+      for (int j = 0; j < 4; j += 2) {
+        unsigned r[4];
+        strata_ldmatrix_x4(r, &sb[wn + 8 * (j + (lm >> 1)) + lr][kk + 8 * (lm & 1)]);
+        b[j][0] = r[0];
+        b[j][1] = r[1];
+        b[j + 1][0] = r[2];
+        b[j + 1][1] = r[3];
       }
 STRATA_UNROLL
       for (int i = 0; i < 2; ++i)
@@ -145,8 +150,10 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
                                             const float* xb, float* y0, float* y1,
                                             float* y2, int n0, int n1, int n_rows, int n_cols,
                                             long long row_bytes, int n_tok) {
-  __shared__ unsigned sa[2][MMA_BM][20];  // [buffer][weight row][64 q bytes, 16 padding]
-  __shared__ unsigned sb[2][MMA_BN][20];  // [buffer][token][...]
+  // [buffer][weight row][64 q bytes, 16 padding]: 16-byte aligned rows of
+  // 80 bytes, the fragments' ldmatrix rows.
+  alignas(16) __shared__ unsigned sa[2][MMA_BM][20];
+  alignas(16) __shared__ unsigned sb[2][MMA_BN][20];  // [buffer][token][...]
   // [buffer][row][unit of the step][half: values 0-15, 16-31 (Format::kI8Scales 2)]
   __shared__ float sw_scale[2][MMA_BM][2][2], sw_min[2][MMA_BM][2];
   __shared__ float sx_scale[2][MMA_BN][2], sx_sum[2][MMA_BN][2];  // [buffer][token][unit]
@@ -163,6 +170,7 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+  const int lm = lane >> 3, lr = lane & 7;  // this lane's ldmatrix row: row lr of matrix lm
   // What this thread fills each step: weight row `mine` and token `mine`
   // of the tile, unit `half` of the step.
   const int mine = threadIdx.x >> 1, half = threadIdx.x & 1;
@@ -259,20 +267,23 @@ STRATA_UNROLL
     if (k0 + MMA_BK < n_cols) fetch(k0 + MMA_BK);
 STRATA_UNROLL
     for (int k = 0; k < 2; ++k) {  // the step's two units, in order
+      // The fragments (strata_mma_16832_s8's layout) by ldmatrix: the
+      // unit's 32 bytes of each row are words 8 k .. 8 k + 7, A's rows
+      // 0-7 and 8-15 of its first 16 bytes then of its next; B two token
+      // tiles a load.
       unsigned a[2][4], bf[4][2];
 STRATA_UNROLL
       for (int i = 0; i < 2; ++i) {
-        const int rr = wm + 16 * i + g;
-        a[i][0] = sa[b][rr][8 * k + t];
-        a[i][1] = sa[b][rr + 8][8 * k + t];
-        a[i][2] = sa[b][rr][8 * k + 4 + t];
-        a[i][3] = sa[b][rr + 8][8 * k + 4 + t];
+        strata_ldmatrix_x4(a[i], &sa[b][wm + 16 * i + lr + 8 * (lm & 1)][8 * k + 4 * (lm >> 1)]);
       }
 STRATA_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        const int c = wn + 8 * j + g;
-        bf[j][0] = sb[b][c][8 * k + t];
-        bf[j][1] = sb[b][c][8 * k + 4 + t];
+      for (int j = 0; j < 4; j += 2) {
+        unsigned r4[4];
+        strata_ldmatrix_x4(r4, &sb[b][wn + 8 * (j + (lm >> 1)) + lr][8 * k + 4 * (lm & 1)]);
+        bf[j][0] = r4[0];
+        bf[j][1] = r4[1];
+        bf[j + 1][0] = r4[2];
+        bf[j + 1][1] = r4[3];
       }
       if constexpr (Format::kI8Super) {
         // This lane's rows' integer sub-scales for the unit (Q6_K: two).

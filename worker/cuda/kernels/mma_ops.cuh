@@ -103,6 +103,27 @@ __device__ __forceinline__ void mma_unit_sums(const unsigned* a, const unsigned*
   }
 }
 
+// Four 8x8 matrices of 16-bit elements (16-byte rows) from shared memory
+// to the warp's fragments, one instruction (PTX's ldmatrix .x4): lane l
+// gives the address of row l % 8 of matrix l / 8 (16-byte aligned), and
+// r[m] of lane l is matrix m's row l / 4, bytes 4 (l % 4) .. +3 — for
+// 16-bit values the elements (l / 4, 2 (l % 4) .. +1), for int8 ones
+// (l / 4, 4 (l % 4) .. +3): the m16n8k16 / m16n8k32 A fragment a[0..3]
+// when the matrices are a 16-row tile's rows 0-7 and 8-15 of its first
+// 16 bytes, then of its next 16; two B fragments (b[0], b[1] of tokens
+// 0-7, then of 8-15) when they are tokens 0-7 of the first and next 16
+// bytes, then tokens 8-15's. Every lane of the warp calls it.
+__device__ __forceinline__ void strata_ldmatrix_x4(unsigned* r, const void* row) {
+#if defined(__CUDA_ARCH__)
+  const unsigned address = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#else
+  strata_host_ldmatrix_x4(r, row);  // the emulation's
+#endif
+}
+
 // Two f16 at p (p even) as one register.
 __device__ __forceinline__ unsigned strata_pair(const unsigned short* p) {
   return (unsigned)p[0] | ((unsigned)p[1] << 16);
