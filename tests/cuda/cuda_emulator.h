@@ -382,6 +382,9 @@ struct alignas(16) uint4 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+struct alignas(8) int2 {
+  int x, y;
+};
 inline unsigned __float_as_uint(float f) {
   unsigned u;
   std::memcpy(&u, &f, sizeof u);

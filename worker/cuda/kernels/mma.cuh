@@ -154,12 +154,16 @@ __device__ __forceinline__ void mma_tile_i8(const u8* __restrict__ w,
   // 80 bytes, the fragments' ldmatrix rows.
   alignas(16) __shared__ unsigned sa[2][MMA_BM][20];
   alignas(16) __shared__ unsigned sb[2][MMA_BN][20];  // [buffer][token][...]
-  // [buffer][row][unit of the step][half: values 0-15, 16-31 (Format::kI8Scales 2)]
-  __shared__ float sw_scale[2][MMA_BM][2][2], sw_min[2][MMA_BM][2];
-  __shared__ float sx_scale[2][MMA_BN][2], sx_sum[2][MMA_BN][2];  // [buffer][token][unit]
-  // The K-quants' integers: [buffer][row][unit][sc, Q6_K's second sc];
-  // and [buffer][row][d, dmin] of the step's block.
-  __shared__ int sw_int[2][MMA_BM][2][2];
+  // The scales a lane reads a unit, packed so that one 16-byte load gets a
+  // row's or two tokens' (a unit's epilogue: 8 loads, not 28):
+  // [buffer][row][unit of the step] (scale of values 0-15, of 16-31
+  // (Format::kI8Scales 2; else the same), min, 0), [buffer][token pair]
+  // [unit] (d, sum of the even token, d, sum of the odd one).
+  alignas(16) __shared__ float4 sw_f[2][MMA_BM][2];
+  alignas(16) __shared__ float4 sx_f[2][MMA_BN / 2][2];
+  // The K-quants' integers: [buffer][row][unit][sc, Q6_K's second sc]
+  // (one 8-byte load); and [buffer][row][d, dmin] of the step's block.
+  alignas(16) __shared__ int2 sw_int[2][MMA_BM][2];
   // The mins' block products' operands: [block parity][row][unit of the
   // block] m, [block parity][token][unit] h and l (above).
   __shared__ signed char sw_m[2][MMA_BM][8], sx_h[2][MMA_BN][8], sx_l[2][MMA_BN][8];
@@ -219,8 +223,7 @@ STRATA_UNROLL
 STRATA_UNROLL
         for (int l = 0; l < 8; ++l) q[l] = 0u;
       }
-      sw_int[b][mine][half][0] = sc[0];
-      sw_int[b][mine][half][1] = sc[1];  // Q6_K's second; unused by the others
+      sw_int[b][mine][half] = int2{sc[0], sc[1]};  // .y: Q6_K's second; unused by the others
       sw_m[(u / 8) & 1][mine][u % 8] = (signed char)m;
       if (half == 0) {  // the step's two units are in one block
         sw_d[b][mine][0] = d;
@@ -235,9 +238,7 @@ STRATA_UNROLL
 STRATA_UNROLL
         for (int l = 0; l < 8; ++l) q[l] = 0u;
       }
-      sw_scale[b][mine][half][0] = scale[0];
-      sw_scale[b][mine][half][1] = scale[1];
-      sw_min[b][mine][half] = min;
+      sw_f[b][mine][half] = float4{scale[0], scale[1], min, 0.0f};
     }
 STRATA_UNROLL
     for (int l = 0; l < 8; ++l) sa[b][mine][8 * half + l] = q[l];
@@ -250,8 +251,14 @@ STRATA_UNROLL
     sb[b][mine][8 * half + 5] = hi.y;
     sb[b][mine][8 * half + 6] = hi.z;
     sb[b][mine][8 * half + 7] = hi.w;
-    sx_scale[b][mine][half] = in_x ? xdv : 0.0f;
-    sx_sum[b][mine][half] = in_x ? xbv : 0.0f;
+    float4& pair = sx_f[b][mine >> 1][half];  // this token's half of it
+    if (mine & 1) {
+      pair.z = in_x ? xdv : 0.0f;
+      pair.w = in_x ? xbv : 0.0f;
+    } else {
+      pair.x = in_x ? xdv : 0.0f;
+      pair.y = in_x ? xbv : 0.0f;
+    }
     if constexpr (Format::kI8Super) {
       const int sum_q = in_x ? (int)xbv : 0;  // a sum of q: an integer
       sx_h[(u / 8) & 1][mine][u % 8] = (signed char)(sum_q >> 6);  // floor: sum_q = 64 h + l
@@ -292,8 +299,9 @@ STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
           for (int h = 0; h < 2; ++h) {
-            wsc[i][h][0] = sw_int[b][wm + 16 * i + g + 8 * h][k][0];
-            wsc[i][h][1] = Format::kI8Scales == 2 ? sw_int[b][wm + 16 * i + g + 8 * h][k][1] : 0;
+            const int2 sc = sw_int[b][wm + 16 * i + g + 8 * h][k];
+            wsc[i][h][0] = sc.x;
+            wsc[i][h][1] = Format::kI8Scales == 2 ? sc.y : 0;
           }
         }
 STRATA_UNROLL
@@ -320,18 +328,20 @@ STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
 STRATA_UNROLL
           for (int h = 0; h < 2; ++h) {
-            ws[i][h][0] = sw_scale[b][wm + 16 * i + g + 8 * h][k][0];
-            ws[i][h][1] = sw_scale[b][wm + 16 * i + g + 8 * h][k][1];
-            wmin[i][h] = sw_min[b][wm + 16 * i + g + 8 * h][k];
+            const float4 f = sw_f[b][wm + 16 * i + g + 8 * h][k];
+            ws[i][h][0] = f.x;
+            ws[i][h][1] = f.y;
+            wmin[i][h] = f.z;
           }
         }
 STRATA_UNROLL
         for (int j = 0; j < 4; ++j) {
-STRATA_UNROLL
-          for (int p = 0; p < 2; ++p) {
-            xs[j][p] = sx_scale[b][wn + 8 * j + 2 * t + p][k];
-            xsum[j][p] = sx_sum[b][wn + 8 * j + 2 * t + p][k];
-          }
+          // Tokens wn + 8 j + 2 t and the one after: one pair.
+          const float4 f = sx_f[b][(wn + 8 * j) / 2 + t][k];
+          xs[j][0] = f.x;
+          xsum[j][0] = f.y;
+          xs[j][1] = f.z;
+          xsum[j][1] = f.w;
         }
 STRATA_UNROLL
         for (int i = 0; i < 2; ++i) {
@@ -386,10 +396,11 @@ STRATA_UNROLL
               strata_mma_16832_s8(dh, am[i], bh[j]);
               strata_mma_16832_s8(dl, am[i], bl[j]);
             }
+            const float4 pair = sx_f[b][(wn + 8 * j) / 2 + t][0];  // the block's d_x
 STRATA_UNROLL
             for (int e = 0; e < 4; ++e) {
               const int rr = wm + 16 * i + g + 8 * (e >> 1);
-              const float dx = sx_scale[b][wn + 8 * j + 2 * t + (e & 1)][0];
+              const float dx = (e & 1) ? pair.z : pair.x;
               const int imin = 64 * dh[e] + dl[e];
               acc[i][j][e] += sw_d[b][rr][0] * dx * (float)isum[i][j][e] -
                               sw_d[b][rr][1] * dx * (float)imin;
