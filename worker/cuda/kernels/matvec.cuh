@@ -35,6 +35,17 @@ __device__ __forceinline__ float f16_value(unsigned int h) {
 #endif
 }
 
+// v to p (aligned to T) in one store; the emulation copies its bytes.
+template <typename T>
+__device__ __forceinline__ void store_as(void* p, const T& v) {
+#if defined(__CUDA_ARCH__)
+  *(T*)p = v;
+#else
+  if ((unsigned long long)p % sizeof(T) != 0) strata_host_misaligned(p, sizeof(T));
+  memcpy(p, &v, sizeof v);
+#endif
+}
+
 // A T at p (aligned to T: 16 bytes for uint4/float4, 2 for unsigned short)
 // in one load; the emulation copies its bytes.
 template <typename T>

@@ -75,13 +75,17 @@ STRATA_UNROLL
 STRATA_UNROLL
         for (int l = 0; l < 32; ++l) v[l] = 0.0f;
       }
+      // 8 halves a 16-byte store (the rows' 144 bytes and the 64 of a
+      // half keep each store aligned).
 STRATA_UNROLL
-      for (int l = 0; l < 32; ++l) sa[mine][32 * half + l] = strata_mma_f16(v[l]);
+      for (int c = 0; c < 4; ++c) store_as(&sa[mine][32 * half + 8 * c], strata_mma_f16x8(v + 8 * c));
       const int tok = t0 + mine;
       const float* xr = x + (long long)tok * n_cols + 32 * u;
       const bool in = tok < n_tok && u < units;
 STRATA_UNROLL
-      for (int l = 0; l < 32; ++l) sb[mine][32 * half + l] = strata_mma_f16(in ? xr[l] : 0.0f);
+      for (int l = 0; l < 32; ++l) v[l] = in ? xr[l] : 0.0f;
+STRATA_UNROLL
+      for (int c = 0; c < 4; ++c) store_as(&sb[mine][32 * half + 8 * c], strata_mma_f16x8(v + 8 * c));
     }
     __syncthreads();
 STRATA_UNROLL

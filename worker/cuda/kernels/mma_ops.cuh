@@ -124,6 +124,17 @@ __device__ __forceinline__ void strata_ldmatrix_x4(unsigned* r, const void* row)
 #endif
 }
 
+// Eight f16 of 8 floats (each as strata_mma_f16 rounds it), as one
+// 16-byte store's words.
+__device__ __forceinline__ uint4 strata_mma_f16x8(const float* v) {
+  uint4 h;
+  h.x = strata_mma_f16x2(v[0], v[1]);
+  h.y = strata_mma_f16x2(v[2], v[3]);
+  h.z = strata_mma_f16x2(v[4], v[5]);
+  h.w = strata_mma_f16x2(v[6], v[7]);
+  return h;
+}
+
 // Two f16 at p (p even) as one register.
 __device__ __forceinline__ unsigned strata_pair(const unsigned short* p) {
   return (unsigned)p[0] | ((unsigned)p[1] << 16);

@@ -35,16 +35,6 @@ struct alignas(128) WgmmaTiles {
   unsigned char b[2][WG_B_BYTES];  // tokens
 };
 
-// Eight f16 of 8 floats, as one 16-byte store's words.
-__device__ __forceinline__ uint4 wgmma_halves(const float* v) {
-  uint4 h;
-  h.x = strata_mma_f16x2(v[0], v[1]);
-  h.y = strata_mma_f16x2(v[2], v[3]);
-  h.z = strata_mma_f16x2(v[4], v[5]);
-  h.w = strata_mma_f16x2(v[6], v[7]);
-  return h;
-}
-
 // Y = X W^T over a tile of WG_BM weight rows and WG_BN tokens, x given as
 // int8 rows (xq [n_tok][n_cols], xd [n_tok][n_cols / 32]: value = d q):
 // block b is rows (b % row_tiles) WG_BM .., tokens (b / row_tiles) WG_BN
@@ -113,7 +103,7 @@ STRATA_UNROLL
       for (int l = 0; l < 8; ++l) {
         v[l] = signed_byte_float(q, 8 * c + l) * scale[c >> 1] - min;
       }
-      *(uint4*)(tiles.a[b] + wgmma_at<WG_BM>(row, c)) = wgmma_halves(v);
+      store_as(tiles.a[b] + wgmma_at<WG_BM>(row, c), strata_mma_f16x8(v));
     }
     const unsigned int xw[4] = {xv.x, xv.y, xv.z, xv.w};
     const bool in = tok < n_tok;
@@ -123,7 +113,7 @@ STRATA_UNROLL
       float v[8];
 STRATA_UNROLL
       for (int l = 0; l < 8; ++l) v[l] = in ? signed_byte_float(xw, 8 * c + l) * xs : 0.0f;
-      *(uint4*)(tiles.b[b] + wgmma_at<WG_BN>(token, 2 * half + c)) = wgmma_halves(v);
+      store_as(tiles.b[b] + wgmma_at<WG_BN>(token, 2 * half + c), strata_mma_f16x8(v));
     }
     strata_wgmma_smem_fence();
   };
