@@ -76,6 +76,10 @@ std::string stories_path() {
   return (strata::testing::shared_dir() / "models" / "stories260K.gguf").string();
 }
 
+std::string tiny_model_path(const std::string& name) {
+  return (strata::testing::models_dir() / "tiny" / ("tiny-" + name + ".gguf")).string();
+}
+
 
 absl::Status write_converted_copy(const std::string& in, const std::string& out,
                                   const std::function<GgmlType(const gguf::TensorInfo&)>& type_of,

@@ -83,6 +83,10 @@ std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_
 
 // ../shared/models/stories260K.gguf.
 std::string stories_path();
+// The tiny random-weight model of `name` ("mixtral", "gpt-oss", ...) that
+// scripts/make-test-models.sh makes: models_dir()/tiny/tiny-NAME.gguf
+// (absent when it was not made).
+std::string tiny_model_path(const std::string& name);
 
 // Parameterized by the device kind; instantiated on "emulated" and "cuda".
 class DeviceBackend : public ::testing::TestWithParam<std::string> {

@@ -64,33 +64,38 @@ std::vector<std::vector<float>> decode_script(Backend& b) {
   return out;
 }
 
+// decode_script on m with `o`'s graphs off and on: the same logits bit for
+// bit; on the emulation one capture a row count (3, 2, and 3 again after
+// the new context made the attention scratch anew), a replay every decode
+// step after.
+void expect_graphs_give_the_same_bits(const Loaded& m, DeviceBackendOptions o) {
+  o.graphs = false;
+  auto plain = device_backend(m, {0, m.hp.n_layer}, o);
+  ASSERT_NE(plain, nullptr);
+  const std::vector<std::vector<float>> want = decode_script(*plain);
+
+  o.graphs = true;
+  std::unique_ptr<DeviceApi> api = new_api();
+  auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
+  auto graphed = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
+  ASSERT_TRUE(graphed.ok()) << graphed.status();
+  EXPECT_EQ(decode_script(**graphed), want);
+  if (emulated != nullptr) {
+    EXPECT_EQ(emulated->captures(), 3);
+    EXPECT_EQ(emulated->replays(), 7);
+  }
+}
+
 // Decode steps replayed from captured graphs (DeviceBackendOptions::graphs)
 // give the logits of the same steps launched one by one, bit for bit, on
-// stories260K and the tiny Q4_K_M llama. On the emulation the graphs were
-// used: one capture a row count (3, 2, and 3 again after the new context
-// made the attention scratch anew), a replay every decode step.
+// stories260K and the tiny Q4_K_M llama (expect_graphs_give_the_same_bits).
 TEST_P(DeviceBackendSteps, DecodeStepsReplayedFromGraphsGiveTheSameBits) {
   gguf::testing::TempDir dir;
   for (const std::string& path : {stories_path(), tiny_llama(dir, "Q4_K_M")}) {
     SCOPED_TRACE(path);
     Loaded m = open_model(path);
     ASSERT_NE(m.model, nullptr);
-    DeviceBackendOptions o = test_options();
-    o.graphs = false;
-    auto plain = device_backend(m, {0, m.hp.n_layer}, o);
-    ASSERT_NE(plain, nullptr);
-    const std::vector<std::vector<float>> want = decode_script(*plain);
-
-    o.graphs = true;
-    std::unique_ptr<DeviceApi> api = new_api();
-    auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
-    auto graphed = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
-    ASSERT_TRUE(graphed.ok()) << graphed.status();
-    EXPECT_EQ(decode_script(**graphed), want);
-    if (emulated != nullptr) {
-      EXPECT_EQ(emulated->captures(), 3);
-      EXPECT_EQ(emulated->replays(), 7);
-    }
+    expect_graphs_give_the_same_bits(m, test_options());
   }
 }
 
@@ -106,29 +111,13 @@ TEST_P(DeviceBackendSteps, MixtureDecodeStepsReplayedFromGraphsGiveTheSameBits) 
   int ran = 0;
   for (const char* name : {"mixtral", "gpt-oss"}) {
     SCOPED_TRACE(name);
-    const std::string path =
-        (strata::testing::models_dir() / "tiny" / (std::string("tiny-") + name + ".gguf")).string();
+    const std::string path = tiny_model_path(name);
     if (!std::filesystem::exists(path)) continue;
     ++ran;
     Loaded m = open_model(path);
     ASSERT_NE(m.model, nullptr);
     ASSERT_GT(m.hp.moe.n_expert, 0);
-    DeviceBackendOptions o = test_options(32, 0, /*mma_min_rows=*/0);
-    o.graphs = false;
-    auto plain = device_backend(m, {0, m.hp.n_layer}, o);
-    ASSERT_NE(plain, nullptr);
-    const std::vector<std::vector<float>> want = decode_script(*plain);
-
-    o.graphs = true;
-    std::unique_ptr<DeviceApi> api = new_api();
-    auto* emulated = dynamic_cast<testing::EmulatedDeviceApi*>(api.get());
-    auto graphed = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
-    ASSERT_TRUE(graphed.ok()) << graphed.status();
-    EXPECT_EQ(decode_script(**graphed), want);
-    if (emulated != nullptr) {
-      EXPECT_EQ(emulated->captures(), 3);
-      EXPECT_EQ(emulated->replays(), 7);
-    }
+    expect_graphs_give_the_same_bits(m, test_options(32, 0, /*mma_min_rows=*/0));
   }
   if (ran == 0) GTEST_SKIP() << "no tiny mixtures under " << strata::testing::models_dir() / "tiny"
                              << " (scripts/make-test-models.sh makes them)";
@@ -630,7 +619,7 @@ TEST(DeviceBackendLaunches, BatchedDecodeOnTheTensorCoresKeepsEachSequencesBits)
 // of each of gate, up and down a block, no gathered expert rows; a 9-row
 // prompt step (18 slots) gathers.
 TEST(DeviceBackendLaunches, AMixturesDecodeStepRunsEachExpertMatrixInOneLaunch) {
-  const std::string path = (strata::testing::models_dir() / "tiny" / "tiny-mixtral.gguf").string();
+  const std::string path = tiny_model_path("mixtral");
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
   }

@@ -270,9 +270,7 @@ class DeviceBackendTinyModels
 
 TEST_P(DeviceBackendTinyModels, GreedyAgreesWithTheCpuBackend) {
   STRATA_ON_DEVICE(std::get<0>(GetParam()));
-  const std::string path = (strata::testing::models_dir() / "tiny" /
-                            ("tiny-" + std::get<1>(GetParam()) + ".gguf"))
-                               .string();
+  const std::string path = tiny_model_path(std::get<1>(GetParam()));
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
   }
@@ -297,9 +295,7 @@ TEST_P(DeviceBackendTinyModels, GreedyAgreesWithTheCpuBackend) {
 // none of 12 on any model).
 TEST_P(DeviceBackendTinyModels, TheirOwnTypesGiveTheCpuBackendsLogits) {
   STRATA_ON_DEVICE(std::get<0>(GetParam()));
-  const std::string path = (strata::testing::models_dir() / "tiny" /
-                            ("tiny-" + std::get<1>(GetParam()) + ".gguf"))
-                               .string();
+  const std::string path = tiny_model_path(std::get<1>(GetParam()));
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
   }
@@ -467,8 +463,7 @@ TEST_P(DeviceBackend, ExpertSlotsGiveTheGatheredExpertsBits) {
   int ran = 0;
   for (const char* name : {"mixtral", "qwen2moe", "gpt-oss"}) {
     SCOPED_TRACE(name);
-    const std::string path =
-        (strata::testing::models_dir() / "tiny" / (std::string("tiny-") + name + ".gguf")).string();
+    const std::string path = tiny_model_path(name);
     if (!std::filesystem::exists(path)) continue;
     ++ran;
     Loaded m = open_model(path);
