@@ -67,40 +67,43 @@ TEST(KernelTuner, AFileOfTheSameKeyIsReadAndOneOfAnotherIsNot) {
 // shape's others and gives the fastest of its candidates; find_prefill the
 // fastest of the candidates asked for, only when each has a time (a form
 // never timed, as wgmma on a device of 8.0, is measured first); the int8
-// flag is no part of the shape; the times survive a save and a load, and a
+// flag is no part of the shape, the chunk's rows are; the times survive a
+// save and a load, and a
 // form's time that is not a number is left out.
 TEST(KernelTuner, PrefillFormsAreTheFastestOfTheFormsAsked) {
   using F = PrefillForm;
   gguf::testing::TempDir dir;
   const std::string path = dir.file("t.json");
   KernelTuner t(path, "dev");
-  EXPECT_FALSE(t.find_prefill(kQ4K, {F::kInt8, F::kF16}).has_value());
-  EXPECT_EQ(t.record_prefill(kQ4K, {F::kInt8, F::kF16}, {2.0, 3.0}), F::kInt8);
-  EXPECT_EQ(t.find_prefill(kQ4K, {F::kInt8, F::kF16}), F::kInt8);
-  EXPECT_EQ(t.find_prefill(kQ4K, {F::kF16}), F::kF16);
-  EXPECT_FALSE(t.find_prefill(kQ4K, {F::kInt8, F::kWgmma, F::kF16}).has_value());
-  EXPECT_EQ(t.record_prefill(kQ4K, {F::kWgmma}, {1.0}), F::kWgmma);
-  EXPECT_EQ(t.find_prefill(kQ4K, {F::kInt8, F::kWgmma, F::kF16}), F::kWgmma);
-  EXPECT_EQ(t.find_prefill(kQ4K, {F::kInt8, F::kF16}), F::kInt8);
+  EXPECT_FALSE(t.find_prefill(kQ4K, 512, {F::kInt8, F::kF16}).has_value());
+  EXPECT_EQ(t.record_prefill(kQ4K, 512, {F::kInt8, F::kF16}, {2.0, 3.0}), F::kInt8);
+  EXPECT_EQ(t.find_prefill(kQ4K, 512, {F::kInt8, F::kF16}), F::kInt8);
+  EXPECT_EQ(t.find_prefill(kQ4K, 512, {F::kF16}), F::kF16);
+  EXPECT_FALSE(t.find_prefill(kQ4K, 512, {F::kInt8, F::kWgmma, F::kF16}).has_value());
+  EXPECT_EQ(t.record_prefill(kQ4K, 512, {F::kWgmma}, {1.0}), F::kWgmma);
+  EXPECT_EQ(t.find_prefill(kQ4K, 512, {F::kInt8, F::kWgmma, F::kF16}), F::kWgmma);
+  EXPECT_EQ(t.find_prefill(kQ4K, 512, {F::kInt8, F::kF16}), F::kInt8);
   const MatvecShape q4k_i8{GgmlType::kQ4_K, 4096, 14336, /*int8=*/true};
-  EXPECT_EQ(t.find_prefill(q4k_i8, {F::kInt8, F::kWgmma, F::kF16}), F::kWgmma);
+  EXPECT_EQ(t.find_prefill(q4k_i8, 512, {F::kInt8, F::kWgmma, F::kF16}), F::kWgmma);
   // Equal times: the first candidate.
-  EXPECT_EQ(t.record_prefill(kF16, {F::kInt8, F::kF16}, {1.0, 1.0}), F::kInt8);
+  EXPECT_EQ(t.record_prefill(kF16, 512, {F::kInt8, F::kF16}, {1.0, 1.0}), F::kInt8);
   EXPECT_EQ(t.measured(), 3);
   ASSERT_TRUE(t.save().ok());
   KernelTuner again(path, "dev");
   again.load();
-  EXPECT_EQ(again.find_prefill(kQ4K, {F::kInt8, F::kWgmma, F::kF16}), F::kWgmma);
-  EXPECT_EQ(again.find_prefill(kF16, {F::kF16, F::kInt8}), F::kF16);
+  EXPECT_EQ(again.find_prefill(kQ4K, 512, {F::kInt8, F::kWgmma, F::kF16}), F::kWgmma);
+  EXPECT_EQ(again.find_prefill(kF16, 512, {F::kF16, F::kInt8}), F::kF16);
   EXPECT_EQ(again.measured(), 0);
   EXPECT_EQ(prefill_form_text(F::kWgmma), "wgmma");
-  std::ofstream(path) << R"({"key": "dev", "matvec": {}, "prefill": {"Q4_K 4096x14336":
-      {"i8": "fast", "f16": 2.0}, "F16 64x512": 7}})";
+  // Another chunk's rows: another entry.
+  EXPECT_FALSE(again.find_prefill(kQ4K, 256, {F::kF16}).has_value());
+  std::ofstream(path) << R"({"key": "dev", "matvec": {}, "prefill": {"Q4_K 4096x14336 @512":
+      {"i8": "fast", "f16": 2.0}, "F16 64x512 @512": 7}})";
   KernelTuner odd(path, "dev");
   odd.load();
-  EXPECT_FALSE(odd.find_prefill(kQ4K, {F::kInt8, F::kF16}).has_value());
-  EXPECT_EQ(odd.find_prefill(kQ4K, {F::kF16}), F::kF16);
-  EXPECT_FALSE(odd.find_prefill(kF16, {F::kF16}).has_value());
+  EXPECT_FALSE(odd.find_prefill(kQ4K, 512, {F::kInt8, F::kF16}).has_value());
+  EXPECT_EQ(odd.find_prefill(kQ4K, 512, {F::kF16}), F::kF16);
+  EXPECT_FALSE(odd.find_prefill(kF16, 512, {F::kF16}).has_value());
 }
 
 TEST(KernelTuner, MalformedFilesAndEntriesAreLeftOut) {

@@ -147,7 +147,8 @@ inline const KernelSource &kFlash32 = flash_source(32), &kFlash64 = flash_source
 inline const KernelSource kRms{"rms_norm.cu", cuda_kernels::kRmsNormSource, {"-DTHREADS=256"}};
 inline const KernelSource kElementwise{"elementwise.cu", cuda_kernels::kElementwiseSource, {}};
 inline const KernelSource kAttention{"attention.cu", cuda_kernels::kAttentionSource, {"-DTHREADS=64"}};
-inline const KernelSource kSample{"sample.cu", cuda_kernels::kSampleSource, {"-DTHREADS=96"}};
+inline const KernelSource kSample{"sample.cu", cuda_kernels::kSampleSource,
+                                  {"-DTHREADS=96", "--fmad=false"}};
 inline constexpr int kSampleThreads = 96;  // kSample's block (its THREADS)
 
 struct TypeCase {

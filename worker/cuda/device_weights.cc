@@ -717,6 +717,7 @@ absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
     longest = std::max<int64_t>(longest, m->n_out);
   }
   DeviceBuffer scratch;
+  bool no_room = false;  // the chunk's scratch could not be made: no more timing
   const auto load = [this](const KernelSource& s, std::string_view e) { return kernel(s, e); };
   for (DeviceMatrix* m : per_slice) {
     const std::string mma = ck::mma3_entry(m->type);
@@ -725,9 +726,9 @@ absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
     STRATA_DEVICE_ASSIGN_OR_RETURN(m->mma, kernel(source, mma));
     const std::vector<PrefillForm> forms = prefill_forms(*m);
     PrefillForm form = forms.front();
-    if (tuner != nullptr && forms.size() > 1) {
+    if (tuner != nullptr && forms.size() > 1 && !no_room) {
       const MatvecShape shape{m->type, m->n_in, m->n_out, false};
-      if (const std::optional<PrefillForm> found = tuner->find_prefill(shape, forms)) {
+      if (const std::optional<PrefillForm> found = tuner->find_prefill(shape, rows, forms)) {
         form = *found;
       } else {
         absl::StatusOr<std::vector<double>> ms =
@@ -735,8 +736,10 @@ absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
         // Without the memory for the chunk (ResourceExhausted): the first
         // form, untimed.
         if (ms.ok()) {
-          form = tuner->record_prefill(shape, forms, *ms);
-        } else if (ms.status().code() != absl::StatusCode::kResourceExhausted) {
+          form = tuner->record_prefill(shape, rows, forms, *ms);
+        } else if (ms.status().code() == absl::StatusCode::kResourceExhausted) {
+          no_room = true;
+        } else {
           return ms.status();
         }
       }

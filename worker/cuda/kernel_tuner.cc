@@ -32,9 +32,9 @@ std::string source_hash(const std::string& text) {
   return hash;
 }
 
-std::string prefill_shape_text(MatvecShape shape) {
+std::string prefill_shape_text(MatvecShape shape, int rows) {
   shape.int8 = false;
-  return matvec_shape_text(shape);
+  return absl::StrCat(matvec_shape_text(shape), " @", rows);
 }
 
 // The fastest of `candidates` by `ms` (the first of equals), when every
@@ -187,16 +187,16 @@ MatvecChoice KernelTuner::record(const MatvecShape& shape, const std::vector<dou
 }
 
 std::optional<PrefillForm> KernelTuner::find_prefill(
-    const MatvecShape& shape, const std::vector<PrefillForm>& candidates) const {
-  auto it = prefill_.find(prefill_shape_text(shape));
+    const MatvecShape& shape, int rows, const std::vector<PrefillForm>& candidates) const {
+  auto it = prefill_.find(prefill_shape_text(shape, rows));
   if (it == prefill_.end()) return std::nullopt;
   return fastest(it->second, candidates);
 }
 
-PrefillForm KernelTuner::record_prefill(const MatvecShape& shape,
+PrefillForm KernelTuner::record_prefill(const MatvecShape& shape, int rows,
                                         const std::vector<PrefillForm>& candidates,
                                         const std::vector<double>& times_ms) {
-  std::map<std::string, double>& ms = prefill_[prefill_shape_text(shape)];
+  std::map<std::string, double>& ms = prefill_[prefill_shape_text(shape, rows)];
   for (size_t i = 0; i < candidates.size() && i < times_ms.size(); ++i) {
     ms[std::string(prefill_form_text(candidates[i]))] = times_ms[i];
   }

@@ -11,7 +11,8 @@
 //
 // The file: {"key": KEY, "matvec": {"Q4_K 4096x14336 i8": {"row_warps": 2,
 // "threads": 128, "ms": {"w1 t64": t, ...}}, ...}, "prefill": {"Q4_K
-// 4096x14336": {"i8": t, "wgmma": t, "f16": t}, ...}}. KEY names the
+// 4096x14336 @512": {"i8": t, "wgmma": t, "f16": t}, ...}} (@: the chunk's
+// rows). KEY names the
 // device, its compute capability, the driver and hashes of the kernel
 // sources (tuning_key()): a file of another key is not used (and is
 // replaced at the next save). A missing, unreadable or malformed file is an
@@ -89,13 +90,14 @@ class KernelTuner {
   MatvecChoice record(const MatvecShape& shape, const std::vector<double>& times_ms);
 
   // The fastest of `candidates` (the backend's order) for a prompt chunk
-  // of `shape` (its int8 flag ignored), when the file or an earlier
-  // record_prefill timed every one of them; none else.
-  std::optional<PrefillForm> find_prefill(const MatvecShape& shape,
+  // of `rows` rows through `shape` (its int8 flag ignored), when the file
+  // or an earlier record_prefill timed every one of them; none else.
+  std::optional<PrefillForm> find_prefill(const MatvecShape& shape, int rows,
                                           const std::vector<PrefillForm>& candidates) const;
   // Records times_ms[i] of candidates[i] beside the shape's other forms'
   // times; returns the fastest of the candidates (the first of equals).
-  PrefillForm record_prefill(const MatvecShape& shape, const std::vector<PrefillForm>& candidates,
+  PrefillForm record_prefill(const MatvecShape& shape, int rows,
+                             const std::vector<PrefillForm>& candidates,
                              const std::vector<double>& times_ms);
 
   // Shapes measured since load() (not read from the file), of both kinds.

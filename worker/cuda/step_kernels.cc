@@ -87,9 +87,11 @@ const StepSources& step_sources() {
     s->rms_norm = KernelSource{"rms_norm.cu", kRmsNormSource,
                                {"-DTHREADS=" + std::to_string(kStepRmsNormThreads)}};
     s->elementwise = KernelSource{"elementwise.cu", kElementwiseSource, {}};
+    // --fmad=false: strata_moe_route's softmax and sigmoid round each
+    // product as the reference does (no multiply-add contracted).
     s->sample = KernelSource{"sample.cu", kSampleSource,
                              {"-DTHREADS=" + std::to_string(kStepSampleThreads),
-                              "-DSTRATA_TOP_K_MAX=" + std::to_string(kMaxTopK)}};
+                              "-DSTRATA_TOP_K_MAX=" + std::to_string(kMaxTopK), "--fmad=false"}};
     s->attention = KernelSource{"attention.cu", kAttentionSource,
                                 {"-DTHREADS=" + std::to_string(kStepAttentionThreads)}};
     return s;
