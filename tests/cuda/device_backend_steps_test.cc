@@ -14,9 +14,12 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/cuda/cuda_emulator.h"
 #include "tests/cuda/device_backend_fixture.h"
 #include "tests/cuda/emulated_step_kernels.h"
 #include "tests/test_paths.h"
+#include "worker/cuda/kernels/sources.h"
+#include "worker/cuda/step_kernels.h"
 #include "worker/head_picks.h"
 
 namespace strata::worker::device_test {
@@ -652,6 +655,51 @@ TEST(DeviceBackendLaunches, AMixturesDecodeStepRunsEachExpertMatrixInOneLaunch) 
     EXPECT_EQ(ids() - before, 3 * m.hp.n_layer) << "step " << step;
     EXPECT_EQ(emulated->launches_of("strata_gather_rows"), gathered) << "step " << step;
   }
+}
+
+// A routing kernel gone wrong (here a stand-in for strata_moe_route that
+// sends every slot to expert n_expert + 3) is refused where the host would
+// follow its ids (the gathered experts of a 9-row prompt step: an
+// InternalError naming the block, the row and the id), never read out of
+// the host's tables; the backend is unchanged (the sequence's length
+// stays, so the step can be sent again).
+void route_past_the_experts(const float*, int n_expert, int k, int, int, float, int* experts,
+                            float* weights) {
+  using strata::cuda_emulation::blockIdx;
+  using strata::cuda_emulation::threadIdx;
+  if (threadIdx.x != 0) return;
+  for (int j = 0; j < k; ++j) {
+    experts[blockIdx.x * k + j] = n_expert + 3;
+    weights[blockIdx.x * k + j] = 0.5f;
+  }
+}
+
+TEST(DeviceBackendLaunches, ADeviceRoutingOutOfRangeIsRefusedNotFollowed) {
+  const std::string path = tiny_model_path("mixtral");
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
+  }
+  Loaded m = open_model(path);
+  ASSERT_NE(m.model, nullptr);
+  std::unique_ptr<testing::EmulatedDeviceApi> api = testing::emulated_step_device();
+  api->add(::strata::worker::cuda_kernels::step_sources().sample,
+           ::strata::worker::cuda_kernels::kMoeRouteEntry,
+           testing::adapt(route_past_the_experts));
+  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, test_options(32, 0, 0),
+                               std::move(api));
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE((*b)->add_sequence(0, 16).ok());
+  const std::vector<int32_t> prompt = {1, 40, 97, 300, 5, 77, 12, 9, 250};
+  ForwardRequest req;
+  req.tokens = prompt;
+  ForwardResult r;
+  const absl::Status st = (*b)->forward(req, &r);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_NE(st.message().find("the device routed row 0 to expert " +
+                              std::to_string(m.hp.moe.n_expert + 3)),
+            std::string::npos)
+      << st;
+  EXPECT_EQ((*b)->sequence_length(0).value_or(-1), 0);
 }
 
 // A decode step splits its rows' attention over blocks once a row is

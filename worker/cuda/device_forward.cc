@@ -580,6 +580,15 @@ absl::Status DeviceBackend::moe(int il, int n) {
   } else {
     STRATA_DEVICE_RETURN_IF_ERROR(api_->download(route_experts_.data(), slot_experts_.get(),
                                                  static_cast<size_t>(n) * k * sizeof(int32_t)));
+    // The ids index the host's tables below: one out of range (a device
+    // fault) is refused, never followed.
+    for (int s = 0; s < n * k; ++s) {
+      const int32_t id = route_experts_[static_cast<size_t>(s)];
+      if (id < 0 || id >= p.n_expert) {
+        return absl::InternalError(absl::StrCat("block ", il, ": the device routed row ", s / k,
+                                                " to expert ", id, " of ", p.n_expert));
+      }
+    }
     for (int r0 = 0; r0 < n; r0 += moe_rows()) {
       const int rows = std::min(moe_rows(), n - r0);
       const int n_slots = rows * k;
