@@ -72,6 +72,25 @@ std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_
   return b.ok() ? *std::move(b) : nullptr;
 }
 
+std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<int32_t> prompt,
+                                             const std::vector<int32_t>& next) {
+  std::vector<std::vector<float>> out;
+  EXPECT_TRUE(b.add_sequence(seq, 64).ok());
+  ForwardRequest req;
+  req.seq = seq;
+  req.tokens = prompt;
+  ForwardResult r;
+  EXPECT_TRUE(b.forward(req, &r).ok());
+  out.emplace_back(r.logits.begin(), r.logits.end());
+  for (int32_t t : next) {
+    const int32_t one[] = {t};
+    req.tokens = one;
+    EXPECT_TRUE(b.forward(req, &r).ok());
+    out.emplace_back(r.logits.begin(), r.logits.end());
+  }
+  return out;
+}
+
 std::string stories_path() {
   return (strata::testing::shared_dir() / "models" / "stories260K.gguf").string();
 }

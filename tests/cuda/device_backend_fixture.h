@@ -81,6 +81,12 @@ std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range, int m
                                         int row_warps = 0);
 std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_batch = 32);
 
+// Runs `prompt` then the tokens `next` for one sequence `seq` alone on b
+// (added with a context of 64); returns every step's logits (the test is
+// told of a failure).
+std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<int32_t> prompt,
+                                             const std::vector<int32_t>& next);
+
 // ../shared/models/stories260K.gguf.
 std::string stories_path();
 // The tiny random-weight model of `name` ("mixtral", "gpt-oss", ...) that

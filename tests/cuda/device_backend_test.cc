@@ -8,22 +8,19 @@
 // the model split across device backends, the KV rows of the prefix cache,
 // and the refusals of what the kernels do not run (the fixture:
 // device_backend_fixture.h; graphs and device picks:
-// device_backend_steps_test.cc).
+// device_backend_steps_test.cc; the tuner: device_backend_tuner_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "model/architecture/architecture.h"
 #include "model/gguf_reader.h"
 #include "tests/cuda/device_backend_fixture.h"
@@ -322,27 +319,6 @@ INSTANTIATE_TEST_SUITE_P(
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });
-
-// Runs `prompt` then `steps` greedy tokens for one sequence alone;
-// returns every step's logits.
-std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<int32_t> prompt,
-                                             const std::vector<int32_t>& next) {
-  std::vector<std::vector<float>> out;
-  EXPECT_TRUE(b.add_sequence(seq, 64).ok());
-  ForwardRequest req;
-  req.seq = seq;
-  req.tokens = prompt;
-  ForwardResult r;
-  EXPECT_TRUE(b.forward(req, &r).ok());
-  out.emplace_back(r.logits.begin(), r.logits.end());
-  for (int32_t t : next) {
-    const int32_t one[] = {t};
-    req.tokens = one;
-    EXPECT_TRUE(b.forward(req, &r).ok());
-    out.emplace_back(r.logits.begin(), r.logits.end());
-  }
-  return out;
-}
 
 // Three sequences' prompts (3, 1 and 5 rows) in one step and then their
 // decode rows in steps of three, on backends of options `o`: each
@@ -716,132 +692,6 @@ TEST_P(DeviceBackend, EveryBlockChoiceGivesItsSplitsBits) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("w4 t64"), std::string::npos) << refused.status();
-}
-
-// The tuner at load: with no file, every matrix shape is measured (each
-// split-K and block choice) and written, under the device's key; with a file, its
-// choices are what the step runs (a file saying 4 warps a row gives the
-// logits of a backend forced to 4, bit for bit).
-TEST_P(DeviceBackend, TunerMeasuresOnceAndItsFileDecidesTheSplit) {
-  Loaded m = open_model(stories_path());
-  ASSERT_NE(m.model, nullptr);
-  gguf::testing::TempDir dir;
-  const std::string path = dir.file("tuner.json");
-  DeviceBackendOptions o;
-  o.max_batch = 8;
-  o.tuner_path = path;
-  auto tuned = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api());
-  ASSERT_TRUE(tuned.ok()) << tuned.status();
-  std::ifstream in(path);
-  ASSERT_TRUE(in.good()) << path << " was not written";
-  nlohmann::json j = nlohmann::json::parse(in);
-  EXPECT_NE(j["key"].get<std::string>().find("matvec.cuh"), std::string::npos) << j["key"];
-  // stories260K's shapes: q, k and v joined 64x128, o 64x64, gate and up
-  // joined 64x344, down 172x64, the embedding and head 64x512.
-  for (const char* shape : {"F32 64x128", "F32 64x64", "F32 64x344", "F32 172x64", "F32 64x512"}) {
-    ASSERT_TRUE(j["matvec"].contains(shape)) << shape << " in " << j.dump();
-    EXPECT_EQ(j["matvec"][shape]["ms"].size(), matvec_candidates().size()) << shape;
-  }
-  // Every shape 4 warps a row in blocks of 256, then a load that reads it
-  // (the block does not change the sums: a backend forced to 4 warps a row
-  // in blocks of 128 gives the same bits).
-  for (auto& [shape, entry] : j["matvec"].items()) {
-    entry["row_warps"] = 4;
-    entry["threads"] = 256;
-  }
-  std::ofstream(path) << j.dump();
-  std::unique_ptr<DeviceApi> api = new_api();
-  // On the emulation, the blocks the matrix kernel ran in (the file's 256).
-  const auto* emulated = dynamic_cast<const testing::EmulatedDeviceApi*>(api.get());
-  auto from_file = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
-  ASSERT_TRUE(from_file.ok()) << from_file.status();
-  auto forced = device_backend(m, {0, m.hp.n_layer}, 8, 4);
-  const std::vector<int32_t> prompt = {1, 403, 407, 261};
-  EXPECT_EQ(logits_alone(**from_file, 0, prompt, {300}), logits_alone(*forced, 0, prompt, {300}));
-  if (emulated != nullptr) {
-    EXPECT_EQ(emulated->blocks_of("strata_matvec3_f32"), std::set<unsigned>{256});
-  }
-  // A malformed file is an empty tuner: the load measures again.
-  std::ofstream(path) << "{not json";
-  auto after_garbage = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api());
-  ASSERT_TRUE(after_garbage.ok()) << after_garbage.status();
-  std::ifstream again(path);
-  EXPECT_TRUE(nlohmann::json::parse(again, nullptr, false).contains("matvec"));
-}
-
-// The tuner's tensor-core form of prompt chunks: with no file, each
-// per-slice matrix shape of the tiny Q4_K_M llama is timed on every form
-// the device allows (int8 mma.sync, f16 wgmma on 9.0, f16 mma.sync; the
-// emulation reports 9.0) and written; with a file, the fastest form it
-// says is what a prompt runs on, bit for bit the logits of a backend
-// forced to that form untuned (the matvec choices set to the untuned ones),
-// and on the emulation the only tensor-core kernel launched.
-TEST_P(DeviceBackend, TheTunersFileDecidesEachShapesTensorCoreForm) {
-  EmulatedComputeCapability cc90(90);
-  gguf::testing::TempDir dir;
-  Loaded m = open_model(tiny_llama(dir, "Q4_K_M"));
-  ASSERT_NE(m.model, nullptr);
-  const std::string path = dir.file("tuner.json");
-  DeviceBackendOptions o = test_options(16, 0, /*mma_min_rows=*/8);
-  o.tune = true;
-  o.tuner_path = path;
-  o.prefill_tune_rows = 16;
-  ASSERT_TRUE(make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, new_api()).ok());
-  nlohmann::json j;
-  {
-    std::ifstream in(path);
-    ASSERT_TRUE(in.good()) << path << " was not written";
-    j = nlohmann::json::parse(in);
-  }
-  ASSERT_TRUE(j.contains("prefill")) << j.dump();
-  std::unique_ptr<DeviceApi> probe = new_api();
-  const bool sm90 = probe->compute_capability() == 90;
-  // q|k|v, o, gate|up and down: Q4_K and Q6_K shapes, each form timed.
-  ASSERT_GE(j["prefill"].size(), 3u) << j.dump();
-  for (const auto& [shape, ms] : j["prefill"].items()) {
-    EXPECT_TRUE(ms.contains("i8") && ms.contains("f16")) << shape << ": " << ms.dump();
-    EXPECT_EQ(ms.contains("wgmma"), sm90) << shape << ": " << ms.dump();
-  }
-  for (auto& [shape, entry] : j["matvec"].items()) {  // the untuned matvec choices
-    entry["row_warps"] = 1;
-    entry["threads"] = 128;
-  }
-  const std::vector<int32_t> prompt = {1, 40, 97, 300, 5, 77, 12, 9, 250};
-  struct Form {
-    const char* fastest;
-    bool mma_int8, wgmma;
-    const char* kernel;  // its kernels' names, less the type
-  };
-  std::vector<Form> forms = {{"f16", false, false, "strata_mma3_"},
-                             {"i8", true, true, "strata_mma3_i8_"}};
-  if (sm90) forms.push_back({"wgmma", false, true, "strata_wgmma3_"});
-  for (const Form& f : forms) {
-    SCOPED_TRACE(f.fastest);
-    for (auto& [shape, ms] : j["prefill"].items()) {
-      for (auto& [form, t] : ms.items()) t = form == f.fastest ? 1.0 : 2.0;
-    }
-    std::ofstream(path) << j.dump();
-    std::unique_ptr<DeviceApi> api = new_api();
-    const auto* emulated = dynamic_cast<const testing::EmulatedDeviceApi*>(api.get());
-    auto tuned = make_device_backend(m.model, m.hp, {0, m.hp.n_layer}, o, std::move(api));
-    ASSERT_TRUE(tuned.ok()) << tuned.status();
-    DeviceBackendOptions forced = test_options(16, 0, /*mma_min_rows=*/8);
-    forced.mma_int8 = f.mma_int8;
-    forced.wgmma = f.wgmma;
-    auto want = device_backend(m, {0, m.hp.n_layer}, forced);
-    ASSERT_NE(want, nullptr);
-    EXPECT_EQ(logits_alone(**tuned, 0, prompt, {300}), logits_alone(*want, 0, prompt, {300}));
-    if (emulated != nullptr) {
-      int64_t mine = 0, others = 0;
-      for (const std::string kernel : {"strata_mma3_", "strata_mma3_i8_", "strata_wgmma3_"}) {
-        for (const char* type : {"q4_k", "q6_k"}) {
-          (kernel == f.kernel ? mine : others) += emulated->launches_of(kernel + type);
-        }
-      }
-      EXPECT_GT(mine, 0);
-      EXPECT_EQ(others, 0);
-    }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackend, ::testing::Values("emulated", "cuda"),

@@ -584,8 +584,8 @@ TEST_P(Kernels, TopKRowsSelectInTheSamplersOrder) {
 // softmax over the k, k = 4 and k = 20 (a chunk and 4 more)), with and
 // without renormalising and scaling: the same experts in the same order,
 // ties by lower index (logits of few levels); the weights within an ulp
-// (the e^x outside the 16-value chunks is rounded from double, glibc's
-// expf correctly rounded but for ~1 input in 10^4). A token whose logits
+// (the e^x outside the 16-value chunks is rounded from double; glibc's
+// expf is not correctly rounded for every input). A token whose logits
 // are all NaN still gets k distinct valid experts.
 TEST_P(Kernels, MoeRouteGivesTheReferencesExpertsAndWeights) {
   using reference::ops::MoeGating;

@@ -305,6 +305,10 @@ class DeviceBackend final : public Backend {
   // The tensor-core forms options_ and the device allow m, in the order
   // the backend prefers them (kernel_tuner.h PrefillForm).
   std::vector<PrefillForm> prefill_forms(const DeviceMatrix& m) const;
+  // m's kernel for `form` loaded and set, the others' cleared (launch_mma
+  // runs the one set; the f16 kernel m.mma stays: it marks that m has
+  // tensor cores).
+  absl::Status set_prefill_form(DeviceMatrix& m, PrefillForm form);
   // The time of one chunk of `rows` zero rows on each of `forms` (m's
   // kernels for them loaded here); `scratch` holds the rows and outputs
   // of the widest per-slice matrix, made on first use.
@@ -421,6 +425,7 @@ class DeviceBackend final : public Backend {
   absl::Status expert_product(const std::vector<DeviceMatrix>& experts, PairedRows& in,
                               int x_div, float* y, int slots);
   absl::Status expert_slots(const DeviceExperts& x, int n, PairedRows& xn_rows, float* proj);
+  absl::Status gathered_experts(const DeviceExperts& x, int il, int n, float* proj);
   absl::Status head();
   absl::Status upload_rope_tables(int n);
   absl::Status launch_step(int n, std::vector<uint64_t>* hashes);

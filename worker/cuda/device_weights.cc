@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <functional>
 
 #include "nlohmann/json.hpp"
 #include "worker/cuda/device_backend_impl.h"
@@ -638,9 +637,6 @@ absl::Status DeviceBackend::choose_splits() {
   return absl::OkStatus();
 }
 
-// Every column count of each matrix's chosen split, and the tensor-core
-// kernel of each type among `per_slice` (one build a type, shared), compiled
-// now (at load), not at the first step that needs it.
 std::vector<PrefillForm> DeviceBackend::prefill_forms(const DeviceMatrix& m) const {
   std::vector<PrefillForm> forms;
   if (options_.mma_int8 && !ck::mma3_i8_entry(m.type).empty()) forms.push_back(PrefillForm::kInt8);
@@ -652,11 +648,7 @@ std::vector<PrefillForm> DeviceBackend::prefill_forms(const DeviceMatrix& m) con
   return forms;
 }
 
-// m's kernel for `form` set (the others cleared: launch_mma runs the one
-// set; the f16 kernel m.mma stays, it marks that m has tensor cores).
-static absl::Status set_prefill_form(DeviceMatrix& m, PrefillForm form,
-                                     const std::function<absl::StatusOr<KernelHandle>(
-                                         const KernelSource&, std::string_view)>& kernel) {
+absl::Status DeviceBackend::set_prefill_form(DeviceMatrix& m, PrefillForm form) {
   m.mma_i8 = KernelHandle{};
   m.mma_wg = KernelHandle{};
   const size_t t = ck::step_matvec_type_index(m.type);
@@ -686,10 +678,9 @@ absl::StatusOr<std::vector<double>> DeviceBackend::time_prefill(
   const float* x = reinterpret_cast<const float*>(base);
   const Int8Rows q = int8_rows_at(base + floats, rows, m.n_in);
   float* y = reinterpret_cast<float*>(const_cast<unsigned char*>(base) + floats + int8);
-  const auto load = [this](const KernelSource& s, std::string_view e) { return kernel(s, e); };
   std::vector<double> ms;
   for (const PrefillForm form : forms) {
-    STRATA_DEVICE_RETURN_IF_ERROR(set_prefill_form(m, form, load));
+    STRATA_DEVICE_RETURN_IF_ERROR(set_prefill_form(m, form));
     absl::StatusOr<double> t = api_->time_ms(
         [&] { return launch_mma(m, &q, x, rows, y, y, y, m.n_out, 0); }, 5);
     if (!t.ok()) return t.status();
@@ -698,6 +689,9 @@ absl::StatusOr<std::vector<double>> DeviceBackend::time_prefill(
   return ms;
 }
 
+// Every column count of each matrix's chosen split, and the tensor-core
+// kernels of each type among `per_slice` (one build a type, shared),
+// compiled now (at load), not at the first step that needs it.
 absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
                                         const std::vector<DeviceMatrix*>& per_slice,
                                         KernelTuner* tuner) {
@@ -718,7 +712,6 @@ absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
   }
   DeviceBuffer scratch;
   bool no_room = false;  // the chunk's scratch could not be made: no more timing
-  const auto load = [this](const KernelSource& s, std::string_view e) { return kernel(s, e); };
   for (DeviceMatrix* m : per_slice) {
     const std::string mma = ck::mma3_entry(m->type);
     if (mma.empty()) continue;
@@ -744,7 +737,7 @@ absl::Status DeviceBackend::load_chosen(const std::vector<DeviceMatrix*>& all,
         }
       }
     }
-    STRATA_DEVICE_RETURN_IF_ERROR(set_prefill_form(*m, form, load));
+    STRATA_DEVICE_RETURN_IF_ERROR(set_prefill_form(*m, form));
   }
   return absl::OkStatus();
 }
