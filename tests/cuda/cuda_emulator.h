@@ -8,8 +8,10 @@
 // function statics (blocks run one after another, so a block has them to
 // itself). Deterministic, and cheap enough for a whole model's launches (a
 // switch costs about a microsecond; an OS thread per CUDA thread cost ~20 us
-// to start). What this cannot show — timing, the PTX, launch limits, memory
-// coalescing, races that the barriers hide — is left to the device tests.
+// to start). A missing barrier shows as results that change with the order
+// threads and blocks run in (Schedule, below). What this cannot show —
+// timing, the PTX, launch limits, memory coalescing, lost updates — is left
+// to the device tests.
 //
 // Usage (one translation unit):
 //   #include "tests/cuda/cuda_emulator.h"   // defines the CUDA keywords
@@ -33,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/reference/fp16.h"
@@ -170,10 +173,25 @@ inline void wait_at(Barrier& barrier) {
   while (barrier.generation == generation) yield();
 }
 
-inline void __syncthreads() { wait_at(this_block->block); }
+// A barrier left out, for checking that the tests notice ("file.cuh:line"
+// of a __syncthreads or __syncwarp call, from STRATA_EMULATOR_DROP_BARRIER;
+// scripts/barrier-check.sh).
+inline bool dropped(const char* file, int line) {
+  static const char* drop = std::getenv("STRATA_EMULATOR_DROP_BARRIER");
+  if (drop == nullptr) return false;
+  const char* base = std::strrchr(file, '/');
+  char at[256];
+  std::snprintf(at, sizeof at, "%s:%d", base ? base + 1 : file, line);
+  return std::strcmp(at, drop) == 0;
+}
+
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  if (!dropped(file, line)) wait_at(this_block->block);
+}
 // A barrier of the warp's lanes (each lane runs up to it in turn).
-inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
-  wait_at(this_block->warps[threadIdx.x / 32].meet);
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu, const char* file = __builtin_FILE(),
+                       int line = __builtin_LINE()) {
+  if (!dropped(file, line)) wait_at(this_block->warps[threadIdx.x / 32].meet);
 }
 
 // v of lane (this lane's ^ lane_mask).
@@ -459,13 +477,67 @@ inline void run_thread() {
 #endif
 }
 
+// The order the blocks of a launch, and the threads of a block, run in. A
+// device promises none, so a kernel's results must not depend on it: a
+// read of shared memory another thread writes with no barrier between gives
+// other values in another order, so the kernel tests run in each
+// (tests/cuda/kernels_fixture.h). In the first three a block's live threads
+// run in rounds, each thread up to its next barrier, so its warps keep in
+// step; in the warps-alone ones each warp runs as far as it can (to a
+// barrier of the block, or its end) before the next starts, as a warp
+// ahead of the others on a device, which is what shows a buffer refilled
+// with no barrier after its last read. Blocks run one after another in
+// every order, so a block reading what another block of the launch writes
+// shows only as an order's other values, and a lost update (two threads'
+// read-add-write of one address) in none.
+enum class Schedule {
+  kInOrder,             // blocks and threads by index
+  kReversed,            // by index, from the last
+  kShuffled,            // a fresh permutation of each launch's blocks and each round (seeded)
+  kWarpsAlone,          // blocks and warps by index, each warp alone as far as it goes
+  kWarpsAloneReversed,  // the same from the last block and warp
+};
+inline Schedule schedule = Schedule::kInOrder;
+inline uint64_t schedule_state = 0x9E3779B97F4A7C15ull;  // kShuffled's
+
+// `order` = [0, n) in `schedule`'s order.
+inline void schedule_order(std::vector<unsigned>& order, unsigned n) {
+  order.resize(n);
+  const bool reversed =
+      schedule == Schedule::kReversed || schedule == Schedule::kWarpsAloneReversed;
+  for (unsigned i = 0; i < n; ++i) order[i] = reversed ? n - 1 - i : i;
+  if (schedule != Schedule::kShuffled) return;
+  for (unsigned i = n; i > 1; --i) {  // Fisher-Yates on splitmix64's draws
+    uint64_t z = (schedule_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::swap(order[i - 1], order[z % i]);
+  }
+}
+
+// Runs thread t of `run` up to its next barrier or its end; returns
+// whether it ended there.
+inline bool resume(BlockRun& run, unsigned t) {
+  if (run.threads[t].done) return false;
+  run.current = t;
+  threadIdx = {t, 0, 0};
+  switch_to(run.scheduler, run.threads[t].context);
+  return run.threads[t].done;
+}
+
 // Runs `kernel` (a call of one entry point with its arguments) as a launch
 // of grid x 1 x 1 blocks of `threads` x 1 x 1 threads would, block after
-// block. Not reentrant; one launch at a time in a process.
+// block, in `schedule`'s order. Not reentrant; one launch at a time in a
+// process.
 inline void launch(unsigned grid, unsigned threads, const std::function<void()>& kernel) {
   gridDim = {grid, 1, 1};
   blockDim = {threads, 1, 1};
-  for (unsigned b = 0; b < grid; ++b) {
+  const bool warps_alone =
+      schedule == Schedule::kWarpsAlone || schedule == Schedule::kWarpsAloneReversed;
+  std::vector<unsigned> blocks, turns;
+  schedule_order(blocks, grid);
+  for (const unsigned b : blocks) {
     BlockRun run;
     run.kernel = &kernel;
     run.threads.resize(threads);
@@ -482,12 +554,20 @@ inline void launch(unsigned grid, unsigned threads, const std::function<void()>&
     this_block = &run;
     for (int live = static_cast<int>(threads); live > 0;) {
       const uint64_t before = progress;
-      for (unsigned t = 0; t < threads; ++t) {
-        if (run.threads[t].done) continue;
-        run.current = t;
-        threadIdx = {t, 0, 0};
-        switch_to(run.scheduler, run.threads[t].context);
-        if (run.threads[t].done) --live;
+      if (warps_alone) {
+        schedule_order(turns, static_cast<unsigned>(run.warps.size()));
+        for (const unsigned w : turns) {
+          const unsigned end = std::min(threads, 32 * w + 32);
+          // Its lanes in turn until a round of them moves no barrier: each
+          // then waits at one of the block's, or has ended.
+          for (uint64_t seen = ~progress; seen != progress;) {
+            seen = progress;
+            for (unsigned t = 32 * w; t < end; ++t) live -= resume(run, t) ? 1 : 0;
+          }
+        }
+      } else {
+        schedule_order(turns, threads);
+        for (const unsigned t : turns) live -= resume(run, t) ? 1 : 0;
       }
       if (live > 0 && progress == before) {  // every live thread waits for good
         std::fprintf(stderr, "cuda_emulation: block %u deadlocked at a barrier\n", b);

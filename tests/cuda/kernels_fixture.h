@@ -304,10 +304,24 @@ inline std::vector<float> normal_values(size_t n, uint32_t seed, float sigma = 1
   return v;
 }
 
+// "emulated", "emulated_reversed", "emulated_shuffled",
+// "emulated_warps_alone", "emulated_warps_alone_reversed": the emulation's
+// schedules (cuda_emulator.h Schedule: a kernel whose results depend on the
+// order its threads run in fails in one of them); "cuda".
+inline cuda_emulation::Schedule schedule_of(const std::string& param) {
+  using cuda_emulation::Schedule;
+  if (param == "emulated_reversed") return Schedule::kReversed;
+  if (param == "emulated_shuffled") return Schedule::kShuffled;
+  if (param == "emulated_warps_alone") return Schedule::kWarpsAlone;
+  if (param == "emulated_warps_alone_reversed") return Schedule::kWarpsAloneReversed;
+  return Schedule::kInOrder;
+}
+
 class Kernels : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "emulated") {
+    if (GetParam().starts_with("emulated")) {
+      cuda_emulation::schedule = schedule_of(GetParam());
       api_ = emulated_device();
       return;
     }
@@ -366,6 +380,8 @@ class Kernels : public ::testing::TestWithParam<std::string> {
         },
         held);
   }
+
+  void TearDown() override { cuda_emulation::schedule = cuda_emulation::Schedule::kInOrder; }
 
   std::unique_ptr<DeviceApi> api_;
 };
