@@ -73,9 +73,9 @@ std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_
 }
 
 std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<int32_t> prompt,
-                                             const std::vector<int32_t>& next) {
+                                             const std::vector<int32_t>& next, int n_ctx) {
   std::vector<std::vector<float>> out;
-  EXPECT_TRUE(b.add_sequence(seq, 64).ok());
+  EXPECT_TRUE(b.add_sequence(seq, n_ctx).ok());
   ForwardRequest req;
   req.seq = seq;
   req.tokens = prompt;

@@ -82,10 +82,10 @@ std::unique_ptr<Backend> device_backend(const Loaded& m, BlockRange range, int m
 std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_batch = 32);
 
 // Runs `prompt` then the tokens `next` for one sequence `seq` alone on b
-// (added with a context of 64); returns every step's logits (the test is
+// (added with a context of n_ctx); returns every step's logits (the test is
 // told of a failure).
 std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<int32_t> prompt,
-                                             const std::vector<int32_t>& next);
+                                             const std::vector<int32_t>& next, int n_ctx = 64);
 
 // ../shared/models/stories260K.gguf.
 std::string stories_path();

@@ -757,6 +757,58 @@ TEST(DeviceBackendLaunches, DecodeAttentionSplitsOnlyPastAChunk) {
   }
 }
 
+// No kernel build the backend launches depends on the order its threads
+// run in: a 70-row prompt on the tensor cores (int8 mma.sync, flash
+// attention) then decode steps give the same bits in each of the emulation's other
+// schedules (cuda_emulator.h Schedule: reversed, shuffled, each warp alone
+// ahead of the others) as in the first, for a tiny llama in Q4_K_M and the
+// tiny mixtral (its routing, the prompt's gathered experts, the decode
+// steps' expert slots). The kernel tests run each kernel in every schedule
+// at their own builds; these are the backend's (step_kernels.h).
+TEST(DeviceBackendLaunches, StepsGiveTheSameBitsWhateverOrderThreadsRunIn) {
+  using cuda_emulation::Schedule;
+  gguf::testing::TempDir dir;
+  std::vector<std::string> paths = {tiny_llama(dir, "Q4_K_M")};
+  if (std::filesystem::exists(tiny_model_path("mixtral"))) {
+    paths.push_back(tiny_model_path("mixtral"));
+  }
+  // 70 rows in one step (flash attention over two steps of keys).
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 70; ++t) prompt.push_back(1 + (t * 37) % 250);
+  const std::vector<int32_t> next = {21, 90, 150};
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    Loaded m = open_model(path);
+    ASSERT_NE(m.model, nullptr);
+    const auto run = [&](Schedule schedule) {
+      cuda_emulation::schedule = schedule;
+      auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer},
+                                   test_options(/*max_batch=*/96, 0, /*mma_min_rows=*/8),
+                                   testing::emulated_step_device());
+      EXPECT_TRUE(b.ok()) << b.status();
+      std::vector<std::vector<float>> logits;
+      if (b.ok()) logits = logits_alone(**b, 0, prompt, next, /*n_ctx=*/128);
+      cuda_emulation::schedule = Schedule::kInOrder;
+      return logits;
+    };
+    const std::vector<std::vector<float>> first = run(Schedule::kInOrder);
+    ASSERT_EQ(first.size(), next.size() + 1);
+    for (const Schedule schedule : {Schedule::kReversed, Schedule::kShuffled,
+                                    Schedule::kWarpsAlone, Schedule::kWarpsAloneReversed}) {
+      SCOPED_TRACE(static_cast<int>(schedule));
+      const std::vector<std::vector<float>> other = run(schedule);
+      ASSERT_EQ(other.size(), first.size());
+      for (size_t step = 0; step < first.size(); ++step) {
+        ASSERT_EQ(other[step].size(), first[step].size());
+        EXPECT_EQ(std::memcmp(other[step].data(), first[step].data(),
+                              first[step].size() * sizeof(float)),
+                  0)
+            << "step " << step;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(On, DeviceBackendSteps, ::testing::Values("emulated", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
