@@ -749,11 +749,20 @@ else
   # Matmul weights of the Llama-3-8B shape (32 blocks of q, k, v, o, gate,
   # up, down, and the 128256-row head): 2 flop per weight per token.
   flop_per_token=15.01e9
-  # H200 dense tensor-core peaks by the datasheet: f16/bf16 989 TFLOP/s,
-  # int8 1979 TOP/s (Q4_K_M's prompt matrices run on the int8 kernel unless
-  # the tuner finds an f16 form faster: prefill_forms).
-  peak_tflops=989
-  peak_int8_tops=1979
+  # The device's dense tensor-core peaks by NVIDIA's datasheets, f16/bf16
+  # TFLOP/s and int8 TOP/s (Q4_K_M's prompt matrices run on the int8 kernel
+  # unless the tuner finds an f16 form faster: prefill_forms): H100 SXM and
+  # H200 989 and 1979, H100 NVL 835 and 1671, H100 PCIe 756 and 1513, A100
+  # 312 and 624. Another device: no peak, its fractions null.
+  device_name="$(head -1 "$LOGS/nvidia-smi.txt" 2>/dev/null | cut -d, -f1)"
+  [[ -n "$device_name" ]] || device_name="$(grep -o '"device": "[^"]*"' "$LOGS/read-bandwidth.json" 2>/dev/null | head -1 | sed 's/.*: "//; s/"$//')"
+  case "$device_name" in
+    *H100*PCIe*) peak_tflops=756 peak_int8_tops=1513 ;;
+    *H100*NVL*) peak_tflops=835 peak_int8_tops=1671 ;;
+    *H100* | *H200*) peak_tflops=989 peak_int8_tops=1979 ;;
+    *A100*) peak_tflops=312 peak_int8_tops=624 ;;
+    *) peak_tflops=0 peak_int8_tops=0 ;;
+  esac
   ratios="$(awk -v pp="${pp:-0}" -v tg1="${tg1:-0}" -v tg16="${tg16:-0}" -v b="${bytes:-0}" \
     -v bw="${bw_gb_s:-0}" -v f="$flop_per_token" -v peak="$peak_tflops" -v peak8="$peak_int8_tops" \
     -v ppi="${pp_i8:-0}" -v ppf="${pp_f16:-0}" -v ppm="${pp_f16_mma:-0}" -v tgd="${tg16_dp4a:-0}" -v tgf="${tg_float:-0}" -v tgn="${tg_nopdl:-0}" \
@@ -764,13 +773,14 @@ else
       printf "\"decode16_dp4a_tok_s\": %s, ", (tgd > 0 ? tgd : "null");
       printf "\"mma_over_dp4a_decode16\": %s, ", (tgd > 0 ? sprintf("%.2f", tg16 / tgd) : "null");
       printf "\"prefill_tflops\": %.1f, ", pp * f / 1e12;
-      printf "\"prefill_fraction_of_f16_peak\": %.3f, ", pp * f / 1e12 / peak;
-      printf "\"prefill_fraction_of_int8_peak\": %.3f, ", pp * f / 1e12 / peak8;
+      printf "\"tensor_peaks\": %s, ", (peak > 0 ? sprintf("{\"f16_tflops\": %d, \"int8_tops\": %d}", peak, peak8) : "null");
+      printf "\"prefill_fraction_of_f16_peak\": %s, ", (peak > 0 ? sprintf("%.3f", pp * f / 1e12 / peak) : "null");
+      printf "\"prefill_fraction_of_int8_peak\": %s, ", (peak8 > 0 ? sprintf("%.3f", pp * f / 1e12 / peak8) : "null");
       printf "\"pp512_int8_kernel_tok_s\": %s, ", (ppi > 0 ? ppi : "null");
       printf "\"tuned_over_int8_prefill\": %s, ", (ppi > 0 ? sprintf("%.2f", pp / ppi) : "null");
       printf "\"pp512_f16_kernel_tok_s\": %s, ", (ppf > 0 ? ppf : "null");
       printf "\"int8_over_f16_prefill\": %s, ", (ppi > 0 && ppf > 0 ? sprintf("%.2f", ppi / ppf) : "null");
-      printf "\"f16_kernel_fraction_of_f16_peak\": %s, ", (ppf > 0 ? sprintf("%.3f", ppf * f / 1e12 / peak) : "null");
+      printf "\"f16_kernel_fraction_of_f16_peak\": %s, ", (ppf > 0 && peak > 0 ? sprintf("%.3f", ppf * f / 1e12 / peak) : "null");
       printf "\"pp512_f16_mma_sync_tok_s\": %s, ", (ppm > 0 ? ppm : "null");
       printf "\"wgmma_over_mma_sync_prefill\": %s, ", (ppm > 0 ? sprintf("%.2f", ppf / ppm) : "null");
       printf "\"tg128_float_kernel_tok_s\": %s, ", (tgf > 0 ? tgf : "null");
