@@ -9,7 +9,7 @@
 # show (a handoff between blocks, which it runs one after another; a warp's
 # reads before its own mma.sync, which it runs as a warp barrier):
 # docs/gpu.md lists those. Not part of the test suite (a run of the kernel
-# tests a barrier and schedule: about 12 minutes on 2 cores).
+# tests a barrier and schedule: about 20 minutes on 2 cores).
 #
 #   scripts/barrier-check.sh [BUILD] [FILE.cuh:LINE...]
 #
