@@ -29,6 +29,14 @@ schedules=(emulated emulated_reversed emulated_shuffled emulated_warps_alone
            emulated_warps_alone_reversed)
 if [[ $# -gt 0 ]]; then
   barriers=("$@")
+  for at in "${barriers[@]}"; do
+    file="$root/worker/cuda/kernels/${at%%:*}" line="${at##*:}"
+    if [[ ! "$line" =~ ^[0-9]+$ || ! -f "$file" ]] ||
+       ! sed -n "${line}p" "$file" | grep -q -E '__syncthreads\(\)|__syncwarp\(\)'; then
+      echo "barrier-check: $at is no __syncthreads()/__syncwarp() call of worker/cuda/kernels" >&2
+      exit 2
+    fi
+  done
 else
   mapfile -t barriers < <(cd "$root/worker/cuda/kernels" &&
     grep -n -E '__syncthreads\(\)|__syncwarp\(\)' -- *.cuh | cut -d: -f1,2)
