@@ -25,8 +25,10 @@ if [[ ! -x "$tests" ]]; then
   echo "barrier-check: no $tests (build strata_cuda_tests with CUDA first)" >&2
   exit 2
 fi
-schedules=(emulated emulated_reversed emulated_shuffled emulated_warps_alone
-           emulated_warps_alone_reversed)
+# The emulated instances of a kernel case: one a schedule.
+mapfile -t schedules < <("$tests" --gtest_list_tests \
+  --gtest_filter='On/Kernels.AMissingEntryIsInvalidArgument/emulated*' |
+  sed -n 's/^ *AMissingEntryIsInvalidArgument\/\([a-z_]*\).*/\1/p')
 if [[ $# -gt 0 ]]; then
   barriers=("$@")
   for at in "${barriers[@]}"; do

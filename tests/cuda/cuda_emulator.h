@@ -497,8 +497,31 @@ enum class Schedule {
   kWarpsAlone,          // blocks and warps by index, each warp alone as far as it goes
   kWarpsAloneReversed,  // the same from the last block and warp
 };
+inline constexpr Schedule kSchedules[] = {Schedule::kInOrder, Schedule::kReversed,
+                                          Schedule::kShuffled, Schedule::kWarpsAlone,
+                                          Schedule::kWarpsAloneReversed};
+// "in_order", "reversed", "shuffled", "warps_alone", "warps_alone_reversed".
+inline const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kInOrder: return "in_order";
+    case Schedule::kReversed: return "reversed";
+    case Schedule::kShuffled: return "shuffled";
+    case Schedule::kWarpsAlone: return "warps_alone";
+    case Schedule::kWarpsAloneReversed: return "warps_alone_reversed";
+  }
+  return "?";
+}
 inline Schedule schedule = Schedule::kInOrder;
 inline uint64_t schedule_state = 0x9E3779B97F4A7C15ull;  // kShuffled's
+
+// `schedule` for a scope, in order again after it.
+class ScheduleScope {
+ public:
+  explicit ScheduleScope(Schedule s) { schedule = s; }
+  ~ScheduleScope() { schedule = Schedule::kInOrder; }
+  ScheduleScope(const ScheduleScope&) = delete;
+  ScheduleScope& operator=(const ScheduleScope&) = delete;
+};
 
 // `order` = [0, n) in `schedule`'s order.
 inline void schedule_order(std::vector<unsigned>& order, unsigned n) {

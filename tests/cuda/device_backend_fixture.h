@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <span>
@@ -93,6 +94,13 @@ std::string stories_path();
 // scripts/make-test-models.sh makes: models_dir()/tiny/tiny-NAME.gguf
 // (absent when it was not made).
 std::string tiny_model_path(const std::string& name);
+// Declares `path` = tiny_model_path(name), or skips the test saying the
+// model is absent.
+#define STRATA_TINY_MODEL_OR_SKIP(path, name)                                        \
+  const std::string path = tiny_model_path(name);                                    \
+  if (!std::filesystem::exists(path)) {                                              \
+    GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";        \
+  }
 
 // Parameterized by the device kind; instantiated on "emulated" and "cuda".
 class DeviceBackend : public ::testing::TestWithParam<std::string> {

@@ -622,10 +622,7 @@ TEST(DeviceBackendLaunches, BatchedDecodeOnTheTensorCoresKeepsEachSequencesBits)
 // of each of gate, up and down a block, no gathered expert rows; a 9-row
 // prompt step (18 slots) gathers.
 TEST(DeviceBackendLaunches, AMixturesDecodeStepRunsEachExpertMatrixInOneLaunch) {
-  const std::string path = tiny_model_path("mixtral");
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
-  }
+  STRATA_TINY_MODEL_OR_SKIP(path, "mixtral");
   Loaded m = open_model(path);
   ASSERT_NE(m.model, nullptr);
   DeviceBackendOptions o = test_options(32, 0, /*mma_min_rows=*/0);
@@ -675,10 +672,7 @@ void route_past_the_experts(const float*, int n_expert, int k, int, int, float, 
 }
 
 TEST(DeviceBackendLaunches, ADeviceRoutingOutOfRangeIsRefusedNotFollowed) {
-  const std::string path = tiny_model_path("mixtral");
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
-  }
+  STRATA_TINY_MODEL_OR_SKIP(path, "mixtral");
   Loaded m = open_model(path);
   ASSERT_NE(m.model, nullptr);
   std::unique_ptr<testing::EmulatedDeviceApi> api = testing::emulated_step_device();
@@ -781,21 +775,20 @@ TEST(DeviceBackendLaunches, StepsGiveTheSameBitsWhateverOrderThreadsRunIn) {
     Loaded m = open_model(path);
     ASSERT_NE(m.model, nullptr);
     const auto run = [&](Schedule schedule) {
-      cuda_emulation::schedule = schedule;
+      const cuda_emulation::ScheduleScope scope(schedule);
       auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer},
                                    test_options(/*max_batch=*/96, 0, /*mma_min_rows=*/8),
                                    testing::emulated_step_device());
       EXPECT_TRUE(b.ok()) << b.status();
       std::vector<std::vector<float>> logits;
       if (b.ok()) logits = logits_alone(**b, 0, prompt, next, /*n_ctx=*/128);
-      cuda_emulation::schedule = Schedule::kInOrder;
       return logits;
     };
     const std::vector<std::vector<float>> first = run(Schedule::kInOrder);
     ASSERT_EQ(first.size(), next.size() + 1);
-    for (const Schedule schedule : {Schedule::kReversed, Schedule::kShuffled,
-                                    Schedule::kWarpsAlone, Schedule::kWarpsAloneReversed}) {
-      SCOPED_TRACE(static_cast<int>(schedule));
+    for (const Schedule schedule : cuda_emulation::kSchedules) {
+      if (schedule == Schedule::kInOrder) continue;
+      SCOPED_TRACE(cuda_emulation::schedule_name(schedule));
       const std::vector<std::vector<float>> other = run(schedule);
       ASSERT_EQ(other.size(), first.size());
       for (size_t step = 0; step < first.size(); ++step) {

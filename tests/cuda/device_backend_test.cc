@@ -267,10 +267,7 @@ class DeviceBackendTinyModels
 
 TEST_P(DeviceBackendTinyModels, GreedyAgreesWithTheCpuBackend) {
   STRATA_ON_DEVICE(std::get<0>(GetParam()));
-  const std::string path = tiny_model_path(std::get<1>(GetParam()));
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
-  }
+  STRATA_TINY_MODEL_OR_SKIP(path, std::get<1>(GetParam()));
   gguf::testing::TempDir dir;
   const std::string f32 = dir.file("f32.gguf");
   ASSERT_TRUE(write_converted_copy(path, f32, matrices_as(GgmlType::kF32)).ok());
@@ -292,10 +289,7 @@ TEST_P(DeviceBackendTinyModels, GreedyAgreesWithTheCpuBackend) {
 // none of 12 on any model).
 TEST_P(DeviceBackendTinyModels, TheirOwnTypesGiveTheCpuBackendsLogits) {
   STRATA_ON_DEVICE(std::get<0>(GetParam()));
-  const std::string path = tiny_model_path(std::get<1>(GetParam()));
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << path << " absent (scripts/make-test-models.sh makes it)";
-  }
+  STRATA_TINY_MODEL_OR_SKIP(path, std::get<1>(GetParam()));
   Loaded m = open_model(path);
   ASSERT_NE(m.model, nullptr);
   auto cpu = cpu_backend(m, {0, m.hp.n_layer});

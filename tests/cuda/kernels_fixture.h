@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -304,24 +305,32 @@ inline std::vector<float> normal_values(size_t n, uint32_t seed, float sigma = 1
   return v;
 }
 
-// "emulated", "emulated_reversed", "emulated_shuffled",
-// "emulated_warps_alone", "emulated_warps_alone_reversed": the emulation's
-// schedules (cuda_emulator.h Schedule: a kernel whose results depend on the
-// order its threads run in fails in one of them); "cuda".
+// The fixture's parameters: "emulated" (the emulation in order),
+// "emulated_" + each other schedule's name (cuda_emulator.h Schedule: a
+// kernel whose results depend on the order its threads run in fails in one
+// of them: "emulated_reversed", ...), and "cuda".
+inline std::vector<std::string> kernel_params() {
+  std::vector<std::string> params = {"emulated"};
+  for (const cuda_emulation::Schedule s : cuda_emulation::kSchedules) {
+    if (s != cuda_emulation::Schedule::kInOrder) {
+      params.push_back(std::string("emulated_") + cuda_emulation::schedule_name(s));
+    }
+  }
+  params.push_back("cuda");
+  return params;
+}
 inline cuda_emulation::Schedule schedule_of(const std::string& param) {
-  using cuda_emulation::Schedule;
-  if (param == "emulated_reversed") return Schedule::kReversed;
-  if (param == "emulated_shuffled") return Schedule::kShuffled;
-  if (param == "emulated_warps_alone") return Schedule::kWarpsAlone;
-  if (param == "emulated_warps_alone_reversed") return Schedule::kWarpsAloneReversed;
-  return Schedule::kInOrder;
+  for (const cuda_emulation::Schedule s : cuda_emulation::kSchedules) {
+    if (param == std::string("emulated_") + cuda_emulation::schedule_name(s)) return s;
+  }
+  return cuda_emulation::Schedule::kInOrder;
 }
 
 class Kernels : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam().starts_with("emulated")) {
-      cuda_emulation::schedule = schedule_of(GetParam());
+      schedule_.emplace(schedule_of(GetParam()));
       api_ = emulated_device();
       return;
     }
@@ -381,8 +390,7 @@ class Kernels : public ::testing::TestWithParam<std::string> {
         held);
   }
 
-  void TearDown() override { cuda_emulation::schedule = cuda_emulation::Schedule::kInOrder; }
-
+  std::optional<cuda_emulation::ScheduleScope> schedule_;  // the emulation's, for the test
   std::unique_ptr<DeviceApi> api_;
 };
 

@@ -674,10 +674,7 @@ TEST_P(Kernels, AMissingEntryIsInvalidArgument) {
   EXPECT_NE(st.message().find("strata_no_such_kernel"), std::string::npos) << st;
 }
 
-INSTANTIATE_TEST_SUITE_P(On, Kernels,
-                         ::testing::Values("emulated", "emulated_reversed", "emulated_shuffled",
-                                           "emulated_warps_alone",
-                                           "emulated_warps_alone_reversed", "cuda"),
+INSTANTIATE_TEST_SUITE_P(On, Kernels, ::testing::ValuesIn(kernel_params()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
