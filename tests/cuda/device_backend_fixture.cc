@@ -91,6 +91,17 @@ std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<in
   return out;
 }
 
+std::vector<float> forward_logits(Backend& b, const std::vector<int32_t>& tokens,
+                                  const std::vector<ForwardSlice>& slices) {
+  ForwardRequest req;
+  req.tokens = tokens;
+  req.slices = slices;
+  ForwardResult r;
+  const absl::Status st = b.forward(req, &r);
+  EXPECT_TRUE(st.ok()) << st;
+  return std::vector<float>(r.logits.begin(), r.logits.end());
+}
+
 std::string stories_path() {
   return (strata::testing::shared_dir() / "models" / "stories260K.gguf").string();
 }

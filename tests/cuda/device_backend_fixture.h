@@ -1,7 +1,9 @@
 // The fixture of the device backend's tests (device_backend_test.cc: the
 // forward pass against the cpu backend, batches, splits, refusals;
 // device_backend_steps_test.cc: decode steps from graphs, picks on the
-// device; top-k candidates there): every case twice, on the CPU emulation of the device
+// device; top-k candidates there; device_backend_tuner_test.cc: the tuner;
+// device_backend_launches_test.cc: what a step launches, on the emulation
+// alone): every case twice, on the CPU emulation of the device
 // (tests/cuda/emulated_step_kernels.h: the kernel sources compiled for the
 // host), which runs everywhere, and on a GPU (make_cuda_device_api(0):
 // NVRTC, cudart), which skips, saying "no CUDA device: ...", without one.
@@ -87,6 +89,11 @@ std::unique_ptr<Backend> cpu_backend(const Loaded& m, BlockRange range, int max_
 // told of a failure).
 std::vector<std::vector<float>> logits_alone(Backend& b, int seq, std::vector<int32_t> prompt,
                                              const std::vector<int32_t>& next, int n_ctx = 64);
+
+// The logits of one forward step of `slices` (the test is told of a
+// failure).
+std::vector<float> forward_logits(Backend& b, const std::vector<int32_t>& tokens,
+                                  const std::vector<ForwardSlice>& slices);
 
 // ../shared/models/stories260K.gguf.
 std::string stories_path();

@@ -8,7 +8,8 @@
 // the model split across device backends, the KV rows of the prefix cache,
 // and the refusals of what the kernels do not run (the fixture:
 // device_backend_fixture.h; graphs and device picks:
-// device_backend_steps_test.cc; the tuner: device_backend_tuner_test.cc).
+// device_backend_steps_test.cc; the tuner: device_backend_tuner_test.cc;
+// the launches of a step: device_backend_launches_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
