@@ -393,54 +393,90 @@ TEST(DeviceBackendLaunches, DecodeAttentionSplitsOnlyPastAChunk) {
   }
 }
 
-// No kernel build the backend launches depends on the order its threads
-// run in: a 70-row prompt on the tensor cores (int8 mma.sync, flash
-// attention) then decode steps give the same bits in each of the emulation's other
-// schedules (cuda_emulator.h Schedule: reversed, shuffled, each warp alone
-// ahead of the others) as in the first, for a tiny llama in Q4_K_M and the
-// tiny mixtral (its routing, the prompt's gathered experts, the decode
-// steps' expert slots). The kernel tests run each kernel in every schedule
-// at their own builds; these are the backend's (step_kernels.h).
-TEST(DeviceBackendLaunches, StepsGiveTheSameBitsWhateverOrderThreadsRunIn) {
-  using cuda_emulation::Schedule;
-  gguf::testing::TempDir dir;
+// The models and steps the order tests below run: a tiny llama in Q4_K_M
+// and (where made) the tiny mixtral (its routing, the prompt's gathered
+// experts, the decode steps' expert slots); a 70-row prompt in one step on
+// the tensor cores (int8 mma.sync, flash attention over two steps of
+// keys), then three decode steps.
+std::vector<std::string> order_models(gguf::testing::TempDir& dir) {
   std::vector<std::string> paths = {tiny_llama(dir, "Q4_K_M")};
   if (std::filesystem::exists(tiny_model_path("mixtral"))) {
     paths.push_back(tiny_model_path("mixtral"));
   }
-  // 70 rows in one step (flash attention over two steps of keys).
-  std::vector<int32_t> prompt;
-  for (int t = 0; t < 70; ++t) prompt.push_back(1 + (t * 37) % 250);
-  const std::vector<int32_t> next = {21, 90, 150};
-  for (const std::string& path : paths) {
+  return paths;
+}
+const std::vector<int32_t>& order_prompt() {
+  static const std::vector<int32_t> prompt = [] {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 70; ++t) p.push_back(1 + (t * 37) % 250);
+    return p;
+  }();
+  return prompt;
+}
+const std::vector<int32_t> kOrderNext = {21, 90, 150};
+// Their logits, step by step, on a fresh emulated backend (in the
+// emulation's schedule and race check as set by the caller).
+std::vector<std::vector<float>> order_logits(const Loaded& m) {
+  auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer},
+                               test_options(/*max_batch=*/96, 0, /*mma_min_rows=*/8),
+                               testing::emulated_step_device());
+  EXPECT_TRUE(b.ok()) << b.status();
+  if (!b.ok()) return {};
+  return logits_alone(**b, 0, order_prompt(), kOrderNext, /*n_ctx=*/128);
+}
+void expect_same_bits(const std::vector<std::vector<float>>& got,
+                      const std::vector<std::vector<float>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t step = 0; step < want.size(); ++step) {
+    ASSERT_EQ(got[step].size(), want[step].size());
+    EXPECT_EQ(std::memcmp(got[step].data(), want[step].data(), want[step].size() * sizeof(float)),
+              0)
+        << "step " << step;
+  }
+}
+
+// No kernel build the backend launches depends on the order its threads
+// run in: the steps above give the same bits in each of the emulation's
+// other schedules (cuda_emulator.h Schedule: reversed, shuffled, each warp
+// alone ahead of the others) as in the first. The kernel tests run each
+// kernel in every schedule at their own builds; these are the backend's
+// (step_kernels.h).
+TEST(DeviceBackendLaunches, StepsGiveTheSameBitsWhateverOrderThreadsRunIn) {
+  using cuda_emulation::Schedule;
+  gguf::testing::TempDir dir;
+  for (const std::string& path : order_models(dir)) {
     SCOPED_TRACE(path);
     Loaded m = open_model(path);
     ASSERT_NE(m.model, nullptr);
-    const auto run = [&](Schedule schedule) {
-      const cuda_emulation::ScheduleScope scope(schedule);
-      auto b = make_device_backend(m.model, m.hp, {0, m.hp.n_layer},
-                                   test_options(/*max_batch=*/96, 0, /*mma_min_rows=*/8),
-                                   testing::emulated_step_device());
-      EXPECT_TRUE(b.ok()) << b.status();
-      std::vector<std::vector<float>> logits;
-      if (b.ok()) logits = logits_alone(**b, 0, prompt, next, /*n_ctx=*/128);
-      return logits;
-    };
-    const std::vector<std::vector<float>> first = run(Schedule::kInOrder);
-    ASSERT_EQ(first.size(), next.size() + 1);
+    const std::vector<std::vector<float>> first = order_logits(m);
+    ASSERT_EQ(first.size(), kOrderNext.size() + 1);
     for (const Schedule schedule : cuda_emulation::kSchedules) {
       if (schedule == Schedule::kInOrder) continue;
       SCOPED_TRACE(cuda_emulation::schedule_name(schedule));
-      const std::vector<std::vector<float>> other = run(schedule);
-      ASSERT_EQ(other.size(), first.size());
-      for (size_t step = 0; step < first.size(); ++step) {
-        ASSERT_EQ(other[step].size(), first[step].size());
-        EXPECT_EQ(std::memcmp(other[step].data(), first[step].data(),
-                              first[step].size() * sizeof(float)),
-                  0)
-            << "step " << step;
-      }
+      const cuda_emulation::ScheduleScope scope(schedule);
+      expect_same_bits(order_logits(m), first);
     }
+  }
+}
+
+// Nor do they race in shared memory, or read shared memory their block
+// never wrote: under the emulation's race check (cuda_emulator.h
+// RaceCheckScope: every block's shared memory starts as NaNs, and two
+// threads' unordered writes to one byte are reported) the steps report no
+// race and give the bits they give without it.
+TEST(DeviceBackendLaunches, StepsWriteSharedMemoryWithoutRaces) {
+  gguf::testing::TempDir dir;
+  for (const std::string& path : order_models(dir)) {
+    SCOPED_TRACE(path);
+    Loaded m = open_model(path);
+    ASSERT_NE(m.model, nullptr);
+    const std::vector<std::vector<float>> first = order_logits(m);
+    ASSERT_EQ(first.size(), kOrderNext.size() + 1);
+    const cuda_emulation::RaceCheckScope check;
+    expect_same_bits(order_logits(m), first);
+    std::string described;
+    for (const std::string& r : check.reports()) described += r + "\n";
+    EXPECT_EQ(check.races(), 0u) << described;
   }
 }
 

@@ -308,7 +308,11 @@ inline std::vector<float> normal_values(size_t n, uint32_t seed, float sigma = 1
 // The fixture's parameters: "emulated" (the emulation in order),
 // "emulated_" + each other schedule's name (cuda_emulator.h Schedule: a
 // kernel whose results depend on the order its threads run in fails in one
-// of them: "emulated_reversed", ...), and "cuda".
+// of them: "emulated_reversed", ...), "emulated_racecheck" (in order under
+// cuda_emulator.h's race check: a case fails on two threads' unordered
+// writes to one byte of shared memory, and a read of shared memory never
+// written gives NaNs), and "cuda".
+inline constexpr char kRaceCheckParam[] = "emulated_racecheck";
 inline std::vector<std::string> kernel_params() {
   std::vector<std::string> params = {"emulated"};
   for (const cuda_emulation::Schedule s : cuda_emulation::kSchedules) {
@@ -316,6 +320,7 @@ inline std::vector<std::string> kernel_params() {
       params.push_back(std::string("emulated_") + cuda_emulation::schedule_name(s));
     }
   }
+  params.push_back(kRaceCheckParam);
   params.push_back("cuda");
   return params;
 }
@@ -331,6 +336,7 @@ class Kernels : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (GetParam().starts_with("emulated")) {
       schedule_.emplace(schedule_of(GetParam()));
+      if (GetParam() == kRaceCheckParam) race_check_.emplace();
       api_ = emulated_device();
       return;
     }
@@ -390,7 +396,16 @@ class Kernels : public ::testing::TestWithParam<std::string> {
         held);
   }
 
+  void TearDown() override {
+    if (!race_check_) return;
+    std::string described;
+    for (const std::string& r : race_check_->reports()) described += r + "\n";
+    EXPECT_EQ(race_check_->races(), 0u) << "bytes of shared memory written racing; the first:\n"
+                                        << described;
+  }
+
   std::optional<cuda_emulation::ScheduleScope> schedule_;  // the emulation's, for the test
+  std::optional<cuda_emulation::RaceCheckScope> race_check_;  // "emulated_racecheck"
   std::unique_ptr<DeviceApi> api_;
 };
 
