@@ -195,13 +195,14 @@ inline void yield() {
 //   here runs to its next barrier, so a read, add and write is never
 //   interleaved.
 // Only the pages written since the last stop are compared: the pages the
-// section spans stay read-only while a block runs, and the first write to
-// one faults (SIGSEGV) into race_check_on_fault, which notes the page and
-// lets the write through. The first and last of them hold other data too
-// (the section's neighbours in .data and .bss): a write to that is let
-// through the same way, at the cost of a fault, and a system call writing
-// there while a block runs would fail (EFAULT) instead; nothing the
-// emulated kernels or the tests call does.
+// section spans stay read-only from a block's start to the scope's end,
+// and the first write to one faults (SIGSEGV) into race_check_on_fault,
+// which notes the page and lets the write through. The first of them may
+// hold the end of .data too (the last holds none: .bss starts a page of
+// its own, bss_after_shared_section at the end of this file): a write to
+// that is let through the same way, at the cost of a fault, and a system
+// call writing there would fail (EFAULT) instead; nothing the emulated
+// kernels or the tests call does.
 // What it does not see: a write of the value the byte already holds, reads
 // (a read racing a write shows as results that change with the schedule),
 // and global memory.
@@ -236,8 +237,8 @@ struct RaceCheck {
   std::vector<std::string> reports;  // the first kMaxReports races, described
   Report last_report;
   size_t races = 0;  // bytes written racing, in all
-  // The pages the section spans, read-only while a block runs, and those
-  // written since the last stop. On the heap: the fault handler writes
+  // The pages the section spans, read-only from a block's start to the
+  // scope's end, and those written since the last stop. On the heap: the fault handler writes
   // there only (a write to a read-only page in a handler would kill the
   // process, and this struct may share a page with the section).
   struct Pages {
