@@ -381,11 +381,11 @@ gtest_step() {
 }
 # The device backend's tests find stories260K under $STRATA_SHARED_DIR/models
 # and the tiny models under $STRATA_MODELS_DIR/tiny (tests/test_paths.h).
-# On the GPU the emulated halves and the NVRTC-only source tests (run where
-# the bundle was built) are left out.
+# On the GPU the emulated halves, the emulation's own tests and the
+# NVRTC-only source tests (all run where the bundle was built) are left out.
 STRATA_SHARED_DIR="$WORK" STRATA_MODELS_DIR="$WORK/models" \
   gtest_step cuda_tests strata_cuda_tests "the CUDA kernel and backend tests are" 200 \
-  '-*/emulated:*emulated_*:CudaMatvecSource.*:CudaKernelSources.*:NvrtcCompilerTest.*' \
+  '-*/emulated:*emulated_*:DeviceBackendLaunches.*:DeviceBackendUpload.*:CudaEmulatorRaceCheck.*:CudaMatvecSource.*:CudaKernelSources.*:NvrtcCompilerTest.*' \
   '-*/emulated:*emulated_*'
 CUDA_FAILED="$FAILED_TESTS"
 
