@@ -450,6 +450,15 @@ class RaceCheckScope {
   RaceCheckScope& operator=(const RaceCheckScope&) = delete;
   // The first RaceCheck::kMaxReports races, each a line.
   const std::vector<std::string>& reports() const { return race_check.reports; }
+  // They, a line each, after a line saying how many bytes raced ("" when
+  // none did): for a failed expectation's message.
+  std::string described() const {
+    if (race_check.races == 0) return "";
+    std::string text = std::to_string(race_check.races) +
+                       " bytes of shared memory written racing; the first:\n";
+    for (const std::string& r : race_check.reports) text += r + "\n";
+    return text;
+  }
   // Bytes written racing, in all.
   size_t races() const { return race_check.races; }
 

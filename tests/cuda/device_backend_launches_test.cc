@@ -424,6 +424,19 @@ std::vector<std::vector<float>> order_logits(const Loaded& m) {
   if (!b.ok()) return {};
   return logits_alone(**b, 0, order_prompt(), kOrderNext, /*n_ctx=*/128);
 }
+// For each of the models: `check(m, first)`, first its logits in order.
+template <typename Check>
+void for_each_order_model(Check check) {
+  gguf::testing::TempDir dir;
+  for (const std::string& path : order_models(dir)) {
+    SCOPED_TRACE(path);
+    Loaded m = open_model(path);
+    ASSERT_NE(m.model, nullptr);
+    const std::vector<std::vector<float>> first = order_logits(m);
+    ASSERT_EQ(first.size(), kOrderNext.size() + 1);
+    check(m, first);
+  }
+}
 void expect_same_bits(const std::vector<std::vector<float>>& got,
                       const std::vector<std::vector<float>>& want) {
   ASSERT_EQ(got.size(), want.size());
@@ -442,21 +455,14 @@ void expect_same_bits(const std::vector<std::vector<float>>& got,
 // kernel in every schedule at their own builds; these are the backend's
 // (step_kernels.h).
 TEST(DeviceBackendLaunches, StepsGiveTheSameBitsWhateverOrderThreadsRunIn) {
-  using cuda_emulation::Schedule;
-  gguf::testing::TempDir dir;
-  for (const std::string& path : order_models(dir)) {
-    SCOPED_TRACE(path);
-    Loaded m = open_model(path);
-    ASSERT_NE(m.model, nullptr);
-    const std::vector<std::vector<float>> first = order_logits(m);
-    ASSERT_EQ(first.size(), kOrderNext.size() + 1);
-    for (const Schedule schedule : cuda_emulation::kSchedules) {
-      if (schedule == Schedule::kInOrder) continue;
+  for_each_order_model([](const Loaded& m, const std::vector<std::vector<float>>& first) {
+    for (const cuda_emulation::Schedule schedule : cuda_emulation::kSchedules) {
+      if (schedule == cuda_emulation::Schedule::kInOrder) continue;
       SCOPED_TRACE(cuda_emulation::schedule_name(schedule));
       const cuda_emulation::ScheduleScope scope(schedule);
       expect_same_bits(order_logits(m), first);
     }
-  }
+  });
 }
 
 // Nor do they race in shared memory, or read shared memory their block
@@ -465,19 +471,11 @@ TEST(DeviceBackendLaunches, StepsGiveTheSameBitsWhateverOrderThreadsRunIn) {
 // threads' unordered writes to one byte are reported) the steps report no
 // race and give the bits they give without it.
 TEST(DeviceBackendLaunches, StepsWriteSharedMemoryWithoutRaces) {
-  gguf::testing::TempDir dir;
-  for (const std::string& path : order_models(dir)) {
-    SCOPED_TRACE(path);
-    Loaded m = open_model(path);
-    ASSERT_NE(m.model, nullptr);
-    const std::vector<std::vector<float>> first = order_logits(m);
-    ASSERT_EQ(first.size(), kOrderNext.size() + 1);
+  for_each_order_model([](const Loaded& m, const std::vector<std::vector<float>>& first) {
     const cuda_emulation::RaceCheckScope check;
     expect_same_bits(order_logits(m), first);
-    std::string described;
-    for (const std::string& r : check.reports()) described += r + "\n";
-    EXPECT_EQ(check.races(), 0u) << described;
-  }
+    EXPECT_EQ(check.races(), 0u) << check.described();
+  });
 }
 
 }  // namespace

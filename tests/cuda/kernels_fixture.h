@@ -397,11 +397,9 @@ class Kernels : public ::testing::TestWithParam<std::string> {
   }
 
   void TearDown() override {
-    if (!race_check_) return;
-    std::string described;
-    for (const std::string& r : race_check_->reports()) described += r + "\n";
-    EXPECT_EQ(race_check_->races(), 0u) << "bytes of shared memory written racing; the first:\n"
-                                        << described;
+    if (race_check_) {
+      EXPECT_EQ(race_check_->races(), 0u) << race_check_->described();
+    }
   }
 
   std::optional<cuda_emulation::ScheduleScope> schedule_;  // the emulation's, for the test
