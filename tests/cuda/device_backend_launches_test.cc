@@ -466,7 +466,7 @@ TEST(DeviceBackendLaunches, StepsGiveTheSameBitsWhateverOrderThreadsRunIn) {
 }
 
 // Nor do they race in shared memory, or read shared memory their block
-// never wrote: under the emulation's race check (cuda_emulator.h
+// never wrote: under the emulation's race check (cuda_emulator_race_check.h
 // RaceCheckScope: every block's shared memory starts as NaNs, and two
 // threads' unordered writes to one byte are reported) the steps report no
 // race and give the bits they give without it.

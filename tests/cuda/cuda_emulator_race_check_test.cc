@@ -1,4 +1,4 @@
-// The CPU emulation's race check (tests/cuda/cuda_emulator.h
+// The CPU emulation's race check (tests/cuda/cuda_emulator_race_check.h
 // RaceCheckScope) on small kernels written here, each racing or not by
 // construction: what it must report, and what it must not.
 #include <cmath>
@@ -91,7 +91,7 @@ TEST(CudaEmulatorRaceCheck, ReportsPlainAddsToOneSharedCounter) {
   EXPECT_NE(first.find("block 0: threads 63 and 0 both wrote shared memory bytes ["),
             std::string::npos)
       << first;
-  EXPECT_NE(first.find("cuda_emulator_test.cc:"), std::string::npos) << first;
+  EXPECT_NE(first.find("cuda_emulator_race_check_test.cc:"), std::string::npos) << first;
   EXPECT_LE(check.reports().size(), RaceCheck::kMaxReports);
   EXPECT_EQ(check.described().find(std::to_string(check.races()) +
                                    " bytes of shared memory written racing; the first:\n" + first),
@@ -130,7 +130,7 @@ TEST(CudaEmulatorRaceCheck, AWarpBarrierOrdersOnlyItsOwnLanes) {
             std::string::npos)
       << check.described();
   EXPECT_NE(check.reports()[0].find(") with no barrier between (thread 0 stopping next at "
-                                    "cuda_emulator_test.cc:"),
+                                    "cuda_emulator_race_check_test.cc:"),
             std::string::npos)
       << check.described();
 }
