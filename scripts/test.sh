@@ -8,6 +8,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$STRATA_ROOT/scripts/install-deps.sh"
 "$STRATA_ROOT/scripts/fetch-models.sh"
+"$STRATA_ROOT/scripts/install-test-tools.sh"
 
 status=0
 log "plain build"

@@ -23,7 +23,7 @@ def main() -> int:
         import gguf  # noqa: F401
         from gguf import GGUFReader
     except ImportError:
-        print("SKIP: python package gguf not installed (scripts/fetch-models.sh)")
+        print("SKIP: python package gguf not installed (scripts/install-test-tools.sh)")
         return SKIP
 
     out = subprocess.run([strata, "inspect", "--json", model],

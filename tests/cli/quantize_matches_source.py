@@ -41,7 +41,7 @@ def main() -> int:
         from gguf import GGUFReader, GGMLQuantizationType
         from gguf.quants import dequantize
     except ImportError:
-        print("SKIP: python packages gguf/numpy not installed (scripts/fetch-models.sh)")
+        print("SKIP: python packages gguf/numpy not installed (scripts/install-test-tools.sh)")
         return SKIP
 
     os.makedirs(workdir, exist_ok=True)

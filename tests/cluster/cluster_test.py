@@ -758,7 +758,7 @@ def load_stubs(proto_dir, workdir):
         from grpc_tools import protoc
     except ImportError:
         skip("grpcio / grpcio-tools not installed in this Python "
-             "(scripts/fetch-models.sh installs them in ~/.cache/strata/venv)")
+             "(scripts/install-test-tools.sh installs them in ~/.cache/strata/venv)")
     out = os.path.join(workdir, "stubs")
     os.makedirs(out, exist_ok=True)
     import importlib.resources
@@ -800,7 +800,7 @@ def main():
         skip(f"{args.model} absent (scripts/fetch-models.sh)")
     args.n_layer = n_layer_of(args.model)
     if args.n_layer is None:
-        skip("the gguf Python package is absent (scripts/fetch-models.sh)")
+        skip("the gguf Python package is absent (scripts/install-test-tools.sh)")
     with tempfile.TemporaryDirectory(prefix="strata-cluster-") as workdir:
         stubs = load_stubs(args.proto_dir, workdir)
         f = Failures()

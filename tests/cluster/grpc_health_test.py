@@ -44,7 +44,7 @@ def load_health_stubs(proto_dir, workdir):
         import grpc
         from grpc_tools import protoc
     except ImportError:
-        ct.skip("grpcio / grpcio-tools not installed (scripts/fetch-models.sh)")
+        ct.skip("grpcio / grpcio-tools not installed (scripts/install-test-tools.sh)")
     out = os.path.join(workdir, "health_stubs")
     os.makedirs(out, exist_ok=True)
     # Generated as top-level modules (health_pb2): a `grpc.health` package
@@ -225,7 +225,7 @@ def check_serve_metrics(args, workdir, stubs, api_stubs, f):
             prompt_tokens += done.usage.prompt_tokens if done else 0
         m = scrape(s.http)
         if m is None:
-            print("note: prometheus_client absent: /metrics not parsed (scripts/fetch-models.sh)")
+            print("note: prometheus_client absent: /metrics not parsed (scripts/install-test-tools.sh)")
             return
         want = {
             ("strata:prompt_tokens_total", ()): prompt_tokens,

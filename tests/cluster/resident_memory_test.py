@@ -106,7 +106,7 @@ def main():
     try:
         import gguf  # noqa: F401
     except ImportError:
-        ct.skip("the gguf Python package is absent (scripts/fetch-models.sh)")
+        ct.skip("the gguf Python package is absent (scripts/install-test-tools.sh)")
     avail = status_meminfo("MemAvailable")
     if avail < 8 * GiB:
         ct.skip(f"{avail / GiB:.1f} GiB of memory available; the test needs 8")

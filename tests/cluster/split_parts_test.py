@@ -140,7 +140,7 @@ def main():
         import gguf  # noqa: F401
         import split_gguf
     except ImportError:
-        ct.skip("the gguf Python package is absent (scripts/fetch-models.sh)")
+        ct.skip("the gguf Python package is absent (scripts/install-test-tools.sh)")
     n_layer = ct.n_layer_of(args.model)
     f = ct.Failures()
     with tempfile.TemporaryDirectory(prefix="strata-split-") as workdir:

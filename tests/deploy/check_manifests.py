@@ -47,7 +47,7 @@ try:
     import jsonschema
     import kubernetes_validate
 except ImportError as e:  # pragma: no cover
-    print(f"SKIP: Python package missing ({e}); run scripts/fetch-models.sh")
+    print(f"SKIP: Python package missing ({e}); run scripts/install-test-tools.sh")
     sys.exit(SKIP)
 
 # Published models: the GGUF file name an overlay names -> strata synth
@@ -652,7 +652,7 @@ def main():
     hadolint = os.path.join(a.tools, "hadolint")
     for t in (yamllint, hadolint):
         if not os.access(t, os.X_OK):
-            print(f"SKIP: {t} missing (scripts/fetch-models.sh installs it)")
+            print(f"SKIP: {t} missing (scripts/install-test-tools.sh installs it)")
             return SKIP
 
     report("yamllint deploy/", run_tool(

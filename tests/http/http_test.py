@@ -508,7 +508,7 @@ def parse_args_or_skip():
     try:
         import openai  # noqa: F401
     except ImportError:
-        skip("the openai package is absent (scripts/fetch-models.sh installs it)")
+        skip("the openai package is absent (scripts/install-test-tools.sh installs it)")
     return args
 
 

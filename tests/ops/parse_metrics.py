@@ -17,7 +17,7 @@ def main():
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError:
-        print("SKIP: prometheus_client is not installed (scripts/fetch-models.sh)")
+        print("SKIP: prometheus_client is not installed (scripts/install-test-tools.sh)")
         return 77
     text = open(sys.argv[1], encoding="utf-8").read()
     try:
