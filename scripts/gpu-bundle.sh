@@ -157,6 +157,8 @@ stories="$shared/models/stories260K.gguf"
 cp "$stories" "$OUT/models/stories260K.gguf"
 smollm2="$STRATA_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
 [[ -f "$smollm2" ]] || { log "$smollm2 missing: run scripts/fetch-models.sh"; exit 1; }
+"$STRATA_VENV/bin/python" -c 'import gguf' 2>/dev/null ||
+  { log "no gguf package in $STRATA_VENV: run scripts/install-test-tools.sh"; exit 1; }
 "$STRATA_VENV/bin/python" - "$STRATA_ROOT/scripts" "$smollm2" "$OUT/models/smollm2-tokenizer.gguf" <<'PY' >/dev/null
 # The tokenizer.* keys of SmolLM2 in a GGUF of their own: all that
 # make_tiny_models.py reads of --smollm2 (tokenizer_fields).

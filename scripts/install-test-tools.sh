@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Python tools the tests use (and only the tests: the
 # quickstart needs none of them) into the venv under $STRATA_CACHE, each
-# pinned, each checked by its installed version so a run with all present
+# pinned but numpy (any version), each checked by its installed version so a run with all present
 # asks no registry and builds nothing. Idempotent.
 #   gguf, numpy           the test models' writer (scripts/make_tiny_models.py)
 #   grpcio, grpcio-tools  the cluster tests' gRPC client (stubs from proto/)

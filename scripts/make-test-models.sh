@@ -8,7 +8,7 @@
 # The tests check each file's SHA-256 against the one llama.cpp saw and skip,
 # saying so, on a mismatch.  Usage: make-test-models.sh STRATA_BINARY
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-strata="$1"
+strata="${1:?usage: make-test-models.sh STRATA_BINARY (build/client/cli/strata)}"
 src="$STRATA_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
 mkdir -p "$STRATA_MODELS/requant" "$STRATA_MODELS/tiny"
 for type in Q8_0 Q4_0 Q4_K Q5_K Q6_K; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's first command: installs everything, builds, fetches the default
-# model and runs the main job on it: a cluster on this machine — two
+# The README's first command: installs what it needs (the Debian packages;
+# not the tests' Python tools), builds, fetches the models and runs the main
+# job on the default one: a cluster on this machine — two
 # strata-worker processes and a strata-coordinator on loopback, from the
 # config files in deploy/examples/ — then a client generating from the
 # default model through the coordinator (docs/cluster.md does the same by
@@ -45,8 +46,12 @@ certs="$HOME/.cache/strata/certs"  # where deploy/examples/*.yaml look
 if [ ! -e "$certs/ca.pem" ]; then
   "$build/client/cli/strata" certs "$certs" --names coordinator,w0,w1 >/dev/null
 fi
-start worker-0 "$build/worker/strata-worker" --config "$examples/worker-0.yaml"
-start worker-1 "$build/worker/strata-worker" --config "$examples/worker-1.yaml"
+# --model-dir: the configs' model_dirs is ~/.cache/strata/models, the
+# models' place unless STRATA_CACHE moves them.
+start worker-0 "$build/worker/strata-worker" --config "$examples/worker-0.yaml" \
+  --model-dir "$STRATA_MODELS"
+start worker-1 "$build/worker/strata-worker" --config "$examples/worker-1.yaml" \
+  --model-dir "$STRATA_MODELS"
 start coordinator "$build/coordinator/strata-coordinator" \
   --config "$examples/cluster.yaml" --model "$STRATA_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"
 

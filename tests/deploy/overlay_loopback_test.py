@@ -233,9 +233,9 @@ def main():
     ap.add_argument("--model", required=True)
     args = ap.parse_args()
     if yaml is None:
-        skip("PyYAML is not installed (scripts/install-deps.sh installs it in the venv)")
+        skip("PyYAML is not installed (scripts/install-test-tools.sh installs it in the venv)")
     if shutil.which("kubectl") is None:
-        skip("kubectl is not installed (scripts/install-deps.sh installs it)")
+        skip("kubectl is not installed (Debian 12 has no package of it: Kubernetes' own releases)")
     if not os.path.exists(args.model):
         skip(f"{args.model} absent (scripts/fetch-models.sh fetches it)")
     binaries = {"strata": args.strata, "strata-worker": args.worker,
