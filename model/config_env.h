@@ -46,7 +46,11 @@ absl::StatusOr<std::string> expand_env(std::string_view text,
                                        std::string_view where);
 
 // Expands every scalar value of `root` in place (keys untouched); values
-// without a `$` keep their node (and its line number for messages).
+// without a `$` keep their node (and its line number for messages). An
+// alias is its anchor's node (yaml-cpp shares it), so each node is
+// expanded once however many places hold it, itself included. Errors
+// (InvalidArgument): a variable's (expand_env), or values nested deeper
+// than 64 levels.
 absl::Status expand_env_in_yaml(YAML::Node& root, const EnvLookup& env);
 
 }  // namespace strata::config

@@ -318,6 +318,61 @@ workers:
   EXPECT_EQ(unset.status().message(), "c.yaml: workers[1].address: ${W1} is not set");
 }
 
+// yaml-cpp gives an alias its anchor's node, not a copy: a node may be in a
+// document many times, or inside itself. The expansion walks each node
+// once: a node holding itself is an error of the config, not a stack
+// overflow (the cluster_config fuzzer's 33-byte find, below verbatim); a
+// value in two places is expanded once ("$$" from a variable stays two);
+// a chain of aliases each naming the one before twice (2^40 paths) ends
+// at the first unknown key, not after 2^40 steps.
+TEST(ClusterConfig, AliasesAreExpandedOnceAndMayHoldThemselves) {
+  auto fuzzed = parse_cluster_config("bbase: &w {!!int ss:  *w, !!in2}\n", "c.yaml", fake_env({}));
+  ASSERT_FALSE(fuzzed.ok());
+  EXPECT_NE(fuzzed.status().message().find("bbase: unknown key"), std::string::npos)
+      << fuzzed.status();
+  auto self = parse_cluster_config("model: m\ninsecure: true\nworkers: &w [*w]\n", "c.yaml",
+                                   fake_env({}));
+  ASSERT_FALSE(self.ok());
+  EXPECT_NE(self.status().message().find("workers"), std::string::npos) << self.status();
+
+  auto twice = parse_cluster_config(
+      "model: &m \"${V}\"\napi_key: *m\ninsecure: true\nworkers: [{address: 127.0.0.1:1}]\n",
+      "c.yaml", fake_env({{"V", "p$$q${A}"}}));
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ(twice->model, "p$$q${A}");
+  EXPECT_EQ(twice->api_key, "p$$q${A}");
+
+  std::string chain = "l0: &l0 [\"${A}\", \"${A}\"]\n";
+  for (int i = 1; i <= 40; ++i) {
+    chain += absl::StrCat("l", i, ": &l", i, " [*l", i - 1, ", *l", i - 1, "]\n");
+  }
+  auto laughs = parse_cluster_config(chain, "c.yaml", fake_env({{"A", "x"}}));
+  ASSERT_FALSE(laughs.ok());
+  EXPECT_NE(laughs.status().message().find("l0: unknown key"), std::string::npos)
+      << laughs.status();
+}
+
+// Values nest at most 64 levels (configs nest 4 or 5): deeper is refused
+// by the expansion, with where.
+TEST(ClusterConfig, ValuesNestedDeeperThan64LevelsAreRefused) {
+  auto nested = [](int levels) {
+    return parse_cluster_config(absl::StrCat("model: m\ninsecure: true\nworkers: ",
+                                             std::string(levels, '['), std::string(levels, ']'),
+                                             "\n"),
+                                "c.yaml", fake_env({}));
+  };
+  auto deep = nested(70);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("c.yaml: workers[0][0]"), std::string::npos)
+      << deep.status();
+  EXPECT_NE(deep.status().message().find(": nested deeper than 64 levels"), std::string::npos)
+      << deep.status();
+  auto shallow = nested(60);
+  ASSERT_FALSE(shallow.ok());  // workers of sequences: refused by the parser
+  EXPECT_EQ(shallow.status().message().find("nested deeper"), std::string::npos)
+      << shallow.status();
+}
+
 // workers: {from: lws}: the LeaderWorkerSet's stable DNS names of the
 // group's workers (index 0 is the leader, the coordinator itself).
 TEST(ClusterConfig, WorkersFromTheLeaderWorkerSet) {

@@ -65,6 +65,10 @@ TEST(WorkerConfig, ErrorsNameTheKeyAndLine) {
   EXPECT_NE(bad("- a\n- b\n").find("expected a map"), std::string::npos);
   // A repeated key is refused, not silently overridden by the last.
   EXPECT_EQ(bad("threads: 1\nlisten: a\nthreads: 2\n"), "w.yaml:3: threads: given twice");
+  // A value holding itself through an alias (yaml-cpp shares the anchor's
+  // node): an error of the value, not endless expansion.
+  EXPECT_NE(bad("name: &w {k: *w, l: [*w, *w]}\n").find("name: expected a single value"),
+            std::string::npos);
   // A directory is not a config (it read as an empty file: all defaults).
   auto dir = load_worker_config(::testing::TempDir());
   ASSERT_FALSE(dir.ok());
