@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/json_nesting.h"
 #include "coordinator/structured_output.h"
 #include "model/chat_template/tool_calls.h"
 #include "model/chat_template/model_chat.h"
@@ -28,6 +29,13 @@ constexpr size_t kMaxUserBytes = 256;
 
 absl::Status bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// JSON carried as text (a field's value, parsed later): refused when it
+// nests deeper than kMaxJsonDepth, as an HTTP body is (json_nesting.h).
+absl::Status check_json_depth(absl::string_view field, std::string_view text) {
+  if (json_nesting_depth(text) <= kMaxJsonDepth) return absl::OkStatus();
+  return bad(field, absl::StrCat("JSON nested deeper than ", kMaxJsonDepth, " levels"));
 }
 
 // T as given: an int prints as one (top_k 100000000, not 1e+08).
@@ -224,14 +232,21 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
               {".tool_calls_json", m[i].tool_calls_json().size(), kMaxTextBytes}}) {
           if (size > limit) return bad(f + field, absl::StrCat(size, " bytes exceed ", limit));
         }
+        if (absl::Status st = check_json_depth(f + ".tool_calls_json", m[i].tool_calls_json());
+            !st.ok()) {
+          return st;
+        }
       }
       // The JSON fields are parsed and checked with the messages
       // (chat_template::chat_request_from_wire).
-      for (const auto& [field, size] :
-           {std::pair<const char*, size_t>{"tools_json", r.tools_json().size()},
-            {"tool_choice", r.tool_choice().size()},
-            {"chat_template_kwargs_json", r.chat_template_kwargs_json().size()}}) {
-        if (size > kMaxTextBytes) return bad(field, absl::StrCat(size, " bytes exceed ", kMaxTextBytes));
+      for (const auto& [field, text] :
+           {std::pair<const char*, const std::string*>{"tools_json", &r.tools_json()},
+            {"tool_choice", &r.tool_choice()},
+            {"chat_template_kwargs_json", &r.chat_template_kwargs_json()}}) {
+        if (text->size() > kMaxTextBytes) {
+          return bad(field, absl::StrCat(text->size(), " bytes exceed ", kMaxTextBytes));
+        }
+        if (absl::Status st = check_json_depth(field, *text); !st.ok()) return st;
       }
       break;
     }
@@ -287,6 +302,7 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
   }
   // grammar / json_schema / json_object: at most one, and it must compile
   // (the GBNF is made once more in prepare_prompt; the check is cheap).
+  if (absl::Status st = check_json_depth("json_schema", r.json_schema()); !st.ok()) return st;
   return structured_output_grammar(r).status();
 }
 

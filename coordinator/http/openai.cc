@@ -9,13 +9,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/json_nesting.h"
 
 namespace strata::coordinator::http {
 namespace {
 
 using json = nlohmann::json;
-
-constexpr int kMaxDepth = 64;
 
 absl::Status bad(absl::string_view param, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(param, ": ", what));
@@ -107,29 +106,6 @@ int32_t clamp_int32(int64_t v) {
   if (v > std::numeric_limits<int32_t>::max()) return std::numeric_limits<int32_t>::max();
   if (v < std::numeric_limits<int32_t>::min()) return std::numeric_limits<int32_t>::min();
   return static_cast<int32_t>(v);
-}
-
-// The brackets' nesting depth of JSON text, strings skipped; stops counting
-// past `limit`. Deep nesting costs recursion elsewhere: refused up front.
-int nesting_depth(std::string_view text, int limit) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > max_depth) max_depth = depth;
-      if (max_depth > limit) return max_depth;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
 }
 
 // A message's content: a string, or text parts joined by "\n".
@@ -342,9 +318,9 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
 }  // namespace
 
 absl::StatusOr<json> parse_json_object(std::string_view body) {
-  if (nesting_depth(body, kMaxDepth) > kMaxDepth) {
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
     return absl::InvalidArgumentError(
-        absl::StrCat("invalid JSON: nested deeper than ", kMaxDepth, " levels"));
+        absl::StrCat("invalid JSON: nested deeper than ", kMaxJsonDepth, " levels"));
   }
   json value;
   try {

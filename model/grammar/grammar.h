@@ -96,7 +96,9 @@ absl::StatusOr<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view text)
 // GBNF whose language is the JSON values `schema` allows (json_schema.cc
 // documents the subset: what is enforced, what is ignored). InvalidArgument
 // naming the unsupported keyword and its path ("#/properties/a: keyword
-// 'pattern' is not supported").
+// 'pattern' is not supported"), or a schema whose conversion needs more
+// than 65536 subschema conversions or makes more than 16 MiB of text (a
+// type list converts its subschemas once a type: nesting multiplies).
 // nlohmann::json sorts object keys, so properties come in key order;
 // json_schema_text_to_gbnf (JSON text) keeps the order written (use it for
 // requests); its error for text that is not JSON: "json_schema: not valid

@@ -129,10 +129,25 @@ class Converter {
     return absl::StrCat(literal(v.dump(-1, ' ', false, json::error_handler_t::replace)), " ws");
   }
 
+  // A subschema's GBNF. A subschema may be converted more than once (a type
+  // list converts its items once a type, "nullable" its schema again), so
+  // a small schema can ask for exponential work ({"type": ["array",
+  // "array"], "items": ...} 40 deep: 2^40 conversions): the conversions
+  // and the text they make are bounded, far above what a schema whose
+  // grammar fits the request limits needs.
   absl::StatusOr<std::string> visit(const json& s, const std::string& path) {
     if (++depth_ > 64) return bad(path, "schema nested too deep");
+    if (++visits_ > kMaxVisits) {
+      return bad(path, absl::StrCat("more than ", kMaxVisits,
+                                    " subschemas to convert (each type of a type list "
+                                    "converts its subschemas again)"));
+    }
     absl::StatusOr<std::string> r = visit_inner(s, path);
     --depth_;
+    if (r.ok() && (made_ += r->size()) > kMaxMadeBytes) {
+      return bad(path, absl::StrCat("the conversion made more than ", kMaxMadeBytes,
+                                    " bytes of grammar text"));
+    }
     return r;
   }
 
@@ -382,6 +397,10 @@ class Converter {
   std::map<std::string, std::string> refs_;     // $ref -> rule
   int next_ = 0;
   int depth_ = 0;
+  static constexpr int kMaxVisits = 1 << 16;
+  static constexpr size_t kMaxMadeBytes = size_t{16} << 20;
+  int visits_ = 0;      // subschemas converted
+  size_t made_ = 0;     // bytes of the conversions' results, in all
 };
 
 }  // namespace

@@ -4,7 +4,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/json_nesting.h"
 #include "coordinator/prompt.h"
 #include "gtest/gtest.h"
 
@@ -119,6 +121,58 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
     EXPECT_NE(std::string(st.message()).find(c.field), std::string::npos)
         << "want " << c.field << ", got " << st.message();
   }
+}
+
+// The JSON a request carries as text nests at most 64 levels, as an HTTP
+// body does: deeper text is refused naming the field before anything
+// parses it (a copy or dump() of a 100000-level value recursed until the
+// stack overflowed). 64 levels pass this check.
+TEST(GenerateRequest, JsonFieldsNestAtMost64Levels) {
+  auto nested = [](int levels, std::string_view inner) {
+    std::string text;
+    for (int i = 0; i < levels; ++i) text += i % 2 ? "[" : "{\"k\":";
+    text += inner;
+    for (int i = levels - 1; i >= 0; --i) text += i % 2 ? "]" : "}";
+    return text;
+  };
+  auto chat = [] {
+    v1::GenerateRequest r;
+    auto* m = r.mutable_messages()->add_messages();
+    m->set_role("user");
+    m->set_content("hi");
+    return r;
+  };
+  struct Case {
+    const char* field;
+    void (*set)(v1::GenerateRequest&, const std::string&);
+  };
+  const Case cases[] = {
+      {"json_schema", [](v1::GenerateRequest& r, const std::string& j) { r.set_json_schema(j); }},
+      {"tools_json", [](v1::GenerateRequest& r, const std::string& j) { r.set_tools_json(j); }},
+      {"tool_choice", [](v1::GenerateRequest& r, const std::string& j) { r.set_tool_choice(j); }},
+      {"chat_template_kwargs_json",
+       [](v1::GenerateRequest& r, const std::string& j) { r.set_chat_template_kwargs_json(j); }},
+      {"messages.messages[0].tool_calls_json",
+       [](v1::GenerateRequest& r, const std::string& j) {
+         r.mutable_messages()->mutable_messages(0)->set_tool_calls_json(j);
+       }},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest deep = chat();
+    // Brackets inside strings do not count; those outside do.
+    c.set(deep, nested(65, "\"[[[[\""));
+    absl::Status st = check_generate_request(deep, kVocab);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(st.message(), absl::StrCat(c.field, ": JSON nested deeper than 64 levels"));
+    v1::GenerateRequest ok = chat();
+    c.set(ok, nested(64, "\"[[[[\""));
+    st = check_generate_request(ok, kVocab);
+    EXPECT_EQ(std::string(st.message()).find("nested deeper"), std::string::npos)
+        << c.field << ": " << st;
+  }
+  EXPECT_EQ(json_nesting_depth(nested(100000, "1")), kMaxJsonDepth + 1);  // stops counting
+  EXPECT_EQ(json_nesting_depth("\"{[\\\"{\" 1"), 0);
+  EXPECT_EQ(json_nesting_depth("[1, {\"a\": [2]}, []]"), 3);
 }
 
 TEST(GenerateRequest, TotalTextIsBoundedByTheContext) {

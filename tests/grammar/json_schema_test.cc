@@ -180,6 +180,34 @@ TEST(JsonSchema, UnsupportedKeywordsNameKeywordAndPath) {
   EXPECT_EQ(error_of("3"), "json_schema: #: a schema must be an object or a boolean");
 }
 
+// A type list converts its subschemas once a type, so a small schema can
+// ask for exponential work: 40 levels of {"type": ["array", "array"],
+// "items": ...} (1.5 KB) are 2^40 conversions. They are bounded (65536
+// conversions), and the refusal names where it stopped.
+TEST(JsonSchema, ExponentialConversionsAreBounded) {
+  std::string schema = "{}";
+  for (int i = 0; i < 40; ++i) schema = R"({"type": ["array", "array"], "items": )" + schema + "}";
+  absl::StatusOr<std::string> g = json_schema_text_to_gbnf(schema);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("more than 65536 subschemas to convert"), std::string::npos)
+      << g.status();
+  EXPECT_EQ(g.status().message().substr(0, 15), "json_schema: #/") << g.status();
+  // 10 levels (1024 conversions) still convert.
+  schema = "{}";
+  for (int i = 0; i < 10; ++i) schema = R"({"type": ["array", "array"], "items": )" + schema + "}";
+  EXPECT_TRUE(json_schema_text_to_gbnf(schema).ok());
+  // Few conversions of a large value: bounded by the text they make (16
+  // MiB), here 2^7 conversions of a 200 KB const.
+  schema = R"({"const": ")" + std::string(200 * 1024, 'c') + R"("})";
+  for (int i = 0; i < 7; ++i) schema = R"({"type": ["array", "array"], "items": )" + schema + "}";
+  g = json_schema_text_to_gbnf(schema);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("made more than 16777216 bytes of grammar text"),
+            std::string::npos)
+      << g.status().message().substr(0, 300);
+}
+
 TEST(JsonSchema, JsonObjectGrammar) {
   auto g = parse_gbnf(json_object_gbnf());
   ASSERT_TRUE(g.ok()) << g.status();
