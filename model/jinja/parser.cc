@@ -32,6 +32,24 @@ class Parser {
     ~Depth() { --p->depth_; }
     Parser* p;
   };
+  // A left-nested chain built in a loop (a.b.c, x | f | g, a + b + c,
+  // a or b, x if c if d): each link is one level more of the tree that
+  // evaluating and freeing it recurse through, so the links count with the
+  // parser's nesting until the chain's expression is done. (Counted only
+  // by recursion, `{{ a.a.a... }}` 100000 links long parsed, then
+  // overflowed the stack.)
+  struct Chain {
+    explicit Chain(Parser* parser) : p(parser) {}
+    ~Chain() { p->depth_ -= links; }
+    Chain(const Chain&) = delete;
+    Chain& operator=(const Chain&) = delete;
+    void link() {
+      ++links;
+      if (++p->depth_ > Limits::kMaxParseDepth) fail(p->cur().line, "template nested too deep");
+    }
+    Parser* p;
+    int links = 0;
+  };
 
   const Token& cur() const { return t_[i_]; }
   const Token& peek(size_t k = 1) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
@@ -270,7 +288,9 @@ class Parser {
     Depth depth(this);
     if (!condexpr) return parse_or();
     ExprP e = parse_or();
+    Chain chain(this);
     while (is_name("if")) {
+      chain.link();
       int line = cur().line;
       ++i_;
       ExprP cond = parse_or();
@@ -286,7 +306,9 @@ class Parser {
 
   ExprP parse_or() {
     ExprP e = parse_and();
+    Chain chain(this);
     while (is_name("or")) {
+      chain.link();
       int line = cur().line;
       ++i_;
       e = make(Expr::Kind::kBinary, line, {e, parse_and()}, "or");
@@ -295,7 +317,9 @@ class Parser {
   }
   ExprP parse_and() {
     ExprP e = parse_not();
+    Chain chain(this);
     while (is_name("and")) {
+      chain.link();
       int line = cur().line;
       ++i_;
       e = make(Expr::Kind::kBinary, line, {e, parse_not()}, "and");
@@ -346,11 +370,13 @@ class Parser {
         {"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
     if (level == 4) return parse_unary(true);
     ExprP e = parse_binary_level(level + 1);
+    Chain chain(this);
     for (;;) {
       if (cur().type != Token::Type::kOp) return e;
       bool match = false;
       for (const auto& op : kLevels[level]) match = match || cur().text == op;
       if (!match) return e;
+      chain.link();
       std::string op = cur().text;
       int line = cur().line;
       ++i_;
@@ -462,7 +488,9 @@ class Parser {
   }
 
   ExprP parse_postfix(ExprP e) {
+    Chain chain(this);
     for (;;) {
+      if (is_op(".") || is_op("[") || is_op("(")) chain.link();
       int line = cur().line;
       if (is_op(".")) {
         ++i_;
@@ -515,7 +543,9 @@ class Parser {
   // `| name(args) | ...` applied to `e` (null: the body of a filter block).
   ExprP parse_filters(ExprP e, bool first_bar = true) {
     bool need_bar = first_bar;
+    Chain chain(this);
     while (!need_bar || is_op("|")) {
+      chain.link();
       if (need_bar) ++i_;
       need_bar = true;
       auto f = std::make_shared<Expr>();
@@ -530,10 +560,12 @@ class Parser {
   }
 
   ExprP parse_filter_expr(ExprP e) {
+    Chain chain(this);
     for (;;) {
       if (is_op("|")) {
         e = parse_filters(e);
       } else if (is_name("is")) {
+        chain.link();
         auto t = std::make_shared<Expr>();
         t->kind = Expr::Kind::kTest;
         t->line = cur().line;

@@ -78,6 +78,32 @@ TEST(Jinja, RaiseExceptionIsFailedPreconditionWithTheMessage) {
   EXPECT_EQ(r.status().message(), "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
+// Chains parsed in a loop nest the tree as deeply as parentheses do
+// ("a.b.c" is ((a.b).c)): 100000 links of each kind are refused at parse
+// time like 100000 parentheses, not evaluated and freed by recursion until
+// the stack overflows; 200 links still render.
+TEST(Jinja, LongLeftNestedChainsFailCleanly) {
+  const std::pair<const char*, const char*> links[] = {
+      {"x", ".a"},       {"x", "[0]"},          {"f", "()"},         {"x", " | string"},
+      {"1", " + 1"},     {"1", " - 1"},         {"'a'", " ~ 'a'"},    {"1", " * 1"},
+      {"2", " ** 1"},    {"x", " or x"},        {"x", " and x"},      {"x", " if x"},
+  };  // ("x is defined is defined" is refused as Jinja does: no chain)
+  for (const auto& [head, link] : links) {
+    std::string chain = head;
+    for (int k = 0; k < 100000; ++k) chain += link;
+    auto r = render("{{ " + chain + " }}");
+    ASSERT_FALSE(r.ok()) << link;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << link << ": " << r.status();
+    EXPECT_NE(r.status().message().find("nested too deep"), std::string::npos)
+        << link << ": " << r.status();
+  }
+  std::string joined = "'a'";
+  for (int k = 0; k < 200; ++k) joined += " ~ 'a'";
+  auto ok = render("{{ " + joined + " }}");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, std::string(201, 'a'));
+}
+
 TEST(Jinja, HostileTemplatesFailCleanly) {
   std::string deep(100000, '(');
   auto r = render("{{ " + deep + " }}");
