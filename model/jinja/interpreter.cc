@@ -499,7 +499,10 @@ struct Interpreter {
     if (op == "*" && (a.is_string() || a.is_list()) && (b.kind == Value::Kind::kInt || b.kind == Value::Kind::kBool)) {
       int64_t n = b.kind == Value::Kind::kBool ? b.b : b.i;
       size_t unit = a.is_string() ? a.s.size() : a.list->size();
-      if (n > 0 && unit * static_cast<uint64_t>(n) > Limits::kMaxOutputBytes) {
+      // Divided, not multiplied: unit * n wrapped past 2^64 ('a' * 2^62
+      // passed), and an empty unit repeated 10^18 times looped that often.
+      if (unit == 0 || n <= 0) n = 0;
+      if (n > 0 && static_cast<uint64_t>(n) > Limits::kMaxOutputBytes / unit) {
         throw Error{absl::StatusCode::kResourceExhausted, absl::StrCat("line ", line, ": repetition too large")};
       }
       if (a.is_string()) {

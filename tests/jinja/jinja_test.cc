@@ -115,6 +115,16 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
   auto big = render("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s }}{% endfor %}");
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  // Repetition counts that overflow a 64-bit size, and empty units
+  // repeated 10^18 times: refused, or nothing, at once.
+  for (const char* huge : {"{{ 'aaaa' * 4611686018427387904 }}", "{{ [1, 2] * 9223372036854775807 }}"}) {
+    auto wraps = render(huge);
+    ASSERT_FALSE(wraps.ok()) << huge;
+    EXPECT_EQ(wraps.status().code(), absl::StatusCode::kResourceExhausted) << wraps.status();
+  }
+  auto empty = render("{{ '' * 1000000000000000000 }}|{{ ([] * 1000000000000000000) | length }}|{{ 'ab' * 2 }}");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(*empty, "|0|abab");
   auto loops = render(
       "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
   ASSERT_FALSE(loops.ok());
