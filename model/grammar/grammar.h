@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -153,6 +154,10 @@ class GrammarMatcher {
   // more fails the step with InvalidArgument (the grammar is at fault).
   static constexpr size_t kMaxStacks = 4096;
   static constexpr int kMaxExpandDepth = 1000;
+  // The most (rule, continuation) pairs one expansion may enter: a 50 KB
+  // grammar of 4096 alternatives each opening a 990-rule chain asked for
+  // 4 million, and the step took the worker's stage hours.
+  static constexpr size_t kMaxExpansions = kMaxStacks * 16;
 
   GrammarMatcher(std::shared_ptr<const Grammar> grammar,
                  std::shared_ptr<const TokenTable> tokens);
@@ -219,7 +224,7 @@ class GrammarMatcher {
   std::vector<int32_t> dfa_next_;  // [state][256]
   // expand()'s guard against re-entering (rule, continuation) in one
   // expansion (nullable and tail recursion).
-  std::vector<uint64_t> expanding_;
+  absl::flat_hash_set<uint64_t> expanding_;
   bool overflow_ = false;
   // The masks of the last few states (round robin).
   struct CachedMask {

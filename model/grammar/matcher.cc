@@ -102,11 +102,12 @@ void GrammarMatcher::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>
 
 void GrammarMatcher::expand_rule(uint32_t rule, uint32_t cont, std::vector<uint32_t>* out) {
   const uint64_t key = (uint64_t{rule} << 32) | cont;
-  if (std::find(expanding_.begin(), expanding_.end(), key) != expanding_.end()) return;
-  expanding_.push_back(key);
-  // Too many parses, or references nested too deep to follow on the call
-  // stack (a ::= b, b ::= c, ... thousands deep): the step fails.
-  if (out->size() > kMaxStacks * 4 || expand_depth_ > kMaxExpandDepth) {
+  if (!expanding_.insert(key).second) return;
+  // Too many parses, too many rules entered, or references nested too deep
+  // to follow on the call stack (a ::= b, b ::= c, ... thousands deep):
+  // the step fails.
+  if (out->size() > kMaxStacks * 4 || expanding_.size() > kMaxExpansions ||
+      expand_depth_ > kMaxExpandDepth) {
     overflow_ = true;
     return;
   }
