@@ -92,6 +92,14 @@ struct Interpreter {
         if (n.expr2) {
           Value obj = eval(*n.expr2->args[0], frame);
           if (!obj.is_dict() || !obj.ns) fail(n.line, "cannot assign attribute on non-namespace object");
+          // Namespaces are shared and mutable: one set to hold another
+          // could chain a million of them (freed by recursion) or hold
+          // itself (never freed). Chat templates keep flags, counters,
+          // strings and lists of messages in them.
+          if (v.holds_namespace) {
+            fail(n.line, absl::StrCat("cannot set ", n.expr2->name,
+                                      " of a namespace to a namespace or a value holding one"));
+          }
           for (auto& [k, x] : *obj.dict) {
             if (k == n.expr2->name) {
               x = std::move(v);
@@ -590,6 +598,7 @@ Value Interpreter::global(const std::string& name) {
       }
       Value v = Value::of_dict(std::move(d));
       v.ns = ns;
+      v.holds_namespace = v.holds_namespace || ns;
       return v;
     });
   }

@@ -67,6 +67,7 @@ int nested_depth(It begin, It end, Get get) {
 Value Value::of_list(List x, bool tuple) {
   Value v;
   v.depth = nested_depth(x.begin(), x.end(), [](const Value& e) -> const Value& { return e; });
+  for (const Value& e : x) v.holds_namespace = v.holds_namespace || e.holds_namespace;
   v.kind = Kind::kList;
   v.list = std::make_shared<List>(std::move(x));
   v.tuple = tuple;
@@ -80,6 +81,7 @@ Value Value::of_generator(List x) {
 Value Value::of_dict(Dict x) {
   Value v;
   v.depth = nested_depth(x.begin(), x.end(), [](const auto& e) -> const Value& { return e.second; });
+  for (const auto& e : x) v.holds_namespace = v.holds_namespace || e.second.holds_namespace;
   v.kind = Kind::kDict;
   v.dict = std::make_shared<Dict>(std::move(x));
   return v;

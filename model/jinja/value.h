@@ -57,6 +57,10 @@ struct Value {
   bool ns = false;                     // kDict that is a namespace() (mutable)
   std::shared_ptr<const Callable> fn;  // kCallable
   int depth = 0;                       // lists / dicts nested in this one, +1 (at most kMaxDepth)
+  // A namespace, or a list or dict with one inside: what a namespace's
+  // attribute may not be set to (the one mutation; depth is counted when a
+  // value is built, so chains and cycles of namespaces would escape it).
+  bool holds_namespace = false;
   static constexpr int kMaxDepth = 256;
 
   static Value undefined(std::string what = {});

@@ -115,6 +115,25 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
   auto big = render("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s }}{% endfor %}");
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  // A namespace's attribute may not hold a namespace (or a list or dict
+  // with one): a million of them chained were freed by recursion, and one
+  // holding itself was never freed. Plain values, lists and dicts still go.
+  for (const char* chain : {
+           "{% set h = namespace(p=none) %}{% for i in range(1000) %}{% set n = namespace() %}"
+           "{% set n.p = h.p %}{% set h.p = n %}{% endfor %}",
+           "{% set ns = namespace() %}{% set ns.s = ns %}",
+           "{% set ns = namespace() %}{% set ns.s = [1, {'a': ns}] %}"}) {
+    auto held = render(chain);
+    ASSERT_FALSE(held.ok()) << chain;
+    EXPECT_NE(held.status().message().find("of a namespace to a namespace or a value holding one"),
+              std::string::npos)
+        << held.status();
+  }
+  auto plain = render(
+      "{% set ns = namespace(n=0, items=[]) %}{% for i in range(3) %}{% set ns.n = ns.n + i %}"
+      "{% set ns.items = ns.items + [{'i': i}] %}{% endfor %}{{ ns.n }} {{ ns.items | length }}");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*plain, "3 3");
   // Repetition counts that overflow a 64-bit size, and empty units
   // repeated 10^18 times: refused, or nothing, at once.
   for (const char* huge : {"{{ 'aaaa' * 4611686018427387904 }}", "{{ [1, 2] * 9223372036854775807 }}"}) {
