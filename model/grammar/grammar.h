@@ -207,7 +207,7 @@ class GrammarMatcher {
   bool advance(const State& from, uint8_t byte, State* to);
   void advance_cp(const State& from, uint32_t cp, State* to);
   void normalize(std::vector<uint32_t>* stacks);
-  void walk(uint32_t node, int32_t state, TokenMask* mask);
+  void walk(uint32_t root, int32_t root_state, TokenMask* mask);
   int32_t dfa_state(State&& state);
   int32_t dfa_step(int32_t state, uint8_t byte);
   void truncate_pool(size_t size);

@@ -298,21 +298,37 @@ int32_t GrammarMatcher::dfa_step(int32_t sid, uint8_t byte) {
   return next;
 }
 
-void GrammarMatcher::walk(uint32_t node, int32_t sid, TokenMask* mask) {
-  const TokenTable::Node& n = tokens_->nodes()[node];
+// Depth first over the token trie from `root` in DFA state `root_sid`,
+// with a stack of its own: a token may be as long as a GGUF string allows,
+// and one of a megabyte was a megabyte of recursion. The order (pre-order,
+// edges by byte) is the recursive walk's, so the DFA's states are made in
+// the same order.
+void GrammarMatcher::walk(uint32_t root, int32_t root_sid, TokenMask* mask) {
   const TokenTable::Edge* edges = tokens_->edges().data();
   const std::vector<TokenTable::Node>& nodes = tokens_->nodes();
   const int32_t* ids = tokens_->token_ids().data();
-  for (uint32_t e = n.first_edge; e < n.first_edge + n.n_edges; ++e) {
-    const int32_t next = dfa_step(sid, edges[e].byte);
+  struct Visit {
+    uint32_t node;
+    int32_t sid;
+    uint32_t edge;  // the next edge of node to follow
+  };
+  std::vector<Visit> stack{{root, root_sid, nodes[root].first_edge}};
+  while (!stack.empty() && !overflow_) {
+    Visit& v = stack.back();
+    const TokenTable::Node& n = nodes[v.node];
+    if (v.edge == n.first_edge + n.n_edges) {
+      stack.pop_back();
+      continue;
+    }
+    const uint32_t e = v.edge++;
+    const int32_t next = dfa_step(v.sid, edges[e].byte);
     if (next == kDead) continue;
     const TokenTable::Node& child = nodes[edges[e].child];
     for (uint32_t k = child.first_token; k < child.first_token + child.n_tokens; ++k) {
       const int32_t id = ids[k];
       (*mask)[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
     }
-    if (child.n_edges > 0) walk(edges[e].child, next, mask);
-    if (overflow_) return;
+    if (child.n_edges > 0) stack.push_back({edges[e].child, next, child.first_edge});
   }
 }
 

@@ -220,6 +220,28 @@ TEST(Matcher, RulesNestedTooDeepFailTheStepNotTheProcess) {
   EXPECT_EQ(m.accept(0).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A token may be as long as a GGUF string: the mask's walk down the token
+// trie keeps its own stack (a 1 MB token was 1 MB of recursion), and the
+// long token is allowed exactly when the grammar takes it.
+TEST(Matcher, VeryLongTokensAreWalkedWithoutRecursion) {
+  const std::string long_a(1 << 20, 'a');
+  auto table = TokenTable::build({"a", long_a, long_a + "b", "b"}, {false, false, false, false});
+  auto g = parse_gbnf("root ::= \"a\"* \"b\"");
+  ASSERT_TRUE(g.ok()) << g.status();
+  GrammarMatcher m(*g, table);
+  TokenMask mask;
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  for (int id = 0; id < 4; ++id) EXPECT_TRUE(allowed(mask, id)) << id;
+  auto only_a = parse_gbnf("root ::= \"a\"{0,3}");
+  ASSERT_TRUE(only_a.ok()) << only_a.status();
+  GrammarMatcher few(*only_a, table);
+  ASSERT_TRUE(few.fill_mask(&mask).ok());
+  EXPECT_TRUE(allowed(mask, 0));
+  EXPECT_FALSE(allowed(mask, 1));
+  EXPECT_FALSE(allowed(mask, 2));
+  EXPECT_FALSE(allowed(mask, 3));
+}
+
 // Repetitions are desugared as they are parsed, and their total is
 // bounded then: 6500 x a{0,1000} (65 KB) asked for 6.5 million helper
 // rules (~3 GB). 120 of them (120000 rules) still parse, and the
