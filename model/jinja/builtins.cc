@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/jinja/jinja.h"
 
 namespace strata::jinja {
 namespace {
@@ -68,7 +69,18 @@ std::string capitalize(const std::string& s) {
   return r;
 }
 
-std::string replace(const std::string& s, const std::string& old, const std::string& with, int64_t count) {
+// A string a filter or method builds, refused past the output limit (no
+// render could print it; center(10**12) asked for a terabyte).
+void check_built(size_t bytes, int line, const char* what) {
+  if (bytes > Limits::kMaxOutputBytes) {
+    throw Error{absl::StatusCode::kResourceExhausted,
+                absl::StrCat("line ", line, ": ", what, " would make more than ",
+                             Limits::kMaxOutputBytes, " bytes")};
+  }
+}
+
+std::string replace(const std::string& s, const std::string& old, const std::string& with, int64_t count,
+                    int line) {
   std::string r;
   if (old.empty()) {  // Python inserts `with` between every code point
     std::u32string cs = decode_utf8(s);
@@ -79,6 +91,7 @@ std::string replace(const std::string& s, const std::string& old, const std::str
         ++n;
       }
       r += encode_utf8(std::u32string(1, c));
+      check_built(r.size(), line, "replace");
     }
     if (count < 0 || n < count) r += with;
     return r;
@@ -90,6 +103,7 @@ std::string replace(const std::string& s, const std::string& old, const std::str
     if (f == std::string::npos || (count >= 0 && n >= count)) break;
     r.append(s, pos, f - pos);
     r += with;
+    check_built(r.size(), line, "replace");
     pos = f + old.size();
     ++n;
   }
@@ -230,7 +244,8 @@ Value string_method(const Value& obj, const std::string& name) {
     return bound(name, [s](Args& a, int line) {
       return Value::string(replace(s, need_string(a.get(0, "old"), line, "replace"),
                                    need_string(a.get(1, "new"), line, "replace"),
-                                   to_int(a.get(2, "count", Value::integer(-1)), line, "replace")));
+                                   to_int(a.get(2, "count", Value::integer(-1)), line, "replace"),
+                                   line));
     });
   }
   if (name == "upper") return bound(name, [s](Args&, int) { return Value::string(upper(s)); });
@@ -532,7 +547,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
   if (name == "replace") {
     std::string old = str(args.get(0, "old")), with = str(args.get(1, "new"));
     int64_t count = args.has(2, "count") ? to_int(args.get(2, "count"), line, "replace") : -1;
-    return Value::string(replace(str(input), old, with, count));
+    return Value::string(replace(str(input), old, with, count, line));
   }
   if (name == "default" || name == "d") {
     Value fallback = args.get(0, "default_value", Value::string(""));
@@ -688,10 +703,13 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
   }
   if (name == "indent") {
     Value width = args.get(0, "width", Value::integer(4));
-    std::string pad = width.is_string() ? width.s : std::string(to_int(width, line, "indent"), ' ');
+    const int64_t pad_bytes = width.is_string() ? 0 : to_int(width, line, "indent");
+    check_built(static_cast<size_t>(std::max<int64_t>(pad_bytes, 0)), line, "indent");
+    std::string pad = width.is_string() ? width.s : std::string(static_cast<size_t>(std::max<int64_t>(pad_bytes, 0)), ' ');
     bool first = truthy(args.get(1, "first", Value::boolean(false)));
     bool blank = truthy(args.get(2, "blank", Value::boolean(false)));
     List lines = splitlines(str(input) + "\n");
+    check_built(str(input).size() + pad.size() * lines.size(), line, "indent");
     std::string r;
     for (size_t k = 0; k < lines.size(); ++k) {
       const std::string& l = lines[k].s;
@@ -712,6 +730,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
     std::u32string cs = decode_utf8(str(input));
     int64_t n = static_cast<int64_t>(cs.size());
     if (width <= n) return Value::string(str(input));
+    check_built(static_cast<size_t>(width), line, "center");
     int64_t total = width - n, left = total / 2 + (total & width & 1);
     return Value::string(std::string(left, ' ') + str(input) + std::string(total - left, ' '));
   }

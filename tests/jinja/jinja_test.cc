@@ -134,6 +134,23 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
       "{% set ns.items = ns.items + [{'i': i}] %}{% endfor %}{{ ns.n }} {{ ns.items | length }}");
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(*plain, "3 3");
+  // Filters and methods that build strings from a count or by replacing:
+  // refused past the output limit (64 MiB) when asked for more, as they
+  // build, not after a terabyte's allocation.
+  for (const char* wide : {"{{ 'x' | center(1000000000000) }}",
+                           "{{ 'a\nb' | indent(1000000000000) }}",
+                           "{{ ('x\n' * 1000000) | indent(100) }}",
+                           "{{ ('a' * 1000000).replace('a', 'b' * 100) }}",
+                           "{{ ('a' * 1000000) | replace('', 'b' * 100) }}"}) {
+    auto built = render(wide);
+    ASSERT_FALSE(built.ok()) << wide;
+    EXPECT_EQ(built.status().code(), absl::StatusCode::kResourceExhausted) << wide << ": " << built.status();
+    EXPECT_NE(built.status().message().find("would make more than 67108864 bytes"), std::string::npos)
+        << built.status();
+  }
+  auto fits = render("{{ 'x' | center(5) }}|{{ 'a\nb' | indent(2) }}|{{ 'aXa'.replace('a', 'bb') }}");
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(*fits, "  x  |a\n  b|bbXbb");
   // Repetition counts that overflow a 64-bit size, and empty units
   // repeated 10^18 times: refused, or nothing, at once.
   for (const char* huge : {"{{ 'aaaa' * 4611686018427387904 }}", "{{ [1, 2] * 9223372036854775807 }}"}) {
