@@ -222,6 +222,14 @@ class GrammarMatcher {
   std::vector<State> dfa_states_;
   absl::flat_hash_map<std::vector<uint32_t>, int32_t> dfa_index_;
   std::vector<int32_t> dfa_next_;  // [state][256]
+  // walk()'s stack: the trie node, its DFA state and its next edge to
+  // follow (kept, so a mask costs no allocation).
+  struct TrieVisit {
+    uint32_t node;
+    int32_t sid;
+    uint32_t edge;
+  };
+  std::vector<TrieVisit> walk_stack_;
   // expand()'s guard against re-entering (rule, continuation) in one
   // expansion (nullable and tail recursion).
   absl::flat_hash_set<uint64_t> expanding_;

@@ -307,14 +307,10 @@ void GrammarMatcher::walk(uint32_t root, int32_t root_sid, TokenMask* mask) {
   const TokenTable::Edge* edges = tokens_->edges().data();
   const std::vector<TokenTable::Node>& nodes = tokens_->nodes();
   const int32_t* ids = tokens_->token_ids().data();
-  struct Visit {
-    uint32_t node;
-    int32_t sid;
-    uint32_t edge;  // the next edge of node to follow
-  };
-  std::vector<Visit> stack{{root, root_sid, nodes[root].first_edge}};
+  std::vector<TrieVisit>& stack = walk_stack_;
+  stack.assign(1, {root, root_sid, nodes[root].first_edge});
   while (!stack.empty() && !overflow_) {
-    Visit& v = stack.back();
+    TrieVisit& v = stack.back();
     const TokenTable::Node& n = nodes[v.node];
     if (v.edge == n.first_edge + n.n_edges) {
       stack.pop_back();

@@ -708,8 +708,9 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
     std::string pad = width.is_string() ? width.s : std::string(static_cast<size_t>(std::max<int64_t>(pad_bytes, 0)), ' ');
     bool first = truthy(args.get(1, "first", Value::boolean(false)));
     bool blank = truthy(args.get(2, "blank", Value::boolean(false)));
-    List lines = splitlines(str(input) + "\n");
-    check_built(str(input).size() + pad.size() * lines.size(), line, "indent");
+    const std::string text = str(input);
+    List lines = splitlines(text + "\n");
+    check_built(text.size() + pad.size() * lines.size(), line, "indent");
     std::string r;
     for (size_t k = 0; k < lines.size(); ++k) {
       const std::string& l = lines[k].s;

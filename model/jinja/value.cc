@@ -51,23 +51,28 @@ Value Value::string(std::string x) {
 }
 namespace {
 // Deeply nested values would make printing, comparing and freeing them
-// recurse without bound; refused when built.
+// recurse without bound; refused when built. Sets v's depth and whether it
+// holds a namespace, from its elements in one pass.
 template <typename It, typename Get>
-int nested_depth(It begin, It end, Get get) {
+void set_nesting(Value& v, It begin, It end, Get get) {
   int d = 0;
-  for (It it = begin; it != end; ++it) d = std::max(d, get(*it).depth);
+  bool ns = false;
+  for (It it = begin; it != end; ++it) {
+    d = std::max(d, get(*it).depth);
+    ns = ns || get(*it).holds_namespace;
+  }
   if (d + 1 > Value::kMaxDepth) {
     throw Error{absl::StatusCode::kResourceExhausted,
                 absl::StrCat("a list or dict nested deeper than ", Value::kMaxDepth)};
   }
-  return d + 1;
+  v.depth = d + 1;
+  v.holds_namespace = ns;
 }
 }  // namespace
 
 Value Value::of_list(List x, bool tuple) {
   Value v;
-  v.depth = nested_depth(x.begin(), x.end(), [](const Value& e) -> const Value& { return e; });
-  for (const Value& e : x) v.holds_namespace = v.holds_namespace || e.holds_namespace;
+  set_nesting(v, x.begin(), x.end(), [](const Value& e) -> const Value& { return e; });
   v.kind = Kind::kList;
   v.list = std::make_shared<List>(std::move(x));
   v.tuple = tuple;
@@ -80,8 +85,7 @@ Value Value::of_generator(List x) {
 }
 Value Value::of_dict(Dict x) {
   Value v;
-  v.depth = nested_depth(x.begin(), x.end(), [](const auto& e) -> const Value& { return e.second; });
-  for (const auto& e : x) v.holds_namespace = v.holds_namespace || e.second.holds_namespace;
+  set_nesting(v, x.begin(), x.end(), [](const auto& e) -> const Value& { return e.second; });
   v.kind = Kind::kDict;
   v.dict = std::make_shared<Dict>(std::move(x));
   return v;
