@@ -434,6 +434,7 @@ bool JsonScan::scan(std::string_view text) {
         return false;
       }
       started = true;
+      open = c;
       depth = 1;
     } else if (in_string) {
       if (escape) {

@@ -52,16 +52,6 @@ std::size_t resume_point(std::string_view text, std::span<const std::string_view
   return text.size() >= longest ? text.size() - longest + 1 : 0;
 }
 
-// True when `body` opens a JSON object that is not finished and is inside a
-// string at its end: a closing marker found there belongs to the string.
-bool inside_json_string(std::string_view body) {
-  std::size_t i = 0;
-  while (i < body.size() && is_ws(body[i])) ++i;
-  if (i == body.size() || body[i] != '{') return false;
-  JsonScan scan;
-  return !scan.scan(body) && !scan.bad && scan.in_string;
-}
-
 struct Found {
   std::size_t pos = npos;
   std::size_t which = 0;
@@ -218,6 +208,8 @@ void ToolCallParser::begin_call(CallKind kind, std::string opener) {
   opener_.insert(0, content_.pending_ws);
   content_.pending_ws.clear();
   scan_from_ = 0;
+  body_scan_ = {};
+  body_scan_ended_ = false;
 }
 
 void ToolCallParser::end_call(std::size_t consumed, bool ok, std::vector<ToolCallDelta> calls, Delta& out) {
@@ -236,6 +228,8 @@ void ToolCallParser::end_call(std::size_t consumed, bool ok, std::vector<ToolCal
   buf_.erase(0, consumed);
   opener_.clear();
   scan_from_ = 0;
+  body_scan_ = {};
+  body_scan_ended_ = false;
   mode_ = format_ == ToolCallFormat::kHarmony ? Mode::kHarmonyHeader : Mode::kText;
 }
 
@@ -335,6 +329,11 @@ bool ToolCallParser::step_text(bool final, Delta& out) {
   return true;
 }
 
+bool ToolCallParser::in_json_string_at(std::size_t end) {
+  if (!body_scan_ended_) body_scan_ended_ = body_scan_.scan(std::string_view(buf_).substr(0, end));
+  return !body_scan_ended_ && !body_scan_.bad && body_scan_.open == '{' && body_scan_.in_string;
+}
+
 bool ToolCallParser::step_call(bool final, Delta& out) {
   std::vector<ToolCallDelta> calls;
   // A call must end within kMaxCallBytes of its start; past that it is given
@@ -360,12 +359,11 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
         end_call(buf_.size(), ok, std::move(calls), out);
         return true;
       }
-      std::string_view body = std::string_view(buf_).substr(0, f.pos);
-      bool ok = parse(body);
-      if (!ok && json_aware && inside_json_string(body)) {  // the end is text inside the JSON
+      if (json_aware && in_json_string_at(f.pos)) {  // the end is text inside the JSON
         scan_from_ = f.pos + 1;
         continue;
       }
+      bool ok = parse(std::string_view(buf_).substr(0, f.pos));
       end_call(f.pos + ends[f.which].size(), ok, std::move(calls), out);
       return true;
     }

@@ -147,6 +147,7 @@ struct JsonScan {
   std::size_t pos = 0;   // bytes scanned from base
   int depth = 0;
   bool started = false, in_string = false, escape = false, bad = false;
+  char open = 0;  // the value's first byte, '{' or '[', once started
   // True when the value ends at pos (one past its last byte); bad when the
   // text does not open with '{' or '[' or nests deeper than kMaxJsonDepth.
   bool scan(std::string_view text);
@@ -206,6 +207,12 @@ class ToolCallParser {
   // Ends the call that occupies buf_[0, consumed): its calls, or its raw text as content.
   void end_call(std::size_t consumed, bool ok, std::vector<ToolCallDelta> calls, Delta& out);
   void add_call(std::string name, std::string arguments, std::string id, std::vector<ToolCallDelta>& calls);
+  // Whether the call's text buf_[0, end) opens a JSON object that is not
+  // finished and is inside a string at `end`: a closing marker found there
+  // belongs to the string. `end` only grows within a call, and each byte is
+  // scanned once (body_scan_), so a call with k closing markers inside its
+  // strings costs O(n), not O(k n).
+  bool in_json_string_at(std::size_t end);
   std::string new_id();
 
   ToolCallFormat format_;
@@ -220,6 +227,8 @@ class ToolCallParser {
   bool llama_json_ok_ = true;
   bool after_call_ = false;    // no content but whitespace since the last call  // kLlama3Json: only whitespace since the start or the last call
   tool_calls_internal::JsonScan json_;  // kCall kinds kJson and kMistral
+  tool_calls_internal::JsonScan body_scan_;  // in_json_string_at's scan of the call's text
+  bool body_scan_ended_ = false;             // ... which found the JSON value's end
   std::string harmony_recipient_;
   std::string harmony_channel_;
   Field content_;

@@ -261,6 +261,35 @@ TEST(ToolCallParser, AClosingTagInsideAJsonStringDoesNotEndTheCall) {
   }
 }
 
+// Closing tags inside strings, many of them, with escaped quotes before some,
+// then a second call: each call's text is scanned once for where its strings
+// are (this output took 13.8 s at 16000 tags when each tag re-parsed the call
+// so far; tests/tool_calls has no timing, the note has the figures).
+TEST(ToolCallParser, ManyClosingTagsInsideStringsStayInTheArguments) {
+  std::string a, b;
+  for (int i = 0; i < 5000; ++i) a += i % 3 == 0 ? "\\\"</tool_call>" : "</tool_call>x";
+  for (int i = 0; i < 100; ++i) b += "{</tool_call>}";
+  const std::string text = "Both. <tool_call>\n{\"name\": \"w\", \"arguments\": {\"a\": \"" + a +
+                           "\", \"b\": \"" + b + "\"}}\n</tool_call>\n<tool_call>{\"name\": \"v\", "
+                           "\"arguments\": {\"c\": [\"</tool_call>\"]}}</tool_call> End.";
+  std::mt19937 rng(7);
+  for (const auto& pieces : {std::vector<std::string>{text}, random_split(text, rng)}) {
+    Result r = run(ToolCallFormat::kHermes, pieces);
+    ASSERT_EQ(r.calls.size(), 2u);
+    const json args = json::parse(r.calls[0].arguments);
+    EXPECT_EQ(args["a"], json::parse("\"" + a + "\""));
+    EXPECT_EQ(args["b"], b);
+    EXPECT_EQ(json::parse(r.calls[1].arguments)["c"][0], "</tool_call>");
+    EXPECT_EQ(r.content, "Both. End.");
+  }
+  // A body that is an array, not an object, ends at the first tag (a tag
+  // inside its string is not looked past): its text is content.
+  const std::string array = "<tool_call>[\"</tool_call>\"]</tool_call>";
+  Result r = run(ToolCallFormat::kHermes, {array});
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, array);
+}
+
 TEST(ToolCallParser, ArgumentsKeepTheModelsKeyOrder) {
   Result r = run_whole(ToolCallFormat::kHermes,
                        "<tool_call>{\"name\": \"f\", \"arguments\": {\"zeta\": 1, \"alpha\": 2}}</tool_call>");
