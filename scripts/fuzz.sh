@@ -27,7 +27,7 @@ set -euo pipefail
 seconds=${1:-60}
 shift || true
 all=(worker_activations worker_control generate_request openai_request http_request
-     cluster_config worker_config gguf_reader tool_calls)
+     cluster_config worker_config gguf_reader tool_calls jinja_template grammar json_schema)
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 
@@ -79,7 +79,15 @@ for t in "${targets[@]}"; do
       "$build/tests/fuzz/make_gguf_seeds" "$work/seeds"
       dirs+=("$work/seeds")
       flags+=(-max_len=65536 -dict="$root/tests/fuzz/gguf.dict") ;;
-    openai_request|generate_request) flags+=(-dict="$root/tests/fuzz/json.dict") ;;
+    # A request may be up to the API's body limit; libFuzzer's default cap
+    # (4 KiB) never reaches deep nesting or long fields.
+    openai_request|generate_request) flags+=(-max_len=65536 -dict="$root/tests/fuzz/json.dict") ;;
+    json_schema) flags+=(-max_len=65536 -dict="$root/tests/fuzz/json.dict") ;;
+    grammar) flags+=(-max_len=65536 -dict="$root/tests/fuzz/gbnf.dict") ;;
+    jinja_template)
+      # The published chat templates are seeds too (up to ~30 KiB each).
+      dirs+=("$root/tests/jinja/data/templates")
+      flags+=(-max_len=65536 -dict="$root/tests/fuzz/jinja.dict") ;;
     http_request) flags+=(-dict="$root/tests/fuzz/http.dict") ;;
     cluster_config|worker_config) flags+=(-dict="$root/tests/fuzz/yaml.dict") ;;
     worker_control) flags+=(-dict="$root/tests/fuzz/worker.dict") ;;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "strata/v1/inference.pb.h"
 #include "strata/v1/worker.pb.h"
 
@@ -495,6 +496,102 @@ void configs() {
       "threads: [1]\nlisten: {a: b}\nmodel_dirs: x\nbogus: 1\n");
 }
 
+
+// --- jinja_template: the language cases of the Jinja tests ------------------
+
+void templates() {
+  const fs::path cases = g_root / ".." / ".." / "jinja" / "data" / "language_cases.json";
+  std::ifstream in(cases);
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_array()) {
+    std::fprintf(stderr, "%s: not a JSON array of cases\n", cases.c_str());
+    ++g_failures;
+    return;
+  }
+  for (size_t i = 0; i < json.size(); ++i) {
+    const auto& c = json[i];
+    if (!c.is_object() || !c.contains("template") || !c["template"].is_string()) continue;
+    char name[32];
+    std::snprintf(name, sizeof name, "case-%03zu.jinja", i);
+    put("jinja_template", name, c["template"].get<std::string>());
+  }
+  // The shapes of chat templates: a loop over messages, tool calls, macros.
+  put("jinja_template", "chat.jinja",
+      "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}<<SYS>>{{ m.content }}"
+      "{% elif m.tool_calls is defined %}{% for c in m.tool_calls %}{{ c.function.name }}"
+      "({{ c.function.arguments | tojson }}){% endfor %}{% else %}[{{ m.role | upper }}] "
+      "{{ m.content if m.content is string else m.content | map(attribute='type') | join(',') }}"
+      "{% endif %}{% if not loop.last %}\n{% endif %}{% endfor %}"
+      "{% if add_generation_prompt %}[ASSISTANT]{% endif %}");
+  put("jinja_template", "macro-namespace.jinja",
+      "{% macro f(x, y=2) %}{{ x * y }}{% endmacro %}{% set ns = namespace(n=0) %}"
+      "{% for t in tools %}{% set ns.n = ns.n + 1 %}{{ f(ns.n) }}{{ t | tojson(indent=2) }}"
+      "{% endfor %}{{ raise_exception('done') if ns.n > 5 }}{{ strftime_now('%Y') }}");
+}
+
+// --- grammar: GBNF, NUL, the text to generate --------------------------------
+
+void grammars() {
+  const std::string nul(1, '\0');
+  put("grammar", "json.gbnf",
+      "root ::= value\n"
+      "value ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+      "object ::= \"{\" ws ( string \":\" ws value (\",\" ws string \":\" ws value)* )? \"}\" ws\n"
+      "array ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
+      "string ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\" ws\n"
+      "number ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? ([eE] [-+]? [0-9]{1,3})? ws\n"
+      "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n" +
+          nul + "{\"a\": [1, -0.5e+3, true, null], \"b\": \"x\\u00e9\xc3\xa9\"}");
+  put("grammar", "arith.gbnf",
+      "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
+      "factor ::= [0-9]+ | \"(\" expr \")\"\n" + nul + "(1+23)*4-5/(6)");
+  put("grammar", "unicode.gbnf",
+      "root ::= \"\\u00e9\" [\\U0001F600-\\U0001F64F]+ [^a-z] . \"\xe6\x97\xa5\"?\n" + nul +
+          "\xc3\xa9\xf0\x9f\x98\x80\xf0\x9f\x98\x81Z\xe6\x97\xa5\xe6\x97\xa5");
+  put("grammar", "repeat.gbnf",
+      "root ::= (\"ab\" | \"a\" \"b\"?){2,5} x{0,3} [0-9]{3}\nx ::= \"12\" | \"1\"\n" + nul + "abab1212123");
+  put("grammar", "nullable-tail.gbnf",
+      "root ::= list\nlist ::= item list | \nitem ::= \"abc\" ws\nws ::= \" \"*\n" + nul + "abc  abcabc ");
+  put("grammar", "ambiguous.gbnf",
+      "root ::= a*\na ::= \"a\" | \"a\" \"a\" | b\nb ::= \"a\"?\n" + nul + "aaaaaaaa");
+  put("grammar", "comments-classes.gbnf",
+      "# a comment\nroot ::= [\\x00-\\x7F]* \"\\\\\" [\\[\\]\\-\\^] # tail\n" + nul + "ab\\^");
+  put("grammar", "bad-left-recursion.gbnf", "root ::= root \"x\" | \"y\"\n");
+  put("grammar", "bad-undefined.gbnf", "root ::= missing\n");
+  put("grammar", "bad-range.gbnf", "root ::= [z-a] \"\\uD800\" x{5,2}\n");
+}
+
+// --- json_schema: the schema, NUL, a candidate JSON text ---------------------
+
+void schemas() {
+  const std::string nul(1, '\0');
+  put("json_schema", "object.json",
+      R"({"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string","maxLength":4},)"
+      R"("c":{"type":"boolean"}},"required":["a","c"]})" + nul + R"({"a": "x\u00e9", "c": false, "b": -12})");
+  put("json_schema", "array.json",
+      R"({"type":"array","items":{"type":"number"},"minItems":1,"maxItems":3})" + nul + "[1.5, -2e10]");
+  put("json_schema", "refs.json",
+      R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},)"
+      R"("next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},)"
+      R"("$ref":"#/$defs/node"})" + nul + R"({"v":1,"next":{"v":2,"next":null}})");
+  put("json_schema", "enum-const.json",
+      R"({"anyOf":[{"enum":["a",1,null,[true]]},{"const":{"k":"v"}}]})" + nul + R"({"k":"v"})");
+  put("json_schema", "types.json",
+      R"({"type":["string","null","integer"],"nullable":true,"minLength":2})" + nul + "\"ab\"");
+  put("json_schema", "additional.json",
+      R"({"type":"object","properties":{"id":{"type":"integer"}},"additionalProperties":)"
+      R"({"type":"array","items":{"type":"string"}}})" + nul + R"({"id": 3, "tags": ["x", "y"]})");
+  put("json_schema", "any-object.json", R"({"type":"object"})" + nul + "{\n  \"x\": [1, {}]\n}");
+  put("json_schema", "oneof-allof.json",
+      R"({"oneOf":[{"type":"string","enum":["x","y"]},{"allOf":[{"type":"integer"}]}],)"
+      R"("title":"t","description":"d","default":1})" + nul + "7");
+  put("json_schema", "bad-pattern.json", R"({"type":"string","pattern":"^a+$"})");
+  put("json_schema", "bad-ref.json", R"({"$ref":"https://example.com/s.json"})");
+  put("json_schema", "bad-required.json",
+      R"({"type":"object","properties":{"a":{}},"required":["b"]})");
+  put("json_schema", "not-json.json", R"({"type":)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -509,5 +606,8 @@ int main(int argc, char** argv) {
   openai();
   http();
   configs();
+  templates();
+  grammars();
+  schemas();
   return g_failures == 0 ? 0 : 1;
 }
