@@ -1,438 +1,29 @@
-// jinja2's filters and tests, Python's str and dict methods, and jinja2's
-// attribute / item lookup (attribute first for `.`, item first for `[]`),
-// with the immutable sandbox's refusal of mutating methods.
+// jinja2's built-in filters and tests (builtins.h).
 #include "model/jinja/builtins.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "model/jinja/jinja.h"
+#include "model/jinja/methods.h"
+#include "model/jinja/python_str.h"
 
 namespace strata::jinja {
 namespace {
 
-int64_t to_int(const Value& v, int line, const char* what) {
-  if (v.kind == Value::Kind::kInt) return v.i;
-  if (v.kind == Value::Kind::kBool) return v.b;
-  fail(line, std::string(what) + ": expected an integer, got '" + type_name(v) + "'");
+// Python's int(x) of a finite float: toward zero; a value outside int64
+// (Python's ints are unbounded, ours are 64-bit) fails.
+int64_t truncate_to_int(double x, int line) {
+  const double t = std::trunc(x);
+  // [-2^63, 2^63): both bounds are exact doubles.
+  if (!(t >= -9223372036854775808.0 && t < 9223372036854775808.0)) {
+    fail(line, "int: " + python_float_repr(x) + " does not fit in 64 bits");
+  }
+  return static_cast<int64_t>(t);
 }
-
-std::string need_string(const Value& v, int line, const char* what) {
-  if (!v.is_string()) fail(line, std::string(what) + ": expected a string, got '" + type_name(v) + "'");
-  return v.s;
-}
-
-std::u32string strip_chars(const std::u32string& s, const Value& chars, bool left, bool right, int line) {
-  std::u32string set;
-  bool ws = chars.is_none() || chars.is_undefined();
-  if (!ws) set = decode_utf8(need_string(chars, line, "strip"));
-  auto drop = [&](char32_t c) { return ws ? is_python_space(c) : set.find(c) != std::u32string::npos; };
-  size_t b = 0, e = s.size();
-  if (left) {
-    while (b < e && drop(s[b])) ++b;
-  }
-  if (right) {
-    while (e > b && drop(s[e - 1])) --e;
-  }
-  return s.substr(b, e - b);
-}
-
-std::string ascii_map(const std::string& s, int (*f)(int)) {
-  std::string r = s;
-  for (char& c : r) {
-    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-  }
-  return r;
-}
-std::string upper(const std::string& s) { return ascii_map(s, ::toupper); }
-std::string lower(const std::string& s) { return ascii_map(s, ::tolower); }
-bool is_alpha_cp(char32_t c) { return (c < 0x80 && std::isalpha(static_cast<int>(c))) || c >= 0xC0; }
-
-std::string title(const std::string& s) {
-  std::u32string cs = decode_utf8(s);
-  bool prev_cased = false;
-  for (char32_t& c : cs) {
-    if (c < 0x80 && std::isalpha(static_cast<int>(c))) {
-      c = prev_cased ? std::tolower(static_cast<int>(c)) : std::toupper(static_cast<int>(c));
-      prev_cased = true;
-    } else {
-      prev_cased = is_alpha_cp(c);
-    }
-  }
-  return encode_utf8(cs);
-}
-
-std::string capitalize(const std::string& s) {
-  std::string r = lower(s);
-  if (!r.empty() && static_cast<unsigned char>(r[0]) < 0x80) r[0] = static_cast<char>(std::toupper(r[0]));
-  return r;
-}
-
-// A string a filter or method builds, refused past the output limit (no
-// render could print it; center(10**12) asked for a terabyte).
-void check_built(size_t bytes, int line, const char* what) {
-  if (bytes > Limits::kMaxOutputBytes) {
-    throw Error{absl::StatusCode::kResourceExhausted,
-                absl::StrCat("line ", line, ": ", what, " would make more than ",
-                             Limits::kMaxOutputBytes, " bytes")};
-  }
-}
-
-std::string replace(const std::string& s, const std::string& old, const std::string& with, int64_t count,
-                    int line) {
-  std::string r;
-  if (old.empty()) {  // Python inserts `with` between every code point
-    std::u32string cs = decode_utf8(s);
-    int64_t n = 0;
-    for (char32_t c : cs) {
-      if (count < 0 || n < count) {
-        r += with;
-        ++n;
-      }
-      r += encode_utf8(std::u32string(1, c));
-      check_built(r.size(), line, "replace");
-    }
-    if (count < 0 || n < count) r += with;
-    return r;
-  }
-  size_t pos = 0;
-  int64_t n = 0;
-  for (;;) {
-    size_t f = s.find(old, pos);
-    if (f == std::string::npos || (count >= 0 && n >= count)) break;
-    r.append(s, pos, f - pos);
-    r += with;
-    check_built(r.size(), line, "replace");
-    pos = f + old.size();
-    ++n;
-  }
-  r.append(s, pos);
-  return r;
-}
-
-List split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_right, int line) {
-  List out;
-  if (sep.is_none() || sep.is_undefined()) {
-    std::u32string cs = decode_utf8(s);
-    std::vector<std::u32string> words;
-    if (!from_right) {
-      size_t k = 0;
-      while (k < cs.size()) {
-        while (k < cs.size() && is_python_space(cs[k])) ++k;
-        if (k >= cs.size()) break;
-        if (maxsplit >= 0 && static_cast<int64_t>(words.size()) >= maxsplit) {
-          size_t e = cs.size();
-          while (e > k && is_python_space(cs[e - 1])) --e;
-          words.push_back(cs.substr(k, e - k));
-          break;
-        }
-        size_t b = k;
-        while (k < cs.size() && !is_python_space(cs[k])) ++k;
-        words.push_back(cs.substr(b, k - b));
-      }
-    } else {
-      size_t k = cs.size();
-      while (k > 0) {
-        while (k > 0 && is_python_space(cs[k - 1])) --k;
-        if (k == 0) break;
-        if (maxsplit >= 0 && static_cast<int64_t>(words.size()) >= maxsplit) {
-          size_t b = 0;
-          while (b < k && is_python_space(cs[b])) ++b;
-          words.push_back(cs.substr(b, k - b));
-          break;
-        }
-        size_t e = k;
-        while (k > 0 && !is_python_space(cs[k - 1])) --k;
-        words.push_back(cs.substr(k, e - k));
-      }
-      std::reverse(words.begin(), words.end());
-    }
-    for (auto& w : words) out.push_back(Value::string(encode_utf8(w)));
-    return out;
-  }
-  std::string sp = need_string(sep, line, "split");
-  if (sp.empty()) fail(line, "empty separator");
-  std::vector<std::string> parts;
-  if (!from_right) {
-    size_t pos = 0;
-    for (;;) {
-      size_t f = s.find(sp, pos);
-      if (f == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit)) break;
-      parts.push_back(s.substr(pos, f - pos));
-      pos = f + sp.size();
-    }
-    parts.push_back(s.substr(pos));
-  } else {
-    size_t end = s.size();
-    for (;;) {
-      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) break;
-      if (end < sp.size()) break;
-      size_t f = s.rfind(sp, end - sp.size());
-      if (f == std::string::npos) break;
-      parts.push_back(s.substr(f + sp.size(), end - f - sp.size()));
-      end = f;
-    }
-    parts.push_back(s.substr(0, end));
-    std::reverse(parts.begin(), parts.end());
-  }
-  for (auto& p : parts) out.push_back(Value::string(std::move(p)));
-  return out;
-}
-
-List splitlines(const std::string& s) {
-  List out;
-  std::u32string cs = decode_utf8(s);
-  std::u32string cur;
-  for (size_t k = 0; k < cs.size(); ++k) {
-    char32_t c = cs[k];
-    bool br = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || (c >= 0x1c && c <= 0x1e) || c == 0x85 ||
-              c == 0x2028 || c == 0x2029;
-    if (br) {
-      if (c == '\r' && k + 1 < cs.size() && cs[k + 1] == '\n') ++k;
-      out.push_back(Value::string(encode_utf8(cur)));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) out.push_back(Value::string(encode_utf8(cur)));
-  return out;
-}
-
-Value unsafe(const std::string& type, const std::string& name) {
-  return Value::callable(name, [type, name](Interpreter&, Args&, int line) -> Value {
-    fail(line, "access to attribute '" + name + "' of '" + type + "' object is unsafe.");
-  });
-}
-
-Value bound(const std::string& name, std::function<Value(Args&, int)> fn) {
-  return Value::callable(name, [fn = std::move(fn)](Interpreter&, Args& args, int line) { return fn(args, line); });
-}
-
-Value string_method(const Value& obj, const std::string& name) {
-  const std::string s = obj.s;
-  if (name == "startswith" || name == "endswith") {
-    bool start = name == "startswith";
-    return bound(name, [s, start](Args& a, int line) {
-      Value p = a.get(0, "prefix");
-      List options = p.is_list() ? *p.list : List{p};
-      for (const auto& o : options) {
-        std::string x = need_string(o, line, start ? "startswith" : "endswith");
-        if (start ? s.compare(0, x.size(), x) == 0 && s.size() >= x.size()
-                  : s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0) {
-          return Value::boolean(true);
-        }
-      }
-      return Value::boolean(false);
-    });
-  }
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    bool l = name != "rstrip", r = name != "lstrip";
-    return bound(name, [s, l, r](Args& a, int line) {
-      return Value::string(encode_utf8(strip_chars(decode_utf8(s), a.get(0, "chars"), l, r, line)));
-    });
-  }
-  if (name == "split" || name == "rsplit") {
-    bool right = name == "rsplit";
-    return bound(name, [s, right](Args& a, int line) {
-      return Value::of_list(split(s, a.get(0, "sep"), to_int(a.get(1, "maxsplit", Value::integer(-1)), line, "maxsplit"), right, line));
-    });
-  }
-  if (name == "splitlines") return bound(name, [s](Args&, int) { return Value::of_list(splitlines(s)); });
-  if (name == "replace") {
-    return bound(name, [s](Args& a, int line) {
-      return Value::string(replace(s, need_string(a.get(0, "old"), line, "replace"),
-                                   need_string(a.get(1, "new"), line, "replace"),
-                                   to_int(a.get(2, "count", Value::integer(-1)), line, "replace"),
-                                   line));
-    });
-  }
-  if (name == "upper") return bound(name, [s](Args&, int) { return Value::string(upper(s)); });
-  if (name == "lower") return bound(name, [s](Args&, int) { return Value::string(lower(s)); });
-  if (name == "title") return bound(name, [s](Args&, int) { return Value::string(title(s)); });
-  if (name == "capitalize") return bound(name, [s](Args&, int) { return Value::string(capitalize(s)); });
-  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
-    return bound(name, [s, name](Args& a, int line) {
-      std::string sub = need_string(a.get(0, "sub"), line, "find");
-      if (name == "count") {
-        if (sub.empty()) return Value::integer(static_cast<int64_t>(decode_utf8(s).size()) + 1);
-        int64_t n = 0;
-        for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
-        return Value::integer(n);
-      }
-      size_t p = (name == "find" || name == "index") ? s.find(sub) : s.rfind(sub);
-      if (p == std::string::npos) {
-        if (name == "index" || name == "rindex") fail(line, "substring not found");
-        return Value::integer(-1);
-      }
-      return Value::integer(static_cast<int64_t>(decode_utf8(s.substr(0, p)).size()));
-    });
-  }
-  if (name == "join") {
-    return bound(name, [s](Args& a, int line) {
-      std::string r;
-      bool first = true;
-      for (const auto& x : iterate_value(a.get(0, "iterable"), line)) {
-        if (!first) r += s;
-        first = false;
-        r += need_string(x, line, "join");
-      }
-      return Value::string(std::move(r));
-    });
-  }
-  if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum" || name == "islower" ||
-      name == "isupper") {
-    return bound(name, [s, name](Args&, int) {
-      if (s.empty()) return Value::boolean(false);
-      bool cased = false;
-      for (char32_t c : decode_utf8(s)) {
-        bool ok;
-        if (name == "isdigit") ok = c < 0x80 && std::isdigit(static_cast<int>(c));
-        else if (name == "isalpha") ok = is_alpha_cp(c);
-        else if (name == "isalnum") ok = is_alpha_cp(c) || (c < 0x80 && std::isdigit(static_cast<int>(c)));
-        else if (name == "isspace") ok = is_python_space(c);
-        else {
-          bool up = c < 0x80 && std::isupper(static_cast<int>(c)), lo = c < 0x80 && std::islower(static_cast<int>(c));
-          cased = cased || up || lo;
-          ok = name == "islower" ? !up : !lo;
-        }
-        if (!ok) return Value::boolean(false);
-      }
-      return Value::boolean(name == "islower" || name == "isupper" ? cased : true);
-    });
-  }
-  return Value::undefined();
-}
-
-Value items_of(const Value& d) {
-  List items;
-  for (const auto& [k, v] : *d.dict) items.push_back(Value::of_list({Value::string(k), v}, true));
-  return Value::of_list(std::move(items));
-}
-
-Value dict_method(const Value& obj, const std::string& name) {
-  if (name == "get") {
-    return bound(name, [obj](Args& a, int line) {
-      Value key = a.get(0, "key");
-      if (a.positional.empty()) fail(line, "get expected at least 1 argument, got 0");
-      if (key.is_string()) {
-        if (const Value* v = obj.find(key.s)) return *v;
-      }
-      return a.get(1, "default");
-    });
-  }
-  if (name == "items") {
-    return bound(name, [obj](Args&, int) {
-      Value v = items_of(obj);
-      v.view = Value::View::kItems;
-      return v;
-    });
-  }
-  if (name == "keys" || name == "values") {
-    bool keys = name == "keys";
-    return bound(name, [obj, keys](Args&, int) {
-      List r;
-      for (const auto& [k, v] : *obj.dict) r.push_back(keys ? Value::string(k) : v);
-      Value view = Value::of_list(std::move(r));
-      view.view = keys ? Value::View::kKeys : Value::View::kValues;
-      return view;
-    });
-  }
-  if (name == "pop" || name == "popitem" || name == "update" || name == "setdefault" || name == "clear") {
-    return unsafe("dict", name);
-  }
-  return Value::undefined();
-}
-
-Value list_method(const Value& obj, const std::string& name) {
-  if (name == "append" || name == "pop" || name == "insert" || name == "extend" || name == "remove" ||
-      name == "clear" || name == "sort" || name == "reverse") {
-    return unsafe(obj.tuple ? "tuple" : "list", name);
-  }
-  if (name == "index" || name == "count") {
-    return bound(name, [obj, name](Args& a, int line) {
-      Value x = a.get(0, "value");
-      int64_t n = 0;
-      for (size_t k = 0; k < obj.list->size(); ++k) {
-        if (equal((*obj.list)[k], x)) {
-          if (name == "index") return Value::integer(static_cast<int64_t>(k));
-          ++n;
-        }
-      }
-      if (name == "index") fail(line, "value is not in list");
-      return Value::integer(n);
-    });
-  }
-  return Value::undefined();
-}
-
-std::string attr_missing(const Value& obj, const std::string& name) {
-  return "'" + (obj.is_none() ? std::string("None") : type_name(obj) + " object") + "' has no attribute '" + name + "'";
-}
-
-}  // namespace
-
-Value get_attr(const Value& obj, const std::string& name, int line) {
-  switch (obj.kind) {
-    case Value::Kind::kUndefined: fail(line, undefined_message(obj));
-    case Value::Kind::kString: {
-      Value m = string_method(obj, name);
-      return m.is_undefined() ? Value::undefined(attr_missing(obj, name)) : m;
-    }
-    case Value::Kind::kDict: {
-      if (!obj.ns) {
-        Value m = dict_method(obj, name);
-        if (!m.is_undefined()) return m;
-      }
-      if (const Value* v = obj.find(name)) return *v;
-      return Value::undefined(attr_missing(obj, name));
-    }
-    case Value::Kind::kList: {
-      Value m = list_method(obj, name);
-      return m.is_undefined() ? Value::undefined(attr_missing(obj, name)) : m;
-    }
-    default: return Value::undefined(attr_missing(obj, name));
-  }
-}
-
-Value get_item(const Value& obj, const Value& key, int line) {
-  switch (obj.kind) {
-    case Value::Kind::kUndefined: fail(line, undefined_message(obj));
-    case Value::Kind::kDict:
-      if (key.is_string()) {
-        if (const Value* v = obj.find(key.s)) return *v;
-        if (!obj.ns) {
-          Value m = dict_method(obj, key.s);
-          if (!m.is_undefined()) return m;
-        }
-      }
-      return Value::undefined("'" + type_name(obj) + " object' has no attribute " + repr(key));
-    case Value::Kind::kList:
-    case Value::Kind::kString:
-      if (obj.generator) return Value::undefined("'generator object' has no attribute " + repr(key));
-      if (key.kind == Value::Kind::kInt || key.kind == Value::Kind::kBool) {
-        int64_t k = key.kind == Value::Kind::kBool ? key.b : key.i;
-        if (obj.is_list()) {
-          int64_t n = static_cast<int64_t>(obj.list->size());
-          if (k < 0) k += n;
-          if (k >= 0 && k < n) return (*obj.list)[k];
-        } else {
-          std::u32string cs = decode_utf8(obj.s);
-          int64_t n = static_cast<int64_t>(cs.size());
-          if (k < 0) k += n;
-          if (k >= 0 && k < n) return Value::string(encode_utf8(std::u32string(1, cs[k])));
-        }
-        return Value::undefined(type_name(obj) + " object has no element " + str(key));
-      }
-      if (key.is_string()) return get_attr(obj, key.s, line);
-      return Value::undefined(type_name(obj) + " object has no element " + repr(key));
-    case Value::Kind::kNone: return Value::undefined("None has no element " + repr(key));
-    default: return Value::undefined("'" + type_name(obj) + " object' has no attribute " + repr(key));
-  }
-}
-
-namespace {
 
 // Attribute lookup for map/selectattr/sort: dotted paths, items first.
 Value attribute_path(const Value& v, const std::string& path, int line) {
@@ -442,7 +33,14 @@ Value attribute_path(const Value& v, const std::string& path, int line) {
     size_t dot = path.find('.', pos);
     std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    cur = numeric ? get_item(cur, Value::integer(std::stoll(part)), line) : get_item(cur, Value::string(part), line);
+    int64_t index = 0;
+    if (!numeric) {
+      cur = get_item(cur, Value::string(part), line);
+    } else if (std::from_chars(part.data(), part.data() + part.size(), index).ec == std::errc()) {
+      cur = get_item(cur, Value::integer(index), line);
+    } else {  // past int64: no list is that long
+      cur = Value::undefined(type_name(cur) + " object has no element " + part);
+    }
     if (dot == std::string::npos) break;
     pos = dot + 1;
   }
@@ -664,7 +262,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
     if (input.kind == Value::Kind::kInt) return input;
     if (input.kind == Value::Kind::kBool) return Value::integer(input.b);
     if (input.kind == Value::Kind::kFloat) {
-      return std::isfinite(input.f) ? Value::integer(static_cast<int64_t>(input.f)) : dflt;
+      return std::isfinite(input.f) ? Value::integer(truncate_to_int(input.f, line)) : dflt;
     }
     if (input.is_string()) {
       std::string s = encode_utf8(strip_chars(decode_utf8(input.s), Value::none(), true, true, line));
@@ -673,7 +271,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
       long long v = std::strtoll(s.c_str(), &end, 10);
       if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return Value::integer(v);
       double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d)) return Value::integer(static_cast<int64_t>(d));
+      if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d)) return Value::integer(truncate_to_int(d, line));
     }
     return dflt;
   }
@@ -690,7 +288,11 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& input,
   }
   if (name == "abs") {
     if (input.kind == Value::Kind::kFloat) return Value::real(std::fabs(input.f));
-    if (input.is_number()) return Value::integer(std::llabs(input.kind == Value::Kind::kBool ? input.b : input.i));
+    if (input.is_number()) {
+      const int64_t x = input.kind == Value::Kind::kBool ? input.b : input.i;
+      if (x == std::numeric_limits<int64_t>::min()) fail(line, "abs: integer overflow");
+      return Value::integer(x < 0 ? -x : x);
+    }
     fail(line, "bad operand type for abs(): '" + type_name(input) + "'");
   }
   if (name == "round") {

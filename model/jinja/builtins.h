@@ -1,5 +1,5 @@
-// Filters, tests, attribute and item access, and the methods of str and
-// dict (internal; builtins.cc), as jinja2 3.1 and Python define them.
+// jinja2 3.1's built-in filters and tests (internal; builtins.cc), and what
+// the interpreter shares with them (interpreter.cc).
 #pragma once
 
 #include <string>
@@ -8,8 +8,6 @@
 
 namespace strata::jinja {
 
-Value get_attr(const Value& obj, const std::string& name, int line);
-Value get_item(const Value& obj, const Value& key, int line);
 Value apply_filter(Interpreter& in, const std::string& name, const Value& input, Args& args, int line);
 bool apply_test(Interpreter& in, const std::string& name, const Value& input, Args& args, int line);
 

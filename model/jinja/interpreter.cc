@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/jinja/ast.h"
 #include "model/jinja/builtins.h"
+#include "model/jinja/methods.h"
 
 namespace strata::jinja {
 

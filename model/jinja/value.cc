@@ -558,4 +558,15 @@ bool is_python_space(char32_t c) {
          c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
+int64_t to_int(const Value& v, int line, const char* what) {
+  if (v.kind == Value::Kind::kInt) return v.i;
+  if (v.kind == Value::Kind::kBool) return v.b;
+  fail(line, std::string(what) + ": expected an integer, got '" + type_name(v) + "'");
+}
+
+std::string need_string(const Value& v, int line, const char* what) {
+  if (!v.is_string()) fail(line, std::string(what) + ": expected a string, got '" + type_name(v) + "'");
+  return v.s;
+}
+
 }  // namespace strata::jinja

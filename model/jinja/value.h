@@ -105,6 +105,10 @@ std::string repr(const Value& v);
 std::string python_float_repr(double v);
 // Python's type name, for error messages ('str', 'dict', 'NoneType'...).
 std::string type_name(const Value& v);
+// An argument as an integer (a bool counts, as in Python) or a string; else
+// InvalidArgument "line N: WHAT: expected an integer|a string, got 'TYPE'".
+int64_t to_int(const Value& v, int line, const char* what);
+std::string need_string(const Value& v, int line, const char* what);
 
 Value from_json(const nlohmann::ordered_json& j);
 // json.dumps(v, ensure_ascii, indent=indent (<0: None), sort_keys, separators).

@@ -200,6 +200,30 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
   }
 }
 
+
+// Integers are 64-bit here (Python's are unbounded): a conversion or an
+// abs() past int64 fails naming its line, never wraps (a float cast out of
+// range, found by jinja_template_fuzz). jinja2 gives these as big ints:
+// 699999999999999957624242044928, 10**300-ish, 9223372036854775808, and
+// '[Undefined]' for the index past any list.
+TEST(Jinja, IntegersPastInt64FailCleanly) {
+  for (const char* big : {"{{ '7e29' | int }}", "{{ 1e300 | int }}", "{{ -1e19 | int }}",
+                          "{{ ['777777777777777777777777777773'] | map('int') | list }}",
+                          "{{ (-9223372036854775807 - 1) | abs }}"}) {
+    auto r = render(big);
+    ASSERT_FALSE(r.ok()) << big;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << big;
+    EXPECT_EQ(r.status().message().rfind("line 1: ", 0), 0u) << r.status();
+  }
+  auto in_range = render(
+      "{{ '9e18' | int }}|{{ -9.2e18 | int }}|{{ '-9223372036854775808' | int }}|{{ 2.9 | int }}|"
+      "{{ -2.9 | int }}|{{ (-9223372036854775807) | abs }}|{{ 'x' | int(5) }}|"
+      "{{ [[1, 2]] | map(attribute='1') | list }}|{{ [[1]] | map(attribute='99999999999999999999') | list }}");
+  ASSERT_TRUE(in_range.ok()) << in_range.status();
+  EXPECT_EQ(*in_range,
+            "9000000000000000000|-9200000000000000000|-9223372036854775808|2|-2|9223372036854775807|5|[2]|"
+            "[Undefined]");
+}
 TEST(Jinja, NlohmannJsonContextRenders) {
   auto t = Template::parse("{{ messages[0].content }}|{{ add_generation_prompt }}");
   ASSERT_TRUE(t.ok());
