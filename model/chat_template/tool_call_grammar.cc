@@ -13,13 +13,16 @@
 namespace strata::chat_template {
 namespace {
 
-// JSON values (RFC 8259), whitespace bounded so a model cannot loop on it.
+// JSON values (RFC 8259), whitespace bounded so a model cannot loop on it,
+// numbers to 16 integer digits and a 2-digit exponent so that every one is
+// a finite double (the arguments are parsed here and by the client: 1e400
+// is refused by nlohmann and read as infinity by Python).
 constexpr std::string_view kJsonRules = R"(object ::= "{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* )? ws "}"
 array ::= "[" ws ( value ( ws "," ws value )* )? ws "]"
 value ::= object | array | string | number | "true" | "false" | "null"
 string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" hex hex hex hex ) )* "\""
 hex ::= [0-9a-fA-F]
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9] [0-9]? )?
 ws ::= ( " " | "\n" | "\t" )? ( " " | "\n" | "\t" )? ( " " | "\n" | "\t" )? ( " " | "\n" | "\t" )?
 )";
 

@@ -13,7 +13,9 @@
 //   string: minLength, maxLength (code points; an escape is one), enum,
 //     const. pattern and format are refused (no regex compiler yet).
 //   number / integer: any value with at most 16 integer and 16 fraction
-//     digits and a 3-digit exponent (so a generation always ends);
+//     digits and a 2-digit exponent (so a generation always ends, and the
+//     value, below 1e115, is a finite double: JSON parsers refuse 1e400 or
+//     read it as infinity);
 //     minimum / maximum / exclusiveMinimum / exclusiveMaximum are ACCEPTED
 //     BUT NOT ENFORCED. multipleOf is refused.
 //   enum, const: any JSON values, written compactly.
@@ -45,7 +47,7 @@ char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA
 string ::= "\"" char* "\"" ws
 int-part ::= "-"? ([0-9] | [1-9] [0-9]{1,15})
 integer ::= int-part ws
-number ::= int-part ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws
+number ::= int-part ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})? ws
 boolean ::= ("true" | "false") ws
 null ::= "null" ws
 value ::= object | array | string | number | boolean | null

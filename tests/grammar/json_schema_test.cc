@@ -126,6 +126,13 @@ TEST(JsonSchema, NumbersBooleansNull) {
   SchemaMatcher n(R"({"type":"number"})");
   EXPECT_TRUE(n.accepts("-0.25e+10"));
   EXPECT_TRUE(n.accepts("3"));
+  // Every number the grammar allows is a finite double: nlohmann (and so
+  // the tool-call parser) refuses 1e400, Python reads it as inf.
+  EXPECT_TRUE(n.accepts("9999999999999999.5e99"));
+  EXPECT_TRUE(n.accepts("1E-99"));
+  EXPECT_FALSE(n.accepts("1e400"));
+  EXPECT_FALSE(n.accepts("1e100"));
+  EXPECT_FALSE(n.accepts("10000000000000000"));  // 17 integer digits
   EXPECT_FALSE(n.accepts("3."));
   EXPECT_FALSE(n.accepts(".5"));
   SchemaMatcher b(R"({"type":["boolean","null"]})");

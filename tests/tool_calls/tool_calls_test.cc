@@ -4,6 +4,7 @@
 // several calls, reasoning, malformed and hostile output, format detection and
 // the tool_choice grammar.
 #include "model/chat_template/tool_calls.h"
+#include "model/grammar/grammar.h"
 
 #include <gtest/gtest.h>
 
@@ -630,6 +631,33 @@ TEST(ToolCallGrammar, RequiredAndNamedChoicesGiveAGrammarForEachFormat) {
   ASSERT_TRUE(many.ok() && one.ok());
   EXPECT_NE(many->find("root ::= call ( \"\\n\" call )*"), std::string::npos) << *many;
   EXPECT_NE(one->find("root ::= call\n"), std::string::npos) << *one;
+}
+
+// What the grammar lets a model write as an argument, the parser reads: a
+// number is a finite double (1e400 passed the grammar, then nlohmann refused
+// the arguments and the forced call came back as content).
+TEST(ToolCallGrammar, NumbersTheGrammarAllowsAreNumbersTheParserReads) {
+  json tools = json::parse(R"([{"type": "function", "function": {"name": "search"}}])");
+  auto gbnf = tool_call_gbnf(ToolCallFormat::kHermes, tools, "required");
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status();
+  auto grammar = grammar::parse_gbnf(*gbnf);
+  ASSERT_TRUE(grammar.ok()) << grammar.status() << "\n" << *gbnf;
+  auto text = [](const std::string& number) {
+    return "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"x\": " + number + "}}\n</tool_call>";
+  };
+  auto allowed = [&](const std::string& t) {
+    grammar::GrammarMatcher m(*grammar, grammar::TokenTable::build({}, {}));
+    return m.accept_bytes(t) && m.complete();
+  };
+  for (const char* number : {"1e99", "-9999999999999999.25E-99", "0", "12.5e+7"}) {
+    ASSERT_TRUE(allowed(text(number))) << number << "\n" << *gbnf;
+    Result r = run_whole(ToolCallFormat::kHermes, text(number));
+    ASSERT_EQ(r.calls.size(), 1u) << number;
+    EXPECT_EQ(json::parse(r.calls[0].arguments)["x"], json::parse(number)) << number;
+  }
+  for (const std::string& number : {std::string("1e400"), std::string("1e100"), "1" + std::string(400, '0')}) {
+    EXPECT_FALSE(allowed(text(number))) << number;
+  }
 }
 
 }  // namespace
