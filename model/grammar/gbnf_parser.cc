@@ -431,10 +431,24 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GbnfParser::parse() {
           }
           e.rule = it->second;
         } else {
+          // Sorted and merged (disjoint, never adjacent): matches() and
+          // matches_any() search them in O(log n). A class is as long as
+          // the request allows: scanning 18000 ranges for each of 2000
+          // stacks (quadratically inside a character, negated) took a
+          // 63 KB grammar's mask 113 s.
+          std::vector<Grammar::Range> ranges = s.ranges;
+          std::sort(ranges.begin(), ranges.end(),
+                    [](const Grammar::Range& a, const Grammar::Range& b) { return a.lo < b.lo; });
           e.negated = s.negated;
           e.first = static_cast<uint32_t>(g->ranges_.size());
-          e.count = static_cast<uint32_t>(s.ranges.size());
-          g->ranges_.insert(g->ranges_.end(), s.ranges.begin(), s.ranges.end());
+          for (const Grammar::Range& r : ranges) {
+            if (g->ranges_.size() > e.first && r.lo <= g->ranges_.back().hi + 1) {
+              g->ranges_.back().hi = std::max(g->ranges_.back().hi, r.hi);
+            } else {
+              g->ranges_.push_back(r);
+            }
+          }
+          e.count = static_cast<uint32_t>(g->ranges_.size() - e.first);
         }
         g->elements_.push_back(e);
       }
@@ -554,40 +568,33 @@ absl::StatusOr<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view text)
   return parser.parse();
 }
 
+namespace {
+// The first of a class's ranges (sorted, merged) that ends at or after
+// `cp`; `end` if none does.
+const Grammar::Range* first_ending_at_or_after(const Grammar::Range* begin,
+                                               const Grammar::Range* end, uint32_t cp) {
+  return std::lower_bound(begin, end, cp,
+                          [](const Grammar::Range& r, uint32_t c) { return r.hi < c; });
+}
+}  // namespace
+
 bool Grammar::matches(uint32_t pos, uint32_t cp) const {
   const Element& e = elements_[pos];
-  bool in = false;
-  for (uint32_t i = e.first; i < e.first + e.count; ++i) {
-    if (cp >= ranges_[i].lo && cp <= ranges_[i].hi) {
-      in = true;
-      break;
-    }
-  }
+  const Range* end = ranges_.data() + e.first + e.count;
+  const Range* r = first_ending_at_or_after(ranges_.data() + e.first, end, cp);
+  const bool in = r != end && r->lo <= cp;
   return in != e.negated;
 }
 
 bool Grammar::matches_any(uint32_t pos, uint32_t lo, uint32_t hi) const {
   const Element& e = elements_[pos];
-  if (!e.negated) {
-    for (uint32_t i = e.first; i < e.first + e.count; ++i) {
-      if (ranges_[i].lo <= hi && ranges_[i].hi >= lo) return true;
-    }
-    return false;
-  }
-  // Negated: some code point of [lo, hi] lies outside every range. Walk
-  // up from lo past the ranges that cover it.
-  uint32_t cp = lo;
-  for (bool moved = true; moved && cp <= hi;) {
-    moved = false;
-    for (uint32_t i = e.first; i < e.first + e.count; ++i) {
-      if (cp >= ranges_[i].lo && cp <= ranges_[i].hi) {
-        if (ranges_[i].hi >= hi) return false;
-        cp = ranges_[i].hi + 1;
-        moved = true;
-      }
-    }
-  }
-  return cp <= hi;
+  const Range* end = ranges_.data() + e.first + e.count;
+  const Range* r = first_ending_at_or_after(ranges_.data() + e.first, end, lo);
+  if (!e.negated) return r != end && r->lo <= hi;
+  // Negated: some code point of [lo, hi] lies outside every range. The
+  // ranges are merged (never adjacent), so one that covers lo but ends
+  // before hi leaves the code point after it uncovered.
+  return r == end || r->lo > lo || r->hi < hi;
 }
 
 }  // namespace strata::grammar

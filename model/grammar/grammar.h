@@ -158,14 +158,26 @@ class GrammarMatcher {
   // grammar of 4096 alternatives each opening a 990-rule chain asked for
   // 4 million, and the step took the worker's stage hours.
   static constexpr size_t kMaxExpansions = kMaxStacks * 16;
+  // The most work one fill_mask, accept or allows may do, in units of a
+  // stack looked at or copied and a rule reference followed; past it the
+  // step fails as too ambiguous. The bounds above hold for one state, but
+  // a mask makes a state for each token prefix it walks: on SmolLM2's
+  // vocabulary a 9 KB grammar whose every prefix was a new state of 2000
+  // stacks took 15 s and 3 GB a mask, and a 36 KB one of 4000 parses that
+  // each lead back to all 4000 (16 million copies a byte) ran out of
+  // memory at 16 GB. A JSON grammar's mask spends ~6000 units, a
+  // 3000-string enum's 1.3 million, a 600-object union's 3.3 million; at
+  // the budget a step has taken 60-300 ms (2-core Xeon).
+  static constexpr size_t kMaxStepWork = size_t{1} << 22;
 
   GrammarMatcher(std::shared_ptr<const Grammar> grammar,
                  std::shared_ptr<const TokenTable> tokens);
 
-  // Bytes: whether the grammar can continue with them (state unchanged).
+  // Bytes: whether the grammar can continue with them (state unchanged);
+  // false too when following them is too ambiguous (accept() says so).
   bool can_accept_bytes(std::string_view bytes);
   // Advances over the bytes; false (state unchanged) if they cannot be
-  // accepted.
+  // accepted or following them is too ambiguous.
   bool accept_bytes(std::string_view bytes);
 
   // The tokens allowed next, into `mask` (resized to the table's words).
@@ -207,6 +219,9 @@ class GrammarMatcher {
   bool advance(const State& from, uint8_t byte, State* to);
   void advance_cp(const State& from, uint32_t cp, State* to);
   void normalize(std::vector<uint32_t>* stacks);
+  // Counts `units` of the step's work (kMaxStepWork); true once the step
+  // has overflowed (past the budget, or for any other reason).
+  bool spend(size_t units);
   void walk(uint32_t root, int32_t root_state, TokenMask* mask);
   int32_t dfa_state(State&& state);
   int32_t dfa_step(int32_t state, uint8_t byte);
@@ -234,6 +249,7 @@ class GrammarMatcher {
   // expansion (nullable and tail recursion).
   absl::flat_hash_set<uint64_t> expanding_;
   bool overflow_ = false;
+  size_t work_ = 0;  // spent by the step so far (kMaxStepWork)
   // The masks of the last few states (round robin).
   struct CachedMask {
     std::vector<uint32_t> key;  // stacks, partial, need, len

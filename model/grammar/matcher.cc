@@ -74,6 +74,7 @@ uint32_t GrammarMatcher::frame(uint32_t pos, uint32_t parent) {
 // top goes out as is; a reference expands into its rule's alternatives; the
 // end of an alternative continues in the parent frame.
 void GrammarMatcher::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>* out) {
+  ++work_;
   const auto& elems = grammar_->elements();
   for (;;) {
     const Grammar::Element& e = elems[pos];
@@ -102,18 +103,25 @@ void GrammarMatcher::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>
 
 void GrammarMatcher::expand_rule(uint32_t rule, uint32_t cont, std::vector<uint32_t>* out) {
   const uint64_t key = (uint64_t{rule} << 32) | cont;
+  ++work_;  // (a pair already entered costs its look-up)
   if (!expanding_.insert(key).second) return;
-  // Too many parses, too many rules entered, or references nested too deep
-  // to follow on the call stack (a ::= b, b ::= c, ... thousands deep):
-  // the step fails.
+  // Too many parses, too many rules entered, references nested too deep
+  // to follow on the call stack (a ::= b, b ::= c, ... thousands deep), or
+  // the step's work spent: the step fails.
   if (out->size() > kMaxStacks * 4 || expanding_.size() > kMaxExpansions ||
-      expand_depth_ > kMaxExpandDepth) {
+      expand_depth_ > kMaxExpandDepth || work_ > kMaxStepWork) {
     overflow_ = true;
     return;
   }
   ++expand_depth_;
   for (uint32_t alt : grammar_->alternatives()[rule]) expand(alt, cont, out);
   --expand_depth_;
+}
+
+bool GrammarMatcher::spend(size_t units) {
+  work_ += units;
+  if (work_ > kMaxStepWork) overflow_ = true;
+  return overflow_;
 }
 
 void GrammarMatcher::normalize(std::vector<uint32_t>* stacks) {
@@ -129,6 +137,7 @@ void GrammarMatcher::advance_cp(const State& from, uint32_t cp, State* to) {
   to->len = 0;
   if (!memo_on_) {
     for (uint32_t s : from.stacks) {
+      if (spend(1)) break;
       if (s == kEmpty) continue;
       const Frame f = pool_[s];
       if (!grammar_->matches(f.pos, cp)) continue;
@@ -144,6 +153,7 @@ void GrammarMatcher::advance_cp(const State& from, uint32_t cp, State* to) {
   // ordinary character leads back to the same stacks).
   size_t lists = 0;
   for (uint32_t s : from.stacks) {
+    if (spend(1)) break;
     if (s == kEmpty) continue;
     const uint64_t key = (uint64_t{s} << 21) | cp;
     auto [it, inserted] = memo_.try_emplace(key, MemoEntry{});
@@ -163,6 +173,9 @@ void GrammarMatcher::advance_cp(const State& from, uint32_t cp, State* to) {
     }
     const MemoEntry e = memo_.find(key)->second;
     if (e.count == 0) continue;
+    // A copy costs its length (and its share of the sort): n stacks that
+    // each lead back to all n copy n * n stacks, however few the misses.
+    if (spend(e.count)) break;
     to->stacks.insert(to->stacks.end(), memo_arena_.begin() + e.first,
                       memo_arena_.begin() + e.first + e.count);
     ++lists;
@@ -223,6 +236,7 @@ bool GrammarMatcher::advance(const State& from, uint8_t b, State* to) {
       to->stacks.push_back(s);
     }
   }
+  spend(from.stacks.size());
   return !to->stacks.empty();
 }
 
@@ -230,8 +244,10 @@ bool GrammarMatcher::can_accept_bytes(std::string_view bytes) {
   const size_t mark = pool_.size();
   State a = state_, b;
   bool ok = true;
+  work_ = 0;
+  overflow_ = false;
   for (char c : bytes) {
-    if (!advance(a, static_cast<uint8_t>(c), &b)) {
+    if (!advance(a, static_cast<uint8_t>(c), &b) || overflow_) {
       ok = false;
       break;
     }
@@ -244,8 +260,10 @@ bool GrammarMatcher::can_accept_bytes(std::string_view bytes) {
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
   const size_t mark = pool_.size();
   State a = state_, b;
+  work_ = 0;
+  overflow_ = false;
   for (char c : bytes) {
-    if (!advance(a, static_cast<uint8_t>(c), &b)) {
+    if (!advance(a, static_cast<uint8_t>(c), &b) || overflow_) {
       truncate_pool(mark);
       return false;
     }
@@ -349,6 +367,7 @@ absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
   mask->assign(words, 0);
   const size_t mark = pool_.size();
   overflow_ = false;
+  work_ = 0;
   memo_on_ = true;
   dfa_states_.clear();
   dfa_index_.clear();
@@ -380,7 +399,8 @@ absl::Status GrammarMatcher::too_ambiguous() const {
   // read as a full queue, 429, and clients retried it).
   return absl::InvalidArgumentError(absl::StrCat(
       "grammar: more than ", kMaxStacks,
-      " parses alive at once, or rules nested too deep (too ambiguous to follow)"));
+      " parses alive at once, rules nested too deep, or more than ", kMaxStepWork,
+      " units of work for one token (too ambiguous to follow)"));
 }
 
 absl::Status GrammarMatcher::mask(std::span<float> logits) {

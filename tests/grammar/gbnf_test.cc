@@ -305,5 +305,130 @@ TEST(Matcher, GrammarsEnteringTooManyRulesFailTheStepNotTheStage) {
   EXPECT_TRUE(ok.complete());
 }
 
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// A class is sorted and merged when parsed, and searched: 18000 code
+// points written one by one in descending order, negated, on top of 2000
+// stacks, took one mask 113 s when every stack scanned it (quadratically
+// inside a character). It still means what it says, whole and cut
+// between tokens: U+4E00..U+59B8 here, U+59B8 being E5 A6 B8.
+TEST(Matcher, LongClassesAreSearchedNotScanned) {
+  std::string cjk;
+  for (uint32_t cp = 0x59B8; cp >= 0x4E00; --cp) cjk += utf8(cp);
+  const std::string negated = "root ::= [^" + cjk + "]+";
+  EXPECT_FALSE(matches(negated, utf8(0x4E00)));
+  EXPECT_FALSE(matches(negated, utf8(0x59B8)));
+  EXPECT_TRUE(matches(negated, utf8(0x4DFF) + utf8(0x59B9) + "a"));
+  const std::string positive = "root ::= [zy" + cjk + "xa-cb-d]+";
+  EXPECT_TRUE(matches(positive, utf8(0x4E00) + utf8(0x5000) + "abcdxyz"));
+  EXPECT_FALSE(matches(positive, "e"));
+  EXPECT_FALSE(matches(positive, utf8(0x4DFF)));
+
+  auto table = TokenTable::build({"\xE4", "\xE5", "\xB8", "\xB9", "\xA5", "\xA6", "\x80", "\xBF"},
+                                 std::vector<bool>(8, false));
+  auto g = parse_gbnf(negated);
+  ASSERT_TRUE(g.ok()) << g.status();
+  GrammarMatcher m(*g, table);
+  TokenMask mask;
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  EXPECT_TRUE(allowed(mask, 0));   // E4: U+4000..U+4DFF are outside
+  EXPECT_TRUE(allowed(mask, 1));   // E5: U+59B9..U+5FFF are
+  EXPECT_FALSE(allowed(mask, 2));  // a continuation byte first
+  ASSERT_TRUE(m.accept(1).ok());
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  EXPECT_FALSE(allowed(mask, 4));  // E5 A5: U+5940..U+597F, all inside
+  EXPECT_TRUE(allowed(mask, 5));   // E5 A6: U+5980..U+59BF, the last 7 outside
+  for (int32_t id = 0; id < table->n_tokens(); ++id) {
+    EXPECT_EQ(allowed(mask, id), m.allows(id)) << id;
+  }
+  ASSERT_TRUE(m.accept(5).ok());
+  ASSERT_TRUE(m.fill_mask(&mask).ok());
+  EXPECT_FALSE(allowed(mask, 6));  // U+5980: inside
+  EXPECT_TRUE(allowed(mask, 7));   // U+59BF: outside
+  EXPECT_EQ(m.accept(6).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.accept(7).ok());
+  EXPECT_TRUE(m.complete());
+}
+
+// Every limit of one state can hold while a mask still makes a state per
+// token prefix: 1000 parses that take any byte (2000 stacks) beside one
+// that pushes a frame for each byte read (so every prefix is a state of
+// its own) took SmolLM2's vocabulary 15 s and 3 GB a mask; 4000 parses
+// that each lead back to all 4000 copied 16 million stacks a byte (16 GB,
+// then bad_alloc). Both now fail the step once it has done kMaxStepWork;
+// the same shapes, small, and JSON still mask as before.
+TEST(Matcher, MasksThatWouldTakeSecondsFailTheStep) {
+  // Every string of 1..3 of 24 letters: a trie of 14,424 tokens.
+  constexpr char kLast = 'A' + 24;
+  std::vector<std::string> pieces;
+  for (char a = 'A'; a < kLast; ++a) {
+    pieces.emplace_back(1, a);
+    for (char b = 'A'; b < kLast; ++b) {
+      pieces.push_back(std::string{a, b});
+      for (char c = 'A'; c < kLast; ++c) pieces.push_back(std::string{a, b, c});
+    }
+  }
+  const int32_t n = static_cast<int32_t>(pieces.size());
+  auto table = TokenTable::build(pieces, std::vector<bool>(pieces.size(), false));
+  auto tracked = [&](int background) {
+    std::string g = "root ::= bg | tr\nbg ::= a \"x\"";
+    for (int i = 1; i < background; ++i) g += " | a \"x\"";
+    g += "\na ::= [^\\x00] a | \"\"\ntr ::= \"\"";
+    for (char c = 'A'; c < kLast; ++c) g += std::string(" | \"") + c + "\" tr \"y\"";
+    return g + "\n";
+  };
+  auto fanout = [](int alternatives) {
+    std::string g = "root ::= x\nx ::= [^\\x00] x";
+    for (int i = 1; i < alternatives; ++i) g += " | [^\\x00] x";
+    return g + "\n";
+  };
+  TokenMask mask;
+  for (const std::string& hostile : {tracked(1000), fanout(1000)}) {
+    auto g = parse_gbnf(hostile);
+    ASSERT_TRUE(g.ok()) << g.status();
+    GrammarMatcher m(*g, table);
+    const absl::Status st = m.fill_mask(&mask);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("units of work for one token"), std::string::npos) << st;
+  }
+  for (const std::string& small : {tracked(4), fanout(4)}) {
+    auto g = parse_gbnf(small);
+    ASSERT_TRUE(g.ok()) << g.status();
+    GrammarMatcher m(*g, table);
+    for (int32_t id : {0, 1, 2, n - 1}) {
+      ASSERT_TRUE(m.fill_mask(&mask).ok());
+      for (int32_t t = 0; t < table->n_tokens(); ++t) ASSERT_TRUE(allowed(mask, t)) << t;
+      ASSERT_TRUE(m.accept(id).ok());
+    }
+  }
+  // JSON over the same vocabulary (every key and string a letter run).
+  auto json = parse_gbnf(json_object_gbnf());
+  ASSERT_TRUE(json.ok());
+  GrammarMatcher m(*json, TokenTable::build([&] {
+    std::vector<std::string> p = pieces;
+    for (const char* s : {"{\"", "\": \"", "\", \"", "\"}", ":", " "}) p.emplace_back(s);
+    return p;
+  }(), std::vector<bool>(pieces.size() + 6, false)));
+  for (int32_t id : {n, 5, n + 1, 40, 7, n + 2, 1000, n + 1, n - 1, n + 3}) {
+    ASSERT_TRUE(m.fill_mask(&mask).ok());
+    ASSERT_TRUE(allowed(mask, id)) << id;
+    ASSERT_TRUE(m.accept(id).ok()) << id;
+  }
+  EXPECT_TRUE(m.complete());
+}
+
 }  // namespace
 }  // namespace strata::grammar
