@@ -27,7 +27,7 @@ set -euo pipefail
 seconds=${1:-60}
 shift || true
 all=(worker_activations worker_control generate_request openai_request http_request
-     cluster_config worker_config gguf_reader tool_calls jinja_template grammar json_schema)
+     cluster_config worker_config gguf_reader tool_calls jinja_template grammar json_schema tokenizer)
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 
@@ -84,6 +84,7 @@ for t in "${targets[@]}"; do
     openai_request|generate_request) flags+=(-max_len=65536 -dict="$root/tests/fuzz/json.dict") ;;
     json_schema) flags+=(-max_len=65536 -dict="$root/tests/fuzz/json.dict") ;;
     grammar) flags+=(-max_len=65536 -dict="$root/tests/fuzz/gbnf.dict") ;;
+    tokenizer) flags+=(-max_len=16384) ;;
     jinja_template)
       # The published chat templates are seeds too (up to ~30 KiB each).
       dirs+=("$root/tests/jinja/data/templates")

@@ -592,6 +592,29 @@ void schemas() {
   put("json_schema", "not-json.json", R"({"type":)");
 }
 
+// --- tokenizer: a vocabulary byte, then text ----------------------------------
+
+void texts() {
+  const std::vector<std::string> samples = {
+      "Hello world",
+      " leading space, trailing space ",
+      "  two\n\nlines\t\ttabs\r\n",
+      "I've we'll they're DON'T 's",
+      "3.14159 1234567890 100,000 $5.00",
+      "caf\xC3\xA9 na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
+      "def f(x):\n    return x ** 2  # comment\n",
+      "<|im_start|>user\nhi<|im_end|><s></s>[INST]",
+      "\xE2\x96\x81\xE2\x96\x81 sentencepiece's space \xE2\x96\x81",
+      "\xF0\x9F\x98",            // a cut character
+      "a\xFF\xFE\xC0\xAFz",     // bytes that are never UTF-8
+      std::string("nul\0byte", 8),
+  };
+  for (size_t i = 0; i < samples.size(); ++i) {
+    // Vocabulary bytes 0..11 cover each of tokenizer_fuzz's list once.
+    put("tokenizer", "text-" + std::to_string(i), std::string(1, static_cast<char>(i)) + samples[i]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -609,5 +632,6 @@ int main(int argc, char** argv) {
   templates();
   grammars();
   schemas();
+  texts();
   return g_failures == 0 ? 0 : 1;
 }
