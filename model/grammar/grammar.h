@@ -219,6 +219,9 @@ class GrammarMatcher {
   bool advance(const State& from, uint8_t byte, State* to);
   void advance_cp(const State& from, uint32_t cp, State* to);
   void normalize(std::vector<uint32_t>* stacks);
+  // A step (fill_mask, accept_bytes, can_accept_bytes) starts with no
+  // overflow and no work spent.
+  void begin_step();
   // Counts `units` of the step's work (kMaxStepWork); true once the step
   // has overflowed (past the budget, or for any other reason).
   bool spend(size_t units);

@@ -74,7 +74,7 @@ uint32_t GrammarMatcher::frame(uint32_t pos, uint32_t parent) {
 // top goes out as is; a reference expands into its rule's alternatives; the
 // end of an alternative continues in the parent frame.
 void GrammarMatcher::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>* out) {
-  ++work_;
+  if (spend(1)) return;
   const auto& elems = grammar_->elements();
   for (;;) {
     const Grammar::Element& e = elems[pos];
@@ -103,19 +103,24 @@ void GrammarMatcher::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>
 
 void GrammarMatcher::expand_rule(uint32_t rule, uint32_t cont, std::vector<uint32_t>* out) {
   const uint64_t key = (uint64_t{rule} << 32) | cont;
-  ++work_;  // (a pair already entered costs its look-up)
+  if (spend(1)) return;  // (a pair already entered costs its look-up)
   if (!expanding_.insert(key).second) return;
-  // Too many parses, too many rules entered, references nested too deep
-  // to follow on the call stack (a ::= b, b ::= c, ... thousands deep), or
-  // the step's work spent: the step fails.
+  // Too many parses, too many rules entered, or references nested too deep
+  // to follow on the call stack (a ::= b, b ::= c, ... thousands deep): the
+  // step fails.
   if (out->size() > kMaxStacks * 4 || expanding_.size() > kMaxExpansions ||
-      expand_depth_ > kMaxExpandDepth || work_ > kMaxStepWork) {
+      expand_depth_ > kMaxExpandDepth) {
     overflow_ = true;
     return;
   }
   ++expand_depth_;
   for (uint32_t alt : grammar_->alternatives()[rule]) expand(alt, cont, out);
   --expand_depth_;
+}
+
+void GrammarMatcher::begin_step() {
+  overflow_ = false;
+  work_ = 0;
 }
 
 bool GrammarMatcher::spend(size_t units) {
@@ -244,8 +249,7 @@ bool GrammarMatcher::can_accept_bytes(std::string_view bytes) {
   const size_t mark = pool_.size();
   State a = state_, b;
   bool ok = true;
-  work_ = 0;
-  overflow_ = false;
+  begin_step();
   for (char c : bytes) {
     if (!advance(a, static_cast<uint8_t>(c), &b) || overflow_) {
       ok = false;
@@ -260,8 +264,7 @@ bool GrammarMatcher::can_accept_bytes(std::string_view bytes) {
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
   const size_t mark = pool_.size();
   State a = state_, b;
-  work_ = 0;
-  overflow_ = false;
+  begin_step();
   for (char c : bytes) {
     if (!advance(a, static_cast<uint8_t>(c), &b) || overflow_) {
       truncate_pool(mark);
@@ -366,8 +369,7 @@ absl::Status GrammarMatcher::fill_mask(TokenMask* mask) {
   }
   mask->assign(words, 0);
   const size_t mark = pool_.size();
-  overflow_ = false;
-  work_ = 0;
+  begin_step();
   memo_on_ = true;
   dfa_states_.clear();
   dfa_index_.clear();
@@ -437,7 +439,7 @@ absl::Status GrammarMatcher::accept(int32_t token) {
   }
   if (broken_) return too_ambiguous();
   const std::string& piece = tokens_->piece(token);
-  overflow_ = false;
+  begin_step();  // (accept_bytes begins it too; an empty piece skips that)
   const bool ok = !piece.empty() && accept_bytes(piece);
   if (overflow_) {
     broken_ = true;
