@@ -139,6 +139,13 @@ absl::StatusOr<GenerationResult> generate(worker::Backend& backend, int seq,
                                           Detokenizer& detok,
                                           const TextCallback& on_text) {
   if (absl::Status st = worker::validate(params.sampling); !st.ok()) return st;
+  for (const auto& [id, bias] : params.sampling.logit_bias) {
+    if (id >= backend.n_vocab()) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias: token id ", id,
+                                                     " is out of range [0, ",
+                                                     backend.n_vocab(), ")"));
+    }
+  }
   if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
   if (params.max_tokens < 0) {
     return absl::InvalidArgumentError(

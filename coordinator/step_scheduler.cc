@@ -115,6 +115,7 @@ v1::SamplingParams to_proto(const worker::SamplingParams& p) {
   s.set_frequency_penalty(p.frequency_penalty);
   s.set_repeat_last_n(p.penalty_last_n);
   s.set_seed(p.seed);
+  for (const auto& [id, bias] : p.logit_bias) (*s.mutable_logit_bias())[id] = bias;
   return s;
 }
 

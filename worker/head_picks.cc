@@ -88,7 +88,8 @@ int64_t take_picked_rows(std::span<const ForwardSlice> slices, float* logits, in
 Logits head_pick(const SamplingParams& p, bool needs_row, int n_vocab, int* top_k) {
   *top_k = 0;
   if (needs_row) return Logits::kLast;
-  if (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+  if (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+      !p.logit_bias.empty()) {
     return Logits::kLast;
   }
   if (p.temperature <= 0.0f) return Logits::kArgmax;

@@ -53,10 +53,10 @@ inline bool one_head_row(Logits l) {
 
 // What the backend gives a sampler of parameters `p` (worker/backend.h's
 // Logits): kArgmax when the next token is the argmax of its raw logits
-// (greedy, no penalties), which the backend may pick where the logits are
+// (greedy, no bias or penalties), which the backend may pick where the logits are
 // (the sampler's greedy path takes exactly that pick: worker/sampler.cc's
 // first_argmax); kTopK with *top_k = min(top_k, n_vocab) when it samples
-// (temperature > 0, no penalties) from a top-k of at most kMaxTopK, whose
+// (temperature > 0, no bias or penalties) from a top-k of at most kMaxTopK, whose
 // candidates are all its chain reads (Sampler::sample_top); else kLast,
 // the row. `needs_row` (a grammar, log-probabilities): kLast.
 Logits head_pick(const SamplingParams& p, bool needs_row, int n_vocab, int* top_k);

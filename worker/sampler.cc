@@ -26,6 +26,14 @@ absl::Status validate(const SamplingParams& p) {
   if (p.penalty_last_n < 0 || p.penalty_last_n > (1 << 20)) {
     return bad("penalty_last_n", p.penalty_last_n, "[0, 1048576]");
   }
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const auto [id, bias] = p.logit_bias[i];
+    if (id < 0 || (i > 0 && id <= p.logit_bias[i - 1].first)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logit_bias: token id ", id, " is negative or not after the one before"));
+    }
+    if (!std::isfinite(bias)) return bad("logit_bias", bias, "(finite)");
+  }
   return absl::OkStatus();
 }
 
@@ -35,7 +43,13 @@ Sampler::Sampler(const SamplingParams& params, int n_vocab)
       rng_(params.seed),
       candidates_(n_vocab),
       counts_(n_vocab, 0),
-      history_(static_cast<size_t>(params.penalty_last_n)) {}
+      history_(static_cast<size_t>(params.penalty_last_n)) {
+  if (params.logit_bias.empty()) return;
+  bias_.assign(static_cast<size_t>(n_vocab), 0.0f);
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && id < n_vocab) bias_[static_cast<size_t>(id)] = bias;
+  }
+}
 
 void Sampler::reset() {
   std::fill(counts_.begin(), counts_.end(), 0);
@@ -71,25 +85,32 @@ int32_t Sampler::sample(std::span<const float> logits,
   const bool penalize = history_size_ > 0 &&
                         (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
                          p.frequency_penalty != 0.0f);
+  const bool biased = !bias_.empty();
+  // Steps 0 and 1 for token i: its bias, then its penalties.
+  auto adjusted = [&](size_t i) {
+    float l = logits[i];
+    if (biased) l += bias_[i];
+    if (penalize && counts_[i] > 0) {
+      l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
+      l -= static_cast<float>(counts_[i]) * p.frequency_penalty + p.presence_penalty;
+    }
+    return l;
+  };
   size_t n = static_cast<size_t>(n_vocab_);
-  if (p.temperature <= 0.0f && !masked && !penalize) {
+  if (p.temperature <= 0.0f && !masked && !penalize && !biased) {
     // Greedy on the raw logits: the first id of the highest.
     const int32_t best = first_argmax(logits.first(n));
     if (best >= 0) return best;  // else every logit is NaN: the loop below
   }
   if (p.temperature <= 0.0f) {
-    // Greedy: the first id of the highest (penalised) logit, in one pass
-    // over the logits (no candidate list: a decode step of many sequences
-    // samples each of them, 49,152 logits apiece for SmolLM2).
+    // Greedy: the first id of the highest (biased, penalised) logit, in
+    // one pass over the logits (no candidate list: a decode step of many
+    // sequences samples each of them, 49,152 logits apiece for SmolLM2).
     int32_t best = -1;
     float best_logit = 0.0f;
     for (size_t i = 0; i < n; ++i) {
       if (out(i)) continue;
-      float l = logits[i];
-      if (penalize && counts_[i] > 0) {
-        l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
-        l -= static_cast<float>(counts_[i]) * p.frequency_penalty + p.presence_penalty;
-      }
+      const float l = adjusted(i);
       if (best < 0 || l > best_logit) {
         best = static_cast<int32_t>(i);
         best_logit = l;
@@ -100,13 +121,7 @@ int32_t Sampler::sample(std::span<const float> logits,
   size_t kept = 0;
   for (size_t i = 0; i < n; ++i) {
     if (out(i)) continue;
-    float l = logits[i];
-    if (penalize && counts_[i] > 0) {
-      l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
-      l -= static_cast<float>(counts_[i]) * p.frequency_penalty +
-           p.presence_penalty;
-    }
-    candidates_[kept++] = {static_cast<int32_t>(i), l, 0.0f};
+    candidates_[kept++] = {static_cast<int32_t>(i), adjusted(i), 0.0f};
   }
   n = kept;
   if (n == 0) return -1;

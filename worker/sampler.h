@@ -2,6 +2,9 @@
 // the pipeline, so only token ids travel back to the coordinator.
 //
 // The chain (the order of llama.cpp's common sampler):
+//   0. logit bias: logit += bias[id] for the ids `logit_bias` names
+//      (OpenAI's logit_bias; llama.cpp's first sampler; -100 all but bans
+//      a token, +100 all but forces it);
 //   1. penalties over the last `penalty_last_n` accepted tokens:
 //      repetition (CTRL, Keskar et al. 2019: a positive logit is divided by
 //      it, a negative one multiplied), then logit -= count * frequency +
@@ -26,6 +29,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,6 +46,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // 0: off
   int penalty_last_n = 64;         // tokens the penalties look back over
   uint64_t seed = 0;
+  // (token id, bias) pairs, ids increasing and distinct, each in
+  // [0, n_vocab), each bias finite; empty: off.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // The sampler's order of candidates (top-k, top-p, the draw): a larger
@@ -52,7 +59,9 @@ inline bool logit_before(float a, int32_t id_a, float b, int32_t id_b) {
 
 // InvalidArgument naming the field for a value out of range (negative
 // top_k, top_p outside (0, 1], min_p outside [0, 1], non-positive repeat
-// penalty, non-finite values, negative penalty_last_n).
+// penalty, non-finite values, negative penalty_last_n, logit_bias ids
+// negative or not increasing). A logit_bias id past the vocabulary is the
+// caller's to refuse (sampling_proto.h); the sampler ignores it.
 absl::Status validate(const SamplingParams& params);
 
 class Sampler {
@@ -97,6 +106,7 @@ class Sampler {
   int n_vocab_;
   std::mt19937_64 rng_;
   std::vector<Candidate> candidates_;  // [n_vocab]
+  std::vector<float> bias_;            // [n_vocab] when logit_bias is set, else empty
   std::vector<int32_t> counts_;        // [n_vocab] occurrences in the window
   std::vector<int32_t> history_;       // ring of the last penalty_last_n
   size_t history_next_ = 0;

@@ -1,5 +1,6 @@
 #include "worker/sampling_proto.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,20 @@ absl::Status sampling_from_proto(const v1::SamplingParams& p, int n_vocab,
   if (last_n < 0 || last_n > 4096) {
     return range("repeat_last_n", last_n, "[0, 4096]");
   }
+  out->logit_bias.clear();
+  out->logit_bias.reserve(p.logit_bias().size());
+  for (const auto& [id, bias] : p.logit_bias()) {
+    if (id < 0 || id >= n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".logit_bias: token id ", id, " is out of range [0, ", n_vocab, ")"));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".logit_bias: ", bias, " for token id ", id, " is out of range [-100, 100]"));
+    }
+    out->logit_bias.emplace_back(id, bias);
+  }
+  std::sort(out->logit_bias.begin(), out->logit_bias.end());
   out->temperature = p.temperature();
   out->top_k = p.top_k();
   out->top_p = top_p;

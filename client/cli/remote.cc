@@ -100,6 +100,7 @@ GenerateOptions generation_options(const GenerationFlags& flags,
   s.frequency_penalty = f.frequency_penalty;
   if (cmd.count("--repeat-last-n") > 0) s.repeat_last_n = f.repeat_last_n;
   if (cmd.count("--seed") > 0) s.seed = f.seed;
+  s.logit_bias = f.logit_bias;
   o.stop = f.stop;
   o.ignore_eos = f.ignore_eos;
   o.deadline = std::chrono::milliseconds(server.deadline_ms);

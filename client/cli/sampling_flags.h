@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct SamplingFlags {
   uint64_t seed = kRandomSeed;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  std::map<int32_t, float> logit_bias;  // token id -> bias (--logit-bias)
 };
 
 // A uint64 flag's text: 0 .. 2^64 - 1 in decimal; "-1" or 2^64 is refused,
@@ -80,9 +82,32 @@ inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
       range);
 }
 
+// One --logit-bias value, llama.cpp's TOKEN_ID(+|-)BIAS ("15043+1",
+// "15043-100"): to *id and *bias; false unless the id is a non-negative
+// int32 and the bias a finite number in [-100, 100] (inference.proto's
+// bounds; the id's upper bound, the vocabulary, is the server's check).
+inline bool parse_logit_bias(const std::string& text, int32_t* id, float* bias) {
+  const size_t sign = text.find_first_of("+-");
+  if (sign == 0 || sign == std::string::npos) return false;
+  const char* end = text.data() + sign;
+  const auto [ptr, ec] = std::from_chars(text.data(), end, *id);
+  if (ec != std::errc() || ptr != end || *id < 0) return false;
+  double v = 0.0;
+  try {
+    size_t used = 0;
+    v = std::stod(text.substr(sign), &used);
+    if (used != text.size() - sign) return false;
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (!std::isfinite(v) || v < -100.0 || v > 100.0) return false;
+  *bias = static_cast<float>(v);
+  return true;
+}
+
 // -n, --temp, --top-k, --top-p, --min-p, --repeat-penalty,
 // --presence-penalty, --frequency-penalty, --repeat-last-n, --seed, --stop,
-// --ignore-eos. -n takes [n_min, n_max] (`strata run`: 0 .. 2^31 - 1; the
+// --ignore-eos, --logit-bias (repeatable; a later one for the same id wins). -n takes [n_min, n_max] (`strata run`: 0 .. 2^31 - 1; the
 // server's max_tokens: 1 .. 2^20).
 inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f, int n_min = 0,
                                int n_max = std::numeric_limits<int>::max()) {
@@ -109,6 +134,26 @@ inline void add_sampling_flags(CLI::App* cmd, SamplingFlags* f, int n_min = 0,
   cmd->add_option("--stop", f->stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", f->ignore_eos,
                 "do not stop at end-of-generation tokens");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--logit-bias",
+         [f](const std::vector<std::string>& values) {
+           for (const std::string& v : values) {
+             int32_t id = 0;
+             float bias = 0.0f;
+             if (parse_logit_bias(v, &id, &bias)) f->logit_bias.insert_or_assign(id, bias);
+           }
+         },
+         "TOKEN_ID(+|-)BIAS: add BIAS in [-100, 100] to the token's logit, e.g. 15043+1 "
+         "or 15043-100 (repeatable)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            int32_t id = 0;
+            float bias = 0.0f;
+            return parse_logit_bias(text, &id, &bias)
+                       ? ""
+                       : "not TOKEN_ID(+|-)BIAS with BIAS in [-100, 100]: " + text;
+          },
+          "TOKEN_ID(+|-)BIAS"));
 }
 
 }  // namespace strata::cli

@@ -1,5 +1,6 @@
 #include "coordinator/http/openai.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/json_nesting.h"
@@ -36,6 +38,28 @@ const char* type_name(const json& v) {
 
 absl::Status wrong_type(absl::string_view param, absl::string_view expected, const json& v) {
   return bad(param, absl::StrCat("expected ", expected, ", got ", type_name(v)));
+}
+
+// OpenAI's logit_bias: {"<token id>": bias, ...}, the ids as decimal
+// strings. The ids' range and the biases' [-100, 100] are checked with the
+// rest of the sampling (worker/sampling_proto.h), against the vocabulary.
+absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s) {
+  if (!bias.is_object()) return wrong_type("logit_bias", "an object", bias);
+  for (const auto& [key, value] : bias.items()) {
+    int32_t id = 0;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(),
+                                    [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || !absl::SimpleAtoi(key, &id)) {
+      return bad("logit_bias", absl::StrCat("key '", key.substr(0, 64),
+                                            "' is not a token id (a non-negative integer)"));
+    }
+    if (!value.is_number()) {
+      return wrong_type(absl::StrCat("logit_bias[", key, "]"), "a number", value);
+    }
+    (*s->mutable_logit_bias())[id] = static_cast<float>(value.get<double>());
+  }
+  return absl::OkStatus();
 }
 
 // Typed reads of an object's members; the first error sticks. Absent and
@@ -262,10 +286,10 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   }
   if (auto user = f.string("user")) g.set_user(*user);
   if (auto ignore = f.boolean("ignore_eos")) g.set_ignore_eos(*ignore);
-  // What cannot be honoured is refused, never ignored.
-  if (const json* bias = f.get("logit_bias"); bias != nullptr && !bias->empty()) {
-    return bad("logit_bias", "not supported");
+  if (const json* bias = f.get("logit_bias")) {
+    if (absl::Status st = read_logit_bias(*bias, s); !st.ok()) return st;
   }
+  // What cannot be honoured is refused, never ignored.
   if (auto best_of = f.integer("best_of"); best_of && *best_of != 1 && *best_of != r->n) {
     return bad("best_of", "not supported (give n)");
   }

@@ -11,13 +11,14 @@
 //   max_completion_tokens | max_tokens -> max_tokens (chat: absent = the rest
 //   of the context; completions: absent = 16, as OpenAI)
 //   temperature, top_p, top_k (<= 0: off), min_p, presence_penalty,
-//   frequency_penalty, repetition_penalty, seed -> sampling
+//   frequency_penalty, repetition_penalty, seed, logit_bias ({"<id>": bias})
+//   -> sampling
 //   stop (string | [string]) -> stop;  logprobs / top_logprobs (chat),
 //   logprobs: k (completions) -> logprobs, top_logprobs;  user -> user
 //   tools, tool_choice, chat_template_kwargs, response_format, grammar ->
 //   fields 13..18 (prompt preparation says whether they are served)
 //   ignore_eos (vLLM's extension) -> ignore_eos
-// Known OpenAI fields that cannot be honoured (logit_bias, echo, suffix,
+// Known OpenAI fields that cannot be honoured (echo, suffix,
 // best_of > n, image parts) are refused with 400 naming them; unknown
 // fields are ignored, as OpenAI-compatible servers do.
 //

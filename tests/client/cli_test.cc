@@ -113,7 +113,8 @@ TEST_F(RemoteCliTest, GenerateSendsTheFlagsAsTheRequest) {
   const CommandResult r = strata(
       "generate " + server_flag() +
       " -p hello --chat -n 9 --temp 0.7 --top-k 5 --top-p 0.9 --seed 77 "
-      "--stop END --stop '\n' --ignore-eos --json");
+      "--stop END --stop '\n' --ignore-eos --logit-bias 15043+1.5 --logit-bias 7-100 "
+      "--logit-bias 15043-2 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto req = server_.service().last_request();
   ASSERT_TRUE(req.has_messages());
@@ -128,6 +129,10 @@ TEST_F(RemoteCliTest, GenerateSendsTheFlagsAsTheRequest) {
   EXPECT_FALSE(req.sampling().has_repeat_penalty());
   EXPECT_EQ(req.stop_size(), 2);
   EXPECT_TRUE(req.ignore_eos());
+  // llama.cpp's TOKEN_ID(+|-)BIAS; a later one for the same id wins.
+  ASSERT_EQ(req.sampling().logit_bias_size(), 2);
+  EXPECT_FLOAT_EQ(req.sampling().logit_bias().at(15043), -2.0f);
+  EXPECT_FLOAT_EQ(req.sampling().logit_bias().at(7), -100.0f);
 
   const CommandResult ids =
       strata("generate " + server_flag() + " --prompt-ids '1 2 3' --json");
@@ -247,7 +252,13 @@ TEST_F(RemoteCliTest, UsageErrorsExitTwo) {
            {"--presence-penalty 1e30", "--presence-penalty: 1e30 is out of range [-100, 100]"},
            {"--min-p x", "--min-p: not a number: x"},
            {"--top-k -5", "--top-k"},
-           {"--repeat-last-n 5000", "--repeat-last-n"}}) {
+           {"--repeat-last-n 5000", "--repeat-last-n"},
+           {"--logit-bias 5", "--logit-bias: not TOKEN_ID(+|-)BIAS"},
+           {"--logit-bias 5+101", "--logit-bias: not TOKEN_ID(+|-)BIAS"},
+           {"--logit-bias -5+1", "--logit-bias: not TOKEN_ID(+|-)BIAS"},
+           {"--logit-bias 5+1x", "--logit-bias: not TOKEN_ID(+|-)BIAS"},
+           {"--logit-bias 5+nan", "--logit-bias: not TOKEN_ID(+|-)BIAS"},
+           {"--logit-bias 99999999999+1", "--logit-bias: not TOKEN_ID(+|-)BIAS"}}) {
     const CommandResult r = strata("generate " + server_flag() + " -p hi " + args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;

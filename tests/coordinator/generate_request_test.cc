@@ -1,5 +1,6 @@
 // GenerateRequest checks: every bound of inference.proto refused with
 // INVALID_ARGUMENT naming the field.
+#include <cmath>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -105,6 +106,16 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
        "sampling.frequency_penalty"},
       {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_repeat_last_n(4097); },
        "sampling.repeat_last_n"},
+      {[](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[kVocab] = 1; },
+       "sampling.logit_bias: token id"},
+      {[](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[-1] = 1; },
+       "sampling.logit_bias: token id -1 is out of range"},
+      {[](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[3] = 100.5f; },
+       "sampling.logit_bias: 100.5 for token id 3 is out of range [-100, 100]"},
+      {[](v1::GenerateRequest& r) {
+         (*r.mutable_sampling()->mutable_logit_bias())[3] = std::nanf("");
+       },
+       "sampling.logit_bias: nan for token id 3"},
       {[](v1::GenerateRequest& r) {
          for (int i = 0; i < 17; ++i) r.add_stop("x");
        },

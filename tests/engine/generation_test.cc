@@ -169,10 +169,16 @@ TEST_F(GenerationTest, DecodeStepsAskForWhatTheSamplerReadsAndDrawTheSameTokens)
   top_k.sampling.seed = 5;
   GenerationParams whole = top_k;
   whole.sampling.top_k = 0;
+  // A logit bias (here banning the first two greedy tokens) takes the row.
+  GenerationParams biased = greedy;
+  biased.sampling.logit_bias = {{383, -100.0f}, {432, -100.0f}};
+  GenerationParams biased_top_k = top_k;
+  biased_top_k.sampling.logit_bias = biased.sampling.logit_bias;
   const worker::Logits kinds[] = {worker::Logits::kArgmax, worker::Logits::kTopK,
+                                  worker::Logits::kLast, worker::Logits::kLast,
                                   worker::Logits::kLast};
   int i = 0;
-  for (const GenerationParams& p : {greedy, top_k, whole}) {
+  for (const GenerationParams& p : {greedy, top_k, whole, biased, biased_top_k}) {
     SCOPED_TRACE(i);
     const std::vector<int32_t> want = tokens_from_rows(*loaded_.backend, p);
     FakeDetokenizer d;
@@ -184,6 +190,25 @@ TEST_F(GenerationTest, DecodeStepsAskForWhatTheSamplerReadsAndDrawTheSameTokens)
     EXPECT_EQ(recording.asked.back(), kinds[i]);  // the last decode step's
     ++i;
   }
+}
+
+// `strata run` has no server to check a bias's token ids: generate() does.
+TEST_F(GenerationTest, LogitBiasPastTheVocabularyIsRefused) {
+  GenerationParams p;
+  p.max_tokens = 4;
+  p.sampling.logit_bias = {{5, 1.0f}, {loaded_.backend->n_vocab(), -100.0f}};
+  FakeDetokenizer d;
+  auto r = run(p, d);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("logit_bias: token id 512 is out of range [0, 512)"),
+            std::string::npos)
+      << r.status();
+  GenerationParams banned = p;
+  banned.sampling.logit_bias = {{432, -100.0f}};
+  auto b = run(banned, d);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(b->ids[0], 432);  // the greedy first token, banned
 }
 
 TEST_F(GenerationTest, EndOfGenerationTokenStopsAndIsNotEmitted) {

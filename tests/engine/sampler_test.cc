@@ -1,6 +1,8 @@
 // The sampler: greedy limits, seeds, penalties, parameter checks.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -122,6 +124,133 @@ TEST(Sampler, PenaltyWindowForgetsOldTokens) {
   s.accept(5);
   s.accept(6);  // 3 leaves the window
   EXPECT_EQ(s.sample(l), 3);
+}
+
+// OpenAI's logit_bias is step 0 of the chain: added to the raw logits
+// before the penalties, the mask and every later step. The expected token
+// is computed here from the chain's definition (sampler.h), one token at a
+// time, for greedy (with and without penalties or a mask) and for the
+// limits of sampling that make it greedy (top_k 1, a tiny top_p).
+TEST(Sampler, LogitBiasIsAddedBeforeEveryOtherStep) {
+  constexpr int kVocab = 1000;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> pick(0, kVocab - 1);
+  std::uniform_real_distribution<float> small(-6.0f, 6.0f);
+  for (uint32_t trial = 0; trial < 40; ++trial) {
+    const std::vector<float> l = logits(kVocab, 100 + trial);
+    std::map<int32_t, float> bias;
+    for (int i = 0; i < 60; ++i) bias[pick(rng)] = small(rng);
+    bias[argmax(l)] = trial % 3 == 0 ? -100.0f : bias[argmax(l)];
+    if (trial % 4 == 1) bias[pick(rng)] = 100.0f;
+    std::vector<int32_t> seen = {argmax(l), pick(rng), pick(rng)};
+    std::vector<uint64_t> allowed((kVocab + 63) / 64, ~uint64_t{0});
+    for (int i = 0; i < 100; ++i) {
+      const int id = pick(rng);
+      allowed[static_cast<size_t>(id) / 64] &= ~(uint64_t{1} << (id % 64));
+    }
+    for (const bool penalize : {false, true}) {
+      for (const bool masked : {false, true}) {
+        // The chain by hand: bias, then the repetition penalty, over the
+        // allowed ids; the first of the highest.
+        int32_t want = -1;
+        float best = 0.0f;
+        for (int32_t i = 0; i < kVocab; ++i) {
+          if (masked && !((allowed[static_cast<size_t>(i) / 64] >> (i % 64)) & 1)) continue;
+          float v = l[static_cast<size_t>(i)];
+          if (auto it = bias.find(i); it != bias.end()) v += it->second;
+          if (penalize && std::count(seen.begin(), seen.end(), i) > 0) {
+            v = v > 0.0f ? v / 1.5f : v * 1.5f;
+          }
+          if (want < 0 || v > best) {
+            want = i;
+            best = v;
+          }
+        }
+        SamplingParams greedy;
+        greedy.logit_bias.assign(bias.begin(), bias.end());
+        greedy.repeat_penalty = penalize ? 1.5f : 1.0f;
+        SamplingParams top_k1 = greedy;
+        top_k1.temperature = 0.7f;
+        top_k1.top_k = 1;
+        top_k1.seed = trial;
+        SamplingParams top_p0 = top_k1;
+        top_p0.top_k = 0;
+        top_p0.top_p = 1e-7f;
+        for (const SamplingParams& p : {greedy, top_k1, top_p0}) {
+          ASSERT_TRUE(validate(p).ok());
+          Sampler s(p, kVocab);
+          for (int32_t id : seen) s.accept(id);
+          const int32_t got =
+              masked ? s.sample(l, allowed) : s.sample(l);
+          EXPECT_EQ(got, want) << "trial " << trial << " penalize " << penalize << " masked "
+                               << masked << " temperature " << p.temperature;
+        }
+      }
+    }
+  }
+}
+
+// The order of bias and penalty shows where a penalty divides: -1 + 2 = 1,
+// then / 1.2 = 0.833 beats 0.82; penalty first (-1.2, + 2 = 0.8) would not.
+TEST(Sampler, LogitBiasComesBeforeTheRepetitionPenalty) {
+  std::vector<float> l(10, 0.0f);
+  l[3] = -1.0f;
+  l[4] = 0.82f;
+  SamplingParams p;
+  p.repeat_penalty = 1.2f;
+  p.logit_bias = {{3, 2.0f}};
+  Sampler s(p, 10);
+  s.accept(3);
+  EXPECT_EQ(s.sample(l), 3);
+}
+
+// +100 all but forces a token and -100 all but bans one when sampling at
+// temperature 1 over logits of spread ~2: every draw of 200 seeds.
+TEST(Sampler, LogitBiasOfAHundredForcesOrBans) {
+  constexpr int kVocab = 500;
+  const std::vector<float> l = logits(kVocab, 5);
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    SamplingParams force;
+    force.temperature = 1.0f;
+    force.seed = seed;
+    force.logit_bias = {{17, 100.0f}};
+    Sampler f(force, kVocab);
+    EXPECT_EQ(f.sample(l), 17) << seed;
+    // Ban all but ids 40 and 41.
+    SamplingParams ban = force;
+    ban.logit_bias.clear();
+    for (int32_t i = 0; i < kVocab; ++i) {
+      if (i != 40 && i != 41) ban.logit_bias.emplace_back(i, -100.0f);
+    }
+    Sampler b(ban, kVocab);
+    const int32_t t = b.sample(l);
+    EXPECT_TRUE(t == 40 || t == 41) << seed << ": " << t;
+  }
+}
+
+// The sampler trusts its ids to be checked against the vocabulary
+// (sampling_proto.h refuses them); one past it is ignored, not written.
+TEST(Sampler, LogitBiasPastTheVocabularyIsIgnored) {
+  const std::vector<float> l = logits(64, 9);
+  SamplingParams p;
+  p.logit_bias = {{64, 100.0f}, {1000000, 100.0f}};
+  ASSERT_TRUE(validate(p).ok());
+  Sampler s(p, 64);
+  EXPECT_EQ(s.sample(l), argmax(l));
+}
+
+TEST(Sampler, ValidateRefusesUnorderedOrNonFiniteLogitBias) {
+  SamplingParams p;
+  p.logit_bias = {{5, 1.0f}, {5, 2.0f}};
+  EXPECT_NE(validate(p).message().find("logit_bias: token id 5"), std::string::npos);
+  p.logit_bias = {{6, 1.0f}, {5, 2.0f}};
+  EXPECT_FALSE(validate(p).ok());
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_FALSE(validate(p).ok());
+  p.logit_bias = {{1, std::numeric_limits<float>::infinity()}};
+  EXPECT_NE(validate(p).message().find("logit_bias"), std::string::npos);
+  p.logit_bias = {{1, 100.0f}, {2, -100.0f}};
+  EXPECT_TRUE(validate(p).ok());
 }
 
 TEST(Sampler, ValidateNamesTheField) {

@@ -405,7 +405,8 @@ void openai() {
   put(t, "chat-json-schema", chat + R"({"messages":[{"role":"user","content":"json"}],"response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"boolean"}},"required":["a"]}}}})");
   put(t, "chat-json-object", chat + R"({"messages":[{"role":"user","content":"json"}],"response_format":{"type":"json_object"},"chat_template_kwargs":{"enable_thinking":false}})");
   put(t, "chat-grammar", chat + R"({"messages":[{"role":"user","content":"yes?"}],"grammar":"root ::= \"yes\" | \"no\"","max_completion_tokens":4,"top_k":5,"min_p":0.1,"presence_penalty":0.2,"frequency_penalty":0.1,"repetition_penalty":1.1,"ignore_eos":true})");
-  put(t, "chat-refused", chat + R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}],"logit_bias":{"1":2}})");
+  put(t, "chat-refused", chat + R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})");
+  put(t, "chat-logit-bias", chat + R"({"messages":[{"role":"user","content":"yes?"}],"temperature":0,"logit_bias":{"1":2,"15043":-100,"99999999":5,"7":-100.5}})");
   put(t, "chat-deep", chat + std::string(100, '[') + std::string(100, ']'));
   put(t, "completion", completion + R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"logprobs":2,"echo":false})");
   put(t, "completion-ids", completion + R"({"prompt":[1,403,407],"max_tokens":1})");

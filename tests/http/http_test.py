@@ -6,7 +6,8 @@ processes (--setup cluster), all on 127.0.0.1 with SmolLM2.
 
 Checked: models; chat and completions, streamed and not, greedy streamed
 text equal to the whole response; usage (cached_tokens 0); logprobs in the
-chat and the completions shapes; n > 1; stop strings never in the output;
+chat and the completions shapes; n > 1; logit_bias against llama.cpp's
+logits (check_logit_bias); stop strings never in the output;
 every SSE chunk valid UTF-8; errors as OpenAI error objects with their
 status (400 naming the param, 404, 405, 413, 401, 400 with both numbers for
 a prompt over the context); hostile HTTP (malformed JSON, wrong types,
@@ -217,6 +218,8 @@ def check_api(args, f, host, grpc_address, stubs, label):
                                           temperature=1.0, seed=7, n=3)
     f.check(len(many.choices) == 3 and sorted(c.index for c in many.choices) == [0, 1, 2],
             f"{label}: n=3 gives 3 choices")
+
+    check_logit_bias(args, f, client, model, host, grpc_address, stubs, label)
 
     # Stop strings never leak, streamed or not.
     long = client.completions.create(model=model, prompt=prompt, max_tokens=24,
@@ -459,6 +462,91 @@ def check_api(args, f, host, grpc_address, stubs, label):
     f.check(ok and answered == 1000 and again.choices[0].text == comp.choices[0].text,
             f"{label}: 1000 idle connections and a slow sender; all {answered} answered, "
             "generation unchanged")
+
+
+def check_logit_bias(args, f, client, model, host, grpc_address, stubs, label):
+    """logit_bias against llama.cpp (llama-cpp-python on the same GGUF):
+    greedy ids with a bias are, at every step, the argmax of llama.cpp's
+    logits plus the bias (teacher-forced on our ids; two logits within 0.5
+    are a tie, as in tests/engine's agreement test), the banned tokens never
+    appear, and the ids differ from the unbiased ones; the SDK's text is
+    the gRPC ids' text; sampling with +100 on one token gives only that
+    token, and a bias banning all but two tokens (an object of n_vocab - 2
+    entries) samples only those two."""
+    try:
+        import numpy as np
+        from llama_cpp import Llama
+    except ImportError:
+        print(f"NOT CHECKED {label}: logit_bias against llama.cpp (llama_cpp or numpy absent)")
+        return
+    pb, pb_grpc, grpc = stubs
+    stub = pb_grpc.InferenceStub(grpc.insecure_channel(grpc_address))
+
+    def post(path, body):
+        st, _, out = raw(host, "POST", path, body=body)
+        assert st == 200, f"{path}: {st} {out!r}"
+        return json.loads(out)
+
+    prompt_text = "The capital of France is"
+    prompt = post("/tokenize", {"content": prompt_text})["tokens"]
+
+    def generate(bias, n, temperature=0.0, seed=None):
+        req = pb.GenerateRequest(max_tokens=n, ignore_eos=True)
+        req.prompt_ids.ids.extend(prompt)
+        req.sampling.temperature = temperature
+        if seed is not None:
+            req.sampling.seed = seed
+        for k, v in bias.items():
+            req.sampling.logit_bias[k] = v
+        ids = []
+        for r in stub.Generate(req, timeout=300):
+            if r.HasField("delta"):
+                ids.extend(r.delta.ids)
+        return ids
+
+    plain = generate({}, 12)
+    bias = {plain[0]: -100.0, plain[1]: -100.0, plain[2]: -3.0}
+    biased = generate(bias, 12)
+    f.check(biased != plain and not {plain[0], plain[1]} & set(biased),
+            f"{label}: logit_bias bans {plain[:2]} and changes the ids ({plain} -> {biased})")
+    llm = Llama(model_path=args.model, n_ctx=256, logits_all=True, verbose=False)
+    n_vocab = llm.n_vocab()
+    f.check(llm.tokenize(prompt_text.encode(), add_bos=True, special=False) == prompt,
+            f"{label}: llama.cpp tokenizes the prompt as /tokenize does")
+    llm.eval(prompt + biased)
+    scores = np.array(llm.scores[len(prompt) - 1:len(prompt) - 1 + len(biased)],
+                      dtype=np.float32)
+    del llm
+    for k, v in bias.items():
+        scores[:, k] += v
+    ties, wrong = [], []
+    for step, tok in enumerate(biased):
+        want = int(np.argmax(scores[step]))
+        if tok != want:
+            margin = float(scores[step][want] - scores[step][tok])
+            (ties if margin < 0.5 else wrong).append((step, tok, want, round(margin, 3)))
+    f.check(len(biased) == 12 and not wrong,
+            f"{label}: biased greedy ids are llama.cpp's logits + bias, argmax, at every step "
+            f"((step, ours, llama.cpp's, margin): ties {ties}, wrong {wrong})")
+
+    text = client.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=0,
+                                      logit_bias={str(k): v for k, v in bias.items()},
+                                      extra_body={"ignore_eos": True}).choices[0].text
+    f.check(text == post("/detokenize", {"tokens": biased})["content"],
+            f"{label}: SDK completion with logit_bias == the gRPC ids' text ({text!r})")
+    forced = generate({plain[3]: 100.0}, 6, temperature=1.0, seed=5)
+    f.check(forced == [plain[3]] * 6,
+            f"{label}: +100 forces token {plain[3]} when sampling ({forced})")
+    two = sorted({plain[4], plain[5] if plain[5] != plain[4] else plain[4] + 1})
+    ban = {str(i): -100 for i in range(n_vocab) if i not in two}
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}],
+                                       max_tokens=8, temperature=1.5, seed=9, logit_bias=ban,
+                                       logprobs=True)
+    got = [t.token for t in r.choices[0].logprobs.content]
+    pieces = {post("/detokenize", {"tokens": [i]})["content"] for i in two}
+    f.check(len(got) == r.usage.completion_tokens > 0 and set(got) <= pieces,
+            f"{label}: logit_bias banning all but {two} ({len(ban)} entries) samples only "
+            f"those ({got})")
 
 
 def check_auth(args, f, workdir, stubs):

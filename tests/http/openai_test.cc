@@ -21,6 +21,12 @@ OpenAiRequest chat(const std::string& body) {
   return r.ok() ? *r : OpenAiRequest{};
 }
 
+OpenAiRequest complete(const std::string& body) {
+  auto r = parse_openai_request(Endpoint::kCompletion, body);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : OpenAiRequest{};
+}
+
 // The param an error names, as the OpenAI error object carries it.
 std::string param_of(Endpoint endpoint, const std::string& body) {
   auto r = parse_openai_request(endpoint, body);
@@ -66,6 +72,35 @@ TEST(OpenAiMapping, ChatMessagesAndSampling) {
   EXPECT_EQ(r.n, 3);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
+}
+
+// OpenAI's logit_bias, {"<token id>": bias}: ids as decimal strings, any
+// JSON number as the bias (range and vocabulary: prompt preparation's
+// check, below); null or {} is none.
+TEST(OpenAiMapping, LogitBiasMapsTokenIdsToBiases) {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  const OpenAiRequest r =
+      chat("{" + m + R"(, "logit_bias": {"15043": -100, "7": 2.5, "0": 100, "2147483647": -1e-3}})");
+  const auto& b = r.generate.sampling().logit_bias();
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_FLOAT_EQ(b.at(15043), -100.0f);
+  EXPECT_FLOAT_EQ(b.at(7), 2.5f);
+  EXPECT_FLOAT_EQ(b.at(0), 100.0f);
+  EXPECT_FLOAT_EQ(b.at(2147483647), -1e-3f);
+  EXPECT_TRUE(chat("{" + m + R"(, "logit_bias": {}})").generate.sampling().logit_bias().empty());
+  EXPECT_TRUE(chat("{" + m + R"(, "logit_bias": null})").generate.sampling().logit_bias().empty());
+  const OpenAiRequest c = complete(R"({"prompt": "x", "logit_bias": {"3": 1}})");
+  EXPECT_FLOAT_EQ(c.generate.sampling().logit_bias().at(3), 1.0f);
+  // What prompt preparation says of a bias out of range or a token past the
+  // vocabulary reaches the client as param logit_bias.
+  EXPECT_EQ(to_api_error(absl::InvalidArgumentError(
+                             "sampling.logit_bias: 200 for token id 3 is out of range [-100, 100]"))
+                .param,
+            "logit_bias");
+  EXPECT_EQ(to_api_error(absl::InvalidArgumentError(
+                             "sampling.logit_bias: token id 99999 is out of range [0, 49152)"))
+                .param,
+            "logit_bias");
 }
 
 TEST(OpenAiMapping, DefaultsFollowOpenAi) {
@@ -162,7 +197,14 @@ TEST(OpenAiMapping, WrongTypesNameTheParam) {
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stop": 3})"), "stop");
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stop": ["a", 1]})"), "stop[1]");
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "n": 0})"), "n");
-  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"1": 5}})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": [[1, 5]]})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"AI": 5}})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"-1": 5}})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"+1": 5}})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"": 5}})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"4294967296": 5}})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"1": "5"}})"), "logit_bias[1]");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"1": true}})"), "logit_bias[1]");
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "top_logprobs": 3})"), "top_logprobs");
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stream_options": {"include_usage": 1}})"),
             "stream_options.include_usage");

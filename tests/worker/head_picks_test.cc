@@ -196,6 +196,24 @@ TEST(HeadPicks, TopKOutsideItsRangeIsRefused) {
   }
 }
 
+// A logit bias changes the row before any pick, so neither the backend's
+// argmax nor its top-k candidates are the sampler's: the row leaves.
+TEST(HeadPicks, ALogitBiasTakesTheRow) {
+  worker::SamplingParams greedy;
+  int top_k = -1;
+  EXPECT_EQ(worker::head_pick(greedy, false, 100, &top_k), Logits::kArgmax);
+  worker::SamplingParams sampled;
+  sampled.temperature = 1.0f;
+  sampled.top_k = 8;
+  EXPECT_EQ(worker::head_pick(sampled, false, 100, &top_k), Logits::kTopK);
+  EXPECT_EQ(top_k, 8);
+  for (worker::SamplingParams p : {greedy, sampled}) {
+    p.logit_bias = {{3, -1.0f}};
+    EXPECT_EQ(worker::head_pick(p, false, 100, &top_k), Logits::kLast);
+    EXPECT_EQ(top_k, 0);
+  }
+}
+
 TEST(HeadPicks, TheFakeBackendPicksWhatItsLogitsSay) {
   worker::FakeBackendOptions o;
   o.n_vocab = 40;

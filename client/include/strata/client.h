@@ -42,6 +42,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,9 @@ struct SamplingOptions {
   std::optional<int32_t> repeat_last_n;     // tokens; server default 64
   std::optional<uint64_t> seed;             // unset: the server picks one
                                             // and reports it
+  std::map<int32_t, float> logit_bias;      // token id in [0, n_vocab) ->
+                                            // bias in [-100, 100], added to
+                                            // its logit (OpenAI's logit_bias)
 };
 
 struct ChatMessage {
