@@ -26,9 +26,10 @@ absl::Status validate(const SamplingParams& p) {
   if (p.penalty_last_n < 0 || p.penalty_last_n > (1 << 20)) {
     return bad("penalty_last_n", p.penalty_last_n, "[0, 1048576]");
   }
-  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
-    const auto [id, bias] = p.logit_bias[i];
-    if (id < 0 || (i > 0 && id <= p.logit_bias[i - 1].first)) {
+  const std::span<const LogitBias::Entry> bias_entries = p.logit_bias.entries();
+  for (size_t i = 0; i < bias_entries.size(); ++i) {
+    const auto [id, bias] = bias_entries[i];
+    if (id < 0 || (i > 0 && id <= bias_entries[i - 1].first)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "logit_bias: token id ", id, " is negative or not after the one before"));
     }

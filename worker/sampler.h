@@ -27,6 +27,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <random>
 #include <span>
 #include <utility>
@@ -35,6 +37,30 @@
 #include "absl/status/status.h"
 
 namespace strata::worker {
+
+// A logit bias: (token id, bias) pairs, ids increasing and distinct, each
+// in [0, n_vocab), each bias finite (validate() checks all but the
+// vocabulary). Copies share the pairs (a request's n choices hold one
+// list, not n: up to n_vocab pairs apiece).
+class LogitBias {
+ public:
+  using Entry = std::pair<int32_t, float>;
+  LogitBias() = default;
+  explicit LogitBias(std::vector<Entry> entries)
+      : entries_(entries.empty() ? nullptr
+                                 : std::make_shared<const std::vector<Entry>>(std::move(entries))) {}
+  LogitBias(std::initializer_list<Entry> entries) : LogitBias(std::vector<Entry>(entries)) {}
+
+  bool empty() const { return entries_ == nullptr; }
+  std::span<const Entry> entries() const {
+    return entries_ == nullptr ? std::span<const Entry>() : std::span<const Entry>(*entries_);
+  }
+  const Entry* begin() const { return entries().data(); }
+  const Entry* end() const { return entries().data() + entries().size(); }
+
+ private:
+  std::shared_ptr<const std::vector<Entry>> entries_;
+};
 
 struct SamplingParams {
   float temperature = 0.0f;  // <= 0: greedy
@@ -46,9 +72,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;  // 0: off
   int penalty_last_n = 64;         // tokens the penalties look back over
   uint64_t seed = 0;
-  // (token id, bias) pairs, ids increasing and distinct, each in
-  // [0, n_vocab), each bias finite; empty: off.
-  std::vector<std::pair<int32_t, float>> logit_bias;
+  LogitBias logit_bias;  // empty: off
 };
 
 // The sampler's order of candidates (top-k, top-p, the draw): a larger

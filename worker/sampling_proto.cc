@@ -38,8 +38,8 @@ absl::Status sampling_from_proto(const v1::SamplingParams& p, int n_vocab,
   if (last_n < 0 || last_n > 4096) {
     return range("repeat_last_n", last_n, "[0, 4096]");
   }
-  out->logit_bias.clear();
-  out->logit_bias.reserve(p.logit_bias().size());
+  std::vector<LogitBias::Entry> bias_entries;
+  bias_entries.reserve(p.logit_bias().size());
   for (const auto& [id, bias] : p.logit_bias()) {
     if (id < 0 || id >= n_vocab) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -49,9 +49,10 @@ absl::Status sampling_from_proto(const v1::SamplingParams& p, int n_vocab,
       return absl::InvalidArgumentError(absl::StrCat(
           field, ".logit_bias: ", bias, " for token id ", id, " is out of range [-100, 100]"));
     }
-    out->logit_bias.emplace_back(id, bias);
+    bias_entries.emplace_back(id, bias);
   }
-  std::sort(out->logit_bias.begin(), out->logit_bias.end());
+  std::sort(bias_entries.begin(), bias_entries.end());
+  out->logit_bias = LogitBias(std::move(bias_entries));
   out->temperature = p.temperature();
   out->top_k = p.top_k();
   out->top_p = top_p;

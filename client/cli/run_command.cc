@@ -153,7 +153,7 @@ int run(const RunOptions& o) {
   s.presence_penalty = f.presence_penalty;
   s.frequency_penalty = f.frequency_penalty;
   s.penalty_last_n = f.repeat_last_n;
-  s.logit_bias.assign(f.logit_bias.begin(), f.logit_bias.end());  // by id
+  s.logit_bias = worker::LogitBias({f.logit_bias.begin(), f.logit_bias.end()});  // by id
   s.seed = f.seed == SamplingFlags::kRandomSeed ? std::random_device{}() : f.seed;
 
   auto detok = coordinator::make_detokenizer(**tok);

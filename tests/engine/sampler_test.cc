@@ -167,7 +167,7 @@ TEST(Sampler, LogitBiasIsAddedBeforeEveryOtherStep) {
           }
         }
         SamplingParams greedy;
-        greedy.logit_bias.assign(bias.begin(), bias.end());
+        greedy.logit_bias = LogitBias({bias.begin(), bias.end()});
         greedy.repeat_penalty = penalize ? 1.5f : 1.0f;
         SamplingParams top_k1 = greedy;
         top_k1.temperature = 0.7f;
@@ -218,10 +218,11 @@ TEST(Sampler, LogitBiasOfAHundredForcesOrBans) {
     EXPECT_EQ(f.sample(l), 17) << seed;
     // Ban all but ids 40 and 41.
     SamplingParams ban = force;
-    ban.logit_bias.clear();
+    std::vector<LogitBias::Entry> all_but_two;
     for (int32_t i = 0; i < kVocab; ++i) {
-      if (i != 40 && i != 41) ban.logit_bias.emplace_back(i, -100.0f);
+      if (i != 40 && i != 41) all_but_two.emplace_back(i, -100.0f);
     }
+    ban.logit_bias = LogitBias(std::move(all_but_two));
     Sampler b(ban, kVocab);
     const int32_t t = b.sample(l);
     EXPECT_TRUE(t == 40 || t == 41) << seed << ": " << t;
@@ -237,6 +238,21 @@ TEST(Sampler, LogitBiasPastTheVocabularyIsIgnored) {
   ASSERT_TRUE(validate(p).ok());
   Sampler s(p, 64);
   EXPECT_EQ(s.sample(l), argmax(l));
+}
+
+// A request's n choices copy its parameters n times; the bias (up to
+// n_vocab pairs) is held once.
+TEST(Sampler, CopiesOfALogitBiasShareItsPairs) {
+  std::vector<LogitBias::Entry> many;
+  for (int32_t i = 0; i < 1000; ++i) many.emplace_back(i, -1.0f);
+  SamplingParams p;
+  p.logit_bias = LogitBias(std::move(many));
+  const std::vector<SamplingParams> choices(128, p);
+  for (const SamplingParams& c : choices) {
+    EXPECT_EQ(c.logit_bias.entries().data(), p.logit_bias.entries().data());
+    EXPECT_EQ(c.logit_bias.entries().size(), 1000u);
+  }
+  EXPECT_TRUE(LogitBias(std::vector<LogitBias::Entry>{}).empty());
 }
 
 TEST(Sampler, ValidateRefusesUnorderedOrNonFiniteLogitBias) {
