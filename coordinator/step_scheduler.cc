@@ -115,7 +115,12 @@ v1::SamplingParams to_proto(const worker::SamplingParams& p) {
   s.set_frequency_penalty(p.frequency_penalty);
   s.set_repeat_last_n(p.penalty_last_n);
   s.set_seed(p.seed);
-  for (const auto& [id, bias] : p.logit_bias) (*s.mutable_logit_bias())[id] = bias;
+  s.mutable_logit_bias_ids()->Reserve(static_cast<int>(p.logit_bias.entries().size()));
+  s.mutable_logit_bias_values()->Reserve(static_cast<int>(p.logit_bias.entries().size()));
+  for (const auto& [id, bias] : p.logit_bias) {
+    s.add_logit_bias_ids(id);
+    s.add_logit_bias_values(bias);
+  }
   return s;
 }
 

@@ -38,9 +38,16 @@ absl::Status sampling_from_proto(const v1::SamplingParams& p, int n_vocab,
   if (last_n < 0 || last_n > 4096) {
     return range("repeat_last_n", last_n, "[0, 4096]");
   }
+  if (p.logit_bias_ids_size() != p.logit_bias_values_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".logit_bias_values: ", p.logit_bias_values_size(), " values for ",
+        p.logit_bias_ids_size(), " logit_bias_ids"));
+  }
   std::vector<LogitBias::Entry> bias_entries;
-  bias_entries.reserve(p.logit_bias().size());
-  for (const auto& [id, bias] : p.logit_bias()) {
+  bias_entries.reserve(static_cast<size_t>(p.logit_bias_ids_size()));
+  for (int i = 0; i < p.logit_bias_ids_size(); ++i) {
+    const int32_t id = p.logit_bias_ids(i);
+    const float bias = p.logit_bias_values(i);
     if (id < 0 || id >= n_vocab) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ".logit_bias: token id ", id, " is out of range [0, ", n_vocab, ")"));
@@ -51,7 +58,14 @@ absl::Status sampling_from_proto(const v1::SamplingParams& p, int n_vocab,
     }
     bias_entries.emplace_back(id, bias);
   }
-  std::sort(bias_entries.begin(), bias_entries.end());
+  std::sort(bias_entries.begin(), bias_entries.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < bias_entries.size(); ++i) {
+    if (bias_entries[i].first == bias_entries[i - 1].first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".logit_bias: token id ", bias_entries[i].first, " appears twice"));
+    }
+  }
   out->logit_bias = LogitBias(std::move(bias_entries));
   out->temperature = p.temperature();
   out->top_k = p.top_k();

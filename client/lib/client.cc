@@ -105,7 +105,10 @@ void fill_request(const GenerateOptions& in, pb::GenerateRequest& out) {
   sp->set_frequency_penalty(s.frequency_penalty);
   if (s.repeat_last_n.has_value()) sp->set_repeat_last_n(*s.repeat_last_n);
   if (s.seed.has_value()) sp->set_seed(*s.seed);
-  for (const auto& [id, bias] : s.logit_bias) (*sp->mutable_logit_bias())[id] = bias;
+  for (const auto& [id, bias] : s.logit_bias) {
+    sp->add_logit_bias_ids(id);
+    sp->add_logit_bias_values(bias);
+  }
   for (const std::string& stop : in.stop) out.add_stop(stop);
   out.set_ignore_eos(in.ignore_eos);
   out.set_logprobs(in.logprobs);

@@ -42,7 +42,8 @@ absl::Status wrong_type(absl::string_view param, absl::string_view expected, con
 
 // OpenAI's logit_bias: {"<token id>": bias, ...}, the ids as decimal
 // strings. The ids' range and the biases' [-100, 100] are checked with the
-// rest of the sampling (worker/sampling_proto.h), against the vocabulary.
+// rest of the sampling (worker/sampling_proto.h), against the vocabulary;
+// two keys of one id ("7", "07") are refused there.
 absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s) {
   if (!bias.is_object()) return wrong_type("logit_bias", "an object", bias);
   for (const auto& [key, value] : bias.items()) {
@@ -57,7 +58,8 @@ absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s) {
     if (!value.is_number()) {
       return wrong_type(absl::StrCat("logit_bias[", key, "]"), "a number", value);
     }
-    (*s->mutable_logit_bias())[id] = static_cast<float>(value.get<double>());
+    s->add_logit_bias_ids(id);
+    s->add_logit_bias_values(static_cast<float>(value.get<double>()));
   }
   return absl::OkStatus();
 }

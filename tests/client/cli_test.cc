@@ -130,9 +130,12 @@ TEST_F(RemoteCliTest, GenerateSendsTheFlagsAsTheRequest) {
   EXPECT_EQ(req.stop_size(), 2);
   EXPECT_TRUE(req.ignore_eos());
   // llama.cpp's TOKEN_ID(+|-)BIAS; a later one for the same id wins.
-  ASSERT_EQ(req.sampling().logit_bias_size(), 2);
-  EXPECT_FLOAT_EQ(req.sampling().logit_bias().at(15043), -2.0f);
-  EXPECT_FLOAT_EQ(req.sampling().logit_bias().at(7), -100.0f);
+  ASSERT_EQ(req.sampling().logit_bias_ids_size(), 2);
+  ASSERT_EQ(req.sampling().logit_bias_values_size(), 2);
+  EXPECT_EQ(req.sampling().logit_bias_ids(0), 7);  // the client's map: by id
+  EXPECT_FLOAT_EQ(req.sampling().logit_bias_values(0), -100.0f);
+  EXPECT_EQ(req.sampling().logit_bias_ids(1), 15043);
+  EXPECT_FLOAT_EQ(req.sampling().logit_bias_values(1), -2.0f);
 
   const CommandResult ids =
       strata("generate " + server_flag() + " --prompt-ids '1 2 3' --json");

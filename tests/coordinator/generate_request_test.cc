@@ -16,6 +16,11 @@ namespace {
 
 constexpr int kVocab = 1000;
 
+void add_bias(v1::GenerateRequest& r, int32_t id, float bias) {
+  r.mutable_sampling()->add_logit_bias_ids(id);
+  r.mutable_sampling()->add_logit_bias_values(bias);
+}
+
 v1::GenerateRequest valid() {
   v1::GenerateRequest r;
   r.set_prompt("Hello");
@@ -106,16 +111,21 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
        "sampling.frequency_penalty"},
       {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_repeat_last_n(4097); },
        "sampling.repeat_last_n"},
-      {[](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[kVocab] = 1; },
-       "sampling.logit_bias: token id"},
-      {[](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[-1] = 1; },
+      {[](v1::GenerateRequest& r) { add_bias(r, kVocab, 1); }, "sampling.logit_bias: token id"},
+      {[](v1::GenerateRequest& r) { add_bias(r, -1, 1); },
        "sampling.logit_bias: token id -1 is out of range"},
-      {[](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[3] = 100.5f; },
+      {[](v1::GenerateRequest& r) { add_bias(r, 3, 100.5f); },
        "sampling.logit_bias: 100.5 for token id 3 is out of range [-100, 100]"},
-      {[](v1::GenerateRequest& r) {
-         (*r.mutable_sampling()->mutable_logit_bias())[3] = std::nanf("");
-       },
+      {[](v1::GenerateRequest& r) { add_bias(r, 3, std::nanf("")); },
        "sampling.logit_bias: nan for token id 3"},
+      {[](v1::GenerateRequest& r) {
+         add_bias(r, 3, 1);
+         add_bias(r, 9, 1);
+         add_bias(r, 3, -1);
+       },
+       "sampling.logit_bias: token id 3 appears twice"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->add_logit_bias_ids(3); },
+       "sampling.logit_bias_values: 0 values for 1 logit_bias_ids"},
       {[](v1::GenerateRequest& r) {
          for (int i = 0; i < 17; ++i) r.add_stop("x");
        },

@@ -496,8 +496,8 @@ def check_logit_bias(args, f, client, model, host, grpc_address, stubs, label):
         req.sampling.temperature = temperature
         if seed is not None:
             req.sampling.seed = seed
-        for k, v in bias.items():
-            req.sampling.logit_bias[k] = v
+        req.sampling.logit_bias_ids.extend(bias.keys())
+        req.sampling.logit_bias_values.extend(bias.values())
         ids = []
         for r in stub.Generate(req, timeout=300):
             if r.HasField("delta"):

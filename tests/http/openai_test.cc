@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <string>
 
@@ -19,6 +20,15 @@ OpenAiRequest chat(const std::string& body) {
   auto r = parse_openai_request(Endpoint::kChat, body);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : OpenAiRequest{};
+}
+
+// A request's logit_bias lists as a map.
+std::map<int32_t, float> bias_of(const v1::SamplingParams& s) {
+  EXPECT_EQ(s.logit_bias_ids_size(), s.logit_bias_values_size());
+  std::map<int32_t, float> m;
+  for (int i = 0; i < s.logit_bias_ids_size(); ++i) m[s.logit_bias_ids(i)] = s.logit_bias_values(i);
+  EXPECT_EQ(m.size(), static_cast<size_t>(s.logit_bias_ids_size()));
+  return m;
 }
 
 OpenAiRequest complete(const std::string& body) {
@@ -81,16 +91,16 @@ TEST(OpenAiMapping, LogitBiasMapsTokenIdsToBiases) {
   const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
   const OpenAiRequest r =
       chat("{" + m + R"(, "logit_bias": {"15043": -100, "7": 2.5, "0": 100, "2147483647": -1e-3}})");
-  const auto& b = r.generate.sampling().logit_bias();
+  const std::map<int32_t, float> b = bias_of(r.generate.sampling());
   ASSERT_EQ(b.size(), 4u);
   EXPECT_FLOAT_EQ(b.at(15043), -100.0f);
   EXPECT_FLOAT_EQ(b.at(7), 2.5f);
   EXPECT_FLOAT_EQ(b.at(0), 100.0f);
   EXPECT_FLOAT_EQ(b.at(2147483647), -1e-3f);
-  EXPECT_TRUE(chat("{" + m + R"(, "logit_bias": {}})").generate.sampling().logit_bias().empty());
-  EXPECT_TRUE(chat("{" + m + R"(, "logit_bias": null})").generate.sampling().logit_bias().empty());
+  EXPECT_TRUE(bias_of(chat("{" + m + R"(, "logit_bias": {}})").generate.sampling()).empty());
+  EXPECT_TRUE(bias_of(chat("{" + m + R"(, "logit_bias": null})").generate.sampling()).empty());
   const OpenAiRequest c = complete(R"({"prompt": "x", "logit_bias": {"3": 1}})");
-  EXPECT_FLOAT_EQ(c.generate.sampling().logit_bias().at(3), 1.0f);
+  EXPECT_FLOAT_EQ(bias_of(c.generate.sampling()).at(3), 1.0f);
   // What prompt preparation says of a bias out of range or a token past the
   // vocabulary reaches the client as param logit_bias.
   EXPECT_EQ(to_api_error(absl::InvalidArgumentError(

@@ -510,7 +510,8 @@ TEST_F(StageChecks, SamplingAndLogprobs) {
                   absl::StatusCode::kInvalidArgument,
                   "slices[0].sampling.repeat_last_n: 5000 is out of range [0, 4096]");
   s = slice(2, 0, {1});
-  (*s.mutable_sampling()->mutable_logit_bias())[1 << 20] = -100.0f;
+  s.mutable_sampling()->add_logit_bias_ids(1 << 20);
+  s.mutable_sampling()->add_logit_bias_values(-100.0f);
   expect_rejected(*last_, last_batch({s}, 1),
                   absl::StatusCode::kInvalidArgument,
                   "slices[0].sampling.logit_bias: token id 1048576 is out of range [0, ");
