@@ -507,7 +507,13 @@ OpenAiApi::Outcome OpenAiApi::tokenize(const Request& request, Responder& out) {
         g.set_add_special(f->get<bool>());
       }
     }
-    if (auto f = body->find("parse_special"); f != body->end() && f->is_boolean()) {
+    // Special-token text is the special token unless "parse_special":
+    // false, as llama.cpp's /tokenize and /v1/completions read it.
+    g.set_parse_special(true);
+    if (auto f = body->find("parse_special"); f != body->end()) {
+      if (!f->is_boolean()) {
+        return fail(absl::InvalidArgumentError("parse_special: expected a boolean"));
+      }
       g.set_parse_special(f->get<bool>());
     }
     if (auto m = body->find("model"); m != body->end() && m->is_string()) {
@@ -563,7 +569,17 @@ OpenAiApi::Outcome OpenAiApi::detokenize(const Request& request, Responder& out)
     }
     ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
-  auto text = tok.decode(ids);
+  // Special tokens print their text ("<|im_start|>"), as llama.cpp's and
+  // vLLM's /detokenize print them, unless "render_special": false.
+  tokenizer::DecodeOptions d;
+  d.render_special = true;
+  if (auto r = body->find("render_special"); r != body->end()) {
+    if (!r->is_boolean()) {
+      return fail(absl::InvalidArgumentError("render_special: expected a boolean"));
+    }
+    d.render_special = r->get<bool>();
+  }
+  auto text = tok.decode(ids, d);
   if (!text.ok()) return fail(text.status());
   out.send(200, kJson, dump_json({{"content", *text}, {"prompt", *text}}));
   return outcome;

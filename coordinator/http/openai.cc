@@ -413,6 +413,11 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
     const json* prompt = f.get("prompt");
     if (prompt == nullptr) return bad("prompt", "missing");
     if (absl::Status st = map_prompt(*prompt, &g); !st.ok()) return st;
+    // Special-token text in a prompt ("<|im_start|>", "<fim_prefix>") is
+    // the special token, as llama.cpp's server and vLLM read it (a prompt
+    // templated by the client); "parse_special": false reads it as text.
+    g.set_parse_special(true);
+    if (auto ps = f.boolean("parse_special")) g.set_parse_special(*ps);
     g.set_max_tokens(kCompletionDefaultMaxTokens);
     if (auto max_tokens = f.integer("max_tokens")) g.set_max_tokens(clamp_int32(*max_tokens));
     if (auto lp = f.integer("logprobs")) {

@@ -7,7 +7,9 @@
 // Mapping (OpenAI -> GenerateRequest):
 //   messages[].role/content (string, or an array of {"type":"text"} parts,
 //   joined by "\n")        -> messages
-//   prompt (string, [string], [int], [[int]])  -> prompt / prompt_ids
+//   prompt (string, [string], [int], [[int]])  -> prompt / prompt_ids, its
+//   special-token text read as the special tokens (parse_special, as
+//   llama.cpp's server and vLLM; "parse_special": false -> text)
 //   max_completion_tokens | max_tokens -> max_tokens (chat: absent = the rest
 //   of the context; completions: absent = 16, as OpenAI)
 //   temperature, top_p, top_k (<= 0: off), min_p, presence_penalty,

@@ -365,6 +365,8 @@ def check_api(args, f, host, grpc_address, stubs, label):
             json.loads(body2)["content"].strip() == "Hello world",
             f"{label}: tokenize / detokenize round trip {ids}")
 
+    check_client_templated_prompt(args, f, client, model, host, label)
+
     # A client that hangs up mid-stream frees its sequence.
     stub = pb_grpc.InferenceStub(grpc.insecure_channel(grpc_address))
     h, p = host.rsplit(":", 1)
@@ -462,6 +464,44 @@ def check_api(args, f, host, grpc_address, stubs, label):
     f.check(ok and answered == 1000 and again.choices[0].text == comp.choices[0].text,
             f"{label}: 1000 idle connections and a slow sender; all {answered} answered, "
             "generation unchanged")
+
+
+def check_client_templated_prompt(args, f, client, model, host, label):
+    """A prompt the client templated itself (the chat template's text, its
+    special tokens written out) reads its special-token text as the special
+    tokens, as llama.cpp's server and vLLM do: /tokenize gives the chat
+    request's ids, llama.cpp tokenizes the text to the same ids (special
+    true), and greedy /v1/completions of the text answers as the chat
+    request does. "parse_special": false reads the text as text."""
+    msgs = [{"role": "user", "content": "Name a colour."}]
+    st, _, body = raw(host, "POST", "/tokenize", body={"messages": msgs})
+    chat_ids = json.loads(body)["tokens"]
+    st2, _, body2 = raw(host, "POST", "/detokenize", body={"tokens": chat_ids})
+    text = json.loads(body2)["content"]
+    f.check(st == 200 and st2 == 200 and "<|im_start|>" in text,
+            f"{label}: the chat prompt's text carries its special tokens ({text[:40]!r}...)")
+    st, _, body = raw(host, "POST", "/tokenize", body={"content": text})
+    ids = json.loads(body)["tokens"]
+    f.check(ids == chat_ids, f"{label}: /tokenize of the templated text == the chat ids "
+                             f"({len(ids)} and {len(chat_ids)} tokens)")
+    st, _, body = raw(host, "POST", "/tokenize", body={"content": text, "parse_special": False})
+    f.check(len(json.loads(body)["tokens"]) > len(chat_ids),
+            f"{label}: parse_special false reads special-token text as text")
+    try:
+        from llama_cpp import Llama
+        llm = Llama(model_path=args.model, n_ctx=256, vocab_only=True, verbose=False)
+        f.check(llm.tokenize(text.encode(), add_bos=True, special=True) == ids,
+                f"{label}: llama.cpp tokenizes the templated text (special true) to the same ids")
+        del llm
+    except ImportError:
+        print(f"NOT CHECKED {label}: templated text against llama.cpp (llama_cpp absent)")
+    want = client.chat.completions.create(model=model, messages=msgs, max_tokens=10,
+                                          temperature=0)
+    got = client.completions.create(model=model, prompt=text, max_tokens=10, temperature=0)
+    f.check(got.usage.prompt_tokens == len(chat_ids) and
+            got.choices[0].text == want.choices[0].message.content,
+            f"{label}: greedy completion of the templated text == the chat answer "
+            f"({got.choices[0].text!r}, {want.choices[0].message.content!r})")
 
 
 def check_logit_bias(args, f, client, model, host, grpc_address, stubs, label):

@@ -87,6 +87,16 @@ TEST(OpenAiMapping, ChatMessagesAndSampling) {
 // OpenAI's logit_bias, {"<token id>": bias}: ids as decimal strings, any
 // JSON number as the bias (range and vocabulary: prompt preparation's
 // check, below); null or {} is none.
+// A completions prompt's special-token text is the special token, as
+// llama.cpp's server and vLLM read it; "parse_special": false keeps it text.
+TEST(OpenAiMapping, CompletionPromptsReadSpecialTokenText) {
+  EXPECT_TRUE(complete(R"({"prompt": "<|im_start|>user"})").generate.parse_special());
+  EXPECT_FALSE(complete(R"({"prompt": "<|im_start|>user", "parse_special": false})")
+                   .generate.parse_special());
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "parse_special": 1})"),
+            "parse_special");
+}
+
 TEST(OpenAiMapping, LogitBiasMapsTokenIdsToBiases) {
   const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
   const OpenAiRequest r =
