@@ -63,6 +63,7 @@ grpc::Status InferenceService::Generate(
   // With tools: delta and done texts are the answer's content; the calls
   // come in done.tool_calls_json.
   ChatOutput output(output_spec);
+  std::vector<v1::TokenChoice> scored;  // the prompt's, for done.prompt_logprobs
 
   while (true) {
     std::optional<SequenceEvent> e = (*handle)->next(absl::Milliseconds(50));
@@ -74,6 +75,7 @@ grpc::Status InferenceService::Generate(
       }
       continue;
     }
+    if (e->scored) scored = std::move(e->prompt_logprobs);
     v1::GenerateResponse out;
     switch (e->kind) {
       case SequenceEvent::Kind::kDelta: {
@@ -111,6 +113,7 @@ grpc::Status InferenceService::Generate(
         d->mutable_usage()->set_completion_tokens(
             static_cast<int>(e->all_ids.size()));
         d->mutable_usage()->set_cached_tokens(e->cached_tokens);
+        for (v1::TokenChoice& c : scored) *d->add_prompt_logprobs() = std::move(c);
         v1::Timings* t = d->mutable_timings();
         const SequenceTimings& st = e->timings;
         t->set_prefill_ms(st.prefill_ms);

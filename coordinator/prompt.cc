@@ -282,6 +282,11 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
     return range("top_logprobs", r.top_logprobs(),
                  absl::StrCat("[0, ", kMaxTopLogprobs, "]"));
   }
+  if (r.has_prompt_logprobs() &&
+      (r.prompt_logprobs() < 0 || r.prompt_logprobs() > kMaxTopLogprobs)) {
+    return range("prompt_logprobs", r.prompt_logprobs(),
+                 absl::StrCat("[0, ", kMaxTopLogprobs, "]"));
+  }
   if (r.user().size() > kMaxUserBytes) {
     return bad("user", absl::StrCat(r.user().size(), " bytes exceed ",
                                     kMaxUserBytes));
@@ -351,6 +356,7 @@ absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
   sr.params.ignore_eos = request.ignore_eos();
   sr.logprobs = request.logprobs();
   sr.top_logprobs = request.top_logprobs();
+  sr.prompt_logprobs = request.has_prompt_logprobs() ? request.prompt_logprobs() : -1;
   absl::StatusOr<std::string> grammar = structured_output_grammar(request);
   if (!grammar.ok()) return grammar.status();
   sr.grammar = *std::move(grammar);

@@ -72,6 +72,11 @@ struct StepScheduler::Sequence {
   // broke, prefilled again on the new one (empty: not migrated).
   std::vector<int32_t> resume;
   int migrations = 0;
+  // Scored prompts: prompt_lp[p] scores prompt[p] (p >= 1), kept once.
+  std::vector<v1::TokenChoice> prompt_lp;
+  std::vector<bool> prompt_lp_set;
+  int prompt_lp_count = 0;
+  bool prompt_lp_sent = false;  // an event carried them
 
   int prompt_size() const { return static_cast<int>(request.prompt.size()); }
   const std::vector<int32_t>& prefill_tokens() const {
@@ -238,9 +243,10 @@ void StepScheduler::fail_sequence(Sequence& seq, const absl::Status& status) {
 }
 
 void StepScheduler::finish(Sequence& seq) {
+  SequenceEvent e;
+  if (!attach_prompt_logprobs(seq, e)) return;
   seq.state = Sequence::State::kDone;
   const Clock::time_point now = Clock::now();
-  SequenceEvent e;
   e.kind = SequenceEvent::Kind::kDone;
   e.finish = seq.output->finish_reason();
   e.all_ids = seq.output->ids();
@@ -367,11 +373,14 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     const bool first = !seq->started;
     const bool resumed = !seq->resume.empty();
     std::vector<PrefixBlock> hits;
+    const bool scored = seq->request.prompt_logprobs >= 0;
     if (first && !resumed && prefix_.capacity() > 0) {
       const std::span<const int32_t> prompt(seq->request.prompt);
       if (seq->keys.empty()) seq->keys = prefix_.block_keys(prompt);
-      hits = prefix_.match(prompt, seq->keys,
-                           (seq->prompt_size() - 1) / prefix_.block_tokens());
+      // A scored prompt restores nothing (restored rows have no logits);
+      // it still saves its blocks.
+      const int most = scored ? 0 : (seq->prompt_size() - 1) / prefix_.block_tokens();
+      hits = prefix_.match(prompt, seq->keys, most);
       // A block this micro-batch saves is not there yet when its restores
       // run (every stage restores before the forward pass, saves after).
       for (size_t h = 0; h < hits.size(); ++h) {
@@ -384,7 +393,11 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     }
     const int start = first ? static_cast<int>(hits.size()) * prefix_.block_tokens()
                             : seq->prompt_sent;
-    const int chunk = std::min(options_.prefill_chunk, seq->prefill_size() - start);
+    // A scored prompt's rows all come back as logits ([rows][n_vocab] on
+    // the last stage): its chunks are shorter.
+    const int chunk_rows =
+        scored ? std::min(options_.prefill_chunk, kScoredChunkRows) : options_.prefill_chunk;
+    const int chunk = std::min(chunk_rows, seq->prefill_size() - start);
     if (rows + chunk > options_.max_batch_rows) continue;
     const bool last = start + chunk == seq->prefill_size();
     v1::SequenceSlice* slice = add_slice(*seq, last);
@@ -407,6 +420,11 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     }
     const std::vector<int32_t>& tokens = seq->prefill_tokens();
     for (int i = 0; i < chunk; ++i) slice->add_tokens(tokens[start + i]);
+    if (scored && seq->prompt_lp_count < seq->prompt_size() - 1 &&
+        start + 1 < seq->prompt_size()) {
+      slice->set_prompt_logprobs(seq->request.prompt_logprobs);
+      if (start + chunk < seq->prefill_size()) slice->set_next_token(tokens[start + chunk]);
+    }
     seq->prompt_sent = start + chunk;
     seq->pos = seq->prompt_sent;
     // Save the full blocks this chunk completes that the index lacks.
@@ -478,6 +496,14 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
     }
     return absl::OkStatus();
   }
+  for (const v1::PromptLogprobs& scored : result.prompt_logprobs()) {
+    auto s = active_.find(scored.seq_id());
+    if (s == active_.end() ||
+        std::find(record.seqs.begin(), record.seqs.end(), scored.seq_id()) == record.seqs.end()) {
+      continue;  // not a slice of this micro-batch
+    }
+    take_prompt_logprobs(*s->second, scored);
+  }
   int k = 0;
   const int n_tokens = result.tokens_size();
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -515,6 +541,51 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
   return absl::OkStatus();
 }
 
+// A scored prompt's log-probabilities go with the first event after its
+// first token (all its chunks came back by then): false when some position
+// is missing (the sequence then fails).
+bool StepScheduler::attach_prompt_logprobs(Sequence& seq, SequenceEvent& event) {
+  if (seq.request.prompt_logprobs < 0 || seq.prompt_lp_sent) return true;
+  if (seq.prompt_lp_count != seq.prompt_size() - 1) {
+    fail_sequence(seq, absl::InternalError(absl::StrCat(
+                           "the last stage scored ", seq.prompt_lp_count, " of the prompt's ",
+                           seq.prompt_size() - 1, " positions")));
+    return false;
+  }
+  seq.prompt_lp_sent = true;
+  if (seq.prompt_lp.size() > 1) {
+    event.prompt_logprobs.assign(std::make_move_iterator(seq.prompt_lp.begin() + 1),
+                                 std::make_move_iterator(seq.prompt_lp.end()));
+  }
+  event.scored = true;
+  seq.prompt_lp = {};
+  seq.prompt_lp_set = {};
+  return true;
+}
+
+// Positions of the prompt after its first, each once (a re-sent or
+// migrated chunk scores them again); anything else is ignored.
+void StepScheduler::take_prompt_logprobs(Sequence& seq, const v1::PromptLogprobs& scored) {
+  const int n = seq.prompt_size();
+  if (seq.request.prompt_logprobs < 0 || seq.prompt_lp_sent ||
+      seq.state == Sequence::State::kDone) {
+    return;
+  }
+  if (seq.prompt_lp.empty()) {
+    seq.prompt_lp.resize(static_cast<size_t>(n));
+    seq.prompt_lp_set.assign(static_cast<size_t>(n), false);
+  }
+  for (int i = 0; i < scored.tokens_size(); ++i) {
+    const int64_t p = int64_t{scored.pos()} + i;
+    if (p < 1 || p >= n || seq.prompt_lp_set[static_cast<size_t>(p)]) continue;
+    const v1::TokenChoice& t = scored.tokens(i);
+    if (t.id() != seq.request.prompt[static_cast<size_t>(p)]) continue;  // not its token
+    seq.prompt_lp[static_cast<size_t>(p)] = t;
+    seq.prompt_lp_set[static_cast<size_t>(p)] = true;
+    ++seq.prompt_lp_count;
+  }
+}
+
 void StepScheduler::take_token(Sequence& seq, const v1::SampledToken& token) {
   const Clock::time_point now = Clock::now();
   ServingMetrics* m = options_.metrics;
@@ -546,6 +617,7 @@ void StepScheduler::take_token(Sequence& seq, const v1::SampledToken& token) {
     delta.text += seq.output->end_at_context();
   }
   if (!delta.ids.empty() || !delta.text.empty()) {
+    if (!attach_prompt_logprobs(seq, delta)) return;
     seq.handle->push(std::move(delta));
   }
   if (seq.output->done()) {

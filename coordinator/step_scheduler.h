@@ -27,7 +27,10 @@
 //      worker::prefill_in_chunks. The chunks of one prompt follow each other
 //      in consecutive micro-batches without waiting for results; only the
 //      last one samples, and the first carries the SamplingParams (with the
-//      seed).
+//      seed). A scored prompt's chunks (prompt_logprobs) ask the last stage
+//      for their tokens' log-probabilities, each with the token after it
+//      (next_token); they come back position by position, each taken once,
+//      and the kDone event carries them.
 // Prefix caching (options.prefix_cache_blocks > 0; prefix_index.h): when a
 // prompt's first slice is built, the longest run of its full blocks in the
 // index (at most (prompt - 1) / block_tokens of them: one row at least is
@@ -96,12 +99,21 @@ struct SchedulerOptions {
   int migration_timeout_ms = 60000;
 };
 
+// Rows of a scored prompt's chunks (SequenceRequest.prompt_logprobs): the
+// last stage computes logits for every row of them, [rows][n_vocab] floats
+// (32 x 49,152 x 4 bytes = 6 MiB for SmolLM2), where a chunk of another
+// prompt needs one row.
+inline constexpr int kScoredChunkRows = 32;
+
 // One generation.
 struct SequenceRequest {
   std::vector<int32_t> prompt;  // token ids, 1 .. n_ctx
   GenerationParams params;      // max_tokens >= 1, sampling with its seed
   bool logprobs = false;
   int top_logprobs = 0;
+  // >= 0: score the prompt (GenerateRequest.prompt_logprobs) with that many
+  // most likely tokens a position; the prefix cache is not used for it.
+  int prompt_logprobs = -1;
   // Structured output: GBNF the generated tokens must follow ("" = none);
   // sent in the sequence's first slice (SequenceSlice.grammar). A sampled
   // token that comes back with an error (a grammar the last stage refused)
@@ -129,6 +141,11 @@ struct SequenceEvent {
   std::vector<int32_t> ids;
   std::string text;
   std::vector<v1::SampledToken> tokens;  // with logprobs when asked
+  // A scored prompt (SequenceRequest.prompt_logprobs), on the first event
+  // after its first token (a kDelta, or the kDone): `scored` true and
+  // prompt[i + 1]'s log-probability for i in [0, prompt - 1).
+  bool scored = false;
+  std::vector<v1::TokenChoice> prompt_logprobs;
   // kDone.
   int cached_tokens = 0;  // prompt tokens restored from the prefix cache
   FinishReason finish = FinishReason::kLength;
@@ -246,6 +263,8 @@ class StepScheduler {
   void fail_sequence(Sequence& seq, const absl::Status& status);
   void finish(Sequence& seq);
   void take_token(Sequence& seq, const v1::SampledToken& token);
+  void take_prompt_logprobs(Sequence& seq, const v1::PromptLogprobs& scored);
+  bool attach_prompt_logprobs(Sequence& seq, SequenceEvent& event);
   void save_decoded_block(Sequence& seq, v1::SequenceSlice& slice, InFlight& record);
 
   const SchedulerOptions options_;

@@ -126,6 +126,8 @@ class BackendStage final : public Stage {
                    std::span<const float> logits, Sequence& seq,
                    v1::MicroBatchResult* result);
   ForwardSlice head_request(const v1::SequenceSlice& s, const SliceRun& run) const;
+  void add_prompt_logprobs(const v1::SequenceSlice& slice, std::span<const float> rows,
+                           v1::MicroBatchResult* result);
   v1::SampledToken* add_token(const v1::SequenceSlice& slice, int32_t id, const Sequence& seq,
                               v1::MicroBatchResult* result);
 
@@ -290,6 +292,17 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
           absl::StrCat(slice_field(i, "top_logprobs"), ": ", s.top_logprobs(),
                        " is out of range [0, ", kMaxTopLogprobs, "]"));
     }
+    if (s.has_prompt_logprobs() &&
+        (s.prompt_logprobs() < 0 || s.prompt_logprobs() > kMaxTopLogprobs)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(slice_field(i, "prompt_logprobs"), ": ", s.prompt_logprobs(),
+                       " is out of range [0, ", kMaxTopLogprobs, "]"));
+    }
+    if (last_ && s.has_next_token() && (s.next_token() < 0 || s.next_token() >= n_vocab_)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(slice_field(i, "next_token"), ": ", s.next_token(),
+                       " is out of range [0, ", n_vocab_, ")"));
+    }
   }
   if (total > max_rows) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -428,9 +441,14 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                                                 st.message()));
       }
     }
-    slices_.push_back(last_ && s.sample()
-                          ? head_request(s, run)
-                          : ForwardSlice{run.backend_seq, s.tokens_size(), Logits::kNone});
+    if (last_ && s.has_prompt_logprobs()) {
+      // Scored: every row's logits (the last one's also samples).
+      slices_.push_back(ForwardSlice{run.backend_seq, s.tokens_size(), Logits::kAll});
+    } else {
+      slices_.push_back(last_ && s.sample()
+                            ? head_request(s, run)
+                            : ForwardSlice{run.backend_seq, s.tokens_size(), Logits::kNone});
+    }
     if (first_) tokens_.insert(tokens_.end(), s.tokens().begin(), s.tokens().end());
   }
   ForwardRequest req;
@@ -462,7 +480,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
   int n_logits = 0, n_picks = 0;
   size_t n_top = 0;
   for (const ForwardSlice& f : slices_) {
-    n_logits += f.logits == Logits::kLast ? 1 : 0;
+    n_logits += f.logits == Logits::kLast ? 1 : f.logits == Logits::kAll ? f.rows : 0;
     n_picks += f.logits == Logits::kArgmax ? 1 : 0;
     n_top += f.logits == Logits::kTopK ? static_cast<size_t>(f.top_k) : 0;
   }
@@ -495,8 +513,10 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
     }
   }
 
-  // Every slice ran: commit the sequences and, on the last stage, sample.
-  int sampled = 0, picked = 0;
+  // Every slice ran: commit the sequences and, on the last stage, score
+  // and sample.
+  int64_t logits_row = 0;  // the next slice's first row of `logits`
+  int picked = 0;
   size_t top_at = 0;
   for (int i = 0; i < n; ++i) {
     const v1::SequenceSlice& s = batch.slices(i);
@@ -530,11 +550,20 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
       seq.sampler->accept(t);
       ++seq.length;
     }
+    const ForwardSlice& f = slices_[static_cast<size_t>(i)];
+    auto row = [&](int64_t r) {
+      return logits.subspan(static_cast<size_t>(r) * n_vocab_, static_cast<size_t>(n_vocab_));
+    };
+    if (f.logits == Logits::kAll) {
+      add_prompt_logprobs(s, logits.subspan(static_cast<size_t>(logits_row) * n_vocab_,
+                                            static_cast<size_t>(f.rows) * n_vocab_),
+                          result);
+    }
+    logits_row += f.logits == Logits::kAll ? f.rows : f.logits == Logits::kLast ? 1 : 0;
     if (s.sample()) {
       // The replay ends with the prefill: from here on the sampler draws
       // (and the grammar steps) for each token as it is sampled.
       seq.generated_from = 0;
-      const ForwardSlice& f = slices_[static_cast<size_t>(i)];
       if (f.logits == Logits::kArgmax) {
         add_token(s, out.argmax[static_cast<size_t>(picked++)], seq, result);
       } else if (f.logits == Logits::kTopK) {
@@ -546,12 +575,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                   seq, result);
         top_at += k;
       } else {
-        add_sampled(s,
-                    std::span<const float>(
-                        logits.data() + static_cast<size_t>(sampled) * n_vocab_,
-                        static_cast<size_t>(n_vocab_)),
-                    seq, result);
-        ++sampled;
+        add_sampled(s, row(logits_row - 1), seq, result);  // the slice's last row
       }
     }
   }
@@ -706,6 +730,32 @@ void BackendStage::add_sampled(const v1::SequenceSlice& slice,
   if (!seq.failed.ok()) return;
   if (!slice.logprobs() && slice.top_logprobs() == 0) return;
   add_logprobs(logits, slice.top_logprobs(), order_, tok);
+}
+
+// A scored slice's rows ([rows][n_vocab]): row r scores the token after it,
+// the slice's token r + 1, or next_token after the last row.
+void BackendStage::add_prompt_logprobs(const v1::SequenceSlice& slice,
+                                       std::span<const float> rows,
+                                       v1::MicroBatchResult* result) {
+  v1::PromptLogprobs* out = result->add_prompt_logprobs();
+  out->set_seq_id(slice.seq_id());
+  out->set_pos(slice.start_pos() + 1);
+  const int n = slice.tokens_size();
+  for (int r = 0; r < n; ++r) {
+    int32_t next = -1;
+    if (r + 1 < n) {
+      next = slice.tokens(r + 1);
+    } else if (slice.has_next_token()) {
+      next = slice.next_token();
+    }
+    if (next < 0 || next >= n_vocab_) continue;
+    v1::TokenChoice* t = out->add_tokens();
+    t->set_id(next);
+    float logprob = 0.0f;
+    token_logprobs(rows.subspan(static_cast<size_t>(r) * n_vocab_, static_cast<size_t>(n_vocab_)),
+                   next, slice.prompt_logprobs(), order_, &logprob, t->mutable_top());
+    t->set_logprob(logprob);
+  }
 }
 
 int BackendStage::free_sequences(const uint64_t* seq_ids, int n) {

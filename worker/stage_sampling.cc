@@ -79,17 +79,17 @@ v1::SampledToken* add_sampled_token(const v1::SequenceSlice& slice, int32_t id,
   return tok;
 }
 
-void add_logprobs(std::span<const float> logits, int top_logprobs, std::vector<int32_t>& order,
-                  v1::SampledToken* tok) {
-  const int32_t id = tok->id();
+void token_logprobs(std::span<const float> logits, int32_t id, int top_logprobs,
+                    std::vector<int32_t>& order, float* logprob,
+                    google::protobuf::RepeatedPtrField<v1::TokenLogprob>* top) {
   const float max = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
   const double log_z = max + std::log(sum);
-  auto logprob = [&](int32_t t) {
+  auto lp = [&](int32_t t) {
     return static_cast<float>(static_cast<double>(logits[t]) - log_z);
   };
-  tok->set_logprob(logprob(id));
+  *logprob = lp(id);
   const int n_vocab = static_cast<int>(logits.size());
   const int k = std::min(top_logprobs, n_vocab);
   if (k <= 0) return;
@@ -99,10 +99,17 @@ void add_logprobs(std::span<const float> logits, int top_logprobs, std::vector<i
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
   for (int r = 0; r < k; ++r) {
-    v1::TokenLogprob* top = tok->add_top();
-    top->set_id(order[static_cast<size_t>(r)]);
-    top->set_logprob(logprob(order[static_cast<size_t>(r)]));
+    v1::TokenLogprob* t = top->Add();
+    t->set_id(order[static_cast<size_t>(r)]);
+    t->set_logprob(lp(order[static_cast<size_t>(r)]));
   }
+}
+
+void add_logprobs(std::span<const float> logits, int top_logprobs, std::vector<int32_t>& order,
+                  v1::SampledToken* tok) {
+  float logprob = 0.0f;
+  token_logprobs(logits, tok->id(), top_logprobs, order, &logprob, tok->mutable_top());
+  tok->set_logprob(logprob);
 }
 
 }  // namespace strata::worker

@@ -54,9 +54,15 @@ v1::SampledToken* add_sampled_token(const v1::SequenceSlice& slice, int32_t id,
                                     const absl::Status& failed, const std::string& worker_name,
                                     v1::MicroBatchResult* result);
 
-// The log-softmax at T = 1 of the raw logits (before penalties): token
-// `tok`'s log-probability, and its `top_logprobs` most likely tokens (ties:
-// lower id first). `order` is scratch of n_vocab entries.
+// The log-softmax at T = 1 of the raw logits (before bias and penalties):
+// token `id`'s log-probability to *logprob, and its `top_logprobs` most
+// likely tokens (ties: lower id first) appended to *top. `order` is scratch
+// of n_vocab entries.
+void token_logprobs(std::span<const float> logits, int32_t id, int top_logprobs,
+                    std::vector<int32_t>& order, float* logprob,
+                    google::protobuf::RepeatedPtrField<v1::TokenLogprob>* top);
+
+// token_logprobs for a sampled token: `tok`'s id, into its logprob and top.
 void add_logprobs(std::span<const float> logits, int top_logprobs, std::vector<int32_t>& order,
                   v1::SampledToken* tok);
 

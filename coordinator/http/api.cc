@@ -66,6 +66,28 @@ void add_completion_logprobs(const tokenizer::Tokenizer& tok,
   }
 }
 
+// A scored prompt's tokens as completions' logprobs show them, before the
+// generated ones: the first token with null (nothing before it), each other
+// with its log-probability and its most likely tokens.
+void add_prompt_logprobs(const tokenizer::Tokenizer& tok, std::span<const int32_t> prompt,
+                         const std::vector<v1::TokenChoice>& scored, size_t* offset, json* lp) {
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string piece(tok.piece(prompt[i], true));
+    (*lp)["tokens"].push_back(piece);
+    const v1::TokenChoice* t = i >= 1 && i - 1 < scored.size() ? &scored[i - 1] : nullptr;
+    (*lp)["token_logprobs"].push_back(t != nullptr ? json(t->logprob()) : json(nullptr));
+    if (t != nullptr) {
+      json top = json::object();
+      for (const v1::TokenLogprob& l : t->top()) top[std::string(tok.piece(l.id(), true))] = l.logprob();
+      (*lp)["top_logprobs"].push_back(std::move(top));
+    } else {
+      (*lp)["top_logprobs"].push_back(nullptr);
+    }
+    (*lp)["text_offset"].push_back(*offset);
+    *offset += piece.size();
+  }
+}
+
 json empty_completion_logprobs() {
   return {{"tokens", json::array()},
           {"token_logprobs", json::array()},
@@ -112,6 +134,7 @@ struct Choice {
   size_t offset = 0;
   double ttft_ms = 0;
   int cached_tokens = 0;  // prompt tokens restored from the prefix cache
+  bool echoed = false;    // echo: the prompt went first
   ChatOutput output;      // chat: content, reasoning and tool calls
 };
 
@@ -263,6 +286,20 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
       prepare_prompt(model, parsed->generate, popts, &output_spec);
   if (!prepared.ok()) return fail(prepared.status());
   const int prompt_tokens = static_cast<int>(prepared->prompt.size());
+  // echo: the prompt's text as given (token ids: their text).
+  std::string echo_text;
+  if (parsed->echo) {
+    if (parsed->generate.input_case() == v1::GenerateRequest::kPrompt) {
+      echo_text = parsed->generate.prompt();
+    } else {
+      tokenizer::DecodeOptions d;
+      d.render_special = true;
+      absl::StatusOr<std::string> text = tok.decode(prepared->prompt, d);
+      if (!text.ok()) return fail(text.status());
+      echo_text = *std::move(text);
+    }
+  }
+  const std::vector<int32_t> prompt_ids = prepared->prompt;
   outcome.prompt_tokens = prompt_tokens;
 
   // n choices, n sequences; a seed given makes choice i use seed + i.
@@ -333,6 +370,23 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
         error = e->error;
         break;
       }
+      if (parsed->echo && !c.echoed) {
+        // The prompt before the choice's first text (with its logprobs:
+        // this first event carries them).
+        c.echoed = true;
+        json lp = nullptr;
+        if (logprobs) {
+          lp = empty_completion_logprobs();
+          add_prompt_logprobs(tok, prompt_ids, e->prompt_logprobs, &c.offset, &lp);
+          c.completion_logprobs = lp;
+        }
+        if (stream) {
+          out.event(dump_json(chunk(json::array({json{{"text", echo_text},
+                                                      {"index", i},
+                                                      {"logprobs", std::move(lp)},
+                                                      {"finish_reason", nullptr}}}))));
+        }
+      }
       json piece_logprobs = nullptr;
       if (e->kind == SequenceEvent::Kind::kDelta) {
         c.completion_tokens += static_cast<int>(e->ids.size());
@@ -376,7 +430,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
         c.finish = c.output.finish_reason(c.finish);
       }
       c.completion_tokens = static_cast<int>(e->all_ids.size());
-      c.text = std::move(e->all_text);
+      c.text = echo_text + e->all_text;
       c.ttft_ms = e->timings.ttft_ms;
       c.cached_tokens = e->cached_tokens;
       if (outcome.ttft_ms < 0 || c.ttft_ms < outcome.ttft_ms) outcome.ttft_ms = c.ttft_ms;

@@ -425,7 +425,10 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
       g.set_logprobs(true);
       g.set_top_logprobs(static_cast<int>(*lp));
     }
-    if (auto echo = f.boolean("echo"); echo && *echo) return bad("echo", "not supported");
+    if (auto echo = f.boolean("echo"); echo && *echo) {
+      r.echo = true;
+      if (g.logprobs()) g.set_prompt_logprobs(g.top_logprobs());
+    }
     if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) {
       return bad("suffix", "not supported");
     }

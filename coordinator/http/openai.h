@@ -20,7 +20,9 @@
 //   tools, tool_choice, chat_template_kwargs, response_format, grammar ->
 //   fields 13..18 (prompt preparation says whether they are served)
 //   ignore_eos (vLLM's extension) -> ignore_eos
-// Known OpenAI fields that cannot be honoured (echo, suffix,
+//   echo (completions) -> OpenAiRequest::echo, and with logprobs: k,
+//   prompt_logprobs k
+// Known OpenAI fields that cannot be honoured (suffix,
 // best_of > n, image parts) are refused with 400 naming them; unknown
 // fields are ignored, as OpenAI-compatible servers do.
 //
@@ -46,6 +48,10 @@ struct OpenAiRequest {
   int n = 1;                   // choices, each its own sequence
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Completions: the prompt's text before each choice's (OpenAI's echo);
+  // with logprobs the prompt is scored (generate.prompt_logprobs) and its
+  // tokens lead the logprobs, the first with null.
+  bool echo = false;
 };
 
 inline constexpr int kMaxChoices = 128;            // n

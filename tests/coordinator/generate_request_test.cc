@@ -133,6 +133,9 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
       {[](v1::GenerateRequest& r) { r.add_stop(std::string(257, 's')); },
        "stop[0]: 257 bytes"},
       {[](v1::GenerateRequest& r) { r.set_top_logprobs(21); }, "top_logprobs"},
+      {[](v1::GenerateRequest& r) { r.set_prompt_logprobs(21); },
+       "prompt_logprobs: 21 is out of range [0, 20]"},
+      {[](v1::GenerateRequest& r) { r.set_prompt_logprobs(-1); }, "prompt_logprobs"},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest r = valid();

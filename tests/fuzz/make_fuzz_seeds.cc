@@ -409,6 +409,7 @@ void openai() {
   put(t, "chat-logit-bias", chat + R"({"messages":[{"role":"user","content":"yes?"}],"temperature":0,"logit_bias":{"1":2,"15043":-100,"99999999":5,"7":-100.5}})");
   put(t, "chat-deep", chat + std::string(100, '[') + std::string(100, ']'));
   put(t, "completion", completion + R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"logprobs":2,"echo":false})");
+  put(t, "completion-echo", completion + R"({"prompt":"<|im_start|>user\nhi<|im_end|>","max_tokens":1,"logprobs":5,"echo":true,"parse_special":true})");
   put(t, "completion-ids", completion + R"({"prompt":[1,403,407],"max_tokens":1})");
   put(t, "completion-batch", completion + R"({"prompt":[[1,2],[3]],"n":1,"best_of":1})");
   put(t, "completion-list", completion + R"({"prompt":["a","b"],"stop":"x","temperature":1e308,"seed":-1})");

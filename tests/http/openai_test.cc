@@ -84,6 +84,21 @@ TEST(OpenAiMapping, ChatMessagesAndSampling) {
   EXPECT_TRUE(r.include_usage);
 }
 
+// echo: the prompt's text first; with logprobs the prompt is scored with as
+// many top tokens (GenerateRequest.prompt_logprobs).
+TEST(OpenAiMapping, EchoScoresThePromptWithLogprobs) {
+  const OpenAiRequest plain = complete(R"({"prompt": "x", "echo": true})");
+  EXPECT_TRUE(plain.echo);
+  EXPECT_FALSE(plain.generate.has_prompt_logprobs());
+  const OpenAiRequest scored = complete(R"({"prompt": "x", "echo": true, "logprobs": 3})");
+  EXPECT_TRUE(scored.echo);
+  EXPECT_EQ(scored.generate.prompt_logprobs(), 3);
+  const OpenAiRequest off = complete(R"({"prompt": "x", "echo": false, "logprobs": 3})");
+  EXPECT_FALSE(off.echo);
+  EXPECT_FALSE(off.generate.has_prompt_logprobs());
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "echo": 1})"), "echo");
+}
+
 // OpenAI's logit_bias, {"<token id>": bias}: ids as decimal strings, any
 // JSON number as the bias (range and vocabulary: prompt preparation's
 // check, below); null or {} is none.
@@ -243,7 +258,6 @@ TEST(OpenAiMapping, WrongTypesNameTheParam) {
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": 5})"), "prompt");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": ["a", "b"]})"), "prompt");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": [1, "x"]})"), "prompt[1]");
-  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "echo": true})"), "echo");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "logprobs": 50})"), "logprobs");
 }
 

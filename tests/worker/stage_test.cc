@@ -126,6 +126,90 @@ TEST(StageSampling, LogprobsAreALogSoftmaxAndTopIsSorted) {
     EXPECT_LE(t.top(i).logprob(), t.top(i - 1).logprob());
 }
 
+// A scored prompt (prompt_logprobs), in chunks of 3 over two stages: each
+// token after the first gets the log-probability and top tokens that
+// sampling it after the tokens before it gives (a sequence of that prefix,
+// the token forced with a bias of +100: log-probabilities are of the raw
+// logits), to the bit; the last row of a chunk scores next_token.
+TEST(StageSampling, PromptLogprobsAreThoseOfSamplingEachTokenAfterItsPrefix) {
+  SKIP_WITHOUT_STORIES();
+  auto stages = load_split(stories_path(), {2});
+  const std::vector<int32_t>& p = stories_prompt();
+  ASSERT_GE(p.size(), 5u);
+  std::vector<v1::TokenChoice> scored;
+  v1::MicroBatch batch;
+  batch.set_shard_id(kShardId);
+  for (size_t i = 0; i < p.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, p.size() - i);
+    batch.clear_slices();
+    v1::SequenceSlice s = slice(5, static_cast<int>(i),
+                                std::vector<int32_t>(p.begin() + i, p.begin() + i + n),
+                                i + n == p.size());
+    s.set_prompt_logprobs(2);
+    if (i + n < p.size()) s.set_next_token(p[i + n]);
+    *batch.add_slices() = s;
+    auto result = run_chain(stages, batch);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->prompt_logprobs_size(), 1);
+    const v1::PromptLogprobs& lp = result->prompt_logprobs(0);
+    EXPECT_EQ(lp.seq_id(), 5u);
+    EXPECT_EQ(lp.pos(), static_cast<int>(i) + 1);
+    EXPECT_EQ(lp.tokens_size(), static_cast<int>(i + n < p.size() ? n : n - 1));
+    for (const v1::TokenChoice& t : lp.tokens()) scored.push_back(t);
+    EXPECT_EQ(result->tokens_size(), i + n == p.size() ? 1 : 0);
+  }
+  ASSERT_EQ(scored.size(), p.size() - 1);
+  for (size_t k = 1; k < p.size(); ++k) {
+    batch.clear_slices();
+    v1::SequenceSlice s =
+        slice(100 + k, 0, std::vector<int32_t>(p.begin(), p.begin() + k), true);
+    s.set_logprobs(true);
+    s.set_top_logprobs(2);
+    s.mutable_sampling()->add_logit_bias_ids(p[k]);
+    s.mutable_sampling()->add_logit_bias_values(100.0f);
+    *batch.add_slices() = s;
+    auto result = run_chain(stages, batch);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->tokens_size(), 1);
+    const v1::SampledToken& t = result->tokens(0);
+    const v1::TokenChoice& c = scored[k - 1];
+    ASSERT_EQ(t.id(), p[k]);
+    EXPECT_EQ(c.id(), p[k]) << k;
+    EXPECT_EQ(c.logprob(), t.logprob()) << k;
+    ASSERT_EQ(c.top_size(), 2);
+    ASSERT_EQ(t.top_size(), 2);
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(c.top(j).id(), t.top(j).id()) << k;
+      EXPECT_EQ(c.top(j).logprob(), t.top(j).logprob()) << k;
+    }
+  }
+}
+
+// Bounds of the scoring fields, named; nothing runs.
+TEST(StageSampling, PromptLogprobsOutOfRangeAreRefused) {
+  SKIP_WITHOUT_STORIES();
+  auto stages = load_split(stories_path(), {});
+  v1::MicroBatch batch;
+  batch.set_shard_id(kShardId);
+  v1::SequenceSlice s = slice(1, 0, stories_prompt());
+  s.set_prompt_logprobs(21);
+  *batch.add_slices() = s;
+  auto r = run_chain(stages, batch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("slices[0].prompt_logprobs: 21 is out of range [0, 20]"),
+            std::string::npos)
+      << r.status();
+  s.set_prompt_logprobs(0);
+  s.set_next_token(1 << 20);
+  batch.clear_slices();
+  *batch.add_slices() = s;
+  r = run_chain(stages, batch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("slices[0].next_token: 1048576 is out of range [0, "),
+            std::string::npos)
+      << r.status();
+}
+
 TEST(StageSampling, SeededSamplingRepeatsAndNeedsASeed) {
   SKIP_WITHOUT_STORIES();
   auto stages = load_split(stories_path(), {2});
