@@ -20,7 +20,9 @@
 namespace strata::coordinator::http {
 namespace {
 
-using json = nlohmann::json;
+// Responses keep their members in the order written (OpenAI's order;
+// completions' top_logprobs most likely first).
+using json = nlohmann::ordered_json;
 constexpr const char* kJson = "application/json";
 constexpr absl::Duration kPoll = absl::Milliseconds(20);
 
@@ -50,6 +52,21 @@ void add_chat_logprobs(const tokenizer::Tokenizer& tok, const std::vector<v1::Sa
   }
 }
 
+// A completions top_logprobs entry: the most likely tokens' text ->
+// log-probability, most likely first, and the chosen token's too when it is
+// not among them (OpenAI's legacy completions: up to logprobs + 1 entries).
+json completion_top(const tokenizer::Tokenizer& tok, int32_t chosen, float chosen_logprob,
+                    const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& top) {
+  json out = json::object();
+  bool has_chosen = false;
+  for (const v1::TokenLogprob& l : top) {
+    out[std::string(tok.piece(l.id(), true))] = l.logprob();
+    has_chosen = has_chosen || l.id() == chosen;
+  }
+  if (!has_chosen) out[std::string(tok.piece(chosen, true))] = chosen_logprob;
+  return out;
+}
+
 // Completions' logprobs: parallel arrays; `offset` is the text offset so far.
 void add_completion_logprobs(const tokenizer::Tokenizer& tok,
                              const std::vector<v1::SampledToken>& tokens, size_t* offset,
@@ -58,9 +75,7 @@ void add_completion_logprobs(const tokenizer::Tokenizer& tok,
     const std::string piece(tok.piece(t.id(), true));
     (*lp)["tokens"].push_back(piece);
     (*lp)["token_logprobs"].push_back(t.logprob());
-    json top = json::object();
-    for (const v1::TokenLogprob& l : t.top()) top[std::string(tok.piece(l.id(), true))] = l.logprob();
-    (*lp)["top_logprobs"].push_back(std::move(top));
+    (*lp)["top_logprobs"].push_back(completion_top(tok, t.id(), t.logprob(), t.top()));
     (*lp)["text_offset"].push_back(*offset);
     *offset += piece.size();
   }
@@ -77,9 +92,7 @@ void add_prompt_logprobs(const tokenizer::Tokenizer& tok, std::span<const int32_
     const v1::TokenChoice* t = i >= 1 && i - 1 < scored.size() ? &scored[i - 1] : nullptr;
     (*lp)["token_logprobs"].push_back(t != nullptr ? json(t->logprob()) : json(nullptr));
     if (t != nullptr) {
-      json top = json::object();
-      for (const v1::TokenLogprob& l : t->top()) top[std::string(tok.piece(l.id(), true))] = l.logprob();
-      (*lp)["top_logprobs"].push_back(std::move(top));
+      (*lp)["top_logprobs"].push_back(completion_top(tok, t->id(), t->logprob(), t->top()));
     } else {
       (*lp)["top_logprobs"].push_back(nullptr);
     }
@@ -224,7 +237,7 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
     if (!is_get) {
       wrong_method("GET");
     } else if (path == "/v1/models") {
-      out.send(200, kJson, dump_json({{"object", "list"}, {"data", json::array({model})}}));
+      out.send(200, kJson, dump_json(json{{"object", "list"}, {"data", json::array({model})}}));
     } else if (percent_decoded(path.substr(11)) == info.name()) {
       // The SDK percent-encodes the id ("Smollm2 135M ..." has spaces).
       out.send(200, kJson, dump_json(model));
@@ -245,7 +258,7 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
       for (char& c : state) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       outcome.status = serving ? 200 : 503;
       out.send(outcome.status, kJson,
-               dump_json({{"status", serving ? "ok" : state}, {"message", h.message()}}),
+               dump_json(json{{"status", serving ? "ok" : state}, {"message", h.message()}}),
                serving ? Headers{} : Headers{{"Retry-After", "1"}});
     }
   } else if (path == "/metrics") {
@@ -338,14 +351,14 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   if (stream) {
     out.start_events();
     if (chat) {
-      json first = json::array();
+      // The role first, one choice a chunk as OpenAI streams n > 1 (a
+      // client reading choices[0] of each chunk sees every choice's).
       for (int i = 0; i < parsed->n; ++i) {
-        first.push_back({{"index", i},
-                         {"delta", {{"role", "assistant"}, {"content", ""}}},
-                         {"logprobs", nullptr},
-                         {"finish_reason", nullptr}});
+        out.event(dump_json(chunk(json::array({json{{"index", i},
+                                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                    {"logprobs", nullptr},
+                                                    {"finish_reason", nullptr}}}))));
       }
-      out.event(dump_json(chunk(std::move(first))));
     }
   }
 
@@ -516,7 +529,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
     }
   }
   out.send(200, kJson,
-           dump_json({{"id", id},
+           dump_json(json{{"id", id},
                       {"object", chat ? "chat.completion" : "text_completion"},
                       {"created", created},
                       {"model", model_name},
@@ -548,7 +561,7 @@ OpenAiApi::Outcome OpenAiApi::tokenize(const Request& request, Responder& out) {
     if (it->get_ref<const std::string&>().empty()) {
       // Nothing to tokenize is not an error here (no generation follows).
       out.send(200, kJson,
-               dump_json({{"tokens", json::array()}, {"count", 0},
+               dump_json(json{{"tokens", json::array()}, {"count", 0},
                           {"max_model_len", model.n_ctx}}));
       return outcome;
     }
@@ -599,7 +612,7 @@ OpenAiApi::Outcome OpenAiApi::tokenize(const Request& request, Responder& out) {
   }
   outcome.prompt_tokens = static_cast<int>(ids.size());
   out.send(200, kJson,
-           dump_json({{"tokens", std::move(tokens)},
+           dump_json(json{{"tokens", std::move(tokens)},
                       {"count", ids.size()},
                       {"max_model_len", model.n_ctx}}));
   return outcome;
@@ -635,7 +648,7 @@ OpenAiApi::Outcome OpenAiApi::detokenize(const Request& request, Responder& out)
   }
   auto text = tok.decode(ids, d);
   if (!text.ok()) return fail(text.status());
-  out.send(200, kJson, dump_json({{"content", *text}, {"prompt", *text}}));
+  out.send(200, kJson, dump_json(json{{"content", *text}, {"prompt", *text}}));
   return outcome;
 }
 

@@ -525,4 +525,8 @@ std::string dump_json(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string dump_json(const nlohmann::ordered_json& value) {
+  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 }  // namespace strata::coordinator::http

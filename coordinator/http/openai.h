@@ -85,6 +85,9 @@ ApiError api_error(int http_status, std::string message, std::string param = "")
 std::string error_json(const ApiError& error);
 
 // JSON text that is always valid UTF-8: bytes that are not become U+FFFD.
+// ordered_json keeps its members in the order they were added (responses:
+// OpenAI's field order, top_logprobs most likely first).
 std::string dump_json(const nlohmann::json& value);
+std::string dump_json(const nlohmann::ordered_json& value);
 
 }  // namespace strata::coordinator::http

@@ -219,6 +219,31 @@ def check_api(args, f, host, grpc_address, stubs, label):
                                           temperature=1.0, seed=7, n=3)
     f.check(len(many.choices) == 3 and sorted(c.index for c in many.choices) == [0, 1, 2],
             f"{label}: n=3 gives 3 choices")
+    # Streamed n > 1: one choice a chunk (OpenAI's; a client reading
+    # choices[0] of each chunk sees each choice's role and text).
+    per_chunk, roles, texts = [], set(), {0: "", 1: ""}
+    for chunk in client.chat.completions.create(model=model, messages=msgs, max_tokens=6,
+                                                temperature=1.0, seed=7, n=2, stream=True):
+        per_chunk.append(len(chunk.choices))
+        for c in chunk.choices:
+            if c.delta.role == "assistant":
+                roles.add(c.index)
+            texts[c.index] += c.delta.content or ""
+    f.check(set(per_chunk) == {1} and roles == {0, 1} and
+            [texts[0], texts[1]] == [c.message.content for c in client.chat.completions.create(
+                model=model, messages=msgs, max_tokens=6, temperature=1.0, seed=7, n=2).choices],
+            f"{label}: streamed n=2: one choice a chunk ({per_chunk}), a role for each")
+    # Completions' top_logprobs: most likely first, and the sampled token
+    # always there (up to logprobs + 1 entries), as OpenAI's legacy API.
+    sampled = client.completions.create(model=model, prompt=prompt, max_tokens=12,
+                                        temperature=1.5, seed=11, logprobs=1)
+    lp1 = sampled.choices[0].logprobs
+    ordered = all(list(d.values()) == sorted(d.values(), reverse=True) for d in lp1.top_logprobs)
+    f.check(all(tok in d and abs(d[tok] - v) < 1e-6 and 1 <= len(d) <= 2
+                for tok, v, d in zip(lp1.tokens, lp1.token_logprobs, lp1.top_logprobs)) and
+            any(len(d) == 2 for d in lp1.top_logprobs) and ordered,
+            f"{label}: completions top_logprobs most likely first, with the sampled token "
+            f"({lp1.top_logprobs[:3]})")
 
     check_logit_bias(args, f, client, model, host, grpc_address, stubs, label)
     check_prompt_logprobs(args, f, client, model, host, grpc_address, stubs, label)
