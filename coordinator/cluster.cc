@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/chat_template/chat_template.h"
+#include "model/tokenizer/unicode.h"
 #include "spdlog/spdlog.h"
 #include "worker/kv_cache.h"
 
@@ -36,6 +37,22 @@ absl::Status set_chat_template(ServedModel& model, const std::string& path) {
   }
   model.chat_template = std::move(text);
   model.chat_template_source = path;
+  return absl::OkStatus();
+}
+
+absl::Status set_served_model_name(ServedModel& model, const std::string& name) {
+  if (name.empty() || name.size() > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("served_model_name: ", name.size(), " bytes; expected 1 .. 256"));
+  }
+  if (tokenizer::unicode::find_invalid_utf8(name) != std::string_view::npos ||
+      std::any_of(name.begin(), name.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      })) {
+    return absl::InvalidArgumentError(
+        "served_model_name: not UTF-8 text without control characters");
+  }
+  model.info.set_name(name);
   return absl::OkStatus();
 }
 

@@ -81,6 +81,12 @@ struct ServedModel {
 // the file cannot be read or its template does not parse.
 absl::Status set_chat_template(ServedModel& model, const std::string& path);
 
+// The name clients give as `model` (ModelInfo.name; vLLM's
+// --served-model-name, llama.cpp's --alias), replacing the GGUF's
+// general.name: 1 .. 256 bytes of UTF-8 without control characters, else
+// InvalidArgument "served_model_name: ...".
+absl::Status set_served_model_name(ServedModel& model, const std::string& name);
+
 // Opens `path` and fills a ServedModel. `context_length` 0: the model's;
 // InvalidArgument naming context_length when it exceeds the model's. With
 // need_tokenizer false (tests that bring their own Detokenizer), a

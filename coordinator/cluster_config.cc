@@ -381,6 +381,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
         {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
          "placement", "activation_link", "health_check_interval_ms", "health_check_timeout_ms",
          "health_check_failures", "trace", "workers", "http_listen", "api_key", "chat_template",
+         "served_model_name",
          "prefix_cache_blocks", "spares", "migration", "insecure", "tls"});
     if (!st.ok()) return with_source(st);
     if (root["model"]) {
@@ -412,6 +413,12 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
       if (!s.ok()) return with_source(s.status());
       if (s->empty()) return with_source(key_error("chat_template", "empty (leave the key out)"));
       c.chat_template = expand_home(*s);
+    }
+    if (root["served_model_name"]) {
+      auto s = get_string(root["served_model_name"], "served_model_name");
+      if (!s.ok()) return with_source(s.status());
+      if (s->empty()) return with_source(key_error("served_model_name", "empty (leave the key out)"));
+      c.served_model_name = *s;
     }
     if (root["api_key"]) {
       auto s = get_string(root["api_key"], "api_key");

@@ -8,6 +8,8 @@
 //                                   # the next free port
 //   chat_template: /models/x.jinja  # a Jinja chat template overriding the
 //                                   # GGUF's (checked at startup)
+//   served_model_name: llama-70b    # the name clients give as `model`;
+//                                   # default: the GGUF's general.name
 //   api_key: secret                 # bearer token of both APIs; default:
 //                                   # $STRATA_API_KEY, else none
 //   context_length: 4096            # positions per sequence; 0: the model's
@@ -131,6 +133,7 @@ struct ClusterConfig {
   bool http_listen_given = false;  // from the file: no fallback to a free port
   std::string api_key;             // "": $STRATA_API_KEY, else none
   std::string chat_template;       // "": the model's
+  std::string served_model_name;   // "": the GGUF's general.name
   int context_length = 0;  // 0: the model's context_length
   int max_sequences = 8;
   // Rows of one prompt chunk; a micro-batch holds at most prefill_chunk +

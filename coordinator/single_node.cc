@@ -162,6 +162,11 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
   if (!o.chat_template.empty()) {
     if (absl::Status st = set_chat_template(**model, o.chat_template); !st.ok()) return st;
   }
+  if (!o.served_model_name.empty()) {
+    if (absl::Status st = set_served_model_name(**model, o.served_model_name); !st.ok()) {
+      return st;
+    }
+  }
   if (absl::StatusOr<worker::BackendChoice> choice = worker::parse_backend_choice(o.backend);
       !choice.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--backend: ", choice.status().message()));

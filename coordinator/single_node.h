@@ -38,6 +38,7 @@ struct SingleNodeOptions {
   std::string backend = "cpu";
   std::string trace;         // JSON-lines file of block hashes; "": off
   std::string chat_template; // Jinja file overriding the GGUF's template; "": none
+  std::string served_model_name;  // the name clients give as `model`; "": general.name
   int prefix_cache_blocks = -1;  // ClusterConfig's; 0: --prefix-cache off
   // Explicit ranges (one per worker), or empty for auto placement.
   std::vector<placement::Range> ranges;

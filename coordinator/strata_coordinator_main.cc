@@ -125,6 +125,12 @@ int main(int argc, char** argv) {
       return fail(config_path, st);
     }
   }
+  if (!config->served_model_name.empty()) {
+    if (absl::Status st = set_served_model_name(**served, config->served_model_name);
+        !st.ok()) {
+      return fail(config_path, st);
+    }
+  }
 
   // The pool: the pipeline's workers, then the spares (cluster.h).
   std::vector<WorkerConfig> pool = config->workers;

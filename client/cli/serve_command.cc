@@ -54,6 +54,7 @@ struct ServeOptions {
   std::string prefix_cache = "on";
   int prefix_cache_blocks = -1;
   std::string chat_template;  // "": the model's
+  std::string served_model_name;  // "": the GGUF's general.name
   std::string backend = "cpu";  // every stage's: cpu, cuda, cuda:N
 };
 
@@ -87,6 +88,7 @@ int serve(const ServeOptions& o) {
   s.backend = o.backend;
   s.trace = o.trace;
   s.chat_template = o.chat_template;
+  s.served_model_name = o.served_model_name;
   s.prefix_cache_blocks = o.prefix_cache == "off" ? 0 : o.prefix_cache_blocks;
   s.kv_type = worker::parse_kv_type(o.kv_type).value_or(GgmlType::kF16);  // checked
   if (!o.listen.empty()) {
@@ -211,6 +213,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
           "HOST:PORT|off"));
   cmd->add_option("--chat-template", o->chat_template,
                   "Jinja chat template file overriding the model's");
+  cmd->add_option("--served-model-name,--alias", o->served_model_name,
+                  "the name clients give as `model` (vLLM's --served-model-name, "
+                  "llama.cpp's --alias; default: the GGUF's general.name)");
   cmd->add_option("--api-key", o->api_key,
                   "bearer token both APIs require (default: $STRATA_API_KEY; none)");
   cmd->add_option("--trace", o->trace,

@@ -1,5 +1,6 @@
 // The cluster config: what a good file gives, and errors that name the key.
 #include "coordinator/cluster_config.h"
+#include "coordinator/cluster.h"
 #include "model/placement.h"
 
 #include <cstdio>
@@ -185,6 +186,36 @@ TEST(ClusterConfig, HttpListenAndApiKey) {
   auto empty_key = parse_cluster_config("model: m\napi_key: \"\"\n" + workers, "t.yaml");
   ASSERT_FALSE(empty_key.ok());
   EXPECT_NE(empty_key.status().message().find("api_key"), std::string::npos);
+}
+
+TEST(ClusterConfig, ServedModelName) {
+  const std::string workers = "workers:\n  - address: 127.0.0.1:6001\n";
+  auto d = parse_cluster_config("model: m\n" + workers, "t.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->served_model_name, "");  // the GGUF's general.name
+  auto c = parse_cluster_config("model: m\nserved_model_name: llama-70b\n" + workers, "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->served_model_name, "llama-70b");
+  for (const char* bad : {"served_model_name: \"\"\n", "served_model_name: [a]\n"}) {
+    auto b = parse_cluster_config("model: m\n" + std::string(bad) + workers, "t.yaml");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("served_model_name"), std::string::npos) << b.status();
+  }
+}
+
+// What the name may hold: printable UTF-8, 1 .. 256 bytes.
+TEST(ClusterConfig, ServedModelNameIsCheckedWhenSet) {
+  ServedModel m;
+  m.info.set_name("from-gguf");
+  EXPECT_TRUE(set_served_model_name(m, "Llama 3 70B (prod) ü").ok());
+  EXPECT_EQ(m.info.name(), "Llama 3 70B (prod) ü");
+  for (const std::string& bad :
+       {std::string(), std::string(257, 'x'), std::string("a\nb"), std::string("\xff")}) {
+    const absl::Status st = set_served_model_name(m, bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("served_model_name"), std::string::npos) << st;
+  }
+  EXPECT_EQ(m.info.name(), "Llama 3 70B (prod) ü");
 }
 
 TEST(ClusterConfig, DirectoryIsRefused) {

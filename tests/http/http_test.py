@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from cluster_test import Failures, free_port, load_stubs, model_dirs, skip  # noqa: E402
 
 CTX = 1024
+SERVED_NAME = "SmolLM2 135M (test)"  # --served-model-name / served_model_name
 
 
 class Proc:
@@ -77,7 +78,8 @@ class Proc:
 def start_serve(args, workdir, name="serve", extra=(), env=None):
     return Proc(name, [args.strata, "serve", args.model, "-t", "1", "-c", str(CTX),
                        "--max-sequences", "4", "--listen", f"127.0.0.1:{free_port()}",
-                       "--http", "127.0.0.1:0", *extra], workdir, env=env)
+                       "--http", "127.0.0.1:0", "--served-model-name", SERVED_NAME, *extra],
+                workdir, env=env)
 
 
 def start_cluster(args, workdir, extra_config=""):
@@ -95,7 +97,8 @@ def start_cluster(args, workdir, extra_config=""):
         f.write(f"model: {args.model}\nlisten: 127.0.0.1:{free_port()}\n"
                 f"http_listen: 127.0.0.1:0\ncontext_length: {CTX}\nmax_sequences: 4\n"
                 "health_check_interval_ms: 300\nhealth_check_timeout_ms: 1000\n"
-                "health_check_failures: 2\ninsecure: true\n" + extra_config + "workers:\n"
+                f"health_check_failures: 2\ninsecure: true\nserved_model_name: {SERVED_NAME}\n"
+                + extra_config + "workers:\n"
                 + "".join(f"  - address: 127.0.0.1:{p}\n    name: w{i}\n"
                           for i, p in enumerate(ports)))
     coordinator = Proc("coordinator", [args.coordinator, "--config", cfg], workdir)
@@ -160,8 +163,9 @@ def check_api(args, f, host, grpc_address, stubs, label):
     client = openai.OpenAI(base_url=f"http://{host}/v1", api_key="unused", max_retries=0,
                            timeout=120)
     models = client.models.list().data
-    f.check(len(models) == 1 and models[0].object == "model", f"{label}: models.list")
-    # The id has spaces (the GGUF's general.name): the SDK percent-encodes it.
+    f.check(len(models) == 1 and models[0].object == "model" and models[0].id == SERVED_NAME,
+            f"{label}: models.list ({[m.id for m in models]}: the served model name)")
+    # The id has spaces (SERVED_NAME): the SDK percent-encodes it.
     f.check(client.models.retrieve(models[0].id).id == models[0].id, f"{label}: models.retrieve")
     model = models[0].id
 
