@@ -349,6 +349,21 @@ absl::Status check_address(absl::string_view address, bool port_zero_ok) {
   return absl::OkStatus();
 }
 
+absl::Status check_cors_allow_origin(absl::string_view v) {
+  if (v == "*" || v == "off") return absl::OkStatus();
+  const size_t scheme = v.find("://");
+  const bool printable = std::all_of(v.begin(), v.end(), [](char ch) {
+    return static_cast<unsigned char>(ch) > 0x20 && static_cast<unsigned char>(ch) < 0x7f;
+  });
+  if (!printable || scheme == absl::string_view::npos || scheme == 0 ||
+      v.size() == scheme + 3 || v.find('/', scheme + 3) != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cors_allow_origin: '", v.substr(0, 256),
+        "': expected \"*\", \"off\" or an origin such as https://ui.example.com"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ClusterConfig> parse_cluster_config(absl::string_view text,
                                                    absl::string_view source) {
   return parse_cluster_config(text, source, config::process_env());
@@ -381,7 +396,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
         {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
          "placement", "activation_link", "health_check_interval_ms", "health_check_timeout_ms",
          "health_check_failures", "trace", "workers", "http_listen", "api_key", "chat_template",
-         "served_model_name",
+         "served_model_name", "cors_allow_origin",
          "prefix_cache_blocks", "spares", "migration", "insecure", "tls"});
     if (!st.ok()) return with_source(st);
     if (root["model"]) {
@@ -419,6 +434,12 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
       if (!s.ok()) return with_source(s.status());
       if (s->empty()) return with_source(key_error("served_model_name", "empty (leave the key out)"));
       c.served_model_name = *s;
+    }
+    if (root["cors_allow_origin"]) {
+      auto s = get_string(root["cors_allow_origin"], "cors_allow_origin");
+      if (!s.ok()) return with_source(s.status());
+      if (absl::Status cors = check_cors_allow_origin(*s); !cors.ok()) return with_source(cors);
+      c.cors_allow_origin = *s;
     }
     if (root["api_key"]) {
       auto s = get_string(root["api_key"], "api_key");

@@ -10,6 +10,9 @@
 //                                   # GGUF's (checked at startup)
 //   served_model_name: llama-70b    # the name clients give as `model`;
 //                                   # default: the GGUF's general.name
+//   cors_allow_origin: "*"          # browser pages of other origins may call
+//                                   # the HTTP API: "*" (default), "off", or
+//                                   # one origin (https://ui.example.com)
 //   api_key: secret                 # bearer token of both APIs; default:
 //                                   # $STRATA_API_KEY, else none
 //   context_length: 4096            # positions per sequence; 0: the model's
@@ -126,6 +129,11 @@ enum class ActivationLinkKind { kAuto, kGrpc, kNccl };
 // "auto", "grpc", "nccl"; nullopt otherwise.
 std::optional<ActivationLinkKind> parse_activation_link(std::string_view text);
 
+// A cors_allow_origin value: "*", "off", or one origin as browsers send
+// it (scheme://host[:port], no path, no whitespace or control characters):
+// InvalidArgument "cors_allow_origin: ..." otherwise.
+absl::Status check_cors_allow_origin(absl::string_view value);
+
 struct ClusterConfig {
   std::string model;
   std::string listen = "127.0.0.1:50051";
@@ -134,6 +142,7 @@ struct ClusterConfig {
   std::string api_key;             // "": $STRATA_API_KEY, else none
   std::string chat_template;       // "": the model's
   std::string served_model_name;   // "": the GGUF's general.name
+  std::string cors_allow_origin = "*";  // HTTP CORS: "*", "off" or one origin
   int context_length = 0;  // 0: the model's context_length
   int max_sequences = 8;
   // Rows of one prompt chunk; a micro-batch holds at most prefill_chunk +

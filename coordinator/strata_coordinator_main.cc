@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<strata::coordinator::http::HttpServer> http;
   if (config->http_listen != "off") {
     http = std::make_unique<strata::coordinator::http::HttpServer>(
-        strata::coordinator::http::openai_server_options(),
+        strata::coordinator::http::openai_server_options(config->cors_allow_origin),
         [&api](strata::coordinator::http::Request r,
                std::shared_ptr<strata::coordinator::http::Responder> out) {
           api.handle(std::move(r), std::move(out));

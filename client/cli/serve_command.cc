@@ -55,6 +55,7 @@ struct ServeOptions {
   int prefix_cache_blocks = -1;
   std::string chat_template;  // "": the model's
   std::string served_model_name;  // "": the GGUF's general.name
+  std::string cors_allow_origin = "*";
   std::string backend = "cpu";  // every stage's: cpu, cuda, cuda:N
 };
 
@@ -144,7 +145,7 @@ int serve(const ServeOptions& o) {
   std::unique_ptr<coordinator::http::HttpServer> http;
   if (o.http != "off") {
     http = std::make_unique<coordinator::http::HttpServer>(
-        coordinator::http::openai_server_options(),
+        coordinator::http::openai_server_options(o.cors_allow_origin),
         [&api](coordinator::http::Request r, std::shared_ptr<coordinator::http::Responder> out) {
           api.handle(std::move(r), std::move(out));
         });
@@ -216,6 +217,15 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--served-model-name,--alias", o->served_model_name,
                   "the name clients give as `model` (vLLM's --served-model-name, "
                   "llama.cpp's --alias; default: the GGUF's general.name)");
+  cmd->add_option("--cors-allow-origin", o->cors_allow_origin,
+                  "browser pages of other origins may call the HTTP API: * (any), off, or "
+                  "one origin such as https://ui.example.com (*)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            const absl::Status st = coordinator::check_cors_allow_origin(text);
+            return st.ok() ? "" : std::string(st.message());
+          },
+          "*|off|ORIGIN"));
   cmd->add_option("--api-key", o->api_key,
                   "bearer token both APIs require (default: $STRATA_API_KEY; none)");
   cmd->add_option("--trace", o->trace,

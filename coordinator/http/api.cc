@@ -183,8 +183,9 @@ OpenAiApi::Outcome OpenAiApi::failed(const absl::Status& status, Outcome& outcom
 OpenAiApi::OpenAiApi(Cluster& cluster, ApiOptions options)
     : cluster_(cluster), options_(std::move(options)), created_(std::time(nullptr)) {}
 
-ServerOptions openai_server_options() {
+ServerOptions openai_server_options(const std::string& cors_allow_origin) {
   ServerOptions o;
+  o.cors_allow_origin = cors_allow_origin == "off" ? "" : cors_allow_origin;
   o.error_body = [](int status, const std::string& message) {
     return std::make_pair(std::string(kJson), error_json(api_error(status, message)));
   };

@@ -55,7 +55,9 @@ class OpenAiApi {
   const int64_t created_;  // the models' "created": when the API started
 };
 
-// Server options with OpenAI error objects for the server's own errors.
-ServerOptions openai_server_options();
+// Server options with OpenAI error objects for the server's own errors, and
+// CORS for `cors_allow_origin` ("*" any origin, as llama.cpp's server and
+// vLLM allow by default; "off" or "": none; else that origin).
+ServerOptions openai_server_options(const std::string& cors_allow_origin = "*");
 
 }  // namespace strata::coordinator::http

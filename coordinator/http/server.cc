@@ -157,6 +157,7 @@ class Session : public std::enable_shared_from_this<Session> {
                 self->state_ = State::kStreaming;
                 std::string head = status_line(200);
                 head += "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n";
+                head += self->cors_headers_;
                 if (self->http11_) head += "Transfer-Encoding: chunked\r\n";
                 if (!self->http11_) self->keep_alive_ = false;
                 for (const auto& [k, v] : headers) absl::StrAppend(&head, k, ": ", v, "\r\n");
@@ -268,6 +269,27 @@ class Session : public std::enable_shared_from_this<Session> {
     r.body = std::move(msg.body());
     r.authorization = std::string(msg[bhttp::field::authorization]);
     r.remote = remote_;
+    cors_headers_.clear();
+    const std::string& allow = shared_->options.cors_allow_origin;
+    const std::string origin(msg[bhttp::field::origin]);
+    if (!origin.empty() && !allow.empty() && (allow == "*" || allow == origin)) {
+      cors_headers_ = allow == "*" ? std::string("Access-Control-Allow-Origin: *\r\n")
+                                   : absl::StrCat("Access-Control-Allow-Origin: ", origin,
+                                                  "\r\nVary: Origin\r\n");
+      if (r.method == "OPTIONS" &&
+          !msg[bhttp::field::access_control_request_method].empty()) {
+        // A preflight: answered here, the handler never sees it.
+        const std::string asked(msg[bhttp::field::access_control_request_headers]);
+        ++seq_;
+        state_ = State::kResponding;
+        write_whole(204, "text/plain", "",
+                    {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                     {"Access-Control-Allow-Headers",
+                      asked.empty() ? std::string("Authorization, Content-Type") : asked},
+                     {"Access-Control-Max-Age", "86400"}});
+        return;
+      }
+    }
 
     ++seq_;
     state_ = State::kResponding;
@@ -318,6 +340,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // here, one line each, as the handler logs its own.
   void respond_error(int status, const std::string& message, Headers headers = {}) {
     spdlog::info("http - {} {} {}", remote_, status, message);
+    cors_headers_.clear();
     ++seq_;
     head_only_ = false;
     state_ = State::kResponding;
@@ -333,7 +356,7 @@ class Session : public std::enable_shared_from_this<Session> {
                    const Headers& headers) {
     std::string head = status_line(status);
     absl::StrAppend(&head, "Content-Type: ", type, "\r\nContent-Length: ", body.size(),
-                    "\r\n");
+                    "\r\n", cors_headers_);
     for (const auto& [k, v] : headers) absl::StrAppend(&head, k, ": ", v, "\r\n");
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     finishing_ = true;
@@ -467,6 +490,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   bool http11_ = true;
   bool head_only_ = false;  // HEAD: the headers of the answer, no body
+  std::string cors_headers_;  // CORS header lines for this request's answer
   bool watching_ = false;
   bool stop_watch_ = false;
   bool writing_ = false;

@@ -10,6 +10,8 @@
 //     the idle time of a keep-alive connection, the time one write may take
 //     (a client that stops reading a stream is dropped), open connections
 //     (beyond: 503 and close).
+//   - CORS: allowed origins get Access-Control-Allow-Origin, and their
+//     preflights (OPTIONS) are answered here (ServerOptions).
 //   - A handler answers through a Responder, from any thread, at any time
 //     later: one whole response, or an event stream (SSE, chunked). While a
 //     request is being answered the server watches the socket; a client
@@ -88,6 +90,14 @@ struct ServerOptions {
   int idle_timeout_ms = 120000;     // keep-alive: between requests
   int write_timeout_ms = 60000;     // one write of a response or chunk
   int max_connections = 4096;
+  // CORS (browser clients on another origin; the Fetch standard): "*" any
+  // origin, "" none, else that one origin exactly. A request whose Origin
+  // is allowed gets Access-Control-Allow-Origin on its response; an
+  // OPTIONS preflight from it (Access-Control-Request-Method set) is
+  // answered 204 here, allowing GET, POST and the headers it asks for,
+  // without reaching the handler. No credentials (cookies) are allowed: the
+  // API key travels in Authorization.
+  std::string cors_allow_origin = "*";
 };
 
 class HttpServer {

@@ -203,6 +203,25 @@ TEST(ClusterConfig, ServedModelName) {
   }
 }
 
+TEST(ClusterConfig, CorsAllowOrigin) {
+  const std::string workers = "workers:\n  - address: 127.0.0.1:6001\n";
+  auto d = parse_cluster_config("model: m\n" + workers, "t.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->cors_allow_origin, "*");  // llama.cpp's server and vLLM allow any
+  for (const char* ok : {"\"off\"", "https://ui.example.com", "http://localhost:3000"}) {
+    auto c = parse_cluster_config("model: m\ncors_allow_origin: " + std::string(ok) + "\n" +
+                                      workers, "t.yaml");
+    ASSERT_TRUE(c.ok()) << ok << ": " << c.status();
+  }
+  for (const char* bad : {"nope", "https://ui.example.com/path", "\"https://a b\"", "\"://x\"",
+                          "https://"}) {
+    auto c = parse_cluster_config("model: m\ncors_allow_origin: " + std::string(bad) + "\n" +
+                                      workers, "t.yaml");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("cors_allow_origin"), std::string::npos) << c.status();
+  }
+}
+
 // What the name may hold: printable UTF-8, 1 .. 256 bytes.
 TEST(ClusterConfig, ServedModelNameIsCheckedWhenSet) {
   ServedModel m;

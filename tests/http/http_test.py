@@ -386,6 +386,19 @@ def check_api(args, f, host, grpc_address, stubs, label):
     f.check(st == 413, f"{label}: 9 MiB body -> 413 ({st})")
     st, _, body = raw(host, "GET", "/health")
     f.check(st == 200 and json.loads(body)["status"] == "ok", f"{label}: /health 200")
+    # CORS (default: any origin, as llama.cpp's server and vLLM): a browser's
+    # preflight, then its request.
+    origin = {"Origin": "http://ui.example"}
+    st, hdrs, _ = raw(host, "OPTIONS", "/v1/chat/completions",
+                      headers={**origin, "Access-Control-Request-Method": "POST",
+                               "Access-Control-Request-Headers": "authorization, content-type"})
+    st2, hdrs2, _ = raw(host, "POST", "/v1/completions", headers=origin,
+                        body={"prompt": "Hi", "max_tokens": 1})
+    f.check(st == 204 and hdrs.get("Access-Control-Allow-Origin") == "*" and
+            "POST" in hdrs.get("Access-Control-Allow-Methods", "") and
+            hdrs.get("Access-Control-Allow-Headers") == "authorization, content-type" and
+            st2 == 200 and hdrs2.get("Access-Control-Allow-Origin") == "*",
+            f"{label}: CORS preflight 204 and Access-Control-Allow-Origin ({st}, {st2})")
     st, _, body = raw(host, "GET", "/metrics")
     f.check(st == 200 and b"strata:num_requests_running" in body and
             b"strata:num_requests_waiting" in body, f"{label}: /metrics")

@@ -138,6 +138,69 @@ TEST(HttpServer, KeepAliveAnswersRequestsInTurn) {
   EXPECT_NE(c.response().find("GET /b 0"), std::string::npos);
 }
 
+// CORS: an allowed Origin gets Access-Control-Allow-Origin on answers and
+// streams; its preflight is answered 204 here (the handler, which echoes
+// the method, never sees it); an origin not allowed, or CORS off, gets no
+// such header and the OPTIONS goes to the handler.
+TEST(HttpServer, CorsAnswersPreflightsAndMarksAllowedOrigins) {
+  auto has = [](const std::string& r, const std::string& line) {
+    return r.find("\r\n" + line + "\r\n") != std::string::npos;
+  };
+  {
+    Fixture f;  // default: any origin
+    f.start();
+    Client c(f.port);
+    c.send("OPTIONS /v1/chat/completions HTTP/1.1\r\nOrigin: http://ui.example\r\n"
+           "Access-Control-Request-Method: POST\r\n"
+           "Access-Control-Request-Headers: authorization, content-type\r\n\r\n");
+    std::string r = c.response();
+    EXPECT_EQ(r.rfind("HTTP/1.1 204", 0), 0u) << r;
+    EXPECT_TRUE(has(r, "Access-Control-Allow-Origin: *")) << r;
+    EXPECT_TRUE(has(r, "Access-Control-Allow-Methods: GET, POST, OPTIONS")) << r;
+    EXPECT_TRUE(has(r, "Access-Control-Allow-Headers: authorization, content-type")) << r;
+    EXPECT_EQ(r.find("OPTIONS /v1"), std::string::npos) << r;  // not the handler's
+    c.send("POST /x HTTP/1.1\r\nOrigin: http://ui.example\r\nContent-Length: 2\r\n\r\nab");
+    r = c.response();
+    EXPECT_NE(r.find("POST /x 2"), std::string::npos) << r;
+    EXPECT_TRUE(has(r, "Access-Control-Allow-Origin: *")) << r;
+    c.send("GET /events HTTP/1.1\r\nOrigin: http://ui.example\r\n\r\n");
+    r = c.read_until([](const std::string& b) { return b.find("[DONE]") != std::string::npos; });
+    EXPECT_TRUE(has(r, "Access-Control-Allow-Origin: *")) << r;
+    Client plain(f.port);  // no Origin: no CORS header
+    plain.send("GET /y HTTP/1.1\r\n\r\n");
+    r = plain.response();
+    EXPECT_EQ(r.find("Access-Control"), std::string::npos) << r;
+  }
+  {
+    Fixture f;
+    f.options.cors_allow_origin = "https://ok.example";
+    f.start();
+    Client c(f.port);
+    c.send("GET /y HTTP/1.1\r\nOrigin: https://ok.example\r\n\r\n");
+    std::string r = c.response();
+    EXPECT_TRUE(has(r, "Access-Control-Allow-Origin: https://ok.example")) << r;
+    EXPECT_TRUE(has(r, "Vary: Origin")) << r;
+    c.send("GET /y HTTP/1.1\r\nOrigin: https://evil.example\r\n\r\n");
+    r = c.response();
+    EXPECT_EQ(r.find("Access-Control"), std::string::npos) << r;
+    c.send("OPTIONS /y HTTP/1.1\r\nOrigin: https://evil.example\r\n"
+           "Access-Control-Request-Method: POST\r\n\r\n");
+    r = c.response();
+    EXPECT_NE(r.find("OPTIONS /y 0"), std::string::npos) << r;  // the handler's
+  }
+  {
+    Fixture f;
+    f.options.cors_allow_origin = "";  // off
+    f.start();
+    Client c(f.port);
+    c.send("OPTIONS /y HTTP/1.1\r\nOrigin: http://ui.example\r\n"
+           "Access-Control-Request-Method: POST\r\n\r\n");
+    const std::string r = c.response();
+    EXPECT_NE(r.find("OPTIONS /y 0"), std::string::npos) << r;
+    EXPECT_EQ(r.find("Access-Control"), std::string::npos) << r;
+  }
+}
+
 TEST(HttpServer, BodyOverTheLimitIs413) {
   Fixture f;
   f.options.max_body_bytes = 1024;
