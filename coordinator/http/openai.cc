@@ -85,13 +85,15 @@ class Fields {
   std::optional<int64_t> integer(const char* key) {
     const json* v = get(key);
     if (v == nullptr) return std::nullopt;
-    if (v->is_number_integer()) return v->get<int64_t>();
+    // Unsigned first: nlohmann's is_number_integer() holds for unsigned
+    // values too, and 2^63 read as int64 wrapped to -2^63.
     if (v->is_number_unsigned()) {
       const uint64_t u = v->get<uint64_t>();
       return u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
                  ? std::numeric_limits<int64_t>::max()
                  : static_cast<int64_t>(u);
     }
+    if (v->is_number_integer()) return v->get<int64_t>();
     if (v->is_number_float()) {
       // An integral value (1e3, 2.0) is taken; beyond int64 it saturates
       // like the unsigned case (casting it would be undefined behaviour).

@@ -84,6 +84,22 @@ TEST(OpenAiMapping, ChatMessagesAndSampling) {
   EXPECT_TRUE(r.include_usage);
 }
 
+// Integers past int64 saturate (then fail their range check with a true
+// bound); 2^63 and 2^64 - 1 were read as int64 and wrapped to negatives.
+TEST(OpenAiMapping, HugeIntegersSaturateInsteadOfWrapping) {
+  for (const char* v : {"9223372036854775807", "9223372036854775808", "18446744073709551615",
+                        "1e30"}) {
+    const OpenAiRequest r = complete(std::string(R"({"prompt": "x", "max_tokens": )") + v + "}");
+    EXPECT_EQ(r.generate.max_tokens(), std::numeric_limits<int32_t>::max()) << v;
+    auto n = parse_openai_request(Endpoint::kCompletion,
+                                  std::string(R"({"prompt": "x", "n": )") + v + "}");
+    ASSERT_FALSE(n.ok()) << v;
+    EXPECT_NE(n.status().message().find("n: 9223372036854775807 is out of range [1, 128]"),
+              std::string::npos)
+        << v << ": " << n.status();
+  }
+}
+
 // echo: the prompt's text first; with logprobs the prompt is scored with as
 // many top tokens (GenerateRequest.prompt_logprobs).
 TEST(OpenAiMapping, EchoScoresThePromptWithLogprobs) {
