@@ -329,6 +329,7 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
   v1::MicroBatch batch;
   InFlight record;
   int rows = 0;
+  int scored_rows = 0;  // rows of scored prompt chunks (kScoredChunkRows)
   int decodes = 0;
   const Clock::time_point now = Clock::now();
   auto add_slice = [&](Sequence& seq, bool sample) -> v1::SequenceSlice* {
@@ -394,11 +395,13 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     const int start = first ? static_cast<int>(hits.size()) * prefix_.block_tokens()
                             : seq->prompt_sent;
     // A scored prompt's rows all come back as logits ([rows][n_vocab] on
-    // the last stage): its chunks are shorter.
-    const int chunk_rows =
-        scored ? std::min(options_.prefill_chunk, kScoredChunkRows) : options_.prefill_chunk;
+    // the last stage): at most kScoredChunkRows of them a micro-batch.
+    const int chunk_rows = scored ? std::min(options_.prefill_chunk, kScoredChunkRows - scored_rows)
+                                  : options_.prefill_chunk;
+    if (chunk_rows <= 0) continue;
     const int chunk = std::min(chunk_rows, seq->prefill_size() - start);
     if (rows + chunk > options_.max_batch_rows) continue;
+    if (scored) scored_rows += chunk;
     const bool last = start + chunk == seq->prefill_size();
     v1::SequenceSlice* slice = add_slice(*seq, last);
     slice->set_start_pos(start);

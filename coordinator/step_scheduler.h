@@ -99,10 +99,10 @@ struct SchedulerOptions {
   int migration_timeout_ms = 60000;
 };
 
-// Rows of a scored prompt's chunks (SequenceRequest.prompt_logprobs): the
-// last stage computes logits for every row of them, [rows][n_vocab] floats
-// (32 x 49,152 x 4 bytes = 6 MiB for SmolLM2), where a chunk of another
-// prompt needs one row.
+// Rows of scored prompts' chunks (SequenceRequest.prompt_logprobs) in one
+// micro-batch, all sequences together: the last stage computes logits for
+// every row of them, [rows][n_vocab] floats (32 x 49,152 x 4 bytes = 6 MiB
+// for SmolLM2), where a chunk of another prompt needs one row.
 inline constexpr int kScoredChunkRows = 32;
 
 // One generation.

@@ -821,6 +821,29 @@ TEST(StepSchedulerPrefix, AScoredPromptIsSentInShortChunksAndScoredOnce) {
   EXPECT_TRUE(e[0].prompt_logprobs.empty());
 }
 
+// Scored chunks of several prompts share kScoredChunkRows rows a
+// micro-batch (the last stage holds logits for every one of their rows);
+// an unscored prompt beside them takes its whole chunk.
+TEST(StepSchedulerPrefix, ScoredRowsAreBoundedPerMicroBatch) {
+  Core c(options(/*max_sequences=*/8, /*prefill_chunk=*/512, 0, /*max_in_flight=*/1));
+  for (uint64_t id = 1; id <= 3; ++id) {
+    auto h = std::make_shared<SequenceHandle>(id);
+    SequenceRequest r;
+    r.prompt = seq_tokens(static_cast<int>(100 * id), 20);
+    r.params.max_tokens = 1;
+    r.prompt_logprobs = 0;
+    c.s.add(h, std::move(r));
+  }
+  c.add(4, seq_tokens(900, 100));
+  v1::MicroBatch b = c.schedule();
+  int scored = 0, plain = 0;
+  for (const v1::SequenceSlice& s : b.slices()) {
+    (s.has_prompt_logprobs() ? scored : plain) += s.tokens_size();
+  }
+  EXPECT_EQ(scored, kScoredChunkRows);  // 20 + 12 of the 60
+  EXPECT_EQ(plain, 100);
+}
+
 // A position the last stage never scored fails the request, naming how
 // many came back, rather than answer with a hole.
 TEST(StepSchedulerPrefix, AScoredPromptMissingAPositionFails) {
