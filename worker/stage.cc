@@ -186,6 +186,7 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
   runs_.assign(static_cast<size_t>(n), SliceRun{});
   const int max_rows = info_.max_batch_rows();
   int64_t total = 0;
+  int64_t scored_rows = 0;  // rows of slices with prompt_logprobs
   int new_sequences = 0;
   for (int i = 0; i < n; ++i) {
     const v1::SequenceSlice& s = batch.slices(i);
@@ -210,6 +211,7 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
     }
     run.first_row = total;
     total += rows;
+    if (s.has_prompt_logprobs()) scored_rows += rows;
     if (s.start_pos() < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           slice_field(i, "start_pos"), ": ", s.start_pos(), " is negative"));
@@ -307,6 +309,11 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
   if (total > max_rows) {
     return absl::InvalidArgumentError(absl::StrCat(
         "slices: ", total, " rows in all exceed max_batch_rows ", max_rows));
+  }
+  if (scored_rows > kMaxScoredRows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slices: ", scored_rows, " rows of scored slices (prompt_logprobs) exceed ",
+        kMaxScoredRows));
   }
   const size_t bytes = batch.hidden().size();
   if (first_) {

@@ -24,6 +24,10 @@ namespace strata::worker {
 
 // The most SequenceSlice.top_logprobs asks for (OpenAI's bound).
 inline constexpr int kMaxTopLogprobs = 20;
+// The most rows of scored slices (SequenceSlice.prompt_logprobs) one
+// micro-batch may hold: the last stage keeps logits for each of them,
+// [rows][n_vocab] floats (the coordinator sends 32: kScoredChunkRows).
+inline constexpr int kMaxScoredRows = 256;
 
 // The vocabulary as grammars see it (each token's bytes, end of
 // generation), built once per shard load on the last stage. Errors:

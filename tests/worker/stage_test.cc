@@ -208,6 +208,27 @@ TEST(StageSampling, PromptLogprobsOutOfRangeAreRefused) {
   EXPECT_NE(r.status().message().find("slices[0].next_token: 1048576 is out of range [0, "),
             std::string::npos)
       << r.status();
+  // Scored rows are bounded per micro-batch (their logits are kept whole),
+  // on a stage taking 512 rows.
+  const int n_layer = model_layers(stories_path());
+  auto wide = worker::load_stage(
+      shard_request(stories_path(), 0, n_layer, n_layer, /*n_ctx=*/512, 8, /*max_batch_rows=*/512),
+      1, worker::StageOptions{});
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  std::vector<std::unique_ptr<worker::Stage>> one;
+  one.push_back(std::move(*wide));
+  batch.clear_slices();
+  std::vector<int32_t> many;
+  while (many.size() < 300) many.insert(many.end(), stories_prompt().begin(), stories_prompt().end());
+  many.resize(300);
+  v1::SequenceSlice big = slice(2, 0, many);
+  big.set_prompt_logprobs(0);
+  *batch.add_slices() = big;
+  r = run_chain(one, batch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("300 rows of scored slices (prompt_logprobs) exceed 256"),
+            std::string::npos)
+      << r.status();
 }
 
 TEST(StageSampling, SeededSamplingRepeatsAndNeedsASeed) {
