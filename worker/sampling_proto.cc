@@ -2,16 +2,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace strata::worker {
+namespace {
+
+// A value as a message shows it: integers as integers, floats with the
+// digits that tell them apart (100.0001 is not "100").
+std::string shown(float v) { return absl::StrFormat("%.9g", v); }
+template <typename T>
+std::string shown(T v) {
+  return absl::StrCat(v);
+}
+
+}  // namespace
 
 absl::Status sampling_from_proto(const v1::SamplingParams& p, int n_vocab,
                                  absl::string_view field, SamplingParams* out) {
   auto range = [&](absl::string_view member, auto v, absl::string_view r) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ".", member, ": ", v, " is out of range ", r));
+        absl::StrCat(field, ".", member, ": ", shown(v), " is out of range ", r));
   };
   if (!std::isfinite(p.temperature()) || p.temperature() > 100.0f) {
     return range("temperature", p.temperature(), "(-inf, 100]");
@@ -54,7 +67,8 @@ absl::Status sampling_from_proto(const v1::SamplingParams& p, int n_vocab,
     }
     if (!(bias >= -100.0f && bias <= 100.0f)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field, ".logit_bias: ", bias, " for token id ", id, " is out of range [-100, 100]"));
+          field, ".logit_bias: ", shown(bias), " for token id ", id,
+          " is out of range [-100, 100]"));
     }
     bias_entries.emplace_back(id, bias);
   }

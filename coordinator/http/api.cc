@@ -314,6 +314,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
     }
   }
   const std::vector<int32_t> prompt_ids = prepared->prompt;
+  std::vector<v1::TokenChoice> prompt_scores;  // echo + logprobs: choice 0's
   outcome.prompt_tokens = prompt_tokens;
 
   // n choices, n sequences; a seed given makes choice i use seed + i.
@@ -321,6 +322,9 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   for (int i = 0; i < parsed->n; ++i) {
     SequenceRequest sr = *prepared;
     sr.params.sampling.seed += static_cast<uint64_t>(i);
+    // The prompt is scored once, by choice 0: the others share its scores
+    // (and may restore the prompt from the prefix cache).
+    if (i > 0) sr.prompt_logprobs = -1;
     auto handle = cluster_.scheduler().submit(std::move(sr));
     if (!handle.ok()) {
       for (int k = 0; k < i; ++k) cluster_.scheduler().cancel(choices[k].handle->seq_id());
@@ -377,6 +381,9 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
     for (int i = 0; i < parsed->n && !error; ++i) {
       Choice& c = choices[i];
       if (c.done) continue;
+      // A scored echo: choice 0's first event brings the prompt's scores
+      // every choice's echo shows; the others' events wait in their handles.
+      if (i > 0 && parsed->echo && logprobs && !choices[0].echoed) continue;
       std::optional<SequenceEvent> e = c.handle->next(wait);
       if (!e) continue;
       if (e->kind == SequenceEvent::Kind::kError) {
@@ -390,8 +397,9 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
         c.echoed = true;
         json lp = nullptr;
         if (logprobs) {
+          if (i == 0) prompt_scores = std::move(e->prompt_logprobs);
           lp = empty_completion_logprobs();
-          add_prompt_logprobs(tok, prompt_ids, e->prompt_logprobs, &c.offset, &lp);
+          add_prompt_logprobs(tok, prompt_ids, prompt_scores, &c.offset, &lp);
           c.completion_logprobs = lp;
         }
         if (stream) {

@@ -58,6 +58,12 @@ absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s) {
     if (!value.is_number()) {
       return wrong_type(absl::StrCat("logit_bias[", key, "]"), "a number", value);
     }
+    // Checked as sent: 100.0000001 would round to the float 100.
+    const double b = value.get<double>();
+    if (!(b >= -100.0 && b <= 100.0)) {
+      return bad("logit_bias", absl::StrCat(value.dump(), " for token id ", key,
+                                            " is out of range [-100, 100]"));
+    }
     s->add_logit_bias_ids(id);
     s->add_logit_bias_values(static_cast<float>(value.get<double>()));
   }

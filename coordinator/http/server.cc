@@ -272,6 +272,10 @@ class Session : public std::enable_shared_from_this<Session> {
     cors_headers_.clear();
     const std::string& allow = shared_->options.cors_allow_origin;
     const std::string origin(msg[bhttp::field::origin]);
+    // One allowed origin: every answer depends on the request's Origin, so
+    // every answer says so (a shared cache must not give one origin's copy
+    // to another).
+    if (!allow.empty() && allow != "*") cors_headers_ = "Vary: Origin\r\n";
     if (!origin.empty() && !allow.empty() && (allow == "*" || allow == origin)) {
       cors_headers_ = allow == "*" ? std::string("Access-Control-Allow-Origin: *\r\n")
                                    : absl::StrCat("Access-Control-Allow-Origin: ", origin,
@@ -279,7 +283,14 @@ class Session : public std::enable_shared_from_this<Session> {
       if (r.method == "OPTIONS" &&
           !msg[bhttp::field::access_control_request_method].empty()) {
         // A preflight: answered here, the handler never sees it.
-        const std::string asked(msg[bhttp::field::access_control_request_headers]);
+        // Every Access-Control-Request-Headers line, joined (RFC 9110 5.3).
+        std::string asked;
+        for (auto [it, end] = msg.equal_range(bhttp::field::access_control_request_headers);
+             it != end; ++it) {
+          if (it->value().empty()) continue;
+          if (!asked.empty()) asked += ", ";
+          asked.append(it->value().data(), it->value().size());
+        }
         ++seq_;
         state_ = State::kResponding;
         write_whole(204, "text/plain", "",

@@ -116,6 +116,11 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
        "sampling.logit_bias: token id -1 is out of range"},
       {[](v1::GenerateRequest& r) { add_bias(r, 3, 100.5f); },
        "sampling.logit_bias: 100.5 for token id 3 is out of range [-100, 100]"},
+      // Shown with the digits that tell it from 100.
+      {[](v1::GenerateRequest& r) { add_bias(r, 5, 100.0001f); },
+       "sampling.logit_bias: 100.000099 for token id 5 is out of range"},
+      {[](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(1.0000001f); },
+       "sampling.top_p: 1.00000012 is out of range (0, 1]"},
       {[](v1::GenerateRequest& r) { add_bias(r, 3, std::nanf("")); },
        "sampling.logit_bias: nan for token id 3"},
       {[](v1::GenerateRequest& r) {

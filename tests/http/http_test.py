@@ -627,6 +627,14 @@ def check_prompt_logprobs(args, f, client, model, host, grpc_address, stubs, lab
             streamed += chunk.choices[0].text
     plain = client.completions.create(model=model, prompt=text, max_tokens=4, temperature=0,
                                       echo=True)
+    # n > 1: the prompt is scored once and every choice shows those scores.
+    many = client.completions.create(model=model, prompt=text, max_tokens=3, temperature=1.0,
+                                     seed=4, n=3, echo=True, logprobs=1)
+    heads = [c.logprobs.token_logprobs[:len(ids)] for c in many.choices]
+    f.check(len(many.choices) == 3 and all(h == heads[0] for h in heads) and
+            all(c.text.startswith(text) for c in many.choices) and
+            all(abs(heads[0][i + 1] - scored[i].logprob) < 1e-5 for i in range(len(scored))),
+            f"{label}: echo with logprobs and n=3: every choice shows the prompt's scores")
     f.check(first == text and streamed == ch.text == plain.choices[0].text and
             plain.choices[0].logprobs is None,
             f"{label}: echo streamed: the prompt first, the same text ({streamed[-30:]!r})")

@@ -256,6 +256,9 @@ TEST(OpenAiMapping, WrongTypesNameTheParam) {
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"4294967296": 5}})"), "logit_bias");
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"1": "5"}})"), "logit_bias[1]");
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"1": true}})"), "logit_bias[1]");
+  // Checked as sent, before the float rounds it to 100.
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"1": 100.0000001}})"), "logit_bias");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "logit_bias": {"1": -1e300}})"), "logit_bias");
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "top_logprobs": 3})"), "top_logprobs");
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stream_options": {"include_usage": 1}})"),
             "stream_options.include_usage");

@@ -152,7 +152,8 @@ TEST(HttpServer, CorsAnswersPreflightsAndMarksAllowedOrigins) {
     Client c(f.port);
     c.send("OPTIONS /v1/chat/completions HTTP/1.1\r\nOrigin: http://ui.example\r\n"
            "Access-Control-Request-Method: POST\r\n"
-           "Access-Control-Request-Headers: authorization, content-type\r\n\r\n");
+           "Access-Control-Request-Headers: authorization\r\n"
+           "Access-Control-Request-Headers: content-type\r\n\r\n");  // two lines: joined
     std::string r = c.response();
     EXPECT_EQ(r.rfind("HTTP/1.1 204", 0), 0u) << r;
     EXPECT_TRUE(has(r, "Access-Control-Allow-Origin: *")) << r;
@@ -183,6 +184,10 @@ TEST(HttpServer, CorsAnswersPreflightsAndMarksAllowedOrigins) {
     c.send("GET /y HTTP/1.1\r\nOrigin: https://evil.example\r\n\r\n");
     r = c.response();
     EXPECT_EQ(r.find("Access-Control"), std::string::npos) << r;
+    EXPECT_TRUE(has(r, "Vary: Origin")) << r;  // the answer depends on Origin
+    c.send("GET /y HTTP/1.1\r\n\r\n");
+    r = c.response();
+    EXPECT_TRUE(has(r, "Vary: Origin")) << r;
     c.send("OPTIONS /y HTTP/1.1\r\nOrigin: https://evil.example\r\n"
            "Access-Control-Request-Method: POST\r\n\r\n");
     r = c.response();
