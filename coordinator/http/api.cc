@@ -313,7 +313,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
       echo_text = *std::move(text);
     }
   }
-  const std::vector<int32_t> prompt_ids = prepared->prompt;
+  const std::vector<int32_t>& prompt_ids = prepared->prompt;
   std::vector<v1::TokenChoice> prompt_scores;  // echo + logprobs: choice 0's
   outcome.prompt_tokens = prompt_tokens;
 
