@@ -46,6 +46,12 @@ struct HeadPicks {
 int64_t take_picked_rows(std::span<const ForwardSlice> slices, float* logits, int64_t n_vocab,
                          HeadPicks* picks);
 
+// The rows of logits a last stage's step gives slice s: its rows for kAll,
+// one for kLast, none for the others (their picks come instead).
+inline int64_t logits_rows(const ForwardSlice& s) {
+  return s.logits == Logits::kAll ? s.rows : s.logits == Logits::kLast ? 1 : 0;
+}
+
 // Whether slice s gets a head row: kLast, kArgmax, kTopK (its last row).
 inline bool one_head_row(Logits l) {
   return l == Logits::kLast || l == Logits::kArgmax || l == Logits::kTopK;

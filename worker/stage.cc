@@ -126,8 +126,6 @@ class BackendStage final : public Stage {
                    std::span<const float> logits, Sequence& seq,
                    v1::MicroBatchResult* result);
   ForwardSlice head_request(const v1::SequenceSlice& s, const SliceRun& run) const;
-  void add_prompt_logprobs(const v1::SequenceSlice& slice, std::span<const float> rows,
-                           v1::MicroBatchResult* result);
   v1::SampledToken* add_token(const v1::SequenceSlice& slice, int32_t id, const Sequence& seq,
                               v1::MicroBatchResult* result);
 
@@ -487,7 +485,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
   int n_logits = 0, n_picks = 0;
   size_t n_top = 0;
   for (const ForwardSlice& f : slices_) {
-    n_logits += f.logits == Logits::kLast ? 1 : f.logits == Logits::kAll ? f.rows : 0;
+    n_logits += static_cast<int>(logits_rows(f));
     n_picks += f.logits == Logits::kArgmax ? 1 : 0;
     n_top += f.logits == Logits::kTopK ? static_cast<size_t>(f.top_k) : 0;
   }
@@ -558,15 +556,12 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
       ++seq.length;
     }
     const ForwardSlice& f = slices_[static_cast<size_t>(i)];
-    auto row = [&](int64_t r) {
-      return logits.subspan(static_cast<size_t>(r) * n_vocab_, static_cast<size_t>(n_vocab_));
-    };
     if (f.logits == Logits::kAll) {
       add_prompt_logprobs(s, logits.subspan(static_cast<size_t>(logits_row) * n_vocab_,
                                             static_cast<size_t>(f.rows) * n_vocab_),
-                          result);
+                          order_, result);
     }
-    logits_row += f.logits == Logits::kAll ? f.rows : f.logits == Logits::kLast ? 1 : 0;
+    logits_row += logits_rows(f);
     if (s.sample()) {
       // The replay ends with the prefill: from here on the sampler draws
       // (and the grammar steps) for each token as it is sampled.
@@ -582,7 +577,11 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                   seq, result);
         top_at += k;
       } else {
-        add_sampled(s, row(logits_row - 1), seq, result);  // the slice's last row
+        // The slice's last row of logits.
+        add_sampled(s,
+                    logits.subspan(static_cast<size_t>(logits_row - 1) * n_vocab_,
+                                   static_cast<size_t>(n_vocab_)),
+                    seq, result);
       }
     }
   }
@@ -737,32 +736,6 @@ void BackendStage::add_sampled(const v1::SequenceSlice& slice,
   if (!seq.failed.ok()) return;
   if (!slice.logprobs() && slice.top_logprobs() == 0) return;
   add_logprobs(logits, slice.top_logprobs(), order_, tok);
-}
-
-// A scored slice's rows ([rows][n_vocab]): row r scores the token after it,
-// the slice's token r + 1, or next_token after the last row.
-void BackendStage::add_prompt_logprobs(const v1::SequenceSlice& slice,
-                                       std::span<const float> rows,
-                                       v1::MicroBatchResult* result) {
-  v1::PromptLogprobs* out = result->add_prompt_logprobs();
-  out->set_seq_id(slice.seq_id());
-  out->set_pos(slice.start_pos() + 1);
-  const int n = slice.tokens_size();
-  for (int r = 0; r < n; ++r) {
-    int32_t next = -1;
-    if (r + 1 < n) {
-      next = slice.tokens(r + 1);
-    } else if (slice.has_next_token()) {
-      next = slice.next_token();
-    }
-    if (next < 0 || next >= n_vocab_) continue;
-    v1::TokenChoice* t = out->add_tokens();
-    t->set_id(next);
-    float logprob = 0.0f;
-    token_logprobs(rows.subspan(static_cast<size_t>(r) * n_vocab_, static_cast<size_t>(n_vocab_)),
-                   next, slice.prompt_logprobs(), order_, &logprob, t->mutable_top());
-    t->set_logprob(logprob);
-  }
 }
 
 int BackendStage::free_sequences(const uint64_t* seq_ids, int n) {

@@ -112,4 +112,25 @@ void add_logprobs(std::span<const float> logits, int top_logprobs, std::vector<i
   tok->set_logprob(logprob);
 }
 
+void add_prompt_logprobs(const v1::SequenceSlice& slice, std::span<const float> rows,
+                         std::vector<int32_t>& order, v1::MicroBatchResult* result) {
+  const int n = slice.tokens_size();
+  const size_t n_vocab = n > 0 ? rows.size() / static_cast<size_t>(n) : 0;
+  v1::PromptLogprobs* out = result->add_prompt_logprobs();
+  out->set_seq_id(slice.seq_id());
+  out->set_pos(slice.start_pos() + 1);
+  for (int r = 0; r < n; ++r) {
+    const int32_t next = r + 1 < n                 ? slice.tokens(r + 1)
+                         : slice.has_next_token() ? slice.next_token()
+                                                  : -1;
+    if (next < 0 || static_cast<size_t>(next) >= n_vocab) continue;
+    v1::TokenChoice* t = out->add_tokens();
+    t->set_id(next);
+    float logprob = 0.0f;
+    token_logprobs(rows.subspan(static_cast<size_t>(r) * n_vocab, n_vocab), next,
+                   slice.prompt_logprobs(), order, &logprob, t->mutable_top());
+    t->set_logprob(logprob);
+  }
+}
+
 }  // namespace strata::worker

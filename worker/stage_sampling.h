@@ -66,6 +66,14 @@ void token_logprobs(std::span<const float> logits, int32_t id, int top_logprobs,
                     std::vector<int32_t>& order, float* logprob,
                     google::protobuf::RepeatedPtrField<v1::TokenLogprob>* top);
 
+// A scored slice (SequenceSlice.prompt_logprobs): `rows` is its logits,
+// [tokens][n_vocab]; row r scores the token after it (the slice's token
+// r + 1, or next_token after the last row) with token_logprobs and
+// prompt_logprobs top tokens, into a PromptLogprobs entry of `result`
+// (pos = start_pos + 1).
+void add_prompt_logprobs(const v1::SequenceSlice& slice, std::span<const float> rows,
+                         std::vector<int32_t>& order, v1::MicroBatchResult* result);
+
 // token_logprobs for a sampled token: `tok`'s id, into its logprob and top.
 void add_logprobs(std::span<const float> logits, int top_logprobs, std::vector<int32_t>& order,
                   v1::SampledToken* tok);

@@ -54,6 +54,18 @@ inline CLI::Validator uint64_check() {
       "UINT64");
 }
 
+// The whole of `text` as a number (std::stod's forms); false when it is
+// not one or has anything after it.
+inline bool whole_number(const std::string& text, double* v) {
+  try {
+    size_t used = 0;
+    *v = std::stod(text, &used);
+    return used == text.size();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 // A number flag's check: a finite value in [lo, hi], or (lo, hi] when
 // `lo_open` (lo may be -inf: no lower bound). The sampling flags take the
 // bounds of inference.proto's SamplingParams, so `strata run` and a server
@@ -69,13 +81,7 @@ inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         double v = 0.0;
-        try {
-          size_t used = 0;
-          v = std::stod(text, &used);
-          if (used != text.size()) return "not a number: " + text;
-        } catch (const std::exception&) {
-          return "not a number: " + text;
-        }
+        if (!whole_number(text, &v)) return "not a number: " + text;
         const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi;
         return ok ? "" : text + " is out of range " + range;
       },
@@ -93,13 +99,7 @@ inline bool parse_logit_bias(const std::string& text, int32_t* id, float* bias) 
   const auto [ptr, ec] = std::from_chars(text.data(), end, *id);
   if (ec != std::errc() || ptr != end || *id < 0) return false;
   double v = 0.0;
-  try {
-    size_t used = 0;
-    v = std::stod(text.substr(sign), &used);
-    if (used != text.size() - sign) return false;
-  } catch (const std::exception&) {
-    return false;
-  }
+  if (!whole_number(text.substr(sign), &v)) return false;
   if (!std::isfinite(v) || v < -100.0 || v > 100.0) return false;
   *bias = static_cast<float>(v);
   return true;

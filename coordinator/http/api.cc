@@ -67,17 +67,26 @@ json completion_top(const tokenizer::Tokenizer& tok, int32_t chosen, float chose
   return out;
 }
 
-// Completions' logprobs: parallel arrays; `offset` is the text offset so far.
+// One token of completions' logprobs (parallel arrays): its text, its
+// log-probability and top entry (null for a prompt's first token, which
+// nothing before it scores), and its text offset; `offset` moves past it.
+void add_completion_token(const tokenizer::Tokenizer& tok, int32_t id, json logprob, json top,
+                          size_t* offset, json* lp) {
+  const std::string piece(tok.piece(id, true));
+  (*lp)["tokens"].push_back(piece);
+  (*lp)["token_logprobs"].push_back(std::move(logprob));
+  (*lp)["top_logprobs"].push_back(std::move(top));
+  (*lp)["text_offset"].push_back(*offset);
+  *offset += piece.size();
+}
+
+// Completions' logprobs of generated tokens; `offset` is the text offset so far.
 void add_completion_logprobs(const tokenizer::Tokenizer& tok,
                              const std::vector<v1::SampledToken>& tokens, size_t* offset,
                              json* lp) {
   for (const v1::SampledToken& t : tokens) {
-    const std::string piece(tok.piece(t.id(), true));
-    (*lp)["tokens"].push_back(piece);
-    (*lp)["token_logprobs"].push_back(t.logprob());
-    (*lp)["top_logprobs"].push_back(completion_top(tok, t.id(), t.logprob(), t.top()));
-    (*lp)["text_offset"].push_back(*offset);
-    *offset += piece.size();
+    add_completion_token(tok, t.id(), t.logprob(), completion_top(tok, t.id(), t.logprob(), t.top()),
+                         offset, lp);
   }
 }
 
@@ -87,17 +96,11 @@ void add_completion_logprobs(const tokenizer::Tokenizer& tok,
 void add_prompt_logprobs(const tokenizer::Tokenizer& tok, std::span<const int32_t> prompt,
                          const std::vector<v1::TokenChoice>& scored, size_t* offset, json* lp) {
   for (size_t i = 0; i < prompt.size(); ++i) {
-    const std::string piece(tok.piece(prompt[i], true));
-    (*lp)["tokens"].push_back(piece);
     const v1::TokenChoice* t = i >= 1 && i - 1 < scored.size() ? &scored[i - 1] : nullptr;
-    (*lp)["token_logprobs"].push_back(t != nullptr ? json(t->logprob()) : json(nullptr));
-    if (t != nullptr) {
-      (*lp)["top_logprobs"].push_back(completion_top(tok, t->id(), t->logprob(), t->top()));
-    } else {
-      (*lp)["top_logprobs"].push_back(nullptr);
-    }
-    (*lp)["text_offset"].push_back(*offset);
-    *offset += piece.size();
+    add_completion_token(tok, prompt[i], t != nullptr ? json(t->logprob()) : json(nullptr),
+                         t != nullptr ? completion_top(tok, t->id(), t->logprob(), t->top())
+                                      : json(nullptr),
+                         offset, lp);
   }
 }
 

@@ -65,7 +65,7 @@ absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s) {
                                             " is out of range [-100, 100]"));
     }
     s->add_logit_bias_ids(id);
-    s->add_logit_bias_values(static_cast<float>(value.get<double>()));
+    s->add_logit_bias_values(static_cast<float>(b));
   }
   return absl::OkStatus();
 }
