@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "absl/strings/match.h"
+
 namespace strata::coordinator {
 
 std::string resolve_api_key(const std::string& configured) {
@@ -12,16 +14,19 @@ std::string resolve_api_key(const std::string& configured) {
 
 absl::Status check_bearer(std::string_view expected, std::string_view authorization) {
   if (expected.empty()) return absl::OkStatus();
-  constexpr std::string_view kScheme = "Bearer ";
   if (authorization.empty()) {
     return absl::UnauthenticatedError(
         "no API key: send the header `Authorization: Bearer KEY`");
   }
-  if (authorization.size() < kScheme.size() ||
-      authorization.substr(0, kScheme.size()) != kScheme) {
+  // RFC 9110 11.1 and 11.4: the scheme is case-insensitive, one or more
+  // spaces before the credentials.
+  const size_t space = authorization.find(' ');
+  if (space == std::string_view::npos ||
+      !absl::EqualsIgnoreCase(absl::string_view(authorization.data(), space), "Bearer")) {
     return absl::UnauthenticatedError("authorization: expected `Bearer KEY`");
   }
-  const std::string_view given = authorization.substr(kScheme.size());
+  std::string_view given = authorization.substr(space);
+  while (!given.empty() && given.front() == ' ') given.remove_prefix(1);
   // Constant time in the position of the first difference: every byte of
   // the expected key is looked at, whatever was sent.
   unsigned diff = given.size() == expected.size() ? 0u : 1u;

@@ -15,6 +15,7 @@ namespace strata::coordinator {
 std::string resolve_api_key(const std::string& configured);
 
 // OK when `authorization` (the header or metadata value) is "Bearer KEY"
+// (the scheme in any case, one or more spaces; RFC 9110 11.1)
 // with KEY equal to `expected`; the comparison takes the same time wherever
 // the two differ. UNAUTHENTICATED otherwise (the message never echoes what
 // was sent). `expected` empty: always OK.

@@ -62,8 +62,16 @@ std::string StopMatcher::push(std::string_view text) {
   held_.append(text);
   // A complete stop string: emit what precedes the earliest one, then stop.
   size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+  const std::string* word = nullptr;
+  for (const std::string& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < first) {
+      first = at;
+      word = &s;
+    }
+  }
   if (first != std::string::npos) {
+    matched_ = *word;
     std::string out = held_.substr(0, first);
     held_.clear();
     stopped_ = true;

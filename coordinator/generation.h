@@ -112,12 +112,16 @@ class StopMatcher {
   explicit StopMatcher(std::vector<std::string> stops);
   std::string push(std::string_view text);
   bool stopped() const { return stopped_; }
+  // The stop string that matched (the earliest in the text; of two there,
+  // the first given); "" before one did.
+  const std::string& matched() const { return matched_; }
   // The held text, at the end of a generation that did not stop.
   std::string flush();
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
+  std::string matched_;
   bool stopped_ = false;
 };
 
@@ -147,6 +151,8 @@ class GenerationOutput {
 
   bool done() const { return done_; }
   FinishReason finish_reason() const { return finish_; }
+  // The stop string that ended the generation; "" for any other end.
+  const std::string& stop_word() const { return stops_.matched(); }
   const std::vector<int32_t>& ids() const { return ids_; }
   const std::string& text() const { return text_; }
 

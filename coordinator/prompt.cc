@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/fill_in_middle.h"
 #include "coordinator/json_nesting.h"
 #include "coordinator/structured_output.h"
 #include "model/chat_template/tool_calls.h"
@@ -26,6 +27,7 @@ constexpr int kMaxStops = 16;
 constexpr size_t kMaxStopBytes = 256;
 constexpr int kMaxTopLogprobs = 20;
 constexpr size_t kMaxUserBytes = 256;
+constexpr int kMaxFimFiles = 256;             // infill.extra
 
 absl::Status bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
@@ -56,6 +58,13 @@ absl::StatusOr<std::vector<int32_t>> tokenize_input(const ServedModel& model,
   if (request.has_prompt_ids()) {
     return std::vector<int32_t>(request.prompt_ids().ids().begin(),
                                 request.prompt_ids().ids().end());
+  }
+  if (request.has_infill()) {
+    FimBudget budget;
+    budget.n_ctx = model.n_ctx;
+    budget.max_tokens = request.has_max_tokens() ? request.max_tokens() : 0;
+    return fill_in_middle_prompt(tok, request.infill(),
+                                 request.has_add_special() ? request.add_special() : true, budget);
   }
   if (request.has_prompt()) {
     tokenizer::EncodeOptions e;
@@ -144,6 +153,14 @@ absl::Status check_request_size(const v1::GenerateRequest& r, int64_t n_ctx) {
     }
   };
   add(r.prompt().size(), [] { return std::string("prompt"); });
+  const v1::FillInMiddle& fim = r.infill();
+  add(fim.prefix().size(), [] { return std::string("infill.prefix"); });
+  add(fim.suffix().size(), [] { return std::string("infill.suffix"); });
+  add(fim.prompt().size(), [] { return std::string("infill.prompt"); });
+  for (int i = 0; i < fim.extra_size(); ++i) {
+    add(fim.extra(i).filename().size(), [i] { return absl::StrCat("infill.extra[", i, "].filename"); });
+    add(fim.extra(i).text().size(), [i] { return absl::StrCat("infill.extra[", i, "].text"); });
+  }
   const auto& m = r.messages().messages();
   for (int i = 0; i < m.size(); ++i) {
     const auto name = [i](const char* member) {
@@ -250,8 +267,32 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
       }
       break;
     }
+    case v1::GenerateRequest::kInfill: {
+      const v1::FillInMiddle& fim = r.infill();
+      for (const auto& [field, size] :
+           {std::pair<const char*, size_t>{"infill.prefix", fim.prefix().size()},
+            {"infill.suffix", fim.suffix().size()},
+            {"infill.prompt", fim.prompt().size()}}) {
+        if (size > kMaxTextBytes) return bad(field, absl::StrCat(size, " bytes exceed ", kMaxTextBytes));
+      }
+      if (fim.extra_size() > kMaxFimFiles) {
+        return bad("infill.extra", absl::StrCat(fim.extra_size(), " files; at most ", kMaxFimFiles));
+      }
+      for (int i = 0; i < fim.extra_size(); ++i) {
+        const std::string f = absl::StrCat("infill.extra[", i, "]");
+        if (fim.extra(i).filename().size() > kMaxNameBytes) {
+          return bad(f + ".filename", absl::StrCat(fim.extra(i).filename().size(),
+                                                   " bytes exceed ", kMaxNameBytes));
+        }
+        if (fim.extra(i).text().size() > kMaxTextBytes) {
+          return bad(f + ".text",
+                     absl::StrCat(fim.extra(i).text().size(), " bytes exceed ", kMaxTextBytes));
+        }
+      }
+      break;
+    }
     case v1::GenerateRequest::INPUT_NOT_SET:
-      return bad("input", "give one of prompt, prompt_ids, messages");
+      return bad("input", "give one of prompt, prompt_ids, messages, infill");
   }
   if (r.has_max_tokens() &&
       (r.max_tokens() < 1 || r.max_tokens() > kMaxTokens)) {

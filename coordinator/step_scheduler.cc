@@ -249,6 +249,7 @@ void StepScheduler::finish(Sequence& seq) {
   const Clock::time_point now = Clock::now();
   e.kind = SequenceEvent::Kind::kDone;
   e.finish = seq.output->finish_reason();
+  e.stop_word = seq.output->stop_word();
   e.all_ids = seq.output->ids();
   e.all_text = seq.output->text();
   e.cached_tokens = seq.cached;

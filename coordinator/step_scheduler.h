@@ -149,6 +149,7 @@ struct SequenceEvent {
   // kDone.
   int cached_tokens = 0;  // prompt tokens restored from the prefix cache
   FinishReason finish = FinishReason::kLength;
+  std::string stop_word;  // the stop string that ended it; "" otherwise
   std::vector<int32_t> all_ids;
   std::string all_text;
   SequenceTimings timings;

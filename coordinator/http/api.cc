@@ -214,7 +214,8 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
     outcome.status = 405;
     outcome.note = e.message;
   };
-  const bool guarded = path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+  const bool guarded = path.rfind("/v1/", 0) == 0 || path == "/tokenize" ||
+                       path == "/detokenize" || path == "/infill";
   if (absl::Status st = guarded ? check_bearer(options_.api_key, request.authorization)
                                 : absl::OkStatus();
       !st.ok()) {
@@ -226,6 +227,12 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
       outcome = generate(path == "/v1/chat/completions" ? static_cast<int>(Endpoint::kChat)
                                                          : static_cast<int>(Endpoint::kCompletion),
                          request, out);
+    }
+  } else if (path == "/infill") {
+    if (!is_post) {
+      wrong_method("POST");
+    } else {
+      outcome = infill(request, out);
     }
   } else if (path == "/tokenize" || path == "/detokenize") {
     if (!is_post) {
@@ -548,6 +555,127 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
                       {"choices", std::move(list)},
                       {"usage", usage}}));
   return outcome;
+}
+
+// llama.cpp server's /infill: one sequence, answered in its completion
+// shape (tools/server server-task.cpp, to_json_non_oaicompat): streamed as
+// `data: {"content", "tokens", "stop": false, ...}` events and a last one
+// with "stop": true and the totals (no [DONE]), or one such object.
+OpenAiApi::Outcome OpenAiApi::infill(const Request& request, Responder& out) {
+  Outcome outcome;
+  auto fail = [&](const absl::Status& st) { return failed(st, outcome, out); };
+  absl::StatusOr<OpenAiRequest> parsed = parse_openai_request(Endpoint::kInfill, request.body);
+  if (!parsed.ok()) return fail(parsed.status());
+  outcome.user = parsed->generate.user();
+  const ServedModel& model = cluster_.model();
+  const tokenizer::Tokenizer& tok = *model.tokenizer;
+  PromptOptions popts;
+  popts.default_max_tokens = 0;  // llama.cpp's n_predict -1: the rest of the context
+  absl::StatusOr<SequenceRequest> prepared = prepare_prompt(model, parsed->generate, popts);
+  if (!prepared.ok()) return fail(prepared.status());
+  const int prompt_tokens = static_cast<int>(prepared->prompt.size());
+  outcome.prompt_tokens = prompt_tokens;
+  tokenizer::DecodeOptions d;
+  d.render_special = true;
+  absl::StatusOr<std::string> prompt_text = tok.decode(prepared->prompt, d);
+  if (!prompt_text.ok()) return fail(prompt_text.status());
+  const GenerationParams params = prepared->params;
+  auto handle = cluster_.scheduler().submit(*std::move(prepared));
+  if (!handle.ok()) return fail(handle.status());
+  const std::string model_name = model.info.name();
+  const bool stream = parsed->stream;
+  if (stream) out.start_events();
+  int generated = 0;
+  while (true) {
+    if (out.gone()) {
+      cluster_.scheduler().cancel((*handle)->seq_id());
+      outcome.status = 499;
+      outcome.note = "the client went away";
+      return outcome;
+    }
+    std::optional<SequenceEvent> e = (*handle)->next(kPoll);
+    if (!e) continue;
+    if (e->kind == SequenceEvent::Kind::kError) {
+      const ApiError err = to_api_error(e->error);
+      outcome.status = err.http_status;
+      outcome.note = err.message;
+      if (stream) {
+        out.event(error_json(err));
+        out.end_events();
+      } else {
+        out.send(err.http_status, kJson, error_json(err), retry_headers(err));
+      }
+      return outcome;
+    }
+    if (e->kind == SequenceEvent::Kind::kDelta) {
+      generated += static_cast<int>(e->ids.size());
+      if (stream && !e->ids.empty()) {
+        out.event(dump_json(json{{"index", 0},
+                                 {"content", e->text},
+                                 {"tokens", e->ids},
+                                 {"stop", false},
+                                 {"tokens_predicted", generated},
+                                 {"tokens_evaluated", prompt_tokens}}));
+      }
+      continue;
+    }
+    // kDone.
+    const int n = static_cast<int>(e->all_ids.size());
+    outcome.completion_tokens = n;
+    outcome.ttft_ms = e->timings.ttft_ms;
+    const SequenceTimings& t = e->timings;
+    const int processed = prompt_tokens - e->cached_tokens;
+    auto per_token = [](double ms, int k) { return k > 0 ? ms / k : 0.0; };
+    auto per_second = [](double ms, int k) { return ms > 0 ? 1e3 * k / ms : 0.0; };
+    const worker::SamplingParams& sp = params.sampling;
+    json settings = {{"n_predict", params.max_tokens},
+                     {"seed", sp.seed},
+                     {"temperature", sp.temperature},
+                     {"top_k", sp.top_k},
+                     {"top_p", sp.top_p},
+                     {"min_p", sp.min_p},
+                     {"repeat_penalty", sp.repeat_penalty},
+                     {"repeat_last_n", sp.penalty_last_n},
+                     {"presence_penalty", sp.presence_penalty},
+                     {"frequency_penalty", sp.frequency_penalty},
+                     {"stop", params.stop},
+                     {"ignore_eos", params.ignore_eos},
+                     {"stream", stream}};
+    const char* stop_type = e->finish == FinishReason::kLength ? "limit"
+                            : e->stop_word.empty()              ? "eos"
+                                                                : "word";
+    json done = {{"index", 0},
+                 {"content", stream ? std::string() : e->all_text},
+                 {"tokens", stream || !parsed->return_tokens ? std::vector<int32_t>{} : e->all_ids},
+                 {"stop", true},
+                 {"model", model_name},
+                 {"tokens_predicted", n},
+                 {"tokens_evaluated", prompt_tokens},
+                 {"generation_settings", std::move(settings)},
+                 {"prompt", *prompt_text},
+                 {"has_new_line", e->all_text.find('\n') != std::string::npos},
+                 {"truncated", false},
+                 {"stop_type", stop_type},
+                 {"stopping_word", e->stop_word},
+                 {"tokens_cached", prompt_tokens + n},
+                 {"timings",
+                  {{"cache_n", e->cached_tokens},
+                   {"prompt_n", processed},
+                   {"prompt_ms", t.prefill_ms},
+                   {"prompt_per_token_ms", per_token(t.prefill_ms, processed)},
+                   {"prompt_per_second", per_second(t.prefill_ms, processed)},
+                   {"predicted_n", n},
+                   {"predicted_ms", t.decode_ms},
+                   {"predicted_per_token_ms", per_token(t.decode_ms, n)},
+                   {"predicted_per_second", per_second(t.decode_ms, n)}}}};
+    if (stream) {
+      out.event(dump_json(done));
+      out.end_events();
+    } else {
+      out.send(200, kJson, dump_json(done));
+    }
+    return outcome;
+  }
 }
 
 OpenAiApi::Outcome OpenAiApi::tokenize(const Request& request, Responder& out) {

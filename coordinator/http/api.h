@@ -4,7 +4,12 @@
 // the sequences on the Scheduler and write OpenAI's response shapes.
 //
 //   POST /v1/chat/completions   chat.completion, or SSE chat.completion.chunk
-//   POST /v1/completions        text_completion, streamed or not
+//   POST /v1/completions        text_completion, streamed or not (with
+//                               `suffix`: fill in the middle)
+//   POST /infill                llama.cpp server's fill-in-the-middle:
+//                               {"input_prefix", "input_suffix", "prompt",
+//                               "input_extra", "n_predict", ...} ->
+//                               {"content", "tokens", "stop", "timings", ...}
 //   GET  /v1/models, /v1/models/{id}
 //   POST /tokenize              {"content"|"prompt"|"messages", "add_special",
 //                                "with_pieces"} -> {"tokens", "count",
@@ -13,7 +18,7 @@
 //   GET  /health                200 while the cluster serves, else 503
 //   GET  /metrics               Prometheus text (metrics_page.h)
 //
-// With an API key, /v1/*, /tokenize and /detokenize need `Authorization:
+// With an API key, /v1/*, /infill, /tokenize and /detokenize need `Authorization:
 // Bearer KEY` (401); /health and /metrics stay open for probes and
 // scrapers. A streamed request whose client goes away is cancelled on the
 // scheduler at once (the poll is 20 ms). One log line per request (spdlog):
@@ -44,6 +49,7 @@ class OpenAiApi {
  private:
   struct Outcome;
   Outcome generate(int endpoint, const Request& request, Responder& out);
+  Outcome infill(const Request& request, Responder& out);
   Outcome tokenize(const Request& request, Responder& out);
   Outcome detokenize(const Request& request, Responder& out);
   // Answers `status` as an OpenAI error object (with Retry-After where it

@@ -259,25 +259,52 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
     r->n = static_cast<int>(*n);
   }
   if (auto stream = f.boolean("stream")) r->stream = *stream;
+  bool stream_options = false;
   if (const json* so = f.get("stream_options")) {
     if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
     Fields sf(*so);
+    stream_options = true;
     if (auto u = sf.boolean("include_usage")) r->include_usage = *u;
     if (!sf.status().ok()) {
       return absl::InvalidArgumentError(absl::StrCat("stream_options.", sf.status().message()));
     }
   }
-  // Sampling.
+  if (stream_options && !r->stream) return bad("stream_options", "only with stream: true");
+  // Sampling. Defaults: OpenAI's (temperature 1), or for /infill llama.cpp
+  // server's (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05).
+  const bool infill = r->endpoint == Endpoint::kInfill;
   v1::SamplingParams* s = g.mutable_sampling();
-  s->set_temperature(1.0f);  // OpenAI's default
-  if (auto v = f.number("temperature")) s->set_temperature(static_cast<float>(*v));
+  s->set_temperature(infill ? 0.8f : 1.0f);
+  if (infill) {
+    s->set_top_k(40);
+    s->set_top_p(0.95f);
+    s->set_min_p(0.05f);
+  }
+  if (auto v = f.number("temperature")) {
+    if (*v < 0) return bad("temperature", absl::StrCat(json(*v).dump(), " is less than 0"));
+    s->set_temperature(static_cast<float>(*v));
+  }
   if (auto v = f.number("top_p")) s->set_top_p(static_cast<float>(*v));
   if (auto v = f.integer("top_k")) s->set_top_k(*v <= 0 ? 0 : clamp_int32(*v));
   if (auto v = f.number("min_p")) s->set_min_p(static_cast<float>(*v));
-  if (auto v = f.number("presence_penalty")) s->set_presence_penalty(static_cast<float>(*v));
-  if (auto v = f.number("frequency_penalty")) s->set_frequency_penalty(static_cast<float>(*v));
-  if (auto v = f.number("repetition_penalty")) s->set_repeat_penalty(static_cast<float>(*v));
-  if (auto v = f.integer("seed")) s->set_seed(static_cast<uint64_t>(*v));
+  // OpenAI's and vLLM's [-2, 2] (llama.cpp's /infill: any value).
+  for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
+    auto v = f.number(penalty);
+    if (!v) continue;
+    if (!infill && !(*v >= -2.0 && *v <= 2.0)) {
+      return bad(penalty, absl::StrCat(json(*v).dump(), " is out of range [-2, 2]"));
+    }
+    if (penalty[0] == 'p') s->set_presence_penalty(static_cast<float>(*v));
+    else s->set_frequency_penalty(static_cast<float>(*v));
+  }
+  if (auto v = f.number(infill ? "repeat_penalty" : "repetition_penalty")) {
+    s->set_repeat_penalty(static_cast<float>(*v));
+  }
+  if (infill) {
+    if (auto v = f.integer("repeat_last_n")) s->set_repeat_last_n(clamp_int32(*v));
+  }
+  // -1: a random seed, as llama.cpp's server reads it (LLAMA_DEFAULT_SEED).
+  if (auto v = f.integer("seed"); v && *v != -1) s->set_seed(static_cast<uint64_t>(*v));
   if (!f.status().ok()) return f.status();
   // Stop strings.
   if (const json* stop = f.get("stop")) {
@@ -349,6 +376,49 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   return f.status();
 }
 
+// llama.cpp server's /infill: input_prefix and input_suffix (required),
+// prompt (typed after the prefix), input_extra [{"filename", "text"}],
+// n_predict (max_tokens; -1: the rest of the context), return_tokens, and
+// spm_infill (strata's per-request choice of llama.cpp's --spm-infill).
+absl::Status map_infill(const json& body, OpenAiRequest* r) {
+  v1::GenerateRequest& g = r->generate;
+  Fields f(body);
+  if (r->n != 1) return bad("n", "one completion per /infill request");
+  v1::FillInMiddle* fim = g.mutable_infill();
+  for (auto [key, out] : {std::pair{"input_prefix", fim->mutable_prefix()},
+                          std::pair{"input_suffix", fim->mutable_suffix()}}) {
+    const json* v = f.get(key);
+    if (v == nullptr) return bad(key, "missing");
+    if (!v->is_string()) return wrong_type(key, "a string", *v);
+    *out = v->get<std::string>();
+  }
+  if (auto prompt = f.string("prompt")) fim->set_prompt(*prompt);
+  if (const json* extra = f.get("input_extra")) {
+    if (!extra->is_array()) {
+      return wrong_type("input_extra", "an array of {\"filename\", \"text\"}", *extra);
+    }
+    for (size_t i = 0; i < extra->size(); ++i) {
+      const std::string p = absl::StrCat("input_extra[", i, "]");
+      const json& chunk = (*extra)[i];
+      if (!chunk.is_object()) return wrong_type(p, "an object", chunk);
+      Fields cf(chunk);
+      const json* text = cf.get("text");
+      if (text == nullptr) return bad(p + ".text", "missing");
+      if (!text->is_string()) return wrong_type(p + ".text", "a string", *text);
+      v1::FimFile* file = fim->add_extra();
+      file->set_text(text->get<std::string>());
+      if (auto name = cf.string("filename")) file->set_filename(*name);
+      if (!cf.status().ok()) return absl::InvalidArgumentError(absl::StrCat(p, ".", cf.status().message()));
+    }
+  }
+  std::optional<int64_t> n_predict = f.integer("n_predict");
+  if (!n_predict) n_predict = f.integer("max_tokens");
+  if (n_predict && *n_predict != -1) g.set_max_tokens(clamp_int32(*n_predict));
+  if (auto spm = f.boolean("spm_infill")) fim->set_suffix_first(*spm);
+  if (auto rt = f.boolean("return_tokens")) r->return_tokens = *rt;
+  return f.status();
+}
+
 }  // namespace
 
 absl::StatusOr<json> parse_json_object(std::string_view body) {
@@ -417,6 +487,8 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
       if (!g.logprobs() && *top > 0) return bad("top_logprobs", "needs logprobs: true");
       g.set_top_logprobs(clamp_int32(*top));
     }
+  } else if (endpoint == Endpoint::kInfill) {
+    if (absl::Status st = map_infill(j, &r); !st.ok()) return st;
   } else {
     const json* prompt = f.get("prompt");
     if (prompt == nullptr) return bad("prompt", "missing");
@@ -437,8 +509,18 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
       r.echo = true;
       if (g.logprobs()) g.set_prompt_logprobs(g.top_logprobs());
     }
+    // suffix: fill in the middle (OpenAI's insert mode), the prompt before
+    // the insertion; the model's FIM layout (coordinator/fill_in_middle.h).
+    // "" is no suffix, as before (clients send it for "none").
     if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) {
-      return bad("suffix", "not supported");
+      if (g.input_case() != v1::GenerateRequest::kPrompt) {
+        return bad("suffix", "needs a text prompt (the text before the insertion)");
+      }
+      if (r.echo) return bad("suffix", "not with echo");
+      std::string prefix = g.prompt();
+      v1::FillInMiddle* fim = g.mutable_infill();  // clears prompt
+      fim->set_prefix(std::move(prefix));
+      fim->set_suffix(*suffix);
     }
   }
   if (!f.status().ok()) return f.status();

@@ -22,9 +22,20 @@
 //   ignore_eos (vLLM's extension) -> ignore_eos
 //   echo (completions) -> OpenAiRequest::echo, and with logprobs: k,
 //   prompt_logprobs k
-// Known OpenAI fields that cannot be honoured (suffix,
-// best_of > n, image parts) are refused with 400 naming them; unknown
-// fields are ignored, as OpenAI-compatible servers do.
+//   suffix (completions, a text prompt, not "") -> infill {prefix: prompt,
+//   suffix} (fill in the middle; refused with echo)
+//   seed -1 -> a random seed (llama.cpp's reading)
+// Refused as OpenAI and vLLM refuse them: temperature < 0, presence /
+// frequency_penalty outside [-2, 2], stream_options without stream: true.
+// /infill (llama.cpp's server): input_prefix, input_suffix (required),
+// prompt, input_extra [{"filename", "text"}] -> infill; n_predict |
+// max_tokens (-1: absent) -> max_tokens; repeat_penalty, repeat_last_n;
+// return_tokens; spm_infill -> infill.suffix_first; the other fields as
+// above; sampling defaults llama.cpp's (temperature 0.8, top_k 40, top_p
+// 0.95, min_p 0.05); n must be 1.
+// Known OpenAI fields that cannot be honoured (best_of > n, image parts)
+// are refused with 400 naming them; unknown fields are ignored, as
+// OpenAI-compatible servers do.
 //
 // Errors: InvalidArgument "param: what", the param as OpenAI spells it
 // ("messages[2].content", "temperature").
@@ -40,7 +51,9 @@
 
 namespace strata::coordinator::http {
 
-enum class Endpoint { kChat, kCompletion };
+// kInfill: llama.cpp server's /infill (fill-in-the-middle), its field names
+// and sampling defaults; answered in llama.cpp's shape (api.h).
+enum class Endpoint { kChat, kCompletion, kInfill };
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kChat;
@@ -52,6 +65,7 @@ struct OpenAiRequest {
   // with logprobs the prompt is scored (generate.prompt_logprobs) and its
   // tokens lead the logprobs, the first with null.
   bool echo = false;
+  bool return_tokens = false;  // /infill: the generated ids in "tokens"
 };
 
 inline constexpr int kMaxChoices = 128;            // n

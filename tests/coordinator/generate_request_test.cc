@@ -141,6 +141,31 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
       {[](v1::GenerateRequest& r) { r.set_prompt_logprobs(21); },
        "prompt_logprobs: 21 is out of range [0, 20]"},
       {[](v1::GenerateRequest& r) { r.set_prompt_logprobs(-1); }, "prompt_logprobs"},
+      {[](v1::GenerateRequest& r) {
+         r.mutable_infill()->set_prefix(std::string((4 << 20) + 1, 'a'));
+       },
+       "infill.prefix: 4194305 bytes exceed"},
+      {[](v1::GenerateRequest& r) {
+         r.mutable_infill()->set_suffix(std::string((4 << 20) + 1, 'a'));
+       },
+       "infill.suffix: 4194305 bytes exceed"},
+      {[](v1::GenerateRequest& r) {
+         r.mutable_infill()->set_prompt(std::string((4 << 20) + 1, 'a'));
+       },
+       "infill.prompt: 4194305 bytes exceed"},
+      {[](v1::GenerateRequest& r) {
+         for (int i = 0; i < 257; ++i) r.mutable_infill()->add_extra()->set_text("x");
+       },
+       "infill.extra: 257 files; at most 256"},
+      {[](v1::GenerateRequest& r) {
+         r.mutable_infill()->add_extra();
+         r.mutable_infill()->add_extra()->set_filename(std::string(257, 'f'));
+       },
+       "infill.extra[1].filename: 257 bytes exceed 256"},
+      {[](v1::GenerateRequest& r) {
+         r.mutable_infill()->add_extra()->set_text(std::string((4 << 20) + 1, 'a'));
+       },
+       "infill.extra[0].text: 4194305 bytes exceed"},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest r = valid();
@@ -239,6 +264,17 @@ TEST(GenerateRequest, TotalTextIsBoundedByTheContext) {
   g.set_chat_template_kwargs_json(std::string(1 << 20, ' '));
   EXPECT_NE(check_request_size(g, 2048).message().find("chat_template_kwargs_json"),
             std::string::npos);
+  // A fill-in-the-middle request's files count with the rest.
+  v1::GenerateRequest fim;
+  for (int i = 0; i < 5; ++i) fim.mutable_infill()->add_extra()->set_text(std::string(300000, 'a'));
+  fim.mutable_infill()->set_prefix("x");
+  st = check_request_size(fim, 2048);
+  EXPECT_NE(st.message().find("request: 1500001 bytes of text exceed 1048576"), std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("(largest field: infill.extra[0].text, 300000 bytes)"),
+            std::string::npos)
+      << st;
+  EXPECT_TRUE(check_generate_request(fim, kVocab).ok());  // each file within its bound
 }
 
 // A port another server holds is refused, not shared with it (gRPC's

@@ -316,6 +316,20 @@ void generate() {
   }
   {
     v1::GenerateRequest r;
+    v1::FillInMiddle* fim = r.mutable_infill();
+    fim->set_prefix("def total(xs):\n    s = 0\n");
+    fim->set_suffix("\n    return s\n");
+    fim->set_prompt("    for");
+    v1::FimFile* file = fim->add_extra();
+    file->set_filename("util.py");
+    file->set_text("def add(a, b):\n    return a + b\n");
+    fim->add_extra()->set_text("MAX = 10\n");
+    fim->set_suffix_first(true);
+    r.set_max_tokens(8);
+    put(t, "infill", with_byte(0, r));
+  }
+  {
+    v1::GenerateRequest r;
     *r.mutable_messages()->add_messages() = message("system", "You are terse.");
     *r.mutable_messages()->add_messages() = message("user", "What is 2+2?");
     put(t, "messages", with_byte(0, r));
@@ -411,6 +425,8 @@ void openai() {
   put(t, "completion", completion + R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"logprobs":2,"echo":false})");
   put(t, "completion-echo", completion + R"({"prompt":"<|im_start|>user\nhi<|im_end|>","max_tokens":1,"logprobs":5,"echo":true,"parse_special":true})");
   put(t, "completion-ids", completion + R"({"prompt":[1,403,407],"max_tokens":1})");
+  put(t, "completion-suffix", completion + R"({"prompt":"def f(x):\n    ","suffix":"\n    return y\n","max_tokens":4,"temperature":0})");
+  put(t, "infill", std::string(1, '\3') + R"({"input_prefix":"int main() {\n","input_suffix":"}\n","prompt":"  ret","input_extra":[{"filename":"a.h","text":"int a;"},{"text":"b"}],"n_predict":8,"spm_infill":true,"return_tokens":true,"repeat_penalty":1.1,"seed":-1})");
   put(t, "completion-batch", completion + R"({"prompt":[[1,2],[3]],"n":1,"best_of":1})");
   put(t, "completion-list", completion + R"({"prompt":["a","b"],"stop":"x","temperature":1e308,"seed":-1})");
   put(t, "completion-bad-utf8", completion + "{\"prompt\":\"\xff\xfe\"}");
@@ -431,6 +447,12 @@ void http() {
   put(t, "chat", post("/v1/chat/completions",
                       R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4})"));
   put(t, "completion", post("/v1/completions?x=1", R"({"prompt":"Once","max_tokens":2})"));
+  {
+    const std::string body = R"({"input_prefix":"a","input_suffix":"b","n_predict":2})";
+    put(t, "infill-lower-case-bearer",
+        "POST /infill HTTP/1.1\r\nHost: localhost:8080\r\nAuthorization: bearer   sk-fuzz\r\n"
+        "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  }
   put(t, "tokenize", post("/tokenize", R"({"text":"hello"})", "Expect: 100-continue\r\n"));
   put(t, "detokenize", post("/detokenize", R"({"tokens":[1,2,3]})"));
   put(t, "chunked", "POST /v1/completions HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"

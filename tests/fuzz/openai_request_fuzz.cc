@@ -1,14 +1,14 @@
 // libFuzzer target: the OpenAI-compatible HTTP API's request bodies
 // (coordinator/http/openai.h) as a hostile client sends them: a body of
-// /v1/chat/completions or /v1/completions becomes a GenerateRequest, which
+// /v1/chat/completions, /v1/completions or /infill becomes a GenerateRequest, which
 // then goes through prepare_prompt (coordinator/prompt.h) with the served
 // model, as the HTTP handler does; /tokenize-style bodies through
 // parse_json_object. A refusal must become an OpenAI error object that is
 // valid JSON with a 4xx status (never a 500 for the client's bytes).
 // The model: SmolLM2-135M-Instruct when fetched, else stories260K.
 //
-// Input: one byte (% 3: 0 chat, 1 completions, 2 a JSON object body), then
-// the body.
+// Input: one byte (% 4: 0 chat, 1 completions, 2 a JSON object body, 3
+// /infill), then the body.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const coordinator::ServedModel& m = model();
   if (size < 1) return 0;
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
-  const int kind = data[0] % 3;
+  const int kind = data[0] % 4;
   if (kind == 2) {
     auto object = coordinator::http::parse_json_object(body);
     if (object.ok()) {
@@ -65,7 +65,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  const Endpoint endpoint = kind == 0 ? Endpoint::kChat : Endpoint::kCompletion;
+  const Endpoint endpoint = kind == 0   ? Endpoint::kChat
+                            : kind == 1 ? Endpoint::kCompletion
+                                        : Endpoint::kInfill;
   auto parsed = coordinator::http::parse_openai_request(endpoint, body);
   if (!parsed.ok()) fuzz::note(parsed.status().ToString());
   if (!parsed.ok()) {

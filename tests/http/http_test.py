@@ -375,6 +375,22 @@ def check_api(args, f, host, grpc_address, stubs, label):
     st, err = error_of(raw(host, "POST", "/v1/chat/completions",
                            body={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}))
     f.check(st == 400 and err.get("param") == "max_tokens", f"{label}: max_tokens 0 -> 400")
+    for extra, param in (({"temperature": -0.1}, "temperature"),
+                         ({"presence_penalty": 2.5}, "presence_penalty"),
+                         ({"stream_options": {"include_usage": True}}, "stream_options")):
+        st, err = error_of(raw(host, "POST", "/v1/chat/completions",
+                               body=dict({"messages": [{"role": "user", "content": "hi"}]}, **extra)))
+        f.check(st == 400 and err.get("param") == param,
+                f"{label}: {extra} -> 400 naming {param}, as OpenAI and vLLM")
+    # Fill in the middle on a model without FIM tokens (SmolLM2 has FIM_REP
+    # only): refused naming what is missing (tests/http/infill_test.py
+    # serves a copy with them).
+    want = "infill: the model has no fill-in-the-middle tokens (missing: FIM_PRE, FIM_SUF, FIM_MID)"
+    st, err = error_of(raw(host, "POST", "/infill", body={"input_prefix": "a", "input_suffix": "b"}))
+    f.check(st == 400 and err["message"] == want, f"{label}: /infill without FIM tokens -> 400")
+    st, err = error_of(raw(host, "POST", "/v1/completions", body={"prompt": "a", "suffix": "b"}))
+    f.check(st == 400 and err["message"] == want and err.get("param") == "infill",
+            f"{label}: completions with a suffix without FIM tokens -> 400 param infill")
     st, _ = error_of(raw(host, "GET", "/v1/nothing"))
     f.check(st == 404, f"{label}: unknown path -> 404")
     st, hdrs, _ = raw(host, "GET", "/v1/chat/completions")
@@ -744,6 +760,12 @@ def check_auth(args, f, workdir, stubs):
         r = good.completions.create(model=good.models.list().data[0].id, prompt="Hi",
                                     max_tokens=2, temperature=0)
         f.check(r.usage.completion_tokens == 2, "auth: the right key is served")
+        # The scheme in any case (RFC 9110 11.1); /infill is guarded too.
+        st, _, _ = raw(host, "POST", "/tokenize", body={"content": "hi"},
+                       headers={"Authorization": "bearer s3cret-key"})
+        f.check(st == 200, "auth: `bearer KEY` (lower case) is served")
+        st, _ = error_of(raw(host, "POST", "/infill", body={"input_prefix": "", "input_suffix": ""}))
+        f.check(st == 401, "auth: /infill without the key -> 401")
         st, _, _ = raw(host, "GET", "/health")
         f.check(st == 200, "auth: /health stays open")
         stub = pb_grpc.InferenceStub(grpc.insecure_channel(serve.address))

@@ -182,6 +182,105 @@ TEST(OpenAiMapping, CompletionPromptShapesAndLogprobs) {
   EXPECT_EQ(one->generate.prompt(), "text");
 }
 
+TEST(OpenAiMapping, ASuffixMakesACompletionFillInTheMiddle) {
+  const OpenAiRequest r = complete(R"({"prompt": "def f(", "suffix": "\n  return x", "max_tokens": 9})");
+  ASSERT_EQ(r.generate.input_case(), v1::GenerateRequest::kInfill);
+  EXPECT_EQ(r.generate.infill().prefix(), "def f(");
+  EXPECT_EQ(r.generate.infill().suffix(), "\n  return x");
+  EXPECT_EQ(r.generate.infill().prompt(), "");
+  EXPECT_EQ(r.generate.infill().extra_size(), 0);
+  EXPECT_FALSE(r.generate.infill().suffix_first());
+  EXPECT_EQ(r.generate.max_tokens(), 9);
+  // "" (what clients send for none) and null: a plain completion.
+  EXPECT_EQ(complete(R"({"prompt": "a", "suffix": ""})").generate.prompt(), "a");
+  EXPECT_EQ(complete(R"({"prompt": "a", "suffix": null})").generate.prompt(), "a");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": [1, 2], "suffix": "b"})"), "suffix");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "a", "suffix": "b", "echo": true})"),
+            "suffix");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "a", "suffix": 5})"), "suffix");
+}
+
+TEST(OpenAiMapping, InfillTakesLlamaCppServersFieldsAndDefaults) {
+  auto r = parse_openai_request(Endpoint::kInfill, R"({
+    "input_prefix": "int main() {", "input_suffix": "}\n", "prompt": "  ret",
+    "input_extra": [{"filename": "a.h", "text": "int a;"}, {"text": "b"}],
+    "n_predict": 12, "max_tokens": 99, "repeat_penalty": 1.2, "repeat_last_n": 32,
+    "return_tokens": true, "spm_infill": true, "stream": true, "seed": 5,
+    "samplers": ["top_k", "infill"], "t_max_predict_ms": 500, "cache_prompt": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::FillInMiddle& fim = r->generate.infill();
+  EXPECT_EQ(fim.prefix(), "int main() {");
+  EXPECT_EQ(fim.suffix(), "}\n");
+  EXPECT_EQ(fim.prompt(), "  ret");
+  ASSERT_EQ(fim.extra_size(), 2);
+  EXPECT_EQ(fim.extra(0).filename(), "a.h");
+  EXPECT_EQ(fim.extra(0).text(), "int a;");
+  EXPECT_FALSE(fim.extra(1).has_filename());  // "tmp" in the layout
+  EXPECT_TRUE(fim.suffix_first());
+  EXPECT_EQ(r->generate.max_tokens(), 12);  // n_predict wins
+  EXPECT_FLOAT_EQ(r->generate.sampling().repeat_penalty(), 1.2f);
+  EXPECT_EQ(r->generate.sampling().repeat_last_n(), 32);
+  EXPECT_EQ(r->generate.sampling().seed(), 5u);
+  EXPECT_TRUE(r->return_tokens);
+  EXPECT_TRUE(r->stream);
+  // llama.cpp's server's sampling defaults; n_predict -1: no bound.
+  auto d = parse_openai_request(Endpoint::kInfill,
+                                R"({"input_prefix": "", "input_suffix": "", "n_predict": -1})");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->generate.has_max_tokens());
+  EXPECT_FLOAT_EQ(d->generate.sampling().temperature(), 0.8f);
+  EXPECT_EQ(d->generate.sampling().top_k(), 40);
+  EXPECT_FLOAT_EQ(d->generate.sampling().top_p(), 0.95f);
+  EXPECT_FLOAT_EQ(d->generate.sampling().min_p(), 0.05f);
+  EXPECT_FALSE(d->generate.sampling().has_seed());
+  EXPECT_FALSE(d->return_tokens);
+  const Endpoint kInfill = Endpoint::kInfill;
+  EXPECT_EQ(param_of(kInfill, R"({"input_suffix": ""})"), "input_prefix");
+  EXPECT_EQ(param_of(kInfill, R"({"input_prefix": ""})"), "input_suffix");
+  EXPECT_EQ(param_of(kInfill, R"({"input_prefix": 1, "input_suffix": ""})"), "input_prefix");
+  const std::string ps = R"("input_prefix": "", "input_suffix": "")";
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "prompt": ["a"]})"), "prompt");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "input_extra": {"text": "a"}})"), "input_extra");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "input_extra": ["a"]})"), "input_extra[0]");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "input_extra": [{"filename": "f"}]})"),
+            "input_extra[0].text");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "input_extra": [{"text": "a", "filename": 3}]})"),
+            "input_extra[0].filename");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "n": 2})"), "n");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "n_predict": "x"})"), "n_predict");
+}
+
+TEST(OpenAiMapping, RangesOpenAiAndVllmRefuse) {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  const Endpoint kChat = Endpoint::kChat;
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "temperature": -0.5})"), "temperature");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "presence_penalty": 2.5})"), "presence_penalty");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "frequency_penalty": -2.01})"), "frequency_penalty");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "presence_penalty": -3})"),
+            "presence_penalty");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stream_options": {"include_usage": true}})"),
+            "stream_options");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "stream": false, "stream_options": {}})"),
+            "stream_options");
+  // The bounds themselves pass; /infill (llama.cpp) takes any penalty.
+  const OpenAiRequest ok = chat("{" + m + R"(, "temperature": 0, "presence_penalty": 2,
+      "frequency_penalty": -2, "stream": true, "stream_options": {"include_usage": true},
+      "stream_options_typo": 1})");
+  EXPECT_FLOAT_EQ(ok.generate.sampling().presence_penalty(), 2.0f);
+  EXPECT_FLOAT_EQ(ok.generate.sampling().frequency_penalty(), -2.0f);
+  EXPECT_TRUE(ok.include_usage);
+  auto infill = parse_openai_request(
+      Endpoint::kInfill, R"({"input_prefix": "", "input_suffix": "", "presence_penalty": 5})");
+  ASSERT_TRUE(infill.ok()) << infill.status();
+  EXPECT_FLOAT_EQ(infill->generate.sampling().presence_penalty(), 5.0f);
+  EXPECT_EQ(param_of(Endpoint::kInfill, R"({"input_prefix": "", "input_suffix": "",
+      "temperature": -1})"), "temperature");
+  // seed -1: random (no seed), as llama.cpp reads it; other values kept.
+  EXPECT_FALSE(chat("{" + m + R"(, "seed": -1})").generate.sampling().has_seed());
+  EXPECT_EQ(chat("{" + m + R"(, "seed": -2})").generate.sampling().seed(),
+            static_cast<uint64_t>(-2));
+}
+
 TEST(OpenAiMapping, ToolsAndResponseFormatGoToTheirFields) {
   const OpenAiRequest r = chat(R"({"messages": [{"role": "user", "content": "x"}],
     "tools": [{"type": "function", "function": {"name": "f"}}],
@@ -430,6 +529,16 @@ TEST(ApiKey, BearerComparedWhole) {
   EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", "Bearer k3yy")));
   EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", "Basic k3y")));
   EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", "Bearer K3Y")));
+}
+
+TEST(ApiKey, TheSchemeInAnyCaseAndSpacesBeforeTheKey) {  // RFC 9110 11.1
+  for (const char* header : {"bearer k3y", "BEARER k3y", "bEaReR   k3y"}) {
+    EXPECT_TRUE(check_bearer("k3y", header).ok()) << header;
+  }
+  for (const char* header : {"Bearerk3y", "Bearer", "Bearer ", "Bearer\tk3y", "Bearers k3y",
+                             "Bear k3y", "Bearer k3y ", " Bearer k3y"}) {
+    EXPECT_TRUE(absl::IsUnauthenticated(check_bearer("k3y", header))) << header;
+  }
 }
 
 }  // namespace

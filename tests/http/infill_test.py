@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Fill-in-the-middle end to end against llama.cpp: llama.cpp server's
+/infill, /v1/completions with `suffix` (the official openai SDK) and gRPC
+GenerateRequest.infill, through `strata serve` (--setup serve) or a
+strata-coordinator with 2 strata-worker processes (--setup cluster).
+
+The model: SmolLM2 with FIM ids set in a copy's metadata (gguf's
+gguf_new_metadata: fim_pre 8, fim_suf 9, fim_mid 10, fim_sep 5; FIM_REP is
+found by its text, "<reponame>"), so both sides read the same FIM tokens.
+The reference prompt is llama.cpp's layout (tools/server server-common.cpp,
+format_prompt_infill, transcribed below) over llama.cpp's own tokenizer and
+FIM ids (llama-cpp-python); the continuation is checked against llama.cpp's
+logits for that prompt, teacher-forced (two logits within 0.5 are a tie, as
+in the other tests against llama.cpp's Q4_1 kernels).
+
+Checked: the prompt's ids (gRPC prompt_logprobs carry each id) equal the
+reference's, with files, both orders and the budgets (a prefix and a suffix
+longer than theirs); the generated ids are llama.cpp's argmax at every step;
+/infill's response shape (content, tokens, stop, stop_type, timings, prompt),
+streamed (no [DONE]) equal to not; `suffix` through the SDK gives /infill's
+answer for the same text; stop words and the refusals.
+
+Exit status: 0 passed, 1 failed, 77 skipped (model, SDK, grpcio, gguf or
+llama_cpp absent).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_test import Failures, load_stubs, skip  # noqa: E402
+import http_test  # noqa: E402
+from http_test import parse_args_or_skip, raw, sse_events, start_cluster, start_serve  # noqa: E402
+
+CTX = 4096          # above llama-server's batch (2048), so files fit in the budget
+BATCH = 2048        # llama-server's default --batch-size: the budgets' B
+FIM_IDS = {"fim_pre": 8, "fim_suf": 9, "fim_mid": 10, "fim_sep": 5}
+
+
+def make_fim_model(src, workdir):
+    out = os.path.join(workdir, "SmolLM2-fim.gguf")
+    argv = [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", src, out, "--force"]
+    for name, tok in FIM_IDS.items():
+        argv += ["--special-token-by-id", name, str(tok)]
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return out
+
+
+class Reference:
+    """llama.cpp's tokenizer, FIM ids and logits for the model."""
+
+    def __init__(self, model):
+        import llama_cpp
+        # Logits for short prompts only (all rows are kept: n_ctx x n_vocab).
+        self.llm = llama_cpp.Llama(model_path=model, n_ctx=512, logits_all=True, verbose=False)
+        v = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self.pre = llama_cpp.llama_vocab_fim_pre(v)
+        self.suf = llama_cpp.llama_vocab_fim_suf(v)
+        self.mid = llama_cpp.llama_vocab_fim_mid(v)
+        self.rep = llama_cpp.llama_vocab_fim_rep(v)
+        self.sep = llama_cpp.llama_vocab_fim_sep(v)
+        self.add_bos = llama_cpp.llama_vocab_get_add_bos(v)
+        self.bos = llama_cpp.llama_vocab_bos(v)
+
+    def tok(self, text, special=False):
+        return self.llm.tokenize(text.encode(), add_bos=False, special=special)
+
+    def layout(self, prefix, suffix, prompt="", extra=(), n_predict=-1, spm=False):
+        """format_prompt_infill of llama.cpp's server, with n_batch BATCH."""
+        extra_tokens = []
+        if self.rep >= 0:
+            extra_tokens += [self.rep] + self.tok("myproject\n")
+        for chunk in extra:
+            if self.sep >= 0:
+                extra_tokens += [self.sep] + self.tok(chunk.get("filename", "tmp") + "\n")
+            else:
+                extra_tokens += self.tok("\n\n--- snippet ---\n\n")
+            extra_tokens += self.tok(chunk["text"])
+        if self.sep >= 0:
+            extra_tokens += [self.sep] + self.tok("filename\n")
+        t_prefix, t_suffix = self.tok(prefix), self.tok(suffix)
+        t_prompt = self.tok(prompt, special=True)
+        n_prefix = min(len(t_prefix), 3 * (BATCH // 4))
+        n_suffix = min(len(t_suffix), max(0, BATCH // 4 - (2 + len(t_prompt))))
+        n_extra = min(max(0, CTX - BATCH - 2 * n_predict), len(extra_tokens))
+        t_prefix = [self.pre] + t_prefix[len(t_prefix) - n_prefix:] + t_prompt
+        t_suffix = [self.suf] + t_suffix[:n_suffix]
+        first, second = (t_suffix, t_prefix) if spm else (t_prefix, t_suffix)
+        ids = ([self.bos] if self.add_bos else []) + first
+        ids = (extra_tokens[len(extra_tokens) - n_extra:] if n_extra else []) + ids
+        return ids + second + [self.mid]
+
+    def disagreements(self, prompt, generated):
+        """Steps where `generated` is not llama.cpp's argmax (ties within 0.5
+        allowed): [(step, ours, theirs, gap)]."""
+        import numpy as np
+        self.llm.reset()
+        self.llm.eval(prompt + generated)
+        scores = np.array(self.llm.scores[len(prompt) - 1:len(prompt) - 1 + len(generated)])
+        out = []
+        for step, tok in enumerate(generated):
+            want = int(np.argmax(scores[step]))
+            gap = float(scores[step][want] - scores[step][tok])
+            if tok != want and gap > 0.5:
+                out.append((step, tok, want, gap))
+        return out
+
+
+def grpc_prompt_ids(stub, pb, infill, max_tokens=1):
+    """The prompt's ids after the first, as the last stage scored them."""
+    req = pb.GenerateRequest(max_tokens=max_tokens, prompt_logprobs=0, ignore_eos=True)
+    req.infill.CopyFrom(infill)
+    req.sampling.temperature = 0
+    ids, usage = None, None
+    for r in stub.Generate(req, timeout=300):
+        if r.HasField("done"):
+            ids = [c.id for c in r.done.prompt_logprobs]
+            usage = r.done.usage
+    return ids, usage
+
+
+def check_infill(args, f, ref, host, grpc_address, stubs, label):
+    pb, pb_grpc, grpc = stubs
+    stub = pb_grpc.InferenceStub(grpc.insecure_channel(grpc_address))
+    files = [{"filename": "util.py", "text": "def add(a, b):\n    return a + b\n"},
+             {"text": "MAX = 10\n"}]
+    prefix = "import util\n\ndef total(xs):\n    s = 0\n    for x in xs:\n"
+    suffix = "\n    return s\n"
+    typed = "        s"
+
+    # The prompt's ids, exactly: gRPC scores every prompt token after the
+    # first and names it.
+    fim = pb.FillInMiddle(prefix=prefix, suffix=suffix, prompt=typed)
+    for c in files:
+        x = fim.extra.add(text=c["text"])
+        if "filename" in c:
+            x.filename = c["filename"]
+    want = ref.layout(prefix, suffix, typed, files, n_predict=1)
+    got, usage = grpc_prompt_ids(stub, pb, fim)
+    f.check(got == want[1:] and usage.prompt_tokens == len(want),
+            f"{label}: gRPC infill's prompt == llama.cpp's /infill layout ({len(want)} ids, "
+            f"files, FIM_REP {ref.rep} and FIM_SEP {ref.sep})")
+    fim.suffix_first = True
+    got, _ = grpc_prompt_ids(stub, pb, fim)
+    want_spm = ref.layout(prefix, suffix, typed, files, n_predict=1, spm=True)
+    f.check(got == want_spm[1:] and want_spm != want,
+            f"{label}: suffix_first: the suffix before the prefix, as --spm-infill")
+    # Budgets: 2000+ prefix tokens keep their last 1536, 600+ suffix tokens
+    # their first 510 - |prompt|.
+    long_prefix = "".join(f"x{i} = {i} * 2\n" for i in range(400))
+    long_suffix = "".join(f"y{i} = x{i}\n" for i in range(200))
+    lfim = pb.FillInMiddle(prefix=long_prefix, suffix=long_suffix, prompt=typed)
+    want_long = ref.layout(long_prefix, long_suffix, typed, n_predict=1)
+    got, usage = grpc_prompt_ids(stub, pb, lfim)
+    f.check(len(ref.tok(long_prefix)) > 1536 and len(ref.tok(long_suffix)) > 512 and
+            got == want_long[1:],
+            f"{label}: budgets as llama.cpp's: {len(ref.tok(long_prefix))} prefix and "
+            f"{len(ref.tok(long_suffix))} suffix tokens -> a prompt of {len(want_long)}")
+
+    # /infill greedy: llama.cpp's argmax at every step, the response's shape.
+    body = {"input_prefix": prefix, "input_suffix": suffix, "prompt": typed,
+            "input_extra": files, "n_predict": 16, "temperature": 0, "return_tokens": True,
+            "ignore_eos": True}
+    st, _, out = raw(host, "POST", "/infill", body=body)
+    r = json.loads(out)
+    want = ref.layout(prefix, suffix, typed, files, n_predict=16)
+    f.check(st == 200 and r["tokens_evaluated"] == len(want) and
+            r["prompt"] == ref.llm.detokenize(want, special=True).decode(errors="replace"),
+            f"{label}: /infill's prompt is the layout ({r.get('tokens_evaluated')} tokens)")
+    bad = ref.disagreements(want, r["tokens"])
+    f.check(len(r["tokens"]) == 16 and not bad,
+            f"{label}: /infill's 16 greedy ids are llama.cpp's argmax at every step "
+            f"(disagreements: {bad})")
+    detok = ref.llm.detokenize(r["tokens"]).decode(errors="replace")
+    f.check(r["content"] == detok and r["stop"] is True and r["stop_type"] == "limit" and
+            r["tokens_predicted"] == 16 and r["timings"]["predicted_n"] == 16 and
+            r["timings"]["prompt_n"] + r["timings"]["cache_n"] == len(want) and
+            r["generation_settings"]["n_predict"] == 16 and r["truncated"] is False,
+            f"{label}: /infill's response: content {r['content']!r}, stop_type limit, timings")
+
+    # Streamed: the same text and ids; the last event stops; no [DONE].
+    events = sse_events(host, "/infill", dict(body, stream=True))
+    parsed = [json.loads(e) for e in events]
+    text = "".join(e["content"] for e in parsed)
+    ids = [t for e in parsed[:-1] for t in e["tokens"]]
+    f.check(text == r["content"] and ids == r["tokens"] and parsed[-1]["stop"] is True and
+            all(e["stop"] is False for e in parsed[:-1]) and parsed[-1]["content"] == "" and
+            parsed[-1]["tokens_predicted"] == 16 and b"[DONE]" not in events,
+            f"{label}: /infill streamed == not streamed ({len(parsed)} events)")
+
+    # A stop word: stop_type "word", stopping_word, the text before it.
+    # (Two characters first seen past the start of the text.)
+    content = r["content"]
+    k = next((k for k in range(1, len(content) - 1)
+              if content[k:k + 2].strip() and content.find(content[k:k + 2]) == k), None)
+    if k is None:
+        f.check(False, f"{label}: no stop word to try in {content!r}")
+    else:
+        word = content[k:k + 2]
+        st, _, out = raw(host, "POST", "/infill", body=dict(body, stop=[word]))
+        s = json.loads(out)
+        f.check(st == 200 and s["stop_type"] == "word" and s["stopping_word"] == word and
+                s["content"] == content[:k],
+                f"{label}: stop {word!r}: stop_type word, content {s['content']!r}")
+
+    # /v1/completions with suffix (the SDK): /infill's answer for the same
+    # prefix and suffix (no typed prompt, no files).
+    import openai
+    client = openai.OpenAI(base_url=f"http://{host}/v1", api_key="none")
+    model = client.models.list().data[0].id
+    c = client.completions.create(model=model, prompt=prefix, suffix=suffix, max_tokens=10,
+                                  temperature=0, extra_body={"ignore_eos": True})
+    st, _, out = raw(host, "POST", "/infill", body={"input_prefix": prefix, "input_suffix": suffix,
+                                                   "n_predict": 10, "temperature": 0,
+                                                   "ignore_eos": True})
+    i = json.loads(out)
+    want = ref.layout(prefix, suffix, n_predict=10)
+    f.check(c.usage.prompt_tokens == len(want) == i["tokens_evaluated"] and
+            c.choices[0].text == i["content"],
+            f"{label}: completions with suffix == /infill ({c.choices[0].text!r})")
+    # Refusals.
+    st, _, out = raw(host, "POST", "/infill", body={"input_prefix": "a"})
+    f.check(st == 400 and "input_suffix: missing" in json.loads(out)["error"]["message"],
+            f"{label}: /infill without input_suffix: 400 naming it")
+    st, _, out = raw(host, "POST", "/infill", body={"input_prefix": "a", "input_suffix": "b",
+                                                   "input_extra": [{"filename": "f"}]})
+    f.check(st == 400 and "input_extra[0].text: missing" in json.loads(out)["error"]["message"],
+            f"{label}: an extra file without text: 400 naming it")
+    st, _, out = raw(host, "GET", "/infill")
+    f.check(st == 405, f"{label}: GET /infill: 405")
+
+
+def main():
+    args = parse_args_or_skip()
+    try:
+        import gguf  # noqa: F401
+        import llama_cpp  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as e:
+        skip(f"{e.name} is absent (scripts/install-test-tools.sh installs it)")
+    http_test.CTX = CTX
+    with tempfile.TemporaryDirectory(prefix="strata-infill-") as workdir:
+        args.model = make_fim_model(args.model, workdir)
+        ref = Reference(args.model)
+        stubs = load_stubs(args.proto_dir, workdir)
+        f = Failures()
+        f.check((ref.pre, ref.suf, ref.mid, ref.sep) == (8, 9, 10, 5) and ref.rep >= 0,
+                f"llama.cpp reads the copy's FIM ids (rep {ref.rep} by its text)")
+        procs = []
+        try:
+            if args.setup == "serve":
+                serve = start_serve(args, workdir)
+                procs = [serve]
+                check_infill(args, f, ref, serve.http, serve.address, stubs, "serve")
+            else:
+                coordinator, workers = start_cluster(args, workdir)
+                procs = workers + [coordinator]
+                pb, pb_grpc, grpc = stubs
+                stub = pb_grpc.InferenceStub(grpc.insecure_channel(coordinator.address))
+                end = time.time() + 120
+                while (stub.Health(pb.HealthRequest(), timeout=5).state != pb.HealthResponse.SERVING
+                       and time.time() < end):
+                    time.sleep(0.1)
+                check_infill(args, f, ref, coordinator.http, coordinator.address, stubs, "cluster")
+        except Exception:
+            for p in procs:
+                print(f"--- {p.name} ---\n{p.tail()}")
+            raise
+        finally:
+            for p in procs:
+                p.kill()
+        if f.n:
+            for p in procs:
+                print(f"--- {p.name} ---\n{p.tail()}")
+        print(f"{f.passed} passed, {f.n} failed")
+        return 1 if f.n else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
