@@ -88,6 +88,17 @@ void fill_request(const GenerateOptions& in, pb::GenerateRequest& out) {
       msg->set_role(m.role);
       msg->set_content(m.content);
     }
+  } else if (in.infill.has_value()) {
+    pb::FillInMiddle* fim = out.mutable_infill();
+    fim->set_prefix(in.infill->prefix);
+    fim->set_suffix(in.infill->suffix);
+    fim->set_prompt(in.infill->prompt);
+    for (const FimFile& f : in.infill->extra) {
+      pb::FimFile* file = fim->add_extra();
+      if (!f.filename.empty()) file->set_filename(f.filename);
+      file->set_text(f.text);
+    }
+    fim->set_suffix_first(in.infill->suffix_first);
   } else {
     out.set_prompt(in.prompt);
   }
@@ -319,9 +330,10 @@ absl::StatusOr<GenerateResult> Client::generate(
 
 absl::StatusOr<GenerateResult> Client::generate_stream(
     const GenerateOptions& request, const DeltaCallback& on_delta) {
-  if (request.prompt_ids.has_value() && request.messages.has_value()) {
+  if (request.prompt_ids.has_value() + request.messages.has_value() +
+          request.infill.has_value() > 1) {
     return absl::InvalidArgumentError(
-        "input: both prompt_ids and messages are set (give one)");
+        "input: more than one of prompt_ids, messages and infill is set (give one)");
   }
   if (request.deadline.count() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -1,6 +1,7 @@
 // The parsers of one complete tool-call body, per format (tool_call_syntax.h).
 #include "model/chat_template/tool_call_syntax.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "model/chat_template/tool_calls.h"
@@ -316,7 +317,7 @@ bool parse_deepseek_calls(std::string_view body, std::vector<Call>& calls) {
     if (body.empty()) return !calls.empty();
     if (!starts_with(body, kDsCallBegin)) return false;
     body.remove_prefix(kDsCallBegin.size());
-    std::size_t end = body.find(kDsCallEnd);
+    std::size_t end = find_outside_strings(body, kDsCallEnd);
     if (end == npos) return false;
     std::string_view one = body.substr(0, end);
     body.remove_prefix(end + kDsCallEnd.size());
@@ -345,7 +346,7 @@ bool parse_kimi_calls(std::string_view body, std::vector<Call>& calls) {
     if (body.empty()) return !calls.empty();
     if (!starts_with(body, kKimiCallBegin)) return false;
     body.remove_prefix(kKimiCallBegin.size());
-    std::size_t end = body.find(kKimiCallEnd);
+    std::size_t end = find_outside_strings(body, kKimiCallEnd);
     if (end == npos) return false;
     std::string_view one = body.substr(0, end);
     body.remove_prefix(end + kKimiCallEnd.size());
@@ -422,6 +423,37 @@ std::string valid_utf8(std::string_view s) {
     }
   }
   return out;
+}
+
+bool StringScan::in_string_at(std::string_view text, std::size_t end) {
+  end = std::min(end, text.size());
+  for (; pos < end; ++pos) {
+    const char c = text[pos];
+    if (in_string) {
+      if (escape) {
+        escape = false;
+      } else if (c == '\\') {
+        escape = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    } else if (c == '"' && depth > 0) {
+      in_string = true;
+    }
+  }
+  return in_string;
+}
+
+std::size_t find_outside_strings(std::string_view text, std::string_view marker) {
+  StringScan scan;
+  for (std::size_t at = text.find(marker); at != npos; at = text.find(marker, at + 1)) {
+    if (!scan.in_string_at(text, at)) return at;
+  }
+  return npos;
 }
 
 bool JsonScan::scan(std::string_view text) {

@@ -210,6 +210,7 @@ void ToolCallParser::begin_call(CallKind kind, std::string opener) {
   scan_from_ = 0;
   body_scan_ = {};
   body_scan_ended_ = false;
+  section_scan_ = {};
 }
 
 void ToolCallParser::end_call(std::size_t consumed, bool ok, std::vector<ToolCallDelta> calls, Delta& out) {
@@ -344,7 +345,10 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
     return true;
   };
   // Ends the call at the first of `ends`; parse(body) decides. With
-  // json_aware, an end inside a JSON string of the body is skipped.
+  // json_aware, an end inside a JSON string of the body is skipped (a body
+  // of one JSON object; a section of several calls: section_scan_).
+  const bool section = call_kind_ == CallKind::kDeepSeek || call_kind_ == CallKind::kKimi ||
+                       call_kind_ == CallKind::kMiniMax;
   auto until_any = [&](std::span<const std::string_view> ends, auto&& parse, bool json_aware) -> bool {
     while (true) {
       Found f = find_first(buf_, ends, scan_from_);
@@ -359,7 +363,8 @@ bool ToolCallParser::step_call(bool final, Delta& out) {
         end_call(buf_.size(), ok, std::move(calls), out);
         return true;
       }
-      if (json_aware && in_json_string_at(f.pos)) {  // the end is text inside the JSON
+      if (json_aware && (section ? section_scan_.in_string_at(buf_, f.pos)
+                                 : in_json_string_at(f.pos))) {  // the end is text inside the JSON
         scan_from_ = f.pos + 1;
         continue;
       }

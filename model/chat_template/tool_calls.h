@@ -152,6 +152,23 @@ struct JsonScan {
   // text does not open with '{' or '[' or nests deeper than kMaxJsonDepth.
   bool scan(std::string_view text);
 };
+
+// Where the JSON strings are in text that mixes markers, names and JSON
+// values (DeepSeek's and Kimi K2's call sections, MiniMax's lines): a '"'
+// opens a string only inside an object or array, so a name or marker before
+// a value has none. Scanned a byte at a time over a growing buffer.
+struct StringScan {
+  std::size_t pos = 0;  // bytes scanned
+  int depth = 0;
+  bool in_string = false, escape = false;
+  // Scans text[pos, end): whether `end` is inside a string. `end` must not
+  // decrease between calls on one text.
+  bool in_string_at(std::string_view text, std::size_t end);
+};
+
+// The first `marker` in `text` that is not inside a JSON string (StringScan);
+// npos when none.
+std::size_t find_outside_strings(std::string_view text, std::string_view marker);
 }  // namespace tool_calls_internal
 
 class ToolCallParser {
@@ -229,6 +246,7 @@ class ToolCallParser {
   tool_calls_internal::JsonScan json_;  // kCall kinds kJson and kMistral
   tool_calls_internal::JsonScan body_scan_;  // in_json_string_at's scan of the call's text
   bool body_scan_ended_ = false;             // ... which found the JSON value's end
+  tool_calls_internal::StringScan section_scan_;  // kDeepSeek, kKimi, kMiniMax: their strings
   std::string harmony_recipient_;
   std::string harmony_channel_;
   Field content_;

@@ -119,6 +119,20 @@ TEST_F(ClientTest, SendsTheRequestFieldsAndLeavesUnsetOnesUnset) {
   ids.prompt_ids = std::vector<int32_t>{1, 2, 3};
   ASSERT_TRUE(client_->generate(ids).ok());
   EXPECT_EQ(server_.service().last_request().prompt_ids().ids_size(), 3);
+
+  GenerateOptions fim;
+  fim.infill = FillInMiddle{"def f(", ")\n", "x", {{"a.py", "A = 1"}, {"", "B"}}, true};
+  ASSERT_TRUE(client_->generate(fim).ok());
+  const strata::v1::GenerateRequest f = server_.service().last_request();
+  ASSERT_TRUE(f.has_infill());
+  EXPECT_EQ(f.infill().prefix(), "def f(");
+  EXPECT_EQ(f.infill().suffix(), ")\n");
+  EXPECT_EQ(f.infill().prompt(), "x");
+  ASSERT_EQ(f.infill().extra_size(), 2);
+  EXPECT_EQ(f.infill().extra(0).filename(), "a.py");
+  EXPECT_EQ(f.infill().extra(0).text(), "A = 1");
+  EXPECT_FALSE(f.infill().extra(1).has_filename());  // the server's "tmp"
+  EXPECT_TRUE(f.infill().suffix_first());
 }
 
 TEST_F(ClientTest, RefusesBadOptionsBeforeCallingTheServer) {
@@ -142,6 +156,14 @@ TEST_F(ClientTest, RefusesBadOptionsBeforeCallingTheServer) {
   both.messages = std::vector<ChatMessage>{{"user", "hi"}};
   EXPECT_EQ(client_->generate(both).status().code(),
             absl::StatusCode::kInvalidArgument);
+  GenerateOptions two;
+  two.messages = std::vector<ChatMessage>{{"user", "hi"}};
+  FillInMiddle fim_ab;
+  fim_ab.prefix = "a";
+  fim_ab.suffix = "b";
+  two.infill = fim_ab;
+  EXPECT_EQ(client_->generate(two).status().message(),
+            "input: more than one of prompt_ids, messages and infill is set (give one)");
   EXPECT_EQ(server_.service().generate_calls(), 0);
 }
 

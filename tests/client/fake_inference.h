@@ -33,7 +33,7 @@ class FakeInference final : public pb::Inference::Service {
   //   "two-done", "delta-after-done", "no-done", "empty-event",
   //   "negative-id", "choices-mismatch", "done-no-reason": broken streams
   // A `messages` input gets one delta "reply to N messages" then done; a
-  // `prompt_ids` input the "ok" stream.
+  // `prompt_ids` or `infill` input the "ok" stream.
   grpc::Status Generate(grpc::ServerContext* context,
                         const pb::GenerateRequest* request,
                         grpc::ServerWriter<pb::GenerateResponse>* writer) override {
@@ -55,7 +55,8 @@ class FakeInference final : public pb::Inference::Service {
       return grpc::Status::OK;
     }
     // Token ids in: the "ok" stream.
-    const std::string p = request->has_prompt_ids() ? "ok" : request->prompt();
+    const std::string p =
+        request->has_prompt_ids() || request->has_infill() ? "ok" : request->prompt();
     if (p == "ok") {
       writer->Write(delta({1}, "Once"));
       writer->Write(delta({2}, " upon"));

@@ -50,8 +50,23 @@ TEST(StopMatcher, HeldTextIsFlushedAtTheEnd) {
 
 TEST(StopMatcher, EarliestStopWins) {
   StopMatcher m({"cd", "b"});
+  EXPECT_EQ(m.matched(), "");
   EXPECT_EQ(m.push("abcd"), "a");
   EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "b");  // the one that stopped, not the first given
+  // Two at one place: the first given.
+  StopMatcher tie({"bc", "b", "xy"});
+  EXPECT_EQ(tie.push("abcd"), "a");
+  EXPECT_EQ(tie.matched(), "bc");
+  // Across pieces; flushed text matches nothing.
+  StopMatcher spans({"o wor"});
+  spans.push("Hello w");
+  spans.push("orld");
+  EXPECT_EQ(spans.matched(), "o wor");
+  StopMatcher none({"zz"});
+  none.push("abc");
+  none.flush();
+  EXPECT_EQ(none.matched(), "");
 }
 
 class GenerationTest : public ::testing::Test {

@@ -391,6 +391,12 @@ def check_api(args, f, host, grpc_address, stubs, label):
     st, err = error_of(raw(host, "POST", "/v1/completions", body={"prompt": "a", "suffix": "b"}))
     f.check(st == 400 and err["message"] == want and err.get("param") == "infill",
             f"{label}: completions with a suffix without FIM tokens -> 400 param infill")
+    for path, body, param in (("/tokenize", {"content": "x", "parse_special": 1}, "parse_special"),
+                              ("/detokenize", {"tokens": [1], "render_special": "yes"},
+                               "render_special")):
+        st, err = error_of(raw(host, "POST", path, body=body))
+        f.check(st == 400 and err["message"] == f"{param}: expected a boolean",
+                f"{label}: {path} with {param} not a boolean -> 400 ({err['message']!r})")
     st, _ = error_of(raw(host, "GET", "/v1/nothing"))
     f.check(st == 404, f"{label}: unknown path -> 404")
     st, hdrs, _ = raw(host, "GET", "/v1/chat/completions")
@@ -741,6 +747,18 @@ def check_logit_bias(args, f, client, model, host, grpc_address, stubs, label):
             f"those ({got})")
 
 
+def check_cors_flag(args, f):
+    """`strata serve --cors-allow-origin` takes "*", "off" or one origin; any
+    other value stops it before the model loads (exit 2, the value named)."""
+    for value in ("https://a/b", "a.example", "https://"):
+        p = subprocess.run([args.strata, "serve", args.model, "--cors-allow-origin", value,
+                            "--listen", "127.0.0.1:0", "--http", "off"],
+                           capture_output=True, text=True, timeout=60)
+        said = [x for x in p.stderr.splitlines() if "cors_allow_origin" in x]
+        f.check(p.returncode == 2 and said and value in said[0],
+                f"serve --cors-allow-origin {value!r}: exit {p.returncode}, {said[:1]}")
+
+
 def check_auth(args, f, workdir, stubs):
     import openai
     pb, pb_grpc, grpc = stubs
@@ -810,6 +828,7 @@ def main():
                 procs = [serve]
                 check_api(args, f, serve.http, serve.address, stubs, "serve")
                 check_auth(args, f, workdir, stubs)
+                check_cors_flag(args, f)
             else:
                 coordinator, workers = start_cluster(args, workdir)
                 procs = workers + [coordinator]

@@ -262,6 +262,43 @@ TEST(ToolCallParser, AClosingTagInsideAJsonStringDoesNotEndTheCall) {
   }
 }
 
+// DeepSeek and Kimi K2 write a call's arguments between markers: a marker
+// inside a JSON string of the arguments (a call that writes about the format)
+// stays in the string, for one call and for the second of two.
+TEST(ToolCallParser, EndMarkersInsideArgumentStringsOfDeepSeekAndKimiStayThere) {
+  const std::string ds_end = "<｜tool▁call▁end｜>", ds_all = "<｜tool▁calls▁end｜>";
+  const std::string ds_text =
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>write\n```json\n{\"text\": \"a " +
+      ds_end + " b " + ds_all + " c \\\" " + ds_end + "\"}\n```" + ds_end +
+      "<｜tool▁call▁begin｜>function<｜tool▁sep｜>read\n```json\n{\"path\": \"" + ds_all + ds_end +
+      "\"}\n```" + ds_end + ds_all + "Done.";
+  const std::string kimi_end = "<|tool_call_end|>", kimi_all = "<|tool_calls_section_end|>";
+  const std::string kimi_text =
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.write:0<|tool_call_argument_begin|>"
+      "{\"text\": \"a " + kimi_end + " b " + kimi_all + "\"}" + kimi_end +
+      "<|tool_call_begin|>functions.read:1<|tool_call_argument_begin|>{\"path\": \"" + kimi_all + kimi_end +
+      "\"}" + kimi_end + kimi_all + "Done.";
+  struct Case {
+    ToolCallFormat format;
+    std::string text, first, second;
+  };
+  for (const Case& c : {Case{ToolCallFormat::kDeepSeek, ds_text, "a " + ds_end + " b " + ds_all + " c \" " + ds_end,
+                             ds_all + ds_end},
+                        Case{ToolCallFormat::kKimiK2, kimi_text, "a " + kimi_end + " b " + kimi_all,
+                             kimi_all + kimi_end}}) {
+    std::mt19937 rng(11);
+    for (const auto& pieces : {std::vector<std::string>{c.text}, random_split(c.text, rng)}) {
+      Result r = run(c.format, pieces);
+      ASSERT_EQ(r.calls.size(), 2u) << tool_call_format_name(c.format);
+      EXPECT_EQ(r.calls[0].name, "write");
+      EXPECT_EQ(json::parse(r.calls[0].arguments)["text"], c.first);
+      EXPECT_EQ(r.calls[1].name, "read");
+      EXPECT_EQ(json::parse(r.calls[1].arguments)["path"], c.second);
+      EXPECT_EQ(r.content, "Done.");
+    }
+  }
+}
+
 // Closing tags inside strings, many of them, with escaped quotes before some,
 // then a second call: each call's text is scanned once for where its strings
 // are (this output took 13.8 s at 16000 tags when each tag re-parsed the call

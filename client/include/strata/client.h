@@ -102,15 +102,32 @@ struct ChatMessage {
   std::string content;
 };
 
-// One Generate request (GenerateRequest). The input is `prompt_ids` when
-// set, else `messages` when set, else `prompt` (setting both optionals is
-// INVALID_ARGUMENT).
+// Fill in the middle (GenerateRequest.infill): the model writes what goes
+// between `prefix` and `suffix`, in llama.cpp's server's /infill layout with
+// the model's FIM tokens (inference.proto); FAILED_PRECONDITION for a model
+// without them.
+struct FimFile {
+  std::string filename;  // "" -> "tmp"
+  std::string text;
+};
+struct FillInMiddle {
+  std::string prefix;            // before the cursor
+  std::string suffix;            // after the cursor
+  std::string prompt;            // typed after prefix, kept whole
+  std::vector<FimFile> extra;    // other files for context
+  bool suffix_first = false;     // SPM order
+};
+
+// One Generate request (GenerateRequest). The input is the one optional
+// set — `prompt_ids`, `messages` or `infill` — else `prompt` (setting two
+// is INVALID_ARGUMENT).
 struct GenerateOptions {
   std::string model;                 // empty: the served model
   std::string prompt;                // raw text, tokenized by the server
   std::optional<std::vector<int32_t>> prompt_ids;   // used as given
   std::optional<std::vector<ChatMessage>> messages; // through the model's
                                                     // chat template
+  std::optional<FillInMiddle> infill;               // code completion
   std::optional<bool> add_special;   // add BOS etc. to `prompt`; server
                                      // default true
   bool parse_special = false;        // read "<|im_start|>" in `prompt` as
