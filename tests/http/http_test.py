@@ -799,6 +799,40 @@ def check_auth(args, f, workdir, stubs):
         serve.kill()
 
 
+def run_setup(args, workdir, stubs, f, check, serve_extra=(), cluster_config=""):
+    """Starts `strata serve` or a coordinator with 2 workers (args.setup),
+    waits until the cluster serves, and calls check(procs, http_host,
+    grpc_address, label); prints the children's logs when something failed
+    and kills them. Returns the exit status (0 passed, 1 failed)."""
+    procs = []
+    try:
+        if args.setup == "serve":
+            procs = [start_serve(args, workdir, extra=serve_extra)]
+        else:
+            coordinator, workers = start_cluster(args, workdir, extra_config=cluster_config)
+            procs = workers + [coordinator]
+            pb, pb_grpc, grpc = stubs
+            stub = pb_grpc.InferenceStub(grpc.insecure_channel(coordinator.address))
+            end = time.time() + 120
+            while (stub.Health(pb.HealthRequest(), timeout=5).state != pb.HealthResponse.SERVING
+                   and time.time() < end):
+                time.sleep(0.1)
+        front = procs[-1]
+        check(procs, front.http, front.address, args.setup)
+    except Exception:
+        for p in procs:
+            print(f"--- {p.name} ---\n{p.tail()}")
+        raise
+    finally:
+        for p in procs:
+            p.kill()
+    if f.n:
+        for p in procs:
+            print(f"--- {p.name} ---\n{p.tail()}")
+    print(f"{f.passed} passed, {f.n} failed")
+    return 1 if f.n else 0
+
+
 def parse_args_or_skip():
     """The HTTP tests' command line; exits 77 (skip, saying why) when the
     model or the openai SDK is absent."""
@@ -821,43 +855,22 @@ def main():
     with tempfile.TemporaryDirectory(prefix="strata-http-") as workdir:
         stubs = load_stubs(args.proto_dir, workdir)
         f = Failures()
-        procs = []
-        try:
-            if args.setup == "serve":
-                serve = start_serve(args, workdir)
-                procs = [serve]
-                check_api(args, f, serve.http, serve.address, stubs, "serve")
+
+        def check(procs, host, grpc_address, label):
+            check_api(args, f, host, grpc_address, stubs, label)
+            if label == "serve":
                 check_auth(args, f, workdir, stubs)
                 check_cors_flag(args, f)
-            else:
-                coordinator, workers = start_cluster(args, workdir)
-                procs = workers + [coordinator]
-                pb, pb_grpc, grpc = stubs
-                stub = pb_grpc.InferenceStub(grpc.insecure_channel(coordinator.address))
-                end = time.time() + 120
-                while (stub.Health(pb.HealthRequest(), timeout=5).state != pb.HealthResponse.SERVING
-                       and time.time() < end):
-                    time.sleep(0.1)
-                check_api(args, f, coordinator.http, coordinator.address, stubs, "cluster")
-                workers[1].kill()
-                end = time.time() + 20
-                st = 200
-                while time.time() < end and st == 200:
-                    st, _, _ = raw(coordinator.http, "GET", "/health")
-                    time.sleep(0.05)
-                f.check(st == 503, "cluster: /health 503 once a worker is gone")
-        except Exception:
-            for p in procs:
-                print(f"--- {p.name} ---\n{p.tail()}")
-            raise
-        finally:
-            for p in procs:
-                p.kill()
-        if f.n:
-            for p in procs:
-                print(f"--- {p.name} ---\n{p.tail()}")
-        print(f"{f.passed} passed, {f.n} failed")
-        return 1 if f.n else 0
+                return
+            procs[1].kill()  # the second worker
+            end = time.time() + 20
+            st = 200
+            while time.time() < end and st == 200:
+                st, _, _ = raw(host, "GET", "/health")
+                time.sleep(0.05)
+            f.check(st == 503, "cluster: /health 503 once a worker is gone")
+
+        return run_setup(args, workdir, stubs, f, check)
 
 
 if __name__ == "__main__":

@@ -28,13 +28,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_test import Failures, load_stubs, skip  # noqa: E402
 import http_test  # noqa: E402
-from http_test import parse_args_or_skip, raw, sse_events, start_cluster, start_serve  # noqa: E402
+from http_test import parse_args_or_skip, raw, run_setup, sse_events  # noqa: E402
 
 CTX = 4096          # above llama-server's batch (2048), so files fit in the budget
 BATCH = 2048        # llama-server's default --batch-size: the budgets' B
@@ -250,34 +249,9 @@ def main():
         f = Failures()
         f.check((ref.pre, ref.suf, ref.mid, ref.sep) == (8, 9, 10, 5) and ref.rep >= 0,
                 f"llama.cpp reads the copy's FIM ids (rep {ref.rep} by its text)")
-        procs = []
-        try:
-            if args.setup == "serve":
-                serve = start_serve(args, workdir)
-                procs = [serve]
-                check_infill(args, f, ref, serve.http, serve.address, stubs, "serve")
-            else:
-                coordinator, workers = start_cluster(args, workdir)
-                procs = workers + [coordinator]
-                pb, pb_grpc, grpc = stubs
-                stub = pb_grpc.InferenceStub(grpc.insecure_channel(coordinator.address))
-                end = time.time() + 120
-                while (stub.Health(pb.HealthRequest(), timeout=5).state != pb.HealthResponse.SERVING
-                       and time.time() < end):
-                    time.sleep(0.1)
-                check_infill(args, f, ref, coordinator.http, coordinator.address, stubs, "cluster")
-        except Exception:
-            for p in procs:
-                print(f"--- {p.name} ---\n{p.tail()}")
-            raise
-        finally:
-            for p in procs:
-                p.kill()
-        if f.n:
-            for p in procs:
-                print(f"--- {p.name} ---\n{p.tail()}")
-        print(f"{f.passed} passed, {f.n} failed")
-        return 1 if f.n else 0
+        return run_setup(args, workdir, stubs, f,
+                         lambda procs, host, address, label:
+                         check_infill(args, f, ref, host, address, stubs, label))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from http_test import error_of, parse_args_or_skip, raw, start_cluster, start_serve  # noqa: E402
+from http_test import error_of, parse_args_or_skip, raw, run_setup, start_serve  # noqa: E402
 from cluster_test import Failures, load_stubs  # noqa: E402
 
 MIB = 1 << 20
@@ -233,33 +233,16 @@ def main():
         stubs = load_stubs(args.proto_dir, workdir)
         pb = stubs[0]
         f = Failures()
-        procs = []
-        try:
-            if args.setup == "serve":
-                serve = start_serve(args, workdir)
-                procs = [serve]
-                stub = check_limits(f, serve, stubs, "serve")
-                check_keepalive(f, serve, stubs, "serve")
-                check_queue(f, stub, pb, "serve", ["stage 0"])
+
+        def check(procs, host, grpc_address, label):
+            front = procs[-1]  # serve, or the coordinator once the pipeline serves
+            stub = check_limits(f, front, stubs, label)
+            check_keepalive(f, front, stubs, label)
+            check_queue(f, stub, pb, label, ["stage 0"] if label == "serve" else ["w0", "w1"])
+            if label == "serve":
                 check_auth(f, args, workdir, stubs)
-            else:
-                coordinator, workers = start_cluster(args, workdir)
-                procs = workers + [coordinator]
-                # The limits hold while shards load too; "still serving"
-                # needs the pipeline.
-                health = pb_grpc_stub(stubs, coordinator.address)
-                end = time.time() + 120
-                while (health.Health(pb.HealthRequest(), timeout=5).state
-                       != pb.HealthResponse.SERVING and time.time() < end):
-                    time.sleep(0.1)
-                stub = check_limits(f, coordinator, stubs, "cluster")
-                check_keepalive(f, coordinator, stubs, "cluster")
-                check_queue(f, stub, pb, "cluster", ["w0", "w1"])
-        finally:
-            for p in procs:
-                p.kill()
-        print(f"{f.passed} passed, {f.n} failed")
-        sys.exit(1 if f.n else 0)
+
+        sys.exit(run_setup(args, workdir, stubs, f, check))
 
 
 if __name__ == "__main__":

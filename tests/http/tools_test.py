@@ -22,12 +22,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster"))
 from cluster_test import Failures, load_stubs, skip  # noqa: E402
-from http_test import parse_args_or_skip, raw, start_cluster, start_serve  # noqa: E402
+from http_test import parse_args_or_skip, raw, run_setup  # noqa: E402
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "jinja", "data",
                         "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
@@ -190,41 +189,22 @@ def main():
     with tempfile.TemporaryDirectory(prefix="strata-tools-") as workdir:
         stubs = load_stubs(args.proto_dir, workdir)
         f = Failures()
-        procs = []
-        try:
-            if args.setup == "serve":
-                missing = os.path.join(workdir, "missing.jinja")
-                p = subprocess.run([args.strata, "serve", args.model, "--chat-template", missing,
-                                    "--http", "off"], capture_output=True, text=True, timeout=120)
-                f.check(p.returncode != 0 and "chat_template" in p.stderr and missing in p.stderr,
-                        f"serve: missing --chat-template -> startup error ({p.stderr.strip()[-200:]!r})")
-                serve = start_serve(args, workdir, extra=("--chat-template", TEMPLATE))
-                procs = [serve]
-                http_calls = check_tools(f, serve.http, "serve")
-                check_grpc(f, serve.address, stubs, "serve", http_calls)
+        if args.setup == "serve":
+            missing = os.path.join(workdir, "missing.jinja")
+            p = subprocess.run([args.strata, "serve", args.model, "--chat-template", missing,
+                                "--http", "off"], capture_output=True, text=True, timeout=120)
+            f.check(p.returncode != 0 and "chat_template" in p.stderr and missing in p.stderr,
+                    f"serve: missing --chat-template -> startup error ({p.stderr.strip()[-200:]!r})")
+
+        def check(procs, host, grpc_address, label):
+            if label == "serve":
+                http_calls = check_tools(f, host, label)
+                check_grpc(f, grpc_address, stubs, label, http_calls)
             else:
-                coordinator, workers = start_cluster(args, workdir,
-                                                     extra_config=f"chat_template: {TEMPLATE}\n")
-                procs = workers + [coordinator]
-                pb, pb_grpc, grpc = stubs
-                stub = pb_grpc.InferenceStub(grpc.insecure_channel(coordinator.address))
-                end = time.time() + 120
-                while (stub.Health(pb.HealthRequest(), timeout=5).state != pb.HealthResponse.SERVING
-                       and time.time() < end):
-                    time.sleep(0.1)
-                check_tools(f, coordinator.http, "cluster", full=False)
-        except Exception:
-            for p in procs:
-                print(f"--- {p.name} ---\n{p.tail()}")
-            raise
-        finally:
-            for p in procs:
-                p.kill()
-        if f.n:
-            for p in procs:
-                print(f"--- {p.name} ---\n{p.tail()}")
-        print(f"{f.passed} passed, {f.n} failed")
-        return 1 if f.n else 0
+                check_tools(f, host, label, full=False)
+
+        return run_setup(args, workdir, stubs, f, check, serve_extra=("--chat-template", TEMPLATE),
+                         cluster_config=f"chat_template: {TEMPLATE}\n")
 
 
 if __name__ == "__main__":
