@@ -77,14 +77,25 @@ absl::StatusOr<std::vector<int32_t>> fill_in_middle_prompt(const tokenizer::Toke
   auto typed = ids_of(infill.prompt(), true);
   if (!typed.ok()) return typed.status();
 
-  const int64_t prefix_take =
+  int64_t prefix_take =
       std::min<int64_t>(static_cast<int64_t>(prefix->size()), 3 * (kFimBatch / 4));
-  const int64_t suffix_take =
+  int64_t suffix_take =
       std::min<int64_t>(static_cast<int64_t>(suffix->size()),
                         std::max<int64_t>(0, kFimBatch / 4 - (2 + static_cast<int64_t>(typed->size()))));
-  const int64_t extra_take = std::min<int64_t>(
-      std::max<int64_t>(0, budget.n_ctx - kFimBatch - 2 * budget.max_tokens),
-      static_cast<int64_t>(extra.size()));
+  // llama-server's default n_predict (-1) in its n_ctx - B - 2 n_predict.
+  int64_t extra_take = std::min<int64_t>(std::max<int64_t>(0, budget.n_ctx - kFimBatch + 2),
+                                         static_cast<int64_t>(extra.size()));
+  // What does not leave max_tokens (at least 1) of the context: the extra
+  // context's start first, then the prefix's start, then the suffix's end.
+  const bool bos = add_bos && tok.add_bos() && s.bos;
+  const int64_t room = budget.n_ctx - std::max<int64_t>(1, budget.max_tokens);
+  int64_t over = (bos ? 1 : 0) + 3 + static_cast<int64_t>(typed->size()) + extra_take +
+                 prefix_take + suffix_take - room;
+  for (int64_t* take : {&extra_take, &prefix_take, &suffix_take}) {
+    const int64_t cut = std::clamp<int64_t>(over, 0, *take);
+    *take -= cut;
+    over -= cut;
+  }
 
   std::vector<int32_t> pre_part{*s.fim_pre};
   pre_part.insert(pre_part.end(), prefix->end() - prefix_take, prefix->end());
@@ -93,7 +104,7 @@ absl::StatusOr<std::vector<int32_t>> fill_in_middle_prompt(const tokenizer::Toke
   suf_part.insert(suf_part.end(), suffix->begin(), suffix->begin() + suffix_take);
 
   std::vector<int32_t> ids(extra.end() - extra_take, extra.end());
-  if (add_bos && tok.add_bos() && s.bos) ids.push_back(*s.bos);
+  if (bos) ids.push_back(*s.bos);
   const std::vector<int32_t>& first = infill.suffix_first() ? suf_part : pre_part;
   const std::vector<int32_t>& second = infill.suffix_first() ? pre_part : suf_part;
   ids.insert(ids.end(), first.begin(), first.end());

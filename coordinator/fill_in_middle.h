@@ -13,10 +13,13 @@
 // Each quoted piece is tokenized on its own, without BOS/EOS; prefix, suffix,
 // filenames and file texts as plain text, `prompt` with special-token text
 // read as the tokens. BOS comes when the vocabulary adds one and add_bos
-// allows. Budgets (llama.cpp's, with its server's default batch B = 2048):
-// the prefix keeps its last 3B/4 tokens, the suffix its first
-// max(0, B/4 - 2 - |prompt|) tokens, the extra context its last
-// max(0, n_ctx - B - 2 max_tokens) tokens (a cut may fall inside a file).
+// allows. Budgets: llama.cpp's server's with its defaults (batch B = 2048,
+// n_predict -1): the prefix keeps its last 3B/4 tokens, the suffix its
+// first max(0, B/4 - 2 - |prompt|) tokens, the extra context its last
+// max(0, n_ctx - B + 2) tokens (a cut may fall inside a file). Where that
+// prompt would leave less than max_tokens (at least 1) of the context,
+// more is cut: the extra context's start first, then the prefix's start,
+// then the suffix's end (llama.cpp's server takes no such prompt whole).
 //
 // Errors: FAILED_PRECONDITION "infill: the model has no fill-in-the-middle
 // tokens (missing: FIM_PRE, FIM_MID)"; a tokenizer error as it comes.
@@ -37,7 +40,7 @@ inline constexpr int kFimBatch = 2048;  // B above: llama-server's --batch-size
 
 struct FimBudget {
   int64_t n_ctx = 0;       // the served context, tokens
-  int64_t max_tokens = 0;  // the request's; 0 when it has none
+  int64_t max_tokens = 0;  // the request's, room kept for them; 0 (none): 1
 };
 
 // OK when the model has FIM_PRE, FIM_SUF and FIM_MID; else the error above.

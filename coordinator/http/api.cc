@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/api_key.h"
 #include "coordinator/chat_output.h"
+#include "coordinator/http/infill.h"
 #include "coordinator/http/metrics_page.h"
 #include "coordinator/http/openai.h"
 #include "coordinator/prompt.h"
@@ -558,9 +559,9 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
 }
 
 // llama.cpp server's /infill: one sequence, answered in its completion
-// shape (tools/server server-task.cpp, to_json_non_oaicompat): streamed as
-// `data: {"content", "tokens", "stop": false, ...}` events and a last one
-// with "stop": true and the totals (no [DONE]), or one such object.
+// shape (infill.h): streamed as pieces and a last object with "stop": true
+// (no [DONE]), or that object. n_indent and t_max_predict_ms end it here, as
+// llama.cpp's server does: the sequence is cancelled on the scheduler.
 OpenAiApi::Outcome OpenAiApi::infill(const Request& request, Responder& out) {
   Outcome outcome;
   auto fail = [&](const absl::Status& st) { return failed(st, outcome, out); };
@@ -573,19 +574,67 @@ OpenAiApi::Outcome OpenAiApi::infill(const Request& request, Responder& out) {
   popts.default_max_tokens = 0;  // llama.cpp's n_predict -1: the rest of the context
   absl::StatusOr<SequenceRequest> prepared = prepare_prompt(model, parsed->generate, popts);
   if (!prepared.ok()) return fail(prepared.status());
-  const int prompt_tokens = static_cast<int>(prepared->prompt.size());
-  outcome.prompt_tokens = prompt_tokens;
+  InfillDone done;
+  done.model = model.info.name();
+  done.tokens_evaluated = static_cast<int>(prepared->prompt.size());
+  outcome.prompt_tokens = done.tokens_evaluated;
   tokenizer::DecodeOptions d;
   d.render_special = true;
   absl::StatusOr<std::string> prompt_text = tok.decode(prepared->prompt, d);
   if (!prompt_text.ok()) return fail(prompt_text.status());
-  const GenerationParams params = prepared->params;
+  done.prompt = *std::move(prompt_text);
+  const GenerationParams& params = prepared->params;
+  const worker::SamplingParams& sp = params.sampling;
+  const bool stream = parsed->stream;
+  done.generation_settings = {{"n_predict", params.max_tokens},
+                              {"seed", sp.seed},
+                              {"temperature", sp.temperature},
+                              {"top_k", sp.top_k},
+                              {"top_p", sp.top_p},
+                              {"min_p", sp.min_p},
+                              {"repeat_penalty", sp.repeat_penalty},
+                              {"repeat_last_n", sp.penalty_last_n},
+                              {"presence_penalty", sp.presence_penalty},
+                              {"frequency_penalty", sp.frequency_penalty},
+                              {"stop", params.stop},
+                              {"ignore_eos", params.ignore_eos},
+                              {"n_indent", parsed->n_indent},
+                              {"t_max_predict_ms", parsed->t_max_predict_ms},
+                              {"stream", stream}};
+  const auto start = std::chrono::steady_clock::now();
   auto handle = cluster_.scheduler().submit(*std::move(prepared));
   if (!handle.ok()) return fail(handle.status());
-  const std::string model_name = model.info.name();
-  const bool stream = parsed->stream;
+  auto finish = [&] {
+    if (parsed->prompt_only) {  // n_predict 0: the token generated is not shown
+      done.content.clear();
+      done.tokens.clear();
+      done.tokens_predicted = 0;
+      done.stop_type = "limit";
+    }
+    done.has_new_line = done.content.find('\n') != std::string::npos;
+    outcome.completion_tokens = done.tokens_predicted;
+    if (!parsed->return_tokens) done.tokens.clear();
+    if (stream) {
+      done.content.clear();
+      done.tokens.clear();
+    }
+    json last = infill_done_json(done);
+    if (!parsed->response_fields.empty()) {
+      last = select_response_fields(last, parsed->response_fields);
+    }
+    if (stream) {
+      out.event(dump_json(last));
+      out.end_events();
+    } else {
+      out.send(200, kJson, dump_json(last));
+    }
+    return outcome;
+  };
   if (stream) out.start_events();
-  int generated = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_token;
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
   while (true) {
     if (out.gone()) {
       cluster_.scheduler().cancel((*handle)->seq_id());
@@ -607,74 +656,47 @@ OpenAiApi::Outcome OpenAiApi::infill(const Request& request, Responder& out) {
       }
       return outcome;
     }
-    if (e->kind == SequenceEvent::Kind::kDelta) {
-      generated += static_cast<int>(e->ids.size());
-      if (stream && !e->ids.empty()) {
-        out.event(dump_json(json{{"index", 0},
-                                 {"content", e->text},
-                                 {"tokens", e->ids},
-                                 {"stop", false},
-                                 {"tokens_predicted", generated},
-                                 {"tokens_evaluated", prompt_tokens}}));
-      }
-      continue;
+    if (e->kind == SequenceEvent::Kind::kDone) {
+      done.content = e->all_text;
+      done.tokens = e->all_ids;
+      done.tokens_predicted = static_cast<int>(e->all_ids.size());
+      done.cache_n = e->cached_tokens;
+      done.stop_type = e->finish == FinishReason::kLength ? "limit"
+                       : e->stop_word.empty()              ? "eos"
+                                                           : "word";
+      done.stopping_word = e->stop_word;
+      done.prompt_ms = e->timings.prefill_ms;
+      done.predicted_ms = e->timings.decode_ms;
+      outcome.ttft_ms = e->timings.ttft_ms;
+      return finish();
     }
-    // kDone.
-    const int n = static_cast<int>(e->all_ids.size());
-    outcome.completion_tokens = n;
-    outcome.ttft_ms = e->timings.ttft_ms;
-    const SequenceTimings& t = e->timings;
-    const int processed = prompt_tokens - e->cached_tokens;
-    auto per_token = [](double ms, int k) { return k > 0 ? ms / k : 0.0; };
-    auto per_second = [](double ms, int k) { return ms > 0 ? 1e3 * k / ms : 0.0; };
-    const worker::SamplingParams& sp = params.sampling;
-    json settings = {{"n_predict", params.max_tokens},
-                     {"seed", sp.seed},
-                     {"temperature", sp.temperature},
-                     {"top_k", sp.top_k},
-                     {"top_p", sp.top_p},
-                     {"min_p", sp.min_p},
-                     {"repeat_penalty", sp.repeat_penalty},
-                     {"repeat_last_n", sp.penalty_last_n},
-                     {"presence_penalty", sp.presence_penalty},
-                     {"frequency_penalty", sp.frequency_penalty},
-                     {"stop", params.stop},
-                     {"ignore_eos", params.ignore_eos},
-                     {"stream", stream}};
-    const char* stop_type = e->finish == FinishReason::kLength ? "limit"
-                            : e->stop_word.empty()              ? "eos"
-                                                                : "word";
-    json done = {{"index", 0},
-                 {"content", stream ? std::string() : e->all_text},
-                 {"tokens", stream || !parsed->return_tokens ? std::vector<int32_t>{} : e->all_ids},
-                 {"stop", true},
-                 {"model", model_name},
-                 {"tokens_predicted", n},
-                 {"tokens_evaluated", prompt_tokens},
-                 {"generation_settings", std::move(settings)},
-                 {"prompt", *prompt_text},
-                 {"has_new_line", e->all_text.find('\n') != std::string::npos},
-                 {"truncated", false},
-                 {"stop_type", stop_type},
-                 {"stopping_word", e->stop_word},
-                 {"tokens_cached", prompt_tokens + n},
-                 {"timings",
-                  {{"cache_n", e->cached_tokens},
-                   {"prompt_n", processed},
-                   {"prompt_ms", t.prefill_ms},
-                   {"prompt_per_token_ms", per_token(t.prefill_ms, processed)},
-                   {"prompt_per_second", per_second(t.prefill_ms, processed)},
-                   {"predicted_n", n},
-                   {"predicted_ms", t.decode_ms},
-                   {"predicted_per_token_ms", per_token(t.decode_ms, n)},
-                   {"predicted_per_second", per_second(t.decode_ms, n)}}}};
-    if (stream) {
-      out.event(dump_json(done));
-      out.end_events();
-    } else {
-      out.send(200, kJson, dump_json(done));
+    // A piece: llama.cpp's code-completion limits may end the sequence here.
+    if (!first_token) {
+      first_token = std::chrono::steady_clock::now();
+      outcome.ttft_ms = ms_since(start);
     }
-    return outcome;
+    const size_t before = done.content.size();
+    done.content += e->text;
+    done.tokens.insert(done.tokens.end(), e->ids.begin(), e->ids.end());
+    done.tokens_predicted += static_cast<int>(e->ids.size());
+    const size_t cut = indent_cut(done.content, parsed->n_indent);
+    const bool late = parsed->t_max_predict_ms > 0 &&
+                      e->text.find('\n') != std::string::npos &&
+                      ms_since(*first_token) > static_cast<double>(parsed->t_max_predict_ms);
+    if (cut != std::string::npos) done.content.resize(cut);
+    if (stream && !e->ids.empty() && !parsed->prompt_only) {
+      const std::string_view piece =
+          std::string_view(done.content).substr(std::min(before, done.content.size()));
+      out.event(dump_json(infill_piece_json(piece, e->ids, done.tokens_predicted,
+                                            done.tokens_evaluated)));
+    }
+    if (cut != std::string::npos || late) {
+      cluster_.scheduler().cancel((*handle)->seq_id());
+      done.stop_type = "limit";
+      done.prompt_ms = outcome.ttft_ms;
+      done.predicted_ms = ms_since(*first_token);
+      return finish();
+    }
   }
 }
 

@@ -303,8 +303,25 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   if (infill) {
     if (auto v = f.integer("repeat_last_n")) s->set_repeat_last_n(clamp_int32(*v));
   }
-  // -1: a random seed, as llama.cpp's server reads it (LLAMA_DEFAULT_SEED).
-  if (auto v = f.integer("seed"); v && *v != -1) s->set_seed(static_cast<uint64_t>(*v));
+  // -1: a random seed, as llama.cpp's server reads it (LLAMA_DEFAULT_SEED);
+  // else any integer in [-2^63, 2^64) (a negative one as its 64 bits).
+  if (const json* seed = f.get("seed")) {
+    if (seed->is_number_unsigned()) {
+      s->set_seed(seed->get<uint64_t>());
+    } else if (seed->is_number_integer()) {
+      if (seed->get<int64_t>() != -1) s->set_seed(static_cast<uint64_t>(seed->get<int64_t>()));
+    } else if (seed->is_number_float()) {
+      const double d = seed->get<double>();  // 7.0 is 7, as other integers here
+      if (!(d == std::trunc(d) && d >= -9223372036854775808.0 && d < 18446744073709551616.0)) {
+        return bad("seed", absl::StrCat(seed->dump(), " is not an integer in [-2^63, 2^64)"));
+      }
+      if (d != -1.0) {
+        s->set_seed(d < 0 ? static_cast<uint64_t>(static_cast<int64_t>(d)) : static_cast<uint64_t>(d));
+      }
+    } else {
+      return wrong_type("seed", "an integer", *seed);
+    }
+  }
   if (!f.status().ok()) return f.status();
   // Stop strings.
   if (const json* stop = f.get("stop")) {
@@ -413,9 +430,30 @@ absl::Status map_infill(const json& body, OpenAiRequest* r) {
   }
   std::optional<int64_t> n_predict = f.integer("n_predict");
   if (!n_predict) n_predict = f.integer("max_tokens");
-  if (n_predict && *n_predict != -1) g.set_max_tokens(clamp_int32(*n_predict));
+  if (n_predict && *n_predict == 0) {
+    // llama.cpp evaluates the prompt and generates nothing (editor plugins
+    // warm the cache so): one token is generated and not shown.
+    r->prompt_only = true;
+    g.set_max_tokens(1);
+  } else if (n_predict && *n_predict != -1) {
+    g.set_max_tokens(clamp_int32(*n_predict));
+  }
+  if (const json* fields = f.get("response_fields")) {
+    if (!fields->is_array()) return wrong_type("response_fields", "an array of strings", *fields);
+    for (size_t i = 0; i < fields->size(); ++i) {
+      if (!(*fields)[i].is_string()) {
+        return wrong_type(absl::StrCat("response_fields[", i, "]"), "a string", (*fields)[i]);
+      }
+      r->response_fields.push_back((*fields)[i].get<std::string>());
+    }
+  }
   if (auto spm = f.boolean("spm_infill")) fim->set_suffix_first(*spm);
   if (auto rt = f.boolean("return_tokens")) r->return_tokens = *rt;
+  if (auto v = f.integer("n_indent")) {
+    if (*v < 0) return bad("n_indent", absl::StrCat(*v, " is less than 0"));
+    r->n_indent = clamp_int32(*v);
+  }
+  if (auto v = f.integer("t_max_predict_ms")) r->t_max_predict_ms = std::max<int64_t>(0, *v);
   return f.status();
 }
 

@@ -30,7 +30,9 @@
 // /infill (llama.cpp's server): input_prefix, input_suffix (required),
 // prompt, input_extra [{"filename", "text"}] -> infill; n_predict |
 // max_tokens (-1: absent) -> max_tokens; repeat_penalty, repeat_last_n;
-// return_tokens; spm_infill -> infill.suffix_first; the other fields as
+// (0: the prompt evaluated, no text), return_tokens, n_indent,
+// t_max_predict_ms, response_fields; spm_infill ->
+// infill.suffix_first; the other fields as
 // above; sampling defaults llama.cpp's (temperature 0.8, top_k 40, top_p
 // 0.95, min_p 0.05); n must be 1.
 // Known OpenAI fields that cannot be honoured (best_of > n, image parts)
@@ -43,6 +45,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -66,6 +69,17 @@ struct OpenAiRequest {
   // tokens lead the logprobs, the first with null.
   bool echo = false;
   bool return_tokens = false;  // /infill: the generated ids in "tokens"
+  // /infill, llama.cpp's code-completion limits (0: off): stop when a new
+  // line has fewer than n_indent spaces or tabs (cut before its text), or
+  // on a piece with a '\n' once t_max_predict_ms passed since the first
+  // token.
+  int n_indent = 0;
+  int64_t t_max_predict_ms = 0;
+  // /infill n_predict 0: the prompt is evaluated (and cached), no text.
+  bool prompt_only = false;
+  // /infill: only these members of the last object, "a/b" for a nested one
+  // under that flat key (llama.cpp's response_fields); empty: all.
+  std::vector<std::string> response_fields;
 };
 
 inline constexpr int kMaxChoices = 128;            // n

@@ -156,22 +156,35 @@ TEST(FillInMiddle, BudgetsKeepThePrefixsEndTheSuffixsStartAndTheLastOfTheFiles) 
   in.set_suffix(suffix);
   in.set_prompt("0123456789");
   in.add_extra()->set_text(std::string(500, 'z'));
-  const int32_t extra_budget = 2048 + 300 - kFimBatch - 2 * 100;  // 100 tokens
   const std::vector<int32_t> all_extra =
       cat({{f.rep}, f.ids("myproject\n"), {f.sep}, f.ids("tmp\n"), f.ids(std::string(500, 'z')),
            {f.sep}, f.ids("filename\n")});
-  const std::vector<int32_t> kept_extra(all_extra.end() - extra_budget, all_extra.end());
-  const std::vector<int32_t> want =
-      cat({kept_extra, {f.bos, f.pre}, f.ids(prefix.substr(2000 - 1536)), f.ids("0123456789"),
-           {f.suf}, f.ids(suffix.substr(0, 500)), {f.mid}});
-  EXPECT_EQ(layout(f, in, true, {.n_ctx = 2048 + 300, .max_tokens = 100}), want);
-  // No room past the batch: no extra context at all; a long prompt leaves
-  // the suffix nothing.
+  ASSERT_EQ(all_extra.size(), 526u);
+  auto last = [](const std::vector<int32_t>& v, size_t n) {
+    return std::vector<int32_t>(v.end() - static_cast<std::ptrdiff_t>(n), v.end());
+  };
+  // A context of 4096: the files' budget 4096 - 2048 + 2 holds them all, and
+  // the prompt (1 + 3 + 10 + 526 + 1536 + 500 = 2576) leaves 100 tokens.
+  EXPECT_EQ(layout(f, in, true, {.n_ctx = 4096, .max_tokens = 100}),
+            cat({all_extra, {f.bos, f.pre}, f.ids(prefix.substr(2000 - 1536)), f.ids("0123456789"),
+                 {f.suf}, f.ids(suffix.substr(0, 500)), {f.mid}}));
+  // 2348: the files' budget is 302 tokens, and 104 more go so that 100 are
+  // left for max_tokens (2348 - 100 = 1 + 3 + 10 + 198 + 1536 + 500).
+  EXPECT_EQ(layout(f, in, true, {.n_ctx = 2348, .max_tokens = 100}),
+            cat({last(all_extra, 198), {f.bos, f.pre}, f.ids(prefix.substr(2000 - 1536)),
+                 f.ids("0123456789"), {f.suf}, f.ids(suffix.substr(0, 500)), {f.mid}}));
+  // 2048 and no max_tokens (1 kept): 95 over, the files' 2 tokens go, then 93 of
+  // the prefix's; a 600-token prompt leaves the suffix nothing.
   in.set_prompt(std::string(600, '1'));
-  const std::vector<int32_t> none =
-      cat({{f.bos, f.pre}, f.ids(prefix.substr(2000 - 1536)), f.ids(std::string(600, '1')),
-           {f.suf}, {f.mid}});
-  EXPECT_EQ(layout(f, in, true, {.n_ctx = 2048, .max_tokens = 0}), none);
+  EXPECT_EQ(layout(f, in, true, {.n_ctx = 2048, .max_tokens = 0}),
+            cat({{f.bos, f.pre}, f.ids(prefix.substr(2000 - 1443)), f.ids(std::string(600, '1')),
+                 {f.suf}, {f.mid}}));
+  // 300 and 50: no files, no prefix, the suffix's first 236 (300 - 50 =
+  // 1 + 3 + 10 + 236).
+  in.set_prompt("0123456789");
+  EXPECT_EQ(layout(f, in, true, {.n_ctx = 300, .max_tokens = 50}),
+            cat({{f.bos, f.pre}, f.ids("0123456789"), {f.suf}, f.ids(suffix.substr(0, 236)),
+                 {f.mid}}));
 }
 
 TEST(FillInMiddle, AModelWithoutFimTokensIsRefusedNamingThem) {

@@ -3,10 +3,12 @@
 // invariant the target asserts does not hold.
 #pragma once
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "tests/test_paths.h"
 
@@ -48,6 +50,18 @@ inline void require(bool ok, const std::string& what) {
 inline void note(const std::string& what) {
   static const bool on = std::getenv("STRATA_FUZZ_VERBOSE") != nullptr;
   if (on) std::fprintf(stderr, "  -> %s\n", what.c_str());
+}
+
+// The reference for coordinator::check_bearer: the scheme "Bearer" in any
+// case (RFC 9110 11.1), one or more spaces, then exactly `key`.
+inline bool bearer_matches(std::string_view header, std::string_view key) {
+  constexpr std::string_view kScheme = "bearer";
+  if (header.size() <= kScheme.size() || header[kScheme.size()] != ' ') return false;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) return false;
+  }
+  const size_t at = header.find_first_not_of(' ', kScheme.size());
+  return at != std::string_view::npos && header.substr(at) == key;
 }
 
 }  // namespace strata::fuzz

@@ -5,7 +5,6 @@
 // the path, the Authorization header through check_bearer, and a POST
 // body of /v1/chat/completions, /v1/completions, /tokenize or /detokenize
 // through the OpenAI parsers (coordinator/http/openai.h).
-#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -62,16 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = target.substr(0, target.find('?'));
   const std::string authorization(msg[bhttp::field::authorization]);
   const absl::Status auth = check_bearer("sk-fuzz", authorization);
-  // The scheme in any case, one or more spaces, then exactly the key.
-  const size_t space = authorization.find(' ');
-  const size_t key_at = authorization.find_first_not_of(' ', space);
-  bool scheme = space == 6;
-  for (size_t i = 0; scheme && i < 6; ++i) {
-    scheme = std::tolower(static_cast<unsigned char>(authorization[i])) == "bearer"[i];
-  }
-  check(auth.ok() == (scheme && key_at != std::string::npos &&
-                      authorization.substr(key_at) == "sk-fuzz"),
-        "only the key passes");
+  check(auth.ok() == strata::fuzz::bearer_matches(authorization, "sk-fuzz"), "only the key passes");
   if (msg.method() != bhttp::verb::post) return 0;
   if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/infill") {
     auto parsed = http::parse_openai_request(

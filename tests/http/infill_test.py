@@ -69,7 +69,10 @@ class Reference:
         return self.llm.tokenize(text.encode(), add_bos=False, special=special)
 
     def layout(self, prefix, suffix, prompt="", extra=(), n_predict=-1, spm=False):
-        """format_prompt_infill of llama.cpp's server, with n_batch BATCH."""
+        """format_prompt_infill of llama.cpp's server with its defaults (n_batch
+        BATCH, the server's n_predict -1), then strata's cut where the prompt
+        would leave less than the request's n_predict (at least 1): the files'
+        start, the prefix's start, the suffix's end."""
         extra_tokens = []
         if self.rep >= 0:
             extra_tokens += [self.rep] + self.tok("myproject\n")
@@ -85,7 +88,14 @@ class Reference:
         t_prompt = self.tok(prompt, special=True)
         n_prefix = min(len(t_prefix), 3 * (BATCH // 4))
         n_suffix = min(len(t_suffix), max(0, BATCH // 4 - (2 + len(t_prompt))))
-        n_extra = min(max(0, CTX - BATCH - 2 * n_predict), len(extra_tokens))
+        n_extra = min(max(0, CTX - BATCH - 2 * -1), len(extra_tokens))
+        over = ((1 if self.add_bos else 0) + 3 + len(t_prompt) + n_extra + n_prefix + n_suffix
+                - (CTX - max(1, n_predict)))
+        cut = min(max(over, 0), n_extra)
+        n_extra, over = n_extra - cut, over - cut
+        cut = min(max(over, 0), n_prefix)
+        n_prefix, over = n_prefix - cut, over - cut
+        n_suffix -= min(max(over, 0), n_suffix)
         t_prefix = [self.pre] + t_prefix[len(t_prefix) - n_prefix:] + t_prompt
         t_suffix = [self.suf] + t_suffix[:n_suffix]
         first, second = (t_suffix, t_prefix) if spm else (t_prefix, t_suffix)
@@ -205,6 +215,79 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
         f.check(st == 200 and s["stop_type"] == "word" and s["stopping_word"] == word and
                 s["content"] == content[:k],
                 f"{label}: stop {word!r}: stop_type word, content {s['content']!r}")
+
+    # Budgets past the context: 9000 tokens of files and a long prefix and
+    # suffix in a context of CTX with n_predict 64 are cut to leave 64.
+    big = [{"filename": f"f{i}.py", "text": long_prefix} for i in range(2)]
+    want_big = ref.layout(long_prefix, long_suffix, typed, big, n_predict=64)
+    st, _, out = raw(host, "POST", "/infill", body={
+        "input_prefix": long_prefix, "input_suffix": long_suffix, "prompt": typed,
+        "input_extra": big, "n_predict": 64, "temperature": 0, "ignore_eos": True})
+    b = json.loads(out)
+    f.check(st == 200 and len(want_big) == CTX - 64 and b.get("tokens_evaluated") == len(want_big)
+            and b["prompt"] == ref.llm.detokenize(want_big, special=True).decode(errors="replace")
+            and b["tokens_predicted"] == 64,
+            f"{label}: a prompt past the budgets is cut to leave n_predict ({st}, "
+            f"{b.get('tokens_evaluated')} of {CTX} tokens, 64 generated)")
+
+    # llama.cpp's code-completion fields.
+    plain_body = {"input_prefix": prefix, "input_suffix": suffix, "prompt": typed,
+                  "input_extra": files, "n_predict": 48, "temperature": 0, "ignore_eos": True,
+                  "return_tokens": True}
+    st, _, out = raw(host, "POST", "/infill", body=plain_body)
+    plain = json.loads(out)
+    st, _, out = raw(host, "POST", "/infill", body=dict(plain_body, response_fields=[
+        "content", "timings/predicted_n", "nothing/here"]))
+    f.check(st == 200 and json.loads(out) == {"content": plain["content"],
+                                              "timings/predicted_n": 48},
+            f"{label}: response_fields: only those, nested ones under flat keys")
+    # n_indent: the first line indented less than asked is cut before its text.
+    text = plain["content"]
+    nl = text.find("\n")
+    if nl < 0 or not text[nl + 1:].strip():
+        f.check(False, f"{label}: n_indent: no second line to cut in {text!r}")
+    else:
+        p = nl + 1
+        while p < len(text) and text[p] in " \t":
+            p += 1
+        n_indent = (p - nl - 1) + 1  # one more than the second line has
+        for stream in (False, True):
+            body = dict(plain_body, n_indent=n_indent, stream=stream)
+            if stream:
+                ev = [json.loads(e) for e in sse_events(host, "/infill", body)]
+                got, last = "".join(e["content"] for e in ev), ev[-1]
+            else:
+                st, _, out = raw(host, "POST", "/infill", body=body)
+                last = json.loads(out)
+                got = last["content"]
+            f.check(got == text[:p] and last["stop_type"] == "limit",
+                    f"{label}: n_indent {n_indent} (streamed {stream}): cut before the second "
+                    f"line's text ({got!r})")
+    # t_max_predict_ms: stops on a piece with a newline once the time passed
+    # (here 1 ms: at the first or the second such piece).
+    st, _, out = raw(host, "POST", "/infill", body=dict(plain_body, t_max_predict_ms=1))
+    t = json.loads(out)
+    pieces = [ref.llm.detokenize([x]).decode(errors="replace") for x in plain["tokens"]]
+    newlines = [i for i, x in enumerate(pieces) if "\n" in x]
+    k = len(t["tokens"])
+    f.check(st == 200 and t["tokens"] == plain["tokens"][:k] and k - 1 in newlines[:2] and
+            t["stop_type"] == "limit",
+            f"{label}: t_max_predict_ms 1: stopped after the newline piece {k - 1} "
+            f"(newline pieces {newlines[:3]})")
+    # n_predict 0 (llama.vim's and llama.vscode's cache warm-up): 200, no
+    # text; the next request finds the prompt in the prefix cache.
+    warm = {"input_prefix": "# warm\n" + prefix, "input_suffix": suffix, "input_extra": files}
+    st, _, out = raw(host, "POST", "/infill", body=dict(warm, n_predict=0, response_fields=[""]))
+    f.check(st == 200 and json.loads(out) == {}, f"{label}: n_predict 0 with response_fields "
+                                                 f"[\"\"] -> 200 {{}} ({out[:80]!r})")
+    st, _, out = raw(host, "POST", "/infill", body=dict(warm, n_predict=0))
+    w = json.loads(out)
+    st2, _, out2 = raw(host, "POST", "/infill", body=dict(warm, n_predict=4, temperature=0))
+    n = json.loads(out2)
+    f.check(st == 200 and w["content"] == "" and w["tokens_predicted"] == 0 and st2 == 200 and
+            n["timings"]["cache_n"] >= 16,
+            f"{label}: n_predict 0: no text; then {n['timings']['cache_n']} of "
+            f"{n['tokens_evaluated']} prompt tokens from the prefix cache")
 
     # /v1/completions with suffix (the SDK): /infill's answer for the same
     # prefix and suffix (no typed prompt, no files).

@@ -247,6 +247,20 @@ TEST(OpenAiMapping, InfillTakesLlamaCppServersFieldsAndDefaults) {
   EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "input_extra": [{"text": "a", "filename": 3}]})"),
             "input_extra[0].filename");
   EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "n": 2})"), "n");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "n_indent": -1})"), "n_indent");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "response_fields": "content"})"), "response_fields");
+  EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "response_fields": ["a", 1]})"),
+            "response_fields[1]");
+  // n_predict 0: the prompt only (one token generated, not shown); the
+  // code-completion limits and the fields asked for.
+  auto warm = parse_openai_request(kInfill, "{" + ps + R"(, "n_predict": 0, "n_indent": 4,
+      "t_max_predict_ms": 250, "response_fields": ["content", "timings/prompt_n"]})");
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_TRUE(warm->prompt_only);
+  EXPECT_EQ(warm->generate.max_tokens(), 1);
+  EXPECT_EQ(warm->n_indent, 4);
+  EXPECT_EQ(warm->t_max_predict_ms, 250);
+  EXPECT_EQ(warm->response_fields, (std::vector<std::string>{"content", "timings/prompt_n"}));
   EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "n_predict": "x"})"), "n_predict");
 }
 
@@ -275,6 +289,16 @@ TEST(OpenAiMapping, RangesOpenAiAndVllmRefuse) {
   EXPECT_FLOAT_EQ(infill->generate.sampling().presence_penalty(), 5.0f);
   EXPECT_EQ(param_of(Endpoint::kInfill, R"({"input_prefix": "", "input_suffix": "",
       "temperature": -1})"), "temperature");
+  // Seeds: any integer in [-2^63, 2^64), none clamped onto another.
+  EXPECT_EQ(chat("{" + m + R"(, "seed": 18446744073709551615})").generate.sampling().seed(),
+            18446744073709551615u);
+  EXPECT_EQ(chat("{" + m + R"(, "seed": 9223372036854775808})").generate.sampling().seed(),
+            9223372036854775808u);
+  EXPECT_EQ(chat("{" + m + R"(, "seed": 7.0})").generate.sampling().seed(), 7u);
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "seed": 18446744073709551616})"), "seed");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "seed": 1e30})"), "seed");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "seed": 1.5})"), "seed");
+  EXPECT_EQ(param_of(kChat, "{" + m + R"(, "seed": "7"})"), "seed");
   // seed -1: random (no seed), as llama.cpp reads it; other values kept.
   EXPECT_FALSE(chat("{" + m + R"(, "seed": -1})").generate.sampling().has_seed());
   EXPECT_EQ(chat("{" + m + R"(, "seed": -2})").generate.sampling().seed(),
