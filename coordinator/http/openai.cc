@@ -301,7 +301,9 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
     s->set_repeat_penalty(static_cast<float>(*v));
   }
   if (infill) {
-    if (auto v = f.integer("repeat_last_n")) s->set_repeat_last_n(clamp_int32(*v));
+    // -1: the context, as llama.cpp reads it; the sampler looks back at most
+    // 4096 tokens (worker/sampling_proto.h).
+    if (auto v = f.integer("repeat_last_n")) s->set_repeat_last_n(*v == -1 ? 4096 : clamp_int32(*v));
   }
   // -1: a random seed, as llama.cpp's server reads it (LLAMA_DEFAULT_SEED);
   // else any integer in [-2^63, 2^64) (a negative one as its 64 bits).

@@ -248,6 +248,9 @@ TEST(OpenAiMapping, InfillTakesLlamaCppServersFieldsAndDefaults) {
             "input_extra[0].filename");
   EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "n": 2})"), "n");
   EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "n_indent": -1})"), "n_indent");
+  auto window = parse_openai_request(kInfill, "{" + ps + R"(, "repeat_last_n": -1})");
+  ASSERT_TRUE(window.ok()) << window.status();
+  EXPECT_EQ(window->generate.sampling().repeat_last_n(), 4096);  // llama.cpp's -1: the context
   EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "response_fields": "content"})"), "response_fields");
   EXPECT_EQ(param_of(kInfill, "{" + ps + R"(, "response_fields": ["a", 1]})"),
             "response_fields[1]");
