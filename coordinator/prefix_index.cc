@@ -5,7 +5,7 @@
 namespace strata::coordinator {
 namespace {
 
-constexpr uint64_t kSeed = 0x7072656669782d31ull;  // "prefix-1"
+constexpr uint64_t kSeed = PrefixIndex::kSharedRoot;
 
 // splitmix64's finaliser: a bijective mix.
 uint64_t mix(uint64_t x) {
@@ -24,7 +24,12 @@ PrefixIndex::PrefixIndex(int capacity, int block_tokens)
     free_.push_back(s - 1);
 }
 
-uint64_t PrefixIndex::root_key() { return kSeed; }
+uint64_t PrefixIndex::root_key(std::string_view cache_salt) {
+  if (cache_salt.empty()) return kSeed;
+  uint64_t h = mix(kSeed ^ 0x5a17ull);
+  for (unsigned char c : cache_salt) h = mix(h ^ c);
+  return mix(h ^ cache_salt.size());
+}
 
 uint64_t PrefixIndex::chain_key(uint64_t parent,
                                 std::span<const int32_t> block) const {
@@ -34,11 +39,11 @@ uint64_t PrefixIndex::chain_key(uint64_t parent,
 }
 
 std::vector<uint64_t> PrefixIndex::block_keys(
-    std::span<const int32_t> tokens) const {
+    std::span<const int32_t> tokens, uint64_t root) const {
   std::vector<uint64_t> keys;
   const size_t n = tokens.size() / static_cast<size_t>(block_tokens_);
   keys.reserve(n);
-  uint64_t h = kSeed;
+  uint64_t h = root;
   for (size_t b = 0; b < n; ++b) {
     h = chain_key(h, tokens.subspan(b * block_tokens_,
                                     static_cast<size_t>(block_tokens_)));
@@ -48,8 +53,8 @@ std::vector<uint64_t> PrefixIndex::block_keys(
 }
 
 bool PrefixIndex::same(const Entry& e, std::span<const int32_t> tokens,
-                       std::span<const uint64_t> keys, int b) const {
-  if (e.parent != (b == 0 ? kSeed : keys[b - 1])) return false;
+                       std::span<const uint64_t> keys, int b, uint64_t root) const {
+  if (e.parent != (b == 0 ? root : keys[b - 1])) return false;
   return std::equal(e.tokens.begin(), e.tokens.end(),
                     tokens.begin() + static_cast<size_t>(b) * block_tokens_);
 }
@@ -60,12 +65,12 @@ void PrefixIndex::touch(uint32_t slot) {
 
 std::vector<PrefixBlock> PrefixIndex::match(std::span<const int32_t> tokens,
                                             std::span<const uint64_t> keys,
-                                            int max_blocks) {
+                                            int max_blocks, uint64_t root) {
   std::vector<PrefixBlock> hits;
   const int n = std::min(max_blocks, static_cast<int>(keys.size()));
   for (int b = 0; b < n; ++b) {
     auto it = by_key_.find(keys[b]);
-    if (it == by_key_.end() || !same(slots_[it->second], tokens, keys, b))
+    if (it == by_key_.end() || !same(slots_[it->second], tokens, keys, b, root))
       break;
     hits.push_back(PrefixBlock{it->second, keys[b]});
   }
@@ -77,10 +82,10 @@ std::vector<PrefixBlock> PrefixIndex::match(std::span<const int32_t> tokens,
 
 std::optional<uint32_t> PrefixIndex::insert(std::span<const int32_t> tokens,
                                             std::span<const uint64_t> keys,
-                                            int b) {
+                                            int b, uint64_t root) {
   return insert_block(tokens.subspan(static_cast<size_t>(b) * block_tokens_,
                                      static_cast<size_t>(block_tokens_)),
-                      b == 0 ? kSeed : keys[b - 1], keys[b]);
+                      b == 0 ? root : keys[b - 1], keys[b]);
 }
 
 std::optional<uint32_t> PrefixIndex::insert_block(

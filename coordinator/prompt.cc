@@ -28,6 +28,7 @@ constexpr size_t kMaxStopBytes = 256;
 constexpr int kMaxTopLogprobs = 20;
 constexpr size_t kMaxUserBytes = 256;
 constexpr int kMaxFimFiles = 256;             // infill.extra
+constexpr size_t kMaxCacheSaltBytes = 256;
 
 absl::Status bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
@@ -182,6 +183,7 @@ absl::Status check_request_size(const v1::GenerateRequest& r, int64_t n_ctx) {
     add(r.stop(i).size(), [i] { return absl::StrCat("stop[", i, "]"); });
   }
   add(r.user().size(), [] { return std::string("user"); });
+  add(r.cache_salt().size(), [] { return std::string("cache_salt"); });
   const size_t limit = request_text_limit(n_ctx);
   if (total <= limit) return absl::OkStatus();
   return bad("request", absl::StrCat(total, " bytes of text exceed ", limit,
@@ -332,6 +334,10 @@ absl::Status check_generate_request(const v1::GenerateRequest& r, int n_vocab,
     return bad("user", absl::StrCat(r.user().size(), " bytes exceed ",
                                     kMaxUserBytes));
   }
+  if (r.cache_salt().size() > kMaxCacheSaltBytes) {
+    return bad("cache_salt", absl::StrCat(r.cache_salt().size(), " bytes exceed ",
+                                          kMaxCacheSaltBytes));
+  }
   // Fields the server cannot honour yet: refused, never silently ignored
   // (output that ignores a schema or the tools would look like success).
   // tools and chat_template_kwargs are rendered by the chat template; the
@@ -398,6 +404,7 @@ absl::StatusOr<SequenceRequest> prepare_prompt(const ServedModel& model,
   sr.logprobs = request.logprobs();
   sr.top_logprobs = request.top_logprobs();
   sr.prompt_logprobs = request.has_prompt_logprobs() ? request.prompt_logprobs() : -1;
+  sr.cache_salt = request.cache_salt();
   absl::StatusOr<std::string> grammar = structured_output_grammar(request);
   if (!grammar.ok()) return grammar.status();
   sr.grammar = *std::move(grammar);

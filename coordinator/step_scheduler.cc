@@ -306,7 +306,7 @@ void StepScheduler::save_decoded_block(Sequence& seq, v1::SequenceSlice& slice,
     if (g >= static_cast<int>(ids.size())) return;
     block.push_back(g < 0 ? seq.request.prompt[p] : ids[g]);
   }
-  const uint64_t parent = b == 0 ? PrefixIndex::root_key() : seq.keys[b - 1];
+  const uint64_t parent = b == 0 ? PrefixIndex::root_key(seq.request.cache_salt) : seq.keys[b - 1];
   const uint64_t key = prefix_.chain_key(parent, block);
   seq.keys.push_back(key);
   seq.next_save = b + 1;
@@ -378,11 +378,12 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     const bool scored = seq->request.prompt_logprobs >= 0;
     if (first && !resumed && prefix_.capacity() > 0) {
       const std::span<const int32_t> prompt(seq->request.prompt);
-      if (seq->keys.empty()) seq->keys = prefix_.block_keys(prompt);
+      const uint64_t root = PrefixIndex::root_key(seq->request.cache_salt);
+      if (seq->keys.empty()) seq->keys = prefix_.block_keys(prompt, root);
       // A scored prompt restores nothing (restored rows have no logits);
       // it still saves its blocks.
       const int most = scored ? 0 : (seq->prompt_size() - 1) / prefix_.block_tokens();
-      hits = prefix_.match(prompt, seq->keys, most);
+      hits = prefix_.match(prompt, seq->keys, most, root);
       // A block this micro-batch saves is not there yet when its restores
       // run (every stage restores before the forward pass, saves after).
       for (size_t h = 0; h < hits.size(); ++h) {
@@ -436,7 +437,8 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     for (; !resumed && prefix_.capacity() > 0 && seq->next_save < full; ++seq->next_save) {
       const int b = seq->next_save;
       if (std::optional<uint32_t> slot =
-              prefix_.insert(seq->request.prompt, seq->keys, b)) {
+              prefix_.insert(seq->request.prompt, seq->keys, b,
+                             PrefixIndex::root_key(seq->request.cache_salt))) {
         slice->add_save_blocks(*slot);
         slice->add_save_keys(seq->keys[b]);
         slice->add_save_block_index(b);

@@ -123,6 +123,9 @@ struct SequenceRequest {
   // "<|python_tag|>") for a tool-call parser; end-of-generation ids still end
   // the sequence and are not rendered.
   bool render_special = false;
+  // Prefix caching: only requests of one salt share cached blocks
+  // (GenerateRequest.cache_salt; prefix_index.h); "" the shared cache.
+  std::string cache_salt;
 };
 
 struct SequenceTimings {

@@ -341,6 +341,7 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
     }
   }
   if (auto user = f.string("user")) g.set_user(*user);
+  if (auto salt = f.string("cache_salt")) g.set_cache_salt(*salt);
   if (auto ignore = f.boolean("ignore_eos")) g.set_ignore_eos(*ignore);
   if (const json* bias = f.get("logit_bias")) {
     if (absl::Status st = read_logit_bias(*bias, s); !st.ok()) return st;

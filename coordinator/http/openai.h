@@ -19,7 +19,7 @@
 //   logprobs: k (completions) -> logprobs, top_logprobs;  user -> user
 //   tools, tool_choice, chat_template_kwargs, response_format, grammar ->
 //   fields 13..18 (prompt preparation says whether they are served)
-//   ignore_eos (vLLM's extension) -> ignore_eos
+//   ignore_eos, cache_salt (vLLM's extensions) -> ignore_eos, cache_salt
 //   echo (completions) -> OpenAiRequest::echo, and with logprobs: k,
 //   prompt_logprobs k
 //   suffix (completions, a text prompt, not "") -> infill {prefix: prompt,

@@ -141,6 +141,8 @@ TEST(GenerateRequest, EveryBoundNamesItsField) {
       {[](v1::GenerateRequest& r) { r.set_prompt_logprobs(21); },
        "prompt_logprobs: 21 is out of range [0, 20]"},
       {[](v1::GenerateRequest& r) { r.set_prompt_logprobs(-1); }, "prompt_logprobs"},
+      {[](v1::GenerateRequest& r) { r.set_cache_salt(std::string(257, 's')); },
+       "cache_salt: 257 bytes exceed 256"},
       {[](v1::GenerateRequest& r) {
          r.mutable_infill()->set_prefix(std::string((4 << 20) + 1, 'a'));
        },

@@ -406,6 +406,36 @@ TEST(PrefixIndex, KeysChainTheWholePrefix) {
   EXPECT_NE(kd[2], ka[2]);
 }
 
+// A cache salt roots every key elsewhere: blocks cached under one salt
+// match only requests of that salt, never the shared cache's or another's.
+TEST(PrefixIndex, ASaltedPrefixMatchesOnlyItsOwnSalt) {
+  PrefixIndex index(8, 4);
+  const std::vector<int32_t> a = seq_tokens(1, 12);
+  const uint64_t shared = PrefixIndex::root_key();
+  const uint64_t alice = PrefixIndex::root_key("alice");
+  const uint64_t bob = PrefixIndex::root_key("bob");
+  EXPECT_EQ(shared, PrefixIndex::kSharedRoot);
+  EXPECT_EQ(PrefixIndex::root_key(""), shared);
+  EXPECT_NE(alice, shared);
+  EXPECT_NE(alice, bob);
+  EXPECT_NE(PrefixIndex::root_key("alic"), alice);
+  const std::vector<uint64_t> ka = index.block_keys(a, alice);
+  const std::vector<uint64_t> ks = index.block_keys(a);
+  const std::vector<uint64_t> kb = index.block_keys(a, bob);
+  for (size_t i = 0; i < ka.size(); ++i) {
+    EXPECT_NE(ka[i], ks[i]) << i;
+    EXPECT_NE(ka[i], kb[i]) << i;
+  }
+  for (int b = 0; b < 3; ++b) ASSERT_TRUE(index.insert(a, ka, b, alice).has_value()) << b;
+  EXPECT_EQ(index.match(a, ka, 3, alice).size(), 3u);
+  EXPECT_TRUE(index.match(a, ks, 3).empty());
+  EXPECT_TRUE(index.match(a, kb, 3, bob).empty());
+  // Alice's keys presented with another root: the first block's parent
+  // differs, so nothing matches even with her keys.
+  EXPECT_TRUE(index.match(a, ka, 3, bob).empty());
+  EXPECT_TRUE(index.match(a, ka, 3).empty());
+}
+
 TEST(PrefixIndex, MatchesTheLongestCachedRunAndEvictsLeastRecentlyUsed) {
   PrefixIndex index(3, 4);
   const std::vector<int32_t> a = seq_tokens(1, 12);

@@ -432,6 +432,7 @@ def check_api(args, f, host, grpc_address, stubs, label):
             f"{label}: tokenize / detokenize round trip {ids}")
 
     check_client_templated_prompt(args, f, client, model, host, label)
+    check_cache_salt(f, client, model, label)
 
     # A client that hangs up mid-stream frees its sequence.
     stub = pb_grpc.InferenceStub(grpc.insecure_channel(grpc_address))
@@ -530,6 +531,27 @@ def check_api(args, f, host, grpc_address, stubs, label):
     f.check(ok and answered == 1000 and again.choices[0].text == comp.choices[0].text,
             f"{label}: 1000 idle connections and a slow sender; all {answered} answered, "
             "generation unchanged")
+
+
+def check_cache_salt(f, client, model, label):
+    """cache_salt (vLLM's): a prompt cached under one salt is restored only
+    for that salt; another salt and the shared cache compute it again
+    (usage.prompt_tokens_details.cached_tokens)."""
+    prompt = f"The salted prompt of {label} {time.time_ns()}: " + "count the stars " * 12
+
+    def cached(salt):
+        extra = {"cache_salt": salt} if salt is not None else {}
+        r = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0,
+                                      extra_body=extra)
+        return r.usage.prompt_tokens_details.cached_tokens, r.usage.prompt_tokens
+
+    first, n = cached("tenant-a")
+    other, _ = cached("tenant-b")
+    shared, _ = cached(None)
+    again, _ = cached("tenant-a")
+    f.check(first == 0 and other == 0 and shared == 0 and again >= 32,
+            f"{label}: cache_salt: {n} prompt tokens; tenant-a {first}, tenant-b {other}, "
+            f"no salt {shared}, tenant-a again {again} from the prefix cache")
 
 
 def check_client_templated_prompt(args, f, client, model, host, label):
