@@ -570,6 +570,25 @@ OpenAiApi::Outcome OpenAiApi::infill(const Request& request, Responder& out) {
   outcome.user = parsed->generate.user();
   const ServedModel& model = cluster_.model();
   const tokenizer::Tokenizer& tok = *model.tokenizer;
+  if (parsed->generate.ignore_eos()) {
+    // llama.cpp's ignore_eos bans the end-of-generation tokens (its server
+    // sets their logits to -inf); here a bias of -100 on each, over any the
+    // request gave them.
+    v1::SamplingParams* s = parsed->generate.mutable_sampling();
+    std::vector<bool> biased(static_cast<size_t>(tok.n_tokens()), false);
+    for (int i = 0; i < s->logit_bias_ids_size(); ++i) {
+      const int32_t id = s->logit_bias_ids(i);
+      if (!tok.is_valid(id) || !tok.is_end_of_generation(id)) continue;
+      s->set_logit_bias_values(i, -100.0f);
+      biased[static_cast<size_t>(id)] = true;
+    }
+    for (int32_t id = 0; id < tok.n_tokens(); ++id) {
+      if (!biased[static_cast<size_t>(id)] && tok.is_end_of_generation(id)) {
+        s->add_logit_bias_ids(id);
+        s->add_logit_bias_values(-100.0f);
+      }
+    }
+  }
   PromptOptions popts;
   popts.default_max_tokens = 0;  // llama.cpp's n_predict -1: the rest of the context
   absl::StatusOr<SequenceRequest> prepared = prepare_prompt(model, parsed->generate, popts);
@@ -586,7 +605,7 @@ OpenAiApi::Outcome OpenAiApi::infill(const Request& request, Responder& out) {
   const GenerationParams& params = prepared->params;
   const worker::SamplingParams& sp = params.sampling;
   const bool stream = parsed->stream;
-  done.generation_settings = {{"n_predict", params.max_tokens},
+  done.generation_settings = {{"n_predict", parsed->prompt_only ? 0 : params.max_tokens},
                               {"seed", sp.seed},
                               {"temperature", sp.temperature},
                               {"top_k", sp.top_k},

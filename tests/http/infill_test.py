@@ -103,13 +103,21 @@ class Reference:
         ids = (extra_tokens[len(extra_tokens) - n_extra:] if n_extra else []) + ids
         return ids + second + [self.mid]
 
-    def disagreements(self, prompt, generated):
+    def eog_ids(self):
+        import llama_cpp
+        v = llama_cpp.llama_model_get_vocab(self.llm.model)
+        return [i for i in range(self.llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(v, i)]
+
+    def disagreements(self, prompt, generated, ban_eog=False):
         """Steps where `generated` is not llama.cpp's argmax (ties within 0.5
-        allowed): [(step, ours, theirs, gap)]."""
+        allowed), its end-of-generation tokens banned with ban_eog (llama.cpp's
+        ignore_eos): [(step, ours, theirs, gap)]."""
         import numpy as np
         self.llm.reset()
         self.llm.eval(prompt + generated)
         scores = np.array(self.llm.scores[len(prompt) - 1:len(prompt) - 1 + len(generated)])
+        if ban_eog:
+            scores[:, self.eog_ids()] = -np.inf
         out = []
         for step, tok in enumerate(generated):
             want = int(np.argmax(scores[step]))
@@ -180,10 +188,10 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
     f.check(st == 200 and r["tokens_evaluated"] == len(want) and
             r["prompt"] == ref.llm.detokenize(want, special=True).decode(errors="replace"),
             f"{label}: /infill's prompt is the layout ({r.get('tokens_evaluated')} tokens)")
-    bad = ref.disagreements(want, r["tokens"])
+    bad = ref.disagreements(want, r["tokens"], ban_eog=True)
     f.check(len(r["tokens"]) == 16 and not bad,
-            f"{label}: /infill's 16 greedy ids are llama.cpp's argmax at every step "
-            f"(disagreements: {bad})")
+            f"{label}: /infill's 16 greedy ids (ignore_eos) are llama.cpp's argmax at every "
+            f"step, its end-of-generation tokens banned (disagreements: {bad})")
     detok = ref.llm.detokenize(r["tokens"]).decode(errors="replace")
     f.check(r["content"] == detok and r["stop"] is True and r["stop_type"] == "limit" and
             r["tokens_predicted"] == 16 and r["timings"]["predicted_n"] == 16 and
@@ -236,6 +244,10 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
                   "return_tokens": True}
     st, _, out = raw(host, "POST", "/infill", body=plain_body)
     plain = json.loads(out)
+    eog = set(ref.eog_ids())
+    f.check(st == 200 and len(plain["tokens"]) == 48 and not eog & set(plain["tokens"]),
+            f"{label}: ignore_eos bans the end-of-generation tokens, as llama.cpp's "
+            f"({len(eog)} of them; none in 48 greedy ids)")
     st, _, out = raw(host, "POST", "/infill", body=dict(plain_body, response_fields=[
         "content", "timings/predicted_n", "nothing/here"]))
     f.check(st == 200 and json.loads(out) == {"content": plain["content"],
@@ -294,11 +306,12 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
     import openai
     client = openai.OpenAI(base_url=f"http://{host}/v1", api_key="none")
     model = client.models.list().data[0].id
+    # (Without ignore_eos: /infill's bans the end tokens, as llama.cpp's;
+    # the OpenAI endpoints' lets them pass, as vLLM's.)
     c = client.completions.create(model=model, prompt=prefix, suffix=suffix, max_tokens=10,
-                                  temperature=0, extra_body={"ignore_eos": True})
+                                  temperature=0)
     st, _, out = raw(host, "POST", "/infill", body={"input_prefix": prefix, "input_suffix": suffix,
-                                                   "n_predict": 10, "temperature": 0,
-                                                   "ignore_eos": True})
+                                                   "n_predict": 10, "temperature": 0})
     i = json.loads(out)
     want = ref.layout(prefix, suffix, n_predict=10)
     f.check(c.usage.prompt_tokens == len(want) == i["tokens_evaluated"] and
