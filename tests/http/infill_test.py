@@ -182,7 +182,7 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
     body = {"input_prefix": prefix, "input_suffix": suffix, "prompt": typed,
             "input_extra": files, "n_predict": 16, "temperature": 0, "return_tokens": True,
             "ignore_eos": True}
-    st, _, out = raw(host, "POST", "/infill", body=body)
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body=body)
     r = json.loads(out)
     want = ref.layout(prefix, suffix, typed, files, n_predict=16)
     f.check(st == 200 and r["tokens_evaluated"] == len(want) and
@@ -218,7 +218,7 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
         f.check(False, f"{label}: no stop word to try in {content!r}")
     else:
         word = content[k:k + 2]
-        st, _, out = raw(host, "POST", "/infill", body=dict(body, stop=[word]))
+        st, _, out = raw(host, "POST", "/infill", timeout=900, body=dict(body, stop=[word]))
         s = json.loads(out)
         f.check(st == 200 and s["stop_type"] == "word" and s["stopping_word"] == word and
                 s["content"] == content[:k],
@@ -228,7 +228,7 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
     # suffix in a context of CTX with n_predict 64 are cut to leave 64.
     big = [{"filename": f"f{i}.py", "text": long_prefix} for i in range(2)]
     want_big = ref.layout(long_prefix, long_suffix, typed, big, n_predict=64)
-    st, _, out = raw(host, "POST", "/infill", body={
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body={
         "input_prefix": long_prefix, "input_suffix": long_suffix, "prompt": typed,
         "input_extra": big, "n_predict": 64, "temperature": 0, "ignore_eos": True})
     b = json.loads(out)
@@ -242,13 +242,13 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
     plain_body = {"input_prefix": prefix, "input_suffix": suffix, "prompt": typed,
                   "input_extra": files, "n_predict": 48, "temperature": 0, "ignore_eos": True,
                   "return_tokens": True}
-    st, _, out = raw(host, "POST", "/infill", body=plain_body)
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body=plain_body)
     plain = json.loads(out)
     eog = set(ref.eog_ids())
     f.check(st == 200 and len(plain["tokens"]) == 48 and not eog & set(plain["tokens"]),
             f"{label}: ignore_eos bans the end-of-generation tokens, as llama.cpp's "
             f"({len(eog)} of them; none in 48 greedy ids)")
-    st, _, out = raw(host, "POST", "/infill", body=dict(plain_body, response_fields=[
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body=dict(plain_body, response_fields=[
         "content", "timings/predicted_n", "nothing/here"]))
     f.check(st == 200 and json.loads(out) == {"content": plain["content"],
                                               "timings/predicted_n": 48},
@@ -269,7 +269,7 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
                 ev = [json.loads(e) for e in sse_events(host, "/infill", body)]
                 got, last = "".join(e["content"] for e in ev), ev[-1]
             else:
-                st, _, out = raw(host, "POST", "/infill", body=body)
+                st, _, out = raw(host, "POST", "/infill", timeout=900, body=body)
                 last = json.loads(out)
                 got = last["content"]
             f.check(got == text[:p] and last["stop_type"] == "limit",
@@ -277,7 +277,7 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
                     f"line's text ({got!r})")
     # t_max_predict_ms: stops on a piece with a newline once the time passed
     # (here 1 ms: at the first or the second such piece).
-    st, _, out = raw(host, "POST", "/infill", body=dict(plain_body, t_max_predict_ms=1))
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body=dict(plain_body, t_max_predict_ms=1))
     t = json.loads(out)
     pieces = [ref.llm.detokenize([x]).decode(errors="replace") for x in plain["tokens"]]
     newlines = [i for i, x in enumerate(pieces) if "\n" in x]
@@ -289,12 +289,12 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
     # n_predict 0 (llama.vim's and llama.vscode's cache warm-up): 200, no
     # text; the next request finds the prompt in the prefix cache.
     warm = {"input_prefix": "# warm\n" + prefix, "input_suffix": suffix, "input_extra": files}
-    st, _, out = raw(host, "POST", "/infill", body=dict(warm, n_predict=0, response_fields=[""]))
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body=dict(warm, n_predict=0, response_fields=[""]))
     f.check(st == 200 and json.loads(out) == {}, f"{label}: n_predict 0 with response_fields "
                                                  f"[\"\"] -> 200 {{}} ({out[:80]!r})")
-    st, _, out = raw(host, "POST", "/infill", body=dict(warm, n_predict=0))
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body=dict(warm, n_predict=0))
     w = json.loads(out)
-    st2, _, out2 = raw(host, "POST", "/infill", body=dict(warm, n_predict=4, temperature=0))
+    st2, _, out2 = raw(host, "POST", "/infill", timeout=900, body=dict(warm, n_predict=4, temperature=0))
     n = json.loads(out2)
     f.check(st == 200 and w["content"] == "" and w["tokens_predicted"] == 0 and st2 == 200 and
             n["timings"]["cache_n"] >= 16,
@@ -310,7 +310,7 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
     # the OpenAI endpoints' lets them pass, as vLLM's.)
     c = client.completions.create(model=model, prompt=prefix, suffix=suffix, max_tokens=10,
                                   temperature=0)
-    st, _, out = raw(host, "POST", "/infill", body={"input_prefix": prefix, "input_suffix": suffix,
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body={"input_prefix": prefix, "input_suffix": suffix,
                                                    "n_predict": 10, "temperature": 0})
     i = json.loads(out)
     want = ref.layout(prefix, suffix, n_predict=10)
@@ -318,10 +318,10 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
             c.choices[0].text == i["content"],
             f"{label}: completions with suffix == /infill ({c.choices[0].text!r})")
     # Refusals.
-    st, _, out = raw(host, "POST", "/infill", body={"input_prefix": "a"})
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body={"input_prefix": "a"})
     f.check(st == 400 and "input_suffix: missing" in json.loads(out)["error"]["message"],
             f"{label}: /infill without input_suffix: 400 naming it")
-    st, _, out = raw(host, "POST", "/infill", body={"input_prefix": "a", "input_suffix": "b",
+    st, _, out = raw(host, "POST", "/infill", timeout=900, body={"input_prefix": "a", "input_suffix": "b",
                                                    "input_extra": [{"filename": "f"}]})
     f.check(st == 400 and "input_extra[0].text: missing" in json.loads(out)["error"]["message"],
             f"{label}: an extra file without text: 400 naming it")
