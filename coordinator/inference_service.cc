@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/api_key.h"
 #include "coordinator/chat_output.h"
+#include "coordinator/embedding.h"
 #include "model/chat_template/model_chat.h"
 #include "proto/grpc_ops.h"
 #include "proto/grpc_status.h"
@@ -46,6 +47,17 @@ absl::Status InferenceService::check_auth(const grpc::ServerContext& context) co
   std::string_view given;
   if (it != metadata.end()) given = std::string_view(it->second.data(), it->second.size());
   return check_bearer(api_key_, given);
+}
+
+grpc::Status InferenceService::Embed(grpc::ServerContext* context,
+                                     const v1::EmbedRequest* request,
+                                     v1::EmbedResponse* response) {
+  if (absl::Status st = check_auth(*context); !st.ok()) return to_grpc_status(st);
+  absl::StatusOr<v1::EmbedResponse> done =
+      run_embed(cluster_, *request, [context] { return context->IsCancelled(); });
+  if (!done.ok()) return to_grpc_status(done.status());
+  *response = *std::move(done);
+  return grpc::Status::OK;
 }
 
 grpc::Status InferenceService::Generate(

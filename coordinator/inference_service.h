@@ -1,6 +1,6 @@
 // The strata.v1.Inference gRPC service (inference.proto) over a Cluster:
-// Generate (a server stream of token deltas and one final `done`),
-// Tokenize, Detokenize, ListModels, Health, ClusterStatus.
+// Generate (a server stream of token deltas and one final `done`), Embed
+// (embedding.h), Tokenize, Detokenize, ListModels, Health, ClusterStatus.
 //
 // Every request field is checked against the bounds stated in
 // inference.proto before anything runs (prepare_prompt, prompt.h, which the
@@ -40,6 +40,8 @@ class InferenceService final : public v1::Inference::Service {
                         const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateResponse>* writer)
       override;
+  grpc::Status Embed(grpc::ServerContext* context, const v1::EmbedRequest* request,
+                     v1::EmbedResponse* response) override;
   grpc::Status Tokenize(grpc::ServerContext* context,
                         const v1::TokenizeRequest* request,
                         v1::TokenizeResponse* response) override;

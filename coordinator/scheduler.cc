@@ -92,6 +92,11 @@ absl::StatusOr<std::shared_ptr<SequenceHandle>> Scheduler::submit(
         "prompt: ", request.prompt.size(), " tokens exceed the context of ",
         options.n_ctx));
   }
+  if (request.embed != Pooling::kNone &&
+      (request.prompt_logprobs >= 0 || !request.grammar.empty())) {
+    return absl::InvalidArgumentError(
+        "embedding: not with prompt_logprobs or a grammar (nothing is generated)");
+  }
   if (request.params.max_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_tokens: ", request.params.max_tokens, " is less than 1"));

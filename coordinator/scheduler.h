@@ -118,6 +118,8 @@ class Scheduler {
     std::string unavailable;  // why, when not attached
   };
   Stats stats() const;
+  // The options it runs with (normalized); any thread.
+  const SchedulerOptions& options() const { return core_.options(); }
   // Waits until `until(stats())` holds or `timeout` passed, and returns the
   // last stats seen. The scheduler thread publishes them after each step
   // (after freeing the sequences that ended), so a test or a drain can wait

@@ -43,6 +43,7 @@ struct StepScheduler::Sequence {
   enum class State {
     kPrefill,     // prompt rows still to send
     kAwaitToken,  // a sampling slice is in flight
+    kAwaitEmbedding,  // an embedding's last chunk is in flight
     kReady,       // holds a sampled token to send as the next decode step
     kDone,        // ended (done, failed or cancelled); freed once idle
   };
@@ -77,6 +78,9 @@ struct StepScheduler::Sequence {
   std::vector<bool> prompt_lp_set;
   int prompt_lp_count = 0;
   bool prompt_lp_sent = false;  // an event carried them
+  // Embeddings: the chunks' vectors by start position ({rows, values}),
+  // each position once.
+  std::map<int, std::pair<int, std::vector<float>>> embed_parts;
 
   int prompt_size() const { return static_cast<int>(request.prompt.size()); }
   const std::vector<int32_t>& prefill_tokens() const {
@@ -207,6 +211,7 @@ int StepScheduler::suspend(const absl::Status& status, int max_migrations) {
       seq.resume.insert(seq.resume.end(), ids.begin(), ids.end());
     }
     seq.state = Sequence::State::kPrefill;
+    seq.embed_parts.clear();
     seq.started = false;
     seq.prompt_sent = 0;
     seq.pos = 0;
@@ -376,13 +381,17 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     const bool resumed = !seq->resume.empty();
     std::vector<PrefixBlock> hits;
     const bool scored = seq->request.prompt_logprobs >= 0;
+    const Pooling embed = seq->request.embed;
     if (first && !resumed && prefix_.capacity() > 0) {
       const std::span<const int32_t> prompt(seq->request.prompt);
       const uint64_t root = PrefixIndex::root_key(seq->request.cache_salt);
       if (seq->keys.empty()) seq->keys = prefix_.block_keys(prompt, root);
       // A scored prompt restores nothing (restored rows have no logits);
       // it still saves its blocks.
-      const int most = scored ? 0 : (seq->prompt_size() - 1) / prefix_.block_tokens();
+      // Nor does a mean-pooled one (restored rows are not pooled).
+      const int most = scored || embed == Pooling::kMean
+                           ? 0
+                           : (seq->prompt_size() - 1) / prefix_.block_tokens();
       hits = prefix_.match(prompt, seq->keys, most, root);
       // A block this micro-batch saves is not there yet when its restores
       // run (every stage restores before the forward pass, saves after).
@@ -405,8 +414,13 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     if (rows + chunk > options_.max_batch_rows) continue;
     if (scored) scored_rows += chunk;
     const bool last = start + chunk == seq->prefill_size();
-    v1::SequenceSlice* slice = add_slice(*seq, last);
+    v1::SequenceSlice* slice = add_slice(*seq, last && embed == Pooling::kNone);
     slice->set_start_pos(start);
+    if (embed == Pooling::kMean) {
+      slice->set_embed(v1::EMBED_SUM);
+    } else if (embed == Pooling::kLast && last) {
+      slice->set_embed(v1::EMBED_LAST);
+    }
     if (first) {
       *slice->mutable_sampling() = to_proto(seq->request.params.sampling);
       slice->set_grammar(seq->request.grammar);
@@ -445,7 +459,10 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
         record.saved.push_back(PrefixBlock{*slot, seq->keys[b]});
       }
     }
-    if (last) seq->state = Sequence::State::kAwaitToken;
+    if (last) {
+      seq->state = embed == Pooling::kNone ? Sequence::State::kAwaitToken
+                                           : Sequence::State::kAwaitEmbedding;
+    }
     rows += chunk;
   }
   if (batch.slices_size() == 0) return std::nullopt;
@@ -509,6 +526,22 @@ absl::Status StepScheduler::update_from_output(v1::MicroBatchResult result) {
       continue;  // not a slice of this micro-batch
     }
     take_prompt_logprobs(*s->second, scored);
+  }
+  for (const v1::SliceEmbedding& part : result.embeddings()) {
+    auto s = active_.find(part.seq_id());
+    if (s == active_.end() ||
+        std::find(record.seqs.begin(), record.seqs.end(), part.seq_id()) == record.seqs.end()) {
+      continue;  // not a slice of this micro-batch
+    }
+    take_embedding(*s->second, part);
+  }
+  // An embedding whose last chunk came back (with every chunk before it:
+  // results come in order) ends here.
+  for (Sequence* seq : seqs) {
+    if (seq != nullptr && seq->state == Sequence::State::kAwaitEmbedding &&
+        seq->in_flight == 0) {
+      finish_embedding(*seq);
+    }
   }
   int k = 0;
   const int n_tokens = result.tokens_size();
@@ -590,6 +623,75 @@ void StepScheduler::take_prompt_logprobs(Sequence& seq, const v1::PromptLogprobs
     seq.prompt_lp_set[static_cast<size_t>(p)] = true;
     ++seq.prompt_lp_count;
   }
+}
+
+// A chunk's vector, kept once by its start position (a migrated chunk
+// sends it again); anything that does not fit the sequence is ignored, and
+// finish_embedding() then finds a position missing.
+void StepScheduler::take_embedding(Sequence& seq, const v1::SliceEmbedding& part) {
+  if (seq.request.embed == Pooling::kNone || seq.state == Sequence::State::kDone) return;
+  if (part.pos() < 0 || part.rows() < 1 || part.rows() > seq.prompt_size() - part.pos() ||
+      part.values_size() == 0) {
+    return;
+  }
+  if (seq.request.embed == Pooling::kLast && part.pos() + part.rows() != seq.prompt_size()) return;
+  seq.embed_parts.try_emplace(part.pos(), part.rows(),
+                              std::vector<float>(part.values().begin(), part.values().end()));
+}
+
+// The pooled vector: the last chunk's (last pooling), or the chunks' sums
+// added in position order, each position of the prompt once, over the
+// prompt's length (mean pooling).
+void StepScheduler::finish_embedding(Sequence& seq) {
+  const int n = seq.prompt_size();
+  std::vector<double> sum;
+  int covered = 0;
+  size_t width = 0;
+  for (const auto& [pos, part] : seq.embed_parts) {
+    const auto& [rows, values] = part;
+    const bool follows = seq.request.embed == Pooling::kLast || pos == covered;
+    if (!follows || (width != 0 && values.size() != width)) break;
+    if (sum.empty()) sum.assign(values.size(), 0.0);
+    width = values.size();
+    for (size_t c = 0; c < width; ++c) sum[c] += values[c];
+    covered = pos + rows;
+  }
+  if (covered != n || width == 0) {
+    fail_sequence(seq, absl::InternalError(absl::StrCat(
+                           "the last stage pooled positions up to ", covered,
+                           " of the prompt's ", n, " for its embedding")));
+    return;
+  }
+  const Clock::time_point now = Clock::now();
+  SequenceEvent e;
+  e.kind = SequenceEvent::Kind::kDone;
+  e.finish = FinishReason::kStop;
+  const double divide = seq.request.embed == Pooling::kMean ? n : 1;
+  e.embedding.resize(width);
+  for (size_t c = 0; c < width; ++c) e.embedding[c] = static_cast<float>(sum[c] / divide);
+  seq.embed_parts.clear();
+  seq.state = Sequence::State::kDone;
+  e.cached_tokens = seq.cached;
+  SequenceTimings& t = e.timings;
+  t.queue_ms = ms_between(seq.submitted, seq.first_sent);
+  t.ttft_ms = ms_between(seq.submitted, now);
+  t.prefill_ms = ms_between(seq.first_sent, now);
+  if (ServingMetrics* m = options_.metrics) {
+    m->e2e_request_latency.observe(seconds_between(seq.submitted, now));
+    m->request_prompt_tokens.observe(n);
+    m->request_generation_tokens.observe(0);
+    m->prompt_tokens.inc(n);
+    m->prefix_cache_queries.inc(n);
+    m->prefix_cache_hits.inc(seq.cached);
+    m->request_finished(finish_reason_name(e.finish));
+  }
+  spdlog::info("request {}: embedded: prompt {} tokens ({} cached), {} pooling, {:.1f} ms in all",
+               seq.number, n, seq.cached,
+               seq.request.embed == Pooling::kMean ? "mean" : "last",
+               ms_between(seq.submitted, now));
+  ++served_;
+  if (hooks_.served) hooks_.served(served_);
+  seq.handle->push(std::move(e));
 }
 
 void StepScheduler::take_token(Sequence& seq, const v1::SampledToken& token) {

@@ -27,7 +27,10 @@
 //      worker::prefill_in_chunks. The chunks of one prompt follow each other
 //      in consecutive micro-batches without waiting for results; only the
 //      last one samples, and the first carries the SamplingParams (with the
-//      seed). A scored prompt's chunks (prompt_logprobs) ask the last stage
+//      seed). An embedding's chunks (SequenceRequest::embed) sample
+//      nothing: each asks for its rows' sum (mean pooling), or the last for
+//      its last row (last pooling); the sequence ends with kDone when the
+//      last chunk is back. A scored prompt's chunks (prompt_logprobs) ask the last stage
 //      for their tokens' log-probabilities, each with the token after it
 //      (next_token); they come back position by position, each taken once,
 //      and the kDone event carries them.
@@ -105,7 +108,18 @@ struct SchedulerOptions {
 // for SmolLM2), where a chunk of another prompt needs one row.
 inline constexpr int kScoredChunkRows = 32;
 
-// One generation.
+// An embedding request's pooling (SequenceRequest::embed): its prompt is
+// prefilled and nothing is generated; kDone carries the pooled hidden state
+// after the output norm (worker/embedding_pool.h), as llama.cpp's embedding
+// mode computes it.
+enum class Pooling {
+  kNone,  // a generation
+  kMean,  // the mean over every prompt position: each chunk's sum comes back
+          // (EMBED_SUM), the sums are added in position order and divided
+  kLast,  // the last prompt position's (EMBED_LAST on the last chunk)
+};
+
+// One generation (or, with embed, one embedding).
 struct SequenceRequest {
   std::vector<int32_t> prompt;  // token ids, 1 .. n_ctx
   GenerationParams params;      // max_tokens >= 1, sampling with its seed
@@ -126,6 +140,10 @@ struct SequenceRequest {
   // Prefix caching: only requests of one salt share cached blocks
   // (GenerateRequest.cache_salt; prefix_index.h); "" the shared cache.
   std::string cache_salt;
+  // Not kNone: an embedding (see Pooling); params, logprobs, grammar and
+  // prompt_logprobs are not used. A mean-pooled prompt restores nothing
+  // from the prefix cache (restored rows are not pooled); it still saves.
+  Pooling embed = Pooling::kNone;
 };
 
 struct SequenceTimings {
@@ -150,6 +168,9 @@ struct SequenceEvent {
   bool scored = false;
   std::vector<v1::TokenChoice> prompt_logprobs;
   // kDone.
+  // An embedding request's vector (SequenceRequest::embed), [n_embd], not
+  // normalized.
+  std::vector<float> embedding;
   int cached_tokens = 0;  // prompt tokens restored from the prefix cache
   FinishReason finish = FinishReason::kLength;
   std::string stop_word;  // the stop string that ended it; "" otherwise
@@ -269,6 +290,8 @@ class StepScheduler {
   void take_token(Sequence& seq, const v1::SampledToken& token);
   void take_prompt_logprobs(Sequence& seq, const v1::PromptLogprobs& scored);
   bool attach_prompt_logprobs(Sequence& seq, SequenceEvent& event);
+  void take_embedding(Sequence& seq, const v1::SliceEmbedding& part);
+  void finish_embedding(Sequence& seq);
   void save_decoded_block(Sequence& seq, v1::SequenceSlice& slice, InFlight& record);
 
   const SchedulerOptions options_;

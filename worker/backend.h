@@ -78,7 +78,16 @@ enum class Logits {
   // backend that can selects them where the logits are (the cuda backend:
   // on the device); the row's values are checked as kLast's are.
   kTopK,
+  // Embeddings (ForwardResult::embeddings; no logits): the hidden state
+  // after the output norm, pooled as llama.cpp's embedding mode pools it
+  // (src/llama-graph.cpp build_pooling, over result_norm):
+  kEmbedLast,  // the last row's, [n_embd] (last-token pooling)
+  kEmbedSum,   // the sum of the slice's rows', [n_embd] (mean pooling: the
+               // caller adds the chunks' sums and divides by the rows)
 };
+
+// Whether `l` asks for an embedding rather than logits.
+inline bool is_embedding(Logits l) { return l == Logits::kEmbedLast || l == Logits::kEmbedSum; }
 
 // The most candidates a kTopK slice asks for.
 inline constexpr int kMaxTopK = 1024;
@@ -127,6 +136,9 @@ struct ForwardResult {
   // ([sum of top_k] ids and their logits; as long).
   std::span<const int32_t> top_ids;
   std::span<const float> top_logits;
+  // Last stage: each kEmbedLast / kEmbedSum slice's vector, slice after
+  // slice, [slices][n_embd] (worker/embedding_pool.h).
+  std::span<const float> embeddings;
 };
 
 class Backend {

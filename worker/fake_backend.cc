@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "worker/embedding_pool.h"
 #include "worker/trace.h"
 
 namespace strata::worker {
@@ -119,6 +120,7 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
 
   hidden_.resize(static_cast<size_t>(n * e));
   logits_.clear();
+  embeddings_.clear();
   const uint64_t salt = mix((uint64_t(options_.range.first) << 32) | options_.range.last);
   int64_t row = 0;
   for (const ForwardSlice& s : slices) {
@@ -141,6 +143,15 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
         }
       }
     }
+    // Embeddings: the slice's hidden rows pooled as a real backend pools
+    // its normed rows.
+    if (last && is_embedding(s.logits)) {
+      int first_row = 0;
+      const int count = embedding_rows(s.logits, s.rows, &first_row);
+      embeddings_.resize(embeddings_.size() + static_cast<size_t>(e));
+      pool_normed_rows(hidden_.data() + (row - s.rows + first_row) * e, count, e, s.logits,
+                       embeddings_.data() + embeddings_.size() - e);
+    }
   }
   if (req.block_hashes != nullptr) {  // [n_blocks][n], as the cpu backend
     for (int b = options_.range.first; b < options_.range.last; ++b) {
@@ -161,6 +172,7 @@ absl::Status FakeBackend::forward(const ForwardRequest& req, ForwardResult* resu
   result->argmax = picks_.argmax;
   result->top_ids = picks_.top_ids;
   result->top_logits = picks_.top_logits;
+  result->embeddings = embeddings_;
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 //   input row: the token id (first stage) or the hash of the hidden row
 //   hidden row: n_embd floats in [-1, 1) drawn from the state
 //   logits row: n_vocab floats in [0, 1) drawn from the state
+//   embedding: the hidden rows (of the last stage) pooled (embedding_pool.h)
 //
 // The state of each position is kept (the fake KV cache), so
 // truncate_sequence() goes back exactly. With record_calls it records what
@@ -78,6 +79,7 @@ class FakeBackend final : public Backend {
   std::vector<std::vector<ForwardSlice>> calls_;
   std::vector<float> hidden_;  // [rows][n_embd]
   std::vector<float> logits_;  // [rows][n_vocab]
+  std::vector<float> embeddings_;  // [embedding slices][n_embd]
   HeadPicks picks_;  // the kArgmax and kTopK slices' (take_picked_rows)
 };
 

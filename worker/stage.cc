@@ -298,6 +298,18 @@ absl::Status BackendStage::check(const v1::MicroBatch& batch) {
           absl::StrCat(slice_field(i, "prompt_logprobs"), ": ", s.prompt_logprobs(),
                        " is out of range [0, ", kMaxTopLogprobs, "]"));
     }
+    if (s.embed() != v1::EMBED_NONE) {
+      if (!v1::EmbedRows_IsValid(s.embed())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(slice_field(i, "embed"), ": ", static_cast<int>(s.embed()),
+                         " is not EMBED_NONE, EMBED_LAST or EMBED_SUM"));
+      }
+      if (s.sample() || s.has_prompt_logprobs()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            slice_field(i, "embed"), ": not with sample or prompt_logprobs (an embedding slice "
+                                     "gets no logits)"));
+      }
+    }
     if (last_ && s.has_next_token() && (s.next_token() < 0 || s.next_token() >= n_vocab_)) {
       return absl::InvalidArgumentError(
           absl::StrCat(slice_field(i, "next_token"), ": ", s.next_token(),
@@ -449,6 +461,10 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
     if (last_ && s.has_prompt_logprobs()) {
       // Scored: every row's logits (the last one's also samples).
       slices_.push_back(ForwardSlice{run.backend_seq, s.tokens_size(), Logits::kAll});
+    } else if (last_ && s.embed() != v1::EMBED_NONE) {
+      slices_.push_back(ForwardSlice{run.backend_seq, s.tokens_size(),
+                                     s.embed() == v1::EMBED_LAST ? Logits::kEmbedLast
+                                                                 : Logits::kEmbedSum});
     } else {
       slices_.push_back(last_ && s.sample()
                             ? head_request(s, run)
@@ -483,23 +499,26 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
   // for each that asked for them (valid until the backend's next forward()).
   const std::span<const float> logits = out.logits;
   int n_logits = 0, n_picks = 0;
-  size_t n_top = 0;
+  size_t n_top = 0, n_embedded = 0;
   for (const ForwardSlice& f : slices_) {
     n_logits += static_cast<int>(logits_rows(f));
     n_picks += f.logits == Logits::kArgmax ? 1 : 0;
     n_top += f.logits == Logits::kTopK ? static_cast<size_t>(f.top_k) : 0;
+    n_embedded += is_embedding(f.logits) ? 1 : 0;
   }
   if (last_ && (logits.size() != static_cast<size_t>(n_logits) * n_vocab_ ||
                 out.argmax.size() != static_cast<size_t>(n_picks) ||
-                out.top_ids.size() != n_top || out.top_logits.size() != n_top)) {
+                out.top_ids.size() != n_top || out.top_logits.size() != n_top ||
+                out.embeddings.size() != n_embedded * static_cast<size_t>(n_embd_))) {
     undo(batch, static_cast<size_t>(n));
     result->Clear();
     result->set_batch_id(batch.batch_id());
     clear_saves(batch);
     return absl::InternalError(absl::StrCat(
-        "the backend gave ", logits.size(), " logits, ", out.argmax.size(), " picks and ",
-        out.top_ids.size(), " candidates for ", n_logits, " rows, ", n_picks, " picks and ",
-        n_top, " candidates asked for"));
+        "the backend gave ", logits.size(), " logits, ", out.argmax.size(), " picks, ",
+        out.top_ids.size(), " candidates and ", out.embeddings.size(), " embedding values for ",
+        n_logits, " rows, ", n_picks, " picks, ", n_top, " candidates and ", n_embedded,
+        " embeddings asked for"));
   }
   // hashes_: [blocks][total_rows], blocks of the shard in order.
   for (int i = 0; i < n && !hashes_.empty(); ++i) {
@@ -523,6 +542,7 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
   int64_t logits_row = 0;  // the next slice's first row of `logits`
   int picked = 0;
   size_t top_at = 0;
+  size_t embedded = 0;
   for (int i = 0; i < n; ++i) {
     const v1::SequenceSlice& s = batch.slices(i);
     SliceRun& run = runs_[i];
@@ -562,6 +582,14 @@ absl::Status BackendStage::run(const v1::MicroBatch& batch, v1::MicroBatch* next
                           order_, result);
     }
     logits_row += logits_rows(f);
+    if (is_embedding(f.logits)) {
+      v1::SliceEmbedding* em = result->add_embeddings();
+      em->set_seq_id(s.seq_id());
+      em->set_pos(s.start_pos());
+      em->set_rows(s.tokens_size());
+      const float* v = out.embeddings.data() + embedded++ * static_cast<size_t>(n_embd_);
+      em->mutable_values()->Add(v, v + n_embd_);
+    }
     if (s.sample()) {
       // The replay ends with the prefill: from here on the sampler draws
       // (and the grammar steps) for each token as it is sampled.

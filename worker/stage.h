@@ -21,6 +21,12 @@
 // another key are INVALID_ARGUMENT; a failed micro-batch empties the slots
 // it would have saved.
 //
+// Embeddings (last stage): a slice with `embed` gets no logits and no
+// token; MicroBatchResult.embeddings carries its hidden state after the
+// output norm, its last row's (EMBED_LAST) or the sum of its rows'
+// (EMBED_SUM) (worker/embedding_pool.h). `embed` with sample or
+// prompt_logprobs is INVALID_ARGUMENT.
+//
 // Structured output (last stage): a slice that starts its sequence (start_pos 0, or restoring cached blocks) may carry a GBNF
 // grammar (docs/structured-output.md); the stage masks, at each sampled
 // slice of that sequence, the tokens the grammar does not allow before the

@@ -13,6 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/api_key.h"
 #include "coordinator/chat_output.h"
+#include "coordinator/embedding.h"
+#include "coordinator/http/embeddings.h"
 #include "coordinator/http/infill.h"
 #include "coordinator/http/metrics_page.h"
 #include "coordinator/http/openai.h"
@@ -216,7 +218,7 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
     outcome.note = e.message;
   };
   const bool guarded = path.rfind("/v1/", 0) == 0 || path == "/tokenize" ||
-                       path == "/detokenize" || path == "/infill";
+                       path == "/detokenize" || path == "/infill" || path == "/embeddings";
   if (absl::Status st = guarded ? check_bearer(options_.api_key, request.authorization)
                                 : absl::OkStatus();
       !st.ok()) {
@@ -228,6 +230,12 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
       outcome = generate(path == "/v1/chat/completions" ? static_cast<int>(Endpoint::kChat)
                                                          : static_cast<int>(Endpoint::kCompletion),
                          request, out);
+    }
+  } else if (path == "/v1/embeddings" || path == "/embeddings") {
+    if (!is_post) {
+      wrong_method("POST");
+    } else {
+      outcome = embeddings(request, out);
     }
   } else if (path == "/infill") {
     if (!is_post) {
@@ -717,6 +725,24 @@ OpenAiApi::Outcome OpenAiApi::infill(const Request& request, Responder& out) {
       return finish();
     }
   }
+}
+
+OpenAiApi::Outcome OpenAiApi::embeddings(const Request& request, Responder& out) {
+  Outcome outcome;
+  auto fail = [&](const absl::Status& st) {
+    return failed(absl::Status(st.code(), http_field_names(std::string(st.message()))), outcome,
+                  out);
+  };
+  const ServedModel& model = cluster_.model();
+  absl::StatusOr<EmbeddingsRequest> parsed =
+      parse_embeddings_request(request.body, model.hp.n_embd);
+  if (!parsed.ok()) return fail(parsed.status());
+  absl::StatusOr<v1::EmbedResponse> done =
+      run_embed(cluster_, parsed->embed, [&out] { return out.gone(); });
+  if (!done.ok()) return fail(done.status());
+  outcome.prompt_tokens = done->usage().prompt_tokens();
+  out.send(200, kJson, embeddings_response_json(*done, model.info.name(), parsed->base64));
+  return outcome;
 }
 
 OpenAiApi::Outcome OpenAiApi::tokenize(const Request& request, Responder& out) {

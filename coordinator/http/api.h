@@ -10,6 +10,8 @@
 //                               {"input_prefix", "input_suffix", "prompt",
 //                               "input_extra", "n_predict", ...} ->
 //                               {"content", "tokens", "stop", "timings", ...}
+//   POST /v1/embeddings         OpenAI's embeddings (also /embeddings;
+//                               embeddings.h, coordinator/embedding.h)
 //   GET  /v1/models, /v1/models/{id}
 //   POST /tokenize              {"content"|"prompt"|"messages", "add_special",
 //                                "with_pieces"} -> {"tokens", "count",
@@ -18,7 +20,7 @@
 //   GET  /health                200 while the cluster serves, else 503
 //   GET  /metrics               Prometheus text (metrics_page.h)
 //
-// With an API key, /v1/*, /infill, /tokenize and /detokenize need `Authorization:
+// With an API key, /v1/*, /embeddings, /infill, /tokenize and /detokenize need `Authorization:
 // Bearer KEY` (401); /health and /metrics stay open for probes and
 // scrapers. A streamed request whose client goes away is cancelled on the
 // scheduler at once (the poll is 20 ms). One log line per request (spdlog):
@@ -50,6 +52,7 @@ class OpenAiApi {
   struct Outcome;
   Outcome generate(int endpoint, const Request& request, Responder& out);
   Outcome infill(const Request& request, Responder& out);
+  Outcome embeddings(const Request& request, Responder& out);
   Outcome tokenize(const Request& request, Responder& out);
   Outcome detokenize(const Request& request, Responder& out);
   // Answers `status` as an OpenAI error object (with Retry-After where it

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/env_switch.h"
+#include "worker/embedding_pool.h"
 #include "worker/finite_scan.h"
 #include "worker/head_picks.h"
 #include "worker/trace.h"
@@ -330,6 +331,7 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
   result->n_rows = n;
   result->hidden = {};
   result->logits = {};
+  result->embeddings = {};
   if (!is_last()) {
     for (const StepSlice& s : step_slices_) s.cache->advance(s.rows);
     result->hidden = std::span<const float>(x_.data(), n * e);
@@ -366,6 +368,25 @@ absl::Status CpuBackend::forward(const ForwardRequest& req,
     result->top_ids = picks_.top_ids;
     result->top_logits = picks_.top_logits;
   }
+  // The embedding slices': their rows through the output norm (as head()
+  // norms a row), pooled (worker/embedding_pool.h). After head(): xn_ is
+  // free again.
+  embeddings_.clear();
+  for (const StepSlice& s : step_slices_) {
+    if (!is_embedding(s.logits)) continue;
+    int first = 0;
+    const int count = embedding_rows(s.logits, s.rows, &first);
+    rms_norm(x_.data() + int64_t{s.row0 + first} * e, w_->output_norm, count, e, xn_.data());
+    embeddings_.resize(embeddings_.size() + static_cast<size_t>(e));
+    pool_normed_rows(xn_.data(), count, e, s.logits, embeddings_.data() + embeddings_.size() - e);
+  }
+  const int64_t n_embedded = static_cast<int64_t>(embeddings_.size());
+  if (const int64_t i = first_not_finite(embeddings_.data(), n_embedded); i < n_embedded) {
+    return absl::InternalError(absl::StrCat(
+        "output norm: embedding ", i / e, " column ", i % e, " is not finite (", embeddings_[i],
+        "): output_norm holds a NaN or Inf, or the pooled rows overflow"));
+  }
+  result->embeddings = embeddings_;
   for (const StepSlice& s : step_slices_) s.cache->advance(s.rows);
   return absl::OkStatus();
 }

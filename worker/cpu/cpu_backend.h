@@ -213,6 +213,7 @@ class CpuBackend final : public Backend {
   std::vector<float> expert_out_;      // [R][k][n_embd] output of each slot of
                                        // R = moe_block_rows(B, k) rows
   std::vector<float> logits_;       // [rows][n_vocab], grown on demand
+  std::vector<float> embeddings_;   // [embedding slices][n_embd]
   HeadPicks picks_;  // the kArgmax and kTopK slices' (take_picked_rows)
   std::vector<StepSlice> step_slices_;  // [slices] of the current step
   std::vector<int> head_rows_;          // [rows] that get logits

@@ -446,6 +446,9 @@ class DeviceBackend final : public Backend {
   std::deque<DeviceBuffer> weights_;  // every matrix's bytes
   DeviceMatrix token_embd_;           // first stage, or the last's tied head
   DeviceBuffer output_norm_;
+  std::vector<float> output_norm_host_;   // [n_embd] (embeddings, on the host)
+  std::vector<float> embeddings_host_;    // [embedding slices][n_embd]
+  std::vector<float> embedding_rows_;     // the slice's rows, downloaded
   DeviceMatrix output_;
   bool tied_output_ = false;
   std::vector<float> rope_freqs_;  // [n_rot / 2] (llama3), empty when absent

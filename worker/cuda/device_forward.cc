@@ -2,6 +2,7 @@
 // worker/cpu/forward.cc as launches of worker/cuda/kernels (a mixture's
 // feed-forward: device_moe.cc).
 #include "worker/cuda/device_backend_impl.h"
+#include "worker/embedding_pool.h"
 #include "worker/head_picks.h"
 
 namespace strata::worker::device {
@@ -775,6 +776,7 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
   result->argmax = {};
   result->top_ids = {};
   result->top_logits = {};
+  result->embeddings = {};
   if (!is_last()) {
     hidden_host_.resize(static_cast<size_t>(n * e));
     STRATA_DEVICE_RETURN_IF_ERROR(
@@ -846,6 +848,29 @@ absl::Status DeviceBackend::forward(const ForwardRequest& req, ForwardResult* re
     }
     result->logits = std::span<const float>(logits_host_.data(), logits_host_.size());
   }
+  // The embedding slices': their rows of x_ (the blocks' output) to the
+  // host, normed and pooled there (worker/embedding_pool.h).
+  embeddings_host_.clear();
+  for (const StepSlice& s : slices_) {
+    if (!is_embedding(s.logits)) continue;
+    int first = 0;
+    const int count = embedding_rows(s.logits, s.rows, &first);
+    hidden_host_.resize(static_cast<size_t>(int64_t{count} * e));
+    STRATA_DEVICE_RETURN_IF_ERROR(api_->download(hidden_host_.data(),
+                                                 x + int64_t{s.row0 + first} * e,
+                                                 hidden_host_.size() * sizeof(float)));
+    embeddings_host_.resize(embeddings_host_.size() + static_cast<size_t>(e));
+    norm_and_pool_rows(hidden_host_.data(), count, e, output_norm_host_.data(), hp_.rms_eps,
+                       s.logits, &embedding_rows_, embeddings_host_.data() + embeddings_host_.size() - e);
+  }
+  const int64_t n_embedded = static_cast<int64_t>(embeddings_host_.size());
+  if (const int64_t i = first_not_finite(embeddings_host_.data(), n_embedded); i < n_embedded) {
+    return absl::InternalError(absl::StrCat(
+        "blocks [", range_.first, ", ", range_.last, ") and the output norm: embedding ", i / e,
+        " column ", i % e, " is not finite (", embeddings_host_[static_cast<size_t>(i)],
+        "): the weights hold a NaN or Inf, or the activations overflow"));
+  }
+  result->embeddings = embeddings_host_;
   for (const StepSlice& s : slices_) s.seq->length += s.rows;
   return absl::OkStatus();
 }

@@ -319,6 +319,8 @@ absl::Status DeviceBackend::load() {
   }
   if (is_last()) {
     STRATA_DEVICE_ASSIGN_OR_RETURN(output_norm_, upload_vector("output_norm.weight", e));
+    // Embeddings are normed on the host (forward(): embedding_pool.h).
+    STRATA_DEVICE_ASSIGN_OR_RETURN(output_norm_host_, shard_vector(*model_, "output_norm.weight", e));
     if (has_output) {
       STRATA_DEVICE_ASSIGN_OR_RETURN(output_, upload_matrix("output.weight", e, n_vocab_));
     }
