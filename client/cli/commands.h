@@ -33,6 +33,7 @@ inline int report_failure(std::string_view command, const std::string& what,
 void add_certs_command(CLI::App& app, int& exit_code);
 void add_chat_command(CLI::App& app, int& exit_code);
 void add_chat_template_command(CLI::App& app, int& exit_code);
+void add_embed_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_hardware_command(CLI::App& app, int& exit_code);
 void add_inspect_command(CLI::App& app, int& exit_code);

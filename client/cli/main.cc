@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   strata::cli::add_certs_command(app, exit_code);
   strata::cli::add_chat_command(app, exit_code);
   strata::cli::add_chat_template_command(app, exit_code);
+  strata::cli::add_embed_command(app, exit_code);
   strata::cli::add_generate_command(app, exit_code);
   strata::cli::add_hardware_command(app, exit_code);
   strata::cli::add_inspect_command(app, exit_code);

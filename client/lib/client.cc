@@ -425,6 +425,62 @@ absl::StatusOr<TokenizeResult> Client::tokenize(const std::string& text,
   return out;
 }
 
+namespace {
+
+pb::EmbedRequest embed_request(const EmbedOptions& options) {
+  pb::EmbedRequest request;
+  request.set_model(options.model);
+  request.set_pooling(options.pooling == Pooling::kMean   ? pb::POOLING_MEAN
+                      : options.pooling == Pooling::kLast ? pb::POOLING_LAST
+                                                          : pb::POOLING_DEFAULT);
+  request.set_normalize(options.normalize);
+  request.set_cache_salt(options.cache_salt);
+  return request;
+}
+
+}  // namespace
+
+absl::StatusOr<EmbedResult> Client::embed(const std::vector<std::string>& texts,
+                                          const EmbedOptions& options) {
+  return embed_inputs(&texts, nullptr, options);
+}
+
+absl::StatusOr<EmbedResult> Client::embed_ids(const std::vector<std::vector<int32_t>>& inputs,
+                                              const EmbedOptions& options) {
+  return embed_inputs(nullptr, &inputs, options);
+}
+
+absl::StatusOr<EmbedResult> Client::embed_inputs(
+    const std::vector<std::string>* texts, const std::vector<std::vector<int32_t>>* ids,
+    const EmbedOptions& options) {
+  pb::EmbedRequest request = embed_request(options);
+  if (texts != nullptr) {
+    for (const std::string& t : *texts) request.add_inputs()->set_text(t);
+  } else {
+    for (const std::vector<int32_t>& input : *ids) {
+      request.add_inputs()->mutable_ids()->mutable_ids()->Add(input.begin(), input.end());
+    }
+  }
+  pb::EmbedResponse response;
+  Impl::Call call(*impl_, options.deadline, /*generate=*/true);
+  if (absl::Status st = to_absl(impl_->stub->Embed(&call.context, request, &response));
+      !st.ok()) {
+    return st;
+  }
+  if (response.embeddings_size() != request.inputs_size()) {
+    return protocol_error(absl::StrCat("Embed: ", response.embeddings_size(),
+                                       " embeddings for ", request.inputs_size(), " inputs"));
+  }
+  EmbedResult out;
+  out.pooling = response.pooling();
+  out.total_prompt_tokens = response.usage().prompt_tokens();
+  for (const pb::Embedding& e : response.embeddings()) {
+    out.embeddings.emplace_back(e.values().begin(), e.values().end());
+    out.prompt_tokens.push_back(e.prompt_tokens());
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> Client::detokenize(const std::vector<int32_t>& ids,
                                                const std::string& model,
                                                bool render_special) {

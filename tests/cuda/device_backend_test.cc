@@ -360,6 +360,54 @@ void expect_batch_invariant(const Loaded& m, const DeviceBackendOptions& o) {
 
 // Batch invariance on the device (stories260K: F32, every row on the
 // matvec kernel).
+// Embedding slices (worker/embedding_pool.h): the device backend downloads
+// their rows and norms them on the host; its vectors are the cpu backend's
+// within what their hidden rows differ by (the logits agree to ~4e-4 of the
+// largest, above), beside a logits slice in the same step, over a prompt
+// step and a decode step.
+TEST_P(DeviceBackend, EmbeddingSlicesGiveTheCpuBackendsVectors) {
+  Loaded m = open_model(stories_path());
+  ASSERT_NE(m.model, nullptr);
+  auto cpu = cpu_backend(m, {0, m.hp.n_layer});
+  auto device = device_backend(m, {0, m.hp.n_layer}, test_options());
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(device, nullptr);
+  for (int seq = 0; seq < 3; ++seq) {
+    ASSERT_TRUE(cpu->add_sequence(seq, 64).ok());
+    ASSERT_TRUE(device->add_sequence(seq, 64).ok());
+  }
+  std::vector<ForwardSlice> slices = {{.seq = 0, .rows = 5, .logits = Logits::kEmbedSum},
+                                      {.seq = 1, .rows = 2, .logits = Logits::kLast},
+                                      {.seq = 2, .rows = 3, .logits = Logits::kEmbedLast}};
+  std::vector<int32_t> tokens = {1, 403, 261, 378, 9, 1, 77, 1, 300, 45};
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    ForwardRequest req;
+    req.tokens = tokens;
+    req.slices = slices;
+    ForwardResult a, b;
+    ASSERT_TRUE(cpu->forward(req, &a).ok());
+    ASSERT_TRUE(device->forward(req, &b).ok());
+    ASSERT_EQ(a.logits.size(), static_cast<size_t>(cpu->n_vocab()));
+    ASSERT_EQ(b.logits.size(), a.logits.size());
+    const size_t e = static_cast<size_t>(m.hp.n_embd);
+    ASSERT_EQ(a.embeddings.size(), 2 * e);
+    ASSERT_EQ(b.embeddings.size(), 2 * e);
+    for (size_t v = 0; v < 2; ++v) {
+      double err = 0, norm = 0;
+      for (size_t c = v * e; c < (v + 1) * e; ++c) {
+        err += (a.embeddings[c] - b.embeddings[c]) * (a.embeddings[c] - b.embeddings[c]);
+        norm += a.embeddings[c] * a.embeddings[c];
+      }
+      ASSERT_GT(norm, 0.0);
+      EXPECT_LT(std::sqrt(err / norm), 2e-3) << "vector " << v;
+    }
+    // A decode step: one row each, the sum of one row its last row.
+    tokens = {17, 18, 19};
+    for (ForwardSlice& f : slices) f.rows = 1;
+  }
+}
+
 TEST_P(DeviceBackend, ABatchedStepGivesEachSequenceItsLogitsAlone) {
   Loaded m = open_model(stories_path());
   ASSERT_NE(m.model, nullptr);

@@ -427,6 +427,8 @@ void openai() {
   put(t, "completion-ids", completion + R"({"prompt":[1,403,407],"max_tokens":1})");
   put(t, "completion-suffix", completion + R"({"prompt":"def f(x):\n    ","suffix":"\n    return y\n","max_tokens":4,"temperature":0})");
   put(t, "infill", std::string(1, '\3') + R"({"input_prefix":"int main() {\n","input_suffix":"}\n","prompt":"  ret","input_extra":[{"filename":"a.h","text":"int a;"},{"text":"b"}],"n_predict":8,"spm_infill":true,"return_tokens":true,"repeat_penalty":1.1,"seed":-1})");
+  put(t, "embeddings", object + R"({"model":"m","input":["The quick brown fox","<|im_start|>hi"],"encoding_format":"float","pooling":"mean","normalize":false})");
+  put(t, "embeddings-ids", object + R"({"input":[[1,403,407],[9]],"encoding_format":"base64","dimensions":576,"cache_salt":"t1"})");
   put(t, "completion-batch", completion + R"({"prompt":[[1,2],[3]],"n":1,"best_of":1})");
   put(t, "completion-list", completion + R"({"prompt":["a","b"],"stop":"x","temperature":1e308,"seed":-1})");
   put(t, "completion-bad-utf8", completion + "{\"prompt\":\"\xff\xfe\"}");

@@ -3,7 +3,8 @@
 // /v1/chat/completions, /v1/completions or /infill becomes a GenerateRequest, which
 // then goes through prepare_prompt (coordinator/prompt.h) with the served
 // model, as the HTTP handler does; /tokenize-style bodies through
-// parse_json_object. A refusal must become an OpenAI error object that is
+// parse_json_object and as /v1/embeddings bodies (parse_embeddings_request,
+// prepare_embed_inputs, the answer's JSON). A refusal must become an OpenAI error object that is
 // valid JSON with a 4xx status (never a 500 for the client's bytes).
 // The model: SmolLM2-135M-Instruct when fetched, else stories260K.
 //
@@ -18,6 +19,8 @@
 
 #include "coordinator/chat_output.h"
 #include "coordinator/cluster.h"
+#include "coordinator/embedding.h"
+#include "coordinator/http/embeddings.h"
 #include "coordinator/http/openai.h"
 #include "coordinator/prompt.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -48,6 +51,44 @@ void check_refusal(const absl::Status& status) {
   check(parsed.is_object() && parsed.contains("error"), "the error body is an OpenAI error");
 }
 
+// The same body as /v1/embeddings takes it: parsed, checked and tokenized
+// as run_embed does, or refused with a 4xx; an answer of the inputs'
+// count (vectors from the input's token ids) is valid JSON that holds
+// every vector, as floats or as base64.
+void check_embeddings(const coordinator::ServedModel& m, std::string_view body) {
+  auto parsed = coordinator::http::parse_embeddings_request(body, m.hp.n_embd);
+  if (!parsed.ok()) {
+    check_refusal(parsed.status());
+    return;
+  }
+  auto pooling = coordinator::resolve_pooling(m, parsed->embed.pooling());
+  auto inputs = coordinator::prepare_embed_inputs(m, parsed->embed);
+  if (!pooling.ok() || !inputs.ok()) {
+    check_refusal(!pooling.ok() ? pooling.status() : inputs.status());
+    return;
+  }
+  check(static_cast<int>(inputs->size()) == parsed->embed.inputs_size(), "one prompt per input");
+  v1::EmbedResponse response;
+  for (const std::vector<int32_t>& ids : *inputs) {
+    check(!ids.empty() && ids.size() <= static_cast<size_t>(m.n_ctx), "an input fits the context");
+    v1::Embedding* e = response.add_embeddings();
+    for (size_t k = 0; k < ids.size() && k < 8; ++k) e->add_values(0.125f * ids[k] - 3.0f);
+  }
+  const std::string text =
+      coordinator::http::embeddings_response_json(response, m.info.name(), parsed->base64);
+  const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  check(json.is_object() && json["data"].size() == inputs->size(), "the answer is JSON, one per input");
+  for (size_t i = 0; i < inputs->size() && !parsed->base64; ++i) {
+    const auto& v = json["data"][i]["embedding"];
+    check(v.size() == static_cast<size_t>(response.embeddings(static_cast<int>(i)).values_size()),
+          "every value is written");
+    for (size_t k = 0; k < v.size(); ++k) {
+      check(v[k].get<float>() == response.embeddings(static_cast<int>(i)).values(static_cast<int>(k)),
+            "a value reads back as the same float");
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -63,6 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else {
       check_refusal(object.status());
     }
+    check_embeddings(m, body);
     return 0;
   }
   const Endpoint endpoint = kind == 0   ? Endpoint::kChat

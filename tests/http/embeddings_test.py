@@ -298,6 +298,29 @@ def check_embeddings(args, f, ref, host, grpc_address, stubs, label, full):
                 f"{label}: {pooling}: normalized vectors have norm 1 (within "
                 f"{max(abs(n - 1) for n in norms):.1e}) and are the raw ones over their norm "
                 f"(within {err:.1e}); raw norms {[round(float(np.linalg.norm(r)), 2) for r in raw_v]}")
+    # Mean pooling across a chunk boundary, exactly, without llama.cpp: in a
+    # causal model row k of a prompt is the last row of its first k+1 ids,
+    # so n * mean(ids[:n]) - j * mean(ids[:j]) == sum of last(ids[:k]) for
+    # k in (j, n]; with j < PREFILL_CHUNK < n the two means are cut into
+    # chunks differently (a mean of the last chunk only, a sum over chunks
+    # divided by the wrong count, a row counted twice all break it).
+    long_ids = ids[-1]
+    n, j = PREFILL_CHUNK + 4, PREFILL_CHUNK - 2
+    st, rm = embed(host, {"model": model, "input": [long_ids[:n], long_ids[:j]], "pooling": "mean",
+                          "normalize": False, "encoding_format": "base64"})
+    st2, rl = embed(host, {"model": model, "input": [long_ids[:k] for k in range(j + 1, n + 1)],
+                           "pooling": "last", "normalize": False, "encoding_format": "base64"})
+    if st == st2 == 200:
+        m_n, m_j = (v.astype(np.float64) for v in vectors(rm))
+        lhs = n * m_n - j * m_j
+        rhs = np.sum([v.astype(np.float64) for v in vectors(rl)], axis=0)
+        err = float(np.linalg.norm(lhs - rhs) / np.linalg.norm(rhs))
+        f.check(err <= 1e-3,
+                f"{label}: {n} * mean(first {n}) - {j} * mean(first {j}) == the last rows of "
+                f"the {n - j} prefixes between (relative error {err:.2e} <= 1e-3; chunks of "
+                f"{PREFILL_CHUNK})")
+    else:
+        f.check(False, f"{label}: mean across a chunk boundary: {st} {rm}, {st2} {rl}")
     # One token: its mean is its last row.
     st, r1 = embed(host, {"model": model, "input": [[ids[1][0]]], "pooling": "mean",
                           "encoding_format": "base64"})

@@ -205,6 +205,29 @@ struct TokenizeResult {
                                      // holds them (may be partial UTF-8)
 };
 
+// Embeddings (Client::embed): each input's pooled hidden state after the
+// model's output norm, as llama.cpp's embedding mode computes it.
+enum class Pooling {
+  kDefault,  // the model's ({arch}.pooling_type when mean or last), else last
+  kMean,     // the mean over every position
+  kLast,     // the last position
+};
+
+struct EmbedOptions {
+  std::string model;                  // empty: the served model
+  Pooling pooling = Pooling::kDefault;
+  bool normalize = true;              // L2-normalized vectors
+  std::string cache_salt;             // GenerateOptions::cache_salt
+  std::chrono::milliseconds deadline{0};  // 0: ClientOptions::generate_timeout
+};
+
+struct EmbedResult {
+  std::vector<std::vector<float>> embeddings;  // one per input, [n_embd] each
+  std::vector<int32_t> prompt_tokens;          // each input's tokens
+  int32_t total_prompt_tokens = 0;
+  std::string pooling;                         // "mean" or "last": what was used
+};
+
 struct ModelInfo {
   std::string name;
   std::string path;
@@ -301,6 +324,16 @@ class Client {
                                          const std::string& model = "",
                                          bool render_special = false);
 
+  // One vector per text (1 .. 2048 texts, each tokenized with the model's
+  // BOS/EOS and at most the context), or per list of token ids. Errors:
+  // INVALID_ARGUMENT (empty or too many inputs, ids outside the
+  // vocabulary), OUT_OF_RANGE (an input longer than the context), and
+  // those of generate().
+  absl::StatusOr<EmbedResult> embed(const std::vector<std::string>& texts,
+                                    const EmbedOptions& options = {});
+  absl::StatusOr<EmbedResult> embed_ids(const std::vector<std::vector<int32_t>>& inputs,
+                                        const EmbedOptions& options = {});
+
   absl::StatusOr<std::vector<ModelInfo>> list_models();
   absl::StatusOr<Health> health();
   absl::StatusOr<ClusterStatus> cluster_status();
@@ -308,6 +341,10 @@ class Client {
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
+  // embed (texts) or embed_ids (ids): one of them is null.
+  absl::StatusOr<EmbedResult> embed_inputs(const std::vector<std::string>* texts,
+                                           const std::vector<std::vector<int32_t>>* ids,
+                                           const EmbedOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 
