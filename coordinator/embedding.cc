@@ -162,6 +162,7 @@ absl::StatusOr<v1::EmbedResponse> run_embed(Cluster& cluster, const v1::EmbedReq
   response.set_pooling(pooling_name(*pooling));
   for (size_t i = 0; i < n; ++i) response.add_embeddings();
   int64_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // restored from the prefix cache (last pooling)
   // Submitted and not yet done, in input order: (input, handle).
   std::deque<std::pair<size_t, std::shared_ptr<SequenceHandle>>> running;
   const auto cancel_running = [&] {
@@ -199,6 +200,7 @@ absl::StatusOr<v1::EmbedResponse> run_embed(Cluster& cluster, const v1::EmbedReq
       return e->error;
     }
     if (e->kind != SequenceEvent::Kind::kDone) continue;
+    cached_tokens += e->cached_tokens;
     if (normalize) l2_normalize(e->embedding);
     v1::Embedding* out = response.mutable_embeddings(static_cast<int>(i));
     out->mutable_values()->Add(e->embedding.begin(), e->embedding.end());
@@ -206,6 +208,7 @@ absl::StatusOr<v1::EmbedResponse> run_embed(Cluster& cluster, const v1::EmbedReq
   }
   response.mutable_usage()->set_prompt_tokens(static_cast<int32_t>(
       std::min<int64_t>(prompt_tokens, std::numeric_limits<int32_t>::max())));
+  response.mutable_usage()->set_cached_tokens(cached_tokens);
   return response;
 }
 

@@ -148,7 +148,9 @@ std::string embeddings_response_json(const v1::EmbedResponse& response, const st
   }
   const int tokens = response.usage().prompt_tokens();
   absl::StrAppend(&out, R"(],"model":)", dump_json(json(model)), R"(,"usage":{"prompt_tokens":)",
-                  tokens, R"(,"total_tokens":)", tokens, "}}");
+                  tokens, R"(,"total_tokens":)", tokens,
+                  R"(,"prompt_tokens_details":{"cached_tokens":)",
+                  response.usage().cached_tokens(), "}}}");
   return out;
 }
 
