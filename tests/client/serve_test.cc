@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -193,6 +194,51 @@ void expect_serve_matches_run(const std::filesystem::path& model, int workers) {
     ASSERT_EQ(local_text.status, 0) << local_text.err;
     EXPECT_EQ(remote_text.status, 0) << remote_text.err;
     EXPECT_EQ(remote_text.out, local_text.out) << flags;
+  }
+  // Embeddings: `strata embed` (text) gives what Client::embed_ids gives
+  // for the text's ids (the server's tokenizer), bit for bit, raw and
+  // normalized; the normalized vector is the raw one over its norm.
+  {
+    const CommandResult raw_cli =
+        run_strata(dir, "embed --server " + address + " --pooling mean --no-normalize 'Hi there'");
+    const CommandResult unit_cli = run_strata(dir, "embed --server " + address + " 'Hi there'");
+    ASSERT_EQ(raw_cli.status, 0) << raw_cli.err;
+    ASSERT_EQ(unit_cli.status, 0) << unit_cli.err;
+    const nlohmann::json raw_json = nlohmann::json::parse(raw_cli.out);
+    const nlohmann::json unit_json = nlohmann::json::parse(unit_cli.out);
+    EXPECT_EQ(raw_json["pooling"], "mean");
+    EXPECT_EQ(unit_json["pooling"], "last");  // neither test model names one
+    TokenizeOptions as_served;  // as the server tokenizes an embedding input
+    as_served.add_special = true;
+    as_served.parse_special = true;
+    auto ids = (*client)->tokenize("Hi there", as_served);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EmbedOptions mean;
+    mean.pooling = Pooling::kMean;
+    mean.normalize = false;
+    auto raw = (*client)->embed_ids({ids->ids}, mean);
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    ASSERT_EQ(raw->embeddings.size(), 1u);
+    EXPECT_EQ(raw_json["prompt_tokens"][0], static_cast<int>(ids->ids.size()));
+    ASSERT_EQ(raw_json["embeddings"][0].size(), raw->embeddings[0].size());
+    for (size_t k = 0; k < raw->embeddings[0].size(); ++k) {
+      EXPECT_EQ(raw_json["embeddings"][0][k].get<float>(), raw->embeddings[0][k]) << k;
+    }
+    EmbedOptions last;
+    last.pooling = Pooling::kLast;
+    last.normalize = false;
+    auto last_raw = (*client)->embed({"Hi there"}, last);
+    ASSERT_TRUE(last_raw.ok()) << last_raw.status();
+    double norm = 0;
+    for (float x : last_raw->embeddings[0]) norm += double{x} * x;
+    norm = std::sqrt(norm);
+    ASSERT_GT(norm, 0);
+    ASSERT_EQ(unit_json["embeddings"][0].size(), last_raw->embeddings[0].size());
+    for (size_t k = 0; k < last_raw->embeddings[0].size(); ++k) {
+      EXPECT_NEAR(unit_json["embeddings"][0][k].get<float>(), last_raw->embeddings[0][k] / norm,
+                  1e-6)
+          << k;
+    }
   }
   // Messages: served when `run --chat` takes them (SmolLM2's template);
   // for a model without a chat template (stories260K) the served model
