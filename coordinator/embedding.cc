@@ -94,6 +94,7 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> prepare_embed_inputs(
   const int n_vocab = model.info.n_vocab();
   std::vector<std::vector<int32_t>> prompts;
   prompts.reserve(static_cast<size_t>(n));
+  int64_t total_tokens = 0;
   for (int i = 0; i < n; ++i) {
     const v1::EmbedInput& in = request.inputs(i);
     std::vector<int32_t> ids;
@@ -133,6 +134,12 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> prepare_embed_inputs(
       return absl::OutOfRangeError(absl::StrCat(input_field(i), ": ", ids.size(),
                                                 " tokens exceed the context of ", model.n_ctx));
     }
+    total_tokens += static_cast<int64_t>(ids.size());
+    if (total_tokens > kMaxEmbedTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inputs: more than ", kMaxEmbedTokens, " tokens in all (", total_tokens,
+          " by inputs[", i, "]); send fewer or shorter inputs"));
+    }
     prompts.push_back(std::move(ids));
   }
   return prompts;
@@ -156,7 +163,7 @@ absl::StatusOr<v1::EmbedResponse> run_embed(Cluster& cluster, const v1::EmbedReq
   const bool normalize = !request.has_normalize() || request.normalize();
   Scheduler& scheduler = cluster.scheduler();
   const size_t n = prompts->size();
-  const size_t window = static_cast<size_t>(std::max(1, scheduler.options().max_sequences));
+  const size_t window = static_cast<size_t>(std::max(1, scheduler.options().max_sequences / 2));
 
   v1::EmbedResponse response;
   response.set_pooling(pooling_name(*pooling));

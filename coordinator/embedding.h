@@ -14,7 +14,7 @@
 //
 // Errors name the field: INVALID_ARGUMENT ("inputs: 2049 inputs; at most
 // 2048", "inputs[3].ids[0]: 60000 is out of range [0, 49152)",
-// "inputs[1]: empty"), NOT_FOUND for another model, OUT_OF_RANGE for an
+// "inputs[1]: empty", "inputs: 400000 tokens in all exceed 300000"), NOT_FOUND for another model, OUT_OF_RANGE for an
 // input longer than the context ("inputs[0]: 5000 tokens exceed the context
 // of 4096"); then the Scheduler's (RESOURCE_EXHAUSTED, UNAVAILABLE,
 // CANCELLED) and the workers'.
@@ -36,6 +36,10 @@
 namespace strata::coordinator {
 
 inline constexpr int kMaxEmbedInputs = 2048;  // OpenAI's bound on `input`
+// The tokens of all inputs together: OpenAI's bound for one embeddings
+// request (300,000). What one request may cost is bounded by it (~5
+// minutes of prefill for SmolLM2 on 2 cores), not by 2048 x the context.
+inline constexpr int64_t kMaxEmbedTokens = 300000;
 // The text of all inputs together (each input: at most 4 MiB, as a prompt).
 inline constexpr size_t kMaxEmbedTextBytes = 32u << 20;
 
@@ -62,8 +66,9 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> prepare_embed_inputs(
 // common_embd_normalize with norm 2.
 void l2_normalize(std::vector<float>& v);
 
-// Runs `request` on the cluster: its inputs as sequences, at most
-// max_sequences of them submitted at a time, in order. `cancelled` is
+// Runs `request` on the cluster: its inputs as sequences, in order, at
+// most half the scheduler's sequence slots at a time (at least one), so
+// requests beside a large one always find slots. `cancelled` is
 // polled every 20 ms while it waits; when it says true every sequence of
 // the request is cancelled and CANCELLED returned.
 absl::StatusOr<v1::EmbedResponse> run_embed(Cluster& cluster, const v1::EmbedRequest& request,
