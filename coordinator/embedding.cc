@@ -14,8 +14,6 @@
 namespace strata::coordinator {
 namespace {
 
-constexpr size_t kMaxInputTextBytes = 4u << 20;  // as a prompt (inference.proto)
-constexpr size_t kMaxCacheSaltBytes = 256;
 
 std::string input_field(int i) { return absl::StrCat("inputs[", i, "]"); }
 
@@ -76,9 +74,9 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> prepare_embed_inputs(
   for (int i = 0; i < n; ++i) {
     const v1::EmbedInput& in = request.inputs(i);
     if (in.input_case() == v1::EmbedInput::kText) {
-      if (in.text().size() > kMaxInputTextBytes) {
+      if (in.text().size() > kMaxTextBytes) {
         return absl::InvalidArgumentError(absl::StrCat(
-            input_field(i), ".text: ", in.text().size(), " bytes exceed ", kMaxInputTextBytes));
+            input_field(i), ".text: ", in.text().size(), " bytes exceed ", kMaxTextBytes));
       }
       text += in.text().size();
     } else if (in.input_case() == v1::EmbedInput::kIds &&
@@ -192,15 +190,13 @@ absl::StatusOr<v1::EmbedResponse> run_embed(Cluster& cluster, const v1::EmbedReq
       }
       running.emplace_back(next++, *std::move(h));
     }
+    if (cancelled && cancelled()) {
+      cancel_running();
+      return absl::CancelledError("cancelled by the client");
+    }
     auto& [i, handle] = running.front();
     std::optional<SequenceEvent> e = handle->next(absl::Milliseconds(20));
-    if (!e) {
-      if (cancelled && cancelled()) {
-        cancel_running();
-        return absl::CancelledError("cancelled by the client");
-      }
-      continue;
-    }
+    if (!e) continue;
     if (e->kind == SequenceEvent::Kind::kError) {
       running.pop_front();
       cancel_running();

@@ -69,7 +69,7 @@ void l2_normalize(std::vector<float>& v);
 // Runs `request` on the cluster: its inputs as sequences, in order, at
 // most half the scheduler's sequence slots at a time (at least one), so
 // requests beside a large one always find slots. `cancelled` is
-// polled every 20 ms while it waits; when it says true every sequence of
+// asked before each wait (at most 20 ms) for a result; when it says true every sequence of
 // the request is cancelled and CANCELLED returned.
 absl::StatusOr<v1::EmbedResponse> run_embed(Cluster& cluster, const v1::EmbedRequest& request,
                                             const std::function<bool()>& cancelled);

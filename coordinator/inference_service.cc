@@ -19,7 +19,6 @@
 namespace strata::coordinator {
 namespace {
 
-constexpr size_t kMaxTextBytes = 4u << 20;   // Tokenize text
 constexpr int kMaxTokens = 1 << 20;          // Detokenize ids
 
 absl::Status bad(absl::string_view field, absl::string_view what) {

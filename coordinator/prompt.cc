@@ -18,7 +18,6 @@
 namespace strata::coordinator {
 namespace {
 
-constexpr size_t kMaxTextBytes = 4u << 20;   // prompt, content, text
 constexpr int kMaxTokens = 1 << 20;          // max_tokens, Detokenize ids
 constexpr int kMaxMessages = 1024;
 constexpr size_t kMaxRoleBytes = 64;
@@ -28,7 +27,6 @@ constexpr size_t kMaxStopBytes = 256;
 constexpr int kMaxTopLogprobs = 20;
 constexpr size_t kMaxUserBytes = 256;
 constexpr int kMaxFimFiles = 256;             // infill.extra
-constexpr size_t kMaxCacheSaltBytes = 256;
 
 absl::Status bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));

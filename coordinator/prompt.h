@@ -31,6 +31,11 @@
 
 namespace strata::coordinator {
 
+// inference.proto's bounds that more than one request kind shares: a text
+// (prompt, message content, an embedding input) and a cache_salt.
+inline constexpr size_t kMaxTextBytes = 4u << 20;
+inline constexpr size_t kMaxCacheSaltBytes = 256;
+
 // OK when `model` is empty or names the served model; else NOT_FOUND
 // "model: 'x' is not served here; this server serves 'y'".
 absl::Status check_model_name(const v1::ModelInfo& served,

@@ -250,32 +250,38 @@ void StepScheduler::fail_sequence(Sequence& seq, const absl::Status& status) {
 void StepScheduler::finish(Sequence& seq) {
   SequenceEvent e;
   if (!attach_prompt_logprobs(seq, e)) return;
-  seq.state = Sequence::State::kDone;
   const Clock::time_point now = Clock::now();
   e.kind = SequenceEvent::Kind::kDone;
   e.finish = seq.output->finish_reason();
   e.stop_word = seq.output->stop_word();
   e.all_ids = seq.output->ids();
   e.all_text = seq.output->text();
-  e.cached_tokens = seq.cached;
   SequenceTimings& t = e.timings;
   t.queue_ms = ms_between(seq.submitted, seq.first_sent);
   t.ttft_ms = ms_between(seq.submitted, seq.first_token);
   t.prefill_ms = ms_between(seq.first_sent, seq.first_token);
   t.decode_ms = ms_between(seq.first_token, now);
   t.decode_steps = seq.decode_steps;
-  const char* reason = finish_reason_name(e.finish);
+  spdlog::info(
+      "request {}: finished {}: prompt {} tokens ({} cached), generated {}, "
+      "ttft {:.1f} ms, {:.1f} ms in all",
+      seq.number, finish_reason_name(e.finish), seq.prompt_size(), seq.cached, seq.generated,
+      t.ttft_ms, ms_between(seq.submitted, now));
+  deliver_done(seq, std::move(e), now);
+}
+
+// The end every kDone shares (a generation's and an embedding's): the
+// sequence is done, the request's metrics, the served count and its hook,
+// then the event.
+void StepScheduler::deliver_done(Sequence& seq, SequenceEvent e, Clock::time_point now) {
+  seq.state = Sequence::State::kDone;
+  e.cached_tokens = seq.cached;
   if (ServingMetrics* m = options_.metrics) {
     m->e2e_request_latency.observe(seconds_between(seq.submitted, now));
     m->request_prompt_tokens.observe(seq.prompt_size());
     m->request_generation_tokens.observe(seq.generated);
-    m->request_finished(reason);
+    m->request_finished(finish_reason_name(e.finish));
   }
-  spdlog::info(
-      "request {}: finished {}: prompt {} tokens ({} cached), generated {}, "
-      "ttft {:.1f} ms, {:.1f} ms in all",
-      seq.number, reason, seq.prompt_size(), seq.cached, seq.generated, t.ttft_ms,
-      ms_between(seq.submitted, now));
   ++served_;
   if (hooks_.served) hooks_.served(served_);
   seq.handle->push(std::move(e));
@@ -670,28 +676,20 @@ void StepScheduler::finish_embedding(Sequence& seq) {
   e.embedding.resize(width);
   for (size_t c = 0; c < width; ++c) e.embedding[c] = static_cast<float>(sum[c] / divide);
   seq.embed_parts.clear();
-  seq.state = Sequence::State::kDone;
-  e.cached_tokens = seq.cached;
   SequenceTimings& t = e.timings;
   t.queue_ms = ms_between(seq.submitted, seq.first_sent);
   t.ttft_ms = ms_between(seq.submitted, now);
   t.prefill_ms = ms_between(seq.first_sent, now);
-  if (ServingMetrics* m = options_.metrics) {
-    m->e2e_request_latency.observe(seconds_between(seq.submitted, now));
-    m->request_prompt_tokens.observe(n);
-    m->request_generation_tokens.observe(0);
+  if (ServingMetrics* m = options_.metrics) {  // take_token counts these at a first token
     m->prompt_tokens.inc(n);
     m->prefix_cache_queries.inc(n);
     m->prefix_cache_hits.inc(seq.cached);
-    m->request_finished(finish_reason_name(e.finish));
   }
   spdlog::info("request {}: embedded: prompt {} tokens ({} cached), {} pooling, {:.1f} ms in all",
                seq.number, n, seq.cached,
                seq.request.embed == Pooling::kMean ? "mean" : "last",
                ms_between(seq.submitted, now));
-  ++served_;
-  if (hooks_.served) hooks_.served(served_);
-  seq.handle->push(std::move(e));
+  deliver_done(seq, std::move(e), now);
 }
 
 void StepScheduler::take_token(Sequence& seq, const v1::SampledToken& token) {

@@ -292,6 +292,7 @@ class StepScheduler {
   bool attach_prompt_logprobs(Sequence& seq, SequenceEvent& event);
   void take_embedding(Sequence& seq, const v1::SliceEmbedding& part);
   void finish_embedding(Sequence& seq);
+  void deliver_done(Sequence& seq, SequenceEvent e, Clock::time_point now);
   void save_decoded_block(Sequence& seq, v1::SequenceSlice& slice, InFlight& record);
 
   const SchedulerOptions options_;
