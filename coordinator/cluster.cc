@@ -115,6 +115,7 @@ Cluster::Cluster(ClusterOptions options, std::unique_ptr<ServedModel> model,
   so.max_sequences = c.max_sequences;
   so.n_ctx = model_->n_ctx;
   so.prefill_chunk = c.prefill_chunk;
+  so.prefill_chunk_beside_decode = c.prefill_chunk_beside_decode;
   so.max_batch_rows = c.prefill_chunk + c.max_sequences;
   so.max_in_flight = static_cast<int>(c.workers.size());
   so.max_migrations = c.migration_attempts;

@@ -393,7 +393,8 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
   try {
     absl::Status st = check_keys(
         root, "",
-        {"model", "listen", "context_length", "max_sequences", "prefill_chunk", "kv_type",
+        {"model", "listen", "context_length", "max_sequences", "prefill_chunk",
+         "prefill_chunk_beside_decode", "kv_type",
          "placement", "activation_link", "health_check_interval_ms", "health_check_timeout_ms",
          "health_check_failures", "trace", "workers", "http_listen", "api_key", "chat_template",
          "served_model_name", "cors_allow_origin",
@@ -463,6 +464,7 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
         {"context_length", &c.context_length, 0, 1 << 20},
         {"max_sequences", &c.max_sequences, 1, 1024},
         {"prefill_chunk", &c.prefill_chunk, 1, 4096},
+        {"prefill_chunk_beside_decode", &c.prefill_chunk_beside_decode, 0, 4096},
         {"health_check_interval_ms", &c.health_check_interval_ms, 50, 60000},
         {"health_check_timeout_ms", &c.health_check_timeout_ms, 50, 60000},
         {"health_check_failures", &c.health_check_failures, 1, 100},

@@ -19,6 +19,8 @@
 //   max_sequences: 8                # live sequences at once (1 .. 1024)
 //   prefill_chunk: 512              # rows of one prompt chunk in a micro-batch
 //                                   # (1 .. 4096 - max_sequences)
+//   prefill_chunk_beside_decode: 128  # prompt rows of a micro-batch while
+//                                   # any sequence decodes (0: prefill_chunk)
 //   kv_type: f16                    # f16 or f32
 //   placement: auto                 # auto (by memory budget) or explicit
 //   activation_link: auto           # between two stages: auto (NCCL where
@@ -134,6 +136,10 @@ std::optional<ActivationLinkKind> parse_activation_link(std::string_view text);
 // InvalidArgument "cors_allow_origin: ..." otherwise.
 absl::Status check_cors_allow_origin(absl::string_view value);
 
+// ClusterConfig::prefill_chunk_beside_decode's default: measured by
+// bench/decode-beside-prefill (docs/perf.md).
+inline constexpr int kDefaultPrefillChunkBesideDecode = 128;
+
 struct ClusterConfig {
   std::string model;
   std::string listen = "127.0.0.1:50051";
@@ -148,6 +154,9 @@ struct ClusterConfig {
   // Rows of one prompt chunk; a micro-batch holds at most prefill_chunk +
   // max_sequences rows (the token budget of a step, at most 4096).
   int prefill_chunk = 512;
+  // While any sequence decodes, a micro-batch's prompt rows are at most this
+  // (SchedulerOptions::prefill_chunk_beside_decode); 0: prefill_chunk.
+  int prefill_chunk_beside_decode = kDefaultPrefillChunkBesideDecode;
   GgmlType kv_type = GgmlType::kF16;
   bool explicit_placement = false;
   ActivationLinkKind activation_link = ActivationLinkKind::kAuto;

@@ -459,6 +459,14 @@ ServingMetrics::ServingMetrics()
                          {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
                           0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0})
               .get()),
+      iteration_tokens(
+          registry_
+              .histogram("strata:iteration_tokens_total",
+                         "Histogram of rows (tokens) per micro-batch: decode "
+                         "rows and prompt chunks together (vLLM's "
+                         "iteration_tokens_total).",
+                         {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096})
+              .get()),
       request_prompt_tokens(
           registry_
               .histogram("strata:request_prompt_tokens",

@@ -236,6 +236,7 @@ class ServingMetrics {
   Histogram& inter_token_latency;
   Histogram& e2e_request_latency;
   Histogram& step_seconds;
+  Histogram& iteration_tokens;
   Histogram& request_prompt_tokens;
   Histogram& request_generation_tokens;
   Family<Counter>& request_success;

@@ -189,6 +189,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> make_single_node(
   c.context_length = o.context_length;
   c.max_sequences = o.max_sequences;
   c.prefill_chunk = o.prefill_chunk;
+  c.prefill_chunk_beside_decode = o.prefill_chunk_beside_decode;
   c.kv_type = o.kv_type;
   c.trace = o.trace;
   c.prefix_cache_blocks = o.prefix_cache_blocks;

@@ -1,6 +1,7 @@
 #include "coordinator/step_scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <span>
 #include <utility>
 
@@ -34,6 +35,9 @@ SchedulerOptions normalized(SchedulerOptions o) {
   if (o.max_batch_rows <= 0)
     o.max_batch_rows = o.prefill_chunk + o.max_sequences;
   o.prefill_chunk = std::min(o.prefill_chunk, o.max_batch_rows);
+  if (o.prefill_chunk_beside_decode <= 0 || o.prefill_chunk_beside_decode > o.prefill_chunk) {
+    o.prefill_chunk_beside_decode = o.prefill_chunk;
+  }
   return o;
 }
 
@@ -342,6 +346,12 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
   InFlight record;
   int rows = 0;
   int scored_rows = 0;  // rows of scored prompt chunks (kScoredChunkRows)
+  // Prompt rows this micro-batch may still take while a sequence decodes,
+  // so its next token does not wait for a whole chunk (the next prompt
+  // takes what an older one leaves); otherwise only max_batch_rows bounds
+  // them (a chunk that does not fit waits whole).
+  int prompt_rows_left = decoding > 0 ? options_.prefill_chunk_beside_decode
+                                      : std::numeric_limits<int>::max();
   int decodes = 0;
   const Clock::time_point now = Clock::now();
   auto add_slice = [&](Sequence& seq, bool sample) -> v1::SequenceSlice* {
@@ -413,12 +423,14 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
                             : seq->prompt_sent;
     // A scored prompt's rows all come back as logits ([rows][n_vocab] on
     // the last stage): at most kScoredChunkRows of them a micro-batch.
-    const int chunk_rows = scored ? std::min(options_.prefill_chunk, kScoredChunkRows - scored_rows)
-                                  : options_.prefill_chunk;
+    const int chunk_rows = std::min(
+        prompt_rows_left, scored ? std::min(options_.prefill_chunk, kScoredChunkRows - scored_rows)
+                                 : options_.prefill_chunk);
     if (chunk_rows <= 0) continue;
     const int chunk = std::min(chunk_rows, seq->prefill_size() - start);
     if (rows + chunk > options_.max_batch_rows) continue;
     if (scored) scored_rows += chunk;
+    prompt_rows_left -= chunk;
     const bool last = start + chunk == seq->prefill_size();
     v1::SequenceSlice* slice = add_slice(*seq, last && embed == Pooling::kNone);
     slice->set_start_pos(start);
@@ -472,6 +484,7 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     rows += chunk;
   }
   if (batch.slices_size() == 0) return std::nullopt;
+  if (options_.metrics != nullptr) options_.metrics->iteration_tokens.observe(rows);
   batch.set_batch_id(next_batch_id_++);
   batch.set_trace(options_.trace);
   record.sent = now;

@@ -23,8 +23,11 @@
 //      ceil(decoding / max_in_flight) of them, so the decoding sequences are
 //      spread over the micro-batches in flight and every stage has work;
 //   2. prompt chunks beside them, oldest request first: at most
-//      prefill_chunk rows of one prompt, cut at the same boundaries as
-//      worker::prefill_in_chunks. The chunks of one prompt follow each other
+//      prefill_chunk rows of one prompt (worker::prefill_in_chunks's
+//      boundaries); while any sequence decodes, at most
+//      prefill_chunk_beside_decode prompt rows in all, the next prompt
+//      taking what an older one leaves (a row's result does not depend on
+//      its chunk: tests/worker/batch_invariance_test.cc). The chunks of one prompt follow each other
 //      in consecutive micro-batches without waiting for results; only the
 //      last one samples, and the first carries the SamplingParams (with the
 //      seed). An embedding's chunks (SequenceRequest::embed) sample
@@ -81,6 +84,16 @@ struct SchedulerOptions {
   int max_queued = 256;     // waiting requests beyond that; more: refused
   int n_ctx = 0;            // positions per sequence
   int prefill_chunk = 512;  // rows of one prompt chunk
+  // While any sequence decodes, the prompt chunks of one micro-batch hold at
+  // most this many rows in all (Sarathi-Serve's token budget, stall-free
+  // batching): a decode step that shares a micro-batch with a prompt chunk
+  // takes as long as the chunk, so this bounds the inter-token latency of
+  // every decoding sequence while long prompts arrive. Prompts alone still
+  // go prefill_chunk rows at a time. 0 or more than prefill_chunk:
+  // prefill_chunk. Outputs do not depend on it (a row's result does not
+  // depend on the chunk it travels in). The deployed default is
+  // ClusterConfig's.
+  int prefill_chunk_beside_decode = 0;
   // Rows per micro-batch: at least prefill_chunk + max_sequences (the
   // shards' max_batch_rows), so a full chunk travels beside every decode.
   // 0: exactly that.

@@ -23,6 +23,8 @@ model: /models/m.gguf
 listen: 127.0.0.1:6000
 context_length: 2048
 max_sequences: 4
+prefill_chunk: 256
+prefill_chunk_beside_decode: 64
 kv_type: f32
 placement: explicit
 health_check_interval_ms: 500
@@ -42,6 +44,8 @@ workers:
   EXPECT_EQ(c->listen, "127.0.0.1:6000");
   EXPECT_EQ(c->context_length, 2048);
   EXPECT_EQ(c->max_sequences, 4);
+  EXPECT_EQ(c->prefill_chunk, 256);
+  EXPECT_EQ(c->prefill_chunk_beside_decode, 64);
   EXPECT_EQ(c->kv_type, GgmlType::kF32);
   EXPECT_TRUE(c->explicit_placement);
   EXPECT_EQ(c->health_check_interval_ms, 500);
@@ -62,6 +66,8 @@ TEST(ClusterConfig, DefaultsAndInferredPlacement) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen, "127.0.0.1:50051");
   EXPECT_EQ(c->max_sequences, 8);
+  EXPECT_EQ(c->prefill_chunk, 512);
+  EXPECT_EQ(c->prefill_chunk_beside_decode, kDefaultPrefillChunkBesideDecode);
   EXPECT_EQ(c->kv_type, GgmlType::kF16);
   EXPECT_FALSE(c->explicit_placement);
   auto e = parse_cluster_config(
@@ -116,6 +122,8 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
        "t: max_sequences: 0 is out of range [1, 1024]"},
       {"prefill_chunk: 0\nworkers: [{address: 'h:1'}]",
        "t: prefill_chunk: 0 is out of range [1, 4096]"},
+      {"prefill_chunk_beside_decode: -1\nworkers: [{address: 'h:1'}]",
+       "t: prefill_chunk_beside_decode: -1 is out of range [0, 4096]"},
       {"prefill_chunk: 4090\nmax_sequences: 8\nworkers: [{address: 'h:1'}]",
        "t: prefill_chunk: 4090 rows with max_sequences 8 exceed the 4096 rows"},
       {"context_length: lots\nworkers: [{address: 'h:1'}]",

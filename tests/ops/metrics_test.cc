@@ -206,6 +206,7 @@ TEST(Metrics, PrometheusClientParsesThePage) {
   m.generation_tokens.inc(6);
   m.time_to_first_token.observe(0.02);
   m.time_to_first_token.observe(3);
+  m.iteration_tokens.observe(520);  // vLLM's name ends in _total: a histogram still
   m.request_finished("length");
   m.worker_up.with({"w0 \"quoted\" \\ back\nslash"}).set(1);
   m.worker_step_seconds.with({"w0"}).set(0.75, 12);
@@ -233,6 +234,9 @@ TEST(Metrics, PrometheusClientParsesThePage) {
            "sample strata:time_to_first_token_seconds_sum {} 3.02",
            "sample strata:request_success_total {\"finished_reason\": "
            "\"length\"} 1.0",
+           "sample strata:iteration_tokens_total_bucket {\"le\": \"512\"} 0.0",
+           "sample strata:iteration_tokens_total_bucket {\"le\": \"1024\"} 1.0",
+           "sample strata:iteration_tokens_total_count {} 1.0",
            "sample strata:worker_up {\"worker\": \"w0 \\\"quoted\\\" \\\\ "
            "back\\nslash\"} 1.0",
            "sample strata:worker_step_seconds_sum {\"worker\": \"w0\"} 0.75",
@@ -243,7 +247,7 @@ TEST(Metrics, PrometheusClientParsesThePage) {
   // Every family we registered came back, with its type.
   int families = 0;
   for (const std::string& l : p.lines) families += l.rfind("family ", 0) == 0;
-  EXPECT_EQ(families, 19);
+  EXPECT_EQ(families, 20);
 }
 
 }  // namespace

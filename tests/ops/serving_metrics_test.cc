@@ -80,6 +80,12 @@ TEST(ServingMetricsFeed, EndsAreCountedByReason) {
   core.answer(*batch, 0);  // end of generation: "stop"
   EXPECT_EQ(m.request_success.with({"stop"}).value(), 1);
   EXPECT_EQ(m.generation_tokens.value(), 3);  // 9; 9 and the end token
+  // Rows per micro-batch: 3 (prompt 1), 4 (prompt 2), 1 (its decode).
+  EXPECT_EQ(m.iteration_tokens.sum(), 3 + 4 + 1);
+  const std::vector<uint64_t> rows = m.iteration_tokens.cumulative();
+  EXPECT_EQ(rows[0], 1u);       // le 1
+  EXPECT_EQ(rows[1], 3u);       // le 8
+  EXPECT_EQ(rows.back(), 3u);   // +Inf
   EXPECT_EQ(m.inter_token_latency.cumulative().back(), 1u);
   EXPECT_EQ(m.e2e_request_latency.cumulative().back(), 1u);
   EXPECT_EQ(m.request_generation_tokens.sum(),

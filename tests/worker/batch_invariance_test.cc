@@ -56,14 +56,14 @@ std::vector<Step> schedule(int q, int n_vocab, std::mt19937& rng) {
 
 // Backends for blocks [0, cut) and [cut, n_layer) (one when cut is 0).
 std::vector<std::unique_ptr<worker::Backend>> load(const std::string& path, int cut,
-                                                   int threads) {
+                                                   int threads, int max_batch = 64) {
   auto opened = gguf::GgufModel::open(path);
   EXPECT_TRUE(opened.ok()) << opened.status();
   std::shared_ptr<const gguf::GgufModel> model(std::move(*opened));
   auto hp = arch::read_hyperparameters(model->first());
   EXPECT_TRUE(hp.ok()) << hp.status();
   worker::CpuBackendOptions options;
-  options.max_batch = 64;
+  options.max_batch = max_batch;
   options.n_threads = threads;
   options.no_tune = true;
   std::vector<std::pair<int, int>> ranges;
@@ -90,11 +90,12 @@ using Key = std::pair<int, int>;  // (seq, step of that sequence)
 // the chain of backends; returns each step's logits.
 std::map<Key, std::vector<float>> run(std::vector<std::unique_ptr<worker::Backend>>& chain,
                                       const std::vector<std::vector<Step>>& steps,
-                                      const std::vector<std::vector<Key>>& batches) {
+                                      const std::vector<std::vector<Key>>& batches,
+                                      int n_ctx = 128) {
   std::map<Key, std::vector<float>> out;
   for (auto& b : chain) {
     for (size_t q = 0; q < steps.size(); ++q) {
-      EXPECT_TRUE(b->add_sequence(static_cast<int>(q), 128).ok());
+      EXPECT_TRUE(b->add_sequence(static_cast<int>(q), n_ctx).ok());
     }
   }
   for (const std::vector<Key>& batch : batches) {
@@ -184,6 +185,95 @@ void expect_invariant(const std::string& path, int threads) {
       }
     }
   }
+}
+
+// Chunk invariance: a prompt's logits, and those of the decode steps after
+// it, are bit-identical however the prompt is cut into chunks (one chunk,
+// single rows then a tile's worth, ragged pieces). The scheduler relies on
+// it: it cuts prompts finer while other sequences decode
+// (SchedulerOptions::prefill_chunk_beside_decode), and the tokens must not
+// depend on the load. Each chunking runs as its own sequence, one slice a
+// forward(), on one backend and split over two.
+void expect_chunk_invariant(const std::string& path, int threads) {
+  if (!exists(path)) GTEST_SKIP() << path << " is absent";
+  const int n_layer = model_layers(path);
+  ASSERT_GT(n_layer, 1) << path;
+  constexpr int kPrompt = 160;
+  const std::vector<std::vector<int>> chunkings = {
+      {160}, {1, 15, 16, 128}, {37, 123}, {64, 64, 31, 1}, {3, 5, 7, 11, 13, 121}};
+  std::mt19937 rng(7);
+  std::vector<std::unique_ptr<worker::Backend>> alone = load(path, 0, threads, kPrompt);
+  ASSERT_EQ(alone.size(), 1u);
+  std::uniform_int_distribution<int32_t> id(1, alone[0]->n_vocab() - 1);
+  std::vector<int32_t> prompt(kPrompt);
+  for (int32_t& t : prompt) t = id(rng);
+  const std::vector<int32_t> decoded = {id(rng), id(rng), id(rng)};
+  std::vector<std::vector<Step>> steps;
+  std::vector<std::vector<Key>> solo;
+  for (size_t q = 0; q < chunkings.size(); ++q) {
+    std::vector<Step> seq;
+    int at = 0;
+    for (int n : chunkings[q]) {
+      Step s;
+      s.seq = static_cast<int>(q);
+      s.tokens.assign(prompt.begin() + at, prompt.begin() + at + n);
+      at += n;
+      s.logits = at == kPrompt ? worker::Logits::kLast : worker::Logits::kNone;
+      seq.push_back(std::move(s));
+    }
+    ASSERT_EQ(at, kPrompt);
+    for (int32_t t : decoded) seq.push_back({static_cast<int>(q), {t}, worker::Logits::kLast});
+    for (size_t k = 0; k < seq.size(); ++k) {
+      solo.push_back({{static_cast<int>(q), static_cast<int>(k)}});
+    }
+    steps.push_back(std::move(seq));
+  }
+  for (int cut : {0, n_layer / 2}) {
+    std::vector<std::unique_ptr<worker::Backend>> chain = load(path, cut, threads, kPrompt);
+    ASSERT_FALSE(chain.empty());
+    const std::map<Key, std::vector<float>> got = run(chain, steps, solo, kPrompt + 8);
+    // The prompt's last row, then each decode step: sequence q's against
+    // sequence 0's (one chunk).
+    for (size_t q = 1; q < chunkings.size(); ++q) {
+      const int first = static_cast<int>(chunkings[q].size()) - 1;
+      const int first0 = static_cast<int>(chunkings[0].size()) - 1;
+      for (int j = 0; j <= static_cast<int>(decoded.size()); ++j) {
+        const std::vector<float>& want = got.at({0, first0 + j});
+        const std::vector<float>& g = got.at({static_cast<int>(q), first + j});
+        ASSERT_EQ(g.size(), want.size());
+        ASSERT_FALSE(g.empty());
+        for (size_t i = 0; i < g.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&g[i], &want[i], sizeof(float)), 0)
+              << path << " split at " << cut << ", chunking " << q << ", "
+              << (j == 0 ? "the prompt's last row" : "decode step " + std::to_string(j))
+              << ", logit " << i << ": " << g[i] << ", in one chunk " << want[i];
+        }
+      }
+    }
+  }
+}
+
+TEST(ChunkInvariance, Stories260K) {
+  expect_chunk_invariant(stories_path(), 2);
+  for (const char* type : {"Q8_0", "Q4_1"}) {
+    expect_chunk_invariant(
+        (testing::shared_dir() / "models" / (std::string("stories260K-") + type + ".gguf"))
+            .string(),
+        2);
+  }
+}
+
+TEST(ChunkInvariance, TinyModels) {
+  for (const char* family : {"qwen2", "gemma2", "phi3", "mixtral", "gpt-oss"}) {
+    expect_chunk_invariant(
+        (testing::models_dir() / "tiny" / (std::string("tiny-") + family + ".gguf")).string(),
+        2);
+  }
+}
+
+TEST(ChunkInvariance, SmolLM2AndGemma3) {
+  expect_chunk_invariant(smollm_path(), 2);
+  expect_chunk_invariant((testing::models_dir() / "gemma-3-270m-q4_k_m.gguf").string(), 2);
 }
 
 TEST(BatchInvariance, Stories260KF32) {
