@@ -407,6 +407,19 @@ absl::Status Cluster::load_pipeline() {
       if (s.shard) blocks = std::min(blocks, s.shard->prefix_cache_blocks());
     }
     scheduler_->set_prefix_cache_blocks(blocks);
+    // Prompts cut by the load only where that changes no token.
+    std::vector<std::string> backends;
+    for (int i : members) {
+      const WorkerState& s = states_[i];
+      backends.push_back(s.described ? s.described->backend() : "");
+    }
+    const int beside = prefill_chunk_beside_decode_for(c.prefill_chunk_beside_decode, backends);
+    scheduler_->set_prefill_chunk_beside_decode(beside);
+    spdlog::info("prompt rows of a micro-batch beside decodes: {} ({})",
+                 beside == 0 ? c.prefill_chunk : beside,
+                 c.prefill_chunk_beside_decode >= 0 ? "prefill_chunk_beside_decode"
+                 : beside > 0 ? "auto: every stage runs on the cpu backend"
+                              : "auto: whole chunks, a stage is not on the cpu backend");
   }
   const bool recovering = scheduler_->stats().recovering;
   scheduler_->attach(*std::move(link), shard_id);

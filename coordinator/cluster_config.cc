@@ -464,7 +464,6 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
         {"context_length", &c.context_length, 0, 1 << 20},
         {"max_sequences", &c.max_sequences, 1, 1024},
         {"prefill_chunk", &c.prefill_chunk, 1, 4096},
-        {"prefill_chunk_beside_decode", &c.prefill_chunk_beside_decode, 0, 4096},
         {"health_check_interval_ms", &c.health_check_interval_ms, 50, 60000},
         {"health_check_timeout_ms", &c.health_check_timeout_ms, 50, 60000},
         {"health_check_failures", &c.health_check_failures, 1, 100},
@@ -499,6 +498,18 @@ absl::StatusOr<ClusterConfig> parse_cluster_config(
           "prefill_chunk", absl::StrCat(c.prefill_chunk, " rows with max_sequences ",
                                         c.max_sequences, " exceed the 4096 rows of a "
                                         "micro-batch")));
+    }
+    if (const YAML::Node& n = root["prefill_chunk_beside_decode"]; n) {
+      if (n.IsScalar() && n.Scalar() == "auto") {
+        c.prefill_chunk_beside_decode = kAutoPrefillChunkBesideDecode;
+      } else {
+        auto v = get_int(n, "prefill_chunk_beside_decode", 0, 4096);
+        if (!v.ok()) {
+          return with_source(absl::Status(v.status().code(),
+                                          absl::StrCat(v.status().message(), " (or auto)")));
+        }
+        c.prefill_chunk_beside_decode = *v;
+      }
     }
     if (root["kv_type"]) {
       auto s = get_string(root["kv_type"], "kv_type");
@@ -687,6 +698,14 @@ absl::Status resolve_link_security(ClusterConfig& c, const std::string& program)
     }
   }
   return absl::OkStatus();
+}
+
+int prefill_chunk_beside_decode_for(int configured, const std::vector<std::string>& backends) {
+  if (configured >= 0) return configured;
+  const bool all_cpu = !backends.empty() &&
+                       std::all_of(backends.begin(), backends.end(),
+                                   [](const std::string& b) { return b == "cpu"; });
+  return all_cpu ? kDefaultPrefillChunkBesideDecode : 0;
 }
 
 }  // namespace strata::coordinator

@@ -19,8 +19,10 @@
 //   max_sequences: 8                # live sequences at once (1 .. 1024)
 //   prefill_chunk: 512              # rows of one prompt chunk in a micro-batch
 //                                   # (1 .. 4096 - max_sequences)
-//   prefill_chunk_beside_decode: 128  # prompt rows of a micro-batch while
-//                                   # any sequence decodes (0: prefill_chunk)
+//   prefill_chunk_beside_decode: auto  # prompt rows of a micro-batch while
+//                                   # any sequence decodes (0: prefill_chunk;
+//                                   # auto: 128 when every stage runs on the
+//                                   # cpu backend, else 0)
 //   kv_type: f16                    # f16 or f32
 //   placement: auto                 # auto (by memory budget) or explicit
 //   activation_link: auto           # between two stages: auto (NCCL where
@@ -136,9 +138,22 @@ std::optional<ActivationLinkKind> parse_activation_link(std::string_view text);
 // InvalidArgument "cors_allow_origin: ..." otherwise.
 absl::Status check_cors_allow_origin(absl::string_view value);
 
-// ClusterConfig::prefill_chunk_beside_decode's default: measured by
-// bench/decode-beside-prefill (docs/perf.md).
+// ClusterConfig::prefill_chunk_beside_decode's auto value on cpu stages:
+// measured by bench/decode-beside-prefill (docs/perf.md).
 inline constexpr int kDefaultPrefillChunkBesideDecode = 128;
+// ClusterConfig::prefill_chunk_beside_decode when the config leaves it to
+// the stages' backends.
+inline constexpr int kAutoPrefillChunkBesideDecode = -1;
+
+// The prompt rows of a micro-batch while a sequence decodes
+// (SchedulerOptions::prefill_chunk_beside_decode) for a pipeline whose
+// stages run on `backends` (ShardInfo.backend: "cpu", "cuda", ...):
+// `configured` when it is 0 or more; for kAutoPrefillChunkBesideDecode,
+// kDefaultPrefillChunkBesideDecode when every stage is "cpu" (a row's
+// result does not depend on its chunk there, so the load changes no
+// token), else 0 (whole chunks: the cuda backend's kernels depend on a
+// slice's rows, so a cut that follows the load could move a logit).
+int prefill_chunk_beside_decode_for(int configured, const std::vector<std::string>& backends);
 
 struct ClusterConfig {
   std::string model;
@@ -155,8 +170,10 @@ struct ClusterConfig {
   // max_sequences rows (the token budget of a step, at most 4096).
   int prefill_chunk = 512;
   // While any sequence decodes, a micro-batch's prompt rows are at most this
-  // (SchedulerOptions::prefill_chunk_beside_decode); 0: prefill_chunk.
-  int prefill_chunk_beside_decode = kDefaultPrefillChunkBesideDecode;
+  // (SchedulerOptions::prefill_chunk_beside_decode); 0: prefill_chunk;
+  // kAutoPrefillChunkBesideDecode ("auto", the default): by the stages'
+  // backends (prefill_chunk_beside_decode_for).
+  int prefill_chunk_beside_decode = kAutoPrefillChunkBesideDecode;
   GgmlType kv_type = GgmlType::kF16;
   bool explicit_placement = false;
   ActivationLinkKind activation_link = ActivationLinkKind::kAuto;

@@ -65,6 +65,11 @@ void Scheduler::set_prefix_cache_blocks(int blocks) {
   new_prefix_blocks_ = blocks;
 }
 
+void Scheduler::set_prefill_chunk_beside_decode(int rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  new_beside_decode_rows_ = rows;
+}
+
 void Scheduler::attach(std::unique_ptr<worker::ActivationLink> link,
                        uint64_t shard_id) {
   {
@@ -292,6 +297,7 @@ void Scheduler::loop() {
     bool have_new_link = false;
     uint64_t new_shard_id = 0;
     int new_prefix_blocks = -1;
+    std::optional<int> new_beside_decode_rows;
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -325,6 +331,7 @@ void Scheduler::loop() {
         new_link = std::move(new_link_);
         new_shard_id = new_shard_id_;
         new_prefix_blocks = new_prefix_blocks_;
+        new_beside_decode_rows = new_beside_decode_rows_;
         have_new_link = true;
         have_new_link_ = false;
       }
@@ -367,6 +374,9 @@ void Scheduler::loop() {
       shard_id_ = new_shard_id;
       unavailable_.clear();
       core_.reset_prefix_cache(new_prefix_blocks);  // the stages' stores are new
+      if (new_beside_decode_rows) {
+        core_.set_prefill_chunk_beside_decode(*new_beside_decode_rows);
+      }
     }
     for (v1::MicroBatchResult& r : results) {
       // A result of an earlier link (a fenced-off pipeline) is not ours.

@@ -88,6 +88,10 @@ class Scheduler {
   // off, e.g. on a backend that cannot copy KV rows). The index is emptied
   // at every attach either way.
   void set_prefix_cache_blocks(int blocks);
+  // Before attach(): the prompt rows of a micro-batch while a sequence
+  // decodes on the new pipeline (StepScheduler::
+  // set_prefill_chunk_beside_decode); without a call, as configured.
+  void set_prefill_chunk_beside_decode(int rows);
 
   // Queues a request. Errors: InvalidArgument (empty prompt, max_tokens <
   // 1, bad sampling), OutOfRange (the prompt does not fit n_ctx),
@@ -170,6 +174,7 @@ class Scheduler {
   uint64_t new_shard_id_ = 0;
   bool have_new_link_ = false;
   int new_prefix_blocks_ = -1;  // for the next link; -1: as configured
+  std::optional<int> new_beside_decode_rows_;  // for the next link
   // Sequence ids a peer cannot guess (worker.proto names sequences by
   // them): the splitmix64 finaliser, a bijection, of a counter xor a
   // random key — distinct for every request, unpredictable without the key.

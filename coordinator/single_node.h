@@ -32,8 +32,9 @@ struct SingleNodeOptions {
   int context_length = 0;    // 0: the model's
   int max_sequences = 8;
   int prefill_chunk = 512;   // rows of one prompt chunk (ClusterConfig)
-  // Prompt rows of a micro-batch while a sequence decodes (ClusterConfig).
-  int prefill_chunk_beside_decode = kDefaultPrefillChunkBesideDecode;
+  // Prompt rows of a micro-batch while a sequence decodes (ClusterConfig;
+  // kAutoPrefillChunkBesideDecode: by the stages' backend).
+  int prefill_chunk_beside_decode = kAutoPrefillChunkBesideDecode;
   GgmlType kv_type = GgmlType::kF16;
   // Where every stage runs: "cpu", "cuda" or "cuda:N" (worker::
   // parse_backend_choice; a cuda stage: worker/cuda/cuda_backend.h).

@@ -35,10 +35,13 @@ SchedulerOptions normalized(SchedulerOptions o) {
   if (o.max_batch_rows <= 0)
     o.max_batch_rows = o.prefill_chunk + o.max_sequences;
   o.prefill_chunk = std::min(o.prefill_chunk, o.max_batch_rows);
-  if (o.prefill_chunk_beside_decode <= 0 || o.prefill_chunk_beside_decode > o.prefill_chunk) {
-    o.prefill_chunk_beside_decode = o.prefill_chunk;
-  }
   return o;
+}
+
+// SchedulerOptions::prefill_chunk_beside_decode's rule: 0 or more than
+// the chunk is the chunk.
+int beside_decode_rows(int rows, int prefill_chunk) {
+  return rows <= 0 || rows > prefill_chunk ? prefill_chunk : rows;
 }
 
 }  // namespace
@@ -141,7 +144,9 @@ StepScheduler::StepScheduler(const SchedulerOptions& options,
                              DetokenizerFactory detokenizers)
     : options_(normalized(options)),
       detokenizers_(std::move(detokenizers)),
-      prefix_(options_.prefix_cache_blocks, options_.prefix_block_tokens) {}
+      prefix_(options_.prefix_cache_blocks, options_.prefix_block_tokens),
+      beside_decode_rows_(
+          beside_decode_rows(options_.prefill_chunk_beside_decode, options_.prefill_chunk)) {}
 
 StepScheduler::~StepScheduler() = default;
 
@@ -154,6 +159,10 @@ void StepScheduler::reset_prefix_cache(int capacity) {
   }
   prefix_ = PrefixIndex(std::min(capacity, options_.prefix_cache_blocks),
                         options_.prefix_block_tokens);
+}
+
+void StepScheduler::set_prefill_chunk_beside_decode(int rows) {
+  beside_decode_rows_ = beside_decode_rows(rows, options_.prefill_chunk);
 }
 
 void StepScheduler::add(std::shared_ptr<SequenceHandle> handle,
@@ -350,8 +359,8 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
   // so its next token does not wait for a whole chunk (the next prompt
   // takes what an older one leaves); otherwise only max_batch_rows bounds
   // them (a chunk that does not fit waits whole).
-  int prompt_rows_left = decoding > 0 ? options_.prefill_chunk_beside_decode
-                                      : std::numeric_limits<int>::max();
+  int prompt_rows_left =
+      decoding > 0 ? beside_decode_rows_ : std::numeric_limits<int>::max();
   int decodes = 0;
   const Clock::time_point now = Clock::now();
   auto add_slice = [&](Sequence& seq, bool sample) -> v1::SequenceSlice* {

@@ -26,9 +26,10 @@
 //      prefill_chunk rows of one prompt (worker::prefill_in_chunks's
 //      boundaries); while any sequence decodes, at most
 //      prefill_chunk_beside_decode prompt rows in all, the next prompt
-//      taking what an older one leaves (a row's result does not depend on
-//      its chunk: tests/worker/batch_invariance_test.cc). The chunks of one prompt follow each other
-//      in consecutive micro-batches without waiting for results; only the
+//      taking what an older one leaves (on the cpu backend a row's result
+//      does not depend on its chunk: tests/worker/batch_invariance_test.cc).
+//      The chunks of one prompt follow each other in consecutive
+//      micro-batches without waiting for results; only the
 //      last one samples, and the first carries the SamplingParams (with the
 //      seed). An embedding's chunks (SequenceRequest::embed) sample
 //      nothing: each asks for its rows' sum (mean pooling), or the last for
@@ -90,9 +91,10 @@ struct SchedulerOptions {
   // takes as long as the chunk, so this bounds the inter-token latency of
   // every decoding sequence while long prompts arrive. Prompts alone still
   // go prefill_chunk rows at a time. 0 or more than prefill_chunk:
-  // prefill_chunk. Outputs do not depend on it (a row's result does not
-  // depend on the chunk it travels in). The deployed default is
-  // ClusterConfig's.
+  // prefill_chunk. On the cpu backend outputs do not depend on it (a row's
+  // result does not depend on the chunk it travels in: ChunkInvariance);
+  // docs/cluster.md says where the cuda backend's may. The deployed default
+  // is ClusterConfig's.
   int prefill_chunk_beside_decode = 0;
   // Rows per micro-batch: at least prefill_chunk + max_sequences (the
   // shards' max_batch_rows), so a full chunk travels beside every decode.
@@ -283,6 +285,11 @@ class StepScheduler {
   // shards were loaded again). `capacity` >= 0: their slots now (at most
   // the configured prefix_cache_blocks); -1: as before.
   void reset_prefix_cache(int capacity = -1);
+  // Prompt rows of a micro-batch while a sequence decodes, from the next
+  // schedule() on (normalized as SchedulerOptions::
+  // prefill_chunk_beside_decode; options() keeps the configured value).
+  void set_prefill_chunk_beside_decode(int rows);
+  int prefill_chunk_beside_decode() const { return beside_decode_rows_; }
   const PrefixIndex& prefix_index() const { return prefix_; }
   uint64_t served() const { return served_; }  // requests that ended kDone
   uint64_t migrated() const { return migrated_; }  // sequences suspend() kept
@@ -319,6 +326,7 @@ class StepScheduler {
   uint64_t migrated_ = 0;
   uint64_t added_ = 0;
   PrefixIndex prefix_;
+  int beside_decode_rows_;  // set_prefill_chunk_beside_decode()
 };
 
 // worker::SamplingParams as the wire carries them.

@@ -47,7 +47,7 @@ struct ServeOptions {
   int ctx = 0;
   int max_sequences = 8;
   int prefill_chunk = 512;
-  int prefill_chunk_beside_decode = coordinator::kDefaultPrefillChunkBesideDecode;
+  std::string prefill_chunk_beside_decode = "auto";  // or rows, 0 .. 4096
   std::string kv_type = "f16";
   std::string trace;
   std::string http;  // "": 127.0.0.1:8080 or the next free port; "off"
@@ -77,7 +77,9 @@ int serve(const ServeOptions& o) {
   s.context_length = o.ctx;
   s.max_sequences = o.max_sequences;
   s.prefill_chunk = o.prefill_chunk;
-  s.prefill_chunk_beside_decode = o.prefill_chunk_beside_decode;
+  s.prefill_chunk_beside_decode = o.prefill_chunk_beside_decode == "auto"
+                                      ? coordinator::kAutoPrefillChunkBesideDecode
+                                      : std::stoi(o.prefill_chunk_beside_decode);
   if (o.prefill_chunk + o.max_sequences > 4096) {
     return serve_fail("--prefill-chunk",
                       absl::InvalidArgumentError(absl::StrCat(
@@ -206,9 +208,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--prefill-chunk-beside-decode", o->prefill_chunk_beside_decode,
                   absl::StrCat("prompt rows of a micro-batch while any sequence decodes, so "
                                "long prompts delay each decoding stream's next token by "
-                               "that many rows, not a whole chunk; 0: --prefill-chunk (",
-                               coordinator::kDefaultPrefillChunkBesideDecode, ")"))
-      ->check(CLI::Range(0, 4096));
+                               "that many rows, not a whole chunk; 0: --prefill-chunk; auto: ",
+                               coordinator::kDefaultPrefillChunkBesideDecode,
+                               " on the cpu backend, 0 on cuda (auto)"))
+      ->check(CLI::IsMember({"auto"}) | CLI::Range(0, 4096));
   add_kv_type_flag(cmd, &o->kv_type);
   cmd->add_option("--backend", o->backend,
                   "where every stage runs: cpu, cuda (device 0) or cuda:N (cpu)");

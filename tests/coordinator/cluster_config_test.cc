@@ -67,13 +67,37 @@ TEST(ClusterConfig, DefaultsAndInferredPlacement) {
   EXPECT_EQ(c->listen, "127.0.0.1:50051");
   EXPECT_EQ(c->max_sequences, 8);
   EXPECT_EQ(c->prefill_chunk, 512);
-  EXPECT_EQ(c->prefill_chunk_beside_decode, kDefaultPrefillChunkBesideDecode);
+  EXPECT_EQ(c->prefill_chunk_beside_decode, kAutoPrefillChunkBesideDecode);
   EXPECT_EQ(c->kv_type, GgmlType::kF16);
   EXPECT_FALSE(c->explicit_placement);
   auto e = parse_cluster_config(
       "workers:\n  - {address: 'h:1', blocks: [0, 2]}\n", "t");
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_TRUE(e->explicit_placement);
+}
+
+// auto (the default): 128 rows beside decodes when every stage runs on the
+// cpu backend, whole chunks (0) when one does not; a number is kept.
+TEST(ClusterConfig, PrefillChunkBesideDecode) {
+  auto a = parse_cluster_config(
+      "prefill_chunk_beside_decode: auto\nworkers: [{address: 'h:1'}]\n", "t");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->prefill_chunk_beside_decode, kAutoPrefillChunkBesideDecode);
+  auto z = parse_cluster_config(
+      "prefill_chunk_beside_decode: 0\nworkers: [{address: 'h:1'}]\n", "t");
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(z->prefill_chunk_beside_decode, 0);
+  const int automatic = kAutoPrefillChunkBesideDecode;
+  EXPECT_EQ(prefill_chunk_beside_decode_for(automatic, {"cpu", "cpu"}),
+            kDefaultPrefillChunkBesideDecode);
+  EXPECT_EQ(kDefaultPrefillChunkBesideDecode, 128);
+  EXPECT_EQ(prefill_chunk_beside_decode_for(automatic, {"cpu", "cuda:1"}), 0);
+  EXPECT_EQ(prefill_chunk_beside_decode_for(automatic, {"cuda"}), 0);
+  EXPECT_EQ(prefill_chunk_beside_decode_for(automatic, {"fake"}), 0);
+  EXPECT_EQ(prefill_chunk_beside_decode_for(automatic, {""}), 0);  // not described
+  EXPECT_EQ(prefill_chunk_beside_decode_for(automatic, {}), 0);
+  EXPECT_EQ(prefill_chunk_beside_decode_for(64, {"cuda:0"}), 64);
+  EXPECT_EQ(prefill_chunk_beside_decode_for(0, {"cpu"}), 0);
 }
 
 TEST(ClusterConfig, ActivationLink) {
@@ -123,7 +147,11 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {"prefill_chunk: 0\nworkers: [{address: 'h:1'}]",
        "t: prefill_chunk: 0 is out of range [1, 4096]"},
       {"prefill_chunk_beside_decode: -1\nworkers: [{address: 'h:1'}]",
-       "t: prefill_chunk_beside_decode: -1 is out of range [0, 4096]"},
+       "t: prefill_chunk_beside_decode: -1 is out of range [0, 4096] (or auto)"},
+      {"prefill_chunk_beside_decode: half\nworkers: [{address: 'h:1'}]",
+       "t: prefill_chunk_beside_decode: 'half' is not an integer (or auto)"},
+      {"prefill_chunk_beside_decode: [1]\nworkers: [{address: 'h:1'}]",
+       "t: prefill_chunk_beside_decode: expected an integer (or auto)"},
       {"prefill_chunk: 4090\nmax_sequences: 8\nworkers: [{address: 'h:1'}]",
        "t: prefill_chunk: 4090 rows with max_sequences 8 exceed the 4096 rows"},
       {"context_length: lots\nworkers: [{address: 'h:1'}]",

@@ -196,7 +196,7 @@ TEST(StepScheduler, TheBudgetHoldsWhileADecodeIsInFlightElsewhere) {
 }
 
 TEST(StepScheduler, ABudgetOfZeroOrAboveTheChunkIsTheChunk) {
-  for (int budget : {0, 16, 17, 1000}) {
+  for (int budget : {0, -1, 16, 17, 1000}) {
     SchedulerOptions o = options(4, /*prefill_chunk=*/16, 0, 1);
     o.prefill_chunk_beside_decode = budget;
     Core c(o);
@@ -207,8 +207,30 @@ TEST(StepScheduler, ABudgetOfZeroOrAboveTheChunkIsTheChunk) {
     v1::MicroBatch b2 = c.schedule();
     ASSERT_EQ(b2.slices_size(), 2) << budget;
     EXPECT_EQ(b2.slices(1).tokens_size(), 16) << budget;
-    EXPECT_EQ(c.s.options().prefill_chunk_beside_decode, 16) << budget;
+    EXPECT_EQ(c.s.prefill_chunk_beside_decode(), 16) << budget;
   }
+}
+
+// The budget set after construction (Scheduler::
+// set_prefill_chunk_beside_decode, at each new pipeline) holds from the
+// next micro-batch; 0 is the chunk again.
+TEST(StepScheduler, TheBudgetCanBeSetForTheNextMicroBatches) {
+  Core c(options(4, /*prefill_chunk=*/16, 0, 1));
+  c.add(1, {11});
+  v1::MicroBatch b1 = c.schedule();
+  ASSERT_TRUE(c.answer(b1, {21}).ok());
+  c.add(2, seq_tokens(100, 40));
+  c.s.set_prefill_chunk_beside_decode(3);
+  EXPECT_EQ(c.s.prefill_chunk_beside_decode(), 3);
+  v1::MicroBatch b2 = c.schedule();
+  ASSERT_EQ(b2.slices_size(), 2);
+  EXPECT_EQ(b2.slices(1).tokens_size(), 3);
+  ASSERT_TRUE(c.answer(b2, {22}).ok());
+  c.s.set_prefill_chunk_beside_decode(0);
+  v1::MicroBatch b3 = c.schedule();
+  ASSERT_EQ(b3.slices_size(), 2);
+  EXPECT_EQ(b3.slices(1).start_pos(), 3);
+  EXPECT_EQ(b3.slices(1).tokens_size(), 16);
 }
 
 TEST(StepScheduler, MaxInFlightIsRespected) {

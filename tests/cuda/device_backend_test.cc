@@ -358,6 +358,63 @@ void expect_batch_invariant(const Loaded& m, const DeviceBackendOptions& o) {
   }
 }
 
+// Whether a prompt's logits depend on how it is cut into chunks: the
+// scheduler cuts prompts by the load (SchedulerOptions::
+// prefill_chunk_beside_decode). Returns the first difference ("" when the
+// prompt's last row and two decode steps after it are the same bits for
+// every chunking).
+std::string chunking_difference(const Loaded& m, const DeviceBackendOptions& o) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 24; ++i) prompt.push_back(1 + (i * 37) % 500);
+  const std::vector<int32_t> next = {300, 301};
+  const std::vector<std::vector<int>> chunkings = {{24}, {1, 2, 21}, {5, 19}, {12, 11, 1}};
+  std::vector<std::vector<float>> want;
+  for (size_t c = 0; c < chunkings.size(); ++c) {
+    auto b = device_backend(m, {0, m.hp.n_layer}, o);
+    if (b == nullptr || !b->add_sequence(0, 64).ok()) return "no backend";
+    std::vector<std::vector<float>> got;
+    int at = 0;
+    for (int n : chunkings[c]) {
+      const std::vector<int32_t> tokens(prompt.begin() + at, prompt.begin() + at + n);
+      at += n;
+      const Logits l = at == 24 ? Logits::kLast : Logits::kNone;
+      std::vector<float> r = forward_logits(*b, tokens, {{.seq = 0, .rows = n, .logits = l}});
+      if (l == Logits::kLast) got.push_back(std::move(r));
+    }
+    for (int32_t t : next) got.push_back(forward_logits(*b, {t}, {{.seq = 0, .rows = 1}}));
+    if (c == 0) {
+      want = got;
+      continue;
+    }
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (got[k] != want[k]) {
+        return "chunking " + std::to_string(c) + ", " +
+               (k == 0 ? std::string("the prompt's last row") : "decode step " + std::to_string(k));
+      }
+    }
+  }
+  return "";
+}
+
+// On the matvec kernels (every slice under mma_min_rows) a row's logits do
+// not depend on its chunk, as on the cpu backend (ChunkInvariance). With
+// the tensor cores they do, by rounding: a slice's matrix kernel depends on
+// its rows (mma_min_rows), and so does its attention (a one-row slice takes
+// the decode kernel). On the emulation, a Q4_K_M tiny llama with
+// mma_min_rows 3 (int8 and f16 kernels) or 1 moved its prompt's last logits
+// under one of these chunkings or another. So the coordinator cuts prompts by
+// the load (prefill_chunk_beside_decode) only when every stage runs on the
+// cpu backend, unless told to (coordinator/cluster_config.h).
+TEST_P(DeviceBackend, ChunkingAPromptOnTheMatvecKernelsKeepsItsLogits) {
+  gguf::testing::TempDir dir;
+  Loaded m = open_model(tiny_llama(dir, "Q4_K_M"));
+  ASSERT_NE(m.model, nullptr);
+  EXPECT_EQ(chunking_difference(m, test_options(32, 0, /*mma_min_rows=*/1000)), "");
+  Loaded stories = open_model(stories_path());
+  ASSERT_NE(stories.model, nullptr);
+  EXPECT_EQ(chunking_difference(stories, test_options(32, 0, /*mma_min_rows=*/1000)), "");
+}
+
 // Batch invariance on the device (stories260K: F32, every row on the
 // matvec kernel).
 // Embedding slices (worker/embedding_pool.h): the device backend downloads

@@ -2,13 +2,16 @@
 """Prompt chunks beside decoding sequences, end to end: `strata serve
 --prefill-chunk 256 --prefill-chunk-beside-decode 32` (--setup serve) or a
 coordinator with `prefill_chunk: 256` and `prefill_chunk_beside_decode: 32`
-and 2 workers (--setup cluster), SmolLM2, on 127.0.0.1.
+and 2 workers (--setup cluster), SmolLM2, on 127.0.0.1; then the same with
+neither set (512-row chunks, and auto: 128 rows beside decodes, every stage
+being on the cpu backend).
 
-A long prompt completed alone goes 256 rows a micro-batch; the same prompt
-sent while another request streams (decodes) goes at most 32 rows a
-micro-batch, read from the histogram `strata:iteration_tokens_total` on
-/metrics (every micro-batch of the window holds at most 32 prompt rows and
-the one decode row; there are at least prompt / 32 of them); and its
+A long prompt completed alone goes a whole chunk a micro-batch; the same
+prompt sent while another request streams (decodes) goes at most 32 (128)
+rows a micro-batch, read from the histogram `strata:iteration_tokens_total`
+on /metrics (every micro-batch of the window holds at most that many prompt
+rows and the one decode row; there are at least prompt / 32 (128) of
+them); and its
 greedy completion and log-probabilities are the same both times (a row's
 result does not depend on the chunk it travels in). The stream is
 cancelled once the prompt is done, so it decodes throughout: nothing here
@@ -26,12 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import http_test as ht  # noqa: E402
 from cluster_test import Failures, load_stubs  # noqa: E402
 
-CHUNK = 256
-BESIDE = 32
 MAX_SEQUENCES = 4  # http_test's servers
-# Buckets of strata:iteration_tokens_total (coordinator/metrics.cc).
-SMALL = 64   # BESIDE + MAX_SEQUENCES rows fit under it
-LARGE = 256  # a whole chunk
+# (prefill_chunk, prompt rows beside decodes, the least bucket of
+# strata:iteration_tokens_total (coordinator/metrics.cc) that holds them
+# and MAX_SEQUENCES decode rows; a whole chunk is above it).
+EXPLICIT = (256, 32, 64)
+DEFAULT = (512, 128, 256)  # kDefaultPrefillChunkBesideDecode
 
 
 def iteration_buckets(host):
@@ -58,18 +61,20 @@ def complete(host, prompt, salt):
     return json.loads(body)
 
 
-def check(f, host, label):
-    # About 600 tokens of text: more than two whole chunks.
+def check(f, host, label, sizes):
+    chunk, rows_beside, small = sizes
+    label = f"{label} (prefill_chunk {chunk}, {rows_beside} beside decodes)"
+    # About 770 tokens of text: more than a 512-row chunk.
     prompt = " ".join(f"item{i} is placed on shelf {i % 7} beside a jar;" for i in range(60))
     before = iteration_buckets(host)
     alone = complete(host, prompt, "alone")
     after = iteration_buckets(host)
     n = alone["usage"]["prompt_tokens"]
-    f.check(n > 2 * CHUNK, f"{label}: the prompt has {n} tokens (> {2 * CHUNK})")
-    whole = above(after, SMALL) - above(before, SMALL)
-    f.check(whole >= n // CHUNK,
+    f.check(n > 512, f"{label}: the prompt has {n} tokens (> 512)")
+    whole = above(after, small) - above(before, small)
+    f.check(whole >= n // chunk,
             f"{label}: alone, the prompt went in whole chunks ({whole} micro-batches over "
-            f"{SMALL} rows, want >= {n // CHUNK})")
+            f"{small} rows, want >= {n // chunk})")
 
     # A stream that decodes until we close it.
     h, p = host.rsplit(":", 1)
@@ -93,10 +98,10 @@ def check(f, host, label):
     stream.close()
     f.check(b"data: " in more, f"{label}: the stream still decoded after the prompt")
     count = after["+Inf"] - before["+Inf"]
-    over = above(after, SMALL) - above(before, SMALL)
-    f.check(over == 0 and count >= n // BESIDE,
+    over = above(after, small) - above(before, small)
+    f.check(over == 0 and count >= n // rows_beside,
             f"{label}: beside a decoding stream, {count} micro-batches (want >= "
-            f"{n // BESIDE}), {over} of them over {SMALL} rows (want 0)")
+            f"{n // rows_beside}), {over} of them over {small} rows (want 0)")
     a, b = alone["choices"][0], beside["choices"][0]
     f.check(a["text"] == b["text"] and a["logprobs"] == b["logprobs"],
             f"{label}: the same completion and log-probabilities alone and beside the "
@@ -107,14 +112,20 @@ def check(f, host, label):
 
 def main():
     args = ht.parse_args_or_skip()
-    with tempfile.TemporaryDirectory(prefix="strata-prefill-budget-") as workdir:
-        stubs = load_stubs(args.proto_dir, workdir)
-        f = Failures()
-        return ht.run_setup(
-            args, workdir, stubs, f, lambda procs, host, grpc_address, label: check(f, host, label),
-            serve_extra=("--prefill-chunk", str(CHUNK),
-                         "--prefill-chunk-beside-decode", str(BESIDE)),
-            cluster_config=f"prefill_chunk: {CHUNK}\nprefill_chunk_beside_decode: {BESIDE}\n")
+    rc = 0
+    for sizes, given in ((EXPLICIT, True), (DEFAULT, False)):
+        chunk, beside, _ = sizes
+        with tempfile.TemporaryDirectory(prefix="strata-prefill-budget-") as workdir:
+            stubs = load_stubs(args.proto_dir, workdir)
+            f = Failures()
+            rc |= ht.run_setup(
+                args, workdir, stubs, f,
+                lambda procs, host, grpc_address, label: check(f, host, label, sizes),
+                serve_extra=("--prefill-chunk", str(chunk),
+                             "--prefill-chunk-beside-decode", str(beside)) if given else (),
+                cluster_config=(f"prefill_chunk: {chunk}\n"
+                                f"prefill_chunk_beside_decode: {beside}\n") if given else "")
+    return rc
 
 
 if __name__ == "__main__":
