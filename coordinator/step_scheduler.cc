@@ -357,10 +357,12 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
   int scored_rows = 0;  // rows of scored prompt chunks (kScoredChunkRows)
   // Prompt rows this micro-batch may still take while a sequence decodes,
   // so its next token does not wait for a whole chunk (the next prompt
-  // takes what an older one leaves); otherwise only max_batch_rows bounds
-  // them (a chunk that does not fit waits whole).
-  int prompt_rows_left =
-      decoding > 0 ? beside_decode_rows_ : std::numeric_limits<int>::max();
+  // takes what an older one leaves); otherwise, or with a budget of the
+  // whole chunk, only max_batch_rows bounds them (a chunk that does not
+  // fit waits whole, so prompts are cut where they always are).
+  int prompt_rows_left = decoding > 0 && beside_decode_rows_ < options_.prefill_chunk
+                             ? beside_decode_rows_
+                             : std::numeric_limits<int>::max();
   int decodes = 0;
   const Clock::time_point now = Clock::now();
   auto add_slice = [&](Sequence& seq, bool sample) -> v1::SequenceSlice* {
@@ -398,10 +400,16 @@ std::optional<v1::MicroBatch> StepScheduler::schedule() {
     ++rows;
     ++decodes;
   }
-  // Then prompt chunks, oldest request first.
+  // Then prompt chunks, oldest request first (by the order add() took
+  // them: active_ is keyed by seq ids, which are random).
+  std::vector<Sequence*> prompts;
   for (auto& [id, seq] : active_) {
+    if (seq->state == Sequence::State::kPrefill) prompts.push_back(seq.get());
+  }
+  std::sort(prompts.begin(), prompts.end(),
+            [](const Sequence* a, const Sequence* b) { return a->number < b->number; });
+  for (Sequence* seq : prompts) {
     if (batch.slices_size() >= options_.max_sequences) break;
-    if (seq->state != Sequence::State::kPrefill) continue;
     const bool first = !seq->started;
     const bool resumed = !seq->resume.empty();
     std::vector<PrefixBlock> hits;

@@ -22,7 +22,7 @@
 //      token at start_pos = positions sent so far), at most
 //      ceil(decoding / max_in_flight) of them, so the decoding sequences are
 //      spread over the micro-batches in flight and every stage has work;
-//   2. prompt chunks beside them, oldest request first: at most
+//   2. prompt chunks beside them, oldest request first (add() order): at most
 //      prefill_chunk rows of one prompt (worker::prefill_in_chunks's
 //      boundaries); while any sequence decodes, at most
 //      prefill_chunk_beside_decode prompt rows in all, the next prompt
@@ -85,16 +85,18 @@ struct SchedulerOptions {
   int max_queued = 256;     // waiting requests beyond that; more: refused
   int n_ctx = 0;            // positions per sequence
   int prefill_chunk = 512;  // rows of one prompt chunk
-  // While any sequence decodes, the prompt chunks of one micro-batch hold at
-  // most this many rows in all (Sarathi-Serve's token budget, stall-free
-  // batching): a decode step that shares a micro-batch with a prompt chunk
+  // While any sequence decodes (or has its last prompt chunk in flight),
+  // the prompt chunks of one micro-batch hold at most this many rows in all
+  // (Sarathi-Serve's token budget, stall-free batching): a decode step that shares a micro-batch with a prompt chunk
   // takes as long as the chunk, so this bounds the inter-token latency of
   // every decoding sequence while long prompts arrive. Prompts alone still
-  // go prefill_chunk rows at a time. 0 or more than prefill_chunk:
-  // prefill_chunk. On the cpu backend outputs do not depend on it (a row's
-  // result does not depend on the chunk it travels in: ChunkInvariance);
-  // docs/cluster.md says where the cuda backend's may. The deployed default
-  // is ClusterConfig's.
+  // go prefill_chunk rows at a time. 0 or more than prefill_chunk: whole
+  // chunks (a chunk that does not fit waits whole, so prompts are cut at
+  // multiples of prefill_chunk whatever the load). On the cpu backend
+  // tokens and logits do not depend on it (a row's result does not depend
+  // on the chunk it travels in: ChunkInvariance); docs/cluster.md says what
+  // may (mean-pooled embeddings by float rounding, the cuda backend). The
+  // deployed default is ClusterConfig's.
   int prefill_chunk_beside_decode = 0;
   // Rows per micro-batch: at least prefill_chunk + max_sequences (the
   // shards' max_batch_rows), so a full chunk travels beside every decode.

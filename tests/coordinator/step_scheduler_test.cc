@@ -176,6 +176,57 @@ TEST(StepScheduler, PromptRowsBesideDecodesStayWithinTheirBudget) {
   EXPECT_EQ(events(*h3).front().ids, std::vector<int32_t>({41}));
 }
 
+// Prompts go oldest first, in the order they were added, whatever their
+// sequence ids (random in a Scheduler): the first takes the budget beside
+// the decodes, the next what it leaves.
+TEST(StepScheduler, PromptChunksGoInTheOrderTheRequestsCame) {
+  SchedulerOptions o = options(4, /*prefill_chunk=*/16, 0, 1);
+  o.prefill_chunk_beside_decode = 6;
+  Core c(o);
+  c.add(50, {11});
+  v1::MicroBatch b1 = c.schedule();
+  ASSERT_TRUE(c.answer(b1, {21}).ok());
+  c.add(9, seq_tokens(100, 4));
+  c.add(3, seq_tokens(200, 30));
+  c.add(7, seq_tokens(300, 30));
+  v1::MicroBatch b2 = c.schedule();
+  ASSERT_EQ(b2.slices_size(), 3);
+  EXPECT_EQ(b2.slices(0).seq_id(), 50u);  // the decode
+  EXPECT_EQ(b2.slices(1).seq_id(), 9u);
+  EXPECT_EQ(b2.slices(1).tokens_size(), 4);
+  EXPECT_EQ(b2.slices(2).seq_id(), 3u);
+  EXPECT_EQ(b2.slices(2).tokens_size(), 2);
+  ASSERT_TRUE(c.answer(b2, {22, 23}).ok());
+  v1::MicroBatch b3 = c.schedule();  // 50 and 9 decode; 3 goes on, 7 waits
+  ASSERT_EQ(b3.slices_size(), 3);
+  EXPECT_EQ(b3.slices(2).seq_id(), 3u);
+  EXPECT_EQ(b3.slices(2).start_pos(), 2);
+  EXPECT_EQ(b3.slices(2).tokens_size(), 6);
+}
+
+// With a budget of the whole chunk a prompt that does not fit beside an
+// older one's chunk waits whole, as without a budget: every prompt is cut
+// at multiples of the chunk whatever the load.
+TEST(StepScheduler, AWholeChunkBudgetCutsPromptsWhereTheyAlwaysAre) {
+  SchedulerOptions o = options(4, /*prefill_chunk=*/16, 0, 1);
+  o.prefill_chunk_beside_decode = 0;
+  Core c(o);
+  c.add(1, {11});
+  v1::MicroBatch b1 = c.schedule();
+  ASSERT_TRUE(c.answer(b1, {21}).ok());
+  c.add(2, seq_tokens(100, 10));
+  c.add(3, seq_tokens(200, 30));
+  v1::MicroBatch b2 = c.schedule();  // 1 + 10 rows; 3's 16 would make 27 > 20
+  ASSERT_EQ(b2.slices_size(), 2);
+  EXPECT_EQ(b2.slices(1).seq_id(), 2u);
+  ASSERT_TRUE(c.answer(b2, {22, 23}).ok());
+  v1::MicroBatch b3 = c.schedule();
+  ASSERT_EQ(b3.slices_size(), 3);
+  EXPECT_EQ(b3.slices(2).seq_id(), 3u);
+  EXPECT_EQ(b3.slices(2).start_pos(), 0);
+  EXPECT_EQ(b3.slices(2).tokens_size(), 16);
+}
+
 // A micro-batch with no decode row is still held to the budget while a
 // sequence decodes in another one (its token is in flight): in a pipeline,
 // that decode step waits behind it at every stage.
