@@ -14,7 +14,6 @@
 namespace strata::coordinator {
 namespace {
 
-
 std::string input_field(int i) { return absl::StrCat("inputs[", i, "]"); }
 
 }  // namespace

@@ -14,7 +14,8 @@
 //
 // Errors name the field: INVALID_ARGUMENT ("inputs: 2049 inputs; at most
 // 2048", "inputs[3].ids[0]: 60000 is out of range [0, 49152)",
-// "inputs[1]: empty", "inputs: 400000 tokens in all exceed 300000"), NOT_FOUND for another model, OUT_OF_RANGE for an
+// "inputs[1]: empty", "inputs: more than 300000 tokens in all (300120 by
+// inputs[7]); ..."), NOT_FOUND for another model, OUT_OF_RANGE for an
 // input longer than the context ("inputs[0]: 5000 tokens exceed the context
 // of 4096"); then the Scheduler's (RESOURCE_EXHAUSTED, UNAVAILABLE,
 // CANCELLED) and the workers'.
@@ -68,9 +69,9 @@ void l2_normalize(std::vector<float>& v);
 
 // Runs `request` on the cluster: its inputs as sequences, in order, at
 // most half the scheduler's sequence slots at a time (at least one), so
-// requests beside a large one always find slots. `cancelled` is
-// asked before each wait (at most 20 ms) for a result; when it says true every sequence of
-// the request is cancelled and CANCELLED returned.
+// requests beside a large one always find slots. `cancelled` is asked
+// before each wait (at most 20 ms) for a result; when it says true every
+// sequence of the request is cancelled and CANCELLED returned.
 absl::StatusOr<v1::EmbedResponse> run_embed(Cluster& cluster, const v1::EmbedRequest& request,
                                             const std::function<bool()>& cancelled);
 

@@ -299,7 +299,13 @@ TEST(ServeCli, BadFlagsAreRefusedNamingTheFlag) {
        std::vector<std::pair<std::string, std::string>>{{"--workers 0", "--workers"},
                                                         {"--max-sequences 2000", "--max-sequences"},
                                                         {"-c -5", "--ctx-size"},
-                                                        {"-t -1", "--threads"}}) {
+                                                        {"-t -1", "--threads"},
+                                                        {"--prefill-chunk-beside-decode half",
+                                                         "--prefill-chunk-beside-decode"},
+                                                        {"--prefill-chunk-beside-decode -1",
+                                                         "--prefill-chunk-beside-decode"},
+                                                        {"--prefill-chunk-beside-decode 4097",
+                                                         "--prefill-chunk-beside-decode"}}) {
     const CommandResult r = run_strata(dir, "serve " + quote(model) + " " + args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_NE(r.err.find(flag), std::string::npos) << args << ": " << r.err;
