@@ -1,6 +1,8 @@
 #include "worker/kv_cache.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
@@ -42,21 +44,36 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(
         absl::StrCat("KV cache: ", cache->reserved_bytes(),
                      " bytes for n_ctx ", s.n_ctx, " is over 1 TiB"));
   }
+  const size_t k_bytes = cache->region_bytes(cache->k_row_);
+  const size_t v_bytes = cache->region_bytes(cache->v_row_);
+  const size_t total = static_cast<size_t>(s.n_layer) * (k_bytes + v_bytes);
+  if (total == 0) return cache;
+  // MAP_NORESERVE: untouched rows take neither memory nor swap; the kernel
+  // supplies zeroed pages as positions are written.
+  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache: cannot reserve ", total, " bytes of address space"));
+  }
+  cache->mapping_ = std::unique_ptr<uint8_t, Unmap>(static_cast<uint8_t*>(base),
+                                                    Unmap{total});
+  uint8_t* at = cache->mapping_.get();
   for (int l = 0; l < s.n_layer; ++l) {
-    // new[] without () leaves the bytes uninitialised: pages are touched
-    // only when positions are written.
-    uint8_t* k = new (std::nothrow)
-        uint8_t[static_cast<size_t>(s.n_ctx) * cache->k_row_ * cache->elem_];
-    uint8_t* v = new (std::nothrow)
-        uint8_t[static_cast<size_t>(s.n_ctx) * cache->v_row_ * cache->elem_];
-    cache->k_.emplace_back(k);
-    cache->v_.emplace_back(v);
-    if (k == nullptr || v == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "KV cache: cannot reserve ", cache->reserved_bytes(), " bytes"));
-    }
+    cache->k_.push_back(at);
+    at += k_bytes;
+    cache->v_.push_back(at);
+    at += v_bytes;
   }
   return cache;
+}
+
+void KvCache::Unmap::operator()(uint8_t* p) const { munmap(p, bytes); }
+
+size_t KvCache::region_bytes(int64_t row) const {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = static_cast<size_t>(shape_.n_ctx) * row * elem_;
+  return (bytes + page - 1) / page * page;
 }
 
 int64_t KvCache::reserved_bytes() const {
@@ -84,8 +101,8 @@ void KvCache::store(int layer, int pos, int n, const float* k,
                     static_cast<size_t>(pos) * row;
     reference::f32_to_f16_row(src, dst, count);
   };
-  put(k_[layer].get(), k_row_, k);
-  put(v_[layer].get(), v_row_, v);
+  put(k_[layer], k_row_, k);
+  put(v_[layer], v_row_, v);
 }
 
 void KvCache::prefetch(int layer, int64_t begin, int64_t end, int64_t max_bytes) const {
@@ -99,8 +116,8 @@ void KvCache::prefetch(int layer, int64_t begin, int64_t end, int64_t max_bytes)
     const int64_t n = std::min((end - begin) * bytes, max_bytes);
     for (int64_t o = 0; o < n; o += 64) _mm_prefetch(from + o, _MM_HINT_T1);
   };
-  ask(k_[layer].get(), k_row_);
-  ask(v_[layer].get(), v_row_);
+  ask(k_[layer], k_row_);
+  ask(v_[layer], v_row_);
 }
 
 void KvCache::read_rows(int pos, int n, uint8_t* out) const {
@@ -108,9 +125,9 @@ void KvCache::read_rows(int pos, int n, uint8_t* out) const {
   const size_t kb = static_cast<size_t>(k_row_) * elem_;
   const size_t vb = static_cast<size_t>(v_row_) * elem_;
   for (int l = 0; l < shape_.n_layer; ++l) {
-    std::memcpy(out, k_[l].get() + pos * kb, n * kb);
+    std::memcpy(out, k_[l] + pos * kb, n * kb);
     out += n * kb;
-    std::memcpy(out, v_[l].get() + pos * vb, n * vb);
+    std::memcpy(out, v_[l] + pos * vb, n * vb);
     out += n * vb;
   }
 }
@@ -120,15 +137,15 @@ void KvCache::write_rows(int pos, int n, const uint8_t* in) {
   const size_t kb = static_cast<size_t>(k_row_) * elem_;
   const size_t vb = static_cast<size_t>(v_row_) * elem_;
   for (int l = 0; l < shape_.n_layer; ++l) {
-    std::memcpy(k_[l].get() + pos * kb, in, n * kb);
+    std::memcpy(k_[l] + pos * kb, in, n * kb);
     in += n * kb;
-    std::memcpy(v_[l].get() + pos * vb, in, n * vb);
+    std::memcpy(v_[l] + pos * vb, in, n * vb);
     in += n * vb;
   }
 }
 
 kernels::KvView KvCache::view(int layer, int64_t n_kv) const {
-  return kernels::KvView{shape_.type, k_[layer].get(), v_[layer].get(), n_kv};
+  return kernels::KvView{shape_.type, k_[layer], v_[layer], n_kv};
 }
 
 }  // namespace strata::worker

@@ -4,10 +4,14 @@
 //   K [n_ctx][n_head_kv][head_dim_k]   f16 (default) or f32
 //   V [n_ctx][n_head_kv][head_dim_v]
 // Keys are stored after RoPE. Memory is reserved for n_ctx positions at
-// creation but pages are only touched as positions are written, so a long
-// context costs what is used.
+// creation in one anonymous mapping of the address space (mmap, no swap
+// reserved), of which pages are only touched as positions are written, so
+// a long context costs what is used; the mapping goes back to the system
+// when the cache is destroyed, so a finished sequence leaves nothing
+// resident (a heap block would stay with the allocator for reuse). Each
+// layer's K and V start on a page boundary.
 //
-// Ownership: owns its buffers. Threads: one forward pass at a time.
+// Ownership: owns its mapping. Threads: one forward pass at a time.
 #pragma once
 
 #include <cstdint>
@@ -81,19 +85,27 @@ class KvCache {
   void read_rows(int pos, int n, uint8_t* out) const;
   void write_rows(int pos, int n, const uint8_t* in);
 
-  // Bytes reserved (not necessarily touched).
+  // Bytes of the rows reserved (not necessarily touched; the mapping
+  // rounds each layer's K and V up to a page).
   int64_t reserved_bytes() const;
 
  private:
   explicit KvCache(const KvCacheShape& shape) : shape_(shape) {}
+  // Bytes of one layer's K (V) region: n_ctx rows, rounded up to a page.
+  size_t region_bytes(int64_t row) const;
 
   KvCacheShape shape_;
   int length_ = 0;
   int64_t k_row_ = 0;  // elements per position: n_head_kv * head_dim_k
   int64_t v_row_ = 0;
   size_t elem_ = 2;    // bytes per element
-  std::vector<std::unique_ptr<uint8_t[]>> k_;  // [n_layer] buffers
-  std::vector<std::unique_ptr<uint8_t[]>> v_;
+  struct Unmap {
+    size_t bytes;
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, Unmap> mapping_;  // every layer's K and V
+  std::vector<uint8_t*> k_;  // [n_layer], into mapping_
+  std::vector<uint8_t*> v_;
 };
 
 }  // namespace strata::worker
