@@ -385,7 +385,6 @@ void Scheduler::loop() {
         drop_link(st);  // the core published it and failed every request
       }
     }
-    for (uint64_t id : cancelled) core_.cancel(id);
     bool recovering;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -398,6 +397,10 @@ void Scheduler::loop() {
         core_.add(std::move(s.handle), std::move(s.request), s.at);
       }
     }
+    // After the adds: a request cancelled right after it was submitted (an
+    // HTTP client that closed at once) comes in the same round as its
+    // submission, and a cancel before its add would find nothing.
+    for (uint64_t id : cancelled) core_.cancel(id);
     send_scheduled();
     std::vector<uint64_t> to_free = core_.take_finished();
     if (!to_free.empty()) {

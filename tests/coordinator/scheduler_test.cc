@@ -328,15 +328,28 @@ class FakeLink final : public worker::ActivationLink {
   explicit FakeLink(ResultCallback cb) : cb_(std::move(cb)) {}
   const std::string& peer() const override { return peer_; }
   absl::Status send(v1::MicroBatch batch) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      sent_.push_back(std::move(batch));
-    }
+    std::unique_lock<std::mutex> lock(mu_);
+    sent_.push_back(std::move(batch));
     cv_.notify_all();
+    if (!cv_.wait_for(lock, kSafetyNet, [&] { return !held_; })) {
+      ADD_FAILURE() << "send held and never released";
+    }
     return absl::OkStatus();
   }
   bool healthy() const override { return true; }
   void close(const std::string&) override {}
+  // While held, send() keeps the scheduler thread until release().
+  void hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
   // The next micro-batch the scheduler sent, as soon as it is sent.
   v1::MicroBatch wait_batch() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -356,6 +369,7 @@ class FakeLink final : public worker::ActivationLink {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<v1::MicroBatch> sent_;
+  bool held_ = false;
 };
 
 // What the scheduler thread reports through its callbacks (FreeFn,
@@ -574,6 +588,51 @@ TEST(Scheduler, LongPromptsFollowInChunksAndCancelFrees) {
       absl::FromChrono(kSafetyNet));
   EXPECT_EQ(st.active, 0);
   EXPECT_EQ(st.served, 0u);
+}
+
+// A request cancelled at once after its submission (an HTTP client that
+// closes its connection right after sending) reaches the scheduler thread in
+// the same round as the submission: it must end cancelled, not run.
+TEST(Scheduler, CancelInTheSameRoundAsTheSubmissionEndsTheRequest) {
+  SchedulerOptions so;
+  so.n_ctx = 256;
+  so.max_in_flight = 2;
+  Reports reports;
+  Scheduler s(so, [] { return std::make_unique<CountingDetokenizer>(); },
+              reports.free_fn());
+  auto link = std::make_unique<FakeLink>(s.result_callback());
+  FakeLink* fake = link.get();
+  s.attach(std::move(link), 5);
+  SequenceRequest r;
+  r.prompt.assign(20, 9);
+  r.params.max_tokens = 4;
+  // The scheduler thread stays in send() with the first request's prompt
+  // while the second is submitted and cancelled.
+  fake->hold();
+  auto first = s.submit(r);
+  ASSERT_TRUE(first.ok());
+  const v1::MicroBatch a = fake->wait_batch();
+  ASSERT_EQ(a.slices_size(), 1);
+  EXPECT_EQ(a.slices(0).seq_id(), (*first)->seq_id());
+  auto second = s.submit(r);
+  ASSERT_TRUE(second.ok());
+  s.cancel((*second)->seq_id());
+  fake->release();
+  Outcome o = drain(*second);
+  EXPECT_EQ(o.status.code(), absl::StatusCode::kCancelled) << o.status;
+  // The first request goes on undisturbed, and nothing of the second's was
+  // ever sent.
+  v1::MicroBatchResult res;
+  res.set_batch_id(a.batch_id());
+  v1::SampledToken* t = res.add_tokens();
+  t->set_seq_id((*first)->seq_id());
+  t->set_id(42);  // not the end of generation (0)
+  fake->answer(res);
+  const v1::MicroBatch next = fake->wait_batch();
+  ASSERT_EQ(next.slices_size(), 1);
+  EXPECT_EQ(next.slices(0).seq_id(), (*first)->seq_id());
+  s.cancel((*first)->seq_id());
+  EXPECT_EQ(drain(*first).status.code(), absl::StatusCode::kCancelled);
 }
 
 // Migration over real stages: stories260K's pipelines loaded afresh, one

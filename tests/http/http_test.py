@@ -450,6 +450,43 @@ def check_api(args, f, host, grpc_address, stubs, label):
     f.check(active == 1 and wait_active_zero(stub, pb) == 0,
             f"{label}: hang-up mid-stream frees the sequence (active {active} -> 0)")
 
+    # Clients that hang up right after sending, streamed or not, n 1 or 2,
+    # while a stream keeps the pipeline busy (so a submission and its cancel
+    # can reach the scheduler thread together): every request ends cancelled
+    # (none is served).
+    busy = socket.create_connection((h, int(p)))
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 800, "ignore_eos": True,
+                       "temperature": 0, "stream": True}).encode()
+    busy.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:
+        got += busy.recv(4096)
+    served = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).requests_served
+    for k in range(24):
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 800, "ignore_eos": True,
+                           "temperature": 0, "stream": k % 2 == 0, "n": 1 + k % 3 // 2}).encode()
+        s = socket.create_connection((h, int(p)))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: " +
+                  str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.close()
+    busy.close()
+    def drained():
+        end = time.time() + 120
+        while time.time() < end:
+            st = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+            if st.active_sequences == 0 and st.queued_requests == 0:
+                return st
+            time.sleep(0.02)
+        return st
+    st = drained()
+    f.check(st.active_sequences == 0 and st.queued_requests == 0 and
+            st.requests_served == served,
+            f"{label}: 24 hang-ups right after sending end cancelled (active "
+            f"{st.active_sequences}, queued {st.queued_requests}, served "
+            f"{served} -> {st.requests_served})")
+
     # A full queue: 429 with Retry-After; every other request, dropped by
     # its client, leaves the scheduler.
     import selectors
