@@ -315,42 +315,60 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   PromptOptions popts;
   popts.default_max_tokens = 0;  // chat: the rest of the context
   ChatOutputSpec output_spec;
-  absl::StatusOr<SequenceRequest> prepared =
-      prepare_prompt(model, parsed->generate, popts, &output_spec);
-  if (!prepared.ok()) return fail(prepared.status());
-  const int prompt_tokens = static_cast<int>(prepared->prompt.size());
-  // echo: the prompt's text as given (token ids: their text).
-  std::string echo_text;
-  if (parsed->echo) {
-    if (parsed->generate.input_case() == v1::GenerateRequest::kPrompt) {
-      echo_text = parsed->generate.prompt();
-    } else {
-      tokenizer::DecodeOptions d;
-      d.render_special = true;
-      absl::StatusOr<std::string> text = tok.decode(prepared->prompt, d);
-      if (!text.ok()) return fail(text.status());
-      echo_text = *std::move(text);
+  // One part a prompt (completions may send several); its choices are
+  // parts[p]'s n, choice p * n + i.
+  struct Part {
+    SequenceRequest prepared;
+    std::string echo_text;  // echo: the prompt's text as given (ids: their text)
+    std::vector<v1::TokenChoice> scores;  // echo + logprobs: its first choice's
+  };
+  std::vector<Part> parts;
+  parts.reserve(1 + parsed->more_prompts.size());
+  int prompt_tokens = 0;
+  for (size_t p = 0; p <= parsed->more_prompts.size(); ++p) {
+    const v1::GenerateRequest& g = p == 0 ? parsed->generate : parsed->more_prompts[p - 1];
+    absl::StatusOr<SequenceRequest> prepared = prepare_prompt(model, g, popts, &output_spec);
+    if (!prepared.ok()) {
+      absl::Status st = prepared.status();
+      if (p > 0) st = absl::Status(st.code(), absl::StrCat("prompt[", p, "]: ", st.message()));
+      return fail(st);
+    }
+    Part& part = parts.emplace_back();
+    part.prepared = *std::move(prepared);
+    prompt_tokens += static_cast<int>(part.prepared.prompt.size());
+    if (parsed->echo) {
+      if (g.input_case() == v1::GenerateRequest::kPrompt) {
+        part.echo_text = g.prompt();
+      } else {
+        tokenizer::DecodeOptions d;
+        d.render_special = true;
+        absl::StatusOr<std::string> text = tok.decode(part.prepared.prompt, d);
+        if (!text.ok()) return fail(text.status());
+        part.echo_text = *std::move(text);
+      }
     }
   }
-  const std::vector<int32_t>& prompt_ids = prepared->prompt;
-  std::vector<v1::TokenChoice> prompt_scores;  // echo + logprobs: choice 0's
   outcome.prompt_tokens = prompt_tokens;
 
-  // n choices, n sequences; a seed given makes choice i use seed + i.
-  std::vector<Choice> choices(parsed->n);
-  for (int i = 0; i < parsed->n; ++i) {
-    SequenceRequest sr = *prepared;
+  // n choices a prompt, one sequence each; a seed given makes choice i of
+  // a prompt use seed + i.
+  const int n = parsed->n;
+  const int total = n * static_cast<int>(parts.size());
+  std::vector<Choice> choices(total);
+  for (int k = 0; k < total; ++k) {
+    const int i = k % n;
+    SequenceRequest sr = parts[k / n].prepared;
     sr.params.sampling.seed += static_cast<uint64_t>(i);
-    // The prompt is scored once, by choice 0: the others share its scores
-    // (and may restore the prompt from the prefix cache).
+    // The prompt is scored once, by its choice 0: the others share its
+    // scores (and may restore the prompt from the prefix cache).
     if (i > 0) sr.prompt_logprobs = -1;
     auto handle = cluster_.scheduler().submit(std::move(sr));
     if (!handle.ok()) {
-      for (int k = 0; k < i; ++k) cluster_.scheduler().cancel(choices[k].handle->seq_id());
+      for (int j = 0; j < k; ++j) cluster_.scheduler().cancel(choices[j].handle->seq_id());
       return fail(handle.status());
     }
-    choices[i].handle = *std::move(handle);
-    if (chat) choices[i].output = ChatOutput(output_spec);
+    choices[k].handle = *std::move(handle);
+    if (chat) choices[k].output = ChatOutput(output_spec);
   }
   auto cancel_all = [&] {
     for (Choice& c : choices) {
@@ -377,7 +395,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
     if (chat) {
       // The role first, one choice a chunk as OpenAI streams n > 1 (a
       // client reading choices[0] of each chunk sees every choice's).
-      for (int i = 0; i < parsed->n; ++i) {
+      for (int i = 0; i < total; ++i) {
         out.event(dump_json(chunk(json::array({json{{"index", i},
                                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
                                                     {"logprobs", nullptr},
@@ -387,7 +405,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   }
 
   // Events until every choice is done; a client gone cancels them all.
-  int remaining = parsed->n;
+  int remaining = total;
   std::optional<absl::Status> error;
   while (remaining > 0 && !error) {
     if (out.gone()) {
@@ -396,13 +414,15 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
       outcome.note = "the client went away";
       return outcome;
     }
-    const absl::Duration wait = parsed->n == 1 ? kPoll : absl::Milliseconds(2);
-    for (int i = 0; i < parsed->n && !error; ++i) {
+    const absl::Duration wait = total == 1 ? kPoll : absl::Milliseconds(2);
+    for (int i = 0; i < total && !error; ++i) {
       Choice& c = choices[i];
       if (c.done) continue;
-      // A scored echo: choice 0's first event brings the prompt's scores
-      // every choice's echo shows; the others' events wait in their handles.
-      if (i > 0 && parsed->echo && logprobs && !choices[0].echoed) continue;
+      Part& part = parts[i / n];
+      // A scored echo: the prompt's choice 0's first event brings the
+      // prompt's scores each of its choices' echo shows; the others' events
+      // wait in their handles.
+      if (i % n > 0 && parsed->echo && logprobs && !choices[i - i % n].echoed) continue;
       std::optional<SequenceEvent> e = c.handle->next(wait);
       if (!e) continue;
       if (e->kind == SequenceEvent::Kind::kError) {
@@ -416,13 +436,13 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
         c.echoed = true;
         json lp = nullptr;
         if (logprobs) {
-          if (i == 0) prompt_scores = std::move(e->prompt_logprobs);
+          if (i % n == 0) part.scores = std::move(e->prompt_logprobs);
           lp = empty_completion_logprobs();
-          add_prompt_logprobs(tok, prompt_ids, prompt_scores, &c.offset, &lp);
+          add_prompt_logprobs(tok, part.prepared.prompt, part.scores, &c.offset, &lp);
           c.completion_logprobs = lp;
         }
         if (stream) {
-          out.event(dump_json(chunk(json::array({json{{"text", echo_text},
+          out.event(dump_json(chunk(json::array({json{{"text", part.echo_text},
                                                       {"index", i},
                                                       {"logprobs", std::move(lp)},
                                                       {"finish_reason", nullptr}}}))));
@@ -471,7 +491,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
         c.finish = c.output.finish_reason(c.finish);
       }
       c.completion_tokens = static_cast<int>(e->all_ids.size());
-      c.text = echo_text + e->all_text;
+      c.text = part.echo_text + e->all_text;
       c.ttft_ms = e->timings.ttft_ms;
       c.cached_tokens = e->cached_tokens;
       if (outcome.ttft_ms < 0 || c.ttft_ms < outcome.ttft_ms) outcome.ttft_ms = c.ttft_ms;
@@ -511,10 +531,14 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
     }
     return outcome;
   }
-  // The choices share one prompt; cached_tokens is the most any of them
-  // found in the prefix cache.
+  // A prompt's choices share it: its cached tokens are the most any of
+  // them found in the prefix cache; summed over the prompts.
   int cached_tokens = 0;
-  for (const Choice& c : choices) cached_tokens = std::max(cached_tokens, c.cached_tokens);
+  for (int p = 0; p < static_cast<int>(parts.size()); ++p) {
+    int most = 0;
+    for (int i = 0; i < n; ++i) most = std::max(most, choices[p * n + i].cached_tokens);
+    cached_tokens += most;
+  }
   const json usage = {{"prompt_tokens", prompt_tokens},
                       {"completion_tokens", completion_tokens},
                       {"total_tokens", prompt_tokens + completion_tokens},
@@ -530,7 +554,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
     return outcome;
   }
   json list = json::array();
-  for (int i = 0; i < parsed->n; ++i) {
+  for (int i = 0; i < total; ++i) {
     Choice& c = choices[i];
     if (chat) {
       json message = {{"role", "assistant"}, {"content", c.text}};

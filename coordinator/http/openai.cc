@@ -213,9 +213,11 @@ absl::Status map_messages(const json& messages, v1::GenerateRequest* g) {
   return absl::OkStatus();
 }
 
-absl::Status map_prompt(const json& prompt, v1::GenerateRequest* g) {
-  auto ids = [&](const json& a, const std::string& param) -> absl::Status {
-    v1::TokenIds* out = g->mutable_prompt_ids();
+// `prompt` into g; several prompts (an array of strings or of id arrays):
+// the first into g, the others' inputs into `rest` (OpenAI's batch).
+absl::Status map_prompt(const json& prompt, v1::GenerateRequest* g,
+                        std::vector<v1::GenerateRequest>* rest) {
+  auto ids = [&](const json& a, const std::string& param, v1::TokenIds* out) -> absl::Status {
     for (size_t i = 0; i < a.size(); ++i) {
       if (!a[i].is_number_integer() && !a[i].is_number_unsigned()) {
         return wrong_type(absl::StrCat(param, "[", i, "]"), "a token id", a[i]);
@@ -233,18 +235,27 @@ absl::Status map_prompt(const json& prompt, v1::GenerateRequest* g) {
   }
   if (!prompt.is_array()) return wrong_type("prompt", "a string or an array", prompt);
   if (prompt.empty()) return bad("prompt", "empty");
-  if (prompt[0].is_string() || prompt[0].is_array()) {
-    if (prompt.size() > 1) {
-      return bad("prompt", absl::StrCat(prompt.size(),
-                                        " prompts in one request are not supported; send one"));
-    }
-    if (prompt[0].is_string()) {
-      g->set_prompt(prompt[0].get<std::string>());
-      return absl::OkStatus();
-    }
-    return ids(prompt[0], "prompt[0]");
+  if (!prompt[0].is_string() && !prompt[0].is_array()) {
+    return ids(prompt, "prompt", g->mutable_prompt_ids());
   }
-  return ids(prompt, "prompt");
+  if (prompt.size() > static_cast<size_t>(kMaxChoices)) {
+    return bad("prompt", absl::StrCat(prompt.size(), " prompts are over ", kMaxChoices,
+                                      " in one request"));
+  }
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    v1::GenerateRequest* into = p == 0 ? g : &rest->emplace_back();
+    const std::string param = absl::StrCat("prompt[", p, "]");
+    if (prompt[p].is_string()) {
+      into->set_prompt(prompt[p].get<std::string>());
+    } else if (!prompt[p].is_array()) {
+      return wrong_type(param, "a string or an array of token ids", prompt[p]);
+    } else if (prompt[p].empty()) {
+      return bad(param, "empty");
+    } else if (absl::Status st = ids(prompt[p], param, into->mutable_prompt_ids()); !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Fields shared by both endpoints.
@@ -516,6 +527,7 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
   v1::GenerateRequest& g = r.generate;
   if (absl::Status st = map_common(j, &r); !st.ok()) return st;
   Fields f(j);
+  std::vector<v1::GenerateRequest> more_prompts;  // their inputs only, till the end
   if (endpoint == Endpoint::kChat) {
     const json* messages = f.get("messages");
     if (messages == nullptr) return bad("messages", "missing");
@@ -533,7 +545,7 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
   } else {
     const json* prompt = f.get("prompt");
     if (prompt == nullptr) return bad("prompt", "missing");
-    if (absl::Status st = map_prompt(*prompt, &g); !st.ok()) return st;
+    if (absl::Status st = map_prompt(*prompt, &g, &more_prompts); !st.ok()) return st;
     // Special-token text in a prompt ("<|im_start|>", "<fim_prefix>") is
     // the special token, as llama.cpp's server and vLLM read it (a prompt
     // templated by the client); "parse_special": false reads it as text.
@@ -566,6 +578,26 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
   }
   if (!f.status().ok()) return f.status();
   keep_key_order(body, &g);
+  // Several prompts: each a copy of the first's request with its own input
+  // (a suffix stays: each prompt is the text before the insertion).
+  if (!more_prompts.empty() && (1 + more_prompts.size()) * r.n > static_cast<size_t>(kMaxChoices)) {
+    return bad("prompt", absl::StrCat(1 + more_prompts.size(), " prompts x n ", r.n, " are over ",
+                                      kMaxChoices, " choices in one request"));
+  }
+  for (v1::GenerateRequest& input : more_prompts) {
+    v1::GenerateRequest full = g;
+    if (full.input_case() == v1::GenerateRequest::kInfill) {
+      if (input.input_case() != v1::GenerateRequest::kPrompt) {
+        return bad("suffix", "needs text prompts (the text before the insertion)");
+      }
+      full.mutable_infill()->set_prefix(std::move(*input.mutable_prompt()));
+    } else if (input.input_case() == v1::GenerateRequest::kPrompt) {
+      full.set_prompt(std::move(*input.mutable_prompt()));
+    } else {
+      *full.mutable_prompt_ids() = std::move(*input.mutable_prompt_ids());
+    }
+    r.more_prompts.push_back(std::move(full));
+  }
   return r;
 }
 

@@ -7,8 +7,9 @@
 // Mapping (OpenAI -> GenerateRequest):
 //   messages[].role/content (string, or an array of {"type":"text"} parts,
 //   joined by "\n")        -> messages
-//   prompt (string, [string], [int], [[int]])  -> prompt / prompt_ids, its
-//   special-token text read as the special tokens (parse_special, as
+//   prompt (string, [string], [int], [[int]])  -> prompt / prompt_ids (an
+//   array of several prompts: more_prompts, at most kMaxChoices choices in
+//   all), its special-token text read as the special tokens (parse_special, as
 //   llama.cpp's server and vLLM; "parse_special": false -> text)
 //   max_completion_tokens | max_tokens -> max_tokens (chat: absent = the rest
 //   of the context; completions: absent = 16, as OpenAI)
@@ -61,7 +62,12 @@ enum class Endpoint { kChat, kCompletion, kInfill };
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kChat;
   v1::GenerateRequest generate;
-  int n = 1;                   // choices, each its own sequence
+  // Completions with several prompts (prompt: [string, ...] or [[ids],
+  // ...]): generate is the first, these the others, each generate's copy
+  // with its own input. Choices are prompt-major: prompt p's choice i is
+  // choice p * n + i, as OpenAI numbers them.
+  std::vector<v1::GenerateRequest> more_prompts;
+  int n = 1;                   // choices of each prompt, each its own sequence
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // Completions: the prompt's text before each choice's (OpenAI's echo);

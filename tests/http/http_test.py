@@ -433,6 +433,7 @@ def check_api(args, f, host, grpc_address, stubs, label):
 
     check_client_templated_prompt(args, f, client, model, host, label)
     check_cache_salt(f, client, model, label)
+    check_prompt_batch(f, client, model, label)
 
     # A client that hangs up mid-stream frees its sequence.
     stub = pb_grpc.InferenceStub(grpc.insecure_channel(grpc_address))
@@ -568,6 +569,42 @@ def check_api(args, f, host, grpc_address, stubs, label):
     f.check(ok and answered == 1000 and again.choices[0].text == comp.choices[0].text,
             f"{label}: 1000 idle connections and a slow sender; all {answered} answered, "
             "generation unchanged")
+
+
+def check_prompt_batch(f, client, model, label):
+    """OpenAI's batch: prompt as an array of prompts (text and ids), n each.
+    Choice p * n + i is what prompt p alone gives as its choice i (greedy
+    and seeded, with echo and logprobs), streamed or not; usage sums the
+    prompts' tokens; a bad prompt in the list is refused naming it."""
+    import openai
+    prompts = ["Once upon a time", "The capital of France is", [1, 2, 3, 4]]
+    common = dict(model=model, max_tokens=6, n=2, temperature=0.8, seed=11, logprobs=1,
+                  echo=True)
+    batch = client.completions.create(prompt=prompts, **common)
+    alone = [client.completions.create(prompt=p, **common) for p in prompts]
+    want = [(c.text, c.logprobs.token_logprobs, c.finish_reason)
+            for a in alone for c in sorted(a.choices, key=lambda c: c.index)]
+    got = [(c.text, c.logprobs.token_logprobs, c.finish_reason)
+           for c in sorted(batch.choices, key=lambda c: c.index)]
+    f.check(got == want and [c.index for c in batch.choices] == list(range(6)),
+            f"{label}: 3 prompts x n 2: each choice as its prompt alone "
+            f"({[g[0][-24:] for g in got]})")
+    f.check(batch.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone) and
+            batch.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone),
+            f"{label}: batch usage sums the prompts' ({batch.usage.prompt_tokens}, "
+            f"{batch.usage.completion_tokens})")
+    texts = {}
+    for chunk in client.completions.create(prompt=prompts, stream=True, **common):
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+    f.check([texts.get(k) for k in range(6)] == [w[0] for w in want],
+            f"{label}: the batch streamed, each index's text as not streamed")
+    try:
+        client.completions.create(prompt=["fine", []], model=model, max_tokens=2)
+        f.check(False, f"{label}: an empty prompt in a batch is refused")
+    except openai.BadRequestError as e:
+        f.check(e.body.get("param") == "prompt[1]",
+                f"{label}: an empty prompt in a batch: 400 naming prompt[1] ({e.body})")
 
 
 def check_cache_salt(f, client, model, label):

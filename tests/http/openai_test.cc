@@ -182,6 +182,44 @@ TEST(OpenAiMapping, CompletionPromptShapesAndLogprobs) {
   EXPECT_EQ(one->generate.prompt(), "text");
 }
 
+// OpenAI's batch: several prompts, each a copy of the request with its own
+// input; at most kMaxChoices choices (prompts x n) in all.
+TEST(OpenAiMapping, SeveralPromptsAreCopiesOfTheRequest) {
+  const OpenAiRequest r = complete(
+      R"({"prompt": ["one", [7, 8], "three"], "max_tokens": 5, "n": 2, "temperature": 0.5,)"
+      R"( "stop": ["x"], "logprobs": 1, "echo": true, "seed": 9})");
+  EXPECT_EQ(r.generate.prompt(), "one");
+  ASSERT_EQ(r.more_prompts.size(), 2u);
+  EXPECT_EQ(r.more_prompts[0].prompt_ids().ids_size(), 2);
+  EXPECT_EQ(r.more_prompts[0].prompt_ids().ids(1), 8);
+  EXPECT_EQ(r.more_prompts[1].prompt(), "three");
+  EXPECT_EQ(r.n, 2);
+  EXPECT_TRUE(r.echo);
+  for (const v1::GenerateRequest& g : r.more_prompts) {
+    // Everything but the input is the first prompt's request.
+    v1::GenerateRequest same = g;
+    same.set_prompt("one");
+    EXPECT_EQ(same.SerializeAsString(), r.generate.SerializeAsString());
+  }
+  // With a suffix each prompt is the text before its insertion.
+  const OpenAiRequest fim = complete(R"j({"prompt": ["a(", "b("], "suffix": ")"})j");
+  ASSERT_EQ(fim.more_prompts.size(), 1u);
+  EXPECT_EQ(fim.more_prompts[0].infill().prefix(), "b(");
+  EXPECT_EQ(fim.more_prompts[0].infill().suffix(), ")");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"j({"prompt": ["a(", [1]], "suffix": ")"})j"),
+            "suffix");
+  // 64 prompts x n 2 fit; x n 3, or 129 prompts, do not.
+  std::string many = "[";
+  for (int i = 0; i < 64; ++i) many += i == 0 ? "\"p\"" : ", \"p\"";
+  many += "]";
+  EXPECT_EQ(complete(R"({"prompt": )" + many + R"(, "n": 2})").more_prompts.size(), 63u);
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": )" + many + R"(, "n": 3})"), "prompt");
+  std::string too_many = "[";
+  for (int i = 0; i < 129; ++i) too_many += i == 0 ? "[1]" : ", [1]";
+  too_many += "]";
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": )" + too_many + "}"), "prompt");
+}
+
 TEST(OpenAiMapping, ASuffixMakesACompletionFillInTheMiddle) {
   const OpenAiRequest r = complete(R"({"prompt": "def f(", "suffix": "\n  return x", "max_tokens": 9})");
   ASSERT_EQ(r.generate.input_case(), v1::GenerateRequest::kInfill);
@@ -401,7 +439,9 @@ TEST(OpenAiMapping, WrongTypesNameTheParam) {
   EXPECT_EQ(param_of(kChat, "{" + m + R"(, "response_format": {"type": "xml"}})"),
             "response_format.type");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": 5})"), "prompt");
-  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": ["a", "b"]})"), "prompt");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": ["a", 5]})"), "prompt[1]");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": ["a", []]})"), "prompt[1]");
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": [[1], [2, "x"]]})"), "prompt[1][1]");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": [1, "x"]})"), "prompt[1]");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "logprobs": 50})"), "logprobs");
 }
