@@ -112,6 +112,16 @@ class Fields {
     }
     return fail(wrong_type(key, "an integer", *v));
   }
+  // An integer of int32's range; another is refused showing it as sent
+  // (not a clamped value a later range check would name).
+  std::optional<int32_t> int32(const char* key) {
+    std::optional<int64_t> v = integer(key);
+    if (!v) return std::nullopt;
+    if (*v < std::numeric_limits<int32_t>::min() || *v > std::numeric_limits<int32_t>::max()) {
+      return fail(bad(key, absl::StrCat(get(key)->dump(), " is out of range")));
+    }
+    return static_cast<int32_t>(*v);
+  }
   std::optional<bool> boolean(const char* key) {
     const json* v = get(key);
     if (v == nullptr) return std::nullopt;
@@ -296,7 +306,7 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
     s->set_temperature(static_cast<float>(*v));
   }
   if (auto v = f.number("top_p")) s->set_top_p(static_cast<float>(*v));
-  if (auto v = f.integer("top_k")) s->set_top_k(*v <= 0 ? 0 : clamp_int32(*v));
+  if (auto v = f.int32("top_k")) s->set_top_k(*v <= 0 ? 0 : *v);
   if (auto v = f.number("min_p")) s->set_min_p(static_cast<float>(*v));
   // OpenAI's and vLLM's [-2, 2] (llama.cpp's /infill: any value).
   for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
@@ -314,7 +324,7 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   if (infill) {
     // -1: the context, as llama.cpp reads it; the sampler looks back at most
     // 4096 tokens (worker/sampling_proto.h).
-    if (auto v = f.integer("repeat_last_n")) s->set_repeat_last_n(*v == -1 ? 4096 : clamp_int32(*v));
+    if (auto v = f.int32("repeat_last_n")) s->set_repeat_last_n(*v == -1 ? 4096 : *v);
   }
   // -1: a random seed, as llama.cpp's server reads it (LLAMA_DEFAULT_SEED);
   // else any integer in [-2^63, 2^64) (a negative one as its 64 bits).
@@ -442,15 +452,15 @@ absl::Status map_infill(const json& body, OpenAiRequest* r) {
       if (!cf.status().ok()) return absl::InvalidArgumentError(absl::StrCat(p, ".", cf.status().message()));
     }
   }
-  std::optional<int64_t> n_predict = f.integer("n_predict");
-  if (!n_predict) n_predict = f.integer("max_tokens");
+  std::optional<int32_t> n_predict = f.int32("n_predict");
+  if (!n_predict) n_predict = f.int32("max_tokens");
   if (n_predict && *n_predict == 0) {
     // llama.cpp evaluates the prompt and generates nothing (editor plugins
     // warm the cache so): one token is generated and not shown.
     r->prompt_only = true;
     g.set_max_tokens(1);
   } else if (n_predict && *n_predict != -1) {
-    g.set_max_tokens(clamp_int32(*n_predict));
+    g.set_max_tokens(*n_predict);
   }
   if (const json* fields = f.get("response_fields")) {
     if (!fields->is_array()) return wrong_type("response_fields", "an array of strings", *fields);
@@ -463,9 +473,9 @@ absl::Status map_infill(const json& body, OpenAiRequest* r) {
   }
   if (auto spm = f.boolean("spm_infill")) fim->set_suffix_first(*spm);
   if (auto rt = f.boolean("return_tokens")) r->return_tokens = *rt;
-  if (auto v = f.integer("n_indent")) {
+  if (auto v = f.int32("n_indent")) {
     if (*v < 0) return bad("n_indent", absl::StrCat(*v, " is less than 0"));
-    r->n_indent = clamp_int32(*v);
+    r->n_indent = *v;
   }
   if (auto v = f.integer("t_max_predict_ms")) r->t_max_predict_ms = std::max<int64_t>(0, *v);
   return f.status();
@@ -532,13 +542,13 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
     const json* messages = f.get("messages");
     if (messages == nullptr) return bad("messages", "missing");
     if (absl::Status st = map_messages(*messages, &g); !st.ok()) return st;
-    std::optional<int64_t> max_tokens = f.integer("max_completion_tokens");
-    if (!max_tokens) max_tokens = f.integer("max_tokens");
-    if (max_tokens) g.set_max_tokens(clamp_int32(*max_tokens));
+    std::optional<int32_t> max_tokens = f.int32("max_completion_tokens");
+    if (!max_tokens) max_tokens = f.int32("max_tokens");
+    if (max_tokens) g.set_max_tokens(*max_tokens);
     if (auto lp = f.boolean("logprobs")) g.set_logprobs(*lp);
-    if (auto top = f.integer("top_logprobs")) {
+    if (auto top = f.int32("top_logprobs")) {
       if (!g.logprobs() && *top > 0) return bad("top_logprobs", "needs logprobs: true");
-      g.set_top_logprobs(clamp_int32(*top));
+      g.set_top_logprobs(*top);
     }
   } else if (endpoint == Endpoint::kInfill) {
     if (absl::Status st = map_infill(j, &r); !st.ok()) return st;
@@ -552,7 +562,7 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
     g.set_parse_special(true);
     if (auto ps = f.boolean("parse_special")) g.set_parse_special(*ps);
     g.set_max_tokens(kCompletionDefaultMaxTokens);
-    if (auto max_tokens = f.integer("max_tokens")) g.set_max_tokens(clamp_int32(*max_tokens));
+    if (auto max_tokens = f.int32("max_tokens")) g.set_max_tokens(*max_tokens);
     if (auto lp = f.integer("logprobs")) {
       if (*lp < 0 || *lp > 20) return bad("logprobs", absl::StrCat(*lp, " is out of range [0, 20]"));
       g.set_logprobs(true);

@@ -88,9 +88,21 @@ TEST(OpenAiMapping, ChatMessagesAndSampling) {
 // bound); 2^63 and 2^64 - 1 were read as int64 and wrapped to negatives.
 TEST(OpenAiMapping, HugeIntegersSaturateInsteadOfWrapping) {
   for (const char* v : {"9223372036854775807", "9223372036854775808", "18446744073709551615",
-                        "1e30"}) {
-    const OpenAiRequest r = complete(std::string(R"({"prompt": "x", "max_tokens": )") + v + "}");
-    EXPECT_EQ(r.generate.max_tokens(), std::numeric_limits<int32_t>::max()) << v;
+                        "1e30", "2147483648", "-2147483649"}) {
+    // An int32 field beyond int32 is refused showing the value as sent.
+    const std::string sent = std::string(v) == "1e30" ? "1e+30" : v;
+    for (const char* field : {"max_tokens", "top_k"}) {
+      auto r = parse_openai_request(Endpoint::kCompletion, absl::StrCat(R"({"prompt": "x", ")",
+                                                                        field, "\": ", v, "}"));
+      ASSERT_FALSE(r.ok()) << field << " " << v;
+      EXPECT_EQ(r.status().message(), absl::StrCat(field, ": ", sent, " is out of range"));
+    }
+    auto top = parse_openai_request(
+        Endpoint::kChat, absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}],)",
+                                      R"( "logprobs": true, "top_logprobs": )", v, "}"));
+    ASSERT_FALSE(top.ok()) << v;
+    EXPECT_EQ(top.status().message(), absl::StrCat("top_logprobs: ", sent, " is out of range"));
+    if (v[0] == '-' || std::string(v) == "2147483648") continue;
     auto n = parse_openai_request(Endpoint::kCompletion,
                                   std::string(R"({"prompt": "x", "n": )") + v + "}");
     ASSERT_FALSE(n.ok()) << v;
