@@ -218,7 +218,8 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
     outcome.note = e.message;
   };
   const bool guarded = path.rfind("/v1/", 0) == 0 || path == "/tokenize" ||
-                       path == "/detokenize" || path == "/infill" || path == "/embeddings";
+                       path == "/detokenize" || path == "/infill" || path == "/completion" ||
+                       path == "/embeddings";
   if (absl::Status st = guarded ? check_bearer(options_.api_key, request.authorization)
                                 : absl::OkStatus();
       !st.ok()) {
@@ -237,11 +238,13 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
     } else {
       outcome = embeddings(request, out);
     }
-  } else if (path == "/infill") {
+  } else if (path == "/infill" || path == "/completion") {
     if (!is_post) {
       wrong_method("POST");
     } else {
-      outcome = infill(request, out);
+      outcome = llama_completion(static_cast<int>(path == "/infill" ? Endpoint::kInfill
+                                                                   : Endpoint::kLlamaCompletion),
+                                 request, out);
     }
   } else if (path == "/tokenize" || path == "/detokenize") {
     if (!is_post) {
@@ -590,14 +593,17 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   return outcome;
 }
 
-// llama.cpp server's /infill: one sequence, answered in its completion
-// shape (infill.h): streamed as pieces and a last object with "stop": true
-// (no [DONE]), or that object. n_indent and t_max_predict_ms end it here, as
-// llama.cpp's server does: the sequence is cancelled on the scheduler.
-OpenAiApi::Outcome OpenAiApi::infill(const Request& request, Responder& out) {
+// llama.cpp server's /infill and /completion: one sequence, answered in its
+// completion shape (infill.h): streamed as pieces and a last object with
+// "stop": true (no [DONE]), or that object. n_indent and t_max_predict_ms
+// end it here, as llama.cpp's server does: the sequence is cancelled on the
+// scheduler.
+OpenAiApi::Outcome OpenAiApi::llama_completion(int endpoint, const Request& request,
+                                               Responder& out) {
   Outcome outcome;
   auto fail = [&](const absl::Status& st) { return failed(st, outcome, out); };
-  absl::StatusOr<OpenAiRequest> parsed = parse_openai_request(Endpoint::kInfill, request.body);
+  absl::StatusOr<OpenAiRequest> parsed =
+      parse_openai_request(static_cast<Endpoint>(endpoint), request.body);
   if (!parsed.ok()) return fail(parsed.status());
   outcome.user = parsed->generate.user();
   const ServedModel& model = cluster_.model();

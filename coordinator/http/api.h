@@ -10,6 +10,9 @@
 //                               {"input_prefix", "input_suffix", "prompt",
 //                               "input_extra", "n_predict", ...} ->
 //                               {"content", "tokens", "stop", "timings", ...}
+//   POST /completion            llama.cpp server's completion: {"prompt"
+//                               (text or ids), "n_predict", ...} -> the
+//                               same answer as /infill
 //   POST /v1/embeddings         OpenAI's embeddings (also /embeddings;
 //                               embeddings.h, coordinator/embedding.h)
 //   GET  /v1/models, /v1/models/{id}
@@ -20,7 +23,7 @@
 //   GET  /health                200 while the cluster serves, else 503
 //   GET  /metrics               Prometheus text (metrics_page.h)
 //
-// With an API key, /v1/*, /embeddings, /infill, /tokenize and /detokenize need `Authorization:
+// With an API key, /v1/*, /embeddings, /infill, /completion, /tokenize and /detokenize need `Authorization:
 // Bearer KEY` (401); /health and /metrics stay open for probes and
 // scrapers. A streamed request whose client goes away is cancelled on the
 // scheduler at once (the poll is 20 ms). One log line per request (spdlog):
@@ -51,7 +54,8 @@ class OpenAiApi {
  private:
   struct Outcome;
   Outcome generate(int endpoint, const Request& request, Responder& out);
-  Outcome infill(const Request& request, Responder& out);
+  // /infill and /completion (Endpoint::kInfill, kLlamaCompletion).
+  Outcome llama_completion(int endpoint, const Request& request, Responder& out);
   Outcome embeddings(const Request& request, Responder& out);
   Outcome tokenize(const Request& request, Responder& out);
   Outcome detokenize(const Request& request, Responder& out);

@@ -291,9 +291,10 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
     }
   }
   if (stream_options && !r->stream) return bad("stream_options", "only with stream: true");
-  // Sampling. Defaults: OpenAI's (temperature 1), or for /infill llama.cpp
-  // server's (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05).
-  const bool infill = r->endpoint == Endpoint::kInfill;
+  // Sampling. Defaults: OpenAI's (temperature 1), or for /infill and
+  // /completion llama.cpp server's (temperature 0.8, top_k 40, top_p 0.95,
+  // min_p 0.05).
+  const bool infill = r->endpoint == Endpoint::kInfill || r->endpoint == Endpoint::kLlamaCompletion;
   v1::SamplingParams* s = g.mutable_sampling();
   s->set_temperature(infill ? 0.8f : 1.0f);
   if (infill) {
@@ -417,14 +418,49 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   return f.status();
 }
 
+// llama.cpp server's fields of /completion and /infill: n_predict
+// (max_tokens; -1: the rest of the context; 0: the prompt evaluated, no
+// text), response_fields, return_tokens, n_indent, t_max_predict_ms.
+absl::Status map_llama_server_fields(const json& body, OpenAiRequest* r) {
+  v1::GenerateRequest& g = r->generate;
+  Fields f(body);
+  const char* endpoint = r->endpoint == Endpoint::kInfill ? "/infill" : "/completion";
+  if (r->n != 1) return bad("n", absl::StrCat("one completion per ", endpoint, " request"));
+  std::optional<int32_t> n_predict = f.int32("n_predict");
+  if (!n_predict) n_predict = f.int32("max_tokens");
+  if (n_predict && *n_predict == 0) {
+    // llama.cpp evaluates the prompt and generates nothing (editor plugins
+    // warm the cache so): one token is generated and not shown.
+    r->prompt_only = true;
+    g.set_max_tokens(1);
+  } else if (n_predict && *n_predict != -1) {
+    g.set_max_tokens(*n_predict);
+  }
+  if (const json* fields = f.get("response_fields")) {
+    if (!fields->is_array()) return wrong_type("response_fields", "an array of strings", *fields);
+    for (size_t i = 0; i < fields->size(); ++i) {
+      if (!(*fields)[i].is_string()) {
+        return wrong_type(absl::StrCat("response_fields[", i, "]"), "a string", (*fields)[i]);
+      }
+      r->response_fields.push_back((*fields)[i].get<std::string>());
+    }
+  }
+  if (auto rt = f.boolean("return_tokens")) r->return_tokens = *rt;
+  if (auto v = f.int32("n_indent")) {
+    if (*v < 0) return bad("n_indent", absl::StrCat(*v, " is less than 0"));
+    r->n_indent = *v;
+  }
+  if (auto v = f.integer("t_max_predict_ms")) r->t_max_predict_ms = std::max<int64_t>(0, *v);
+  return f.status();
+}
+
 // llama.cpp server's /infill: input_prefix and input_suffix (required),
 // prompt (typed after the prefix), input_extra [{"filename", "text"}],
-// n_predict (max_tokens; -1: the rest of the context), return_tokens, and
-// spm_infill (strata's per-request choice of llama.cpp's --spm-infill).
+// spm_infill (strata's per-request choice of llama.cpp's --spm-infill),
+// and the fields above.
 absl::Status map_infill(const json& body, OpenAiRequest* r) {
   v1::GenerateRequest& g = r->generate;
   Fields f(body);
-  if (r->n != 1) return bad("n", "one completion per /infill request");
   v1::FillInMiddle* fim = g.mutable_infill();
   for (auto [key, out] : {std::pair{"input_prefix", fim->mutable_prefix()},
                           std::pair{"input_suffix", fim->mutable_suffix()}}) {
@@ -452,33 +488,24 @@ absl::Status map_infill(const json& body, OpenAiRequest* r) {
       if (!cf.status().ok()) return absl::InvalidArgumentError(absl::StrCat(p, ".", cf.status().message()));
     }
   }
-  std::optional<int32_t> n_predict = f.int32("n_predict");
-  if (!n_predict) n_predict = f.int32("max_tokens");
-  if (n_predict && *n_predict == 0) {
-    // llama.cpp evaluates the prompt and generates nothing (editor plugins
-    // warm the cache so): one token is generated and not shown.
-    r->prompt_only = true;
-    g.set_max_tokens(1);
-  } else if (n_predict && *n_predict != -1) {
-    g.set_max_tokens(*n_predict);
-  }
-  if (const json* fields = f.get("response_fields")) {
-    if (!fields->is_array()) return wrong_type("response_fields", "an array of strings", *fields);
-    for (size_t i = 0; i < fields->size(); ++i) {
-      if (!(*fields)[i].is_string()) {
-        return wrong_type(absl::StrCat("response_fields[", i, "]"), "a string", (*fields)[i]);
-      }
-      r->response_fields.push_back((*fields)[i].get<std::string>());
-    }
-  }
   if (auto spm = f.boolean("spm_infill")) fim->set_suffix_first(*spm);
-  if (auto rt = f.boolean("return_tokens")) r->return_tokens = *rt;
-  if (auto v = f.int32("n_indent")) {
-    if (*v < 0) return bad("n_indent", absl::StrCat(*v, " is less than 0"));
-    r->n_indent = *v;
-  }
-  if (auto v = f.integer("t_max_predict_ms")) r->t_max_predict_ms = std::max<int64_t>(0, *v);
-  return f.status();
+  if (!f.status().ok()) return f.status();
+  return map_llama_server_fields(body, r);
+}
+
+// llama.cpp server's /completion: prompt (a string or token ids; its
+// special-token text read as the special tokens, BOS added as the model
+// asks, as llama.cpp tokenizes it) and the fields above.
+absl::Status map_llama_completion(const json& body, OpenAiRequest* r) {
+  v1::GenerateRequest& g = r->generate;
+  Fields f(body);
+  const json* prompt = f.get("prompt");
+  if (prompt == nullptr) return bad("prompt", "missing");
+  std::vector<v1::GenerateRequest> more;
+  if (absl::Status st = map_prompt(*prompt, &g, &more); !st.ok()) return st;
+  if (!more.empty()) return bad("prompt", "one prompt per /completion request");
+  g.set_parse_special(true);
+  return map_llama_server_fields(body, r);
 }
 
 }  // namespace
@@ -552,6 +579,8 @@ absl::StatusOr<OpenAiRequest> parse_openai_request(Endpoint endpoint, std::strin
     }
   } else if (endpoint == Endpoint::kInfill) {
     if (absl::Status st = map_infill(j, &r); !st.ok()) return st;
+  } else if (endpoint == Endpoint::kLlamaCompletion) {
+    if (absl::Status st = map_llama_completion(j, &r); !st.ok()) return st;
   } else {
     const json* prompt = f.get("prompt");
     if (prompt == nullptr) return bad("prompt", "missing");

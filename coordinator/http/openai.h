@@ -57,7 +57,9 @@ namespace strata::coordinator::http {
 
 // kInfill: llama.cpp server's /infill (fill-in-the-middle), its field names
 // and sampling defaults; answered in llama.cpp's shape (api.h).
-enum class Endpoint { kChat, kCompletion, kInfill };
+// kLlamaCompletion: llama.cpp server's /completion: a prompt (text or ids)
+// with /infill's other fields, defaults and answer.
+enum class Endpoint { kChat, kCompletion, kInfill, kLlamaCompletion };
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kChat;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fill-in-the-middle end to end against llama.cpp: llama.cpp server's
-/infill, /v1/completions with `suffix` (the official openai SDK) and gRPC
+/infill (and its /completion, the same answer for a plain prompt),
+/v1/completions with `suffix` (the official openai SDK) and gRPC
 GenerateRequest.infill, through `strata serve` (--setup serve) or a
 strata-coordinator with 2 strata-worker processes (--setup cluster).
 
@@ -327,6 +328,56 @@ def check_infill(args, f, ref, host, grpc_address, stubs, label):
             f"{label}: an extra file without text: 400 naming it")
     st, _, out = raw(host, "GET", "/infill")
     f.check(st == 405, f"{label}: GET /infill: 405")
+    check_llama_completion(f, ref, host, label)
+
+
+def check_llama_completion(f, ref, host, label):
+    """llama.cpp server's /completion: the prompt tokenized as llama.cpp's
+    server does (BOS as the model asks, special-token text read as special),
+    greedy ids llama.cpp's argmax at every step, /infill's response shape
+    and llama.cpp's sampling defaults, streamed == not, token-id prompts,
+    n_predict 0, and the refusals."""
+    text = "def fibonacci(n):\n    <|im_start|>"
+    body = {"prompt": text, "n_predict": 12, "temperature": 0, "return_tokens": True,
+            "ignore_eos": True}
+    st, _, out = raw(host, "POST", "/completion", timeout=900, body=body)
+    r = json.loads(out)
+    want = ([ref.bos] if ref.add_bos else []) + ref.tok(text, special=True)
+    f.check(st == 200 and r["tokens_evaluated"] == len(want) and
+            r["prompt"] == ref.llm.detokenize(want, special=True).decode(errors="replace"),
+            f"{label}: /completion's prompt is llama.cpp's tokenization ({len(want)} ids, "
+            f"special-token text read as special)")
+    bad = ref.disagreements(want, r["tokens"], ban_eog=True)
+    f.check(len(r["tokens"]) == 12 and not bad and
+            r["content"] == ref.llm.detokenize(r["tokens"]).decode(errors="replace") and
+            r["stop"] is True and r["stop_type"] == "limit" and r["tokens_predicted"] == 12,
+            f"{label}: /completion's 12 greedy ids are llama.cpp's argmax at every step "
+            f"(disagreements: {bad}; content {r['content']!r})")
+    events = [json.loads(e) for e in sse_events(host, "/completion", dict(body, stream=True))]
+    f.check("".join(e["content"] for e in events) == r["content"] and
+            [t for e in events[:-1] for t in e["tokens"]] == r["tokens"] and
+            events[-1]["stop"] is True,
+            f"{label}: /completion streamed == not streamed ({len(events)} events)")
+    st, _, out = raw(host, "POST", "/completion", timeout=900,
+                     body=dict(body, prompt=want, return_tokens=True))
+    f.check(st == 200 and json.loads(out)["tokens"] == r["tokens"],
+            f"{label}: /completion of the prompt's ids == of its text")
+    st, _, out = raw(host, "POST", "/completion", timeout=900,
+                     body={"prompt": text, "n_predict": 2})
+    g = json.loads(out)["generation_settings"]
+    f.check(st == 200 and abs(g["temperature"] - 0.8) < 1e-6 and g["top_k"] == 40 and
+            abs(g["top_p"] - 0.95) < 1e-6 and abs(g["min_p"] - 0.05) < 1e-6,
+            f"{label}: /completion's sampling defaults are llama.cpp's ({g})")
+    st, _, out = raw(host, "POST", "/completion", timeout=900, body={"prompt": text, "n_predict": 0})
+    w = json.loads(out)
+    f.check(st == 200 and w["content"] == "" and w["tokens_predicted"] == 0,
+            f"{label}: /completion n_predict 0: no text")
+    for bad_body, param in (({"n_predict": 3}, "prompt: missing"),
+                            ({"prompt": ["a", "b"]}, "prompt: one prompt per /completion"),
+                            ({"prompt": "a", "n": 2}, "n: one completion per /completion")):
+        st, _, out = raw(host, "POST", "/completion", timeout=900, body=bad_body)
+        f.check(st == 400 and param in json.loads(out)["error"]["message"],
+                f"{label}: /completion {bad_body}: 400 {param!r}")
 
 
 def main():

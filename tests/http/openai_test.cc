@@ -250,6 +250,31 @@ TEST(OpenAiMapping, ASuffixMakesACompletionFillInTheMiddle) {
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "a", "suffix": 5})"), "suffix");
 }
 
+// llama.cpp server's /completion: a prompt with /infill's fields and
+// llama.cpp's defaults.
+TEST(OpenAiMapping, LlamaCompletionTakesAPromptWithLlamaCppsDefaults) {
+  auto r = parse_openai_request(Endpoint::kLlamaCompletion,
+                                R"({"prompt": "x<|im_start|>", "n_predict": -1, "n_indent": 2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.prompt(), "x<|im_start|>");
+  EXPECT_TRUE(r->generate.parse_special());
+  EXPECT_FALSE(r->generate.has_max_tokens());  // -1: the rest of the context
+  EXPECT_EQ(r->n_indent, 2);
+  EXPECT_FLOAT_EQ(r->generate.sampling().temperature(), 0.8f);
+  EXPECT_EQ(r->generate.sampling().top_k(), 40);
+  EXPECT_FLOAT_EQ(r->generate.sampling().top_p(), 0.95f);
+  EXPECT_FLOAT_EQ(r->generate.sampling().min_p(), 0.05f);
+  auto ids = parse_openai_request(Endpoint::kLlamaCompletion, R"({"prompt": [5, 6], "n_predict": 0})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->generate.prompt_ids().ids_size(), 2);
+  EXPECT_TRUE(ids->prompt_only);
+  EXPECT_EQ(param_of(Endpoint::kLlamaCompletion, R"({"n_predict": 1})"), "prompt");
+  EXPECT_EQ(param_of(Endpoint::kLlamaCompletion, R"({"prompt": ["a", "b"]})"), "prompt");
+  EXPECT_EQ(param_of(Endpoint::kLlamaCompletion, R"({"prompt": "a", "n": 2})"), "n");
+  EXPECT_EQ(param_of(Endpoint::kLlamaCompletion, R"({"prompt": "a", "n_predict": 1e20})"),
+            "n_predict");
+}
+
 TEST(OpenAiMapping, InfillTakesLlamaCppServersFieldsAndDefaults) {
   auto r = parse_openai_request(Endpoint::kInfill, R"({
     "input_prefix": "int main() {", "input_suffix": "}\n", "prompt": "  ret",
