@@ -880,6 +880,8 @@ def check_auth(args, f, workdir, stubs):
         f.check(st == 200, "auth: `bearer KEY` (lower case) is served")
         st, _ = error_of(raw(host, "POST", "/infill", body={"input_prefix": "", "input_suffix": ""}))
         f.check(st == 401, "auth: /infill without the key -> 401")
+        st, _ = error_of(raw(host, "POST", "/completion", body={"prompt": "hi", "n_predict": 1}))
+        f.check(st == 401, "auth: /completion without the key -> 401")
         st, _, _ = raw(host, "GET", "/health")
         f.check(st == 200, "auth: /health stays open")
         stub = pb_grpc.InferenceStub(grpc.insecure_channel(serve.address))
