@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "coordinator/api_key.h"
 #include "coordinator/chat_output.h"
 #include "coordinator/embedding.h"
@@ -106,6 +107,26 @@ void add_prompt_logprobs(const tokenizer::Tokenizer& tok, std::span<const int32_
                          offset, lp);
   }
 }
+
+// A batch's error names its prompt, "prompt[p]: ...", and a token id in it
+// "prompt[p][k]: ..." (prompt preparation names the fields "prompt" and
+// "prompt_ids.ids[k]" of the one request it got). A lone prompt's error
+// stays as it is.
+absl::Status name_prompt(const absl::Status& status, size_t p, bool lone) {
+  if (lone) return status;
+  absl::string_view m = status.message();
+  const std::string name = absl::StrCat("prompt[", p, "]");
+  if (absl::ConsumePrefix(&m, "prompt_ids.ids[")) {
+    return absl::Status(status.code(), absl::StrCat(name, "[", m));
+  }
+  absl::ConsumePrefix(&m, "prompt: ");
+  return absl::Status(status.code(), absl::StrCat(name, ": ", m));
+}
+
+// echo + logprobs with n > 1: at most this many prompt log-probabilities
+// (each with its top tokens) copied from a prompt's first choice to the
+// others, about 100 MB of JSON.
+constexpr int64_t kMaxCopiedPromptLogprobs = int64_t{1} << 20;
 
 json empty_completion_logprobs() {
   return {{"tokens", json::array()},
@@ -219,7 +240,7 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
   };
   const bool guarded = path.rfind("/v1/", 0) == 0 || path == "/tokenize" ||
                        path == "/detokenize" || path == "/infill" || path == "/completion" ||
-                       path == "/embeddings";
+                       path == "/completions" || path == "/embeddings";
   if (absl::Status st = guarded ? check_bearer(options_.api_key, request.authorization)
                                 : absl::OkStatus();
       !st.ok()) {
@@ -238,7 +259,7 @@ void OpenAiApi::handle(Request request, std::shared_ptr<Responder> responder) {
     } else {
       outcome = embeddings(request, out);
     }
-  } else if (path == "/infill" || path == "/completion") {
+  } else if (path == "/infill" || path == "/completion" || path == "/completions") {
     if (!is_post) {
       wrong_method("POST");
     } else {
@@ -331,11 +352,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
   for (size_t p = 0; p <= parsed->more_prompts.size(); ++p) {
     const v1::GenerateRequest& g = p == 0 ? parsed->generate : parsed->more_prompts[p - 1];
     absl::StatusOr<SequenceRequest> prepared = prepare_prompt(model, g, popts, &output_spec);
-    if (!prepared.ok()) {
-      absl::Status st = prepared.status();
-      if (p > 0) st = absl::Status(st.code(), absl::StrCat("prompt[", p, "]: ", st.message()));
-      return fail(st);
-    }
+    if (!prepared.ok()) return fail(name_prompt(prepared.status(), p, parsed->more_prompts.empty()));
     Part& part = parts.emplace_back();
     part.prepared = *std::move(prepared);
     prompt_tokens += static_cast<int>(part.prepared.prompt.size());
@@ -352,6 +369,21 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
     }
   }
   outcome.prompt_tokens = prompt_tokens;
+  // echo with logprobs: a prompt is scored once and each of its n choices
+  // carries a copy of the scores. The copies cost no compute, so they are
+  // bounded: n 128 of an 8k-token prompt with 20 top tokens would be half a
+  // gigabyte of JSON.
+  if (parsed->echo && parsed->generate.logprobs() && parsed->n > 1) {
+    const int64_t copies = int64_t{parsed->n - 1} * prompt_tokens *
+                           (int64_t{parsed->generate.top_logprobs()} + 1);
+    if (copies > kMaxCopiedPromptLogprobs) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "n: ", parsed->n, " choices would each repeat the scores of ", prompt_tokens,
+          " prompt tokens with ", parsed->generate.top_logprobs(), " top log-probabilities (",
+          copies, " copied values, over ", kMaxCopiedPromptLogprobs,
+          "); every choice shows the same prompt scores, so ask with n 1")));
+    }
+  }
 
   // n choices a prompt, one sequence each; a seed given makes choice i of
   // a prompt use seed + i.
@@ -418,7 +450,7 @@ OpenAiApi::Outcome OpenAiApi::generate(int endpoint_int, const Request& request,
       return outcome;
     }
     const absl::Duration wait = total == 1 ? kPoll : absl::Milliseconds(2);
-    for (int i = 0; i < total && !error; ++i) {
+    for (int i = 0; i < total && !error && !out.gone(); ++i) {
       Choice& c = choices[i];
       if (c.done) continue;
       Part& part = parts[i / n];
@@ -643,7 +675,9 @@ OpenAiApi::Outcome OpenAiApi::llama_completion(int endpoint, const Request& requ
   const GenerationParams& params = prepared->params;
   const worker::SamplingParams& sp = params.sampling;
   const bool stream = parsed->stream;
-  done.generation_settings = {{"n_predict", parsed->prompt_only ? 0 : params.max_tokens},
+  done.generation_settings = {{"n_predict", parsed->prompt_only                  ? 0
+                                            : parsed->generate.has_max_tokens() ? params.max_tokens
+                                                                                : -1},
                               {"seed", sp.seed},
                               {"temperature", sp.temperature},
                               {"top_k", sp.top_k},

@@ -303,8 +303,10 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
     s->set_min_p(0.05f);
   }
   if (auto v = f.number("temperature")) {
-    if (*v < 0) return bad("temperature", absl::StrCat(json(*v).dump(), " is less than 0"));
-    s->set_temperature(static_cast<float>(*v));
+    // Below 0: refused as OpenAI and vLLM do; greedy on llama.cpp's
+    // endpoints, as llama.cpp's server reads it.
+    if (*v < 0 && !infill) return bad("temperature", absl::StrCat(json(*v).dump(), " is less than 0"));
+    s->set_temperature(static_cast<float>(std::max(*v, 0.0)));
   }
   if (auto v = f.number("top_p")) s->set_top_p(static_cast<float>(*v));
   if (auto v = f.int32("top_k")) s->set_top_k(*v <= 0 ? 0 : *v);
@@ -433,8 +435,13 @@ absl::Status map_llama_server_fields(const json& body, OpenAiRequest* r) {
     // warm the cache so): one token is generated and not shown.
     r->prompt_only = true;
     g.set_max_tokens(1);
-  } else if (n_predict && *n_predict != -1) {
-    g.set_max_tokens(*n_predict);
+  } else if (n_predict && *n_predict != -1 && *n_predict != -2) {
+    g.set_max_tokens(*n_predict);  // -1 and -2 (llama.cpp's): the rest of the context
+  }
+  // llama.cpp's json_schema: the output follows it (a grammar there).
+  if (const json* schema = f.get("json_schema")) {
+    if (!schema->is_object()) return wrong_type("json_schema", "an object", *schema);
+    g.set_json_schema(schema->dump());
   }
   if (const json* fields = f.get("response_fields")) {
     if (!fields->is_array()) return wrong_type("response_fields", "an array of strings", *fields);
@@ -543,7 +550,10 @@ void keep_key_order(std::string_view body, v1::GenerateRequest* g) {
   if (!j.is_object()) return;
   if (!g->tools_json().empty()) g->set_tools_json(j["tools"].dump());
   if (!g->json_schema().empty()) {
-    g->set_json_schema(j["response_format"]["json_schema"]["schema"].dump());
+    // OpenAI's response_format, or llama.cpp's top-level json_schema.
+    g->set_json_schema(j.contains("response_format")
+                           ? j["response_format"]["json_schema"]["schema"].dump()
+                           : j["json_schema"].dump());
   }
   if (!calls) return;
   const nlohmann::ordered_json& messages = j["messages"];

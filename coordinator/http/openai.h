@@ -26,11 +26,14 @@
 //   suffix (completions, a text prompt, not "") -> infill {prefix: prompt,
 //   suffix} (fill in the middle; refused with echo)
 //   seed -1 -> a random seed (llama.cpp's reading)
-// Refused as OpenAI and vLLM refuse them: temperature < 0, presence /
+// Refused as OpenAI and vLLM refuse them: temperature < 0 (greedy on
+// llama.cpp's endpoints, as its server reads it), presence /
 // frequency_penalty outside [-2, 2], stream_options without stream: true.
+// /completion (llama.cpp's server): prompt (text or ids, one) and /infill's
+// fields below but the FIM ones, and json_schema (its top-level field).
 // /infill (llama.cpp's server): input_prefix, input_suffix (required),
 // prompt, input_extra [{"filename", "text"}] -> infill; n_predict |
-// max_tokens (-1: absent) -> max_tokens; repeat_penalty, repeat_last_n;
+// max_tokens (-1 or -2: absent) -> max_tokens; repeat_penalty, repeat_last_n;
 // (0: the prompt evaluated, no text), return_tokens, n_indent,
 // t_max_predict_ms, response_fields; spm_infill ->
 // infill.suffix_first; the other fields as

@@ -63,10 +63,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::Status auth = check_bearer("sk-fuzz", authorization);
   check(auth.ok() == strata::fuzz::bearer_matches(authorization, "sk-fuzz"), "only the key passes");
   if (msg.method() != bhttp::verb::post) return 0;
-  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/infill") {
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/infill" ||
+      path == "/completion") {
     auto parsed = http::parse_openai_request(
         path == "/v1/chat/completions" ? http::Endpoint::kChat
         : path == "/infill"            ? http::Endpoint::kInfill
+        : path == "/completion"        ? http::Endpoint::kLlamaCompletion
                                        : http::Endpoint::kCompletion,
         msg.body());
     if (!parsed.ok()) check_refusal(parsed.status());

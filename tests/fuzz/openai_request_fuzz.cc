@@ -107,9 +107,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_embeddings(m, body);
     return 0;
   }
+  // Kind 3: /infill, or /completion with the first byte's top bit.
   const Endpoint endpoint = kind == 0   ? Endpoint::kChat
                             : kind == 1 ? Endpoint::kCompletion
-                                        : Endpoint::kInfill;
+                            : (data[0] & 0x80) != 0 ? Endpoint::kLlamaCompletion
+                                                    : Endpoint::kInfill;
   auto parsed = coordinator::http::parse_openai_request(endpoint, body);
   if (!parsed.ok()) fuzz::note(parsed.status().ToString());
   if (!parsed.ok()) {
@@ -117,15 +119,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   check(parsed->n >= 1 && parsed->n <= coordinator::http::kMaxChoices, "n in range");
-  coordinator::ChatOutputSpec spec;
-  auto prepared = coordinator::prepare_prompt(m, parsed->generate, {}, &spec);
-  fuzz::note(prepared.ok() ? "prepared: " + std::to_string(prepared->prompt.size()) + " tokens"
-                           : prepared.status().ToString());
-  if (!prepared.ok()) {
-    check_refusal(prepared.status());
-    return 0;
+  check(parsed->n * (1 + parsed->more_prompts.size()) <=
+            static_cast<size_t>(coordinator::http::kMaxChoices),
+        "prompts x n in range");
+  check(parsed->more_prompts.empty() || endpoint == Endpoint::kCompletion,
+        "several prompts only on /v1/completions");
+  for (size_t p = 0; p <= parsed->more_prompts.size(); ++p) {
+    coordinator::ChatOutputSpec spec;
+    auto prepared = coordinator::prepare_prompt(
+        m, p == 0 ? parsed->generate : parsed->more_prompts[p - 1], {}, &spec);
+    fuzz::note(prepared.ok() ? "prepared: " + std::to_string(prepared->prompt.size()) + " tokens"
+                             : prepared.status().ToString());
+    if (!prepared.ok()) {
+      check_refusal(prepared.status());
+      return 0;
+    }
+    check(!prepared->prompt.empty() && prepared->prompt.size() <= static_cast<size_t>(m.n_ctx),
+          "the prompt fits the context");
   }
-  check(!prepared->prompt.empty() && prepared->prompt.size() <= static_cast<size_t>(m.n_ctx),
-        "the prompt fits the context");
   return 0;
 }

@@ -599,12 +599,29 @@ def check_prompt_batch(f, client, model, label):
             texts[c.index] = texts.get(c.index, "") + c.text
     f.check([texts.get(k) for k in range(6)] == [w[0] for w in want],
             f"{label}: the batch streamed, each index's text as not streamed")
+    for bad, param in ((["fine", []], "prompt[1]"), ([[1, 60000], [5, 6]], "prompt[0][1]"),
+                       ([[5, 6], [7, 60000]], "prompt[1][1]"),
+                       (["fine", "word " * (CTX + 10)], "prompt[1]")):
+        try:
+            client.completions.create(prompt=bad, model=model, max_tokens=2)
+            f.check(False, f"{label}: a bad prompt in a batch is refused ({param})")
+        except openai.BadRequestError as e:
+            f.check(e.body.get("param") == param and e.body["message"].startswith(param + ":"),
+                    f"{label}: a bad prompt in a batch: 400 naming {param} ({e.body['message'][:80]})")
+    # echo + logprobs copies the prompt's scores into every choice: bounded.
+    long_prompt = "count the stars " * 150
     try:
-        client.completions.create(prompt=["fine", []], model=model, max_tokens=2)
-        f.check(False, f"{label}: an empty prompt in a batch is refused")
+        client.completions.create(prompt=long_prompt, model=model, max_tokens=1, n=128,
+                                  echo=True, logprobs=20)
+        f.check(False, f"{label}: 128 copies of a long prompt's scores are refused")
     except openai.BadRequestError as e:
-        f.check(e.body.get("param") == "prompt[1]",
-                f"{label}: an empty prompt in a batch: 400 naming prompt[1] ({e.body})")
+        f.check(e.body.get("param") == "n" and "ask with n 1" in e.body["message"],
+                f"{label}: 128 copies of a long prompt's scores: 400 ({e.body['message'][:90]})")
+    two = client.completions.create(prompt=long_prompt, model=model, max_tokens=1, n=2,
+                                    echo=True, logprobs=20)
+    f.check(len(two.choices) == 2 and
+            two.choices[0].logprobs.token_logprobs[:-1] == two.choices[1].logprobs.token_logprobs[:-1],
+            f"{label}: n 2 of the same: both choices carry the prompt's scores")
 
 
 def check_cache_salt(f, client, model, label):

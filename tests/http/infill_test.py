@@ -368,6 +368,24 @@ def check_llama_completion(f, ref, host, label):
     f.check(st == 200 and abs(g["temperature"] - 0.8) < 1e-6 and g["top_k"] == 40 and
             abs(g["top_p"] - 0.95) < 1e-6 and abs(g["min_p"] - 0.05) < 1e-6,
             f"{label}: /completion's sampling defaults are llama.cpp's ({g})")
+    st, _, out = raw(host, "POST", "/completions", timeout=900, body=body)
+    a = json.loads(out)
+    f.check(st == 200 and a["tokens"] == r["tokens"] and a["content"] == r["content"],
+            f"{label}: /completions (llama.cpp's alias) == /completion")
+    st, _, out = raw(host, "POST", "/completion", timeout=900,
+                     body={"prompt": text, "n_predict": -1, "temperature": -1,
+                           "json_schema": {"type": "object", "properties": {
+                               "answer": {"type": "integer"}}, "required": ["answer"]}})
+    j = json.loads(out)
+    try:
+        parsed = json.loads(j["content"])
+    except (ValueError, KeyError):
+        parsed = None
+    f.check(st == 200 and j["generation_settings"]["n_predict"] == -1 and
+            j["generation_settings"]["temperature"] == 0 and j["stop_type"] == "eos" and
+            isinstance(parsed, dict) and isinstance(parsed.get("answer"), int),
+            f"{label}: /completion json_schema (llama.cpp's field): {j.get('content')!r}; "
+            f"n_predict -1 shown as -1, temperature -1 greedy")
     st, _, out = raw(host, "POST", "/completion", timeout=900, body={"prompt": text, "n_predict": 0})
     w = json.loads(out)
     f.check(st == 200 and w["content"] == "" and w["tokens_predicted"] == 0,

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "coordinator/api_key.h"
 #include "coordinator/prompt.h"
 
@@ -273,6 +274,19 @@ TEST(OpenAiMapping, LlamaCompletionTakesAPromptWithLlamaCppsDefaults) {
   EXPECT_EQ(param_of(Endpoint::kLlamaCompletion, R"({"prompt": "a", "n": 2})"), "n");
   EXPECT_EQ(param_of(Endpoint::kLlamaCompletion, R"({"prompt": "a", "n_predict": 1e20})"),
             "n_predict");
+  // -2 (llama.cpp's "until the context is full") as -1; llama.cpp's
+  // top-level json_schema, its property order kept.
+  auto fill = parse_openai_request(Endpoint::kLlamaCompletion, R"({"prompt": "a", "n_predict": -2,
+      "json_schema": {"type": "object", "properties": {"z": {"type": "string"}, "a": {}}}})");
+  ASSERT_TRUE(fill.ok()) << fill.status();
+  EXPECT_FALSE(fill->generate.has_max_tokens());
+  EXPECT_EQ(fill->generate.json_schema(),
+            R"({"type":"object","properties":{"z":{"type":"string"},"a":{}}})");
+  auto not_object = parse_openai_request(Endpoint::kLlamaCompletion,
+                                         R"({"prompt": "a", "json_schema": "x"})");
+  ASSERT_FALSE(not_object.ok());
+  EXPECT_TRUE(absl::StartsWith(not_object.status().message(), "json_schema: "))
+      << not_object.status();
 }
 
 TEST(OpenAiMapping, InfillTakesLlamaCppServersFieldsAndDefaults) {
@@ -365,8 +379,14 @@ TEST(OpenAiMapping, RangesOpenAiAndVllmRefuse) {
       Endpoint::kInfill, R"({"input_prefix": "", "input_suffix": "", "presence_penalty": 5})");
   ASSERT_TRUE(infill.ok()) << infill.status();
   EXPECT_FLOAT_EQ(infill->generate.sampling().presence_penalty(), 5.0f);
-  EXPECT_EQ(param_of(Endpoint::kInfill, R"({"input_prefix": "", "input_suffix": "",
-      "temperature": -1})"), "temperature");
+  // A temperature below 0 is greedy on llama.cpp's endpoints, as its server
+  // reads it.
+  for (Endpoint e : {Endpoint::kInfill, Endpoint::kLlamaCompletion}) {
+    auto greedy = parse_openai_request(
+        e, R"({"input_prefix": "", "input_suffix": "", "prompt": "x", "temperature": -1})");
+    ASSERT_TRUE(greedy.ok()) << greedy.status();
+    EXPECT_EQ(greedy->generate.sampling().temperature(), 0.0f);
+  }
   // Seeds: any integer in [-2^63, 2^64), none clamped onto another.
   EXPECT_EQ(chat("{" + m + R"(, "seed": 18446744073709551615})").generate.sampling().seed(),
             18446744073709551615u);
