@@ -44,7 +44,36 @@ absl::Status wrong_type(absl::string_view param, absl::string_view expected, con
 // strings. The ids' range and the biases' [-100, 100] are checked with the
 // rest of the sampling (worker/sampling_proto.h), against the vocabulary;
 // two keys of one id ("7", "07") are refused there.
-absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s) {
+absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s, bool llama_forms) {
+  if (llama_forms && bias.is_array()) {
+    // llama.cpp's server's form: [[id, bias], ...], false for "never" (a
+    // bias of -100 here, which all but bans the token).
+    for (size_t i = 0; i < bias.size(); ++i) {
+      const json& pair = bias[i];
+      const std::string param = absl::StrCat("logit_bias[", i, "]");
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer()) {
+        return wrong_type(param, "[token id, bias or false]", pair);
+      }
+      const int64_t id = pair[0].is_number_unsigned()
+                             ? static_cast<int64_t>(std::min<uint64_t>(pair[0].get<uint64_t>(), 1ull << 40))
+                             : pair[0].get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        return bad(param, absl::StrCat(pair[0].dump(), " is not a token id"));
+      }
+      double b = -100.0;
+      if (pair[1].is_number()) {
+        b = pair[1].get<double>();
+      } else if (!(pair[1].is_boolean() && !pair[1].get<bool>())) {
+        return wrong_type(param, "[token id, bias or false]", pair);
+      }
+      if (!(b >= -100.0 && b <= 100.0)) {
+        return bad(param, absl::StrCat(pair[1].dump(), " is out of range [-100, 100]"));
+      }
+      s->add_logit_bias_ids(static_cast<int32_t>(id));
+      s->add_logit_bias_values(static_cast<float>(b));
+    }
+    return absl::OkStatus();
+  }
   if (!bias.is_object()) return wrong_type("logit_bias", "an object", bias);
   for (const auto& [key, value] : bias.items()) {
     int32_t id = 0;
@@ -232,10 +261,15 @@ absl::Status map_prompt(const json& prompt, v1::GenerateRequest* g,
       if (!a[i].is_number_integer() && !a[i].is_number_unsigned()) {
         return wrong_type(absl::StrCat(param, "[", i, "]"), "a token id", a[i]);
       }
-      out->add_ids(clamp_int32(a[i].is_number_unsigned()
-                                   ? static_cast<int64_t>(std::min<uint64_t>(
-                                         a[i].get<uint64_t>(), 1ull << 40))
-                                   : a[i].get<int64_t>()));
+      // Beyond int32 no id can be: refused showing it as sent (the
+      // vocabulary's bound is checked with the model).
+      const int64_t id = a[i].is_number_unsigned()
+                             ? static_cast<int64_t>(std::min<uint64_t>(a[i].get<uint64_t>(), 1ull << 40))
+                             : a[i].get<int64_t>();
+      if (id != clamp_int32(id)) {
+        return bad(absl::StrCat(param, "[", i, "]"), absl::StrCat(a[i].dump(), " is not a token id"));
+      }
+      out->add_ids(static_cast<int32_t>(id));
     }
     return absl::OkStatus();
   };
@@ -368,7 +402,7 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   if (auto salt = f.string("cache_salt")) g.set_cache_salt(*salt);
   if (auto ignore = f.boolean("ignore_eos")) g.set_ignore_eos(*ignore);
   if (const json* bias = f.get("logit_bias")) {
-    if (absl::Status st = read_logit_bias(*bias, s); !st.ok()) return st;
+    if (absl::Status st = read_logit_bias(*bias, s, infill); !st.ok()) return st;
   }
   // What cannot be honoured is refused, never ignored.
   if (auto best_of = f.integer("best_of"); best_of && *best_of != 1 && *best_of != r->n) {

@@ -14,7 +14,8 @@
 //   max_completion_tokens | max_tokens -> max_tokens (chat: absent = the rest
 //   of the context; completions: absent = 16, as OpenAI)
 //   temperature, top_p, top_k (<= 0: off), min_p, presence_penalty,
-//   frequency_penalty, repetition_penalty, seed, logit_bias ({"<id>": bias})
+//   frequency_penalty, repetition_penalty, seed, logit_bias ({"<id>": bias};
+//   on llama.cpp's endpoints also its [[id, bias | false]])
 //   -> sampling
 //   stop (string | [string]) -> stop;  logprobs / top_logprobs (chat),
 //   logprobs: k (completions) -> logprobs, top_logprobs;  user -> user

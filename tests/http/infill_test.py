@@ -368,6 +368,12 @@ def check_llama_completion(f, ref, host, label):
     f.check(st == 200 and abs(g["temperature"] - 0.8) < 1e-6 and g["top_k"] == 40 and
             abs(g["top_p"] - 0.95) < 1e-6 and abs(g["min_p"] - 0.05) < 1e-6,
             f"{label}: /completion's sampling defaults are llama.cpp's ({g})")
+    st, _, out = raw(host, "POST", "/completion", timeout=900,
+                     body=dict(body, logit_bias=[[r["tokens"][0], False]]))
+    banned = json.loads(out)
+    f.check(st == 200 and banned["tokens"][0] != r["tokens"][0],
+            f"{label}: /completion logit_bias [[{r['tokens'][0]}, false]] (llama.cpp's form) bans "
+            f"the greedy first token (now {banned['tokens'][:1]})")
     st, _, out = raw(host, "POST", "/completions", timeout=900, body=body)
     a = json.loads(out)
     f.check(st == 200 and a["tokens"] == r["tokens"] and a["content"] == r["content"],

@@ -282,6 +282,21 @@ TEST(OpenAiMapping, LlamaCompletionTakesAPromptWithLlamaCppsDefaults) {
   EXPECT_FALSE(fill->generate.has_max_tokens());
   EXPECT_EQ(fill->generate.json_schema(),
             R"({"type":"object","properties":{"z":{"type":"string"},"a":{}}})");
+  // llama.cpp's logit_bias array form, false for "never"; the OpenAI
+  // endpoints take the object form only.
+  auto bias = parse_openai_request(Endpoint::kLlamaCompletion,
+                                   R"({"prompt": "a", "logit_bias": [[15, 2.5], [7, false]]})");
+  ASSERT_TRUE(bias.ok()) << bias.status();
+  EXPECT_EQ(bias_of(bias->generate.sampling()), (std::map<int32_t, float>{{15, 2.5f}, {7, -100.0f}}));
+  for (const char* b : {R"([[15, true]])", R"([[15]])", R"([["15", 1]])", R"([[-1, 1]])",
+                        R"([[15, 101]])", R"([5])"}) {
+    EXPECT_EQ(param_of(Endpoint::kLlamaCompletion,
+                       absl::StrCat(R"({"prompt": "a", "logit_bias": )", b, "}")),
+              "logit_bias[0]")
+        << b;
+  }
+  EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "a", "logit_bias": [[15, 1]]})"),
+            "logit_bias");
   auto not_object = parse_openai_request(Endpoint::kLlamaCompletion,
                                          R"({"prompt": "a", "json_schema": "x"})");
   ASSERT_FALSE(not_object.ok());
@@ -499,6 +514,10 @@ TEST(OpenAiMapping, WrongTypesNameTheParam) {
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": ["a", 5]})"), "prompt[1]");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": ["a", []]})"), "prompt[1]");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": [[1], [2, "x"]]})"), "prompt[1][1]");
+  // An id beyond int32, as sent.
+  auto huge = parse_openai_request(Endpoint::kCompletion, R"({"prompt": [[1], [2, 1099511627776]]})");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().message(), "prompt[1][1]: 1099511627776 is not a token id");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": [1, "x"]})"), "prompt[1]");
   EXPECT_EQ(param_of(Endpoint::kCompletion, R"({"prompt": "x", "logprobs": 50})"), "logprobs");
 }
