@@ -144,6 +144,25 @@ def error_of(status_body):
         return status, {"message": body[:200]}
 
 
+def post_bytes(path, body):
+    """A raw HTTP/1.1 POST of a JSON body (bytes)."""
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def open_stream(h, p):
+    """A raw socket streaming a long greedy completion, once its first event
+    came (the sequence is running)."""
+    s = socket.create_connection((h, int(p)))
+    s.sendall(post_bytes("/v1/completions", json.dumps(
+        {"prompt": "Once upon a time", "max_tokens": 800, "ignore_eos": True,
+         "temperature": 0, "stream": True}).encode()))
+    got = b""
+    while b"data: " not in got:
+        got += s.recv(4096)
+    return s
+
+
 def wait_active_zero(stub, pb, timeout=120, metadata=None):
     """Polls ClusterStatus until no sequence is active; returns the last count."""
     end = time.time() + timeout
@@ -438,14 +457,7 @@ def check_api(args, f, host, grpc_address, stubs, label):
     # A client that hangs up mid-stream frees its sequence.
     stub = pb_grpc.InferenceStub(grpc.insecure_channel(grpc_address))
     h, p = host.rsplit(":", 1)
-    s = socket.create_connection((h, int(p)))
-    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 800, "ignore_eos": True,
-                       "temperature": 0, "stream": True}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-    got = b""
-    while b"data: " not in got:
-        got += s.recv(4096)
+    s = open_stream(h, p)
     active = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).active_sequences
     s.close()
     f.check(active == 1 and wait_active_zero(stub, pb) == 0,
@@ -455,22 +467,13 @@ def check_api(args, f, host, grpc_address, stubs, label):
     # while a stream keeps the pipeline busy (so a submission and its cancel
     # can reach the scheduler thread together): every request ends cancelled
     # (none is served).
-    busy = socket.create_connection((h, int(p)))
-    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 800, "ignore_eos": True,
-                       "temperature": 0, "stream": True}).encode()
-    busy.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-    got = b""
-    while b"data: " not in got:
-        got += busy.recv(4096)
+    busy = open_stream(h, p)
     served = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).requests_served
     for k in range(24):
         body = json.dumps({"prompt": "Once upon a time", "max_tokens": 800, "ignore_eos": True,
                            "temperature": 0, "stream": k % 2 == 0, "n": 1 + k % 3 // 2}).encode()
         s = socket.create_connection((h, int(p)))
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: " +
-                  str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.sendall(post_bytes("/v1/completions", body))
         s.close()
     busy.close()
     def drained():
