@@ -44,6 +44,18 @@ absl::Status wrong_type(absl::string_view param, absl::string_view expected, con
 // strings. The ids' range and the biases' [-100, 100] are checked with the
 // rest of the sampling (worker/sampling_proto.h), against the vocabulary;
 // two keys of one id ("7", "07") are refused there.
+// A JSON integer as int32, nullopt beyond that range (an unsigned value
+// read as such: nlohmann's get<int64_t> would wrap one above 2^63).
+std::optional<int32_t> json_int32(const json& v) {
+  const int64_t x = v.is_number_unsigned()
+                        ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), 1ull << 40))
+                        : v.get<int64_t>();
+  if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
+    return std::nullopt;
+  }
+  return static_cast<int32_t>(x);
+}
+
 absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s, bool llama_forms) {
   if (llama_forms && bias.is_array()) {
     // llama.cpp's server's form: [[id, bias], ...], false for "never" (a
@@ -54,12 +66,8 @@ absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s, bool llama
       if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer()) {
         return wrong_type(param, "[token id, bias or false]", pair);
       }
-      const int64_t id = pair[0].is_number_unsigned()
-                             ? static_cast<int64_t>(std::min<uint64_t>(pair[0].get<uint64_t>(), 1ull << 40))
-                             : pair[0].get<int64_t>();
-      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-        return bad(param, absl::StrCat(pair[0].dump(), " is not a token id"));
-      }
+      const std::optional<int32_t> id = json_int32(pair[0]);
+      if (!id || *id < 0) return bad(param, absl::StrCat(pair[0].dump(), " is not a token id"));
       double b = -100.0;
       if (pair[1].is_number()) {
         b = pair[1].get<double>();
@@ -69,7 +77,7 @@ absl::Status read_logit_bias(const json& bias, v1::SamplingParams* s, bool llama
       if (!(b >= -100.0 && b <= 100.0)) {
         return bad(param, absl::StrCat(pair[1].dump(), " is out of range [-100, 100]"));
       }
-      s->add_logit_bias_ids(static_cast<int32_t>(id));
+      s->add_logit_bias_ids(*id);
       s->add_logit_bias_values(static_cast<float>(b));
     }
     return absl::OkStatus();
@@ -175,12 +183,6 @@ class Fields {
   absl::Status status_;
 };
 
-int32_t clamp_int32(int64_t v) {
-  if (v > std::numeric_limits<int32_t>::max()) return std::numeric_limits<int32_t>::max();
-  if (v < std::numeric_limits<int32_t>::min()) return std::numeric_limits<int32_t>::min();
-  return static_cast<int32_t>(v);
-}
-
 // A message's content: a string, or text parts joined by "\n".
 absl::Status map_content(const json& content, const std::string& param, std::string* out) {
   if (content.is_string()) {
@@ -263,13 +265,11 @@ absl::Status map_prompt(const json& prompt, v1::GenerateRequest* g,
       }
       // Beyond int32 no id can be: refused showing it as sent (the
       // vocabulary's bound is checked with the model).
-      const int64_t id = a[i].is_number_unsigned()
-                             ? static_cast<int64_t>(std::min<uint64_t>(a[i].get<uint64_t>(), 1ull << 40))
-                             : a[i].get<int64_t>();
-      if (id != clamp_int32(id)) {
+      const std::optional<int32_t> id = json_int32(a[i]);
+      if (!id) {
         return bad(absl::StrCat(param, "[", i, "]"), absl::StrCat(a[i].dump(), " is not a token id"));
       }
-      out->add_ids(static_cast<int32_t>(id));
+      out->add_ids(*id);
     }
     return absl::OkStatus();
   };
@@ -328,10 +328,11 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   // Sampling. Defaults: OpenAI's (temperature 1), or for /infill and
   // /completion llama.cpp server's (temperature 0.8, top_k 40, top_p 0.95,
   // min_p 0.05).
-  const bool infill = r->endpoint == Endpoint::kInfill || r->endpoint == Endpoint::kLlamaCompletion;
+  const bool llama_server =
+      r->endpoint == Endpoint::kInfill || r->endpoint == Endpoint::kLlamaCompletion;
   v1::SamplingParams* s = g.mutable_sampling();
-  s->set_temperature(infill ? 0.8f : 1.0f);
-  if (infill) {
+  s->set_temperature(llama_server ? 0.8f : 1.0f);
+  if (llama_server) {
     s->set_top_k(40);
     s->set_top_p(0.95f);
     s->set_min_p(0.05f);
@@ -339,26 +340,26 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   if (auto v = f.number("temperature")) {
     // Below 0: refused as OpenAI and vLLM do; greedy on llama.cpp's
     // endpoints, as llama.cpp's server reads it.
-    if (*v < 0 && !infill) return bad("temperature", absl::StrCat(json(*v).dump(), " is less than 0"));
+    if (*v < 0 && !llama_server) return bad("temperature", absl::StrCat(json(*v).dump(), " is less than 0"));
     s->set_temperature(static_cast<float>(std::max(*v, 0.0)));
   }
   if (auto v = f.number("top_p")) s->set_top_p(static_cast<float>(*v));
   if (auto v = f.int32("top_k")) s->set_top_k(*v <= 0 ? 0 : *v);
   if (auto v = f.number("min_p")) s->set_min_p(static_cast<float>(*v));
-  // OpenAI's and vLLM's [-2, 2] (llama.cpp's /infill: any value).
+  // OpenAI's and vLLM's [-2, 2] (llama.cpp's /infill and /completion: any value).
   for (const char* penalty : {"presence_penalty", "frequency_penalty"}) {
     auto v = f.number(penalty);
     if (!v) continue;
-    if (!infill && !(*v >= -2.0 && *v <= 2.0)) {
+    if (!llama_server && !(*v >= -2.0 && *v <= 2.0)) {
       return bad(penalty, absl::StrCat(json(*v).dump(), " is out of range [-2, 2]"));
     }
     if (penalty[0] == 'p') s->set_presence_penalty(static_cast<float>(*v));
     else s->set_frequency_penalty(static_cast<float>(*v));
   }
-  if (auto v = f.number(infill ? "repeat_penalty" : "repetition_penalty")) {
+  if (auto v = f.number(llama_server ? "repeat_penalty" : "repetition_penalty")) {
     s->set_repeat_penalty(static_cast<float>(*v));
   }
-  if (infill) {
+  if (llama_server) {
     // -1: the context, as llama.cpp reads it; the sampler looks back at most
     // 4096 tokens (worker/sampling_proto.h).
     if (auto v = f.int32("repeat_last_n")) s->set_repeat_last_n(*v == -1 ? 4096 : *v);
@@ -402,7 +403,7 @@ absl::Status map_common(const json& body, OpenAiRequest* r) {
   if (auto salt = f.string("cache_salt")) g.set_cache_salt(*salt);
   if (auto ignore = f.boolean("ignore_eos")) g.set_ignore_eos(*ignore);
   if (const json* bias = f.get("logit_bias")) {
-    if (absl::Status st = read_logit_bias(*bias, s, infill); !st.ok()) return st;
+    if (absl::Status st = read_logit_bias(*bias, s, llama_server); !st.ok()) return st;
   }
   // What cannot be honoured is refused, never ignored.
   if (auto best_of = f.integer("best_of"); best_of && *best_of != 1 && *best_of != r->n) {
